@@ -1,0 +1,117 @@
+//! The errors sncl reports. Each names the rank that reports it, the
+//! operation and the peer involved, and what was expected.
+
+use crate::transport::TransportError;
+use crate::wire::Fingerprint;
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in sncl.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad arguments, rejected before anything is sent.
+    #[error("rank {rank}: invalid argument to {op}: {detail}")]
+    InvalidArgument {
+        /// Reporting rank.
+        rank: usize,
+        /// The call.
+        op: &'static str,
+        /// What was wrong and what was expected.
+        detail: String,
+    },
+    /// Bad configuration (environment, `SNCL_ALGO`, ...).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// No progress from the peers an operation waits on within the deadline.
+    #[error("rank {rank}: {op} (seq {seq}) made no progress for {timeout_ms} ms; waiting on peer rank(s) {waiting_on:?}")]
+    Timeout {
+        /// Reporting rank.
+        rank: usize,
+        /// The operation.
+        op: Fingerprint,
+        /// Its sequence number.
+        seq: u64,
+        /// Ranks it was waiting for.
+        waiting_on: Vec<usize>,
+        /// The deadline.
+        timeout_ms: u64,
+    },
+    /// A peer died or aborted during an operation.
+    #[error("rank {rank}: {op} (seq {seq}) failed: {source}")]
+    PeerFailed {
+        /// Reporting rank.
+        rank: usize,
+        /// The operation.
+        op: Fingerprint,
+        /// Its sequence number.
+        seq: u64,
+        /// The rank blamed for the failure (the dead peer when known).
+        failed_rank: Option<usize>,
+        /// What the transport saw.
+        #[source]
+        source: TransportError,
+    },
+    /// Two ranks called different collectives at the same point.
+    #[error("rank {rank}: mismatched collective from peer rank {peer}: this rank runs {ours} as seq {seq}, the peer sent {theirs} as seq {their_seq}")]
+    Mismatch {
+        /// Reporting rank.
+        rank: usize,
+        /// The peer.
+        peer: usize,
+        /// This rank's sequence number.
+        seq: u64,
+        /// This rank's operation.
+        ours: Fingerprint,
+        /// The peer's sequence number.
+        their_seq: u64,
+        /// The peer's operation.
+        theirs: Fingerprint,
+    },
+    /// A transport failure outside of an operation (setup, teardown).
+    #[error("rank {rank}: transport error: {source}")]
+    Transport {
+        /// Reporting rank.
+        rank: usize,
+        /// The cause.
+        #[source]
+        source: TransportError,
+    },
+    /// Rendezvous / bootstrap failure.
+    #[error("rank {rank}: bootstrap failed: {detail}")]
+    Bootstrap {
+        /// Reporting rank (or the rank being set up).
+        rank: usize,
+        /// What happened and what to do.
+        detail: String,
+    },
+    /// The communicator was aborted earlier (by the user or after a failure).
+    #[error("rank {rank}: communicator is aborted{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Aborted {
+        /// Reporting rank.
+        rank: usize,
+        /// The first failure, if any.
+        reason: Option<String>,
+    },
+    /// Operating-system error outside of a peer connection.
+    #[error("rank {rank}: {context}: {source}")]
+    Io {
+        /// Reporting rank.
+        rank: usize,
+        /// What was being done.
+        context: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The rank blamed for a peer failure, if this error names one.
+    pub fn failed_rank(&self) -> Option<usize> {
+        match self {
+            Error::PeerFailed { failed_rank, .. } => *failed_rank,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! sncl core: data types and reduction operators, pure schedules for every
+//! collective with a symbolic checker, the planner, the executor that walks a
+//! schedule over [`transport::Connection`]s, configuration and bootstrap.
+
+pub mod error;
+pub mod transport;
+pub mod wire;
+
+pub use error::{Error, Result};
+pub use kernels::{DataType, ReduceOp};

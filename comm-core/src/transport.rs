@@ -1,0 +1,90 @@
+//! The one narrow, non-blocking interface every transport implements
+//! (shape taken from NCCL's net plugin: try to send, try to receive, "not now"
+//! is an answer). Transports only move bytes; ordering, matching and flow of
+//! operations live in the executor.
+
+use crate::wire::PieceHeader;
+
+/// Why a transport could not move a piece.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The peer closed the connection or its process is gone.
+    #[error("peer rank {peer} is gone ({detail})")]
+    PeerGone {
+        /// The peer's rank in the communicator.
+        peer: usize,
+        /// What was observed (EOF, reset, process not alive, ...).
+        detail: String,
+    },
+    /// The peer aborted the communicator; `cause` is the rank it blames, if any.
+    #[error("peer rank {peer} aborted the communicator (cause: {})", cause.map(|c| format!("rank {c} failed")).unwrap_or_else(|| "unknown".into()))]
+    PeerAborted {
+        /// The peer that aborted.
+        peer: usize,
+        /// The rank the peer reported as the cause.
+        cause: Option<usize>,
+    },
+    /// A piece did not decode.
+    #[error("corrupt data from peer rank {peer}: {detail}")]
+    Corrupt {
+        /// The peer.
+        peer: usize,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Any other I/O error.
+    #[error("I/O error with peer rank {peer}: {source}")]
+    Io {
+        /// The peer.
+        peer: usize,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result of handing a received piece to the executor's consumer.
+pub type ConsumeResult = Result<(), crate::Error>;
+
+/// One directed-pair connection (both directions) to one peer.
+///
+/// Pieces are delivered in the order they were sent. A piece never exceeds
+/// [`Connection::max_piece`] bytes; both sides derive piece boundaries from
+/// the same lengths, so headers only confirm them.
+pub trait Connection: Send {
+    /// The peer's rank.
+    fn peer(&self) -> usize;
+
+    /// The largest payload of one piece.
+    fn max_piece(&self) -> usize;
+
+    /// Tries to send one piece. `Ok(true)`: the bytes were taken (copied out;
+    /// `data` may be reused). `Ok(false)`: no room now, try later.
+    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError>;
+
+    /// If the next piece has arrived, hands it to `consume` as a borrowed
+    /// slice (no copy: a reduction may read straight from the slot) and
+    /// releases it afterwards; returns `Ok(true)`. `Ok(false)`: nothing yet.
+    /// An error from `consume` is passed through and the piece is not released.
+    fn try_recv(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<bool, crate::Error>;
+
+    /// Moves any bytes this side has buffered (TCP). Returns `Ok(true)` when
+    /// nothing is left buffered. Called by the executor while it waits.
+    fn flush(&mut self) -> Result<bool, TransportError> {
+        Ok(true)
+    }
+
+    /// Cheap liveness probe, called while waiting a long time for this peer.
+    fn check_alive(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// Tells the peer this communicator is aborted; `cause` is the rank blamed.
+    fn abort(&mut self, cause: Option<usize>);
+
+    /// Short name for logs ("shm", "tcp").
+    fn kind(&self) -> &'static str;
+}

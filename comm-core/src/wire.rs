@@ -1,0 +1,199 @@
+//! What travels with every piece of data: the communicator, the operation's
+//! sequence number and its fingerprint, so a receiver can tell a mismatched
+//! collective from a slow one.
+
+use kernels::{DataType, ReduceOp};
+
+/// The kind of operation, as commbench names it.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// all_reduce
+    AllReduce = 1,
+    /// reduce_scatter
+    ReduceScatter = 2,
+    /// all_gather (also all_gatherv)
+    AllGather = 3,
+    /// broadcast
+    Broadcast = 4,
+    /// reduce
+    Reduce = 5,
+    /// alltoall (also alltoallv)
+    AllToAll = 6,
+    /// gather
+    Gather = 7,
+    /// scatter
+    Scatter = 8,
+    /// point-to-point send/recv group
+    SendRecv = 9,
+    /// barrier
+    Barrier = 10,
+    /// all_gatherv (variable counts)
+    AllGatherV = 11,
+    /// alltoallv (variable counts)
+    AllToAllV = 12,
+}
+
+impl Collective {
+    /// commbench's name of the operation (also used in `SNCL_ALGO`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllToAll => "alltoall",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
+            Collective::SendRecv => "sendrecv",
+            Collective::Barrier => "barrier",
+            Collective::AllGatherV => "all_gatherv",
+            Collective::AllToAllV => "alltoallv",
+        }
+    }
+
+    /// Every collective.
+    pub const ALL: [Collective; 12] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::SendRecv,
+        Collective::Barrier,
+        Collective::AllGatherV,
+        Collective::AllToAllV,
+    ];
+
+    /// Parses commbench's name.
+    pub fn from_name(name: &str) -> Option<Collective> {
+        Collective::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Numeric value back to the enum.
+    pub fn from_u8(v: u8) -> Option<Collective> {
+        Collective::ALL.into_iter().find(|c| *c as u8 == v)
+    }
+}
+
+/// What every rank must agree on for one operation. Compared piece by piece
+/// on receive; a difference is a mismatched collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint {
+    /// The collective.
+    pub collective: Collective,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator (Sum where the collective has none).
+    pub op: ReduceOp,
+    /// Root rank, or -1.
+    pub root: i32,
+    /// The element count every rank must agree on (0 where counts vary by rank).
+    pub count: u64,
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}(dtype={}, op={}, count={}, root={})",
+            self.collective.name(),
+            self.dtype.name(),
+            self.op.name(),
+            self.count,
+            self.root
+        )
+    }
+}
+
+/// Header of one piece of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PieceHeader {
+    /// Communicator id (hash of the unique id and the communicator's path).
+    pub comm_id: u64,
+    /// Sequence number of the operation on this communicator (starts at 1).
+    pub seq: u64,
+    /// The operation's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Payload bytes of this piece.
+    pub len: u32,
+}
+
+/// Encoded size of a [`PieceHeader`].
+pub const HEADER_BYTES: usize = 40;
+const HEADER_MAGIC: u32 = 0x534e_434c; // "SNCL"
+
+/// A header that does not decode.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("corrupt piece header: {0}")]
+pub struct HeaderError(pub &'static str);
+
+impl PieceHeader {
+    /// Writes the header into `out` (little endian).
+    pub fn encode(&self, out: &mut [u8; HEADER_BYTES]) {
+        out[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..16].copy_from_slice(&self.comm_id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        out[24] = self.fingerprint.collective as u8;
+        out[25] = self.fingerprint.dtype as u8;
+        out[26] = self.fingerprint.op as u8;
+        out[27] = 0;
+        out[28..32].copy_from_slice(&self.fingerprint.root.to_le_bytes());
+        out[32..40].copy_from_slice(&self.fingerprint.count.to_le_bytes());
+    }
+
+    /// Reads a header, rejecting anything that is not one.
+    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<PieceHeader, HeaderError> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if u32_at(0) != HEADER_MAGIC {
+            return Err(HeaderError("bad magic"));
+        }
+        let collective = Collective::from_u8(b[24]).ok_or(HeaderError("unknown collective"))?;
+        let dtype = DataType::from_u8(b[25]).ok_or(HeaderError("unknown dtype"))?;
+        let op = ReduceOp::from_u8(b[26]).ok_or(HeaderError("unknown reduce op"))?;
+        Ok(PieceHeader {
+            comm_id: u64_at(8),
+            seq: u64_at(16),
+            len: u32_at(4),
+            fingerprint: Fingerprint {
+                collective,
+                dtype,
+                op,
+                root: u32_at(28) as i32,
+                count: u64_at(32),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = PieceHeader {
+            comm_id: 0xdead_beef_1234,
+            seq: 77,
+            len: 4096,
+            fingerprint: Fingerprint {
+                collective: Collective::Broadcast,
+                dtype: DataType::Bfloat16,
+                op: ReduceOp::Max,
+                root: 3,
+                count: 1_000_003,
+            },
+        };
+        let mut b = [0u8; HEADER_BYTES];
+        h.encode(&mut b);
+        assert_eq!(PieceHeader::decode(&b), Ok(h));
+        b[0] ^= 1;
+        assert!(PieceHeader::decode(&b).is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! Element types and reduction operators. Numeric values equal NCCL's
+//! `ncclDataType_t` / `ncclRedOp_t` so the C ABI can pass them through.
+
+/// Element type of a buffer.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DataType {
+    /// Signed 8-bit integer.
+    Int8 = 0,
+    /// Unsigned 8-bit integer.
+    Uint8 = 1,
+    /// Signed 32-bit integer.
+    Int32 = 2,
+    /// Unsigned 32-bit integer.
+    Uint32 = 3,
+    /// Signed 64-bit integer.
+    Int64 = 4,
+    /// Unsigned 64-bit integer.
+    Uint64 = 5,
+    /// IEEE half precision.
+    Float16 = 6,
+    /// IEEE single precision.
+    Float32 = 7,
+    /// IEEE double precision.
+    Float64 = 8,
+    /// bfloat16 (8-bit exponent, 7-bit mantissa).
+    Bfloat16 = 9,
+}
+
+impl DataType {
+    /// Every data type, in NCCL order.
+    pub const ALL: [DataType; 10] = [
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Bfloat16,
+    ];
+
+    /// Size of one element in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            DataType::Int8 | DataType::Uint8 => 1,
+            DataType::Float16 | DataType::Bfloat16 => 2,
+            DataType::Int32 | DataType::Uint32 | DataType::Float32 => 4,
+            DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
+        }
+    }
+
+    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DataType::Int8 => "int8",
+            DataType::Uint8 => "uint8",
+            DataType::Int32 => "int32",
+            DataType::Uint32 => "uint32",
+            DataType::Int64 => "int64",
+            DataType::Uint64 => "uint64",
+            DataType::Float16 => "half",
+            DataType::Float32 => "float",
+            DataType::Float64 => "double",
+            DataType::Bfloat16 => "bfloat16",
+        }
+    }
+
+    /// Parses nccl-tests names and Rust-style aliases (`f32`, `bf16`, `i8`, ...).
+    pub fn from_name(name: &str) -> Option<DataType> {
+        let dt = match name.to_ascii_lowercase().as_str() {
+            "int8" | "i8" | "char" => DataType::Int8,
+            "uint8" | "u8" => DataType::Uint8,
+            "int32" | "i32" | "int" => DataType::Int32,
+            "uint32" | "u32" => DataType::Uint32,
+            "int64" | "i64" => DataType::Int64,
+            "uint64" | "u64" => DataType::Uint64,
+            "half" | "float16" | "f16" | "fp16" => DataType::Float16,
+            "float" | "float32" | "f32" | "fp32" => DataType::Float32,
+            "double" | "float64" | "f64" | "fp64" => DataType::Float64,
+            "bfloat16" | "bf16" => DataType::Bfloat16,
+            _ => return None,
+        };
+        Some(dt)
+    }
+
+    /// Converts NCCL's numeric value.
+    pub fn from_u8(v: u8) -> Option<DataType> {
+        DataType::ALL.get(v as usize).copied()
+    }
+
+    /// True for f16, bf16, f32 and f64.
+    pub const fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16
+        )
+    }
+}
+
+/// Reduction operator.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    /// Sum (integers wrap).
+    Sum = 0,
+    /// Product (integers wrap).
+    Prod = 1,
+    /// Maximum.
+    Max = 2,
+    /// Minimum.
+    Min = 3,
+    /// Sum divided by the number of ranks (integers: truncating division).
+    Avg = 4,
+    /// Bitwise and (integer types only).
+    BitAnd = 5,
+    /// Bitwise or (integer types only).
+    BitOr = 6,
+    /// Bitwise xor (integer types only).
+    BitXor = 7,
+}
+
+impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 8] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Avg,
+        ReduceOp::BitAnd,
+        ReduceOp::BitOr,
+        ReduceOp::BitXor,
+    ];
+
+    /// The name nccl-tests prints.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Avg => "avg",
+            ReduceOp::BitAnd => "band",
+            ReduceOp::BitOr => "bor",
+            ReduceOp::BitXor => "bxor",
+        }
+    }
+
+    /// Parses an operator name.
+    pub fn from_name(name: &str) -> Option<ReduceOp> {
+        let op = match name.to_ascii_lowercase().as_str() {
+            "sum" => ReduceOp::Sum,
+            "prod" | "product" => ReduceOp::Prod,
+            "max" => ReduceOp::Max,
+            "min" => ReduceOp::Min,
+            "avg" | "mean" => ReduceOp::Avg,
+            "band" | "and" => ReduceOp::BitAnd,
+            "bor" | "or" => ReduceOp::BitOr,
+            "bxor" | "xor" => ReduceOp::BitXor,
+            _ => return None,
+        };
+        Some(op)
+    }
+
+    /// Converts the numeric value.
+    pub fn from_u8(v: u8) -> Option<ReduceOp> {
+        ReduceOp::ALL.get(v as usize).copied()
+    }
+
+    /// Whether this operator is defined for `dtype` (bitwise ones only on integers).
+    pub const fn supports(self, dtype: DataType) -> bool {
+        match self {
+            ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => !dtype.is_float(),
+            _ => true,
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Portable element-wise kernels; the reference the vector paths must match bit for bit.
+
+use crate::{DataType, ReduceOp};
+use half::{bf16, f16};
+
+/// One element type as the kernels see it.
+pub(crate) trait Elem: Copy {
+    fn read(b: &[u8]) -> Self;
+    fn write(self, b: &mut [u8]);
+    fn combine(op: ReduceOp, a: Self, b: Self) -> Self;
+    fn div(self, n: usize) -> Self;
+}
+
+macro_rules! int_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn read(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(b.try_into().expect("element width"))
+            }
+            #[inline(always)]
+            fn write(self, b: &mut [u8]) {
+                b.copy_from_slice(&self.to_ne_bytes());
+            }
+            #[inline(always)]
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::BitAnd => a & b,
+                    ReduceOp::BitOr => a | b,
+                    ReduceOp::BitXor => a ^ b,
+                }
+            }
+            #[inline(always)]
+            fn div(self, n: usize) -> Self {
+                self / (n as $t)
+            }
+        }
+    };
+}
+int_elem!(i8);
+int_elem!(u8);
+int_elem!(i32);
+int_elem!(u32);
+int_elem!(i64);
+int_elem!(u64);
+
+/// Float combine with the semantics of the x86 `maxps`/`minps` instructions
+/// (the second operand wins when either is NaN), so scalar and SIMD agree.
+macro_rules! float_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn read(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(b.try_into().expect("element width"))
+            }
+            #[inline(always)]
+            fn write(self, b: &mut [u8]) {
+                b.copy_from_slice(&self.to_ne_bytes());
+            }
+            #[inline(always)]
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Max => {
+                        if a > b {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    ReduceOp::Min => {
+                        if a < b {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
+                        unreachable!("bitwise reduction on a float type is rejected earlier")
+                    }
+                }
+            }
+            #[inline(always)]
+            fn div(self, n: usize) -> Self {
+                self / (n as $t)
+            }
+        }
+    };
+}
+float_elem!(f32);
+float_elem!(f64);
+
+macro_rules! half_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn read(b: &[u8]) -> Self {
+                <$t>::from_bits(u16::from_ne_bytes(b.try_into().expect("element width")))
+            }
+            #[inline(always)]
+            fn write(self, b: &mut [u8]) {
+                b.copy_from_slice(&self.to_bits().to_ne_bytes());
+            }
+            #[inline(always)]
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                // Accumulate in f32, round to nearest even once.
+                <$t>::from_f32(f32::combine(op, a.to_f32(), b.to_f32()))
+            }
+            #[inline(always)]
+            fn div(self, n: usize) -> Self {
+                <$t>::from_f32(self.to_f32() / n as f32)
+            }
+        }
+    };
+}
+half_elem!(f16);
+half_elem!(bf16);
+
+fn reduce_into_t<T: Elem>(op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
+    let w = std::mem::size_of::<T>();
+    for ((d, x), y) in dst
+        .chunks_exact_mut(w)
+        .zip(a.chunks_exact(w))
+        .zip(b.chunks_exact(w))
+    {
+        T::combine(op, T::read(x), T::read(y)).write(d);
+    }
+}
+
+fn reduce_inplace_t<T: Elem>(op: ReduceOp, acc: &mut [u8], src: &[u8]) {
+    let w = std::mem::size_of::<T>();
+    for (d, y) in acc.chunks_exact_mut(w).zip(src.chunks_exact(w)) {
+        let x = T::read(d);
+        T::combine(op, x, T::read(y)).write(d);
+    }
+}
+
+fn div_t<T: Elem>(buf: &mut [u8], n: usize) {
+    let w = std::mem::size_of::<T>();
+    for d in buf.chunks_exact_mut(w) {
+        T::read(d).div(n).write(d);
+    }
+}
+
+macro_rules! dispatch {
+    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DataType::Int8 => $f::<i8>($($arg),*),
+            DataType::Uint8 => $f::<u8>($($arg),*),
+            DataType::Int32 => $f::<i32>($($arg),*),
+            DataType::Uint32 => $f::<u32>($($arg),*),
+            DataType::Int64 => $f::<i64>($($arg),*),
+            DataType::Uint64 => $f::<u64>($($arg),*),
+            DataType::Float16 => $f::<f16>($($arg),*),
+            DataType::Float32 => $f::<f32>($($arg),*),
+            DataType::Float64 => $f::<f64>($($arg),*),
+            DataType::Bfloat16 => $f::<bf16>($($arg),*),
+        }
+    };
+}
+
+/// `dst[i] = a[i] op b[i]`, portable.
+pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
+    dispatch!(dtype, reduce_into_t(op, dst, a, b))
+}
+
+/// `acc[i] = acc[i] op src[i]`, portable.
+pub fn reduce_inplace(dtype: DataType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
+    dispatch!(dtype, reduce_inplace_t(op, acc, src))
+}
+
+/// `buf[i] /= n`, portable.
+pub fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
+    dispatch!(dtype, div_t(buf, n))
+}

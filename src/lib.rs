@@ -1,0 +1,1 @@
+//! sncl: collective communication for supernode training clusters.

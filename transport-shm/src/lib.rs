@@ -1,0 +1,1 @@
+//! Host shared-memory transport.
