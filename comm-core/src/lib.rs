@@ -2,7 +2,11 @@
 //! collective with a symbolic checker, the planner, the executor that walks a
 //! schedule over [`transport::Connection`]s, configuration and bootstrap.
 
+pub mod algo;
+pub mod bootstrap;
+pub mod check;
 pub mod error;
+pub mod schedule;
 pub mod transport;
 pub mod wire;
 
