@@ -1,1 +1,235 @@
-//! Host shared-memory transport.
+//! Host shared-memory transport: between two ranks of one node, one FIFO of
+//! slots per direction in `/dev/shm`, created by the receiver. The receiver
+//! hands each piece to the executor as a slice of the slot itself, so a
+//! reduction reads the peer's data where it landed (one copy in total: the
+//! sender's into the slot).
+//!
+//! Life cycle: the receiver creates its inbound segments under names ending
+//! in its pid; once every sender has opened them (the communicator's init
+//! barrier) the names are unlinked, so nothing is left behind even if a
+//! process crashes later. Segments left by a crash during init are found by
+//! [`cleanup_stale`] (their creator pid is gone) and removed.
+
+mod segment;
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use comm_core::transport::{ConsumeResult, Connection, TransportError};
+use comm_core::wire::PieceHeader;
+use comm_core::Error;
+
+pub use segment::{cleanup_stale, pid_alive, Segment, PREFIX};
+
+/// Name of the segment carrying data from rank `from` to rank `to`, created
+/// by process `pid`.
+pub fn segment_name(comm_id: u64, from: usize, to: usize, pid: u32) -> String {
+    format!("{PREFIX}{comm_id:016x}-{from}-{to}-{pid}")
+}
+
+/// Creates the inbound segment for data from `from` to `to` (this rank).
+pub fn create_inbound(
+    comm_id: u64,
+    from: usize,
+    to: usize,
+    slots: usize,
+    slot_bytes: usize,
+) -> io::Result<(Segment, String)> {
+    let name = segment_name(comm_id, from, to, std::process::id());
+    let seg = Segment::create(&name, slots, slot_bytes)?;
+    Ok((seg, name))
+}
+
+/// A shared-memory connection to one peer.
+pub struct ShmConnection {
+    rank: usize,
+    peer: usize,
+    inbound: Segment,
+    outbound: Segment,
+    // Cached counters: each side re-reads the other's only when it must.
+    sent: u64,
+    acked: u64,
+    received: u64,
+    posted: u64,
+    peer_pid: u32,
+}
+
+impl ShmConnection {
+    /// Joins this rank's inbound segment from `peer` with the peer's inbound
+    /// segment from this rank (opened with [`Segment::open`]).
+    pub fn new(rank: usize, peer: usize, inbound: Segment, outbound: Segment) -> ShmConnection {
+        let peer_pid = outbound.creator_pid();
+        ShmConnection {
+            rank,
+            peer,
+            sent: outbound.head().load(Ordering::Acquire),
+            acked: outbound.tail().load(Ordering::Acquire),
+            received: inbound.tail().load(Ordering::Acquire),
+            posted: inbound.head().load(Ordering::Acquire),
+            inbound,
+            outbound,
+            peer_pid,
+        }
+    }
+
+    /// Removes the names of both segments (the mappings stay).
+    pub fn unlink(&self) {
+        self.inbound.unlink();
+    }
+
+    fn aborted_by_peer(&self) -> Option<TransportError> {
+        let a = self.inbound.abort_by_sender().load(Ordering::Acquire);
+        let b = self.outbound.abort_by_receiver().load(Ordering::Acquire);
+        let w = if a != 0 { a } else { b };
+        (w != 0).then(|| TransportError::PeerAborted {
+            peer: self.peer,
+            cause: (w != u64::MAX).then(|| (w - 1) as usize),
+        })
+    }
+}
+
+impl Connection for ShmConnection {
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    fn max_piece(&self) -> usize {
+        self.outbound.slot_bytes()
+    }
+
+    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        let slots = self.outbound.slots();
+        if self.sent - self.acked >= slots {
+            self.acked = self.outbound.tail().load(Ordering::Acquire);
+            if self.sent - self.acked >= slots {
+                if let Some(e) = self.aborted_by_peer() {
+                    return Err(e);
+                }
+                return Ok(false);
+            }
+        }
+        self.outbound.write_slot(self.sent, header, data);
+        self.sent += 1;
+        self.outbound.head().store(self.sent, Ordering::Release);
+        Ok(true)
+    }
+
+    fn try_recv(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<bool, Error> {
+        if self.received == self.posted {
+            self.posted = self.inbound.head().load(Ordering::Acquire);
+            if self.received == self.posted {
+                if let Some(e) = self.aborted_by_peer() {
+                    return Err(Error::Transport {
+                        rank: self.rank,
+                        source: e,
+                    });
+                }
+                return Ok(false);
+            }
+        }
+        let (h, data) = self.inbound.read_slot(self.received).map_err(|d| Error::Transport {
+            rank: self.rank,
+            source: TransportError::Corrupt {
+                peer: self.peer,
+                detail: d.to_string(),
+            },
+        })?;
+        consume(&h, data)?;
+        self.received += 1;
+        self.inbound.tail().store(self.received, Ordering::Release);
+        Ok(true)
+    }
+
+    fn check_alive(&mut self) -> Result<(), TransportError> {
+        if let Some(e) = self.aborted_by_peer() {
+            return Err(e);
+        }
+        if !pid_alive(self.peer_pid) {
+            return Err(TransportError::PeerGone {
+                peer: self.peer,
+                detail: format!("process {} no longer exists", self.peer_pid),
+            });
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, cause: Option<usize>) {
+        let w = cause.map(|c| c as u64 + 1).unwrap_or(u64::MAX);
+        self.outbound.abort_by_sender().store(w, Ordering::Release);
+        self.inbound.abort_by_receiver().store(w, Ordering::Release);
+    }
+
+    fn kind(&self) -> &'static str {
+        "shm"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comm_core::wire::{Collective, Fingerprint};
+    use comm_core::{DataType, ReduceOp};
+
+    fn hdr(len: usize) -> PieceHeader {
+        PieceHeader {
+            comm_id: 1,
+            seq: 1,
+            len: len as u32,
+            fingerprint: Fingerprint {
+                collective: Collective::AllReduce,
+                dtype: DataType::Uint8,
+                op: ReduceOp::Sum,
+                root: -1,
+                count: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn fifo_orders_and_applies_backpressure() {
+        let id = std::process::id() as u64 ^ 0xabc;
+        let (in0, n0) = create_inbound(id, 1, 0, 2, 4096).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, 2, 4096).unwrap();
+        let mut c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
+        let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
+        c0.unlink();
+        c1.unlink();
+        assert!(c0.try_send(&hdr(3), &[1, 2, 3]).unwrap());
+        assert!(c0.try_send(&hdr(0), &[]).unwrap());
+        assert!(!c0.try_send(&hdr(1), &[9]).unwrap(), "two slots only");
+        let mut got = Vec::new();
+        while c1
+            .try_recv(&mut |h, d| {
+                assert_eq!(h.len as usize, d.len());
+                got.push(d.to_vec());
+                Ok(())
+            })
+            .unwrap()
+        {}
+        assert_eq!(got, vec![vec![1, 2, 3], vec![]]);
+        assert!(c0.try_send(&hdr(1), &[9]).unwrap());
+        c0.abort(Some(5));
+        // Pending data is still delivered, then the abort shows.
+        assert!(c1.try_recv(&mut |_, d| {
+            assert_eq!(d, &[9]);
+            Ok(())
+        })
+        .unwrap());
+        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("aborted") && e.contains("rank 5"), "{e}");
+    }
+
+    #[test]
+    fn stale_segments_of_dead_processes_are_removed() {
+        // pid 0x7ffffffe does not exist.
+        let name = segment_name(42, 0, 1, 0x7fff_fffe);
+        let seg = Segment::create(&name, 2, 4096).unwrap();
+        drop(seg);
+        assert!(std::path::Path::new("/dev/shm").join(&name).exists());
+        cleanup_stale();
+        assert!(!std::path::Path::new("/dev/shm").join(&name).exists());
+    }
+}

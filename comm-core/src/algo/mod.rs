@@ -133,7 +133,7 @@ pub fn displacements(counts: &[usize]) -> Vec<usize> {
 }
 
 /// ⌈log2 n⌉ (0 for n ≤ 1).
-pub(crate) fn ceil_log2(n: usize) -> usize {
+pub fn ceil_log2(n: usize) -> usize {
     if n <= 1 {
         0
     } else {

@@ -1,0 +1,388 @@
+//! The executor: walks one rank's [`Schedule`] over its connections. Within
+//! a step every communication op progresses piece by piece, so sends and
+//! receives of a step overlap and a reduction consumes each piece where the
+//! transport holds it. Waiting spins briefly, then yields, then sleeps, and
+//! every wait has a deadline measured from the last progress.
+
+use std::time::{Duration, Instant};
+
+use kernels::{DataType, ReduceOp};
+
+use crate::error::{Error, Result};
+use crate::schedule::{BufId, Op, Region, Schedule};
+use crate::transport::{Connection, TransportError};
+use crate::wire::{Fingerprint, PieceHeader};
+
+pub use crate::mem::Buffers;
+
+/// Identity of one operation on one rank.
+#[derive(Clone, Copy, Debug)]
+pub struct OpContext {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the communicator.
+    pub nranks: usize,
+    /// Communicator id carried in every piece.
+    pub comm_id: u64,
+    /// Sequence number of the operation.
+    pub seq: u64,
+    /// Fingerprint every piece must carry.
+    pub fingerprint: Fingerprint,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator (for reducing ops).
+    pub op: ReduceOp,
+    /// Deadline without progress.
+    pub timeout: Duration,
+}
+
+/// Bytes moved by one execution, per peer.
+#[derive(Clone, Debug, Default)]
+pub struct Traffic {
+    /// Bytes sent to each peer.
+    pub sent: Vec<u64>,
+    /// Bytes received from each peer.
+    pub received: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct OpState {
+    done: usize,
+    finished: bool,
+}
+
+/// Waiting policy: spin, then yield, then sleep, with a deadline.
+struct Waiter {
+    idle: u32,
+    last_progress: Instant,
+    last_probe: Instant,
+}
+
+impl Waiter {
+    fn new() -> Waiter {
+        let now = Instant::now();
+        Waiter {
+            idle: 0,
+            last_progress: now,
+            last_probe: now,
+        }
+    }
+
+    fn progressed(&mut self) {
+        if self.idle > 0 {
+            self.idle = 0;
+            self.last_progress = Instant::now();
+        }
+    }
+
+    /// Backs off once. Returns how long there has been no progress when it
+    /// checked the clock (it only does so once in a while).
+    fn idle(&mut self) -> Option<Duration> {
+        self.idle = self.idle.saturating_add(1);
+        if self.idle == 1 {
+            self.last_progress = Instant::now();
+        }
+        if self.idle < 64 {
+            std::hint::spin_loop();
+            return None;
+        }
+        let waited = self.last_progress.elapsed();
+        if waited < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else if waited < Duration::from_millis(5) {
+            std::thread::yield_now();
+            std::thread::sleep(Duration::from_micros(20));
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Some(waited)
+    }
+}
+
+fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
+    let failed_rank = match &source {
+        TransportError::PeerGone { peer, .. } => Some(*peer),
+        TransportError::PeerAborted { cause, peer } => cause.or(Some(*peer)),
+        TransportError::Corrupt { peer, .. } | TransportError::Io { peer, .. } => Some(*peer),
+    };
+    Error::PeerFailed {
+        rank: ctx.rank,
+        op: ctx.fingerprint,
+        seq: ctx.seq,
+        failed_rank,
+        source,
+    }
+}
+
+fn in_op(ctx: &OpContext, e: Error) -> Error {
+    match e {
+        Error::Transport { source, .. } => peer_failed(ctx, source),
+        other => other,
+    }
+}
+
+/// Runs `sched` to completion.
+///
+/// `conns[p]` is the connection to rank `p` (None for self and unconnected
+/// ranks). Regions must lie inside `bufs` (the caller validated sizes).
+pub fn execute(
+    sched: &Schedule,
+    ctx: &OpContext,
+    bufs: &Buffers,
+    conns: &mut [Option<Box<dyn Connection>>],
+    traffic: Option<&mut Traffic>,
+) -> Result<()> {
+    let esize = ctx.dtype.size();
+    let mut states: Vec<OpState> = Vec::new();
+    let mut traffic = traffic;
+    for step in &sched.steps {
+        for op in &step.ops {
+            if let Op::Copy { src, dst } = *op {
+                bufs.copy(src, dst, esize);
+            }
+        }
+        states.clear();
+        states.resize(step.ops.len(), OpState::default());
+        let mut waiter = Waiter::new();
+        loop {
+            let mut progressed = false;
+            let mut pending = false;
+            for i in 0..step.ops.len() {
+                let op = step.ops[i];
+                let Some(peer) = op.peer() else { continue };
+                if states[i].finished {
+                    continue;
+                }
+                pending = true;
+                let is_send = matches!(op, Op::Send { .. });
+                // Messages to / from one peer are matched in order.
+                let blocked = step.ops[..i].iter().zip(&states[..i]).any(|(o, s)| {
+                    !s.finished && o.peer() == Some(peer) && matches!(o, Op::Send { .. }) == is_send
+                });
+                if blocked {
+                    continue;
+                }
+                let conn = conns
+                    .get_mut(peer)
+                    .and_then(|c| c.as_deref_mut())
+                    .ok_or_else(|| Error::InvalidArgument {
+                        rank: ctx.rank,
+                        op: ctx.fingerprint.collective.name(),
+                        detail: format!("no connection to rank {peer}"),
+                    })?;
+                let moved = match op {
+                    Op::Send { src, .. } => send_some(ctx, bufs, conn, src, &mut states[i])?,
+                    Op::Recv { dst, .. } => recv_some(ctx, bufs, conn, None, dst, &mut states[i])?,
+                    Op::RecvReduce { local, dst, .. } => {
+                        recv_some(ctx, bufs, conn, Some(local), dst, &mut states[i])?
+                    }
+                    _ => 0,
+                };
+                if moved > 0 || states[i].finished {
+                    progressed = true;
+                }
+                if let Some(t) = traffic.as_deref_mut() {
+                    let v = if is_send { &mut t.sent } else { &mut t.received };
+                    if v.len() < ctx.nranks {
+                        v.resize(ctx.nranks, 0);
+                    }
+                    v[peer] += moved as u64;
+                }
+            }
+            // Let buffered transports (TCP) push what they hold.
+            for op in &step.ops {
+                if let Op::Send { peer, .. } = op {
+                    if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
+                        c.flush().map_err(|e| peer_failed(ctx, e))?;
+                    }
+                }
+            }
+            if !pending {
+                break;
+            }
+            if progressed {
+                waiter.progressed();
+                continue;
+            }
+            if let Some(waited) = waiter.idle() {
+                if waited >= ctx.timeout {
+                    let waiting_on = waiting_peers(step.ops.as_slice(), &states);
+                    return Err(Error::Timeout {
+                        rank: ctx.rank,
+                        op: ctx.fingerprint,
+                        seq: ctx.seq,
+                        waiting_on,
+                        timeout_ms: ctx.timeout.as_millis() as u64,
+                    });
+                }
+                if waiter.last_probe.elapsed() >= Duration::from_millis(100) {
+                    waiter.last_probe = Instant::now();
+                    for p in waiting_peers(step.ops.as_slice(), &states) {
+                        if let Some(c) = conns.get_mut(p).and_then(|c| c.as_deref_mut()) {
+                            c.check_alive().map_err(|e| peer_failed(ctx, e))?;
+                        }
+                    }
+                }
+            }
+        }
+        // Drain buffered sends before the step's data may be overwritten.
+        let mut waiter = Waiter::new();
+        loop {
+            let mut all = true;
+            for op in &step.ops {
+                if let Op::Send { peer, .. } = op {
+                    if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
+                        all &= c.flush().map_err(|e| peer_failed(ctx, e))?;
+                    }
+                }
+            }
+            if all {
+                break;
+            }
+            if let Some(waited) = waiter.idle() {
+                if waited >= ctx.timeout {
+                    let waiting_on: Vec<usize> = step.ops.iter().filter_map(|o| o.peer()).collect();
+                    return Err(Error::Timeout {
+                        rank: ctx.rank,
+                        op: ctx.fingerprint,
+                        seq: ctx.seq,
+                        waiting_on,
+                        timeout_ms: ctx.timeout.as_millis() as u64,
+                    });
+                }
+            }
+        }
+        for op in &step.ops {
+            if let Op::Finalize { region } = *op {
+                if ctx.op == ReduceOp::Avg {
+                    bufs.with_mut(region, esize, |b| kernels::divide(ctx.dtype, b, ctx.nranks));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn waiting_peers(ops: &[Op], states: &[OpState]) -> Vec<usize> {
+    let mut v: Vec<usize> = ops
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| !s.finished)
+        .filter_map(|(o, _)| o.peer())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn header(ctx: &OpContext, len: usize) -> PieceHeader {
+    PieceHeader {
+        comm_id: ctx.comm_id,
+        seq: ctx.seq,
+        fingerprint: ctx.fingerprint,
+        len: len as u32,
+    }
+}
+
+/// Pushes as many pieces of `src` as the connection takes now.
+fn send_some(
+    ctx: &OpContext,
+    bufs: &Buffers,
+    conn: &mut dyn Connection,
+    src: Region,
+    st: &mut OpState,
+) -> Result<usize> {
+    let esize = ctx.dtype.size();
+    let total = src.len * esize;
+    let max = piece_limit(conn, esize);
+    let mut moved = 0;
+    loop {
+        let n = max.min(total - st.done);
+        let sent = bufs.with_ref(src, esize, |b| {
+            conn.try_send(&header(ctx, n), &b[st.done..st.done + n])
+        });
+        if !sent.map_err(|e| peer_failed(ctx, e))? {
+            return Ok(moved);
+        }
+        st.done += n;
+        moved += n;
+        if st.done == total {
+            st.finished = true;
+            return Ok(moved);
+        }
+    }
+}
+
+fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
+    (conn.max_piece() / esize * esize).max(esize)
+}
+
+/// Consumes as many arrived pieces into `dst` as there are.
+fn recv_some(
+    ctx: &OpContext,
+    bufs: &Buffers,
+    conn: &mut dyn Connection,
+    local: Option<Region>,
+    dst: Region,
+    st: &mut OpState,
+) -> Result<usize> {
+    let esize = ctx.dtype.size();
+    let total = dst.len * esize;
+    let max = piece_limit(conn, esize);
+    let peer = conn.peer();
+    let mut moved = 0;
+    loop {
+        let expect = max.min(total - st.done);
+        let done = st.done;
+        let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
+            if h.comm_id != ctx.comm_id || h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
+                return Err(Error::Mismatch {
+                    rank: ctx.rank,
+                    peer,
+                    seq: ctx.seq,
+                    ours: ctx.fingerprint,
+                    their_seq: h.seq,
+                    theirs: h.fingerprint,
+                });
+            }
+            if data.len() != expect {
+                return Err(Error::InvalidArgument {
+                    rank: ctx.rank,
+                    op: ctx.fingerprint.collective.name(),
+                    detail: format!(
+                        "peer rank {peer} sent a piece of {} bytes at byte {done} of {total} where {expect} were expected (counts differ across ranks?)",
+                        data.len()
+                    ),
+                });
+            }
+            match local {
+                None => bufs.write_at(dst, esize, done, data),
+                Some(l) => bufs.reduce_at(l, dst, esize, done, data, ctx.dtype, ctx.op),
+            }
+            Ok(())
+        };
+        let got = conn.try_recv(&mut consume).map_err(|e| in_op(ctx, e))?;
+        if !got {
+            return Ok(moved);
+        }
+        st.done += expect;
+        moved += expect;
+        if st.done == total {
+            st.finished = true;
+            return Ok(moved);
+        }
+    }
+}
+
+impl Buffers {
+    /// The region's byte range check, used by callers that build schedules
+    /// from user arguments.
+    pub fn fits(&self, r: Region, esize: usize) -> bool {
+        let cap = match r.buf {
+            BufId::Send => self.send_bytes(),
+            BufId::Recv => self.recv_bytes(),
+            BufId::Scratch => self.scratch_bytes(),
+        };
+        r.end() * esize <= cap
+    }
+}

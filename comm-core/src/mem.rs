@@ -1,0 +1,170 @@
+//! The only place the executor touches caller memory through raw pointers.
+//! A [`Buffers`] is created (unsafely) by the communicator from the caller's
+//! slices, which stay borrowed until the operation completes; every access
+//! below is bounds-checked against the lengths it was created with.
+
+use kernels::{DataType, ReduceOp};
+
+use crate::schedule::{BufId, Region};
+
+/// The memory of one operation: input, output and scratch.
+#[derive(Debug)]
+pub struct Buffers {
+    send: *const u8,
+    send_bytes: usize,
+    recv: *mut u8,
+    recv_bytes: usize,
+    scratch: *mut u8,
+    scratch_bytes: usize,
+}
+
+// SAFETY: a Buffers is only a set of pointers the creator promised are valid
+// and exclusively lent to this operation until it completes (see `new`); the
+// executor uses it from one thread at a time.
+unsafe impl Send for Buffers {}
+
+impl Buffers {
+    /// Wraps raw buffers.
+    ///
+    /// # Safety
+    /// Each pointer must be valid for reads (send) or reads and writes (recv,
+    /// scratch) of its length until the operation using this value completes,
+    /// and nothing else may access the recv and scratch memory meanwhile. The
+    /// send buffer may lie inside the recv buffer (in-place operations); it
+    /// must not otherwise overlap recv or scratch.
+    pub unsafe fn new(
+        send: *const u8,
+        send_bytes: usize,
+        recv: *mut u8,
+        recv_bytes: usize,
+        scratch: *mut u8,
+        scratch_bytes: usize,
+    ) -> Buffers {
+        Buffers {
+            send,
+            send_bytes,
+            recv,
+            recv_bytes,
+            scratch,
+            scratch_bytes,
+        }
+    }
+
+    /// Input size in bytes.
+    pub fn send_bytes(&self) -> usize {
+        self.send_bytes
+    }
+
+    /// Output size in bytes.
+    pub fn recv_bytes(&self) -> usize {
+        self.recv_bytes
+    }
+
+    /// Scratch size in bytes.
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch_bytes
+    }
+
+    fn span(&self, r: Region, esize: usize) -> (*mut u8, usize) {
+        let (base, cap) = match r.buf {
+            BufId::Send => (self.send as *mut u8, self.send_bytes),
+            BufId::Recv => (self.recv, self.recv_bytes),
+            BufId::Scratch => (self.scratch, self.scratch_bytes),
+        };
+        let (off, len) = (r.offset * esize, r.len * esize);
+        assert!(
+            off + len <= cap,
+            "schedule region {r:?} exceeds its {cap}-byte buffer"
+        );
+        if len == 0 {
+            return (std::ptr::NonNull::dangling().as_ptr(), 0);
+        }
+        // SAFETY: off + len <= cap, so the result stays inside the buffer.
+        (unsafe { base.add(off) }, len)
+    }
+
+    /// Calls `f` with the region's bytes.
+    pub fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let (p, len) = self.span(r, esize);
+        // SAFETY: `span` checked the bounds; `new`'s contract makes the memory
+        // valid, and no mutable slice of it is alive while `f` runs.
+        f(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
+    /// Calls `f` with the region's bytes, mutably. Never for `Send`.
+    pub fn with_mut<R>(&self, r: Region, esize: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let (p, len) = self.span(r, esize);
+        // SAFETY: bounds checked; recv and scratch are exclusively ours by
+        // `new`'s contract, and this is the only slice alive during `f`.
+        f(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// Copies `src` to `dst` (equal lengths); nothing when they are the same
+    /// memory (in-place), a memmove when they overlap.
+    pub fn copy(&self, src: Region, dst: Region, esize: usize) {
+        let (s, len) = self.span(src, esize);
+        let (d, dlen) = self.span(dst, esize);
+        assert_eq!(len, dlen, "copy between regions of different length");
+        if len == 0 || s == d {
+            return;
+        }
+        let overlap = (s as usize) < (d as usize + len) && (d as usize) < (s as usize + len);
+        if overlap {
+            // SAFETY: both spans are in bounds; ptr::copy handles overlap.
+            unsafe { std::ptr::copy(s, d, len) };
+        } else {
+            // SAFETY: in bounds and disjoint, so one shared and one mutable
+            // slice may coexist.
+            let (a, b) = unsafe {
+                (
+                    std::slice::from_raw_parts(s, len),
+                    std::slice::from_raw_parts_mut(d, len),
+                )
+            };
+            kernels::copy(b, a);
+        }
+    }
+
+    /// Writes `data` at byte `at` of region `dst`.
+    pub fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) {
+        self.with_mut(dst, esize, |b| kernels::copy(&mut b[at..at + data.len()], data));
+    }
+
+    /// `dst[at..] = local[at..] op data` for one piece.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce_at(
+        &self,
+        local: Region,
+        dst: Region,
+        esize: usize,
+        at: usize,
+        data: &[u8],
+        dtype: DataType,
+        op: ReduceOp,
+    ) {
+        let (l, llen) = self.span(local, esize);
+        let (d, dlen) = self.span(dst, esize);
+        assert!(at + data.len() <= llen.min(dlen), "piece beyond its region");
+        if data.is_empty() {
+            return;
+        }
+        // SAFETY: both in bounds (checked above).
+        let (l, d) = unsafe { (l.add(at), d.add(at)) };
+        if l == d {
+            // SAFETY: in place: one mutable slice only.
+            let acc = unsafe { std::slice::from_raw_parts_mut(d, data.len()) };
+            kernels::reduce_inplace(dtype, op, acc, data);
+        } else {
+            // SAFETY: schedules never let a reduction's operand partially
+            // overlap its destination (the checker rejects it), so these
+            // slices are disjoint.
+            let (a, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(l, data.len()),
+                    std::slice::from_raw_parts_mut(d, data.len()),
+                )
+            };
+            kernels::reduce_into(dtype, op, out, a, data);
+        }
+    }
+}
