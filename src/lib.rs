@@ -1,1 +1,245 @@
-//! sncl: collective communication for supernode training clusters.
+//! sncl: collective communication for training clusters built of
+//! supernodes — NCCL-style collectives on host memory over shared memory
+//! and TCP, with pure schedules, stream-ordered execution, deadlines on
+//! every wait and errors that name the rank, the operation and the peer.
+//!
+//! ```no_run
+//! let comm = sncl::Communicator::from_env()?;          // torchrun / mpirun / srun / SNCL_*
+//! let mut grad = vec![1.0f32; 1 << 20];
+//! comm.all_reduce_in_place(&mut grad, sncl::ReduceOp::Sum)?;
+//! # Ok::<(), sncl::Error>(())
+//! ```
+
+mod api;
+mod comm;
+mod element;
+mod logging;
+mod setup;
+mod work;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
+pub use comm_core::wire::Collective;
+pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
+pub use element::Element;
+pub use logging::init_logging;
+pub use setup::node_identity;
+pub use work::{Group, Scope, Work};
+
+use comm_core::bootstrap::{TcpStore, TcpStoreServer};
+
+/// A communicator: a group of ranks that run collectives together.
+///
+/// Operations on one communicator run in the order they were called (stream
+/// order), whether blocking or not. Several communicators may be used at
+/// once from several threads.
+pub struct Communicator {
+    inner: Arc<comm::Inner>,
+    worker: work::Worker,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.inner.rank)
+            .field("nranks", &self.inner.nranks)
+            .field("comm_id", &format_args!("{:016x}", self.inner.comm_id))
+            .finish()
+    }
+}
+
+impl Communicator {
+    fn from_inner(inner: comm::Inner) -> Communicator {
+        let inner = Arc::new(inner);
+        Communicator {
+            worker: work::Worker::new(inner.clone()),
+            inner,
+        }
+    }
+
+    /// Creates a unique id whose root (rank 0's store) listens at `root`.
+    /// Pass it to every rank (for instance as [`UniqueId::to_hex`]).
+    pub fn unique_id(root: SocketAddr) -> Result<UniqueId> {
+        UniqueId::new(root)
+    }
+
+    /// Joins the communicator `id` as `rank` of `nranks` (like
+    /// `ncclCommInitRank`). Rank 0 serves the rendezvous store at the id's
+    /// root address. Configuration comes from the environment.
+    pub fn init_rank(id: &UniqueId, rank: usize, nranks: usize) -> Result<Communicator> {
+        Communicator::init_rank_with_config(id, rank, nranks, Config::from_env()?)
+    }
+
+    /// [`Communicator::init_rank`] with an explicit configuration.
+    pub fn init_rank_with_config(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        config: Config,
+    ) -> Result<Communicator> {
+        init_logging();
+        if rank >= nranks {
+            return Err(Error::InvalidArgument {
+                rank,
+                op: "init_rank",
+                detail: format!("rank {rank} is out of range for {nranks} ranks"),
+            });
+        }
+        let server = if rank == 0 {
+            let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), id.root.port());
+            Some(
+                TcpStoreServer::start(bind, id.secret).map_err(|e| Error::Io {
+                    rank,
+                    context: format!("starting the rendezvous store on port {}", id.root.port()),
+                    source: e,
+                })?,
+            )
+        } else {
+            None
+        };
+        let deadline = Instant::now() + config.timeout;
+        let store = TcpStore::connect(id.root, id.secret, rank, deadline)?;
+        let local_ip = store.local_ip();
+        let inner = setup::build(setup::SetupArgs {
+            store: Arc::new(store),
+            rank,
+            nranks,
+            comm_id: id.comm_id(),
+            secret: id.secret,
+            config,
+            local_ip,
+            server,
+        })?;
+        Ok(Communicator::from_inner(inner))
+    }
+
+    /// Joins the job described by the launcher's environment: `SNCL_RANK` /
+    /// `SNCL_WORLD_SIZE` / `SNCL_ROOT`, or torchrun, Open MPI or Slurm
+    /// variables (see [`LaunchEnv`]).
+    pub fn from_env() -> Result<Communicator> {
+        init_logging();
+        let env = LaunchEnv::from_env()?;
+        Communicator::init_rank(&env.unique_id(), env.rank, env.world_size)
+    }
+
+    /// Builds a communicator over any [`Store`] (ranks as threads use a
+    /// [`MemoryStore`]; a framework may pass its own). `comm_id` must be the
+    /// same on every rank and unique per communicator.
+    pub fn init_with_store(
+        store: Arc<dyn Store>,
+        rank: usize,
+        nranks: usize,
+        comm_id: u64,
+        config: Config,
+    ) -> Result<Communicator> {
+        init_logging();
+        let secret = comm_id
+            .to_le_bytes()
+            .repeat(2)
+            .try_into()
+            .expect("16 bytes");
+        let inner = setup::build(setup::SetupArgs {
+            store,
+            rank,
+            nranks,
+            comm_id,
+            secret,
+            config,
+            local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            server: None,
+        })?;
+        Ok(Communicator::from_inner(inner))
+    }
+
+    /// Creates `nranks` communicators in this process, one per thread-rank,
+    /// connected as configured (shared memory by default). For tests and
+    /// single-process use.
+    pub fn init_threads(nranks: usize, config: Config) -> Result<Vec<Communicator>> {
+        let store = MemoryStore::new();
+        let mut id = [0u8; 8];
+        getrandom_id(&mut id);
+        let comm_id = u64::from_le_bytes(id);
+        let handles: Vec<_> = (0..nranks)
+            .map(|r| {
+                let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
+                let config = config.clone();
+                std::thread::spawn(move || {
+                    Communicator::init_with_store(store, r, nranks, comm_id, config)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("init thread panicked"))
+            .collect()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.inner.nranks
+    }
+
+    /// The communicator's id (same on every rank).
+    pub fn comm_id(&self) -> u64 {
+        self.inner.comm_id
+    }
+
+    /// The configuration every rank plans with (rank 0's shared settings).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Node identity of every rank.
+    pub fn node_ids(&self) -> &[String] {
+        &self.inner.node_ids
+    }
+
+    /// Transport used to each peer (`"shm"`, `"tcp"`, or `"self"`).
+    pub fn transports(&self) -> &[&'static str] {
+        &self.inner.transports
+    }
+
+    /// The algorithm the planner picks for `coll` over `count` elements of `dtype`.
+    pub fn algorithm_for(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+    ) -> Result<&'static str> {
+        self.inner.algorithm_for(coll, dtype, count)
+    }
+
+    /// Aborts the communicator: pending and later operations fail on this
+    /// rank, and peers see the abort instead of waiting for their deadline.
+    pub fn abort(&self) {
+        self.inner.abort("aborted by the application");
+    }
+
+    /// The error that aborted the communicator, if any (like
+    /// `ncclCommGetAsyncError`).
+    pub fn async_error(&self) -> Option<String> {
+        self.inner.async_error()
+    }
+}
+
+fn getrandom_id(buf: &mut [u8]) {
+    // A process-unique value is enough for thread-rank communicator ids.
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    buf.copy_from_slice(&h.finish().to_le_bytes()[..buf.len()]);
+}

@@ -53,7 +53,7 @@ impl RankState {
         match b {
             BufId::Send => &self.send,
             BufId::Recv => &self.recv,
-            BufId::Scratch => &self.scratch,
+            BufId::Scratch | BufId::Peer(_) => &self.scratch,
         }
     }
 
@@ -61,7 +61,7 @@ impl RankState {
         match b {
             BufId::Send => &mut self.send,
             BufId::Recv => &mut self.recv,
-            BufId::Scratch => &mut self.scratch,
+            BufId::Scratch | BufId::Peer(_) => &mut self.scratch,
         }
     }
 
@@ -187,7 +187,10 @@ pub fn check(
         .collect();
     for (r, s) in schedules.iter().enumerate() {
         if s.rank != r || s.nranks != n {
-            return Err(format!("schedule {r} claims rank {} of {}", s.rank, s.nranks));
+            return Err(format!(
+                "schedule {r} claims rank {} of {}",
+                s.rank, s.nranks
+            ));
         }
         check_step_conflicts(s, ranks[r].in_place_at).map_err(|e| format!("rank {r}: {e}"))?;
     }
@@ -233,13 +236,19 @@ pub fn check(
                 match qstep.ops[j] {
                     Op::Recv { dst, .. } => {
                         if dst.len != src.len {
-                            return Err(ctx(format!("expects {} elements, {} sent", dst.len, src.len)));
+                            return Err(ctx(format!(
+                                "expects {} elements, {} sent",
+                                dst.len, src.len
+                            )));
                         }
                         ranks[q].write(dst, &data).map_err(ctx)?;
                     }
                     Op::RecvReduce { local, dst, .. } => {
                         if dst.len != src.len || local.len != src.len {
-                            return Err(ctx(format!("expects {} elements, {} sent", dst.len, src.len)));
+                            return Err(ctx(format!(
+                                "expects {} elements, {} sent",
+                                dst.len, src.len
+                            )));
                         }
                         let mine = ranks[q].read(local).map_err(ctx)?;
                         let out = mine
@@ -270,7 +279,9 @@ pub fn check(
                 }
                 for op in &step.ops {
                     if let Op::Finalize { region } = *op {
-                        let mut v = ranks[r].read(region).map_err(|e| format!("rank {r}: {e}"))?;
+                        let mut v = ranks[r]
+                            .read(region)
+                            .map_err(|e| format!("rank {r}: {e}"))?;
                         for (k, e) in v.iter_mut().enumerate() {
                             match e {
                                 Some(x) if !x.fin => x.fin = true,
@@ -281,7 +292,9 @@ pub fn check(
                                 }
                             }
                         }
-                        ranks[r].write(region, &v).map_err(|e| format!("rank {r}: {e}"))?;
+                        ranks[r]
+                            .write(region, &v)
+                            .map_err(|e| format!("rank {r}: {e}"))?;
                     }
                 }
                 ranks[r].step += 1;
@@ -295,7 +308,12 @@ pub fn check(
     }
     let stuck: Vec<String> = (0..n)
         .filter(|&r| ranks[r].step < schedules[r].steps.len())
-        .map(|r| format!("rank {r} at step {}: {:?}", ranks[r].step, schedules[r].steps[ranks[r].step].ops))
+        .map(|r| {
+            format!(
+                "rank {r} at step {}: {:?}",
+                ranks[r].step, schedules[r].steps[ranks[r].step].ops
+            )
+        })
         .collect();
     if !stuck.is_empty() {
         return Err(format!("deadlock: {}", stuck.join("; ")));

@@ -193,7 +193,10 @@ pub fn parse_algo(spec: &str) -> Result<Vec<(Collective, Algorithm)>> {
             ))
         })?;
         if !Algorithm::available(coll).contains(&algo) {
-            let avail: Vec<_> = Algorithm::available(coll).iter().map(|a| a.name()).collect();
+            let avail: Vec<_> = Algorithm::available(coll)
+                .iter()
+                .map(|a| a.name())
+                .collect();
             return Err(Error::Config(format!(
                 "SNCL_ALGO: {} has no {} algorithm; available: {}",
                 coll.name(),

@@ -182,7 +182,11 @@ pub fn execute(
                     progressed = true;
                 }
                 if let Some(t) = traffic.as_deref_mut() {
-                    let v = if is_send { &mut t.sent } else { &mut t.received };
+                    let v = if is_send {
+                        &mut t.sent
+                    } else {
+                        &mut t.received
+                    };
                     if v.len() < ctx.nranks {
                         v.resize(ctx.nranks, 0);
                     }
@@ -382,6 +386,7 @@ impl Buffers {
             BufId::Send => self.send_bytes(),
             BufId::Recv => self.recv_bytes(),
             BufId::Scratch => self.scratch_bytes(),
+            BufId::Peer(_) => return true,
         };
         r.end() * esize <= cap
     }

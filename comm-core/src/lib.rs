@@ -12,3 +12,9 @@ pub mod wire;
 
 pub use error::{Error, Result};
 pub use kernels::{DataType, ReduceOp};
+pub mod config;
+pub mod exec;
+mod mem;
+pub mod tune;
+
+pub use config::Config;

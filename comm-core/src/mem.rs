@@ -16,6 +16,7 @@ pub struct Buffers {
     recv_bytes: usize,
     scratch: *mut u8,
     scratch_bytes: usize,
+    peer_bufs: Vec<(*mut u8, usize)>,
 }
 
 // SAFETY: a Buffers is only a set of pointers the creator promised are valid
@@ -31,7 +32,8 @@ impl Buffers {
     /// scratch) of its length until the operation using this value completes,
     /// and nothing else may access the recv and scratch memory meanwhile. The
     /// send buffer may lie inside the recv buffer (in-place operations); it
-    /// must not otherwise overlap recv or scratch.
+    /// must not otherwise overlap recv or scratch; or the recv buffer may lie
+    /// inside the send buffer (in-place reduce-scatter).
     pub unsafe fn new(
         send: *const u8,
         send_bytes: usize,
@@ -47,7 +49,20 @@ impl Buffers {
             recv_bytes,
             scratch,
             scratch_bytes,
+            peer_bufs: Vec::new(),
         }
+    }
+
+    /// Adds the buffers of a point-to-point group, addressed as
+    /// [`BufId::Peer`]`(k)` in order.
+    ///
+    /// # Safety
+    /// As for [`Buffers::new`]: each buffer valid for its length until the
+    /// operation completes; buffers that are received into are exclusively
+    /// lent and do not overlap any other buffer of the group.
+    pub unsafe fn with_peer_buffers(mut self, bufs: Vec<(*mut u8, usize)>) -> Buffers {
+        self.peer_bufs = bufs;
+        self
     }
 
     /// Input size in bytes.
@@ -70,6 +85,7 @@ impl Buffers {
             BufId::Send => (self.send as *mut u8, self.send_bytes),
             BufId::Recv => (self.recv, self.recv_bytes),
             BufId::Scratch => (self.scratch, self.scratch_bytes),
+            BufId::Peer(k) => self.peer_bufs[k as usize],
         };
         let (off, len) = (r.offset * esize, r.len * esize);
         assert!(
@@ -127,7 +143,9 @@ impl Buffers {
 
     /// Writes `data` at byte `at` of region `dst`.
     pub fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) {
-        self.with_mut(dst, esize, |b| kernels::copy(&mut b[at..at + data.len()], data));
+        self.with_mut(dst, esize, |b| {
+            kernels::copy(&mut b[at..at + data.len()], data)
+        });
     }
 
     /// `dst[at..] = local[at..] op data` for one piece.

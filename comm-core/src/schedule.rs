@@ -18,6 +18,8 @@ pub enum BufId {
     Recv,
     /// Communicator-owned scratch of [`Schedule::scratch_elems`] elements.
     Scratch,
+    /// The k-th caller buffer of a point-to-point group.
+    Peer(u16),
 }
 
 /// A contiguous range of elements in one buffer.
@@ -151,7 +153,11 @@ impl Schedule {
             .collect();
         for op in &ops {
             if let Op::RecvReduce { local, dst, .. } | Op::Copy { src: local, dst } = op {
-                if let Region { buf: BufId::Scratch, .. } = dst {
+                if let Region {
+                    buf: BufId::Scratch,
+                    ..
+                } = dst
+                {
                     self.scratch_elems = self.scratch_elems.max(dst.end());
                 }
                 if local.buf == BufId::Scratch {

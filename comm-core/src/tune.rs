@@ -45,7 +45,14 @@ pub struct Plan {
 }
 
 /// Predicted time in µs of `algo` for `coll` moving `bytes` per rank.
-pub fn predict(coll: Collective, algo: Algorithm, n: usize, bytes: usize, chunk: usize, link: LinkCost) -> f64 {
+pub fn predict(
+    coll: Collective,
+    algo: Algorithm,
+    n: usize,
+    bytes: usize,
+    chunk: usize,
+    link: LinkCost,
+) -> f64 {
     let nf = n as f64;
     let b = bytes as f64;
     let l = ceil_log2(n) as f64;
@@ -60,15 +67,26 @@ pub fn predict(coll: Collective, algo: Algorithm, n: usize, bytes: usize, chunk:
             let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
             (l + extra) * link.msg(b)
         }
-        (Collective::Broadcast | Collective::Reduce, Algorithm::Tree) => (l + k - 1.0) * link.msg(b / k) * l.max(1.0),
-        (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => (nf - 1.0 + k - 1.0) * link.msg(b / k),
+        (Collective::Broadcast | Collective::Reduce, Algorithm::Tree) => {
+            (l + k - 1.0) * link.msg(b / k) * l.max(1.0)
+        }
+        (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => {
+            (nf - 1.0 + k - 1.0) * link.msg(b / k)
+        }
         _ => 0.0,
     }
 }
 
 /// Chooses the algorithm and chunk for one operation. A forced algorithm
 /// the collective does not implement is an error.
-pub fn plan(cfg: &Config, coll: Collective, n: usize, bytes: usize, elem_size: usize, link: LinkCost) -> Result<Plan> {
+pub fn plan(
+    cfg: &Config,
+    coll: Collective,
+    n: usize,
+    bytes: usize,
+    elem_size: usize,
+    link: LinkCost,
+) -> Result<Plan> {
     let chunk_elems = (cfg.chunk_bytes / elem_size.max(1)).max(1);
     let avail = Algorithm::available(coll);
     if let Some(a) = cfg.forced(coll) {
@@ -79,7 +97,10 @@ pub fn plan(cfg: &Config, coll: Collective, n: usize, bytes: usize, elem_size: u
                 a.name()
             )));
         }
-        return Ok(Plan { algo: a, chunk_elems });
+        return Ok(Plan {
+            algo: a,
+            chunk_elems,
+        });
     }
     let algo = if avail.len() == 1 {
         avail[0]

@@ -23,56 +23,112 @@ fn sym(mask: u128, idx: usize, fin: bool) -> Option<Sym> {
     Some(Sym { mask, idx, fin })
 }
 
-fn run(coll: Collective, algo: Algorithm, n: usize, count: usize, root: usize, chunk: usize, in_place: bool) {
+fn run(
+    coll: Collective,
+    algo: Algorithm,
+    n: usize,
+    count: usize,
+    root: usize,
+    chunk: usize,
+    in_place: bool,
+) {
     let scheds: Vec<_> = (0..n)
         .map(|r| {
-            algo::build(coll, algo, &Params { nranks: n, rank: r, count, root, chunk })
-                .expect("algorithm implements the collective")
+            algo::build(
+                coll,
+                algo,
+                &Params {
+                    nranks: n,
+                    rank: r,
+                    count,
+                    root,
+                    chunk,
+                },
+            )
+            .expect("algorithm implements the collective")
         })
         .collect();
     let all = full(n);
-    let (bufs, expect): (Box<dyn Fn(usize) -> Buffers>, Box<dyn Fn(usize, usize) -> Option<Sym>>) =
-        match coll {
-            Collective::AllReduce => (
-                Box::new(move |_| Buffers { send: count, recv: count, in_place_at: in_place.then_some(0) }),
-                Box::new(move |_, i| sym(all, i, true)),
-            ),
-            Collective::ReduceScatter => (
-                // In place the output is the input's own block: the executor
-                // resolves that aliasing; the schedule is checked out of place.
-                Box::new(move |_| Buffers { send: n * count, recv: count, in_place_at: None }),
-                Box::new(move |r, i| sym(all, r * count + i, true)),
-            ),
-            Collective::AllGather => (
-                Box::new(move |r| Buffers { send: count, recv: n * count, in_place_at: in_place.then_some(r * count) }),
-                Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
-            ),
-            Collective::Broadcast => (
-                Box::new(move |r| Buffers { send: if r == root { count } else { 0 }, recv: count, in_place_at: (in_place && r == root).then_some(0) }),
-                Box::new(move |_, i| sym(1 << root, i, false)),
-            ),
-            Collective::Reduce => (
-                Box::new(move |r| Buffers { send: count, recv: if r == root { count } else { 0 }, in_place_at: (in_place && r == root).then_some(0) }),
-                Box::new(move |_, i| sym(all, i, true)),
-            ),
-            Collective::AllToAll => (
-                Box::new(move |_| Buffers { send: n * count, recv: n * count, in_place_at: None }),
-                Box::new(move |r, i| sym(1 << (i / count.max(1)), r * count + i % count.max(1), false)),
-            ),
-            Collective::Gather => (
-                Box::new(move |r| Buffers { send: count, recv: if r == root { n * count } else { 0 }, in_place_at: None }),
-                Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
-            ),
-            Collective::Scatter => (
-                Box::new(move |r| Buffers { send: if r == root { n * count } else { 0 }, recv: count, in_place_at: None }),
-                Box::new(move |r, i| sym(1 << root, r * count + i, false)),
-            ),
-            Collective::Barrier => (
-                Box::new(|_| Buffers { send: 0, recv: 0, in_place_at: None }),
-                Box::new(|_, _| None),
-            ),
-            _ => unreachable!(),
-        };
+    let (bufs, expect): (
+        Box<dyn Fn(usize) -> Buffers>,
+        Box<dyn Fn(usize, usize) -> Option<Sym>>,
+    ) = match coll {
+        Collective::AllReduce => (
+            Box::new(move |_| Buffers {
+                send: count,
+                recv: count,
+                in_place_at: in_place.then_some(0),
+            }),
+            Box::new(move |_, i| sym(all, i, true)),
+        ),
+        Collective::ReduceScatter => (
+            // In place the output is the input's own block: the executor
+            // resolves that aliasing; the schedule is checked out of place.
+            Box::new(move |_| Buffers {
+                send: n * count,
+                recv: count,
+                in_place_at: None,
+            }),
+            Box::new(move |r, i| sym(all, r * count + i, true)),
+        ),
+        Collective::AllGather => (
+            Box::new(move |r| Buffers {
+                send: count,
+                recv: n * count,
+                in_place_at: in_place.then_some(r * count),
+            }),
+            Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
+        ),
+        Collective::Broadcast => (
+            Box::new(move |r| Buffers {
+                send: if r == root { count } else { 0 },
+                recv: count,
+                in_place_at: (in_place && r == root).then_some(0),
+            }),
+            Box::new(move |_, i| sym(1 << root, i, false)),
+        ),
+        Collective::Reduce => (
+            Box::new(move |r| Buffers {
+                send: count,
+                recv: if r == root { count } else { 0 },
+                in_place_at: (in_place && r == root).then_some(0),
+            }),
+            Box::new(move |_, i| sym(all, i, true)),
+        ),
+        Collective::AllToAll => (
+            Box::new(move |_| Buffers {
+                send: n * count,
+                recv: n * count,
+                in_place_at: None,
+            }),
+            Box::new(move |r, i| sym(1 << (i / count.max(1)), r * count + i % count.max(1), false)),
+        ),
+        Collective::Gather => (
+            Box::new(move |r| Buffers {
+                send: count,
+                recv: if r == root { n * count } else { 0 },
+                in_place_at: None,
+            }),
+            Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
+        ),
+        Collective::Scatter => (
+            Box::new(move |r| Buffers {
+                send: if r == root { n * count } else { 0 },
+                recv: count,
+                in_place_at: None,
+            }),
+            Box::new(move |r, i| sym(1 << root, r * count + i, false)),
+        ),
+        Collective::Barrier => (
+            Box::new(|_| Buffers {
+                send: 0,
+                recv: 0,
+                in_place_at: None,
+            }),
+            Box::new(|_, _| None),
+        ),
+        _ => unreachable!(),
+    };
     if let Err(e) = check(&scheds, &*bufs, &*expect) {
         panic!(
             "{} / {} failed: n={n} count={count} root={root} chunk={chunk} in_place={in_place}: {e}",
@@ -104,8 +160,18 @@ fn every_algorithm_every_rank_count() {
                     let chunks: &[usize] = if n <= 17 { &[3, 1 << 20] } else { &[1 << 20] };
                     for &chunk in chunks {
                         let roots: &[usize] = match coll {
-                            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter if n <= 17 => &[0, n / 2, n - 1],
-                            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter => &[n / 2],
+                            Collective::Broadcast
+                            | Collective::Reduce
+                            | Collective::Gather
+                            | Collective::Scatter
+                                if n <= 17 =>
+                            {
+                                &[0, n / 2, n - 1]
+                            }
+                            Collective::Broadcast
+                            | Collective::Reduce
+                            | Collective::Gather
+                            | Collective::Scatter => &[n / 2],
                             _ => &[0],
                         };
                         for &root in roots {
@@ -126,11 +192,17 @@ fn all_gatherv_and_alltoallv_uneven() {
         let counts: Vec<usize> = (0..n).map(|r| (r * 7 + 3) % 5).collect();
         let displs = algo::displacements(&counts);
         let total: usize = counts.iter().sum();
-        let scheds: Vec<_> = (0..n).map(|r| algo::ring_all_gatherv(n, r, &counts, &displs, 2)).collect();
+        let scheds: Vec<_> = (0..n)
+            .map(|r| algo::ring_all_gatherv(n, r, &counts, &displs, 2))
+            .collect();
         let (c2, d2) = (counts.clone(), displs.clone());
         check(
             &scheds,
-            &|r| comm_core::check::Buffers { send: counts[r], recv: total, in_place_at: None },
+            &|r| comm_core::check::Buffers {
+                send: counts[r],
+                recv: total,
+                in_place_at: None,
+            },
             &move |_, i| {
                 let j = (0..n).rfind(|&j| d2[j] <= i && i < d2[j] + c2[j])?;
                 sym(1 << j, i - d2[j], false)
@@ -144,14 +216,25 @@ fn all_gatherv_and_alltoallv_uneven() {
             .map(|r| {
                 let s = sc(r);
                 let rc: Vec<usize> = (0..n).map(|j| sc(j)[r]).collect();
-                algo::alltoallv(n, r, &s, &algo::displacements(&s), &rc, &algo::displacements(&rc))
+                algo::alltoallv(
+                    n,
+                    r,
+                    &s,
+                    &algo::displacements(&s),
+                    &rc,
+                    &algo::displacements(&rc),
+                )
             })
             .collect();
         check(
             &scheds,
             &|r| {
                 let rc: usize = (0..n).map(|j| sc(j)[r]).sum();
-                comm_core::check::Buffers { send: sc(r).iter().sum(), recv: rc, in_place_at: None }
+                comm_core::check::Buffers {
+                    send: sc(r).iter().sum(),
+                    recv: rc,
+                    in_place_at: None,
+                }
             },
             &|r, i| {
                 let rc: Vec<usize> = (0..n).map(|j| sc(j)[r]).collect();
@@ -175,7 +258,11 @@ fn checker_catches_a_broken_schedule() {
     scheds[2].steps[1].ops.pop();
     let r = check(
         &scheds,
-        &|_| comm_core::check::Buffers { send: 8, recv: 8, in_place_at: None },
+        &|_| comm_core::check::Buffers {
+            send: 8,
+            recv: 8,
+            in_place_at: None,
+        },
         &|_, i| sym(full(n), i, true),
     );
     assert!(r.is_err());

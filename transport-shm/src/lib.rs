@@ -15,7 +15,7 @@ mod segment;
 use std::io;
 use std::sync::atomic::Ordering;
 
-use comm_core::transport::{ConsumeResult, Connection, TransportError};
+use comm_core::transport::{Connection, ConsumeResult, TransportError};
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
@@ -130,13 +130,16 @@ impl Connection for ShmConnection {
                 return Ok(false);
             }
         }
-        let (h, data) = self.inbound.read_slot(self.received).map_err(|d| Error::Transport {
-            rank: self.rank,
-            source: TransportError::Corrupt {
-                peer: self.peer,
-                detail: d.to_string(),
-            },
-        })?;
+        let (h, data) = self
+            .inbound
+            .read_slot(self.received)
+            .map_err(|d| Error::Transport {
+                rank: self.rank,
+                source: TransportError::Corrupt {
+                    peer: self.peer,
+                    detail: d.to_string(),
+                },
+            })?;
         consume(&h, data)?;
         self.received += 1;
         self.inbound.tail().store(self.received, Ordering::Release);
@@ -213,11 +216,12 @@ mod tests {
         assert!(c0.try_send(&hdr(1), &[9]).unwrap());
         c0.abort(Some(5));
         // Pending data is still delivered, then the abort shows.
-        assert!(c1.try_recv(&mut |_, d| {
-            assert_eq!(d, &[9]);
-            Ok(())
-        })
-        .unwrap());
+        assert!(c1
+            .try_recv(&mut |_, d| {
+                assert_eq!(d, &[9]);
+                Ok(())
+            })
+            .unwrap());
         let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
         assert!(e.contains("aborted") && e.contains("rank 5"), "{e}");
     }

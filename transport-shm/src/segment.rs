@@ -80,7 +80,10 @@ impl Segment {
         // before publishing its name.
         let map = unsafe { MmapMut::map_mut(&file)? };
         if map.len() < OFF_SLOTS {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment too short"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "segment too short",
+            ));
         }
         let mut seg = Segment {
             map,
@@ -89,15 +92,24 @@ impl Segment {
             slot_bytes: 0,
         };
         if seg.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "not an sncl segment"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not an sncl segment",
+            ));
         }
         let slots = u32::from_ne_bytes(seg.map[OFF_GEOMETRY..OFF_GEOMETRY + 4].try_into().unwrap());
-        let slot_bytes =
-            u32::from_ne_bytes(seg.map[OFF_GEOMETRY + 4..OFF_GEOMETRY + 8].try_into().unwrap());
+        let slot_bytes = u32::from_ne_bytes(
+            seg.map[OFF_GEOMETRY + 4..OFF_GEOMETRY + 8]
+                .try_into()
+                .unwrap(),
+        );
         seg.slots = slots as usize;
         seg.slot_bytes = slot_bytes as usize;
         if seg.map.len() < total_bytes(seg.slots, seg.slot_bytes) || seg.slots == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment geometry"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "segment geometry",
+            ));
         }
         seg.pid_word(OFF_SENDER_PID)
             .store(std::process::id(), Ordering::Release);
@@ -149,7 +161,11 @@ impl Segment {
 
     /// Pid of the process that created (receives from) this segment.
     pub fn creator_pid(&self) -> u32 {
-        u32::from_ne_bytes(self.map[OFF_CREATOR_PID..OFF_CREATOR_PID + 4].try_into().unwrap())
+        u32::from_ne_bytes(
+            self.map[OFF_CREATOR_PID..OFF_CREATOR_PID + 4]
+                .try_into()
+                .unwrap(),
+        )
     }
 
     /// Pid of the sender, once it opened the segment (0 before).
@@ -232,7 +248,11 @@ pub fn cleanup_stale() -> usize {
             continue;
         };
         if !pid_alive(pid) && fs::remove_file(entry.path()).is_ok() {
-            tracing::info!(segment = name, pid, "removed stale shared-memory segment of a dead process");
+            tracing::info!(
+                segment = name,
+                pid,
+                "removed stale shared-memory segment of a dead process"
+            );
             removed += 1;
         }
     }

@@ -8,7 +8,11 @@ use crate::schedule::{BufId, Op, Region, Schedule};
 pub fn rd_all_reduce(n: usize, r: usize, count: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
     let all = |buf| Region::new(buf, 0, count);
-    let pow2 = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+    let pow2 = if n == 0 {
+        0
+    } else {
+        1usize << (usize::BITS - 1 - n.leading_zeros())
+    };
     let rem = n - pow2;
     // Fold: among the first 2*rem ranks, even ones hand their data to the
     // odd neighbour and wait for the result.

@@ -69,9 +69,8 @@ fn push_tree_reduce(s: &mut Schedule, root: usize, count: usize, chunk: usize, a
     let cs = chunks(count, chunk);
     // Whether this rank has received into `acc` for the chunk yet: all
     // chunks share the same pattern, so it only depends on the level.
-    let received_before = |level: usize| {
-        (0..level).any(|l| matches!(reduce_action(n, vr, l), Action::From(_)))
-    };
+    let received_before =
+        |level: usize| (0..level).any(|l| matches!(reduce_action(n, vr, l), Action::From(_)));
     let last_recv_level = (0..levels)
         .rev()
         .find(|&l| matches!(reduce_action(n, vr, l), Action::From(_)));
@@ -168,7 +167,11 @@ pub fn tree_broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usiz
 /// Binomial-tree reduce to `root`; other ranks accumulate in scratch.
 pub fn tree_reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let acc = if r == root { BufId::Recv } else { BufId::Scratch };
+    let acc = if r == root {
+        BufId::Recv
+    } else {
+        BufId::Scratch
+    };
     push_tree_reduce(&mut s, root, count, chunk, acc);
     s
 }
@@ -228,7 +231,11 @@ pub fn chain_reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize)
     let d = (r + n - root - 1) % n;
     let toward_root = (r + 1) % n;
     let from_far = (r + n - 1) % n;
-    let acc = if r == root { BufId::Recv } else { BufId::Scratch };
+    let acc = if r == root {
+        BufId::Recv
+    } else {
+        BufId::Scratch
+    };
     let cs = chunks(count, chunk);
     if n == 1 {
         s.push(vec![

@@ -1,0 +1,25 @@
+//! Bootstrap: how the ranks of a job find each other before any data moves.
+//!
+//! * [`Store`]: a small key-value store (set / blocking get / wait / atomic
+//!   add) in the shape of Gloo's rendezvous store and PyTorch's c10d store,
+//!   with [`PrefixStore`] for namespacing and [`MemoryStore`] for ranks that
+//!   are threads of one process.
+//! * [`TcpStoreServer`] / [`TcpStore`]: the store over TCP. Rank 0 runs the
+//!   server; every rank connects, proving it knows the job secret.
+//! * [`UniqueId`]: root address + secret, 128 bytes like `ncclUniqueId`.
+//! * [`LaunchEnv`]: rank, world size, root and secret from torchrun, Open
+//!   MPI, Slurm or `SNCL_*` environment variables.
+
+mod env;
+mod sha256;
+mod store;
+mod tcp;
+mod unique_id;
+
+pub use env::{
+    slurm_first_host, LaunchEnv, LAUNCHER_OPENMPI, LAUNCHER_SLURM, LAUNCHER_SNCL,
+    LAUNCHER_TORCHRUN, SLURM_PORT_BASE, SLURM_PORT_RANGE,
+};
+pub use store::{store_barrier, MemoryStore, PrefixStore, Store};
+pub use tcp::{TcpStore, TcpStoreServer, DEFAULT_IO_TIMEOUT};
+pub use unique_id::{UniqueId, UNIQUE_ID_BYTES};

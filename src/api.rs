@@ -1,0 +1,356 @@
+//! The typed collectives. Each validates its slices against the counts and
+//! the rank count (rejecting bad input before anything is sent), builds a
+//! raw operation, and runs it inline (blocking forms on [`Communicator`]) or
+//! queues it (non-blocking forms on [`Scope`]).
+
+use std::marker::PhantomData;
+
+use comm_core::wire::Collective;
+use comm_core::{DataType, Error, ReduceOp, Result};
+
+use crate::comm::{P2p, RawOp, VCounts};
+use crate::work::{Group, Scope, Work};
+use crate::{Communicator, Element};
+
+fn bad(rank: usize, op: &'static str, detail: String) -> Error {
+    Error::InvalidArgument { rank, op, detail }
+}
+
+/// Builders shared by the blocking and non-blocking forms.
+struct Build {
+    rank: usize,
+    n: usize,
+}
+
+impl Build {
+    fn all_reduce<T: Element>(
+        &self,
+        send: *const T,
+        recv: *mut T,
+        count: usize,
+        op: ReduceOp,
+    ) -> RawOp {
+        let mut r = RawOp::new(Collective::AllReduce, T::DTYPE, count);
+        r.op = op;
+        r.send = send as *const u8;
+        r.recv = recv as *mut u8;
+        r
+    }
+
+    fn reduce_scatter<T: Element>(
+        &self,
+        send: *const T,
+        recv: *mut T,
+        count: usize,
+        op: ReduceOp,
+    ) -> RawOp {
+        let mut r = RawOp::new(Collective::ReduceScatter, T::DTYPE, count);
+        r.op = op;
+        r.send = send as *const u8;
+        r.recv = recv as *mut u8;
+        r
+    }
+
+    fn check_len(&self, op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
+        if got != want {
+            return Err(bad(
+                self.rank,
+                op,
+                format!("{what} has {got} elements, expected {want}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_root(&self, op: &'static str, root: usize) -> Result<()> {
+        if root >= self.n {
+            return Err(bad(
+                self.rank,
+                op,
+                format!("root {root} is out of range for {} ranks", self.n),
+            ));
+        }
+        Ok(())
+    }
+
+    fn multiple(&self, op: &'static str, len: usize) -> Result<usize> {
+        if len % self.n != 0 {
+            return Err(bad(
+                self.rank,
+                op,
+                format!(
+                    "buffer of {len} elements is not divisible by the {} ranks",
+                    self.n
+                ),
+            ));
+        }
+        Ok(len / self.n)
+    }
+}
+
+macro_rules! collectives {
+    ($($(#[$doc:meta])* fn $name:ident<$t:ident>(&self $(, $arg:ident : $ty:ty)*) => $build:expr;)*) => {
+        impl Communicator {
+            $(
+                $(#[$doc])*
+                pub fn $name<'scope, $t: Element>(&self $(, $arg: $ty)*) -> Result<()> {
+                    let b = Build { rank: self.rank(), n: self.size() };
+                    #[allow(clippy::redundant_closure_call)]
+                    let op: RawOp = ($build)(&b)?;
+                    self.run_blocking(op)
+                }
+            )*
+        }
+        impl<'scope> Scope<'scope, '_> {
+            $(
+                $(#[$doc])*
+                ///
+                /// Non-blocking: returns a [`Work`] handle; the buffers stay
+                /// borrowed until the scope ends.
+                pub fn $name<$t: Element>(&'scope self $(, $arg: $ty)*) -> Result<Work<'scope>> {
+                    let b = Build { rank: self.comm.rank(), n: self.comm.size() };
+                    #[allow(clippy::redundant_closure_call)]
+                    let op: RawOp = ($build)(&b)?;
+                    Ok(self.enqueue(op))
+                }
+            )*
+        }
+    };
+}
+
+collectives! {
+    /// All-reduce: `recv[i] = op over ranks of send[i]`.
+    fn all_reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
+        b.check_len("all_reduce", "recv", recv.len(), send.len())?;
+        Ok(b.all_reduce(send.as_ptr(), recv.as_mut_ptr(), send.len(), op))
+    };
+    /// In-place all-reduce of `buf`.
+    fn all_reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
+        Ok::<_, Error>(b.all_reduce(buf.as_ptr(), buf.as_mut_ptr(), buf.len(), op))
+    };
+    /// Reduce-scatter: `send` holds one block of `recv.len()` elements per
+    /// rank; rank r receives block r reduced over all ranks.
+    fn reduce_scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
+        b.check_len("reduce_scatter", "send", send.len(), recv.len() * b.n)?;
+        Ok(b.reduce_scatter(send.as_ptr(), recv.as_mut_ptr(), recv.len(), op))
+    };
+    /// In-place reduce-scatter: `buf` holds one block per rank; the result
+    /// lands in this rank's block `buf[rank*c..(rank+1)*c]`.
+    fn reduce_scatter_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
+        let c = b.multiple("reduce_scatter", buf.len())?;
+        let p = buf.as_mut_ptr();
+        // SAFETY: rank*c + c <= buf.len().
+        Ok(b.reduce_scatter(p as *const T, unsafe { p.add(b.rank * c) }, c, op))
+    };
+    /// All-gather: `recv` receives every rank's `send`, in rank order.
+    fn all_gather<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
+        b.check_len("all_gather", "recv", recv.len(), send.len() * b.n)?;
+        let mut r = RawOp::new(Collective::AllGather, T::DTYPE, send.len());
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// In-place all-gather: this rank's block of `buf` is its contribution.
+    fn all_gather_in_place<T>(&self, buf: &'scope mut [T]) => |b: &Build| {
+        let c = b.multiple("all_gather", buf.len())?;
+        let mut r = RawOp::new(Collective::AllGather, T::DTYPE, c);
+        let p = buf.as_mut_ptr();
+        // SAFETY: rank*c + c <= buf.len().
+        r.send = unsafe { p.add(b.rank * c) } as *const u8;
+        r.recv = p as *mut u8;
+        Ok(r)
+    };
+    /// Broadcast `buf` from `root` to every rank, in place.
+    fn broadcast<T>(&self, buf: &'scope mut [T], root: usize) => |b: &Build| {
+        b.check_root("broadcast", root)?;
+        let mut r = RawOp::new(Collective::Broadcast, T::DTYPE, buf.len());
+        r.root = root;
+        r.send = buf.as_ptr() as *const u8;
+        r.recv = buf.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// Broadcast out of place: the root sends `send`; every rank receives into `recv`
+    /// (`send` is ignored on other ranks).
+    fn broadcast_from<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
+        b.check_root("broadcast", root)?;
+        if b.rank == root {
+            b.check_len("broadcast", "send", send.len(), recv.len())?;
+        }
+        let mut r = RawOp::new(Collective::Broadcast, T::DTYPE, recv.len());
+        r.root = root;
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// Reduce to `root`: the root's `recv` receives the reduction of every
+    /// rank's `send` (`recv` may be empty on other ranks).
+    fn reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
+        b.check_root("reduce", root)?;
+        if b.rank == root {
+            b.check_len("reduce", "recv", recv.len(), send.len())?;
+        }
+        let mut r = RawOp::new(Collective::Reduce, T::DTYPE, send.len());
+        r.op = op;
+        r.root = root;
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// In-place reduce: on the root `buf` is replaced by the reduction.
+    fn reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
+        b.check_root("reduce", root)?;
+        let mut r = RawOp::new(Collective::Reduce, T::DTYPE, buf.len());
+        r.op = op;
+        r.root = root;
+        r.send = buf.as_ptr() as *const u8;
+        r.recv = buf.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// All-to-all: block j of `send` goes to rank j; block i of `recv` comes from rank i.
+    fn alltoall<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
+        b.check_len("alltoall", "recv", recv.len(), send.len())?;
+        let c = b.multiple("alltoall", send.len())?;
+        let mut r = RawOp::new(Collective::AllToAll, T::DTYPE, c);
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// All-gather with per-rank counts: rank i's `send` (of `counts[i]`
+    /// elements) lands at `recv[displs[i]..]`.
+    fn all_gatherv<T>(&self, send: &'scope [T], recv: &'scope mut [T], counts: &[usize], displs: &[usize]) => |b: &Build| {
+        if counts.len() != b.n || displs.len() != b.n {
+            return Err(bad(b.rank, "all_gatherv", format!("counts ({}) and displacements ({}) need one entry per rank ({})", counts.len(), displs.len(), b.n)));
+        }
+        b.check_len("all_gatherv", "send", send.len(), counts[b.rank])?;
+        let extent = counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        if recv.len() < extent {
+            return Err(bad(b.rank, "all_gatherv", format!("recv has {} elements, counts and displacements need {extent}", recv.len())));
+        }
+        let mut r = RawOp::new(Collective::AllGatherV, T::DTYPE, 0);
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        r.v = Some(VCounts { send_counts: vec![], send_displs: vec![], recv_counts: counts.to_vec(), recv_displs: displs.to_vec() });
+        Ok(r)
+    };
+    /// All-to-all with per-peer counts (PyTorch's `all_to_all_single` with splits).
+    fn alltoallv<T>(&self, send: &'scope [T], send_counts: &[usize], send_displs: &[usize], recv: &'scope mut [T], recv_counts: &[usize], recv_displs: &[usize]) => |b: &Build| {
+        for (what, v) in [("send counts", send_counts), ("send displacements", send_displs), ("recv counts", recv_counts), ("recv displacements", recv_displs)] {
+            if v.len() != b.n {
+                return Err(bad(b.rank, "alltoallv", format!("{what} have {} entries, expected one per rank ({})", v.len(), b.n)));
+            }
+        }
+        let se = send_counts.iter().zip(send_displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        let re = recv_counts.iter().zip(recv_displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        if send.len() < se || recv.len() < re {
+            return Err(bad(b.rank, "alltoallv", format!("buffers of {} / {} elements, counts need {se} / {re}", send.len(), recv.len())));
+        }
+        let mut r = RawOp::new(Collective::AllToAllV, T::DTYPE, 0);
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        r.v = Some(VCounts { send_counts: send_counts.to_vec(), send_displs: send_displs.to_vec(), recv_counts: recv_counts.to_vec(), recv_displs: recv_displs.to_vec() });
+        Ok(r)
+    };
+    /// Gather to `root`: rank i's `send` lands in block i of the root's `recv`.
+    fn gather<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
+        b.check_root("gather", root)?;
+        if b.rank == root {
+            b.check_len("gather", "recv", recv.len(), send.len() * b.n)?;
+        }
+        let mut r = RawOp::new(Collective::Gather, T::DTYPE, send.len());
+        r.root = root;
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+    /// Scatter from `root`: block i of the root's `send` lands in rank i's `recv`.
+    fn scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
+        b.check_root("scatter", root)?;
+        if b.rank == root {
+            b.check_len("scatter", "send", send.len(), recv.len() * b.n)?;
+        }
+        let mut r = RawOp::new(Collective::Scatter, T::DTYPE, recv.len());
+        r.root = root;
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
+    };
+}
+
+impl Communicator {
+    pub(crate) fn run_blocking(&self, op: RawOp) -> Result<()> {
+        let t = self.inner.ticket();
+        // SAFETY: the typed wrappers hold the borrows of every buffer `op`
+        // points to until this returns.
+        unsafe { self.inner.run_ordered(t, &op) }
+    }
+
+    /// Waits until every rank has called `barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        self.run_blocking(RawOp::new(Collective::Barrier, DataType::Uint8, 0))
+    }
+
+    /// Sends `buf` to `peer` (matched in order with the peer's `recv`).
+    pub fn send<T: Element>(&self, buf: &[T], peer: usize) -> Result<()> {
+        self.group(|g| g.send(buf, peer))
+    }
+
+    /// Receives into `buf` from `peer`.
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize) -> Result<()> {
+        self.group(|g| g.recv(buf, peer))
+    }
+
+    /// Runs the sends and receives registered by `f` together; they
+    /// progress concurrently and all complete when this returns (like
+    /// `ncclGroupStart` / `ncclGroupEnd`).
+    pub fn group<'a>(&self, f: impl FnOnce(&mut Group<'a>)) -> Result<()> {
+        let mut g = Group {
+            ops: Vec::new(),
+            rank: self.rank(),
+            error: None,
+            _bufs: PhantomData,
+        };
+        f(&mut g);
+        if let Some(e) = g.error {
+            return Err(e);
+        }
+        if g.ops.is_empty() {
+            return Ok(());
+        }
+        let mut op = RawOp::new(Collective::SendRecv, DataType::Uint8, 0);
+        op.p2p = g.ops;
+        self.run_blocking(op)
+    }
+}
+
+impl<'a> Group<'a> {
+    /// Adds a send of `buf` to `peer`.
+    pub fn send<T: Element>(&mut self, buf: &'a [T], peer: usize) {
+        self.ops.push(P2p {
+            peer,
+            is_send: true,
+            ptr: buf.as_ptr() as *mut u8,
+            count: std::mem::size_of_val(buf),
+        });
+    }
+
+    /// Adds a receive into `buf` from `peer`.
+    pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize) {
+        if self
+            .ops
+            .iter()
+            .any(|p| !p.is_send && p.ptr == buf.as_mut_ptr() as *mut u8)
+        {
+            self.error = Some(bad(
+                self.rank,
+                "recv",
+                "two receives into the same buffer in one group".into(),
+            ));
+        }
+        self.ops.push(P2p {
+            peer,
+            is_send: false,
+            ptr: buf.as_mut_ptr() as *mut u8,
+            count: std::mem::size_of_val(buf),
+        });
+    }
+}

@@ -1,0 +1,524 @@
+//! The communicator: owns the connections to every peer, turns each call
+//! into a schedule (cached per shape), and runs operations in the order they
+//! were enqueued (stream order). Blocking calls run inline on the caller's
+//! thread; non-blocking ones run on a per-communicator progress thread.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use comm_core::algo::{self, Algorithm, Params};
+use comm_core::bootstrap::{Store, TcpStoreServer};
+use comm_core::exec::{self, Buffers, OpContext};
+use comm_core::schedule::{BufId, Op, Region, Schedule};
+use comm_core::transport::Connection;
+use comm_core::tune::{self, LinkCost};
+use comm_core::wire::{Collective, Fingerprint};
+use comm_core::{Config, DataType, Error, ReduceOp, Result};
+
+/// Variable counts of all_gatherv / alltoallv, in elements.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct VCounts {
+    pub send_counts: Vec<usize>,
+    pub send_displs: Vec<usize>,
+    pub recv_counts: Vec<usize>,
+    pub recv_displs: Vec<usize>,
+}
+
+/// One point-to-point transfer of a group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct P2p {
+    pub peer: usize,
+    pub is_send: bool,
+    pub ptr: *mut u8,
+    pub count: usize,
+}
+
+/// An operation with raw buffers (the typed API and the C ABI build these).
+#[derive(Clone, Debug)]
+pub(crate) struct RawOp {
+    pub coll: Collective,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub root: usize,
+    pub count: usize,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    pub v: Option<VCounts>,
+    pub p2p: Vec<P2p>,
+}
+
+// SAFETY: the raw pointers are lent by the caller until the operation
+// completes (the typed API's borrows and scopes enforce it); only one thread
+// executes the operation.
+unsafe impl Send for RawOp {}
+
+impl RawOp {
+    pub fn new(coll: Collective, dtype: DataType, count: usize) -> RawOp {
+        RawOp {
+            coll,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            count,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            v: None,
+            p2p: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ShapeKey {
+    coll: Collective,
+    algo: Algorithm,
+    count: usize,
+    root: usize,
+    chunk: usize,
+}
+
+pub(crate) struct State {
+    pub conns: Vec<Option<Box<dyn Connection>>>,
+    seq: u64,
+    scratch: Vec<u8>,
+    cache: HashMap<ShapeKey, Arc<Schedule>>,
+    aborted: Option<String>,
+}
+
+/// Ticket-based ordering: operations run in the order they took a ticket.
+struct Order {
+    next: Mutex<u64>,
+    turn: AtomicU64,
+    park: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Order {
+    fn new() -> Order {
+        Order {
+            next: Mutex::new(0),
+            turn: AtomicU64::new(0),
+            park: Mutex::new(()),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn wait_turn(&self, t: u64) {
+        for _ in 0..200 {
+            if self.turn.load(Ordering::Acquire) == t {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        let mut g = self.park.lock().unwrap_or_else(|e| e.into_inner());
+        while self.turn.load(Ordering::Acquire) != t {
+            g = self
+                .cv
+                .wait_timeout(g, std::time::Duration::from_millis(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn finish(&self) {
+        self.turn.fetch_add(1, Ordering::AcqRel);
+        let _g = self.park.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
+    }
+}
+
+/// Shared state of a communicator.
+pub(crate) struct Inner {
+    pub rank: usize,
+    pub nranks: usize,
+    pub comm_id: u64,
+    pub config: Config,
+    pub link: LinkCost,
+    pub node_ids: Vec<String>,
+    pub transports: Vec<&'static str>,
+    pub state: Mutex<State>,
+    order: Order,
+    pub _store: Option<Arc<dyn Store>>,
+    pub _server: Option<TcpStoreServer>,
+}
+
+pub(crate) struct InnerParts {
+    pub rank: usize,
+    pub nranks: usize,
+    pub comm_id: u64,
+    pub config: Config,
+    pub node_ids: Vec<String>,
+    pub transports: Vec<&'static str>,
+    pub conns: Vec<Option<Box<dyn Connection>>>,
+    pub store: Option<Arc<dyn Store>>,
+    pub server: Option<TcpStoreServer>,
+}
+
+impl Inner {
+    pub fn new(p: InnerParts) -> Inner {
+        let link = if p.transports.contains(&"tcp") {
+            LinkCost::TCP
+        } else {
+            LinkCost::SHM
+        };
+        Inner {
+            rank: p.rank,
+            nranks: p.nranks,
+            comm_id: p.comm_id,
+            config: p.config,
+            link,
+            node_ids: p.node_ids,
+            transports: p.transports,
+            state: Mutex::new(State {
+                conns: p.conns,
+                seq: 0,
+                scratch: Vec::new(),
+                cache: HashMap::new(),
+                aborted: None,
+            }),
+            order: Order::new(),
+            _store: p.store,
+            _server: p.server,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a place in the stream order.
+    pub fn ticket(&self) -> u64 {
+        self.ticket_with(|t| t)
+    }
+
+    /// Takes a place in the stream order and runs `f` with it before anyone
+    /// else can take the next one (so queued work stays in ticket order).
+    pub fn ticket_with<R>(&self, f: impl FnOnce(u64) -> R) -> R {
+        let mut n = self.order.next.lock().unwrap_or_else(|e| e.into_inner());
+        let t = *n;
+        *n += 1;
+        f(t)
+    }
+
+    /// Runs `op` when its ticket's turn comes.
+    ///
+    /// # Safety
+    /// The buffers `op` points to must be valid as the op's counts describe
+    /// until this returns.
+    pub unsafe fn run_ordered(&self, ticket: u64, op: &RawOp) -> Result<()> {
+        self.order.wait_turn(ticket);
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { self.run(op) };
+        self.order.finish();
+        r
+    }
+
+    fn invalid(&self, op: &'static str, detail: String) -> Error {
+        Error::InvalidArgument {
+            rank: self.rank,
+            op,
+            detail,
+        }
+    }
+
+    fn validate(&self, op: &RawOp) -> Result<()> {
+        let name = op.coll.name();
+        let n = self.nranks;
+        if matches!(
+            op.coll,
+            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
+        ) && op.root >= n
+        {
+            return Err(self.invalid(
+                name,
+                format!("root {} is out of range for {n} ranks", op.root),
+            ));
+        }
+        let reducing = matches!(
+            op.coll,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+        );
+        if reducing {
+            kernels::check_supported(op.dtype, op.op)
+                .map_err(|e| self.invalid(name, e.to_string()))?;
+        }
+        if let Some(v) = &op.v {
+            for (what, c) in [
+                ("send counts", &v.send_counts),
+                ("send displacements", &v.send_displs),
+                ("receive counts", &v.recv_counts),
+                ("receive displacements", &v.recv_displs),
+            ] {
+                if c.len() != n && !(op.coll == Collective::AllGatherV && what.starts_with("send"))
+                {
+                    return Err(self.invalid(
+                        name,
+                        format!(
+                            "{what} have {} entries, expected one per rank ({n})",
+                            c.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        for p in &op.p2p {
+            if p.peer >= n || p.peer == self.rank {
+                return Err(self.invalid(
+                    if p.is_send { "send" } else { "recv" },
+                    format!("peer {} is not another rank of {n}", p.peer),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Input and output extents in elements for the executor's bounds.
+    fn extents(&self, op: &RawOp) -> (usize, usize) {
+        let (n, r, c) = (self.nranks, self.rank, op.count);
+        let extent = |counts: &[usize], displs: &[usize]| {
+            counts
+                .iter()
+                .zip(displs)
+                .map(|(c, d)| c + d)
+                .max()
+                .unwrap_or(0)
+        };
+        match op.coll {
+            Collective::AllReduce => (c, c),
+            Collective::ReduceScatter => (n * c, c),
+            Collective::AllGather => (c, n * c),
+            Collective::Broadcast => (if r == op.root { c } else { 0 }, c),
+            Collective::Reduce => (c, if r == op.root { c } else { 0 }),
+            Collective::AllToAll => (n * c, n * c),
+            Collective::Gather => (c, if r == op.root { n * c } else { 0 }),
+            Collective::Scatter => (if r == op.root { n * c } else { 0 }, c),
+            Collective::AllGatherV => {
+                let v = op.v.as_ref().expect("v counts");
+                (v.recv_counts[r], extent(&v.recv_counts, &v.recv_displs))
+            }
+            Collective::AllToAllV => {
+                let v = op.v.as_ref().expect("v counts");
+                (
+                    extent(&v.send_counts, &v.send_displs),
+                    extent(&v.recv_counts, &v.recv_displs),
+                )
+            }
+            Collective::SendRecv | Collective::Barrier => (0, 0),
+        }
+    }
+
+    fn schedule(&self, st: &mut State, op: &RawOp) -> Result<(Arc<Schedule>, &'static str)> {
+        let (n, r) = (self.nranks, self.rank);
+        match op.coll {
+            Collective::AllGatherV => {
+                let v = op.v.as_ref().expect("v counts");
+                let chunk = (self.config.chunk_bytes / op.dtype.size()).max(1);
+                let s = algo::ring_all_gatherv(n, r, &v.recv_counts, &v.recv_displs, chunk);
+                return Ok((Arc::new(s), "ring"));
+            }
+            Collective::AllToAllV => {
+                let v = op.v.as_ref().expect("v counts");
+                let s = algo::alltoallv(
+                    n,
+                    r,
+                    &v.send_counts,
+                    &v.send_displs,
+                    &v.recv_counts,
+                    &v.recv_displs,
+                );
+                return Ok((Arc::new(s), "pairwise"));
+            }
+            Collective::SendRecv => {
+                let mut s = Schedule::new(n, r);
+                let ops = op
+                    .p2p
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| {
+                        let reg = Region::new(BufId::Peer(k as u16), 0, p.count);
+                        if p.is_send {
+                            Op::Send {
+                                peer: p.peer,
+                                src: reg,
+                            }
+                        } else {
+                            Op::Recv {
+                                peer: p.peer,
+                                dst: reg,
+                            }
+                        }
+                    })
+                    .collect();
+                s.push(ops);
+                return Ok((Arc::new(s), "pairwise"));
+            }
+            _ => {}
+        }
+        let bytes = op.count * op.dtype.size();
+        let plan = tune::plan(&self.config, op.coll, n, bytes, op.dtype.size(), self.link)?;
+        let key = ShapeKey {
+            coll: op.coll,
+            algo: plan.algo,
+            count: op.count,
+            root: op.root,
+            chunk: plan.chunk_elems,
+        };
+        if let Some(s) = st.cache.get(&key) {
+            return Ok((s.clone(), plan.algo.name()));
+        }
+        let params = Params {
+            nranks: n,
+            rank: r,
+            count: op.count,
+            root: op.root,
+            chunk: plan.chunk_elems,
+        };
+        let s = algo::build(op.coll, plan.algo, &params).ok_or_else(|| {
+            Error::Config(format!(
+                "{} has no {} algorithm",
+                op.coll.name(),
+                plan.algo.name()
+            ))
+        })?;
+        let s = Arc::new(s);
+        if st.cache.len() > 256 {
+            st.cache.clear();
+        }
+        st.cache.insert(key, s.clone());
+        Ok((s, plan.algo.name()))
+    }
+
+    /// The algorithm the planner picks for a collective of `count` elements.
+    pub fn algorithm_for(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+    ) -> Result<&'static str> {
+        let bytes = count * dtype.size();
+        Ok(tune::plan(
+            &self.config,
+            coll,
+            self.nranks,
+            bytes,
+            dtype.size(),
+            self.link,
+        )?
+        .algo
+        .name())
+    }
+
+    /// Executes one operation now (the caller holds its turn).
+    ///
+    /// # Safety
+    /// See [`Inner::run_ordered`].
+    pub unsafe fn run(&self, op: &RawOp) -> Result<()> {
+        self.validate(op)?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(reason) = &st.aborted {
+            return Err(Error::Aborted {
+                rank: self.rank,
+                reason: Some(reason.clone()),
+            });
+        }
+        st.seq += 1;
+        let seq = st.seq;
+        let reducing = matches!(
+            op.coll,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+        );
+        let fingerprint = Fingerprint {
+            collective: op.coll,
+            dtype: op.dtype,
+            op: if reducing { op.op } else { ReduceOp::Sum },
+            root: if matches!(
+                op.coll,
+                Collective::Broadcast
+                    | Collective::Reduce
+                    | Collective::Gather
+                    | Collective::Scatter
+            ) {
+                op.root as i32
+            } else {
+                -1
+            },
+            count: match op.coll {
+                Collective::AllGatherV
+                | Collective::AllToAllV
+                | Collective::SendRecv
+                | Collective::Barrier => 0,
+                _ => op.count as u64,
+            },
+        };
+        let (sched, _algo) = self.schedule(st, op)?;
+        if sched.steps.is_empty() {
+            return Ok(());
+        }
+        let esize = op.dtype.size();
+        let (send_elems, recv_elems) = self.extents(op);
+        let scratch_bytes = sched.scratch_elems * esize;
+        if st.scratch.len() < scratch_bytes {
+            st.scratch.resize(scratch_bytes, 0);
+        }
+        // SAFETY: the caller lends send/recv for the counts that `extents`
+        // derives from; scratch is ours and sized above; p2p buffers are
+        // lent by the caller for their counts.
+        let bufs = unsafe {
+            let b = Buffers::new(
+                if send_elems == 0 {
+                    std::ptr::NonNull::dangling().as_ptr()
+                } else {
+                    op.send
+                },
+                send_elems * esize,
+                if recv_elems == 0 {
+                    std::ptr::NonNull::dangling().as_ptr()
+                } else {
+                    op.recv
+                },
+                recv_elems * esize,
+                st.scratch.as_mut_ptr(),
+                scratch_bytes,
+            );
+            b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.count * esize)).collect())
+        };
+        let ctx = OpContext {
+            rank: self.rank,
+            nranks: self.nranks,
+            comm_id: self.comm_id,
+            seq,
+            fingerprint,
+            dtype: op.dtype,
+            op: op.op,
+            timeout: self.config.timeout,
+        };
+        let result = exec::execute(&sched, &ctx, &bufs, &mut st.conns, None);
+        if let Err(e) = &result {
+            tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
+            let cause = e.failed_rank();
+            st.aborted = Some(e.to_string());
+            for c in st.conns.iter_mut().flatten() {
+                c.abort(cause);
+            }
+        }
+        result
+    }
+
+    /// Aborts: every peer's pending and later operations fail.
+    pub fn abort(&self, reason: &str) {
+        let mut st = self.lock();
+        if st.aborted.is_none() {
+            st.aborted = Some(reason.to_string());
+        }
+        for c in st.conns.iter_mut().flatten() {
+            c.abort(None);
+        }
+    }
+
+    /// The first failure, if the communicator is aborted.
+    pub fn async_error(&self) -> Option<String> {
+        self.lock().aborted.clone()
+    }
+}

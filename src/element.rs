@@ -1,0 +1,33 @@
+//! Rust element types sncl can reduce and move.
+
+use comm_core::DataType;
+use half::{bf16, f16};
+
+/// A plain-old-data element type with a matching [`DataType`].
+///
+/// # Safety
+/// Implementors must be plain data with no padding and no invalid bit
+/// patterns, of exactly `DTYPE.size()` bytes: sncl moves them as bytes.
+pub unsafe trait Element: Copy + Send + Sync + 'static {
+    /// The matching data type.
+    const DTYPE: DataType;
+}
+
+macro_rules! element {
+    ($t:ty, $d:ident) => {
+        // SAFETY: a primitive numeric type: no padding, every bit pattern valid.
+        unsafe impl Element for $t {
+            const DTYPE: DataType = DataType::$d;
+        }
+    };
+}
+element!(i8, Int8);
+element!(u8, Uint8);
+element!(i32, Int32);
+element!(u32, Uint32);
+element!(i64, Int64);
+element!(u64, Uint64);
+element!(f16, Float16);
+element!(f32, Float32);
+element!(f64, Float64);
+element!(bf16, Bfloat16);

@@ -1,0 +1,32 @@
+//! `SNCL_DEBUG=WARN|INFO|TRACE` (like `NCCL_DEBUG`) sets the level of sncl's
+//! `tracing` output on stderr, unless the application installed its own
+//! subscriber.
+
+use std::sync::Once;
+
+static INIT: Once = Once::new();
+
+/// Installs a stderr subscriber at the level of `SNCL_DEBUG` (default WARN).
+/// Does nothing when a global subscriber already exists. Idempotent.
+pub fn init_logging() {
+    INIT.call_once(|| {
+        let level = match std::env::var("SNCL_DEBUG")
+            .unwrap_or_default()
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "TRACE" => "trace",
+            "DEBUG" => "debug",
+            "INFO" => "info",
+            "ERROR" => "error",
+            "OFF" | "NONE" => "off",
+            _ => "warn",
+        };
+        let filter = tracing_subscriber::EnvFilter::new(level);
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .try_init();
+    });
+}

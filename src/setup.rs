@@ -1,0 +1,213 @@
+//! Building a communicator: rendezvous through a [`Store`], choice of the
+//! transport per peer (same node: shared memory; otherwise TCP; or TCP
+//! everywhere with `SNCL_TRANSPORT=tcp`), connection setup and the init line
+//! at `SNCL_DEBUG=INFO`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use comm_core::bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
+use comm_core::config::TransportChoice;
+use comm_core::transport::Connection;
+use comm_core::{Config, Error, Result};
+use transport_shm::{create_inbound, Segment, ShmConnection};
+use transport_tcp::{TcpEndpoint, TcpSetup};
+
+use crate::comm::{Inner, InnerParts};
+
+/// This host's identity: `SNCL_NODE_ID`, else hostname + boot id (network
+/// namespaces share both, so test beds must set `SNCL_NODE_ID`).
+pub fn node_identity(config: &Config) -> String {
+    if let Some(id) = &config.node_id {
+        return id.clone();
+    }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "{}/{}",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id")
+    )
+}
+
+struct RankInfo {
+    node: String,
+    tcp: SocketAddr,
+    digest: String,
+}
+
+fn encode_info(node: &str, tcp: SocketAddr, digest: &str) -> Vec<u8> {
+    format!("{node}\n{tcp}\n{digest}").into_bytes()
+}
+
+fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
+    let s = String::from_utf8_lossy(b);
+    let mut it = s.splitn(3, '\n');
+    let bad = || Error::Bootstrap {
+        rank,
+        detail: format!("rank {peer} published malformed connection info {s:?}"),
+    };
+    let node = it.next().ok_or_else(bad)?.to_string();
+    let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let digest = it.next().ok_or_else(bad)?.to_string();
+    Ok(RankInfo { node, tcp, digest })
+}
+
+/// Everything needed to build one communicator.
+pub(crate) struct SetupArgs {
+    pub store: Arc<dyn Store>,
+    pub rank: usize,
+    pub nranks: usize,
+    pub comm_id: u64,
+    pub secret: [u8; 16],
+    pub config: Config,
+    pub local_ip: IpAddr,
+    pub server: Option<TcpStoreServer>,
+}
+
+/// Connects this rank to every other rank of the communicator.
+pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
+    let SetupArgs {
+        store,
+        rank,
+        nranks,
+        comm_id,
+        secret,
+        mut config,
+        local_ip,
+        server,
+    } = args;
+    if rank >= nranks {
+        return Err(Error::InvalidArgument {
+            rank,
+            op: "init",
+            detail: format!("rank {rank} is out of range for {nranks} ranks"),
+        });
+    }
+    let deadline = Instant::now() + config.timeout;
+    let timeout = config.timeout;
+    let kv = PrefixStore::new(format!("sncl/{comm_id:016x}"), store.clone());
+    transport_shm::cleanup_stale();
+    let node = node_identity(&config);
+    let ip = match &config.socket_ifname {
+        Some(ifname) => transport_tcp::interface_addr(ifname).map_err(|e| Error::Io {
+            rank,
+            context: format!("SNCL_SOCKET_IFNAME={ifname}"),
+            source: e,
+        })?,
+        None => local_ip,
+    };
+    let endpoint = TcpEndpoint::bind(ip).map_err(|e| Error::Io {
+        rank,
+        context: format!("binding a TCP listener on {ip}"),
+        source: e,
+    })?;
+    kv.set(
+        &format!("info/{rank}"),
+        &encode_info(&node, endpoint.local_addr(), &config.shared_digest()),
+    )?;
+    let mut infos = Vec::with_capacity(nranks);
+    for p in 0..nranks {
+        let b = kv.get(&format!("info/{p}"), timeout)?;
+        infos.push(decode_info(rank, p, &b)?);
+    }
+    // Every rank plans with rank 0's settings.
+    config.adopt_digest(&infos[0].digest)?;
+    let force_tcp = config.transport == TransportChoice::Tcp;
+    let transports: Vec<&'static str> = (0..nranks)
+        .map(|p| {
+            if p == rank {
+                "self"
+            } else if !force_tcp && infos[p].node == node {
+                "shm"
+            } else {
+                "tcp"
+            }
+        })
+        .collect();
+    let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
+
+    // Shared memory: create inbound FIFOs, publish their names, open the peers'.
+    let shm_peers: Vec<usize> = (0..nranks).filter(|&p| transports[p] == "shm").collect();
+    let mut inbound = Vec::new();
+    for &p in &shm_peers {
+        let (seg, name) = create_inbound(comm_id, p, rank, config.shm_slots, config.shm_slot_bytes)
+            .map_err(|e| Error::Io {
+                rank,
+                context: format!(
+                    "creating shared-memory segment for data from rank {p} in /dev/shm"
+                ),
+                source: e,
+            })?;
+        kv.set(&format!("shm/{p}/{rank}"), name.as_bytes())?;
+        inbound.push((p, seg));
+    }
+    for (p, seg) in inbound {
+        let name = kv.get(&format!("shm/{rank}/{p}"), timeout)?;
+        let name = String::from_utf8_lossy(&name).to_string();
+        let out = Segment::open(&name).map_err(|e| Error::Io {
+            rank,
+            context: format!("opening rank {p}'s shared-memory segment {name}"),
+            source: e,
+        })?;
+        conns[p] = Some(Box::new(ShmConnection::new(rank, p, seg, out)));
+    }
+
+    // TCP to everyone else.
+    let tcp_peers: Vec<(usize, SocketAddr)> = (0..nranks)
+        .filter(|&p| transports[p] == "tcp")
+        .map(|p| (p, infos[p].tcp))
+        .collect();
+    if !tcp_peers.is_empty() {
+        let setup = TcpSetup {
+            rank,
+            comm_id,
+            secret,
+            nsocks: config.nsocks,
+            max_piece: config.tcp_piece_bytes,
+            deadline,
+        };
+        for c in endpoint.establish(&setup, &tcp_peers)? {
+            let p = c.peer();
+            conns[p] = Some(Box::new(c));
+        }
+    }
+    // Once everyone has opened its segments, the names can go.
+    store_barrier(&kv, "connected", nranks, timeout)?;
+    for &p in &shm_peers {
+        let _ = std::fs::remove_file(format!(
+            "/dev/shm/{}",
+            transport_shm::segment_name(comm_id, p, rank, std::process::id())
+        ));
+    }
+    let summary: Vec<String> = transports
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| *p != rank)
+        .map(|(p, t)| format!("{p}:{t}"))
+        .collect();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        rank,
+        nranks,
+        node = %node,
+        transports = %summary.join(","),
+        "sncl communicator ready"
+    );
+    let node_ids = infos.into_iter().map(|i| i.node).collect();
+    Ok(Inner::new(InnerParts {
+        rank,
+        nranks,
+        comm_id,
+        config,
+        node_ids,
+        transports,
+        conns,
+        store: Some(store),
+        server,
+    }))
+}

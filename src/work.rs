@@ -1,0 +1,231 @@
+//! Non-blocking operations: a per-communicator progress thread runs queued
+//! operations in stream order; [`Scope`] lends buffers to them and waits for
+//! all of them before it returns (as `std::thread::scope` does), so a
+//! forgotten [`Work`] can never outlive the buffers it uses.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam::channel::{unbounded, Sender};
+
+use comm_core::{Error, Result};
+
+use crate::comm::{Inner, P2p, RawOp};
+use crate::Communicator;
+
+#[derive(Default)]
+struct WorkState {
+    done: Mutex<Option<Result<()>>>,
+    cv: Condvar,
+}
+
+impl WorkState {
+    fn complete(&self, r: Result<()>) {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        *g = Some(r);
+        self.cv.notify_all();
+    }
+
+    /// Waits up to `timeout` (forever when None). Returns whether it is done.
+    fn wait(&self, timeout: Option<Duration>) -> bool {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        while g.is_none() {
+            let step = match deadline {
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        return false;
+                    }
+                    (d - now).min(Duration::from_millis(50))
+                }
+                None => Duration::from_millis(50),
+            };
+            g = self
+                .cv
+                .wait_timeout(g, step)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    fn take(&self) -> Result<()> {
+        let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(_)) => g.take().expect("checked"),
+            None => unreachable!("take before completion"),
+        }
+    }
+}
+
+struct Job {
+    ticket: u64,
+    op: RawOp,
+    state: Arc<WorkState>,
+}
+
+/// The progress thread of one communicator, started on first use.
+pub(crate) struct Worker {
+    inner: Arc<Inner>,
+    tx: Mutex<Option<(Sender<Job>, JoinHandle<()>)>>,
+}
+
+impl Worker {
+    pub fn new(inner: Arc<Inner>) -> Worker {
+        Worker {
+            inner,
+            tx: Mutex::new(None),
+        }
+    }
+
+    fn submit(&self, op: RawOp) -> Arc<WorkState> {
+        let state = Arc::new(WorkState::default());
+        let mut g = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let (tx, _) = g.get_or_insert_with(|| {
+            let (tx, rx) = unbounded::<Job>();
+            let inner = self.inner.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("sncl-progress-{}", inner.rank))
+                .spawn(move || {
+                    for job in rx {
+                        // SAFETY: the job's buffers are lent by a Scope that
+                        // waits for this job before its borrows end.
+                        let r = unsafe { inner.run_ordered(job.ticket, &job.op) };
+                        job.state.complete(r);
+                    }
+                })
+                .expect("spawning the sncl progress thread");
+            (tx, h)
+        });
+        let st = state.clone();
+        self.inner.ticket_with(|ticket| {
+            tx.send(Job {
+                ticket,
+                op,
+                state: st,
+            })
+            .expect("progress thread alive while the communicator is");
+        });
+        state
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let taken = self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((tx, h)) = taken {
+            drop(tx);
+            let _ = h.join();
+        }
+    }
+}
+
+/// A handle to a non-blocking operation started in a [`Scope`].
+#[must_use = "an operation's result is only seen through wait()"]
+pub struct Work<'scope> {
+    state: Arc<WorkState>,
+    _scope: PhantomData<&'scope ()>,
+}
+
+impl Work<'_> {
+    /// Blocks until the operation completes and returns its result.
+    pub fn wait(self) -> Result<()> {
+        self.state.wait(None);
+        self.state.take()
+    }
+
+    /// Whether the operation has completed (successfully or not).
+    pub fn test(&self) -> bool {
+        self.state.wait(Some(Duration::ZERO))
+    }
+
+    /// Waits up to `timeout`. `Ok(true)`: completed successfully;
+    /// `Ok(false)`: still running; `Err`: it failed.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        if !self.state.wait(Some(timeout)) {
+            return Ok(false);
+        }
+        self.state.take().map(|_| true)
+    }
+}
+
+/// Lends buffers to non-blocking operations; see [`Communicator::scope`].
+pub struct Scope<'scope, 'env: 'scope> {
+    pub(crate) comm: &'scope Communicator,
+    pending: Mutex<Vec<Arc<WorkState>>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'scope> Scope<'scope, '_> {
+    /// Queues `op` (whose buffers are borrowed for `'scope`).
+    pub(crate) fn enqueue(&'scope self, op: RawOp) -> Work<'scope> {
+        let state = self.comm.worker.submit(op);
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(state.clone());
+        Work {
+            state,
+            _scope: PhantomData,
+        }
+    }
+}
+
+impl Communicator {
+    /// Runs `f`, in which non-blocking operations may be started on this
+    /// communicator with buffers borrowed for the scope; returns after every
+    /// one of them has completed.
+    ///
+    /// ```no_run
+    /// # let comm: sncl::Communicator = todo!();
+    /// let mut a = vec![1.0f32; 1024];
+    /// let mut b = vec![2.0f32; 1024];
+    /// comm.scope(|s| {
+    ///     let wa = s.all_reduce_in_place(&mut a, sncl::ReduceOp::Sum)?;
+    ///     let wb = s.all_reduce_in_place(&mut b, sncl::ReduceOp::Sum)?;
+    ///     // ... compute while they run ...
+    ///     wa.wait()?;
+    ///     wb.wait()
+    /// })?;
+    /// # Ok::<(), sncl::Error>(())
+    /// ```
+    pub fn scope<'env, F, R>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+    {
+        let scope = Scope {
+            comm: self,
+            pending: Mutex::new(Vec::new()),
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        struct WaitAll<'a, 'b, 'c>(&'a Scope<'b, 'c>);
+        impl Drop for WaitAll<'_, '_, '_> {
+            fn drop(&mut self) {
+                let pending =
+                    std::mem::take(&mut *self.0.pending.lock().unwrap_or_else(|e| e.into_inner()));
+                for w in pending {
+                    w.wait(None);
+                }
+            }
+        }
+        let guard = WaitAll(&scope);
+        let r = f(guard.0);
+        drop(guard);
+        r
+    }
+}
+
+/// Point-to-point operations that progress together and complete together
+/// (like NCCL's group calls); see [`Communicator::group`].
+pub struct Group<'a> {
+    pub(crate) ops: Vec<P2p>,
+    pub(crate) rank: usize,
+    pub(crate) error: Option<Error>,
+    pub(crate) _bufs: PhantomData<&'a mut ()>,
+}

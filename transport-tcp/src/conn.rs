@@ -1,0 +1,628 @@
+//! [`TcpConnection`]: one peer, `nsocks` non-blocking sockets, pieces striped
+//! round-robin over them.
+
+use std::io::{self, IoSlice, Read};
+use std::mem::MaybeUninit;
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use socket2::Socket;
+
+use crate::frame::{self, ABORT_MAGIC};
+use crate::sys;
+
+/// Bytes a receive may read beyond the frame it completes (collects the next
+/// small frames in one system call) and below which a frame's remainder is
+/// read together with what follows.
+const READAHEAD: usize = 64 * 1024;
+/// `send` flags: never raise SIGPIPE (the host process may not ignore it).
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+/// How many bytes the search for an abort frame may skip on a dying connection.
+const ABORT_SCAN_LIMIT: usize = 64 << 20;
+/// How long dropping a connection may wait for its buffered bytes to leave.
+const DROP_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a connection can no longer be used (kept so that every later call
+/// reports the same failure).
+#[derive(Debug)]
+enum Dead {
+    Gone(String),
+    Aborted(Option<usize>),
+    Corrupt(String),
+    Io(io::ErrorKind, String),
+    Local(Option<usize>),
+}
+
+/// What the front of a socket's receive buffer holds.
+enum Front {
+    /// A whole piece: its header and total frame length.
+    Piece(PieceHeader, usize),
+    /// An abort frame blaming this rank.
+    Abort(Option<usize>),
+    /// An incomplete frame that needs this many bytes in total.
+    Need(usize),
+    /// Not a frame.
+    Corrupt(String),
+}
+
+/// Outcome of one `recv` call.
+enum Fill {
+    Read { n: usize, short: bool },
+    Eof,
+    WouldBlock,
+}
+
+/// One socket with its outgoing remainder and its receive buffer.
+struct Stream {
+    sock: Socket,
+    /// Bytes accepted by `try_send` that the kernel has not taken yet.
+    out: Vec<u8>,
+    /// How much of `out` is already written.
+    out_pos: usize,
+    /// Receive buffer: one largest frame plus read-ahead.
+    inb: Box<[u8]>,
+    in_start: usize,
+    in_end: usize,
+}
+
+impl Stream {
+    fn new(sock: Socket, max_piece: usize) -> Stream {
+        Stream {
+            sock,
+            out: Vec::new(),
+            out_pos: 0,
+            inb: vec![0u8; HEADER_BYTES + max_piece + READAHEAD].into_boxed_slice(),
+            in_start: 0,
+            in_end: 0,
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    /// Appends bytes behind the pending ones.
+    fn append(&mut self, parts: &[&[u8]]) {
+        if self.out_pos > 0 {
+            self.out.drain(..self.out_pos);
+            self.out_pos = 0;
+        }
+        for p in parts {
+            self.out.extend_from_slice(p);
+        }
+    }
+
+    /// Writes pending bytes until the kernel takes no more.
+    fn write_pending(&mut self) -> io::Result<()> {
+        while self.out_pos < self.out.len() {
+            let want = self.out.len() - self.out_pos;
+            match self
+                .sock
+                .send_with_flags(&self.out[self.out_pos..], SEND_FLAGS)
+            {
+                Ok(n) => {
+                    self.out_pos += n;
+                    if n < want {
+                        break; // the socket buffer is full
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        Ok(())
+    }
+
+    fn front(&self, max_piece: usize) -> Front {
+        let avail = self.in_end - self.in_start;
+        if avail < HEADER_BYTES {
+            return Front::Need(HEADER_BYTES);
+        }
+        let h: &[u8; HEADER_BYTES] = self.inb[self.in_start..self.in_start + HEADER_BYTES]
+            .try_into()
+            .expect("header slice");
+        if frame::first_word(h) == ABORT_MAGIC {
+            return Front::Abort(frame::decode_abort(h));
+        }
+        match PieceHeader::decode(h) {
+            Err(e) => Front::Corrupt(e.to_string()),
+            Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
+                "piece of {} bytes exceeds the maximum piece size {max_piece}",
+                hdr.len
+            )),
+            Ok(hdr) => {
+                let total = HEADER_BYTES + hdr.len as usize;
+                if avail >= total {
+                    Front::Piece(hdr, total)
+                } else {
+                    Front::Need(total)
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, total: usize) {
+        self.in_start += total;
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+        }
+    }
+
+    /// One `recv` towards a frame of `need` bytes. A large remainder is read
+    /// exactly (so the buffer empties and nothing needs moving); otherwise up
+    /// to [`READAHEAD`] bytes are read, which may include following frames.
+    fn fill(&mut self, need: usize) -> io::Result<Fill> {
+        let avail = self.in_end - self.in_start;
+        debug_assert!(need > avail);
+        let remaining = need - avail;
+        let want = if need > HEADER_BYTES && remaining >= READAHEAD {
+            remaining
+        } else {
+            READAHEAD.max(remaining)
+        };
+        if self.inb.len() - self.in_end < want && self.in_start > 0 {
+            self.inb.copy_within(self.in_start..self.in_end, 0);
+            self.in_start = 0;
+            self.in_end = avail;
+        }
+        // The buffer holds a largest frame plus READAHEAD, so this is >= remaining.
+        let want = want.min(self.inb.len() - self.in_end);
+        loop {
+            match (&self.sock).read(&mut self.inb[self.in_end..self.in_end + want]) {
+                Ok(0) => return Ok(Fill::Eof),
+                Ok(n) => {
+                    self.in_end += n;
+                    return Ok(Fill::Read { n, short: n < want });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::WouldBlock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Errors that mean the peer (or the path to it) is gone.
+fn is_gone(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | UnexpectedEof | TimedOut
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ENETDOWN | libc::EHOSTDOWN)
+    )
+}
+
+/// A connection to one peer over `nsocks` TCP sockets.
+///
+/// Piece `k` of the outgoing stream goes on socket `k % nsocks` and the peer
+/// reads piece `k` from that socket, so pieces arrive in send order while
+/// large messages are striped over all sockets. Every frame is a 40-byte
+/// [`PieceHeader`] followed by `len` payload bytes; an abort frame
+/// (see [`Connection::abort`]) has its own first word and no payload.
+///
+/// Back-pressure: a piece is written straight to the socket; only a
+/// remainder the kernel did not take is copied into a per-socket buffer, and
+/// [`Connection::try_send`] answers `Ok(false)` while that socket still has
+/// a remainder (or the kernel takes nothing). Call [`Connection::flush`]
+/// while waiting so remainders keep moving.
+///
+/// Created by [`TcpEndpoint::establish`](crate::TcpEndpoint::establish).
+/// Dropping it waits up to 2 s for buffered bytes to leave.
+pub struct TcpConnection {
+    rank: usize,
+    peer: usize,
+    max_piece: usize,
+    remote: SocketAddr,
+    streams: Vec<Stream>,
+    next_send: usize,
+    next_recv: usize,
+    /// Bytes `try_send` may buffer per socket beyond a partial write.
+    send_cap: usize,
+    dead: Option<Dead>,
+}
+
+impl std::fmt::Debug for TcpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpConnection")
+            .field("rank", &self.rank)
+            .field("peer", &self.peer)
+            .field("remote", &self.remote)
+            .field("nsocks", &self.streams.len())
+            .field("max_piece", &self.max_piece)
+            .field("dead", &self.dead)
+            .finish()
+    }
+}
+
+impl TcpConnection {
+    /// Wraps established sockets (index = socket number).
+    pub(crate) fn new(
+        rank: usize,
+        peer: usize,
+        max_piece: usize,
+        remote: SocketAddr,
+        socks: Vec<Socket>,
+    ) -> io::Result<TcpConnection> {
+        let streams = socks
+            .into_iter()
+            .map(|s| {
+                s.set_nonblocking(true)?;
+                s.set_nodelay(true)?;
+                Ok(Stream::new(s, max_piece))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(TcpConnection {
+            rank,
+            peer,
+            max_piece,
+            remote,
+            streams,
+            next_send: 0,
+            next_recv: 0,
+            send_cap: 0,
+            dead: None,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of sockets to the peer.
+    pub fn nsocks(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The peer's address (its listening endpoint, or the address it
+    /// connected from).
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// Lets `try_send` copy up to `bytes` per socket into user space when the
+    /// kernel's socket buffer is full (default 0: only the remainder of a
+    /// partial write is kept, the kernel buffer does the queueing).
+    pub fn set_send_buffer_limit(&mut self, bytes: usize) {
+        self.send_cap = bytes;
+    }
+
+    fn dead_error(&self) -> TransportError {
+        let peer = self.peer;
+        match self.dead.as_ref().expect("connection is dead") {
+            Dead::Gone(detail) => TransportError::PeerGone {
+                peer,
+                detail: detail.clone(),
+            },
+            Dead::Aborted(cause) => TransportError::PeerAborted {
+                peer,
+                cause: *cause,
+            },
+            Dead::Corrupt(detail) => TransportError::Corrupt {
+                peer,
+                detail: detail.clone(),
+            },
+            Dead::Io(kind, msg) => TransportError::Io {
+                peer,
+                source: io::Error::new(*kind, msg.clone()),
+            },
+            Dead::Local(cause) => TransportError::PeerGone {
+                peer,
+                detail: format!(
+                    "this rank aborted the connection (blaming {})",
+                    cause.map_or_else(|| "no rank".to_string(), |c| format!("rank {c}"))
+                ),
+            },
+        }
+    }
+
+    fn die(&mut self, dead: Dead) -> TransportError {
+        tracing::debug!(rank = self.rank, peer = self.peer, remote = %self.remote, reason = ?dead, "tcp connection failed");
+        self.dead = Some(dead);
+        self.dead_error()
+    }
+
+    /// The peer closed or reset: report its abort frame if one is buffered.
+    fn gone(&mut self, detail: String) -> TransportError {
+        match self.find_abort() {
+            Some(cause) => self.die(Dead::Aborted(cause)),
+            None => self.die(Dead::Gone(detail)),
+        }
+    }
+
+    fn io_failure(&mut self, sock: usize, e: io::Error, what: &str) -> TransportError {
+        let n = self.streams.len();
+        if is_gone(&e) {
+            self.gone(format!("{what} failed on socket {sock} of {n}: {e}"))
+        } else if let Some(cause) = self.find_abort() {
+            self.die(Dead::Aborted(cause))
+        } else {
+            self.die(Dead::Io(
+                e.kind(),
+                format!("{what} failed on socket {sock} of {n}: {e}"),
+            ))
+        }
+    }
+
+    /// Looks for an abort frame on a connection that is failing, discarding
+    /// the pieces in front of it (nobody will consume them).
+    fn find_abort(&mut self) -> Option<Option<usize>> {
+        let max_piece = self.max_piece;
+        let mut budget = ABORT_SCAN_LIMIT;
+        for s in &mut self.streams {
+            loop {
+                match s.front(max_piece) {
+                    Front::Abort(cause) => return Some(cause),
+                    Front::Piece(_, total) => s.release(total),
+                    Front::Need(need) => match s.fill(need) {
+                        Ok(Fill::Read { n, .. }) if n < budget => budget -= n,
+                        _ => break,
+                    },
+                    Front::Corrupt(_) => break,
+                }
+            }
+        }
+        None
+    }
+
+    /// Writes what is buffered; `Ok(true)` when nothing is left.
+    fn progress(&mut self) -> Result<bool, TransportError> {
+        let mut done = true;
+        for i in 0..self.streams.len() {
+            let s = &mut self.streams[i];
+            if s.pending() == 0 {
+                continue;
+            }
+            if let Err(e) = s.write_pending() {
+                return Err(self.io_failure(i, e, "send"));
+            }
+            done &= self.streams[i].pending() == 0;
+        }
+        Ok(done)
+    }
+
+    fn check_usable(&self) -> Result<(), TransportError> {
+        match self.dead {
+            Some(_) => Err(self.dead_error()),
+            None => Ok(()),
+        }
+    }
+
+    fn recv_inner(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<Result<bool, comm_core::Error>, TransportError> {
+        self.check_usable()?;
+        self.progress()?;
+        let i = self.next_recv;
+        let n = self.streams.len();
+        let max_piece = self.max_piece;
+        let mut drained = false;
+        loop {
+            match self.streams[i].front(max_piece) {
+                Front::Piece(hdr, total) => {
+                    let s = &self.streams[i];
+                    let payload = &s.inb[s.in_start + HEADER_BYTES..s.in_start + total];
+                    if let Err(e) = consume(&hdr, payload) {
+                        return Ok(Err(e));
+                    }
+                    self.streams[i].release(total);
+                    self.next_recv = (i + 1) % n;
+                    return Ok(Ok(true));
+                }
+                Front::Abort(cause) => return Err(self.die(Dead::Aborted(cause))),
+                Front::Corrupt(detail) => {
+                    return Err(self.die(Dead::Corrupt(format!("socket {i} of {n}: {detail}"))))
+                }
+                Front::Need(_) if drained => return Ok(Ok(false)),
+                Front::Need(need) => match self.streams[i].fill(need) {
+                    Ok(Fill::Read { short, .. }) => drained = short,
+                    Ok(Fill::WouldBlock) => return Ok(Ok(false)),
+                    Ok(Fill::Eof) => {
+                        return Err(self.gone(format!(
+                            "connection closed by the peer (EOF on socket {i} of {n})"
+                        )))
+                    }
+                    Err(e) => return Err(self.io_failure(i, e, "receive")),
+                },
+            }
+        }
+    }
+}
+
+impl Connection for TcpConnection {
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    fn max_piece(&self) -> usize {
+        self.max_piece
+    }
+
+    /// Writes the piece straight to socket `k % nsocks`; a remainder the
+    /// kernel does not take is buffered. `Ok(false)` while that socket still
+    /// has buffered bytes or the kernel takes nothing. The header's `len` is
+    /// set to `data.len()`. A `data` longer than `max_piece` is an error.
+    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        self.check_usable()?;
+        if data.len() > self.max_piece {
+            return Err(TransportError::Io {
+                peer: self.peer,
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "piece of {} bytes exceeds the maximum piece size {}",
+                        data.len(),
+                        self.max_piece
+                    ),
+                ),
+            });
+        }
+        self.progress()?;
+        let i = self.next_send;
+        let nsocks = self.streams.len();
+        let frame_len = HEADER_BYTES + data.len();
+        let mut hb = [0u8; HEADER_BYTES];
+        let mut h = *header;
+        h.len = data.len() as u32;
+        h.encode(&mut hb);
+        let cap = self.send_cap;
+        let s = &mut self.streams[i];
+        let pending = s.pending();
+        if pending > 0 {
+            if pending + frame_len > cap {
+                return Ok(false);
+            }
+            s.append(&[&hb, data]);
+            self.next_send = (i + 1) % nsocks;
+            return Ok(true);
+        }
+        let written = loop {
+            let bufs = [IoSlice::new(&hb), IoSlice::new(data)];
+            match s.sock.send_vectored_with_flags(&bufs, SEND_FLAGS) {
+                Ok(n) => break Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let written = match written {
+            Ok(n) => n,
+            Err(e) => return Err(self.io_failure(i, e, "send")),
+        };
+        let s = &mut self.streams[i];
+        if written == 0 && frame_len > cap {
+            return Ok(false);
+        }
+        if written < HEADER_BYTES {
+            s.append(&[&hb[written..], data]);
+        } else if written < frame_len {
+            s.append(&[&data[written - HEADER_BYTES..]]);
+        }
+        self.next_send = (i + 1) % nsocks;
+        Ok(true)
+    }
+
+    fn try_recv(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<bool, comm_core::Error> {
+        match self.recv_inner(consume) {
+            Ok(r) => r,
+            Err(source) => Err(comm_core::Error::Transport {
+                rank: self.rank,
+                source,
+            }),
+        }
+    }
+
+    fn flush(&mut self) -> Result<bool, TransportError> {
+        self.check_usable()?;
+        self.progress()
+    }
+
+    /// Peeks the sockets for errors, and the socket carrying the next
+    /// expected piece for EOF (no data is consumed). A complete piece still
+    /// buffered counts as alive; EOF on another socket is not conclusive
+    /// (the peer may have finished after sending its last pieces there).
+    fn check_alive(&mut self) -> Result<(), TransportError> {
+        self.check_usable()?;
+        let n = self.streams.len();
+        let next = self.next_recv;
+        if !matches!(self.streams[next].front(self.max_piece), Front::Need(_)) {
+            return Ok(());
+        }
+        for i in 0..n {
+            let mut b = [MaybeUninit::<u8>::uninit(); 1];
+            let r = self.streams[i]
+                .sock
+                .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+            match r {
+                Ok(0) if i == next => {
+                    return Err(self.gone(format!(
+                        "connection closed by the peer (EOF on socket {i} of {n})"
+                    )))
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(self.io_failure(i, e, "liveness check")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues an abort frame behind whatever is buffered on every socket,
+    /// writes what the kernel takes without waiting, then shuts down the
+    /// sending side. Later calls report the connection as aborted locally.
+    fn abort(&mut self, cause: Option<usize>) {
+        if self.dead.is_some() {
+            return;
+        }
+        let frame = frame::encode_abort(cause);
+        for s in &mut self.streams {
+            s.append(&[&frame]);
+            let _ = s.write_pending();
+            let _ = s.sock.shutdown(Shutdown::Write);
+        }
+        tracing::debug!(
+            rank = self.rank,
+            peer = self.peer,
+            ?cause,
+            "tcp connection aborted"
+        );
+        self.dead = Some(Dead::Local(cause));
+    }
+
+    fn kind(&self) -> &'static str {
+        "tcp"
+    }
+}
+
+impl Drop for TcpConnection {
+    fn drop(&mut self) {
+        if self.dead.is_some() {
+            return;
+        }
+        let deadline = Instant::now() + DROP_FLUSH_TIMEOUT;
+        loop {
+            match self.progress() {
+                Ok(true) | Err(_) => return,
+                Ok(false) => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let left: usize = self.streams.iter().map(Stream::pending).sum();
+                tracing::warn!(
+                    rank = self.rank,
+                    peer = self.peer,
+                    remote = %self.remote,
+                    bytes = left,
+                    "dropping tcp connection with unsent bytes (peer not reading)"
+                );
+                return;
+            }
+            let mut fds: Vec<sys::PollFd> = self
+                .streams
+                .iter()
+                .filter(|s| s.pending() > 0)
+                .map(|s| sys::PollFd::new(s.sock.as_raw_fd(), false))
+                .collect();
+            let _ = sys::poll(&mut fds, (deadline - now).min(Duration::from_millis(10)));
+        }
+    }
+}

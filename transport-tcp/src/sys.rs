@@ -1,0 +1,125 @@
+//! The few OS calls the standard library and socket2 do not wrap: `poll(2)`
+//! (waiting on several sockets with a deadline) and `getifaddrs(3)`
+//! (interface addresses). All `unsafe` code of the crate lives here.
+
+use std::ffi::CStr;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// One descriptor to wait on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PollFd {
+    /// The descriptor.
+    pub fd: RawFd,
+    /// Wait until it is readable (else writable).
+    pub read: bool,
+    /// Set by [`poll`]: something happened (ready, error or hang-up).
+    pub ready: bool,
+}
+
+impl PollFd {
+    pub(crate) fn new(fd: RawFd, read: bool) -> PollFd {
+        PollFd {
+            fd,
+            read,
+            ready: false,
+        }
+    }
+}
+
+/// Waits until one of `fds` is ready or `timeout` passes; returns how many
+/// are ready (0 on timeout). `EINTR` counts as a timeout-free wake-up (0).
+pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
+    let mut raw: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|p| libc::pollfd {
+            fd: p.fd,
+            events: if p.read { libc::POLLIN } else { libc::POLLOUT },
+            revents: 0,
+        })
+        .collect();
+    // Round up so a sub-millisecond wait does not become a busy spin.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `raw` is a valid, initialised array of `raw.len()` pollfd
+    // structs that outlives the call; poll only writes their `revents`.
+    let n = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    for (p, r) in fds.iter_mut().zip(&raw) {
+        p.ready = r.revents != 0;
+    }
+    Ok(n as usize)
+}
+
+/// One entry of the interface list: its name and address, if it has one of
+/// family IPv4/IPv6.
+#[derive(Clone, Debug)]
+pub(crate) struct IfAddr {
+    pub name: String,
+    pub addr: Option<IpAddr>,
+}
+
+/// Every (interface, address) pair `getifaddrs(3)` reports.
+pub(crate) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `head` is a valid out-pointer; on success getifaddrs stores the
+    // head of a list that we own until freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a non-null node of the list returned above, which
+        // stays valid until the freeifaddrs call below.
+        let ifa = unsafe { &*cur };
+        let name = if ifa.ifa_name.is_null() {
+            String::from("?")
+        } else {
+            // SAFETY: a non-null ifa_name is a NUL-terminated string owned by
+            // the list.
+            unsafe { CStr::from_ptr(ifa.ifa_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let addr = if ifa.ifa_addr.is_null() {
+            None
+        } else {
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose first
+            // field is the family; read_unaligned makes no alignment claim.
+            let family = unsafe { std::ptr::read_unaligned(ifa.ifa_addr) }.sa_family;
+            match i32::from(family) {
+                libc::AF_INET => {
+                    // SAFETY: family AF_INET means the storage is a sockaddr_in.
+                    let sin = unsafe {
+                        std::ptr::read_unaligned(ifa.ifa_addr as *const libc::sockaddr_in)
+                    };
+                    Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))))
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: family AF_INET6 means the storage is a sockaddr_in6.
+                    let sin6 = unsafe {
+                        std::ptr::read_unaligned(ifa.ifa_addr as *const libc::sockaddr_in6)
+                    };
+                    Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+                }
+                _ => None,
+            }
+        };
+        out.push(IfAddr { name, addr });
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once;
+    // no reference into the list survives this point.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
