@@ -134,6 +134,7 @@ pub(crate) struct Inner {
     pub nranks: usize,
     pub comm_id: u64,
     pub config: Config,
+    forced: Mutex<Vec<(Collective, Algorithm)>>,
     pub link: LinkCost,
     pub node_ids: Vec<String>,
     pub transports: Vec<&'static str>,
@@ -166,6 +167,7 @@ impl Inner {
             rank: p.rank,
             nranks: p.nranks,
             comm_id: p.comm_id,
+            forced: Mutex::new(p.config.algo.clone()),
             config: p.config,
             link,
             node_ids: p.node_ids,
@@ -355,8 +357,7 @@ impl Inner {
             }
             _ => {}
         }
-        let bytes = op.count * op.dtype.size();
-        let plan = tune::plan(&self.config, op.coll, n, bytes, op.dtype.size(), self.link)?;
+        let plan = self.plan(op.coll, op.dtype, op.count)?;
         let key = ShapeKey {
             coll: op.coll,
             algo: plan.algo,
@@ -389,6 +390,26 @@ impl Inner {
         Ok((s, plan.algo.name()))
     }
 
+    fn plan(&self, coll: Collective, dtype: DataType, count: usize) -> Result<tune::Plan> {
+        let forced = self
+            .forced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let cfg = Config {
+            algo: forced,
+            ..self.config.clone()
+        };
+        tune::plan(
+            &cfg,
+            coll,
+            self.nranks,
+            count * dtype.size(),
+            dtype.size(),
+            self.link,
+        )
+    }
+
     /// The algorithm the planner picks for a collective of `count` elements.
     pub fn algorithm_for(
         &self,
@@ -396,17 +417,22 @@ impl Inner {
         dtype: DataType,
         count: usize,
     ) -> Result<&'static str> {
-        let bytes = count * dtype.size();
-        Ok(tune::plan(
-            &self.config,
-            coll,
-            self.nranks,
-            bytes,
-            dtype.size(),
-            self.link,
-        )?
-        .algo
-        .name())
+        match coll {
+            Collective::AllGatherV => Ok("ring"),
+            Collective::AllToAllV | Collective::SendRecv => Ok("pairwise"),
+            _ => Ok(self.plan(coll, dtype, count)?.algo.name()),
+        }
+    }
+
+    /// Forces (or releases) the algorithm of one collective.
+    pub fn force_algorithm(&self, coll: Collective, algo: Option<&str>) -> Result<()> {
+        let mut f = self.forced.lock().unwrap_or_else(|e| e.into_inner());
+        f.retain(|(c, _)| *c != coll);
+        if let Some(name) = algo {
+            let spec = comm_core::config::parse_algo(&format!("{}:{name}", coll.name()))?;
+            f.extend(spec);
+        }
+        Ok(())
     }
 
     /// Executes one operation now (the caller holds its turn).

@@ -31,3 +31,16 @@ element!(f16, Float16);
 element!(f32, Float32);
 element!(f64, Float64);
 element!(bf16, Bfloat16);
+
+/// Views elements as bytes.
+pub fn as_bytes<T: Element>(s: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain data without padding (trait contract).
+    unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
+}
+
+/// Views elements as mutable bytes.
+pub fn as_bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: Element types are plain data in which every bit pattern is
+    // valid (trait contract), so any bytes written keep them valid.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut u8, std::mem::size_of_val(s)) }
+}

@@ -24,7 +24,7 @@ use std::time::Instant;
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
-pub use element::Element;
+pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
 pub use work::{Group, Scope, Work};
@@ -215,6 +215,13 @@ impl Communicator {
         count: usize,
     ) -> Result<&'static str> {
         self.inner.algorithm_for(coll, dtype, count)
+    }
+
+    /// Forces `algo` (`ring`, `tree`, `rd`, `pairwise`) for `coll` from now on,
+    /// or returns to the planner's choice with `None`. Like a collective, every
+    /// rank must make the same call at the same point.
+    pub fn force_algorithm(&self, coll: Collective, algo: Option<&str>) -> Result<()> {
+        self.inner.force_algorithm(coll, algo)
     }
 
     /// Aborts the communicator: pending and later operations fail on this

@@ -278,12 +278,14 @@ impl LaunchEnv {
                     found = Some((src, r, size_name, s));
                     break;
                 }
-                (Some(_), None) => return Err(Error::Config(format!(
+                (Some(_), None) => {
+                    return Err(Error::Config(format!(
                     "{} is set but {} is not; the {} launcher sets both, so set both or neither",
                     src.rank,
                     src.size.join(" / "),
                     src.launcher
-                ))),
+                )))
+                }
                 (None, Some((size_name, _))) => {
                     // Slurm sets SLURM_NTASKS in batch scripts too, without a
                     // task id: not a launched rank. Keep looking there.

@@ -598,18 +598,20 @@ impl TcpStore {
         let connect_timeout = remaining.clamp(Duration::from_millis(10), Duration::from_secs(5));
         let mut stream = match TcpStream::connect_timeout(&addr, connect_timeout) {
             Ok(s) => s,
-            Err(e) => return Err(match e.kind() {
-                io::ErrorKind::InvalidInput
-                | io::ErrorKind::PermissionDenied
-                | io::ErrorKind::Unsupported => Attempt::Fatal(Error::Io {
-                    rank,
-                    context: format!(
+            Err(e) => {
+                return Err(match e.kind() {
+                    io::ErrorKind::InvalidInput
+                    | io::ErrorKind::PermissionDenied
+                    | io::ErrorKind::Unsupported => Attempt::Fatal(Error::Io {
+                        rank,
+                        context: format!(
                         "connecting to the sncl root at {addr} (check SNCL_ROOT / the unique id)"
                     ),
-                    source: e,
-                }),
-                _ => Attempt::Retry(e),
-            }),
+                        source: e,
+                    }),
+                    _ => Attempt::Retry(e),
+                })
+            }
         };
         let io_fatal = |what: &str, e: io::Error| {
             Attempt::Fatal(Error::Io {

@@ -1,0 +1,364 @@
+//! One benchmark case: a collective, a data type and a reduction at one
+//! size, timed out of place and in place, then checked.
+
+use std::time::Instant;
+
+use half::{bf16, f16};
+use sncl::{as_bytes, as_bytes_mut, Communicator, DataType, Element, ReduceOp, Result};
+
+/// The collectives commbench runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bench {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Reduce,
+    AllToAll,
+    Gather,
+    Scatter,
+    SendRecv,
+}
+
+impl Bench {
+    pub fn parse(s: &str) -> Option<Bench> {
+        Some(match s {
+            "all_reduce" => Bench::AllReduce,
+            "reduce_scatter" => Bench::ReduceScatter,
+            "all_gather" => Bench::AllGather,
+            "broadcast" => Bench::Broadcast,
+            "reduce" => Bench::Reduce,
+            "alltoall" => Bench::AllToAll,
+            "gather" => Bench::Gather,
+            "scatter" => Bench::Scatter,
+            "sendrecv" => Bench::SendRecv,
+            _ => return None,
+        })
+    }
+
+    pub fn collective(self) -> sncl::Collective {
+        use sncl::Collective as C;
+        match self {
+            Bench::AllReduce => C::AllReduce,
+            Bench::ReduceScatter => C::ReduceScatter,
+            Bench::AllGather => C::AllGather,
+            Bench::Broadcast => C::Broadcast,
+            Bench::Reduce => C::Reduce,
+            Bench::AllToAll => C::AllToAll,
+            Bench::Gather => C::Gather,
+            Bench::Scatter => C::Scatter,
+            Bench::SendRecv => C::SendRecv,
+        }
+    }
+
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            Bench::AllReduce | Bench::ReduceScatter | Bench::Reduce
+        )
+    }
+
+    pub fn rooted(self) -> bool {
+        matches!(
+            self,
+            Bench::Broadcast | Bench::Reduce | Bench::Gather | Bench::Scatter
+        )
+    }
+
+    /// Whether the size column is the total over ranks (nccl-tests' convention).
+    pub fn size_is_total(self) -> bool {
+        matches!(
+            self,
+            Bench::ReduceScatter
+                | Bench::AllGather
+                | Bench::AllToAll
+                | Bench::Gather
+                | Bench::Scatter
+        )
+    }
+
+    /// nccl-tests' bus-bandwidth factor.
+    pub fn bus_factor(self, n: usize) -> f64 {
+        let nf = n as f64;
+        match self {
+            Bench::AllReduce => 2.0 * (nf - 1.0) / nf,
+            Bench::ReduceScatter
+            | Bench::AllGather
+            | Bench::AllToAll
+            | Bench::Gather
+            | Bench::Scatter => (nf - 1.0) / nf,
+            Bench::Broadcast | Bench::Reduce | Bench::SendRecv => 1.0,
+        }
+    }
+
+    pub fn has_in_place(self) -> bool {
+        !matches!(
+            self,
+            Bench::AllToAll | Bench::Gather | Bench::Scatter | Bench::SendRecv
+        )
+    }
+}
+
+/// Element types commbench can fill with exact test values.
+pub trait BenchElem: Element + PartialEq + Default {
+    fn from_i64(v: i64) -> Self;
+}
+macro_rules! bench_int {
+    ($($t:ty),*) => {$(impl BenchElem for $t { fn from_i64(v: i64) -> Self { v as $t } })*};
+}
+bench_int!(i8, u8, i32, u32, i64, u64);
+impl BenchElem for f32 {
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+}
+impl BenchElem for f64 {
+    fn from_i64(v: i64) -> Self {
+        v as f64
+    }
+}
+impl BenchElem for f16 {
+    fn from_i64(v: i64) -> Self {
+        f16::from_f64(v as f64)
+    }
+}
+impl BenchElem for bf16 {
+    fn from_i64(v: i64) -> Self {
+        bf16::from_f64(v as f64)
+    }
+}
+
+/// Value of element `i` of rank `r`'s input: small integers so every
+/// reduction is exact in every type (products stay tiny).
+fn value(r: usize, i: usize, op: ReduceOp) -> i64 {
+    match op {
+        ReduceOp::Prod => {
+            if (i + r) % 7 == 0 {
+                2
+            } else {
+                1
+            }
+        }
+        _ => ((r * 13 + i * 7) % 9) as i64,
+    }
+}
+
+fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<T> {
+    (0..len).map(|i| T::from_i64(value(r, i, op))).collect()
+}
+
+/// Result of one timed direction.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Mean time per op (µs), averaged over ranks.
+    pub mean_us: f64,
+    /// Median over iterations of the slowest rank's time (µs).
+    pub median_us: f64,
+    /// Elements outside the expected result, summed over ranks.
+    pub wrong: u64,
+}
+
+/// Shape of one case.
+pub struct Case {
+    pub bench: Bench,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub root: usize,
+    /// Elements per rank block (the unit each rank contributes).
+    pub count: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub check: bool,
+}
+
+fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
+    let mut acc: Vec<T> = (0..len)
+        .map(|i| T::from_i64(value(0, offset + i, op)))
+        .collect();
+    for r in 1..n {
+        let other: Vec<T> = (0..len)
+            .map(|i| T::from_i64(value(r, offset + i, op)))
+            .collect();
+        kernels::reduce_inplace(T::DTYPE, op, as_bytes_mut(&mut acc), as_bytes(&other));
+    }
+    if op == ReduceOp::Avg {
+        kernels::divide(T::DTYPE, as_bytes_mut(&mut acc), n);
+    }
+    acc
+}
+
+fn count_wrong<T: BenchElem>(got: &[T], want: &[T]) -> u64 {
+    let (g, w) = (as_bytes(got), as_bytes(want));
+    let s = std::mem::size_of::<T>();
+    g.chunks(s).zip(w.chunks(s)).filter(|(a, b)| a != b).count() as u64
+}
+
+/// Buffers of one case on one rank.
+struct Bufs<T> {
+    send: Vec<T>,
+    recv: Vec<T>,
+}
+
+fn run_once<T: BenchElem>(
+    comm: &Communicator,
+    c: &Case,
+    b: &mut Bufs<T>,
+    in_place: bool,
+) -> Result<()> {
+    let (n, r) = (comm.size(), comm.rank());
+    let op = c.op;
+    match (c.bench, in_place) {
+        (Bench::AllReduce, false) => comm.all_reduce(&b.send, &mut b.recv, op),
+        (Bench::AllReduce, true) => comm.all_reduce_in_place(&mut b.recv, op),
+        (Bench::ReduceScatter, false) => comm.reduce_scatter(&b.send, &mut b.recv, op),
+        (Bench::ReduceScatter, true) => comm.reduce_scatter_in_place(&mut b.recv, op),
+        (Bench::AllGather, false) => comm.all_gather(&b.send, &mut b.recv),
+        (Bench::AllGather, true) => comm.all_gather_in_place(&mut b.recv),
+        (Bench::Broadcast, false) => comm.broadcast_from(&b.send, &mut b.recv, c.root),
+        (Bench::Broadcast, true) => comm.broadcast(&mut b.recv, c.root),
+        (Bench::Reduce, false) => comm.reduce(&b.send, &mut b.recv, op, c.root),
+        (Bench::Reduce, true) => comm.reduce_in_place(&mut b.recv, op, c.root),
+        (Bench::AllToAll, _) => comm.alltoall(&b.send, &mut b.recv),
+        (Bench::Gather, _) => comm.gather(&b.send, &mut b.recv, c.root),
+        (Bench::Scatter, _) => comm.scatter(&b.send, &mut b.recv, c.root),
+        (Bench::SendRecv, _) => comm.group(|g| {
+            g.send(&b.send, (r + 1) % n);
+            g.recv(&mut b.recv, (r + n - 1) % n);
+        }),
+    }
+}
+
+/// Fills the buffers for one run (in place: the input goes where the
+/// collective reads it from).
+fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Bufs<T> {
+    let (n, r, cnt) = (comm.size(), comm.rank(), c.count);
+    let (send_len, recv_len) = match c.bench {
+        Bench::AllReduce | Bench::Broadcast | Bench::SendRecv => (cnt, cnt),
+        Bench::Reduce => (cnt, cnt),
+        Bench::ReduceScatter => (n * cnt, if in_place { n * cnt } else { cnt }),
+        Bench::AllGather => (cnt, n * cnt),
+        Bench::AllToAll => (n * cnt, n * cnt),
+        Bench::Gather => (cnt, if r == c.root { n * cnt } else { 0 }),
+        Bench::Scatter => (if r == c.root { n * cnt } else { 0 }, cnt),
+    };
+    let send = input::<T>(r, send_len, c.op);
+    let mut recv = vec![T::default(); recv_len];
+    if in_place {
+        match c.bench {
+            Bench::AllReduce | Bench::ReduceScatter | Bench::Broadcast | Bench::Reduce => {
+                recv.copy_from_slice(&send);
+            }
+            Bench::AllGather => recv[r * cnt..(r + 1) * cnt].copy_from_slice(&send),
+            _ => {}
+        }
+    }
+    Bufs { send, recv }
+}
+
+fn expected<T: BenchElem>(
+    comm: &Communicator,
+    c: &Case,
+    in_place: bool,
+) -> Option<(usize, Vec<T>)> {
+    let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
+    let block = |src: usize, offset: usize| -> Vec<T> {
+        (0..cnt)
+            .map(|i| T::from_i64(value(src, offset + i, op)))
+            .collect()
+    };
+    Some(match c.bench {
+        Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op)),
+        Bench::ReduceScatter => (
+            if in_place { r * cnt } else { 0 },
+            reduce_expected(n, cnt, r * cnt, op),
+        ),
+        Bench::Reduce if r == c.root => (0, reduce_expected(n, cnt, 0, op)),
+        Bench::Reduce => return None,
+        Bench::AllGather => (0, (0..n).flat_map(|j| block(j, 0)).collect()),
+        Bench::Broadcast => (0, block(c.root, 0)),
+        Bench::AllToAll => (0, (0..n).flat_map(|j| block(j, r * cnt)).collect()),
+        Bench::Gather if r == c.root => (0, (0..n).flat_map(|j| block(j, 0)).collect()),
+        Bench::Gather => return None,
+        Bench::Scatter => (0, block(c.root, r * cnt)),
+        Bench::SendRecv => (0, block((r + n - 1) % n, 0)),
+    })
+}
+
+/// Times one direction (out of place or in place) and checks it.
+pub fn run_direction<T: BenchElem>(
+    comm: &Communicator,
+    c: &Case,
+    in_place: bool,
+) -> Result<Timing> {
+    let mut b = prepare::<T>(comm, c, in_place);
+    for _ in 0..c.warmup {
+        run_once(comm, c, &mut b, in_place)?;
+    }
+    comm.barrier()?;
+    let mut per_iter = vec![0f64; c.iters];
+    let start = Instant::now();
+    let mut last = start;
+    for t in per_iter.iter_mut() {
+        run_once(comm, c, &mut b, in_place)?;
+        let now = Instant::now();
+        *t = (now - last).as_secs_f64() * 1e6;
+        last = now;
+    }
+    let total_us = start.elapsed().as_secs_f64() * 1e6;
+    let mut mean = [total_us / c.iters.max(1) as f64];
+    comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
+    comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
+    per_iter.sort_by(|a, b| a.total_cmp(b));
+    let median = if per_iter.is_empty() {
+        0.0
+    } else {
+        per_iter[per_iter.len() / 2]
+    };
+    let mut wrong = [0u64];
+    if c.check {
+        let mut b = prepare::<T>(comm, c, in_place);
+        run_once(comm, c, &mut b, in_place)?;
+        if let Some((at, want)) = expected::<T>(comm, c, in_place) {
+            wrong[0] = count_wrong(&b.recv[at..at + want.len()], &want);
+        }
+        comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
+    }
+    Ok(Timing {
+        mean_us: mean[0] / comm.size() as f64,
+        median_us: median,
+        wrong: wrong[0],
+    })
+}
+
+/// Runs `f::<T>` for the runtime data type.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DataType::Int8 => $f::<i8>($($arg),*),
+            DataType::Uint8 => $f::<u8>($($arg),*),
+            DataType::Int32 => $f::<i32>($($arg),*),
+            DataType::Uint32 => $f::<u32>($($arg),*),
+            DataType::Int64 => $f::<i64>($($arg),*),
+            DataType::Uint64 => $f::<u64>($($arg),*),
+            DataType::Float16 => $f::<f16>($($arg),*),
+            DataType::Float32 => $f::<f32>($($arg),*),
+            DataType::Float64 => $f::<f64>($($arg),*),
+            DataType::Bfloat16 => $f::<bf16>($($arg),*),
+        }
+    };
+}
+
+/// Times both directions of a case.
+pub fn run_case(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
+    fn both<T: BenchElem>(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
+        let oop = run_direction::<T>(comm, c, false)?;
+        let ip = if c.bench.has_in_place() {
+            Some(run_direction::<T>(comm, c, true)?)
+        } else {
+            None
+        };
+        Ok((oop, ip))
+    }
+    with_dtype!(c.dtype, both(comm, c))
+}
