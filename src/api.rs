@@ -74,7 +74,7 @@ impl Build {
     }
 
     fn multiple(&self, op: &'static str, len: usize) -> Result<usize> {
-        if len % self.n != 0 {
+        if !len.is_multiple_of(self.n) {
             return Err(bad(
                 self.rank,
                 op,

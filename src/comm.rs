@@ -90,6 +90,7 @@ pub(crate) struct State {
 struct Order {
     next: Mutex<u64>,
     turn: AtomicU64,
+    parked: AtomicU64,
     park: Mutex<()>,
     cv: Condvar,
 }
@@ -99,6 +100,7 @@ impl Order {
         Order {
             next: Mutex::new(0),
             turn: AtomicU64::new(0),
+            parked: AtomicU64::new(0),
             park: Mutex::new(()),
             cv: Condvar::new(),
         }
@@ -111,20 +113,41 @@ impl Order {
             }
             std::hint::spin_loop();
         }
+        self.parked.fetch_add(1, Ordering::SeqCst);
         let mut g = self.park.lock().unwrap_or_else(|e| e.into_inner());
-        while self.turn.load(Ordering::Acquire) != t {
+        while self.turn.load(Ordering::SeqCst) != t {
             g = self
                 .cv
                 .wait_timeout(g, std::time::Duration::from_millis(1))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        drop(g);
+        self.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn finish(&self) {
-        self.turn.fetch_add(1, Ordering::AcqRel);
-        let _g = self.park.lock().unwrap_or_else(|e| e.into_inner());
-        self.cv.notify_all();
+        self.turn.fetch_add(1, Ordering::SeqCst);
+        // Waiters re-check at least every millisecond, so a missed wake-up
+        // only delays; skip the lock when nobody is parked.
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            let _g = self.park.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// How long a waiting rank spins before yielding: long when this node has
+/// a core per local rank, short when ranks outnumber cores.
+fn spin_budget(node_ids: &[String], rank: usize) -> std::time::Duration {
+    let local = node_ids.iter().filter(|n| **n == node_ids[rank]).count();
+    let cores = std::thread::available_parallelism()
+        .map(|c| c.get())
+        .unwrap_or(1);
+    if local <= cores {
+        std::time::Duration::from_micros(20)
+    } else {
+        std::time::Duration::from_micros(2)
     }
 }
 
@@ -135,6 +158,7 @@ pub(crate) struct Inner {
     pub comm_id: u64,
     pub config: Config,
     forced: Mutex<Vec<(Collective, Algorithm)>>,
+    spin: std::time::Duration,
     pub link: LinkCost,
     pub node_ids: Vec<String>,
     pub transports: Vec<&'static str>,
@@ -168,6 +192,7 @@ impl Inner {
             nranks: p.nranks,
             comm_id: p.comm_id,
             forced: Mutex::new(p.config.algo.clone()),
+            spin: spin_budget(&p.node_ids, p.rank),
             config: p.config,
             link,
             node_ids: p.node_ids,
@@ -519,6 +544,7 @@ impl Inner {
             dtype: op.dtype,
             op: op.op,
             timeout: self.config.timeout,
+            spin: self.spin,
         };
         let result = exec::execute(&sched, &ctx, &bufs, &mut st.conns, None);
         if let Err(e) = &result {

@@ -34,6 +34,8 @@ pub struct OpContext {
     pub op: ReduceOp,
     /// Deadline without progress.
     pub timeout: Duration,
+    /// How long a waiter spins before it yields the core.
+    pub spin: Duration,
 }
 
 /// Bytes moved by one execution, per peer.
@@ -51,46 +53,54 @@ struct OpState {
     finished: bool,
 }
 
-/// Waiting policy: spin, then yield, then sleep, with a deadline.
+/// Waiting policy: spin (no system calls) for up to `spin`, then yield the
+/// core, then sleep, with a deadline. The communicator sets `spin` short
+/// when its node runs more ranks than it has cores, where a spinning waiter
+/// would steal the core from the rank it waits for.
 struct Waiter {
     idle: u32,
+    spin: Duration,
     last_progress: Instant,
     last_probe: Instant,
 }
 
 impl Waiter {
-    fn new() -> Waiter {
+    fn new(spin: Duration) -> Waiter {
         let now = Instant::now();
         Waiter {
             idle: 0,
+            spin,
             last_progress: now,
             last_probe: now,
         }
     }
 
     fn progressed(&mut self) {
-        if self.idle > 0 {
-            self.idle = 0;
-            self.last_progress = Instant::now();
-        }
+        self.idle = 0;
     }
 
     /// Backs off once. Returns how long there has been no progress when it
-    /// checked the clock (it only does so once in a while).
+    /// checked the clock (every 64 idle rounds while spinning).
     fn idle(&mut self) -> Option<Duration> {
         self.idle = self.idle.saturating_add(1);
         if self.idle == 1 {
             self.last_progress = Instant::now();
+            return None;
         }
-        if self.idle < 64 {
+        if !self.idle.is_multiple_of(64) && self.idle < 1 << 30 {
             std::hint::spin_loop();
             return None;
         }
         let waited = self.last_progress.elapsed();
-        if waited < Duration::from_micros(200) {
+        if waited < self.spin {
+            std::hint::spin_loop();
+            return Some(waited);
+        }
+        // Past the spin budget, check the clock every round.
+        self.idle = 1 << 30;
+        if waited < self.spin + Duration::from_millis(2) {
             std::thread::yield_now();
-        } else if waited < Duration::from_millis(5) {
-            std::thread::yield_now();
+        } else if waited < Duration::from_millis(20) {
             std::thread::sleep(Duration::from_micros(20));
         } else {
             std::thread::sleep(Duration::from_micros(200));
@@ -143,7 +153,7 @@ pub fn execute(
         }
         states.clear();
         states.resize(step.ops.len(), OpState::default());
-        let mut waiter = Waiter::new();
+        let mut waiter = Waiter::new(ctx.spin);
         loop {
             let mut progressed = false;
             let mut pending = false;
@@ -230,7 +240,7 @@ pub fn execute(
             }
         }
         // Drain buffered sends before the step's data may be overwritten.
-        let mut waiter = Waiter::new();
+        let mut waiter = Waiter::new(ctx.spin);
         loop {
             let mut all = true;
             for op in &step.ops {

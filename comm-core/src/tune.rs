@@ -136,8 +136,10 @@ mod tests {
 
     #[test]
     fn override_wins() {
-        let mut c = Config::default();
-        c.algo = vec![(Collective::AllReduce, Algorithm::Tree)];
+        let c = Config {
+            algo: vec![(Collective::AllReduce, Algorithm::Tree)],
+            ..Default::default()
+        };
         let p = plan(&c, Collective::AllReduce, 4, 1 << 20, 4, LinkCost::SHM).unwrap();
         assert_eq!(p.algo, Algorithm::Tree);
     }

@@ -5,6 +5,9 @@ use comm_core::algo::{self, Algorithm, Params};
 use comm_core::check::{check, Buffers, Sym};
 use comm_core::wire::Collective;
 
+type BufsFn = Box<dyn Fn(usize) -> Buffers>;
+type ExpectFn = Box<dyn Fn(usize, usize) -> Option<Sym>>;
+
 const COUNTS: [usize; 6] = [0, 1, 2, 7, 13, 100];
 
 fn rank_counts() -> impl Iterator<Item = usize> {
@@ -49,10 +52,7 @@ fn run(
         })
         .collect();
     let all = full(n);
-    let (bufs, expect): (
-        Box<dyn Fn(usize) -> Buffers>,
-        Box<dyn Fn(usize, usize) -> Option<Sym>>,
-    ) = match coll {
+    let (bufs, expect): (BufsFn, ExpectFn) = match coll {
         Collective::AllReduce => (
             Box::new(move |_| Buffers {
                 send: count,

@@ -45,7 +45,7 @@ fn total_bytes(slots: usize, slot_bytes: usize) -> usize {
 impl Segment {
     /// Creates (as the receiver) a new segment file `name` and maps it.
     pub fn create(name: &str, slots: usize, slot_bytes: usize) -> io::Result<Segment> {
-        assert!(slots >= 1 && slot_bytes % 64 == 0);
+        assert!(slots >= 1 && slot_bytes.is_multiple_of(64));
         let path = Path::new(SHM_DIR).join(name);
         let file = OpenOptions::new()
             .read(true)
@@ -127,7 +127,7 @@ impl Segment {
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= OFF_SLOTS);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= OFF_SLOTS);
         // SAFETY: the mapping is page aligned, `off` is 8-aligned and inside
         // the header; AtomicU64 has the layout of u64, and all cross-process
         // accesses to these words are atomic.

@@ -16,7 +16,7 @@ pub fn rd_all_reduce(n: usize, r: usize, count: usize) -> Schedule {
     let rem = n - pow2;
     // Fold: among the first 2*rem ranks, even ones hand their data to the
     // odd neighbour and wait for the result.
-    if r < 2 * rem && r % 2 == 0 {
+    if r < 2 * rem && r.is_multiple_of(2) {
         s.push(vec![Op::Send {
             peer: r + 1,
             src: all(BufId::Send),

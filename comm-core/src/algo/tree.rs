@@ -34,13 +34,13 @@ fn reduce_action(n: usize, vr: usize, level: usize) -> Action {
 /// Broadcast-tree action of `vr` at level `j` (masks descend).
 fn bcast_action(n: usize, vr: usize, levels: usize, j: usize) -> Action {
     let mask = 1usize << (levels - 1 - j);
-    if vr % (2 * mask) == 0 {
+    if vr.is_multiple_of(2 * mask) {
         if vr + mask < n {
             Action::To(vr + mask)
         } else {
             Action::Idle
         }
-    } else if vr % mask == 0 {
+    } else if vr.is_multiple_of(mask) {
         Action::From(vr - mask)
     } else {
         Action::Idle

@@ -133,7 +133,7 @@ impl BenchElem for bf16 {
 fn value(r: usize, i: usize, op: ReduceOp) -> i64 {
     match op {
         ReduceOp::Prod => {
-            if (i + r) % 7 == 0 {
+            if (i + r).is_multiple_of(7) {
                 2
             } else {
                 1
