@@ -17,34 +17,57 @@ use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Config, DataType, Error, ReduceOp, Result};
 
 /// Variable counts of all_gatherv / alltoallv, in elements.
+/// all_gatherv uses only the receive side.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct VCounts {
+pub struct VCounts {
+    /// Elements sent to each rank.
     pub send_counts: Vec<usize>,
+    /// Where each rank's block starts in the input.
     pub send_displs: Vec<usize>,
+    /// Elements received from each rank.
     pub recv_counts: Vec<usize>,
+    /// Where each rank's block lands in the output.
     pub recv_displs: Vec<usize>,
 }
 
-/// One point-to-point transfer of a group.
+/// One point-to-point transfer of a group (sizes in bytes).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct P2p {
+pub struct P2p {
+    /// The other rank.
     pub peer: usize,
+    /// Send (true) or receive (false).
     pub is_send: bool,
+    /// The buffer.
     pub ptr: *mut u8,
+    /// Its length in bytes.
     pub count: usize,
 }
 
-/// An operation with raw buffers (the typed API and the C ABI build these).
+/// An operation on raw buffers, as the C ABI and framework bindings issue
+/// them. Counts follow NCCL's conventions per collective (`count` is the
+/// per-rank block for all_gather, reduce_scatter, alltoall, gather and
+/// scatter). In place: `send == recv` (all_reduce, broadcast, reduce), `send
+/// == recv + rank × count` (all_gather), `recv == send + rank × count`
+/// (reduce_scatter).
 #[derive(Clone, Debug)]
-pub(crate) struct RawOp {
+pub struct RawOp {
+    /// The collective.
     pub coll: Collective,
+    /// Element type.
     pub dtype: DataType,
+    /// Reduction (reducing collectives).
     pub op: ReduceOp,
+    /// Root (rooted collectives).
     pub root: usize,
+    /// Element count (see above).
     pub count: usize,
+    /// Input.
     pub send: *const u8,
+    /// Output.
     pub recv: *mut u8,
+    /// Variable counts (all_gatherv, alltoallv).
     pub v: Option<VCounts>,
+    /// Transfers of a point-to-point group (`Collective::SendRecv`).
     pub p2p: Vec<P2p>,
 }
 
@@ -54,6 +77,7 @@ pub(crate) struct RawOp {
 unsafe impl Send for RawOp {}
 
 impl RawOp {
+    /// An op with null buffers, `Sum` and root 0; fill in the rest.
     pub fn new(coll: Collective, dtype: DataType, count: usize) -> RawOp {
         RawOp {
             coll,
@@ -509,6 +533,13 @@ impl Inner {
         }
         let esize = op.dtype.size();
         let (send_elems, recv_elems) = self.extents(op);
+        if (send_elems > 0 && op.send.is_null())
+            || (recv_elems > 0 && op.recv.is_null())
+            || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
+        {
+            st.seq -= 1;
+            return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
+        }
         let scratch_bytes = sched.scratch_elems * esize;
         if st.scratch.len() < scratch_bytes {
             st.scratch.resize(scratch_bytes, 0);

@@ -27,7 +27,8 @@ pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
-pub use work::{Group, Scope, Work};
+pub use comm::{P2p, RawOp, VCounts};
+pub use work::{Group, RawWork, Scope, Work};
 
 use comm_core::bootstrap::{TcpStore, TcpStoreServer};
 

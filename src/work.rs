@@ -124,6 +124,58 @@ impl Drop for Worker {
     }
 }
 
+/// A handle to a non-blocking operation started with
+/// [`Communicator::enqueue_raw`]; the caller keeps the buffers alive until
+/// it reports completion.
+pub struct RawWork {
+    state: Arc<WorkState>,
+}
+
+impl RawWork {
+    /// Blocks until the operation completes and returns its result.
+    pub fn wait(&self) -> Result<()> {
+        self.state.wait(None);
+        self.state.take()
+    }
+
+    /// Whether the operation has completed.
+    pub fn test(&self) -> bool {
+        self.state.wait(Some(Duration::ZERO))
+    }
+
+    /// Waits up to `timeout`; `Ok(true)` when completed successfully.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        if !self.state.wait(Some(timeout)) {
+            return Ok(false);
+        }
+        self.state.take().map(|_| true)
+    }
+}
+
+impl Communicator {
+    /// Runs a raw operation to completion on the caller's thread, in stream order.
+    ///
+    /// # Safety
+    /// Every buffer `op` points to must be valid for the extent its counts
+    /// give (reads for inputs, exclusive writes for outputs) until this returns.
+    pub unsafe fn run_raw(&self, op: &RawOp) -> Result<()> {
+        let t = self.inner.ticket();
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.run_ordered(t, op) }
+    }
+
+    /// Queues a raw operation on the progress thread, in stream order.
+    ///
+    /// # Safety
+    /// As [`Communicator::run_raw`], until the returned handle reports
+    /// completion (also if it is dropped early).
+    pub unsafe fn enqueue_raw(&self, op: RawOp) -> RawWork {
+        RawWork {
+            state: self.worker.submit(op),
+        }
+    }
+}
+
 /// A handle to a non-blocking operation started in a [`Scope`].
 #[must_use = "an operation's result is only seen through wait()"]
 pub struct Work<'scope> {
