@@ -11,8 +11,9 @@ use comm_core::algo::{self, Algorithm, Params};
 use comm_core::bootstrap::{Store, TcpStoreServer};
 use comm_core::exec::{self, Buffers, OpContext};
 use comm_core::schedule::{BufId, Op, Region, Schedule};
+use comm_core::topo::Topology;
 use comm_core::transport::Connection;
-use comm_core::tune::{self, LinkCost};
+use comm_core::tune::{self, LinkCost, Shape};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Config, DataType, Error, ReduceOp, Result};
 
@@ -183,7 +184,8 @@ pub(crate) struct Inner {
     pub config: Config,
     forced: Mutex<Vec<(Collective, Algorithm)>>,
     spin: std::time::Duration,
-    pub link: LinkCost,
+    pub topo: Topology,
+    pub shape: Shape,
     pub node_ids: Vec<String>,
     pub transports: Vec<&'static str>,
     pub state: Mutex<State>,
@@ -206,10 +208,18 @@ pub(crate) struct InnerParts {
 
 impl Inner {
     pub fn new(p: InnerParts) -> Inner {
-        let link = if p.transports.contains(&"tcp") {
-            LinkCost::TCP
-        } else {
-            LinkCost::SHM
+        let topo = Topology::from_node_ids(&p.node_ids);
+        let forced_tcp = p.config.transport == comm_core::config::TransportChoice::Tcp;
+        let shape = Shape {
+            nranks: p.nranks,
+            nnodes: topo.nnodes(),
+            max_local: topo.nodes.iter().map(Vec::len).max().unwrap_or(1),
+            intra: if forced_tcp {
+                LinkCost::TCP
+            } else {
+                LinkCost::SHM
+            },
+            inter: LinkCost::TCP,
         };
         Inner {
             rank: p.rank,
@@ -217,8 +227,9 @@ impl Inner {
             comm_id: p.comm_id,
             forced: Mutex::new(p.config.algo.clone()),
             spin: spin_budget(&p.node_ids, p.rank),
+            topo,
+            shape,
             config: p.config,
-            link,
             node_ids: p.node_ids,
             transports: p.transports,
             state: Mutex::new(State {
@@ -365,7 +376,13 @@ impl Inner {
             Collective::AllGatherV => {
                 let v = op.v.as_ref().expect("v counts");
                 let chunk = (self.config.chunk_bytes / op.dtype.size()).max(1);
-                let s = algo::ring_all_gatherv(n, r, &v.recv_counts, &v.recv_displs, chunk);
+                let s = algo::ring_all_gatherv_ordered(
+                    &self.topo.ring_order(),
+                    r,
+                    &v.recv_counts,
+                    &v.recv_displs,
+                    chunk,
+                );
                 return Ok((Arc::new(s), "ring"));
             }
             Collective::AllToAllV => {
@@ -424,7 +441,7 @@ impl Inner {
             root: op.root,
             chunk: plan.chunk_elems,
         };
-        let s = algo::build(op.coll, plan.algo, &params).ok_or_else(|| {
+        let s = algo::build(op.coll, plan.algo, &params, &self.topo).ok_or_else(|| {
             Error::Config(format!(
                 "{} has no {} algorithm",
                 op.coll.name(),
@@ -449,14 +466,7 @@ impl Inner {
             algo: forced,
             ..self.config.clone()
         };
-        tune::plan(
-            &cfg,
-            coll,
-            self.nranks,
-            count * dtype.size(),
-            dtype.size(),
-            self.link,
-        )
+        tune::plan(&cfg, coll, &self.shape, count * dtype.size(), dtype.size())
     }
 
     /// The algorithm the planner picks for a collective of `count` elements.

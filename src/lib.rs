@@ -11,6 +11,7 @@
 //! ```
 
 mod api;
+pub mod capi;
 mod comm;
 mod element;
 mod logging;
@@ -21,13 +22,13 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use comm::{P2p, RawOp, VCounts};
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
-pub use comm::{P2p, RawOp, VCounts};
 pub use work::{Group, RawWork, Scope, Work};
 
 use comm_core::bootstrap::{TcpStore, TcpStoreServer};

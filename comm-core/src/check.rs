@@ -7,11 +7,60 @@
 
 use crate::schedule::{BufId, Op, Region, Schedule};
 
+/// Most ranks the checker tracks.
+pub const MAX_RANKS: usize = 1024;
+
+/// A set of ranks (bit i = rank i), up to [`MAX_RANKS`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Mask([u64; MAX_RANKS / 64]);
+
+impl Mask {
+    /// The empty set.
+    pub const EMPTY: Mask = Mask([0; MAX_RANKS / 64]);
+
+    /// `{rank}`.
+    pub fn one(rank: usize) -> Mask {
+        let mut m = Mask::EMPTY;
+        m.0[rank / 64] |= 1 << (rank % 64);
+        m
+    }
+
+    /// `{0, ..., n-1}`.
+    pub fn all(n: usize) -> Mask {
+        let mut m = Mask::EMPTY;
+        for r in 0..n {
+            m.0[r / 64] |= 1 << (r % 64);
+        }
+        m
+    }
+
+    fn intersects(&self, o: &Mask) -> bool {
+        self.0.iter().zip(o.0.iter()).any(|(a, b)| a & b != 0)
+    }
+
+    fn union(&self, o: &Mask) -> Mask {
+        let mut m = *self;
+        for (a, b) in m.0.iter_mut().zip(o.0.iter()) {
+            *a |= b;
+        }
+        m
+    }
+}
+
+impl std::fmt::Debug for Mask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ranks: Vec<usize> = (0..MAX_RANKS)
+            .filter(|r| self.0[r / 64] & (1 << (r % 64)) != 0)
+            .collect();
+        write!(f, "{ranks:?}")
+    }
+}
+
 /// A symbolic element: the set of ranks whose input element `idx` it sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sym {
-    /// Contributing ranks (bit i = rank i).
-    pub mask: u128,
+    /// Contributing ranks.
+    pub mask: Mask,
     /// Index of the element in the contributing ranks' input buffers.
     pub idx: usize,
     /// Whether the operator's final step has been applied.
@@ -90,18 +139,17 @@ fn combine(a: Option<Sym>, b: Option<Sym>) -> Result<Option<Sym>, String> {
             if a.idx != b.idx {
                 return Err(format!("reduces element {} with element {}", a.idx, b.idx));
             }
-            if a.mask & b.mask != 0 {
+            if a.mask.intersects(&b.mask) {
                 return Err(format!(
-                    "counts contributions {:#x} twice in element {}",
-                    a.mask & b.mask,
-                    a.idx
+                    "counts a contribution twice in element {}: {:?} and {:?}",
+                    a.idx, a.mask, b.mask
                 ));
             }
             if a.fin || b.fin {
                 return Err(format!("reduces an already finalized element {}", a.idx));
             }
             Ok(Some(Sym {
-                mask: a.mask | b.mask,
+                mask: a.mask.union(&b.mask),
                 idx: a.idx,
                 fin: false,
             }))
@@ -155,13 +203,18 @@ pub fn check(
     expect: Expect<'_>,
 ) -> Result<(), String> {
     let n = schedules.len();
+    if n > MAX_RANKS {
+        return Err(format!(
+            "the checker tracks at most {MAX_RANKS} ranks, got {n}"
+        ));
+    }
     let mut ranks: Vec<RankState> = (0..n)
         .map(|r| {
             let b = bufs(r);
             let input: Vec<Option<Sym>> = (0..b.send)
                 .map(|i| {
                     Some(Sym {
-                        mask: 1u128 << r,
+                        mask: Mask::one(r),
                         idx: i,
                         fin: false,
                     })

@@ -15,6 +15,7 @@ pub use kernels::{DataType, ReduceOp};
 pub mod config;
 pub mod exec;
 mod mem;
+pub mod topo;
 pub mod tune;
 
 pub use config::Config;

@@ -44,23 +44,69 @@ pub struct Plan {
     pub chunk_elems: usize,
 }
 
+/// What the planner knows about the communicator: its size, its nodes and
+/// the cost of each tier.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    /// Ranks.
+    pub nranks: usize,
+    /// Nodes.
+    pub nnodes: usize,
+    /// Most ranks on one node.
+    pub max_local: usize,
+    /// Link cost between ranks of one node.
+    pub intra: LinkCost,
+    /// Link cost between nodes.
+    pub inter: LinkCost,
+}
+
+impl Shape {
+    /// All ranks on one node, linked by `link`.
+    pub fn flat(nranks: usize, link: LinkCost) -> Shape {
+        Shape {
+            nranks,
+            nnodes: 1,
+            max_local: nranks,
+            intra: link,
+            inter: link,
+        }
+    }
+
+    /// The slowest link a flat algorithm crosses.
+    fn slowest(&self) -> LinkCost {
+        if self.nnodes > 1 {
+            self.inter
+        } else {
+            self.intra
+        }
+    }
+}
+
 /// Predicted time in µs of `algo` for `coll` moving `bytes` per rank.
-pub fn predict(
-    coll: Collective,
-    algo: Algorithm,
-    n: usize,
-    bytes: usize,
-    chunk: usize,
-    link: LinkCost,
-) -> f64 {
+pub fn predict(coll: Collective, algo: Algorithm, sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let n = sh.nranks;
     let nf = n as f64;
     let b = bytes as f64;
     let l = ceil_log2(n) as f64;
     let k = (bytes.div_ceil(chunk.max(1))).max(1) as f64;
+    let link = sh.slowest();
+    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
     match (coll, algo) {
-        (Collective::AllReduce, Algorithm::Ring) => {
+        (Collective::AllReduce, Algorithm::Ring | Algorithm::FlatRing) => {
             let blocks = (bytes.div_ceil(chunk.max(1) * n)).max(1) as f64;
             2.0 * (nf - 1.0) * (blocks * link.alpha_us + b / nf / link.bytes_per_us)
+        }
+        (Collective::AllReduce, Algorithm::Hier) => {
+            let intra = 2.0 * (ll - 1.0) * (sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
+            let inter = 2.0 * (nn - 1.0) * (sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
+            intra + inter
+        }
+        (
+            Collective::ReduceScatter | Collective::AllGather,
+            Algorithm::Ring | Algorithm::FlatRing,
+        ) => (nf - 1.0) * link.msg(b / nf),
+        (Collective::ReduceScatter | Collective::AllGather, Algorithm::Hier) => {
+            (ll - 1.0) * sh.intra.msg(b / ll) + (nn - 1.0) * sh.inter.msg(b / nn)
         }
         (Collective::AllReduce, Algorithm::Tree) => 2.0 * (l + k - 1.0) * link.msg(b / k),
         (Collective::AllReduce, Algorithm::Rd) => {
@@ -73,19 +119,25 @@ pub fn predict(
         (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => {
             (nf - 1.0 + k - 1.0) * link.msg(b / k)
         }
+        (Collective::Broadcast | Collective::Reduce, Algorithm::Hier) => {
+            let li = ceil_log2(sh.nnodes) as f64;
+            let la = ceil_log2(sh.max_local) as f64;
+            (li + k - 1.0) * sh.inter.msg(b / k) * li.max(1.0)
+                + (la + k - 1.0) * sh.intra.msg(b / k) * la.max(1.0)
+        }
         _ => 0.0,
     }
 }
 
 /// Chooses the algorithm and chunk for one operation. A forced algorithm
-/// the collective does not implement is an error.
+/// the collective does not implement is an error. `flat-ring` is never
+/// chosen unless forced; `hier` only with several nodes of several ranks.
 pub fn plan(
     cfg: &Config,
     coll: Collective,
-    n: usize,
+    sh: &Shape,
     bytes: usize,
     elem_size: usize,
-    link: LinkCost,
 ) -> Result<Plan> {
     let chunk_elems = (cfg.chunk_bytes / elem_size.max(1)).max(1);
     let avail = Algorithm::available(coll);
@@ -102,18 +154,18 @@ pub fn plan(
             chunk_elems,
         });
     }
-    let algo = if avail.len() == 1 {
-        avail[0]
-    } else {
-        let mut best = (f64::INFINITY, avail[0]);
-        for &a in avail {
-            let t = predict(coll, a, n, bytes, cfg.chunk_bytes, link);
-            if t < best.0 {
-                best = (t, a);
-            }
+    let hier_useful = sh.nnodes > 1 && sh.max_local > 1;
+    let mut best: Option<(f64, Algorithm)> = None;
+    for &a in avail {
+        if a == Algorithm::FlatRing || (a == Algorithm::Hier && !hier_useful) {
+            continue;
         }
-        best.1
-    };
+        let t = predict(coll, a, sh, bytes, cfg.chunk_bytes);
+        if best.map(|(bt, _)| t < bt).unwrap_or(true) {
+            best = Some((t, a));
+        }
+    }
+    let algo = best.map(|(_, a)| a).unwrap_or(avail[0]);
     Ok(Plan { algo, chunk_elems })
 }
 
@@ -124,14 +176,61 @@ mod tests {
     #[test]
     fn small_messages_use_rd_large_use_ring() {
         let c = Config::default();
-        let p = plan(&c, Collective::AllReduce, 2, 8, 4, LinkCost::SHM).unwrap();
+        let p = plan(
+            &c,
+            Collective::AllReduce,
+            &Shape::flat(2, LinkCost::SHM),
+            8,
+            4,
+        )
+        .unwrap();
         assert_eq!(p.algo, Algorithm::Rd);
-        let p = plan(&c, Collective::AllReduce, 8, 64 << 20, 4, LinkCost::SHM).unwrap();
+        let p = plan(
+            &c,
+            Collective::AllReduce,
+            &Shape::flat(8, LinkCost::SHM),
+            64 << 20,
+            4,
+        )
+        .unwrap();
         assert_eq!(p.algo, Algorithm::Ring);
-        let p = plan(&c, Collective::Broadcast, 8, 64 << 20, 4, LinkCost::TCP).unwrap();
+        let p = plan(
+            &c,
+            Collective::Broadcast,
+            &Shape::flat(8, LinkCost::TCP),
+            64 << 20,
+            4,
+        )
+        .unwrap();
         assert_eq!(p.algo, Algorithm::Ring);
-        let p = plan(&c, Collective::Broadcast, 8, 64, 4, LinkCost::TCP).unwrap();
+        let p = plan(
+            &c,
+            Collective::Broadcast,
+            &Shape::flat(8, LinkCost::TCP),
+            64,
+            4,
+        )
+        .unwrap();
         assert_eq!(p.algo, Algorithm::Tree);
+    }
+
+    #[test]
+    fn two_tiers_pick_hier_for_large_all_reduce() {
+        let c = Config::default();
+        let sh = Shape {
+            nranks: 8,
+            nnodes: 4,
+            max_local: 2,
+            intra: LinkCost::SHM,
+            inter: LinkCost {
+                alpha_us: 50.0,
+                bytes_per_us: 120.0,
+            },
+        };
+        let p = plan(&c, Collective::AllReduce, &sh, 64 << 20, 4).unwrap();
+        assert_eq!(p.algo, Algorithm::Hier);
+        let p = plan(&c, Collective::AllReduce, &sh, 8, 4).unwrap();
+        assert_eq!(p.algo, Algorithm::Rd);
     }
 
     #[test]
@@ -140,7 +239,14 @@ mod tests {
             algo: vec![(Collective::AllReduce, Algorithm::Tree)],
             ..Default::default()
         };
-        let p = plan(&c, Collective::AllReduce, 4, 1 << 20, 4, LinkCost::SHM).unwrap();
+        let p = plan(
+            &c,
+            Collective::AllReduce,
+            &Shape::flat(4, LinkCost::SHM),
+            1 << 20,
+            4,
+        )
+        .unwrap();
         assert_eq!(p.algo, Algorithm::Tree);
     }
 }

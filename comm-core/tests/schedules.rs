@@ -2,7 +2,8 @@
 //! counts (0, 1, primes, not divisible by the rank count, several chunks).
 
 use comm_core::algo::{self, Algorithm, Params};
-use comm_core::check::{check, Buffers, Sym};
+use comm_core::check::{check, Buffers, Mask, Sym};
+use comm_core::topo::Topology;
 use comm_core::wire::Collective;
 
 type BufsFn = Box<dyn Fn(usize) -> Buffers>;
@@ -14,27 +15,24 @@ fn rank_counts() -> impl Iterator<Item = usize> {
     (1..=17).chain([23, 31, 32, 33, 48, 63, 64])
 }
 
-fn full(n: usize) -> u128 {
-    if n == 128 {
-        u128::MAX
-    } else {
-        (1u128 << n) - 1
-    }
+fn full(n: usize) -> Mask {
+    Mask::all(n)
 }
 
-fn sym(mask: u128, idx: usize, fin: bool) -> Option<Sym> {
+fn sym(mask: Mask, idx: usize, fin: bool) -> Option<Sym> {
     Some(Sym { mask, idx, fin })
 }
 
 fn run(
     coll: Collective,
     algo: Algorithm,
-    n: usize,
+    topo: &Topology,
     count: usize,
     root: usize,
     chunk: usize,
     in_place: bool,
 ) {
+    let n = topo.nranks();
     let scheds: Vec<_> = (0..n)
         .map(|r| {
             algo::build(
@@ -47,6 +45,7 @@ fn run(
                     root,
                     chunk,
                 },
+                topo,
             )
             .expect("algorithm implements the collective")
         })
@@ -77,7 +76,7 @@ fn run(
                 recv: n * count,
                 in_place_at: in_place.then_some(r * count),
             }),
-            Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
+            Box::new(move |_, i| sym(Mask::one(i / count.max(1)), i % count.max(1), false)),
         ),
         Collective::Broadcast => (
             Box::new(move |r| Buffers {
@@ -85,7 +84,7 @@ fn run(
                 recv: count,
                 in_place_at: (in_place && r == root).then_some(0),
             }),
-            Box::new(move |_, i| sym(1 << root, i, false)),
+            Box::new(move |_, i| sym(Mask::one(root), i, false)),
         ),
         Collective::Reduce => (
             Box::new(move |r| Buffers {
@@ -101,7 +100,13 @@ fn run(
                 recv: n * count,
                 in_place_at: None,
             }),
-            Box::new(move |r, i| sym(1 << (i / count.max(1)), r * count + i % count.max(1), false)),
+            Box::new(move |r, i| {
+                sym(
+                    Mask::one(i / count.max(1)),
+                    r * count + i % count.max(1),
+                    false,
+                )
+            }),
         ),
         Collective::Gather => (
             Box::new(move |r| Buffers {
@@ -109,7 +114,7 @@ fn run(
                 recv: if r == root { n * count } else { 0 },
                 in_place_at: None,
             }),
-            Box::new(move |_, i| sym(1 << (i / count.max(1)), i % count.max(1), false)),
+            Box::new(move |_, i| sym(Mask::one(i / count.max(1)), i % count.max(1), false)),
         ),
         Collective::Scatter => (
             Box::new(move |r| Buffers {
@@ -117,7 +122,7 @@ fn run(
                 recv: count,
                 in_place_at: None,
             }),
-            Box::new(move |r, i| sym(1 << root, r * count + i, false)),
+            Box::new(move |r, i| sym(Mask::one(root), r * count + i, false)),
         ),
         Collective::Barrier => (
             Box::new(|_| Buffers {
@@ -131,11 +136,39 @@ fn run(
     };
     if let Err(e) = check(&scheds, &*bufs, &*expect) {
         panic!(
-            "{} / {} failed: n={n} count={count} root={root} chunk={chunk} in_place={in_place}: {e}",
+            "{} / {} failed: n={n} nodes={:?} count={count} root={root} chunk={chunk} in_place={in_place}: {e}",
             coll.name(),
-            algo.name()
+            algo.name(),
+            topo.node_of
         );
     }
+}
+
+/// Placements: one node; nodes of 2 ranks, node-major; round-robin over 3
+/// nodes; uneven nodes of 1, 2, 3, ... ranks; a scrambled numbering.
+fn layouts(n: usize) -> Vec<Topology> {
+    let mut v = vec![Topology::single_node(n)];
+    if n > 17 {
+        v.push(Topology::from_node_of((0..n).map(|r| r % 5).collect()));
+        return v;
+    }
+    v.push(Topology::from_node_of((0..n).map(|r| r / 2).collect()));
+    v.push(Topology::from_node_of((0..n).map(|r| r % 3).collect()));
+    let mut uneven = Vec::new();
+    let mut k = 0;
+    while uneven.len() < n {
+        for _ in 0..=k {
+            if uneven.len() < n {
+                uneven.push(k);
+            }
+        }
+        k += 1;
+    }
+    v.push(Topology::from_node_of(uneven));
+    v.push(Topology::from_node_of(
+        (0..n).map(|r| (r * 7 + 3) % 4).collect(),
+    ));
+    v
 }
 
 #[test]
@@ -176,7 +209,9 @@ fn every_algorithm_every_rank_count() {
                         };
                         for &root in roots {
                             for in_place in [false, true] {
-                                run(coll, algo, n, count, root, chunk, in_place);
+                                for topo in layouts(n) {
+                                    run(coll, algo, &topo, count, root, chunk, in_place);
+                                }
                             }
                         }
                     }
@@ -205,7 +240,7 @@ fn all_gatherv_and_alltoallv_uneven() {
             },
             &move |_, i| {
                 let j = (0..n).rfind(|&j| d2[j] <= i && i < d2[j] + c2[j])?;
-                sym(1 << j, i - d2[j], false)
+                sym(Mask::one(j), i - d2[j], false)
             },
         )
         .unwrap_or_else(|e| panic!("all_gatherv n={n}: {e}"));
@@ -241,7 +276,7 @@ fn all_gatherv_and_alltoallv_uneven() {
                 let rd = algo::displacements(&rc);
                 let j = (0..n).rfind(|&j| rd[j] <= i && i < rd[j] + rc[j])?;
                 let sd = algo::displacements(&sc(j));
-                sym(1 << j, sd[r] + i - rd[j], false)
+                sym(Mask::one(j), sd[r] + i - rd[j], false)
             },
         )
         .unwrap_or_else(|e| panic!("alltoallv n={n}: {e}"));
@@ -266,4 +301,34 @@ fn checker_catches_a_broken_schedule() {
         &|_, i| sym(full(n), i, true),
     );
     assert!(r.is_err());
+}
+
+#[test]
+fn hierarchical_on_uneven_supernodes_up_to_64_nodes_of_16() {
+    // 64 nodes with 1..=16 ranks each (uneven), numbered round-robin-ish.
+    let sizes: Vec<usize> = (0..64).map(|k| 1 + (k * 7) % 16).collect();
+    let mut node_of = Vec::new();
+    let mut left = sizes.clone();
+    while left.iter().any(|&l| l > 0) {
+        for (k, l) in left.iter_mut().enumerate() {
+            if *l > 0 {
+                node_of.push(k);
+                *l -= 1;
+            }
+        }
+    }
+    let topo = Topology::from_node_of(node_of);
+    assert_eq!(topo.nnodes(), 64);
+    let n = topo.nranks();
+    for coll in [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+    ] {
+        run(coll, Algorithm::Hier, &topo, 5, n / 3, 2, false);
+    }
+    // The topology-aware ring crosses each node boundary once.
+    assert_eq!(topo.crossings(&topo.ring_order()), 64);
 }

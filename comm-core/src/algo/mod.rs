@@ -3,24 +3,38 @@
 //! global state, so every rank derives the same plan and the checker can run
 //! them all symbolically.
 
+mod hier;
 mod pairwise;
 mod rd;
 mod ring;
 mod tree;
 
+pub use hier::{
+    hier_all_gather, hier_all_reduce, hier_broadcast, hier_reduce, hier_reduce_scatter,
+};
 pub use pairwise::{alltoallv, barrier, gather, scatter};
 pub use rd::rd_all_reduce;
-pub use ring::{ring_all_gatherv, ring_all_reduce, ring_reduce_scatter};
+pub use ring::{
+    push_ring_all_gather, push_ring_all_reduce, push_ring_reduce_scatter, ring_all_gatherv,
+    ring_all_gatherv_ordered, ring_all_reduce, ring_all_reduce_ordered, ring_reduce_scatter,
+    ring_reduce_scatter_ordered, Part,
+};
 pub use tree::{chain_broadcast, chain_reduce, tree_all_reduce, tree_broadcast, tree_reduce};
 
-use crate::schedule::Schedule;
+use crate::schedule::{BufId, Op, Region, Schedule};
+use crate::topo::Topology;
 use crate::wire::Collective;
 
 /// Algorithm families, named as `SNCL_ALGO` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Ring (pipelined chain for broadcast / reduce).
+    /// Ring in topology order: ranks grouped by node, so the ring crosses
+    /// each node boundary once (pipelined chain for broadcast / reduce).
     Ring,
+    /// Ring in the given rank order, ignoring topology (for comparison).
+    FlatRing,
+    /// Hierarchical: intra-node phases around a cross-node phase.
+    Hier,
     /// Binomial tree, pipelined over chunks.
     Tree,
     /// Recursive doubling (dissemination for barrier).
@@ -34,6 +48,8 @@ impl Algorithm {
     pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
+            Algorithm::FlatRing => "flat-ring",
+            Algorithm::Hier => "hier",
             Algorithm::Tree => "tree",
             Algorithm::Rd => "rd",
             Algorithm::Pairwise => "pairwise",
@@ -44,6 +60,8 @@ impl Algorithm {
     pub fn from_name(s: &str) -> Option<Algorithm> {
         match s {
             "ring" => Some(Algorithm::Ring),
+            "flat-ring" => Some(Algorithm::FlatRing),
+            "hier" => Some(Algorithm::Hier),
             "tree" => Some(Algorithm::Tree),
             "rd" => Some(Algorithm::Rd),
             "pairwise" => Some(Algorithm::Pairwise),
@@ -55,10 +73,10 @@ impl Algorithm {
     pub fn available(coll: Collective) -> &'static [Algorithm] {
         use Algorithm::*;
         match coll {
-            Collective::AllReduce => &[Ring, Tree, Rd],
-            Collective::ReduceScatter => &[Ring],
-            Collective::AllGather | Collective::AllGatherV => &[Ring],
-            Collective::Broadcast | Collective::Reduce => &[Tree, Ring],
+            Collective::AllReduce => &[Ring, Tree, Rd, Hier, FlatRing],
+            Collective::ReduceScatter | Collective::AllGather => &[Ring, Hier, FlatRing],
+            Collective::AllGatherV => &[Ring, FlatRing],
+            Collective::Broadcast | Collective::Reduce => &[Tree, Ring, Hier],
             Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
             Collective::Gather | Collective::Scatter | Collective::SendRecv => &[Pairwise],
             Collective::Barrier => &[Rd],
@@ -82,9 +100,10 @@ pub struct Params {
     pub chunk: usize,
 }
 
-/// Builds the schedule of a uniform-count collective with `algo`.
-/// Returns `None` when the algorithm does not implement the collective.
-pub fn build(coll: Collective, algo: Algorithm, p: &Params) -> Option<Schedule> {
+/// Builds the schedule of a uniform-count collective with `algo` for ranks
+/// placed as `topo` says. Returns `None` when the algorithm does not
+/// implement the collective.
+pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> Option<Schedule> {
     let Params {
         nranks: n,
         rank: r,
@@ -93,19 +112,69 @@ pub fn build(coll: Collective, algo: Algorithm, p: &Params) -> Option<Schedule> 
         chunk,
     } = *p;
     let chunk = chunk.max(1);
+    let identity: Vec<usize> = (0..n).collect();
+    let order = topo.ring_order();
+    // Topology-aware rooted group: the root, then the others node by node.
+    let rooted: Vec<usize> = std::iter::once(root)
+        .chain(order.iter().copied().filter(|&x| x != root))
+        .collect();
     let s = match (coll, algo) {
-        (Collective::AllReduce, Algorithm::Ring) => ring_all_reduce(n, r, count, chunk),
-        (Collective::AllReduce, Algorithm::Tree) => tree_all_reduce(n, r, count, chunk),
-        (Collective::AllReduce, Algorithm::Rd) => rd_all_reduce(n, r, count),
-        (Collective::ReduceScatter, Algorithm::Ring) => ring_reduce_scatter(n, r, count, chunk),
-        (Collective::AllGather, Algorithm::Ring) => {
-            let counts = vec![count; n];
-            ring_all_gatherv(n, r, &counts, &displacements(&counts), chunk)
+        (Collective::AllReduce, Algorithm::Ring) => {
+            ring_all_reduce_ordered(&order, r, count, chunk)
         }
-        (Collective::Broadcast, Algorithm::Tree) => tree_broadcast(n, r, root, count, chunk),
+        (Collective::AllReduce, Algorithm::FlatRing) => {
+            ring_all_reduce_ordered(&identity, r, count, chunk)
+        }
+        (Collective::AllReduce, Algorithm::Hier) => hier_all_reduce(topo, r, count, chunk),
+        (Collective::AllReduce, Algorithm::Tree) => {
+            let mut s = Schedule::new(n, r);
+            tree::push_tree_reduce(&mut s, &order, count, chunk, BufId::Send, BufId::Recv, true);
+            tree::push_tree_broadcast(&mut s, &order, count, chunk, BufId::Recv, BufId::Recv);
+            s
+        }
+        (Collective::AllReduce, Algorithm::Rd) => rd_all_reduce(n, r, count),
+        (Collective::ReduceScatter, Algorithm::Ring) => {
+            ring_reduce_scatter_ordered(&order, r, count, chunk)
+        }
+        (Collective::ReduceScatter, Algorithm::FlatRing) => {
+            ring_reduce_scatter_ordered(&identity, r, count, chunk)
+        }
+        (Collective::ReduceScatter, Algorithm::Hier) => hier_reduce_scatter(topo, r, count),
+        (Collective::AllGather, Algorithm::Ring | Algorithm::FlatRing) => {
+            let counts = vec![count; n];
+            let ord = if algo == Algorithm::Ring {
+                &order
+            } else {
+                &identity
+            };
+            ring_all_gatherv_ordered(ord, r, &counts, &displacements(&counts), chunk)
+        }
+        (Collective::AllGather, Algorithm::Hier) => hier_all_gather(topo, r, count),
+        (Collective::Broadcast, Algorithm::Tree) => {
+            let mut s = Schedule::new(n, r);
+            if r == root {
+                s.push(vec![Op::Copy {
+                    src: Region::new(BufId::Send, 0, count),
+                    dst: Region::new(BufId::Recv, 0, count),
+                }]);
+            }
+            tree::push_tree_broadcast(&mut s, &rooted, count, chunk, BufId::Send, BufId::Recv);
+            s
+        }
         (Collective::Broadcast, Algorithm::Ring) => chain_broadcast(n, r, root, count, chunk),
-        (Collective::Reduce, Algorithm::Tree) => tree_reduce(n, r, root, count, chunk),
+        (Collective::Broadcast, Algorithm::Hier) => hier_broadcast(topo, r, root, count, chunk),
+        (Collective::Reduce, Algorithm::Tree) => {
+            let mut s = Schedule::new(n, r);
+            let acc = if r == root {
+                BufId::Recv
+            } else {
+                BufId::Scratch
+            };
+            tree::push_tree_reduce(&mut s, &rooted, count, chunk, BufId::Send, acc, true);
+            s
+        }
         (Collective::Reduce, Algorithm::Ring) => chain_reduce(n, r, root, count, chunk),
+        (Collective::Reduce, Algorithm::Hier) => hier_reduce(topo, r, root, count, chunk),
         (Collective::AllToAll, Algorithm::Pairwise) => {
             let counts = vec![count; n];
             let displs = displacements(&counts);

@@ -1,79 +1,160 @@
-//! Ring reduce-scatter, all-gather and all-reduce, pipelined over blocks of
-//! `nranks × chunk` elements so a block's data is still in cache when the
+//! Rings over any ordered group of ranks and any partition of a region:
+//! reduce-scatter, all-gather and all-reduce. The flat collectives use the
+//! group of all ranks in a given order; hierarchical ones use node-local
+//! rings and cross-node rings over shards. Large messages are pipelined in
+//! blocks of `ring length × chunk` so a block is still in cache when its
 //! all-gather half sends it on.
 
 use crate::schedule::{chunk_bounds, BufId, Op, Region, Schedule};
 
-/// Ring all-reduce of `count` elements.
-pub fn ring_all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
-    let mut s = Schedule::new(n, r);
-    if n == 1 {
-        s.push(vec![
-            Op::Copy {
-                src: Region::new(BufId::Send, 0, count),
-                dst: Region::new(BufId::Recv, 0, count),
-            },
-            Op::Finalize {
-                region: Region::new(BufId::Recv, 0, count),
-            },
-        ]);
-        return s;
+/// A part of a region: `(offset, len)` in elements.
+pub type Part = (usize, usize);
+
+fn position(ring: &[usize], rank: usize) -> usize {
+    ring.iter()
+        .position(|&x| x == rank)
+        .expect("rank is a member of the ring")
+}
+
+/// Appends a ring reduce-scatter over `ring` (ranks in ring order): at the
+/// end, ring position p holds `parts[p]` reduced over the ring in `acc`.
+/// Inputs are read from `input`; partial sums live in `acc` at the same
+/// offsets. With `finalize`, each owner finalizes its part.
+pub fn push_ring_reduce_scatter(
+    s: &mut Schedule,
+    ring: &[usize],
+    parts: &[Part],
+    input: BufId,
+    acc: BufId,
+    finalize: bool,
+) {
+    let m = ring.len();
+    let p = position(ring, s.rank);
+    let reg = |i: usize, buf: BufId| Region::new(buf, parts[i].0, parts[i].1);
+    if m == 1 {
+        let mut ops = vec![Op::Copy {
+            src: reg(0, input),
+            dst: reg(0, acc),
+        }];
+        if finalize {
+            ops.push(Op::Finalize {
+                region: reg(0, acc),
+            });
+        }
+        s.push(ops);
+        return;
     }
-    let next = (r + 1) % n;
-    let prev = (r + n - 1) % n;
-    let block = n.saturating_mul(chunk.max(1));
+    let next = ring[(p + 1) % m];
+    let prev = ring[(p + m - 1) % m];
+    for step in 0..m - 1 {
+        let sc = (p + 2 * m - step - 1) % m;
+        let rc = (p + 2 * m - step - 2) % m;
+        let src = reg(sc, if step == 0 { input } else { acc });
+        let dst = reg(rc, acc);
+        let mut ops = Vec::with_capacity(3);
+        if src.len > 0 {
+            ops.push(Op::Send { peer: next, src });
+        }
+        if dst.len > 0 {
+            ops.push(Op::RecvReduce {
+                peer: prev,
+                local: reg(rc, input),
+                dst,
+            });
+            if finalize && step == m - 2 {
+                ops.push(Op::Finalize { region: dst });
+            }
+        }
+        s.push(ops);
+    }
+}
+
+/// Appends a ring all-gather over `ring`: position p starts with `parts[p]`
+/// in `buf` and ends with every part.
+pub fn push_ring_all_gather(s: &mut Schedule, ring: &[usize], parts: &[Part], buf: BufId) {
+    let m = ring.len();
+    if m == 1 {
+        return;
+    }
+    let p = position(ring, s.rank);
+    let next = ring[(p + 1) % m];
+    let prev = ring[(p + m - 1) % m];
+    let reg = |i: usize| Region::new(buf, parts[i].0, parts[i].1);
+    for step in 0..m - 1 {
+        let src = reg((p + m - step) % m);
+        let dst = reg((p + 2 * m - step - 1) % m);
+        let mut ops = Vec::with_capacity(2);
+        if src.len > 0 {
+            ops.push(Op::Send { peer: next, src });
+        }
+        if dst.len > 0 {
+            ops.push(Op::Recv { peer: prev, dst });
+        }
+        s.push(ops);
+    }
+}
+
+/// Appends a pipelined ring all-reduce over `ring` of the region
+/// `[offset, offset + count)`: reads `input`, leaves the result in `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn push_ring_all_reduce(
+    s: &mut Schedule,
+    ring: &[usize],
+    offset: usize,
+    count: usize,
+    chunk: usize,
+    input: BufId,
+    out: BufId,
+    finalize: bool,
+) {
+    let m = ring.len();
+    let block = m.saturating_mul(chunk.max(1));
     let mut base = 0;
     while base < count {
         let blen = block.min(count - base);
-        let part = |i: usize, buf: BufId| {
-            let (o, l) = chunk_bounds(blen, n, i);
-            Region::new(buf, base + o, l)
-        };
-        // Reduce-scatter: after n-1 steps rank r owns chunk r+1.
-        for step in 0..n - 1 {
-            let sc = (r + n - step) % n;
-            let rc = (r + 2 * n - step - 1) % n;
-            let src = part(sc, if step == 0 { BufId::Send } else { BufId::Recv });
-            let dst = part(rc, BufId::Recv);
-            let mut ops = Vec::with_capacity(3);
-            if src.len > 0 {
-                ops.push(Op::Send { peer: next, src });
-            }
-            if dst.len > 0 {
-                ops.push(Op::RecvReduce {
-                    peer: prev,
-                    local: part(rc, BufId::Send),
-                    dst,
-                });
-                if step == n - 2 {
-                    ops.push(Op::Finalize { region: dst });
-                }
-            }
-            s.push(ops);
-        }
-        // All-gather of the reduced chunks.
-        for step in 0..n - 1 {
-            let sc = (r + 1 + n - step) % n;
-            let rc = (r + n - step) % n;
-            let src = part(sc, BufId::Recv);
-            let dst = part(rc, BufId::Recv);
-            let mut ops = Vec::with_capacity(2);
-            if src.len > 0 {
-                ops.push(Op::Send { peer: next, src });
-            }
-            if dst.len > 0 {
-                ops.push(Op::Recv { peer: prev, dst });
-            }
-            s.push(ops);
-        }
+        let parts: Vec<Part> = (0..m)
+            .map(|i| {
+                let (o, l) = chunk_bounds(blen, m, i);
+                (offset + base + o, l)
+            })
+            .collect();
+        push_ring_reduce_scatter(s, ring, &parts, input, out, finalize);
+        push_ring_all_gather(s, ring, &parts, out);
         base += blen;
     }
+}
+
+/// Ring all-reduce of `count` elements over the ring `order` (all ranks).
+pub fn ring_all_reduce_ordered(order: &[usize], r: usize, count: usize, chunk: usize) -> Schedule {
+    let mut s = Schedule::new(order.len(), r);
+    push_ring_all_reduce(
+        &mut s,
+        order,
+        0,
+        count,
+        chunk,
+        BufId::Send,
+        BufId::Recv,
+        true,
+    );
     s
 }
 
-/// Ring reduce-scatter: the input holds `n × recv_count` elements, rank r
-/// receives block r reduced over all ranks.
-pub fn ring_reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Schedule {
+/// Ring all-reduce of `count` elements over ranks in their given order.
+pub fn ring_all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+    let order: Vec<usize> = (0..n).collect();
+    ring_all_reduce_ordered(&order, r, count, chunk)
+}
+
+/// Ring reduce-scatter over the ring `order`: the input holds one block of
+/// `recv_count` elements per rank (in rank order); rank r receives block r.
+pub fn ring_reduce_scatter_ordered(
+    order: &[usize],
+    r: usize,
+    recv_count: usize,
+    chunk: usize,
+) -> Schedule {
+    let n = order.len();
     let mut s = Schedule::new(n, r);
     if n == 1 {
         s.push(vec![
@@ -87,19 +168,21 @@ pub fn ring_reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) 
         ]);
         return s;
     }
-    let next = (r + 1) % n;
-    let prev = (r + n - 1) % n;
+    let p = position(order, r);
+    let next = order[(p + 1) % n];
+    let prev = order[(p + n - 1) % n];
     let chunk = chunk.max(1);
     let mut base = 0;
     while base < recv_count {
         let blen = chunk.min(recv_count - base);
         // Partial sums alternate between two scratch halves.
         let scratch = |step: usize| Region::new(BufId::Scratch, (step % 2) * blen, blen);
+        let block_of = |pos: usize| order[pos] * recv_count + base;
         for step in 0..n - 1 {
-            let sc = (r + 2 * n - step - 1) % n;
-            let rc = (r + 2 * n - step - 2) % n;
+            let sc = (p + 2 * n - step - 1) % n;
+            let rc = (p + 2 * n - step - 2) % n;
             let src = if step == 0 {
-                Region::new(BufId::Send, sc * recv_count + base, blen)
+                Region::new(BufId::Send, block_of(sc), blen)
             } else {
                 scratch(step - 1)
             };
@@ -112,7 +195,7 @@ pub fn ring_reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) 
                 Op::Send { peer: next, src },
                 Op::RecvReduce {
                     peer: prev,
-                    local: Region::new(BufId::Send, rc * recv_count + base, blen),
+                    local: Region::new(BufId::Send, block_of(rc), blen),
                     dst,
                 },
             ];
@@ -126,15 +209,22 @@ pub fn ring_reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) 
     s
 }
 
-/// Ring all-gather with per-rank counts: rank i contributes `counts[i]`
-/// elements placed at `displs[i]` of the output.
-pub fn ring_all_gatherv(
-    n: usize,
+/// Ring reduce-scatter over ranks in their given order.
+pub fn ring_reduce_scatter(n: usize, r: usize, recv_count: usize, chunk: usize) -> Schedule {
+    let order: Vec<usize> = (0..n).collect();
+    ring_reduce_scatter_ordered(&order, r, recv_count, chunk)
+}
+
+/// Ring all-gather with per-rank counts over the ring `order`: rank i
+/// contributes `counts[i]` elements placed at `displs[i]` of the output.
+pub fn ring_all_gatherv_ordered(
+    order: &[usize],
     r: usize,
     counts: &[usize],
     displs: &[usize],
     chunk: usize,
 ) -> Schedule {
+    let n = order.len();
     let mut s = Schedule::new(n, r);
     let own = Op::Copy {
         src: Region::new(BufId::Send, 0, counts[r]),
@@ -144,26 +234,29 @@ pub fn ring_all_gatherv(
         s.push(vec![own]);
         return s;
     }
-    let next = (r + 1) % n;
-    let prev = (r + n - 1) % n;
+    let p = position(order, r);
+    let next = order[(p + 1) % n];
+    let prev = order[(p + n - 1) % n];
     let chunk = chunk.max(1);
     let longest = counts.iter().copied().max().unwrap_or(0);
     let mut base = 0;
     let mut first = true;
     while base < longest || first {
-        let piece = |i: usize, buf: BufId| {
+        let piece = |pos: usize, own_buf: bool| {
+            let i = order[pos];
             let start = base.min(counts[i]);
             let len = (counts[i] - start).min(chunk);
-            match buf {
-                BufId::Send => Region::new(BufId::Send, start, len),
-                _ => Region::new(buf, displs[i] + start, len),
+            if own_buf {
+                Region::new(BufId::Send, start, len)
+            } else {
+                Region::new(BufId::Recv, displs[i] + start, len)
             }
         };
         for step in 0..n - 1 {
-            let sc = (r + n - step) % n;
-            let rc = (r + 2 * n - step - 1) % n;
-            let src = piece(sc, if sc == r { BufId::Send } else { BufId::Recv });
-            let dst = piece(rc, BufId::Recv);
+            let sc = (p + n - step) % n;
+            let rc = (p + 2 * n - step - 1) % n;
+            let src = piece(sc, sc == p);
+            let dst = piece(rc, false);
             let mut ops = Vec::with_capacity(3);
             if first && step == 0 {
                 ops.push(own);
@@ -180,4 +273,16 @@ pub fn ring_all_gatherv(
         base += chunk;
     }
     s
+}
+
+/// Ring all-gather with per-rank counts over ranks in their given order.
+pub fn ring_all_gatherv(
+    n: usize,
+    r: usize,
+    counts: &[usize],
+    displs: &[usize],
+    chunk: usize,
+) -> Schedule {
+    let order: Vec<usize> = (0..n).collect();
+    ring_all_gatherv_ordered(&order, r, counts, displs, chunk)
 }

@@ -59,12 +59,30 @@ fn chunks(count: usize, chunk: usize) -> Vec<(usize, usize)> {
     v
 }
 
-/// Appends the steps of a pipelined binomial reduce to `root`, accumulating
-/// in `acc` (the root's result lands there). Returns nothing; `s` grows.
-fn push_tree_reduce(s: &mut Schedule, root: usize, count: usize, chunk: usize, acc: BufId) {
-    let (n, r) = (s.nranks, s.rank);
-    let vr = (r + n - root) % n;
-    let real = |v: usize| (v + root) % n;
+/// Rotates `0..n` so `root` comes first: the group of a flat rooted tree.
+pub fn rooted_group(n: usize, root: usize) -> Vec<usize> {
+    (0..n).map(|v| (v + root) % n).collect()
+}
+
+/// Appends a pipelined binomial reduce over `group` toward `group[0]`:
+/// inputs are read from `input`, partial sums accumulate in `acc`, and the
+/// root's result lands in its `acc`. With `finalize` the root finalizes.
+#[allow(clippy::too_many_arguments)]
+pub fn push_tree_reduce(
+    s: &mut Schedule,
+    group: &[usize],
+    count: usize,
+    chunk: usize,
+    input: BufId,
+    acc: BufId,
+    finalize: bool,
+) {
+    let n = group.len();
+    let vr = group
+        .iter()
+        .position(|&x| x == s.rank)
+        .expect("member of the tree");
+    let real = |v: usize| group[v];
     let levels = ceil_log2(n);
     let cs = chunks(count, chunk);
     // Whether this rank has received into `acc` for the chunk yet: all
@@ -74,16 +92,17 @@ fn push_tree_reduce(s: &mut Schedule, root: usize, count: usize, chunk: usize, a
     let last_recv_level = (0..levels)
         .rev()
         .find(|&l| matches!(reduce_action(n, vr, l), Action::From(_)));
-    if levels == 0 || (vr == 0 && last_recv_level.is_none()) {
-        s.push(vec![
-            Op::Copy {
-                src: Region::new(BufId::Send, 0, count),
-                dst: Region::new(acc, 0, count),
-            },
-            Op::Finalize {
+    if levels == 0 {
+        let mut ops = vec![Op::Copy {
+            src: Region::new(input, 0, count),
+            dst: Region::new(acc, 0, count),
+        }];
+        if finalize {
+            ops.push(Op::Finalize {
                 region: Region::new(acc, 0, count),
-            },
-        ]);
+            });
+        }
+        s.push(ops);
         return;
     }
     for t in 0..cs.len() + levels - 1 {
@@ -101,16 +120,16 @@ fn push_tree_reduce(s: &mut Schedule, root: usize, count: usize, chunk: usize, a
                     let dst = mine(acc);
                     ops.push(Op::RecvReduce {
                         peer: real(c),
-                        local: if have { dst } else { mine(BufId::Send) },
+                        local: if have { dst } else { mine(input) },
                         dst,
                     });
-                    if vr == 0 && Some(level) == last_recv_level {
+                    if finalize && vr == 0 && Some(level) == last_recv_level {
                         ops.push(Op::Finalize { region: dst });
                     }
                 }
                 Action::To(p) => ops.push(Op::Send {
                     peer: real(p),
-                    src: if have { mine(acc) } else { mine(BufId::Send) },
+                    src: if have { mine(acc) } else { mine(input) },
                 }),
             }
         }
@@ -118,12 +137,23 @@ fn push_tree_reduce(s: &mut Schedule, root: usize, count: usize, chunk: usize, a
     }
 }
 
-/// Appends a pipelined binomial broadcast of `buf` from `root`; the root
-/// sends from `src` (its input).
-fn push_tree_broadcast(s: &mut Schedule, root: usize, count: usize, chunk: usize, src: BufId) {
-    let (n, r) = (s.nranks, s.rank);
-    let vr = (r + n - root) % n;
-    let real = |v: usize| (v + root) % n;
+/// Appends a pipelined binomial broadcast over `group` from `group[0]`,
+/// which sends from `src`; every other member receives into `buf` and
+/// forwards from there.
+pub fn push_tree_broadcast(
+    s: &mut Schedule,
+    group: &[usize],
+    count: usize,
+    chunk: usize,
+    src: BufId,
+    buf: BufId,
+) {
+    let n = group.len();
+    let vr = group
+        .iter()
+        .position(|&x| x == s.rank)
+        .expect("member of the tree");
+    let real = |v: usize| group[v];
     let levels = ceil_log2(n);
     let cs = chunks(count, chunk);
     if levels == 0 {
@@ -139,11 +169,11 @@ fn push_tree_broadcast(s: &mut Schedule, root: usize, count: usize, chunk: usize
                 Action::Idle => {}
                 Action::From(p) => ops.push(Op::Recv {
                     peer: real(p),
-                    dst: Region::new(BufId::Recv, off, len),
+                    dst: Region::new(buf, off, len),
                 }),
                 Action::To(c) => ops.push(Op::Send {
                     peer: real(c),
-                    src: Region::new(if vr == 0 { src } else { BufId::Recv }, off, len),
+                    src: Region::new(if vr == 0 { src } else { buf }, off, len),
                 }),
             }
         }
@@ -160,7 +190,14 @@ pub fn tree_broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usiz
             dst: Region::new(BufId::Recv, 0, count),
         }]);
     }
-    push_tree_broadcast(&mut s, root, count, chunk, BufId::Send);
+    push_tree_broadcast(
+        &mut s,
+        &rooted_group(n, root),
+        count,
+        chunk,
+        BufId::Send,
+        BufId::Recv,
+    );
     s
 }
 
@@ -172,15 +209,24 @@ pub fn tree_reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize) 
     } else {
         BufId::Scratch
     };
-    push_tree_reduce(&mut s, root, count, chunk, acc);
+    push_tree_reduce(
+        &mut s,
+        &rooted_group(n, root),
+        count,
+        chunk,
+        BufId::Send,
+        acc,
+        true,
+    );
     s
 }
 
 /// Tree all-reduce: binomial reduce to rank 0, then binomial broadcast.
 pub fn tree_all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    push_tree_reduce(&mut s, 0, count, chunk, BufId::Recv);
-    push_tree_broadcast(&mut s, 0, count, chunk, BufId::Recv);
+    let group = rooted_group(n, 0);
+    push_tree_reduce(&mut s, &group, count, chunk, BufId::Send, BufId::Recv, true);
+    push_tree_broadcast(&mut s, &group, count, chunk, BufId::Recv, BufId::Recv);
     s
 }
 

@@ -359,7 +359,14 @@ fn server_handshake(inner: &ServerInner, stream: &mut TcpStream) -> Result<u64, 
 }
 
 fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr) {
-    let rank = match server_handshake(inner, &mut stream) {
+    serve_conn_inner(inner, &mut stream, peer);
+    // The server keeps a clone of the stream (to shut it down on drop), so
+    // dropping ours would not close the connection: shut it down explicitly.
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn serve_conn_inner(inner: &ServerInner, stream: &mut TcpStream, peer: SocketAddr) {
+    let rank = match server_handshake(inner, stream) {
         Ok(rank) => rank,
         Err(refusal) => {
             if !inner.shutdown.load(Ordering::SeqCst) {
@@ -378,7 +385,7 @@ fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr) {
     };
     tracing::debug!(%peer, rank, "sncl store: rank connected");
     loop {
-        let frame = match read_frame(&mut stream) {
+        let frame = match read_frame(stream) {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
@@ -397,7 +404,7 @@ fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr) {
                 break;
             }
         };
-        if let Err(e) = write_frame(&mut stream, &reply) {
+        if let Err(e) = write_frame(stream, &reply) {
             tracing::debug!(%peer, rank, "sncl store: cannot reply to rank {rank}: {e}");
             break;
         }
@@ -577,7 +584,9 @@ impl TcpStore {
                     detail: format!(
                         "cannot reach the sncl root at {addr} within {} ms: {} ({attempts} attempt(s)); \
                          is rank 0 running and is SNCL_ROOT right?",
-                        deadline.saturating_duration_since(start).as_millis(),
+                        // Rounded: the caller computed the deadline a moment
+                        // before this call started.
+                        (deadline.saturating_duration_since(start).as_micros() + 500) / 1000,
                         describe_io(&last)
                     ),
                 });

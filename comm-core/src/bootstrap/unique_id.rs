@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(format!("{:016x}", fixed.comm_id()), PINNED_COMM_ID);
     }
 
-    const PINNED_COMM_ID: &str = "PLACEHOLDER";
+    const PINNED_COMM_ID: &str = "3a8fa071b01a1511";
 
     #[test]
     fn rejects_garbage() {

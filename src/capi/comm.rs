@@ -1,0 +1,246 @@
+//! The state behind a `snclComm_t`: the communicator (possibly still being
+//! created), its issue order, its custom operators and its last error.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+use super::error::CError;
+use super::types::snclResult_t;
+use crate::{Communicator, DataType};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+enum InitState {
+    Pending,
+    Ready,
+    Failed(CError),
+}
+
+/// Where a pre-multiplying operator's scalar is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scalar {
+    /// Copied at creation (little room: at most 8 bytes).
+    Immediate([u8; 8]),
+    /// Read at execution (a host address).
+    Pointer(usize),
+}
+
+/// A custom operator made by `snclRedOpCreatePreMulSum`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PreMul {
+    pub dtype: DataType,
+    pub scalar: Scalar,
+}
+
+/// Issue order of one communicator: every C call on it takes a ticket when
+/// it is issued and runs when the ticket's turn comes, so operations queued
+/// on streams, run by groups and run inline keep the order in which the
+/// application issued them (the same on every rank).
+#[derive(Default)]
+struct Order {
+    st: Mutex<(u64, u64)>,
+    cv: Condvar,
+}
+
+/// A place in a communicator's order. Dropping it (run or not) passes the
+/// turn on, after waiting for it, so a skipped operation never blocks the
+/// ones behind it.
+pub(crate) struct Ticket {
+    comm: Arc<CommShared>,
+    n: u64,
+    started: bool,
+}
+
+impl Ticket {
+    /// Waits until every operation issued before this one has finished.
+    pub fn wait_turn(&mut self) {
+        let o = &self.comm.order;
+        let mut g = lock(&o.st);
+        while g.1 != self.n {
+            g = o.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.started = true;
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &Arc<CommShared> {
+        &self.comm
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.started {
+            self.wait_turn();
+        }
+        let o = &self.comm.order;
+        let mut g = lock(&o.st);
+        g.1 += 1;
+        o.cv.notify_all();
+    }
+}
+
+/// Everything a `snclComm` owns; operations in flight keep it alive.
+pub(crate) struct CommShared {
+    state: Mutex<InitState>,
+    cv: Condvar,
+    comm: OnceLock<Communicator>,
+    /// An address whose route tells this host's address towards the job
+    /// (the unique id's root), for the ids `snclCommSplit` makes.
+    pub route: OnceLock<SocketAddr>,
+    /// Whether init and split on it block (`snclConfig_t::blocking`).
+    pub blocking: bool,
+    order: Order,
+    redops: Mutex<Vec<Option<PreMul>>>,
+    last_error: Mutex<Option<String>>,
+    async_code: Mutex<Option<snclResult_t>>,
+}
+
+impl CommShared {
+    /// A communicator still being created.
+    pub fn pending(blocking: bool) -> Arc<CommShared> {
+        Arc::new(CommShared {
+            state: Mutex::new(InitState::Pending),
+            cv: Condvar::new(),
+            comm: OnceLock::new(),
+            route: OnceLock::new(),
+            blocking,
+            order: Order::default(),
+            redops: Mutex::new(Vec::new()),
+            last_error: Mutex::new(None),
+            async_code: Mutex::new(None),
+        })
+    }
+
+    /// A created communicator.
+    pub fn ready(c: Communicator, blocking: bool, route: Option<SocketAddr>) -> Arc<CommShared> {
+        let s = CommShared::pending(blocking);
+        if let Some(r) = route {
+            let _ = s.route.set(r);
+        }
+        s.finish(Ok(c));
+        s
+    }
+
+    /// Ends creation, successfully or not.
+    pub fn finish(&self, r: Result<Communicator, CError>) {
+        let mut g = lock(&self.state);
+        *g = match r {
+            Ok(c) => {
+                let _ = self.comm.set(c);
+                InitState::Ready
+            }
+            Err(e) => {
+                self.set_error(&e.msg);
+                InitState::Failed(CError::new(
+                    e.code,
+                    format!("communicator initialization failed: {}", e.msg),
+                ))
+            }
+        };
+        self.cv.notify_all();
+    }
+
+    /// The communicator, waiting for its creation to end.
+    pub fn get(&self) -> Result<&Communicator, CError> {
+        let mut g = lock(&self.state);
+        loop {
+            match &*g {
+                InitState::Pending => g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                InitState::Ready => return Ok(self.comm.get().expect("ready")),
+                InitState::Failed(e) => return Err(e.clone()),
+            }
+        }
+    }
+
+    /// `snclInProgress` while being created, the creation's error, or
+    /// the error that aborted it.
+    pub fn async_code(&self) -> snclResult_t {
+        match &*lock(&self.state) {
+            InitState::Pending => return snclResult_t::snclInProgress,
+            InitState::Failed(e) => return e.code,
+            InitState::Ready => {}
+        }
+        let c = self.comm.get().expect("ready");
+        match c.async_error() {
+            None => snclResult_t::snclSuccess,
+            Some(_) => lock(&self.async_code).unwrap_or(snclResult_t::snclRemoteError),
+        }
+    }
+
+    /// Takes the next place in the issue order.
+    pub fn ticket(self: &Arc<Self>) -> Ticket {
+        let n = {
+            let mut g = lock(&self.order.st);
+            let n = g.0;
+            g.0 += 1;
+            n
+        };
+        Ticket {
+            comm: self.clone(),
+            n,
+            started: false,
+        }
+    }
+
+    /// Records a failure of an operation on this communicator.
+    pub fn record(&self, e: &CError) {
+        self.set_error(&e.msg);
+        if let Some(c) = self.comm.get() {
+            if c.async_error().is_some() {
+                let mut g = lock(&self.async_code);
+                if g.is_none() {
+                    *g = Some(e.code);
+                }
+            }
+        }
+    }
+
+    fn set_error(&self, msg: &str) {
+        *lock(&self.last_error) = Some(msg.to_string());
+    }
+
+    /// The last failure on this communicator.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.last_error).clone()
+    }
+
+    /// Registers a custom operator; returns its value.
+    pub fn add_redop(&self, p: PreMul) -> Result<i32, CError> {
+        let mut ops = lock(&self.redops);
+        let slot = match ops.iter().position(Option::is_none) {
+            Some(i) => {
+                ops[i] = Some(p);
+                i
+            }
+            None => {
+                ops.push(Some(p));
+                ops.len() - 1
+            }
+        };
+        i32::try_from(slot + 5).map_err(|_| CError::internal("too many custom operators"))
+    }
+
+    /// The custom operator `op`.
+    pub fn redop(&self, op: i32) -> Option<PreMul> {
+        let i = usize::try_from(op.checked_sub(5)?).ok()?;
+        lock(&self.redops).get(i).copied().flatten()
+    }
+
+    /// Removes the custom operator `op`; false if there is none.
+    pub fn remove_redop(&self, op: i32) -> bool {
+        let Some(i) = op.checked_sub(5).and_then(|i| usize::try_from(i).ok()) else {
+            return false;
+        };
+        let mut ops = lock(&self.redops);
+        match ops.get_mut(i) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Hierarchical and topology-aware algorithms on a two-tier layout built of
+//! thread ranks: 4 "nodes" (distinct SNCL_NODE_ID) of 2 ranks placed
+//! round-robin, shared memory inside a node and TCP between nodes.
+
+use std::sync::Arc;
+
+use sncl::{Collective, Communicator, Config, MemoryStore, ReduceOp, Store};
+
+fn two_tier(n: usize, nodes: usize) -> Vec<Communicator> {
+    let store = MemoryStore::new();
+    let comm_id = 0x5eed_0000 + n as u64 * 31 + nodes as u64;
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
+            let cfg = Config {
+                node_id: Some(format!("node{}", r % nodes)),
+                chunk_bytes: 4096,
+                ..Config::default()
+            };
+            std::thread::spawn(move || Communicator::init_with_store(store, r, n, comm_id, cfg))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+}
+
+#[test]
+fn hier_and_ring_agree_with_the_exact_result() {
+    let comms = two_tier(8, 4);
+    assert_eq!(comms[0].transports()[4], "shm");
+    assert_eq!(comms[0].transports()[1], "tcp");
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let (n, r) = (c.size(), c.rank());
+                for algo in ["hier", "ring", "flat-ring", "tree", "rd"] {
+                    c.force_algorithm(Collective::AllReduce, Some(algo))
+                        .unwrap();
+                    for count in [0usize, 1, 7, 1000, 100_003] {
+                        let send: Vec<f32> =
+                            (0..count).map(|i| ((i * 3 + r) % 10) as f32).collect();
+                        let mut recv = vec![0f32; count];
+                        c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                        for (i, x) in recv.iter().enumerate() {
+                            let want: f32 = (0..n).map(|q| ((i * 3 + q) % 10) as f32).sum();
+                            assert_eq!(*x, want, "{algo} count {count} elem {i}");
+                        }
+                    }
+                }
+                for algo in ["hier", "ring", "flat-ring"] {
+                    c.force_algorithm(Collective::AllGather, Some(algo))
+                        .unwrap();
+                    c.force_algorithm(Collective::ReduceScatter, Some(algo))
+                        .unwrap();
+                    for count in [0usize, 1, 13, 5000] {
+                        let mine: Vec<i32> = (0..count).map(|i| (r * 1000 + i) as i32).collect();
+                        let mut all = vec![0i32; count * n];
+                        c.all_gather(&mine, &mut all).unwrap();
+                        for q in 0..n {
+                            for i in 0..count {
+                                assert_eq!(all[q * count + i], (q * 1000 + i) as i32, "{algo}");
+                            }
+                        }
+                        let input: Vec<i64> = (0..count * n).map(|i| (i + r) as i64).collect();
+                        let mut out = vec![0i64; count];
+                        c.reduce_scatter(&input, &mut out, ReduceOp::Sum).unwrap();
+                        for (i, x) in out.iter().enumerate() {
+                            let want: i64 = (0..n).map(|q| (r * count + i + q) as i64).sum();
+                            assert_eq!(*x, want, "{algo} rs");
+                        }
+                    }
+                }
+                for algo in ["hier", "tree", "ring"] {
+                    c.force_algorithm(Collective::Broadcast, Some(algo))
+                        .unwrap();
+                    c.force_algorithm(Collective::Reduce, Some(algo)).unwrap();
+                    for root in [0, 3, 6] {
+                        let mut buf: Vec<u64> = (0..10_000)
+                            .map(|i| if r == root { i * 7 } else { 0 })
+                            .collect();
+                        c.broadcast(&mut buf, root).unwrap();
+                        assert!(
+                            buf.iter().enumerate().all(|(i, x)| *x == i as u64 * 7),
+                            "{algo} bcast"
+                        );
+                        let send: Vec<f64> = (0..3000).map(|i| (i % 5 + r) as f64).collect();
+                        let mut out = vec![0f64; 3000];
+                        c.reduce(&send, &mut out, ReduceOp::Avg, root).unwrap();
+                        if r == root {
+                            for (i, x) in out.iter().enumerate() {
+                                let sum: f64 = (0..n).map(|q| (i % 5 + q) as f64).sum();
+                                assert_eq!(*x, sum / n as f64, "{algo} reduce");
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
