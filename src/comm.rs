@@ -109,6 +109,9 @@ pub(crate) struct State {
     scratch: Vec<u8>,
     cache: HashMap<ShapeKey, Arc<Schedule>>,
     aborted: Option<String>,
+    traffic: exec::Traffic,
+    ops: HashMap<Collective, u64>,
+    busy: std::time::Duration,
 }
 
 /// Ticket-based ordering: operations run in the order they took a ticket.
@@ -238,6 +241,9 @@ impl Inner {
                 scratch: Vec::new(),
                 cache: HashMap::new(),
                 aborted: None,
+                traffic: exec::Traffic::default(),
+                ops: HashMap::new(),
+                busy: std::time::Duration::ZERO,
             }),
             order: Order::new(),
             _store: p.store,
@@ -587,7 +593,10 @@ impl Inner {
             timeout: self.config.timeout,
             spin: self.spin,
         };
-        let result = exec::execute(&sched, &ctx, &bufs, &mut st.conns, None);
+        *st.ops.entry(op.coll).or_insert(0) += 1;
+        let started = std::time::Instant::now();
+        let result = exec::execute(&sched, &ctx, &bufs, &mut st.conns, Some(&mut st.traffic));
+        st.busy += started.elapsed();
         if let Err(e) = &result {
             tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
             let cause = e.failed_rank();
@@ -597,6 +606,39 @@ impl Inner {
             }
         }
         result
+    }
+
+    /// Per-tier accounting since the communicator was created.
+    pub fn stats(&self) -> crate::Stats {
+        let st = self.lock();
+        let mut s = crate::Stats {
+            rank: self.rank,
+            ops: st.ops.values().sum(),
+            ops_by_collective: st
+                .ops
+                .iter()
+                .map(|(c, n)| (c.name().to_string(), *n))
+                .collect(),
+            wait_time: st.traffic.waited,
+            busy_time: st.busy,
+            ..Default::default()
+        };
+        s.ops_by_collective.sort();
+        for (p, b) in st.traffic.sent.iter().enumerate() {
+            if self.topo.same_node(self.rank, p) {
+                s.intra_sent += b;
+            } else {
+                s.inter_sent += b;
+            }
+        }
+        for (p, b) in st.traffic.received.iter().enumerate() {
+            if self.topo.same_node(self.rank, p) {
+                s.intra_received += b;
+            } else {
+                s.inter_received += b;
+            }
+        }
+        s
     }
 
     /// Aborts: every peer's pending and later operations fail.

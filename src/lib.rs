@@ -16,6 +16,7 @@ mod comm;
 mod element;
 mod logging;
 mod setup;
+mod stats;
 mod work;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -29,6 +30,7 @@ pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
+pub use stats::Stats;
 pub use work::{Group, RawWork, Scope, Work};
 
 use comm_core::bootstrap::{TcpStore, TcpStoreServer};
@@ -224,6 +226,17 @@ impl Communicator {
     /// rank must make the same call at the same point.
     pub fn force_algorithm(&self, coll: Collective, algo: Option<&str>) -> Result<()> {
         self.inner.force_algorithm(coll, algo)
+    }
+
+    /// Bytes sent and received on each tier (intra-node, inter-node),
+    /// operation counts and time spent waiting on peers, since creation.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The placement of ranks on nodes.
+    pub fn topology(&self) -> &comm_core::topo::Topology {
+        &self.inner.topo
     }
 
     /// Aborts the communicator: pending and later operations fail on this

@@ -34,6 +34,16 @@ pub fn node_identity(config: &Config) -> String {
     )
 }
 
+struct UnlinkOnDrop(Vec<String>);
+
+impl Drop for UnlinkOnDrop {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
+        }
+    }
+}
+
 struct RankInfo {
     node: String,
     tcp: SocketAddr,
@@ -134,6 +144,9 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     // Shared memory: create inbound FIFOs, publish their names, open the peers'.
     let shm_peers: Vec<usize> = (0..nranks).filter(|&p| transports[p] == "shm").collect();
     let mut inbound = Vec::new();
+    // Names are removed when setup ends, whether it succeeded (every peer
+    // has mapped them by then) or failed (nobody will).
+    let mut inbound_names = UnlinkOnDrop(Vec::new());
     for &p in &shm_peers {
         let (seg, name) = create_inbound(comm_id, p, rank, config.shm_slots, config.shm_slot_bytes)
             .map_err(|e| Error::Io {
@@ -144,6 +157,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
                 source: e,
             })?;
         kv.set(&format!("shm/{p}/{rank}"), name.as_bytes())?;
+        inbound_names.0.push(name);
         inbound.push((p, seg));
     }
     for (p, seg) in inbound {
@@ -178,12 +192,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     }
     // Once everyone has opened its segments, the names can go.
     store_barrier(&kv, "connected", nranks, timeout)?;
-    for &p in &shm_peers {
-        let _ = std::fs::remove_file(format!(
-            "/dev/shm/{}",
-            transport_shm::segment_name(comm_id, p, rank, std::process::id())
-        ));
-    }
+    drop(inbound_names);
     let summary: Vec<String> = transports
         .iter()
         .enumerate()

@@ -97,3 +97,37 @@ fn hier_and_ring_agree_with_the_exact_result() {
         }
     });
 }
+
+#[test]
+fn inter_node_bytes_match_the_algorithm() {
+    // 4 nodes x 2 ranks, round-robin: hier all_reduce of C floats sends
+    // 2 (N-1)/N x C/L elements per rank across nodes.
+    let comms = two_tier(8, 4);
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let count = 8192usize;
+                c.force_algorithm(Collective::AllReduce, Some("hier"))
+                    .unwrap();
+                let before = c.stats();
+                let mut v = vec![1f32; count];
+                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+                let d = c.stats().since(&before);
+                let (nodes, local) = (4u64, 2u64);
+                let want = 2 * (nodes - 1) * (count as u64 / local) / nodes * 4;
+                assert_eq!(d.inter_sent, want, "rank {}", c.rank());
+                assert_eq!(d.inter_received, want, "rank {}", c.rank());
+                assert_eq!(d.ops, 1);
+                // The flat ring in rank order crosses nodes on every edge.
+                c.force_algorithm(Collective::AllReduce, Some("flat-ring"))
+                    .unwrap();
+                let before = c.stats();
+                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+                let d = c.stats().since(&before);
+                assert_eq!(d.intra_sent, 0);
+                assert_eq!(d.inter_sent, 2 * 7 * (count as u64 / 8) * 4);
+                assert!((d.cross_tier_share() - 1.0).abs() < 1e-12);
+            });
+        }
+    });
+}

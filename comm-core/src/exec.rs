@@ -45,6 +45,8 @@ pub struct Traffic {
     pub sent: Vec<u64>,
     /// Bytes received from each peer.
     pub received: Vec<u64>,
+    /// Time spent waiting on peers (no progress possible).
+    pub waited: Duration,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -59,6 +61,7 @@ struct OpState {
 /// would steal the core from the rank it waits for.
 struct Waiter {
     idle: u32,
+    waited: Duration,
     spin: Duration,
     last_progress: Instant,
     last_probe: Instant,
@@ -69,6 +72,7 @@ impl Waiter {
         let now = Instant::now();
         Waiter {
             idle: 0,
+            waited: Duration::ZERO,
             spin,
             last_progress: now,
             last_probe: now,
@@ -76,6 +80,9 @@ impl Waiter {
     }
 
     fn progressed(&mut self) {
+        if self.idle > 0 {
+            self.waited += self.last_progress.elapsed();
+        }
         self.idle = 0;
     }
 
@@ -212,6 +219,10 @@ pub fn execute(
                 }
             }
             if !pending {
+                waiter.progressed();
+                if let Some(t) = traffic.as_deref_mut() {
+                    t.waited += waiter.waited;
+                }
                 break;
             }
             if progressed {

@@ -22,10 +22,14 @@ use comm_core::Error;
 pub use segment::{cleanup_stale, pid_alive, Segment, PREFIX};
 
 /// Name of the segment carrying data from rank `from` to rank `to`, created
-/// by process `pid`.
-pub fn segment_name(comm_id: u64, from: usize, to: usize, pid: u32) -> String {
-    format!("{PREFIX}{comm_id:016x}-{from}-{to}-{pid}")
+/// by process `pid`; `instance` tells apart segments of several
+/// communicators with the same id in one process. The pid comes last (the
+/// stale-segment cleanup reads it).
+pub fn segment_name(comm_id: u64, from: usize, to: usize, instance: u64, pid: u32) -> String {
+    format!("{PREFIX}{comm_id:016x}-{from}-{to}-{instance}-{pid}")
 }
+
+static INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Creates the inbound segment for data from `from` to `to` (this rank).
 pub fn create_inbound(
@@ -35,7 +39,8 @@ pub fn create_inbound(
     slots: usize,
     slot_bytes: usize,
 ) -> io::Result<(Segment, String)> {
-    let name = segment_name(comm_id, from, to, std::process::id());
+    let instance = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = segment_name(comm_id, from, to, instance, std::process::id());
     let seg = Segment::create(&name, slots, slot_bytes)?;
     Ok((seg, name))
 }
@@ -229,7 +234,7 @@ mod tests {
     #[test]
     fn stale_segments_of_dead_processes_are_removed() {
         // pid 0x7ffffffe does not exist.
-        let name = segment_name(42, 0, 1, 0x7fff_fffe);
+        let name = segment_name(42, 0, 1, 0, 0x7fff_fffe);
         let seg = Segment::create(&name, 2, 4096).unwrap();
         drop(seg);
         assert!(std::path::Path::new("/dev/shm").join(&name).exists());

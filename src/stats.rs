@@ -1,0 +1,90 @@
+//! Per-tier accounting: what operators of multi-tier clusters watch — the
+//! share of traffic that crosses the slow tier, how often collectives are
+//! called, and how long ranks wait on their peers.
+
+use std::time::Duration;
+
+/// Counters of one rank of one communicator.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// The rank.
+    pub rank: usize,
+    /// Operations run.
+    pub ops: u64,
+    /// Operations per collective name.
+    pub ops_by_collective: Vec<(String, u64)>,
+    /// Bytes sent to ranks of this node.
+    pub intra_sent: u64,
+    /// Bytes received from ranks of this node.
+    pub intra_received: u64,
+    /// Bytes sent to other nodes.
+    pub inter_sent: u64,
+    /// Bytes received from other nodes.
+    pub inter_received: u64,
+    /// Time spent waiting on peers.
+    pub wait_time: Duration,
+    /// Time spent inside operations.
+    pub busy_time: Duration,
+}
+
+impl Stats {
+    /// Share of sent bytes that crossed nodes (0 when nothing was sent).
+    pub fn cross_tier_share(&self) -> f64 {
+        let total = self.intra_sent + self.inter_sent;
+        if total == 0 {
+            0.0
+        } else {
+            self.inter_sent as f64 / total as f64
+        }
+    }
+
+    /// Difference of two snapshots (`self` later than `earlier`).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let ops_by_collective = self
+            .ops_by_collective
+            .iter()
+            .map(|(c, n)| {
+                let before = earlier
+                    .ops_by_collective
+                    .iter()
+                    .find(|(c2, _)| c2 == c)
+                    .map_or(0, |(_, m)| *m);
+                (c.clone(), n - before)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Stats {
+            rank: self.rank,
+            ops: self.ops - earlier.ops,
+            ops_by_collective,
+            intra_sent: self.intra_sent - earlier.intra_sent,
+            intra_received: self.intra_received - earlier.intra_received,
+            inter_sent: self.inter_sent - earlier.inter_sent,
+            inter_received: self.inter_received - earlier.inter_received,
+            wait_time: self.wait_time.saturating_sub(earlier.wait_time),
+            busy_time: self.busy_time.saturating_sub(earlier.busy_time),
+        }
+    }
+
+    /// The counters as one JSON object.
+    pub fn to_json(&self) -> String {
+        let ops: serde_json::Map<String, serde_json::Value> = self
+            .ops_by_collective
+            .iter()
+            .map(|(c, n)| (c.clone(), serde_json::Value::from(*n)))
+            .collect();
+        serde_json::json!({
+            "rank": self.rank,
+            "ops": self.ops,
+            "ops_by_collective": ops,
+            "intra_sent": self.intra_sent,
+            "intra_received": self.intra_received,
+            "inter_sent": self.inter_sent,
+            "inter_received": self.inter_received,
+            "cross_tier_share": self.cross_tier_share(),
+            "wait_us": self.wait_time.as_secs_f64() * 1e6,
+            "busy_us": self.busy_time.as_secs_f64() * 1e6,
+        })
+        .to_string()
+    }
+}
