@@ -48,6 +48,16 @@ pub struct Args {
     /// Write the rows as JSON to FILE (rank 0).
     #[arg(long = "json")]
     pub json: Option<String>,
+    /// Print per-tier traffic of the benchmarked operations (intra- and
+    /// inter-node bytes, the cross-tier share, op counts, wait time).
+    #[arg(long = "stats")]
+    pub stats: bool,
+    /// Write every rank's per-tier counters as JSON to FILE (rank 0).
+    #[arg(long = "stats-json")]
+    pub stats_json: Option<String>,
+    /// Draw bus bandwidth against size per algorithm into FILE.svg (rank 0).
+    #[arg(long = "plot")]
+    pub plot: Option<String>,
 }
 
 /// Parses "8", "64K", "16M", "1G" (powers of 1024).

@@ -148,7 +148,7 @@ fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<T> {
 }
 
 /// Result of one timed direction.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Timing {
     /// Mean time per op (µs), averaged over ranks.
     pub mean_us: f64,
@@ -156,6 +156,8 @@ pub struct Timing {
     pub median_us: f64,
     /// Elements outside the expected result, summed over ranks.
     pub wrong: u64,
+    /// This rank's traffic during the warm-up and timed iterations.
+    pub traffic: sncl::Stats,
 }
 
 /// Shape of one case.
@@ -295,6 +297,7 @@ pub fn run_direction<T: BenchElem>(
         run_once(comm, c, &mut b, in_place)?;
     }
     comm.barrier()?;
+    let before = comm.stats();
     let mut per_iter = vec![0f64; c.iters];
     let start = Instant::now();
     let mut last = start;
@@ -305,6 +308,7 @@ pub fn run_direction<T: BenchElem>(
         last = now;
     }
     let total_us = start.elapsed().as_secs_f64() * 1e6;
+    let traffic = comm.stats().since(&before);
     let mut mean = [total_us / c.iters.max(1) as f64];
     comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
     comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
@@ -327,6 +331,7 @@ pub fn run_direction<T: BenchElem>(
         mean_us: mean[0] / comm.size() as f64,
         median_us: median,
         wrong: wrong[0],
+        traffic,
     })
 }
 

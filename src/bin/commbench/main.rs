@@ -7,6 +7,7 @@
 mod args;
 mod cases;
 mod launch;
+mod plot;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -97,6 +98,8 @@ fn run(args: &Args) -> sncl::Result<bool> {
         println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
     }
     let mut rows = Vec::new();
+    let mut traffic = sncl::Stats::default();
+    let mut series: Vec<plot::Series> = Vec::new();
     let mut any_wrong = false;
     let mut bw_sum = 0.0;
     let mut bw_rows = 0usize;
@@ -107,6 +110,10 @@ fn run(args: &Args) -> sncl::Result<bool> {
         if algo.is_some() || args.algo.is_some() {
             comm.force_algorithm(bench.collective(), algo.as_deref())?;
         }
+        series.push(plot::Series {
+            label: algo.clone().unwrap_or_else(|| "default".into()),
+            points: Vec::new(),
+        });
         for (si, &size) in sizes.iter().enumerate() {
             for &dtype in &dtypes {
                 for &op in &ops {
@@ -137,7 +144,11 @@ fn run(args: &Args) -> sncl::Result<bool> {
                     let (oop, ip) = cases::run_case(&comm, &case)?;
                     let factor = bench.bus_factor(n);
                     let algo_name = comm.algorithm_for(bench.collective(), dtype, count)?;
-                    any_wrong |= oop.wrong > 0 || ip.map(|t| t.wrong > 0).unwrap_or(false);
+                    any_wrong |= oop.wrong > 0 || ip.as_ref().map(|t| t.wrong > 0).unwrap_or(false);
+                    add_traffic(&mut traffic, &oop.traffic);
+                    if let Some(ip) = &ip {
+                        add_traffic(&mut traffic, &ip.traffic);
+                    }
                     if out {
                         let fmt = |t: &Timing| {
                             let a = gbps(bytes, t.mean_us);
@@ -168,6 +179,10 @@ fn run(args: &Args) -> sncl::Result<bool> {
                         );
                         let _ = std::io::stdout().flush();
                         bw_sum += gbps(bytes, oop.mean_us) * factor;
+                        if let Some(last) = series.last_mut() {
+                            last.points
+                                .push((bytes as f64, gbps(bytes, oop.mean_us) * factor));
+                        }
                         bw_rows += 1;
                         rows.push(json_row(
                             &args.op,
@@ -197,6 +212,34 @@ fn run(args: &Args) -> sncl::Result<bool> {
             }
         }
     }
+    traffic.rank = rank;
+    let all_stats = gather_stats(&comm, &traffic)?;
+    if out && args.stats {
+        print_stats(&all_stats);
+    }
+    if out {
+        if let Some(path) = &args.stats_json {
+            let text = format!(
+                "[\n{}\n]\n",
+                all_stats
+                    .iter()
+                    .map(|s| s.to_json())
+                    .collect::<Vec<_>>()
+                    .join(",\n")
+            );
+            std::fs::write(path, text).map_err(|e| sncl::Error::Io {
+                rank,
+                context: format!("writing {path}"),
+                source: e,
+            })?;
+        }
+        if let Some(path) = &args.plot {
+            let title = format!("sncl {} on {} ranks", args.op, n);
+            if let Err(e) = plot::draw(path, &title, &series) {
+                eprintln!("commbench: cannot draw {path}: {e}");
+            }
+        }
+    }
     if out {
         println!(
             "# Out of bounds values : {} {}",
@@ -222,6 +265,83 @@ fn run(args: &Args) -> sncl::Result<bool> {
         }
     }
     Ok(!any_wrong)
+}
+
+fn add_traffic(total: &mut sncl::Stats, d: &sncl::Stats) {
+    total.ops += d.ops;
+    total.intra_sent += d.intra_sent;
+    total.intra_received += d.intra_received;
+    total.inter_sent += d.inter_sent;
+    total.inter_received += d.inter_received;
+    total.wait_time += d.wait_time;
+    total.busy_time += d.busy_time;
+    for (c, k) in &d.ops_by_collective {
+        match total.ops_by_collective.iter_mut().find(|(c2, _)| c2 == c) {
+            Some((_, m)) => *m += k,
+            None => total.ops_by_collective.push((c.clone(), *k)),
+        }
+    }
+}
+
+/// Every rank's counters, on rank 0 (other ranks get an empty list).
+fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<sncl::Stats>> {
+    let n = comm.size();
+    let v = [
+        mine.ops,
+        mine.intra_sent,
+        mine.intra_received,
+        mine.inter_sent,
+        mine.inter_received,
+        mine.wait_time.as_nanos() as u64,
+        mine.busy_time.as_nanos() as u64,
+    ];
+    let mut all = vec![0u64; v.len() * n];
+    comm.all_gather(&v, &mut all)?;
+    Ok(all
+        .chunks(v.len())
+        .enumerate()
+        .map(|(r, c)| sncl::Stats {
+            rank: r,
+            ops: c[0],
+            ops_by_collective: if r == comm.rank() {
+                mine.ops_by_collective.clone()
+            } else {
+                Vec::new()
+            },
+            intra_sent: c[1],
+            intra_received: c[2],
+            inter_sent: c[3],
+            inter_received: c[4],
+            wait_time: std::time::Duration::from_nanos(c[5]),
+            busy_time: std::time::Duration::from_nanos(c[6]),
+        })
+        .collect())
+}
+
+fn print_stats(all: &[sncl::Stats]) {
+    println!("# per-tier traffic of the benchmarked operations (bytes sent / received):");
+    println!("#  rank        intra-sent        inter-sent     intra-recv     inter-recv  cross-tier   wait(ms)");
+    let mut total = sncl::Stats::default();
+    for s in all {
+        println!(
+            "# {:>5} {:>17} {:>17} {:>14} {:>14} {:>10.4} {:>10.2}",
+            s.rank,
+            s.intra_sent,
+            s.inter_sent,
+            s.intra_received,
+            s.inter_received,
+            s.cross_tier_share(),
+            s.wait_time.as_secs_f64() * 1e3
+        );
+        add_traffic(&mut total, s);
+    }
+    println!(
+        "# total: {} bytes sent, {} across nodes; cross-tier share {:.4}; {} ops per rank",
+        total.intra_sent + total.inter_sent,
+        total.inter_sent,
+        total.cross_tier_share(),
+        all.first().map_or(0, |s| s.ops)
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
