@@ -193,7 +193,10 @@ pub(crate) struct Inner {
     pub transports: Vec<&'static str>,
     pub state: Mutex<State>,
     order: Order,
-    pub _store: Option<Arc<dyn Store>>,
+    pub store: Option<Arc<dyn Store>>,
+    pub secret: [u8; 16],
+    pub local_ip: std::net::IpAddr,
+    pub splits: AtomicU64,
     pub _server: Option<TcpStoreServer>,
 }
 
@@ -206,6 +209,8 @@ pub(crate) struct InnerParts {
     pub transports: Vec<&'static str>,
     pub conns: Vec<Option<Box<dyn Connection>>>,
     pub store: Option<Arc<dyn Store>>,
+    pub secret: [u8; 16],
+    pub local_ip: std::net::IpAddr,
     pub server: Option<TcpStoreServer>,
 }
 
@@ -246,7 +251,10 @@ impl Inner {
                 busy: std::time::Duration::ZERO,
             }),
             order: Order::new(),
-            _store: p.store,
+            store: p.store,
+            secret: p.secret,
+            local_ip: p.local_ip,
+            splits: AtomicU64::new(0),
             _server: p.server,
         }
     }

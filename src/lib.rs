@@ -16,6 +16,7 @@ mod comm;
 mod element;
 mod logging;
 mod setup;
+mod split;
 mod stats;
 mod work;
 

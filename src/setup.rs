@@ -217,6 +217,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         transports,
         conns,
         store: Some(store),
+        secret,
+        local_ip,
         server,
     }))
 }

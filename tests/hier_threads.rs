@@ -131,3 +131,48 @@ fn inter_node_bytes_match_the_algorithm() {
         }
     });
 }
+
+#[test]
+fn split_and_the_2d_layout() {
+    let comms = two_tier(8, 4);
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let r = c.rank();
+                // Even / odd split, reversed order by key.
+                let sub = c.split(Some((r % 2) as u32), -(r as i64)).unwrap().unwrap();
+                assert_eq!(sub.size(), 4);
+                assert_eq!(sub.rank(), 3 - r / 2);
+                let mut v = [r as u64];
+                sub.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+                assert_eq!(v[0], if r % 2 == 0 { 12 } else { 16 });
+                // A rank may stay out.
+                let none = c.split(if r == 5 { None } else { Some(0) }, 0).unwrap();
+                assert_eq!(none.is_none(), r == 5);
+                if let Some(x) = none {
+                    assert_eq!(x.size(), 7);
+                    x.barrier().unwrap();
+                }
+                // 2-D: node groups of 2 over shm, replica groups of 4 over tcp.
+                let (node, replicas) = c.split_2d().unwrap();
+                assert_eq!(node.size(), 2);
+                assert_eq!(replicas.size(), 4);
+                assert!(node.transports().iter().all(|t| *t != "tcp"));
+                assert!(replicas.transports().iter().all(|t| *t != "shm"));
+                // Gradient all-reduce composed from the 2-D layout equals the flat one.
+                let grad: Vec<f32> = (0..1000).map(|i| ((i + r) % 7) as f32).collect();
+                let mut shard = vec![0f32; 500];
+                node.reduce_scatter(&grad, &mut shard, ReduceOp::Sum)
+                    .unwrap();
+                replicas
+                    .all_reduce_in_place(&mut shard, ReduceOp::Sum)
+                    .unwrap();
+                let mut two_d = vec![0f32; 1000];
+                node.all_gather(&shard, &mut two_d).unwrap();
+                let mut flat = vec![0f32; 1000];
+                c.all_reduce(&grad, &mut flat, ReduceOp::Sum).unwrap();
+                assert_eq!(two_d, flat);
+            });
+        }
+    });
+}

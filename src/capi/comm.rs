@@ -163,11 +163,8 @@ impl CommShared {
             InitState::Failed(e) => return e.code,
             InitState::Ready => {}
         }
-        let c = self.comm.get().expect("ready");
-        match c.async_error() {
-            None => snclResult_t::snclSuccess,
-            Some(_) => lock(&self.async_code).unwrap_or(snclResult_t::snclRemoteError),
-        }
+        // Not Communicator::async_error: it waits for a running operation.
+        lock(&self.async_code).unwrap_or(snclResult_t::snclSuccess)
     }
 
     /// Takes the next place in the issue order.
@@ -185,15 +182,14 @@ impl CommShared {
         }
     }
 
-    /// Records a failure of an operation on this communicator.
+    /// Records a failure of an operation on this communicator; a fatal one
+    /// becomes its asynchronous error.
     pub fn record(&self, e: &CError) {
         self.set_error(&e.msg);
-        if let Some(c) = self.comm.get() {
-            if c.async_error().is_some() {
-                let mut g = lock(&self.async_code);
-                if g.is_none() {
-                    *g = Some(e.code);
-                }
+        if e.fatal {
+            let mut g = lock(&self.async_code);
+            if g.is_none() {
+                *g = Some(e.code);
             }
         }
     }

@@ -13,6 +13,9 @@ use crate::Error;
 pub(crate) struct CError {
     pub code: snclResult_t,
     pub msg: String,
+    /// The failure broke the communicator (sncl aborts it after any error
+    /// during an operation, as opposed to a rejected argument).
+    pub fatal: bool,
 }
 
 impl CError {
@@ -20,6 +23,7 @@ impl CError {
         CError {
             code,
             msg: msg.into(),
+            fatal: false,
         }
     }
 
@@ -62,7 +66,12 @@ pub(crate) fn code_of(e: &Error) -> snclResult_t {
 
 impl From<Error> for CError {
     fn from(e: Error) -> CError {
-        CError::new(code_of(&e), e.to_string())
+        let fatal = !matches!(e, Error::InvalidArgument { .. } | Error::Config(_));
+        CError {
+            code: code_of(&e),
+            msg: e.to_string(),
+            fatal,
+        }
     }
 }
 
