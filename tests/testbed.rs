@@ -12,7 +12,10 @@ fn skip_reason() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root: network namespaces need root".into());
     }
-    let ok = Command::new("ip").args(["netns", "list"]).output().map(|o| o.status.success());
+    let ok = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| o.status.success());
     if !matches!(ok, Ok(true)) {
         return Some("`ip netns` is not available (install iproute2)".into());
     }
@@ -32,13 +35,28 @@ fn run_bed(op: &str, bytes: u64, extra: &[&str]) -> Vec<serde_json::Value> {
     let size = bytes.to_string();
     let iters = ITERS.to_string();
     let mut cmd = Command::new(root.join("scripts/testbed.sh"));
-    cmd.args(["--nodes", "4", "--ranks-per-node", "2", "--rate", "1gbit", "--placement", "round-robin", "--timeout", "120", "-q", "--"])
-        .arg(env!("CARGO_BIN_EXE_commbench"))
-        .args([op, "-b", &size, "-e", &size, "-n", &iters, "-w", "1", "-c", "1", "--algo", "hier"])
-        .args(extra)
-        .arg("--stats-json")
-        .arg(&stats)
-        .env("SNCL_TIMEOUT_MS", "60000");
+    cmd.args([
+        "--nodes",
+        "4",
+        "--ranks-per-node",
+        "2",
+        "--rate",
+        "1gbit",
+        "--placement",
+        "round-robin",
+        "--timeout",
+        "120",
+        "-q",
+        "--",
+    ])
+    .arg(env!("CARGO_BIN_EXE_commbench"))
+    .args([
+        op, "-b", &size, "-e", &size, "-n", &iters, "-w", "1", "-c", "1", "--algo", "hier",
+    ])
+    .args(extra)
+    .arg("--stats-json")
+    .arg(&stats)
+    .env("SNCL_TIMEOUT_MS", "60000");
     let out = cmd.output().expect("running scripts/testbed.sh");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -54,7 +72,10 @@ fn run_bed(op: &str, bytes: u64, extra: &[&str]) -> Vec<serde_json::Value> {
 }
 
 fn inter_sent(stats: &[serde_json::Value]) -> Vec<u64> {
-    stats.iter().map(|s| s["inter_sent"].as_u64().unwrap()).collect()
+    stats
+        .iter()
+        .map(|s| s["inter_sent"].as_u64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -72,20 +93,35 @@ fn hierarchical_collectives_on_four_nodes() {
     let s = run_bed("all_reduce", bytes, &[]);
     let want = 2 * (NODES - 1) * (bytes / LOCAL) / NODES;
     assert_eq!(inter_sent(&s), vec![want * ops; 8], "all_reduce");
-    let share: f64 = s.iter().map(|x| x["cross_tier_share"].as_f64().unwrap()).sum::<f64>() / 8.0;
+    let share: f64 = s
+        .iter()
+        .map(|x| x["cross_tier_share"].as_f64().unwrap())
+        .sum::<f64>()
+        / 8.0;
     let intra_want = 2 * (LOCAL - 1) * bytes / LOCAL; // intra RS + AG per rank
     let theory = want as f64 / (want + intra_want) as f64;
-    assert!((share - theory).abs() < 1e-9, "cross-tier share {share} vs {theory}");
+    assert!(
+        (share - theory).abs() < 1e-9,
+        "cross-tier share {share} vs {theory}"
+    );
 
     // all_gather (size = total): every rank forwards the N-1 other nodes'
     // blocks of its local index once.
     let block = bytes / 8;
     let s = run_bed("all_gather", bytes, &[]);
-    assert_eq!(inter_sent(&s), vec![(NODES - 1) * block * ops; 8], "all_gather");
+    assert_eq!(
+        inter_sent(&s),
+        vec![(NODES - 1) * block * ops; 8],
+        "all_gather"
+    );
 
     // reduce_scatter (size = total): the cross-node ring sends N-1 blocks.
     let s = run_bed("reduce_scatter", bytes, &[]);
-    assert_eq!(inter_sent(&s), vec![(NODES - 1) * block * ops; 8], "reduce_scatter");
+    assert_eq!(
+        inter_sent(&s),
+        vec![(NODES - 1) * block * ops; 8],
+        "reduce_scatter"
+    );
 
     // broadcast from rank 0: binomial tree over the node leaders [0, 1, 2, 3]
     // (round-robin: rank k leads node k): 0 sends twice, 2 once.
