@@ -305,7 +305,6 @@ impl Communicator {
     pub fn group<'a>(&self, f: impl FnOnce(&mut Group<'a>)) -> Result<()> {
         let mut g = Group {
             ops: Vec::new(),
-            rank: self.rank(),
             error: None,
             _bufs: PhantomData,
         };
@@ -335,17 +334,6 @@ impl<'a> Group<'a> {
 
     /// Adds a receive into `buf` from `peer`.
     pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize) {
-        if self
-            .ops
-            .iter()
-            .any(|p| !p.is_send && p.ptr == buf.as_mut_ptr() as *mut u8)
-        {
-            self.error = Some(bad(
-                self.rank,
-                "recv",
-                "two receives into the same buffer in one group".into(),
-            ));
-        }
         self.ops.push(P2p {
             peer,
             is_send: false,

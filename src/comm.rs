@@ -522,8 +522,15 @@ impl Inner {
                 reason: Some(reason.clone()),
             });
         }
-        st.seq += 1;
-        let seq = st.seq;
+        // Point-to-point groups involve only some ranks: they do not take a
+        // collective sequence number (their pieces carry 0 and the
+        // sendrecv fingerprint, so a mix-up with a collective is still caught).
+        let seq = if op.coll == Collective::SendRecv {
+            0
+        } else {
+            st.seq += 1;
+            st.seq
+        };
         let reducing = matches!(
             op.coll,
             Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
@@ -561,7 +568,9 @@ impl Inner {
             || (recv_elems > 0 && op.recv.is_null())
             || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
         {
-            st.seq -= 1;
+            if op.coll != Collective::SendRecv {
+                st.seq -= 1;
+            }
             return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
         }
         let scratch_bytes = sched.scratch_elems * esize;
@@ -607,7 +616,8 @@ impl Inner {
         st.busy += started.elapsed();
         if let Err(e) = &result {
             tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
-            let cause = e.failed_rank();
+            // With no culprit known, this rank is where the failure started.
+            let cause = e.failed_rank().or(Some(self.rank));
             st.aborted = Some(e.to_string());
             for c in st.conns.iter_mut().flatten() {
                 c.abort(cause);
@@ -656,7 +666,7 @@ impl Inner {
             st.aborted = Some(reason.to_string());
         }
         for c in st.conns.iter_mut().flatten() {
-            c.abort(None);
+            c.abort(Some(self.rank));
         }
     }
 

@@ -91,6 +91,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         local_ip,
         server,
     } = args;
+    config.validate()?;
     if rank >= nranks {
         return Err(Error::InvalidArgument {
             rank,

@@ -52,11 +52,31 @@ impl WorkState {
         true
     }
 
+    /// The result of a completed operation. An error is handed out once in
+    /// full; later calls report that it was already returned (the state
+    /// stays completed, so waiters never block again).
     fn take(&self) -> Result<()> {
         let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
+        match g.as_mut() {
             Some(Ok(())) => Ok(()),
-            Some(Err(_)) => g.take().expect("checked"),
+            Some(r @ Err(_)) => {
+                let rank = match r {
+                    Err(Error::InvalidArgument { rank, .. })
+                    | Err(Error::Timeout { rank, .. })
+                    | Err(Error::PeerFailed { rank, .. })
+                    | Err(Error::Mismatch { rank, .. })
+                    | Err(Error::Transport { rank, .. })
+                    | Err(Error::Bootstrap { rank, .. })
+                    | Err(Error::Aborted { rank, .. })
+                    | Err(Error::Io { rank, .. }) => *rank,
+                    _ => 0,
+                };
+                let seen = Err(Error::Aborted {
+                    rank,
+                    reason: Some("this operation failed; its error was returned earlier".into()),
+                });
+                std::mem::replace(r, seen)
+            }
             None => unreachable!("take before completion"),
         }
     }
@@ -277,7 +297,6 @@ impl Communicator {
 /// (like NCCL's group calls); see [`Communicator::group`].
 pub struct Group<'a> {
     pub(crate) ops: Vec<P2p>,
-    pub(crate) rank: usize,
     pub(crate) error: Option<Error>,
     pub(crate) _bufs: PhantomData<&'a mut ()>,
 }

@@ -18,7 +18,7 @@ pub enum TransportChoice {
 }
 
 /// Runtime configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// An operation fails when a peer it waits on made no progress this long
     /// (`SNCL_TIMEOUT_MS`, default 300000).
@@ -41,6 +41,8 @@ pub struct Config {
     pub tcp_piece_bytes: usize,
     /// Node identity override (`SNCL_NODE_ID`).
     pub node_id: Option<String>,
+    /// Tier costs and placement from `SNCL_TOPO_FILE` / `SNCL_*_BW` / `SNCL_*_LAT`.
+    pub tiers: crate::topofile::TierSpec,
 }
 
 impl Default for Config {
@@ -56,6 +58,7 @@ impl Default for Config {
             shm_slots: 8,
             tcp_piece_bytes: 512 << 10,
             node_id: None,
+            tiers: crate::topofile::TierSpec::default(),
         }
     }
 }
@@ -114,7 +117,31 @@ impl Config {
             c.tcp_piece_bytes = parse_num("SNCL_TCP_PIECE_BYTES", &v, 4096)? / 64 * 64;
         }
         c.node_id = get("SNCL_NODE_ID").filter(|s| !s.is_empty());
+        c.tiers = crate::topofile::TierSpec::from_vars(get)?;
         Ok(c)
+    }
+
+    /// Checks values set in code the way [`Config::from_vars`] checks the
+    /// environment.
+    pub fn validate(&self) -> Result<()> {
+        let check = |name: &str, v: usize, min: usize, multiple: usize| {
+            if v < min || v % multiple != 0 {
+                Err(Error::Config(format!(
+                    "{name} = {v}: must be at least {min} and a multiple of {multiple}"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        check("chunk_bytes", self.chunk_bytes, 64, 1)?;
+        check("shm_slot_bytes", self.shm_slot_bytes, 4096, 64)?;
+        check("shm_slots", self.shm_slots, 2, 1)?;
+        check("tcp_piece_bytes", self.tcp_piece_bytes, 4096, 64)?;
+        check("nsocks", self.nsocks, 1, 1)?;
+        if self.timeout.is_zero() {
+            return Err(Error::Config("timeout must be positive".into()));
+        }
+        Ok(())
     }
 
     /// The forced algorithm for a collective, if any.

@@ -111,6 +111,8 @@ impl Error {
     pub fn failed_rank(&self) -> Option<usize> {
         match self {
             Error::PeerFailed { failed_rank, .. } => *failed_rank,
+            // A rank that stopped making progress is the likeliest culprit.
+            Error::Timeout { waiting_on, .. } if waiting_on.len() == 1 => Some(waiting_on[0]),
             _ => None,
         }
     }

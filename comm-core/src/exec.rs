@@ -119,7 +119,8 @@ impl Waiter {
 fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
     let failed_rank = match &source {
         TransportError::PeerGone { peer, .. } => Some(*peer),
-        TransportError::PeerAborted { cause, peer } => cause.or(Some(*peer)),
+        // The aborting peer only passes the failure on; blame its cause.
+        TransportError::PeerAborted { cause, .. } => *cause,
         TransportError::Corrupt { peer, .. } | TransportError::Io { peer, .. } => Some(*peer),
     };
     Error::PeerFailed {

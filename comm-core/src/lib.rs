@@ -16,6 +16,7 @@ pub mod config;
 pub mod exec;
 mod mem;
 pub mod topo;
+pub mod topofile;
 pub mod tune;
 
 pub use config::Config;

@@ -325,6 +325,7 @@ pub unsafe extern "C" fn snclCommInitRankConfig(
         if exec::in_group() {
             // SAFETY: as above.
             unsafe { write_handle(comm, shared.clone()) };
+            shared.defer_to_group_end();
             exec::defer(Box::new(move || init_job(&shared, id, r, n, cfg)));
             return Ok(OK);
         }
@@ -505,6 +506,9 @@ pub unsafe extern "C" fn snclCommSplit(
         }
         if exec::in_group() {
             write(child.as_ref());
+            if let Some(c) = &child {
+                c.defer_to_group_end();
+            }
             exec::defer(Box::new(move || {
                 split_job(ticket, color, key, child, timeout)
             }));

@@ -96,6 +96,8 @@ pub(crate) struct CommShared {
     redops: Mutex<Vec<Option<PreMul>>>,
     last_error: Mutex<Option<String>>,
     async_code: Mutex<Option<snclResult_t>>,
+    /// The thread whose `snclGroupEnd` will create it, while it waits.
+    deferred_by: Mutex<Option<std::thread::ThreadId>>,
 }
 
 impl CommShared {
@@ -111,6 +113,7 @@ impl CommShared {
             redops: Mutex::new(Vec::new()),
             last_error: Mutex::new(None),
             async_code: Mutex::new(None),
+            deferred_by: Mutex::new(None),
         })
     }
 
@@ -124,8 +127,14 @@ impl CommShared {
         s
     }
 
+    /// Marks it as created by this thread's `snclGroupEnd`.
+    pub fn defer_to_group_end(&self) {
+        *lock(&self.deferred_by) = Some(std::thread::current().id());
+    }
+
     /// Ends creation, successfully or not.
     pub fn finish(&self, r: Result<Communicator, CError>) {
+        lock(&self.deferred_by).take();
         let mut g = lock(&self.state);
         *g = match r {
             Ok(c) => {
@@ -148,7 +157,15 @@ impl CommShared {
         let mut g = lock(&self.state);
         loop {
             match &*g {
-                InitState::Pending => g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                InitState::Pending => {
+                    if *lock(&self.deferred_by) == Some(std::thread::current().id()) {
+                        return Err(CError::usage(
+                            "the communicator is created by the enclosing group's \
+                             snclGroupEnd; use it after that",
+                        ));
+                    }
+                    g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+                }
                 InitState::Ready => return Ok(self.comm.get().expect("ready")),
                 InitState::Failed(e) => return Err(e.clone()),
             }

@@ -156,3 +156,29 @@ pub(crate) fn error_string(code: i32) -> &'static CStr {
         _ => c"unknown result code",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_turns_errors_and_panics_into_codes() {
+        assert_eq!(
+            guard(|| Ok(snclResult_t::snclInProgress)),
+            snclResult_t::snclInProgress
+        );
+        assert_eq!(
+            guard(|| Err(CError::invalid("bad thing"))),
+            snclResult_t::snclInvalidArgument
+        );
+        assert_eq!(thread_last().as_deref(), Some("bad thing"));
+        let r = guard(|| panic!("boom {}", 7));
+        assert_eq!(r, snclResult_t::snclInternalError);
+        assert!(thread_last().unwrap().contains("boom 7"));
+        assert!(catch(|| panic!("x")).is_err());
+        assert_eq!(
+            error_string(4).to_str().unwrap().split(' ').next(),
+            Some("invalid")
+        );
+    }
+}

@@ -9,6 +9,41 @@
 //! with the full text from `snclGetLastError`; a panic never crosses the
 //! boundary (it becomes `snclInternalError`).
 //!
+//! Every call on a communicator takes its place in that communicator's
+//! issue order when it is issued (at `snclGroupEnd` inside a group) and
+//! runs when the operations issued before it have completed, whichever
+//! stream (or none) they were issued on; so ranks that issue the same
+//! sequence run the same sequence.
+//!
+//! Where it differs from NCCL, and why:
+//!
+//! * Streams are host streams (`snclStreamCreate`, `snclStreamSynchronize`,
+//!   `snclStreamQuery`, `snclStreamDestroy`: a thread each), and a NULL
+//!   stream runs the operation before the call returns, since there is no
+//!   device stream to queue it on.
+//! * Non-blocking communicators (`config.blocking = 0`) make creation and
+//!   `snclCommSplit` asynchronous (`snclInProgress`, polled with
+//!   `snclCommGetAsyncError`); their operations behave as on a blocking one.
+//! * `snclCommFinalize` waits for the communicator's issued operations and is
+//!   local; `snclCommDestroy` finalizes implicitly.
+//! * Inside a group, a communicator's collectives run in issue order and
+//!   then all its sends and receives together (NCCL also schedules
+//!   point-to-point after collectives); a send to the rank itself is a copy
+//!   matched with a receive from itself in the same group.
+//! * `snclChar`, `snclInt`, `snclHalf`, `snclFloat` and `snclDouble` are
+//!   macros (a C enum cannot repeat values in cbindgen's output); the 8-bit
+//!   float types are rejected.
+//! * Both scalar residences are host pointers; `snclCommInitAll` ignores
+//!   `devlist`.
+//! * Extensions: `snclAllGatherV`, `snclAlltoAllV`, `snclBarrier`,
+//!   `snclConfig_t::timeoutMs`, and the unique id rules of
+//!   `snclGetUniqueId` (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same
+//!   id).
+//! * Not provided (device memory or newer NCCL features): memory
+//!   allocation and registration, windows and one-sided operations,
+//!   `CommCuDevice`, shrink / grow / revoke / suspend, scalable init, group
+//!   simulation, memory statistics and the parameter API.
+//!
 //! Regenerate the header after changing anything here:
 //! `cargo test --test c_abi -- --ignored regenerate_header` (the test
 //! suite fails while `include/sncl.h` is stale).

@@ -1,0 +1,216 @@
+//! Tier costs and node placement from configuration: `SNCL_TOPO_FILE`
+//! (format below) and the variables `SNCL_INTRA_BW`, `SNCL_INTRA_LAT`,
+//! `SNCL_INTER_BW`, `SNCL_INTER_LAT`.
+//!
+//! The file is plain text, one `key = value` per line, `#` starts a comment:
+//!
+//! ```text
+//! # two tiers: bandwidth in B/s with K/M/G (bytes) or kbit/mbit/gbit (bits) units,
+//! # latency in ns/us/ms/s
+//! intra.bandwidth = 20GB/s
+//! intra.latency   = 1us
+//! inter.bandwidth = 1gbit
+//! inter.latency   = 60us
+//! # optional: the node of a rank (overrides SNCL_NODE_ID and the host identity)
+//! node.0 = supernode-a
+//! node.1 = supernode-b
+//! ```
+
+use crate::error::{Error, Result};
+use crate::tune::LinkCost;
+
+/// What the configuration says about the tiers and placement.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TierSpec {
+    /// Intra-node link, when configured.
+    pub intra: Option<LinkCost>,
+    /// Inter-node link, when configured.
+    pub inter: Option<LinkCost>,
+    /// Node names by rank, when configured.
+    pub nodes: Vec<(usize, String)>,
+}
+
+/// Parses a bandwidth: `20GB/s`, `125MB/s`, `1gbit`, `100mbit`, `4000000` (B/s).
+pub fn parse_bandwidth(v: &str) -> Option<f64> {
+    let s = v
+        .trim()
+        .to_ascii_lowercase()
+        .replace("/s", "")
+        .replace("ps", "");
+    let units: [(&str, f64); 8] = [
+        ("gbit", 1e9 / 8.0),
+        ("mbit", 1e6 / 8.0),
+        ("kbit", 1e3 / 8.0),
+        ("gb", 1e9),
+        ("mb", 1e6),
+        ("kb", 1e3),
+        ("g", 1e9),
+        ("m", 1e6),
+    ];
+    for (u, mul) in units {
+        if let Some(num) = s.strip_suffix(u) {
+            return num
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .map(|x| x * mul)
+                .filter(|x| *x > 0.0);
+        }
+    }
+    s.strip_suffix('b')
+        .unwrap_or(&s)
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| *x > 0.0)
+}
+
+/// Parses a latency into µs: `1us`, `60 us`, `0.5ms`, `200ns`, `1s`.
+pub fn parse_latency_us(v: &str) -> Option<f64> {
+    let s = v.trim().to_ascii_lowercase();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ns") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        (s.as_str(), 1.0)
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .map(|x| x * mul)
+        .filter(|x| *x >= 0.0)
+}
+
+fn link(bw: Option<f64>, lat: Option<f64>, default: LinkCost) -> Option<LinkCost> {
+    if bw.is_none() && lat.is_none() {
+        return None;
+    }
+    Some(LinkCost {
+        alpha_us: lat.unwrap_or(default.alpha_us),
+        bytes_per_us: bw.map(|b| b / 1e6).unwrap_or(default.bytes_per_us),
+    })
+}
+
+impl TierSpec {
+    /// Reads `SNCL_TOPO_FILE` (if set) and overlays the `SNCL_*_BW` / `_LAT` variables.
+    pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<TierSpec> {
+        let mut kv: Vec<(String, String)> = Vec::new();
+        if let Some(path) = get("SNCL_TOPO_FILE").filter(|p| !p.is_empty()) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::Config(format!("SNCL_TOPO_FILE={path}: {e}")))?;
+            for (i, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let (k, v) = line.split_once('=').ok_or_else(|| {
+                    Error::Config(format!(
+                        "{path}:{}: expected `key = value`, got {line:?}",
+                        i + 1
+                    ))
+                })?;
+                kv.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        for (var, key) in [
+            ("SNCL_INTRA_BW", "intra.bandwidth"),
+            ("SNCL_INTRA_LAT", "intra.latency"),
+            ("SNCL_INTER_BW", "inter.bandwidth"),
+            ("SNCL_INTER_LAT", "inter.latency"),
+        ] {
+            if let Some(v) = get(var).filter(|v| !v.is_empty()) {
+                kv.push((key.to_string(), v));
+            }
+        }
+        let mut spec = TierSpec::default();
+        let (mut ib, mut il, mut xb, mut xl) = (None, None, None, None);
+        for (k, v) in kv {
+            let bad = |what: &str| Error::Config(format!("topology: {k} = {v:?} is not a {what}"));
+            match k.as_str() {
+                "intra.bandwidth" => {
+                    ib = Some(parse_bandwidth(&v).ok_or_else(|| bad("bandwidth"))?)
+                }
+                "intra.latency" => il = Some(parse_latency_us(&v).ok_or_else(|| bad("latency"))?),
+                "inter.bandwidth" => {
+                    xb = Some(parse_bandwidth(&v).ok_or_else(|| bad("bandwidth"))?)
+                }
+                "inter.latency" => xl = Some(parse_latency_us(&v).ok_or_else(|| bad("latency"))?),
+                _ => {
+                    let Some(r) = k.strip_prefix("node.") else {
+                        return Err(Error::Config(format!(
+                            "topology: unknown key {k:?} (expected intra.bandwidth, intra.latency, inter.bandwidth, inter.latency or node.<rank>)"
+                        )));
+                    };
+                    let r: usize = r.parse().map_err(|_| bad("rank number in node.<rank>"))?;
+                    spec.nodes.push((r, v));
+                }
+            }
+        }
+        spec.intra = link(ib, il, LinkCost::SHM);
+        spec.inter = link(xb, xl, LinkCost::TCP);
+        Ok(spec)
+    }
+
+    /// The node named for `rank`, if any.
+    pub fn node_of(&self, rank: usize) -> Option<&str> {
+        self.nodes
+            .iter()
+            .rev()
+            .find(|(r, _)| *r == rank)
+            .map(|(_, n)| n.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(parse_bandwidth("1gbit"), Some(125e6));
+        assert_eq!(parse_bandwidth("20GB/s"), Some(20e9));
+        assert_eq!(parse_bandwidth("100mbit"), Some(12.5e6));
+        assert_eq!(parse_bandwidth("4000"), Some(4000.0));
+        assert_eq!(parse_bandwidth("fast"), None);
+        assert_eq!(parse_latency_us("60us"), Some(60.0));
+        assert_eq!(parse_latency_us("0.5ms"), Some(500.0));
+        assert_eq!(parse_latency_us("200ns"), Some(0.2));
+    }
+
+    #[test]
+    fn file_and_env() {
+        let dir = std::env::temp_dir().join(format!("sncl-topo-{}", std::process::id()));
+        std::fs::write(&dir, "# test\nintra.bandwidth = 10GB/s\ninter.bandwidth=1gbit # link\ninter.latency = 50us\nnode.3 = b\n").unwrap();
+        let path = dir.to_string_lossy().to_string();
+        let s = TierSpec::from_vars(&|k| match k {
+            "SNCL_TOPO_FILE" => Some(path.clone()),
+            "SNCL_INTRA_LAT" => Some("2us".into()),
+            _ => None,
+        })
+        .unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(
+            s.intra,
+            Some(LinkCost {
+                alpha_us: 2.0,
+                bytes_per_us: 10_000.0
+            })
+        );
+        assert_eq!(
+            s.inter,
+            Some(LinkCost {
+                alpha_us: 50.0,
+                bytes_per_us: 125.0
+            })
+        );
+        assert_eq!(s.node_of(3), Some("b"));
+        assert_eq!(s.node_of(2), None);
+        let e = TierSpec::from_vars(&|k| (k == "SNCL_INTER_BW").then(|| "quick".to_string()));
+        assert!(e.is_err());
+    }
+}
