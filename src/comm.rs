@@ -197,6 +197,8 @@ pub(crate) struct Inner {
     pub secret: [u8; 16],
     pub local_ip: std::net::IpAddr,
     pub splits: AtomicU64,
+    abort_flag: exec::AbortFlag,
+    abort_reason: Mutex<Option<String>>,
     pub _server: Option<TcpStoreServer>,
 }
 
@@ -222,13 +224,24 @@ impl Inner {
             nranks: p.nranks,
             nnodes: topo.nnodes(),
             max_local: topo.nodes.iter().map(Vec::len).max().unwrap_or(1),
-            intra: if forced_tcp {
+            intra: p.config.tiers.intra.unwrap_or(if forced_tcp {
                 LinkCost::TCP
             } else {
                 LinkCost::SHM
-            },
-            inter: LinkCost::TCP,
+            }),
+            inter: p.config.tiers.inter.unwrap_or(LinkCost::TCP),
         };
+        if p.rank == 0 {
+            tracing::info!(
+                nodes = topo.nnodes(),
+                ranks_per_node = ?topo.nodes.iter().map(Vec::len).collect::<Vec<_>>(),
+                intra_us = shape.intra.alpha_us,
+                intra_gbps = shape.intra.bytes_per_us / 1e3,
+                inter_us = shape.inter.alpha_us,
+                inter_gbps = shape.inter.bytes_per_us / 1e3,
+                "sncl topology"
+            );
+        }
         Inner {
             rank: p.rank,
             nranks: p.nranks,
@@ -255,6 +268,8 @@ impl Inner {
             secret: p.secret,
             local_ip: p.local_ip,
             splits: AtomicU64::new(0),
+            abort_flag: exec::AbortFlag::new(false),
+            abort_reason: Mutex::new(None),
             _server: p.server,
         }
     }
@@ -612,13 +627,24 @@ impl Inner {
         };
         *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();
-        let result = exec::execute(&sched, &ctx, &bufs, &mut st.conns, Some(&mut st.traffic));
+        let result = exec::execute(
+            &sched,
+            &ctx,
+            &bufs,
+            &mut st.conns,
+            Some(&mut st.traffic),
+            Some(&self.abort_flag),
+        );
         st.busy += started.elapsed();
         if let Err(e) = &result {
             tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
             // With no culprit known, this rank is where the failure started.
             let cause = e.failed_rank().or(Some(self.rank));
             st.aborted = Some(e.to_string());
+            self.abort_reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| e.to_string());
             for c in st.conns.iter_mut().flatten() {
                 c.abort(cause);
             }
@@ -660,7 +686,14 @@ impl Inner {
     }
 
     /// Aborts: every peer's pending and later operations fail.
+    /// Works from any thread, also while an operation runs: that operation
+    /// gives up at its next wait.
     pub fn abort(&self, reason: &str) {
+        {
+            let mut r = self.abort_reason.lock().unwrap_or_else(|e| e.into_inner());
+            r.get_or_insert_with(|| reason.to_string());
+        }
+        self.abort_flag.store(true, Ordering::SeqCst);
         let mut st = self.lock();
         if st.aborted.is_none() {
             st.aborted = Some(reason.to_string());
@@ -670,8 +703,12 @@ impl Inner {
         }
     }
 
-    /// The first failure, if the communicator is aborted.
+    /// The first failure, if the communicator is aborted. Never blocks on a
+    /// running operation.
     pub fn async_error(&self) -> Option<String> {
-        self.lock().aborted.clone()
+        self.abort_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

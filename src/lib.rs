@@ -235,6 +235,12 @@ impl Communicator {
         self.inner.stats()
     }
 
+    /// The two tiers the planner uses: `(intra-node, inter-node)` link costs
+    /// (from `SNCL_TOPO_FILE` / `SNCL_*_BW` / `SNCL_*_LAT`, else built-in).
+    pub fn tiers(&self) -> (comm_core::tune::LinkCost, comm_core::tune::LinkCost) {
+        (self.inner.shape.intra, self.inner.shape.inter)
+    }
+
     /// The placement of ranks on nodes.
     pub fn topology(&self) -> &comm_core::topo::Topology {
         &self.inner.topo

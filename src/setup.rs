@@ -103,7 +103,11 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     let timeout = config.timeout;
     let kv = PrefixStore::new(format!("sncl/{comm_id:016x}"), store.clone());
     transport_shm::cleanup_stale();
-    let node = node_identity(&config);
+    let node = config
+        .tiers
+        .node_of(rank)
+        .map(str::to_string)
+        .unwrap_or_else(|| node_identity(&config));
     let ip = match &config.socket_ifname {
         Some(ifname) => transport_tcp::interface_addr(ifname).map_err(|e| Error::Io {
             rank,

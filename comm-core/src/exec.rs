@@ -38,6 +38,10 @@ pub struct OpContext {
     pub spin: Duration,
 }
 
+/// Set from any thread to make the running operation give up at its next
+/// wait (the communicator's abort).
+pub type AbortFlag = std::sync::atomic::AtomicBool;
+
 /// Bytes moved by one execution, per peer.
 #[derive(Clone, Debug, Default)]
 pub struct Traffic {
@@ -149,7 +153,9 @@ pub fn execute(
     bufs: &Buffers,
     conns: &mut [Option<Box<dyn Connection>>],
     traffic: Option<&mut Traffic>,
+    abort: Option<&AbortFlag>,
 ) -> Result<()> {
+    let aborted = || abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed));
     let esize = ctx.dtype.size();
     let mut states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;
@@ -231,6 +237,17 @@ pub fn execute(
                 continue;
             }
             if let Some(waited) = waiter.idle() {
+                if aborted() {
+                    return Err(Error::Aborted {
+                        rank: ctx.rank,
+                        reason: Some(format!(
+                            "{} (seq {}) interrupted by abort while waiting on {:?}",
+                            ctx.fingerprint,
+                            ctx.seq,
+                            waiting_peers(step.ops.as_slice(), &states)
+                        )),
+                    });
+                }
                 if waited >= ctx.timeout {
                     let waiting_on = waiting_peers(step.ops.as_slice(), &states);
                     return Err(Error::Timeout {
