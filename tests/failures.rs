@@ -195,6 +195,19 @@ fn killed_rank_over_tcp() {
     dead_rank("tcp", 3, 0, false);
 }
 
+/// The target: survivors report a killed peer within deadline + 2 s
+/// in 20 of 20 trials (10 over shm, 10 over TCP, victims rotating).
+#[test]
+fn peer_death_twenty_trials() {
+    if is_child() {
+        return;
+    }
+    for trial in 0..20 {
+        let transport = if trial % 2 == 0 { "shm" } else { "tcp" };
+        dead_rank(transport, 3, trial % 3, false);
+    }
+}
+
 #[test]
 fn self_aborting_rank_over_shm() {
     if is_child() {
