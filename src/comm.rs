@@ -638,8 +638,13 @@ impl Inner {
         st.busy += started.elapsed();
         if let Err(e) = &result {
             tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
-            // With no culprit known, this rank is where the failure started.
-            let cause = e.failed_rank().or(Some(self.rank));
+            // A dead peer is named; a timeout does not prove the awaited peer
+            // is the culprit (it may wait on another), so it names nobody;
+            // anything else (mismatch, local abort) started on this rank.
+            let cause = match e {
+                Error::Timeout { .. } => None,
+                _ => e.failed_rank().or(Some(self.rank)),
+            };
             st.aborted = Some(e.to_string());
             self.abort_reason
                 .lock()

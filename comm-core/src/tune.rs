@@ -114,7 +114,8 @@ pub fn predict(coll: Collective, algo: Algorithm, sh: &Shape, bytes: usize, chun
             (l + extra) * link.msg(b)
         }
         (Collective::Broadcast | Collective::Reduce, Algorithm::Tree) => {
-            (l + k - 1.0) * link.msg(b / k) * l.max(1.0)
+            // Per step the root sends one message per level in flight.
+            (l + k - 1.0) * link.msg(b / k) * l.min(k).max(1.0)
         }
         (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => {
             (nf - 1.0 + k - 1.0) * link.msg(b / k)
