@@ -11,8 +11,10 @@
 //! ```
 
 mod api;
+mod bucket;
 pub mod capi;
 mod comm;
+// mod compressed; (enabled once the compress crate builds)
 mod element;
 mod logging;
 mod setup;
@@ -24,7 +26,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
+
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result};

@@ -109,10 +109,10 @@ impl Waiter {
         }
         // Past the spin budget, check the clock every round.
         self.idle = 1 << 30;
-        if waited < self.spin + Duration::from_millis(2) {
+        if waited < self.spin + Duration::from_micros(200) {
             std::thread::yield_now();
         } else if waited < Duration::from_millis(20) {
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::sleep(Duration::from_micros(50));
         } else {
             std::thread::sleep(Duration::from_micros(200));
         }
