@@ -6,9 +6,46 @@
 //! they need not be aligned. f16 and bf16 are widened to f32 for each
 //! reduction step and rounded to nearest even once. Integer sum and product
 //! wrap. Results are deterministic: the same inputs always give the same bits.
+//!
+//! On x86_64 with AVX2 (and F16C for f16) vector kernels are selected once at
+//! run time (see [`backend`]); they give bit-identical results to the
+//! portable [`scalar`] reference for every non-NaN input. Elsewhere the
+//! portable code is used.
+//!
+//! Large `reduce_into` and `copy` calls (16 MiB and up) write their
+//! destination with non-temporal stores, which bypass the cache.
+
+#![warn(missing_docs)]
 
 mod dtype;
 pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(target_arch = "x86_64")]
+use x86 as simd;
+
+/// Stand-in for targets without vector kernels: never handles anything.
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use crate::{DataType, ReduceOp};
+
+    pub(crate) fn backend() -> &'static str {
+        "scalar"
+    }
+    pub(crate) fn reduce_into(_: DataType, _: ReduceOp, _: &mut [u8], _: &[u8], _: &[u8]) -> bool {
+        false
+    }
+    pub(crate) fn reduce_inplace(_: DataType, _: ReduceOp, _: &mut [u8], _: &[u8]) -> bool {
+        false
+    }
+    pub(crate) fn divide(_: DataType, _: &mut [u8], _: usize) -> bool {
+        false
+    }
+    pub(crate) fn copy(_: &mut [u8], _: &[u8]) -> bool {
+        false
+    }
+}
 
 pub use dtype::{DataType, ReduceOp};
 
@@ -28,7 +65,7 @@ pub enum KernelError {
 fn check_lengths(dtype: DataType, lens: &[usize]) {
     let n = lens[0];
     assert!(
-        lens.iter().all(|&l| l == n) && n % dtype.size() == 0,
+        lens.iter().all(|&l| l == n) && n.is_multiple_of(dtype.size()),
         "kernel slices must have equal length, a multiple of {} bytes: {lens:?}",
         dtype.size()
     );
@@ -52,7 +89,9 @@ pub fn check_supported(dtype: DataType, op: ReduceOp) -> Result<(), KernelError>
 /// When the slices differ in length or are not a whole number of elements.
 pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     check_lengths(dtype, &[dst.len(), a.len(), b.len()]);
-    scalar::reduce_into(dtype, op, dst, a, b)
+    if !simd::reduce_into(dtype, op, dst, a, b) {
+        scalar::reduce_into(dtype, op, dst, a, b)
+    }
 }
 
 /// `acc[i] = acc[i] op src[i]`. `Avg` reduces as a sum.
@@ -61,16 +100,28 @@ pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &
 /// When the slices differ in length or are not a whole number of elements.
 pub fn reduce_inplace(dtype: DataType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
     check_lengths(dtype, &[acc.len(), src.len()]);
-    scalar::reduce_inplace(dtype, op, acc, src)
+    if !simd::reduce_inplace(dtype, op, acc, src) {
+        scalar::reduce_inplace(dtype, op, acc, src)
+    }
 }
 
 /// `buf[i] /= n` (the final step of `Avg`; integers truncate).
 pub fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
     check_lengths(dtype, &[buf.len()]);
-    scalar::divide(dtype, buf, n)
+    if !simd::divide(dtype, buf, n) {
+        scalar::divide(dtype, buf, n)
+    }
+}
+
+/// Name of the instruction sets the kernels use on this CPU: `"avx2+f16c"`,
+/// `"avx2"` (f16 then runs the portable code) or `"scalar"`.
+pub fn backend() -> &'static str {
+    simd::backend()
 }
 
 /// Copies `src` into `dst` (equal lengths).
 pub fn copy(dst: &mut [u8], src: &[u8]) {
-    dst.copy_from_slice(src);
+    if !simd::copy(dst, src) {
+        dst.copy_from_slice(src);
+    }
 }

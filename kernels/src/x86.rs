@@ -1,11 +1,16 @@
 //! AVX2 / F16C kernels for x86_64, selected once at run time.
 //!
 //! All of the crate's `unsafe` code lives in this module. The kernels work on
-//! raw byte pointers with unaligned 128/256-bit loads and stores, so buffers
-//! need no alignment. Every element, including those in a buffer's tail, goes
-//! through the same vector instruction sequence (the tail is staged through a
-//! zero-padded stack block), so a result never depends on an element's
+//! raw byte pointers with unaligned 256-bit loads and stores, so buffers need
+//! no alignment. Every element, including those in a buffer's tail, goes
+//! through the same vector instructions (the tail is loaded with masked loads
+//! into a zero-padded register), so a result never depends on an element's
 //! position or on the buffer's length — this keeps NaN payloads deterministic.
+//!
+//! Detection runs once: the first call fills a [`OnceLock`]ed table of
+//! function pointers indexed by `(dtype, op)`, so a call costs one atomic
+//! load, one indirect call and, for an 8-byte buffer, a handful of masked
+//! loads and stores (about 3.5 ns, see BENCH.md).
 //!
 //! Float semantics match `scalar.rs` bit for bit: `vmaxps(a, b)` is exactly
 //! `if a > b { a } else { b }`, f16 goes through the same F16C instructions the
@@ -14,21 +19,34 @@
 //! freedom left is which NaN payload a sum or product of two NaNs gets, where
 //! scalar code is at the mercy of the compiler's operand order.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use crate::{DataType, ReduceOp};
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
-use core::ptr;
 use std::sync::OnceLock;
 
 /// A selected kernel: `d[..len] = a[..len] op b[..len]`, or for divide kernels
 /// `d[..len] = a[..len] / n` (then `b` is ignored). `n` is ignored by the
-/// binary kernels.
+/// binary kernels. With `stream`, the bulk of `d` is written with
+/// non-temporal stores.
 ///
 /// # Safety
 /// `a` and `b` must be readable and `d` writable for `len` bytes; `d` may equal
 /// `a` or `b` but must not otherwise overlap them; the CPU must support the
-/// features the kernel was compiled for (guaranteed by [`table`]).
-type Kernel = unsafe fn(d: *mut u8, a: *const u8, b: *const u8, len: usize, n: usize);
+/// features the kernel was compiled for (guaranteed by [`table`]). With
+/// `stream`, the distance from `d` to the next 32-byte boundary must be a
+/// multiple of the element size, so that no element straddles it.
+type Kernel = unsafe fn(d: *mut u8, a: *const u8, b: *const u8, len: usize, n: usize, stream: bool);
+
+/// From this size on, `reduce_into` and `copy` write the destination with
+/// non-temporal stores. Measured on the development machine (32 MiB L3):
+/// from 16 MiB on streaming wins by 15–30 % (the buffers no longer stay in
+/// cache, and skipping the destination's read-for-ownership saves a quarter
+/// of a reduction's memory traffic and a third of a copy's); below it cached
+/// stores win for copies and keep the result in cache for whoever reads it
+/// next (typically a peer on another core). See BENCH.md.
+const STREAM_MIN: usize = 16 << 20;
 
 /// Kernels selected for this CPU, built once.
 struct Table {
@@ -38,6 +56,8 @@ struct Table {
     divide: [Option<Kernel>; 10],
     /// Human-readable name of the selected instruction sets.
     name: &'static str,
+    /// AVX2 (hence AVX, for streaming copies) is available.
+    avx2: bool,
 }
 
 static TABLE: OnceLock<Table> = OnceLock::new();
@@ -59,6 +79,7 @@ fn build_table() -> Table {
             (true, false) => "avx2",
             _ => "scalar",
         },
+        avx2,
     };
     if !avx2 {
         return t;
@@ -94,11 +115,19 @@ pub(crate) fn reduce_into(
         return false;
     };
     let len = dst.len();
-    assert!(a.len() == len && b.len() == len, "kernel slice lengths differ");
+    assert!(
+        a.len() == len && b.len() == len,
+        "kernel slice lengths differ"
+    );
+    let d = dst.as_mut_ptr();
+    // Streaming needs whole elements before the first 32-byte boundary,
+    // which holds whenever `dst` is aligned to the element size.
+    let stream = len >= STREAM_MIN && (d as usize).is_multiple_of(dtype.size());
     // SAFETY: the table only holds kernels whose target features were
     // detected; all three slices are valid for `len` bytes, and `dst` is a
-    // unique borrow so it cannot overlap `a` or `b`.
-    unsafe { k(dst.as_mut_ptr(), a.as_ptr(), b.as_ptr(), len, 0) };
+    // unique borrow so it cannot overlap `a` or `b`. The alignment condition
+    // for `stream` is checked just above (element sizes divide 32).
+    unsafe { k(d, a.as_ptr(), b.as_ptr(), len, 0, stream) };
     true
 }
 
@@ -114,7 +143,7 @@ pub(crate) fn reduce_inplace(dtype: DataType, op: ReduceOp, acc: &mut [u8], src:
     // SAFETY: features detected (see `reduce_into`); `acc` and `src` are valid
     // for `len` bytes. `d == a` is allowed: every block is loaded completely
     // before it is stored. `src` cannot overlap the unique borrow `acc`.
-    unsafe { k(p, p, src.as_ptr(), len, 0) };
+    unsafe { k(p, p, src.as_ptr(), len, 0, false) };
     true
 }
 
@@ -127,8 +156,54 @@ pub(crate) fn divide(dtype: DataType, buf: &mut [u8], n: usize) -> bool {
     let p = buf.as_mut_ptr();
     // SAFETY: features detected (see `reduce_into`); `buf` is valid for
     // `buf.len()` bytes and divide kernels only read `a` (== `d`), never `b`.
-    unsafe { k(p, p, p, buf.len(), n) };
+    unsafe { k(p, p, p, buf.len(), n, false) };
     true
+}
+
+/// Copies with non-temporal stores when that wins (large buffers, AVX
+/// available); `false` (nothing written) otherwise.
+#[inline]
+pub(crate) fn copy(dst: &mut [u8], src: &[u8]) -> bool {
+    let len = dst.len();
+    if len < STREAM_MIN || !table().avx2 {
+        return false;
+    }
+    assert!(src.len() == len, "copy slice lengths differ");
+    let head = dst.as_ptr().align_offset(W).min(len);
+    let end = head + (len - head) / (4 * W) * (4 * W);
+    dst[..head].copy_from_slice(&src[..head]);
+    // SAFETY: AVX2 (hence AVX) was detected; `dst` and `src` are valid for
+    // `len >= end` bytes and cannot overlap (unique borrow); `dst + head` is
+    // 32-byte aligned and `end - head` is a multiple of 128.
+    unsafe {
+        stream_copy(
+            dst.as_mut_ptr().add(head),
+            src.as_ptr().add(head),
+            end - head,
+        )
+    };
+    dst[end..].copy_from_slice(&src[end..]);
+    true
+}
+
+/// # Safety
+/// AVX must be available; `d` (32-byte aligned) writable and `s` readable
+/// for `len` bytes, a multiple of 128; no overlap.
+#[target_feature(enable = "avx")]
+unsafe fn stream_copy(d: *mut u8, s: *const u8, len: usize) {
+    let mut i = 0;
+    while i < len {
+        let v0 = _mm256_loadu_si256(s.add(i).cast());
+        let v1 = _mm256_loadu_si256(s.add(i + 32).cast());
+        let v2 = _mm256_loadu_si256(s.add(i + 64).cast());
+        let v3 = _mm256_loadu_si256(s.add(i + 96).cast());
+        _mm256_stream_si256(d.add(i).cast(), v0);
+        _mm256_stream_si256(d.add(i + 32).cast(), v1);
+        _mm256_stream_si256(d.add(i + 64).cast(), v2);
+        _mm256_stream_si256(d.add(i + 96).cast(), v3);
+        i += 128;
+    }
+    _mm_sfence();
 }
 
 // ---------------------------------------------------------------------------
@@ -203,6 +278,9 @@ fn divide_kernel(dtype: DataType) -> Option<Kernel> {
     }
 }
 
+/// Bytes per step.
+const W: usize = 32;
+
 // ---------------------------------------------------------------------------
 // Drivers. The target-feature functions are the only places the vector code
 // is instantiated; everything below them is `#[inline(always)]` so that the
@@ -211,21 +289,33 @@ fn divide_kernel(dtype: DataType) -> Option<Kernel> {
 /// # Safety
 /// See [`Kernel`]; the CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-unsafe fn avx2<B: Block>(d: *mut u8, a: *const u8, b: *const u8, len: usize, n: usize) {
-    run::<B>(d, a, b, len, n)
+unsafe fn avx2<B: Block>(
+    d: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    len: usize,
+    n: usize,
+    stream: bool,
+) {
+    run::<B>(d, a, b, len, n, stream)
 }
 
 /// # Safety
 /// See [`Kernel`]; the CPU must support AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn avx2_f16c<B: Block>(d: *mut u8, a: *const u8, b: *const u8, len: usize, n: usize) {
-    run::<B>(d, a, b, len, n)
+unsafe fn avx2_f16c<B: Block>(
+    d: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    len: usize,
+    n: usize,
+    stream: bool,
+) {
+    run::<B>(d, a, b, len, n, stream)
 }
 
-/// One vector step over `BYTES` bytes.
+/// One vector step: 32 bytes of each input in, 32 bytes out.
 trait Block {
-    /// Bytes consumed from each input and written per step (at most 32).
-    const BYTES: usize;
     /// Per-call constant (the divisor for divide kernels).
     type Ctx: Copy;
     /// Builds the per-call constant.
@@ -233,48 +323,150 @@ trait Block {
     /// # Safety
     /// Called only where the kernel's target features are enabled.
     unsafe fn ctx(n: usize) -> Self::Ctx;
-    /// Reads `BYTES` bytes at `a` and `b`, writes `BYTES` bytes at `d`. Every
-    /// load happens before the store, so `d` may equal `a` or `b`.
+    /// Computes one step from `x` and `y`.
     ///
     /// # Safety
-    /// The pointers must be valid for `BYTES` bytes and the kernel's target
-    /// features must be enabled.
-    unsafe fn step(c: Self::Ctx, d: *mut u8, a: *const u8, b: *const u8);
+    /// Called only where the kernel's target features are enabled.
+    unsafe fn compute(c: Self::Ctx, x: __m256i, y: __m256i) -> __m256i;
 }
 
-/// Largest `Block::BYTES`.
-const MAX_BLOCK: usize = 32;
+/// One full step at byte offset `i`. Both loads precede the store, so `d`
+/// may equal `a` or `b`. `NT` selects a non-temporal store, for which
+/// `d + i` must be 32-byte aligned.
+#[inline(always)]
+unsafe fn step<B: Block, const NT: bool>(
+    c: B::Ctx,
+    d: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    i: usize,
+) {
+    let x = _mm256_loadu_si256(a.add(i).cast());
+    let y = _mm256_loadu_si256(b.add(i).cast());
+    let r = B::compute(c, x, y);
+    if NT {
+        _mm256_stream_si256(d.add(i).cast(), r);
+    } else {
+        _mm256_storeu_si256(d.add(i).cast(), r);
+    }
+}
+
+/// Bytes `i..end`: whole steps, then (unless `NT`, where the range is a
+/// multiple of four steps) a partial one.
+#[inline(always)]
+unsafe fn span<B: Block, const NT: bool>(
+    c: B::Ctx,
+    d: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    mut i: usize,
+    end: usize,
+) {
+    while i + 4 * W <= end {
+        step::<B, NT>(c, d, a, b, i);
+        step::<B, NT>(c, d, a, b, i + W);
+        step::<B, NT>(c, d, a, b, i + 2 * W);
+        step::<B, NT>(c, d, a, b, i + 3 * W);
+        i += 4 * W;
+    }
+    if NT {
+        return;
+    }
+    while i + W <= end {
+        step::<B, false>(c, d, a, b, i);
+        i += W;
+    }
+    if i < end {
+        // The tail goes through exactly the same `compute` as the body, on
+        // zero-padded registers, so results do not depend on position.
+        let rem = end - i;
+        let x = load_partial(a.add(i), rem);
+        let y = load_partial(b.add(i), rem);
+        store_partial(d.add(i), rem, B::compute(c, x, y));
+    }
+}
 
 #[inline(always)]
-unsafe fn run<B: Block>(d: *mut u8, a: *const u8, b: *const u8, len: usize, n: usize) {
-    debug_assert!(B::BYTES <= MAX_BLOCK);
+unsafe fn run<B: Block>(
+    d: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    len: usize,
+    n: usize,
+    stream: bool,
+) {
     let c = B::ctx(n);
-    let mut i = 0;
-    while i + 4 * B::BYTES <= len {
-        B::step(c, d.add(i), a.add(i), b.add(i));
-        let j = i + B::BYTES;
-        B::step(c, d.add(j), a.add(j), b.add(j));
-        let j = i + 2 * B::BYTES;
-        B::step(c, d.add(j), a.add(j), b.add(j));
-        let j = i + 3 * B::BYTES;
-        B::step(c, d.add(j), a.add(j), b.add(j));
-        i += 4 * B::BYTES;
+    if !stream {
+        return span::<B, false>(c, d, a, b, 0, len);
     }
-    while i + B::BYTES <= len {
-        B::step(c, d.add(i), a.add(i), b.add(i));
-        i += B::BYTES;
+    // Up to the first 32-byte boundary of `d` (whole elements, see `Kernel`),
+    // then aligned non-temporal stores, then the rest.
+    let head = (d as usize).wrapping_neg() % W;
+    let head = head.min(len);
+    let end = head + (len - head) / (4 * W) * (4 * W);
+    span::<B, false>(c, d, a, b, 0, head);
+    span::<B, true>(c, d, a, b, head, end);
+    _mm_sfence();
+    span::<B, false>(c, d, a, b, end, len);
+}
+
+/// `-1` in the first eight 32-bit lanes, then zeros: a window of eight at
+/// `8 - k` has exactly its first `k` lanes set.
+static LANE_MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// Mask with the first `k <= 8` 32-bit lanes set.
+#[inline(always)]
+unsafe fn lanes(k: usize) -> __m256i {
+    debug_assert!(k <= 8);
+    _mm256_loadu_si256(LANE_MASKS.as_ptr().add(8 - k).cast())
+}
+
+/// Loads `n < 32` bytes into the low bytes of a zeroed register without
+/// touching memory past `src + n`. Done in registers (masked load plus a
+/// blend for a last partial 4-byte lane) rather than through a stack buffer,
+/// which would cost a store-forwarding stall.
+#[inline(always)]
+unsafe fn load_partial(src: *const u8, n: usize) -> __m256i {
+    debug_assert!(n < 32);
+    let words = n / 4;
+    let mut v = _mm256_maskload_epi32(src.cast(), lanes(words));
+    let r = n % 4;
+    if r != 0 {
+        let p = src.add(words * 4);
+        let mut x = u32::from(*p);
+        if r > 1 {
+            x |= u32::from(*p.add(1)) << 8;
+        }
+        if r > 2 {
+            x |= u32::from(*p.add(2)) << 16;
+        }
+        let at = _mm256_cmpeq_epi32(
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            _mm256_set1_epi32(words as i32),
+        );
+        v = _mm256_blendv_epi8(v, _mm256_set1_epi32(x as i32), at);
     }
-    if i < len {
-        // Stage the tail through zero-padded blocks so it sees exactly the
-        // same instructions as the body.
-        let rem = len - i;
-        let mut ta = [0u8; MAX_BLOCK];
-        let mut tb = [0u8; MAX_BLOCK];
-        ptr::copy_nonoverlapping(a.add(i), ta.as_mut_ptr(), rem);
-        ptr::copy_nonoverlapping(b.add(i), tb.as_mut_ptr(), rem);
-        let pa = ta.as_mut_ptr();
-        B::step(c, pa, pa, tb.as_ptr());
-        ptr::copy_nonoverlapping(ta.as_ptr(), d.add(i), rem);
+    v
+}
+
+/// Stores the low `n < 32` bytes of `v` without touching memory past `dst + n`.
+#[inline(always)]
+unsafe fn store_partial(dst: *mut u8, n: usize, v: __m256i) {
+    debug_assert!(n < 32);
+    let words = n / 4;
+    _mm256_maskstore_epi32(dst.cast(), lanes(words), v);
+    let r = n % 4;
+    if r != 0 {
+        let lane = _mm256_permutevar8x32_epi32(v, _mm256_set1_epi32(words as i32));
+        let x = _mm256_cvtsi256_si32(lane) as u32;
+        let p = dst.add(words * 4);
+        *p = x as u8;
+        if r > 1 {
+            *p.add(1) = (x >> 8) as u8;
+        }
+        if r > 2 {
+            *p.add(2) = (x >> 16) as u8;
+        }
     }
 }
 
@@ -300,15 +492,12 @@ trait OpPd {
 struct Native<O>(PhantomData<O>);
 
 impl<O: Op256> Block for Native<O> {
-    const BYTES: usize = 32;
     type Ctx = ();
     #[inline(always)]
     unsafe fn ctx(_: usize) {}
     #[inline(always)]
-    unsafe fn step(_: (), d: *mut u8, a: *const u8, b: *const u8) {
-        let x = _mm256_loadu_si256(a.cast());
-        let y = _mm256_loadu_si256(b.cast());
-        _mm256_storeu_si256(d.cast(), O::apply(x, y));
+    unsafe fn compute(_: (), x: __m256i, y: __m256i) -> __m256i {
+        O::apply(x, y)
     }
 }
 
@@ -332,78 +521,112 @@ impl<O: OpPd> Op256 for Pd<O> {
     }
 }
 
-/// Eight f16 elements (16 bytes), widened to f32 with F16C.
+/// Sixteen f16 elements (32 bytes), widened to f32 with F16C. Converting
+/// back in registers and storing 256 bits at once avoids the slow
+/// memory-destination form of `vcvtps2ph`.
 struct Half<O>(PhantomData<O>);
 
 impl<O: OpPs> Block for Half<O> {
-    const BYTES: usize = 16;
     type Ctx = ();
     #[inline(always)]
     unsafe fn ctx(_: usize) {}
     #[inline(always)]
-    unsafe fn step(_: (), d: *mut u8, a: *const u8, b: *const u8) {
-        let x = _mm256_cvtph_ps(_mm_loadu_si128(a.cast()));
-        let y = _mm256_cvtph_ps(_mm_loadu_si128(b.cast()));
-        let r = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(O::ps(x, y));
-        _mm_storeu_si128(d.cast(), r);
+    unsafe fn compute(_: (), x: __m256i, y: __m256i) -> __m256i {
+        let (xl, xh) = f16_widen(x);
+        let (yl, yh) = f16_widen(y);
+        f16_narrow(O::ps(xl, yl), O::ps(xh, yh))
     }
+}
+
+/// Sixteen f16 to two registers of f32 (elements 0..8 and 8..16).
+#[inline(always)]
+unsafe fn f16_widen(x: __m256i) -> (__m256, __m256) {
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(x)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(x)),
+    )
+}
+
+/// Inverse of [`f16_widen`], rounding to nearest even like `half`.
+#[inline(always)]
+unsafe fn f16_narrow(lo: __m256, hi: __m256) -> __m256i {
+    let lo = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(lo);
+    let hi = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(hi);
+    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi)
 }
 
 /// Sixteen bf16 elements (32 bytes), widened to f32 by shifting.
 struct Brain<O>(PhantomData<O>);
 
 impl<O: OpPs> Block for Brain<O> {
-    const BYTES: usize = 32;
     type Ctx = ();
     #[inline(always)]
     unsafe fn ctx(_: usize) {}
     #[inline(always)]
-    unsafe fn step(_: (), d: *mut u8, a: *const u8, b: *const u8) {
-        let x = _mm256_loadu_si256(a.cast());
-        let y = _mm256_loadu_si256(b.cast());
-        let z = _mm256_setzero_si256();
-        // Interleaving with zero puts each bf16 in the high half of a 32-bit
-        // lane, i.e. makes it an f32. Per 128-bit lane, `lo` holds elements
-        // 0..4 and `hi` elements 4..8; `packus` below restores the order.
-        let (xl, xh) = (_mm256_unpacklo_epi16(z, x), _mm256_unpackhi_epi16(z, x));
-        let (yl, yh) = (_mm256_unpacklo_epi16(z, y), _mm256_unpackhi_epi16(z, y));
-        let rl = O::ps(_mm256_castsi256_ps(xl), _mm256_castsi256_ps(yl));
-        let rh = O::ps(_mm256_castsi256_ps(xh), _mm256_castsi256_ps(yh));
-        let r = _mm256_packus_epi32(f32_to_bf16(rl), f32_to_bf16(rh));
-        _mm256_storeu_si256(d.cast(), r);
+    unsafe fn compute(_: (), x: __m256i, y: __m256i) -> __m256i {
+        let (xe, xo) = bf16_widen(x);
+        let (ye, yo) = bf16_widen(y);
+        bf16_narrow(O::ps(xe, ye), O::ps(xo, yo))
     }
 }
 
-/// Rounds f32 lanes to bf16 exactly like `half::bf16::from_f32`: NaN becomes
-/// `(bits >> 16) | 0x40`, everything else rounds to nearest even. Returns the
-/// bf16 bits zero-extended in each 32-bit lane.
+/// Splits sixteen bf16 into two f32 registers: a bf16 is the high half of
+/// an f32, so shifting the even elements up (and masking the odd ones in
+/// place) widens them exactly. Returns (even elements, odd elements).
 #[inline(always)]
-unsafe fn f32_to_bf16(v: __m256) -> __m256i {
+unsafe fn bf16_widen(x: __m256i) -> (__m256, __m256) {
+    let even = _mm256_slli_epi32::<16>(x);
+    let odd = _mm256_and_si256(x, _mm256_set1_epi32(0xffff_0000_u32 as i32));
+    (_mm256_castsi256_ps(even), _mm256_castsi256_ps(odd))
+}
+
+/// Inverse of [`bf16_widen`], rounding like `half::bf16::from_f32`.
+#[inline(always)]
+unsafe fn bf16_narrow(even: __m256, odd: __m256) -> __m256i {
+    // One compare finds a NaN in either register; NaN-free blocks (the
+    // normal case) skip the NaN fix-up, which is a third of the work.
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(even, odd);
+    let (even, odd) = if _mm256_testz_ps(nan, nan) != 0 {
+        (bf16_round_finite(even), bf16_round_finite(odd))
+    } else {
+        (bf16_round(even), bf16_round(odd))
+    };
+    // Low 16 bits of each lane from `even`, high 16 bits from `odd`.
+    _mm256_blend_epi16::<0b1010_1010>(_mm256_srli_epi32::<16>(even), odd)
+}
+
+/// Rounds non-NaN f32 lanes to nearest-even bf16 (`x + 0x7fff + lsb`),
+/// leaving the result in the high 16 bits of each lane (the low bits are
+/// garbage). Infinities and overflow to infinity come out right.
+#[inline(always)]
+unsafe fn bf16_round_finite(v: __m256) -> __m256i {
     let x = _mm256_castps_si256(v);
-    let abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7fff_ffff));
-    // Both sides are non-negative as i32, so the signed compare is exact.
-    let is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f80_0000));
-    let hi = _mm256_srli_epi32::<16>(x);
-    let lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    let biased = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb);
-    let rounded = _mm256_srli_epi32::<16>(biased);
-    let nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-    _mm256_blendv_epi8(rounded, nan, is_nan)
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
+    _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb)
+}
+
+/// [`bf16_round_finite`], plus NaN as `half::bf16::from_f32` does it:
+/// `(x >> 16) | 0x40`.
+#[inline(always)]
+unsafe fn bf16_round(v: __m256) -> __m256i {
+    let x = _mm256_castps_si256(v);
+    let is_nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+    let quiet = _mm256_or_si256(x, _mm256_set1_epi32(0x0040_0000));
+    _mm256_blendv_epi8(bf16_round_finite(v), quiet, is_nan)
 }
 
 /// `a / n` for f32.
 struct DivPs;
 
 impl Block for DivPs {
-    const BYTES: usize = 32;
     type Ctx = __m256;
     #[inline(always)]
     unsafe fn ctx(n: usize) -> __m256 {
         _mm256_set1_ps(n as f32)
     }
     #[inline(always)]
-    unsafe fn step(c: __m256, d: *mut u8, a: *const u8, _: *const u8) {
-        _mm256_storeu_ps(d.cast(), _mm256_div_ps(_mm256_loadu_ps(a.cast()), c));
+    unsafe fn compute(c: __m256, x: __m256i, _: __m256i) -> __m256i {
+        _mm256_castps_si256(_mm256_div_ps(_mm256_castsi256_ps(x), c))
     }
 }
 
@@ -411,15 +634,14 @@ impl Block for DivPs {
 struct DivPd;
 
 impl Block for DivPd {
-    const BYTES: usize = 32;
     type Ctx = __m256d;
     #[inline(always)]
     unsafe fn ctx(n: usize) -> __m256d {
         _mm256_set1_pd(n as f64)
     }
     #[inline(always)]
-    unsafe fn step(c: __m256d, d: *mut u8, a: *const u8, _: *const u8) {
-        _mm256_storeu_pd(d.cast(), _mm256_div_pd(_mm256_loadu_pd(a.cast()), c));
+    unsafe fn compute(c: __m256d, x: __m256i, _: __m256i) -> __m256i {
+        _mm256_castpd_si256(_mm256_div_pd(_mm256_castsi256_pd(x), c))
     }
 }
 
@@ -427,17 +649,15 @@ impl Block for DivPd {
 struct DivHalf;
 
 impl Block for DivHalf {
-    const BYTES: usize = 16;
     type Ctx = __m256;
     #[inline(always)]
     unsafe fn ctx(n: usize) -> __m256 {
         _mm256_set1_ps(n as f32)
     }
     #[inline(always)]
-    unsafe fn step(c: __m256, d: *mut u8, a: *const u8, _: *const u8) {
-        let x = _mm256_cvtph_ps(_mm_loadu_si128(a.cast()));
-        let r = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_div_ps(x, c));
-        _mm_storeu_si128(d.cast(), r);
+    unsafe fn compute(c: __m256, x: __m256i, _: __m256i) -> __m256i {
+        let (lo, hi) = f16_widen(x);
+        f16_narrow(_mm256_div_ps(lo, c), _mm256_div_ps(hi, c))
     }
 }
 
@@ -445,21 +665,15 @@ impl Block for DivHalf {
 struct DivBrain;
 
 impl Block for DivBrain {
-    const BYTES: usize = 32;
     type Ctx = __m256;
     #[inline(always)]
     unsafe fn ctx(n: usize) -> __m256 {
         _mm256_set1_ps(n as f32)
     }
     #[inline(always)]
-    unsafe fn step(c: __m256, d: *mut u8, a: *const u8, _: *const u8) {
-        let x = _mm256_loadu_si256(a.cast());
-        let z = _mm256_setzero_si256();
-        let xl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
-        let xh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
-        let rl = f32_to_bf16(_mm256_div_ps(xl, c));
-        let rh = f32_to_bf16(_mm256_div_ps(xh, c));
-        _mm256_storeu_si256(d.cast(), _mm256_packus_epi32(rl, rh));
+    unsafe fn compute(c: __m256, x: __m256i, _: __m256i) -> __m256i {
+        let (even, odd) = bf16_widen(x);
+        bf16_narrow(_mm256_div_ps(even, c), _mm256_div_ps(odd, c))
     }
 }
 
@@ -525,8 +739,16 @@ op256!(
         _mm256_add_epi64(lo, _mm256_slli_epi64::<32>(_mm256_add_epi64(t1, t2)))
     }
 );
-op256!(MaxI64, |a, b| _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(a, b)));
-op256!(MinI64, |a, b| _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi64(b, a)));
+op256!(MaxI64, |a, b| _mm256_blendv_epi8(
+    b,
+    a,
+    _mm256_cmpgt_epi64(a, b)
+));
+op256!(MinI64, |a, b| _mm256_blendv_epi8(
+    b,
+    a,
+    _mm256_cmpgt_epi64(b, a)
+));
 op256!(MaxU64, |a, b| {
     let s = _mm256_set1_epi64x(i64::MIN);
     let gt = _mm256_cmpgt_epi64(_mm256_xor_si256(a, s), _mm256_xor_si256(b, s));
