@@ -14,7 +14,7 @@ mod api;
 mod bucket;
 pub mod capi;
 mod comm;
-// mod compressed; (enabled once the compress crate builds)
+mod compressed;
 mod element;
 mod logging;
 mod setup;
@@ -28,6 +28,8 @@ use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
+pub use compress::{Codec, ErrorFeedback};
+pub use compressed::CompressScope;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
@@ -48,6 +50,7 @@ use comm_core::bootstrap::{TcpStore, TcpStoreServer};
 pub struct Communicator {
     inner: Arc<comm::Inner>,
     worker: work::Worker,
+    layout: std::sync::OnceLock<Option<Box<compressed::Layout>>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -66,6 +69,7 @@ impl Communicator {
         Communicator {
             worker: work::Worker::new(inner.clone()),
             inner,
+            layout: std::sync::OnceLock::new(),
         }
     }
 
@@ -236,7 +240,14 @@ impl Communicator {
     /// Bytes sent and received on each tier (intra-node, inter-node),
     /// operation counts and time spent waiting on peers, since creation.
     pub fn stats(&self) -> Stats {
-        self.inner.stats()
+        let mut s = self.inner.stats();
+        // Compressed all-reduces run on the node / replica sub-communicators.
+        if let Some(Some(l)) = self.layout.get() {
+            for sub in l.comms() {
+                s.absorb(&sub.stats());
+            }
+        }
+        s
     }
 
     /// The two tiers the planner uses: `(intra-node, inter-node)` link costs

@@ -38,6 +38,16 @@ impl Stats {
         }
     }
 
+    /// Adds another communicator's counters (bytes and times; its op
+    /// counts are kept apart as they are parts of this one's operations).
+    pub fn absorb(&mut self, o: &Stats) {
+        self.intra_sent += o.intra_sent;
+        self.intra_received += o.intra_received;
+        self.inter_sent += o.inter_sent;
+        self.inter_received += o.inter_received;
+        self.wait_time += o.wait_time;
+    }
+
     /// Difference of two snapshots (`self` later than `earlier`).
     pub fn since(&self, earlier: &Stats) -> Stats {
         let ops_by_collective = self

@@ -67,8 +67,6 @@ const AUTH_REFUSED: u8 = 1;
 const SERVER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the server waits for a client to take a reply.
 const SERVER_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the accept loop checks for shutdown when idle.
-const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// Default client grace period for a reply beyond the operation's timeout.
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -212,8 +210,10 @@ impl TcpStoreServer {
         // Thousands of ranks may connect at once; the kernel caps this at
         // net.core.somaxconn.
         socket.listen(4096)?;
+        // Blocking accept: an idle server never wakes up (a polling loop
+        // would steal the core from spinning ranks); Drop wakes it with a
+        // connection of its own.
         let listener: TcpListener = socket.into();
-        listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
         let inner = Arc::new(ServerInner {
             shared: Arc::new(Shared::default()),
@@ -250,6 +250,14 @@ impl Drop for TcpStoreServer {
     fn drop(&mut self) {
         self.inner.shutdown.store(true, Ordering::SeqCst);
         self.inner.shared.close();
+        let mut wake = self.local_addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
@@ -273,12 +281,12 @@ impl Drop for TcpStoreServer {
 fn accept_loop(listener: TcpListener, inner: Arc<ServerInner>) {
     while !inner.shutdown.load(Ordering::SeqCst) {
         match listener.accept() {
+            Ok(_) if inner.shutdown.load(Ordering::SeqCst) => break,
             Ok((stream, peer)) => {
                 if let Err(e) = spawn_conn(&inner, stream, peer) {
                     tracing::warn!(%peer, "sncl store: dropping connection from {peer}: cannot start its thread: {e}");
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 // E.g. out of file descriptors: keep serving the others.

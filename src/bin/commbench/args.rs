@@ -55,6 +55,13 @@ pub struct Args {
     /// Write every rank's per-tier counters as JSON to FILE (rank 0).
     #[arg(long = "stats-json")]
     pub stats_json: Option<String>,
+    /// Compress all_reduce (float sum/avg): fp16, bf16, int8, topk:RATIO
+    /// (e.g. topk:0.01 keeps 1%). busbw is on the uncompressed size.
+    #[arg(long = "compress")]
+    pub compress: Option<String>,
+    /// Where the codec applies: hier (cross-node phase only) or flat.
+    #[arg(long = "compress-scope", default_value = "hier")]
+    pub compress_scope: String,
     /// Draw bus bandwidth against size per algorithm into FILE.svg (rank 0).
     #[arg(long = "plot")]
     pub plot: Option<String>,

@@ -171,6 +171,8 @@ pub struct Case {
     pub iters: usize,
     pub warmup: usize,
     pub check: bool,
+    /// Codec and scope for a compressed all_reduce.
+    pub compress: Option<(sncl::Codec, sncl::CompressScope)>,
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
@@ -354,8 +356,77 @@ macro_rules! with_dtype {
     };
 }
 
+/// Times a compressed all_reduce (in place on a copy of the input) and
+/// counts values outside the codec's documented bound.
+fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
+    let (codec, scope) = c.compress.as_ref().expect("compressed case");
+    let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
+    let inputs: Vec<Vec<f32>> = (0..n).map(|q| input::<f32>(q, cnt, op)).collect();
+    let mut buf = inputs[r].clone();
+    let once = |buf: &mut Vec<f32>| -> Result<()> {
+        buf.copy_from_slice(&inputs[r]);
+        comm.all_reduce_compressed(buf, op, codec, None, *scope)
+    };
+    for _ in 0..c.warmup {
+        once(&mut buf)?;
+    }
+    comm.barrier()?;
+    let before = comm.stats();
+    let mut per_iter = vec![0f64; c.iters];
+    let start = Instant::now();
+    let mut last = start;
+    for t in per_iter.iter_mut() {
+        once(&mut buf)?;
+        let now = Instant::now();
+        *t = (now - last).as_secs_f64() * 1e6;
+        last = now;
+    }
+    let total_us = start.elapsed().as_secs_f64() * 1e6;
+    let traffic = comm.stats().since(&before);
+    let mut mean = [total_us / c.iters.max(1) as f64];
+    comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
+    comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
+    per_iter.sort_by(|a, b| a.total_cmp(b));
+    let median = per_iter.get(per_iter.len() / 2).copied().unwrap_or(0.0);
+    let mut wrong = [0u64];
+    if c.check {
+        once(&mut buf)?;
+        // Bound: every value the codec encodes is at most U = sum of |x_r|.
+        let u: Vec<f32> = (0..cnt)
+            .map(|i| inputs.iter().map(|x| x[i].abs()).sum())
+            .collect();
+        let k = n as f32;
+        let tol = match codec {
+            sncl::Codec::TopK { .. } => {
+                inputs.iter().map(|x| codec.error_bound(x)).sum::<f32>() * k
+            }
+            _ => (k + 1.0) * codec.error_bound(&u),
+        } * if op == ReduceOp::Avg { 1.0 / k } else { 1.0 }
+            + 1e-4;
+        for i in 0..cnt {
+            let mut exact: f32 = inputs.iter().map(|x| x[i]).sum();
+            if op == ReduceOp::Avg {
+                exact /= k;
+            }
+            if (buf[i] - exact).abs() > tol {
+                wrong[0] += 1;
+            }
+        }
+        comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
+    }
+    Ok(Timing {
+        mean_us: mean[0] / n as f64,
+        median_us: median,
+        wrong: wrong[0],
+        traffic,
+    })
+}
+
 /// Times both directions of a case.
 pub fn run_case(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
+    if c.compress.is_some() {
+        return Ok((run_compressed(comm, c)?, None));
+    }
     fn both<T: BenchElem>(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
         let oop = run_direction::<T>(comm, c, false)?;
         let ip = if c.bench.has_in_place() {

@@ -69,6 +69,38 @@ fn run(args: &Args) -> sncl::Result<bool> {
         None => vec![None],
     };
     let root = if bench.rooted() { args.root } else { 0 };
+    let compress = match &args.compress {
+        None => None,
+        Some(spec) => {
+            let bad = |detail: String| sncl::Error::InvalidArgument {
+                rank,
+                op: "commbench",
+                detail,
+            };
+            if bench != Bench::AllReduce
+                || dtypes != [DataType::Float32]
+                || ops
+                    .iter()
+                    .any(|o| !matches!(o, ReduceOp::Sum | ReduceOp::Avg))
+            {
+                return Err(bad(
+                    "--compress applies to all_reduce of float with sum or avg".into(),
+                ));
+            }
+            let codec =
+                sncl::Codec::parse(spec).map_err(|e| bad(format!("--compress {spec}: {e}")))?;
+            let scope = match args.compress_scope.as_str() {
+                "hier" => sncl::CompressScope::Hier,
+                "flat" => sncl::CompressScope::Flat,
+                other => {
+                    return Err(bad(format!(
+                        "--compress-scope {other}: expected hier or flat"
+                    )))
+                }
+            };
+            Some((codec, scope))
+        }
+    };
     if bench.rooted() && root >= n {
         return Err(sncl::Error::InvalidArgument {
             rank,
@@ -140,10 +172,16 @@ fn run(args: &Args) -> sncl::Result<bool> {
                         iters: args.iters.max(1),
                         warmup: args.warmup,
                         check: args.check != 0,
+                        compress: compress.clone(),
                     };
                     let (oop, ip) = cases::run_case(&comm, &case)?;
                     let factor = bench.bus_factor(n);
-                    let algo_name = comm.algorithm_for(bench.collective(), dtype, count)?;
+                    let algo_name = match &case.compress {
+                        Some((codec, _)) => {
+                            Box::leak(format!("compressed-{}", codec.name()).into_boxed_str())
+                        }
+                        None => comm.algorithm_for(bench.collective(), dtype, count)?,
+                    };
                     any_wrong |= oop.wrong > 0 || ip.as_ref().map(|t| t.wrong > 0).unwrap_or(false);
                     add_traffic(&mut traffic, &oop.traffic);
                     if let Some(ip) = &ip {

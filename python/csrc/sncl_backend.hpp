@@ -1,0 +1,278 @@
+// The "sncl" c10d backend: a c10d::Backend over sncl's C ABI (sncl.h).
+//
+// Every operation is split in three parts:
+//   * prepare, on the calling (Python) thread: argument checks, contiguous
+//     staging buffers, the Work object;
+//   * issue, on the backend's worker thread: the blocking (NULL-stream)
+//     sncl calls;
+//   * post, on the worker thread once the sncl calls have returned: copies
+//     from staging buffers back into the caller's tensors and local
+//     reductions (bitwise operators, see below).
+// The worker runs operations one at a time in issue order, so every rank
+// runs the same sequence on the communicator; the calling thread returns as
+// soon as the operation is queued. Work::wait blocks until the worker has
+// finished the operation and rethrows its error (with snclGetLastError's
+// text); the Work's future is completed with the output tensors first.
+//
+// Between startCoalescing and endCoalescing (batch_isend_irecv, coalescing
+// manager) operations are collected into one task that the worker issues
+// inside snclGroupStart / snclGroupEnd, so sends and receives progress
+// together.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "sncl.h"
+
+namespace sncl_torch {
+
+// One operation's work for the worker thread.
+struct Step {
+  std::function<void()> issue;
+  std::function<void()> post; // may be empty
+};
+
+class WorkSncl : public c10d::Work {
+ public:
+  WorkSncl(
+      int rank,
+      c10d::OpType opType,
+      std::vector<at::Tensor> outputs,
+      uint64_t seq);
+
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override;
+
+  // Adds outputs (coalesced works collect those of all their operations).
+  void addOutputs(const std::vector<at::Tensor>& outs);
+  // Completes the future (value: the output tensors, or the error), then
+  // the work.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  uint64_t seq_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupSncl : public c10d::Backend {
+ public:
+  struct Options : c10d::Backend::Options {
+    explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
+        : c10d::Backend::Options("sncl", timeout) {}
+    c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
+      return c10::make_intrusive<Options>(*this);
+    }
+  };
+
+  ProcessGroupSncl(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      std::chrono::milliseconds timeout,
+      const std::string& groupName);
+  ~ProcessGroupSncl() override;
+
+  const std::string getBackendName() const override {
+    return "sncl";
+  }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  bool supportsCoalescing() const override {
+    return true;
+  }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts =
+          c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputTensorLists,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& outputBuffer,
+      at::Tensor& inputBuffer,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors,
+      int dstRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors,
+      int srcRank,
+      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+  // Lets queued operations finish, stops the worker, destroys the
+  // communicator. Idempotent.
+  void shutdown() override;
+  // Fails queued operations, aborts the communicator (operations in flight
+  // fail on every rank), stops the worker. Idempotent.
+  void abort() override;
+
+ private:
+  struct Task {
+    std::vector<Step> steps;
+    bool group = false;
+    c10::intrusive_ptr<WorkSncl> work;
+  };
+
+  // Queues `steps` as one operation (or adds them to the coalesced task).
+  // A synchronous call (asyncOp false: the caller waits at once) runs on
+  // the calling thread when the worker is idle and nothing is queued,
+  // which saves two thread hand-offs per operation.
+  c10::intrusive_ptr<c10d::Work> submit(
+      c10d::OpType type,
+      std::vector<Step> steps,
+      std::vector<at::Tensor> outputs,
+      bool asyncOp = true);
+  void workerLoop();
+  // Runs a task's steps; returns its error (the caller completes the work).
+  std::exception_ptr runTask(Task& task);
+  void stopWorker(bool drain);
+
+  // Throws DistBackendError with sncl's explanation when r is not success.
+  void check(snclResult_t r, const char* what) const;
+
+  // Step builders shared by several entry points.
+  Step allreduceStep(const at::Tensor& tensor, const c10d::ReduceOp& op);
+  Step allgatherBaseStep(const at::Tensor& output, const at::Tensor& input);
+  Step reduceScatterBaseStep(
+      const at::Tensor& output,
+      const at::Tensor& input,
+      const c10d::ReduceOp& op);
+
+  c10::intrusive_ptr<c10d::Store> store_; // alive as long as the comm
+  std::chrono::milliseconds timeout_;
+  std::string groupName_;
+  // Atomic: abort() clears it while the worker may be reading it, so that
+  // later calls fail cleanly instead of using a released handle.
+  std::atomic<snclComm_t> comm_{nullptr};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  bool busy_ = false; // a task is running (worker or inline)
+  bool inlineDisabled_ = false; // SNCL_TORCH_INLINE=0: always the worker
+  bool closed_ = false; // shutdown or abort has run
+  std::thread worker_;
+
+  // Coalescing (touched by the calling thread only).
+  bool coalescing_ = false;
+  Task coalesced_;
+
+  uint64_t seq_ = 0;
+};
+
+// The factory Python calls (through sncl_torch._create_backend).
+c10::intrusive_ptr<c10d::Backend> createProcessGroupSncl(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    std::chrono::duration<float> timeout,
+    const std::string& groupName);
+
+} // namespace sncl_torch

@@ -1,0 +1,42 @@
+//! The PyTorch backend ("sncl" for torch.distributed, python/): runs
+//! `scripts/test-torch.sh`, which installs torch into a cached virtualenv
+//! (target/torch-venv, or `TORCH_VENV`), builds the C++ backend against it
+//! and runs the torchrun tests (every op against gloo, DDP parity, FSDP2,
+//! communication hooks, world size 1, clean exit).
+//!
+//! Skipped, with the reason printed, when torch is not installed and cannot
+//! be (pip cannot reach the package index, or there is no Python 3.10+ with
+//! venv: the script exits 77), or when `SNCL_SKIP_TORCH_TESTS` is set. Otherwise it runs for real and fails when
+//! any torch test fails.
+
+use std::path::Path;
+use std::process::Command;
+
+const SKIP: i32 = 77;
+
+#[test]
+fn torch_backend() {
+    if let Some(v) = std::env::var_os("SNCL_SKIP_TORCH_TESTS") {
+        eprintln!("torch_backend: skipped (SNCL_SKIP_TORCH_TESTS={v:?})");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("scripts/test-torch.sh");
+    assert!(script.exists(), "{} is missing", script.display());
+    let status = Command::new("bash")
+        .arg(&script)
+        .current_dir(root)
+        .status()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    match status.code() {
+        Some(0) => {}
+        Some(SKIP) => eprintln!(
+            "torch_backend: skipped: torch is not installed and cannot be (the script's \
+             SKIP message above says why)"
+        ),
+        Some(c) => {
+            panic!("scripts/test-torch.sh failed with exit status {c} (logs in target/test-torch/)")
+        }
+        None => panic!("scripts/test-torch.sh was killed by a signal"),
+    }
+}
