@@ -340,6 +340,9 @@ add_ns() {
     ip netns add "$1" || die "cannot create namespace $1"
     CREATED_NS+=("$1")
     ip -n "$1" link set lo up
+    # Collectives leave sockets idle between steps; do not fall back to slow
+    # start after each pause (a common setting on training clusters).
+    ip netns exec "$1" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 || true
 }
 add_ns "$SW"
 ip -n "$SW" link add br0 type bridge

@@ -1,11 +1,16 @@
 //! Tensor fusion: many gradients packed into buckets, each bucket's
-//! all-reduce started as soon as it is full (or on flush, or when it has been
-//! open longer than a cycle time), results written back per tensor. Defaults
-//! follow PyTorch DDP: a first bucket of 1 MiB (so communication starts
-//! early in the backward pass), then 25 MiB; dtypes are bucketed apart.
+//! all-reduce started as soon as it is full (or on flush), results written
+//! back per tensor. Defaults follow PyTorch DDP: a first bucket of 1 MiB (so
+//! communication starts early in the backward pass), then 25 MiB; dtypes
+//! are bucketed apart.
+//!
+//! Every decision is a function of the sequence of `add` calls, so all
+//! ranks launch the same buckets in the same order. A wall-clock cycle
+//! time (Horovod) would differ between ranks and needs a negotiation round;
+//! `cycle_tensors` is the deterministic stand-in: a bucket also launches
+//! once it holds that many tensors.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
@@ -19,9 +24,9 @@ pub struct BucketConfig {
     pub cap_bytes: usize,
     /// Cap of the first bucket (default 1 MiB).
     pub first_cap_bytes: usize,
-    /// Launch a bucket that has been open this long at the next `add` or
-    /// `poll` (Horovod's cycle time); `None` waits for the cap or a flush.
-    pub cycle: Option<Duration>,
+    /// Launch a bucket once it holds this many tensors (`None`: only the
+    /// byte cap or a flush launch it).
+    pub cycle_tensors: Option<usize>,
     /// The reduction (sum or avg, as DDP averages gradients).
     pub op: ReduceOp,
 }
@@ -31,7 +36,7 @@ impl Default for BucketConfig {
         BucketConfig {
             cap_bytes: 25 << 20,
             first_cap_bytes: 1 << 20,
-            cycle: None,
+            cycle_tensors: None,
             op: ReduceOp::Avg,
         }
     }
@@ -43,7 +48,6 @@ struct Bucket {
     words: Vec<u64>,
     bytes: usize,
     members: Vec<(usize, usize, usize)>, // (tensor id, byte offset, byte length)
-    opened: Instant,
 }
 
 impl Bucket {
@@ -53,7 +57,6 @@ impl Bucket {
             words: Vec::new(),
             bytes: 0,
             members: Vec::new(),
-            opened: Instant::now(),
         }
     }
 
@@ -119,29 +122,16 @@ impl<'c> Bucketer<'c> {
     /// bucket's all-reduce when it reaches the cap. Every rank must add the
     /// same tensors in the same order.
     pub fn add<T: Element>(&mut self, id: usize, grad: &[T]) -> Result<()> {
+        let cap = self.cap();
         let bucket = self
             .open
             .entry(T::DTYPE)
             .or_insert_with(|| Bucket::new(T::DTYPE));
         bucket.push(id, as_bytes(grad));
-        if bucket.bytes >= self.cap() {
+        let full = bucket.bytes >= cap
+            || self.cfg.cycle_tensors.is_some_and(|c| bucket.members.len() >= c);
+        if full {
             self.launch(T::DTYPE)?;
-        }
-        self.poll()
-    }
-
-    /// Launches buckets open longer than the cycle time.
-    pub fn poll(&mut self) -> Result<()> {
-        if let Some(cycle) = self.cfg.cycle {
-            let old: Vec<DataType> = self
-                .open
-                .iter()
-                .filter(|(_, b)| b.opened.elapsed() >= cycle)
-                .map(|(d, _)| *d)
-                .collect();
-            for d in old {
-                self.launch(d)?;
-            }
         }
         Ok(())
     }
@@ -166,9 +156,10 @@ impl<'c> Bucketer<'c> {
         Ok(())
     }
 
-    /// Launches every open bucket.
+    /// Launches every open bucket (in data-type order, the same on every rank).
     pub fn flush(&mut self) -> Result<()> {
-        let open: Vec<DataType> = self.open.keys().copied().collect();
+        let mut open: Vec<DataType> = self.open.keys().copied().collect();
+        open.sort();
         for d in open {
             self.launch(d)?;
         }

@@ -107,6 +107,25 @@ impl Communicator {
     }
 }
 
+/// Direct exchange in one group: block j of `send` (or all of `send` when
+/// `same_to_all`) goes to rank j; block j of `recv` comes from rank j.
+fn exchange(comm: &Communicator, send: &[u8], recv: &mut [u8], stride: usize, same_to_all: bool) -> Result<()> {
+    let me = comm.rank();
+    let own = if same_to_all { &send[..stride] } else { &send[me * stride..(me + 1) * stride] };
+    recv[me * stride..(me + 1) * stride].copy_from_slice(own);
+    let blocks: Vec<&mut [u8]> = recv.chunks_mut(stride).collect();
+    comm.group(|g| {
+        for (j, block) in blocks.into_iter().enumerate() {
+            if j == me {
+                continue;
+            }
+            let out = if same_to_all { &send[..stride] } else { &send[j * stride..(j + 1) * stride] };
+            g.send(out, j);
+            g.recv(block, j);
+        }
+    })
+}
+
 fn bytes_err(comm: &Communicator, e: compress::CompressError) -> Error {
     Error::InvalidArgument {
         rank: comm.rank(),
@@ -152,7 +171,25 @@ fn cross_tier(
         let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
         let displs = comm_core::algo::displacements(&counts);
         let mut all = vec![0u8; counts.iter().sum()];
-        comm.all_gatherv(&enc, &mut all, &counts, &displs)?;
+        let me = comm.rank();
+        all[displs[me]..displs[me] + counts[me]].copy_from_slice(&enc);
+        {
+            let mut chunks: Vec<&mut [u8]> = Vec::with_capacity(n);
+            let mut rest: &mut [u8] = &mut all;
+            for &c in &counts {
+                let (head, tail) = rest.split_at_mut(c);
+                chunks.push(head);
+                rest = tail;
+            }
+            comm.group(|g| {
+                for (r, chunk) in chunks.into_iter().enumerate() {
+                    if r != me {
+                        g.send(&enc, r);
+                        g.recv(chunk, r);
+                    }
+                }
+            })?;
+        }
         data.iter_mut().for_each(|x| *x = 0.0);
         for r in 0..n {
             codec
@@ -187,8 +224,10 @@ fn cross_tier(
         codec.encode(&data[b], &mut tmp);
         send[j * stride..j * stride + tmp.len()].copy_from_slice(&tmp);
     }
+    // One step with every peer at once: on a slow, high-latency tier a
+    // pairwise schedule would pay the round trip N-1 times.
     let mut recv = vec![0u8; stride * n];
-    comm.alltoall(&send, &mut recv)?;
+    exchange(comm, &send, &mut recv, stride, false)?;
     let me = comm.rank();
     let mine = bounds(me);
     let mut acc = vec![0f32; mine.len()];
@@ -208,7 +247,7 @@ fn cross_tier(
     let mut own = vec![0u8; stride];
     own[..tmp.len()].copy_from_slice(&tmp);
     let mut gathered = vec![0u8; stride * n];
-    comm.all_gather(&own, &mut gathered)?;
+    exchange(comm, &own, &mut gathered, stride, true)?;
     for j in 0..n {
         let b = bounds(j);
         let m = b.len();
