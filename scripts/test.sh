@@ -9,4 +9,4 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 cargo build --workspace --all-targets --profile test
-exec cargo test --workspace --profile test -- --test-threads="${SNCL_TEST_THREADS:-2}"
+exec cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}"

@@ -111,6 +111,9 @@ impl Communicator {
 /// `same_to_all`) goes to rank j; block j of `recv` comes from rank j.
 fn exchange(comm: &Communicator, send: &[u8], recv: &mut [u8], stride: usize, same_to_all: bool) -> Result<()> {
     let me = comm.rank();
+    if stride == 0 {
+        return Ok(());
+    }
     let own = if same_to_all { &send[..stride] } else { &send[me * stride..(me + 1) * stride] };
     recv[me * stride..(me + 1) * stride].copy_from_slice(own);
     let blocks: Vec<&mut [u8]> = recv.chunks_mut(stride).collect();
@@ -142,7 +145,7 @@ fn cross_tier(
     feedback: Option<&mut ErrorFeedback>,
 ) -> Result<()> {
     let n = comm.size();
-    if n == 1 {
+    if n == 1 || data.is_empty() {
         return Ok(());
     }
     // Error feedback: compensate, and keep what encoding drops.
