@@ -42,6 +42,11 @@ pub use work::{Group, RawWork, Scope, Work};
 
 use comm_core::bootstrap::{TcpStore, TcpStoreServer};
 
+/// Stores started by [`Communicator::unique_id`] with port 0, waiting for
+/// this process's rank 0 to take them.
+static PENDING_ROOTS: std::sync::Mutex<Vec<(UniqueId, TcpStoreServer)>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// A communicator: a group of ranks that run collectives together.
 ///
 /// Operations on one communicator run in the order they were called (stream
@@ -75,8 +80,32 @@ impl Communicator {
 
     /// Creates a unique id whose root (rank 0's store) listens at `root`.
     /// Pass it to every rank (for instance as [`UniqueId::to_hex`]).
+    ///
+    /// With port 0 the store starts now, in this process, on a free port of
+    /// `root`'s address (the id carries the port); this process must then
+    /// be rank 0. Unlike picking a free port and binding it later, no other
+    /// program can take the port in between.
     pub fn unique_id(root: SocketAddr) -> Result<UniqueId> {
-        UniqueId::new(root)
+        if root.port() != 0 {
+            return UniqueId::new(root);
+        }
+        let any = match root {
+            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        };
+        let mut id = UniqueId::new(root)?;
+        let server =
+            TcpStoreServer::start(SocketAddr::new(any, 0), id.secret).map_err(|e| Error::Io {
+                rank: 0,
+                context: format!("starting the rendezvous store on {}", root.ip()),
+                source: e,
+            })?;
+        id.root.set_port(server.local_addr().port());
+        PENDING_ROOTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, server));
+        Ok(id)
     }
 
     /// Joins the communicator `id` as `rank` of `nranks` (like
@@ -101,7 +130,17 @@ impl Communicator {
                 detail: format!("rank {rank} is out of range for {nranks} ranks"),
             });
         }
-        let server = if rank == 0 {
+        let pending = if rank == 0 {
+            let mut p = PENDING_ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+            p.iter()
+                .position(|(i, _)| i == id)
+                .map(|k| p.swap_remove(k).1)
+        } else {
+            None
+        };
+        let server = if pending.is_some() {
+            pending
+        } else if rank == 0 {
             let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), id.root.port());
             Some(
                 TcpStoreServer::start(bind, id.secret).map_err(|e| Error::Io {

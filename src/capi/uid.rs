@@ -1,6 +1,6 @@
 //! Choosing the root address of the unique ids the C ABI makes.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 use super::error::CError;
 use crate::UniqueId;
@@ -131,19 +131,6 @@ fn host_ip() -> IpAddr {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
-/// A port free on `ip` right now (the OS's pick).
-fn free_port(ip: IpAddr) -> Result<u16, CError> {
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| {
-            CError::new(
-                super::types::snclResult_t::snclSystemError,
-                format!("finding a free port on {ip} for the sncl root: {e}"),
-            )
-        })
-}
-
 /// `snclGetUniqueId`: see its documentation for the rules.
 pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
     if let Some(root) = var("SNCL_ROOT") {
@@ -156,9 +143,10 @@ pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
             None => UniqueId::new(root).map_err(CError::from),
         };
     }
+    // The store starts now on a free port (no window for another program
+    // to take it before snclCommInitRank).
     let ip = host_ip();
-    let port = free_port(ip)?;
-    UniqueId::new(SocketAddr::new(ip, port)).map_err(CError::from)
+    crate::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
 }
 
 /// A unique id for a communicator whose rank 0 is this process, used by
@@ -183,8 +171,7 @@ pub(crate) fn split_unique_id(route: Option<SocketAddr>) -> Result<UniqueId, CEr
             Some(s.local_addr().ok()?.ip())
         })
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let port = free_port(ip)?;
-    UniqueId::new(SocketAddr::new(ip, port)).map_err(CError::from)
+    crate::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
 }
 
 #[cfg(test)]
