@@ -608,6 +608,32 @@ snclResult_t snclAllReduce(const void *sendbuff,
                            snclStream_t stream);
 
 /**
+ * Compressed all-reduce (sncl extension): as `snclAllReduce`, but the
+ * data crosses nodes encoded with `codec` (between all ranks when they
+ * share one node or nodes hold different numbers of ranks; the
+ * hierarchical scope of `Communicator::all_reduce_compressed`), a spec
+ * string such as `"int8"`,
+ * `"int8:<block>"`, `"fp16"`, `"bf16"` or `"topk:0.01"` (lossy: see the
+ * codec's error bound). Float32 only (`snclFloat32`); `op` is `snclSum`
+ * or `snclAvg`. Every rank passes the same codec. In place when
+ * `sendbuff == recvbuff` (otherwise sendbuff is copied into recvbuff,
+ * which is then reduced in place). Not allowed inside a group
+ * (`snclInvalidUsage`).
+ *
+ * # Safety
+ * As `snclAllReduce`; `codec` is a NUL-terminated string (read before the
+ * call returns); recvbuff is aligned for float.
+ */
+snclResult_t snclAllReduceCompressed(const void *sendbuff,
+                                     void *recvbuff,
+                                     size_t count,
+                                     snclDataType_t datatype,
+                                     snclRedOp_t op,
+                                     const char *codec,
+                                     snclComm_t comm,
+                                     snclStream_t stream);
+
+/**
  * Broadcast: `count` elements of `sendbuff` on `root` land in `recvbuff`
  * on every rank (`sendbuff` is only read on the root). In place when
  * `sendbuff == recvbuff`.

@@ -396,6 +396,71 @@ fn one_thread_drives_every_rank() {
 }
 
 #[test]
+fn compressed_all_reduce() {
+    let n = 4;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    // SAFETY: `comms` has room for n handles; devlist may be NULL.
+    unsafe { ok(snclCommInitAll(comms.as_mut_ptr(), n as c_int, std::ptr::null())) };
+    let avg = snclRedOp_t::snclAvg as c_int;
+    let len = 3000;
+    // One thread per rank: each call blocks until every rank has joined.
+    let handles: Vec<usize> = comms.iter().map(|&c| c as usize).collect();
+    std::thread::scope(|s| {
+        for (r, &h) in handles.iter().enumerate() {
+            s.spawn(move || {
+                let c = h as snclComm_t;
+                let x: Vec<f32> = (0..len).map(|i| (i as f32 / len as f32) * (r + 1) as f32).collect();
+                for (codec, op) in [(c"int8", SUM), (c"fp16", avg), (c"topk:0.5", SUM)] {
+                    let mut out = vec![0f32; len];
+                    // SAFETY: both buffers hold `len` floats; NULL stream.
+                    ok(unsafe {
+                        snclAllReduceCompressed(
+                            x.as_ptr() as *const c_void,
+                            out.as_mut_ptr() as *mut c_void,
+                            len,
+                            FLOAT,
+                            op,
+                            codec.as_ptr(),
+                            c,
+                            std::ptr::null_mut(),
+                        )
+                    });
+                    let scale = if op == SUM { 10.0 } else { 2.5 }; // Σ (r+1) over 4 ranks
+                    let worst = (0..len)
+                        .map(|i| (out[i] - (i as f32 / len as f32) * scale).abs())
+                        .fold(0f32, f32::max);
+                    let tol = if codec == c"topk:0.5" { scale } else { 0.05 * scale };
+                    assert!(worst <= tol, "{codec:?}: off by {worst}");
+                }
+            });
+        }
+    });
+    let c = comms[0];
+    let mut b = vec![1f32; 8];
+    let p = b.as_mut_ptr() as *mut c_void;
+    let null = std::ptr::null_mut();
+    // SAFETY: every pointer is valid or deliberately NULL; each call is
+    // rejected before it runs.
+    unsafe {
+        let max = snclRedOp_t::snclMax as c_int;
+        let dbl = snclDataType_t::snclFloat64 as c_int;
+        let call = |dt, op, codec: *const std::ffi::c_char| {
+            snclAllReduceCompressed(p, p, 2, dt, op, codec, c, null)
+        };
+        assert_eq!(call(dbl, SUM, c"int8".as_ptr()), snclInvalidArgument);
+        assert_eq!(call(FLOAT, max, c"int8".as_ptr()), snclInvalidArgument);
+        assert_eq!(call(FLOAT, SUM, c"int9".as_ptr()), snclInvalidArgument);
+        assert_eq!(call(FLOAT, SUM, std::ptr::null()), snclInvalidArgument);
+        ok(snclGroupStart());
+        assert_eq!(call(FLOAT, SUM, c"int8".as_ptr()), snclInvalidUsage);
+        ok(snclGroupEnd());
+        for c in comms {
+            ok(snclCommDestroy(c));
+        }
+    }
+}
+
+#[test]
 fn inits_in_a_group_and_non_blocking() {
     let n = 3;
     // Blocking inits inside a group: created together at GroupEnd.

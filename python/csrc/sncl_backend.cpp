@@ -1628,6 +1628,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
   return submit(c10d::OpType::RECV, std::move(steps), tensors);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
+    at::Tensor& tensor,
+    const std::string& codec,
+    bool average) {
+  at::NoGradGuard noGrad;
+  checkCpu(tensor, "all_reduce_compressed tensor");
+  TORCH_CHECK(
+      tensor.scalar_type() == at::kFloat,
+      "sncl: all_reduce_compressed supports float32 tensors only, got ",
+      tensor.scalar_type());
+  TORCH_CHECK(
+      tensor.is_contiguous(),
+      "sncl: all_reduce_compressed needs a contiguous tensor");
+  TORCH_CHECK(
+      !coalescing_,
+      "sncl: all_reduce_compressed cannot be coalesced");
+  Step st;
+  st.issue = [this, buf = tensor, codec, average] {
+    void* b = ptrOf(buf);
+    check(
+        snclAllReduceCompressed(
+            b,
+            b,
+            static_cast<size_t>(buf.numel()),
+            snclFloat32,
+            average ? snclAvg : snclSum,
+            codec.c_str(),
+            comm_,
+            nullptr),
+        "snclAllReduceCompressed");
+  };
+  std::vector<Step> steps;
+  steps.push_back(std::move(st));
+  return submit(c10d::OpType::ALLREDUCE, std::move(steps), {tensor});
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::barrier(
     const c10d::BarrierOptions& opts) {
   Step st;
@@ -1666,6 +1702,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("group_name"),
       py::call_guard<py::gil_scoped_release>(),
       "Creates this rank's sncl backend, bootstrapping through the store.");
+  m.def(
+      "_all_reduce_compressed",
+      [](c10d::Backend* backend,
+         at::Tensor tensor,
+         const std::string& codec,
+         bool average) -> c10::intrusive_ptr<c10d::Work> {
+        auto* pg = dynamic_cast<sncl_torch::ProcessGroupSncl*>(backend);
+        TORCH_CHECK(
+            pg != nullptr,
+            "sncl: all_reduce_compressed needs a group whose CPU backend is "
+            "sncl, got ",
+            backend ? backend->getBackendName() : std::string("None"));
+        return pg->allreduceCompressed(tensor, codec, average);
+      },
+      py::arg("backend"),
+      py::arg("tensor"),
+      py::arg("codec"),
+      py::arg("average"),
+      py::call_guard<py::gil_scoped_release>(),
+      "In-place compressed all-reduce of a contiguous float32 CPU tensor on "
+      "an sncl backend; returns the Work.");
   m.def(
       "version",
       [] {

@@ -205,6 +205,15 @@ class ProcessGroupSncl : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
+  // sncl extension: in-place compressed all-reduce (snclAllReduceCompressed)
+  // of a contiguous float32 CPU tensor, sum or average, with a codec spec
+  // ("int8", "fp16", "bf16", "topk:0.01", ...). Runs on the worker like the
+  // other operations; not allowed while coalescing.
+  c10::intrusive_ptr<c10d::Work> allreduceCompressed(
+      at::Tensor& tensor,
+      const std::string& codec,
+      bool average);
+
   // Lets queued operations finish, stops the worker, destroys the
   // communicator. Idempotent.
   void shutdown() override;

@@ -12,6 +12,12 @@ The backend is C++ (a ``c10d::Backend`` over sncl's C ABI), compiled at
 install time against the installed torch. Rank 0 of each group creates the
 sncl unique id and publishes it through the group's c10d store; operations
 run on a per-group worker thread, so ``async_op=True`` calls return at once.
+
+Beyond torch.distributed, :func:`all_reduce_compressed` runs sncl's
+compressed all-reduce (int8 / fp16 / bf16 / top-k codecs on the cross-node
+tier), and :func:`int8_compress_hook` is a DDP communication hook over it::
+
+    ddp.register_comm_hook(None, sncl_torch.int8_compress_hook)
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension)
@@ -19,7 +25,12 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["version", "BACKEND_NAME"]
+__all__ = [
+    "version",
+    "BACKEND_NAME",
+    "all_reduce_compressed",
+    "int8_compress_hook",
+]
 
 BACKEND_NAME = "sncl"
 
@@ -27,6 +38,46 @@ BACKEND_NAME = "sncl"
 def version() -> int:
     """SNCL_VERSION_CODE of the libsncl compiled into the extension."""
     return _C.version()
+
+
+def _sncl_backend(group):
+    """The sncl backend (c10d Backend) of a process group (None: WORLD)."""
+    if group is None:
+        group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError("sncl: the default process group is not initialized")
+    return group._get_backend(torch.device("cpu"))
+
+
+def all_reduce_compressed(
+    tensor: torch.Tensor, codec: str = "int8", group=None, average: bool = True
+) -> torch.futures.Future:
+    """All-reduces ``tensor`` in place with sncl's compressed all-reduce.
+
+    ``tensor``: a contiguous float32 CPU tensor, the same length on every
+    rank. ``codec``: a codec spec (``"int8"``, ``"int8:<block>"``,
+    ``"fp16"``, ``"bf16"``, ``"topk:0.01"``), the same on every rank; it is
+    lossy and applies where the data crosses nodes (between all ranks when
+    they share one node). ``group``: a process group whose CPU backend is
+    sncl (None: the default group). ``average``: mean instead of sum.
+
+    Runs asynchronously on the group's worker, in order with its other
+    operations; returns a Future resolving to ``tensor`` once it is reduced.
+    """
+    work = _C._all_reduce_compressed(_sncl_backend(group), tensor, codec, average)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def int8_compress_hook(state, bucket) -> torch.futures.Future:
+    """DDP communication hook: averages the gradient bucket with sncl's int8
+    codec (block-scaled int8 across nodes, decoded and summed in float32).
+
+    ``state``: None (the default group) or a process group whose CPU
+    backend is sncl::
+
+        ddp.register_comm_hook(None, sncl_torch.int8_compress_hook)
+    """
+    return all_reduce_compressed(bucket.buffer(), "int8", group=state, average=True)
 
 
 def _create_backend(opts, backend_options=None):

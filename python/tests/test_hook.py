@@ -1,9 +1,13 @@
 """DDP communication hooks over "sncl": compression hooks train.
 
-sncl's int8 codec is not reachable through the C ABI yet, so the hooks are
-torch's fp16 and bf16 compression hooks (all-reduce of a compressed copy
-through the backend, future-chained decompression) and one of our own (an
-AVG all-reduce in bf16 issued directly, exercising Work.get_future).
+The hooks are torch's fp16 and bf16 compression hooks (all-reduce of a
+compressed copy through the backend, future-chained decompression), one of
+our own (an AVG all-reduce in bf16 issued directly, exercising
+Work.get_future), and sncl_torch.int8_compress_hook (sncl's compressed
+all-reduce with the int8 codec), whose losses must stay close to an
+uncompressed run's. With an even world size of 4 or more, each pair of
+ranks claims a node of its own (SNCL_NODE_ID), so the compressed all-reduce
+takes its hierarchical path (exact within a node, int8 across nodes).
 
     torchrun --nproc_per_node 4 python/tests/test_hook.py
 """
@@ -38,6 +42,11 @@ def bf16_avg_hook(group, bucket):
 
 
 def main():
+    env_world = int(os.environ.get("WORLD_SIZE", "1"))
+    if env_world >= 4 and env_world % 2 == 0 and "SNCL_NODE_ID" not in os.environ:
+        # two ranks per "node": the compressed all-reduce then runs its
+        # hierarchical path, the codec on the cross-node tier
+        os.environ["SNCL_NODE_ID"] = f"hook-node-{int(os.environ['RANK']) // 2}"
     dist.init_process_group("sncl", timeout=TIMEOUT)
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo", timeout=TIMEOUT)
@@ -76,11 +85,56 @@ def main():
             dist.broadcast(ref, src=0, group=gloo)
             assert torch.equal(p.detach(), ref), "replicas diverged"
         assert calls[0] >= STEPS, f"the hook ran {calls[0]} times"
+        res_losses[hook] = [l.item() for l in losses]
         return f"loss {both[0]:.6f} -> {both[1]:.6f}, {calls[0]} hook calls"
+
+    res_losses = {}
+
+    def allreduce_hook(group, bucket):
+        """Uncompressed reference: AVG all-reduce of the bucket."""
+        fut = dist.all_reduce(
+            bucket.buffer(), op=dist.ReduceOp.AVG, group=group, async_op=True
+        ).get_future()
+        return fut.then(lambda f: f.value()[0])
+
+    def int8_close_to_exact():
+        exact = res_losses.get(allreduce_hook)
+        int8 = res_losses.get(sncl_torch.int8_compress_hook)
+        assert exact and int8, "a training run failed"
+        worst = max(abs(a - b) / abs(b) for a, b in zip(int8, exact))
+        assert worst < 0.05, f"int8 losses differ from exact by up to {worst:.2%}"
+        return f"max relative loss difference {worst:.3%} over {STEPS} steps"
+
+    def compressed_op():
+        # sum and average of known values, int8 and fp16, vs the exact result
+        n = 3000
+        x = torch.linspace(-1, 1, n) * (rank + 1)
+        want = torch.linspace(-1, 1, n) * (world * (world + 1) / 2)
+        for codec in ("int8", "fp16"):
+            t = x.clone()
+            fut = sncl_torch.all_reduce_compressed(t, codec, average=False)
+            assert fut.wait() is t or torch.equal(fut.wait(), t)
+            err = (t - want).abs().max().item()
+            assert err < 0.05 * want.abs().max().item(), f"{codec} sum off by {err}"
+            t = x.clone()
+            sncl_torch.all_reduce_compressed(t, codec).wait()
+            err = (t - want / world).abs().max().item()
+            assert err < 0.05 * (want / world).abs().max().item(), f"{codec} avg off by {err}"
+        try:
+            sncl_torch.all_reduce_compressed(torch.ones(4, dtype=torch.float64)).wait()
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("float64 was accepted")
+        return f"int8 and fp16, sum and avg, {n} elements"
 
     res.run("fp16_compress_hook", train, default_hooks.fp16_compress_hook, None)
     res.run("bf16_compress_hook", train, default_hooks.bf16_compress_hook, None)
     res.run("own bf16 AVG hook", train, bf16_avg_hook, dist.group.WORLD)
+    res.run("all_reduce_compressed", compressed_op)
+    res.run("uncompressed AVG hook", train, allreduce_hook, dist.group.WORLD)
+    res.run("sncl int8_compress_hook", train, sncl_torch.int8_compress_hook, None)
+    res.run("int8 losses close to uncompressed", int8_close_to_exact)
     rc = res.finish(group=gloo)
     dist.destroy_process_group()
     return rc

@@ -749,6 +749,7 @@ fn coll(raw: RawOp, premul: Option<PreMul>, input_elems: usize) -> R<Item> {
         raw,
         premul,
         input_elems,
+        codec: None,
     }))
 }
 
@@ -791,6 +792,86 @@ pub unsafe extern "C" fn snclAllReduce(
             let mut r = raw(Collective::AllReduce, dt, count, sendbuff, recvbuff);
             r.op = rop;
             coll(r, pm, count)
+        })
+    }
+}
+
+/// Compressed all-reduce (sncl extension): as `snclAllReduce`, but the
+/// data crosses nodes encoded with `codec` (between all ranks when they
+/// share one node or nodes hold different numbers of ranks; the
+/// hierarchical scope of `Communicator::all_reduce_compressed`), a spec
+/// string such as `"int8"`,
+/// `"int8:<block>"`, `"fp16"`, `"bf16"` or `"topk:0.01"` (lossy: see the
+/// codec's error bound). Float32 only (`snclFloat32`); `op` is `snclSum`
+/// or `snclAvg`. Every rank passes the same codec. In place when
+/// `sendbuff == recvbuff` (otherwise sendbuff is copied into recvbuff,
+/// which is then reduced in place). Not allowed inside a group
+/// (`snclInvalidUsage`).
+///
+/// # Safety
+/// As `snclAllReduce`; `codec` is a NUL-terminated string (read before the
+/// call returns); recvbuff is aligned for float.
+#[no_mangle]
+pub unsafe extern "C" fn snclAllReduceCompressed(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: snclDataTypeRaw,
+    op: snclRedOpRaw,
+    codec: *const c_char,
+    comm: snclComm_t,
+    stream: snclStream_t,
+) -> snclResult_t {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        issue(comm, stream, |_, _| {
+            if exec::in_group() {
+                return Err(CError::usage(
+                    "snclAllReduceCompressed cannot be used inside a group",
+                ));
+            }
+            let dt = dtype_arg(datatype)?;
+            if dt != DataType::Float32 {
+                return Err(CError::invalid(format!(
+                    "snclAllReduceCompressed supports snclFloat32 only, not {}",
+                    dt.name()
+                )));
+            }
+            let rop = match op {
+                0 => ReduceOp::Sum,
+                4 => ReduceOp::Avg,
+                _ => {
+                    return Err(CError::invalid(format!(
+                        "operator {op} is not supported with compression; expected snclSum (0) \
+                         or snclAvg (4)"
+                    )))
+                }
+            };
+            if codec.is_null() {
+                return Err(CError::invalid("codec is NULL"));
+            }
+            // SAFETY: the caller passes a NUL-terminated string.
+            let spec = std::ffi::CStr::from_ptr(codec);
+            let spec = spec
+                .to_str()
+                .map_err(|_| CError::invalid("codec is not UTF-8"))?;
+            let codec = crate::Codec::parse(spec)
+                .map_err(|e| CError::invalid(format!("codec {spec:?}: {e}")))?;
+            span("count", count, 1, dt)?;
+            if count > 0 && (sendbuff.is_null() || recvbuff.is_null()) {
+                return Err(CError::invalid("sendbuff or recvbuff is NULL"));
+            }
+            if (recvbuff as usize) % std::mem::align_of::<f32>() != 0 {
+                return Err(CError::invalid("recvbuff is not aligned for float"));
+            }
+            let mut r = raw(Collective::AllReduce, dt, count, sendbuff, recvbuff);
+            r.op = rop;
+            Ok(Item::Coll(CollOp {
+                raw: r,
+                premul: None,
+                input_elems: count,
+                codec: Some(codec),
+            }))
         })
     }
 }

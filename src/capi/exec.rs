@@ -11,7 +11,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use super::comm::{CommShared, PreMul, Scalar, Ticket};
 use super::error::{catch, CError};
 use super::stream::StreamShared;
-use crate::{as_bytes_mut, Collective, Communicator, DataType, P2p, RawOp, ReduceOp};
+use crate::{
+    as_bytes_mut, Codec, Collective, Communicator, CompressScope, DataType, P2p, RawOp, ReduceOp,
+};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -24,6 +26,9 @@ pub(crate) struct CollOp {
     pub premul: Option<PreMul>,
     /// Elements of input (for the scaled copy).
     pub input_elems: usize,
+    /// A compressed float32 all-reduce with this codec
+    /// (`snclAllReduceCompressed`).
+    pub codec: Option<Codec>,
 }
 
 /// One issued operation.
@@ -364,6 +369,9 @@ fn run_p2p(comm: &Communicator, p2p: &[P2p]) -> Result<(), CError> {
 }
 
 fn run_coll(comm: &Communicator, c: &CollOp) -> Result<(), CError> {
+    if let Some(codec) = &c.codec {
+        return run_compressed(comm, c, codec);
+    }
     let Some(p) = c.premul else {
         // SAFETY: the caller lends the buffers for the extents NCCL's
         // conventions give until the operation completes.
@@ -400,4 +408,35 @@ fn run_coll(comm: &Communicator, c: &CollOp) -> Result<(), CError> {
     // SAFETY: as above; the input is now our scaled copy, alive until this
     // returns.
     unsafe { comm.run_raw(&raw) }.map_err(CError::from)
+}
+
+/// A compressed all-reduce (float32, sum or avg): copies sendbuff into
+/// recvbuff unless they are the same, then reduces recvbuff in place.
+fn run_compressed(comm: &Communicator, c: &CollOp, codec: &Codec) -> Result<(), CError> {
+    let n = c.raw.count;
+    if n == 0 {
+        return Ok(());
+    }
+    if c.raw.send.is_null() || c.raw.recv.is_null() {
+        return Err(CError::invalid(format!(
+            "rank {}: sendbuff or recvbuff is NULL",
+            comm.rank()
+        )));
+    }
+    if c.raw.send != c.raw.recv as *const u8 {
+        // SAFETY: the caller lends both buffers for `n` float32 elements
+        // until the operation completes; `copy` allows overlap.
+        unsafe { std::ptr::copy(c.raw.send, c.raw.recv, n * 4) };
+    }
+    if (c.raw.recv as usize) % std::mem::align_of::<f32>() != 0 {
+        return Err(CError::invalid(format!(
+            "rank {}: recvbuff is not aligned for float32",
+            comm.rank()
+        )));
+    }
+    // SAFETY: recvbuff holds `n` aligned float32 elements lent by the
+    // caller, touched by nothing else until the operation completes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(c.raw.recv as *mut f32, n) };
+    comm.all_reduce_compressed(buf, c.raw.op, codec, None, CompressScope::Hier)
+        .map_err(CError::from)
 }
