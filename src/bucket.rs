@@ -129,7 +129,10 @@ impl<'c> Bucketer<'c> {
             .or_insert_with(|| Bucket::new(T::DTYPE));
         bucket.push(id, as_bytes(grad));
         let full = bucket.bytes >= cap
-            || self.cfg.cycle_tensors.is_some_and(|c| bucket.members.len() >= c);
+            || self
+                .cfg
+                .cycle_tensors
+                .is_some_and(|c| bucket.members.len() >= c);
         if full {
             self.launch(T::DTYPE)?;
         }

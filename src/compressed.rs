@@ -109,12 +109,22 @@ impl Communicator {
 
 /// Direct exchange in one group: block j of `send` (or all of `send` when
 /// `same_to_all`) goes to rank j; block j of `recv` comes from rank j.
-fn exchange(comm: &Communicator, send: &[u8], recv: &mut [u8], stride: usize, same_to_all: bool) -> Result<()> {
+fn exchange(
+    comm: &Communicator,
+    send: &[u8],
+    recv: &mut [u8],
+    stride: usize,
+    same_to_all: bool,
+) -> Result<()> {
     let me = comm.rank();
     if stride == 0 {
         return Ok(());
     }
-    let own = if same_to_all { &send[..stride] } else { &send[me * stride..(me + 1) * stride] };
+    let own = if same_to_all {
+        &send[..stride]
+    } else {
+        &send[me * stride..(me + 1) * stride]
+    };
     recv[me * stride..(me + 1) * stride].copy_from_slice(own);
     let blocks: Vec<&mut [u8]> = recv.chunks_mut(stride).collect();
     comm.group(|g| {
@@ -122,7 +132,11 @@ fn exchange(comm: &Communicator, send: &[u8], recv: &mut [u8], stride: usize, sa
             if j == me {
                 continue;
             }
-            let out = if same_to_all { &send[..stride] } else { &send[j * stride..(j + 1) * stride] };
+            let out = if same_to_all {
+                &send[..stride]
+            } else {
+                &send[j * stride..(j + 1) * stride]
+            };
             g.send(out, j);
             g.recv(block, j);
         }
