@@ -400,7 +400,13 @@ fn compressed_all_reduce() {
     let n = 4;
     let mut comms = vec![std::ptr::null_mut(); n];
     // SAFETY: `comms` has room for n handles; devlist may be NULL.
-    unsafe { ok(snclCommInitAll(comms.as_mut_ptr(), n as c_int, std::ptr::null())) };
+    unsafe {
+        ok(snclCommInitAll(
+            comms.as_mut_ptr(),
+            n as c_int,
+            std::ptr::null(),
+        ))
+    };
     let avg = snclRedOp_t::snclAvg as c_int;
     let len = 3000;
     // One thread per rank: each call blocks until every rank has joined.
@@ -409,7 +415,9 @@ fn compressed_all_reduce() {
         for (r, &h) in handles.iter().enumerate() {
             s.spawn(move || {
                 let c = h as snclComm_t;
-                let x: Vec<f32> = (0..len).map(|i| (i as f32 / len as f32) * (r + 1) as f32).collect();
+                let x: Vec<f32> = (0..len)
+                    .map(|i| (i as f32 / len as f32) * (r + 1) as f32)
+                    .collect();
                 for (codec, op) in [(c"int8", SUM), (c"fp16", avg), (c"topk:0.5", SUM)] {
                     let mut out = vec![0f32; len];
                     // SAFETY: both buffers hold `len` floats; NULL stream.
@@ -429,7 +437,11 @@ fn compressed_all_reduce() {
                     let worst = (0..len)
                         .map(|i| (out[i] - (i as f32 / len as f32) * scale).abs())
                         .fold(0f32, f32::max);
-                    let tol = if codec == c"topk:0.5" { scale } else { 0.05 * scale };
+                    let tol = if codec == c"topk:0.5" {
+                        scale
+                    } else {
+                        0.05 * scale
+                    };
                     assert!(worst <= tol, "{codec:?}: off by {worst}");
                 }
             });

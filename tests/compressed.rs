@@ -121,7 +121,6 @@ fn train(comms: &[Communicator], codec: Option<Codec>) -> f64 {
         let hs: Vec<_> = comms
             .iter()
             .map(|c| {
-                let codec = codec.clone();
                 s.spawn(move || {
                     let r = c.rank();
                     let data: Vec<_> = (0..PER_RANK).map(|k| sample(r, k)).collect();

@@ -125,7 +125,7 @@ impl Config {
     /// environment.
     pub fn validate(&self) -> Result<()> {
         let check = |name: &str, v: usize, min: usize, multiple: usize| {
-            if v < min || v % multiple != 0 {
+            if v < min || !v.is_multiple_of(multiple) {
                 Err(Error::Config(format!(
                     "{name} = {v}: must be at least {min} and a multiple of {multiple}"
                 )))

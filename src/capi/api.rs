@@ -861,7 +861,7 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
             if count > 0 && (sendbuff.is_null() || recvbuff.is_null()) {
                 return Err(CError::invalid("sendbuff or recvbuff is NULL"));
             }
-            if (recvbuff as usize) % std::mem::align_of::<f32>() != 0 {
+            if !(recvbuff as usize).is_multiple_of(std::mem::align_of::<f32>()) {
                 return Err(CError::invalid("recvbuff is not aligned for float"));
             }
             let mut r = raw(Collective::AllReduce, dt, count, sendbuff, recvbuff);

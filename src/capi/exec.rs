@@ -423,12 +423,12 @@ fn run_compressed(comm: &Communicator, c: &CollOp, codec: &Codec) -> Result<(), 
             comm.rank()
         )));
     }
-    if c.raw.send != c.raw.recv as *const u8 {
+    if !std::ptr::eq(c.raw.send, c.raw.recv) {
         // SAFETY: the caller lends both buffers for `n` float32 elements
         // until the operation completes; `copy` allows overlap.
         unsafe { std::ptr::copy(c.raw.send, c.raw.recv, n * 4) };
     }
-    if (c.raw.recv as usize) % std::mem::align_of::<f32>() != 0 {
+    if !(c.raw.recv as usize).is_multiple_of(std::mem::align_of::<f32>()) {
         return Err(CError::invalid(format!(
             "rank {}: recvbuff is not aligned for float32",
             comm.rank()

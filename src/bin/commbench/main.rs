@@ -172,7 +172,7 @@ fn run(args: &Args) -> sncl::Result<bool> {
                         iters: args.iters.max(1),
                         warmup: args.warmup,
                         check: args.check != 0,
-                        compress: compress.clone(),
+                        compress,
                     };
                     let (oop, ip) = cases::run_case(&comm, &case)?;
                     let factor = bench.bus_factor(n);
