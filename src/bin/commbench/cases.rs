@@ -288,15 +288,16 @@ fn expected<T: BenchElem>(
     })
 }
 
-/// Times one direction (out of place or in place) and checks it.
-pub fn run_direction<T: BenchElem>(
+/// Warm-up, barrier, then `iters` back-to-back runs of `op`: returns the
+/// mean per op averaged over ranks, the median over iterations of the
+/// slowest rank's time, and this rank's traffic during the timed runs.
+fn time_loop(
     comm: &Communicator,
     c: &Case,
-    in_place: bool,
-) -> Result<Timing> {
-    let mut b = prepare::<T>(comm, c, in_place);
+    mut op: impl FnMut() -> Result<()>,
+) -> Result<(f64, f64, sncl::Stats)> {
     for _ in 0..c.warmup {
-        run_once(comm, c, &mut b, in_place)?;
+        op()?;
     }
     comm.barrier()?;
     let before = comm.stats();
@@ -304,7 +305,7 @@ pub fn run_direction<T: BenchElem>(
     let start = Instant::now();
     let mut last = start;
     for t in per_iter.iter_mut() {
-        run_once(comm, c, &mut b, in_place)?;
+        op()?;
         let now = Instant::now();
         *t = (now - last).as_secs_f64() * 1e6;
         last = now;
@@ -315,11 +316,18 @@ pub fn run_direction<T: BenchElem>(
     comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
     comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
     per_iter.sort_by(|a, b| a.total_cmp(b));
-    let median = if per_iter.is_empty() {
-        0.0
-    } else {
-        per_iter[per_iter.len() / 2]
-    };
+    let median = per_iter.get(per_iter.len() / 2).copied().unwrap_or(0.0);
+    Ok((mean[0] / comm.size() as f64, median, traffic))
+}
+
+/// Times one direction (out of place or in place) and checks it.
+pub fn run_direction<T: BenchElem>(
+    comm: &Communicator,
+    c: &Case,
+    in_place: bool,
+) -> Result<Timing> {
+    let mut b = prepare::<T>(comm, c, in_place);
+    let (mean, median, traffic) = time_loop(comm, c, || run_once(comm, c, &mut b, in_place))?;
     let mut wrong = [0u64];
     if c.check {
         let mut b = prepare::<T>(comm, c, in_place);
@@ -330,7 +338,7 @@ pub fn run_direction<T: BenchElem>(
         comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
     }
     Ok(Timing {
-        mean_us: mean[0] / comm.size() as f64,
+        mean_us: mean,
         median_us: median,
         wrong: wrong[0],
         traffic,
@@ -367,27 +375,7 @@ fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
         buf.copy_from_slice(&inputs[r]);
         comm.all_reduce_compressed(buf, op, codec, None, *scope)
     };
-    for _ in 0..c.warmup {
-        once(&mut buf)?;
-    }
-    comm.barrier()?;
-    let before = comm.stats();
-    let mut per_iter = vec![0f64; c.iters];
-    let start = Instant::now();
-    let mut last = start;
-    for t in per_iter.iter_mut() {
-        once(&mut buf)?;
-        let now = Instant::now();
-        *t = (now - last).as_secs_f64() * 1e6;
-        last = now;
-    }
-    let total_us = start.elapsed().as_secs_f64() * 1e6;
-    let traffic = comm.stats().since(&before);
-    let mut mean = [total_us / c.iters.max(1) as f64];
-    comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
-    comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
-    per_iter.sort_by(|a, b| a.total_cmp(b));
-    let median = per_iter.get(per_iter.len() / 2).copied().unwrap_or(0.0);
+    let (mean, median, traffic) = time_loop(comm, c, || once(&mut buf))?;
     let mut wrong = [0u64];
     if c.check {
         once(&mut buf)?;
@@ -415,7 +403,7 @@ fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
         comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
     }
     Ok(Timing {
-        mean_us: mean[0] / n as f64,
+        mean_us: mean,
         median_us: median,
         wrong: wrong[0],
         traffic,
