@@ -36,7 +36,8 @@ macro_rules! int_elem {
             }
             #[inline(always)]
             fn div(self, n: usize) -> Self {
-                self / (n as $t)
+                // In i128: n may not fit the element type (u8 with 256 ranks).
+                (self as i128 / n as i128) as $t
             }
         }
     };
@@ -177,4 +178,22 @@ pub fn reduce_inplace(dtype: DataType, op: ReduceOp, acc: &mut [u8], src: &[u8])
 /// `buf[i] /= n`, portable.
 pub fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
     dispatch!(dtype, div_t(buf, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_average_with_more_ranks_than_the_type_holds() {
+        let mut b = [200u8, 255];
+        divide(DataType::Uint8, &mut b, 256);
+        assert_eq!(b, [0, 0]);
+        let mut i = (-128i8).to_ne_bytes();
+        divide(DataType::Int8, &mut i, 255);
+        assert_eq!(i8::from_ne_bytes(i), 0);
+        let mut j = (-128i8).to_ne_bytes();
+        divide(DataType::Int8, &mut j, 128);
+        assert_eq!(i8::from_ne_bytes(j), -1);
+    }
 }
