@@ -860,10 +860,41 @@ pub fn is_child() -> bool {
 
 /// A free TCP port on loopback (bound, read and released).
 pub fn free_port() -> u16 {
+    // Below the kernel's ephemeral range (so outgoing connections of other
+    // tests cannot take it), spread by pid and a counter (so concurrent jobs
+    // do not pick the same one), and free right now.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..2000 {
+        let k = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
+        let port = 20_000 + (k % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("binding 127.0.0.1:0")
         .port()
+}
+
+/// A fresh random job secret (so a rank can never join another job's store).
+pub fn job_secret() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::new();
+    for i in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        );
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
 }
 
 /// Variables of the parent's environment that must not leak into a child.
@@ -935,6 +966,7 @@ pub fn spawn_job_per_rank(
 ) -> Vec<RankProc> {
     let exe = std::env::current_exe().expect("current_exe");
     let root = format!("127.0.0.1:{}", free_port());
+    let secret = job_secret();
     (0..n)
         .map(|rank| {
             let mut cmd = Command::new(&exe);
@@ -946,6 +978,7 @@ pub fn spawn_job_per_rank(
                 .env("SNCL_RANK", rank.to_string())
                 .env("SNCL_WORLD_SIZE", n.to_string())
                 .env("SNCL_ROOT", &root)
+                .env("SNCL_SECRET", &secret)
                 .env("RUST_BACKTRACE", "0");
             for (k, v) in env.iter().cloned().chain(per_rank(rank)) {
                 cmd.env(k, v);
