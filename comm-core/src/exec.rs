@@ -59,6 +59,9 @@ struct OpState {
     finished: bool,
 }
 
+/// A fixed instant to initialise waiters without reading the clock.
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 /// Waiting policy: spin (no system calls) for up to `spin`, then yield the
 /// core, then sleep, with a deadline. The communicator sets `spin` short
 /// when its node runs more ranks than it has cores, where a spinning waiter
@@ -72,14 +75,15 @@ struct Waiter {
 }
 
 impl Waiter {
+    /// No clock read here: most steps of small operations never wait.
     fn new(spin: Duration) -> Waiter {
-        let now = Instant::now();
+        let epoch = *EPOCH.get_or_init(Instant::now);
         Waiter {
             idle: 0,
             waited: Duration::ZERO,
             spin,
-            last_progress: now,
-            last_probe: now,
+            last_progress: epoch,
+            last_probe: epoch,
         }
     }
 
@@ -96,6 +100,7 @@ impl Waiter {
         self.idle = self.idle.saturating_add(1);
         if self.idle == 1 {
             self.last_progress = Instant::now();
+            self.last_probe = self.last_progress;
             return None;
         }
         if !self.idle.is_multiple_of(64) && self.idle < 1 << 30 {
