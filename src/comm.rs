@@ -643,6 +643,11 @@ impl Inner {
             // anything else (mismatch, local abort) started on this rank.
             let cause = match e {
                 Error::Timeout { .. } => None,
+                // Passed on from a peer: keep its verdict (possibly none).
+                Error::PeerFailed {
+                    source: comm_core::transport::TransportError::PeerAborted { .. },
+                    ..
+                } => e.failed_rank(),
                 _ => e.failed_rank().or(Some(self.rank)),
             };
             st.aborted = Some(e.to_string());
