@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kernels::{DataType, ReduceOp};
 
 use crate::error::{Error, Result};
-use crate::schedule::{BufId, Op, Region, Schedule};
+use crate::schedule::{Op, Region, Schedule};
 use crate::transport::{Connection, TransportError};
 use crate::wire::{Fingerprint, PieceHeader};
 
@@ -419,19 +419,5 @@ fn recv_some(
             st.finished = true;
             return Ok(moved);
         }
-    }
-}
-
-impl Buffers {
-    /// The region's byte range check, used by callers that build schedules
-    /// from user arguments.
-    pub fn fits(&self, r: Region, esize: usize) -> bool {
-        let cap = match r.buf {
-            BufId::Send => self.send_bytes(),
-            BufId::Recv => self.recv_bytes(),
-            BufId::Scratch => self.scratch_bytes(),
-            BufId::Peer(_) => return true,
-        };
-        r.end() * esize <= cap
     }
 }

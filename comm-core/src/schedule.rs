@@ -174,15 +174,6 @@ impl Schedule {
             self.steps.push(Step { ops });
         }
     }
-
-    /// Number of communication ops in all steps (for tests and stats).
-    pub fn comm_ops(&self) -> usize {
-        self.steps
-            .iter()
-            .flat_map(|s| s.ops.iter())
-            .filter(|o| o.peer().is_some())
-            .count()
-    }
 }
 
 /// Splits `count` elements into `parts` nearly equal contiguous chunks:

@@ -8,7 +8,9 @@
 //! owned by its local rank `s % L`, and the owners of shard s on every node
 //! form the cross-node group of that shard.
 
-use super::ring::{push_ring_all_reduce, Part};
+use super::ring::{
+    push_ring_all_gather_multi, push_ring_all_reduce, push_ring_reduce_scatter_multi, Part,
+};
 use super::tree::{push_tree_broadcast, push_tree_reduce};
 use crate::schedule::{chunk_bounds, BufId, Op, Region, Schedule};
 use crate::topo::Topology;
@@ -26,91 +28,6 @@ fn owner(t: &Topology, k: usize, s: usize) -> usize {
 /// The cross-node group of shard `s`, node by node.
 fn shard_group(t: &Topology, s: usize) -> Vec<usize> {
     (0..t.nnodes()).map(|k| owner(t, k, s)).collect()
-}
-
-/// Ring reduce-scatter where ring position p owns several parts.
-fn push_ring_reduce_scatter_multi(
-    s: &mut Schedule,
-    ring: &[usize],
-    parts: &[Vec<Part>],
-    input: BufId,
-    acc: BufId,
-    finalize: bool,
-) {
-    let m = ring.len();
-    let p = ring.iter().position(|&x| x == s.rank).expect("member");
-    let regs = |i: usize, buf: BufId| -> Vec<Region> {
-        parts[i]
-            .iter()
-            .filter(|(_, l)| *l > 0)
-            .map(|&(o, l)| Region::new(buf, o, l))
-            .collect()
-    };
-    if m == 1 {
-        let mut ops: Vec<Op> = regs(0, input)
-            .into_iter()
-            .zip(regs(0, acc))
-            .map(|(src, dst)| Op::Copy { src, dst })
-            .collect();
-        if finalize {
-            ops.extend(
-                regs(0, acc)
-                    .into_iter()
-                    .map(|region| Op::Finalize { region }),
-            );
-        }
-        s.push(ops);
-        return;
-    }
-    let next = ring[(p + 1) % m];
-    let prev = ring[(p + m - 1) % m];
-    for step in 0..m - 1 {
-        let sc = (p + 2 * m - step - 1) % m;
-        let rc = (p + 2 * m - step - 2) % m;
-        let mut ops = Vec::new();
-        for src in regs(sc, if step == 0 { input } else { acc }) {
-            ops.push(Op::Send { peer: next, src });
-        }
-        for (local, dst) in regs(rc, input).into_iter().zip(regs(rc, acc)) {
-            ops.push(Op::RecvReduce {
-                peer: prev,
-                local,
-                dst,
-            });
-            if finalize && step == m - 2 {
-                ops.push(Op::Finalize { region: dst });
-            }
-        }
-        s.push(ops);
-    }
-}
-
-/// Ring all-gather where ring position p holds several parts of `buf`.
-fn push_ring_all_gather_multi(s: &mut Schedule, ring: &[usize], parts: &[Vec<Part>], buf: BufId) {
-    let m = ring.len();
-    if m == 1 {
-        return;
-    }
-    let p = ring.iter().position(|&x| x == s.rank).expect("member");
-    let next = ring[(p + 1) % m];
-    let prev = ring[(p + m - 1) % m];
-    let regs = |i: usize| -> Vec<Region> {
-        parts[i]
-            .iter()
-            .filter(|(_, l)| *l > 0)
-            .map(|&(o, l)| Region::new(buf, o, l))
-            .collect()
-    };
-    for step in 0..m - 1 {
-        let mut ops = Vec::new();
-        for src in regs((p + m - step) % m) {
-            ops.push(Op::Send { peer: next, src });
-        }
-        for dst in regs((p + 2 * m - step - 1) % m) {
-            ops.push(Op::Recv { peer: prev, dst });
-        }
-        s.push(ops);
-    }
 }
 
 /// For node `k`: the parts each local position owns, given a part per shard.

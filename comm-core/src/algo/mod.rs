@@ -15,13 +15,14 @@ pub use hier::{
 pub use pairwise::{alltoallv, barrier, gather, scatter};
 pub use rd::rd_all_reduce;
 pub use ring::{
-    push_ring_all_gather, push_ring_all_reduce, push_ring_reduce_scatter, ring_all_gatherv,
+    push_ring_all_gather, push_ring_all_gather_multi, push_ring_all_reduce,
+    push_ring_reduce_scatter, push_ring_reduce_scatter_multi, ring_all_gatherv,
     ring_all_gatherv_ordered, ring_all_reduce, ring_all_reduce_ordered, ring_reduce_scatter,
     ring_reduce_scatter_ordered, Part,
 };
 pub use tree::{chain_broadcast, chain_reduce, tree_all_reduce, tree_broadcast, tree_reduce};
 
-use crate::schedule::{BufId, Op, Region, Schedule};
+use crate::schedule::Schedule;
 use crate::topo::Topology;
 use crate::wire::Collective;
 
@@ -126,12 +127,7 @@ pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> 
             ring_all_reduce_ordered(&identity, r, count, chunk)
         }
         (Collective::AllReduce, Algorithm::Hier) => hier_all_reduce(topo, r, count, chunk),
-        (Collective::AllReduce, Algorithm::Tree) => {
-            let mut s = Schedule::new(n, r);
-            tree::push_tree_reduce(&mut s, &order, count, chunk, BufId::Send, BufId::Recv, true);
-            tree::push_tree_broadcast(&mut s, &order, count, chunk, BufId::Recv, BufId::Recv);
-            s
-        }
+        (Collective::AllReduce, Algorithm::Tree) => tree_all_reduce(n, r, &order, count, chunk),
         (Collective::AllReduce, Algorithm::Rd) => rd_all_reduce(n, r, count),
         (Collective::ReduceScatter, Algorithm::Ring) => {
             ring_reduce_scatter_ordered(&order, r, count, chunk)
@@ -150,29 +146,10 @@ pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> 
             ring_all_gatherv_ordered(ord, r, &counts, &displacements(&counts), chunk)
         }
         (Collective::AllGather, Algorithm::Hier) => hier_all_gather(topo, r, count),
-        (Collective::Broadcast, Algorithm::Tree) => {
-            let mut s = Schedule::new(n, r);
-            if r == root {
-                s.push(vec![Op::Copy {
-                    src: Region::new(BufId::Send, 0, count),
-                    dst: Region::new(BufId::Recv, 0, count),
-                }]);
-            }
-            tree::push_tree_broadcast(&mut s, &rooted, count, chunk, BufId::Send, BufId::Recv);
-            s
-        }
+        (Collective::Broadcast, Algorithm::Tree) => tree_broadcast(n, r, &rooted, count, chunk),
         (Collective::Broadcast, Algorithm::Ring) => chain_broadcast(n, r, root, count, chunk),
         (Collective::Broadcast, Algorithm::Hier) => hier_broadcast(topo, r, root, count, chunk),
-        (Collective::Reduce, Algorithm::Tree) => {
-            let mut s = Schedule::new(n, r);
-            let acc = if r == root {
-                BufId::Recv
-            } else {
-                BufId::Scratch
-            };
-            tree::push_tree_reduce(&mut s, &rooted, count, chunk, BufId::Send, acc, true);
-            s
-        }
+        (Collective::Reduce, Algorithm::Tree) => tree_reduce(n, r, &rooted, count, chunk),
         (Collective::Reduce, Algorithm::Ring) => chain_reduce(n, r, root, count, chunk),
         (Collective::Reduce, Algorithm::Hier) => hier_reduce(topo, r, root, count, chunk),
         (Collective::AllToAll, Algorithm::Pairwise) => {

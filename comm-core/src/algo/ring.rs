@@ -28,18 +28,48 @@ pub fn push_ring_reduce_scatter(
     acc: BufId,
     finalize: bool,
 ) {
+    let parts: Vec<Vec<Part>> = parts.iter().map(|p| vec![*p]).collect();
+    push_ring_reduce_scatter_multi(s, ring, &parts, input, acc, finalize);
+}
+
+/// Appends a ring all-gather over `ring`: position p starts with `parts[p]`
+/// in `buf` and ends with every part.
+pub fn push_ring_all_gather(s: &mut Schedule, ring: &[usize], parts: &[Part], buf: BufId) {
+    let parts: Vec<Vec<Part>> = parts.iter().map(|p| vec![*p]).collect();
+    push_ring_all_gather_multi(s, ring, &parts, buf);
+}
+
+/// Ring reduce-scatter where ring position p owns several parts (each
+/// moved as its own message); see [`push_ring_reduce_scatter`].
+pub fn push_ring_reduce_scatter_multi(
+    s: &mut Schedule,
+    ring: &[usize],
+    parts: &[Vec<Part>],
+    input: BufId,
+    acc: BufId,
+    finalize: bool,
+) {
     let m = ring.len();
     let p = position(ring, s.rank);
-    let reg = |i: usize, buf: BufId| Region::new(buf, parts[i].0, parts[i].1);
+    let regs = |i: usize, buf: BufId| -> Vec<Region> {
+        parts[i]
+            .iter()
+            .filter(|(_, l)| *l > 0)
+            .map(|&(o, l)| Region::new(buf, o, l))
+            .collect()
+    };
     if m == 1 {
-        let mut ops = vec![Op::Copy {
-            src: reg(0, input),
-            dst: reg(0, acc),
-        }];
+        let mut ops: Vec<Op> = regs(0, input)
+            .into_iter()
+            .zip(regs(0, acc))
+            .map(|(src, dst)| Op::Copy { src, dst })
+            .collect();
         if finalize {
-            ops.push(Op::Finalize {
-                region: reg(0, acc),
-            });
+            ops.extend(
+                regs(0, acc)
+                    .into_iter()
+                    .map(|region| Op::Finalize { region }),
+            );
         }
         s.push(ops);
         return;
@@ -49,16 +79,14 @@ pub fn push_ring_reduce_scatter(
     for step in 0..m - 1 {
         let sc = (p + 2 * m - step - 1) % m;
         let rc = (p + 2 * m - step - 2) % m;
-        let src = reg(sc, if step == 0 { input } else { acc });
-        let dst = reg(rc, acc);
-        let mut ops = Vec::with_capacity(3);
-        if src.len > 0 {
+        let mut ops = Vec::new();
+        for src in regs(sc, if step == 0 { input } else { acc }) {
             ops.push(Op::Send { peer: next, src });
         }
-        if dst.len > 0 {
+        for (local, dst) in regs(rc, input).into_iter().zip(regs(rc, acc)) {
             ops.push(Op::RecvReduce {
                 peer: prev,
-                local: reg(rc, input),
+                local,
                 dst,
             });
             if finalize && step == m - 2 {
@@ -69,9 +97,13 @@ pub fn push_ring_reduce_scatter(
     }
 }
 
-/// Appends a ring all-gather over `ring`: position p starts with `parts[p]`
-/// in `buf` and ends with every part.
-pub fn push_ring_all_gather(s: &mut Schedule, ring: &[usize], parts: &[Part], buf: BufId) {
+/// Ring all-gather where ring position p holds several parts of `buf`.
+pub fn push_ring_all_gather_multi(
+    s: &mut Schedule,
+    ring: &[usize],
+    parts: &[Vec<Part>],
+    buf: BufId,
+) {
     let m = ring.len();
     if m == 1 {
         return;
@@ -79,15 +111,19 @@ pub fn push_ring_all_gather(s: &mut Schedule, ring: &[usize], parts: &[Part], bu
     let p = position(ring, s.rank);
     let next = ring[(p + 1) % m];
     let prev = ring[(p + m - 1) % m];
-    let reg = |i: usize| Region::new(buf, parts[i].0, parts[i].1);
+    let regs = |i: usize| -> Vec<Region> {
+        parts[i]
+            .iter()
+            .filter(|(_, l)| *l > 0)
+            .map(|&(o, l)| Region::new(buf, o, l))
+            .collect()
+    };
     for step in 0..m - 1 {
-        let src = reg((p + m - step) % m);
-        let dst = reg((p + 2 * m - step - 1) % m);
-        let mut ops = Vec::with_capacity(2);
-        if src.len > 0 {
+        let mut ops = Vec::new();
+        for src in regs((p + m - step) % m) {
             ops.push(Op::Send { peer: next, src });
         }
-        if dst.len > 0 {
+        for dst in regs((p + 2 * m - step - 1) % m) {
             ops.push(Op::Recv { peer: prev, dst });
         }
         s.push(ops);

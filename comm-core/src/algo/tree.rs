@@ -59,11 +59,6 @@ fn chunks(count: usize, chunk: usize) -> Vec<(usize, usize)> {
     v
 }
 
-/// Rotates `0..n` so `root` comes first: the group of a flat rooted tree.
-pub fn rooted_group(n: usize, root: usize) -> Vec<usize> {
-    (0..n).map(|v| (v + root) % n).collect()
-}
-
 /// Appends a pipelined binomial reduce over `group` toward `group[0]`:
 /// inputs are read from `input`, partial sums accumulate in `acc`, and the
 /// root's result lands in its `acc`. With `finalize` the root finalizes.
@@ -181,52 +176,44 @@ pub fn push_tree_broadcast(
     }
 }
 
-/// Binomial-tree broadcast from `root` (the root's input is copied to its output).
-pub fn tree_broadcast(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
+/// Binomial-tree broadcast over `group` from `group[0]` (the root's input
+/// is copied to its output). `n` is the communicator size.
+pub fn tree_broadcast(n: usize, r: usize, group: &[usize], count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    if r == root {
+    if r == group[0] {
         s.push(vec![Op::Copy {
             src: Region::new(BufId::Send, 0, count),
             dst: Region::new(BufId::Recv, 0, count),
         }]);
     }
-    push_tree_broadcast(
-        &mut s,
-        &rooted_group(n, root),
-        count,
-        chunk,
-        BufId::Send,
-        BufId::Recv,
-    );
+    push_tree_broadcast(&mut s, group, count, chunk, BufId::Send, BufId::Recv);
     s
 }
 
-/// Binomial-tree reduce to `root`; other ranks accumulate in scratch.
-pub fn tree_reduce(n: usize, r: usize, root: usize, count: usize, chunk: usize) -> Schedule {
+/// Binomial-tree reduce over `group` to `group[0]`; other ranks accumulate
+/// in scratch.
+pub fn tree_reduce(n: usize, r: usize, group: &[usize], count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let acc = if r == root {
+    let acc = if r == group[0] {
         BufId::Recv
     } else {
         BufId::Scratch
     };
-    push_tree_reduce(
-        &mut s,
-        &rooted_group(n, root),
-        count,
-        chunk,
-        BufId::Send,
-        acc,
-        true,
-    );
+    push_tree_reduce(&mut s, group, count, chunk, BufId::Send, acc, true);
     s
 }
 
-/// Tree all-reduce: binomial reduce to rank 0, then binomial broadcast.
-pub fn tree_all_reduce(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
+/// Tree all-reduce: binomial reduce to `group[0]`, then binomial broadcast.
+pub fn tree_all_reduce(
+    n: usize,
+    r: usize,
+    group: &[usize],
+    count: usize,
+    chunk: usize,
+) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let group = rooted_group(n, 0);
-    push_tree_reduce(&mut s, &group, count, chunk, BufId::Send, BufId::Recv, true);
-    push_tree_broadcast(&mut s, &group, count, chunk, BufId::Recv, BufId::Recv);
+    push_tree_reduce(&mut s, group, count, chunk, BufId::Send, BufId::Recv, true);
+    push_tree_broadcast(&mut s, group, count, chunk, BufId::Recv, BufId::Recv);
     s
 }
 
