@@ -163,19 +163,12 @@ fn cross_tier(
         return Ok(());
     }
     // Error feedback: compensate, and keep what encoding drops.
-    let mut ef_owned;
-    let ef = match feedback {
-        Some(f) => {
-            if f.residual().len() != data.len() {
-                *f = ErrorFeedback::new(data.len());
-            }
-            Some(f)
+    let ef = feedback.map(|f| {
+        if f.residual().len() != data.len() {
+            *f = ErrorFeedback::new(data.len());
         }
-        None => {
-            ef_owned = None::<ErrorFeedback>;
-            ef_owned.as_mut()
-        }
-    };
+        f
+    });
     if let Codec::TopK { .. } = codec {
         let mut enc = Vec::new();
         match ef {
@@ -220,19 +213,11 @@ fn cross_tier(
     let part = len.div_ceil(n);
     let bounds = |j: usize| (j * part).min(len)..((j + 1) * part).min(len);
     let stride = codec.max_encoded_len(part);
-    if let Some(f) = ef {
+    // Each part is encoded once; with error feedback the residual is what
+    // decoding those same bytes gives back short of the compensated data.
+    let mut ef = ef;
+    if let Some(f) = ef.as_deref_mut() {
         f.compensate(data);
-        let compensated = data.to_vec();
-        let mut tmp = Vec::new();
-        let mut decoded = vec![0f32; len];
-        for j in 0..n {
-            let b = bounds(j);
-            codec.encode(&data[b.clone()], &mut tmp);
-            codec
-                .decode(&tmp, b.len(), &mut decoded[b])
-                .map_err(|e| bytes_err(comm, e))?;
-        }
-        f.update(&compensated, &decoded);
     }
     let mut send = vec![0u8; stride * n];
     let mut tmp = Vec::new();
@@ -240,6 +225,21 @@ fn cross_tier(
         let b = bounds(j);
         codec.encode(&data[b], &mut tmp);
         send[j * stride..j * stride + tmp.len()].copy_from_slice(&tmp);
+    }
+    if let Some(f) = ef {
+        let mut decoded = vec![0f32; len];
+        for j in 0..n {
+            let b = bounds(j);
+            let enc_len = codec.max_encoded_len(b.len());
+            codec
+                .decode(
+                    &send[j * stride..j * stride + enc_len],
+                    b.len(),
+                    &mut decoded[b],
+                )
+                .map_err(|e| bytes_err(comm, e))?;
+        }
+        f.update(data, &decoded);
     }
     // One step with every peer at once: on a slow, high-latency tier a
     // pairwise schedule would pay the round trip N-1 times.
