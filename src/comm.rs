@@ -316,21 +316,13 @@ impl Inner {
     fn validate(&self, op: &RawOp) -> Result<()> {
         let name = op.coll.name();
         let n = self.nranks;
-        if matches!(
-            op.coll,
-            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
-        ) && op.root >= n
-        {
+        if op.coll.is_rooted() && op.root >= n {
             return Err(self.invalid(
                 name,
                 format!("root {} is out of range for {n} ranks", op.root),
             ));
         }
-        let reducing = matches!(
-            op.coll,
-            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
-        );
-        if reducing {
+        if op.coll.is_reducing() {
             kernels::check_supported(op.dtype, op.op)
                 .map_err(|e| self.invalid(name, e.to_string()))?;
         }
@@ -546,21 +538,15 @@ impl Inner {
             st.seq += 1;
             st.seq
         };
-        let reducing = matches!(
-            op.coll,
-            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
-        );
         let fingerprint = Fingerprint {
             collective: op.coll,
             dtype: op.dtype,
-            op: if reducing { op.op } else { ReduceOp::Sum },
-            root: if matches!(
-                op.coll,
-                Collective::Broadcast
-                    | Collective::Reduce
-                    | Collective::Gather
-                    | Collective::Scatter
-            ) {
+            op: if op.coll.is_reducing() {
+                op.op
+            } else {
+                ReduceOp::Sum
+            },
+            root: if op.coll.is_rooted() {
                 op.root as i32
             } else {
                 -1

@@ -60,17 +60,7 @@ impl WorkState {
         match g.as_mut() {
             Some(Ok(())) => Ok(()),
             Some(r @ Err(_)) => {
-                let rank = match r {
-                    Err(Error::InvalidArgument { rank, .. })
-                    | Err(Error::Timeout { rank, .. })
-                    | Err(Error::PeerFailed { rank, .. })
-                    | Err(Error::Mismatch { rank, .. })
-                    | Err(Error::Transport { rank, .. })
-                    | Err(Error::Bootstrap { rank, .. })
-                    | Err(Error::Aborted { rank, .. })
-                    | Err(Error::Io { rank, .. }) => *rank,
-                    _ => 0,
-                };
+                let rank = r.as_ref().err().and_then(Error::rank).unwrap_or(0);
                 let seen = Err(Error::Aborted {
                     rank,
                     reason: Some("this operation failed; its error was returned earlier".into()),

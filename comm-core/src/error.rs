@@ -107,6 +107,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// The rank that reports the error (none for configuration errors).
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            Error::InvalidArgument { rank, .. }
+            | Error::Timeout { rank, .. }
+            | Error::PeerFailed { rank, .. }
+            | Error::Mismatch { rank, .. }
+            | Error::Transport { rank, .. }
+            | Error::Bootstrap { rank, .. }
+            | Error::Aborted { rank, .. }
+            | Error::Io { rank, .. } => Some(*rank),
+            Error::Config(_) => None,
+        }
+    }
+
     /// The rank blamed for a peer failure, if this error names one.
     pub fn failed_rank(&self) -> Option<usize> {
         match self {

@@ -74,6 +74,22 @@ impl Collective {
         Collective::ALL.into_iter().find(|c| c.name() == name)
     }
 
+    /// Whether the collective has a root rank.
+    pub const fn is_rooted(self) -> bool {
+        matches!(
+            self,
+            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
+        )
+    }
+
+    /// Whether the collective reduces (takes a reduction operator).
+    pub const fn is_reducing(self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+        )
+    }
+
     /// Numeric value back to the enum.
     pub fn from_u8(v: u8) -> Option<Collective> {
         Collective::ALL.into_iter().find(|c| *c as u8 == v)

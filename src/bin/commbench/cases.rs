@@ -52,17 +52,11 @@ impl Bench {
     }
 
     pub fn reduces(self) -> bool {
-        matches!(
-            self,
-            Bench::AllReduce | Bench::ReduceScatter | Bench::Reduce
-        )
+        self.collective().is_reducing()
     }
 
     pub fn rooted(self) -> bool {
-        matches!(
-            self,
-            Bench::Broadcast | Bench::Reduce | Bench::Gather | Bench::Scatter
-        )
+        self.collective().is_rooted()
     }
 
     /// Whether the size column is the total over ranks (nccl-tests' convention).
