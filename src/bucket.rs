@@ -82,7 +82,7 @@ impl Bucket {
 /// Packs tensors into buckets and all-reduces each bucket asynchronously.
 ///
 /// ```no_run
-/// # let comm: sncl::Communicator = todo!();
+/// # let comm = sncl::Communicator::from_env()?;
 /// let mut b = sncl::Bucketer::new(&comm, sncl::BucketConfig::default());
 /// for (id, grad) in [vec![1.0f32; 1000], vec![2.0; 5000]].iter().enumerate() {
 ///     b.add(id, grad)?; // communication of full buckets starts here

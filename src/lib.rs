@@ -211,9 +211,8 @@ impl Communicator {
     /// single-process use.
     pub fn init_threads(nranks: usize, config: Config) -> Result<Vec<Communicator>> {
         let store = MemoryStore::new();
-        let mut id = [0u8; 8];
-        getrandom_id(&mut id);
-        let comm_id = u64::from_le_bytes(id);
+        // A random id, as any unique id gets from its secret.
+        let comm_id = UniqueId::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?.comm_id();
         let handles: Vec<_> = (0..nranks)
             .map(|r| {
                 let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
@@ -311,18 +310,4 @@ impl Communicator {
     pub fn async_error(&self) -> Option<String> {
         self.inner.async_error()
     }
-}
-
-fn getrandom_id(buf: &mut [u8]) {
-    // A process-unique value is enough for thread-rank communicator ids.
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    buf.copy_from_slice(&h.finish().to_le_bytes()[..buf.len()]);
 }

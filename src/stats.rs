@@ -48,6 +48,19 @@ impl Stats {
         self.wait_time += o.wait_time;
     }
 
+    /// Adds every counter of `o`, operation counts included.
+    pub fn merge(&mut self, o: &Stats) {
+        self.absorb(o);
+        self.ops += o.ops;
+        self.busy_time += o.busy_time;
+        for (c, k) in &o.ops_by_collective {
+            match self.ops_by_collective.iter_mut().find(|(c2, _)| c2 == c) {
+                Some((_, m)) => *m += k,
+                None => self.ops_by_collective.push((c.clone(), *k)),
+            }
+        }
+    }
+
     /// Difference of two snapshots (`self` later than `earlier`).
     pub fn since(&self, earlier: &Stats) -> Stats {
         let ops_by_collective = self

@@ -244,7 +244,7 @@ impl Communicator {
     /// one of them has completed.
     ///
     /// ```no_run
-    /// # let comm: sncl::Communicator = todo!();
+    /// # let comm = sncl::Communicator::from_env()?;
     /// let mut a = vec![1.0f32; 1024];
     /// let mut b = vec![2.0f32; 1024];
     /// comm.scope(|s| {

@@ -111,9 +111,6 @@ fn run(args: &Args) -> sncl::Result<bool> {
     let out = rank == 0;
     if out {
         println!("# sncl commbench {}: {} ranks", args.op, n);
-        for r in 0..n.min(64) {
-            let _ = r;
-        }
         println!(
             "# transports of rank 0: {}",
             comm.transports()
@@ -177,15 +174,15 @@ fn run(args: &Args) -> sncl::Result<bool> {
                     let (oop, ip) = cases::run_case(&comm, &case)?;
                     let factor = bench.bus_factor(n);
                     let algo_name = match &case.compress {
-                        Some((codec, _)) => {
-                            Box::leak(format!("compressed-{}", codec.name()).into_boxed_str())
-                        }
-                        None => comm.algorithm_for(bench.collective(), dtype, count)?,
+                        Some((codec, _)) => format!("compressed-{}", codec.name()),
+                        None => comm
+                            .algorithm_for(bench.collective(), dtype, count)?
+                            .to_string(),
                     };
                     any_wrong |= oop.wrong > 0 || ip.as_ref().map(|t| t.wrong > 0).unwrap_or(false);
-                    add_traffic(&mut traffic, &oop.traffic);
+                    traffic.merge(&oop.traffic);
                     if let Some(ip) = &ip {
-                        add_traffic(&mut traffic, &ip.traffic);
+                        traffic.merge(&ip.traffic);
                     }
                     if out {
                         let fmt = |t: &Timing| {
@@ -224,7 +221,7 @@ fn run(args: &Args) -> sncl::Result<bool> {
                         bw_rows += 1;
                         rows.push(json_row(
                             &args.op,
-                            algo_name,
+                            &algo_name,
                             dtype,
                             op,
                             bench,
@@ -305,22 +302,6 @@ fn run(args: &Args) -> sncl::Result<bool> {
     Ok(!any_wrong)
 }
 
-fn add_traffic(total: &mut sncl::Stats, d: &sncl::Stats) {
-    total.ops += d.ops;
-    total.intra_sent += d.intra_sent;
-    total.intra_received += d.intra_received;
-    total.inter_sent += d.inter_sent;
-    total.inter_received += d.inter_received;
-    total.wait_time += d.wait_time;
-    total.busy_time += d.busy_time;
-    for (c, k) in &d.ops_by_collective {
-        match total.ops_by_collective.iter_mut().find(|(c2, _)| c2 == c) {
-            Some((_, m)) => *m += k,
-            None => total.ops_by_collective.push((c.clone(), *k)),
-        }
-    }
-}
-
 /// Every rank's counters, on rank 0 (other ranks get an empty list).
 fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<sncl::Stats>> {
     let n = comm.size();
@@ -371,7 +352,7 @@ fn print_stats(all: &[sncl::Stats]) {
             s.cross_tier_share(),
             s.wait_time.as_secs_f64() * 1e3
         );
-        add_traffic(&mut total, s);
+        total.merge(s);
     }
     println!(
         "# total: {} bytes sent, {} across nodes; cross-tier share {:.4}; {} ops per rank",
