@@ -13,7 +13,7 @@
 mod env;
 mod sha256;
 mod store;
-mod tcp;
+mod tcpstore;
 mod unique_id;
 
 pub use env::{
@@ -21,5 +21,8 @@ pub use env::{
     LAUNCHER_TORCHRUN, SLURM_PORT_BASE, SLURM_PORT_RANGE,
 };
 pub use store::{store_barrier, MemoryStore, PrefixStore, Store};
-pub use tcp::{TcpStore, TcpStoreServer, DEFAULT_IO_TIMEOUT};
+pub use tcpstore::{
+    TcpStore, TcpStoreServer, DEFAULT_IO_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_FRAME_BYTES,
+    MAX_PENDING_HANDSHAKES,
+};
 pub use unique_id::{UniqueId, UNIQUE_ID_BYTES};

@@ -1,0 +1,51 @@
+//! The TCP store: a [`TcpStoreServer`] that rank 0 runs and a [`TcpStore`]
+//! client every rank (rank 0 included) connects with.
+//!
+//! # Protocol
+//!
+//! Handshake (challenge-response with HMAC-SHA-256 keyed by the 16-byte job
+//! secret, so the secret never crosses the wire and both sides prove they
+//! know it):
+//!
+//! 1. server → client: `"SNCLSTR1"` ‖ server nonce (16 bytes)
+//! 2. client → server: `"SNCLSTR1"` ‖ rank (u64 LE) ‖ client nonce (16) ‖
+//!    HMAC(secret, `"sncl-client"` ‖ server nonce ‖ client nonce ‖ rank)
+//! 3. server → client: `0` ‖ HMAC(secret, `"sncl-server"` ‖ client nonce ‖
+//!    server nonce ‖ rank) when the MAC checks out, otherwise `1` and the
+//!    server closes the connection (and logs a warning naming the peer).
+//!
+//! Then requests and replies, each a frame `len: u32 LE` ‖ `len` bytes.
+//! Strings are `len: u32 LE` ‖ UTF-8 bytes.
+//!
+//! | request   | body after the op byte                     | OK reply payload |
+//! |-----------|--------------------------------------------|------------------|
+//! | 1 set     | key ‖ value (rest of frame)                | –                |
+//! | 2 get     | timeout ms (u64) ‖ key                     | value            |
+//! | 3 try_get | key                                        | value            |
+//! | 4 wait    | timeout ms (u64) ‖ n (u32) ‖ n keys        | –                |
+//! | 5 add     | delta (i64) ‖ key                          | new value (i64)  |
+//!
+//! A reply starts with a status byte: 0 ok, 1 missing (`try_get`),
+//! 2 timed out (then n (u32) ‖ n missing keys), 3 error (then a UTF-8
+//! message). `get` and `wait` block on the server, which honours the
+//! timeout; the client reads with that timeout plus an I/O grace period, so
+//! a dead or stuck server ends in an error, never a hang.
+
+//!
+//! # Limits
+//!
+//! Frames are at most [`MAX_FRAME_BYTES`]; a frame body is read as it
+//! arrives, so announcing a large frame costs the receiver nothing. The
+//! server runs every handshake on its accept thread, at most
+//! [`MAX_PENDING_HANDSHAKES`] at once, each within [`HANDSHAKE_TIMEOUT`] in
+//! all; only authenticated connections get a thread.
+
+mod client;
+mod protocol;
+mod server;
+#[cfg(test)]
+mod tests;
+
+pub use client::{TcpStore, DEFAULT_IO_TIMEOUT};
+pub use protocol::MAX_FRAME_BYTES;
+pub use server::{TcpStoreServer, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
