@@ -47,6 +47,35 @@ use comm_core::bootstrap::{TcpStore, TcpStoreServer};
 static PENDING_ROOTS: std::sync::Mutex<Vec<(UniqueId, TcpStoreServer)>> =
     std::sync::Mutex::new(Vec::new());
 
+/// Where rank 0's store listens: exactly the root's address when this host
+/// has it (so the store is reachable there and nowhere else), else the
+/// address of `SNCL_SOCKET_IFNAME` with the root's port (for a root address
+/// that is forwarded to this host).
+fn store_bind_addr(root: SocketAddr, config: &Config) -> Result<SocketAddr> {
+    // Binding a UDP socket to an address succeeds exactly when it is one
+    // of this host's; nothing is sent.
+    if std::net::UdpSocket::bind(SocketAddr::new(root.ip(), 0)).is_ok() {
+        return Ok(root);
+    }
+    if let Some(ifname) = &config.socket_ifname {
+        let ip = transport_tcp::interface_addr(ifname).map_err(|e| Error::Io {
+            rank: 0,
+            context: format!("finding SNCL_SOCKET_IFNAME={ifname} for the rendezvous store"),
+            source: e,
+        })?;
+        return Ok(SocketAddr::new(ip, root.port()));
+    }
+    Err(Error::Bootstrap {
+        rank: 0,
+        detail: format!(
+            "rank 0 cannot serve the rendezvous store at {root}: {} is not an address of this \
+             host; set SNCL_ROOT (or the launcher's MASTER_ADDR) to an address of rank 0's \
+             host, or SNCL_SOCKET_IFNAME to the interface that address is forwarded to",
+            root.ip()
+        ),
+    })
+}
+
 /// A communicator: a group of ranks that run collectives together.
 ///
 /// Operations on one communicator run in the order they were called (stream
@@ -89,22 +118,27 @@ impl Communicator {
         if root.port() != 0 {
             return UniqueId::new(root);
         }
-        let any = match root {
-            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-        };
         let mut id = UniqueId::new(root)?;
+        // Rank 0 must take the store within the operation timeout; after
+        // that it stops by itself (no thread or port left behind).
+        let expire_after = Config::from_env()
+            .map(|c| c.timeout)
+            .unwrap_or_else(|_| Config::default().timeout);
         let server =
-            TcpStoreServer::start(SocketAddr::new(any, 0), id.secret).map_err(|e| Error::Io {
-                rank: 0,
-                context: format!("starting the rendezvous store on {}", root.ip()),
-                source: e,
+            TcpStoreServer::start_unclaimed(root, id.secret, expire_after).map_err(|e| {
+                Error::Io {
+                    rank: 0,
+                    context: format!(
+                        "starting the rendezvous store on {} (it must be an address of this host)",
+                        root.ip()
+                    ),
+                    source: e,
+                }
             })?;
         id.root.set_port(server.local_addr().port());
-        PENDING_ROOTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, server));
+        let mut pending = PENDING_ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|(_, s)| s.is_serving());
+        pending.push((id, server));
         Ok(id)
     }
 
@@ -138,22 +172,34 @@ impl Communicator {
         } else {
             None
         };
-        let server = if pending.is_some() {
-            pending
-        } else if rank == 0 {
-            let bind = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), id.root.port());
-            Some(
-                TcpStoreServer::start(bind, id.secret).map_err(|e| Error::Io {
+        let server = match pending {
+            Some(server) if server.claim() => Some(server),
+            Some(_) => {
+                return Err(Error::Bootstrap {
                     rank,
-                    context: format!("starting the rendezvous store on port {}", id.root.port()),
-                    source: e,
-                })?,
-            )
-        } else {
-            None
+                    detail: format!(
+                        "the rendezvous store of this unique id (root {}) stopped because rank 0 \
+                         did not join within {} ms of creating the id; create a new id",
+                        id.root,
+                        config.timeout.as_millis()
+                    ),
+                })
+            }
+            None if rank == 0 => {
+                let bind = store_bind_addr(id.root, &config)?;
+                Some(
+                    TcpStoreServer::start(bind, id.secret).map_err(|e| Error::Io {
+                        rank,
+                        context: format!("starting the rendezvous store on {bind}"),
+                        source: e,
+                    })?,
+                )
+            }
+            None => None,
         };
         let deadline = Instant::now() + config.timeout;
-        let store = TcpStore::connect(id.root, id.secret, rank, deadline)?;
+        let store =
+            TcpStore::connect(id.root, id.secret, rank, deadline)?.with_io_timeout(config.timeout);
         let local_ip = store.local_ip();
         let inner = setup::build(setup::SetupArgs {
             store: Arc::new(store),

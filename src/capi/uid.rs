@@ -48,20 +48,6 @@ fn parse_root(v: &str) -> Result<SocketAddr, CError> {
     Ok(addr)
 }
 
-/// Parses `SNCL_SECRET` (32 hex digits).
-fn parse_secret(v: &str) -> Result<[u8; 16], CError> {
-    let v = v.trim();
-    let bad = || config_err(format!("SNCL_SECRET must be 32 hex digits, got {v:?}"));
-    if v.len() != 32 || !v.is_ascii() {
-        return Err(bad());
-    }
-    let mut out = [0u8; 16];
-    for (o, i) in out.iter_mut().zip((0..32).step_by(2)) {
-        *o = u8::from_str_radix(&v[i..i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(out)
-}
-
 fn var(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.trim().is_empty())
 }
@@ -135,11 +121,10 @@ fn host_ip() -> IpAddr {
 pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
     if let Some(root) = var("SNCL_ROOT") {
         let root = parse_root(&root)?;
-        return match var("SNCL_SECRET") {
-            Some(s) => Ok(UniqueId {
-                root,
-                secret: parse_secret(&s)?,
-            }),
+        let given = comm_core::bootstrap::configured_secret(&|k| std::env::var(k).ok())
+            .map_err(CError::from)?;
+        return match given {
+            Some((secret, _)) => Ok(UniqueId { root, secret }),
             None => UniqueId::new(root).map_err(CError::from),
         };
     }
@@ -187,12 +172,6 @@ mod tests {
         assert_eq!(parse_root("localhost:7").unwrap().port(), 7);
         assert!(parse_root("127.0.0.1:0").is_err());
         assert!(parse_root("nohost").is_err());
-        assert_eq!(
-            parse_secret("000102030405060708090a0b0c0d0e0F").unwrap(),
-            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
-        );
-        assert!(parse_secret("xyz").is_err());
-        assert!(parse_secret("g00102030405060708090a0b0c0d0e0f").is_err());
     }
 
     #[test]

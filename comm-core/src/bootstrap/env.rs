@@ -57,7 +57,14 @@ pub const SLURM_PORT_RANGE: u64 = 20000;
 /// Host names are resolved with [`ToSocketAddrs`]; the first IPv4 result is
 /// preferred, else the first result.
 ///
-/// **Secret**: `SNCL_SECRET` (32 hex digits) if set. Otherwise it is derived
+/// A root that resolves to a loopback address while the launcher says the
+/// job spans several hosts (torchrun's `LOCAL_WORLD_SIZE` below
+/// `WORLD_SIZE`, Open MPI's local size below its world size, Slurm's node
+/// count above 1) is an error: the other hosts could never reach it.
+///
+/// **Secret**: `SNCL_SECRET` (32 hex digits) if set, else the contents of
+/// the file `SNCL_SECRET_FILE` (32 hex digits; the file must not be
+/// readable by group or others). Otherwise it is derived
 /// deterministically, so every rank computes the same value, from the
 /// launcher name, the world size, the root address and the launcher's job
 /// identity: `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT`,
@@ -66,7 +73,9 @@ pub const SLURM_PORT_RANGE: u64 = 20000;
 /// more for `"sncl"`. A derived secret only keeps separate jobs (and stale
 /// ranks of an earlier torchrun restart) apart; it is **not a security
 /// boundary**, since anyone who can read the job's environment can compute
-/// it. Set `SNCL_SECRET` (the same random value on every rank) for that.
+/// it. Set `SNCL_SECRET` or `SNCL_SECRET_FILE` (the same random value on
+/// every rank) for that; rank 0 logs one warning when the secret is derived
+/// from a missing or public identity ([`SecretSource::Derived`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct LaunchEnv {
     /// This process's rank.
@@ -79,6 +88,8 @@ pub struct LaunchEnv {
     pub root: SocketAddr,
     /// The job secret.
     pub secret: [u8; 16],
+    /// Where the secret came from.
+    pub secret_source: SecretSource,
     /// Which launcher the rank came from: one of [`LAUNCHER_SNCL`],
     /// [`LAUNCHER_TORCHRUN`], [`LAUNCHER_OPENMPI`], [`LAUNCHER_SLURM`].
     pub launcher: &'static str,
@@ -92,6 +103,7 @@ impl std::fmt::Debug for LaunchEnv {
             .field("local_rank", &self.local_rank)
             .field("root", &self.root)
             .field("secret", &"<redacted>")
+            .field("secret_source", &self.secret_source)
             .field("launcher", &self.launcher)
             .finish()
     }
@@ -156,7 +168,8 @@ fn parse_num(name: &str, value: &str, launcher: &str) -> Result<usize> {
     })
 }
 
-/// Resolves `(host, port)`, preferring IPv4.
+/// Resolves `(host, port)`, preferring addresses other hosts can reach
+/// (not loopback), then IPv4.
 fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
@@ -167,16 +180,112 @@ fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
             ))
         })?
         .collect();
+    let rank_of = |a: &SocketAddr| (a.ip().is_loopback(), !a.is_ipv4());
     addrs
         .iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| addrs.first())
+        .min_by_key(|a| rank_of(a))
         .copied()
         .ok_or_else(|| {
             Error::Config(format!(
                 "the sncl root host {host:?} from {what} resolved to no address"
             ))
         })
+}
+
+/// Where the job's secret came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// `SNCL_SECRET`.
+    Variable,
+    /// The file named by `SNCL_SECRET_FILE`.
+    File,
+    /// Derived from the launcher's job identity (see [`LaunchEnv`]);
+    /// `guessable` when that identity is missing or public (so the job is
+    /// not authenticated against other local users or hosts).
+    Derived {
+        /// Whether an outsider can compute it.
+        guessable: bool,
+    },
+}
+
+/// The lowest number of hosts the launcher says the job spans, when it says.
+fn hosts_expected(launcher: &str, var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let num = |k: &str| var(k).and_then(|v| v.parse::<usize>().ok());
+    let fewer = |local: &str, world: &str| match (num(local), num(world)) {
+        (Some(l), Some(w)) if l < w => Some(format!("{local}={l} < {world}={w}")),
+        _ => None,
+    };
+    match launcher {
+        LAUNCHER_TORCHRUN => fewer("LOCAL_WORLD_SIZE", "WORLD_SIZE"),
+        LAUNCHER_OPENMPI => fewer("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE"),
+        LAUNCHER_SLURM => [
+            "SLURM_STEP_NUM_NODES",
+            "SLURM_JOB_NUM_NODES",
+            "SLURM_NNODES",
+        ]
+        .iter()
+        .find_map(|k| num(k).map(|n| (k, n)))
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, n)| format!("{k}={n}")),
+        _ => None,
+    }
+}
+
+/// The secret from `SNCL_SECRET`, else from the file `SNCL_SECRET_FILE`;
+/// `None` when neither is set (empty values count as unset).
+pub fn configured_secret(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<([u8; 16], SecretSource)>> {
+    let var = |k: &str| {
+        get(k)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(s) = var("SNCL_SECRET") {
+        let mut secret = [0u8; 16];
+        decode_hex(&s, &mut secret).map_err(|e| {
+            Error::Config(format!(
+                "SNCL_SECRET is not 32 hex digits ({e}); generate one with e.g. \
+                 `openssl rand -hex 16` and give the same value to every rank"
+            ))
+        })?;
+        return Ok(Some((secret, SecretSource::Variable)));
+    }
+    match var("SNCL_SECRET_FILE") {
+        Some(path) => Ok(Some((read_secret_file(&path)?, SecretSource::File))),
+        None => Ok(None),
+    }
+}
+
+/// Reads a secret file: 32 hex digits, readable by its owner only.
+fn read_secret_file(path: &str) -> Result<[u8; 16]> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::Config(format!("SNCL_SECRET_FILE={path:?} cannot be read: {e}")))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(Error::Config(format!(
+            "SNCL_SECRET_FILE={path:?} is readable by other users (mode {:o}); \
+             restrict it with `chmod 600 {path}`",
+            mode & 0o777
+        )));
+    }
+    if meta.len() > 4096 {
+        return Err(Error::Config(format!(
+            "SNCL_SECRET_FILE={path:?} holds {} bytes; it should hold 32 hex digits",
+            meta.len()
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("SNCL_SECRET_FILE={path:?} cannot be read: {e}")))?;
+    let mut secret = [0u8; 16];
+    decode_hex(text.trim(), &mut secret).map_err(|e| {
+        Error::Config(format!(
+            "SNCL_SECRET_FILE={path:?} does not hold 32 hex digits ({e}); write one with e.g. \
+             `openssl rand -hex 16 > {path}`"
+        ))
+    })?;
+    Ok(secret)
 }
 
 /// Parses `host:port` / `[v6]:port` from variable `name`.
@@ -416,16 +525,21 @@ impl LaunchEnv {
             }
         };
 
+        // A root that only this host can reach, in a job that spans hosts.
+        if root.ip().is_loopback() {
+            if let Some(why) = hosts_expected(launcher, &var) {
+                return Err(Error::Config(format!(
+                    "the sncl root {root} is a loopback address, but this job spans several \
+                     hosts ({why}): the other hosts cannot reach it. A host name can resolve \
+                     to loopback on its own host (Debian maps it to 127.0.1.1 in /etc/hosts); \
+                     set SNCL_ROOT (or MASTER_ADDR) to an address the other hosts reach"
+                )));
+            }
+        }
+
         // Secret.
-        let secret = if let Some(s) = var("SNCL_SECRET") {
-            let mut secret = [0u8; 16];
-            decode_hex(&s, &mut secret).map_err(|e| {
-                Error::Config(format!(
-                    "SNCL_SECRET is not 32 hex digits ({e}); generate one with e.g. \
-                     `openssl rand -hex 16` and give the same value to every rank"
-                ))
-            })?;
-            secret
+        let (secret, secret_source) = if let Some(given) = configured_secret(&var)? {
+            given
         } else {
             let mut h = Sha256::new();
             h.field(b"sncl-derived-secret-v1")
@@ -439,15 +553,30 @@ impl LaunchEnv {
             let d = h.finish();
             let mut secret = [0u8; 16];
             secret.copy_from_slice(&d[..16]);
-            secret
+            // Only a torchrun run id chosen at random (long, not the
+            // default "none") is unknown to outsiders; Slurm and Open MPI
+            // job ids are public to every user of the cluster.
+            let guessable = !(launcher == LAUNCHER_TORCHRUN
+                && var("TORCHELASTIC_RUN_ID").is_some_and(|id| id != "none" && id.len() >= 16));
+            if guessable && rank == 0 {
+                tracing::warn!(
+                    "sncl: this job is not authenticated: without SNCL_SECRET or \
+                     SNCL_SECRET_FILE its secret is derived from public facts (launcher \
+                     {launcher}, root {root}, world size {world_size}, job id), so a process \
+                     that can reach {root} could join it; give every rank the same \
+                     SNCL_SECRET (e.g. `openssl rand -hex 16`) or SNCL_SECRET_FILE \
+                     (see docs/SECURITY.md)"
+                );
+            }
+            (secret, SecretSource::Derived { guessable })
         };
-
         let env = LaunchEnv {
             rank,
             world_size,
             local_rank,
             root,
             secret,
+            secret_source,
             launcher,
         };
         tracing::debug!(?env, "sncl launch environment");
@@ -717,5 +846,95 @@ mod tests {
         // A batch script (SLURM_NTASKS without SLURM_PROCID) is not a rank.
         let m = err(&[("SLURM_NTASKS", "2")]);
         assert!(m.contains("cannot tell"), "{m}");
+    }
+
+    #[test]
+    fn loopback_root_in_a_multi_host_job_is_an_error() {
+        let m = err(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "127.0.1.1"),
+            ("MASTER_PORT", "29500"),
+        ]);
+        assert!(
+            m.contains("loopback") && m.contains("LOCAL_WORLD_SIZE=4 < WORLD_SIZE=8"),
+            "{m}"
+        );
+        assert!(m.contains("127.0.1.1"), "{m}");
+        let m = err(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_NNODES", "2"),
+            ("SNCL_ROOT", "127.0.0.1:29500"),
+        ]);
+        assert!(m.contains("SLURM_NNODES=2"), "{m}");
+        // One host: loopback is right.
+        let e = env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "localhost"),
+            ("MASTER_PORT", "29500"),
+        ])
+        .unwrap();
+        assert!(e.root.ip().is_loopback());
+    }
+
+    #[test]
+    fn secret_sources() {
+        let base = [
+            ("SNCL_RANK", "0"),
+            ("SNCL_WORLD_SIZE", "2"),
+            ("SNCL_ROOT", "127.0.0.1:29500"),
+        ];
+        let e = env(&base).unwrap();
+        assert_eq!(e.secret_source, SecretSource::Derived { guessable: true });
+        let mut with = base.to_vec();
+        with.push(("SNCL_SECRET", "000102030405060708090a0b0c0d0e0f"));
+        assert_eq!(env(&with).unwrap().secret_source, SecretSource::Variable);
+
+        let dir = std::env::temp_dir().join(format!("sncl-secret-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, "00112233445566778899aabbccddeeff\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let p = path.to_str().unwrap();
+        let mut with = base.to_vec();
+        with.push(("SNCL_SECRET_FILE", p));
+        let e = env(&with).unwrap();
+        assert_eq!(e.secret_source, SecretSource::File);
+        assert_eq!(e.secret[0], 0x00);
+        assert_eq!(e.secret[15], 0xff);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let m = err(&with);
+        assert!(
+            m.contains("readable by other users") && m.contains("chmod 600"),
+            "{m}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&path, "not hex").unwrap();
+        let m = err(&with);
+        assert!(m.contains("32 hex digits"), "{m}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // torchrun with a long random run id is not guessable; "none" is.
+        let tr = |id: &'static str| {
+            env(&[
+                ("RANK", "0"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "29500"),
+                ("TORCHELASTIC_RUN_ID", id),
+            ])
+            .unwrap()
+            .secret_source
+        };
+        assert_eq!(tr("none"), SecretSource::Derived { guessable: true });
+        assert_eq!(
+            tr("8d7c5e0b-5d1c-4b8e-9a51-0f4f3a2b1c0d"),
+            SecretSource::Derived { guessable: false }
+        );
     }
 }

@@ -17,8 +17,8 @@ mod tcpstore;
 mod unique_id;
 
 pub use env::{
-    slurm_first_host, LaunchEnv, LAUNCHER_OPENMPI, LAUNCHER_SLURM, LAUNCHER_SNCL,
-    LAUNCHER_TORCHRUN, SLURM_PORT_BASE, SLURM_PORT_RANGE,
+    configured_secret, slurm_first_host, LaunchEnv, SecretSource, LAUNCHER_OPENMPI, LAUNCHER_SLURM,
+    LAUNCHER_SNCL, LAUNCHER_TORCHRUN, SLURM_PORT_BASE, SLURM_PORT_RANGE,
 };
 pub use store::{store_barrier, MemoryStore, PrefixStore, Store};
 pub use tcpstore::{

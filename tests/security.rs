@@ -1,0 +1,341 @@
+//! The security review's findings, rerun against real processes: each test
+//! starts `commbench` ranks and attacks them the way the review did (see
+//! docs/SECURITY.md). Tests that need root say so and skip otherwise.
+
+mod rank_kit;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use comm_core::bootstrap::{LaunchEnv, Store, TcpStore};
+use rank_kit::{free_port, job_secret};
+
+const COMMBENCH: &str = env!("CARGO_BIN_EXE_commbench");
+
+/// `commbench` as `rank` of `world`, rooted at `root`, with `extra` vars.
+fn rank_cmd(
+    rank: usize,
+    world: usize,
+    root: &str,
+    secret: &str,
+    extra: &[(&str, &str)],
+) -> Command {
+    let mut c = Command::new(COMMBENCH);
+    c.args(["all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0"])
+        .env_remove("SNCL_SECRET_FILE")
+        .env("SNCL_RANK", rank.to_string())
+        .env("SNCL_WORLD_SIZE", world.to_string())
+        .env("SNCL_ROOT", root)
+        .env("SNCL_SECRET", secret)
+        .env("SNCL_TIMEOUT_MS", "60000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Waits for `child` with a deadline; kills it when the deadline passes.
+fn finish(mut child: Child, within: Duration) -> Output {
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > within {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Waits until something accepts connections at `addr`.
+fn wait_listening(addr: SocketAddr) {
+    let t0 = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "nothing listens at {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn hex(secret: &[u8; 16]) -> String {
+    secret.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_secret(s: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({:?}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn outsider_with_only_the_port_cannot_join() {
+    let port = free_port();
+    let root = format!("127.0.0.1:{port}");
+    let addr: SocketAddr = root.parse().unwrap();
+    let secret = job_secret();
+    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
+    wait_listening(addr);
+    // What the review did: compute the secret a plain SNCL_* launch would
+    // derive from the public facts (root, world size), and try it.
+    let guessed = LaunchEnv::from_vars(&|k| match k {
+        "SNCL_RANK" => Some("1".into()),
+        "SNCL_WORLD_SIZE" => Some("2".into()),
+        "SNCL_ROOT" => Some(root.clone()),
+        _ => None,
+    })
+    .unwrap()
+    .secret;
+    for attempt in [guessed, [0u8; 16]] {
+        assert_ne!(hex(&attempt), secret);
+        let t0 = Instant::now();
+        let err = TcpStore::connect(addr, attempt, 1, Instant::now() + Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("secret"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+    // The real rank still joins and the job completes.
+    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
+    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
+    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+}
+
+#[test]
+fn store_listens_only_on_the_root_address() {
+    let port = free_port();
+    let root = format!("127.0.0.1:{port}");
+    let secret = job_secret();
+    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
+    wait_listening(root.parse().unwrap());
+    // 127.0.0.2 is this host too, but not the root's address.
+    let other: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
+    let e = TcpStream::connect_timeout(&other, Duration::from_secs(2)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    let listening = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let wildcard = format!("00000000:{port:04X} 00000000:0000 0A");
+    assert!(
+        !listening.contains(&wildcard),
+        "the store listens on 0.0.0.0:{port}"
+    );
+    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
+    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
+    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+}
+
+#[test]
+fn ipv6_root_works() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipping ipv6_root_works: this host cannot listen on [::1]");
+        return;
+    }
+    let port = free_port();
+    let root = format!("[::1]:{port}");
+    let secret = job_secret();
+    let r0 = rank_cmd(0, 2, &root, &secret, &[("SNCL_TRANSPORT", "tcp")])
+        .spawn()
+        .unwrap();
+    let r1 = rank_cmd(1, 2, &root, &secret, &[("SNCL_TRANSPORT", "tcp")])
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1 over [::1]");
+    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0 over [::1]");
+    // It used to wait for the whole timeout.
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn idle_and_trickling_connections_do_not_delay_a_real_root() {
+    let port = free_port();
+    let root = format!("127.0.0.1:{port}");
+    let addr: SocketAddr = root.parse().unwrap();
+    let secret = job_secret();
+    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
+    wait_listening(addr);
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let trickle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let trickler = std::thread::spawn(move || {
+        let mut trickle = trickle;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            for s in &mut trickle {
+                let _ = s.write_all(b"S");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let store = TcpStore::connect(
+        addr,
+        parse_secret(&secret),
+        1,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .unwrap();
+    store.try_get("nothing").unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "a legitimate join took {took:?}"
+    );
+    drop(store);
+    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
+    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
+    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickler.join().unwrap();
+    drop(idle);
+}
+
+#[test]
+fn bad_sizes_are_errors_not_crashes() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("SNCL_SHM_SLOT_BYTES", "4294967296", "SNCL_SHM_SLOT_BYTES"),
+        ("SNCL_NSOCKS", "65", "SNCL_NSOCKS"),
+        ("SNCL_WORLD_SIZE", "99999999999", "SNCL_WORLD_SIZE"),
+        (
+            "SNCL_CHUNK_BYTES",
+            "18446744073709551615",
+            "SNCL_CHUNK_BYTES",
+        ),
+    ];
+    for (k, v, expect) in cases {
+        let port = free_port();
+        let root = format!("127.0.0.1:{port}");
+        let out = finish(
+            rank_cmd(0, 1, &root, &job_secret(), &[(k, v)])
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let text = format!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.code().is_some(),
+            "{k}={v}: killed by a signal ({:?}):\n{text}",
+            out.status
+        );
+        assert!(!out.status.success(), "{k}={v} was accepted:\n{text}");
+        assert!(!text.contains("panicked"), "{k}={v} panicked:\n{text}");
+        assert!(
+            text.contains(expect),
+            "{k}={v}: the error does not name {expect}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn other_users_cannot_open_segments() {
+    if !rustix_is_root() {
+        eprintln!(
+            "skipping other_users_cannot_open_segments: needs root to run a process as uid 65534"
+        );
+        return;
+    }
+    // A process as uid `nobody` tries to open every sncl segment it sees,
+    // over and over, while jobs start (segments exist until both ranks
+    // mapped them).
+    let mut spy = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "end=$(($(date +%s) + 6)); opened=0; while [ $(date +%s) -lt $end ]; do \
+             for f in /dev/shm/sncl-*; do [ -e \"$f\" ] || continue; \
+             if (exec 3<\"$f\") 2>/dev/null; then opened=$((opened+1)); fi; done; done; \
+             echo opened=$opened",
+        )
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let job = Command::new(COMMBENCH)
+            .args([
+                "all_reduce",
+                "--np",
+                "4",
+                "-b",
+                "8",
+                "-e",
+                "8",
+                "-n",
+                "1",
+                "-w",
+                "0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let j0 = Instant::now();
+        let mut job = job;
+        while job.try_wait().unwrap().is_none() && j0.elapsed() < Duration::from_secs(30) {
+            for e in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("sncl-") {
+                    if let Ok(m) = e.metadata() {
+                        use std::os::unix::fs::PermissionsExt;
+                        assert_eq!(
+                            m.permissions().mode() & 0o077,
+                            0,
+                            "{name} is open to others"
+                        );
+                        seen.insert(name);
+                    }
+                }
+            }
+        }
+        assert!(job.wait().unwrap().success());
+    }
+    let mut out = String::new();
+    spy.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    spy.wait().unwrap();
+    eprintln!(
+        "segments seen by root: {}; spy says {}",
+        seen.len(),
+        out.trim()
+    );
+    assert!(
+        out.contains("opened=0"),
+        "uid 65534 opened a segment: {out}"
+    );
+}
+
+use std::os::unix::process::CommandExt;
+
+fn rustix_is_root() -> bool {
+    // The effective uid, from /proc (no unsafe needed).
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
