@@ -259,7 +259,7 @@ impl Segment {
             .open(&path)
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::ELOOP) => bad(
-                    io::ErrorKind::PermissionDenied,
+                    io::ErrorKind::InvalidInput,
                     "is a symbolic link; refusing to follow it",
                 ),
                 _ => bad(e.kind(), &format!("cannot open it: {e}")),
