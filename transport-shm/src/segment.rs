@@ -90,6 +90,9 @@ fn check_geometry(slots: usize, slot_bytes: usize) -> io::Result<usize> {
 /// [`PREFIX`], has at most [`MAX_NAME_LEN`] bytes and only ASCII letters,
 /// digits, `_` and `-` (so no `/`, no `.`, no `..`).
 pub fn check_name(name: &str) -> io::Result<()> {
+    let bad_char = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
     let why = if !name.starts_with(PREFIX) || name.len() == PREFIX.len() {
         Some(format!(
             "expected a name starting with {PREFIX:?} followed by more"
@@ -99,15 +102,10 @@ pub fn check_name(name: &str) -> io::Result<()> {
             "expected at most {MAX_NAME_LEN} bytes, got {}",
             name.len()
         ))
-    } else if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-    {
-        Some(format!(
-            "character {c:?} is not allowed (only ASCII letters, digits, '_' and '-')"
-        ))
     } else {
-        None
+        bad_char.map(|c| {
+            format!("character {c:?} is not allowed (only ASCII letters, digits, '_' and '-')")
+        })
     };
     match why {
         Some(why) => Err(invalid_input(format!(
