@@ -39,7 +39,7 @@ struct UnlinkOnDrop(Vec<String>);
 impl Drop for UnlinkOnDrop {
     fn drop(&mut self) {
         for name in &self.0 {
-            let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
+            let _ = std::fs::remove_file(std::path::Path::new(transport_shm::SHM_DIR).join(name));
         }
     }
 }
@@ -65,6 +65,50 @@ fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
     let digest = it.next().ok_or_else(bad)?.to_string();
     Ok(RankInfo { node, tcp, digest })
+}
+
+/// Opens the segment peer rank `p` created for data from `rank`, under the
+/// name `p` published in the store. The name must be a plain segment name
+/// (no path) and the file a private one of this user; errors say which rank,
+/// which peer and what was wrong.
+fn open_peer_segment(
+    kv: &dyn Store,
+    rank: usize,
+    p: usize,
+    timeout: std::time::Duration,
+) -> Result<Segment> {
+    let raw = kv.get(&format!("shm/{rank}/{p}"), timeout)?;
+    let name = String::from_utf8(raw).map_err(|e| Error::Bootstrap {
+        rank,
+        detail: format!(
+            "peer rank {p} published a shared-memory segment name (for data from rank {rank}) \
+             that is not UTF-8: {:?}",
+            String::from_utf8_lossy(e.as_bytes())
+        ),
+    })?;
+    transport_shm::check_name(&name).map_err(|e| Error::Bootstrap {
+        rank,
+        detail: format!(
+            "peer rank {p} published an invalid shared-memory segment name for data from \
+             rank {rank}: {e}"
+        ),
+    })?;
+    Segment::open(&name).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            "; shared memory needs every rank of a node to run as the same user \
+             (else set SNCL_TRANSPORT=tcp)"
+        } else {
+            ""
+        };
+        Error::Io {
+            rank,
+            context: format!(
+                "opening shared-memory segment {name:?} that peer rank {p} created for data \
+                 from rank {rank}{hint}"
+            ),
+            source: e,
+        }
+    })
 }
 
 /// Everything needed to build one communicator.
@@ -166,13 +210,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         inbound.push((p, seg));
     }
     for (p, seg) in inbound {
-        let name = kv.get(&format!("shm/{rank}/{p}"), timeout)?;
-        let name = String::from_utf8_lossy(&name).to_string();
-        let out = Segment::open(&name).map_err(|e| Error::Io {
-            rank,
-            context: format!("opening rank {p}'s shared-memory segment {name}"),
-            source: e,
-        })?;
+        let out = open_peer_segment(&kv, rank, p, timeout)?;
         conns[p] = Some(Box::new(ShmConnection::new(rank, p, seg, out)));
     }
 

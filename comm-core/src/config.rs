@@ -63,15 +63,135 @@ impl Default for Config {
     }
 }
 
-fn parse_num(name: &str, v: &str, min: usize) -> Result<usize> {
-    let n: usize = v
-        .trim()
-        .parse()
-        .map_err(|_| Error::Config(format!("{name}={v:?} is not a non-negative integer")))?;
-    if n < min {
-        return Err(Error::Config(format!("{name}={n} must be at least {min}")));
+/// Shortest `SNCL_TIMEOUT_MS`.
+pub const MIN_TIMEOUT_MS: u64 = 1;
+/// Longest `SNCL_TIMEOUT_MS` (30 days): deadlines computed from it never overflow.
+pub const MAX_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
+/// Smallest `SNCL_CHUNK_BYTES`.
+pub const MIN_CHUNK_BYTES: usize = 64;
+/// Largest `SNCL_CHUNK_BYTES` (1 GiB).
+pub const MAX_CHUNK_BYTES: usize = 1 << 30;
+/// Fewest `SNCL_NSOCKS`.
+pub const MIN_NSOCKS: usize = 1;
+/// Most `SNCL_NSOCKS`; equals transport-tcp's `MAX_NSOCKS` (checked by a
+/// test of the `sncl` crate, which sees both).
+pub const MAX_NSOCKS: usize = 64;
+/// Smallest `SNCL_SHM_SLOT_BYTES`.
+pub const MIN_SHM_SLOT_BYTES: usize = 4096;
+/// Largest `SNCL_SHM_SLOT_BYTES` (64 MiB; the segment header stores it as u32).
+pub const MAX_SHM_SLOT_BYTES: usize = 64 << 20;
+/// `SNCL_SHM_SLOT_BYTES` is rounded down to (and `shm_slot_bytes` must be) a multiple of this.
+pub const SHM_SLOT_ALIGN: usize = 64;
+/// Fewest `SNCL_SHM_SLOTS`.
+pub const MIN_SHM_SLOTS: usize = 2;
+/// Most `SNCL_SHM_SLOTS`.
+pub const MAX_SHM_SLOTS: usize = 1024;
+/// Largest payload of one shared-memory segment, `SNCL_SHM_SLOTS` ×
+/// `SNCL_SHM_SLOT_BYTES` (1 GiB); each rank maps one per local peer and direction.
+pub const MAX_SHM_SEGMENT_BYTES: usize = 1 << 30;
+/// Smallest `SNCL_TCP_PIECE_BYTES`.
+pub const MIN_TCP_PIECE_BYTES: usize = 4096;
+/// Largest `SNCL_TCP_PIECE_BYTES` (1 GiB, transport-tcp's `MAX_PIECE_LIMIT`).
+pub const MAX_TCP_PIECE_BYTES: usize = 1 << 30;
+/// `SNCL_TCP_PIECE_BYTES` is rounded down to (and `tcp_piece_bytes` must be) a multiple of this.
+pub const TCP_PIECE_ALIGN: usize = 64;
+
+/// The allowed values of one numeric setting.
+struct Bound {
+    /// Environment variable.
+    var: &'static str,
+    /// Field of [`Config`].
+    field: &'static str,
+    min: usize,
+    max: usize,
+    /// Values set in code must be multiples of this; the environment's are
+    /// rounded down to one.
+    multiple: usize,
+}
+
+const TIMEOUT_MS: Bound = Bound {
+    var: "SNCL_TIMEOUT_MS",
+    field: "timeout (ms)",
+    min: MIN_TIMEOUT_MS as usize,
+    max: MAX_TIMEOUT_MS as usize,
+    multiple: 1,
+};
+const CHUNK_BYTES: Bound = Bound {
+    var: "SNCL_CHUNK_BYTES",
+    field: "chunk_bytes",
+    min: MIN_CHUNK_BYTES,
+    max: MAX_CHUNK_BYTES,
+    multiple: 1,
+};
+const NSOCKS: Bound = Bound {
+    var: "SNCL_NSOCKS",
+    field: "nsocks",
+    min: MIN_NSOCKS,
+    max: MAX_NSOCKS,
+    multiple: 1,
+};
+const SHM_SLOT_BYTES: Bound = Bound {
+    var: "SNCL_SHM_SLOT_BYTES",
+    field: "shm_slot_bytes",
+    min: MIN_SHM_SLOT_BYTES,
+    max: MAX_SHM_SLOT_BYTES,
+    multiple: SHM_SLOT_ALIGN,
+};
+const SHM_SLOTS: Bound = Bound {
+    var: "SNCL_SHM_SLOTS",
+    field: "shm_slots",
+    min: MIN_SHM_SLOTS,
+    max: MAX_SHM_SLOTS,
+    multiple: 1,
+};
+const TCP_PIECE_BYTES: Bound = Bound {
+    var: "SNCL_TCP_PIECE_BYTES",
+    field: "tcp_piece_bytes",
+    min: MIN_TCP_PIECE_BYTES,
+    max: MAX_TCP_PIECE_BYTES,
+    multiple: TCP_PIECE_ALIGN,
+};
+
+impl Bound {
+    fn allowed(&self) -> String {
+        let m = if self.multiple > 1 {
+            format!(", a multiple of {}", self.multiple)
+        } else {
+            String::new()
+        };
+        format!("allowed: {}..={}{m}", self.min, self.max)
     }
-    Ok(n)
+
+    /// Parses a value from `source` (an environment variable, or rank 0's
+    /// shared settings) and rounds it down to the multiple.
+    fn parse(&self, source: &str, raw: &str) -> Result<usize> {
+        let n: usize = raw.trim().parse().map_err(|_| {
+            Error::Config(format!(
+                "{source}={raw:?} is not an integer in range ({})",
+                self.allowed()
+            ))
+        })?;
+        if n < self.min || n > self.max {
+            return Err(Error::Config(format!(
+                "{source}={n} is out of range ({})",
+                self.allowed()
+            )));
+        }
+        Ok(n / self.multiple * self.multiple)
+    }
+
+    /// Checks a value set in code.
+    fn check(&self, v: usize) -> Result<()> {
+        if v < self.min || v > self.max || !v.is_multiple_of(self.multiple) {
+            return Err(Error::Config(format!(
+                "{} = {v} ({}) is out of range ({})",
+                self.field,
+                self.var,
+                self.allowed()
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -83,17 +203,17 @@ impl Config {
     /// Defaults overlaid with variables from `get` (testable form of [`Config::from_env`]).
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         let mut c = Config::default();
-        if let Some(v) = get("SNCL_TIMEOUT_MS") {
-            c.timeout = Duration::from_millis(parse_num("SNCL_TIMEOUT_MS", &v, 1)? as u64);
+        if let Some(v) = get(TIMEOUT_MS.var) {
+            c.timeout = Duration::from_millis(TIMEOUT_MS.parse(TIMEOUT_MS.var, &v)? as u64);
         }
         if let Some(v) = get("SNCL_ALGO") {
             c.algo = parse_algo(&v)?;
         }
-        if let Some(v) = get("SNCL_CHUNK_BYTES") {
-            c.chunk_bytes = parse_num("SNCL_CHUNK_BYTES", &v, 64)?;
+        if let Some(v) = get(CHUNK_BYTES.var) {
+            c.chunk_bytes = CHUNK_BYTES.parse(CHUNK_BYTES.var, &v)?;
         }
-        if let Some(v) = get("SNCL_NSOCKS") {
-            c.nsocks = parse_num("SNCL_NSOCKS", &v, 1)?.min(64);
+        if let Some(v) = get(NSOCKS.var) {
+            c.nsocks = NSOCKS.parse(NSOCKS.var, &v)?;
         }
         if let Some(v) = get("SNCL_TRANSPORT") {
             c.transport = match v.trim() {
@@ -107,39 +227,51 @@ impl Config {
             };
         }
         c.socket_ifname = get("SNCL_SOCKET_IFNAME").filter(|s| !s.is_empty());
-        if let Some(v) = get("SNCL_SHM_SLOT_BYTES") {
-            c.shm_slot_bytes = parse_num("SNCL_SHM_SLOT_BYTES", &v, 4096)? / 64 * 64;
+        if let Some(v) = get(SHM_SLOT_BYTES.var) {
+            c.shm_slot_bytes = SHM_SLOT_BYTES.parse(SHM_SLOT_BYTES.var, &v)?;
         }
-        if let Some(v) = get("SNCL_SHM_SLOTS") {
-            c.shm_slots = parse_num("SNCL_SHM_SLOTS", &v, 2)?;
+        if let Some(v) = get(SHM_SLOTS.var) {
+            c.shm_slots = SHM_SLOTS.parse(SHM_SLOTS.var, &v)?;
         }
-        if let Some(v) = get("SNCL_TCP_PIECE_BYTES") {
-            c.tcp_piece_bytes = parse_num("SNCL_TCP_PIECE_BYTES", &v, 4096)? / 64 * 64;
+        if let Some(v) = get(TCP_PIECE_BYTES.var) {
+            c.tcp_piece_bytes = TCP_PIECE_BYTES.parse(TCP_PIECE_BYTES.var, &v)?;
         }
         c.node_id = get("SNCL_NODE_ID").filter(|s| !s.is_empty());
         c.tiers = crate::topofile::TierSpec::from_vars(get)?;
+        // Ranges are checked above; this adds the checks across settings.
+        c.validate()?;
         Ok(c)
     }
 
-    /// Checks values set in code the way [`Config::from_vars`] checks the
-    /// environment.
+    /// Checks values set in code against the same bounds [`Config::from_vars`]
+    /// applies to the environment (the `MIN_*` / `MAX_*` constants of this
+    /// module), plus the shared-memory segment size.
     pub fn validate(&self) -> Result<()> {
-        let check = |name: &str, v: usize, min: usize, multiple: usize| {
-            if v < min || !v.is_multiple_of(multiple) {
-                Err(Error::Config(format!(
-                    "{name} = {v}: must be at least {min} and a multiple of {multiple}"
-                )))
-            } else {
-                Ok(())
-            }
-        };
-        check("chunk_bytes", self.chunk_bytes, 64, 1)?;
-        check("shm_slot_bytes", self.shm_slot_bytes, 4096, 64)?;
-        check("shm_slots", self.shm_slots, 2, 1)?;
-        check("tcp_piece_bytes", self.tcp_piece_bytes, 4096, 64)?;
-        check("nsocks", self.nsocks, 1, 1)?;
-        if self.timeout.is_zero() {
-            return Err(Error::Config("timeout must be positive".into()));
+        CHUNK_BYTES.check(self.chunk_bytes)?;
+        NSOCKS.check(self.nsocks)?;
+        SHM_SLOT_BYTES.check(self.shm_slot_bytes)?;
+        SHM_SLOTS.check(self.shm_slots)?;
+        TCP_PIECE_BYTES.check(self.tcp_piece_bytes)?;
+        let ms = self.timeout.as_millis();
+        if self.timeout.is_zero()
+            || ms < u128::from(MIN_TIMEOUT_MS)
+            || ms > u128::from(MAX_TIMEOUT_MS)
+        {
+            return Err(Error::Config(format!(
+                "timeout = {:?} ({}) is out of range ({} ms)",
+                self.timeout,
+                TIMEOUT_MS.var,
+                TIMEOUT_MS.allowed()
+            )));
+        }
+        // Both factors are bounded above, so the product cannot overflow.
+        let segment = self.shm_slots * self.shm_slot_bytes;
+        if segment > MAX_SHM_SEGMENT_BYTES {
+            return Err(Error::Config(format!(
+                "shm_slots × shm_slot_bytes ({} × {} = {segment} bytes, set by {} and {}) \
+                 exceeds the largest shared-memory segment, {MAX_SHM_SEGMENT_BYTES} bytes",
+                self.shm_slots, self.shm_slot_bytes, SHM_SLOTS.var, SHM_SLOT_BYTES.var
+            )));
         }
         Ok(())
     }
@@ -179,10 +311,10 @@ impl Config {
                 .ok_or_else(|| Error::Config(format!("bad shared digest part {part:?}")))?;
             match k {
                 "algo" => self.algo = parse_algo(&v.replace(',', ";"))?,
-                "chunk" => self.chunk_bytes = parse_num("chunk", v, 64)?,
-                "slot" => self.shm_slot_bytes = parse_num("slot", v, 64)?,
-                "slots" => self.shm_slots = parse_num("slots", v, 2)?,
-                "piece" => self.tcp_piece_bytes = parse_num("piece", v, 64)?,
+                "chunk" => self.chunk_bytes = CHUNK_BYTES.parse("rank 0's chunk", v)?,
+                "slot" => self.shm_slot_bytes = SHM_SLOT_BYTES.parse("rank 0's slot", v)?,
+                "slots" => self.shm_slots = SHM_SLOTS.parse("rank 0's slots", v)?,
+                "piece" => self.tcp_piece_bytes = TCP_PIECE_BYTES.parse("rank 0's piece", v)?,
                 "transport" => {
                     self.transport = if v == "tcp" {
                         TransportChoice::Tcp
@@ -193,7 +325,7 @@ impl Config {
                 _ => return Err(Error::Config(format!("unknown shared setting {k:?}"))),
             }
         }
-        Ok(())
+        self.validate()
     }
 }
 
@@ -270,5 +402,119 @@ mod tests {
         b.adopt_digest(&d).unwrap();
         a.timeout = b.timeout;
         assert_eq!(a, b);
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Config> {
+        Config::from_vars(&|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    /// The error for one bad variable names it, the value and the range.
+    fn rejects(var: &str, value: &str, range: &str) {
+        let e = env(&[(var, value)])
+            .expect_err(&format!("{var}={value} must be rejected"))
+            .to_string();
+        assert!(e.contains(var), "{var}={value}: {e}");
+        assert!(e.contains(value), "{var}={value}: {e}");
+        assert!(e.contains(range), "{var}={value}: {e}");
+    }
+
+    #[test]
+    fn out_of_range_environment_is_an_error_not_a_clamp() {
+        rejects("SNCL_SHM_SLOT_BYTES", "4294967296", "4096..=67108864");
+        rejects("SNCL_SHM_SLOT_BYTES", "4095", "4096..=67108864");
+        rejects("SNCL_SHM_SLOT_BYTES", "-1", "4096..=67108864");
+        rejects("SNCL_NSOCKS", "65", "1..=64");
+        rejects("SNCL_NSOCKS", "0", "1..=64");
+        rejects("SNCL_NSOCKS", "99999999999999999999999", "1..=64");
+        rejects("SNCL_SHM_SLOTS", "0", "2..=1024");
+        rejects("SNCL_SHM_SLOTS", "1025", "2..=1024");
+        rejects("SNCL_CHUNK_BYTES", "63", "64..=1073741824");
+        rejects("SNCL_CHUNK_BYTES", "1073741825", "64..=1073741824");
+        rejects("SNCL_TCP_PIECE_BYTES", "1073741888", "4096..=1073741824");
+        rejects("SNCL_TCP_PIECE_BYTES", "64", "4096..=1073741824");
+        rejects("SNCL_TIMEOUT_MS", "0", "1..=2592000000");
+        rejects("SNCL_TIMEOUT_MS", "18446744073709551615", "1..=2592000000");
+        rejects("SNCL_TIMEOUT_MS", "soon", "1..=2592000000");
+    }
+
+    #[test]
+    fn bounds_are_inclusive_and_sizes_round_down() {
+        let c = env(&[
+            ("SNCL_NSOCKS", "64"),
+            ("SNCL_SHM_SLOT_BYTES", "67108864"),
+            ("SNCL_SHM_SLOTS", "16"),
+            ("SNCL_TCP_PIECE_BYTES", "1073741824"),
+            ("SNCL_CHUNK_BYTES", "1073741824"),
+            ("SNCL_TIMEOUT_MS", "2592000000"),
+        ])
+        .unwrap();
+        assert_eq!(c.nsocks, MAX_NSOCKS);
+        assert_eq!(c.shm_slot_bytes * c.shm_slots, MAX_SHM_SEGMENT_BYTES);
+        let c = env(&[
+            ("SNCL_NSOCKS", "1"),
+            ("SNCL_SHM_SLOT_BYTES", "4159"),
+            ("SNCL_SHM_SLOTS", "2"),
+            ("SNCL_TCP_PIECE_BYTES", "4100"),
+            ("SNCL_TIMEOUT_MS", "1"),
+        ])
+        .unwrap();
+        assert_eq!((c.shm_slot_bytes, c.tcp_piece_bytes), (4096, 4096));
+        assert_eq!(c.timeout, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn oversized_shm_segment_is_rejected() {
+        let e = env(&[
+            ("SNCL_SHM_SLOT_BYTES", "67108864"),
+            ("SNCL_SHM_SLOTS", "1024"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("SNCL_SHM_SLOTS") && e.contains("SNCL_SHM_SLOT_BYTES"),
+            "{e}"
+        );
+        assert!(e.contains("68719476736") && e.contains("1073741824"), "{e}");
+    }
+
+    #[test]
+    fn validate_uses_the_same_bounds() {
+        assert!(Config::default().validate().is_ok());
+        type Tweak = fn(&mut Config);
+        let bad: [(&str, Tweak); 10] = [
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 1 << 32),
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 64),
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 4096 + 1),
+            ("SNCL_NSOCKS", |c| c.nsocks = 0),
+            ("SNCL_NSOCKS", |c| c.nsocks = 65),
+            ("SNCL_SHM_SLOTS", |c| c.shm_slots = 1),
+            ("SNCL_CHUNK_BYTES", |c| c.chunk_bytes = usize::MAX),
+            ("SNCL_TCP_PIECE_BYTES", |c| c.tcp_piece_bytes = 1 << 31),
+            ("SNCL_TIMEOUT_MS", |c| c.timeout = Duration::ZERO),
+            ("SNCL_TIMEOUT_MS", |c| c.timeout = Duration::MAX),
+        ];
+        for (var, tweak) in bad {
+            let mut c = Config::default();
+            tweak(&mut c);
+            let e = c.validate().expect_err(var).to_string();
+            assert!(e.contains(var) && e.contains("allowed"), "{e}");
+        }
+    }
+
+    #[test]
+    fn digest_with_out_of_range_values_is_rejected() {
+        let mut c = Config::default();
+        let e = c.adopt_digest("slot=4294967296").unwrap_err().to_string();
+        assert!(e.contains("slot") && e.contains("4294967296"), "{e}");
+        assert!(Config::default().adopt_digest("slots=1").is_err());
+        assert!(Config::default().adopt_digest("piece=64").is_err());
+        assert!(Config::default()
+            .adopt_digest("slot=67108864;slots=1024")
+            .is_err());
     }
 }

@@ -4,8 +4,8 @@
 //! reduction reads the peer's data where it landed (one copy in total: the
 //! sender's into the slot).
 //!
-//! Life cycle: the receiver creates its inbound segments under names ending
-//! in its pid; once every sender has opened them (the communicator's init
+//! Life cycle: the receiver creates its inbound segments (mode `0600`) under
+//! names holding a random token and ending in its pid; once every sender has opened them (the communicator's init
 //! barrier) the names are unlinked, so nothing is left behind even if a
 //! process crashes later. Segments left by a crash during init are found by
 //! [`cleanup_stale`] (their creator pid is gone) and removed.
@@ -19,14 +19,36 @@ use comm_core::transport::{Connection, ConsumeResult, TransportError};
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
-pub use segment::{cleanup_stale, pid_alive, Segment, PREFIX};
+pub use segment::{
+    check_name, cleanup_stale, pid_alive, Segment, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR,
+};
 
-/// Name of the segment carrying data from rank `from` to rank `to`, created
-/// by process `pid`; `instance` tells apart segments of several
-/// communicators with the same id in one process. The pid comes last (the
-/// stale-segment cleanup reads it).
-pub fn segment_name(comm_id: u64, from: usize, to: usize, instance: u64, pid: u32) -> String {
-    format!("{PREFIX}{comm_id:016x}-{from}-{to}-{instance}-{pid}")
+// The configuration's bounds must fit the segment header's u32 geometry.
+const _: () = assert!(comm_core::config::MAX_SHM_SLOTS <= u32::MAX as usize);
+const _: () = assert!(comm_core::config::MAX_SHM_SLOT_BYTES <= u32::MAX as usize);
+
+/// Name of a new segment carrying data from rank `from` to rank `to`,
+/// created by process `pid`; `instance` tells apart segments of several
+/// communicators with the same id in one process. A 128-bit random token
+/// makes the name unguessable, so two calls with the same arguments give
+/// different names. The pid comes last (the stale-segment cleanup reads it).
+pub fn segment_name(
+    comm_id: u64,
+    from: usize,
+    to: usize,
+    instance: u64,
+    pid: u32,
+) -> io::Result<String> {
+    let mut token = [0u8; 16];
+    getrandom::fill(&mut token).map_err(|e| {
+        io::Error::other(format!(
+            "drawing a random shared-memory segment name: getrandom failed: {e}"
+        ))
+    })?;
+    let token = u128::from_ne_bytes(token);
+    Ok(format!(
+        "{PREFIX}{comm_id:016x}-{from}-{to}-{instance}-{token:032x}-{pid}"
+    ))
 }
 
 static INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -40,7 +62,7 @@ pub fn create_inbound(
     slot_bytes: usize,
 ) -> io::Result<(Segment, String)> {
     let instance = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = segment_name(comm_id, from, to, instance, std::process::id());
+    let name = segment_name(comm_id, from, to, instance, std::process::id())?;
     let seg = Segment::create(&name, slots, slot_bytes)?;
     Ok((seg, name))
 }
@@ -234,7 +256,7 @@ mod tests {
     #[test]
     fn stale_segments_of_dead_processes_are_removed() {
         // pid 0x7ffffffe does not exist.
-        let name = segment_name(42, 0, 1, 0, 0x7fff_fffe);
+        let name = segment_name(42, 0, 1, 0, 0x7fff_fffe).unwrap();
         let seg = Segment::create(&name, 2, 4096).unwrap();
         drop(seg);
         assert!(std::path::Path::new("/dev/shm").join(&name).exists());

@@ -3,9 +3,16 @@
 //! sender's `head` counts slots posted, the receiver's `tail` counts slots
 //! consumed; `head - tail` slots are full. This module holds all the
 //! pointer work; everything above it is safe code.
+//!
+//! Segments carry gradients, so they are private to the user that runs the
+//! job: created `0600` with `O_EXCL | O_NOFOLLOW`, under names holding a
+//! 128-bit random token, and opened only by plain names, without following
+//! links, after checking that the file is a regular file of our effective
+//! uid that nobody else can read.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -29,6 +36,11 @@ const SLOT_HEADER: usize = 64;
 pub const SHM_DIR: &str = "/dev/shm";
 /// File name prefix of every sncl segment.
 pub const PREFIX: &str = "sncl-";
+/// The longest segment name [`Segment::open`] accepts (names made by
+/// [`segment_name`](crate::segment_name) are at most 128 bytes).
+pub const MAX_NAME_LEN: usize = 160;
+/// Permission bits of every segment: read and write for the owner only.
+pub const SEGMENT_MODE: u32 = 0o600;
 
 /// A mapped FIFO.
 pub struct Segment {
@@ -38,21 +50,172 @@ pub struct Segment {
     slot_bytes: usize,
 }
 
-fn total_bytes(slots: usize, slot_bytes: usize) -> usize {
-    OFF_SLOTS + slots * (SLOT_HEADER + slot_bytes)
+fn invalid_input(detail: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, detail)
+}
+
+/// Bytes of a segment with this geometry, or `None` when it overflows.
+fn total_bytes(slots: usize, slot_bytes: usize) -> Option<usize> {
+    SLOT_HEADER
+        .checked_add(slot_bytes)?
+        .checked_mul(slots)?
+        .checked_add(OFF_SLOTS)
+}
+
+/// Checks a geometry for [`Segment::create`]; returns the segment's size.
+fn check_geometry(slots: usize, slot_bytes: usize) -> io::Result<usize> {
+    if slots == 0 || u32::try_from(slots).is_err() {
+        return Err(invalid_input(format!(
+            "shared-memory segment with {slots} slots: expected 1 to {} slots",
+            u32::MAX
+        )));
+    }
+    if slot_bytes == 0 || !slot_bytes.is_multiple_of(64) || u32::try_from(slot_bytes).is_err() {
+        return Err(invalid_input(format!(
+            "shared-memory slot of {slot_bytes} bytes: expected a non-zero multiple of 64 \
+             of at most {} bytes",
+            u32::MAX / 64 * 64
+        )));
+    }
+    total_bytes(slots, slot_bytes)
+        .filter(|&t| u64::try_from(t).is_ok_and(|t| t <= i64::MAX as u64))
+        .ok_or_else(|| {
+            invalid_input(format!(
+                "shared-memory segment of {slots} slots of {slot_bytes} bytes: size overflows"
+            ))
+        })
+}
+
+/// Checks that `name` is a plain sncl segment name: it starts with
+/// [`PREFIX`], has at most [`MAX_NAME_LEN`] bytes and only ASCII letters,
+/// digits, `_` and `-` (so no `/`, no `.`, no `..`).
+pub fn check_name(name: &str) -> io::Result<()> {
+    let bad_char = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
+    let why = if !name.starts_with(PREFIX) || name.len() == PREFIX.len() {
+        Some(format!(
+            "expected a name starting with {PREFIX:?} followed by more"
+        ))
+    } else if name.len() > MAX_NAME_LEN {
+        Some(format!(
+            "expected at most {MAX_NAME_LEN} bytes, got {}",
+            name.len()
+        ))
+    } else {
+        bad_char.map(|c| {
+            format!("character {c:?} is not allowed (only ASCII letters, digits, '_' and '-')")
+        })
+    };
+    match why {
+        Some(why) => Err(invalid_input(format!(
+            "refusing shared-memory segment name {name:?}: {why}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The effective uid of this process.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Refuses a file that is not a regular file owned by our effective uid and
+/// closed to group and others.
+fn check_private(file: &File, path: &Path) -> io::Result<()> {
+    let meta = file.metadata()?; // fstat on the open descriptor
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    let why = if !meta.file_type().is_file() {
+        Some("it is not a regular file".to_string())
+    } else if uid != euid() {
+        Some(format!(
+            "it is owned by uid {uid}, not by this process's uid {}",
+            euid()
+        ))
+    } else if mode & 0o077 != 0 {
+        Some(format!(
+            "its mode {mode:04o} lets group or others access it (expected {SEGMENT_MODE:04o})"
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing shared-memory segment {}: {why}", path.display()),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Allocates the file's blocks now, so a full `/dev/shm` is an error here
+/// rather than a SIGBUS on the first write to a slot.
+fn allocate(file: &File, len: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| invalid_input(format!("segment size {len} does not fit off_t")))?;
+    // SAFETY: the descriptor is open and owned by `file` for the call.
+    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match r {
+        0 => Ok(()),
+        // File systems without fallocate: the pages come on first touch.
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 impl Segment {
     /// Creates (as the receiver) a new segment file `name` and maps it.
+    ///
+    /// The file is created exclusively (`O_EXCL`), without following links,
+    /// with mode `0600` whatever the umask. Bad geometry (no slots, a slot
+    /// size that is zero, not a multiple of 64 or over `u32::MAX`, or a total
+    /// that overflows) and a bad name are `InvalidInput` errors.
     pub fn create(name: &str, slots: usize, slot_bytes: usize) -> io::Result<Segment> {
-        assert!(slots >= 1 && slot_bytes.is_multiple_of(64));
+        let total = check_geometry(slots, slot_bytes)?;
+        check_name(name)?;
         let path = Path::new(SHM_DIR).join(name);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)?;
-        file.set_len(total_bytes(slots, slot_bytes) as u64)?;
+            .mode(SEGMENT_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("creating shared-memory segment {}: {e}", path.display()),
+                )
+            })?;
+        match Segment::init(file, path.clone(), total, slots, slot_bytes) {
+            Ok(seg) => Ok(seg),
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "setting up shared-memory segment {} ({slots} slots of {slot_bytes} \
+                         bytes): {e}",
+                        path.display()
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn init(
+        file: File,
+        path: PathBuf,
+        total: usize,
+        slots: usize,
+        slot_bytes: usize,
+    ) -> io::Result<Segment> {
+        // The umask may have cleared bits of the mode; set exactly 0600.
+        file.set_permissions(Permissions::from_mode(SEGMENT_MODE))?;
+        file.set_len(total as u64)?;
+        allocate(&file, total)?;
         // SAFETY: the file was just created by us with exclusive access; its
         // contents are only read and written through atomics and the slot
         // protocol below, by this process and the one sender.
@@ -63,6 +226,7 @@ impl Segment {
             slots,
             slot_bytes,
         };
+        // Both fit u32: checked by `check_geometry`.
         seg.map[OFF_GEOMETRY..OFF_GEOMETRY + 4].copy_from_slice(&(slots as u32).to_ne_bytes());
         seg.map[OFF_GEOMETRY + 4..OFF_GEOMETRY + 8]
             .copy_from_slice(&(slot_bytes as u32).to_ne_bytes());
@@ -73,44 +237,65 @@ impl Segment {
     }
 
     /// Opens (as the sender) a segment the receiver created.
+    ///
+    /// `name` must pass [`check_name`] (a plain name, no path); the file is
+    /// opened without following links and must be a regular file owned by
+    /// this process's effective uid with no group or other access.
     pub fn open(name: &str) -> io::Result<Segment> {
+        check_name(name)?;
         let path = Path::new(SHM_DIR).join(name);
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        // SAFETY: as in `create`; the receiver created the file and sized it
-        // before publishing its name.
+        let bad = |kind: io::ErrorKind, what: &str| {
+            io::Error::new(
+                kind,
+                format!("shared-memory segment {}: {what}", path.display()),
+            )
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => bad(
+                    io::ErrorKind::InvalidInput,
+                    "is a symbolic link; refusing to follow it",
+                ),
+                _ => bad(e.kind(), &format!("cannot open it: {e}")),
+            })?;
+        check_private(&file, &path)?;
+        // SAFETY: as in `create`; the receiver (same uid, checked above)
+        // created the file and sized it before publishing its name.
         let map = unsafe { MmapMut::map_mut(&file)? };
         if map.len() < OFF_SLOTS {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "segment too short",
-            ));
+            return Err(bad(io::ErrorKind::InvalidData, "segment too short"));
         }
         let mut seg = Segment {
             map,
-            path,
+            path: path.clone(),
             slots: 0,
             slot_bytes: 0,
         };
         if seg.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
-            return Err(io::Error::new(
+            return Err(bad(io::ErrorKind::InvalidData, "not an sncl segment"));
+        }
+        let field = |off: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&seg.map[off..off + 4]);
+            u32::from_ne_bytes(b) as usize
+        };
+        let (slots, slot_bytes) = (field(OFF_GEOMETRY), field(OFF_GEOMETRY + 4));
+        let fits = check_geometry(slots, slot_bytes).is_ok_and(|t| t <= seg.map.len());
+        if !fits {
+            return Err(bad(
                 io::ErrorKind::InvalidData,
-                "not an sncl segment",
+                &format!(
+                    "geometry of {slots} slots of {slot_bytes} bytes does not fit its {} bytes",
+                    seg.map.len()
+                ),
             ));
         }
-        let slots = u32::from_ne_bytes(seg.map[OFF_GEOMETRY..OFF_GEOMETRY + 4].try_into().unwrap());
-        let slot_bytes = u32::from_ne_bytes(
-            seg.map[OFF_GEOMETRY + 4..OFF_GEOMETRY + 8]
-                .try_into()
-                .unwrap(),
-        );
-        seg.slots = slots as usize;
-        seg.slot_bytes = slot_bytes as usize;
-        if seg.map.len() < total_bytes(seg.slots, seg.slot_bytes) || seg.slots == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "segment geometry",
-            ));
-        }
+        seg.slots = slots;
+        seg.slot_bytes = slot_bytes;
         seg.pid_word(OFF_SENDER_PID)
             .store(std::process::id(), Ordering::Release);
         Ok(seg)
