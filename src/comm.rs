@@ -591,8 +591,7 @@ impl Inner {
             });
         }
         let rest;
-        let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank)
-        {
+        let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank) {
             // SAFETY: forwarded from the caller; validated above.
             rest = unsafe { self.copy_to_self(op) };
             if rest.p2p.is_empty() {

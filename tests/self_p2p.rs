@@ -104,7 +104,9 @@ fn ring_with_self_pairs_on_three_ranks() {
                         g.recv(&mut from_left, (r + n - 1) % n);
                     })
                     .unwrap_or_else(|e| panic!("rank {r}: {e}"));
-                    assert!(from_left.iter().all(|&v| v == ((r + n - 1) % n) as u32 * 10));
+                    assert!(from_left
+                        .iter()
+                        .all(|&v| v == ((r + n - 1) % n) as u32 * 10));
                     assert_eq!(from_me, mine);
                 }
             });
@@ -167,7 +169,10 @@ fn c_abi_send_recv_to_self() {
             comm,
             std::ptr::null_mut(),
         );
-        assert_eq!((s, r), (snclResult_t::snclSuccess, snclResult_t::snclSuccess));
+        assert_eq!(
+            (s, r),
+            (snclResult_t::snclSuccess, snclResult_t::snclSuccess)
+        );
         assert_eq!(snclGroupEnd(), snclResult_t::snclSuccess);
         assert_eq!(got, out);
         // Outside a group a send to self has no partner: an argument error
