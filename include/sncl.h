@@ -513,28 +513,32 @@ snclResult_t snclCommSplit(snclComm_t comm,
 /**
  * Waits until every operation issued on `comm` so far has completed (and,
  * for a non-blocking communicator, its creation). The handle stays valid;
- * release it with `snclCommDestroy`.
+ * release it with `snclCommDestroy`. NULL is a no-op that succeeds (as in
+ * NCCL).
  *
  * # Safety
- * `comm` is a live handle.
+ * `comm` is NULL or a live handle.
  */
 snclResult_t snclCommFinalize(snclComm_t comm);
 
 /**
  * Releases `comm` after its issued operations have completed (an implicit
- * `snclCommFinalize`). Local: peers are not waited for.
+ * `snclCommFinalize`). Local: peers are not waited for. NULL is a no-op
+ * that succeeds (as in NCCL), so cleanup paths may destroy handles that
+ * were never created.
  *
  * # Safety
- * `comm` is a live handle; it is invalid afterwards.
+ * `comm` is NULL or a live handle; it is invalid afterwards.
  */
 snclResult_t snclCommDestroy(snclComm_t comm);
 
 /**
  * Aborts `comm` and releases it: operations in flight or queued on it
- * fail, peers see the abort instead of waiting for their timeout.
+ * fail, peers see the abort instead of waiting for their timeout. NULL is
+ * a no-op that succeeds (as in NCCL).
  *
  * # Safety
- * `comm` is a live handle; it is invalid afterwards.
+ * `comm` is NULL or a live handle; it is invalid afterwards.
  */
 snclResult_t snclCommAbort(snclComm_t comm);
 
@@ -808,7 +812,9 @@ snclResult_t snclBarrier(snclComm_t comm, snclStream_t stream);
  * Sends `count` elements of `sendbuff` to rank `peer`, which receives them
  * with `snclRecv` (same count and type). Sends and receives that must
  * progress together (a ring exchange) go inside one group. A rank may send
- * to itself within a group that also receives from itself.
+ * to itself within a group that also receives from itself (the k-th send
+ * to self feeds the k-th receive from self, same size); a send to self
+ * without that receive is `snclInvalidArgument` (in NCCL it would hang).
  *
  * # Safety
  * As `snclAllReduce`.

@@ -290,11 +290,17 @@ impl Communicator {
     }
 
     /// Sends `buf` to `peer` (matched in order with the peer's `recv`).
+    ///
+    /// `peer` may not be this rank: a send to self completes only with a
+    /// receive from self in the same [`Communicator::group`] (NCCL's group
+    /// semantics; alone it would wait forever there), so here it is an
+    /// [`Error::InvalidArgument`].
     pub fn send<T: Element>(&self, buf: &[T], peer: usize) -> Result<()> {
         self.group(|g| g.send(buf, peer))
     }
 
-    /// Receives into `buf` from `peer`.
+    /// Receives into `buf` from `peer` (not this rank; see
+    /// [`Communicator::send`]).
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize) -> Result<()> {
         self.group(|g| g.recv(buf, peer))
     }
@@ -302,6 +308,24 @@ impl Communicator {
     /// Runs the sends and receives registered by `f` together; they
     /// progress concurrently and all complete when this returns (like
     /// `ncclGroupStart` / `ncclGroupEnd`).
+    ///
+    /// A peer may be this rank itself: the k-th send to self is copied into
+    /// the k-th receive from self (same byte count); a send to self without
+    /// its receive in the group, or the reverse, is an
+    /// [`Error::InvalidArgument`] and nothing of the group runs.
+    ///
+    /// ```no_run
+    /// # let comm = sncl::Communicator::from_env()?;
+    /// let (n, r) = (comm.size(), comm.rank());
+    /// let out = vec![r as u32; 4];
+    /// let mut got = vec![0u32; 4];
+    /// // A ring shift; with one rank, a copy to itself.
+    /// comm.group(|g| {
+    ///     g.send(&out, (r + 1) % n);
+    ///     g.recv(&mut got, (r + n - 1) % n);
+    /// })?;
+    /// # Ok::<(), sncl::Error>(())
+    /// ```
     pub fn group<'a>(&self, f: impl FnOnce(&mut Group<'a>)) -> Result<()> {
         let mut g = Group {
             ops: Vec::new(),

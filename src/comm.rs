@@ -346,14 +346,75 @@ impl Inner {
             }
         }
         for p in &op.p2p {
-            if p.peer >= n || p.peer == self.rank {
+            if p.peer >= n {
                 return Err(self.invalid(
                     if p.is_send { "send" } else { "recv" },
-                    format!("peer {} is not another rank of {n}", p.peer),
+                    format!("peer {} is out of range for {n} ranks", p.peer),
+                ));
+            }
+        }
+        self.validate_self_pairs(&op.p2p)
+    }
+
+    /// Sends to this rank itself and receives from itself, paired in issue
+    /// order: the k-th send to self feeds the k-th receive from self of the
+    /// same group (as in NCCL). Without its partner in the group a transfer
+    /// to self could never complete (NCCL would hang), so it is rejected.
+    fn validate_self_pairs(&self, p2p: &[P2p]) -> Result<()> {
+        let me = self.rank;
+        let sends = p2p.iter().filter(|p| p.peer == me && p.is_send);
+        let recvs = p2p.iter().filter(|p| p.peer == me && !p.is_send);
+        let (ns, nr) = (sends.clone().count(), recvs.clone().count());
+        if ns != nr {
+            return Err(self.invalid(
+                if ns > nr { "send" } else { "recv" },
+                format!(
+                    "{ns} send(s) to this rank ({me}) itself but {nr} receive(s) from itself \
+                     in one group; a transfer to self completes only with its partner in the \
+                     same group (use Communicator::group)"
+                ),
+            ));
+        }
+        for (s, r) in sends.zip(recvs) {
+            if s.count != r.count {
+                return Err(self.invalid(
+                    "send",
+                    format!(
+                        "a send of {} bytes to this rank ({me}) itself meets a receive of {} bytes",
+                        s.count, r.count
+                    ),
+                ));
+            }
+            if s.count > 0 && (s.ptr.is_null() || r.ptr.is_null()) {
+                return Err(self.invalid(
+                    "send",
+                    format!("a buffer of a send/receive to this rank ({me}) itself is NULL"),
                 ));
             }
         }
         Ok(())
+    }
+
+    /// Runs the transfers of a point-to-point group to this rank itself as
+    /// local copies; returns the group without them.
+    ///
+    /// # Safety
+    /// As [`Inner::run`]; `op` passed [`Inner::validate`].
+    unsafe fn copy_to_self(&self, op: &RawOp) -> RawOp {
+        let me = self.rank;
+        let sends = op.p2p.iter().filter(|p| p.peer == me && p.is_send);
+        let recvs = op.p2p.iter().filter(|p| p.peer == me && !p.is_send);
+        for (s, r) in sends.zip(recvs) {
+            if s.count > 0 {
+                // SAFETY: the caller lends both buffers for `count` bytes
+                // (checked equal and non-NULL by validate) until the group
+                // completes; `copy` allows them to overlap.
+                unsafe { std::ptr::copy(s.ptr as *const u8, r.ptr, s.count) };
+            }
+        }
+        let mut rest = op.clone();
+        rest.p2p.retain(|p| p.peer != me);
+        rest
     }
 
     /// Input and output extents in elements for the executor's bounds.
@@ -529,6 +590,18 @@ impl Inner {
                 reason: Some(reason.clone()),
             });
         }
+        let rest;
+        let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank) {
+            // SAFETY: forwarded from the caller; validated above.
+            rest = unsafe { self.copy_to_self(op) };
+            if rest.p2p.is_empty() {
+                *st.ops.entry(op.coll).or_insert(0) += 1;
+                return Ok(());
+            }
+            &rest
+        } else {
+            op
+        };
         // Point-to-point groups involve only some ranks: they do not take a
         // collective sequence number (their pieces carry 0 and the
         // sendrecv fingerprint, so a mix-up with a collective is still caught).
@@ -565,17 +638,36 @@ impl Inner {
         }
         let esize = op.dtype.size();
         let (send_elems, recv_elems) = self.extents(op);
+        // A rejected operation gives its sequence number back.
+        let reject = |st: &mut State, detail: String| {
+            if op.coll != Collective::SendRecv {
+                st.seq -= 1;
+            }
+            Err(self.invalid(op.coll.name(), detail))
+        };
         if (send_elems > 0 && op.send.is_null())
             || (recv_elems > 0 && op.recv.is_null())
             || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
         {
-            if op.coll != Collective::SendRecv {
-                st.seq -= 1;
-            }
-            return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
+            return reject(st, "a buffer is NULL".into());
         }
-        let scratch_bytes = sched.scratch_elems * esize;
+        let Some(scratch_bytes) = sched
+            .scratch_elems
+            .checked_mul(esize)
+            .filter(|&b| b <= isize::MAX as usize)
+        else {
+            let detail = format!(
+                "{} elements of scratch space are more than memory can address",
+                sched.scratch_elems
+            );
+            return reject(st, detail);
+        };
         if st.scratch.len() < scratch_bytes {
+            let more = scratch_bytes - st.scratch.len();
+            if let Err(e) = st.scratch.try_reserve_exact(more) {
+                let detail = format!("cannot allocate {scratch_bytes} bytes of scratch space: {e}");
+                return reject(st, detail);
+            }
             st.scratch.resize(scratch_bytes, 0);
         }
         // SAFETY: the caller lends send/recv for the counts that `extents`

@@ -136,6 +136,16 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         server,
     } = args;
     config.validate()?;
+    if nranks > comm_core::MAX_RANKS {
+        return Err(Error::InvalidArgument {
+            rank,
+            op: "init",
+            detail: format!(
+                "{nranks} ranks exceed the limit of {} ranks per communicator",
+                comm_core::MAX_RANKS
+            ),
+        });
+    }
     if rank >= nranks {
         return Err(Error::InvalidArgument {
             rank,

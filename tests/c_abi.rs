@@ -571,11 +571,60 @@ fn bad_arguments_are_reported() {
             snclStreamSynchronize(std::ptr::null_mut()),
             snclInvalidArgument
         );
-        assert_eq!(snclCommDestroy(std::ptr::null_mut()), snclInvalidArgument);
+        // NULL handles are no-ops that succeed, as in NCCL.
+        assert_eq!(snclCommDestroy(std::ptr::null_mut()), snclSuccess);
+        assert_eq!(snclCommAbort(std::ptr::null_mut()), snclSuccess);
+        assert_eq!(snclCommFinalize(std::ptr::null_mut()), snclSuccess);
         let s = |r: c_int| CStr::from_ptr(snclGetErrorString(r)).to_str().unwrap();
         assert_eq!(s(0), "no error");
         assert!(s(6).contains("remote"));
         assert_eq!(s(-3), "unknown result code");
+    }
+}
+
+/// A huge rank count is an argument error before anything is allocated
+/// for the ranks (it used to abort the process in setup). Rank 0 with a
+/// reachable root gets as far as setup without the check.
+#[test]
+fn huge_rank_counts_are_rejected() {
+    let last = || {
+        // SAFETY: NULL asks for this thread's last error.
+        unsafe { CStr::from_ptr(snclGetLastError(std::ptr::null_mut())) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let limit = comm_core::MAX_RANKS;
+    // SAFETY: valid handle storage; ids by value.
+    unsafe {
+        for n in [c_int::MAX, (limit + 1) as c_int] {
+            let id = id_at(SocketAddr::from(([127, 0, 0, 1], free_port())));
+            let mut c = std::ptr::null_mut();
+            let t = Instant::now();
+            assert_eq!(snclCommInitRank(&mut c, n, id, 0), snclInvalidArgument);
+            assert!(c.is_null());
+            let msg = last();
+            assert!(
+                msg.contains(&n.to_string()) && msg.contains(&limit.to_string()),
+                "{msg}"
+            );
+            assert_eq!(
+                snclCommInitRankConfig(&mut c, n, id, 1, std::ptr::null_mut()),
+                snclInvalidArgument
+            );
+            assert_eq!(
+                snclCommInitAll(&mut c, n, std::ptr::null()),
+                snclInvalidArgument
+            );
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        }
+    }
+    // The Rust API checks at setup, whatever the store.
+    let store = std::sync::Arc::new(sncl::MemoryStore::new().for_rank(0));
+    match sncl::Communicator::init_with_store(store, 0, 1 << 40, 7, sncl::Config::default()) {
+        Err(sncl::Error::InvalidArgument { detail, .. }) => {
+            assert!(detail.contains(&limit.to_string()), "{detail}")
+        }
+        other => panic!("want InvalidArgument, got {other:?}"),
     }
 }
 

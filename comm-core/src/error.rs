@@ -68,6 +68,25 @@ pub enum Error {
         /// The peer's operation.
         theirs: Fingerprint,
     },
+    /// A piece of another communicator arrived: the two ranks disagree on
+    /// the communicator (ids built differently, or a stale connection).
+    #[error("rank {rank}: {op} (seq {seq}): peer rank {peer} sent a piece of communicator {theirs:016x} (its seq {their_seq}), but this communicator is {ours:016x}")]
+    CommMismatch {
+        /// Reporting rank.
+        rank: usize,
+        /// The peer.
+        peer: usize,
+        /// This rank's sequence number.
+        seq: u64,
+        /// This rank's operation.
+        op: Fingerprint,
+        /// This communicator's id.
+        ours: u64,
+        /// The id the peer's piece carried.
+        theirs: u64,
+        /// The peer's sequence number.
+        their_seq: u64,
+    },
     /// A transport failure outside of an operation (setup, teardown).
     #[error("rank {rank}: transport error: {source}")]
     Transport {
@@ -114,6 +133,7 @@ impl Error {
             | Error::Timeout { rank, .. }
             | Error::PeerFailed { rank, .. }
             | Error::Mismatch { rank, .. }
+            | Error::CommMismatch { rank, .. }
             | Error::Transport { rank, .. }
             | Error::Bootstrap { rank, .. }
             | Error::Aborted { rank, .. }

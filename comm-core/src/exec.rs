@@ -383,7 +383,18 @@ fn recv_some(
         let expect = max.min(total - st.done);
         let done = st.done;
         let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
-            if h.comm_id != ctx.comm_id || h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
+            if h.comm_id != ctx.comm_id {
+                return Err(Error::CommMismatch {
+                    rank: ctx.rank,
+                    peer,
+                    seq: ctx.seq,
+                    op: ctx.fingerprint,
+                    ours: ctx.comm_id,
+                    theirs: h.comm_id,
+                    their_seq: h.seq,
+                });
+            }
+            if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
                 return Err(Error::Mismatch {
                     rank: ctx.rank,
                     peer,
@@ -419,5 +430,134 @@ fn recv_some(
             st.finished = true;
             return Ok(moved);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::BufId;
+    use crate::wire::Collective;
+
+    /// Delivers one piece with a fixed header; sends are swallowed.
+    struct OnePiece {
+        peer: usize,
+        header: PieceHeader,
+    }
+
+    impl Connection for OnePiece {
+        fn peer(&self) -> usize {
+            self.peer
+        }
+        fn max_piece(&self) -> usize {
+            1 << 20
+        }
+        fn try_send(&mut self, _: &PieceHeader, _: &[u8]) -> Result<bool, TransportError> {
+            Ok(true)
+        }
+        fn try_recv(
+            &mut self,
+            consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> crate::transport::ConsumeResult,
+        ) -> Result<bool> {
+            let data = vec![0u8; self.header.len as usize];
+            consume(&self.header, &data)?;
+            Ok(true)
+        }
+        fn abort(&mut self, _: Option<usize>) {}
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+    }
+
+    fn recv_one(ours: u64, theirs: u64, their_fp: Fingerprint) -> Result<()> {
+        let ctx = OpContext {
+            rank: 0,
+            nranks: 2,
+            comm_id: ours,
+            seq: 3,
+            fingerprint: sendrecv_fp(),
+            dtype: DataType::Uint8,
+            op: ReduceOp::Sum,
+            timeout: Duration::from_secs(5),
+            spin: Duration::ZERO,
+        };
+        let mut sched = Schedule::new(2, 0);
+        sched.push(vec![Op::Recv {
+            peer: 1,
+            dst: Region::new(BufId::Peer(0), 0, 8),
+        }]);
+        let mut dst = [0u8; 8];
+        // SAFETY: `dst` outlives the execution and nothing else touches it;
+        // the other buffers are empty.
+        let bufs = unsafe {
+            Buffers::new(
+                std::ptr::NonNull::dangling().as_ptr(),
+                0,
+                std::ptr::NonNull::dangling().as_ptr(),
+                0,
+                std::ptr::NonNull::dangling().as_ptr(),
+                0,
+            )
+            .with_peer_buffers(vec![(dst.as_mut_ptr(), dst.len())])
+        };
+        let header = PieceHeader {
+            comm_id: theirs,
+            seq: 3,
+            fingerprint: their_fp,
+            len: 8,
+        };
+        let mut conns: Vec<Option<Box<dyn Connection>>> =
+            vec![None, Some(Box::new(OnePiece { peer: 1, header }))];
+        execute(&sched, &ctx, &bufs, &mut conns, None, None)
+    }
+
+    fn sendrecv_fp() -> Fingerprint {
+        Fingerprint {
+            collective: Collective::SendRecv,
+            dtype: DataType::Uint8,
+            op: ReduceOp::Sum,
+            root: -1,
+            count: 0,
+        }
+    }
+
+    #[test]
+    fn comm_id_mismatch_names_both_ids() {
+        let e = recv_one(0x1111_2222_3333_4444, 0xaaaa_bbbb_cccc_dddd, sendrecv_fp())
+            .expect_err("a piece of another communicator must fail");
+        assert!(
+            matches!(
+                e,
+                Error::CommMismatch {
+                    rank: 0,
+                    peer: 1,
+                    seq: 3,
+                    ours: 0x1111_2222_3333_4444,
+                    theirs: 0xaaaa_bbbb_cccc_dddd,
+                    their_seq: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        for want in [
+            "rank 0",
+            "peer rank 1",
+            "seq 3",
+            "1111222233334444",
+            "aaaabbbbccccdddd",
+        ] {
+            assert!(msg.contains(want), "{msg:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn same_comm_other_collective_is_a_fingerprint_mismatch() {
+        let mut theirs = sendrecv_fp();
+        theirs.collective = Collective::AllReduce;
+        let e = recv_one(7, 7, theirs).expect_err("a different collective must fail");
+        assert!(matches!(e, Error::Mismatch { peer: 1, .. }), "{e:?}");
+        recv_one(7, 7, sendrecv_fp()).expect("a matching piece is received");
     }
 }

@@ -20,3 +20,13 @@ pub mod topofile;
 pub mod tune;
 
 pub use config::Config;
+
+/// The most ranks one communicator may have.
+///
+/// Setup allocates per-peer state (connections, rendezvous records,
+/// transports, traffic counters) sized by the world size before any peer
+/// has answered, so a world size from a caller or a launcher is checked
+/// against this bound first: a wrong value is an error, not an allocation
+/// that aborts the process. The design targets about 65 536 accelerators
+/// per job; this leaves 16× headroom.
+pub const MAX_RANKS: usize = 1 << 20;

@@ -82,6 +82,19 @@ fn rank_arg(what: &str, r: c_int, n: usize) -> R<usize> {
         .ok_or_else(|| CError::invalid(format!("{what} {r} is out of range for {n} ranks")))
 }
 
+/// A rank count: at least 1 and at most [`comm_core::MAX_RANKS`], checked
+/// before anything is allocated for the ranks.
+fn world_arg(what: &str, n: c_int) -> R<usize> {
+    let max = comm_core::MAX_RANKS;
+    match usize::try_from(n) {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(n) if n > max => Err(CError::invalid(format!(
+            "{what} {n} exceeds the limit of {max} ranks per communicator"
+        ))),
+        _ => Err(CError::invalid(format!("{what} {n} must be at least 1"))),
+    }
+}
+
 /// Checks that `count × mult` elements of `dtype` are addressable.
 fn span(what: &str, count: usize, mult: usize, dtype: DataType) -> R<usize> {
     count
@@ -302,10 +315,7 @@ pub unsafe extern "C" fn snclCommInitRankConfig(
         if comm.is_null() {
             return Err(CError::invalid("comm is NULL"));
         }
-        let n = usize::try_from(nranks)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| CError::invalid(format!("nranks {nranks} must be at least 1")))?;
+        let n = world_arg("nranks", nranks)?;
         let r = rank_arg("rank", rank, n)?;
         let bytes = commId.internal.map(|x| x as u8);
         let id = UniqueId::from_bytes(&bytes)?;
@@ -372,10 +382,7 @@ pub unsafe extern "C" fn snclCommInitAll(
         if comm.is_null() {
             return Err(CError::invalid("comm is NULL"));
         }
-        let n = usize::try_from(ndev)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| CError::invalid(format!("ndev {ndev} must be at least 1")))?;
+        let n = world_arg("ndev", ndev)?;
         let comms = Communicator::init_threads(n, env_config(None)?)?;
         for (i, c) in comms.into_iter().enumerate() {
             // SAFETY: the caller provides `ndev` handles at `comm`.
@@ -523,13 +530,17 @@ pub unsafe extern "C" fn snclCommSplit(
 
 /// Waits until every operation issued on `comm` so far has completed (and,
 /// for a non-blocking communicator, its creation). The handle stays valid;
-/// release it with `snclCommDestroy`.
+/// release it with `snclCommDestroy`. NULL is a no-op that succeeds (as in
+/// NCCL).
 ///
 /// # Safety
-/// `comm` is a live handle.
+/// `comm` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn snclCommFinalize(comm: snclComm_t) -> snclResult_t {
     guard(|| {
+        if comm.is_null() {
+            return Ok(OK);
+        }
         // SAFETY: forwarded from the caller.
         let shared = unsafe { comm_arg(comm) }?;
         let _ = shared.get();
@@ -539,15 +550,17 @@ pub unsafe extern "C" fn snclCommFinalize(comm: snclComm_t) -> snclResult_t {
 }
 
 /// Releases `comm` after its issued operations have completed (an implicit
-/// `snclCommFinalize`). Local: peers are not waited for.
+/// `snclCommFinalize`). Local: peers are not waited for. NULL is a no-op
+/// that succeeds (as in NCCL), so cleanup paths may destroy handles that
+/// were never created.
 ///
 /// # Safety
-/// `comm` is a live handle; it is invalid afterwards.
+/// `comm` is NULL or a live handle; it is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn snclCommDestroy(comm: snclComm_t) -> snclResult_t {
     guard(|| {
         if comm.is_null() {
-            return Err(CError::invalid("comm is NULL"));
+            return Ok(OK);
         }
         // SAFETY: a live handle made by Box::into_raw, released once.
         let b = unsafe { Box::from_raw(comm) };
@@ -559,15 +572,16 @@ pub unsafe extern "C" fn snclCommDestroy(comm: snclComm_t) -> snclResult_t {
 }
 
 /// Aborts `comm` and releases it: operations in flight or queued on it
-/// fail, peers see the abort instead of waiting for their timeout.
+/// fail, peers see the abort instead of waiting for their timeout. NULL is
+/// a no-op that succeeds (as in NCCL).
 ///
 /// # Safety
-/// `comm` is a live handle; it is invalid afterwards.
+/// `comm` is NULL or a live handle; it is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn snclCommAbort(comm: snclComm_t) -> snclResult_t {
     guard(|| {
         if comm.is_null() {
-            return Err(CError::invalid("comm is NULL"));
+            return Ok(OK);
         }
         // SAFETY: a live handle made by Box::into_raw, released once.
         let b = unsafe { Box::from_raw(comm) };
@@ -1228,7 +1242,9 @@ fn p2p(
 /// Sends `count` elements of `sendbuff` to rank `peer`, which receives them
 /// with `snclRecv` (same count and type). Sends and receives that must
 /// progress together (a ring exchange) go inside one group. A rank may send
-/// to itself within a group that also receives from itself.
+/// to itself within a group that also receives from itself (the k-th send
+/// to self feeds the k-th receive from self, same size); a send to self
+/// without that receive is `snclInvalidArgument` (in NCCL it would hang).
 ///
 /// # Safety
 /// As `snclAllReduce`.

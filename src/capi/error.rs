@@ -52,7 +52,7 @@ pub(crate) fn code_of(e: &Error) -> snclResult_t {
         Error::PeerFailed { .. } | Error::Transport { .. } | Error::Bootstrap { .. } => {
             snclRemoteError
         }
-        Error::Mismatch { .. } => snclInvalidUsage,
+        Error::Mismatch { .. } | Error::CommMismatch { .. } => snclInvalidUsage,
         Error::Aborted { reason, .. } => {
             if reason.as_deref() == Some(APP_ABORT) {
                 snclInvalidUsage

@@ -328,41 +328,11 @@ fn run_p2p(comm: &Communicator, p2p: &[P2p]) -> Result<(), CError> {
     if p2p.is_empty() {
         return Ok(());
     }
-    let me = comm.rank();
-    // Sends to and receives from this rank itself are local copies, matched
-    // in issue order (NCCL allows them; alltoall loops rely on it).
-    let sends: Vec<&P2p> = p2p.iter().filter(|p| p.peer == me && p.is_send).collect();
-    let recvs: Vec<&P2p> = p2p.iter().filter(|p| p.peer == me && !p.is_send).collect();
-    if sends.len() != recvs.len() {
-        return Err(CError::usage(format!(
-            "rank {me}: {} send(s) to itself but {} receive(s) from itself in one group",
-            sends.len(),
-            recvs.len()
-        )));
-    }
-    for (s, r) in sends.iter().zip(&recvs) {
-        if s.count != r.count {
-            return Err(CError::usage(format!(
-                "rank {me}: a send of {} bytes to itself meets a receive of {} bytes",
-                s.count, r.count
-            )));
-        }
-        if s.count > 0 {
-            if s.ptr.is_null() || r.ptr.is_null() {
-                return Err(CError::invalid(format!(
-                    "rank {me}: NULL buffer in a send/receive to itself"
-                )));
-            }
-            // SAFETY: both buffers are lent by the caller for `count` bytes
-            // until the group completes; `copy` allows overlap.
-            unsafe { std::ptr::copy(s.ptr as *const u8, r.ptr, s.count) };
-        }
-    }
+    // Sends to and receives from this rank itself are local copies, paired
+    // in issue order by the communicator (NCCL allows them; alltoall loops
+    // rely on it).
     let mut op = RawOp::new(Collective::SendRecv, DataType::Uint8, 0);
-    op.p2p = p2p.iter().filter(|p| p.peer != me).copied().collect();
-    if op.p2p.is_empty() {
-        return Ok(());
-    }
+    op.p2p = p2p.to_vec();
     // SAFETY: every buffer is lent by the caller for its byte count until
     // the operation completes (snclSend / snclRecv's contract).
     unsafe { comm.run_raw(&op) }.map_err(CError::from)
@@ -379,7 +349,17 @@ fn run_coll(comm: &Communicator, c: &CollOp) -> Result<(), CError> {
     };
     let esize = c.raw.dtype.size();
     let bytes = c.input_elems * esize;
-    let mut tmp = vec![0u64; bytes.div_ceil(8)];
+    let mut tmp: Vec<u64> = Vec::new();
+    tmp.try_reserve_exact(bytes.div_ceil(8)).map_err(|e| {
+        CError::new(
+            super::types::snclResult_t::snclSystemError,
+            format!(
+                "rank {}: cannot allocate {bytes} bytes for the scaled copy of sendbuff: {e}",
+                comm.rank()
+            ),
+        )
+    })?;
+    tmp.resize(bytes.div_ceil(8), 0);
     let tb = &mut as_bytes_mut(&mut tmp)[..bytes];
     if bytes > 0 {
         if c.raw.send.is_null() {

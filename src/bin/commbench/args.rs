@@ -33,7 +33,7 @@ pub struct Args {
     /// Data type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16 (or f32, bf16, ...), or all.
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub dtype: String,
-    /// Reduction: sum, prod, min, max, avg, or all.
+    /// Reduction: sum, prod, min, max, avg, band, bor, bxor (integers only), or all.
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub redop: String,
     /// Root rank for rooted collectives.
@@ -110,6 +110,49 @@ impl Args {
             .collect()
     }
 
+    /// Checks what [`Args::dtypes`], [`Args::ops`] and the sizes cannot
+    /// check alone: `-b` not above `-e`, and (for a reducing collective)
+    /// every reduction applying to every data type. With `-o all` or `-d
+    /// all` the pairs that do not apply are skipped instead; the returned
+    /// lines (nccl-tests comments) say which.
+    pub fn check(&self, reduces: bool) -> Result<Vec<String>, String> {
+        if self.minbytes > self.maxbytes {
+            return Err(format!(
+                "-b {} bytes (minimum size) is larger than -e {} bytes (maximum size)",
+                self.minbytes, self.maxbytes
+            ));
+        }
+        let (dtypes, ops) = (self.dtypes()?, self.ops()?);
+        if !reduces {
+            return Ok(Vec::new());
+        }
+        let sweep = self.dtype == "all" || self.redop == "all";
+        let mut notes = Vec::new();
+        for op in &ops {
+            let bad: Vec<&str> = dtypes
+                .iter()
+                .filter(|d| !op.supports(**d))
+                .map(|d| d.name())
+                .collect();
+            if bad.is_empty() {
+                continue;
+            }
+            if !sweep {
+                return Err(format!(
+                    "reduction {} does not apply to data type {} (bitwise reductions take integer types)",
+                    op.name(),
+                    bad.join(", ")
+                ));
+            }
+            notes.push(format!(
+                "# skipping {} on {}: the reduction does not apply to these types",
+                op.name(),
+                bad.join(", ")
+            ));
+        }
+        Ok(notes)
+    }
+
     /// The sizes of the sweep.
     pub fn sizes(&self) -> Vec<usize> {
         let mut v = Vec::new();
@@ -126,5 +169,47 @@ impl Args {
             s = next;
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::try_parse_from(["commbench", "all_reduce"].iter().chain(extra)).expect("parses")
+    }
+
+    #[test]
+    fn min_above_max_is_an_error_naming_both() {
+        let e = args(&["-b", "2K", "-e", "1K"]).check(true).unwrap_err();
+        assert!(e.contains("2048") && e.contains("1024"), "{e}");
+        assert_eq!(args(&["-b", "1K", "-e", "1K"]).check(true), Ok(vec![]));
+    }
+
+    #[test]
+    fn inapplicable_reductions() {
+        let e = args(&["-o", "bxor", "-d", "float"])
+            .check(true)
+            .unwrap_err();
+        assert!(e.contains("bxor") && e.contains("float"), "{e}");
+        let e = args(&["-o", "sum,band", "-d", "int32,half"])
+            .check(true)
+            .unwrap_err();
+        assert!(e.contains("band") && e.contains("half"), "{e}");
+        // Not reducing: the reduction is not used.
+        assert_eq!(
+            args(&["-o", "bxor", "-d", "float"]).check(false),
+            Ok(vec![])
+        );
+        // A sweep skips the pairs, one line per reduction.
+        let notes = args(&["-o", "bxor", "-d", "all"]).check(true).unwrap();
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with('#'), "{notes:?}");
+        for t in ["bxor", "half", "float", "double", "bfloat16"] {
+            assert!(notes[0].contains(t), "{notes:?}");
+        }
+        assert!(!notes[0].contains("int32"), "{notes:?}");
+        assert_eq!(args(&["-o", "all", "-d", "all"]).check(true), Ok(vec![]));
     }
 }

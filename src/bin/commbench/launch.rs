@@ -1,8 +1,18 @@
-//! `--np N`: launch N local ranks of this same command as processes.
+//! `--np N`: runs N local ranks of this same command. The launcher is rank
+//! 0 itself: it starts the rendezvous store on a free port first (so no
+//! other program can take the port before the ranks use it), then starts
+//! ranks 1..N as processes that die with it, then runs the benchmark.
 
-use std::net::TcpListener;
-use std::process::{Command, ExitCode, Stdio};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use sncl::{Communicator, UniqueId};
+
+use crate::args::Args;
 
 fn strip_np(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -24,25 +34,147 @@ fn strip_np(args: &[String]) -> Vec<String> {
     out
 }
 
-fn secret_hex() -> String {
-    let mut b = [0u8; 16];
-    if getrandom::fill(&mut b).is_err() {
-        let t = Instant::now().elapsed().as_nanos() ^ std::process::id() as u128;
-        b = t.to_le_bytes();
+/// Makes the child started by `cmd` get SIGKILL when the launcher dies, so
+/// killing the launcher never leaves ranks behind spinning on their peers.
+///
+/// Linux sends the signal when the thread that forked the child ends, so
+/// children must be spawned by a thread that outlives them (the main
+/// thread here).
+fn die_with_launcher(cmd: &mut Command) {
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe calls (prctl, getppid, _exit); it allocates
+    // nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher may have died before prctl: then the child was
+            // re-parented and no signal will come.
+            if libc::getppid() != launcher {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Runs `np` ranks; the exit code is the worst of theirs.
-pub fn launch_local(np: usize) -> ExitCode {
+/// How a rank's process ended, as an exit code (128 + signal if killed).
+fn code_of(st: ExitStatus) -> i32 {
+    st.code()
+        .unwrap_or_else(|| 128 + st.signal().unwrap_or(libc::SIGKILL))
+}
+
+/// The ranks 1..N, watched from a thread while rank 0 runs here.
+struct Watch {
+    children: Mutex<Vec<(usize, Option<Child>)>>,
+    /// When the first rank (any, rank 0 included) failed or rank 0 ended.
+    clock: Mutex<Option<Instant>>,
+    rank0_done: AtomicBool,
+    grace: Duration,
+}
+
+impl Watch {
+    fn start_clock(&self) {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(Instant::now);
+    }
+
+    /// Waits for every child; the worst exit code. Once a rank has failed,
+    /// or rank 0 has ended, the others get the sncl deadline plus a margin
+    /// to finish or report their own errors, then they are stopped (and,
+    /// if rank 0 is still running, the whole launcher).
+    fn wait(&self) -> i32 {
+        let mut worst = 0;
+        loop {
+            let mut alive = 0;
+            let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+            for (r, slot) in children.iter_mut() {
+                let Some(c) = slot else { continue };
+                match c.try_wait() {
+                    Ok(Some(st)) => {
+                        let code = code_of(st);
+                        if code != 0 {
+                            self.start_clock();
+                            if st.code().is_none() {
+                                eprintln!("commbench: rank {r} was killed by a signal");
+                            }
+                        }
+                        worst = worst.max(code);
+                        *slot = None;
+                    }
+                    Ok(None) => alive += 1,
+                    Err(e) => {
+                        eprintln!("commbench: cannot wait for rank {r}: {e}");
+                        worst = worst.max(1);
+                        *slot = None;
+                    }
+                }
+            }
+            let rank0_done = self.rank0_done.load(Ordering::SeqCst);
+            if alive == 0 && rank0_done {
+                return worst;
+            }
+            let expired = self
+                .clock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|t| t.elapsed() > self.grace);
+            if expired {
+                for (r, slot) in children.iter_mut() {
+                    if let Some(c) = slot {
+                        eprintln!(
+                            "commbench: stopping rank {r}, still running after another rank failed or finished"
+                        );
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        worst = worst.max(1);
+                        *slot = None;
+                    }
+                }
+                if !rank0_done {
+                    eprintln!(
+                        "commbench: stopping rank 0, still running after another rank failed"
+                    );
+                    std::process::exit(worst.clamp(1, 255));
+                }
+                return worst;
+            }
+            drop(children);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Runs `np` ranks: 1..np as processes, 0 here; the exit code is the worst
+/// of theirs.
+pub fn launch_local(np: usize, args: &Args, notes: &[String]) -> ExitCode {
     if np == 0 {
         eprintln!("commbench: --np must be at least 1");
         return ExitCode::from(2);
     }
-    let port = match TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
+    if np > comm_core::MAX_RANKS {
+        eprintln!(
+            "commbench: --np {np} exceeds the limit of {} ranks",
+            comm_core::MAX_RANKS
+        );
+        return ExitCode::from(2);
+    }
+    // Port 0: the store listens from now on, on a port the id carries.
+    let id: UniqueId = match Communicator::unique_id(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))) {
+        Ok(id) => id,
         Err(e) => {
-            eprintln!("commbench: cannot find a free port on 127.0.0.1: {e}");
+            eprintln!("commbench: cannot start the rendezvous store on 127.0.0.1: {e}");
             return ExitCode::from(1);
         }
     };
@@ -53,83 +185,58 @@ pub fn launch_local(np: usize) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args = strip_np(&args);
-    let secret = secret_hex();
-    let mut children = Vec::new();
-    for r in 0..np {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv = strip_np(&argv);
+    let secret: String = id.secret.iter().map(|x| format!("{x:02x}")).collect();
+    let timeout_ms: u64 = std::env::var("SNCL_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000);
+    let watch = Arc::new(Watch {
+        children: Mutex::new(Vec::new()),
+        clock: Mutex::new(None),
+        rank0_done: AtomicBool::new(false),
+        grace: Duration::from_millis(timeout_ms) + Duration::from_secs(5),
+    });
+    for r in 1..np {
         let mut cmd = Command::new(&exe);
-        cmd.args(&args)
+        cmd.args(&argv)
             .env("SNCL_RANK", r.to_string())
             .env("SNCL_WORLD_SIZE", np.to_string())
-            .env("SNCL_ROOT", format!("127.0.0.1:{port}"))
+            .env("SNCL_ROOT", id.root.to_string())
             .env("SNCL_SECRET", &secret)
             .env("SNCL_LOCAL_RANK", r.to_string())
-            .stdin(Stdio::null());
-        if r != 0 {
-            cmd.stdout(Stdio::null());
-        }
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        die_with_launcher(&mut cmd);
         match cmd.spawn() {
-            Ok(c) => children.push(c),
+            Ok(c) => watch
+                .children
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((r, Some(c))),
             Err(e) => {
                 eprintln!("commbench: cannot start rank {r}: {e}");
-                for mut c in children {
-                    let _ = c.kill();
+                let mut children = watch.children.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, c) in children.iter_mut() {
+                    if let Some(c) = c {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
                 }
                 return ExitCode::from(1);
             }
         }
     }
-    // Wait; once one rank fails, give the others the sncl deadline plus a
-    // margin to report their own errors, then stop them.
-    let timeout_ms: u64 = std::env::var("SNCL_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300_000);
-    let mut worst = 0i32;
-    let mut failed_at: Option<Instant> = None;
-    let mut running: Vec<Option<std::process::Child>> = children.into_iter().map(Some).collect();
-    loop {
-        let mut alive = 0;
-        for (r, slot) in running.iter_mut().enumerate() {
-            let Some(c) = slot else { continue };
-            match c.try_wait() {
-                Ok(Some(st)) => {
-                    let code = st.code().unwrap_or(128 + 9);
-                    if code != 0 {
-                        if failed_at.is_none() {
-                            failed_at = Some(Instant::now());
-                        }
-                        if st.code().is_none() {
-                            eprintln!("commbench: rank {r} was killed by a signal");
-                        }
-                    }
-                    worst = worst.max(code);
-                    *slot = None;
-                }
-                Ok(None) => alive += 1,
-                Err(_) => *slot = None,
-            }
-        }
-        if alive == 0 {
-            break;
-        }
-        if let Some(t) = failed_at {
-            if t.elapsed() > Duration::from_millis(timeout_ms) + Duration::from_secs(5) {
-                for (r, slot) in running.iter_mut().enumerate() {
-                    if let Some(c) = slot {
-                        eprintln!(
-                            "commbench: stopping rank {r}, still running after another rank failed"
-                        );
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        worst = worst.max(1);
-                    }
-                }
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ExitCode::from(worst.clamp(0, 255) as u8)
+    let watcher = {
+        let watch = watch.clone();
+        std::thread::spawn(move || watch.wait())
+    };
+    let own = crate::outcome(
+        Communicator::init_rank(&id, 0, np).and_then(|comm| crate::run(args, &comm, notes)),
+    );
+    watch.rank0_done.store(true, Ordering::SeqCst);
+    watch.start_clock();
+    let theirs = watcher.join().unwrap_or(1);
+    ExitCode::from(i32::from(own).max(theirs).clamp(0, 255) as u8)
 }

@@ -21,26 +21,37 @@ use cases::{Bench, Case, Timing};
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if Bench::parse(&args.op).is_none() {
+    let Some(bench) = Bench::parse(&args.op) else {
         eprintln!(
             "commbench: unknown operation {:?}; expected all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall, gather, scatter or sendrecv",
             args.op
         );
         return ExitCode::from(2);
-    }
-    if let Err(e) = args.dtypes().and(args.ops()) {
-        eprintln!("commbench: {e}");
-        return ExitCode::from(2);
-    }
-    if let Some(np) = args.np {
-        return launch::launch_local(np);
-    }
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+    };
+    let notes = match args.check(bench.reduces()) {
+        Ok(notes) => notes,
         Err(e) => {
             eprintln!("commbench: {e}");
-            ExitCode::from(1)
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(np) = args.np {
+        return launch::launch_local(np, &args, &notes);
+    }
+    ExitCode::from(outcome(
+        Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),
+    ))
+}
+
+/// The exit code of one rank's run: 0 when every result was right, 1 when
+/// some was wrong or the run failed (the error goes to stderr).
+fn outcome(r: sncl::Result<bool>) -> u8 {
+    match r {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("commbench: {e}");
+            1
         }
     }
 }
@@ -53,9 +64,9 @@ fn gbps(bytes: usize, us: f64) -> f64 {
     }
 }
 
-/// Runs the sweep; Ok(false) when some result was wrong.
-fn run(args: &Args) -> sncl::Result<bool> {
-    let comm = Communicator::from_env()?;
+/// Runs the sweep as one rank of `comm`; Ok(false) when some result was
+/// wrong. Rank 0 prints the table, after the lines of `notes`.
+fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool> {
     let bench = Bench::parse(&args.op).expect("checked");
     let (n, rank) = (comm.size(), comm.rank());
     let dtypes = args.dtypes().expect("checked");
@@ -121,6 +132,9 @@ fn run(args: &Args) -> sncl::Result<bool> {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        for line in notes {
+            println!("{line}");
+        }
         println!("#");
         println!("#                                                              out-of-place                       in-place          ");
         println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
@@ -171,7 +185,7 @@ fn run(args: &Args) -> sncl::Result<bool> {
                         check: args.check != 0,
                         compress,
                     };
-                    let (oop, ip) = cases::run_case(&comm, &case)?;
+                    let (oop, ip) = cases::run_case(comm, &case)?;
                     let factor = bench.bus_factor(n);
                     let algo_name = match &case.compress {
                         Some((codec, _)) => format!("compressed-{}", codec.name()),
@@ -248,7 +262,7 @@ fn run(args: &Args) -> sncl::Result<bool> {
         }
     }
     traffic.rank = rank;
-    let all_stats = gather_stats(&comm, &traffic)?;
+    let all_stats = gather_stats(comm, &traffic)?;
     if out && args.stats {
         print_stats(&all_stats);
     }

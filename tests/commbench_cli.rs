@@ -1,0 +1,173 @@
+//! commbench's command line and its local launcher (`--np`): argument
+//! errors exit 2 before anything runs, sweeps skip reductions that do not
+//! apply to a type, send/recv runs on one rank, and killing the launcher
+//! takes its rank processes with it.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_commbench");
+
+fn commbench(args: &[&str]) -> (Option<i32>, String, String) {
+    let o = Command::new(BIN)
+        .args(args)
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running commbench");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn min_size_above_max_is_an_error() {
+    let (code, out, err) = commbench(&["all_reduce", "--np", "2", "-b", "2K", "-e", "1K"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("2048") && err.contains("1024"), "{err}");
+    assert!(out.is_empty(), "nothing may run: {out}");
+}
+
+#[test]
+fn inapplicable_reduction_is_an_error() {
+    let (code, out, err) = commbench(&["all_reduce", "--np", "2", "-o", "bxor", "-d", "float"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("bxor") && err.contains("float"), "{err}");
+    assert!(out.is_empty(), "nothing may run: {out}");
+}
+
+#[test]
+fn sweep_skips_inapplicable_pairs_with_a_comment() {
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "--np",
+        "1",
+        "-o",
+        "bxor",
+        "-d",
+        "all",
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "-n",
+        "2",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let skip: Vec<&str> = out.lines().filter(|l| l.contains("skipping")).collect();
+    assert_eq!(skip.len(), 1, "{out}");
+    assert!(
+        skip[0].starts_with('#') && skip[0].contains("float"),
+        "{out}"
+    );
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("bxor"))
+        .collect();
+    assert_eq!(rows.len(), 6, "one row per integer type:\n{out}");
+    assert!(rows.iter().all(|r| !r.contains("float")), "{out}");
+}
+
+#[test]
+fn sendrecv_on_one_rank() {
+    let (code, out, err) = commbench(&[
+        "sendrecv", "--np", "1", "-b", "8", "-e", "1M", "-f", "4", "-n", "3",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    let rows = out.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(rows, 9, "8 B to 512 KiB by 4:\n{out}");
+}
+
+/// Process ids of `pid`'s children (every thread's).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return v;
+    };
+    for t in tasks.flatten() {
+        let s = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        v.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Whether `pid` exists and is not a zombie (killed, not yet reaped).
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name in parentheses.
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
+}
+
+#[test]
+fn ranks_die_with_their_launcher() {
+    if !std::path::Path::new("/proc/self/task").exists() {
+        eprintln!("skipped: no /proc to find the rank processes");
+        return;
+    }
+    let mut launcher = Command::new(BIN)
+        .args([
+            "all_reduce",
+            "--np",
+            "3",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "1000000000",
+            "-c",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting commbench");
+    let pid = launcher.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ranks = children_of(pid);
+    while ranks.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        ranks = children_of(pid);
+    }
+    // Rank 0 runs in the launcher itself (it holds the rendezvous port).
+    assert_eq!(ranks.len(), 2, "--np 3 starts ranks 1 and 2: {ranks:?}");
+    // Let them get into the timed loop.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(ranks.iter().all(|&p| running(p)), "ranks ended early");
+    // A running rank would also notice rank 0's death at its next wait on
+    // it; a stopped one (as one busy or stuck elsewhere) never does, so
+    // only the death signal set at launch ends it.
+    for &p in &ranks {
+        // SAFETY: kill(2) on a pid this test started (through the launcher).
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGSTOP) };
+    }
+    launcher.kill().expect("killing the launcher");
+    launcher.wait().expect("reaping the launcher");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut left: Vec<u32> = ranks.clone();
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left.retain(|&p| running(p));
+    }
+    for &p in &left {
+        // Do not leave them spinning after a failed test.
+        // SAFETY: kill(2) on a pid this test started (through the launcher).
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "rank processes {left:?} outlived their launcher by 5 s"
+    );
+}
