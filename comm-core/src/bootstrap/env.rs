@@ -4,8 +4,8 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::sha256::Sha256;
 use super::unique_id::{decode_hex, UniqueId};
+use crate::auth::sha256_fields;
 use crate::{Error, Result};
 
 /// Launcher name: rank and size came from `SNCL_RANK` / `SNCL_WORLD_SIZE`.
@@ -427,16 +427,22 @@ impl LaunchEnv {
             })?;
             secret
         } else {
-            let mut h = Sha256::new();
-            h.field(b"sncl-derived-secret-v1")
-                .field(launcher.as_bytes())
-                .field(&(world_size as u64).to_le_bytes())
-                .field(root.to_string().as_bytes());
-            for k in identity_vars(launcher) {
-                h.field(k.as_bytes())
-                    .field(var(k).unwrap_or_default().as_bytes());
+            let world = (world_size as u64).to_le_bytes();
+            let root_text = root.to_string();
+            let values: Vec<(&str, String)> = identity_vars(launcher)
+                .iter()
+                .map(|&k| (k, var(k).unwrap_or_default()))
+                .collect();
+            let mut fields: Vec<&[u8]> = vec![
+                b"sncl-derived-secret-v1",
+                launcher.as_bytes(),
+                &world,
+                root_text.as_bytes(),
+            ];
+            for (k, v) in &values {
+                fields.extend([k.as_bytes(), v.as_bytes()]);
             }
-            let d = h.finish();
+            let d = sha256_fields(&fields);
             let mut secret = [0u8; 16];
             secret.copy_from_slice(&d[..16]);
             secret

@@ -38,9 +38,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::sha256::{ct_eq, hmac_sha256};
 use super::store::{quote_keys, AddError, Shared, WaitOutcome};
 use super::{MemoryStore, Store};
+use crate::auth::{ct_eq, hmac_sha256};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"SNCLSTR1";
