@@ -233,7 +233,7 @@ fn an_acceptor_with_another_secret_is_refused_by_the_connector() {
     let t = thread::spawn(move || {
         let mut s = setup(0);
         s.secret[5] ^= 1;
-        s.deadline = Instant::now() + Duration::from_millis(500);
+        s.deadline = Instant::now() + Duration::from_millis(300);
         ep0.establish(&s, &[(1, addr1)]).unwrap_err()
     });
     let e1 = ep1.establish(&setup(1), &[(0, addr0)]).unwrap_err();
