@@ -33,7 +33,7 @@ pub use compressed::CompressScope;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
-pub use comm_core::{Config, DataType, Error, ReduceOp, Result};
+pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
@@ -157,13 +157,7 @@ impl Communicator {
         config: Config,
     ) -> Result<Communicator> {
         init_logging();
-        if rank >= nranks {
-            return Err(Error::InvalidArgument {
-                rank,
-                op: "init_rank",
-                detail: format!("rank {rank} is out of range for {nranks} ranks"),
-            });
-        }
+        setup::check_world(rank, nranks, "init_rank")?;
         let pending = if rank == 0 {
             let mut p = PENDING_ROOTS.lock().unwrap_or_else(|e| e.into_inner());
             p.iter()
@@ -234,6 +228,7 @@ impl Communicator {
         config: Config,
     ) -> Result<Communicator> {
         init_logging();
+        setup::check_world(rank, nranks, "init_with_store")?;
         let secret = comm_id
             .to_le_bytes()
             .repeat(2)
@@ -256,6 +251,9 @@ impl Communicator {
     /// connected as configured (shared memory by default). For tests and
     /// single-process use.
     pub fn init_threads(nranks: usize, config: Config) -> Result<Vec<Communicator>> {
+        if nranks > 0 {
+            setup::check_world(0, nranks, "init_threads")?;
+        }
         let store = MemoryStore::new();
         // A random id, as any unique id gets from its secret.
         let comm_id = UniqueId::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?.comm_id();

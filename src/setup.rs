@@ -136,23 +136,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         server,
     } = args;
     config.validate()?;
-    if nranks > comm_core::MAX_RANKS {
-        return Err(Error::InvalidArgument {
-            rank,
-            op: "init",
-            detail: format!(
-                "{nranks} ranks exceed the limit of {} ranks per communicator",
-                comm_core::MAX_RANKS
-            ),
-        });
-    }
-    if rank >= nranks {
-        return Err(Error::InvalidArgument {
-            rank,
-            op: "init",
-            detail: format!("rank {rank} is out of range for {nranks} ranks"),
-        });
-    }
+    check_world(rank, nranks, "init")?;
     let deadline = Instant::now() + config.timeout;
     let timeout = config.timeout;
     let kv = PrefixStore::new(format!("sncl/{comm_id:016x}"), store.clone());
@@ -274,4 +258,27 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         local_ip,
         server,
     }))
+}
+
+/// Checks a rank and world size before anything is sized by them: the
+/// world at most [`comm_core::MAX_RANKS`], the rank inside it.
+pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Result<()> {
+    if nranks > comm_core::MAX_RANKS {
+        return Err(Error::InvalidArgument {
+            rank,
+            op,
+            detail: format!(
+                "{nranks} ranks exceed the limit of {} ranks per communicator",
+                comm_core::MAX_RANKS
+            ),
+        });
+    }
+    if rank >= nranks {
+        return Err(Error::InvalidArgument {
+            rank,
+            op,
+            detail: format!("rank {rank} is out of range for {nranks} ranks"),
+        });
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 //! schedule over [`transport::Connection`]s, configuration and bootstrap.
 
 pub mod algo;
+pub mod auth;
 pub mod bootstrap;
 pub mod check;
 pub mod error;

@@ -1,33 +1,95 @@
 //! What this transport puts on the wire besides pieces.
 //!
-//! * Setup: a connecting rank sends one [`Hello`] (64 bytes) per socket; the
-//!   accepting rank answers with a 16-byte ack. Both carry a SipHash-2-4 tag
-//!   keyed with the communicator's secret, so the secret itself never travels
-//!   and each side knows the other holds it.
+//! * Setup, per socket, a challenge–response in three messages (all little
+//!   endian):
+//!   1. the accepting (lower) rank sends a [`Greeting`] (32 bytes: magic
+//!      `"STCG"`, protocol version, a fresh 16-byte server nonce) as soon as
+//!      it accepts the connection;
+//!   2. the connecting rank answers with a [`Hello`] (96 bytes: 48 bytes of
+//!      fields — magic `"STCP"`, version, communicator id, ranks, socket
+//!      index, `nsocks`, piece size — then its own fresh 16-byte client
+//!      nonce, then `HMAC-SHA-256(secret, "sncl-tcp-hello" ‖ fields ‖
+//!      server nonce ‖ client nonce)`);
+//!   3. the accepting rank checks that tag (in constant time) and answers
+//!      with a 32-byte ack, `HMAC-SHA-256(secret, "sncl-tcp-ack" ‖ fields ‖
+//!      client nonce ‖ server nonce)`, which the connecting rank checks.
+//!
+//!   The secret never travels; each side proves it holds it over a nonce
+//!   the other side just drew, so a recorded hello (or greeting and ack)
+//!   replayed on a new connection fails authentication.
 //! * Data: every frame starts with 40 bytes. A piece frame is the
 //!   [`PieceHeader`](comm_core::wire::PieceHeader) (first word `"SNCL"`)
 //!   followed by `len` payload bytes. An abort frame has first word `"ABRT"`,
 //!   then a flag and the blamed rank, and no payload.
 
+use comm_core::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 use comm_core::wire::HEADER_BYTES;
-
-use crate::mac;
 
 /// First word of a hello ("STCP" read as little-endian bytes).
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"STCP");
-/// Version of this setup and framing protocol.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
-/// Encoded size of a hello.
-pub(crate) const HELLO_BYTES: usize = 64;
-/// Bytes of a hello covered by its tag.
-const HELLO_SIGNED: usize = 48;
+/// First word of a greeting.
+const GREETING_MAGIC: u32 = u32::from_le_bytes(*b"STCG");
+/// Version of this setup and framing protocol (2: nonces from both sides,
+/// HMAC-SHA-256 tags).
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
+/// A handshake nonce.
+pub(crate) type Nonce = [u8; NONCE_BYTES];
+/// Encoded size of a greeting.
+pub(crate) const GREETING_BYTES: usize = 32;
+/// Bytes of a hello holding its fields.
+const HELLO_FIELDS: usize = 48;
+/// Encoded size of a hello: fields, client nonce, tag.
+pub(crate) const HELLO_BYTES: usize = HELLO_FIELDS + NONCE_BYTES + DIGEST_BYTES;
 /// Encoded size of an ack.
-pub(crate) const ACK_BYTES: usize = 16;
+pub(crate) const ACK_BYTES: usize = DIGEST_BYTES;
 /// First word of an abort frame.
 pub(crate) const ABORT_MAGIC: u32 = u32::from_le_bytes(*b"ABRT");
 
-const DOMAIN_HELLO: u8 = b'H';
-const DOMAIN_ACK: u8 = b'A';
+const DOMAIN_HELLO: &[u8] = b"sncl-tcp-hello";
+const DOMAIN_ACK: &[u8] = b"sncl-tcp-ack";
+
+/// Whether the first bytes received so far can start a message whose first
+/// word is `magic`.
+fn magic_prefix(b: &[u8], magic: u32) -> bool {
+    let magic = magic.to_le_bytes();
+    let n = b.len().min(4);
+    b[..n] == magic[..n]
+}
+
+/// The accepting rank's first message: its protocol version and a fresh
+/// nonce the connecting rank must sign over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Greeting {
+    pub version: u16,
+    pub nonce: Nonce,
+}
+
+impl Greeting {
+    /// Encodes the greeting.
+    pub(crate) fn encode(&self) -> [u8; GREETING_BYTES] {
+        let mut b = [0u8; GREETING_BYTES];
+        b[0..4].copy_from_slice(&GREETING_MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[16..32].copy_from_slice(&self.nonce);
+        b
+    }
+
+    /// Whether the first bytes received so far can start a greeting.
+    pub(crate) fn plausible_prefix(b: &[u8]) -> bool {
+        magic_prefix(b, GREETING_MAGIC)
+    }
+
+    /// Decodes a greeting (any version: the caller compares it).
+    pub(crate) fn decode(b: &[u8; GREETING_BYTES]) -> Result<Greeting, &'static str> {
+        if !Greeting::plausible_prefix(b) {
+            return Err("not an sncl TCP endpoint (bad magic in its greeting)");
+        }
+        Ok(Greeting {
+            version: u16::from_le_bytes([b[4], b[5]]),
+            nonce: b[16..32].try_into().expect("16 bytes"),
+        })
+    }
+}
 
 /// What a connecting rank says about one socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +103,34 @@ pub(crate) struct Hello {
     pub max_piece: u32,
 }
 
+/// The tag of an encoded hello's fields and client nonce under `secret`,
+/// for the greeting that carried `server_nonce`.
+fn hello_tag(b: &[u8; HELLO_BYTES], secret: &[u8; 16], server_nonce: &Nonce) -> [u8; 32] {
+    auth::hmac_sha256(
+        secret,
+        &[
+            DOMAIN_HELLO,
+            &b[..HELLO_FIELDS],
+            server_nonce,
+            client_nonce(b),
+        ],
+    )
+}
+
+/// The client nonce inside an encoded hello.
+fn client_nonce(b: &[u8; HELLO_BYTES]) -> &[u8] {
+    &b[HELLO_FIELDS..HELLO_FIELDS + NONCE_BYTES]
+}
+
 impl Hello {
-    /// Encodes and signs the hello with `secret`.
-    pub(crate) fn encode(&self, secret: &[u8; 16]) -> [u8; HELLO_BYTES] {
+    /// Encodes the hello with the connecting rank's fresh `client_nonce` and
+    /// signs it with `secret` for the greeting that carried `server_nonce`.
+    pub(crate) fn encode(
+        &self,
+        secret: &[u8; 16],
+        server_nonce: &Nonce,
+        client_nonce: &Nonce,
+    ) -> [u8; HELLO_BYTES] {
         let mut b = [0u8; HELLO_BYTES];
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         b[4..6].copy_from_slice(&self.version.to_le_bytes());
@@ -53,16 +140,22 @@ impl Hello {
         b[24..28].copy_from_slice(&self.sock_idx.to_le_bytes());
         b[28..32].copy_from_slice(&self.nsocks.to_le_bytes());
         b[32..36].copy_from_slice(&self.max_piece.to_le_bytes());
-        let tag = mac::mac128(secret, DOMAIN_HELLO, &b[..HELLO_SIGNED]);
-        b[HELLO_SIGNED..].copy_from_slice(&tag);
+        b[HELLO_FIELDS..HELLO_FIELDS + NONCE_BYTES].copy_from_slice(client_nonce);
+        let tag = hello_tag(&b, secret, server_nonce);
+        b[HELLO_FIELDS + NONCE_BYTES..].copy_from_slice(&tag);
         b
     }
 
     /// Whether the first bytes received so far can start a hello.
     pub(crate) fn plausible_prefix(b: &[u8]) -> bool {
-        let magic = HELLO_MAGIC.to_le_bytes();
-        let n = b.len().min(4);
-        b[..n] == magic[..n]
+        magic_prefix(b, HELLO_MAGIC)
+    }
+
+    /// The protocol version of a hello, once its first 6 bytes are in (so a
+    /// peer speaking another version is told so without waiting for a
+    /// complete hello whose size may differ).
+    pub(crate) fn version_of_prefix(b: &[u8]) -> Option<u16> {
+        (b.len() >= 6).then(|| u16::from_le_bytes([b[4], b[5]]))
     }
 
     /// Decodes a hello without checking its tag (see [`Hello::authentic`]).
@@ -82,25 +175,54 @@ impl Hello {
         })
     }
 
-    /// Whether the encoded hello `b` was signed with `secret`.
-    pub(crate) fn authentic(b: &[u8; HELLO_BYTES], secret: &[u8; 16]) -> bool {
-        let tag = mac::mac128(secret, DOMAIN_HELLO, &b[..HELLO_SIGNED]);
-        mac::tags_equal(&tag, b[HELLO_SIGNED..].try_into().expect("16 bytes"))
+    /// Whether the encoded hello `b` was signed with `secret` for the
+    /// greeting that carried `server_nonce` (compared in constant time).
+    pub(crate) fn authentic(
+        b: &[u8; HELLO_BYTES],
+        secret: &[u8; 16],
+        server_nonce: &Nonce,
+    ) -> bool {
+        auth::verify_hmac_sha256(
+            secret,
+            &[
+                DOMAIN_HELLO,
+                &b[..HELLO_FIELDS],
+                server_nonce,
+                client_nonce(b),
+            ],
+            &b[HELLO_FIELDS + NONCE_BYTES..],
+        )
     }
 }
 
-/// The acceptor's answer to the encoded hello `hello`: proves it knows the secret too.
-pub(crate) fn ack_for(hello: &[u8; HELLO_BYTES], secret: &[u8; 16]) -> [u8; ACK_BYTES] {
-    mac::mac128(secret, DOMAIN_ACK, hello)
+fn ack_parts<'a>(hello: &'a [u8; HELLO_BYTES], server_nonce: &'a Nonce) -> [&'a [u8]; 4] {
+    [
+        DOMAIN_ACK,
+        &hello[..HELLO_FIELDS],
+        client_nonce(hello),
+        server_nonce,
+    ]
 }
 
-/// Whether `ack` answers `hello` under `secret`.
+/// The acceptor's answer to the encoded hello `hello` it received after
+/// greeting with `server_nonce`: proves it knows the secret too.
+pub(crate) fn ack_for(
+    hello: &[u8; HELLO_BYTES],
+    secret: &[u8; 16],
+    server_nonce: &Nonce,
+) -> [u8; ACK_BYTES] {
+    auth::hmac_sha256(secret, &ack_parts(hello, server_nonce))
+}
+
+/// Whether `ack` answers `hello` (sent after a greeting carrying
+/// `server_nonce`) under `secret`; compared in constant time.
 pub(crate) fn ack_valid(
     ack: &[u8; ACK_BYTES],
     hello: &[u8; HELLO_BYTES],
     secret: &[u8; 16],
+    server_nonce: &Nonce,
 ) -> bool {
-    mac::tags_equal(ack, &ack_for(hello, secret))
+    auth::verify_hmac_sha256(secret, &ack_parts(hello, server_nonce), ack)
 }
 
 /// Encodes an abort frame blaming `cause`.
@@ -143,21 +265,49 @@ mod tests {
     }
 
     #[test]
+    fn greeting_round_trip() {
+        let g = Greeting {
+            version: PROTOCOL_VERSION,
+            nonce: [9; 16],
+        };
+        let b = g.encode();
+        assert_eq!(Greeting::decode(&b), Ok(g));
+        assert!(Greeting::plausible_prefix(&b[..2]));
+        assert!(!Greeting::plausible_prefix(b"STCP"));
+        let mut junk = b;
+        junk[0] = b'X';
+        assert!(Greeting::decode(&junk).is_err());
+    }
+
+    #[test]
     fn hello_round_trip_and_auth() {
         let secret = [7u8; 16];
-        let b = hello().encode(&secret);
+        let (snonce, cnonce) = ([1u8; 16], [2u8; 16]);
+        let b = hello().encode(&secret, &snonce, &cnonce);
         assert_eq!(Hello::decode(&b), Ok(hello()));
-        assert!(Hello::authentic(&b, &secret));
-        assert!(!Hello::authentic(&b, &[8u8; 16]));
+        assert_eq!(Hello::version_of_prefix(&b[..6]), Some(PROTOCOL_VERSION));
+        assert_eq!(Hello::version_of_prefix(&b[..5]), None);
+        assert!(Hello::authentic(&b, &secret, &snonce));
+        assert!(!Hello::authentic(&b, &[8u8; 16], &snonce));
+        // Replayed on a connection greeted with another nonce.
+        assert!(!Hello::authentic(&b, &secret, &[3u8; 16]));
         let mut forged = b;
         forged[16] = 2; // claim another rank, keep the tag
-        assert!(!Hello::authentic(&forged, &secret));
+        assert!(!Hello::authentic(&forged, &secret, &snonce));
+        let mut renonced = b;
+        renonced[HELLO_FIELDS] ^= 1; // another client nonce, same tag
+        assert!(!Hello::authentic(&renonced, &secret, &snonce));
         assert!(Hello::plausible_prefix(&b[..3]));
         assert!(!Hello::plausible_prefix(b"GET "));
-        let ack = ack_for(&b, &secret);
-        assert!(ack_valid(&ack, &b, &secret));
-        assert!(!ack_valid(&ack, &b, &[0u8; 16]));
-        assert!(!ack_valid(&ack, &forged, &secret));
+
+        let ack = ack_for(&b, &secret, &snonce);
+        assert!(ack_valid(&ack, &b, &secret, &snonce));
+        assert!(!ack_valid(&ack, &b, &[0u8; 16], &snonce));
+        assert!(!ack_valid(&ack, &b, &secret, &[3u8; 16]));
+        assert!(!ack_valid(&ack, &forged, &secret, &snonce));
+        assert!(!ack_valid(&ack, &renonced, &secret, &snonce));
+        // An ack is not a hello tag and vice versa (separate domains).
+        assert_ne!(&ack[..], &b[HELLO_FIELDS + NONCE_BYTES..]);
     }
 
     #[test]

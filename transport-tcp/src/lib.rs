@@ -9,10 +9,15 @@
 //! [`TcpEndpoint::establish`] with everyone's addresses.
 //!
 //! Wire format (little endian):
-//! * setup: a 64-byte hello per socket from the higher rank (magic, version,
-//!   communicator id, ranks, socket index, `nsocks`, piece size, and a
-//!   SipHash-2-4 tag keyed with the shared secret), answered by a 16-byte
-//!   tag from the lower rank;
+//! * setup, per socket, a challenge–response with fresh nonces from both
+//!   sides: the lower (accepting) rank sends a 32-byte greeting with a
+//!   16-byte server nonce; the higher rank answers with a 96-byte hello
+//!   (magic, version, communicator id, ranks, socket index, `nsocks`, piece
+//!   size, its own 16-byte client nonce, and an HMAC-SHA-256 tag under the
+//!   shared secret over the fields and both nonces); the lower rank checks
+//!   it and answers with a 32-byte HMAC-SHA-256 ack over the fields and both
+//!   nonces. The secret never travels, and a recorded hello or ack replayed
+//!   on a new connection fails (details in `frame.rs`);
 //! * data: 40-byte [`PieceHeader`](comm_core::wire::PieceHeader) + payload,
 //!   or a 40-byte abort frame (first word `"ABRT"`, blamed rank).
 //!
@@ -26,7 +31,7 @@
 
 mod conn;
 mod frame;
-mod mac;
+mod handshake;
 mod setup;
 mod sys;
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -12,7 +12,8 @@ use comm_core::Error;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::conn::TcpConnection;
-use crate::frame::{self, Hello, ACK_BYTES, HELLO_BYTES, PROTOCOL_VERSION};
+use crate::frame::{self, ACK_BYTES};
+use crate::handshake::{self, Outgoing, Slots};
 use crate::sys::{self, PollFd};
 
 /// Requested size of every socket's kernel send and receive buffer. Applied
@@ -26,8 +27,6 @@ pub const MAX_PIECE_LIMIT: usize = 1 << 30;
 
 /// Listen backlog of an endpoint.
 const BACKLOG: i32 = 1024;
-/// Connections that may wait for their hello at the same time.
-const MAX_PENDING: usize = 4096;
 /// First and last pause between connection attempts to a peer not yet listening.
 const RETRY_MIN: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_millis(100);
@@ -123,7 +122,7 @@ fn wait(sock: &Socket, read: bool, deadline: Instant) -> io::Result<()> {
 }
 
 /// Writes all of `buf` to the non-blocking `sock` by the deadline.
-fn write_all_deadline(sock: &Socket, buf: &[u8], deadline: Instant) -> io::Result<()> {
+pub(crate) fn write_all_deadline(sock: &Socket, buf: &[u8], deadline: Instant) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match sock.send_with_flags(&buf[off..], libc::MSG_NOSIGNAL) {
@@ -186,106 +185,6 @@ fn connect_retry(addr: SocketAddr, deadline: Instant) -> io::Result<Socket> {
     }
 }
 
-/// An accepted socket whose hello passed every check.
-struct Accepted {
-    sock: Socket,
-    hello: [u8; HELLO_BYTES],
-}
-
-/// An accepted socket still sending its hello.
-struct Pending {
-    sock: Socket,
-    remote: SocketAddr,
-    buf: [u8; HELLO_BYTES],
-    got: usize,
-}
-
-/// What to do with a complete hello.
-enum Verdict {
-    Accept { from: usize, idx: usize },
-    Refuse(String),
-    Fatal(String),
-}
-
-fn judge(
-    setup: &TcpSetup,
-    bytes: &[u8; HELLO_BYTES],
-    slots: &BTreeMap<usize, Vec<Option<Accepted>>>,
-) -> Verdict {
-    let hello = match Hello::decode(bytes) {
-        Ok(h) => h,
-        Err(e) => return Verdict::Refuse(e.into()),
-    };
-    if hello.version != PROTOCOL_VERSION {
-        return Verdict::Refuse(format!(
-            "protocol version {}, this rank speaks version {PROTOCOL_VERSION}",
-            hello.version
-        ));
-    }
-    if !Hello::authentic(bytes, &setup.secret) {
-        return Verdict::Refuse(format!(
-            "wrong secret: the hello (claiming rank {}) failed authentication",
-            hello.from_rank
-        ));
-    }
-    if hello.comm_id != setup.comm_id {
-        return Verdict::Refuse(format!(
-            "wrong communicator: id {:#018x}, this communicator is {:#018x}",
-            hello.comm_id, setup.comm_id
-        ));
-    }
-    if hello.to_rank as usize != setup.rank {
-        return Verdict::Refuse(format!(
-            "addressed to rank {}, this is rank {}",
-            hello.to_rank, setup.rank
-        ));
-    }
-    let from = hello.from_rank as usize;
-    let Some(peer_slots) = slots.get(&from) else {
-        let expected: Vec<usize> = slots.keys().copied().collect();
-        return Verdict::Refuse(format!(
-            "unexpected rank {from} (this rank expects connections from ranks {expected:?})"
-        ));
-    };
-    if hello.nsocks as usize != setup.nsocks {
-        return Verdict::Fatal(format!(
-            "peer rank {from} opens {} sockets per peer, this rank {}: set the same SNCL_NSOCKS on every rank",
-            hello.nsocks, setup.nsocks
-        ));
-    }
-    if hello.max_piece as usize != setup.max_piece {
-        return Verdict::Fatal(format!(
-            "peer rank {from} uses pieces of up to {} bytes, this rank {}: every rank must use the same piece size",
-            hello.max_piece, setup.max_piece
-        ));
-    }
-    let idx = hello.sock_idx as usize;
-    match peer_slots.get(idx) {
-        None => Verdict::Refuse(format!(
-            "socket index {idx} out of range (nsocks {})",
-            setup.nsocks
-        )),
-        Some(Some(_)) => {
-            Verdict::Refuse(format!("duplicate connection for rank {from} socket {idx}"))
-        }
-        Some(None) => Verdict::Accept { from, idx },
-    }
-}
-
-/// Describes the slots still empty, for a timeout error.
-fn describe_missing(slots: &BTreeMap<usize, Vec<Option<Accepted>>>, nsocks: usize) -> String {
-    let mut parts = Vec::new();
-    for (peer, s) in slots {
-        let missing: Vec<usize> = (0..s.len()).filter(|&i| s[i].is_none()).collect();
-        if missing.len() == nsocks {
-            parts.push(format!("rank {peer} (none of its {nsocks} sockets)"));
-        } else if !missing.is_empty() {
-            parts.push(format!("rank {peer} (sockets {missing:?} of {nsocks})"));
-        }
-    }
-    parts.join(", ")
-}
-
 impl TcpEndpoint {
     /// Listens on `ip` at an ephemeral port. Bind a concrete address (what
     /// peers will connect to), not `0.0.0.0`.
@@ -311,12 +210,16 @@ impl TcpEndpoint {
     /// Connects this rank to every peer in `peers` (rank, endpoint address)
     /// and returns the connections in the same order.
     ///
-    /// For each pair the higher rank connects (`nsocks` sockets, each with
-    /// an authenticated hello) and the lower rank accepts. Every rank first
-    /// makes all its outgoing connections, then accepts until all its
-    /// higher-ranked peers are in (refusing, with a warning naming the remote
-    /// address, anything with a wrong secret, communicator id or rank, or a
-    /// duplicate), then acknowledges them, then waits for its own
+    /// For each pair the higher rank connects `nsocks` sockets and the lower
+    /// rank accepts them; each socket is authenticated by a challenge–response
+    /// with fresh nonces from both sides (greeting, hello, ack: see the crate
+    /// docs), so a recorded hello cannot be replayed. Every rank first opens
+    /// all its outgoing connections, then in one loop greets and judges the
+    /// connections of its higher-ranked peers (refusing, with a warning
+    /// naming the remote address, anything with a wrong secret or a replayed
+    /// hello, a wrong communicator id or rank, or a duplicate) while it
+    /// answers its lower-ranked peers' greetings with hellos; then it
+    /// acknowledges the accepted hellos and waits for its own
     /// acknowledgements; so no order of arrival deadlocks. Every wait ends at
     /// `setup.deadline` with a [`Error::Bootstrap`] naming the peer and what
     /// was expected.
@@ -348,24 +251,11 @@ impl TcpEndpoint {
             }
         }
         let deadline = setup.deadline;
-        let hello_for = |to: usize, idx: usize| {
-            Hello {
-                version: PROTOCOL_VERSION,
-                comm_id: setup.comm_id,
-                from_rank: me as u32,
-                to_rank: to as u32,
-                sock_idx: idx as u32,
-                nsocks: nsocks as u32,
-                max_piece: setup.max_piece as u32,
-            }
-            .encode(&setup.secret)
-        };
 
-        // 1. Connect to every lower rank and say hello (the peer's kernel
-        //    completes the handshake without waiting for its accept loop).
-        let mut outgoing: BTreeMap<usize, Vec<(Socket, [u8; HELLO_BYTES])>> = BTreeMap::new();
+        // 1. Connect every socket to every lower rank (the peer's kernel
+        //    completes the TCP handshake without waiting for its accept loop).
+        let mut outgoing: Vec<Outgoing> = Vec::new();
         for &(peer, addr) in peers.iter().filter(|(p, _)| *p < me) {
-            let mut socks = Vec::with_capacity(nsocks);
             for idx in 0..nsocks {
                 let sock = connect_retry(addr, deadline).map_err(|e| {
                     err(format!(
@@ -373,31 +263,25 @@ impl TcpEndpoint {
                          by the deadline: {e}; is rank {peer} running and listening there?"
                     ))
                 })?;
-                let hello = hello_for(peer, idx);
-                write_all_deadline(&sock, &hello, deadline).map_err(|e| {
-                    err(format!(
-                        "sending the hello to peer rank {peer} at {addr} (socket {idx} of {nsocks}) failed: {e}"
-                    ))
-                })?;
-                socks.push((sock, hello));
+                outgoing.push(Outgoing::new(peer, addr, idx, sock));
             }
-            tracing::trace!(rank = me, peer, %addr, "tcp hellos sent");
-            outgoing.insert(peer, socks);
+            tracing::trace!(rank = me, peer, %addr, "tcp sockets connected");
         }
 
-        // 2. Accept every higher rank's sockets.
-        let mut slots: BTreeMap<usize, Vec<Option<Accepted>>> = peers
+        // 2. Greet and judge every higher rank's sockets, answer the lower
+        //    ranks' greetings with hellos, all in one loop.
+        let mut slots: Slots = peers
             .iter()
             .filter(|(p, _)| *p > me)
             .map(|&(p, _)| (p, (0..nsocks).map(|_| None).collect()))
             .collect();
-        self.accept_all(setup, &mut slots)?;
+        handshake::run(&self.listener, self.addr, setup, &mut slots, &mut outgoing)?;
 
-        // 3. Acknowledge them.
+        // 3. Acknowledge the accepted hellos.
         for (peer, socks) in &slots {
             for (idx, a) in socks.iter().enumerate() {
                 let a = a.as_ref().expect("every slot is filled");
-                let ack = frame::ack_for(&a.hello, &setup.secret);
+                let ack = frame::ack_for(&a.hello, &setup.secret, &a.server_nonce);
                 write_all_deadline(&a.sock, &ack, deadline).map_err(|e| {
                     err(format!(
                         "sending the acknowledgement to peer rank {peer} (socket {idx} of {nsocks}) failed: {e}"
@@ -407,58 +291,59 @@ impl TcpEndpoint {
         }
 
         // 4. Wait for the lower ranks' acknowledgements.
-        for &(peer, addr) in peers.iter().filter(|(p, _)| *p < me) {
-            for (idx, (sock, hello)) in outgoing[&peer].iter().enumerate() {
-                let mut ack = [0u8; ACK_BYTES];
-                match read_exact_deadline(sock, &mut ack, deadline) {
-                    Ok(()) if frame::ack_valid(&ack, hello, &setup.secret) => {}
-                    Ok(()) => {
-                        return Err(err(format!(
-                            "peer rank {peer} at {addr} answered socket {idx} of {nsocks} with a wrong \
-                             acknowledgement: it does not hold this communicator's secret"
-                        )))
-                    }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                        ) =>
-                    {
-                        return Err(err(format!(
-                            "peer rank {peer} at {addr} closed socket {idx} of {nsocks} instead of \
-                             acknowledging this rank's hello: it refused it (different secret or \
-                             communicator id, different SNCL_NSOCKS or piece size, or not expecting \
-                             rank {me}); see that rank's log"
-                        )))
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                        return Err(err(format!(
-                            "timed out waiting for peer rank {peer} at {addr} to acknowledge socket \
-                             {idx} of {nsocks} (is it still waiting for other ranks to connect?)"
-                        )))
-                    }
-                    Err(e) => {
-                        return Err(err(format!(
-                            "waiting for peer rank {peer} at {addr} to acknowledge socket {idx} of \
-                             {nsocks} failed: {e}"
-                        )))
-                    }
+        for o in &outgoing {
+            let (peer, addr, idx) = (o.peer, o.addr, o.idx);
+            let (hello, server_nonce) = o.sent.as_ref().expect("every hello is sent");
+            let mut ack = [0u8; ACK_BYTES];
+            match read_exact_deadline(&o.sock, &mut ack, deadline) {
+                Ok(()) if frame::ack_valid(&ack, hello, &setup.secret, server_nonce) => {}
+                Ok(()) => {
+                    return Err(err(format!(
+                        "peer rank {peer} at {addr} answered socket {idx} of {nsocks} with a wrong \
+                         acknowledgement: it does not hold this communicator's secret (or replayed \
+                         an old answer)"
+                    )))
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    return Err(err(format!(
+                        "peer rank {peer} at {addr} closed socket {idx} of {nsocks} instead of \
+                         acknowledging this rank's hello: it refused it (different secret or \
+                         communicator id, different SNCL_NSOCKS or piece size, or not expecting \
+                         rank {me}); see that rank's log"
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    return Err(err(format!(
+                        "timed out waiting for peer rank {peer} at {addr} to acknowledge socket \
+                         {idx} of {nsocks} (is it still waiting for other ranks to connect?)"
+                    )))
+                }
+                Err(e) => {
+                    return Err(err(format!(
+                        "waiting for peer rank {peer} at {addr} to acknowledge socket {idx} of \
+                         {nsocks} failed: {e}"
+                    )))
                 }
             }
         }
 
         // 5. Wrap them up, in the caller's order.
+        let mut connected: BTreeMap<usize, Vec<Socket>> = BTreeMap::new();
+        for o in outgoing {
+            // In socket index order: pushed so in step 1.
+            connected.entry(o.peer).or_default().push(o.sock);
+        }
         let max_piece = setup.max_piece;
         peers
             .iter()
             .map(|&(peer, addr)| {
                 let socks: Vec<Socket> = if peer < me {
-                    outgoing
-                        .remove(&peer)
-                        .expect("connected")
-                        .into_iter()
-                        .map(|(s, _)| s)
-                        .collect()
+                    connected.remove(&peer).expect("connected")
                 } else {
                     slots
                         .remove(&peer)
@@ -474,141 +359,6 @@ impl TcpEndpoint {
                 })
             })
             .collect()
-    }
-
-    /// Accepts until every slot holds a socket whose hello passed.
-    fn accept_all(
-        &self,
-        setup: &TcpSetup,
-        slots: &mut BTreeMap<usize, Vec<Option<Accepted>>>,
-    ) -> Result<(), Error> {
-        let me = setup.rank;
-        let err = |detail: String| Error::Bootstrap { rank: me, detail };
-        let total = slots.len() * setup.nsocks;
-        let mut filled = 0;
-        let mut refused = 0usize;
-        let mut pending: Vec<Pending> = Vec::new();
-        let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
-        let mut refuse = |remote: &SocketAddr, reason: &str| {
-            refused += 1;
-            tracing::warn!(rank = me, %remote, "refused TCP connection: {reason}");
-        };
-        while filled < total {
-            // Take every connection waiting in the backlog.
-            loop {
-                match self.listener.accept() {
-                    Ok((sock, addr)) => {
-                        let remote = addr.as_socket().unwrap_or(unknown);
-                        if pending.len() >= MAX_PENDING {
-                            refuse(&remote, "too many connections waiting to say hello");
-                        } else if let Err(e) = sock.set_nonblocking(true) {
-                            refuse(&remote, &format!("cannot configure the socket: {e}"));
-                        } else {
-                            pending.push(Pending {
-                                sock,
-                                remote,
-                                buf: [0; HELLO_BYTES],
-                                got: 0,
-                            });
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                        ) => {}
-                    Err(e) => {
-                        // Out of descriptors or memory: wait and retry below.
-                        tracing::warn!(rank = me, addr = %self.addr, "accept failed: {e}");
-                        break;
-                    }
-                }
-            }
-            // Read hellos.
-            let mut k = 0;
-            while k < pending.len() {
-                let p = &mut pending[k];
-                let outcome: Option<Result<(), String>> = match (&p.sock).read(&mut p.buf[p.got..])
-                {
-                    Ok(0) => Some(Err(format!(
-                        "closed before sending a complete hello ({} of {HELLO_BYTES} bytes)",
-                        p.got
-                    ))),
-                    Ok(n) => {
-                        p.got += n;
-                        if !Hello::plausible_prefix(&p.buf[..p.got]) {
-                            Some(Err("not an sncl TCP hello (bad magic)".into()))
-                        } else if p.got == HELLO_BYTES {
-                            Some(Ok(()))
-                        } else {
-                            None
-                        }
-                    }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        None
-                    }
-                    Err(e) => Some(Err(format!("error reading its hello: {e}"))),
-                };
-                match outcome {
-                    None => k += 1,
-                    Some(Err(reason)) => {
-                        let p = pending.swap_remove(k);
-                        refuse(&p.remote, &reason);
-                    }
-                    Some(Ok(())) => {
-                        let p = pending.swap_remove(k);
-                        match judge(setup, &p.buf, slots) {
-                            Verdict::Accept { from, idx } => {
-                                tracing::trace!(rank = me, from, idx, remote = %p.remote, "tcp socket accepted");
-                                slots.get_mut(&from).expect("expected peer")[idx] =
-                                    Some(Accepted {
-                                        sock: p.sock,
-                                        hello: p.buf,
-                                    });
-                                filled += 1;
-                            }
-                            Verdict::Refuse(reason) => refuse(&p.remote, &reason),
-                            Verdict::Fatal(reason) => {
-                                return Err(err(format!(
-                                    "connection from {} refused: {reason}",
-                                    p.remote
-                                )))
-                            }
-                        }
-                    }
-                }
-            }
-            if filled == total {
-                break;
-            }
-            let now = Instant::now();
-            if now >= setup.deadline {
-                return Err(err(format!(
-                    "timed out waiting for peers to connect to {}: still missing {}; accepted {filled} \
-                     of {total} sockets, refused {refused} connection(s) (see warnings); are those \
-                     ranks running, and did they get this rank's address?",
-                    self.addr,
-                    describe_missing(slots, setup.nsocks)
-                )));
-            }
-            let mut fds: Vec<PollFd> = std::iter::once(self.listener.as_raw_fd())
-                .chain(pending.iter().map(|p| p.sock.as_raw_fd()))
-                .map(|fd| PollFd::new(fd, true))
-                .collect();
-            // Bounded so that an accept error (e.g. out of descriptors) is retried.
-            sys::poll(
-                &mut fds,
-                (setup.deadline - now).min(Duration::from_millis(200)),
-            )
-            .map_err(|e| err(format!("waiting for connections on {}: {e}", self.addr)))?;
-        }
-        Ok(())
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::sha256::Sha256;
 use super::unique_id::{decode_hex, UniqueId};
+use crate::auth::sha256_fields;
 use crate::{Error, Result};
 
 /// Launcher name: rank and size came from `SNCL_RANK` / `SNCL_WORLD_SIZE`.
@@ -426,6 +426,12 @@ impl LaunchEnv {
                 "{size_name}=0: the world size must be at least 1"
             )));
         }
+        if world_size > crate::MAX_RANKS {
+            return Err(Error::Config(format!(
+                "{size_name}={world_size} exceeds the {} ranks one sncl communicator supports",
+                crate::MAX_RANKS
+            )));
+        }
         if rank >= world_size {
             return Err(Error::Config(format!(
                 "{}={rank} is not below {size_name}={world_size}: ranks are 0..{}; \
@@ -541,16 +547,22 @@ impl LaunchEnv {
         let (secret, secret_source) = if let Some(given) = configured_secret(&var)? {
             given
         } else {
-            let mut h = Sha256::new();
-            h.field(b"sncl-derived-secret-v1")
-                .field(launcher.as_bytes())
-                .field(&(world_size as u64).to_le_bytes())
-                .field(root.to_string().as_bytes());
-            for k in identity_vars(launcher) {
-                h.field(k.as_bytes())
-                    .field(var(k).unwrap_or_default().as_bytes());
+            let world = (world_size as u64).to_le_bytes();
+            let root_text = root.to_string();
+            let values: Vec<(&str, String)> = identity_vars(launcher)
+                .iter()
+                .map(|&k| (k, var(k).unwrap_or_default()))
+                .collect();
+            let mut fields: Vec<&[u8]> = vec![
+                b"sncl-derived-secret-v1",
+                launcher.as_bytes(),
+                &world,
+                root_text.as_bytes(),
+            ];
+            for (k, v) in &values {
+                fields.extend([k.as_bytes(), v.as_bytes()]);
             }
-            let d = h.finish();
+            let d = sha256_fields(&fields);
             let mut secret = [0u8; 16];
             secret.copy_from_slice(&d[..16]);
             // Only a torchrun run id chosen at random (long, not the
@@ -935,6 +947,19 @@ mod tests {
         assert_eq!(
             tr("8d7c5e0b-5d1c-4b8e-9a51-0f4f3a2b1c0d"),
             SecretSource::Derived { guessable: false }
+        );
+    }
+
+    #[test]
+    fn huge_world_size_is_an_error() {
+        let m = err(&[
+            ("SNCL_RANK", "0"),
+            ("SNCL_WORLD_SIZE", "99999999999"),
+            ("SNCL_ROOT", "127.0.0.1:29500"),
+        ]);
+        assert!(
+            m.contains("SNCL_WORLD_SIZE=99999999999") && m.contains("exceeds"),
+            "{m}"
         );
     }
 }

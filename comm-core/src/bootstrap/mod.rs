@@ -11,7 +11,6 @@
 //!   MPI, Slurm or `SNCL_*` environment variables.
 
 mod env;
-mod sha256;
 mod store;
 mod tcpstore;
 mod unique_id;

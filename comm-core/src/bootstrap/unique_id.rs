@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-use super::sha256::{sha256, Sha256};
+use crate::auth::sha256;
 use crate::{Error, Result};
 
 /// Size of [`UniqueId::to_bytes`], the same as `NCCL_UNIQUE_ID_BYTES`.
@@ -82,7 +82,7 @@ impl UniqueId {
             }
         }
         b[32..48].copy_from_slice(&self.secret);
-        let sum = sha256(&b[..52]);
+        let sum = sha256(&[&b[..52]]);
         b[52..60].copy_from_slice(&sum[..8]);
         b
     }
@@ -101,7 +101,7 @@ impl UniqueId {
                 b[4]
             )));
         }
-        let sum = sha256(&b[..52]);
+        let sum = sha256(&[&b[..52]]);
         if b[52..60] != sum[..8] {
             return Err(bad(
                 "checksum mismatch (the bytes were corrupted or truncated in transit)",
@@ -156,10 +156,7 @@ impl UniqueId {
     /// unique id; use it to tag logs and to check ranks joined the same job.
     pub fn comm_id(&self) -> u64 {
         let bytes = self.to_bytes();
-        let h = Sha256::new()
-            .update(b"sncl-comm-id")
-            .update(&bytes[..48])
-            .finish();
+        let h = sha256(&[b"sncl-comm-id", &bytes[..48]]);
         let mut a = [0u8; 8];
         a.copy_from_slice(&h[..8]);
         u64::from_le_bytes(a)

@@ -221,7 +221,7 @@ impl TcpStore {
         }
         let mut mac = [0u8; MAC];
         stream.read_exact(&mut mac).map_err(Attempt::Retry)?;
-        if !mac_matches(&mac, &server_mac(secret, snonce, &cnonce, rank as u64)) {
+        if !server_mac_valid(secret, snonce, &cnonce, rank as u64, &mac) {
             return Err(Attempt::Fatal(Error::Bootstrap {
                 rank,
                 detail: format!(

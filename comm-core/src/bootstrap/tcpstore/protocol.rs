@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 
-use crate::bootstrap::sha256::{ct_eq, hmac_sha256};
+use crate::auth::{hmac_sha256, verify_hmac_sha256};
 
 pub(super) const MAGIC: &[u8; 8] = b"SNCLSTR1";
 pub(super) const NONCE: usize = 16;
@@ -36,30 +36,53 @@ pub(super) const AUTH_REFUSED: u8 = 1;
 
 /// The client's proof of the secret for this server nonce.
 pub(super) fn client_mac(secret: &[u8; 16], snonce: &[u8], cnonce: &[u8], rank: u64) -> [u8; MAC] {
-    hmac_sha256(
-        secret,
-        &[b"sncl-client", snonce, cnonce, &rank.to_le_bytes()],
-    )
+    hmac_sha256(secret, &client_parts(snonce, cnonce, &rank.to_le_bytes()))
+}
+
+fn client_parts<'a>(snonce: &'a [u8], cnonce: &'a [u8], rank: &'a [u8; 8]) -> [&'a [u8]; 4] {
+    [b"sncl-client", snonce, cnonce, rank]
+}
+
+fn server_parts<'a>(snonce: &'a [u8], cnonce: &'a [u8], rank: &'a [u8; 8]) -> [&'a [u8]; 4] {
+    [b"sncl-server", cnonce, snonce, rank]
 }
 
 /// The server's proof of the secret for this client nonce.
 pub(super) fn server_mac(secret: &[u8; 16], snonce: &[u8], cnonce: &[u8], rank: u64) -> [u8; MAC] {
-    hmac_sha256(
+    hmac_sha256(secret, &server_parts(snonce, cnonce, &rank.to_le_bytes()))
+}
+
+/// Whether `mac` proves the client knows the secret (constant time).
+pub(super) fn client_mac_valid(
+    secret: &[u8; 16],
+    snonce: &[u8],
+    cnonce: &[u8],
+    rank: u64,
+    mac: &[u8],
+) -> bool {
+    verify_hmac_sha256(
         secret,
-        &[b"sncl-server", cnonce, snonce, &rank.to_le_bytes()],
+        &client_parts(snonce, cnonce, &rank.to_le_bytes()),
+        mac,
     )
 }
 
-/// Whether `mac` is the expected tag, compared in constant time.
-pub(super) fn mac_matches(mac: &[u8], expected: &[u8; MAC]) -> bool {
-    ct_eq(mac, expected)
+/// Whether `mac` proves the server knows the secret (constant time).
+pub(super) fn server_mac_valid(
+    secret: &[u8; 16],
+    snonce: &[u8],
+    cnonce: &[u8],
+    rank: u64,
+    mac: &[u8],
+) -> bool {
+    verify_hmac_sha256(
+        secret,
+        &server_parts(snonce, cnonce, &rank.to_le_bytes()),
+        mac,
+    )
 }
 
-pub(super) fn nonce() -> io::Result<[u8; NONCE]> {
-    let mut n = [0u8; NONCE];
-    getrandom::fill(&mut n).map_err(|e| io::Error::other(format!("getrandom failed: {e}")))?;
-    Ok(n)
-}
+pub(super) use crate::auth::nonce;
 
 pub(super) fn put_str(buf: &mut Vec<u8>, s: &str) {
     buf.extend_from_slice(&(s.len() as u32).to_le_bytes());

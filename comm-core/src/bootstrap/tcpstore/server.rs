@@ -263,7 +263,7 @@ impl Pending {
         let rank = u64::from_le_bytes(self.proof[8..16].try_into().expect("8 bytes"));
         let cnonce = &self.proof[16..16 + NONCE];
         let mac = &self.proof[16 + NONCE..];
-        if !mac_matches(mac, &client_mac(secret, &self.snonce, cnonce, rank)) {
+        if !client_mac_valid(secret, &self.snonce, cnonce, rank, mac) {
             let _ = (&self.stream).write(&[AUTH_REFUSED]);
             return Progress::Refused(Refusal::WrongSecret(rank));
         }

@@ -1,0 +1,440 @@
+//! The per-socket challenge–response of [`TcpEndpoint::establish`](crate::TcpEndpoint::establish)
+//! (wire format in [`crate::frame`]), driven for every socket of a rank at
+//! once by one `poll(2)` loop, without a thread per connection:
+//!
+//! * on the accepting side, every connection is greeted with a fresh server
+//!   nonce as soon as it is accepted, then its hello is read and judged
+//!   (tag, communicator, ranks, socket slot);
+//! * on the connecting side, each socket waits for its greeting, then sends
+//!   the hello signed over both nonces.
+//!
+//! Both sides run in the same loop, so a rank greets its higher-ranked peers
+//! while it waits for its lower-ranked peers' greetings, and no order of
+//! arrival deadlocks.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use comm_core::{auth, Error};
+use socket2::Socket;
+
+use crate::frame::{Greeting, Hello, Nonce, GREETING_BYTES, HELLO_BYTES, PROTOCOL_VERSION};
+use crate::setup::{write_all_deadline, TcpSetup};
+use crate::sys::{self, PollFd};
+
+/// Connections that may wait for their hello at the same time.
+const MAX_PENDING: usize = 4096;
+
+/// An accepted socket whose hello passed every check.
+pub(crate) struct Accepted {
+    pub sock: Socket,
+    /// The hello as received.
+    pub hello: [u8; HELLO_BYTES],
+    /// The nonce this rank greeted the socket with.
+    pub server_nonce: Nonce,
+}
+
+/// Accepted sockets per higher-ranked peer, by socket index.
+pub(crate) type Slots = BTreeMap<usize, Vec<Option<Accepted>>>;
+
+/// A socket this rank connected to a lower-ranked peer.
+pub(crate) struct Outgoing {
+    pub peer: usize,
+    pub addr: SocketAddr,
+    pub idx: usize,
+    pub sock: Socket,
+    greeting: [u8; GREETING_BYTES],
+    got: usize,
+    /// The hello sent and the server nonce it answered, once greeted.
+    pub sent: Option<([u8; HELLO_BYTES], Nonce)>,
+}
+
+impl Outgoing {
+    pub(crate) fn new(peer: usize, addr: SocketAddr, idx: usize, sock: Socket) -> Outgoing {
+        Outgoing {
+            peer,
+            addr,
+            idx,
+            sock,
+            greeting: [0; GREETING_BYTES],
+            got: 0,
+            sent: None,
+        }
+    }
+}
+
+/// An accepted socket, greeted, still sending its hello.
+struct Pending {
+    sock: Socket,
+    remote: SocketAddr,
+    server_nonce: Nonce,
+    buf: [u8; HELLO_BYTES],
+    got: usize,
+}
+
+/// What to do with a complete hello.
+enum Verdict {
+    Accept { from: usize, idx: usize },
+    Refuse(String),
+    Fatal(String),
+}
+
+fn version_mismatch(version: u16) -> String {
+    format!(
+        "protocol version {version}, this rank speaks version {PROTOCOL_VERSION} \
+         (run the same sncl on every rank)"
+    )
+}
+
+fn judge(
+    setup: &TcpSetup,
+    bytes: &[u8; HELLO_BYTES],
+    server_nonce: &Nonce,
+    slots: &Slots,
+) -> Verdict {
+    let hello = match Hello::decode(bytes) {
+        Ok(h) => h,
+        Err(e) => return Verdict::Refuse(e.into()),
+    };
+    if hello.version != PROTOCOL_VERSION {
+        return Verdict::Refuse(version_mismatch(hello.version));
+    }
+    if !Hello::authentic(bytes, &setup.secret, server_nonce) {
+        return Verdict::Refuse(format!(
+            "wrong secret, or a replayed hello: the hello (claiming rank {}) failed \
+             authentication against this connection's nonce",
+            hello.from_rank
+        ));
+    }
+    if hello.comm_id != setup.comm_id {
+        return Verdict::Refuse(format!(
+            "wrong communicator: id {:#018x}, this communicator is {:#018x}",
+            hello.comm_id, setup.comm_id
+        ));
+    }
+    if hello.to_rank as usize != setup.rank {
+        return Verdict::Refuse(format!(
+            "addressed to rank {}, this is rank {}",
+            hello.to_rank, setup.rank
+        ));
+    }
+    let from = hello.from_rank as usize;
+    let Some(peer_slots) = slots.get(&from) else {
+        let expected: Vec<usize> = slots.keys().copied().collect();
+        return Verdict::Refuse(format!(
+            "unexpected rank {from} (this rank expects connections from ranks {expected:?})"
+        ));
+    };
+    if hello.nsocks as usize != setup.nsocks {
+        return Verdict::Fatal(format!(
+            "peer rank {from} opens {} sockets per peer, this rank {}: set the same SNCL_NSOCKS on every rank",
+            hello.nsocks, setup.nsocks
+        ));
+    }
+    if hello.max_piece as usize != setup.max_piece {
+        return Verdict::Fatal(format!(
+            "peer rank {from} uses pieces of up to {} bytes, this rank {}: every rank must use the same piece size",
+            hello.max_piece, setup.max_piece
+        ));
+    }
+    let idx = hello.sock_idx as usize;
+    match peer_slots.get(idx) {
+        None => Verdict::Refuse(format!(
+            "socket index {idx} out of range (nsocks {})",
+            setup.nsocks
+        )),
+        Some(Some(_)) => {
+            Verdict::Refuse(format!("duplicate connection for rank {from} socket {idx}"))
+        }
+        Some(None) => Verdict::Accept { from, idx },
+    }
+}
+
+/// Describes the slots still empty, for a timeout error.
+fn describe_missing(slots: &Slots, nsocks: usize) -> String {
+    let mut parts = Vec::new();
+    for (peer, s) in slots {
+        let missing: Vec<usize> = (0..s.len()).filter(|&i| s[i].is_none()).collect();
+        if missing.len() == nsocks {
+            parts.push(format!("rank {peer} (none of its {nsocks} sockets)"));
+        } else if !missing.is_empty() {
+            parts.push(format!("rank {peer} (sockets {missing:?} of {nsocks})"));
+        }
+    }
+    parts.join(", ")
+}
+
+/// Describes the outgoing sockets still waiting for their greeting.
+fn describe_ungreeted(outgoing: &[Outgoing], nsocks: usize) -> String {
+    let mut by_peer: BTreeMap<(usize, SocketAddr), Vec<usize>> = BTreeMap::new();
+    for o in outgoing.iter().filter(|o| o.sent.is_none()) {
+        by_peer.entry((o.peer, o.addr)).or_default().push(o.idx);
+    }
+    by_peer
+        .iter()
+        .map(|((peer, addr), idx)| {
+            if idx.len() == nsocks {
+                format!("peer rank {peer} at {addr} (none of its {nsocks} sockets)")
+            } else {
+                format!("peer rank {peer} at {addr} (sockets {idx:?} of {nsocks})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reads what arrived of `o`'s greeting; once it is complete, answers it
+/// with the hello. `Ok(true)` once the hello is sent; errors name the peer.
+fn advance_outgoing(setup: &TcpSetup, o: &mut Outgoing) -> Result<bool, String> {
+    let (peer, addr, idx, nsocks) = (o.peer, o.addr, o.idx, setup.nsocks);
+    let on = format!("peer rank {peer} at {addr} (socket {idx} of {nsocks})");
+    match (&o.sock).read(&mut o.greeting[o.got..]) {
+        Ok(0) => {
+            return Err(format!(
+                "{on} closed the connection before greeting this rank: it refused the connection \
+                 or gave up its setup (different SNCL_NSOCKS or piece size, too many connections \
+                 waiting); see that rank's log"
+            ))
+        }
+        Ok(n) => o.got += n,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            return Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+            return Err(format!(
+                "{on} reset the connection before greeting this rank: it refused the connection \
+                 or gave up its setup (different SNCL_NSOCKS or piece size); see that rank's log"
+            ))
+        }
+        Err(e) => return Err(format!("reading the greeting of {on} failed: {e}")),
+    }
+    if !Greeting::plausible_prefix(&o.greeting[..o.got]) {
+        return Err(format!(
+            "{on} is not an sncl TCP endpoint (bad magic in its greeting): is that the address \
+             rank {peer} published?"
+        ));
+    }
+    if o.got < GREETING_BYTES {
+        return Ok(false);
+    }
+    let greeting = Greeting::decode(&o.greeting).map_err(|e| format!("{on}: {e}"))?;
+    if greeting.version != PROTOCOL_VERSION {
+        return Err(format!(
+            "{on} refused: it speaks TCP {}",
+            version_mismatch(greeting.version)
+        ));
+    }
+    let client_nonce = auth::nonce().map_err(|e| format!("answering the greeting of {on}: {e}"))?;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        comm_id: setup.comm_id,
+        from_rank: setup.rank as u32,
+        to_rank: peer as u32,
+        sock_idx: idx as u32,
+        nsocks: nsocks as u32,
+        max_piece: setup.max_piece as u32,
+    }
+    .encode(&setup.secret, &greeting.nonce, &client_nonce);
+    write_all_deadline(&o.sock, &hello, setup.deadline)
+        .map_err(|e| format!("sending the hello to {on} failed: {e}"))?;
+    o.sent = Some((hello, greeting.nonce));
+    Ok(true)
+}
+
+/// Runs the handshake until every slot holds an accepted socket whose hello
+/// passed and every outgoing socket has sent its hello; refusals of
+/// incoming connections are logged (naming the remote address) and
+/// skipped, everything else ends in an error naming the peer.
+pub(crate) fn run(
+    listener: &Socket,
+    local: SocketAddr,
+    setup: &TcpSetup,
+    slots: &mut Slots,
+    outgoing: &mut [Outgoing],
+) -> Result<(), Error> {
+    let me = setup.rank;
+    let err = |detail: String| Error::Bootstrap { rank: me, detail };
+    let total = slots.len() * setup.nsocks;
+    let mut filled = 0;
+    let mut greeted = 0;
+    let mut refused = 0usize;
+    let mut pending: Vec<Pending> = Vec::new();
+    let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    let mut refuse = |remote: &SocketAddr, reason: &str| {
+        refused += 1;
+        tracing::warn!(rank = me, %remote, "refused TCP connection: {reason}");
+    };
+    loop {
+        // Take every connection waiting in the backlog and greet it.
+        loop {
+            match listener.accept() {
+                Ok((sock, addr)) => {
+                    let remote = addr.as_socket().unwrap_or(unknown);
+                    if pending.len() >= MAX_PENDING {
+                        refuse(&remote, "too many connections waiting to say hello");
+                        continue;
+                    }
+                    if let Err(e) = sock.set_nonblocking(true) {
+                        refuse(&remote, &format!("cannot configure the socket: {e}"));
+                        continue;
+                    }
+                    let server_nonce = auth::nonce()
+                        .map_err(|e| err(format!("greeting the connection from {remote}: {e}")))?;
+                    let greeting = Greeting {
+                        version: PROTOCOL_VERSION,
+                        nonce: server_nonce,
+                    }
+                    .encode();
+                    // A fresh socket's send buffer always takes 32 bytes; anything
+                    // else means the connection is already broken.
+                    match sock.send_with_flags(&greeting, libc::MSG_NOSIGNAL) {
+                        Ok(GREETING_BYTES) => pending.push(Pending {
+                            sock,
+                            remote,
+                            server_nonce,
+                            buf: [0; HELLO_BYTES],
+                            got: 0,
+                        }),
+                        Ok(n) => refuse(
+                            &remote,
+                            &format!("took only {n} of the {GREETING_BYTES} greeting bytes"),
+                        ),
+                        Err(e) => refuse(&remote, &format!("cannot send the greeting: {e}")),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    // Out of descriptors or memory: wait and retry below.
+                    tracing::warn!(rank = me, addr = %local, "accept failed: {e}");
+                    break;
+                }
+            }
+        }
+        // Read hellos.
+        let mut k = 0;
+        while k < pending.len() {
+            let p = &mut pending[k];
+            let outcome: Option<Result<(), String>> = match (&p.sock).read(&mut p.buf[p.got..]) {
+                Ok(0) => Some(Err(format!(
+                    "closed before sending a complete hello ({} of {HELLO_BYTES} bytes)",
+                    p.got
+                ))),
+                Ok(n) => {
+                    p.got += n;
+                    let got = &p.buf[..p.got];
+                    if !Hello::plausible_prefix(got) {
+                        Some(Err("not an sncl TCP hello (bad magic)".into()))
+                    } else if let Some(v) =
+                        Hello::version_of_prefix(got).filter(|&v| v != PROTOCOL_VERSION)
+                    {
+                        Some(Err(version_mismatch(v)))
+                    } else if p.got == HELLO_BYTES {
+                        Some(Ok(()))
+                    } else {
+                        None
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    None
+                }
+                Err(e) => Some(Err(format!("error reading its hello: {e}"))),
+            };
+            match outcome {
+                None => k += 1,
+                Some(Err(reason)) => {
+                    let p = pending.swap_remove(k);
+                    refuse(&p.remote, &reason);
+                }
+                Some(Ok(())) => {
+                    let p = pending.swap_remove(k);
+                    match judge(setup, &p.buf, &p.server_nonce, slots) {
+                        Verdict::Accept { from, idx } => {
+                            tracing::trace!(rank = me, from, idx, remote = %p.remote, "tcp socket accepted");
+                            slots.get_mut(&from).expect("expected peer")[idx] = Some(Accepted {
+                                sock: p.sock,
+                                hello: p.buf,
+                                server_nonce: p.server_nonce,
+                            });
+                            filled += 1;
+                        }
+                        Verdict::Refuse(reason) => refuse(&p.remote, &reason),
+                        Verdict::Fatal(reason) => {
+                            return Err(err(format!(
+                                "connection from {} refused: {reason}",
+                                p.remote
+                            )))
+                        }
+                    }
+                }
+            }
+        }
+        // Answer greetings.
+        for o in outgoing.iter_mut().filter(|o| o.sent.is_none()) {
+            if advance_outgoing(setup, o).map_err(err)? {
+                tracing::trace!(rank = me, peer = o.peer, idx = o.idx, "tcp hello sent");
+                greeted += 1;
+            }
+        }
+        if filled == total && greeted == outgoing.len() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= setup.deadline {
+            let mut missing = Vec::new();
+            if filled < total {
+                missing.push(format!(
+                    "peers to connect to {local}: still missing {}; accepted {filled} of {total} \
+                     sockets, refused {refused} connection(s) (see warnings); are those ranks \
+                     running, and did they get this rank's address?",
+                    describe_missing(slots, setup.nsocks)
+                ));
+            }
+            if greeted < outgoing.len() {
+                missing.push(format!(
+                    "the greetings of {}: the connections are open but those ranks have not \
+                     accepted them (still connecting to their own lower-ranked peers, stuck, or \
+                     running an sncl of another protocol version?)",
+                    describe_ungreeted(outgoing, setup.nsocks)
+                ));
+            }
+            return Err(err(format!(
+                "timed out waiting for {}",
+                missing.join("; and for ")
+            )));
+        }
+        let mut fds: Vec<PollFd> = std::iter::once(listener.as_raw_fd())
+            .chain(pending.iter().map(|p| p.sock.as_raw_fd()))
+            .chain(
+                outgoing
+                    .iter()
+                    .filter(|o| o.sent.is_none())
+                    .map(|o| o.sock.as_raw_fd()),
+            )
+            .map(|fd| PollFd::new(fd, true))
+            .collect();
+        // Bounded so that an accept error (e.g. out of descriptors) is retried.
+        sys::poll(
+            &mut fds,
+            (setup.deadline - now).min(Duration::from_millis(200)),
+        )
+        .map_err(|e| err(format!("waiting for connections on {local}: {e}")))?;
+    }
+}
