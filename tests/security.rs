@@ -339,3 +339,68 @@ fn rustix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Authenticates to a store by hand (the protocol of
+/// `comm-core/src/bootstrap/tcpstore`), as a client that knows the secret.
+fn authenticate_raw(addr: SocketAddr, secret: &[u8; 16]) -> TcpStream {
+    use comm_core::auth::hmac_sha256;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut greeting = [0u8; 24];
+    s.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[..8], b"SNCLSTR1");
+    let rank = 1u64.to_le_bytes();
+    let cnonce = [5u8; 16];
+    let mac = hmac_sha256(secret, &[b"sncl-client", &greeting[8..], &cnonce, &rank]);
+    let mut proof = Vec::new();
+    proof.extend_from_slice(b"SNCLSTR1");
+    proof.extend_from_slice(&rank);
+    proof.extend_from_slice(&cnonce);
+    proof.extend_from_slice(&mac);
+    s.write_all(&proof).unwrap();
+    let mut verdict = [0u8; 33];
+    s.read_exact(&mut verdict).unwrap();
+    assert_eq!(verdict[0], 0, "the store refused the handshake");
+    s
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn huge_frames_leave_the_root_small() {
+    let port = free_port();
+    let root = format!("127.0.0.1:{port}");
+    let addr: SocketAddr = root.parse().unwrap();
+    let secret = job_secret();
+    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
+    wait_listening(addr);
+    let pid = r0.id();
+    let before = rss_kib(pid);
+    for _ in 0..4 {
+        let mut s = authenticate_raw(addr, &parse_secret(&secret));
+        s.write_all(&(1u32 << 30).to_le_bytes()).unwrap();
+        // As much of the body as the root will take before it hangs up.
+        let chunk = vec![1u8; 1 << 20];
+        for _ in 0..64 {
+            if s.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let after = rss_kib(pid);
+    eprintln!("root RSS {before} KiB before, {after} KiB after four 1 GiB announcements");
+    assert!(after < 64 * 1024, "root RSS {after} KiB");
+    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
+    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
+    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+}
