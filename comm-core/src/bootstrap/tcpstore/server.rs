@@ -7,10 +7,10 @@
 //! knows the secret gets a thread of its own to serve its requests, so idle
 //! or trickling strangers cost a socket each and nothing more.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -39,7 +39,13 @@ struct ServerInner {
     stopped: AtomicBool,
     /// When an unclaimed server stops by itself (see [`TcpStoreServer::start_unclaimed`]).
     expires: Mutex<Option<Instant>>,
-    conns: Mutex<Vec<(TcpStream, JoinHandle<()>)>>,
+    /// Clones of the authenticated connections' streams (to shut them down
+    /// on drop), by connection number; a connection removes its own when it
+    /// ends, so its socket closes at once.
+    streams: Mutex<HashMap<u64, TcpStream>>,
+    /// The connections' threads, joined on drop.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    next_conn: AtomicU64,
 }
 
 /// The rendezvous store server rank 0 runs (like c10d's `TCPStore` master).
@@ -112,7 +118,9 @@ impl TcpStoreServer {
             shutdown: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             expires: Mutex::new(expires),
-            conns: Mutex::new(Vec::new()),
+            streams: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+            next_conn: AtomicU64::new(0),
         });
         let accept_inner = Arc::clone(&inner);
         let accept = thread::Builder::new()
@@ -176,19 +184,14 @@ impl Drop for TcpStoreServer {
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
-        let conns = std::mem::take(
-            &mut *self
-                .inner
-                .conns
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for (stream, _) in &conns {
+        for stream in lock(&self.inner.streams).values() {
             let _ = stream.shutdown(Shutdown::Both);
         }
-        for (_, h) in conns {
+        let threads = std::mem::take(&mut *lock(&self.inner.threads));
+        for h in threads {
             let _ = h.join();
         }
+        lock(&self.inner.streams).clear();
         tracing::debug!(local_addr = %self.local_addr, "sncl store server stopped");
     }
 }
@@ -421,24 +424,32 @@ fn spawn_conn(
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(Some(SERVER_WRITE_TIMEOUT))?;
     let keep = stream.try_clone()?;
+    let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
+    lock(&inner.streams).insert(id, keep);
     let conn_inner = Arc::clone(inner);
-    let handle = thread::Builder::new()
+    let spawned = thread::Builder::new()
         .name(format!("sncl-store-r{rank}"))
         .stack_size(256 * 1024)
-        .spawn(move || serve_conn(&conn_inner, stream, peer, rank))?;
-    let mut conns = inner.conns.lock().unwrap_or_else(PoisonError::into_inner);
-    // Forget connections that already ended.
-    let mut i = 0;
-    while i < conns.len() {
-        if conns[i].1.is_finished() {
-            let (_, h) = conns.swap_remove(i);
-            let _ = h.join();
-        } else {
-            i += 1;
+        .spawn(move || {
+            serve_conn(&conn_inner, stream, peer, rank);
+            lock(&conn_inner.streams).remove(&id);
+        });
+    let handle = match spawned {
+        Ok(h) => h,
+        Err(e) => {
+            lock(&inner.streams).remove(&id);
+            return Err(e);
         }
-    }
-    conns.push((keep, handle));
+    };
+    let mut threads = lock(&inner.threads);
+    // Forget connections that already ended.
+    threads.retain(|h| !h.is_finished());
+    threads.push(handle);
     Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr, rank: u64) {
