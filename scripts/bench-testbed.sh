@@ -47,7 +47,7 @@
 #   TIMEOUT=900                testbed.sh --timeout for one run (seconds)
 #   DIR=target/bench-testbed   JSON, stdout/stderr and per-rank logs of every run
 #   OUT=$DIR/results.md        the markdown report
-#   BUILD=0                    1: run cargo build --release --bin commbench even if the
+#   BUILD=0                    1: run cargo build --release -p commbench even if the
 #                              binary exists
 #
 # Exit status: 0 when every target passes, 1 when some target fails (the table is
@@ -91,8 +91,8 @@ PYTHON=$(command -v python3) || die "python3 is needed to read the JSON results"
 COMMBENCH=target/release/commbench
 if [[ $BUILD == 1 || ! -x $COMMBENCH ]]; then
     command -v cargo >/dev/null || die "$COMMBENCH is missing and cargo is not installed"
-    note "# building commbench: cargo build --release --bin commbench"
-    cargo build --release --bin commbench >&2 || die "cargo build failed"
+    note "# building commbench: cargo build --release -p commbench"
+    cargo build --release -p commbench >&2 || die "cargo build failed"
 fi
 
 mkdir -p "$DIR" "$(dirname "$OUT")"

@@ -8,7 +8,7 @@
 # What it does:
 #   1. installs Open MPI from Debian if mpicc.openmpi is missing;
 #   2. builds bench/mpi_allreduce.c and bench/memcpy_bw.c into target/bench-vs-mpi/ and
-#      sncl's commbench (cargo build --release --bin commbench);
+#      sncl's commbench (cargo build --release -p commbench);
 #   3. runs REPS repetitions, interleaved (MPI, sncl, MPI, sncl, ...), of every configuration:
 #        shm2  2 ranks, shared memory     (Open MPI defaults: ob1 + vader)
 #        shm4  4 ranks, shared memory
@@ -140,12 +140,12 @@ if [[ $SKIP_SNCL != 1 ]]; then
     if [[ $SNCL_BUILD == 1 ]]; then
         [[ -x $HOME/.cargo/bin/cargo ]] && ! command -v cargo >/dev/null 2>&1 && PATH=$HOME/.cargo/bin:$PATH
         command -v cargo >/dev/null 2>&1 || die "cargo not found; install Rust or set SNCL_BUILD=0 with COMMBENCH pointing at a built commbench"
-        log "building commbench (cargo build --release --bin commbench)"
-        if ! (cd "$ROOT" && cargo build --release --bin commbench >&2); then
-            die "cargo build --release --bin commbench failed (see above); not benchmarking a stale or missing binary"
+        log "building commbench (cargo build --release -p commbench)"
+        if ! (cd "$ROOT" && cargo build --release -p commbench >&2); then
+            die "cargo build --release -p commbench failed (see above); not benchmarking a stale or missing binary"
         fi
     fi
-    [[ -x $COMMBENCH ]] || die "commbench binary not found at $COMMBENCH (build: cargo build --release --bin commbench)"
+    [[ -x $COMMBENCH ]] || die "commbench binary not found at $COMMBENCH (build: cargo build --release -p commbench)"
 fi
 
 # ---------------------------------------------------------------- helpers

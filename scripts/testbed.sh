@@ -218,8 +218,8 @@ if ((${#CMD[@]} > 0)) && [[ ${CMD[0]} == commbench ]]; then
     CMD[0]=$ROOT/target/release/commbench
     if [[ ! -x ${CMD[0]} ]]; then
         command -v cargo >/dev/null || die "target/release/commbench is missing and cargo is not installed"
-        note "# building commbench (cargo build --release --bin commbench)"
-        (cd "$ROOT" && cargo build --release --bin commbench) >&2 || die "cargo build failed"
+        note "# building commbench (cargo build --release -p commbench)"
+        (cd "$ROOT" && cargo build --release -p commbench) >&2 || die "cargo build failed"
     fi
 fi
 PYTHON=

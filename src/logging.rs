@@ -1,14 +1,16 @@
 //! `SNCL_DEBUG=WARN|INFO|TRACE` (like `NCCL_DEBUG`) sets the level of sncl's
 //! `tracing` output on stderr, unless the application installed its own
-//! subscriber.
+//! subscriber. Only with the `log-init` feature (on for the C ABI and
+//! commbench); without it sncl leaves logging to the application's own
+//! `tracing` subscriber.
 
-use std::sync::Once;
-
-static INIT: Once = Once::new();
+#[cfg(feature = "log-init")]
+static INIT: std::sync::Once = std::sync::Once::new();
 
 /// Installs a stderr subscriber at the level of `SNCL_DEBUG` (default WARN).
 /// Does nothing when a global subscriber already exists. Idempotent.
 pub fn init_logging() {
+    #[cfg(feature = "log-init")]
     INIT.call_once(|| {
         let level = match std::env::var("SNCL_DEBUG")
             .unwrap_or_default()

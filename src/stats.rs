@@ -88,26 +88,4 @@ impl Stats {
             busy_time: self.busy_time.saturating_sub(earlier.busy_time),
         }
     }
-
-    /// The counters as one JSON object.
-    pub fn to_json(&self) -> String {
-        let ops: serde_json::Map<String, serde_json::Value> = self
-            .ops_by_collective
-            .iter()
-            .map(|(c, n)| (c.clone(), serde_json::Value::from(*n)))
-            .collect();
-        serde_json::json!({
-            "rank": self.rank,
-            "ops": self.ops,
-            "ops_by_collective": ops,
-            "intra_sent": self.intra_sent,
-            "intra_received": self.intra_received,
-            "inter_sent": self.inter_sent,
-            "inter_received": self.inter_received,
-            "cross_tier_share": self.cross_tier_share(),
-            "wait_us": self.wait_time.as_secs_f64() * 1e6,
-            "busy_us": self.busy_time.as_secs_f64() * 1e6,
-        })
-        .to_string()
-    }
 }

@@ -272,7 +272,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                 "[\n{}\n]\n",
                 all_stats
                     .iter()
-                    .map(|s| s.to_json())
+                    .map(stats_json)
                     .collect::<Vec<_>>()
                     .join(",\n")
             );
@@ -411,6 +411,28 @@ fn json_row(
         "oop": t(oop),
         "ip": ip.map(t),
         "median_us": oop.median_us,
+    })
+    .to_string()
+}
+
+/// A rank's counters as one JSON object (`--stats-json`).
+fn stats_json(s: &sncl::Stats) -> String {
+    let ops: serde_json::Map<String, serde_json::Value> = s
+        .ops_by_collective
+        .iter()
+        .map(|(c, n)| (c.clone(), serde_json::Value::from(*n)))
+        .collect();
+    serde_json::json!({
+        "rank": s.rank,
+        "ops": s.ops,
+        "ops_by_collective": ops,
+        "intra_sent": s.intra_sent,
+        "intra_received": s.intra_received,
+        "inter_sent": s.inter_sent,
+        "inter_received": s.inter_received,
+        "cross_tier_share": s.cross_tier_share(),
+        "wait_us": s.wait_time.as_secs_f64() * 1e6,
+        "busy_us": s.busy_time.as_secs_f64() * 1e6,
     })
     .to_string()
 }

@@ -2,15 +2,34 @@
 //! starts `commbench` ranks and attacks them the way the review did (see
 //! docs/SECURITY.md). Tests that need root say so and skip otherwise.
 
-mod rank_kit;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use comm_core::bootstrap::{LaunchEnv, Store, TcpStore};
-use rank_kit::{free_port, job_secret};
+
+/// A port below the ephemeral range, spread by pid, free right now.
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..2000 {
+        let k = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
+        let port = 20_000 + (k % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
+}
+
+/// A fresh random job secret (32 hex digits).
+fn job_secret() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).unwrap();
+    hex(&b)
+}
 
 const COMMBENCH: &str = env!("CARGO_BIN_EXE_commbench");
 
