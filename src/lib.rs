@@ -10,6 +10,21 @@
 //! # Ok::<(), sncl::Error>(())
 //! ```
 
+// Every Rust block of the README and docs/ is compiled (and run unless
+// marked no_run) by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
+struct ArchitectureDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/PERF.md")]
+struct PerfDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/SECURITY.md")]
+struct SecurityDoctests;
+
 mod api;
 mod bucket;
 pub mod capi;
