@@ -58,6 +58,12 @@
 
 
 /**
+ * `snclRecvTagged`'s `peer` for "any rank" (sncl extension, as
+ * `MPI_ANY_SOURCE`).
+ */
+#define SNCL_ANY_SOURCE -1
+
+/**
  * Major version of this sncl (`SNCL_VERSION_CODE` = major × 10000 +
  * minor × 100 + patch, as NCCL computes it since 2.9).
  */
@@ -892,6 +898,49 @@ snclResult_t snclStreamQuery(snclStream_t stream);
  * `stream` is a live stream handle.
  */
 snclResult_t snclStreamDestroy(snclStream_t stream);
+
+/**
+ * Sends `count` elements of `sendbuff` to rank `peer` as one message with
+ * `tag` (sncl extension). The peer receives it with `snclRecvTagged` and
+ * the same tag, naming this rank or `SNCL_ANY_SOURCE`; messages with
+ * different tags never match each other, and messages with one tag are
+ * received in the order they were sent. `stream` must be NULL: the call
+ * returns once the message is handed over (it may wait for the receiver to
+ * make room). A send to the rank itself completes at once.
+ *
+ * # Safety
+ * `sendbuff` holds `count` elements; `comm` is a live handle.
+ */
+snclResult_t snclSendTagged(const void *sendbuff,
+                            size_t count,
+                            snclDataType_t datatype,
+                            int peer,
+                            int tag,
+                            snclComm_t comm,
+                            snclStream_t stream);
+
+/**
+ * Receives one message with `tag` into `recvbuff` (`count` elements, the
+ * message's exact size) from rank `peer`, or from any rank (this one
+ * included) with `peer == SNCL_ANY_SOURCE`: the first message with that
+ * tag to arrive. `*source` (when not NULL) receives the sender's rank.
+ * `stream` must be NULL. No progress for the communicator's timeout is
+ * `snclTimeout` (`snclGetLastError` starts "Timed out" and names the tag
+ * and the ranks waited on); a message of another size is
+ * `snclInvalidArgument`.
+ *
+ * # Safety
+ * `recvbuff` holds `count` elements; `source` is NULL or writable; `comm`
+ * is a live handle.
+ */
+snclResult_t snclRecvTagged(void *recvbuff,
+                            size_t count,
+                            snclDataType_t datatype,
+                            int peer,
+                            int tag,
+                            snclComm_t comm,
+                            snclStream_t stream,
+                            int *source);
 
 #ifdef __cplusplus
 }  // extern "C"

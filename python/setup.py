@@ -40,7 +40,7 @@ for f, hint in ((STATIC, "run `cargo build --release` or set SNCL_LIB_DIR"),
 
 ext = CppExtension(
     name="sncl_torch._C",
-    sources=["csrc/sncl_backend.cpp"],
+    sources=["csrc/sncl_backend.cpp", "csrc/sncl_extras.cpp"],
     include_dirs=[str(INC_DIR)],
     depends=[str(STATIC), str(HEADER), "csrc/sncl_backend.hpp"],
     extra_objects=[str(STATIC)],

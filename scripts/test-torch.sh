@@ -5,7 +5,7 @@
 # each step is skipped when already done.
 #
 #   scripts/test-torch.sh            # everything
-#   scripts/test-torch.sh ops ddp    # only these tests (ops ddp fsdp hook world1 exit)
+#   scripts/test-torch.sh ops ddp    # only these tests (ops ddp fsdp hook world1 exit gloo_parity)
 #   scripts/test-torch.sh --setup-only   # stop once the backend is installed
 #
 # Environment:
@@ -35,7 +35,7 @@ if [ "${1:-}" = "--setup-only" ]; then
 fi
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
-    TESTS=(ops ddp fsdp hook world1 exit)
+    TESTS=(ops ddp fsdp hook world1 exit gloo_parity)
 fi
 SKIP=77
 
@@ -122,15 +122,17 @@ if [ $SETUP_ONLY -eq 1 ]; then
 fi
 
 # ---------------------------------------------------------------- the tests
-TORCHRUN=$TORCH_VENV/bin/torchrun
+# torchrun through the venv's interpreter (a copied venv's bin/torchrun may
+# name another interpreter in its shebang).
+TORCHRUN=("$VPY" -m torch.distributed.run)
 LOGDIR=$TARGET_DIR/test-torch
 mkdir -p "$LOGDIR"
-declare -A NP=([ops]=$NPROC [ddp]=$NPROC [fsdp]=$NPROC [hook]=$NPROC [world1]=1 [exit]=$NPROC)
-declare -A LIMIT=([ops]=300 [ddp]=240 [fsdp]=240 [hook]=240 [world1]=120 [exit]=120)
+declare -A NP=([ops]=$NPROC [ddp]=$NPROC [fsdp]=$NPROC [hook]=$NPROC [world1]=1 [exit]=$NPROC [gloo_parity]=4)
+declare -A LIMIT=([ops]=300 [ddp]=240 [fsdp]=240 [hook]=240 [world1]=120 [exit]=120 [gloo_parity]=240)
 declare -a SUMMARY=()
 failed=0
 for t in "${TESTS[@]}"; do
-    [ -n "${NP[$t]:-}" ] || die "unknown test '$t' (ops ddp fsdp hook world1 exit)"
+    [ -n "${NP[$t]:-}" ] || die "unknown test '$t' (ops ddp fsdp hook world1 exit gloo_parity)"
     script=$ROOT/python/tests/test_$t.py
     log=$LOGDIR/$t.log
     step "test_$t: torchrun --standalone --nproc_per_node ${NP[$t]} (log: $log)"
@@ -139,7 +141,7 @@ for t in "${TESTS[@]}"; do
     # OMP_NUM_THREADS: torchrun's default, stated to keep it quiet.
     OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore::FutureWarning \
         timeout --kill-after=10 "${LIMIT[$t]}" \
-        "$TORCHRUN" --standalone --nproc_per_node "${NP[$t]}" "$script" >"$log" 2>&1
+        "${TORCHRUN[@]}" --standalone --nproc_per_node "${NP[$t]}" "$script" >"$log" 2>&1
     rc=$?
     set -e
     secs=$(( $(date +%s) - start ))

@@ -17,6 +17,8 @@ use comm_core::tune::{self, LinkCost, Shape};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Config, DataType, Error, ReduceOp, Result};
 
+mod tagged;
+
 /// Variable counts of all_gatherv / alltoallv, in elements.
 /// all_gatherv uses only the receive side.
 #[derive(Clone, Debug, Default)]
@@ -112,6 +114,8 @@ pub(crate) struct State {
     traffic: exec::Traffic,
     ops: HashMap<Collective, u64>,
     busy: std::time::Duration,
+    /// Tagged messages that arrived before a receive asked for them.
+    mailbox: tagged::Mailbox,
 }
 
 /// Ticket-based ordering: operations run in the order they took a ticket.
@@ -262,6 +266,7 @@ impl Inner {
                 traffic: exec::Traffic::default(),
                 ops: HashMap::new(),
                 busy: std::time::Duration::ZERO,
+                mailbox: tagged::Mailbox::default(),
             }),
             order: Order::new(),
             store: p.store,
@@ -448,7 +453,7 @@ impl Inner {
                     extent(&v.recv_counts, &v.recv_displs),
                 )
             }
-            Collective::SendRecv | Collective::Barrier => (0, 0),
+            Collective::SendRecv | Collective::Barrier | Collective::Tagged => (0, 0),
         }
     }
 
@@ -715,29 +720,35 @@ impl Inner {
         );
         st.busy += started.elapsed();
         if let Err(e) = &result {
-            tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
-            // A dead peer is named; a timeout does not prove the awaited peer
-            // is the culprit (it may wait on another), so it names nobody;
-            // anything else (mismatch, local abort) started on this rank.
-            let cause = match e {
-                Error::Timeout { .. } => None,
-                // Passed on from a peer: keep its verdict (possibly none).
-                Error::PeerFailed {
-                    source: comm_core::transport::TransportError::PeerAborted { .. },
-                    ..
-                } => e.failed_rank(),
-                _ => e.failed_rank().or(Some(self.rank)),
-            };
-            st.aborted = Some(e.to_string());
-            self.abort_reason
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| e.to_string());
-            for c in st.conns.iter_mut().flatten() {
-                c.abort(cause);
-            }
+            self.fail(st, e);
         }
         result
+    }
+
+    /// After a failed operation: logs it and aborts every connection, so
+    /// every peer fails fast and names the rank blamed.
+    fn fail(&self, st: &mut State, e: &Error) {
+        tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
+        // A dead peer is named; a timeout does not prove the awaited peer
+        // is the culprit (it may wait on another), so it names nobody;
+        // anything else (mismatch, local abort) started on this rank.
+        let cause = match e {
+            Error::Timeout { .. } => None,
+            // Passed on from a peer: keep its verdict (possibly none).
+            Error::PeerFailed {
+                source: comm_core::transport::TransportError::PeerAborted { .. },
+                ..
+            } => e.failed_rank(),
+            _ => e.failed_rank().or(Some(self.rank)),
+        };
+        st.aborted = Some(e.to_string());
+        self.abort_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| e.to_string());
+        for c in st.conns.iter_mut().flatten() {
+            c.abort(cause);
+        }
     }
 
     /// Per-tier accounting since the communicator was created.

@@ -24,7 +24,9 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
     /// No progress from the peers an operation waits on within the deadline.
-    #[error("rank {rank}: {op} (seq {seq}) made no progress for {timeout_ms} ms; waiting on peer rank(s) {waiting_on:?}")]
+    /// The text starts "Timed out" (as gloo's and NCCL's timeouts do), so
+    /// code that recognises those by wording recognises this one.
+    #[error("Timed out: rank {rank}: {op} (seq {seq}) made no progress for {timeout_ms} ms (the communicator's timeout); waiting on peer rank(s) {waiting_on:?}")]
     Timeout {
         /// Reporting rank.
         rank: usize,

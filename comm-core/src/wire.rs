@@ -32,6 +32,10 @@ pub enum Collective {
     AllGatherV = 11,
     /// alltoallv (variable counts)
     AllToAllV = 12,
+    /// a tagged point-to-point message (sncl extension: `root` carries the
+    /// tag, `count` the message's bytes; matched by tag, see the root
+    /// crate's `comm::tagged`)
+    Tagged = 13,
 }
 
 impl Collective {
@@ -50,11 +54,12 @@ impl Collective {
             Collective::Barrier => "barrier",
             Collective::AllGatherV => "all_gatherv",
             Collective::AllToAllV => "alltoallv",
+            Collective::Tagged => "tagged",
         }
     }
 
     /// Every collective.
-    pub const ALL: [Collective; 12] = [
+    pub const ALL: [Collective; 13] = [
         Collective::AllReduce,
         Collective::ReduceScatter,
         Collective::AllGather,
@@ -67,6 +72,7 @@ impl Collective {
         Collective::Barrier,
         Collective::AllGatherV,
         Collective::AllToAllV,
+        Collective::Tagged,
     ];
 
     /// Parses commbench's name.
@@ -114,6 +120,9 @@ pub struct Fingerprint {
 
 impl std::fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.collective == Collective::Tagged {
+            return write!(f, "tagged(tag={}, bytes={})", self.root, self.count);
+        }
         write!(
             f,
             "{}(dtype={}, op={}, count={}, root={})",

@@ -306,8 +306,10 @@ WorkSncl::WorkSncl(
     int rank,
     c10d::OpType opType,
     std::vector<at::Tensor> outputs,
-    uint64_t seq)
-    : Work(rank, opType),
+    uint64_t seq,
+    const char* profilingTitle,
+    const std::optional<std::vector<at::Tensor>>& inputs)
+    : Work(rank, opType, profilingTitle, inputs),
       outputs_(std::move(outputs)),
       seq_(seq),
       future_(c10::make_intrusive<c10::ivalue::Future>(
@@ -323,6 +325,13 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkSncl::getFuture() {
 
 uint64_t WorkSncl::getSequencenumber() const {
   return seq_;
+}
+
+int WorkSncl::sourceRank() const {
+  TORCH_CHECK(
+      srcBox_ != nullptr,
+      "sncl: sourceRank() is only available on a receive from any source");
+  return srcBox_->load();
 }
 
 void WorkSncl::addOutputs(const std::vector<at::Tensor>& outs) {
@@ -423,6 +432,19 @@ void ProcessGroupSncl::check(snclResult_t r, const char* what) const {
       snclGetErrorString(r),
       (detail && *detail) ? ": " : "",
       (detail && *detail) ? detail : "");
+  if (r == snclTimeout) {
+    // "Timed out" first, as gloo's and NCCL's timeouts read; sncl's
+    // detail names the operation, the timeout and the ranks waited on.
+    msg = c10::str(
+        "sncl: Timed out: ",
+        what,
+        " on rank ",
+        rank_,
+        " (process group timeout ",
+        timeout_.count(),
+        " ms): ",
+        (detail && *detail) ? detail : "no detail");
+  }
   C10_THROW_ERROR(DistBackendError, msg);
 }
 
@@ -448,7 +470,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
     c10d::OpType type,
     std::vector<Step> steps,
     std::vector<at::Tensor> outputs,
-    bool asyncOp) {
+    bool asyncOp,
+    std::optional<std::vector<at::Tensor>> inputs,
+    const char* title) {
+  if (!inputs) {
+    inputs = outputs;
+  }
   if (coalescing_) {
     for (auto& s : steps) {
       coalesced_.steps.push_back(std::move(s));
@@ -461,8 +488,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
   {
     std::lock_guard<std::mutex> g(mu_);
     TORCH_CHECK(!closed_, "sncl: the process group has been shut down");
+    const char* name = title ? title : profilingTitle(type);
+    recordParamComms(seq_ + 1, name, *inputs, outputs);
     work = c10::make_intrusive<WorkSncl>(
-        rank_, type, std::move(outputs), ++seq_);
+        rank_, type, std::move(outputs), ++seq_, name, inputs);
     if (!asyncOp && !busy_ && queue_.empty() && !inlineDisabled_) {
       busy_ = true; // the worker waits until this call is done
       runHere = true;
@@ -496,7 +525,11 @@ void ProcessGroupSncl::startCoalescing() {
       {},
       true,
       c10::make_intrusive<WorkSncl>(
-          rank_, c10d::OpType::COALESCED, std::vector<at::Tensor>{}, seq)};
+          rank_,
+          c10d::OpType::COALESCED,
+          std::vector<at::Tensor>{},
+          seq,
+          profilingTitle(c10d::OpType::COALESCED))};
   coalescing_ = true;
 }
 
@@ -818,6 +851,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduce(
     const c10d::AllreduceOptions& opts) {
   at::NoGradGuard noGrad;
   TORCH_CHECK(!tensors.empty(), "sncl: allreduce of no tensors");
+  if (tensors[0].defined() && tensors[0].is_sparse()) {
+    return allreduce_sparse(tensors, opts);
+  }
   TORCH_CHECK(
       !opts.sparseIndices.has_value(),
       "sncl: sparse allreduce is not supported");
@@ -1578,7 +1614,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
     std::vector<at::Tensor>& tensors,
     int dstRank,
-    int /*tag*/) {
+    int tag) {
   at::NoGradGuard noGrad;
   TORCH_CHECK(tensors.size() == 1, "sncl: send takes one tensor");
   TORCH_CHECK(
@@ -1589,12 +1625,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
   checkCpu(tensors[0], "send tensor");
   at::Tensor in = tensors[0].contiguous();
   Step st;
-  st.issue = [this, in, dstRank] {
-    check(
-        snclSend(
-            ptrOf(in), nbytesOf(in), snclUint8, dstRank, comm_, nullptr),
-        "snclSend");
-  };
+  // Outside batch_isend_irecv, messages carry their tag (snclSendTagged),
+  // so receives match by tag and may come from any source; inside it the
+  // group's sends and receives pair up in order (snclSend / snclRecv).
+  if (coalescing_) {
+    st.issue = [this, in, dstRank] {
+      check(
+          snclSend(
+              ptrOf(in), nbytesOf(in), snclUint8, dstRank, comm_, nullptr),
+          "snclSend");
+    };
+  } else {
+    st.issue = [this, in, dstRank, tag] {
+      check(
+          snclSendTagged(
+              ptrOf(in), nbytesOf(in), snclUint8, dstRank, tag, comm_, nullptr),
+          "snclSendTagged");
+    };
+  }
   std::vector<Step> steps;
   steps.push_back(std::move(st));
   return submit(c10d::OpType::SEND, std::move(steps), tensors);
@@ -1603,7 +1651,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
     std::vector<at::Tensor>& tensors,
     int srcRank,
-    int /*tag*/) {
+    int tag) {
   at::NoGradGuard noGrad;
   TORCH_CHECK(tensors.size() == 1, "sncl: recv takes one tensor");
   TORCH_CHECK(
@@ -1614,12 +1662,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
   checkCpu(tensors[0], "recv tensor");
   Staged out = stageOut(tensors[0]);
   Step st;
-  st.issue = [this, buf = out.buf, srcRank] {
-    check(
-        snclRecv(
-            ptrOf(buf), nbytesOf(buf), snclUint8, srcRank, comm_, nullptr),
-        "snclRecv");
-  };
+  if (coalescing_) {
+    st.issue = [this, buf = out.buf, srcRank] {
+      check(
+          snclRecv(
+              ptrOf(buf), nbytesOf(buf), snclUint8, srcRank, comm_, nullptr),
+          "snclRecv");
+    };
+  } else {
+    st.issue = [this, buf = out.buf, srcRank, tag] {
+      check(
+          snclRecvTagged(
+              ptrOf(buf),
+              nbytesOf(buf),
+              snclUint8,
+              srcRank,
+              tag,
+              comm_,
+              nullptr,
+              nullptr),
+          "snclRecvTagged");
+    };
+  }
   if (out.copyBack) {
     st.post = [out] { out.writeBack(); };
   }
@@ -1661,7 +1725,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
   };
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::ALLREDUCE, std::move(steps), {tensor});
+  return submit(
+      c10d::OpType::ALLREDUCE,
+      std::move(steps),
+      {tensor},
+      true,
+      std::nullopt,
+      "sncl:all_reduce_compressed");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::barrier(

@@ -47,15 +47,24 @@ struct Step {
 
 class WorkSncl : public c10d::Work {
  public:
+  // profilingTitle ("sncl:<op>", a static string) and inputs: c10d's
+  // profiler event, recorded from construction (enqueue) to completion.
   WorkSncl(
       int rank,
       c10d::OpType opType,
       std::vector<at::Tensor> outputs,
-      uint64_t seq);
+      uint64_t seq,
+      const char* profilingTitle = nullptr,
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
 
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
+  // The sender of a receive from any source (recv / irecv without src).
+  int sourceRank() const override;
+  void setSourceBox(std::shared_ptr<std::atomic<int>> box) {
+    srcBox_ = std::move(box);
+  }
 
   // Adds outputs (coalesced works collect those of all their operations).
   void addOutputs(const std::vector<at::Tensor>& outs);
@@ -67,6 +76,7 @@ class WorkSncl : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   uint64_t seq_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<std::atomic<int>> srcBox_;
 };
 
 class ProcessGroupSncl : public c10d::Backend {
@@ -205,6 +215,24 @@ class ProcessGroupSncl : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
+  // sncl_extras.cpp: what gloo users rely on.
+  // Receives one message with `tag` from any rank (snclRecvTagged with
+  // SNCL_ANY_SOURCE); Work::sourceRank tells which.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors,
+      int tag) override;
+  // c10d's monitored barrier over the group's store: rank 0 waits for every
+  // rank's arrival within the timeout and names the ranks that did not
+  // arrive (all with waitAllRanks); the others wait for rank 0's release.
+  void monitoredBarrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions(),
+      bool waitAllRanks = false) override;
+  // Sparse COO all-reduce (sum), as gloo: indices and values gathered from
+  // every rank, summed in rank order, coalesced.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+
   // sncl extension: in-place compressed all-reduce (snclAllReduceCompressed)
   // of a contiguous float32 CPU tensor, sum or average, with a codec spec
   // ("int8", "fp16", "bf16", "topk:0.01", ...). Runs on the worker like the
@@ -232,12 +260,23 @@ class ProcessGroupSncl : public c10d::Backend {
   // A synchronous call (asyncOp false: the caller waits at once) runs on
   // the calling thread when the worker is idle and nothing is queued,
   // which saves two thread hand-offs per operation.
+  // `inputs` (default: the outputs) give the profiler event its shapes;
+  // `title` overrides the "sncl:<op>" name derived from `type`.
   c10::intrusive_ptr<c10d::Work> submit(
       c10d::OpType type,
       std::vector<Step> steps,
       std::vector<at::Tensor> outputs,
-      bool asyncOp = true);
+      bool asyncOp = true,
+      std::optional<std::vector<at::Tensor>> inputs = std::nullopt,
+      const char* title = nullptr);
   void workerLoop();
+  // The communication parameters torch's traces record (record_param_comms,
+  // as ProcessGroupGloo does), for an operation about to be queued.
+  void recordParamComms(
+      uint64_t seq,
+      const char* name,
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>& outputs);
   // Runs a task's steps; returns its error (the caller completes the work).
   std::exception_ptr runTask(Task& task);
   void stopWorker(bool drain);
@@ -274,7 +313,13 @@ class ProcessGroupSncl : public c10d::Backend {
   Task coalesced_;
 
   uint64_t seq_ = 0;
+  uint64_t monitoredSeq_ = 0; // monitored barriers so far (same on all ranks)
 };
+
+// "sncl:<op>" for an operation type (static strings, for the profiler).
+const char* profilingTitle(c10d::OpType type);
+// Throws DistBackendError with `msg`.
+[[noreturn]] void throwDistBackendError(const std::string& msg);
 
 // The factory Python calls (through sncl_torch._create_backend).
 c10::intrusive_ptr<c10d::Backend> createProcessGroupSncl(

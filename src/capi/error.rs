@@ -152,7 +152,7 @@ pub(crate) fn error_string(code: i32) -> &'static CStr {
         5 => c"invalid usage (snclGetLastError has the details)",
         6 => c"remote process exited or there was a network error",
         7 => c"sncl operation in progress",
-        8 => c"operation timed out: a peer made no progress (snclGetLastError has the details)",
+        8 => c"Timed out: a peer made no progress within the communicator's timeout (snclGetLastError has the details)",
         _ => c"unknown result code",
     }
 }

@@ -35,7 +35,9 @@
 //!   float types are rejected.
 //! * Both scalar residences are host pointers; `snclCommInitAll` ignores
 //!   `devlist`.
-//! * Extensions: `snclAllGatherV`, `snclAlltoAllV`, `snclBarrier`,
+//! * Extensions: `snclSendTagged` / `snclRecvTagged` (tags, and
+//!   `SNCL_ANY_SOURCE`; NULL stream, outside groups), `snclAllGatherV`,
+//!   `snclAlltoAllV`, `snclBarrier`,
 //!   `snclConfig_t::timeoutMs`, and the unique id rules of
 //!   `snclGetUniqueId` (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same
 //!   id).
@@ -56,10 +58,12 @@ mod error;
 mod exec;
 mod premul;
 mod stream;
+mod tagged;
 mod types;
 mod uid;
 
 pub use api::*;
+pub use tagged::*;
 pub use types::*;
 
 #[cfg(test)]

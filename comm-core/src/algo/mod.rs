@@ -79,7 +79,10 @@ impl Algorithm {
             Collective::AllGatherV => &[Ring, FlatRing],
             Collective::Broadcast | Collective::Reduce => &[Tree, Ring, Hier],
             Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
-            Collective::Gather | Collective::Scatter | Collective::SendRecv => &[Pairwise],
+            Collective::Gather
+            | Collective::Scatter
+            | Collective::SendRecv
+            | Collective::Tagged => &[Pairwise],
             Collective::Barrier => &[Rd],
         }
     }

@@ -1,0 +1,660 @@
+//! Tagged point-to-point messages and receives from any source (an sncl
+//! extension: NCCL has neither; gloo and MPI have both).
+//!
+//! # Design
+//!
+//! A tagged message travels on the ordinary connection to its receiver as
+//! pieces whose header names the collective `Tagged`, with the tag in the
+//! fingerprint's `root` and the message's byte count in its `count` (a
+//! message of 0 bytes is one empty piece). A send runs whole under the
+//! communicator's lock, in stream order like any operation, so a message's
+//! pieces are contiguous on its connection.
+//!
+//! The receiver keeps a *mailbox* per communicator: messages that arrived
+//! before a receive asked for them, in arrival order (by first piece), and
+//! per peer the message whose pieces are arriving. A receive for (sources,
+//! tag) first takes the earliest parked message from one of the sources
+//! with that tag; otherwise it polls the sources' connections: the first
+//! new message that matches is written straight into the receive's buffer
+//! (no copy through the mailbox), any other tagged message is parked. A
+//! piece that is not tagged (the peer has gone on to a collective) is left
+//! where it is, and that connection is not read further by this receive.
+//! Messages from one peer with one tag are received in the order they were
+//! sent (MPI's non-overtaking rule); messages with different tags never
+//! match each other.
+//!
+//! A send that finds no room waits, and while it waits it parks the tagged
+//! messages its peer sends it, so two ranks that send each other large
+//! messages before receiving do not deadlock. A send to the rank itself is
+//! parked at once (it completes without a receive).
+//!
+//! Normal point-to-point (`send` / `recv` / `group`) and collectives keep
+//! their paths unchanged: nothing here runs unless a tagged call is made.
+//! The one rule to keep: a tagged message must be received before a
+//! collective (or untagged transfer) that reads the same connection after
+//! it; otherwise that operation reports a mismatch naming the peer's
+//! `tagged(...)` piece.
+//!
+//! Every wait has a deadline: the communicator's timeout, counted from the
+//! last progress, with a liveness probe of the awaited peers every 100 ms.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use comm_core::transport::Connection;
+use comm_core::wire::{Collective, Fingerprint, PieceHeader};
+use comm_core::{DataType, Error, ReduceOp, Result};
+
+use super::{Inner, State};
+
+/// A message that arrived (or is arriving) before a receive asked for it.
+struct Parked {
+    id: u64,
+    peer: usize,
+    tag: i32,
+    total: usize,
+    data: Vec<u8>,
+}
+
+impl Parked {
+    fn complete(&self) -> bool {
+        self.data.len() == self.total
+    }
+}
+
+/// Where the pieces of the message arriving from one peer go.
+#[derive(Clone, Copy, Debug)]
+enum Arriving {
+    /// Into the parked message with this id.
+    Parked(u64),
+    /// Into the running receive's buffer.
+    Direct,
+}
+
+/// Tagged messages that arrived before a receive asked for them.
+#[derive(Default)]
+pub(crate) struct Mailbox {
+    parked: VecDeque<Parked>,
+    arriving: Vec<Option<Arriving>>,
+    next_id: u64,
+}
+
+/// The receive being served: its buffer, whom it accepts, how far it is.
+struct Target<'b> {
+    buf: &'b mut [u8],
+    tag: i32,
+    src: Option<usize>,
+    matched: Option<usize>,
+    done: usize,
+}
+
+impl Target<'_> {
+    fn accepts(&self, peer: usize, tag: i32) -> bool {
+        tag == self.tag && self.src.is_none_or(|s| s == peer)
+    }
+
+    fn finished(&self) -> bool {
+        self.matched.is_some() && self.done == self.buf.len()
+    }
+}
+
+fn fingerprint(tag: i32, bytes: usize) -> Fingerprint {
+    Fingerprint {
+        collective: Collective::Tagged,
+        dtype: DataType::Uint8,
+        op: ReduceOp::Sum,
+        root: tag,
+        count: bytes as u64,
+    }
+}
+
+/// Backs off while nothing moves: spin, then yield, then short sleeps.
+struct Backoff {
+    rounds: u32,
+    last_progress: Instant,
+    last_probe: Instant,
+}
+
+impl Backoff {
+    fn new() -> Backoff {
+        let now = Instant::now();
+        Backoff {
+            rounds: 0,
+            last_progress: now,
+            last_probe: now,
+        }
+    }
+
+    fn progressed(&mut self) {
+        if self.rounds > 0 {
+            self.last_progress = Instant::now();
+        }
+        self.rounds = 0;
+    }
+
+    /// Waits a little; returns how long nothing has moved.
+    fn idle(&mut self, spin: Duration) -> Duration {
+        self.rounds = self.rounds.saturating_add(1);
+        let waited = self.last_progress.elapsed();
+        if waited < spin {
+            std::hint::spin_loop();
+        } else if waited < spin + Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else if waited < Duration::from_millis(20) {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        waited
+    }
+
+    /// True every 100 ms of waiting: time to probe the peers.
+    fn probe_due(&mut self) -> bool {
+        if self.last_probe.elapsed() >= Duration::from_millis(100) {
+            self.last_probe = Instant::now();
+            return true;
+        }
+        false
+    }
+}
+
+impl Mailbox {
+    /// Index of the earliest parked message from `src` (any: None) with
+    /// `tag`, complete or not.
+    fn first_match(&self, src: Option<usize>, tag: i32) -> Option<usize> {
+        self.parked
+            .iter()
+            .position(|m| m.tag == tag && src.is_none_or(|s| s == m.peer))
+    }
+
+    fn park(&mut self, peer: usize, tag: i32, total: usize, data: Vec<u8>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.parked.push_back(Parked {
+            id,
+            peer,
+            tag,
+            total,
+            data,
+        });
+        id
+    }
+
+    /// Takes one arrived piece of a tagged message from `peer`.
+    fn accept(
+        &mut self,
+        me: usize,
+        peer: usize,
+        h: &PieceHeader,
+        data: &[u8],
+        target: &mut Option<Target<'_>>,
+    ) -> Result<()> {
+        let tag = h.fingerprint.root;
+        let total = h.fingerprint.count as usize;
+        let corrupt = |detail: String| Error::Transport {
+            rank: me,
+            source: comm_core::transport::TransportError::Corrupt { peer, detail },
+        };
+        if self.arriving.len() <= peer {
+            self.arriving.resize(peer + 1, None);
+        }
+        let dest = match self.arriving[peer] {
+            Some(d) => d,
+            None => {
+                let direct = target.as_ref().is_some_and(|t| {
+                    t.matched.is_none()
+                        && t.accepts(peer, tag)
+                        && self.first_match(t.src, t.tag).is_none()
+                });
+                if direct {
+                    let t = target.as_mut().expect("checked above");
+                    if total != t.buf.len() {
+                        return Err(Error::InvalidArgument {
+                            rank: me,
+                            op: "recv_tagged",
+                            detail: format!(
+                                "peer rank {peer} sent {total} bytes with tag {tag}, the receive \
+                                 expects {} bytes (sizes must match)",
+                                t.buf.len()
+                            ),
+                        });
+                    }
+                    t.matched = Some(peer);
+                    Arriving::Direct
+                } else {
+                    let cap = total.min(1 << 20);
+                    Arriving::Parked(self.park(peer, tag, total, Vec::with_capacity(cap)))
+                }
+            }
+        };
+        let (done, want_tag, want_total) = match dest {
+            Arriving::Direct => {
+                let t = target.as_ref().ok_or_else(|| {
+                    corrupt("a directly received message outlived its receive".into())
+                })?;
+                (t.done, t.tag, t.buf.len())
+            }
+            Arriving::Parked(id) => {
+                let m =
+                    self.parked.iter().find(|m| m.id == id).ok_or_else(|| {
+                        corrupt("a parked message vanished while arriving".into())
+                    })?;
+                (m.data.len(), m.tag, m.total)
+            }
+        };
+        if tag != want_tag || total != want_total || done + data.len() > total {
+            return Err(corrupt(format!(
+                "piece of {} bytes (tag {tag}, message of {total} bytes) in the middle of a \
+                 message with tag {want_tag} of {want_total} bytes at byte {done}",
+                data.len()
+            )));
+        }
+        let end = done + data.len();
+        match dest {
+            Arriving::Direct => {
+                let t = target.as_mut().expect("checked above");
+                t.buf[done..end].copy_from_slice(data);
+                t.done = end;
+            }
+            Arriving::Parked(id) => {
+                let m = self
+                    .parked
+                    .iter_mut()
+                    .find(|m| m.id == id)
+                    .expect("checked above");
+                m.data.extend_from_slice(data);
+            }
+        }
+        self.arriving[peer] = (end < total).then_some(dest);
+        Ok(())
+    }
+
+    /// Reads every arrived tagged piece from `conn`; stops at a piece that
+    /// is not tagged (left in place). Returns whether anything moved.
+    fn pump(
+        &mut self,
+        me: usize,
+        comm_id: u64,
+        conn: &mut dyn Connection,
+        target: &mut Option<Target<'_>>,
+    ) -> Result<bool> {
+        let peer = conn.peer();
+        let mut moved = false;
+        loop {
+            let mut foreign = None;
+            let r = conn.try_recv(&mut |h: &PieceHeader, data: &[u8]| {
+                if h.comm_id != comm_id {
+                    return Err(Error::CommMismatch {
+                        rank: me,
+                        peer,
+                        seq: 0,
+                        op: fingerprint(target.as_ref().map_or(0, |t| t.tag), 0),
+                        ours: comm_id,
+                        theirs: h.comm_id,
+                        their_seq: h.seq,
+                    });
+                }
+                if h.fingerprint.collective != Collective::Tagged {
+                    foreign = Some(h.fingerprint);
+                    // Not ours: an error leaves the piece in the transport.
+                    return Err(Error::Config(String::new()));
+                }
+                self.accept(me, peer, h, data, target)
+            });
+            match r {
+                Ok(true) => moved = true,
+                Ok(false) => return Ok(moved),
+                Err(_) if foreign.is_some() => {
+                    let theirs = foreign.expect("checked");
+                    if self.arriving.get(peer).copied().flatten().is_some() {
+                        return Err(Error::Mismatch {
+                            rank: me,
+                            peer,
+                            seq: 0,
+                            ours: fingerprint(-1, 0),
+                            their_seq: 0,
+                            theirs,
+                        });
+                    }
+                    return Ok(moved);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn tagged_turn<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        let t = self.ticket();
+        self.order.wait_turn(t);
+        let r = {
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            match &st.aborted {
+                Some(reason) => Err(Error::Aborted {
+                    rank: self.rank,
+                    reason: Some(reason.clone()),
+                }),
+                None => {
+                    let r = f(st);
+                    if let Err(e) = &r {
+                        if !matches!(e, Error::InvalidArgument { .. }) {
+                            self.fail(st, e);
+                        }
+                    }
+                    r
+                }
+            }
+        };
+        self.order.finish();
+        r
+    }
+
+    fn timed_out(&self, fp: Fingerprint, waiting_on: Vec<usize>) -> Error {
+        Error::Timeout {
+            rank: self.rank,
+            op: fp,
+            seq: 0,
+            waiting_on,
+            timeout_ms: self.config.timeout.as_millis() as u64,
+        }
+    }
+
+    fn interrupted(&self, fp: Fingerprint) -> Option<Error> {
+        self.abort_flag
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| Error::Aborted {
+                rank: self.rank,
+                reason: Some(format!("{fp} interrupted by abort")),
+            })
+    }
+
+    /// Sends `data` to `peer` as one message with `tag`, in stream order.
+    pub(crate) fn send_tagged(&self, data: &[u8], peer: usize, tag: i32) -> Result<()> {
+        if peer >= self.nranks {
+            return Err(Error::InvalidArgument {
+                rank: self.rank,
+                op: "send_tagged",
+                detail: format!("peer rank {peer} out of range (size {})", self.nranks),
+            });
+        }
+        self.tagged_turn(|st| {
+            *st.ops.entry(Collective::Tagged).or_insert(0) += 1;
+            if peer == self.rank {
+                st.mailbox.park(peer, tag, data.len(), data.to_vec());
+                return Ok(());
+            }
+            let fp = fingerprint(tag, data.len());
+            let (me, comm_id) = (self.rank, self.comm_id);
+            let State {
+                conns,
+                mailbox,
+                traffic,
+                ..
+            } = st;
+            let conn = conns
+                .get_mut(peer)
+                .and_then(|c| c.as_deref_mut())
+                .ok_or_else(|| Error::InvalidArgument {
+                    rank: me,
+                    op: "send_tagged",
+                    detail: format!("no connection to rank {peer}"),
+                })?;
+            let max = conn.max_piece().max(1);
+            let failed = |source| Error::PeerFailed {
+                rank: me,
+                op: fp,
+                seq: 0,
+                failed_rank: Some(peer),
+                source,
+            };
+            let mut off = 0;
+            let mut first = true;
+            let mut backoff = Backoff::new();
+            while first || off < data.len() {
+                let n = max.min(data.len() - off);
+                let h = PieceHeader {
+                    comm_id,
+                    seq: 0,
+                    fingerprint: fp,
+                    len: n as u32,
+                };
+                if conn.try_send(&h, &data[off..off + n]).map_err(failed)? {
+                    off += n;
+                    first = false;
+                    backoff.progressed();
+                    continue;
+                }
+                // No room: take what the peer sends us meanwhile.
+                let moved = mailbox
+                    .pump(me, comm_id, conn, &mut None)
+                    .map_err(|e| self.in_tagged(fp, e))?;
+                conn.flush().map_err(failed)?;
+                if moved {
+                    backoff.progressed();
+                } else if self.wait_once(&mut backoff, fp, &[peer])? {
+                    self.probe(fp, conn)?;
+                }
+            }
+            // Push out what the transport buffered (TCP).
+            let mut backoff = Backoff::new();
+            while !conn.flush().map_err(failed)? {
+                if mailbox
+                    .pump(me, comm_id, conn, &mut None)
+                    .map_err(|e| self.in_tagged(fp, e))?
+                {
+                    backoff.progressed();
+                } else if self.wait_once(&mut backoff, fp, &[peer])? {
+                    self.probe(fp, conn)?;
+                }
+            }
+            if traffic.sent.len() < self.nranks {
+                traffic.sent.resize(self.nranks, 0);
+            }
+            traffic.sent[peer] += data.len() as u64;
+            Ok(())
+        })
+    }
+
+    /// One idle round of a tagged wait: deadline and abort. Returns true
+    /// when the awaited peers (`waiting_on`) are due a liveness probe.
+    fn wait_once(
+        &self,
+        backoff: &mut Backoff,
+        fp: Fingerprint,
+        waiting_on: &[usize],
+    ) -> Result<bool> {
+        let waited = backoff.idle(self.spin);
+        if let Some(e) = self.interrupted(fp) {
+            return Err(e);
+        }
+        if waited >= self.config.timeout {
+            return Err(self.timed_out(fp, waiting_on.to_vec()));
+        }
+        Ok(backoff.probe_due())
+    }
+
+    fn probe(&self, fp: Fingerprint, conn: &mut dyn Connection) -> Result<()> {
+        let peer = conn.peer();
+        conn.check_alive().map_err(|source| Error::PeerFailed {
+            rank: self.rank,
+            op: fp,
+            seq: 0,
+            failed_rank: Some(peer),
+            source,
+        })
+    }
+
+    fn in_tagged(&self, fp: Fingerprint, e: Error) -> Error {
+        match e {
+            Error::Transport { source, .. } => {
+                let failed_rank = match &source {
+                    comm_core::transport::TransportError::PeerAborted { cause, .. } => *cause,
+                    comm_core::transport::TransportError::PeerGone { peer, .. }
+                    | comm_core::transport::TransportError::Corrupt { peer, .. }
+                    | comm_core::transport::TransportError::Io { peer, .. } => Some(*peer),
+                };
+                Error::PeerFailed {
+                    rank: self.rank,
+                    op: fp,
+                    seq: 0,
+                    failed_rank,
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Receives one message with `tag` from `src` (None: any rank, this one
+    /// included) into `buf` (its size must match the message's); returns
+    /// the sender's rank.
+    pub(crate) fn recv_tagged(
+        &self,
+        buf: &mut [u8],
+        src: Option<usize>,
+        tag: i32,
+    ) -> Result<usize> {
+        if let Some(s) = src.filter(|&s| s >= self.nranks) {
+            return Err(Error::InvalidArgument {
+                rank: self.rank,
+                op: "recv_tagged",
+                detail: format!("source rank {s} out of range (size {})", self.nranks),
+            });
+        }
+        self.tagged_turn(|st| {
+            *st.ops.entry(Collective::Tagged).or_insert(0) += 1;
+            let fp = fingerprint(tag, buf.len());
+            let (me, comm_id) = (self.rank, self.comm_id);
+            let len = buf.len();
+            let mut target = Some(Target {
+                buf,
+                tag,
+                src,
+                matched: None,
+                done: 0,
+            });
+            let State {
+                conns,
+                mailbox,
+                traffic,
+                ..
+            } = st;
+            let mut backoff = Backoff::new();
+            loop {
+                // The earliest parked match wins, once it is complete
+                // (unless a message is already arriving into the buffer).
+                let direct = target.as_ref().is_some_and(|t| t.matched.is_some());
+                if let Some(i) = mailbox.first_match(src, tag).filter(|_| !direct) {
+                    if mailbox.parked[i].complete() {
+                        let m = mailbox.parked.remove(i).expect("index from first_match");
+                        if m.total != len {
+                            return Err(Error::InvalidArgument {
+                                rank: me,
+                                op: "recv_tagged",
+                                detail: format!(
+                                    "peer rank {} sent {} bytes with tag {tag}, the receive \
+                                     expects {len} bytes (sizes must match)",
+                                    m.peer, m.total
+                                ),
+                            });
+                        }
+                        let t = target.as_mut().expect("target lives for the loop");
+                        t.buf.copy_from_slice(&m.data);
+                        return Ok(m.peer);
+                    }
+                }
+                if src == Some(me) {
+                    return Err(Error::InvalidArgument {
+                        rank: me,
+                        op: "recv_tagged",
+                        detail: format!(
+                            "no message with tag {tag} was sent to this rank by itself (a send \
+                             to self must come before its receive)"
+                        ),
+                    });
+                }
+                let mut moved = false;
+                for (p, c) in conns.iter_mut().enumerate() {
+                    if src.is_some_and(|s| s != p) {
+                        continue;
+                    }
+                    if let Some(c) = c.as_deref_mut() {
+                        moved |= mailbox
+                            .pump(me, comm_id, c, &mut target)
+                            .map_err(|e| self.in_tagged(fp, e))?;
+                    }
+                }
+                let t = target.as_ref().expect("target lives for the loop");
+                if t.finished() {
+                    let peer = t.matched.expect("finished implies matched");
+                    if traffic.received.len() < self.nranks {
+                        traffic.received.resize(self.nranks, 0);
+                    }
+                    traffic.received[peer] += len as u64;
+                    return Ok(peer);
+                }
+                if moved {
+                    backoff.progressed();
+                    continue;
+                }
+                let waiting: Vec<usize> = (0..conns.len())
+                    .filter(|&p| match t.matched.or(src) {
+                        Some(s) => s == p,
+                        None => p != me,
+                    })
+                    .filter(|&p| conns[p].is_some())
+                    .collect();
+                if waiting.is_empty() {
+                    return Err(Error::InvalidArgument {
+                        rank: me,
+                        op: "recv_tagged",
+                        detail: format!(
+                            "no peer can send the message with tag {tag} (communicator of {} rank(s))",
+                            self.nranks
+                        ),
+                    });
+                }
+                if self.wait_once(&mut backoff, fp, &waiting)? {
+                    for &p in &waiting {
+                        if let Some(c) = conns[p].as_deref_mut() {
+                            self.probe(fp, c)?;
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl crate::Communicator {
+    /// Sends `buf` to `peer` as one message with `tag` (an sncl extension,
+    /// as in gloo and MPI). It is matched by the peer's
+    /// [`recv_tagged`](Self::recv_tagged) with the same tag, from this rank
+    /// or from any source; messages with different tags never match each
+    /// other, and messages with one tag arrive in the order they were sent.
+    ///
+    /// Returns once the message is handed to the transport (or parked at
+    /// the receiver); it may wait for the receiver to make room, and parks
+    /// the peer's tagged messages meanwhile. A send to this rank itself is
+    /// parked at once. See the module notes in `comm/tagged.rs` for the one
+    /// ordering rule against collectives.
+    pub fn send_tagged<T: crate::Element>(&self, buf: &[T], peer: usize, tag: i32) -> Result<()> {
+        self.inner.send_tagged(crate::as_bytes(buf), peer, tag)
+    }
+
+    /// Receives one message with `tag` into `buf`, from `src`, or from any
+    /// rank (this one included) when `src` is None: the first message with
+    /// that tag to arrive. Returns the sender's rank. The message's size
+    /// must equal `buf`'s (else [`Error::InvalidArgument`]); no progress
+    /// for the communicator's timeout is [`Error::Timeout`].
+    pub fn recv_tagged<T: crate::Element>(
+        &self,
+        buf: &mut [T],
+        src: Option<usize>,
+        tag: i32,
+    ) -> Result<usize> {
+        self.inner.recv_tagged(crate::as_bytes_mut(buf), src, tag)
+    }
+}
