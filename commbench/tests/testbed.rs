@@ -30,7 +30,11 @@ const LOCAL: u64 = 2;
 const ITERS: u64 = 2;
 
 fn run_bed(op: &str, bytes: u64, extra: &[&str]) -> Vec<serde_json::Value> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The repository root: commbench/ is one level below it.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("commbench/ has a parent")
+        .to_path_buf();
     let stats = std::env::temp_dir().join(format!("sncl-testbed-{op}-{}.json", std::process::id()));
     let size = bytes.to_string();
     let iters = ITERS.to_string();
