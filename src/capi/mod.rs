@@ -36,7 +36,7 @@
 //! * Both scalar residences are host pointers; `snclCommInitAll` ignores
 //!   `devlist`.
 //! * Extensions: `snclAllGatherV`, `snclAlltoAllV`, `snclBarrier`,
-//!   `snclConfig_t::timeoutMs`, and the unique id rules of
+//!   `snclGetSetting`, `snclConfig_t::timeoutMs`, and the unique id rules of
 //!   `snclGetUniqueId` (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same
 //!   id).
 //! * Not provided (device memory or newer NCCL features): memory
@@ -55,11 +55,13 @@ mod comm;
 mod error;
 mod exec;
 mod premul;
+mod settings;
 mod stream;
 mod types;
 mod uid;
 
 pub use api::*;
+pub use settings::snclGetSetting;
 pub use types::*;
 
 #[cfg(test)]

@@ -68,12 +68,14 @@ pub static SETTINGS: &[Setting] = &[
         Unset("from the launcher: torchrun `RANK`, Open MPI `OMPI_COMM_WORLD_RANK`, Slurm `SLURM_PROCID`"),
         "this process's rank",
     ),
-    launch(
-        "SNCL_WORLD_SIZE",
-        "integer 1..=1048576",
-        Unset("from the launcher: torchrun `WORLD_SIZE`, Open MPI `OMPI_COMM_WORLD_SIZE`, Slurm `SLURM_NTASKS`"),
-        "number of ranks",
-    ),
+    Setting {
+        name: "SNCL_WORLD_SIZE",
+        scope: Scope::Launch,
+        values: range(1, crate::MAX_RANKS, 1, "ranks"),
+        default: Unset("from the launcher: torchrun `WORLD_SIZE`, Open MPI `OMPI_COMM_WORLD_SIZE`, Slurm `SLURM_NTASKS`"),
+        doc: "number of ranks",
+        field: Field::Elsewhere,
+    },
     launch(
         "SNCL_LOCAL_RANK",
         "integer",
