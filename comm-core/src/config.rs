@@ -166,10 +166,9 @@ impl Config {
         SETTINGS
             .iter()
             .filter_map(|s| match s.scope {
-                Scope::Shared { digest_key } => Some(format!(
-                    "{digest_key}={}",
-                    s.show(self).unwrap_or_default()
-                )),
+                Scope::Shared { digest_key } => {
+                    Some(format!("{digest_key}={}", s.show(self).unwrap_or_default()))
+                }
                 _ => None,
             })
             .collect::<Vec<_>>()

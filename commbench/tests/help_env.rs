@@ -50,10 +50,7 @@ fn settings_file_errors_name_file_and_line() {
         "{err}"
     );
     // The environment wins over the file.
-    let (code, out, err) = commbench(
-        &args,
-        &[("SNCL_CONF_FILE", conf_s), ("SNCL_NSOCKS", "2")],
-    );
+    let (code, out, err) = commbench(&args, &[("SNCL_CONF_FILE", conf_s), ("SNCL_NSOCKS", "2")]);
     assert_eq!(code, Some(0), "{out}{err}");
     std::fs::write(&conf, "SNCL_NO_SUCH=1\n").unwrap();
     let (code, out, err) = commbench(&args, &[("SNCL_CONF_FILE", conf_s)]);

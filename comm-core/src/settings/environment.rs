@@ -81,8 +81,7 @@ impl Environment {
     pub fn process_variables() -> Environment {
         let pairs = std::env::vars_os().filter_map(|(k, v)| {
             let (k, v) = (k.into_string().ok()?, v.into_string().ok()?);
-            let wanted =
-                PREFIXES.iter().any(|p| k.starts_with(p)) || NAMES.contains(&k.as_str());
+            let wanted = PREFIXES.iter().any(|p| k.starts_with(p)) || NAMES.contains(&k.as_str());
             wanted.then_some((k, v))
         });
         Environment::from_pairs(pairs)

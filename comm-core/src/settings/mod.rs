@@ -147,6 +147,7 @@ pub enum DefaultValue {
 impl DefaultValue {
     fn describe(&self) -> &'static str {
         match self {
+            DefaultValue::Value("") => "empty",
             DefaultValue::Value(v) | DefaultValue::Unset(v) => v,
         }
     }
@@ -261,9 +262,8 @@ fn cell(s: &str) -> String {
 
 /// The settings table as Markdown (the README's "Environment" table).
 pub fn render_markdown() -> String {
-    let mut out = String::from(
-        "| variable | values | default | scope | meaning |\n|---|---|---|---|---|\n",
-    );
+    let mut out =
+        String::from("| variable | values | default | scope | meaning |\n|---|---|---|---|---|\n");
     for s in SETTINGS {
         out.push_str(&format!(
             "| `{}` | {} | {} | {} | {} |\n",

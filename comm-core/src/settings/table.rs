@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use super::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
-    parse_algo, TransportChoice, MAX_CHUNK_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS,
-    MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_NSOCKS,
-    MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN,
-    TCP_PIECE_ALIGN,
+    parse_algo, TransportChoice, MAX_CHUNK_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES,
+    MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
+    MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
 use crate::error::Error;
 
@@ -295,7 +294,7 @@ pub static SETTINGS: &[Setting] = &[
         "SNCL_TORCH_INLINE",
         Values::Choice(&["0", "1"]),
         Value("1"),
-        "PyTorch backend: `0` runs every operation on the worker thread instead of inline",
+        "PyTorch backend: `0` runs every operation on its worker thread; else a blocking one with nothing queued runs on the caller's",
     ),
     local(
         "SNCL_CONF_FILE",

@@ -12,7 +12,11 @@ fn names_and_digest_keys_are_unique() {
         assert!(names.insert(s.name), "{} declared twice", s.name);
         if let Scope::Shared { digest_key } = s.scope {
             assert!(keys.insert(digest_key), "digest key {digest_key} twice");
-            assert!(s.is_config_field(), "{} is shared but no Config field", s.name);
+            assert!(
+                s.is_config_field(),
+                "{} is shared but no Config field",
+                s.name
+            );
         }
         assert!(!s.doc.is_empty() && !s.doc.contains('\n'), "{}", s.name);
         if let Values::Int(r) = s.values {
@@ -138,12 +142,18 @@ fn conf_file_precedence() {
     // SNCL_CONF_FILE wins over both.
     let named = s.file("named.conf", "SNCL_TRANSPORT=tcp\n");
     let env = load(
-        &[("HOME", home_s), ("SNCL_CONF_FILE", named.to_str().unwrap())],
+        &[
+            ("HOME", home_s),
+            ("SNCL_CONF_FILE", named.to_str().unwrap()),
+        ],
         &system,
     )
     .unwrap();
     let c = Config::from_environment(&env).unwrap();
-    assert_eq!((c.transport, c.shm_slots), (crate::config::TransportChoice::Tcp, 8));
+    assert_eq!(
+        (c.transport, c.shm_slots),
+        (crate::config::TransportChoice::Tcp, 8)
+    );
 
     // No file at all is fine.
     let env = load(&[], &s.0.join("absent.conf")).unwrap();
@@ -182,7 +192,10 @@ fn conf_file_errors_name_file_and_line() {
     let e = load(&[("SNCL_CONF_FILE", absent.to_str().unwrap())], &absent)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("SNCL_CONF_FILE") && e.contains("absent.conf"), "{e}");
+    assert!(
+        e.contains("SNCL_CONF_FILE") && e.contains("absent.conf"),
+        "{e}"
+    );
 
     // An unreadable file is an error, not skipped.
     use std::os::unix::fs::PermissionsExt;
@@ -192,7 +205,10 @@ fn conf_file_errors_name_file_and_line() {
         eprintln!("skipping the unreadable-file check: this user (root?) reads mode-000 files");
     } else {
         let e = load(&[], &locked).unwrap_err().to_string();
-        assert!(e.contains("locked.conf") && e.contains("cannot be read"), "{e}");
+        assert!(
+            e.contains("locked.conf") && e.contains("cannot be read"),
+            "{e}"
+        );
     }
     let dir = s.0.join("dir.conf");
     std::fs::create_dir_all(&dir).unwrap();
