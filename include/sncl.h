@@ -900,6 +900,21 @@ snclResult_t snclStreamQuery(snclStream_t stream);
 snclResult_t snclStreamDestroy(snclStream_t stream);
 
 /**
+ * Writes the value of setting `name` (an `SNCL_*` variable declared in
+ * sncl's settings table; `commbench --help-env` lists them), as the
+ * environment or else the settings file gives it, into `value`: at most
+ * `size` bytes including the terminating NUL. `*isSet` becomes 1 when the
+ * setting is set (even to an empty value), else 0 and `value` the empty
+ * string. An undeclared name, a value that does not fit and an unreadable
+ * settings file are `snclInvalidArgument` errors (see `snclGetLastError`).
+ *
+ * # Safety
+ * `name` is a NUL-terminated string; `value` points to `size` writable
+ * bytes; `isSet` points to a writable int.
+ */
+snclResult_t snclGetSetting(const char *name, char *value, size_t size, int *isSet);
+
+/**
  * Sends `count` elements of `sendbuff` to rank `peer` as one message with
  * `tag` (sncl extension). The peer receives it with `snclRecvTagged` and
  * the same tag, naming this rank or `SNCL_ANY_SOURCE`; messages with

@@ -228,8 +228,12 @@ impl Communicator {
     /// variables (see [`LaunchEnv`]).
     pub fn from_env() -> Result<Communicator> {
         init_logging();
-        let env = LaunchEnv::from_env()?;
-        Communicator::init_rank(&env.unique_id(), env.rank, env.world_size)
+        // One snapshot of the environment for both the launch and the
+        // configuration.
+        let vars = comm_core::settings::Environment::from_process()?;
+        let env = LaunchEnv::from_environment(&vars)?;
+        let config = Config::from_environment(&vars)?;
+        Communicator::init_rank_with_config(&env.unique_id(), env.rank, env.world_size, config)
     }
 
     /// Builds a communicator over any [`Store`] (ranks as threads use a

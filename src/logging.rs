@@ -1,4 +1,5 @@
-//! `SNCL_DEBUG=WARN|INFO|TRACE` (like `NCCL_DEBUG`) sets the level of sncl's
+//! `SNCL_DEBUG=WARN|INFO|TRACE` (like `NCCL_DEBUG`; from the environment or
+//! the settings file) sets the level of sncl's
 //! `tracing` output on stderr, unless the application installed its own
 //! subscriber. Only with the `log-init` feature (on for the C ABI and
 //! commbench); without it sncl leaves logging to the application's own
@@ -12,7 +13,12 @@ static INIT: std::sync::Once = std::sync::Once::new();
 pub fn init_logging() {
     #[cfg(feature = "log-init")]
     INIT.call_once(|| {
-        let level = match std::env::var("SNCL_DEBUG")
+        // A broken settings file is reported by the configuration that
+        // follows; logging falls back to the environment alone.
+        let env = comm_core::settings::Environment::from_process()
+            .unwrap_or_else(|_| comm_core::settings::Environment::process_variables());
+        let level = match env
+            .get("SNCL_DEBUG")
             .unwrap_or_default()
             .to_ascii_uppercase()
             .as_str()

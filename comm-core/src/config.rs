@@ -1,11 +1,12 @@
-//! One typed configuration with an environment overlay. Every knob sncl has
-//! is here; nothing else reads `SNCL_*` variables except the bootstrap's
-//! launcher detection.
+//! One typed configuration with an environment overlay. Each setting is
+//! declared once, in [`crate::settings::SETTINGS`]; this module holds the
+//! typed [`Config`] and its bounds.
 
 use std::time::Duration;
 
 use crate::algo::Algorithm;
 use crate::error::{Error, Result};
+use crate::settings::{Environment, Scope, SETTINGS};
 use crate::wire::Collective;
 
 /// Which transport to use between ranks of one node.
@@ -96,147 +97,34 @@ pub const MAX_TCP_PIECE_BYTES: usize = 1 << 30;
 /// `SNCL_TCP_PIECE_BYTES` is rounded down to (and `tcp_piece_bytes` must be) a multiple of this.
 pub const TCP_PIECE_ALIGN: usize = 64;
 
-/// The allowed values of one numeric setting.
-struct Bound {
-    /// Environment variable.
-    var: &'static str,
-    /// Field of [`Config`].
-    field: &'static str,
-    min: usize,
-    max: usize,
-    /// Values set in code must be multiples of this; the environment's are
-    /// rounded down to one.
-    multiple: usize,
-}
-
-const TIMEOUT_MS: Bound = Bound {
-    var: "SNCL_TIMEOUT_MS",
-    field: "timeout (ms)",
-    min: MIN_TIMEOUT_MS as usize,
-    max: MAX_TIMEOUT_MS as usize,
-    multiple: 1,
-};
-const CHUNK_BYTES: Bound = Bound {
-    var: "SNCL_CHUNK_BYTES",
-    field: "chunk_bytes",
-    min: MIN_CHUNK_BYTES,
-    max: MAX_CHUNK_BYTES,
-    multiple: 1,
-};
-const NSOCKS: Bound = Bound {
-    var: "SNCL_NSOCKS",
-    field: "nsocks",
-    min: MIN_NSOCKS,
-    max: MAX_NSOCKS,
-    multiple: 1,
-};
-const SHM_SLOT_BYTES: Bound = Bound {
-    var: "SNCL_SHM_SLOT_BYTES",
-    field: "shm_slot_bytes",
-    min: MIN_SHM_SLOT_BYTES,
-    max: MAX_SHM_SLOT_BYTES,
-    multiple: SHM_SLOT_ALIGN,
-};
-const SHM_SLOTS: Bound = Bound {
-    var: "SNCL_SHM_SLOTS",
-    field: "shm_slots",
-    min: MIN_SHM_SLOTS,
-    max: MAX_SHM_SLOTS,
-    multiple: 1,
-};
-const TCP_PIECE_BYTES: Bound = Bound {
-    var: "SNCL_TCP_PIECE_BYTES",
-    field: "tcp_piece_bytes",
-    min: MIN_TCP_PIECE_BYTES,
-    max: MAX_TCP_PIECE_BYTES,
-    multiple: TCP_PIECE_ALIGN,
-};
-
-impl Bound {
-    fn allowed(&self) -> String {
-        let m = if self.multiple > 1 {
-            format!(", a multiple of {}", self.multiple)
-        } else {
-            String::new()
-        };
-        format!("allowed: {}..={}{m}", self.min, self.max)
-    }
-
-    /// Parses a value from `source` (an environment variable, or rank 0's
-    /// shared settings) and rounds it down to the multiple.
-    fn parse(&self, source: &str, raw: &str) -> Result<usize> {
-        let n: usize = raw.trim().parse().map_err(|_| {
-            Error::Config(format!(
-                "{source}={raw:?} is not an integer in range ({})",
-                self.allowed()
-            ))
-        })?;
-        if n < self.min || n > self.max {
-            return Err(Error::Config(format!(
-                "{source}={n} is out of range ({})",
-                self.allowed()
-            )));
-        }
-        Ok(n / self.multiple * self.multiple)
-    }
-
-    /// Checks a value set in code.
-    fn check(&self, v: usize) -> Result<()> {
-        if v < self.min || v > self.max || !v.is_multiple_of(self.multiple) {
-            return Err(Error::Config(format!(
-                "{} = {v} ({}) is out of range ({})",
-                self.field,
-                self.var,
-                self.allowed()
-            )));
-        }
-        Ok(())
-    }
-}
-
 impl Config {
-    /// Defaults overlaid with the process environment.
+    /// Defaults overlaid with the process environment and settings file
+    /// ([`Environment::from_process`]).
     pub fn from_env() -> Result<Config> {
-        Config::from_vars(&|k| std::env::var(k).ok())
+        Config::from_environment(&Environment::from_process()?)
+    }
+
+    /// Defaults overlaid with the settings of `env`; an error about a value
+    /// from a settings file names its file and line.
+    pub fn from_environment(env: &Environment) -> Result<Config> {
+        Config::overlay(&env.getter(), &|name, e| env.annotate(name, e))
     }
 
     /// Defaults overlaid with variables from `get` (testable form of [`Config::from_env`]).
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        Config::overlay(get, &|_, e| e)
+    }
+
+    fn overlay(
+        get: &dyn Fn(&str) -> Option<String>,
+        annotate: &dyn Fn(&str, Error) -> Error,
+    ) -> Result<Config> {
         let mut c = Config::default();
-        if let Some(v) = get(TIMEOUT_MS.var) {
-            c.timeout = Duration::from_millis(TIMEOUT_MS.parse(TIMEOUT_MS.var, &v)? as u64);
+        for s in SETTINGS.iter().filter(|s| s.is_config_field()) {
+            if let Some(v) = get(s.name) {
+                s.apply(&mut c, &v).map_err(|e| annotate(s.name, e))?;
+            }
         }
-        if let Some(v) = get("SNCL_ALGO") {
-            c.algo = parse_algo(&v)?;
-        }
-        if let Some(v) = get(CHUNK_BYTES.var) {
-            c.chunk_bytes = CHUNK_BYTES.parse(CHUNK_BYTES.var, &v)?;
-        }
-        if let Some(v) = get(NSOCKS.var) {
-            c.nsocks = NSOCKS.parse(NSOCKS.var, &v)?;
-        }
-        if let Some(v) = get("SNCL_TRANSPORT") {
-            c.transport = match v.trim() {
-                "" | "auto" => TransportChoice::Auto,
-                "tcp" => TransportChoice::Tcp,
-                other => {
-                    return Err(Error::Config(format!(
-                        "SNCL_TRANSPORT={other:?}: expected auto or tcp"
-                    )))
-                }
-            };
-        }
-        c.socket_ifname = get("SNCL_SOCKET_IFNAME").filter(|s| !s.is_empty());
-        if let Some(v) = get(SHM_SLOT_BYTES.var) {
-            c.shm_slot_bytes = SHM_SLOT_BYTES.parse(SHM_SLOT_BYTES.var, &v)?;
-        }
-        if let Some(v) = get(SHM_SLOTS.var) {
-            c.shm_slots = SHM_SLOTS.parse(SHM_SLOTS.var, &v)?;
-        }
-        if let Some(v) = get(TCP_PIECE_BYTES.var) {
-            c.tcp_piece_bytes = TCP_PIECE_BYTES.parse(TCP_PIECE_BYTES.var, &v)?;
-        }
-        c.node_id = get("SNCL_NODE_ID").filter(|s| !s.is_empty());
         c.tiers = crate::topofile::TierSpec::from_vars(get)?;
         // Ranges are checked above; this adds the checks across settings.
         c.validate()?;
@@ -245,32 +133,20 @@ impl Config {
 
     /// Checks values set in code against the same bounds [`Config::from_vars`]
     /// applies to the environment (the `MIN_*` / `MAX_*` constants of this
-    /// module), plus the shared-memory segment size.
+    /// module, as [`SETTINGS`] declares them), plus the shared-memory
+    /// segment size.
     pub fn validate(&self) -> Result<()> {
-        CHUNK_BYTES.check(self.chunk_bytes)?;
-        NSOCKS.check(self.nsocks)?;
-        SHM_SLOT_BYTES.check(self.shm_slot_bytes)?;
-        SHM_SLOTS.check(self.shm_slots)?;
-        TCP_PIECE_BYTES.check(self.tcp_piece_bytes)?;
-        let ms = self.timeout.as_millis();
-        if self.timeout.is_zero()
-            || ms < u128::from(MIN_TIMEOUT_MS)
-            || ms > u128::from(MAX_TIMEOUT_MS)
-        {
-            return Err(Error::Config(format!(
-                "timeout = {:?} ({}) is out of range ({} ms)",
-                self.timeout,
-                TIMEOUT_MS.var,
-                TIMEOUT_MS.allowed()
-            )));
+        for s in SETTINGS {
+            s.check(self)?;
         }
         // Both factors are bounded above, so the product cannot overflow.
         let segment = self.shm_slots * self.shm_slot_bytes;
         if segment > MAX_SHM_SEGMENT_BYTES {
             return Err(Error::Config(format!(
-                "shm_slots × shm_slot_bytes ({} × {} = {segment} bytes, set by {} and {}) \
-                 exceeds the largest shared-memory segment, {MAX_SHM_SEGMENT_BYTES} bytes",
-                self.shm_slots, self.shm_slot_bytes, SHM_SLOTS.var, SHM_SLOT_BYTES.var
+                "shm_slots × shm_slot_bytes ({} × {} = {segment} bytes, set by SNCL_SHM_SLOTS \
+                 and SNCL_SHM_SLOT_BYTES) exceeds the largest shared-memory segment, \
+                 {MAX_SHM_SEGMENT_BYTES} bytes",
+                self.shm_slots, self.shm_slot_bytes
             )));
         }
         Ok(())
@@ -281,26 +157,22 @@ impl Config {
         self.algo.iter().find(|(c, _)| *c == coll).map(|(_, a)| *a)
     }
 
-    /// The settings every rank must share (the planner's inputs), as text:
-    /// rank 0 publishes them at init and every rank adopts them.
+    /// The settings every rank must share (the planner's inputs: the
+    /// [`Scope::Shared`] settings of [`SETTINGS`], in table order), as text:
+    /// rank 0 publishes them at init and every rank adopts them. Format:
+    /// `key=value` pairs joined by `;`, e.g.
+    /// `algo=;chunk=262144;slot=131072;slots=8;piece=524288;transport=auto`.
     pub fn shared_digest(&self) -> String {
-        let algo: Vec<String> = self
-            .algo
+        SETTINGS
             .iter()
-            .map(|(c, a)| format!("{}:{}", c.name(), a.name()))
-            .collect();
-        format!(
-            "algo={};chunk={};slot={};slots={};piece={};transport={}",
-            algo.join(","),
-            self.chunk_bytes,
-            self.shm_slot_bytes,
-            self.shm_slots,
-            self.tcp_piece_bytes,
-            match self.transport {
-                TransportChoice::Auto => "auto",
-                TransportChoice::Tcp => "tcp",
-            }
-        )
+            .filter_map(|s| match s.scope {
+                Scope::Shared { digest_key } => {
+                    Some(format!("{digest_key}={}", s.show(self).unwrap_or_default()))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(";")
     }
 
     /// Adopts the shared settings published by rank 0.
@@ -309,21 +181,9 @@ impl Config {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| Error::Config(format!("bad shared digest part {part:?}")))?;
-            match k {
-                "algo" => self.algo = parse_algo(&v.replace(',', ";"))?,
-                "chunk" => self.chunk_bytes = CHUNK_BYTES.parse("rank 0's chunk", v)?,
-                "slot" => self.shm_slot_bytes = SHM_SLOT_BYTES.parse("rank 0's slot", v)?,
-                "slots" => self.shm_slots = SHM_SLOTS.parse("rank 0's slots", v)?,
-                "piece" => self.tcp_piece_bytes = TCP_PIECE_BYTES.parse("rank 0's piece", v)?,
-                "transport" => {
-                    self.transport = if v == "tcp" {
-                        TransportChoice::Tcp
-                    } else {
-                        TransportChoice::Auto
-                    }
-                }
-                _ => return Err(Error::Config(format!("unknown shared setting {k:?}"))),
-            }
+            let s = crate::settings::by_digest_key(k)
+                .ok_or_else(|| Error::Config(format!("unknown shared setting {k:?}")))?;
+            s.apply_from(self, &format!("rank 0's {k}"), v)?;
         }
         self.validate()
     }

@@ -8,6 +8,7 @@ pub mod bootstrap;
 pub mod check;
 pub mod error;
 pub mod schedule;
+pub mod settings;
 pub mod transport;
 pub mod wire;
 

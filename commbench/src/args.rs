@@ -8,7 +8,15 @@ use sncl::{DataType, ReduceOp};
 #[command(name = "commbench", version, about)]
 pub struct Args {
     /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall, gather, scatter or sendrecv
+    #[arg(
+        required_unless_present = "help_env",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub op: String,
+    /// Print every SNCL_* setting (values, default, scope, meaning) and exit.
+    #[arg(long = "help-env")]
+    pub help_env: bool,
     /// Minimum size in bytes (K, M, G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
     pub minbytes: usize,

@@ -188,15 +188,16 @@ pub fn launch_local(np: usize, args: &Args, notes: &[String]) -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let argv = strip_np(&argv);
     let secret: String = id.secret.iter().map(|x| format!("{x:02x}")).collect();
-    let timeout_ms: u64 = std::env::var("SNCL_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300_000);
+    // The ranks' own operation timeout (SNCL_TIMEOUT_MS, environment or
+    // settings file); a bad value fails rank 0's init with the reason.
+    let timeout = sncl::Config::from_env()
+        .map(|c| c.timeout)
+        .unwrap_or_else(|_| sncl::Config::default().timeout);
     let watch = Arc::new(Watch {
         children: Mutex::new(Vec::new()),
         clock: Mutex::new(None),
         rank0_done: AtomicBool::new(false),
-        grace: Duration::from_millis(timeout_ms) + Duration::from_secs(5),
+        grace: timeout + Duration::from_secs(5),
     });
     for r in 1..np {
         let mut cmd = Command::new(&exe);

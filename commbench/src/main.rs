@@ -21,6 +21,10 @@ use cases::{Bench, Case, Timing};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.help_env {
+        print!("{}", comm_core::settings::render_help());
+        return ExitCode::SUCCESS;
+    }
     let Some(bench) = Bench::parse(&args.op) else {
         eprintln!(
             "commbench: unknown operation {:?}; expected all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall, gather, scatter or sendrecv",

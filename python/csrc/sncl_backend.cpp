@@ -390,7 +390,13 @@ ProcessGroupSncl::ProcessGroupSncl(
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
   snclConfig_t cfg = SNCL_CONFIG_INITIALIZER;
-  if (std::getenv("SNCL_TIMEOUT_MS") == nullptr) {
+  // Settings come from libsncl (environment, else the settings file).
+  char setting[256];
+  int isSet = 0;
+  check(
+      snclGetSetting("SNCL_TIMEOUT_MS", setting, sizeof(setting), &isSet),
+      "snclGetSetting(SNCL_TIMEOUT_MS)");
+  if (!isSet) {
     // The process group's timeout bounds how long an operation may wait
     // for a silent peer (SNCL_TIMEOUT_MS, when set, takes precedence).
     auto ms = timeout.count();
@@ -400,8 +406,11 @@ ProcessGroupSncl::ProcessGroupSncl(
   snclResult_t r = snclCommInitRankConfig(&comm, size, id, rank, &cfg);
   check(r, "snclCommInitRankConfig");
   comm_ = comm;
-  if (const char* v = std::getenv("SNCL_TORCH_INLINE")) {
-    inlineDisabled_ = std::string(v) == "0";
+  check(
+      snclGetSetting("SNCL_TORCH_INLINE", setting, sizeof(setting), &isSet),
+      "snclGetSetting(SNCL_TORCH_INLINE)");
+  if (isSet) {
+    inlineDisabled_ = std::string(setting) == "0";
   }
   worker_ = std::thread([this] { workerLoop(); });
   init();

@@ -37,7 +37,7 @@
 //!   `devlist`.
 //! * Extensions: `snclSendTagged` / `snclRecvTagged` (tags, and
 //!   `SNCL_ANY_SOURCE`; NULL stream, outside groups), `snclAllGatherV`,
-//!   `snclAlltoAllV`, `snclBarrier`,
+//!   `snclAlltoAllV`, `snclBarrier`, `snclGetSetting`,
 //!   `snclConfig_t::timeoutMs`, and the unique id rules of
 //!   `snclGetUniqueId` (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same
 //!   id).
@@ -57,12 +57,14 @@ mod comm;
 mod error;
 mod exec;
 mod premul;
+mod settings;
 mod stream;
 mod tagged;
 mod types;
 mod uid;
 
 pub use api::*;
+pub use settings::snclGetSetting;
 pub use tagged::*;
 pub use types::*;
 

@@ -1,55 +1,23 @@
 //! Choosing the root address of the unique ids the C ABI makes.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+
+use comm_core::bootstrap::{configured_secret, parse_host_port};
+use comm_core::settings::Environment;
 
 use super::error::CError;
 use crate::UniqueId;
 
-fn config_err(msg: String) -> CError {
-    CError::invalid(msg)
+/// The settings the unique-id rules read (environment and settings file).
+fn settings() -> Result<Environment, CError> {
+    Environment::from_process().map_err(CError::from)
 }
 
-/// Parses `host:port` (`[v6]:port`), preferring IPv4 when a name resolves
-/// to several addresses.
-fn parse_root(v: &str) -> Result<SocketAddr, CError> {
-    let v = v.trim();
-    let what = format!("SNCL_ROOT={v:?}");
-    let addr = if let Ok(a) = v.parse::<SocketAddr>() {
-        a
-    } else {
-        let (host, port) = v
-            .rsplit_once(':')
-            .filter(|(h, _)| !h.is_empty())
-            .ok_or_else(|| {
-                config_err(format!(
-                    "{what} is not host:port; set it like SNCL_ROOT=node01:29501"
-                ))
-            })?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port: u16 = port
-            .parse()
-            .map_err(|_| config_err(format!("{what}: {port:?} is not a port (1-65535)")))?;
-        let addrs: Vec<SocketAddr> = (host, port)
-            .to_socket_addrs()
-            .map_err(|e| config_err(format!("cannot resolve the host of {what}: {e}")))?
-            .collect();
-        addrs
-            .iter()
-            .find(|a| a.is_ipv4())
-            .or(addrs.first())
-            .copied()
-            .ok_or_else(|| config_err(format!("the host of {what} resolved to no address")))?
-    };
-    if addr.port() == 0 {
-        return Err(config_err(format!(
-            "{what} has port 0; give the port rank 0's store listens on"
-        )));
-    }
-    Ok(addr)
-}
-
-fn var(k: &str) -> Option<String> {
-    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+/// A non-blank setting.
+fn var(env: &Environment, k: &str) -> Option<String> {
+    env.get(k)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
 }
 
 /// IPv4 addresses of up interfaces, with their names.
@@ -86,25 +54,26 @@ fn interfaces() -> Vec<(String, Ipv4Addr)> {
     out
 }
 
-/// The address of interface `SNCL_SOCKET_IFNAME` (exact name, else the
-/// first whose name starts with it), if set and found.
-fn ifname_ip() -> Option<IpAddr> {
-    let want = var("SNCL_SOCKET_IFNAME")?;
-    let ifs = interfaces();
-    ifs.iter()
-        .find(|(n, _)| *n == want)
-        .or_else(|| ifs.iter().find(|(n, _)| n.starts_with(want.as_str())))
-        .map(|(_, ip)| IpAddr::V4(*ip))
+/// The address of interface `SNCL_SOCKET_IFNAME` (transport-tcp's rule:
+/// its IPv4 address, else a routable IPv6 one), if set; an interface that
+/// does not exist or has no address is an error listing the interfaces.
+fn ifname_ip(env: &Environment) -> Result<Option<IpAddr>, CError> {
+    let Some(want) = var(env, "SNCL_SOCKET_IFNAME") else {
+        return Ok(None);
+    };
+    transport_tcp::interface_addr(&want)
+        .map(Some)
+        .map_err(|e| CError::invalid(format!("SNCL_SOCKET_IFNAME={want:?}: {e}")))
 }
 
 /// The host's address for a new root: `SNCL_SOCKET_IFNAME`'s, else the
 /// first non-loopback IPv4 address of an up interface other than docker /
 /// virtual bridges, else 127.0.0.1.
-fn host_ip() -> IpAddr {
-    if let Some(ip) = ifname_ip() {
-        return ip;
+fn host_ip(env: &Environment) -> Result<IpAddr, CError> {
+    if let Some(ip) = ifname_ip(env)? {
+        return Ok(ip);
     }
-    interfaces()
+    Ok(interfaces()
         .into_iter()
         .find(|(n, ip)| {
             !ip.is_loopback()
@@ -114,15 +83,15 @@ fn host_ip() -> IpAddr {
                 && !n.starts_with("lo")
         })
         .map(|(_, ip)| IpAddr::V4(ip))
-        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
 /// `snclGetUniqueId`: see its documentation for the rules.
 pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
-    if let Some(root) = var("SNCL_ROOT") {
-        let root = parse_root(&root)?;
-        let given = comm_core::bootstrap::configured_secret(&|k| std::env::var(k).ok())
-            .map_err(CError::from)?;
+    let env = settings()?;
+    if let Some(root) = var(&env, "SNCL_ROOT") {
+        let root = parse_host_port("SNCL_ROOT", &root).map_err(CError::from)?;
+        let given = configured_secret(&env.getter()).map_err(CError::from)?;
         return match given {
             Some((secret, _)) => Ok(UniqueId { root, secret }),
             None => UniqueId::new(root).map_err(CError::from),
@@ -130,7 +99,7 @@ pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
     }
     // The store starts now on a free port (no window for another program
     // to take it before snclCommInitRank).
-    let ip = host_ip();
+    let ip = host_ip(&env)?;
     crate::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
 }
 
@@ -139,7 +108,7 @@ pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
 /// address this host uses to reach `route` (the parent's root), else on
 /// 127.0.0.1.
 pub(crate) fn split_unique_id(route: Option<SocketAddr>) -> Result<UniqueId, CError> {
-    let ip = ifname_ip()
+    let ip = ifname_ip(&settings()?)?
         .or_else(|| {
             let r = route?;
             if r.ip().is_loopback() {
@@ -164,14 +133,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_roots_and_secrets() {
+    fn parses_roots_with_the_bootstrap_rules() {
+        let p = |v| parse_host_port("SNCL_ROOT", v);
         assert_eq!(
-            parse_root("127.0.0.1:29501").unwrap(),
+            p("127.0.0.1:29501").unwrap(),
             "127.0.0.1:29501".parse().unwrap()
         );
-        assert_eq!(parse_root("localhost:7").unwrap().port(), 7);
-        assert!(parse_root("127.0.0.1:0").is_err());
-        assert!(parse_root("nohost").is_err());
+        assert_eq!(p("localhost:7").unwrap().port(), 7);
+        assert!(p("127.0.0.1:0").is_err());
+        assert!(p("nohost").is_err());
+    }
+
+    #[test]
+    fn unknown_interface_is_an_error_naming_it() {
+        let env = Environment::from_pairs([("SNCL_SOCKET_IFNAME", "sncl-no-such-if0")]);
+        let e = ifname_ip(&env).unwrap_err();
+        assert!(format!("{e:?}").contains("sncl-no-such-if0"), "{e:?}");
+        assert_eq!(ifname_ip(&Environment::default()).unwrap(), None);
     }
 
     #[test]

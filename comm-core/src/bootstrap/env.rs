@@ -6,6 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::unique_id::{decode_hex, UniqueId};
 use crate::auth::sha256_fields;
+use crate::settings::Environment;
 use crate::{Error, Result};
 
 /// Launcher name: rank and size came from `SNCL_RANK` / `SNCL_WORLD_SIZE`.
@@ -288,8 +289,10 @@ fn read_secret_file(path: &str) -> Result<[u8; 16]> {
     Ok(secret)
 }
 
-/// Parses `host:port` / `[v6]:port` from variable `name`.
-fn parse_host_port(name: &str, value: &str) -> Result<SocketAddr> {
+/// Parses `host:port` / `[v6]:port` from variable `name` (errors name it
+/// and say how to write it), resolving a host name, preferring addresses
+/// other hosts can reach (not loopback), then IPv4.
+pub fn parse_host_port(name: &str, value: &str) -> Result<SocketAddr> {
     let what = format!("{name}={value:?}");
     if let Ok(a) = value.parse::<SocketAddr>() {
         if a.port() == 0 {
@@ -363,9 +366,15 @@ pub fn slurm_first_host(nodelist: &str) -> Option<String> {
 }
 
 impl LaunchEnv {
-    /// Reads the process environment; see [`LaunchEnv`] for the rules.
+    /// Reads the process environment and settings file
+    /// ([`Environment::from_process`]); see [`LaunchEnv`] for the rules.
     pub fn from_env() -> Result<LaunchEnv> {
-        Self::from_vars(&|k| std::env::var(k).ok())
+        Self::from_environment(&Environment::from_process()?)
+    }
+
+    /// Like [`LaunchEnv::from_env`], reading the variables of `env`.
+    pub fn from_environment(env: &Environment) -> Result<LaunchEnv> {
+        Self::from_vars(&env.getter())
     }
 
     /// Like [`LaunchEnv::from_env`], reading variables through `get`.

@@ -1,0 +1,305 @@
+//! The table of every `SNCL_*` setting.
+//!
+//! Order matters twice: it is the order of the README's table and of
+//! `commbench --help-env`, and the shared settings appear in the agreement
+//! digest in this order (`algo`, `chunk`, `slot`, `slots`, `piece`,
+//! `transport`: the digest's wire format, unchanged).
+
+use std::time::Duration;
+
+use super::{DefaultValue, Field, IntRange, Scope, Setting, Values};
+use crate::config::{
+    parse_algo, TransportChoice, MAX_CHUNK_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES,
+    MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
+    MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
+};
+use crate::error::Error;
+
+const fn launch(
+    name: &'static str,
+    values: &'static str,
+    default: DefaultValue,
+    doc: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        scope: Scope::Launch,
+        values: Values::Text(values),
+        default,
+        doc,
+        field: Field::Elsewhere,
+    }
+}
+
+const fn local(
+    name: &'static str,
+    values: Values,
+    default: DefaultValue,
+    doc: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        scope: Scope::Process,
+        values,
+        default,
+        doc,
+        field: Field::Elsewhere,
+    }
+}
+
+const fn range(min: usize, max: usize, multiple: usize, unit: &'static str) -> Values {
+    Values::Int(IntRange {
+        min,
+        max,
+        multiple,
+        unit,
+    })
+}
+
+use DefaultValue::{Unset, Value};
+
+/// Every setting sncl reads, in documentation order.
+pub static SETTINGS: &[Setting] = &[
+    // Launch: read by `LaunchEnv` (comm-core/src/bootstrap/env.rs).
+    launch(
+        "SNCL_RANK",
+        "integer below SNCL_WORLD_SIZE",
+        Unset("from the launcher: torchrun `RANK`, Open MPI `OMPI_COMM_WORLD_RANK`, Slurm `SLURM_PROCID`"),
+        "this process's rank",
+    ),
+    Setting {
+        name: "SNCL_WORLD_SIZE",
+        scope: Scope::Launch,
+        values: range(1, crate::MAX_RANKS, 1, "ranks"),
+        default: Unset("from the launcher: torchrun `WORLD_SIZE`, Open MPI `OMPI_COMM_WORLD_SIZE`, Slurm `SLURM_NTASKS`"),
+        doc: "number of ranks",
+        field: Field::Elsewhere,
+    },
+    launch(
+        "SNCL_LOCAL_RANK",
+        "integer",
+        Unset("from the launcher: `LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`"),
+        "rank within the node",
+    ),
+    launch(
+        "SNCL_ROOT",
+        "host:port or [v6]:port",
+        Unset("torchrun: `MASTER_ADDR`:`MASTER_PORT`+1; Slurm: first node, port 20000 + job id mod 20000; Open MPI: must be given"),
+        "where rank 0's rendezvous store listens",
+    ),
+    launch(
+        "SNCL_SECRET",
+        "32 hex digits",
+        Unset("`SNCL_SECRET_FILE`, else derived from the launcher's job id (not authenticated: a WARN says so)"),
+        "secret every connection must prove (see docs/SECURITY.md)",
+    ),
+    launch(
+        "SNCL_SECRET_FILE",
+        "path of a file holding 32 hex digits, mode 0600",
+        Unset("none"),
+        "file holding the secret",
+    ),
+    // Shared: in the agreement digest, rank 0's value applies everywhere.
+    Setting {
+        name: "SNCL_ALGO",
+        scope: Scope::Shared { digest_key: "algo" },
+        values: Values::Text("collective:algorithm pairs separated by `;` (ring, tree, rd, pairwise)"),
+        default: Value(""),
+        doc: "forced algorithms, e.g. `all_reduce:ring;broadcast:tree` (empty: the planner chooses)",
+        field: Field::Text {
+            put: |c, v| {
+                c.algo = parse_algo(&v.replace(',', ";"))?;
+                Ok(())
+            },
+            show: |c| {
+                let algo: Vec<String> = c
+                    .algo
+                    .iter()
+                    .map(|(coll, a)| format!("{}:{}", coll.name(), a.name()))
+                    .collect();
+                algo.join(",")
+            },
+        },
+    },
+    Setting {
+        name: "SNCL_CHUNK_BYTES",
+        scope: Scope::Shared { digest_key: "chunk" },
+        values: range(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES, 1, "bytes"),
+        default: Value("262144"),
+        doc: "pipeline chunk",
+        field: Field::Int {
+            name: "chunk_bytes",
+            get: |c| c.chunk_bytes,
+            put: |c, v| c.chunk_bytes = v,
+        },
+    },
+    Setting {
+        name: "SNCL_SHM_SLOT_BYTES",
+        scope: Scope::Shared { digest_key: "slot" },
+        values: range(MIN_SHM_SLOT_BYTES, MAX_SHM_SLOT_BYTES, SHM_SLOT_ALIGN, "bytes"),
+        default: Value("131072"),
+        doc: "shared-memory FIFO slot size (slots × slot size ≤ 1 GiB per segment)",
+        field: Field::Int {
+            name: "shm_slot_bytes",
+            get: |c| c.shm_slot_bytes,
+            put: |c, v| c.shm_slot_bytes = v,
+        },
+    },
+    Setting {
+        name: "SNCL_SHM_SLOTS",
+        scope: Scope::Shared { digest_key: "slots" },
+        values: range(MIN_SHM_SLOTS, MAX_SHM_SLOTS, 1, "slots"),
+        default: Value("8"),
+        doc: "shared-memory FIFO slots per direction",
+        field: Field::Int {
+            name: "shm_slots",
+            get: |c| c.shm_slots,
+            put: |c, v| c.shm_slots = v,
+        },
+    },
+    Setting {
+        name: "SNCL_TCP_PIECE_BYTES",
+        scope: Scope::Shared { digest_key: "piece" },
+        values: range(MIN_TCP_PIECE_BYTES, MAX_TCP_PIECE_BYTES, TCP_PIECE_ALIGN, "bytes"),
+        default: Value("524288"),
+        doc: "TCP piece size",
+        field: Field::Int {
+            name: "tcp_piece_bytes",
+            get: |c| c.tcp_piece_bytes,
+            put: |c, v| c.tcp_piece_bytes = v,
+        },
+    },
+    Setting {
+        name: "SNCL_TRANSPORT",
+        scope: Scope::Shared {
+            digest_key: "transport",
+        },
+        values: Values::Choice(&["auto", "tcp"]),
+        default: Value("auto"),
+        doc: "`auto`: shared memory within a node, TCP across; `tcp` forces TCP everywhere",
+        field: Field::Text {
+            put: |c, v| {
+                c.transport = match v.trim() {
+                    "" | "auto" => TransportChoice::Auto,
+                    "tcp" => TransportChoice::Tcp,
+                    other => {
+                        return Err(Error::Config(format!(
+                            "SNCL_TRANSPORT={other:?}: expected auto or tcp"
+                        )))
+                    }
+                };
+                Ok(())
+            },
+            show: |c| {
+                match c.transport {
+                    TransportChoice::Auto => "auto",
+                    TransportChoice::Tcp => "tcp",
+                }
+                .to_string()
+            },
+        },
+    },
+    // Per process.
+    Setting {
+        name: "SNCL_TIMEOUT_MS",
+        scope: Scope::Process,
+        values: range(MIN_TIMEOUT_MS as usize, MAX_TIMEOUT_MS as usize, 1, "ms"),
+        default: Value("300000"),
+        doc: "an operation (or a store request) fails when a peer makes no progress this long",
+        field: Field::Int {
+            name: "timeout (ms)",
+            get: |c| usize::try_from(c.timeout.as_millis()).unwrap_or(usize::MAX),
+            put: |c, v| c.timeout = Duration::from_millis(v as u64),
+        },
+    },
+    Setting {
+        name: "SNCL_NSOCKS",
+        scope: Scope::Process,
+        values: range(MIN_NSOCKS, MAX_NSOCKS, 1, "sockets"),
+        default: Value("2"),
+        doc: "TCP sockets per peer",
+        field: Field::Int {
+            name: "nsocks",
+            get: |c| c.nsocks,
+            put: |c, v| c.nsocks = v,
+        },
+    },
+    Setting {
+        name: "SNCL_SOCKET_IFNAME",
+        scope: Scope::Process,
+        values: Values::Text("network interface name"),
+        default: Unset("the interface that reaches the root"),
+        doc: "interface for TCP connections and for stores this process starts",
+        field: Field::Text {
+            put: |c, v| {
+                c.socket_ifname = Some(v.to_owned()).filter(|s| !s.is_empty());
+                Ok(())
+            },
+            show: |c| c.socket_ifname.clone().unwrap_or_default(),
+        },
+    },
+    Setting {
+        name: "SNCL_NODE_ID",
+        scope: Scope::Process,
+        values: Values::Text("any text"),
+        default: Unset("hostname + boot id"),
+        doc: "node identity: ranks with the same one share memory (containers, namespaces)",
+        field: Field::Text {
+            put: |c, v| {
+                c.node_id = Some(v.to_owned()).filter(|s| !s.is_empty());
+                Ok(())
+            },
+            show: |c| c.node_id.clone().unwrap_or_default(),
+        },
+    },
+    // Per process, read by `TierSpec` (comm-core/src/topofile.rs).
+    local(
+        "SNCL_TOPO_FILE",
+        Values::Text("path (format in comm-core/src/topofile.rs)"),
+        Unset("none"),
+        "tier costs and node placement",
+    ),
+    local(
+        "SNCL_INTRA_BW",
+        Values::Text("bandwidth: 20GB/s, 1gbit, ..."),
+        Unset("built-in shared-memory cost"),
+        "intra-node bandwidth for the planner",
+    ),
+    local(
+        "SNCL_INTRA_LAT",
+        Values::Text("latency: 1us, 0.5ms, ..."),
+        Unset("built-in shared-memory cost"),
+        "intra-node latency for the planner",
+    ),
+    local(
+        "SNCL_INTER_BW",
+        Values::Text("bandwidth: 20GB/s, 1gbit, ..."),
+        Unset("built-in TCP cost"),
+        "inter-node bandwidth for the planner",
+    ),
+    local(
+        "SNCL_INTER_LAT",
+        Values::Text("latency: 1us, 0.5ms, ..."),
+        Unset("built-in TCP cost"),
+        "inter-node latency for the planner",
+    ),
+    // Per process, read elsewhere.
+    local(
+        "SNCL_DEBUG",
+        Values::Choice(&["ERROR", "WARN", "INFO", "DEBUG", "TRACE", "OFF"]),
+        Value("WARN"),
+        "level of sncl's log on stderr (C ABI, commbench); any other value means WARN",
+    ),
+    local(
+        "SNCL_TORCH_INLINE",
+        Values::Choice(&["0", "1"]),
+        Value("1"),
+        "PyTorch backend: `0` runs every operation on its worker thread; else a blocking one with nothing queued runs on the caller's",
+    ),
+    local(
+        "SNCL_CONF_FILE",
+        Values::Text("path"),
+        Unset("`~/.sncl.conf`, else `/etc/sncl.conf`"),
+        "settings file (lines `NAME=value`, `#` comments); the environment wins over it",
+    ),
+];
