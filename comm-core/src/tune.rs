@@ -140,9 +140,29 @@ pub fn plan(
     bytes: usize,
     elem_size: usize,
 ) -> Result<Plan> {
-    let chunk_elems = (cfg.chunk_bytes / elem_size.max(1)).max(1);
+    choose(
+        coll,
+        cfg.forced(coll),
+        sh,
+        bytes,
+        elem_size,
+        cfg.chunk_bytes,
+    )
+}
+
+/// [`plan`] with its inputs spelled out: `forced` is the algorithm forced
+/// for `coll` (if any), `chunk_bytes` the pipeline chunk.
+pub fn choose(
+    coll: Collective,
+    forced: Option<Algorithm>,
+    sh: &Shape,
+    bytes: usize,
+    elem_size: usize,
+    chunk_bytes: usize,
+) -> Result<Plan> {
+    let chunk_elems = (chunk_bytes / elem_size.max(1)).max(1);
     let avail = Algorithm::available(coll);
-    if let Some(a) = cfg.forced(coll) {
+    if let Some(a) = forced {
         if !avail.contains(&a) {
             return Err(Error::Config(format!(
                 "{} has no {} algorithm",
@@ -161,7 +181,7 @@ pub fn plan(
         if a == Algorithm::FlatRing || (a == Algorithm::Hier && !hier_useful) {
             continue;
         }
-        let t = predict(coll, a, sh, bytes, cfg.chunk_bytes);
+        let t = predict(coll, a, sh, bytes, chunk_bytes);
         if best.map(|(bt, _)| t < bt).unwrap_or(true) {
             best = Some((t, a));
         }
