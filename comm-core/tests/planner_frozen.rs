@@ -286,3 +286,70 @@ fn config_form_matches() {
         }
     }
 }
+
+/// Cost of one planner call, old against new, for small all-reduces (the
+/// latency-bound case where it could show). Also times the old
+/// communicator's path, which cloned the whole `Config` per operation.
+/// Run: `cargo test -p comm-core --profile test --test planner_frozen -- --ignored --nocapture`
+#[test]
+#[ignore = "timing measurement; run by hand"]
+fn planner_call_cost() {
+    use std::hint::black_box;
+    use std::time::Instant;
+    const N: u32 = 2_000_000;
+    let cases = [
+        (Collective::AllReduce, Shape::flat(2, LinkCost::SHM), 8usize),
+        (Collective::AllReduce, shapes()[300], 1 << 20),
+        (Collective::Broadcast, Shape::flat(8, LinkCost::TCP), 64),
+    ];
+    let cfg = Config::default();
+    for (coll, sh, bytes) in cases {
+        let t = Instant::now();
+        let mut old = None;
+        for _ in 0..N {
+            old = Some(frozen::plan(
+                None,
+                256 << 10,
+                black_box(coll),
+                black_box(&sh),
+                black_box(bytes),
+                4,
+            ));
+        }
+        let old_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let t = Instant::now();
+        for _ in 0..N {
+            let c = black_box(&cfg).clone();
+            old = Some(frozen::plan(
+                c.forced(coll),
+                c.chunk_bytes,
+                black_box(coll),
+                black_box(&sh),
+                black_box(bytes),
+                4,
+            ));
+        }
+        let old_clone_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let t = Instant::now();
+        let mut new = None;
+        for _ in 0..N {
+            new = Some(tune::choose(
+                black_box(coll),
+                None,
+                black_box(&sh),
+                black_box(bytes),
+                4,
+                256 << 10,
+            ));
+        }
+        let new_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let new = new.expect("ran").expect("plans").algo;
+        assert_eq!(old.expect("ran").expect("plans").0, new);
+        eprintln!(
+            "{} {} ranks {bytes} B -> {}: old {old_ns:.1} ns, old + Config clone {old_clone_ns:.1} ns, table {new_ns:.1} ns",
+            coll.name(),
+            sh.nranks,
+            new.name()
+        );
+    }
+}
