@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use comm_core::algo::{self, Algorithm, Params};
 use comm_core::bootstrap::{Store, TcpStoreServer};
 use comm_core::exec::{self, Buffers, OpContext};
-use comm_core::schedule::{BufId, Op, Region, Schedule};
+use comm_core::schedule::Schedule;
 use comm_core::topo::Topology;
 use comm_core::transport::Connection;
 use comm_core::tune::{self, LinkCost, Shape};
@@ -457,60 +457,55 @@ impl Inner {
         }
     }
 
-    fn schedule(&self, st: &mut State, op: &RawOp) -> Result<(Arc<Schedule>, &'static str)> {
-        let (n, r) = (self.nranks, self.rank);
+    /// The schedule of `op` with the algorithm the planner chose for it.
+    /// Uniform-count schedules are cached per shape.
+    fn schedule(&self, st: &mut State, op: &RawOp) -> Result<(Arc<Schedule>, Algorithm)> {
+        let plan = self.plan(op.coll, op.dtype, op.count)?;
+        let params = Params {
+            nranks: self.nranks,
+            rank: self.rank,
+            count: op.count,
+            root: op.root,
+            chunk: plan.chunk_elems,
+        };
+        let build = |blocks| {
+            let input = algo::Input {
+                p: params,
+                topo: &self.topo,
+                blocks,
+            };
+            algo::build_input(op.coll, plan.algo, &input)
+                .ok_or_else(|| Error::Config(algo::unavailable(op.coll, plan.algo)))
+        };
         match op.coll {
-            Collective::AllGatherV => {
-                let v = op.v.as_ref().expect("v counts");
-                let chunk = (self.config.chunk_bytes / op.dtype.size()).max(1);
-                let s = algo::ring_all_gatherv_ordered(
-                    &self.topo.ring_order(),
-                    r,
-                    &v.recv_counts,
-                    &v.recv_displs,
-                    chunk,
-                );
-                return Ok((Arc::new(s), "ring"));
-            }
-            Collective::AllToAllV => {
-                let v = op.v.as_ref().expect("v counts");
-                let s = algo::alltoallv(
-                    n,
-                    r,
-                    &v.send_counts,
-                    &v.send_displs,
-                    &v.recv_counts,
-                    &v.recv_displs,
-                );
-                return Ok((Arc::new(s), "pairwise"));
+            Collective::AllGatherV | Collective::AllToAllV => {
+                let v = op.v.as_ref().ok_or_else(|| {
+                    self.invalid(op.coll.name(), "variable counts are missing".into())
+                })?;
+                let counts = algo::VarCounts {
+                    send_counts: &v.send_counts,
+                    send_displs: &v.send_displs,
+                    recv_counts: &v.recv_counts,
+                    recv_displs: &v.recv_displs,
+                };
+                let s = build(algo::Blocks::Var(counts))?;
+                return Ok((Arc::new(s), plan.algo));
             }
             Collective::SendRecv => {
-                let mut s = Schedule::new(n, r);
-                let ops = op
+                let transfers: Vec<algo::Transfer> = op
                     .p2p
                     .iter()
-                    .enumerate()
-                    .map(|(k, p)| {
-                        let reg = Region::new(BufId::Peer(k as u16), 0, p.count);
-                        if p.is_send {
-                            Op::Send {
-                                peer: p.peer,
-                                src: reg,
-                            }
-                        } else {
-                            Op::Recv {
-                                peer: p.peer,
-                                dst: reg,
-                            }
-                        }
+                    .map(|p| algo::Transfer {
+                        peer: p.peer,
+                        is_send: p.is_send,
+                        len: p.count,
                     })
                     .collect();
-                s.push(ops);
-                return Ok((Arc::new(s), "pairwise"));
+                let s = build(algo::Blocks::P2p(&transfers))?;
+                return Ok((Arc::new(s), plan.algo));
             }
             _ => {}
         }
-        let plan = self.plan(op.coll, op.dtype, op.count)?;
         let key = ShapeKey {
             coll: op.coll,
             algo: plan.algo,
@@ -519,41 +514,36 @@ impl Inner {
             chunk: plan.chunk_elems,
         };
         if let Some(s) = st.cache.get(&key) {
-            return Ok((s.clone(), plan.algo.name()));
+            return Ok((s.clone(), plan.algo));
         }
-        let params = Params {
-            nranks: n,
-            rank: r,
-            count: op.count,
-            root: op.root,
-            chunk: plan.chunk_elems,
-        };
-        let s = algo::build(op.coll, plan.algo, &params, &self.topo).ok_or_else(|| {
-            Error::Config(format!(
-                "{} has no {} algorithm",
-                op.coll.name(),
-                plan.algo.name()
-            ))
-        })?;
-        let s = Arc::new(s);
+        let s = Arc::new(build(algo::Blocks::Uniform)?);
         if st.cache.len() > 256 {
             st.cache.clear();
         }
         st.cache.insert(key, s.clone());
-        Ok((s, plan.algo.name()))
+        Ok((s, plan.algo))
     }
 
+    /// The planner's choice for `coll` over `count` elements of `dtype`,
+    /// with the algorithm forced for it (if any): the one place an
+    /// operation's algorithm is decided.
     fn plan(&self, coll: Collective, dtype: DataType, count: usize) -> Result<tune::Plan> {
         let forced = self
             .forced
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let cfg = Config {
-            algo: forced,
-            ..self.config.clone()
-        };
-        tune::plan(&cfg, coll, &self.shape, count * dtype.size(), dtype.size())
+            .iter()
+            .find(|(c, _)| *c == coll)
+            .map(|(_, a)| *a);
+        let esize = dtype.size();
+        tune::choose(
+            coll,
+            forced,
+            &self.shape,
+            count.saturating_mul(esize),
+            esize,
+            self.config.chunk_bytes,
+        )
     }
 
     /// The algorithm the planner picks for a collective of `count` elements.
@@ -563,21 +553,22 @@ impl Inner {
         dtype: DataType,
         count: usize,
     ) -> Result<&'static str> {
-        match coll {
-            Collective::AllGatherV => Ok("ring"),
-            Collective::AllToAllV | Collective::SendRecv => Ok("pairwise"),
-            _ => Ok(self.plan(coll, dtype, count)?.algo.name()),
-        }
+        Ok(self.plan(coll, dtype, count)?.algo.name())
     }
 
-    /// Forces (or releases) the algorithm of one collective.
+    /// Forces (or releases) the algorithm of one collective; the name must
+    /// be one of the collective's rows in [`algo::ALGORITHMS`].
     pub fn force_algorithm(&self, coll: Collective, algo: Option<&str>) -> Result<()> {
+        let chosen = match algo {
+            Some(name) => Some(
+                Algorithm::parse_for(coll, name.trim())
+                    .map_err(|detail| self.invalid("force_algorithm", detail))?,
+            ),
+            None => None,
+        };
         let mut f = self.forced.lock().unwrap_or_else(|e| e.into_inner());
         f.retain(|(c, _)| *c != coll);
-        if let Some(name) = algo {
-            let spec = comm_core::config::parse_algo(&format!("{}:{name}", coll.name()))?;
-            f.extend(spec);
-        }
+        f.extend(chosen.map(|a| (coll, a)));
         Ok(())
     }
 

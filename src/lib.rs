@@ -321,7 +321,11 @@ impl Communicator {
         &self.inner.transports
     }
 
-    /// The algorithm the planner picks for `coll` over `count` elements of `dtype`.
+    /// The algorithm an operation of `coll` over `count` elements of `dtype`
+    /// runs now: the one forced for `coll` (see [`Communicator::force_algorithm`]),
+    /// else the planner's choice from the cost functions of the collective's
+    /// rows in [`comm_core::algo::ALGORITHMS`]. Operations run exactly this
+    /// choice.
     pub fn algorithm_for(
         &self,
         coll: Collective,
@@ -331,9 +335,14 @@ impl Communicator {
         self.inner.algorithm_for(coll, dtype, count)
     }
 
-    /// Forces `algo` (`ring`, `tree`, `rd`, `pairwise`) for `coll` from now on,
-    /// or returns to the planner's choice with `None`. Like a collective, every
-    /// rank must make the same call at the same point.
+    /// Forces `algo` for `coll` from now on, or returns to the planner's
+    /// choice with `None`. The names are the collective's rows of
+    /// [`comm_core::algo::ALGORITHMS`] (as listed in the README and by
+    /// `comm_core::algo::names`, e.g. `ring`, `tree`, `rd`, `hier`,
+    /// `flat-ring` for all_reduce); any other name is an
+    /// [`Error::InvalidArgument`] listing them, and leaves the current choice
+    /// in place. Like a collective, every rank must make the same call at
+    /// the same point.
     pub fn force_algorithm(&self, coll: Collective, algo: Option<&str>) -> Result<()> {
         self.inner.force_algorithm(coll, algo)
     }

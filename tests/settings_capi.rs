@@ -11,8 +11,8 @@ fn get(name: &CStr, size: usize) -> (snclResult_t, String, c_int) {
     // SAFETY: `name` is NUL-terminated, `buf` has `size` bytes (or is
     // unused when size is 0), `set` is a writable int.
     let r = unsafe { snclGetSetting(name.as_ptr(), buf.as_mut_ptr(), size, &mut set) };
-    // SAFETY: on success the buffer holds a NUL-terminated string.
     let text = if r == snclResult_t::snclSuccess {
+        // SAFETY: on success the buffer holds a NUL-terminated string.
         unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
             .into_owned()

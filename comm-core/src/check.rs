@@ -85,6 +85,8 @@ struct RankState {
     send: Vec<Option<Sym>>,
     recv: Vec<Option<Sym>>,
     scratch: Vec<Option<Sym>>,
+    /// Point-to-point buffers (`BufId::Peer(k)`), sized by the schedule.
+    peers: Vec<Vec<Option<Sym>>>,
     in_place_at: Option<usize>,
     step: usize,
     done: Vec<bool>,
@@ -102,7 +104,8 @@ impl RankState {
         match b {
             BufId::Send => &self.send,
             BufId::Recv => &self.recv,
-            BufId::Scratch | BufId::Peer(_) => &self.scratch,
+            BufId::Scratch => &self.scratch,
+            BufId::Peer(k) => &self.peers[usize::from(k)],
         }
     }
 
@@ -110,7 +113,8 @@ impl RankState {
         match b {
             BufId::Send => &mut self.send,
             BufId::Recv => &mut self.recv,
-            BufId::Scratch | BufId::Peer(_) => &mut self.scratch,
+            BufId::Scratch => &mut self.scratch,
+            BufId::Peer(k) => &mut self.peers[usize::from(k)],
         }
     }
 
@@ -232,6 +236,7 @@ pub fn check(
                 send,
                 recv,
                 scratch: vec![None; schedules[r].scratch_elems],
+                peers: peer_buffers(r, &schedules[r]),
                 in_place_at: b.in_place_at,
                 step: 0,
                 done: Vec::new(),
@@ -380,6 +385,46 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// The point-to-point buffers a schedule uses, each as long as the furthest
+/// region in it and holding this rank's own elements (what a group sends
+/// from them is the caller's data; what it receives is not compared).
+fn peer_buffers(r: usize, s: &Schedule) -> Vec<Vec<Option<Sym>>> {
+    let mut sizes: Vec<usize> = Vec::new();
+    for op in s.steps.iter().flat_map(|st| &st.ops) {
+        let regions = match *op {
+            Op::Send { src, .. } => [Some(src), None],
+            Op::Recv { dst, .. } => [Some(dst), None],
+            Op::RecvReduce { local, dst, .. } | Op::Copy { src: local, dst } => {
+                [Some(local), Some(dst)]
+            }
+            Op::Finalize { region } => [Some(region), None],
+        };
+        for reg in regions.into_iter().flatten() {
+            if let BufId::Peer(k) = reg.buf {
+                let k = usize::from(k);
+                if sizes.len() <= k {
+                    sizes.resize(k + 1, 0);
+                }
+                sizes[k] = sizes[k].max(reg.end());
+            }
+        }
+    }
+    sizes
+        .into_iter()
+        .map(|len| {
+            (0..len)
+                .map(|idx| {
+                    Some(Sym {
+                        mask: Mask::one(r),
+                        idx,
+                        fin: false,
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 fn enter_step(st: &mut RankState, s: &Schedule) -> Result<(), String> {

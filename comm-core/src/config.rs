@@ -206,23 +206,9 @@ pub fn parse_algo(spec: &str) -> Result<Vec<(Collective, Algorithm)>> {
                 names.join(", ")
             ))
         })?;
-        let algo = Algorithm::from_name(a.trim()).ok_or_else(|| {
-            Error::Config(format!(
-                "SNCL_ALGO: unknown algorithm {a:?}; expected ring, tree, rd or pairwise"
-            ))
-        })?;
-        if !Algorithm::available(coll).contains(&algo) {
-            let avail: Vec<_> = Algorithm::available(coll)
-                .iter()
-                .map(|a| a.name())
-                .collect();
-            return Err(Error::Config(format!(
-                "SNCL_ALGO: {} has no {} algorithm; available: {}",
-                coll.name(),
-                algo.name(),
-                avail.join(", ")
-            )));
-        }
+        // Names and the error listing them come from the algorithm table.
+        let algo = Algorithm::parse_for(coll, a.trim())
+            .map_err(|e| Error::Config(format!("SNCL_ALGO: {e}")))?;
         out.retain(|(c2, _)| *c2 != coll);
         out.push((coll, algo));
     }
@@ -245,6 +231,18 @@ mod tests {
         );
         let e = parse_algo("alltoall:ring").unwrap_err().to_string();
         assert!(e.contains("alltoall has no ring"), "{e}");
+        assert!(e.contains("available: pairwise"), "{e}");
+        // Every name of the table parses for its collective; an unknown name
+        // is an error listing the collective's names.
+        for row in crate::algo::ALGORITHMS {
+            let spec = format!("{}:{}", row.coll.name(), row.algo.name());
+            assert_eq!(parse_algo(&spec).unwrap(), vec![(row.coll, row.algo)]);
+        }
+        let e = parse_algo("all_reduce:fast").unwrap_err().to_string();
+        assert!(
+            e.contains("\"fast\"") && e.contains(&crate::algo::names(Collective::AllReduce)),
+            "{e}"
+        );
         assert!(parse_algo("allreduce:ring").is_err());
         assert!(parse_algo("all_reduce").is_err());
     }

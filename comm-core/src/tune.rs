@@ -1,9 +1,11 @@
-//! The planner: picks an algorithm and a pipeline chunk per operation from an
-//! alpha-beta cost model of the slowest transport the communicator uses.
-//! Overrides come from [`Config::algo`]. Every rank holds the same config
-//! (rank 0's, adopted at init), so every rank derives the same plan.
+//! The planner: picks an algorithm and a pipeline chunk per operation from
+//! the alpha-beta cost functions of the algorithm table's rows
+//! ([`crate::algo::ALGORITHMS`]) over the communicator's two tiers.
+//! Overrides come from [`Config::algo`] (or `force_algorithm`). Every rank
+//! holds the same config (rank 0's, adopted at init), so every rank derives
+//! the same plan.
 
-use crate::algo::{ceil_log2, Algorithm};
+use crate::algo::{self, Algorithm};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::wire::Collective;
@@ -30,7 +32,8 @@ impl LinkCost {
         bytes_per_us: 1000.0,
     };
 
-    fn msg(&self, bytes: f64) -> f64 {
+    /// Time in µs of one message of `bytes`.
+    pub fn msg(&self, bytes: f64) -> f64 {
         self.alpha_us + bytes / self.bytes_per_us
     }
 }
@@ -73,7 +76,7 @@ impl Shape {
     }
 
     /// The slowest link a flat algorithm crosses.
-    fn slowest(&self) -> LinkCost {
+    pub fn slowest(&self) -> LinkCost {
         if self.nnodes > 1 {
             self.inter
         } else {
@@ -82,57 +85,20 @@ impl Shape {
     }
 }
 
-/// Predicted time in µs of `algo` for `coll` moving `bytes` per rank.
-pub fn predict(coll: Collective, algo: Algorithm, sh: &Shape, bytes: usize, chunk: usize) -> f64 {
-    let n = sh.nranks;
-    let nf = n as f64;
-    let b = bytes as f64;
-    let l = ceil_log2(n) as f64;
-    let k = (bytes.div_ceil(chunk.max(1))).max(1) as f64;
-    let link = sh.slowest();
-    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
-    match (coll, algo) {
-        (Collective::AllReduce, Algorithm::Ring | Algorithm::FlatRing) => {
-            let blocks = (bytes.div_ceil(chunk.max(1) * n)).max(1) as f64;
-            2.0 * (nf - 1.0) * (blocks * link.alpha_us + b / nf / link.bytes_per_us)
-        }
-        (Collective::AllReduce, Algorithm::Hier) => {
-            let intra = 2.0 * (ll - 1.0) * (sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
-            let inter = 2.0 * (nn - 1.0) * (sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
-            intra + inter
-        }
-        (
-            Collective::ReduceScatter | Collective::AllGather,
-            Algorithm::Ring | Algorithm::FlatRing,
-        ) => (nf - 1.0) * link.msg(b / nf),
-        (Collective::ReduceScatter | Collective::AllGather, Algorithm::Hier) => {
-            (ll - 1.0) * sh.intra.msg(b / ll) + (nn - 1.0) * sh.inter.msg(b / nn)
-        }
-        (Collective::AllReduce, Algorithm::Tree) => 2.0 * (l + k - 1.0) * link.msg(b / k),
-        (Collective::AllReduce, Algorithm::Rd) => {
-            let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
-            (l + extra) * link.msg(b)
-        }
-        (Collective::Broadcast | Collective::Reduce, Algorithm::Tree) => {
-            // Per step the root sends one message per level in flight.
-            (l + k - 1.0) * link.msg(b / k) * l.min(k).max(1.0)
-        }
-        (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => {
-            (nf - 1.0 + k - 1.0) * link.msg(b / k)
-        }
-        (Collective::Broadcast | Collective::Reduce, Algorithm::Hier) => {
-            let li = ceil_log2(sh.nnodes) as f64;
-            let la = ceil_log2(sh.max_local) as f64;
-            (li + k - 1.0) * sh.inter.msg(b / k) * li.max(1.0)
-                + (la + k - 1.0) * sh.intra.msg(b / k) * la.max(1.0)
-        }
-        _ => 0.0,
-    }
+/// Predicted time in µs of `algo` for `coll` moving `bytes` per rank with a
+/// chunk of `chunk` bytes (the table row's cost function); `None` when the
+/// collective has no such algorithm.
+pub fn predict(
+    coll: Collective,
+    algo: Algorithm,
+    sh: &Shape,
+    bytes: usize,
+    chunk: usize,
+) -> Option<f64> {
+    algo::row(coll, algo).map(|r| (r.cost)(sh, bytes, chunk))
 }
 
-/// Chooses the algorithm and chunk for one operation. A forced algorithm
-/// the collective does not implement is an error. `flat-ring` is never
-/// chosen unless forced; `hier` only with several nodes of several ranks.
+/// Chooses the algorithm and chunk for one operation (see [`choose`]).
 pub fn plan(
     cfg: &Config,
     coll: Collective,
@@ -140,33 +106,57 @@ pub fn plan(
     bytes: usize,
     elem_size: usize,
 ) -> Result<Plan> {
-    let chunk_elems = (cfg.chunk_bytes / elem_size.max(1)).max(1);
-    let avail = Algorithm::available(coll);
-    if let Some(a) = cfg.forced(coll) {
-        if !avail.contains(&a) {
-            return Err(Error::Config(format!(
-                "{} has no {} algorithm",
-                coll.name(),
-                a.name()
-            )));
-        }
-        return Ok(Plan {
-            algo: a,
-            chunk_elems,
-        });
+    choose(
+        coll,
+        cfg.forced(coll),
+        sh,
+        bytes,
+        elem_size,
+        cfg.chunk_bytes,
+    )
+}
+
+/// Chooses the algorithm and chunk for one operation: `forced` (the
+/// algorithm forced for `coll`, if any) when the collective has it — an
+/// error listing the ones it has otherwise — else the cheapest of the
+/// collective's table rows that the planner may pick on `sh` (the first of
+/// equals in table order; the first row when none may be picked).
+pub fn choose(
+    coll: Collective,
+    forced: Option<Algorithm>,
+    sh: &Shape,
+    bytes: usize,
+    elem_size: usize,
+    chunk_bytes: usize,
+) -> Result<Plan> {
+    let chunk_elems = (chunk_bytes / elem_size.max(1)).max(1);
+    if let Some(a) = forced {
+        return match algo::row(coll, a) {
+            Some(_) => Ok(Plan {
+                algo: a,
+                chunk_elems,
+            }),
+            None => Err(Error::Config(algo::unavailable(coll, a))),
+        };
     }
-    let hier_useful = sh.nnodes > 1 && sh.max_local > 1;
+    let mut first = None;
     let mut best: Option<(f64, Algorithm)> = None;
-    for &a in avail {
-        if a == Algorithm::FlatRing || (a == Algorithm::Hier && !hier_useful) {
+    for row in algo::rows(coll) {
+        first.get_or_insert(row.algo);
+        if !row.eligible(sh) {
             continue;
         }
-        let t = predict(coll, a, sh, bytes, cfg.chunk_bytes);
+        let t = (row.cost)(sh, bytes, chunk_bytes);
         if best.map(|(bt, _)| t < bt).unwrap_or(true) {
-            best = Some((t, a));
+            best = Some((t, row.algo));
         }
     }
-    let algo = best.map(|(_, a)| a).unwrap_or(avail[0]);
+    let algo = best.map(|(_, a)| a).or(first).ok_or_else(|| {
+        Error::Config(format!(
+            "{} has no algorithm in the table (comm_core::algo::ALGORITHMS)",
+            coll.name()
+        ))
+    })?;
     Ok(Plan { algo, chunk_elems })
 }
 

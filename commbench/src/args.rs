@@ -1,7 +1,10 @@
 //! nccl-tests-compatible command line.
 
 use clap::Parser;
-use sncl::{DataType, ReduceOp};
+use comm_core::algo::{self, Algorithm};
+use sncl::{Collective, DataType, ReduceOp};
+
+use crate::cases::Bench;
 
 /// nccl-tests-style benchmark of sncl collectives.
 #[derive(Parser, Debug, Clone)]
@@ -50,8 +53,8 @@ pub struct Args {
     /// Launch N local ranks as processes.
     #[arg(long = "np")]
     pub np: Option<usize>,
-    /// Force an algorithm (ring, tree, rd, pairwise); several separated by commas run one after another.
-    #[arg(long = "algo")]
+    // Help generated from the algorithm table (see `algo_help`).
+    #[arg(long = "algo", help = algo_help())]
     pub algo: Option<String>,
     /// Write the rows as JSON to FILE (rank 0).
     #[arg(long = "json")]
@@ -73,6 +76,23 @@ pub struct Args {
     /// Draw bus bandwidth against size per algorithm into FILE.svg (rank 0).
     #[arg(long = "plot")]
     pub plot: Option<String>,
+}
+
+/// `--algo`'s help: the algorithms of every collective commbench runs, from
+/// the algorithm table (`comm_core::algo::ALGORITHMS`).
+pub fn algo_help() -> String {
+    let per: Vec<String> = Collective::ALL
+        .into_iter()
+        .filter(|c| Bench::parse(c.name()).is_some())
+        .map(|c| {
+            let rows: Vec<String> = algo::rows(c).map(|r| r.describe()).collect();
+            format!("{}: {}", c.name(), rows.join(", "))
+        })
+        .collect();
+    format!(
+        "Force an algorithm; several separated by commas run one after another. Per operation: {}",
+        per.join("; ")
+    )
 }
 
 /// Parses "8", "64K", "16M", "1G" (powers of 1024).
@@ -161,6 +181,22 @@ impl Args {
         Ok(notes)
     }
 
+    /// The algorithms `--algo` forces for `coll`, in order (`[None]`, the
+    /// planner's choice, without `--algo`). A name the collective does not
+    /// have is an error listing the ones it has.
+    pub fn algos(&self, coll: Collective) -> Result<Vec<Option<Algorithm>>, String> {
+        let Some(spec) = &self.algo else {
+            return Ok(vec![None]);
+        };
+        spec.split(',')
+            .map(|name| {
+                Algorithm::parse_for(coll, name.trim())
+                    .map(Some)
+                    .map_err(|e| format!("--algo {spec}: {e}"))
+            })
+            .collect()
+    }
+
     /// The sizes of the sweep.
     pub fn sizes(&self) -> Vec<usize> {
         let mut v = Vec::new();
@@ -193,6 +229,44 @@ mod tests {
         let e = args(&["-b", "2K", "-e", "1K"]).check(true).unwrap_err();
         assert!(e.contains("2048") && e.contains("1024"), "{e}");
         assert_eq!(args(&["-b", "1K", "-e", "1K"]).check(true), Ok(vec![]));
+    }
+
+    #[test]
+    fn algo_names_come_from_the_table() {
+        assert_eq!(args(&[]).algos(Collective::AllReduce), Ok(vec![None]));
+        let a = args(&["--algo", "hier, flat-ring,rd"]);
+        assert_eq!(
+            a.algos(Collective::AllReduce),
+            Ok(vec![
+                Some(Algorithm::Hier),
+                Some(Algorithm::FlatRing),
+                Some(Algorithm::Rd)
+            ])
+        );
+        let e = a.algos(Collective::Broadcast).unwrap_err();
+        assert!(e.contains("broadcast has no flat-ring"), "{e}");
+        assert!(e.contains(&algo::names(Collective::Broadcast)), "{e}");
+        let e = args(&["--algo", "ring,"])
+            .algos(Collective::AllReduce)
+            .unwrap_err();
+        assert!(e.contains("unknown algorithm \"\""), "{e}");
+        // Every row of every collective commbench runs is accepted and in
+        // the help.
+        let help = algo_help();
+        for row in algo::ALGORITHMS {
+            if Bench::parse(row.coll.name()).is_none() {
+                continue;
+            }
+            let a = args(&["--algo", row.algo.name()]);
+            assert_eq!(a.algos(row.coll), Ok(vec![Some(row.algo)]));
+            let (_, per_op) = help.split_once("Per operation: ").expect("help lists");
+            let list = per_op
+                .split("; ")
+                .find_map(|p| p.split_once(": ").filter(|(c, _)| *c == row.coll.name()))
+                .map(|(_, l)| l)
+                .unwrap_or_else(|| panic!("{} not in {help}", row.coll.name()));
+            assert!(list.contains(row.algo.name()), "{help}");
+        }
     }
 
     #[test]

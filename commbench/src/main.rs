@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use comm_core::algo::Algorithm;
 use sncl::{Communicator, DataType, ReduceOp};
 
 use args::Args;
@@ -39,6 +40,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = args.algos(bench.collective()) {
+        eprintln!("commbench: {e}");
+        return ExitCode::from(2);
+    }
     if let Some(np) = args.np {
         return launch::launch_local(np, &args, &notes);
     }
@@ -79,10 +84,13 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     } else {
         vec![ReduceOp::Sum]
     };
-    let algos: Vec<Option<String>> = match &args.algo {
-        Some(a) => a.split(',').map(|s| Some(s.trim().to_string())).collect(),
-        None => vec![None],
-    };
+    let algos = args
+        .algos(bench.collective())
+        .map_err(|detail| sncl::Error::InvalidArgument {
+            rank,
+            op: "commbench",
+            detail,
+        })?;
     let root = if bench.rooted() { args.root } else { 0 };
     let compress = match &args.compress {
         None => None,
@@ -155,10 +163,10 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     let mut last_progress = Instant::now();
     for algo in &algos {
         if algo.is_some() || args.algo.is_some() {
-            comm.force_algorithm(bench.collective(), algo.as_deref())?;
+            comm.force_algorithm(bench.collective(), algo.map(Algorithm::name))?;
         }
         series.push(plot::Series {
-            label: algo.clone().unwrap_or_else(|| "default".into()),
+            label: algo.map_or("default", Algorithm::name).to_string(),
             points: Vec::new(),
         });
         for (si, &size) in sizes.iter().enumerate() {

@@ -1,7 +1,10 @@
 //! Pure schedule builders, one function per (collective, algorithm). Each is
-//! a function of `(nranks, rank, counts, root, chunk)` only: no I/O, no
-//! global state, so every rank derives the same plan and the checker can run
-//! them all symbolically.
+//! a function of `(nranks, rank, counts, root, chunk)` and the placement
+//! only: no I/O, no global state, so every rank derives the same plan and
+//! the checker can run them all symbolically. [`ALGORITHMS`] is the one
+//! table of what exists: per (collective, algorithm) its builder, its cost
+//! and when the planner may pick it; the planner, `SNCL_ALGO`, commbench
+//! and the docs all read it.
 
 mod hier;
 mod pairwise;
@@ -12,7 +15,7 @@ mod tree;
 pub use hier::{
     hier_all_gather, hier_all_reduce, hier_broadcast, hier_reduce, hier_reduce_scatter,
 };
-pub use pairwise::{alltoallv, barrier, gather, scatter};
+pub use pairwise::{alltoallv, barrier, gather, p2p_group, scatter};
 pub use rd::rd_all_reduce;
 pub use ring::{
     push_ring_all_gather, push_ring_all_gather_multi, push_ring_all_reduce,
@@ -26,7 +29,13 @@ use crate::schedule::Schedule;
 use crate::topo::Topology;
 use crate::wire::Collective;
 
-/// Algorithm families, named as `SNCL_ALGO` names them.
+mod cost;
+mod table;
+
+pub use table::{Constraint, Row, ALGORITHMS};
+
+/// Algorithm families, named as `SNCL_ALGO` names them. Which collectives
+/// each implements, how it is built and priced, is [`ALGORITHMS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Ring in topology order: ranks grouped by node, so the ring crosses
@@ -45,6 +54,16 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// Every family.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Ring,
+        Algorithm::FlatRing,
+        Algorithm::Hier,
+        Algorithm::Tree,
+        Algorithm::Rd,
+        Algorithm::Pairwise,
+    ];
+
     /// The name used in `SNCL_ALGO` and commbench output.
     pub const fn name(self) -> &'static str {
         match self {
@@ -59,33 +78,57 @@ impl Algorithm {
 
     /// Parses a name.
     pub fn from_name(s: &str) -> Option<Algorithm> {
-        match s {
-            "ring" => Some(Algorithm::Ring),
-            "flat-ring" => Some(Algorithm::FlatRing),
-            "hier" => Some(Algorithm::Hier),
-            "tree" => Some(Algorithm::Tree),
-            "rd" => Some(Algorithm::Rd),
-            "pairwise" => Some(Algorithm::Pairwise),
-            _ => None,
-        }
+        Algorithm::ALL.into_iter().find(|a| a.name() == s)
     }
 
-    /// The algorithms implemented for a collective.
-    pub fn available(coll: Collective) -> &'static [Algorithm] {
-        use Algorithm::*;
-        match coll {
-            Collective::AllReduce => &[Ring, Tree, Rd, Hier, FlatRing],
-            Collective::ReduceScatter | Collective::AllGather => &[Ring, Hier, FlatRing],
-            Collective::AllGatherV => &[Ring, FlatRing],
-            Collective::Broadcast | Collective::Reduce => &[Tree, Ring, Hier],
-            Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
-            Collective::Gather
-            | Collective::Scatter
-            | Collective::SendRecv
-            | Collective::Tagged => &[Pairwise],
-            Collective::Barrier => &[Rd],
+    /// The algorithms implemented for a collective, in the table's order
+    /// (the planner's order of preference among equal costs).
+    pub fn available(coll: Collective) -> Vec<Algorithm> {
+        table::rows(coll).map(|r| r.algo).collect()
+    }
+
+    /// Parses the name of an algorithm of `coll`: an unknown name, or one
+    /// the collective does not implement, is an error listing the names it
+    /// has (from [`ALGORITHMS`]).
+    pub fn parse_for(coll: Collective, name: &str) -> Result<Algorithm, String> {
+        match Algorithm::from_name(name) {
+            Some(a) if table::row(coll, a).is_some() => Ok(a),
+            Some(a) => Err(unavailable(coll, a)),
+            None => Err(format!(
+                "unknown algorithm {name:?} for {}; expected one of {}",
+                coll.name(),
+                names(coll)
+            )),
         }
     }
+}
+
+/// The names of `coll`'s algorithms, comma-separated, in table order.
+pub fn names(coll: Collective) -> String {
+    table::rows(coll)
+        .map(|r| r.algo.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The error text for `algo` forced on a collective that lacks it.
+pub fn unavailable(coll: Collective, algo: Algorithm) -> String {
+    format!(
+        "{} has no {} algorithm; available: {}",
+        coll.name(),
+        algo.name(),
+        names(coll)
+    )
+}
+
+/// The table's row for `(coll, algo)`, if the collective implements it.
+pub fn row(coll: Collective, algo: Algorithm) -> Option<&'static Row> {
+    table::row(coll, algo)
+}
+
+/// The table's rows of one collective, in order.
+pub fn rows(coll: Collective) -> impl Iterator<Item = &'static Row> {
+    table::rows(coll)
 }
 
 /// What a uniform-count collective needs to build a schedule.
@@ -104,68 +147,79 @@ pub struct Params {
     pub chunk: usize,
 }
 
+/// Per-rank counts and displacements (elements) of all_gatherv / alltoallv;
+/// all_gatherv reads only the receive side.
+#[derive(Clone, Copy, Debug)]
+pub struct VarCounts<'a> {
+    /// Elements sent to each rank.
+    pub send_counts: &'a [usize],
+    /// Where each rank's block starts in the input.
+    pub send_displs: &'a [usize],
+    /// Elements received from each rank.
+    pub recv_counts: &'a [usize],
+    /// Where each rank's block lands in the output.
+    pub recv_displs: &'a [usize],
+}
+
+/// One transfer of a point-to-point group: the k-th transfer moves `len`
+/// elements of the group's k-th buffer ([`crate::schedule::BufId::Peer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// The other rank.
+    pub peer: usize,
+    /// Send (true) or receive (false).
+    pub is_send: bool,
+    /// Elements.
+    pub len: usize,
+}
+
+/// How the data of an operation is laid out beyond [`Params`].
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Blocks<'a> {
+    /// Every block holds [`Params::count`] elements (variable-count
+    /// collectives then behave as their uniform forms; a point-to-point group
+    /// has no transfers).
+    #[default]
+    Uniform,
+    /// all_gatherv / alltoallv counts.
+    Var(VarCounts<'a>),
+    /// The transfers of a point-to-point group.
+    P2p(&'a [Transfer]),
+}
+
+/// Everything a schedule builder reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    /// Ranks, rank, count, root, chunk.
+    pub p: Params,
+    /// Where the ranks are placed.
+    pub topo: &'a Topology,
+    /// Variable counts or transfers, where the collective has them.
+    pub blocks: Blocks<'a>,
+}
+
 /// Builds the schedule of a uniform-count collective with `algo` for ranks
 /// placed as `topo` says. Returns `None` when the algorithm does not
 /// implement the collective.
 pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> Option<Schedule> {
-    let Params {
-        nranks: n,
-        rank: r,
-        count,
-        root,
-        chunk,
-    } = *p;
-    let chunk = chunk.max(1);
-    let identity: Vec<usize> = (0..n).collect();
-    let order = topo.ring_order();
-    // Topology-aware rooted group: the root, then the others node by node.
-    let rooted: Vec<usize> = std::iter::once(root)
-        .chain(order.iter().copied().filter(|&x| x != root))
-        .collect();
-    let s = match (coll, algo) {
-        (Collective::AllReduce, Algorithm::Ring) => {
-            ring_all_reduce_ordered(&order, r, count, chunk)
-        }
-        (Collective::AllReduce, Algorithm::FlatRing) => {
-            ring_all_reduce_ordered(&identity, r, count, chunk)
-        }
-        (Collective::AllReduce, Algorithm::Hier) => hier_all_reduce(topo, r, count, chunk),
-        (Collective::AllReduce, Algorithm::Tree) => tree_all_reduce(n, r, &order, count, chunk),
-        (Collective::AllReduce, Algorithm::Rd) => rd_all_reduce(n, r, count),
-        (Collective::ReduceScatter, Algorithm::Ring) => {
-            ring_reduce_scatter_ordered(&order, r, count, chunk)
-        }
-        (Collective::ReduceScatter, Algorithm::FlatRing) => {
-            ring_reduce_scatter_ordered(&identity, r, count, chunk)
-        }
-        (Collective::ReduceScatter, Algorithm::Hier) => hier_reduce_scatter(topo, r, count),
-        (Collective::AllGather, Algorithm::Ring | Algorithm::FlatRing) => {
-            let counts = vec![count; n];
-            let ord = if algo == Algorithm::Ring {
-                &order
-            } else {
-                &identity
-            };
-            ring_all_gatherv_ordered(ord, r, &counts, &displacements(&counts), chunk)
-        }
-        (Collective::AllGather, Algorithm::Hier) => hier_all_gather(topo, r, count),
-        (Collective::Broadcast, Algorithm::Tree) => tree_broadcast(n, r, &rooted, count, chunk),
-        (Collective::Broadcast, Algorithm::Ring) => chain_broadcast(n, r, root, count, chunk),
-        (Collective::Broadcast, Algorithm::Hier) => hier_broadcast(topo, r, root, count, chunk),
-        (Collective::Reduce, Algorithm::Tree) => tree_reduce(n, r, &rooted, count, chunk),
-        (Collective::Reduce, Algorithm::Ring) => chain_reduce(n, r, root, count, chunk),
-        (Collective::Reduce, Algorithm::Hier) => hier_reduce(topo, r, root, count, chunk),
-        (Collective::AllToAll, Algorithm::Pairwise) => {
-            let counts = vec![count; n];
-            let displs = displacements(&counts);
-            alltoallv(n, r, &counts, &displs, &counts, &displs)
-        }
-        (Collective::Gather, Algorithm::Pairwise) => gather(n, r, root, count),
-        (Collective::Scatter, Algorithm::Pairwise) => scatter(n, r, root, count),
-        (Collective::Barrier, Algorithm::Rd) => barrier(n, r),
-        _ => return None,
-    };
-    Some(s)
+    build_input(
+        coll,
+        algo,
+        &Input {
+            p: *p,
+            topo,
+            blocks: Blocks::Uniform,
+        },
+    )
+}
+
+/// Builds the schedule of any collective from its table row. Returns `None`
+/// when the algorithm does not implement the collective.
+pub fn build_input(coll: Collective, algo: Algorithm, input: &Input<'_>) -> Option<Schedule> {
+    let row = table::row(coll, algo)?;
+    let mut input = *input;
+    input.p.chunk = input.p.chunk.max(1);
+    Some((row.build)(&input))
 }
 
 /// Prefix sums: the displacement of each block when blocks are packed.

@@ -1,7 +1,7 @@
 //! Direct exchanges: pairwise all-to-all, gather, scatter, and the
 //! dissemination barrier.
 
-use super::ceil_log2;
+use super::{ceil_log2, Transfer};
 use crate::schedule::{BufId, Op, Region, Schedule};
 
 /// Pairwise all-to-all with per-peer counts: at step k rank r sends its block
@@ -113,5 +113,31 @@ pub fn barrier(n: usize, r: usize) -> Schedule {
             },
         ]);
     }
+    s
+}
+
+/// A point-to-point group as one step: every transfer progresses at once,
+/// the k-th on the group's k-th buffer.
+pub fn p2p_group(n: usize, r: usize, transfers: &[Transfer]) -> Schedule {
+    let mut s = Schedule::new(n, r);
+    let ops = transfers
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let reg = Region::new(BufId::Peer(k as u16), 0, t.len);
+            if t.is_send {
+                Op::Send {
+                    peer: t.peer,
+                    src: reg,
+                }
+            } else {
+                Op::Recv {
+                    peer: t.peer,
+                    dst: reg,
+                }
+            }
+        })
+        .collect();
+    s.push(ops);
     s
 }

@@ -103,7 +103,7 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "SNCL_ALGO",
         scope: Scope::Shared { digest_key: "algo" },
-        values: Values::Text("collective:algorithm pairs separated by `;` (ring, tree, rd, pairwise)"),
+        values: Values::Text("collective:algorithm pairs separated by `;` (names: see the README's Algorithms section or `commbench --help`)"),
         default: Value(""),
         doc: "forced algorithms, e.g. `all_reduce:ring;broadcast:tree` (empty: the planner chooses)",
         field: Field::Text {

@@ -1,0 +1,95 @@
+//! Alpha-beta cost of each (collective, algorithm) row of the table: the
+//! predicted time in µs to move `bytes` per rank with a pipeline chunk of
+//! `chunk` bytes over the communicator's [`Shape`]. Flat algorithms pay the
+//! slowest tier on every step; hierarchical ones pay each tier for its phase.
+
+use super::ceil_log2;
+use crate::tune::Shape;
+
+/// The signature of every cost function in the table.
+pub type CostFn = fn(sh: &Shape, bytes: usize, chunk: usize) -> f64;
+
+/// Pipeline chunks of a message (at least one).
+fn chunks(bytes: usize, chunk: usize) -> f64 {
+    (bytes.div_ceil(chunk.max(1))).max(1) as f64
+}
+
+/// No model: the collective has one automatic candidate.
+pub(super) fn unmodelled(_: &Shape, _: usize, _: usize) -> f64 {
+    0.0
+}
+
+/// Ring all-reduce: 2 (n - 1) steps, one message per block of n chunks.
+pub(super) fn ring_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let n = sh.nranks;
+    let nf = n as f64;
+    let b = bytes as f64;
+    let link = sh.slowest();
+    let blocks = (bytes.div_ceil(chunk.max(1) * n)).max(1) as f64;
+    2.0 * (nf - 1.0) * (blocks * link.alpha_us + b / nf / link.bytes_per_us)
+}
+
+/// Hierarchical all-reduce: intra-node ring phases and a cross-node ring.
+pub(super) fn hier_all_reduce(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
+    let intra = 2.0 * (ll - 1.0) * (sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
+    let inter = 2.0 * (nn - 1.0) * (sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
+    intra + inter
+}
+
+/// Ring reduce-scatter / all-gather: n - 1 steps of one block.
+pub(super) fn ring_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+    let nf = sh.nranks as f64;
+    (nf - 1.0) * sh.slowest().msg(bytes as f64 / nf)
+}
+
+/// Hierarchical reduce-scatter / all-gather: an intra and a cross phase.
+pub(super) fn hier_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
+    (ll - 1.0) * sh.intra.msg(b / ll) + (nn - 1.0) * sh.inter.msg(b / nn)
+}
+
+/// Pipelined binomial-tree all-reduce: reduce then broadcast.
+pub(super) fn tree_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let l = ceil_log2(sh.nranks) as f64;
+    let k = chunks(bytes, chunk);
+    2.0 * (l + k - 1.0) * sh.slowest().msg(b / k)
+}
+
+/// Recursive doubling: ⌈log2 n⌉ full exchanges, two more to fold a
+/// non-power-of-two rank count.
+pub(super) fn rd_all_reduce(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+    let n = sh.nranks;
+    let l = ceil_log2(n) as f64;
+    let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
+    (l + extra) * sh.slowest().msg(bytes as f64)
+}
+
+/// Pipelined binomial tree from / to the root: per step the root sends one
+/// message per level in flight.
+pub(super) fn tree_rooted(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let l = ceil_log2(sh.nranks) as f64;
+    let k = chunks(bytes, chunk);
+    (l + k - 1.0) * sh.slowest().msg(b / k) * l.min(k).max(1.0)
+}
+
+/// Pipelined chain from / to the root.
+pub(super) fn chain_rooted(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let nf = sh.nranks as f64;
+    let k = chunks(bytes, chunk);
+    (nf - 1.0 + k - 1.0) * sh.slowest().msg(bytes as f64 / k)
+}
+
+/// Hierarchical broadcast / reduce: a tree across nodes, one within each.
+pub(super) fn hier_rooted(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let k = chunks(bytes, chunk);
+    let li = ceil_log2(sh.nnodes) as f64;
+    let la = ceil_log2(sh.max_local) as f64;
+    (li + k - 1.0) * sh.inter.msg(b / k) * li.max(1.0)
+        + (la + k - 1.0) * sh.intra.msg(b / k) * la.max(1.0)
+}

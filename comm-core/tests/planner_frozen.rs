@@ -1,0 +1,358 @@
+//! The planner must choose exactly what it chose before the algorithm table
+//! existed. `frozen` below is a verbatim copy of the selection logic as it
+//! was (`Algorithm::available`, `tune::predict` and `tune::plan` of commit
+//! 1054b0f); the test compares the table-driven planner against it over a
+//! grid of collectives, sizes, element sizes, chunks, topologies, tiers and
+//! forced algorithms.
+
+use comm_core::algo::Algorithm;
+use comm_core::config::Config;
+use comm_core::tune::{self, LinkCost, Shape};
+use comm_core::wire::Collective;
+
+/// The old selection, frozen. Do not "fix" it: it is the reference.
+mod frozen {
+    use comm_core::algo::{ceil_log2, Algorithm};
+    use comm_core::tune::{LinkCost, Shape};
+    use comm_core::wire::Collective;
+
+    pub fn available(coll: Collective) -> &'static [Algorithm] {
+        use Algorithm::*;
+        match coll {
+            Collective::AllReduce => &[Ring, Tree, Rd, Hier, FlatRing],
+            Collective::ReduceScatter | Collective::AllGather => &[Ring, Hier, FlatRing],
+            Collective::AllGatherV => &[Ring, FlatRing],
+            Collective::Broadcast | Collective::Reduce => &[Tree, Ring, Hier],
+            Collective::AllToAll | Collective::AllToAllV => &[Pairwise],
+            Collective::Gather
+            | Collective::Scatter
+            | Collective::SendRecv
+            | Collective::Tagged => &[Pairwise],
+            Collective::Barrier => &[Rd],
+        }
+    }
+
+    fn msg(l: &LinkCost, bytes: f64) -> f64 {
+        l.alpha_us + bytes / l.bytes_per_us
+    }
+
+    fn slowest(sh: &Shape) -> LinkCost {
+        if sh.nnodes > 1 {
+            sh.inter
+        } else {
+            sh.intra
+        }
+    }
+
+    pub fn predict(
+        coll: Collective,
+        algo: Algorithm,
+        sh: &Shape,
+        bytes: usize,
+        chunk: usize,
+    ) -> f64 {
+        let n = sh.nranks;
+        let nf = n as f64;
+        let b = bytes as f64;
+        let l = ceil_log2(n) as f64;
+        let k = (bytes.div_ceil(chunk.max(1))).max(1) as f64;
+        let link = slowest(sh);
+        let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
+        match (coll, algo) {
+            (Collective::AllReduce, Algorithm::Ring | Algorithm::FlatRing) => {
+                let blocks = (bytes.div_ceil(chunk.max(1) * n)).max(1) as f64;
+                2.0 * (nf - 1.0) * (blocks * link.alpha_us + b / nf / link.bytes_per_us)
+            }
+            (Collective::AllReduce, Algorithm::Hier) => {
+                let intra = 2.0 * (ll - 1.0) * (sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
+                let inter = 2.0 * (nn - 1.0) * (sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
+                intra + inter
+            }
+            (
+                Collective::ReduceScatter | Collective::AllGather,
+                Algorithm::Ring | Algorithm::FlatRing,
+            ) => (nf - 1.0) * msg(&link, b / nf),
+            (Collective::ReduceScatter | Collective::AllGather, Algorithm::Hier) => {
+                (ll - 1.0) * msg(&sh.intra, b / ll) + (nn - 1.0) * msg(&sh.inter, b / nn)
+            }
+            (Collective::AllReduce, Algorithm::Tree) => 2.0 * (l + k - 1.0) * msg(&link, b / k),
+            (Collective::AllReduce, Algorithm::Rd) => {
+                let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
+                (l + extra) * msg(&link, b)
+            }
+            (Collective::Broadcast | Collective::Reduce, Algorithm::Tree) => {
+                (l + k - 1.0) * msg(&link, b / k) * l.min(k).max(1.0)
+            }
+            (Collective::Broadcast | Collective::Reduce, Algorithm::Ring) => {
+                (nf - 1.0 + k - 1.0) * msg(&link, b / k)
+            }
+            (Collective::Broadcast | Collective::Reduce, Algorithm::Hier) => {
+                let li = ceil_log2(sh.nnodes) as f64;
+                let la = ceil_log2(sh.max_local) as f64;
+                (li + k - 1.0) * msg(&sh.inter, b / k) * li.max(1.0)
+                    + (la + k - 1.0) * msg(&sh.intra, b / k) * la.max(1.0)
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// `tune::plan` as it was: `Err(())` where it returned an error.
+    pub fn plan(
+        forced: Option<Algorithm>,
+        chunk_bytes: usize,
+        coll: Collective,
+        sh: &Shape,
+        bytes: usize,
+        elem_size: usize,
+    ) -> Result<(Algorithm, usize), ()> {
+        let chunk_elems = (chunk_bytes / elem_size.max(1)).max(1);
+        let avail = available(coll);
+        if let Some(a) = forced {
+            if !avail.contains(&a) {
+                return Err(());
+            }
+            return Ok((a, chunk_elems));
+        }
+        let hier_useful = sh.nnodes > 1 && sh.max_local > 1;
+        let mut best: Option<(f64, Algorithm)> = None;
+        for &a in avail {
+            if a == Algorithm::FlatRing || (a == Algorithm::Hier && !hier_useful) {
+                continue;
+            }
+            let t = predict(coll, a, sh, bytes, chunk_bytes);
+            if best.map(|(bt, _)| t < bt).unwrap_or(true) {
+                best = Some((t, a));
+            }
+        }
+        let algo = best.map(|(_, a)| a).unwrap_or(avail[0]);
+        Ok((algo, chunk_elems))
+    }
+}
+
+const ALGOS: [Algorithm; 6] = [
+    Algorithm::Ring,
+    Algorithm::FlatRing,
+    Algorithm::Hier,
+    Algorithm::Tree,
+    Algorithm::Rd,
+    Algorithm::Pairwise,
+];
+
+/// Tier pairs: the built-in ones, a slow and a fast network, a latency-bound
+/// one, and an inter tier faster than intra.
+fn tiers() -> Vec<(LinkCost, LinkCost)> {
+    let lc = |alpha_us: f64, bytes_per_us: f64| LinkCost {
+        alpha_us,
+        bytes_per_us,
+    };
+    vec![
+        (LinkCost::SHM, LinkCost::TCP),
+        (LinkCost::TCP, LinkCost::TCP),
+        (LinkCost::SHM, lc(50.0, 120.0)),
+        (LinkCost::SHM, lc(5.0, 25_000.0)),
+        (lc(0.3, 50_000.0), lc(200.0, 12.5)),
+        (lc(20.0, 100.0), lc(1.0, 10_000.0)),
+    ]
+}
+
+/// (ranks, nodes, most ranks on one node) as `Inner::new` derives them from a
+/// topology: one node, nodes of equal size, uneven nodes, one rank per node.
+fn layouts() -> Vec<(usize, usize, usize)> {
+    let mut v = Vec::new();
+    for n in [
+        1usize, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 64, 100, 1024,
+    ] {
+        v.push((n, 1, n));
+        v.push((n, n, 1));
+        for per in [2usize, 3, 4, 8] {
+            if n > per {
+                v.push((n, n.div_ceil(per), per));
+            }
+        }
+        if n >= 6 {
+            // Uneven: one big node and singletons.
+            v.push((n, n - 3, 4));
+        }
+    }
+    v
+}
+
+fn sizes() -> Vec<usize> {
+    let mut v = vec![0, 1, 3, 7, 100, 1000, 4095, 4097, 65_537, 1_000_003];
+    v.extend((0..=32).map(|s| 1usize << s));
+    v
+}
+
+fn shapes() -> Vec<Shape> {
+    let mut v = Vec::new();
+    for (nranks, nnodes, max_local) in layouts() {
+        for (intra, inter) in tiers() {
+            v.push(Shape {
+                nranks,
+                nnodes,
+                max_local,
+                intra,
+                inter,
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn table_planner_chooses_what_the_old_planner_chose() {
+    let mut checked = 0usize;
+    let mut chosen = std::collections::HashSet::new();
+    for coll in Collective::ALL {
+        for sh in shapes() {
+            for chunk_bytes in [64usize, 4096, 256 << 10, 1 << 30] {
+                for elem_size in [1usize, 2, 4, 8] {
+                    for bytes in sizes() {
+                        let bytes = bytes / elem_size * elem_size;
+                        for forced in std::iter::once(None).chain(ALGOS.map(Some)) {
+                            let old =
+                                frozen::plan(forced, chunk_bytes, coll, &sh, bytes, elem_size);
+                            let new =
+                                tune::choose(coll, forced, &sh, bytes, elem_size, chunk_bytes)
+                                    .map(|p| (p.algo, p.chunk_elems))
+                                    .map_err(|_| ());
+                            assert_eq!(
+                                old,
+                                new,
+                                "{} forced={forced:?} shape={sh:?} bytes={bytes} elem={elem_size} chunk={chunk_bytes}",
+                                coll.name()
+                            );
+                            if forced.is_none() {
+                                chosen.insert((coll, old.expect("unforced plans succeed").0));
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The grid reaches every automatic choice the old planner could make.
+    for (coll, algo) in [
+        (Collective::AllReduce, Algorithm::Ring),
+        (Collective::AllReduce, Algorithm::Tree),
+        (Collective::AllReduce, Algorithm::Rd),
+        (Collective::AllReduce, Algorithm::Hier),
+        (Collective::ReduceScatter, Algorithm::Ring),
+        (Collective::ReduceScatter, Algorithm::Hier),
+        (Collective::AllGather, Algorithm::Ring),
+        (Collective::AllGather, Algorithm::Hier),
+        (Collective::Broadcast, Algorithm::Tree),
+        (Collective::Broadcast, Algorithm::Ring),
+        (Collective::Broadcast, Algorithm::Hier),
+        (Collective::Reduce, Algorithm::Tree),
+        (Collective::Reduce, Algorithm::Ring),
+        (Collective::Reduce, Algorithm::Hier),
+    ] {
+        assert!(
+            chosen.contains(&(coll, algo)),
+            "the grid never makes the planner pick {} for {}",
+            algo.name(),
+            coll.name()
+        );
+    }
+    eprintln!("{checked} plans compared");
+}
+
+/// The `Config` form gives the same answers as the explicit one.
+#[test]
+fn config_form_matches() {
+    let sh = Shape {
+        nranks: 8,
+        nnodes: 4,
+        max_local: 2,
+        intra: LinkCost::SHM,
+        inter: LinkCost {
+            alpha_us: 50.0,
+            bytes_per_us: 120.0,
+        },
+    };
+    for coll in Collective::ALL {
+        for forced in std::iter::once(None).chain(ALGOS.map(Some)) {
+            for bytes in [8usize, 1 << 16, 64 << 20] {
+                let cfg = Config {
+                    algo: forced.map(|a| vec![(coll, a)]).unwrap_or_default(),
+                    chunk_bytes: 4096,
+                    ..Config::default()
+                };
+                let old = frozen::plan(forced, 4096, coll, &sh, bytes, 4);
+                let new = tune::plan(&cfg, coll, &sh, bytes, 4)
+                    .map(|p| (p.algo, p.chunk_elems))
+                    .map_err(|_| ());
+                assert_eq!(old, new, "{} forced={forced:?} bytes={bytes}", coll.name());
+            }
+        }
+    }
+}
+
+/// Cost of one planner call, old against new, for small all-reduces (the
+/// latency-bound case where it could show). Also times the old
+/// communicator's path, which cloned the whole `Config` per operation.
+/// Run: `cargo test -p comm-core --profile test --test planner_frozen -- --ignored --nocapture`
+#[test]
+#[ignore = "timing measurement; run by hand"]
+fn planner_call_cost() {
+    use std::hint::black_box;
+    use std::time::Instant;
+    const N: u32 = 2_000_000;
+    let cases = [
+        (Collective::AllReduce, Shape::flat(2, LinkCost::SHM), 8usize),
+        (Collective::AllReduce, shapes()[300], 1 << 20),
+        (Collective::Broadcast, Shape::flat(8, LinkCost::TCP), 64),
+    ];
+    let cfg = Config::default();
+    for (coll, sh, bytes) in cases {
+        let t = Instant::now();
+        let mut old = None;
+        for _ in 0..N {
+            old = Some(frozen::plan(
+                None,
+                256 << 10,
+                black_box(coll),
+                black_box(&sh),
+                black_box(bytes),
+                4,
+            ));
+        }
+        let old_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let t = Instant::now();
+        for _ in 0..N {
+            let c = black_box(&cfg).clone();
+            old = Some(frozen::plan(
+                c.forced(coll),
+                c.chunk_bytes,
+                black_box(coll),
+                black_box(&sh),
+                black_box(bytes),
+                4,
+            ));
+        }
+        let old_clone_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let t = Instant::now();
+        let mut new = None;
+        for _ in 0..N {
+            new = Some(tune::choose(
+                black_box(coll),
+                None,
+                black_box(&sh),
+                black_box(bytes),
+                4,
+                256 << 10,
+            ));
+        }
+        let new_ns = t.elapsed().as_nanos() as f64 / f64::from(N);
+        let new = new.expect("ran").expect("plans").algo;
+        assert_eq!(old.expect("ran").expect("plans").0, new);
+        eprintln!(
+            "{} {} ranks {bytes} B -> {}: old {old_ns:.1} ns, old + Config clone {old_clone_ns:.1} ns, table {new_ns:.1} ns",
+            coll.name(),
+            sh.nranks,
+            new.name()
+        );
+    }
+}
