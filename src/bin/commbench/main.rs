@@ -8,6 +8,7 @@ mod args;
 mod cases;
 mod launch;
 mod plot;
+mod sim_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ use args::Args;
 use cases::{Bench, Case, Timing};
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("sim") {
+        return sim_cmd::main(argv[1..].to_vec());
+    }
     let args = Args::parse();
     let Some(bench) = Bench::parse(&args.op) else {
         eprintln!(
