@@ -7,6 +7,7 @@
 mod args;
 mod cases;
 mod launch;
+mod plan_cmd;
 mod plot;
 mod sim_cmd;
 
@@ -22,8 +23,10 @@ use cases::{Bench, Case, Timing};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("sim") {
-        return sim_cmd::main(argv[1..].to_vec());
+    match argv.get(1).map(String::as_str) {
+        Some("sim") => return sim_cmd::main(argv[1..].to_vec()),
+        Some("plan") => return plan_cmd::main(argv[1..].to_vec()),
+        _ => {}
     }
     let args = Args::parse();
     let Some(bench) = Bench::parse(&args.op) else {
