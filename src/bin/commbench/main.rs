@@ -5,6 +5,7 @@
 //! torchrun, mpirun, srun or `SNCL_*` variables.
 
 mod args;
+mod calibrate;
 mod cases;
 mod launch;
 mod plan_cmd;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
     match argv.get(1).map(String::as_str) {
         Some("sim") => return sim_cmd::main(argv[1..].to_vec()),
         Some("plan") => return plan_cmd::main(argv[1..].to_vec()),
+        Some("calibrate") => return calibrate::main(argv[1..].to_vec()),
         _ => {}
     }
     let args = Args::parse();
