@@ -270,9 +270,15 @@ impl TierSpec {
         kv("ranks_per_node", c.ranks_per_node.map(|n| n.to_string()));
         kv("placement", c.placement.clone());
         kv("inter.nic", c.nic.clone());
-        kv("inter.oversubscription", c.oversubscription.map(|x| x.to_string()));
+        kv(
+            "inter.oversubscription",
+            c.oversubscription.map(|x| x.to_string()),
+        );
         kv("inter.burst", c.burst_bytes.map(|x| x.to_string()));
-        kv("intra.reduce_bandwidth", c.reduce_bytes_per_s.map(|x| x.to_string()));
+        kv(
+            "intra.reduce_bandwidth",
+            c.reduce_bytes_per_s.map(|x| x.to_string()),
+        );
         for (r, n) in &self.nodes {
             out.push_str(&format!("node.{r} = {n}\n"));
         }
@@ -351,7 +357,12 @@ mod tests {
         assert_eq!(s.inter.unwrap().bytes_per_us, 50_000.0);
         let back = TierSpec::parse(&s.to_text(), "round trip").unwrap();
         assert_eq!(back, s);
-        for bad in ["nodes = 0", "inter.nic = switch", "inter.oversubscription = 0.5", "placement = x"] {
+        for bad in [
+            "nodes = 0",
+            "inter.nic = switch",
+            "inter.oversubscription = 0.5",
+            "placement = x",
+        ] {
             assert!(TierSpec::parse(bad, "t").is_err(), "{bad}");
         }
     }

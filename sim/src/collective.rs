@@ -150,7 +150,10 @@ pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
         why,
     };
     let symmetric_ok = cl.placement == Placement::NodeMajor
-        && matches!(algo, Algorithm::Ring | Algorithm::FlatRing | Algorithm::Hier)
+        && matches!(
+            algo,
+            Algorithm::Ring | Algorithm::FlatRing | Algorithm::Hier
+        )
         && matches!(
             req.coll,
             Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
@@ -200,10 +203,18 @@ pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
         }
         progs.push(Program::from_schedule(&s, req.elem.max(1), tolerance));
     }
-    tracing::debug!(entities, total_steps, symmetric, algo = algo.name(), "sim: programs built");
+    tracing::debug!(
+        entities,
+        total_steps,
+        symmetric,
+        algo = algo.name(),
+        "sim: programs built"
+    );
     let out = engine::run(cl, &progs, symmetric);
     if !out.complete {
-        return Err(err("a message was never matched (schedules disagree)".into()));
+        return Err(err(
+            "a message was never matched (schedules disagree)".into()
+        ));
     }
     let algbw = if out.time_us > 0.0 {
         req.bytes as f64 / out.time_us / 1e3

@@ -217,8 +217,16 @@ pub struct StepCost {
 impl Training {
     fn check(&self, cl: &Cluster) -> Result<usize> {
         let bad = |m: String| Err(SimError::Config(m));
-        if [self.dp, self.tp, self.pp, self.ep, self.layers, self.hidden, self.seq]
-            .contains(&0)
+        if [
+            self.dp,
+            self.tp,
+            self.pp,
+            self.ep,
+            self.layers,
+            self.hidden,
+            self.seq,
+        ]
+        .contains(&0)
             || self.micro_batch == 0
         {
             return bad("degrees, layers, hidden, seq and micro-batch must be >= 1".into());
@@ -238,16 +246,18 @@ impl Training {
                 cl.nranks()
             ));
         }
-        if self.ep > 1 && (self.dp % self.ep != 0 || self.experts % self.ep != 0) {
+        if self.ep > 1
+            && (!self.dp.is_multiple_of(self.ep) || !self.experts.is_multiple_of(self.ep))
+        {
             return bad(format!(
                 "ep {} must divide dp {} and the expert count {}",
                 self.ep, self.dp, self.experts
             ));
         }
-        if self.layers % self.pp != 0 {
+        if !self.layers.is_multiple_of(self.pp) {
             return bad(format!("pp {} must divide layers {}", self.pp, self.layers));
         }
-        if self.global_batch % (self.micro_batch * self.dp) != 0 {
+        if !self.global_batch.is_multiple_of(self.micro_batch * self.dp) {
             return bad(format!(
                 "global batch {} is not a multiple of micro-batch {} x dp {}",
                 self.global_batch, self.micro_batch, self.dp
@@ -260,7 +270,11 @@ impl Training {
     }
 
     fn overlap_of(&self, d: Dim) -> Option<f64> {
-        self.overlap.iter().rev().find(|(x, _)| *x == d).map(|(_, f)| *f)
+        self.overlap
+            .iter()
+            .rev()
+            .find(|(x, _)| *x == d)
+            .map(|(_, f)| *f)
     }
 }
 
@@ -370,7 +384,11 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                 let ar = sim_ms(&sub, Collective::AllReduce, grad, t.grad_bytes)?;
                 let (coll, ops, vol, time, intra, inter) = match t.zero {
                     0..=2 => (
-                        if t.zero == 0 { "all_reduce" } else { "reduce_scatter+all_gather" },
+                        if t.zero == 0 {
+                            "all_reduce"
+                        } else {
+                            "reduce_scatter+all_gather"
+                        },
                         1.0,
                         2.0 * (nf - 1.0) / nf * grad,
                         ar.0,
@@ -386,11 +404,26 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                         1.5 * ar.2,
                     ),
                 };
-                let bucket = sim_ms(&sub, Collective::AllReduce, t.dp_bucket_bytes.min(grad), t.grad_bytes)?.0;
+                let bucket = sim_ms(
+                    &sub,
+                    Collective::AllReduce,
+                    t.dp_bucket_bytes.min(grad),
+                    t.grad_bytes,
+                )?
+                .0;
                 let (exp, rule) = match t.overlap_of(d) {
-                    Some(f) => ((1.0 - f) * time, format!("override: {:.0}% hidden", f * 100.0)),
+                    Some(f) => (
+                        (1.0 - f) * time,
+                        format!("override: {:.0}% hidden", f * 100.0),
+                    ),
                     None if t.zero == 3 => {
-                        let first = sim_ms(&sub, Collective::AllGather, grad / (t.layers / t.pp) as f64, t.grad_bytes)?.0;
+                        let first = sim_ms(
+                            &sub,
+                            Collective::AllGather,
+                            grad / (t.layers / t.pp) as f64,
+                            t.grad_bytes,
+                        )?
+                        .0;
                         let e = bucket + first + (time - backward_ms).max(0.0);
                         (e.min(time), "ZeRO-3: gathers prefetched except the first layer's, last gradient bucket exposed".into())
                     }
@@ -399,7 +432,18 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                         "overlapped with backward except the last bucket".to_string(),
                     ),
                 };
-                (coll.to_string(), ops, grad, vol, time, intra, inter, ar.3, exp, rule)
+                (
+                    coll.to_string(),
+                    ops,
+                    grad,
+                    vol,
+                    time,
+                    intra,
+                    inter,
+                    ar.3,
+                    exp,
+                    rule,
+                )
             }
             Dim::Tp => {
                 let per_layer = 4.0 + if t.recompute { 2.0 } else { 0.0 };
@@ -412,12 +456,31 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                     sim_ms(&sub, Collective::AllReduce, act, t.act_bytes)?
                 };
                 let time = ops * time1;
-                let coll = if t.sequence_parallel { "reduce_scatter+all_gather" } else { "all_reduce" };
+                let coll = if t.sequence_parallel {
+                    "reduce_scatter+all_gather"
+                } else {
+                    "all_reduce"
+                };
                 let exp = t.overlap_of(d).map_or(time, |f| (1.0 - f) * time);
-                (coll.into(), ops, act, ops * 2.0 * (nf - 1.0) / nf * act, time, ops * intra1, ops * inter1, algo, exp, "exposed".into())
+                (
+                    coll.into(),
+                    ops,
+                    act,
+                    ops * 2.0 * (nf - 1.0) / nf * act,
+                    time,
+                    ops * intra1,
+                    ops * inter1,
+                    algo,
+                    exp,
+                    "exposed".into(),
+                )
             }
             Dim::Pp => {
-                let msg = if t.sequence_parallel { act / t.tp as f64 } else { act };
+                let msg = if t.sequence_parallel {
+                    act / t.tp as f64
+                } else {
+                    act
+                };
                 let dirs = if t.pp > 2 { 2.0 } else { 1.0 };
                 let ops = dirs * gaf;
                 let tier = if per_node > 1 { cl.intra } else { sub.inter };
@@ -425,29 +488,54 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                 let time = ops * one;
                 bubble_ms = t.step_compute_ms * (t.pp as f64 - 1.0) / gaf;
                 let exp = t.overlap_of(d).map_or(time, |f| (1.0 - f) * time);
-                let (intra, inter) = if per_node > 1 { (ops * msg, 0.0) } else { (0.0, ops * msg) };
+                let (intra, inter) = if per_node > 1 {
+                    (ops * msg, 0.0)
+                } else {
+                    (0.0, ops * msg)
+                };
                 (
-                    "send/recv".into(), ops, msg, ops * msg, time, intra, inter,
-                    "p2p".into(), exp, "exposed, plus the 1F1B bubble (pp-1)/micro-batches x compute".into(),
+                    "send/recv".into(),
+                    ops,
+                    msg,
+                    ops * msg,
+                    time,
+                    intra,
+                    inter,
+                    "p2p".into(),
+                    exp,
+                    "exposed, plus the 1F1B bubble (pp-1)/micro-batches x compute".into(),
                 )
             }
             Dim::Ep => {
-                let moe_ops = 4.0 * (t.layers / t.pp) as f64 * gaf * if t.recompute { 1.5 } else { 1.0 };
+                let moe_ops =
+                    4.0 * (t.layers / t.pp) as f64 * gaf * if t.recompute { 1.5 } else { 1.0 };
                 let tokens = (t.seq * t.micro_batch) as f64;
                 let buf = tokens * t.top_k as f64 * t.capacity_factor * h * t.act_bytes as f64;
                 let a2a = sim_alltoall(&sub, buf)?;
                 let time = moe_ops * a2a.0;
                 let exp = t.overlap_of(d).map_or(time, |f| (1.0 - f) * time);
                 (
-                    "alltoall".into(), moe_ops, buf, moe_ops * (nf - 1.0) / nf * buf, time,
-                    moe_ops * a2a.1, moe_ops * a2a.2, "pairwise".into(), exp, "exposed".into(),
+                    "alltoall".into(),
+                    moe_ops,
+                    buf,
+                    moe_ops * (nf - 1.0) / nf * buf,
+                    time,
+                    moe_ops * a2a.1,
+                    moe_ops * a2a.2,
+                    "pairwise".into(),
+                    exp,
+                    "exposed".into(),
                 )
             }
         };
         // Tier split of the volume: the simulator's proportions applied to
         // the formula's bytes (they agree for rings; ZeRO-3 and p2p scale).
         let split = intra + inter;
-        let (bi, bx) = if split > 0.0 { (sent * intra / split, sent * inter / split) } else { (sent, 0.0) };
+        let (bi, bx) = if split > 0.0 {
+            (sent * intra / split, sent * inter / split)
+        } else {
+            (sent, 0.0)
+        };
         dims.push(DimCost {
             dim: d,
             degree: deg_true.max(degree.min(deg_true)),
@@ -493,7 +581,11 @@ fn sim_alltoall(c: &Cluster, buf: f64) -> Result<(f64, f64, f64)> {
     let mut r = Request::new(Collective::AllToAll, None, (buf / n as f64) as usize);
     r.elem = 1;
     let p = simulate(c, &r)?;
-    Ok((p.time_us / 1e3, p.intra_bytes / n as f64, p.inter_bytes / n as f64))
+    Ok((
+        p.time_us / 1e3,
+        p.intra_bytes / n as f64,
+        p.inter_bytes / n as f64,
+    ))
 }
 
 /// Ranks mappings by exposed time; returns them best first and a one-line reason.
@@ -511,7 +603,13 @@ pub fn compare(t: &Training, maps: &[Mapping], cl: &Cluster) -> Result<(Vec<Step
                 s.dims
                     .iter()
                     .max_by(|a, b| a.exposed_ms.total_cmp(&b.exposed_ms))
-                    .map(|d| (d.dim.name(), d.exposed_ms, d.inter_bytes / d.bytes_per_rank.max(1.0)))
+                    .map(|d| {
+                        (
+                            d.dim.name(),
+                            d.exposed_ms,
+                            d.inter_bytes / d.bytes_per_rank.max(1.0),
+                        )
+                    })
             };
             let (wd, we, wx) = worst_dim(next).unwrap_or(("-", 0.0, 0.0));
             format!(

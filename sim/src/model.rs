@@ -59,8 +59,9 @@ pub struct Cluster {
     pub nic: Nic,
     /// Fabric oversubscription: a node's uplink carries its NICs' bandwidth / this.
     pub oversubscription: f64,
-    /// Token-bucket burst of each NIC in bytes (0: no bucket). While tokens
-    /// remain the NIC runs at [`BURST_PEAK_FACTOR`] × its rate.
+    /// Token-bucket burst of each NIC in bytes (0: no bucket). Buckets start
+    /// empty (back-to-back operations) and fill while the NIC runs below its
+    /// rate; while tokens remain the NIC runs at [`BURST_PEAK_FACTOR`] × its rate.
     pub burst_bytes: f64,
     /// Local copy / reduction speed in B/s (0: local work is free).
     pub reduce_bytes_per_s: f64,
@@ -159,7 +160,10 @@ impl Cluster {
         }
         for (name, t) in [("intra", self.intra), ("inter", self.inter)] {
             if !(t.bytes_per_s.is_finite() && t.bytes_per_s > 0.0) {
-                return bad(format!("{name} bandwidth {} B/s must be > 0", t.bytes_per_s));
+                return bad(format!(
+                    "{name} bandwidth {} B/s must be > 0",
+                    t.bytes_per_s
+                ));
             }
             if !(t.latency_us.is_finite() && t.latency_us >= 0.0) {
                 return bad(format!("{name} latency {} us must be >= 0", t.latency_us));

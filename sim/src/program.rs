@@ -86,8 +86,7 @@ impl Program {
                             && if tolerance < 0.0 {
                                 a.bytes == b.bytes
                             } else {
-                                (a.bytes - b.bytes).abs()
-                                    <= tolerance * a.bytes.max(b.bytes) + e
+                                (a.bytes - b.bytes).abs() <= tolerance * a.bytes.max(b.bytes) + e
                             }
                     })
             };

@@ -27,12 +27,20 @@ fn req(coll: Collective, algo: Algorithm, bytes: usize, frame: Frame) -> Request
 fn ring_on_one_node_matches_alpha_beta() {
     let cl = cluster(1, 8);
     let s = 8 << 20;
-    let p = simulate(&cl, &req(Collective::AllReduce, Algorithm::Ring, s, Frame::PerRank)).unwrap();
+    let p = simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::Ring, s, Frame::PerRank),
+    )
+    .unwrap();
     // 2(n-1) steps of latency + S/n at the intra rate (one block: 8 MiB < 8 x 256 KiB x 8... ).
     let blocks = (s as f64 / (256.0 * 1024.0 * 8.0)).ceil();
     let step = 1.0 + s as f64 / 8.0 / blocks / 900e3;
     let want = 2.0 * 7.0 * blocks * step;
-    assert!((p.time_us - want).abs() / want < 1e-6, "{} vs {want}", p.time_us);
+    assert!(
+        (p.time_us - want).abs() / want < 1e-6,
+        "{} vs {want}",
+        p.time_us
+    );
     assert_eq!(p.inter_bytes, 0.0);
     assert!((p.intra_bytes - 8.0 * 2.0 * 7.0 / 8.0 * s as f64).abs() < 64.0);
 }
@@ -42,19 +50,35 @@ fn hier_bytes_per_tier_match_theory() {
     let (nn, l) = (4usize, 4usize);
     let cl = cluster(nn, l);
     let s = 16usize << 20;
-    let p = simulate(&cl, &req(Collective::AllReduce, Algorithm::Hier, s, Frame::PerRank)).unwrap();
+    let p = simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::Hier, s, Frame::PerRank),
+    )
+    .unwrap();
     let n = (nn * l) as f64;
     let inter = n * 2.0 * (nn as f64 - 1.0) / nn as f64 * s as f64 / l as f64;
     let intra = n * 2.0 * (l as f64 - 1.0) / l as f64 * s as f64;
-    assert!((p.inter_bytes - inter).abs() / inter < 1e-3, "{} {inter}", p.inter_bytes);
-    assert!((p.intra_bytes - intra).abs() / intra < 1e-3, "{} {intra}", p.intra_bytes);
+    assert!(
+        (p.inter_bytes - inter).abs() / inter < 1e-3,
+        "{} {inter}",
+        p.inter_bytes
+    );
+    assert!(
+        (p.intra_bytes - intra).abs() / intra < 1e-3,
+        "{} {intra}",
+        p.intra_bytes
+    );
 }
 
 #[test]
 fn symmetric_frame_agrees_with_per_rank() {
     for (nn, l) in [(4, 2), (2, 4), (8, 16), (16, 64)] {
         let cl = cluster(nn, l);
-        for coll in [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter] {
+        for coll in [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+        ] {
             for algo in [Algorithm::Hier, Algorithm::Ring, Algorithm::FlatRing] {
                 for bytes in [1 << 20, 64 << 20] {
                     if nn * l >= 1024 && algo != Algorithm::Hier && bytes > 1 << 20 {
@@ -72,7 +96,12 @@ fn symmetric_frame_agrees_with_per_rank() {
                         b.time_us
                     );
                     let db = (a.inter_bytes - b.inter_bytes).abs() / a.inter_bytes.max(1.0);
-                    assert!(db < 0.01, "inter bytes {} vs {}", a.inter_bytes, b.inter_bytes);
+                    assert!(
+                        db < 0.01,
+                        "inter bytes {} vs {}",
+                        a.inter_bytes,
+                        b.inter_bytes
+                    );
                 }
             }
         }
@@ -103,13 +132,23 @@ fn round_robin_flat_ring_crosses_nodes_everywhere() {
     let mut cl = cluster(4, 2);
     cl.placement = Placement::RoundRobin;
     let s = 8 << 20;
-    let flat = simulate(&cl, &req(Collective::AllReduce, Algorithm::FlatRing, s, Frame::Auto)).unwrap();
-    let ring = simulate(&cl, &req(Collective::AllReduce, Algorithm::Ring, s, Frame::Auto)).unwrap();
+    let flat = simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::FlatRing, s, Frame::Auto),
+    )
+    .unwrap();
+    let ring = simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::Ring, s, Frame::Auto),
+    )
+    .unwrap();
     assert!((flat.cross_share() - 1.0).abs() < 1e-9);
     assert!(ring.cross_share() < 0.6);
-    assert!(
-        simulate(&cl, &req(Collective::AllReduce, Algorithm::Ring, s, Frame::Symmetric)).is_err()
-    );
+    assert!(simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::Ring, s, Frame::Symmetric)
+    )
+    .is_err());
 }
 
 #[test]
@@ -117,7 +156,11 @@ fn planner_choice_is_used_and_tree_runs_per_rank() {
     let cl = cluster(4, 8);
     let p = simulate(&cl, &Request::new(Collective::AllReduce, None, 64 << 20)).unwrap();
     assert_eq!(p.algo, Algorithm::Hier);
-    let t = simulate(&cl, &req(Collective::AllReduce, Algorithm::Tree, 1 << 20, Frame::Auto)).unwrap();
+    let t = simulate(
+        &cl,
+        &req(Collective::AllReduce, Algorithm::Tree, 1 << 20, Frame::Auto),
+    )
+    .unwrap();
     assert!(t.time_us > 0.0 && !t.symmetric);
     let mut bad = cl.clone();
     bad.inter.bytes_per_s = 0.0;

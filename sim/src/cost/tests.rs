@@ -45,7 +45,10 @@ fn training(dp: usize, tp: usize, pp: usize) -> Training {
 }
 
 fn dim(c: &StepCost, d: Dim) -> &DimCost {
-    c.dims.iter().find(|x| x.dim == d).expect("dimension present")
+    c.dims
+        .iter()
+        .find(|x| x.dim == d)
+        .expect("dimension present")
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -86,14 +89,23 @@ fn tp_volumes_match_megatron() {
     let per_ar = 2.0 * 7.0 / 8.0 * a;
     let layers_mb = 8.0 * 4.0; // layers per stage x micro-batches
     let c = step_cost(&t, &map, &cl).unwrap();
-    assert!(close(dim(&c, Dim::Tp).bytes_per_rank, 4.0 * layers_mb * per_ar));
+    assert!(close(
+        dim(&c, Dim::Tp).bytes_per_rank,
+        4.0 * layers_mb * per_ar
+    ));
     assert_eq!(dim(&c, Dim::Tp).ops, 4.0 * layers_mb);
     t.recompute = true;
     let c = step_cost(&t, &map, &cl).unwrap();
-    assert!(close(dim(&c, Dim::Tp).bytes_per_rank, 6.0 * layers_mb * per_ar));
+    assert!(close(
+        dim(&c, Dim::Tp).bytes_per_rank,
+        6.0 * layers_mb * per_ar
+    ));
     t.sequence_parallel = true;
     let s = step_cost(&t, &map, &cl).unwrap();
-    assert!(close(dim(&s, Dim::Tp).bytes_per_rank, 6.0 * layers_mb * per_ar));
+    assert!(close(
+        dim(&s, Dim::Tp).bytes_per_rank,
+        6.0 * layers_mb * per_ar
+    ));
     assert_eq!(dim(&s, Dim::Tp).collective, "reduce_scatter+all_gather");
     // TP inside the node never crosses it.
     assert_eq!(dim(&c, Dim::Tp).inter_bytes, 0.0);
@@ -147,9 +159,15 @@ fn worked_example_recommends_tp_inside_the_supernode() {
     let across = Mapping::parse("pp:intra,dp:intra,tp:inter").unwrap();
     let (ranked, reason) = compare(&t, &[across, inside.clone()], &cl).unwrap();
     for r in &ranked {
-        eprintln!("{} exposed {} bubble {}", r.mapping, r.exposed_ms, r.bubble_ms);
+        eprintln!(
+            "{} exposed {} bubble {}",
+            r.mapping, r.exposed_ms, r.bubble_ms
+        );
         for d in &r.dims {
-            eprintln!("  {:?} m {} g {} {} ops {} time {} exp {} algo {}", d.dim, d.per_node, d.nodes, d.collective, d.ops, d.time_ms, d.exposed_ms, d.algo);
+            eprintln!(
+                "  {:?} m {} g {} {} ops {} time {} exp {} algo {}",
+                d.dim, d.per_node, d.nodes, d.collective, d.ops, d.time_ms, d.exposed_ms, d.algo
+            );
         }
     }
     assert_eq!(ranked[0].mapping, inside.text(), "{reason}");

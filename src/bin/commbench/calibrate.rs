@@ -5,8 +5,9 @@
 //!
 //! Run it as every rank of a job (like a measured `commbench` run). Rank 0
 //! ping-pongs with one rank of its own node (intra) and one of another node
-//! (inter): latency is half the round trip of 8 bytes (median), bandwidth
-//! the slope between two message sizes. Then every rank of rank 0's node
+//! (inter): bandwidth is the slope between two message sizes, latency the
+//! per-message intercept of that fit (at least half the round trip of 8
+//! bytes), medians of `-n` repetitions. Then every rank of rank 0's node
 //! sends to its counterpart on the other node at once: when that aggregate
 //! is not well above one flow's rate, the node's ranks share one NIC.
 
@@ -67,7 +68,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Round trip of `bytes` out and 8 bytes back between `a` and `b`, µs
 /// (median over `iters`; measured on `a`, 0 elsewhere).
-fn pingpong(comm: &Communicator, a: usize, b: usize, bytes: usize, iters: usize) -> sncl::Result<f64> {
+fn pingpong(
+    comm: &Communicator,
+    a: usize,
+    b: usize,
+    bytes: usize,
+    iters: usize,
+) -> sncl::Result<f64> {
     let me = comm.rank();
     let mut buf = vec![0u8; bytes];
     let mut ack = [0u8; 8];
@@ -93,14 +100,28 @@ fn pingpong(comm: &Communicator, a: usize, b: usize, bytes: usize, iters: usize)
 }
 
 /// alpha-beta of the path a -> b from two sizes.
-fn fit(comm: &Communicator, a: usize, b: usize, size: usize, iters: usize) -> sncl::Result<LinkCost> {
+fn fit(
+    comm: &Communicator,
+    a: usize,
+    b: usize,
+    size: usize,
+    iters: usize,
+) -> sncl::Result<LinkCost> {
     let small = pingpong(comm, a, b, 8, iters)?;
     let half = pingpong(comm, a, b, size / 2, iters)?;
     let full = pingpong(comm, a, b, size, iters)?;
     let slope = (full - half) / (size - size / 2) as f64; // µs per byte
+                                                          // Per-message cost of large messages: the fit's intercept less the
+                                                          // small acknowledgement's one-way time (TCP ramp-up after the idle gap
+                                                          // of each step shows here, not in an 8-byte ping-pong).
+    let intercept = full - size as f64 * slope.max(0.0) - small / 2.0;
     Ok(LinkCost {
-        alpha_us: (small / 2.0).max(0.0),
-        bytes_per_us: if slope > 0.0 { 1.0 / slope } else { f64::MAX / 4.0 },
+        alpha_us: intercept.max(small / 2.0).max(0.0),
+        bytes_per_us: if slope > 0.0 {
+            1.0 / slope
+        } else {
+            f64::MAX / 4.0
+        },
     })
 }
 

@@ -233,8 +233,11 @@ fn run(a: &PlanArgs) -> Result<(), String> {
         let mut v = cost_json(best);
         v["recommendation"] = serde_json::json!(reason);
         v["mappings"] = serde_json::Value::Array(ranked.iter().map(cost_json).collect());
-        std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
-            .map_err(|e| format!("writing {path}: {e}"))?;
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
+        )
+        .map_err(|e| format!("writing {path}: {e}"))?;
     }
     if let Some(path) = &a.svg {
         std::fs::write(path, sim::svg::chart(&ranked))

@@ -80,7 +80,11 @@ impl ClusterArgs {
             None => {}
             Some("node-major") => cl.placement = Placement::NodeMajor,
             Some("round-robin") => cl.placement = Placement::RoundRobin,
-            Some(x) => return Err(format!("--placement {x:?}: expected node-major or round-robin")),
+            Some(x) => {
+                return Err(format!(
+                    "--placement {x:?}: expected node-major or round-robin"
+                ))
+            }
         }
         if let Some(o) = self.oversubscription {
             cl.oversubscription = o;
@@ -177,7 +181,11 @@ fn run(a: &SimArgs) -> Result<(), String> {
         "auto" => Frame::Auto,
         "per-rank" => Frame::PerRank,
         "symmetric" => Frame::Symmetric,
-        x => return Err(format!("--frame {x:?}: expected auto, per-rank or symmetric")),
+        x => {
+            return Err(format!(
+                "--frame {x:?}: expected auto, per-rank or symmetric"
+            ))
+        }
     };
     let algos: Vec<Option<Algorithm>> = a
         .algo
