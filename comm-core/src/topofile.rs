@@ -14,7 +14,17 @@
 //! # optional: the node of a rank (overrides SNCL_NODE_ID and the host identity)
 //! node.0 = supernode-a
 //! node.1 = supernode-b
+//! # optional, read by the simulator and `commbench plan` (the runtime ignores them):
+//! nodes            = 171          # node count of the modelled cluster
+//! ranks_per_node   = 384
+//! placement        = node-major   # or round-robin (rank r on node r mod nodes)
+//! inter.nic        = rank         # one NIC per rank, or `node` (one shared by the node)
+//! inter.oversubscription = 1      # fabric: node uplink = NIC bandwidth of the node / this
+//! inter.burst      = 1MB          # token-bucket burst of a rate-limited node link (bytes)
+//! intra.reduce_bandwidth = 10GB/s # local reduction / copy speed (0 or absent: free)
 //! ```
+//!
+//! `commbench calibrate` writes this format; [`TierSpec::to_text`] renders it.
 
 use crate::error::{Error, Result};
 use crate::tune::LinkCost;
@@ -28,6 +38,28 @@ pub struct TierSpec {
     pub inter: Option<LinkCost>,
     /// Node names by rank, when configured.
     pub nodes: Vec<(usize, String)>,
+    /// The modelled cluster's shape and fabric (simulator and planner only).
+    pub cluster: ClusterKeys,
+}
+
+/// Keys of a topology file that describe a whole cluster for the simulator
+/// (`sim` crate) and `commbench plan`; the runtime does not use them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterKeys {
+    /// `nodes`.
+    pub nodes: Option<usize>,
+    /// `ranks_per_node`.
+    pub ranks_per_node: Option<usize>,
+    /// `placement`: `node-major` or `round-robin`.
+    pub placement: Option<String>,
+    /// `inter.nic`: `rank` or `node`.
+    pub nic: Option<String>,
+    /// `inter.oversubscription` (≥ 1).
+    pub oversubscription: Option<f64>,
+    /// `inter.burst` in bytes.
+    pub burst_bytes: Option<f64>,
+    /// `intra.reduce_bandwidth` in B/s.
+    pub reduce_bytes_per_s: Option<f64>,
 }
 
 /// Parses a bandwidth: `20GB/s`, `125MB/s`, `1gbit`, `100mbit`, `4000000` (B/s).
@@ -86,6 +118,24 @@ pub fn parse_latency_us(v: &str) -> Option<f64> {
         .filter(|x| *x >= 0.0)
 }
 
+fn key_values(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
+    let mut kv = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = line.split_once('=').ok_or_else(|| {
+            Error::Config(format!(
+                "{origin}:{}: expected `key = value`, got {line:?}",
+                i + 1
+            ))
+        })?;
+        kv.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok(kv)
+}
+
 fn link(bw: Option<f64>, lat: Option<f64>, default: LinkCost) -> Option<LinkCost> {
     if bw.is_none() && lat.is_none() {
         return None;
@@ -103,19 +153,7 @@ impl TierSpec {
         if let Some(path) = get("SNCL_TOPO_FILE").filter(|p| !p.is_empty()) {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| Error::Config(format!("SNCL_TOPO_FILE={path}: {e}")))?;
-            for (i, line) in text.lines().enumerate() {
-                let line = line.split('#').next().unwrap_or("").trim();
-                if line.is_empty() {
-                    continue;
-                }
-                let (k, v) = line.split_once('=').ok_or_else(|| {
-                    Error::Config(format!(
-                        "{path}:{}: expected `key = value`, got {line:?}",
-                        i + 1
-                    ))
-                })?;
-                kv.push((k.trim().to_string(), v.trim().to_string()));
-            }
+            kv = key_values(&text, &path)?;
         }
         for (var, key) in [
             ("SNCL_INTRA_BW", "intra.bandwidth"),
@@ -127,10 +165,28 @@ impl TierSpec {
                 kv.push((key.to_string(), v));
             }
         }
+        TierSpec::from_pairs(kv)
+    }
+
+    /// Reads a topology file (format in the module documentation).
+    pub fn from_file(path: &str) -> Result<TierSpec> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("topology file {path}: {e}")))?;
+        TierSpec::parse(&text, path)
+    }
+
+    /// Parses the text of a topology file; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<TierSpec> {
+        TierSpec::from_pairs(key_values(text, origin)?)
+    }
+
+    fn from_pairs(kv: Vec<(String, String)>) -> Result<TierSpec> {
         let mut spec = TierSpec::default();
         let (mut ib, mut il, mut xb, mut xl) = (None, None, None, None);
         for (k, v) in kv {
             let bad = |what: &str| Error::Config(format!("topology: {k} = {v:?} is not a {what}"));
+            let count = |v: &str| v.parse::<usize>().ok().filter(|&n| n >= 1);
+            let c = &mut spec.cluster;
             match k.as_str() {
                 "intra.bandwidth" => {
                     ib = Some(parse_bandwidth(&v).ok_or_else(|| bad("bandwidth"))?)
@@ -140,10 +196,44 @@ impl TierSpec {
                     xb = Some(parse_bandwidth(&v).ok_or_else(|| bad("bandwidth"))?)
                 }
                 "inter.latency" => xl = Some(parse_latency_us(&v).ok_or_else(|| bad("latency"))?),
+                "nodes" => c.nodes = Some(count(&v).ok_or_else(|| bad("count >= 1"))?),
+                "ranks_per_node" => {
+                    c.ranks_per_node = Some(count(&v).ok_or_else(|| bad("count >= 1"))?)
+                }
+                "placement" => match v.as_str() {
+                    "node-major" | "round-robin" => c.placement = Some(v.clone()),
+                    _ => return Err(bad("placement (node-major or round-robin)")),
+                },
+                "inter.nic" => match v.as_str() {
+                    "node" | "rank" => c.nic = Some(v.clone()),
+                    _ => return Err(bad("NIC attachment (node or rank)")),
+                },
+                "inter.oversubscription" => {
+                    c.oversubscription = Some(
+                        v.parse::<f64>()
+                            .ok()
+                            .filter(|x| x.is_finite() && *x >= 1.0)
+                            .ok_or_else(|| bad("factor >= 1"))?,
+                    )
+                }
+                "inter.burst" => {
+                    c.burst_bytes = Some(
+                        parse_bandwidth(&v)
+                            .or_else(|| v.trim().parse::<f64>().ok().filter(|x| *x >= 0.0))
+                            .ok_or_else(|| bad("size in bytes"))?,
+                    )
+                }
+                "intra.reduce_bandwidth" => {
+                    c.reduce_bytes_per_s = Some(
+                        parse_bandwidth(&v)
+                            .or_else(|| (v.trim() == "0").then_some(0.0))
+                            .ok_or_else(|| bad("bandwidth"))?,
+                    )
+                }
                 _ => {
                     let Some(r) = k.strip_prefix("node.") else {
                         return Err(Error::Config(format!(
-                            "topology: unknown key {k:?} (expected intra.bandwidth, intra.latency, inter.bandwidth, inter.latency or node.<rank>)"
+                            "topology: unknown key {k:?} (expected intra.bandwidth, intra.latency, inter.bandwidth, inter.latency, node.<rank>, nodes, ranks_per_node, placement, inter.nic, inter.oversubscription, inter.burst or intra.reduce_bandwidth)"
                         )));
                     };
                     let r: usize = r.parse().map_err(|_| bad("rank number in node.<rank>"))?;
@@ -154,6 +244,45 @@ impl TierSpec {
         spec.intra = link(ib, il, LinkCost::SHM);
         spec.inter = link(xb, xl, LinkCost::TCP);
         Ok(spec)
+    }
+
+    /// Renders the spec in the file format ([`TierSpec::parse`] reads it back).
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let mut tier = |name: &str, l: &Option<LinkCost>| {
+            if let Some(l) = l {
+                out.push_str(&format!(
+                    "{name}.bandwidth = {}\n{name}.latency = {}us\n",
+                    l.bytes_per_us * 1e6,
+                    l.alpha_us
+                ));
+            }
+        };
+        tier("intra", &self.intra);
+        tier("inter", &self.inter);
+        let c = &self.cluster;
+        let mut kv = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                out.push_str(&format!("{k} = {v}\n"));
+            }
+        };
+        kv("nodes", c.nodes.map(|n| n.to_string()));
+        kv("ranks_per_node", c.ranks_per_node.map(|n| n.to_string()));
+        kv("placement", c.placement.clone());
+        kv("inter.nic", c.nic.clone());
+        kv(
+            "inter.oversubscription",
+            c.oversubscription.map(|x| x.to_string()),
+        );
+        kv("inter.burst", c.burst_bytes.map(|x| x.to_string()));
+        kv(
+            "intra.reduce_bandwidth",
+            c.reduce_bytes_per_s.map(|x| x.to_string()),
+        );
+        for (r, n) in &self.nodes {
+            out.push_str(&format!("node.{r} = {n}\n"));
+        }
+        out
     }
 
     /// The node named for `rank`, if any.
@@ -212,5 +341,29 @@ mod tests {
         assert_eq!(s.node_of(2), None);
         let e = TierSpec::from_vars(&|k| (k == "SNCL_INTER_BW").then(|| "quick".to_string()));
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn cluster_keys_round_trip() {
+        let text = "intra.bandwidth = 900GB/s\nintra.latency = 1us\ninter.bandwidth = 50GB/s\n\
+                    inter.latency = 5us\nnodes = 171\nranks_per_node = 384\nplacement = round-robin\n\
+                    inter.nic = node\ninter.oversubscription = 2\ninter.burst = 1MB\n";
+        let s = TierSpec::parse(text, "t").unwrap();
+        assert_eq!(s.cluster.nodes, Some(171));
+        assert_eq!(s.cluster.ranks_per_node, Some(384));
+        assert_eq!(s.cluster.nic.as_deref(), Some("node"));
+        assert_eq!(s.cluster.oversubscription, Some(2.0));
+        assert_eq!(s.cluster.burst_bytes, Some(1e6));
+        assert_eq!(s.inter.unwrap().bytes_per_us, 50_000.0);
+        let back = TierSpec::parse(&s.to_text(), "round trip").unwrap();
+        assert_eq!(back, s);
+        for bad in [
+            "nodes = 0",
+            "inter.nic = switch",
+            "inter.oversubscription = 0.5",
+            "placement = x",
+        ] {
+            assert!(TierSpec::parse(bad, "t").is_err(), "{bad}");
+        }
     }
 }

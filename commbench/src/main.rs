@@ -5,9 +5,12 @@
 //! torchrun, mpirun, srun or `SNCL_*` variables.
 
 mod args;
+mod calibrate;
 mod cases;
 mod launch;
+mod plan_cmd;
 mod plot;
+mod sim_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -21,6 +24,13 @@ use args::Args;
 use cases::{Bench, Case, Timing};
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.get(1).map(String::as_str) {
+        Some("sim") => return sim_cmd::main(argv[1..].to_vec()),
+        Some("plan") => return plan_cmd::main(argv[1..].to_vec()),
+        Some("calibrate") => return calibrate::main(argv[1..].to_vec()),
+        _ => {}
+    }
     let args = Args::parse();
     if args.help_env {
         print!("{}", comm_core::settings::render_help());

@@ -1,0 +1,229 @@
+//! `commbench calibrate`: measures each tier's latency and bandwidth on the
+//! running job and writes a topology file (format of
+//! `comm_core::topofile`) that the planner (`SNCL_TOPO_FILE`), `commbench
+//! sim` and `commbench plan` (`--topo`) read.
+//!
+//! Run it as every rank of a job (like a measured `commbench` run). Rank 0
+//! ping-pongs with one rank of its own node (intra) and one of another node
+//! (inter): bandwidth is the slope between two message sizes, latency the
+//! per-message intercept of that fit (at least half the round trip of 8
+//! bytes), medians of `-n` repetitions. Then every rank of rank 0's node
+//! sends to its counterpart on the other node at once: when that aggregate
+//! is not well above one flow's rate, the node's ranks share one NIC.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use comm_core::topofile::TierSpec;
+use comm_core::tune::LinkCost;
+use sncl::Communicator;
+
+use crate::args::parse_size;
+
+/// `commbench calibrate -o FILE`.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "commbench calibrate")]
+pub struct CalibrateArgs {
+    /// Topology file to write (rank 0).
+    #[arg(short = 'o', long = "output", default_value = "sncl-topo.txt")]
+    pub output: String,
+    /// Larger message of the bandwidth fit.
+    #[arg(long = "size", default_value = "16M", value_parser = parse_size)]
+    pub size: usize,
+    /// Repetitions per measurement (median).
+    #[arg(short = 'n', long = "iters", default_value_t = 5)]
+    pub iters: usize,
+    /// Token-bucket burst of the node links to record (bytes; not measured).
+    #[arg(long = "burst", value_parser = parse_size)]
+    pub burst: Option<usize>,
+}
+
+/// Runs `commbench calibrate` with `argv` (without the program name).
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let a = match CalibrateArgs::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    if a.size < 2 || a.iters == 0 {
+        eprintln!("commbench calibrate: --size must be >= 2 bytes and -n >= 1");
+        return ExitCode::from(2);
+    }
+    match Communicator::from_env().and_then(|c| run(&a, &c)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("commbench calibrate: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Round trip of `bytes` out and 8 bytes back between `a` and `b`, µs
+/// (median over `iters`; measured on `a`, 0 elsewhere).
+fn pingpong(
+    comm: &Communicator,
+    a: usize,
+    b: usize,
+    bytes: usize,
+    iters: usize,
+) -> sncl::Result<f64> {
+    let me = comm.rank();
+    let mut buf = vec![0u8; bytes];
+    let mut ack = [0u8; 8];
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters + 1 {
+        if me == a {
+            let t = Instant::now();
+            comm.send(&buf, b)?;
+            comm.recv(&mut ack, b)?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        } else if me == b {
+            comm.recv(&mut buf, a)?;
+            comm.send(&ack, a)?;
+        }
+    }
+    comm.barrier()?;
+    if times.len() > 1 {
+        times.remove(0); // warm-up
+        Ok(median(times))
+    } else {
+        Ok(0.0)
+    }
+}
+
+/// alpha-beta of the path a -> b from two sizes.
+fn fit(
+    comm: &Communicator,
+    a: usize,
+    b: usize,
+    size: usize,
+    iters: usize,
+) -> sncl::Result<LinkCost> {
+    let small = pingpong(comm, a, b, 8, iters)?;
+    let half = pingpong(comm, a, b, size / 2, iters)?;
+    let full = pingpong(comm, a, b, size, iters)?;
+    let slope = (full - half) / (size - size / 2) as f64; // µs per byte
+                                                          // Per-message cost of large messages: the fit's intercept less the
+                                                          // small acknowledgement's one-way time (TCP ramp-up after the idle gap
+                                                          // of each step shows here, not in an 8-byte ping-pong).
+    let intercept = full - size as f64 * slope.max(0.0) - small / 2.0;
+    Ok(LinkCost {
+        alpha_us: intercept.max(small / 2.0).max(0.0),
+        bytes_per_us: if slope > 0.0 {
+            1.0 / slope
+        } else {
+            f64::MAX / 4.0
+        },
+    })
+}
+
+fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
+    let ids: Vec<String> = comm.node_ids().to_vec();
+    let n = comm.size();
+    let topo = comm_core::topo::Topology::from_node_ids(&ids);
+    let my_node = topo.node_of[0];
+    let local0 = &topo.nodes[my_node];
+    let intra_peer = local0.get(1).copied();
+    let other = (0..topo.nnodes()).find(|&k| k != my_node);
+    let inter_peer = other.map(|k| topo.nodes[k][0]);
+    let intra = match intra_peer {
+        Some(p) => Some(fit(comm, 0, p, a.size, a.iters)?),
+        None => None,
+    };
+    let inter = match inter_peer {
+        Some(p) => Some(fit(comm, 0, p, a.size, a.iters)?),
+        None => None,
+    };
+    // Concurrent flows from rank 0's node to the other node: shared NIC?
+    let mut shared_nic = None;
+    if let (Some(k), Some(one)) = (other, inter) {
+        let pairs: Vec<(usize, usize)> = local0
+            .iter()
+            .zip(topo.nodes[k].iter())
+            .map(|(&x, &y)| (x, y))
+            .collect();
+        if pairs.len() > 1 {
+            let me = comm.rank();
+            let mut buf = vec![0u8; a.size];
+            let mut ack = [0u8; 8];
+            let mut times = Vec::new();
+            for _ in 0..a.iters.min(3) {
+                comm.barrier()?;
+                let t = Instant::now();
+                for &(x, y) in &pairs {
+                    if me == x {
+                        comm.send(&buf, y)?;
+                        comm.recv(&mut ack, y)?;
+                    } else if me == y {
+                        comm.recv(&mut buf, x)?;
+                        comm.send(&ack, x)?;
+                    }
+                }
+                comm.barrier()?;
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let agg = (pairs.len() * a.size) as f64 / median(times); // bytes per µs
+            shared_nic = Some(agg < 1.5 * one.bytes_per_us);
+            if me == 0 {
+                println!(
+                    "# {} concurrent flows between two nodes: {:.1} MB/s in all (one flow {:.1} MB/s)",
+                    pairs.len(),
+                    agg,
+                    one.bytes_per_us
+                );
+            }
+        }
+    }
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    let mut spec = TierSpec {
+        intra,
+        inter,
+        ..TierSpec::default()
+    };
+    let rpn = topo.nodes.iter().map(Vec::len).max().unwrap_or(1);
+    spec.cluster.nodes = Some(topo.nnodes());
+    spec.cluster.ranks_per_node = Some(rpn);
+    let node_major = (0..n).all(|r| topo.node_of[r] == r / rpn);
+    let round_robin = (0..n).all(|r| topo.node_of[r] == r % topo.nnodes());
+    spec.cluster.placement = if node_major {
+        Some("node-major".into())
+    } else if round_robin {
+        Some("round-robin".into())
+    } else {
+        None
+    };
+    spec.cluster.nic = shared_nic.map(|s| if s { "node" } else { "rank" }.into());
+    spec.cluster.burst_bytes = a.burst.map(|b| b as f64);
+    for (name, l) in [("intra", intra), ("inter", inter)] {
+        match l {
+            Some(l) => println!(
+                "# {name}: latency {:.2} us, bandwidth {:.1} MB/s",
+                l.alpha_us, l.bytes_per_us
+            ),
+            None => println!("# {name}: not measured (no such pair of ranks)"),
+        }
+    }
+    let text = format!(
+        "# written by commbench calibrate ({n} ranks, {} nodes)\n{}",
+        topo.nnodes(),
+        spec.to_text()
+    );
+    std::fs::write(&a.output, &text).map_err(|e| sncl::Error::Io {
+        rank: 0,
+        context: format!("writing {}", a.output),
+        source: e,
+    })?;
+    println!("# wrote {}", a.output);
+    print!("{text}");
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! `commbench sim`: predicted nccl-tests rows from the simulator (`sim` crate).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use comm_core::algo::Algorithm;
+use comm_core::topofile::{parse_bandwidth, parse_latency_us, TierSpec};
+use comm_core::wire::Collective;
+use sim::collective::{simulate, Frame, Request};
+use sim::model::{Cluster, Nic, Placement, Tier};
+
+use crate::args::parse_size;
+
+/// The modelled cluster, from flags or a topology file (flags win).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// Topology file (format of SNCL_TOPO_FILE; `commbench calibrate` writes one).
+    #[arg(long = "topo")]
+    pub topo: Option<String>,
+    /// Nodes (supernodes).
+    #[arg(long = "nodes")]
+    pub nodes: Option<usize>,
+    /// Ranks (accelerators) per node.
+    #[arg(long = "ranks-per-node")]
+    pub ranks_per_node: Option<usize>,
+    /// Intra-node tier per rank: BANDWIDTH,LATENCY (e.g. 900GB/s,1us).
+    #[arg(long = "intra")]
+    pub intra: Option<String>,
+    /// Inter-node tier per NIC: BANDWIDTH,LATENCY (e.g. 50GB/s,5us).
+    #[arg(long = "inter")]
+    pub inter: Option<String>,
+    /// NIC attachment: rank (one per rank, default) or node (one shared per node).
+    #[arg(long = "nic")]
+    pub nic: Option<String>,
+    /// Fabric oversubscription factor (>= 1, default 1).
+    #[arg(long = "oversubscription")]
+    pub oversubscription: Option<f64>,
+    /// Rank numbering: node-major (default) or round-robin.
+    #[arg(long = "placement")]
+    pub placement: Option<String>,
+    /// Token-bucket burst of each NIC in bytes (K/M/G), 0 = none.
+    #[arg(long = "burst", value_parser = parse_size)]
+    pub burst: Option<usize>,
+}
+
+fn tier(s: &str, what: &str) -> Result<Tier, String> {
+    let (bw, lat) = s
+        .split_once(',')
+        .ok_or_else(|| format!("--{what} {s:?}: expected BANDWIDTH,LATENCY (e.g. 50GB/s,5us)"))?;
+    Ok(Tier {
+        bytes_per_s: parse_bandwidth(bw)
+            .ok_or_else(|| format!("--{what}: {bw:?} is not a bandwidth"))?,
+        latency_us: parse_latency_us(lat)
+            .ok_or_else(|| format!("--{what}: {lat:?} is not a latency"))?,
+    })
+}
+
+impl ClusterArgs {
+    /// The cluster these flags (and the file) describe.
+    pub fn cluster(&self) -> Result<Cluster, String> {
+        let mut spec = match &self.topo {
+            Some(p) => TierSpec::from_file(p).map_err(|e| e.to_string())?,
+            None => TierSpec::default(),
+        };
+        if let Some(s) = &self.intra {
+            spec.intra = Some(tier(s, "intra")?.link_cost());
+        }
+        if let Some(s) = &self.inter {
+            spec.inter = Some(tier(s, "inter")?.link_cost());
+        }
+        let mut cl = Cluster::from_spec(&spec, self.nodes, self.ranks_per_node)
+            .map_err(|e| e.to_string())?;
+        match self.nic.as_deref() {
+            None => {}
+            Some("rank") => cl.nic = Nic::PerRank,
+            Some("node") => cl.nic = Nic::PerNode,
+            Some(x) => return Err(format!("--nic {x:?}: expected rank or node")),
+        }
+        match self.placement.as_deref() {
+            None => {}
+            Some("node-major") => cl.placement = Placement::NodeMajor,
+            Some("round-robin") => cl.placement = Placement::RoundRobin,
+            Some(x) => {
+                return Err(format!(
+                    "--placement {x:?}: expected node-major or round-robin"
+                ))
+            }
+        }
+        if let Some(o) = self.oversubscription {
+            cl.oversubscription = o;
+        }
+        if let Some(b) = self.burst {
+            cl.burst_bytes = b as f64;
+        }
+        cl.validate().map_err(|e| e.to_string())?;
+        Ok(cl)
+    }
+}
+
+/// `commbench sim OP ...`: predicted time, algbw, busbw and cross-tier share
+/// per size and algorithm.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "commbench sim")]
+pub struct SimArgs {
+    /// all_reduce, reduce_scatter, all_gather, broadcast or reduce
+    pub op: String,
+    /// Minimum size in bytes (K, M, G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
+    pub minbytes: usize,
+    /// Maximum size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_size)]
+    pub maxbytes: usize,
+    /// Factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2.0)]
+    pub stepfactor: f64,
+    /// Data type (float, half, bfloat16, double, ...).
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub dtype: String,
+    /// Algorithms, comma separated (hier, ring, flat-ring, tree, rd, auto = the planner's choice).
+    #[arg(long = "algo", default_value = "auto")]
+    pub algo: String,
+    /// Pipeline chunk in bytes (SNCL_CHUNK_BYTES).
+    #[arg(long = "chunk-bytes", default_value = "256K", value_parser = parse_size)]
+    pub chunk_bytes: usize,
+    /// Frame: auto, per-rank or symmetric.
+    #[arg(long = "frame", default_value = "auto")]
+    pub frame: String,
+    /// Write the rows as JSON to FILE.
+    #[arg(long = "json")]
+    pub json: Option<String>,
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Runs `commbench sim` with `argv` (without the program name).
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let a = match SimArgs::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("commbench sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(a: &SimArgs) -> Result<(), String> {
+    let coll = Collective::from_name(&a.op)
+        .filter(|c| {
+            matches!(
+                c,
+                Collective::AllReduce
+                    | Collective::AllGather
+                    | Collective::ReduceScatter
+                    | Collective::Broadcast
+                    | Collective::Reduce
+            )
+        })
+        .ok_or_else(|| {
+            format!(
+                "unknown operation {:?}; expected all_reduce, reduce_scatter, all_gather, broadcast or reduce",
+                a.op
+            )
+        })?;
+    let dtype = sncl::DataType::from_name(&a.dtype)
+        .ok_or_else(|| format!("unknown data type {:?}", a.dtype))?;
+    if a.minbytes > a.maxbytes || a.stepfactor <= 1.0 {
+        return Err(format!(
+            "-b {} must not exceed -e {} and -f {} must be > 1",
+            a.minbytes, a.maxbytes, a.stepfactor
+        ));
+    }
+    let frame = match a.frame.as_str() {
+        "auto" => Frame::Auto,
+        "per-rank" => Frame::PerRank,
+        "symmetric" => Frame::Symmetric,
+        x => {
+            return Err(format!(
+                "--frame {x:?}: expected auto, per-rank or symmetric"
+            ))
+        }
+    };
+    let algos: Vec<Option<Algorithm>> = a
+        .algo
+        .split(',')
+        .map(|s| match s {
+            "auto" => Ok(None),
+            _ => Algorithm::from_name(s)
+                .map(Some)
+                .ok_or_else(|| format!("--algo: unknown algorithm {s:?}")),
+        })
+        .collect::<Result<_, _>>()?;
+    let cl = a.cluster.cluster()?;
+    let n = cl.nranks();
+    println!(
+        "# sncl commbench sim {}: {} ranks = {} nodes x {} ({}), intra {:.3} GB/s {} us, inter {:.3} GB/s {} us per {}, oversubscription {}, burst {} B",
+        a.op,
+        n,
+        cl.nodes,
+        cl.ranks_per_node,
+        match cl.placement {
+            Placement::NodeMajor => "node-major",
+            Placement::RoundRobin => "round-robin",
+        },
+        cl.intra.bytes_per_s / 1e9,
+        cl.intra.latency_us,
+        cl.inter.bytes_per_s / 1e9,
+        cl.inter.latency_us,
+        if cl.nic == Nic::PerRank { "rank" } else { "node" },
+        cl.oversubscription,
+        cl.burst_bytes
+    );
+    println!("#       size         count      type       algo       time    algbw    busbw  cross-tier   wait-max  frame");
+    println!("#        (B)    (elements)                            (us)   (GB/s)   (GB/s)     share        (us)");
+    let mut rows = Vec::new();
+    let mut size = a.minbytes.max(dtype.size());
+    loop {
+        for algo in &algos {
+            let req = Request {
+                coll,
+                algo: *algo,
+                bytes: size,
+                elem: dtype.size(),
+                chunk_bytes: a.chunk_bytes,
+                frame,
+            };
+            match simulate(&cl, &req) {
+                Ok(p) => {
+                    println!(
+                        "{:>12} {:>13} {:>9} {:>10} {:>10.1} {:>8.3} {:>8.3} {:>10.4} {:>10.1}  {}",
+                        size,
+                        p.count,
+                        dtype.name(),
+                        p.algo.name(),
+                        p.time_us,
+                        p.algbw_gbs,
+                        p.busbw_gbs,
+                        p.cross_share(),
+                        p.wait_max_us,
+                        if p.symmetric { "symmetric" } else { "per-rank" }
+                    );
+                    rows.push(
+                        serde_json::json!({
+                            "op": a.op, "algo": p.algo.name(), "type": dtype.name(),
+                            "redop": if matches!(coll, Collective::AllGather | Collective::Broadcast) { "none" } else { "sum" },
+                            "root": if matches!(coll, Collective::Broadcast | Collective::Reduce) { 0 } else { -1 },
+                            "size": size, "count": p.count, "nranks": n,
+                            "oop": {"time_us": p.time_us, "algbw": p.algbw_gbs, "busbw": p.busbw_gbs,
+                                    "wrong": 0, "median_us": p.time_us},
+                            "ip": null, "median_us": p.time_us, "predicted": true,
+                            "frame": if p.symmetric { "symmetric" } else { "per-rank" },
+                            "intra_bytes": p.intra_bytes, "inter_bytes": p.inter_bytes,
+                            "cross_tier_share": p.cross_share(),
+                            "wait_max_us": p.wait_max_us, "wait_mean_us": p.wait_mean_us,
+                        })
+                        .to_string(),
+                    );
+                }
+                Err(e) => println!(
+                    "# {:>10} {:>10}: not simulated: {e}",
+                    size,
+                    algo.map_or("auto", |x| x.name())
+                ),
+            }
+        }
+        let next = ((size as f64) * a.stepfactor) as usize;
+        if next > a.maxbytes || next <= size {
+            break;
+        }
+        size = next;
+    }
+    println!("#");
+    if let Some(path) = &a.json {
+        std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n")))
+            .map_err(|e| format!("writing {path}: {e}"))?;
+    }
+    Ok(())
+}

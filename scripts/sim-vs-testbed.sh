@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Predicted (commbench sim, after commbench calibrate) vs measured (commbench on
+# the network-namespace test bed) for all_reduce, all_gather and reduce_scatter
+# with hier, ring and flat-ring; prints a markdown table side by side.
+# Needs root (scripts/testbed.sh); every bed is removed by testbed.sh itself
+# and the temporary directory by the trap below.
+#
+# Environment (defaults):
+#   CONFIGS="4x2:1gbit 2x4:1gbit 4x2:100mbit 2x4:100mbit"   NODESxRANKS:RATE
+#   OPS="all_reduce all_gather reduce_scatter"
+#   ALGOS="hier,ring,flat-ring"
+#   MINB=4M MAXB=64M FACTOR=4      sizes
+#   ITERS=3 WARMUP=1               measured iterations per size
+#   PLACEMENT=round-robin          or node-major
+#   COMMBENCH=target/release/commbench (built if missing)
+#   KEEP=DIR                       keep the JSON files in DIR
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CONFIGS=${CONFIGS:-"4x2:1gbit 2x4:1gbit 4x2:100mbit 2x4:100mbit"}
+OPS=${OPS:-"all_reduce all_gather reduce_scatter"}
+ALGOS=${ALGOS:-hier,ring,flat-ring}
+MINB=${MINB:-4M} MAXB=${MAXB:-64M} FACTOR=${FACTOR:-4}
+ITERS=${ITERS:-3} WARMUP=${WARMUP:-1}
+PLACEMENT=${PLACEMENT:-round-robin}
+COMMBENCH=${COMMBENCH:-$ROOT/target/release/commbench}
+[[ $(id -u) == 0 ]] || { echo "sim-vs-testbed: needs root (network namespaces, tc)" >&2; exit 2; }
+if [[ ! -x $COMMBENCH ]]; then
+    echo "# building commbench (cargo build --release --bin commbench)" >&2
+    (cd "$ROOT" && cargo build --release --bin commbench) >&2
+fi
+COMMBENCH=$(cd "$(dirname "$COMMBENCH")" && pwd)/$(basename "$COMMBENCH")
+WORK=$(mktemp -d /tmp/sncl-simvs.XXXXXX)
+cleanup() { [[ -n ${KEEP:-} ]] && mkdir -p "$KEEP" && cp -r "$WORK"/. "$KEEP"/; rm -rf "$WORK"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+start=$(date +%s)
+for cfg in $CONFIGS; do
+    shape=${cfg%%:*} rate=${cfg#*:}
+    nodes=${shape%x*} rpn=${shape#*x}
+    tag="${shape}-${rate}"
+    bed=("$ROOT/scripts/testbed.sh" --nodes "$nodes" --ranks-per-node "$rpn" --rate "$rate" --placement "$PLACEMENT")
+    burst=$( [[ $rate == 100mbit ]] && echo 128K || echo 1M )
+    echo "# $tag: calibrating" >&2
+    "${bed[@]}" -- "$COMMBENCH" calibrate -o "$WORK/topo-$tag.txt" --size 8M -n 3 --burst "$burst" >"$WORK/cal-$tag.log" 2>&1 \
+        || { cat "$WORK/cal-$tag.log" >&2; exit 1; }
+    for op in $OPS; do
+        echo "# $tag: $op measured" >&2
+        "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 0 \
+            --algo "$ALGOS" --json "$WORK/meas-$tag-$op.json" >"$WORK/meas-$tag-$op.log" 2>&1 \
+            || { tail -20 "$WORK/meas-$tag-$op.log" >&2; exit 1; }
+        "$COMMBENCH" sim "$op" --topo "$WORK/topo-$tag.txt" -b "$MINB" -e "$MAXB" -f "$FACTOR" \
+            --algo "$ALGOS" --json "$WORK/sim-$tag-$op.json" >"$WORK/sim-$tag-$op.log"
+    done
+done
+python3 - "$WORK" "$CONFIGS" "$OPS" "$PLACEMENT" <<'PY'
+import json, os, sys
+work, configs, ops, placement = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
+print(f"| config | op | algo | size | measured median (ms) | predicted (ms) | predicted / measured |")
+print("|---|---|---|---:|---:|---:|---:|")
+worst = 0.0; within = 0; total = 0
+for cfg in configs:
+    shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"
+    for op in ops:
+        try:
+            meas = json.load(open(f"{work}/meas-{tag}-{op}.json"))
+            sim = json.load(open(f"{work}/sim-{tag}-{op}.json"))
+        except OSError:
+            continue
+        pred = {(r["algo"], r["size"]): r["median_us"] for r in sim}
+        for r in meas:
+            p = pred.get((r["algo"], r["size"]))
+            if p is None: continue
+            m = r["median_us"]; ratio = p / m; total += 1
+            within += abs(ratio - 1) <= 0.15; worst = max(worst, abs(ratio - 1))
+            print(f"| {shape} {rate} {placement} | {op} | {r['algo']} | {r['size']>>20} MiB | {m/1e3:.1f} | {p/1e3:.1f} | {ratio:.3f} |")
+print(f"\n{within} of {total} rows within 15 %; worst deviation {worst*100:.1f} %")
+for cfg in configs:
+    shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"
+    f = f"{work}/topo-{tag}.txt"
+    if os.path.exists(f):
+        print(f"\ncalibrated {tag}: " + "; ".join(l.strip() for l in open(f) if l.strip() and not l.startswith("#")))
+PY
+echo "# done in $(( $(date +%s) - start )) s" >&2

@@ -1,0 +1,501 @@
+//! The event engine: runs compact programs of every simulated rank with
+//! rendezvous matching (a message starts when both its sender and its
+//! receiver reached the step that holds it, then takes the tier's latency,
+//! then moves at the rate max-min fairness gives it on every link it
+//! crosses).
+//!
+//! Two frames: *per rank* (one entity per rank) and *symmetric* (one
+//! entity per local position of node 0; the ranks at the same position of
+//! the other nodes are the same entity shifted by whole nodes, so a message
+//! is matched through its orbit under node rotation and per-node links are
+//! those of node 0). The symmetric frame needs node-major numbering and a
+//! schedule that is invariant under rotating nodes (rings over nodes,
+//! `hier`).
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::model::{Cluster, Nic, BURST_PEAK_FACTOR};
+use crate::program::Program;
+
+/// What one simulated execution produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// When the last rank finished, µs.
+    pub time_us: f64,
+    /// Per entity: when it finished, µs.
+    pub finish_us: Vec<f64>,
+    /// Per entity: time spent with its step posted but its messages not yet
+    /// started because a peer was not ready, µs.
+    pub wait_us: Vec<f64>,
+    /// Bytes sent between ranks of one node, all ranks together.
+    pub intra_bytes: f64,
+    /// Bytes sent between nodes, all ranks together.
+    pub inter_bytes: f64,
+    /// Events processed.
+    pub events: u64,
+    /// Whether every program ran to its end (false: a message was never matched).
+    pub complete: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Flow {
+    res: [u32; 4],
+    nres: u8,
+    remaining: f64,
+    rate: f64,
+    active_at: f64,
+    src: u32,
+    dst: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Ent {
+    run: usize,
+    rep: u32,
+    pending: u32,
+    enter: f64,
+    last_start: f64,
+    done: bool,
+    finish: f64,
+    wait: f64,
+}
+
+#[derive(Default)]
+struct Chan {
+    sends: VecDeque<(f64, u32)>,
+    recvs: VecDeque<u32>,
+}
+
+/// Runs `progs` (one per entity) on `cl`. `symmetric` selects the frame.
+pub fn run(cl: &Cluster, progs: &[Program], symmetric: bool) -> Outcome {
+    Engine::new(cl, progs, symmetric).go()
+}
+
+struct Engine<'a> {
+    cl: &'a Cluster,
+    progs: &'a [Program],
+    sym: bool,
+    ents: Vec<Ent>,
+    chans: HashMap<u64, Chan>,
+    flows: Vec<Flow>,
+    timers: Vec<(f64, u32)>,
+    cap: Vec<f64>,
+    bucket: Vec<bool>,
+    has_bucket: bool,
+    tokens: Vec<f64>,
+    usage: Vec<f64>,
+    rem: Vec<f64>,
+    cnt: Vec<u32>,
+    now: f64,
+    out: Outcome,
+    dirty: bool,
+}
+
+const EPS: f64 = 1e-9;
+
+impl<'a> Engine<'a> {
+    fn new(cl: &'a Cluster, progs: &'a [Program], sym: bool) -> Engine<'a> {
+        let e = progs.len();
+        let node_slots = if sym { 1 } else { cl.nodes };
+        let nres = 4 * e + 4 * node_slots;
+        let mut cap = vec![0.0; nres];
+        let mut bucket = vec![false; nres];
+        let burst = cl.burst_bytes > 0.0;
+        let rate = |b: f64| b / 1e6; // bytes per µs
+        for i in 0..e {
+            cap[4 * i] = rate(cl.intra.bytes_per_s);
+            cap[4 * i + 1] = rate(cl.intra.bytes_per_s);
+            cap[4 * i + 2] = rate(cl.inter.bytes_per_s);
+            cap[4 * i + 3] = rate(cl.inter.bytes_per_s);
+            if cl.nic == Nic::PerRank {
+                bucket[4 * i + 2] = burst;
+                bucket[4 * i + 3] = burst;
+            }
+        }
+        let node_nic = match cl.nic {
+            Nic::PerRank => cl.inter.bytes_per_s * cl.ranks_per_node as f64,
+            Nic::PerNode => cl.inter.bytes_per_s,
+        };
+        for k in 0..node_slots {
+            let b = 4 * e + 4 * k;
+            cap[b] = rate(cl.inter.bytes_per_s);
+            cap[b + 1] = rate(cl.inter.bytes_per_s);
+            cap[b + 2] = rate(node_nic / cl.oversubscription);
+            cap[b + 3] = rate(node_nic / cl.oversubscription);
+            if cl.nic == Nic::PerNode {
+                bucket[b] = burst;
+                bucket[b + 1] = burst;
+            }
+        }
+        // Buckets start empty: the steady state of back-to-back operations
+        // (a benchmark loop); they fill only while a link runs below its rate.
+        let tokens = vec![0.0; nres];
+        Engine {
+            cl,
+            progs,
+            sym,
+            ents: vec![Ent::default(); e],
+            chans: HashMap::new(),
+            flows: Vec::new(),
+            timers: Vec::new(),
+            cap,
+            bucket,
+            has_bucket: burst,
+            tokens,
+            usage: vec![0.0; nres],
+            rem: vec![0.0; nres],
+            cnt: vec![0; nres],
+            now: 0.0,
+            out: Outcome {
+                finish_us: vec![0.0; e],
+                wait_us: vec![0.0; e],
+                ..Outcome::default()
+            },
+            dirty: true,
+        }
+    }
+
+    fn l(&self) -> usize {
+        self.cl.ranks_per_node
+    }
+
+    /// Node of a rank in the engine's frame.
+    fn node(&self, rank: usize) -> usize {
+        if self.sym {
+            rank / self.l()
+        } else {
+            self.cl.node_of(rank)
+        }
+    }
+
+    /// Entity that plays `rank`.
+    fn ent_of(&self, rank: usize) -> usize {
+        if self.sym {
+            rank % self.l()
+        } else {
+            rank
+        }
+    }
+
+    fn go(mut self) -> Outcome {
+        for e in 0..self.ents.len() {
+            self.enter(e);
+        }
+        loop {
+            if self.dirty {
+                self.rates();
+                self.dirty = false;
+            }
+            let mut next = f64::INFINITY;
+            for f in &self.flows {
+                let t = if f.active_at > self.now {
+                    f.active_at
+                } else if f.rate > 0.0 {
+                    self.now + f.remaining / f.rate
+                } else {
+                    f64::INFINITY
+                };
+                next = next.min(t);
+            }
+            for &(t, _) in &self.timers {
+                next = next.min(t);
+            }
+            for (r, &b) in self.bucket.iter().enumerate().filter(|_| self.has_bucket) {
+                let over = self.usage[r] - self.cap[r];
+                if b && self.tokens[r] > 0.0 && over > EPS {
+                    next = next.min(self.now + self.tokens[r] / over);
+                }
+            }
+            if !next.is_finite() {
+                break;
+            }
+            self.out.events += 1;
+            self.advance(next);
+        }
+        self.out.complete = self.ents.iter().all(|e| e.done);
+        for (i, e) in self.ents.iter().enumerate() {
+            self.out.finish_us[i] = e.finish;
+            self.out.wait_us[i] = e.wait;
+        }
+        self.out.time_us = self.ents.iter().map(|e| e.finish).fold(0.0, f64::max);
+        self.out
+    }
+
+    fn advance(&mut self, t: f64) {
+        let dt = t - self.now;
+        let tol = EPS * t.max(1.0);
+        for (r, &b) in self.bucket.iter().enumerate().filter(|_| self.has_bucket) {
+            if b {
+                let tk = self.tokens[r] + (self.cap[r] - self.usage[r]) * dt;
+                let tk = tk.clamp(0.0, self.cl.burst_bytes);
+                if (tk <= tol) != (self.tokens[r] <= tol) {
+                    self.dirty = true;
+                }
+                self.tokens[r] = if tk <= tol { 0.0 } else { tk };
+            }
+        }
+        let mut done: Vec<(u32, u32)> = Vec::new();
+        let mut i = 0;
+        while i < self.flows.len() {
+            let f = &mut self.flows[i];
+            if f.active_at <= self.now {
+                let fin = self.now + f.remaining / f.rate.max(1e-300);
+                f.remaining -= f.rate * dt;
+                if fin <= t + tol || f.remaining <= 1e-9 {
+                    done.push((f.src, f.dst));
+                    self.flows.swap_remove(i);
+                    self.dirty = true;
+                    continue;
+                }
+            } else if f.active_at <= t + tol {
+                self.dirty = true;
+                if f.remaining <= 0.0 {
+                    done.push((f.src, f.dst));
+                    self.flows.swap_remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        self.now = t;
+        for (s, d) in done {
+            self.op_done(s as usize);
+            self.op_done(d as usize);
+        }
+        let mut k = 0;
+        while k < self.timers.len() {
+            if self.timers[k].0 <= t + tol {
+                let (_, e) = self.timers.swap_remove(k);
+                self.next_step(e as usize);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn op_done(&mut self, e: usize) {
+        let ent = &mut self.ents[e];
+        ent.pending -= 1;
+        if ent.pending > 0 {
+            return;
+        }
+        ent.wait += (ent.last_start - ent.enter).max(0.0);
+        let local = self.progs[e].runs[ent.run].local_bytes;
+        if self.cl.reduce_bytes_per_s > 0.0 && local > 0.0 {
+            let t = self.now + local / (self.cl.reduce_bytes_per_s / 1e6);
+            self.timers.push((t, e as u32));
+        } else {
+            self.next_step(e);
+        }
+    }
+
+    fn next_step(&mut self, e: usize) {
+        let ent = &mut self.ents[e];
+        ent.rep += 1;
+        if ent.rep >= self.progs[e].runs[ent.run].repeat {
+            ent.rep = 0;
+            ent.run += 1;
+        }
+        self.enter(e);
+    }
+
+    fn enter(&mut self, e: usize) {
+        loop {
+            let prog = &self.progs[e];
+            let ent = &mut self.ents[e];
+            if ent.run >= prog.runs.len() {
+                ent.done = true;
+                ent.finish = self.now;
+                return;
+            }
+            let run = &prog.runs[ent.run];
+            ent.enter = self.now;
+            ent.last_start = self.now;
+            ent.pending = run.msgs.len() as u32;
+            if run.msgs.is_empty() {
+                if self.cl.reduce_bytes_per_s > 0.0 && run.local_bytes > 0.0 {
+                    let t = self.now + run.local_bytes / (self.cl.reduce_bytes_per_s / 1e6);
+                    self.timers.push((t, e as u32));
+                    return;
+                }
+                ent.rep += 1;
+                if ent.rep >= run.repeat {
+                    ent.rep = 0;
+                    ent.run += 1;
+                }
+                continue;
+            }
+            // The entity's rank in the frame: itself (per rank) or node 0's.
+            for m in 0..run.msgs.len() {
+                let msg = self.progs[e].runs[self.ents[e].run].msgs[m];
+                self.post(e, msg.peer as usize, msg.bytes, msg.send);
+            }
+            return;
+        }
+    }
+
+    fn key(&self, e: usize, peer: usize, send: bool) -> u64 {
+        let (s, d) = if !self.sym {
+            if send {
+                (e, peer)
+            } else {
+                (peer, e)
+            }
+        } else if send {
+            (e, peer)
+        } else {
+            // Shift so that the sender sits on node 0.
+            let n = self.cl.nodes;
+            let m = self.node(peer);
+            (peer % self.l(), ((n - m) % n) * self.l() + e)
+        };
+        ((s as u64) << 32) | d as u64
+    }
+
+    fn post(&mut self, e: usize, peer: usize, bytes: f64, send: bool) {
+        let key = self.key(e, peer, send);
+        let ch = self.chans.entry(key).or_default();
+        if send {
+            ch.sends.push_back((bytes, peer as u32));
+        } else {
+            ch.recvs.push_back(e as u32);
+        }
+        if ch.sends.is_empty() || ch.recvs.is_empty() {
+            return;
+        }
+        let (bytes, _) = ch.sends.pop_front().unwrap_or_default();
+        let recv_ent = ch.recvs.pop_front().unwrap_or_default() as usize;
+        if ch.sends.is_empty() && ch.recvs.is_empty() {
+            self.chans.remove(&key);
+        }
+        let s = (key >> 32) as usize;
+        let d = (key & 0xffff_ffff) as usize;
+        let send_ent = self.ent_of(s);
+        self.start_flow(send_ent, recv_ent, s, d, bytes);
+    }
+
+    fn start_flow(&mut self, se: usize, re: usize, s: usize, d: usize, bytes: f64) {
+        let e4 = 4 * self.ents.len();
+        let (ns, nd) = (self.node(s), self.node(d));
+        let mult = if self.sym { self.cl.nodes as f64 } else { 1.0 };
+        let mut res = [0u32; 4];
+        let mut nres = 0;
+        let mut push = |r: usize| {
+            res[nres] = r as u32;
+            nres += 1;
+        };
+        let lat = if ns == nd {
+            push(4 * se);
+            push(4 * re + 1);
+            self.out.intra_bytes += bytes * mult;
+            self.cl.intra.latency_us
+        } else {
+            let (ks, kd) = if self.sym { (0, 0) } else { (ns, nd) };
+            match self.cl.nic {
+                Nic::PerRank => {
+                    push(4 * se + 2);
+                    push(4 * re + 3);
+                }
+                Nic::PerNode => {
+                    push(e4 + 4 * ks);
+                    push(e4 + 4 * kd + 1);
+                }
+            }
+            if self.cl.oversubscription > 1.0 {
+                push(e4 + 4 * ks + 2);
+                push(e4 + 4 * kd + 3);
+            }
+            self.out.inter_bytes += bytes * mult;
+            self.cl.inter.latency_us
+        };
+        for x in [se, re] {
+            self.ents[x].last_start = self.now;
+        }
+        self.flows.push(Flow {
+            res,
+            nres: nres as u8,
+            remaining: bytes,
+            rate: 0.0,
+            active_at: self.now + lat,
+            src: se as u32,
+            dst: re as u32,
+        });
+        self.dirty = true;
+    }
+
+    /// Max-min fair rates of the flows that are past their latency.
+    fn rates(&mut self) {
+        let now = self.now;
+        let mut touched: Vec<u32> = Vec::new();
+        let mut live: Vec<usize> = Vec::new();
+        for (i, f) in self.flows.iter_mut().enumerate() {
+            f.rate = 0.0;
+            if f.active_at <= now + EPS * now.max(1.0) {
+                live.push(i);
+                for &r in &f.res[..f.nres as usize] {
+                    let r = r as usize;
+                    if self.cnt[r] == 0 {
+                        touched.push(r as u32);
+                        let peak = self.bucket[r] && self.tokens[r] > 0.0;
+                        self.rem[r] = if peak {
+                            self.cap[r] * BURST_PEAK_FACTOR
+                        } else {
+                            self.cap[r]
+                        };
+                    }
+                    self.cnt[r] += 1;
+                }
+            }
+        }
+        while !live.is_empty() {
+            let mut share = f64::INFINITY;
+            for &r in &touched {
+                let r = r as usize;
+                if self.cnt[r] > 0 {
+                    share = share.min(self.rem[r] / self.cnt[r] as f64);
+                }
+            }
+            let lim = share * (1.0 + 1e-9);
+            let mut keep = Vec::with_capacity(live.len());
+            for &i in &live {
+                let f = self.flows[i];
+                let hit = f.res[..f.nres as usize]
+                    .iter()
+                    .any(|&r| self.rem[r as usize] / self.cnt[r as usize] as f64 <= lim);
+                if hit {
+                    self.flows[i].rate = share;
+                } else {
+                    keep.push(i);
+                }
+            }
+            for &i in &live {
+                if self.flows[i].rate > 0.0 {
+                    let f = self.flows[i];
+                    for &r in &f.res[..f.nres as usize] {
+                        let r = r as usize;
+                        if self.cnt[r] > 0 {
+                            self.rem[r] -= share;
+                            self.cnt[r] -= 1;
+                        }
+                    }
+                }
+            }
+            if keep.len() == live.len() {
+                break;
+            }
+            live = keep;
+        }
+        for &r in &touched {
+            self.cnt[r as usize] = 0;
+        }
+        if !self.has_bucket {
+            return;
+        }
+        self.usage.fill(0.0);
+        for f in &self.flows {
+            for &r in &f.res[..f.nres as usize] {
+                self.usage[r as usize] += f.rate;
+            }
+        }
+    }
+}
