@@ -19,6 +19,9 @@ struct ReadmeDoctests;
 #[doc = include_str!("../docs/ARCHITECTURE.md")]
 struct ArchitectureDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/COST.md")]
+struct CostDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/PERF.md")]
 struct PerfDoctests;
 #[cfg(doctest)]

@@ -21,7 +21,16 @@ fn every_doc_file_is_a_doctest() {
         // Untagged fences would be compiled as Rust; shell and text must say so.
         let text = std::fs::read_to_string(format!("{root}/{f}")).unwrap();
         let mut open = false;
+        let mut previous_blank = true;
         for (n, line) in text.lines().enumerate() {
+            // An indented block after a blank line is a code block too
+            // (compiled as Rust): fence it with its language instead.
+            assert!(
+                open || !(previous_blank && line.starts_with("    ") && !line.trim().is_empty()),
+                "{f}:{}: an indented code block; use a fenced block with a language",
+                n + 1
+            );
+            previous_blank = line.trim().is_empty();
             if line.starts_with("```") {
                 if !open {
                     assert!(

@@ -75,6 +75,13 @@ impl Collective {
         Collective::Tagged,
     ];
 
+    /// Whether operations of this kind run a schedule chosen by the planner
+    /// (every kind but tagged point-to-point messages, which the runtime
+    /// matches itself: `src/comm/tagged.rs`).
+    pub fn is_scheduled(self) -> bool {
+        self != Collective::Tagged
+    }
+
     /// Parses commbench's name.
     pub fn from_name(name: &str) -> Option<Collective> {
         Collective::ALL.into_iter().find(|c| c.name() == name)

@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn every_collective_has_rows_and_no_pair_repeats() {
-        for coll in Collective::ALL {
+        for coll in Collective::ALL.into_iter().filter(|c| c.is_scheduled()) {
             let algos: Vec<Algorithm> = rows(coll).map(|r| r.algo).collect();
             assert!(!algos.is_empty(), "{} has no algorithm", coll.name());
             for (i, a) in algos.iter().enumerate() {
