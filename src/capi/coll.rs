@@ -57,6 +57,102 @@ pub(super) fn raw(
     r
 }
 
+/// One of the plain collectives: one count, an optional reduction operator
+/// and an optional root (all but the V variants, compression and barrier).
+struct Plain {
+    kind: Collective,
+    count: usize,
+    datatype: snclDataTypeRaw,
+    op: Option<snclRedOpRaw>,
+    root: Option<c_int>,
+}
+
+impl Plain {
+    fn new(kind: Collective, count: usize, datatype: snclDataTypeRaw) -> Plain {
+        Plain {
+            kind,
+            count,
+            datatype,
+            op: None,
+            root: None,
+        }
+    }
+
+    fn op(self, op: snclRedOpRaw) -> Plain {
+        Plain {
+            op: Some(op),
+            ..self
+        }
+    }
+
+    fn root(self, root: c_int) -> Plain {
+        Plain {
+            root: Some(root),
+            ..self
+        }
+    }
+
+    /// The table of the plain collectives: the name of the count in error
+    /// texts, and whether it counts elements per rank (a buffer spans
+    /// `nranks × count`).
+    fn count_of(&self) -> (&'static str, bool) {
+        match self.kind {
+            Collective::AllGather => ("sendcount", true),
+            Collective::ReduceScatter => ("recvcount", true),
+            Collective::AllToAll | Collective::Gather | Collective::Scatter => ("count", true),
+            _ => ("count", false),
+        }
+    }
+
+    /// Checks the datatype, then the operator (when it takes one), the
+    /// root (when it has one) and the count, and issues the collective.
+    /// Its input is `count` elements (reduce-scatter: all `nranks ×
+    /// recvcount`).
+    ///
+    /// # Safety
+    /// As `snclAllReduce`.
+    unsafe fn issue(
+        self,
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        comm: snclComm_t,
+        stream: snclStream_t,
+    ) -> snclResult_t {
+        let (what, per_rank) = self.count_of();
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            issue(comm, stream, |c, s| {
+                let dt = dtype_arg(self.datatype)?;
+                let (rop, pm) = match self.op {
+                    Some(op) => {
+                        let (rop, pm) = op_arg(s, op, dt)?;
+                        (Some(rop), pm)
+                    }
+                    None => (None, None),
+                };
+                let root = (self.root)
+                    .map(|r| rank_arg("root", r, c.size()))
+                    .transpose()?;
+                let mult = if per_rank { c.size() } else { 1 };
+                let total = span(what, self.count, mult, dt)?;
+                let mut r = raw(self.kind, dt, self.count, sendbuff, recvbuff);
+                if let Some(rop) = rop {
+                    r.op = rop;
+                }
+                if let Some(root) = root {
+                    r.root = root;
+                }
+                let input = if self.kind == Collective::ReduceScatter {
+                    total
+                } else {
+                    self.count
+                };
+                coll(r, pm, input)
+            })
+        }
+    }
+}
+
 /// All-reduce: `recvbuff[i]` = `op` over all ranks of `sendbuff[i]`, for
 /// `count` elements. In place when `sendbuff == recvbuff`.
 ///
@@ -74,17 +170,9 @@ pub unsafe extern "C" fn snclAllReduce(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::AllReduce, count, datatype).op(op);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |_, s| {
-            let dt = dtype_arg(datatype)?;
-            let (rop, pm) = op_arg(s, op, dt)?;
-            span("count", count, 1, dt)?;
-            let mut r = raw(Collective::AllReduce, dt, count, sendbuff, recvbuff);
-            r.op = rop;
-            coll(r, pm, count)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// Compressed all-reduce (sncl extension): as `snclAllReduce`, but the
@@ -183,17 +271,9 @@ pub unsafe extern "C" fn snclBroadcast(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::Broadcast, count, datatype).root(root);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, _| {
-            let dt = dtype_arg(datatype)?;
-            let root = rank_arg("root", root, c.size())?;
-            span("count", count, 1, dt)?;
-            let mut r = raw(Collective::Broadcast, dt, count, sendbuff, recvbuff);
-            r.root = root;
-            coll(r, None, count)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// In-place broadcast of `buff` from `root` (NCCL's legacy `ncclBcast`).
@@ -230,19 +310,11 @@ pub unsafe extern "C" fn snclReduce(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::Reduce, count, datatype)
+        .op(op)
+        .root(root);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, s| {
-            let dt = dtype_arg(datatype)?;
-            let (rop, pm) = op_arg(s, op, dt)?;
-            let root = rank_arg("root", root, c.size())?;
-            span("count", count, 1, dt)?;
-            let mut r = raw(Collective::Reduce, dt, count, sendbuff, recvbuff);
-            r.op = rop;
-            r.root = root;
-            coll(r, pm, count)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// All-gather: rank i's `sendcount` elements land at `recvbuff + i *
@@ -260,18 +332,9 @@ pub unsafe extern "C" fn snclAllGather(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::AllGather, sendcount, datatype);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, _| {
-            let dt = dtype_arg(datatype)?;
-            span("sendcount", sendcount, c.size(), dt)?;
-            coll(
-                raw(Collective::AllGather, dt, sendcount, sendbuff, recvbuff),
-                None,
-                sendcount,
-            )
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// Reduce-scatter: `sendbuff` holds `nranks` blocks of `recvcount`
@@ -290,17 +353,9 @@ pub unsafe extern "C" fn snclReduceScatter(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::ReduceScatter, recvcount, datatype).op(op);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, s| {
-            let dt = dtype_arg(datatype)?;
-            let (rop, pm) = op_arg(s, op, dt)?;
-            let total = span("recvcount", recvcount, c.size(), dt)?;
-            let mut r = raw(Collective::ReduceScatter, dt, recvcount, sendbuff, recvbuff);
-            r.op = rop;
-            coll(r, pm, total)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// All-to-all: block j (`count` elements at `sendbuff + j * count`) goes to
@@ -318,18 +373,9 @@ pub unsafe extern "C" fn snclAlltoAll(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::AllToAll, count, datatype);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, _| {
-            let dt = dtype_arg(datatype)?;
-            span("count", count, c.size(), dt)?;
-            coll(
-                raw(Collective::AllToAll, dt, count, sendbuff, recvbuff),
-                None,
-                count,
-            )
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// Gather: rank i's `count` elements land at `recvbuff + i * count` on
@@ -348,17 +394,9 @@ pub unsafe extern "C" fn snclGather(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::Gather, count, datatype).root(root);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, _| {
-            let dt = dtype_arg(datatype)?;
-            let root = rank_arg("root", root, c.size())?;
-            span("count", count, c.size(), dt)?;
-            let mut r = raw(Collective::Gather, dt, count, sendbuff, recvbuff);
-            r.root = root;
-            coll(r, None, count)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// Scatter: block i (`count` elements at `sendbuff + i * count`) of the
@@ -377,17 +415,9 @@ pub unsafe extern "C" fn snclScatter(
     comm: snclComm_t,
     stream: snclStream_t,
 ) -> snclResult_t {
+    let plain = Plain::new(Collective::Scatter, count, datatype).root(root);
     // SAFETY: forwarded from the caller.
-    unsafe {
-        issue(comm, stream, |c, _| {
-            let dt = dtype_arg(datatype)?;
-            let root = rank_arg("root", root, c.size())?;
-            span("count", count, c.size(), dt)?;
-            let mut r = raw(Collective::Scatter, dt, count, sendbuff, recvbuff);
-            r.root = root;
-            coll(r, None, count)
-        })
-    }
+    unsafe { plain.issue(sendbuff, recvbuff, comm, stream) }
 }
 
 /// All-gather with per-rank counts (sncl extension, MPI's `Allgatherv`):
