@@ -40,9 +40,15 @@ for f, hint in ((STATIC, "run `cargo build --release` or set SNCL_LIB_DIR"),
 
 ext = CppExtension(
     name="sncl_torch._C",
-    sources=["csrc/sncl_backend.cpp", "csrc/sncl_extras.cpp"],
+    sources=[
+        "csrc/sncl_backend.cpp",  # Work, the process group's plumbing, module
+        "csrc/sncl_ops.cpp",  # collectives: one wrapper per c10d op
+        "csrc/sncl_ops_p2p.cpp",  # all-to-all, send/recv, compressed, barrier
+        "csrc/sncl_helpers.cpp",  # tensor checks, dtype mapping, reductions
+        "csrc/sncl_extras.cpp",  # profiling, any-source recv, monitored barrier
+    ],
     include_dirs=[str(INC_DIR)],
-    depends=[str(STATIC), str(HEADER), "csrc/sncl_backend.hpp"],
+    depends=[str(STATIC), str(HEADER), "csrc/sncl_backend.hpp", "csrc/sncl_helpers.hpp"],
     extra_objects=[str(STATIC)],
     extra_compile_args=["-O2", "-g0"],
     extra_link_args=[

@@ -52,7 +52,21 @@
 
 #![allow(non_camel_case_types, non_snake_case)]
 
+// The `extern "C"` functions, by concern. sncl.h lists them in the order
+// of these declarations (cbindgen reads the modules in that order), so the
+// comments between them keep rustfmt from sorting them.
+// Version, unique ids and errors:
 mod api;
+// Communicators (creation, split, finalize, destroy, queries, operators):
+mod init;
+// Collectives:
+mod coll;
+// Point-to-point and groups:
+mod p2p;
+// Host streams:
+mod streams;
+
+mod args;
 mod comm;
 mod error;
 mod exec;
@@ -64,7 +78,11 @@ mod types;
 mod uid;
 
 pub use api::*;
+pub use coll::*;
+pub use init::*;
+pub use p2p::*;
 pub use settings::snclGetSetting;
+pub use streams::*;
 pub use tagged::*;
 pub use types::*;
 

@@ -1,0 +1,201 @@
+//! Argument checks shared by the `extern "C"` functions.
+
+use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::comm::{CommShared, PreMul};
+use super::error::CError;
+use super::stream::StreamShared;
+use super::types::*;
+use crate::{Config, DataType, ReduceOp};
+
+pub(super) type R<T = ()> = Result<T, CError>;
+
+pub(super) const OK: snclResult_t = snclResult_t::snclSuccess;
+
+/// The communicator behind a handle.
+///
+/// # Safety
+/// `comm` is NULL or a handle from this library not yet destroyed.
+pub(super) unsafe fn comm_arg(comm: snclComm_t) -> R<Arc<CommShared>> {
+    if comm.is_null() {
+        return Err(CError::invalid("comm is NULL"));
+    }
+    // SAFETY: per the contract above, a non-NULL `comm` points to a live
+    // snclComm made by Box::into_raw.
+    Ok(unsafe { &*comm }.shared.clone())
+}
+
+/// The stream behind a handle (None for NULL).
+///
+/// # Safety
+/// `stream` is NULL or a handle from `snclStreamCreate` not yet destroyed.
+pub(super) unsafe fn stream_arg(stream: snclStream_t) -> Option<Arc<StreamShared>> {
+    // SAFETY: per the contract above.
+    (!stream.is_null()).then(|| unsafe { &*stream }.shared.clone())
+}
+
+pub(super) fn dtype_arg(d: snclDataTypeRaw) -> R<DataType> {
+    match d {
+        0..=9 => Ok(DataType::from_u8(d as u8).expect("0..=9 are data types")),
+        10 | 11 => Err(CError::invalid(format!(
+            "datatype {d} (8-bit float) is not supported yet"
+        ))),
+        _ => Err(CError::invalid(format!(
+            "unknown datatype {d}; expected a snclDataType_t from snclInt8 (0) to snclBfloat16 (9)"
+        ))),
+    }
+}
+
+pub(super) fn op_arg(
+    comm: &CommShared,
+    op: snclRedOpRaw,
+    dtype: DataType,
+) -> R<(ReduceOp, Option<PreMul>)> {
+    match op {
+        0..=4 => Ok((
+            ReduceOp::from_u8(op as u8).expect("0..=4 are operators"),
+            None,
+        )),
+        _ => match comm.redop(op) {
+            Some(p) if p.dtype == dtype => Ok((ReduceOp::Sum, Some(p))),
+            Some(p) => Err(CError::invalid(format!(
+                "operator {op} was created for datatype {}, used with {}",
+                p.dtype.name(),
+                dtype.name()
+            ))),
+            None => Err(CError::invalid(format!(
+                "unknown reduction operator {op}; expected snclSum..snclAvg (0-4) or one made by \
+                 snclRedOpCreatePreMulSum on this communicator"
+            ))),
+        },
+    }
+}
+
+pub(super) fn rank_arg(what: &str, r: c_int, n: usize) -> R<usize> {
+    usize::try_from(r)
+        .ok()
+        .filter(|&r| r < n)
+        .ok_or_else(|| CError::invalid(format!("{what} {r} is out of range for {n} ranks")))
+}
+
+/// A rank count: at least 1 and at most [`comm_core::MAX_RANKS`], checked
+/// before anything is allocated for the ranks.
+pub(super) fn world_arg(what: &str, n: c_int) -> R<usize> {
+    let max = comm_core::MAX_RANKS;
+    match usize::try_from(n) {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(n) if n > max => Err(CError::invalid(format!(
+            "{what} {n} exceeds the limit of {max} ranks per communicator"
+        ))),
+        _ => Err(CError::invalid(format!("{what} {n} must be at least 1"))),
+    }
+}
+
+/// Checks that `count × mult` elements of `dtype` are addressable.
+pub(super) fn span(what: &str, count: usize, mult: usize, dtype: DataType) -> R<usize> {
+    count
+        .checked_mul(mult)
+        .filter(|e| {
+            e.checked_mul(dtype.size())
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| CError::invalid(format!("{what} of {count} × {mult} elements is too large")))
+}
+
+/// Copies `n` counts from a C array.
+///
+/// # Safety
+/// `p` is NULL or points to `n` readable `size_t`s.
+pub(super) unsafe fn counts_arg(what: &str, p: *const usize, n: usize) -> R<Vec<usize>> {
+    if p.is_null() {
+        return Err(CError::invalid(format!("{what} is NULL")));
+    }
+    // SAFETY: per the contract above.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+}
+
+/// Writes a new handle.
+///
+/// # Safety
+/// `out` points to writable storage for a handle.
+pub(super) unsafe fn write_handle(out: *mut snclComm_t, shared: Arc<CommShared>) {
+    let h = Box::into_raw(Box::new(snclComm { shared }));
+    // SAFETY: per the contract above.
+    unsafe { out.write(h) };
+}
+
+/// What a `snclConfig_t` asks for.
+pub(super) struct Opts {
+    pub(super) blocking: Option<bool>,
+    pub(super) timeout: Option<Duration>,
+}
+
+/// Reads a config (NULL: defaults).
+///
+/// # Safety
+/// `cfg` is NULL or points to a `snclConfig_t` of at least its `size` bytes.
+pub(super) unsafe fn config_arg(cfg: *const snclConfig_t) -> R<Opts> {
+    let mut o = Opts {
+        blocking: None,
+        timeout: None,
+    };
+    if cfg.is_null() {
+        return Ok(o);
+    }
+    // SAFETY: per the contract above, the fields up to `size` are readable;
+    // each is read on its own, so a shorter (older) struct is never read
+    // past its end.
+    unsafe {
+        let size = std::ptr::addr_of!((*cfg).size).read();
+        let magic = std::ptr::addr_of!((*cfg).magic).read();
+        if magic != SNCL_API_MAGIC || size < std::mem::offset_of!(snclConfig_t, cgaClusterSize) {
+            return Err(CError::invalid(
+                "the snclConfig_t is not initialized; declare it as \
+                 snclConfig_t config = SNCL_CONFIG_INITIALIZER;",
+            ));
+        }
+        let blocking = std::ptr::addr_of!((*cfg).blocking).read();
+        if blocking != c_int::MIN {
+            o.blocking = Some(blocking != 0);
+        }
+        let end = std::mem::offset_of!(snclConfig_t, timeoutMs) + std::mem::size_of::<c_int>();
+        if size >= end {
+            let t = std::ptr::addr_of!((*cfg).timeoutMs).read();
+            if t != c_int::MIN {
+                if t <= 0 {
+                    return Err(CError::invalid(format!(
+                        "config timeoutMs is {t}; give a positive number of milliseconds"
+                    )));
+                }
+                o.timeout = Some(Duration::from_millis(t as u64));
+            }
+        }
+    }
+    Ok(o)
+}
+
+pub(super) fn env_config(timeout: Option<Duration>) -> R<Config> {
+    let mut c = Config::from_env()?;
+    if let Some(t) = timeout {
+        c.timeout = t;
+    }
+    Ok(c)
+}
+
+pub(super) fn spawn(name: &str, job: impl FnOnce() + Send + 'static) -> R {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        })
+        .map(|_| ())
+        .map_err(|e| {
+            CError::new(
+                snclResult_t::snclSystemError,
+                format!("starting a thread: {e}"),
+            )
+        })
+}
