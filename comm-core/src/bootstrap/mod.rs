@@ -25,4 +25,7 @@ pub use tcpstore::{
     TcpStore, TcpStoreServer, DEFAULT_IO_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_FRAME_BYTES,
     MAX_PENDING_HANDSHAKES,
 };
+/// Entry points of the store decoders for the fuzz targets (`fuzz/`); not API.
+#[doc(hidden)]
+pub use tcpstore::fuzzing as store_fuzzing;
 pub use unique_id::{UniqueId, UNIQUE_ID_BYTES};
