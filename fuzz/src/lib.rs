@@ -151,6 +151,10 @@ pub fn topofile(data: &[u8]) {
     let _ = parse_latency_us(&t);
     if let Ok(spec) = TierSpec::parse(&t, "fuzz.topo") {
         let printed = spec.to_text();
+        for line in printed.lines().filter(|l| !l.starts_with("node.")) {
+            let v = line.split_once('=').map_or("", |(_, v)| v).to_ascii_lowercase();
+            assert!(!v.contains("inf") && !v.contains("nan"), "non-finite value: {line}");
+        }
         match TierSpec::parse(&printed, "printed") {
             Ok(again) => assert_eq!(again.to_text(), printed, "printing is not stable"),
             Err(e) => panic!("the printed spec does not parse: {e}\n{printed}"),
@@ -318,7 +322,8 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
         "topofile" => vec![
             b"intra.bandwidth = 20GB/s\ninter.bandwidth = 100mbit\ninter.latency = 5us\n".to_vec(),
-            b"# nodes\nnode.0 = a\nrank.0 = a\nrank.1 = b\n".to_vec(),
+            b"# nodes\nnode.0 = a\nnode.1 = b\nnodes = 2\nranks_per_node = 4\n".to_vec(),
+            b"inter.burst = 1MB\ninter.oversubscription = 2\nintra.reduce_bandwidth = 10GB/s\n".to_vec(),
         ],
         "unique_id" | "capi_unique_id" => vec![uid.clone(), {
             let id = UniqueId::from_bytes(&uid.clone().try_into().expect("128 bytes"))

@@ -44,21 +44,21 @@ macro_rules! decoder_props {
 }
 
 decoder_props! {
-    store_frame: 4096,
-    store_request: 4096,
-    store_client: 64,
-    tcp_greeting: 4096,
-    tcp_hello: 4096,
-    tcp_ack: 4096,
-    tcp_data: 4096,
-    piece_header: 4096,
-    shm_slot_header: 4096,
-    topofile: 4096,
-    unique_id: 4096,
-    settings_value: 2048,
-    settings_file: 2048,
-    capi_get_setting: 2048,
-    capi_unique_id: 2048,
+    store_frame: 32768,
+    store_request: 32768,
+    store_client: 256,
+    tcp_greeting: 32768,
+    tcp_hello: 32768,
+    tcp_ack: 32768,
+    tcp_data: 32768,
+    piece_header: 32768,
+    shm_slot_header: 32768,
+    topofile: 32768,
+    unique_id: 32768,
+    settings_value: 8192,
+    settings_file: 8192,
+    capi_get_setting: 8192,
+    capi_unique_id: 8192,
 }
 
 #[test]
