@@ -60,7 +60,19 @@ fn run_bed(fault: &str, bytes: &str, iters: &str, warmup: &str) -> Run {
         .arg(&logs)
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_commbench"))
-        .args(["all_reduce", "-b", bytes, "-e", bytes, "-n", iters, "-w", warmup, "-c", "1"])
+        .args([
+            "all_reduce",
+            "-b",
+            bytes,
+            "-e",
+            bytes,
+            "-n",
+            iters,
+            "-w",
+            warmup,
+            "-c",
+            "1",
+        ])
         .env("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string())
         .output()
         .expect("running scripts/testbed.sh");
@@ -87,7 +99,11 @@ fn statuses(run: &Run) -> Vec<i32> {
     run.stderr
         .lines()
         .find_map(|l| l.split_once("exit statuses of ranks 0..3:"))
-        .map(|(_, s)| s.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .map(|(_, s)| {
+            s.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -101,7 +117,10 @@ fn link_down_ends_every_rank_with_an_error_within_the_deadline() {
     // down 3 s after the ranks start, in the middle of one.
     let run = run_bed(&format!("down:{FAULTY}@3"), "64M", "3", "0");
     let report = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    assert!(!run.ok, "the job succeeded without node {FAULTY}:\n{report}");
+    assert!(
+        !run.ok,
+        "the job succeeded without node {FAULTY}:\n{report}"
+    );
     // Status 1 = commbench reported an error; 124 / 128+n = the bed killed a hung rank.
     assert_eq!(statuses(&run), vec![1; 4], "{report}");
     for rank in 0..4 {
@@ -146,6 +165,9 @@ fn two_second_flap_completes_with_correct_results() {
     let report = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
     assert!(run.ok, "the job failed across a 2 s flap:\n{report}");
     assert!(run.stderr.contains("link of node 2 (v2) up"), "{report}");
-    assert!(run.stdout.contains("Out of bounds values : 0 OK"), "{report}");
+    assert!(
+        run.stdout.contains("Out of bounds values : 0 OK"),
+        "{report}"
+    );
     let _ = std::fs::remove_dir_all(&run.logs);
 }

@@ -92,7 +92,10 @@ pub fn tcp_hello(data: &[u8]) {
     let nsocks = 1 + (sel & 3) as usize;
     let max_piece = 4096usize << (sel >> 4);
     if let Ok((from, idx)) = tcp::hello(rest, nsocks, max_piece) {
-        assert!((1..4).contains(&from) && idx < nsocks, "accepted {from}/{idx}");
+        assert!(
+            (1..4).contains(&from) && idx < nsocks,
+            "accepted {from}/{idx}"
+        );
     }
 }
 
@@ -152,8 +155,14 @@ pub fn topofile(data: &[u8]) {
     if let Ok(spec) = TierSpec::parse(&t, "fuzz.topo") {
         let printed = spec.to_text();
         for line in printed.lines().filter(|l| !l.starts_with("node.")) {
-            let v = line.split_once('=').map_or("", |(_, v)| v).to_ascii_lowercase();
-            assert!(!v.contains("inf") && !v.contains("nan"), "non-finite value: {line}");
+            let v = line
+                .split_once('=')
+                .map_or("", |(_, v)| v)
+                .to_ascii_lowercase();
+            assert!(
+                !v.contains("inf") && !v.contains("nan"),
+                "non-finite value: {line}"
+            );
         }
         match TierSpec::parse(&printed, "printed") {
             Ok(again) => assert_eq!(again.to_text(), printed, "printing is not stable"),
@@ -169,7 +178,10 @@ pub fn unique_id(data: &[u8]) {
     b[..n].copy_from_slice(&data[..n]);
     if let Ok(id) = UniqueId::from_bytes(&b) {
         assert_eq!(id.to_bytes(), b);
-        assert_eq!(UniqueId::from_hex(&id.to_hex()).map(|i| i.to_bytes()).ok(), Some(b));
+        assert_eq!(
+            UniqueId::from_hex(&id.to_hex()).map(|i| i.to_bytes()).ok(),
+            Some(b)
+        );
     }
     if let Ok(id) = UniqueId::from_hex(&text(data)) {
         assert_eq!(UniqueId::from_bytes(&id.to_bytes()).ok(), Some(id));
@@ -213,9 +225,8 @@ pub fn capi_get_setting(data: &[u8]) {
     let size = (sel % 64) as usize;
     let mut is_set: c_int = -1;
     // SAFETY: name is NUL-terminated; value has 64 >= size writable bytes.
-    let r = unsafe {
-        sncl::capi::snclGetSetting(name.as_ptr(), value.as_mut_ptr(), size, &mut is_set)
-    };
+    let r =
+        unsafe { sncl::capi::snclGetSetting(name.as_ptr(), value.as_mut_ptr(), size, &mut is_set) };
     if r == sncl::capi::snclResult_t::snclSuccess {
         assert!(is_set == 0 || is_set == 1);
         assert!(comm_core::settings::lookup(name.to_str().expect("UTF-8")).is_some());
@@ -309,32 +320,32 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             [&[0x13u8][..], &tcp::valid_hello(3, 3, 4, 8192, [2; 16])].concat(),
         ],
         "tcp_ack" => vec![tcp::valid_ack(&tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16])).to_vec()],
-        "tcp_data" => vec![
-            [&[12u8][..], &header[..], &[0u8; 64]].concat(),
-            {
-                let mut a = b"ABRT".to_vec();
-                a.extend_from_slice(&1u32.to_le_bytes());
-                a.resize(HEADER_BYTES, 0);
-                [&[12u8][..], &a[..]].concat()
-            },
-        ],
+        "tcp_data" => vec![[&[12u8][..], &header[..], &[0u8; 64]].concat(), {
+            let mut a = b"ABRT".to_vec();
+            a.extend_from_slice(&1u32.to_le_bytes());
+            a.resize(HEADER_BYTES, 0);
+            [&[12u8][..], &a[..]].concat()
+        }],
         "piece_header" => vec![header.to_vec()],
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
         "topofile" => vec![
             b"intra.bandwidth = 20GB/s\ninter.bandwidth = 100mbit\ninter.latency = 5us\n".to_vec(),
             b"# nodes\nnode.0 = a\nnode.1 = b\nnodes = 2\nranks_per_node = 4\n".to_vec(),
-            b"inter.burst = 1MB\ninter.oversubscription = 2\nintra.reduce_bandwidth = 10GB/s\n".to_vec(),
+            b"inter.burst = 1MB\ninter.oversubscription = 2\nintra.reduce_bandwidth = 10GB/s\n"
+                .to_vec(),
         ],
         "unique_id" | "capi_unique_id" => vec![uid.clone(), {
-            let id = UniqueId::from_bytes(&uid.clone().try_into().expect("128 bytes"))
-                .expect("valid");
+            let id =
+                UniqueId::from_bytes(&uid.clone().try_into().expect("128 bytes")).expect("valid");
             id.to_hex().into_bytes()
         }],
         "settings_value" => (0..SETTINGS.len() as u8)
             .flat_map(|i| [vec![i, b'1'], [&[i][..], b"auto"].concat()])
             .chain([[&[0u8][..], Config::default().shared_digest().as_bytes()].concat()])
             .collect(),
-        "settings_file" => vec![b"SNCL_NSOCKS=4\n# comment\nSNCL_ALGO = all_reduce:ring\n".to_vec()],
+        "settings_file" => {
+            vec![b"SNCL_NSOCKS=4\n# comment\nSNCL_ALGO = all_reduce:ring\n".to_vec()]
+        }
         "capi_get_setting" => SETTINGS
             .iter()
             .map(|s| [&[63u8][..], s.name.as_bytes()].concat())

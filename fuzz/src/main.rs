@@ -134,13 +134,21 @@ fn parse_args() -> Result<Args, String> {
     while let Some(arg) = it.next() {
         let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
-            "--iters" => a.iters = val("--iters")?.parse().map_err(|e| format!("--iters: {e}"))?,
+            "--iters" => {
+                a.iters = val("--iters")?
+                    .parse()
+                    .map_err(|e| format!("--iters: {e}"))?
+            }
             "--seconds" => {
-                a.seconds = val("--seconds")?.parse().map_err(|e| format!("--seconds: {e}"))?
+                a.seconds = val("--seconds")?
+                    .parse()
+                    .map_err(|e| format!("--seconds: {e}"))?
             }
             "--seed" => a.seed = val("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--max-len" => {
-                a.max_len = val("--max-len")?.parse().map_err(|e| format!("--max-len: {e}"))?
+                a.max_len = val("--max-len")?
+                    .parse()
+                    .map_err(|e| format!("--max-len: {e}"))?
             }
             "-h" | "--help" => {
                 let names: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
@@ -202,10 +210,13 @@ fn main() {
                 let _ = std::fs::create_dir_all(&dir);
                 let path = dir.join(format!("{name}-{n}.bin"));
                 let _ = std::fs::write(&path, &input);
-                eprintln!("CRASH in {name} after {n} inputs; input in {}", path.display());
+                eprintln!(
+                    "CRASH in {name} after {n} inputs; input in {}",
+                    path.display()
+                );
                 break;
             }
-            // Keep a few inputs the decoder accepted as further seeds.
+            // Keep a sample of the inputs as further corpus for splices and mutations.
             if corpus.len() < 256 && rng.below(1024) == 0 {
                 corpus.push(input.clone());
             }

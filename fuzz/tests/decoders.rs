@@ -65,7 +65,10 @@ decoder_props! {
 fn every_target_has_a_property_test_and_seeds() {
     let src = include_str!("decoders.rs");
     for (name, _, _) in TARGETS {
-        assert!(src.contains(&format!("    {name}: ")), "{name} has no property test");
+        assert!(
+            src.contains(&format!("    {name}: ")),
+            "{name} has no property test"
+        );
         assert!(!seeds(name).is_empty(), "{name} has no seeds");
     }
 }
@@ -77,8 +80,14 @@ fn regressions_do_not_crash() {
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).expect("fuzz/regressions exists") {
         let path = entry.expect("readable entry").path();
-        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default().to_owned();
-        let Some((name, _)) = file.split_once('-') else { continue };
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let Some((name, _)) = file.split_once('-') else {
+            continue;
+        };
         let t = target(name).unwrap_or_else(|| panic!("{file}: no target {name}"));
         t(&std::fs::read(&path).expect("readable"));
         n += 1;

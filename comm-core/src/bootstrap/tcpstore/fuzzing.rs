@@ -46,7 +46,9 @@ pub struct FakeRoot {
 
 impl std::fmt::Debug for FakeRoot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeRoot").field("addr", &self.addr).finish()
+        f.debug_struct("FakeRoot")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -116,7 +118,8 @@ impl FakeRoot {
         *self
             .script
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = (authentic, server_bytes.to_vec());
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (authentic, server_bytes.to_vec());
         let deadline = Instant::now() + Duration::from_millis(5);
         let store = TcpStore::connect(self.addr, SECRET, 1, deadline)?
             .with_io_timeout(Duration::from_millis(500));
