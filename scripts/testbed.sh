@@ -49,6 +49,11 @@
 #   --fail-grace SECS           after a rank fails, kill the others after SECS (default 30)
 #   --keep-logs DIR             write the per-rank logs to DIR and keep them (default: a
 #                               temporary directory, kept and printed only on failure)
+#   --fault KIND:NODE@SECS[+DUR] a link fault while COMMAND runs: SECS seconds after the
+#                               ranks start, the switch side (v<NODE>) of node NODE's link
+#                               goes down; KIND down keeps it down, KIND flap brings it
+#                               back up after DUR seconds (e.g. down:1@3, flap:1@3+2);
+#                               notes "# fault: ..." with the times on stderr
 #   --cleanup-stale             first remove sncl-* namespaces whose runner process is gone
 #                               (alone: just that)
 #   -q, --quiet                 no header
@@ -80,6 +85,8 @@ TIMEOUT=600
 FAIL_GRACE=30
 KEEP_LOGS=
 CLEANUP_STALE=0
+FAULT=
+FAULT_PID=
 QUIET=0
 CMD=()
 
@@ -99,11 +106,12 @@ while [[ $# -gt 0 ]]; do
         --timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
         --fail-grace) need_arg "$@"; FAIL_GRACE=$2; shift 2 ;;
         --keep-logs) need_arg "$@"; KEEP_LOGS=$2; shift 2 ;;
+        --fault) need_arg "$@"; FAULT=$2; shift 2 ;;
         --cleanup-stale) CLEANUP_STALE=1; shift ;;
         -q | --quiet) QUIET=1; shift ;;
         -h | --help) usage; exit 0 ;;
         --nodes=* | --ranks-per-node=* | --placement=* | --rate=* | --burst=* | --latency=* | \
-            --measure-seconds=* | --port=* | --timeout=* | --fail-grace=* | --keep-logs=*)
+            --measure-seconds=* | --port=* | --timeout=* | --fail-grace=* | --keep-logs=* | --fault=*)
             set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
         --) shift; CMD=("$@"); break ;;
         *) die "unknown argument '$1' (the command goes after --; see --help)" ;;
@@ -122,6 +130,15 @@ case $PLACEMENT in
     *) die "--placement must be node-major or round-robin" ;;
 esac
 if ((MEASURE && NODES < 2)); then die "--measure needs --nodes >= 2"; fi
+FAULT_KIND= FAULT_NODE= FAULT_AT= FAULT_DUR=0
+if [[ -n $FAULT ]]; then
+    [[ $FAULT =~ ^(down|flap):([0-9]+)@([0-9]+(\.[0-9]+)?)(\+([0-9]+(\.[0-9]+)?))?$ ]] ||
+        die "--fault must be down:NODE@SECS or flap:NODE@SECS+DUR (got '$FAULT')"
+    FAULT_KIND=${BASH_REMATCH[1]} FAULT_NODE=${BASH_REMATCH[2]} FAULT_AT=${BASH_REMATCH[3]}
+    FAULT_DUR=${BASH_REMATCH[6]:-0}
+    ((FAULT_NODE < NODES)) || die "--fault: node $FAULT_NODE does not exist (--nodes $NODES)"
+    [[ $FAULT_KIND == down || -n ${BASH_REMATCH[6]} ]] || die "--fault flap needs +DUR"
+fi
 
 # ---------------------------------------------------------------- stale runs
 # Namespaces are named sncl-<runner pid>-<4 hex>-{n<i>,sw}; a run is stale when
@@ -276,6 +293,7 @@ cleanup() {
     CLEANED=1
     trap '' INT TERM HUP
     local p i procs
+    [[ -z $FAULT_PID ]] || kill -KILL "$FAULT_PID" 2>/dev/null
     # TERM everything in the bed, give it 2 s, then KILL; the wrappers end by themselves
     # once their commands are gone (a last-resort KILL after 1 s more)
     procs=$(bed_procs)
@@ -501,6 +519,23 @@ for ((r = 0; r < NRANKS; r++)); do
     WRAPPERS+=("$!")
     PID_RANK[$!]=$r
 done
+
+# The fault, if any: the switch side of the node's link goes down (the node loses
+# carrier), and for a flap comes back up.
+if [[ -n $FAULT ]]; then
+    {
+        exec 2>&3 3>&-
+        sleep "$FAULT_AT"
+        ip -n "$SW" link set "v$FAULT_NODE" down
+        note "# fault: $(date +%s.%N) link of node $FAULT_NODE (v$FAULT_NODE) down"
+        if [[ $FAULT_KIND == flap ]]; then
+            sleep "$FAULT_DUR"
+            ip -n "$SW" link set "v$FAULT_NODE" up
+            note "# fault: $(date +%s.%N) link of node $FAULT_NODE (v$FAULT_NODE) up"
+        fi
+    } 3>&2 2>/dev/null &
+    FAULT_PID=$!
+fi
 
 # Wait for the ranks, polling every 0.1 s. Deadlines: the time-out; after a rank
 # failed, the fail grace; after TERM, 5 s before KILL. Signals go to the processes

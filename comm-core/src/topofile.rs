@@ -86,7 +86,7 @@ pub fn parse_bandwidth(v: &str) -> Option<f64> {
                 .parse::<f64>()
                 .ok()
                 .map(|x| x * mul)
-                .filter(|x| *x > 0.0);
+                .filter(|x| x.is_finite() && *x > 0.0);
         }
     }
     s.strip_suffix('b')
@@ -94,7 +94,7 @@ pub fn parse_bandwidth(v: &str) -> Option<f64> {
         .trim()
         .parse::<f64>()
         .ok()
-        .filter(|x| *x > 0.0)
+        .filter(|x| x.is_finite() && *x > 0.0)
 }
 
 /// Parses a latency into µs: `1us`, `60 us`, `0.5ms`, `200ns`, `1s`.
@@ -115,7 +115,7 @@ pub fn parse_latency_us(v: &str) -> Option<f64> {
         .parse::<f64>()
         .ok()
         .map(|x| x * mul)
-        .filter(|x| *x >= 0.0)
+        .filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 fn key_values(text: &str, origin: &str) -> Result<Vec<(String, String)>> {
@@ -219,7 +219,12 @@ impl TierSpec {
                 "inter.burst" => {
                     c.burst_bytes = Some(
                         parse_bandwidth(&v)
-                            .or_else(|| v.trim().parse::<f64>().ok().filter(|x| *x >= 0.0))
+                            .or_else(|| {
+                                v.trim()
+                                    .parse::<f64>()
+                                    .ok()
+                                    .filter(|x| x.is_finite() && *x >= 0.0)
+                            })
                             .ok_or_else(|| bad("size in bytes"))?,
                     )
                 }
@@ -306,6 +311,14 @@ mod tests {
         assert_eq!(parse_bandwidth("100mbit"), Some(12.5e6));
         assert_eq!(parse_bandwidth("4000"), Some(4000.0));
         assert_eq!(parse_bandwidth("fast"), None);
+        // Found by the fuzz targets (fuzz/): non-finite values were accepted.
+        for bad in ["inf", "infGB/s", "1e400gb", "NaN", "-inf"] {
+            assert_eq!(parse_bandwidth(bad), None, "{bad}");
+        }
+        for bad in ["inf", "infus", "1e308s", "nan"] {
+            assert_eq!(parse_latency_us(bad), None, "{bad}");
+        }
+        assert!(TierSpec::parse("inter.burst = inf", "t").is_err());
         assert_eq!(parse_latency_us("60us"), Some(60.0));
         assert_eq!(parse_latency_us("0.5ms"), Some(500.0));
         assert_eq!(parse_latency_us("200ns"), Some(0.2));

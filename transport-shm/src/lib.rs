@@ -19,6 +19,8 @@ use comm_core::transport::{Connection, ConsumeResult, TransportError};
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
+#[doc(hidden)]
+pub use segment::decode_slot_header;
 pub use segment::{
     check_name, cleanup_stale, pid_alive, Segment, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR,
 };

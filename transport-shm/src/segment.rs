@@ -165,6 +165,22 @@ fn allocate(file: &File, len: usize) -> io::Result<()> {
     }
 }
 
+/// Decodes the header a sender wrote into a slot of `slot_bytes` payload
+/// bytes; the peer controls these bytes, so anything that is not a header of
+/// a piece that fits the slot is an error. Public for the fuzz targets in
+/// `fuzz/` only.
+#[doc(hidden)]
+pub fn decode_slot_header(
+    h: &[u8; HEADER_BYTES],
+    slot_bytes: usize,
+) -> Result<PieceHeader, &'static str> {
+    let header = PieceHeader::decode(h).map_err(|e| e.0)?;
+    if header.len as usize > slot_bytes {
+        return Err("piece longer than a slot");
+    }
+    Ok(header)
+}
+
 impl Segment {
     /// Creates (as the receiver) a new segment file `name` and maps it.
     ///
@@ -390,11 +406,8 @@ impl Segment {
         // SAFETY: the slot was published (acquire on head by the caller) and
         // the sender will not touch it until tail moves past it.
         unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), HEADER_BYTES) };
-        let header = PieceHeader::decode(&h).map_err(|e| e.0)?;
+        let header = decode_slot_header(&h, self.slot_bytes)?;
         let len = header.len as usize;
-        if len > self.slot_bytes {
-            return Err("piece longer than a slot");
-        }
         // SAFETY: as above; len fits in the slot.
         let data = unsafe { std::slice::from_raw_parts(p.add(SLOT_HEADER), len) };
         Ok((header, data))

@@ -48,6 +48,50 @@ enum Front {
     Corrupt(String),
 }
 
+/// Classifies the first frame of the received bytes `avail`.
+fn front_of(avail: &[u8], max_piece: usize) -> Front {
+    let Some(h) = avail.first_chunk::<HEADER_BYTES>() else {
+        return Front::Need(HEADER_BYTES);
+    };
+    if frame::first_word(h) == ABORT_MAGIC {
+        return Front::Abort(frame::decode_abort(h));
+    }
+    match PieceHeader::decode(h) {
+        Err(e) => Front::Corrupt(e.to_string()),
+        Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
+            "piece of {} bytes exceeds the maximum piece size {max_piece}",
+            hdr.len
+        )),
+        Ok(hdr) => {
+            let total = HEADER_BYTES + hdr.len as usize;
+            if avail.len() >= total {
+                Front::Piece(hdr, total)
+            } else {
+                Front::Need(total)
+            }
+        }
+    }
+}
+
+/// What the receive path makes of the received bytes `avail` (fuzzing
+/// entry): `Ok(Some((header, frame bytes)))` for a whole piece,
+/// `Ok(None)` when more bytes are needed (never more than one frame of
+/// `max_piece`), `Err` for an abort frame or corrupt bytes.
+pub(crate) fn classify(
+    avail: &[u8],
+    max_piece: usize,
+) -> Result<Option<(PieceHeader, usize)>, String> {
+    match front_of(avail, max_piece) {
+        Front::Piece(h, total) => Ok(Some((h, total))),
+        Front::Need(n) => {
+            assert!(n <= HEADER_BYTES + max_piece, "asks for {n} bytes");
+            Ok(None)
+        }
+        Front::Abort(cause) => Err(format!("abort frame blaming {cause:?}")),
+        Front::Corrupt(e) => Err(e),
+    }
+}
+
 /// Outcome of one `recv` call.
 enum Fill {
     Read { n: usize, short: bool },
@@ -122,31 +166,7 @@ impl Stream {
     }
 
     fn front(&self, max_piece: usize) -> Front {
-        let avail = self.in_end - self.in_start;
-        if avail < HEADER_BYTES {
-            return Front::Need(HEADER_BYTES);
-        }
-        let h: &[u8; HEADER_BYTES] = self.inb[self.in_start..self.in_start + HEADER_BYTES]
-            .try_into()
-            .expect("header slice");
-        if frame::first_word(h) == ABORT_MAGIC {
-            return Front::Abort(frame::decode_abort(h));
-        }
-        match PieceHeader::decode(h) {
-            Err(e) => Front::Corrupt(e.to_string()),
-            Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
-                "piece of {} bytes exceeds the maximum piece size {max_piece}",
-                hdr.len
-            )),
-            Ok(hdr) => {
-                let total = HEADER_BYTES + hdr.len as usize;
-                if avail >= total {
-                    Front::Piece(hdr, total)
-                } else {
-                    Front::Need(total)
-                }
-            }
-        }
+        front_of(&self.inb[self.in_start..self.in_end], max_piece)
     }
 
     fn release(&mut self, total: usize) {

@@ -76,7 +76,7 @@ struct Pending {
 }
 
 /// What to do with a complete hello.
-enum Verdict {
+pub(crate) enum Verdict {
     Accept { from: usize, idx: usize },
     Refuse(String),
     Fatal(String),
@@ -89,7 +89,7 @@ fn version_mismatch(version: u16) -> String {
     )
 }
 
-fn judge(
+pub(crate) fn judge(
     setup: &TcpSetup,
     bytes: &[u8; HELLO_BYTES],
     server_nonce: &Nonce,

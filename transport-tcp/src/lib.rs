@@ -31,6 +31,8 @@
 
 mod conn;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod setup;
 mod sys;

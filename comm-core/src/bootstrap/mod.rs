@@ -21,6 +21,9 @@ pub use env::{
     SLURM_PORT_RANGE,
 };
 pub use store::{store_barrier, MemoryStore, PrefixStore, Store};
+/// Entry points of the store decoders for the fuzz targets (`fuzz/`); not API.
+#[doc(hidden)]
+pub use tcpstore::fuzzing as store_fuzzing;
 pub use tcpstore::{
     TcpStore, TcpStoreServer, DEFAULT_IO_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_FRAME_BYTES,
     MAX_PENDING_HANDSHAKES,

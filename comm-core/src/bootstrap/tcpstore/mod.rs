@@ -41,6 +41,8 @@
 //! all; only authenticated connections get a thread.
 
 mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 mod protocol;
 mod server;
 #[cfg(test)]

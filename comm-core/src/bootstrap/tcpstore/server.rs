@@ -500,6 +500,23 @@ fn value_reply(v: &[u8]) -> Vec<u8> {
     r
 }
 
+/// [`handle_request`] on a fresh, empty store (the fuzz targets' entry,
+/// see `fuzz/`). The caller keeps the GET / WAIT timeouts small: they are
+/// honoured, as for a real client.
+pub(super) fn handle_request_fresh(frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    let inner = ServerInner {
+        shared: Arc::new(Shared::default()),
+        secret: [0; 16],
+        shutdown: AtomicBool::new(false),
+        stopped: AtomicBool::new(false),
+        expires: Mutex::new(None),
+        streams: Mutex::new(HashMap::new()),
+        threads: Mutex::new(Vec::new()),
+        next_conn: AtomicU64::new(0),
+    };
+    handle_request(&inner, frame)
+}
+
 /// Executes one request; `Ok(None)` when the store is closed.
 fn handle_request(inner: &ServerInner, frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
     let store = &inner.shared;

@@ -1,0 +1,178 @@
+//! Link faults on the two-tier test bed (`scripts/testbed.sh --fault`), with
+//! `SNCL_TIMEOUT_MS=10000`: 4 nodes x 1 rank behind a 100 Mbit/s switch.
+//!
+//! * a node's link taken down for good while a large all_reduce runs: every
+//!   rank ends with an error within the deadline (no hang, nobody killed by
+//!   the bed), and every surviving rank's error names the unreachable rank;
+//! * a 2-second flap: the operation completes with correct results.
+//!
+//! Needs root and `ip netns`; skips with the reason otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: network namespaces need root".into());
+    }
+    let ok = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| o.status.success());
+    if !matches!(ok, Ok(true)) {
+        return Some("`ip netns` is not available (install iproute2)".into());
+    }
+    if Command::new("tc").arg("-V").output().is_err() {
+        return Some("`tc` is not available (install iproute2)".into());
+    }
+    None
+}
+
+/// The node whose link fails; with one rank per node it holds rank 2.
+const FAULTY: usize = 2;
+const TIMEOUT_MS: u64 = 10_000;
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+    logs: PathBuf,
+}
+
+fn run_bed(fault: &str, bytes: &str, iters: &str, warmup: &str) -> Run {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("commbench/ has a parent")
+        .to_path_buf();
+    let logs = std::env::temp_dir().join(format!(
+        "sncl-faults-{}-{}",
+        fault.replace([':', '@', '+'], "_"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&logs);
+    let start = Instant::now();
+    let out = Command::new(root.join("scripts/testbed.sh"))
+        .args(["--nodes", "4", "--rate", "100mbit", "--timeout", "120"])
+        .args(["--fail-grace", "30", "--fault", fault, "--keep-logs"])
+        .arg(&logs)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_commbench"))
+        .args([
+            "all_reduce",
+            "-b",
+            bytes,
+            "-e",
+            bytes,
+            "-n",
+            iters,
+            "-w",
+            warmup,
+            "-c",
+            "1",
+        ])
+        .env("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string())
+        .output()
+        .expect("running scripts/testbed.sh");
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+        logs,
+    }
+}
+
+/// The error line commbench printed for `rank`.
+fn rank_error(run: &Run, rank: usize) -> String {
+    let log = std::fs::read_to_string(run.logs.join(format!("rank{rank}.log"))).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.starts_with("commbench:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The per-rank exit statuses testbed.sh reports after a failure.
+fn statuses(run: &Run) -> Vec<i32> {
+    run.stderr
+        .lines()
+        .find_map(|l| l.split_once("exit statuses of ranks 0..3:"))
+        .map(|(_, s)| {
+            s.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn link_down_ends_every_rank_with_an_error_within_the_deadline() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping the test-bed fault test: {why}");
+        return;
+    }
+    // 64 MiB at 100 Mbit/s: several seconds per all_reduce; the link goes
+    // down 3 s after the ranks start, in the middle of one.
+    let run = run_bed(&format!("down:{FAULTY}@3"), "64M", "3", "0");
+    let report = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(
+        !run.ok,
+        "the job succeeded without node {FAULTY}:\n{report}"
+    );
+    // Status 1 = commbench reported an error; 124 / 128+n = the bed killed a hung rank.
+    assert_eq!(statuses(&run), vec![1; 4], "{report}");
+    for rank in 0..4 {
+        let e = rank_error(&run, rank);
+        assert!(!e.is_empty(), "rank {rank} printed no error:\n{report}");
+    }
+    // Start-up, 3 s, the 10 s deadline, and slack for a loaded machine.
+    assert!(
+        run.elapsed < Duration::from_secs(35),
+        "took {:?}:\n{report}",
+        run.elapsed
+    );
+    let _ = std::fs::remove_dir_all(&run.logs);
+}
+
+/// Known gap (fault-tolerance issue, still open): a rank that times out
+/// aborts its peers without a cause, so only the rank that waited on the
+/// unreachable node names it; the others report "peer rank R aborted
+/// (cause: unknown)". Run with `--ignored` to see it.
+#[test]
+#[ignore = "known gap: survivors that did not wait on the unreachable node do not name it yet"]
+fn link_down_every_survivor_names_the_unreachable_peer() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping the test-bed fault test: {why}");
+        return;
+    }
+    let run = run_bed(&format!("down:{FAULTY}@3"), "64M", "3", "0");
+    let errors: Vec<String> = (0..4).map(|r| rank_error(&run, r)).collect();
+    for (rank, e) in errors.iter().enumerate().filter(|(r, _)| *r != FAULTY) {
+        assert!(
+            e.contains(&format!("rank {FAULTY}")) || e.contains(&format!("[{FAULTY}]")),
+            "surviving rank {rank} does not name unreachable rank {FAULTY}: {e:?}\nall errors: {errors:#?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&run.logs);
+}
+
+#[test]
+fn two_second_flap_completes_with_correct_results() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping the test-bed fault test: {why}");
+        return;
+    }
+    // 16 MiB all_reduces, 8 of them (1 warm-up + 3 x out-of-place and in
+    // place), about 2 s each: the link of node 2 is down from 2 s to 4 s.
+    let run = run_bed(&format!("flap:{FAULTY}@2+2"), "16M", "3", "1");
+    let report = format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.ok, "the job failed across a 2 s flap:\n{report}");
+    assert!(run.stderr.contains("link of node 2 (v2) up"), "{report}");
+    assert!(
+        run.stdout.contains("Out of bounds values : 0 OK"),
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&run.logs);
+}

@@ -1,0 +1,355 @@
+//! Fuzz targets for every sncl decoder of bytes that come from outside the
+//! process: peers (store protocol, TCP handshake and data frames, shared
+//! memory slots), files and variables (topology file, settings), the unique
+//! id and the C ABI's string inputs.
+//!
+//! A target is a plain `fn(&[u8])`: it feeds the bytes to the decoder and
+//! panics only when the decoder misbehaves (panics itself, or breaks an
+//! invariant such as a round trip or a size bound). The driver in
+//! `src/main.rs` runs them on random and mutated inputs; `tests/decoders.rs`
+//! runs them under proptest in the normal test suite and replays every
+//! crash ever found (`regressions/`). See docs/FUZZING.md.
+
+use std::ffi::{c_char, c_int, CString};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use comm_core::bootstrap::store_fuzzing::{self, FakeRoot};
+use comm_core::bootstrap::{UniqueId, MAX_FRAME_BYTES, UNIQUE_ID_BYTES};
+use comm_core::settings::{Environment, SETTINGS};
+use comm_core::topofile::{parse_bandwidth, parse_latency_us, TierSpec};
+use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use comm_core::Config;
+use transport_tcp::fuzzing as tcp;
+
+/// A fuzz target: feeds `data` to one decoder, panics on misbehaviour.
+pub type Target = fn(&[u8]);
+
+/// Every target: name, function, and whether it is slow (it opens
+/// sockets, so the driver and the property tests run fewer inputs).
+pub const TARGETS: &[(&str, Target, bool)] = &[
+    ("store_frame", store_frame, false),
+    ("store_request", store_request, false),
+    ("store_client", store_client, true),
+    ("tcp_greeting", tcp_greeting, false),
+    ("tcp_hello", tcp_hello, false),
+    ("tcp_ack", tcp_ack, false),
+    ("tcp_data", tcp_data, false),
+    ("piece_header", piece_header, false),
+    ("shm_slot_header", shm_slot_header, false),
+    ("topofile", topofile, false),
+    ("unique_id", unique_id, false),
+    ("settings_value", settings_value, false),
+    ("settings_file", settings_file, false),
+    ("capi_get_setting", capi_get_setting, false),
+    ("capi_unique_id", capi_unique_id, false),
+];
+
+/// The target named `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|t| t.0 == name).map(|t| t.1)
+}
+
+fn text(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+/// One store frame as read off a socket: never more than the limit.
+pub fn store_frame(data: &[u8]) {
+    if let Ok(Some(body)) = store_fuzzing::read_frame(data) {
+        assert!(body.len() <= MAX_FRAME_BYTES);
+        assert!(body.len() + 4 <= data.len());
+    }
+}
+
+/// One request frame through the server's handler, against a fresh store.
+pub fn store_request(data: &[u8]) {
+    if let Ok(Some(reply)) = store_fuzzing::handle_request(data) {
+        assert!(!reply.is_empty(), "empty reply");
+    }
+}
+
+/// A client talking to a root that sends `data[1..]` (after a correct
+/// handshake when `data[0]` is odd).
+pub fn store_client(data: &[u8]) {
+    static ROOT: OnceLock<FakeRoot> = OnceLock::new();
+    let root = ROOT.get_or_init(|| FakeRoot::start().expect("fake store root on loopback"));
+    let (authentic, bytes) = match data.split_first() {
+        Some((f, rest)) => (f & 1 == 1, rest),
+        None => (false, data),
+    };
+    let _ = root.session(authentic, bytes);
+}
+
+/// The acceptor's greeting as the connecting rank reads it.
+pub fn tcp_greeting(data: &[u8]) {
+    let _ = tcp::greeting(data);
+}
+
+/// A hello as the accepting rank judges it; `data[0]` picks the setup.
+pub fn tcp_hello(data: &[u8]) {
+    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
+    let nsocks = 1 + (sel & 3) as usize;
+    let max_piece = 4096usize << (sel >> 4);
+    if let Ok((from, idx)) = tcp::hello(rest, nsocks, max_piece) {
+        assert!(
+            (1..4).contains(&from) && idx < nsocks,
+            "accepted {from}/{idx}"
+        );
+    }
+}
+
+/// An ack as the connecting rank checks it (against a fixed valid hello).
+pub fn tcp_ack(data: &[u8]) {
+    let hello = tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16]);
+    let good = tcp::valid_ack(&hello);
+    if tcp::ack(data, &hello) {
+        assert_eq!(&data[..good.len()], &good[..], "accepted a wrong ack");
+    }
+}
+
+/// Received data bytes on a TCP connection; `data[0]` picks the piece size.
+pub fn tcp_data(data: &[u8]) {
+    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
+    let max_piece = 1usize << (sel % 21);
+    if let Ok(Some((h, total))) = tcp::data(rest, max_piece) {
+        assert!(h.len as usize <= max_piece);
+        assert_eq!(total, HEADER_BYTES + h.len as usize);
+        assert!(total <= rest.len());
+    }
+}
+
+/// A piece header: decodes, or not; a decoded one round-trips.
+pub fn piece_header(data: &[u8]) {
+    let Some(b) = data.first_chunk::<HEADER_BYTES>() else {
+        return;
+    };
+    if let Ok(h) = PieceHeader::decode(b) {
+        let mut again = [0u8; HEADER_BYTES];
+        h.encode(&mut again);
+        assert_eq!(PieceHeader::decode(&again), Ok(h));
+        // Only the reserved byte 27 may differ.
+        let mut b = *b;
+        b[27] = 0;
+        assert_eq!(b, again);
+    }
+}
+
+/// A shared-memory slot header; the slot size comes from the input.
+pub fn shm_slot_header(data: &[u8]) {
+    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
+    let slot_bytes = (1usize << (sel % 24)) - usize::from(sel >= 128);
+    let Some(b) = rest.first_chunk::<HEADER_BYTES>() else {
+        return;
+    };
+    if let Ok(h) = transport_shm::decode_slot_header(b, slot_bytes) {
+        assert!(h.len as usize <= slot_bytes);
+    }
+}
+
+/// A topology file; a parsed one survives its own printing.
+pub fn topofile(data: &[u8]) {
+    let t = text(data);
+    let _ = parse_bandwidth(&t);
+    let _ = parse_latency_us(&t);
+    if let Ok(spec) = TierSpec::parse(&t, "fuzz.topo") {
+        let printed = spec.to_text();
+        for line in printed.lines().filter(|l| !l.starts_with("node.")) {
+            let v = line
+                .split_once('=')
+                .map_or("", |(_, v)| v)
+                .to_ascii_lowercase();
+            assert!(
+                !v.contains("inf") && !v.contains("nan"),
+                "non-finite value: {line}"
+            );
+        }
+        match TierSpec::parse(&printed, "printed") {
+            Ok(again) => assert_eq!(again.to_text(), printed, "printing is not stable"),
+            Err(e) => panic!("the printed spec does not parse: {e}\n{printed}"),
+        }
+    }
+}
+
+/// A unique id as bytes and as hex; a decoded one round-trips.
+pub fn unique_id(data: &[u8]) {
+    let mut b = [0u8; UNIQUE_ID_BYTES];
+    let n = data.len().min(UNIQUE_ID_BYTES);
+    b[..n].copy_from_slice(&data[..n]);
+    if let Ok(id) = UniqueId::from_bytes(&b) {
+        assert_eq!(id.to_bytes(), b);
+        assert_eq!(
+            UniqueId::from_hex(&id.to_hex()).map(|i| i.to_bytes()).ok(),
+            Some(b)
+        );
+    }
+    if let Ok(id) = UniqueId::from_hex(&text(data)) {
+        assert_eq!(UniqueId::from_bytes(&id.to_bytes()).ok(), Some(id));
+    }
+}
+
+/// One setting's value (`data[0]` picks the setting) through the config
+/// parser, the algorithm parser and the agreement digest rank 0 sends.
+pub fn settings_value(data: &[u8]) {
+    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
+    let setting = &SETTINGS[sel as usize % SETTINGS.len()];
+    let value = text(rest);
+    if let Ok(c) = Config::from_vars(&|n| (n == setting.name).then(|| value.clone())) {
+        let digest = c.shared_digest();
+        let mut d = Config::default();
+        d.adopt_digest(&digest)
+            .unwrap_or_else(|e| panic!("a config's own digest is refused: {e}\n{digest}"));
+    }
+    let _ = comm_core::config::parse_algo(&value);
+    let _ = Config::default().adopt_digest(&value);
+}
+
+/// A settings file (`SNCL_CONF_FILE`, `~/.sncl.conf`, `/etc/sncl.conf`).
+pub fn settings_file(data: &[u8]) {
+    let mut env = Environment::from_pairs::<String, String>(Vec::new());
+    if env
+        .overlay_conf(Path::new("/fuzz/sncl.conf"), &text(data))
+        .is_ok()
+    {
+        let _ = Config::from_environment(&env);
+    }
+}
+
+/// `snclGetSetting` with a name from the input and a buffer of
+/// `data[0] % 64` bytes.
+pub fn capi_get_setting(data: &[u8]) {
+    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
+    let nul = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    let name = CString::new(&rest[..nul]).expect("no NUL before nul");
+    let mut value = vec![0 as c_char; 64];
+    let size = (sel % 64) as usize;
+    let mut is_set: c_int = -1;
+    // SAFETY: name is NUL-terminated; value has 64 >= size writable bytes.
+    let r =
+        unsafe { sncl::capi::snclGetSetting(name.as_ptr(), value.as_mut_ptr(), size, &mut is_set) };
+    if r == sncl::capi::snclResult_t::snclSuccess {
+        assert!(is_set == 0 || is_set == 1);
+        assert!(comm_core::settings::lookup(name.to_str().expect("UTF-8")).is_some());
+    }
+}
+
+/// `snclCommInitRank` with unique-id bytes from the input that the decoder
+/// refuses (a valid id would start a real bootstrap): must be
+/// `snclInvalidArgument`, never a crash.
+pub fn capi_unique_id(data: &[u8]) {
+    let mut b = [0u8; UNIQUE_ID_BYTES];
+    let n = data.len().min(UNIQUE_ID_BYTES);
+    b[..n].copy_from_slice(&data[..n]);
+    if UniqueId::from_bytes(&b).is_ok() {
+        return;
+    }
+    let id = sncl::capi::snclUniqueId {
+        internal: b.map(|x| x as c_char),
+    };
+    let mut comm: sncl::capi::snclComm_t = std::ptr::null_mut();
+    // SAFETY: comm is writable storage for a handle.
+    let r = unsafe { sncl::capi::snclCommInitRank(&mut comm, 2, id, 0) };
+    assert_eq!(r, sncl::capi::snclResult_t::snclInvalidArgument);
+    assert!(comm.is_null());
+}
+
+/// Valid inputs of each target, the mutating driver's starting corpus.
+pub fn seeds(name: &str) -> Vec<Vec<u8>> {
+    let header = {
+        let h = PieceHeader {
+            comm_id: 0x5eed,
+            seq: 3,
+            len: 64,
+            fingerprint: comm_core::wire::Fingerprint {
+                collective: comm_core::wire::Collective::AllReduce,
+                dtype: comm_core::DataType::Float32,
+                op: comm_core::ReduceOp::Sum,
+                root: -1,
+                count: 16,
+            },
+        };
+        let mut b = [0u8; HEADER_BYTES];
+        h.encode(&mut b);
+        b
+    };
+    let frame = |body: &[u8]| {
+        let mut v = (body.len() as u32).to_le_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    };
+    let key = |op: u8, extra: &[u8], k: &str| {
+        let mut v = vec![op];
+        v.extend_from_slice(extra);
+        v.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        v.extend_from_slice(k.as_bytes());
+        v
+    };
+    let uid = UniqueId::new("198.18.0.1:29500".parse().expect("address"))
+        .expect("random secret")
+        .to_bytes()
+        .to_vec();
+    match name {
+        "store_frame" => vec![frame(b"hello"), frame(&[]), vec![]],
+        "store_request" => vec![
+            key(1, &[], "key"),
+            key(2, &[0; 8], "key"),
+            key(3, &[], "key"),
+            {
+                let mut v = vec![4];
+                v.extend_from_slice(&[0; 8]);
+                v.extend_from_slice(&2u32.to_le_bytes());
+                v.extend_from_slice(&key(0, &[], "a")[1..]);
+                v.extend_from_slice(&key(0, &[], "b")[1..]);
+                v
+            },
+            key(5, &7u64.to_le_bytes(), "n"),
+        ],
+        "store_client" => vec![
+            [&[1u8][..], &frame(&[0])].concat(),
+            [&[1u8][..], &frame(&[2, 1, 0, 0, 0, 1, 0, 0, 0, b'a'])].concat(),
+            [&[1u8][..], &frame(&[0, 1, 0, 0, 0, 0, 0, 0, 0])].concat(),
+            b"\x00SNCLSTR1................".to_vec(),
+        ],
+        "tcp_greeting" => {
+            let mut g = b"STCG\x02\x00".to_vec();
+            g.resize(32, 9);
+            vec![g]
+        }
+        "tcp_hello" => vec![
+            [&[0x01u8][..], &tcp::valid_hello(1, 0, 2, 4096, [1; 16])].concat(),
+            [&[0x13u8][..], &tcp::valid_hello(3, 3, 4, 8192, [2; 16])].concat(),
+        ],
+        "tcp_ack" => vec![tcp::valid_ack(&tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16])).to_vec()],
+        "tcp_data" => vec![[&[12u8][..], &header[..], &[0u8; 64]].concat(), {
+            let mut a = b"ABRT".to_vec();
+            a.extend_from_slice(&1u32.to_le_bytes());
+            a.resize(HEADER_BYTES, 0);
+            [&[12u8][..], &a[..]].concat()
+        }],
+        "piece_header" => vec![header.to_vec()],
+        "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
+        "topofile" => vec![
+            b"intra.bandwidth = 20GB/s\ninter.bandwidth = 100mbit\ninter.latency = 5us\n".to_vec(),
+            b"# nodes\nnode.0 = a\nnode.1 = b\nnodes = 2\nranks_per_node = 4\n".to_vec(),
+            b"inter.burst = 1MB\ninter.oversubscription = 2\nintra.reduce_bandwidth = 10GB/s\n"
+                .to_vec(),
+        ],
+        "unique_id" | "capi_unique_id" => vec![uid.clone(), {
+            let id =
+                UniqueId::from_bytes(&uid.clone().try_into().expect("128 bytes")).expect("valid");
+            id.to_hex().into_bytes()
+        }],
+        "settings_value" => (0..SETTINGS.len() as u8)
+            .flat_map(|i| [vec![i, b'1'], [&[i][..], b"auto"].concat()])
+            .chain([[&[0u8][..], Config::default().shared_digest().as_bytes()].concat()])
+            .collect(),
+        "settings_file" => {
+            vec![b"SNCL_NSOCKS=4\n# comment\nSNCL_ALGO = all_reduce:ring\n".to_vec()]
+        }
+        "capi_get_setting" => SETTINGS
+            .iter()
+            .map(|s| [&[63u8][..], s.name.as_bytes()].concat())
+            .collect(),
+        _ => vec![Vec::new()],
+    }
+}
