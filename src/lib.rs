@@ -22,6 +22,9 @@ struct ArchitectureDoctests;
 #[doc = include_str!("../docs/COST.md")]
 struct CostDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/FUZZING.md")]
+struct FuzzingDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/PERF.md")]
 struct PerfDoctests;
 #[cfg(doctest)]

@@ -190,7 +190,7 @@ fn silent_root_is_reported_unresponsive() {
     let addr = l.local_addr().unwrap();
     let h = thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        thread::sleep(Duration::from_millis(1500));
+        thread::sleep(Duration::from_secs(5));
         drop(s);
     });
     let err = TcpStore::connect(addr, SECRET, 1, Instant::now() + Duration::from_millis(200))
