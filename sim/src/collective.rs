@@ -36,9 +36,13 @@ pub const SYMMETRIC_MERGE_TOLERANCE: f64 = 0.02;
 /// aggregated ([`engine::run_aggregated`]) unless [`Request::aggregate`] says.
 pub const AGGREGATE_ABOVE_STEPS: u64 = 2_000_000;
 /// Steps in all programs above which a pipelined tree is simulated with
-/// K1 and 2 K1 chunks (K1 = ⌈log2 n⌉ + 1, at least 4) and its time, bytes
-/// and waits extrapolated linearly to the real number of chunks.
+/// K1 and 2 K1 chunks (K1 = [`TREE_EXTRAPOLATION_CHUNKS`]) and its time,
+/// bytes and waits extrapolated linearly to the real number of chunks
+/// (the pipeline's period is one chunk's slowest edge, so the time is
+/// linear in the chunks; tests check 1 % against the full run).
 pub const EXTRAPOLATE_ABOVE_STEPS: u64 = 4_000_000;
+/// K1 of the tree extrapolation.
+pub const TREE_EXTRAPOLATION_CHUNKS: usize = 8;
 
 /// Same runs, peers and directions, bytes within 2 % plus two elements.
 fn alike(a: &Program, b: &Program, elem: f64) -> bool {
@@ -396,7 +400,7 @@ fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<
     let aggregate = req.aggregate.unwrap_or(total > AGGREGATE_ABOVE_STEPS || entities > PER_RANK_MAX);
     // Pipelined trees on many ranks: simulate K1 and 2 K1 chunks, extrapolate.
     let chunk_units = count.div_ceil(chunk.max(1));
-    let k1 = (comm_core::algo::ceil_log2(n) + 1).max(4);
+    let k1 = TREE_EXTRAPOLATION_CHUNKS;
     let out = if algo == Algorithm::Tree
         && !symmetric
         && total > extrapolate_above

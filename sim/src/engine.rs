@@ -220,7 +220,9 @@ impl<'a> Engine<'a> {
             for &(t, _) in &self.timers {
                 next = next.min(t);
             }
-            for (r, &b) in self.bucket.iter().enumerate().filter(|_| self.has_bucket) {
+            // `take`, not `filter`: without buckets skip the scan entirely.
+            let nb = if self.has_bucket { self.bucket.len() } else { 0 };
+            for (r, &b) in self.bucket.iter().enumerate().take(nb) {
                 let over = self.usage[r] - self.cap[r];
                 if b && self.tokens[r] > 0.0 && over > EPS {
                     next = next.min(self.now + self.tokens[r] / over);
@@ -244,7 +246,8 @@ impl<'a> Engine<'a> {
     fn advance(&mut self, t: f64) {
         let dt = t - self.now;
         let tol = EPS * t.max(1.0);
-        for (r, &b) in self.bucket.iter().enumerate().filter(|_| self.has_bucket) {
+        let nb = if self.has_bucket { self.bucket.len() } else { 0 };
+        for (r, &b) in self.bucket.iter().enumerate().take(nb) {
             if b {
                 let tk = self.tokens[r] + (self.cap[r] - self.usage[r]) * dt;
                 let tk = tk.clamp(0.0, self.cl.burst_bytes);

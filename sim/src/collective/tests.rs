@@ -186,9 +186,14 @@ fn within(a: &Prediction, b: &Prediction, what: &str) {
 
 #[test]
 fn aggregated_runs_agree_with_step_by_step() {
-    for (nn, l) in [(4, 2), (2, 4), (8, 16), (16, 64)] {
+    for (nn, l, shared) in [(4, 2, false), (2, 4, true), (8, 16, false), (8, 16, true), (16, 64, false)] {
         let mut cl = cluster(nn, l);
         cl.reduce_bytes_per_s = 20e9;
+        if shared {
+            // One NIC per node behind a 2:1 fabric: concurrent inter flows share it.
+            cl.nic = Nic::PerNode;
+            cl.oversubscription = 2.0;
+        }
         for coll in [
             Collective::AllReduce,
             Collective::AllGather,
@@ -215,16 +220,18 @@ fn aggregated_runs_agree_with_step_by_step() {
 }
 
 #[test]
-fn tree_aggregated_and_extrapolated_agree_with_step_by_step() {
+fn tree_extrapolated_agrees_with_step_by_step() {
     for (nn, l, bytes) in [(4, 8, 16usize << 20), (16, 64, 64 << 20), (64, 128, 16 << 20)] {
         let cl = cluster(nn, l);
         for coll in [Collective::AllReduce, Collective::Broadcast, Collective::Reduce] {
             let exact = simulate(&cl, &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false)).unwrap();
+            // Aggregation does not hold for trees (fill steps split runs
+            // differently on each rank): it falls back to step by step.
             let aggr = simulate(&cl, &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, true)).unwrap();
             within(&exact, &aggr, &format!("{nn}x{l} {} aggregated", coll.name()));
-            let r = agg(coll, Algorithm::Tree, bytes, Frame::PerRank, true);
+            let r = agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false);
             let extra = simulate_with(&cl, &r, 0).unwrap();
-            assert!(extra.events < aggr.events);
+            assert!(extra.events < exact.events / 2, "{} {}", extra.events, exact.events);
             within(&exact, &extra, &format!("{nn}x{l} {} extrapolated", coll.name()));
         }
     }
