@@ -142,11 +142,7 @@ fn fit(
 /// passes over `size` bytes of `dst`, long enough that the ranks of a node
 /// overlap and share its cores and memory) while every rank does the same;
 /// median of `iters` on rank 0, `None` elsewhere.
-fn local_reduce_rate(
-    comm: &Communicator,
-    size: usize,
-    iters: usize,
-) -> sncl::Result<Option<f64>> {
+fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Result<Option<f64>> {
     let len = (size / 4).max(1);
     let src = vec![1.0f32; len];
     let mut dst = vec![0.5f32; len];

@@ -52,8 +52,7 @@ fn alike(a: &Program, b: &Program, elem: f64) -> bool {
             x.repeat == y.repeat
                 && close(x.local_bytes, y.local_bytes)
                 && x.msgs.len() == y.msgs.len()
-                && x
-                    .msgs
+                && x.msgs
                     .iter()
                     .zip(&y.msgs)
                     .all(|(m, k)| m.peer == k.peer && m.send == k.send && close(m.bytes, k.bytes))
@@ -133,7 +132,10 @@ impl Exec<'_> {
         };
         for r in [1, self.entities - 1] {
             if !alike(&shift(r), &prog(r)?, elem as f64) {
-                tracing::debug!(rank = r, "sim: ring programs are not rotations; building all");
+                tracing::debug!(
+                    rank = r,
+                    "sim: ring programs are not rotations; building all"
+                );
                 return Ok(None);
             }
         }
@@ -160,18 +162,17 @@ impl Exec<'_> {
             .chain(order.iter().copied().filter(|&x| x != 0))
             .collect();
         let f: Box<dyn Fn(usize) -> comm_core::schedule::Schedule + 'b> = match self.req.coll {
-            Collective::AllReduce => {
-                Box::new(move |r| tree_all_reduce(n, r, &order, count, chunk))
-            }
-            Collective::Broadcast => {
-                Box::new(move |r| tree_broadcast(n, r, &rooted, count, chunk))
-            }
+            Collective::AllReduce => Box::new(move |r| tree_all_reduce(n, r, &order, count, chunk)),
+            Collective::Broadcast => Box::new(move |r| tree_broadcast(n, r, &rooted, count, chunk)),
             Collective::Reduce => Box::new(move |r| tree_reduce(n, r, &rooted, count, chunk)),
             _ => return None,
         };
         for r in [0, 1, n - 1] {
             if self.build(r, count).ok().as_ref() != Some(&f(r)) {
-                tracing::debug!(rank = r, "sim: tree fast path differs from the table; building through it");
+                tracing::debug!(
+                    rank = r,
+                    "sim: tree fast path differs from the table; building through it"
+                );
                 return None;
             }
         }
@@ -223,9 +224,16 @@ impl Exec<'_> {
         } else {
             engine::run(self.cl, &progs, self.symmetric)
         };
-        if aggregate && !out.complete && self.entities * (total_steps as usize / self.entities.max(1)) <= MAX_TOTAL_STEPS as usize {
+        if aggregate
+            && !out.complete
+            && self.entities * (total_steps as usize / self.entities.max(1))
+                <= MAX_TOTAL_STEPS as usize
+        {
             // Entities merged their steps differently: go step by step.
-            tracing::warn!(algo = self.algo.name(), "sim: aggregated runs did not match; running step by step");
+            tracing::warn!(
+                algo = self.algo.name(),
+                "sim: aggregated runs did not match; running step by step"
+            );
             return Ok(engine::run(self.cl, &progs, self.symmetric));
         }
         Ok(out)
@@ -397,7 +405,9 @@ fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<
     // Rank 0's schedule tells how many steps the whole job holds.
     let steps0 = ex.build(0, count)?.steps.len() as u64;
     let total = steps0.saturating_mul(entities as u64);
-    let aggregate = req.aggregate.unwrap_or(total > AGGREGATE_ABOVE_STEPS || entities > PER_RANK_MAX);
+    let aggregate = req
+        .aggregate
+        .unwrap_or(total > AGGREGATE_ABOVE_STEPS || entities > PER_RANK_MAX);
     // Pipelined trees on many ranks: simulate K1 and 2 K1 chunks, extrapolate.
     let chunk_units = count.div_ceil(chunk.max(1));
     let k1 = TREE_EXTRAPOLATION_CHUNKS;
@@ -413,8 +423,18 @@ fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<
         tracing::debug!(k1, x, "sim: tree extrapolated from K1 and 2 K1 chunks");
         engine::Outcome {
             time_us: lin(o1.time_us, o2.time_us),
-            finish_us: o1.finish_us.iter().zip(&o2.finish_us).map(|(a, b)| lin(*a, *b)).collect(),
-            wait_us: o1.wait_us.iter().zip(&o2.wait_us).map(|(a, b)| lin(*a, *b)).collect(),
+            finish_us: o1
+                .finish_us
+                .iter()
+                .zip(&o2.finish_us)
+                .map(|(a, b)| lin(*a, *b))
+                .collect(),
+            wait_us: o1
+                .wait_us
+                .iter()
+                .zip(&o2.wait_us)
+                .map(|(a, b)| lin(*a, *b))
+                .collect(),
             intra_bytes: lin(o1.intra_bytes, o2.intra_bytes),
             inter_bytes: lin(o1.inter_bytes, o2.inter_bytes),
             events: o1.events + o2.events,

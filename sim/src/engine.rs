@@ -221,7 +221,11 @@ impl<'a> Engine<'a> {
                 next = next.min(t);
             }
             // `take`, not `filter`: without buckets skip the scan entirely.
-            let nb = if self.has_bucket { self.bucket.len() } else { 0 };
+            let nb = if self.has_bucket {
+                self.bucket.len()
+            } else {
+                0
+            };
             for (r, &b) in self.bucket.iter().enumerate().take(nb) {
                 let over = self.usage[r] - self.cap[r];
                 if b && self.tokens[r] > 0.0 && over > EPS {
@@ -246,7 +250,11 @@ impl<'a> Engine<'a> {
     fn advance(&mut self, t: f64) {
         let dt = t - self.now;
         let tol = EPS * t.max(1.0);
-        let nb = if self.has_bucket { self.bucket.len() } else { 0 };
+        let nb = if self.has_bucket {
+            self.bucket.len()
+        } else {
+            0
+        };
         for (r, &b) in self.bucket.iter().enumerate().take(nb) {
             if b {
                 let tk = self.tokens[r] + (self.cap[r] - self.usage[r]) * dt;

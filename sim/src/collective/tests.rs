@@ -176,17 +176,38 @@ fn agg(coll: Collective, algo: Algorithm, bytes: usize, frame: Frame, on: bool) 
 
 fn within(a: &Prediction, b: &Prediction, what: &str) {
     let d = (a.time_us - b.time_us).abs() / a.time_us;
-    eprintln!("{what}: {:.1} vs {:.1} us ({:.4} %)", a.time_us, b.time_us, d * 100.0);
+    eprintln!(
+        "{what}: {:.1} vs {:.1} us ({:.4} %)",
+        a.time_us,
+        b.time_us,
+        d * 100.0
+    );
     assert!(d < 0.01, "{what}: {} vs {}", a.time_us, b.time_us);
     let db = (a.inter_bytes - b.inter_bytes).abs() / a.inter_bytes.max(1.0);
-    assert!(db < 0.01, "{what}: inter bytes {} vs {}", a.inter_bytes, b.inter_bytes);
+    assert!(
+        db < 0.01,
+        "{what}: inter bytes {} vs {}",
+        a.inter_bytes,
+        b.inter_bytes
+    );
     let di = (a.intra_bytes - b.intra_bytes).abs() / a.intra_bytes.max(1.0);
-    assert!(di < 0.01, "{what}: intra bytes {} vs {}", a.intra_bytes, b.intra_bytes);
+    assert!(
+        di < 0.01,
+        "{what}: intra bytes {} vs {}",
+        a.intra_bytes,
+        b.intra_bytes
+    );
 }
 
 #[test]
 fn aggregated_runs_agree_with_step_by_step() {
-    for (nn, l, shared) in [(4, 2, false), (2, 4, true), (8, 16, false), (8, 16, true), (16, 64, false)] {
+    for (nn, l, shared) in [
+        (4, 2, false),
+        (2, 4, true),
+        (8, 16, false),
+        (8, 16, true),
+        (16, 64, false),
+    ] {
         let mut cl = cluster(nn, l);
         cl.reduce_bytes_per_s = 20e9;
         if shared {
@@ -211,7 +232,11 @@ fn aggregated_runs_agree_with_step_by_step() {
                     };
                     let a = simulate(&cl, &agg(coll, algo, bytes, frame, false)).unwrap();
                     let b = simulate(&cl, &agg(coll, algo, bytes, frame, true)).unwrap();
-                    within(&a, &b, &format!("{nn}x{l} {} {} {bytes}", coll.name(), algo.name()));
+                    within(
+                        &a,
+                        &b,
+                        &format!("{nn}x{l} {} {} {bytes}", coll.name(), algo.name()),
+                    );
                     assert!(b.events < a.events, "{} {}", b.events, a.events);
                 }
             }
@@ -221,18 +246,47 @@ fn aggregated_runs_agree_with_step_by_step() {
 
 #[test]
 fn tree_extrapolated_agrees_with_step_by_step() {
-    for (nn, l, bytes) in [(4, 8, 16usize << 20), (16, 64, 64 << 20), (64, 128, 16 << 20)] {
+    for (nn, l, bytes) in [
+        (4, 8, 16usize << 20),
+        (16, 64, 64 << 20),
+        (64, 128, 16 << 20),
+    ] {
         let cl = cluster(nn, l);
-        for coll in [Collective::AllReduce, Collective::Broadcast, Collective::Reduce] {
-            let exact = simulate(&cl, &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false)).unwrap();
+        for coll in [
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            let exact = simulate(
+                &cl,
+                &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false),
+            )
+            .unwrap();
             // Aggregation does not hold for trees (fill steps split runs
             // differently on each rank): it falls back to step by step.
-            let aggr = simulate(&cl, &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, true)).unwrap();
-            within(&exact, &aggr, &format!("{nn}x{l} {} aggregated", coll.name()));
+            let aggr = simulate(
+                &cl,
+                &agg(coll, Algorithm::Tree, bytes, Frame::PerRank, true),
+            )
+            .unwrap();
+            within(
+                &exact,
+                &aggr,
+                &format!("{nn}x{l} {} aggregated", coll.name()),
+            );
             let r = agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false);
             let extra = simulate_with(&cl, &r, 0).unwrap();
-            assert!(extra.events < exact.events / 2, "{} {}", extra.events, exact.events);
-            within(&exact, &extra, &format!("{nn}x{l} {} extrapolated", coll.name()));
+            assert!(
+                extra.events < exact.events / 2,
+                "{} {}",
+                extra.events,
+                exact.events
+            );
+            within(
+                &exact,
+                &extra,
+                &format!("{nn}x{l} {} extrapolated", coll.name()),
+            );
         }
     }
 }
@@ -243,7 +297,12 @@ fn tree_runs_per_rank_beyond_the_step_by_step_limit() {
     assert!(cl.nranks() > PER_RANK_MAX);
     let p = simulate(
         &cl,
-        &req(Collective::AllReduce, Algorithm::Tree, 256 << 20, Frame::Auto),
+        &req(
+            Collective::AllReduce,
+            Algorithm::Tree,
+            256 << 20,
+            Frame::Auto,
+        ),
     )
     .unwrap();
     assert!(!p.symmetric && p.time_us > 0.0);
@@ -276,7 +335,10 @@ fn ring_programs_are_rotations_of_rank_zero() {
             symmetric: true,
             entities: 16,
         };
-        let rot = ex.rotated(count, SYMMETRIC_MERGE_TOLERANCE).unwrap().expect("rotation");
+        let rot = ex
+            .rotated(count, SYMMETRIC_MERGE_TOLERANCE)
+            .unwrap()
+            .expect("rotation");
         for k in [0, 5, 15] {
             let built = crate::program::Program::from_schedule(
                 &ex.build(k, count).unwrap(),
