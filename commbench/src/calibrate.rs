@@ -132,8 +132,22 @@ fn fit(
             bytes_per_us: bw,
         });
     }
+    // The intercept of two large sizes is ill-conditioned on slow links: a
+    // 4 % error in the slope at 100 Mbit/s and 8 MiB is 30 ms of intercept
+    // (measured: 60.7 ms on a bed whose 8-byte half round trip is ~50 us).
+    // Beyond INTERCEPT_MAX_RATIO x the half round trip, trust the latter.
+    let half_rtt = (small / 2.0).max(0.0);
+    let alpha = if intercept > INTERCEPT_MAX_RATIO * half_rtt.max(1.0) {
+        eprintln!(
+            "# calibrate: ranks {a} -> {b}: fit intercept {intercept:.1} us > {INTERCEPT_MAX_RATIO} x half round trip {half_rtt:.1} us; using the half round trip"
+        );
+        half_rtt
+    } else {
+        intercept.max(half_rtt)
+    };
+    eprintln!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us");
     Ok(LinkCost {
-        alpha_us: intercept.max(small / 2.0).max(0.0),
+        alpha_us: alpha,
         bytes_per_us: 1.0 / slope,
     })
 }
@@ -163,6 +177,9 @@ fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Re
     let t = median(times).max(1e-3);
     Ok((comm.rank() == 0).then_some((REDUCE_PASSES * len * 4) as f64 / t))
 }
+
+/// Largest accepted ratio of the fit's intercept to the 8-byte half round trip.
+const INTERCEPT_MAX_RATIO: f64 = 8.0;
 
 /// Passes over the buffer per local-reduction measurement.
 const REDUCE_PASSES: usize = 8;
