@@ -34,7 +34,7 @@ pub const MAX_TOTAL_STEPS: u64 = 200_000_000;
 pub const SYMMETRIC_MERGE_TOLERANCE: f64 = 0.02;
 /// Steps in all simulated programs above which runs of alike steps execute
 /// aggregated ([`engine::run_aggregated`]) unless [`Request::aggregate`] says.
-pub const AGGREGATE_ABOVE_STEPS: u64 = 2_000_000;
+pub const AGGREGATE_ABOVE_STEPS: u64 = 200_000;
 /// Steps in all programs above which a pipelined tree is simulated with
 /// K1 and 2 K1 chunks (K1 = [`TREE_EXTRAPOLATION_CHUNKS`]) and its time,
 /// bytes and waits extrapolated linearly to the real number of chunks
