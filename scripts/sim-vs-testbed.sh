@@ -14,6 +14,8 @@
 #   PLACEMENT=round-robin          or node-major
 #   COMMBENCH=target/release/commbench (built if missing)
 #   KEEP=DIR                       keep the JSON files in DIR
+#   BED_TIMEOUT=1800               seconds per measured op (testbed.sh --timeout;
+#                                  2x4 at 100 Mbit/s all_reduce needs > 600)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIGS=${CONFIGS:-"4x2:1gbit 2x4:1gbit 4x2:100mbit 2x4:100mbit"}
@@ -22,6 +24,7 @@ ALGOS=${ALGOS:-hier,ring,flat-ring}
 MINB=${MINB:-4M} MAXB=${MAXB:-64M} FACTOR=${FACTOR:-4}
 ITERS=${ITERS:-3} WARMUP=${WARMUP:-1}
 PLACEMENT=${PLACEMENT:-round-robin}
+BED_TIMEOUT=${BED_TIMEOUT:-1800}
 COMMBENCH=${COMMBENCH:-$ROOT/target/release/commbench}
 [[ $(id -u) == 0 ]] || { echo "sim-vs-testbed: needs root (network namespaces, tc)" >&2; exit 2; }
 if [[ ! -x $COMMBENCH ]]; then
@@ -39,13 +42,13 @@ for cfg in $CONFIGS; do
     shape=${cfg%%:*} rate=${cfg#*:}
     nodes=${shape%x*} rpn=${shape#*x}
     tag="${shape}-${rate}"
-    bed=("$ROOT/scripts/testbed.sh" --nodes "$nodes" --ranks-per-node "$rpn" --rate "$rate" --placement "$PLACEMENT")
+    bed=("$ROOT/scripts/testbed.sh" --nodes "$nodes" --ranks-per-node "$rpn" --rate "$rate" --placement "$PLACEMENT" --timeout "$BED_TIMEOUT")
     burst=$( [[ $rate == 100mbit ]] && echo 128K || echo 1M )
-    echo "# $tag: calibrating" >&2
+    echo "# $tag: calibrating ($(uptime | sed 's/.*load/load/'))" >&2
     "${bed[@]}" -- "$COMMBENCH" calibrate -o "$WORK/topo-$tag.txt" --size 8M -n 3 --burst "$burst" >"$WORK/cal-$tag.log" 2>&1 \
         || { cat "$WORK/cal-$tag.log" >&2; exit 1; }
     for op in $OPS; do
-        echo "# $tag: $op measured" >&2
+        echo "# $tag: measuring $op ($(uptime | sed 's/.*load/load/'))" >&2
         "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 0 \
             --algo "$ALGOS" --json "$WORK/meas-$tag-$op.json" >"$WORK/meas-$tag-$op.log" 2>&1 \
             || { tail -20 "$WORK/meas-$tag-$op.log" >&2; exit 1; }

@@ -10,6 +10,10 @@
 //! bytes), medians of `-n` repetitions. Then every rank of rank 0's node
 //! sends to its counterpart on the other node at once: when that aggregate
 //! is not well above one flow's rate, the node's ranks share one NIC.
+//! Last, every rank reduces (`dst += src`, f32) a buffer of `--size` bytes
+//! at the same time as all others: the median rate of rank 0's node is the
+//! local copy / reduction speed (`intra.reduce_bandwidth`), which the
+//! simulator charges for the local work of each step.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -115,15 +119,70 @@ fn fit(
                                                           // small acknowledgement's one-way time (TCP ramp-up after the idle gap
                                                           // of each step shows here, not in an 8-byte ping-pong).
     let intercept = full - size as f64 * slope.max(0.0) - small / 2.0;
+    if slope <= 0.0 {
+        // Noise (a loaded machine) made the larger message no slower: fall
+        // back to the full message's time less the small round trip, so the
+        // file never says an infinite bandwidth.
+        let bw = size as f64 / (full - small / 2.0).max(1e-3);
+        eprintln!(
+            "# calibrate: ranks {a} -> {b}: {full:.1} us for {size} B is not above {half:.1} us for half of it (noise); bandwidth from the full message"
+        );
+        return Ok(LinkCost {
+            alpha_us: (small / 2.0).max(0.0),
+            bytes_per_us: bw,
+        });
+    }
+    // The intercept of two large sizes is ill-conditioned on slow links: a
+    // 4 % error in the slope at 100 Mbit/s and 8 MiB is 30 ms of intercept
+    // (measured: 60.7 ms on a bed whose 8-byte half round trip is ~50 us).
+    // Beyond INTERCEPT_MAX_RATIO x the half round trip, trust the latter.
+    let half_rtt = (small / 2.0).max(0.0);
+    let alpha = if intercept > INTERCEPT_MAX_RATIO * half_rtt.max(1.0) {
+        eprintln!(
+            "# calibrate: ranks {a} -> {b}: fit intercept {intercept:.1} us > {INTERCEPT_MAX_RATIO} x half round trip {half_rtt:.1} us; using the half round trip"
+        );
+        half_rtt
+    } else {
+        intercept.max(half_rtt)
+    };
+    eprintln!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us");
     Ok(LinkCost {
-        alpha_us: intercept.max(small / 2.0).max(0.0),
-        bytes_per_us: if slope > 0.0 {
-            1.0 / slope
-        } else {
-            f64::MAX / 4.0
-        },
+        alpha_us: alpha,
+        bytes_per_us: 1.0 / slope,
     })
 }
+
+/// Bytes per µs one rank reduces (`dst += src` over f32, [`REDUCE_PASSES`]
+/// passes over `size` bytes of `dst`, long enough that the ranks of a node
+/// overlap and share its cores and memory) while every rank does the same;
+/// median of `iters` on rank 0, `None` elsewhere.
+fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Result<Option<f64>> {
+    let len = (size / 4).max(1);
+    let src = vec![1.0f32; len];
+    let mut dst = vec![0.5f32; len];
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters + 1 {
+        comm.barrier()?;
+        let t = Instant::now();
+        for _ in 0..REDUCE_PASSES {
+            for (d, s) in dst.iter_mut().zip(&src) {
+                *d += *s;
+            }
+            std::hint::black_box(&mut dst);
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    comm.barrier()?;
+    times.remove(0); // warm-up (page faults)
+    let t = median(times).max(1e-3);
+    Ok((comm.rank() == 0).then_some((REDUCE_PASSES * len * 4) as f64 / t))
+}
+
+/// Largest accepted ratio of the fit's intercept to the 8-byte half round trip.
+const INTERCEPT_MAX_RATIO: f64 = 8.0;
+
+/// Passes over the buffer per local-reduction measurement.
+const REDUCE_PASSES: usize = 8;
 
 fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
     let ids: Vec<String> = comm.node_ids().to_vec();
@@ -182,6 +241,7 @@ fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
             }
         }
     }
+    let reduce = local_reduce_rate(comm, a.size, a.iters)?;
     if comm.rank() != 0 {
         return Ok(());
     }
@@ -204,6 +264,10 @@ fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
     };
     spec.cluster.nic = shared_nic.map(|s| if s { "node" } else { "rank" }.into());
     spec.cluster.burst_bytes = a.burst.map(|b| b as f64);
+    spec.cluster.reduce_bytes_per_s = reduce.map(|r| r * 1e6);
+    if let Some(r) = reduce {
+        println!("# local reduce (all ranks at once): {r:.1} MB/s per rank");
+    }
     for (name, l) in [("intra", intra), ("inter", inter)] {
         match l {
             Some(l) => println!(

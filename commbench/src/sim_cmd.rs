@@ -230,6 +230,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                 elem: dtype.size(),
                 chunk_bytes: a.chunk_bytes,
                 frame,
+                aggregate: None,
             };
             match simulate(&cl, &req) {
                 Ok(p) => {

@@ -32,6 +32,213 @@ pub const PER_RANK_MAX: usize = 8192;
 pub const MAX_TOTAL_STEPS: u64 = 200_000_000;
 /// Relative size difference under which steps merge in the symmetric frame.
 pub const SYMMETRIC_MERGE_TOLERANCE: f64 = 0.02;
+/// Steps in all simulated programs above which runs of alike steps execute
+/// aggregated ([`engine::run_aggregated`]) unless [`Request::aggregate`] says.
+pub const AGGREGATE_ABOVE_STEPS: u64 = 200_000;
+/// Steps in all programs above which a pipelined tree is simulated with
+/// K1 and 2 K1 chunks (K1 = [`TREE_EXTRAPOLATION_CHUNKS`]) and its time,
+/// bytes and waits extrapolated linearly to the real number of chunks
+/// (the pipeline's period is one chunk's slowest edge, so the time is
+/// linear in the chunks; tests check 1 % against the full run).
+pub const EXTRAPOLATE_ABOVE_STEPS: u64 = 4_000_000;
+/// K1 of the tree extrapolation.
+pub const TREE_EXTRAPOLATION_CHUNKS: usize = 8;
+
+/// Same runs, peers and directions, bytes within 2 % plus two elements.
+fn alike(a: &Program, b: &Program, elem: f64) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 0.02 * x.max(y) + 2.0 * elem;
+    a.runs.len() == b.runs.len()
+        && a.runs.iter().zip(&b.runs).all(|(x, y)| {
+            x.repeat == y.repeat
+                && close(x.local_bytes, y.local_bytes)
+                && x.msgs.len() == y.msgs.len()
+                && x.msgs
+                    .iter()
+                    .zip(&y.msgs)
+                    .all(|(m, k)| m.peer == k.peer && m.send == k.send && close(m.bytes, k.bytes))
+        })
+}
+
+/// Builds and runs the programs of one collective.
+struct Exec<'a> {
+    cl: &'a Cluster,
+    req: &'a Request,
+    algo: Algorithm,
+    chunk: usize,
+    symmetric: bool,
+    entities: usize,
+}
+
+impl Exec<'_> {
+    fn err(&self, why: String) -> SimError {
+        SimError::Collective {
+            op: self.req.coll.name(),
+            algo: self.algo.name(),
+            nranks: self.cl.nranks(),
+            why,
+        }
+    }
+
+    fn build(&self, rank: usize, count: usize) -> Result<comm_core::schedule::Schedule> {
+        let p = Params {
+            nranks: self.cl.nranks(),
+            rank,
+            count,
+            root: 0,
+            chunk: self.chunk,
+        };
+        build(self.req.coll, self.algo, &p, &self.cl.topology())
+            .ok_or_else(|| self.err("no schedule for this collective".into()))
+    }
+
+    /// Rings in the symmetric frame: every rank's program is rank 0's with
+    /// peers shifted by the rank (the schedule is invariant under rotating
+    /// ranks). Builds rank 0's and derives the others, after checking the
+    /// derivation against built programs of ranks 1 and L−1; `None` when
+    /// the check fails or the schedule is not a ring (then all are built).
+    fn rotated(&self, count: usize, tolerance: f64) -> Result<Option<Vec<Program>>> {
+        if !self.symmetric
+            || self.entities < 3
+            || !matches!(self.algo, Algorithm::Ring | Algorithm::FlatRing)
+        {
+            return Ok(None);
+        }
+        let n = self.cl.nranks();
+        let elem = self.req.elem.max(1);
+        let prog = |r: usize| -> Result<Program> {
+            Ok(Program::from_schedule(
+                &self.build(r, count)?,
+                elem,
+                tolerance,
+            ))
+        };
+        let p0 = prog(0)?;
+        let shift = |r: usize| Program {
+            runs: p0
+                .runs
+                .iter()
+                .map(|run| crate::program::Run {
+                    msgs: run
+                        .msgs
+                        .iter()
+                        .map(|m| crate::program::Msg {
+                            peer: ((m.peer as usize + r) % n) as u32,
+                            ..*m
+                        })
+                        .collect(),
+                    ..run.clone()
+                })
+                .collect(),
+        };
+        for r in [1, self.entities - 1] {
+            if !alike(&shift(r), &prog(r)?, elem as f64) {
+                tracing::debug!(
+                    rank = r,
+                    "sim: ring programs are not rotations; building all"
+                );
+                return Ok(None);
+            }
+        }
+        Ok(Some((0..self.entities).map(shift).collect()))
+    }
+
+    /// Trees: the table's builder recomputes the group order (O(n)) for
+    /// every rank; this calls the same builder with the order computed once,
+    /// after checking that ranks 0, 1 and n−1 get the table's schedules.
+    #[allow(clippy::type_complexity)]
+    fn tree_builder<'b>(
+        &'b self,
+        topo: &comm_core::topo::Topology,
+        count: usize,
+    ) -> Option<Box<dyn Fn(usize) -> comm_core::schedule::Schedule + 'b>> {
+        use comm_core::algo::{tree_all_reduce, tree_broadcast, tree_reduce};
+        if self.algo != Algorithm::Tree || self.entities < 2 {
+            return None;
+        }
+        let n = self.cl.nranks();
+        let chunk = self.chunk.max(1);
+        let order = topo.ring_order();
+        let rooted: Vec<usize> = std::iter::once(0)
+            .chain(order.iter().copied().filter(|&x| x != 0))
+            .collect();
+        let f: Box<dyn Fn(usize) -> comm_core::schedule::Schedule + 'b> = match self.req.coll {
+            Collective::AllReduce => Box::new(move |r| tree_all_reduce(n, r, &order, count, chunk)),
+            Collective::Broadcast => Box::new(move |r| tree_broadcast(n, r, &rooted, count, chunk)),
+            Collective::Reduce => Box::new(move |r| tree_reduce(n, r, &rooted, count, chunk)),
+            _ => return None,
+        };
+        for r in [0, 1, n - 1] {
+            if self.build(r, count).ok().as_ref() != Some(&f(r)) {
+                tracing::debug!(
+                    rank = r,
+                    "sim: tree fast path differs from the table; building through it"
+                );
+                return None;
+            }
+        }
+        Some(f)
+    }
+
+    /// Programs of every entity for `count` elements, then the engine.
+    fn run(&self, count: usize, aggregate: bool) -> Result<engine::Outcome> {
+        let topo = self.cl.topology();
+        let n = self.cl.nranks();
+        let tolerance = if self.symmetric || aggregate {
+            SYMMETRIC_MERGE_TOLERANCE
+        } else {
+            -1.0
+        };
+        let elem = self.req.elem.max(1);
+        let mut progs = Vec::with_capacity(self.entities);
+        let mut total_steps = 0u64;
+        if let Some(p) = self.rotated(count, tolerance)? {
+            progs = p;
+        }
+        let tree = self.tree_builder(&topo, count);
+        for r in progs.len()..self.entities {
+            let p = Params {
+                nranks: n,
+                rank: r,
+                count,
+                root: 0,
+                chunk: self.chunk,
+            };
+            let s = match &tree {
+                Some(t) => t(r),
+                None => build(self.req.coll, self.algo, &p, &topo)
+                    .ok_or_else(|| self.err("no schedule for this collective".into()))?,
+            };
+            total_steps += s.steps.len() as u64;
+            progs.push(Program::from_schedule(&s, elem, tolerance));
+        }
+        tracing::debug!(
+            entities = self.entities,
+            total_steps,
+            symmetric = self.symmetric,
+            aggregate,
+            algo = self.algo.name(),
+            "sim: programs built"
+        );
+        let out = if aggregate {
+            engine::run_aggregated(self.cl, &progs, self.symmetric)
+        } else {
+            engine::run(self.cl, &progs, self.symmetric)
+        };
+        if aggregate
+            && !out.complete
+            && self.entities * (total_steps as usize / self.entities.max(1))
+                <= MAX_TOTAL_STEPS as usize
+        {
+            // Entities merged their steps differently: go step by step.
+            tracing::warn!(
+                algo = self.algo.name(),
+                "sim: aggregated runs did not match; running step by step"
+            );
+            return Ok(engine::run(self.cl, &progs, self.symmetric));
+        }
+        Ok(out)
+    }
+}
 
 /// One simulated collective.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,6 +257,11 @@ pub struct Request {
     pub chunk_bytes: usize,
     /// Frame.
     pub frame: Frame,
+    /// Whether runs of alike steps execute aggregated (one step of R × the
+    /// bytes and latency); `None`: when the programs hold more than
+    /// [`AGGREGATE_ABOVE_STEPS`] steps or more than [`PER_RANK_MAX`] ranks
+    /// run per rank.
+    pub aggregate: Option<bool>,
 }
 
 impl Request {
@@ -62,6 +274,7 @@ impl Request {
             elem: 4,
             chunk_bytes: Config::default().chunk_bytes,
             frame: Frame::Auto,
+            aggregate: None,
         }
     }
 }
@@ -140,6 +353,11 @@ pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)>
 
 /// Simulates one collective.
 pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
+    simulate_with(cl, req, EXTRAPOLATE_ABOVE_STEPS)
+}
+
+/// [`simulate`] with the step count above which trees are extrapolated.
+fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<Prediction> {
     cl.validate()?;
     let n = cl.nranks();
     let (algo, chunk, count) = planned(cl, req)?;
@@ -170,47 +388,66 @@ pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
         }
         Frame::Auto => n > PER_RANK_AUTO && symmetric_ok,
     };
-    if !symmetric && n > PER_RANK_MAX {
+    let entities = if symmetric { cl.ranks_per_node } else { n };
+    if !symmetric && n > PER_RANK_MAX && req.aggregate == Some(false) {
         return Err(err(format!(
-            "per-rank execution is limited to {PER_RANK_MAX} ranks and this schedule is not node-symmetric"
+            "step-by-step per-rank execution is limited to {PER_RANK_MAX} ranks and this schedule is not node-symmetric"
         )));
     }
-    let topo = cl.topology();
-    let entities = if symmetric { cl.ranks_per_node } else { n };
-    let tolerance = if symmetric {
-        SYMMETRIC_MERGE_TOLERANCE
-    } else {
-        -1.0
+    let ex = Exec {
+        cl,
+        req,
+        algo,
+        chunk,
+        symmetric,
+        entities,
     };
-    let mut progs = Vec::with_capacity(entities);
-    let mut total_steps = 0u64;
-    for r in 0..entities {
-        let p = Params {
-            nranks: n,
-            rank: r,
-            count,
-            root: 0,
-            chunk,
-        };
-        let s = build(req.coll, algo, &p, &topo)
-            .ok_or_else(|| err("no schedule for this collective".into()))?;
-        total_steps += s.steps.len() as u64;
-        if r == 0 && (s.steps.len() as u64).saturating_mul(entities as u64) > MAX_TOTAL_STEPS {
+    // Rank 0's schedule tells how many steps the whole job holds.
+    let steps0 = ex.build(0, count)?.steps.len() as u64;
+    let total = steps0.saturating_mul(entities as u64);
+    let aggregate = req
+        .aggregate
+        .unwrap_or(total > AGGREGATE_ABOVE_STEPS || entities > PER_RANK_MAX);
+    // Pipelined trees on many ranks: simulate K1 and 2 K1 chunks, extrapolate.
+    let chunk_units = count.div_ceil(chunk.max(1));
+    let k1 = TREE_EXTRAPOLATION_CHUNKS;
+    let out = if algo == Algorithm::Tree
+        && !symmetric
+        && total > extrapolate_above
+        && chunk_units > 2 * k1
+    {
+        let o1 = ex.run(k1 * chunk, aggregate)?;
+        let o2 = ex.run(2 * k1 * chunk, aggregate)?;
+        let x = (count as f64 / chunk as f64 - k1 as f64) / k1 as f64;
+        let lin = |a: f64, b: f64| a + (b - a) * x;
+        tracing::debug!(k1, x, "sim: tree extrapolated from K1 and 2 K1 chunks");
+        engine::Outcome {
+            time_us: lin(o1.time_us, o2.time_us),
+            finish_us: o1
+                .finish_us
+                .iter()
+                .zip(&o2.finish_us)
+                .map(|(a, b)| lin(*a, *b))
+                .collect(),
+            wait_us: o1
+                .wait_us
+                .iter()
+                .zip(&o2.wait_us)
+                .map(|(a, b)| lin(*a, *b))
+                .collect(),
+            intra_bytes: lin(o1.intra_bytes, o2.intra_bytes),
+            inter_bytes: lin(o1.inter_bytes, o2.inter_bytes),
+            events: o1.events + o2.events,
+            complete: o1.complete && o2.complete,
+        }
+    } else {
+        if total > MAX_TOTAL_STEPS {
             return Err(err(format!(
-                "{} steps per rank x {entities} simulated ranks exceeds {MAX_TOTAL_STEPS}",
-                s.steps.len()
+                "{steps0} steps per rank x {entities} simulated ranks exceeds {MAX_TOTAL_STEPS}"
             )));
         }
-        progs.push(Program::from_schedule(&s, req.elem.max(1), tolerance));
-    }
-    tracing::debug!(
-        entities,
-        total_steps,
-        symmetric,
-        algo = algo.name(),
-        "sim: programs built"
-    );
-    let out = engine::run(cl, &progs, symmetric);
+        ex.run(count, aggregate)?
+    };
     if !out.complete {
         return Err(err(
             "a message was never matched (schedules disagree)".into()
