@@ -36,6 +36,7 @@ mod compressed;
 mod element;
 mod logging;
 mod setup;
+mod shrink;
 mod split;
 mod stats;
 mod work;

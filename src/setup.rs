@@ -47,24 +47,31 @@ impl Drop for UnlinkOnDrop {
 struct RankInfo {
     node: String,
     tcp: SocketAddr,
+    standby: SocketAddr,
     digest: String,
 }
 
-fn encode_info(node: &str, tcp: SocketAddr, digest: &str) -> Vec<u8> {
-    format!("{node}\n{tcp}\n{digest}").into_bytes()
+fn encode_info(node: &str, tcp: SocketAddr, standby: SocketAddr, digest: &str) -> Vec<u8> {
+    format!("{node}\n{tcp}\n{standby}\n{digest}").into_bytes()
 }
 
 fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     let s = String::from_utf8_lossy(b);
-    let mut it = s.splitn(3, '\n');
+    let mut it = s.splitn(4, '\n');
     let bad = || Error::Bootstrap {
         rank,
         detail: format!("rank {peer} published malformed connection info {s:?}"),
     };
     let node = it.next().ok_or_else(bad)?.to_string();
     let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+    let standby = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
     let digest = it.next().ok_or_else(bad)?.to_string();
-    Ok(RankInfo { node, tcp, digest })
+    Ok(RankInfo {
+        node,
+        tcp,
+        standby,
+        digest,
+    })
 }
 
 /// Opens the segment peer rank `p` created for data from `rank`, under the
@@ -159,9 +166,26 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         context: format!("binding a TCP listener on {ip}"),
         source: e,
     })?;
+    // The standby listener: where this rank would serve a new store for a
+    // shrink (see `crate::comm::Standby`).
+    let standby = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::Io {
+        rank,
+        context: format!("binding the standby store listener on {ip}"),
+        source: e,
+    })?;
+    let standby_addr = standby.local_addr().map_err(|e| Error::Io {
+        rank,
+        context: "reading the standby store listener's address".into(),
+        source: e,
+    })?;
     kv.set(
         &format!("info/{rank}"),
-        &encode_info(&node, endpoint.local_addr(), &config.shared_digest()),
+        &encode_info(
+            &node,
+            endpoint.local_addr(),
+            standby_addr,
+            &config.shared_digest(),
+        ),
     )?;
     let mut infos = Vec::with_capacity(nranks);
     for p in 0..nranks {
@@ -244,6 +268,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         transports = %summary.join(","),
         "sncl communicator ready"
     );
+    let standby_addrs = infos.iter().map(|i| i.standby).collect();
     let node_ids = infos.into_iter().map(|i| i.node).collect();
     Ok(Inner::new(InnerParts {
         rank,
@@ -257,6 +282,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         secret,
         local_ip,
         server,
+        standby: Some(standby),
+        standby_addrs,
     }))
 }
 
