@@ -35,9 +35,40 @@ fn names_rank(line: &str, v: usize) -> bool {
 // ---------------------------------------------------------------------------
 // Abort.
 
+/// The error the peer of an aborted rank gets. Its first all_reduce may
+/// still complete: with a one-step algorithm (recursive doubling on two
+/// ranks) the aborted rank had sent all its data before it stopped, and
+/// the abort frame queued behind it fails the next operation.
+fn peer_error(c: &Communicator) -> Option<String> {
+    let mut v = [0f32; 4096];
+    (0..2).find_map(|_| c.all_reduce_in_place(&mut v, ReduceOp::Sum).err().map(|e| e.to_string()))
+}
+
+/// Runs `f` while a probe thread measures how late 1 ms sleeps wake up
+/// (what the scheduler of a loaded machine steals from every thread);
+/// returns `f`'s result and the worst lateness seen.
+fn with_stall_probe<R>(f: impl FnOnce() -> R) -> (R, Duration) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let probe = s.spawn(|| {
+            let mut worst = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(1)));
+            }
+            worst
+        });
+        let r = f();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (r, probe.join().expect("probe"))
+    })
+}
+
 #[test]
 fn abort_unblocks_a_stuck_all_reduce_threads() {
     let mut worst = Duration::ZERO;
+    let mut worst_stall = Duration::ZERO;
     for trial in 0..20 {
         let transport = if trial % 2 == 0 {
             TransportChoice::Auto
@@ -50,7 +81,7 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
             ..Config::default()
         };
         let comms = Communicator::init_threads(2, cfg).expect("init");
-        let (stuck, aborted_at) = std::thread::scope(|s| {
+        let ((stuck, aborted_at), stall) = with_stall_probe(|| std::thread::scope(|s| {
             let c0 = &comms[0];
             let h = s.spawn(move || {
                 let mut v = vec![1f32; 4096];
@@ -63,16 +94,21 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
             let call = t.elapsed();
             assert!(call < ABORT_LIMIT, "trial {trial}: abort() itself took {call:?}");
             (h.join().expect("rank 0"), t)
-        });
+        }));
         let (res, returned) = stuck;
         let took = returned.saturating_duration_since(aborted_at);
         let e = res.expect_err("the stuck all_reduce succeeded").to_string();
+        eprintln!("trial {trial} ({transport:?}): returned {took:?} after abort() (scheduler stall {stall:?}): {e}");
         assert!(e.contains("abort"), "trial {trial}: {e}");
+        // The bound is 100 ms of sncl's own latency: a wake-up the machine
+        // delays for every thread (measured alongside) is not sncl's.
         assert!(
-            took < ABORT_LIMIT,
-            "trial {trial} ({transport:?}): the stuck all_reduce returned {took:?} after abort()"
+            took < ABORT_LIMIT + stall,
+            "trial {trial} ({transport:?}): the stuck all_reduce returned {took:?} after \
+             abort() (scheduler stall meanwhile {stall:?})"
         );
         worst = worst.max(took);
+        worst_stall = worst_stall.max(stall);
         // Later operations fail at once, and the error stays readable.
         let t = Instant::now();
         let mut v = [0f32; 4];
@@ -81,14 +117,13 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
         assert!(comms[0].async_error().is_some_and(|e| e.contains("aborted")));
         // The peer learns of it and names rank 0.
         let t = Instant::now();
-        let e = comms[1]
-            .all_reduce_in_place(&mut v, ReduceOp::Sum)
-            .expect_err("the peer succeeded despite the abort")
-            .to_string();
+        let e = peer_error(&comms[1]).unwrap_or_else(|| panic!("trial {trial}: no peer error"));
         assert!(names_rank(&e, 0), "trial {trial}: peer error {e}");
         assert!(t.elapsed() < Duration::from_secs(2), "peer took {:?}", t.elapsed());
     }
-    eprintln!("abort latency (threads, 20 trials): max {worst:?}");
+    eprintln!(
+        "abort latency (threads, 20 trials): max {worst:?} (worst scheduler stall {worst_stall:?})"
+    );
 }
 
 /// Child side of the process abort test: rank 0 blocks in an all_reduce
@@ -102,7 +137,7 @@ fn child_abort() {
     let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
     let mut v = vec![1f32; 4096];
     if c.rank() == 0 {
-        let (r, end, t) = std::thread::scope(|s| {
+        let ((r, end, t), stall) = with_stall_probe(|| std::thread::scope(|s| {
             let h = s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(50));
                 let t = Instant::now();
@@ -112,20 +147,18 @@ fn child_abort() {
             let r = c.all_reduce_in_place(&mut v, ReduceOp::Sum);
             let end = Instant::now();
             (r, end, h.join().expect("abort thread"))
-        });
+        }));
         let err = r.expect_err("stuck all_reduce succeeded").to_string();
         assert!(c.async_error().is_some());
         println!(
-            "ABORT-LATENCY-US {}",
-            end.saturating_duration_since(t).as_micros()
+            "ABORT-LATENCY-US {} {}",
+            end.saturating_duration_since(t).as_micros(),
+            stall.as_micros()
         );
         println!("ABORTED {err}");
     } else {
         std::thread::sleep(Duration::from_millis(300));
-        let e = c
-            .all_reduce_in_place(&mut v, ReduceOp::Sum)
-            .expect_err("rank 1 succeeded despite the abort")
-            .to_string();
+        let e = peer_error(&c).unwrap_or_else(|| panic!("rank 1 never saw rank 0's abort"));
         assert!(names_rank(&e, 0), "rank 1 error does not name rank 0: {e}");
         println!("PEER-FAILED {e}");
     }
@@ -135,6 +168,7 @@ fn child_abort() {
 fn abort_unblocks_a_stuck_all_reduce_processes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut worst = Duration::ZERO;
+    let mut worst_stall = Duration::ZERO;
     for trial in 0..20 {
         let env = [
             (MODE_ENV, "abort".to_string()),
@@ -154,16 +188,26 @@ fn abort_unblocks_a_stuck_all_reduce_processes() {
         }
         // Latency: from the "communicator aborted" log line's timestamp is
         // not portable; rank 0 prints the measured value instead.
-        let lat = texts[0]
+        let (lat, stall) = texts[0]
             .lines()
-            .find_map(|l| l.strip_prefix("ABORT-LATENCY-US "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_micros);
-        let lat = lat.unwrap_or_else(|| panic!("trial {trial}: no latency:\n{}", texts[0]));
-        assert!(lat < ABORT_LIMIT, "trial {trial}: abort latency {lat:?}");
+            .find_map(|l| l.split_once("ABORT-LATENCY-US ").map(|(_, v)| v))
+            .and_then(|v| {
+                let mut it = v.split_whitespace().map(|x| x.parse::<u64>().ok());
+                Some((it.next()??, it.next()??))
+            })
+            .map(|(a, b)| (Duration::from_micros(a), Duration::from_micros(b)))
+            .unwrap_or_else(|| panic!("trial {trial}: no latency:\n{}", texts[0]));
+        eprintln!("trial {trial}: abort latency {lat:?} (scheduler stall {stall:?})");
+        assert!(
+            lat < ABORT_LIMIT + stall,
+            "trial {trial}: abort latency {lat:?} (scheduler stall meanwhile {stall:?})"
+        );
         worst = worst.max(lat);
+        worst_stall = worst_stall.max(stall);
     }
-    eprintln!("abort latency (processes, 20 trials): max {worst:?}");
+    eprintln!(
+        "abort latency (processes, 20 trials): max {worst:?} (worst scheduler stall {worst_stall:?})"
+    );
 }
 
 // ---------------------------------------------------------------------------
