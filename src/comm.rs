@@ -412,7 +412,10 @@ impl Inner {
                 Err(std::sync::TryLockError::WouldBlock) => {}
             }
             if std::time::Instant::now() >= grace {
-                tracing::debug!(rank = self.rank, "abort: an operation holds the state; it tells the peers when it stops");
+                tracing::debug!(
+                    rank = self.rank,
+                    "abort: an operation holds the state; it tells the peers when it stops"
+                );
                 return;
             }
             std::thread::sleep(std::time::Duration::from_micros(100));

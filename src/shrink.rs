@@ -53,7 +53,9 @@ impl Inner {
                 let server =
                     TcpStoreServer::from_listener(l, self.secret).map_err(|e| Error::Io {
                         rank: self.rank,
-                        context: format!("{op}: serving the survivors' store on the standby listener"),
+                        context: format!(
+                            "{op}: serving the survivors' store on the standby listener"
+                        ),
                         source: e,
                     })?;
                 tracing::info!(rank = self.rank, addr = %server.local_addr(), "{op}: serving the survivors' store");
@@ -88,7 +90,12 @@ impl Inner {
     }
 
     /// Connects to rank `host`'s standby store.
-    fn connect_standby(&self, host: usize, rank_label: usize, deadline: Instant) -> Result<TcpStore> {
+    fn connect_standby(
+        &self,
+        host: usize,
+        rank_label: usize,
+        deadline: Instant,
+    ) -> Result<TcpStore> {
         let addr = self.standby_addrs[host];
         Ok(TcpStore::connect(addr, self.secret, rank_label, deadline)?
             .with_io_timeout(self.config.timeout))
@@ -116,7 +123,9 @@ fn decode_set(rank: usize, from: usize, b: &[u8]) -> Result<BTreeSet<usize>> {
         .map(|x| {
             x.parse().map_err(|_| Error::Bootstrap {
                 rank,
-                detail: format!("agree_on_failed: rank {from} sent a malformed failed-rank list {s:?}"),
+                detail: format!(
+                    "agree_on_failed: rank {from} sent a malformed failed-rank list {s:?}"
+                ),
             })
         })
         .collect()
@@ -164,16 +173,16 @@ impl Communicator {
         if me == host {
             inner.serve_standby("shrink")?;
         }
-        let store = inner.connect_standby(host, new_rank, deadline).map_err(|e| {
-            Error::Bootstrap {
+        let store = inner
+            .connect_standby(host, new_rank, deadline)
+            .map_err(|e| Error::Bootstrap {
                 rank: me,
                 detail: format!(
                     "shrink (excluding {excluded:?}): cannot reach the survivors' store that \
                      rank {host} (the lowest survivor) serves at {}: {e}",
                     inner.standby_addrs[host]
                 ),
-            }
-        })?;
+            })?;
         let server = if me == host {
             inner.take_standby_server()
         } else {
@@ -231,7 +240,11 @@ impl Communicator {
             if c == me {
                 inner.serve_standby("agree_on_failed")?;
             } else if !listening(inner.standby_addrs[c], Duration::from_secs(1)) {
-                tracing::info!(rank = me, peer = c, "agree_on_failed: rank {c} does not answer");
+                tracing::info!(
+                    rank = me,
+                    peer = c,
+                    "agree_on_failed: rank {c} does not answer"
+                );
                 known.insert(c);
                 continue;
             }

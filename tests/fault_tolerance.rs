@@ -41,7 +41,11 @@ fn names_rank(line: &str, v: usize) -> bool {
 /// the abort frame queued behind it fails the next operation.
 fn peer_error(c: &Communicator) -> Option<String> {
     let mut v = [0f32; 4096];
-    (0..2).find_map(|_| c.all_reduce_in_place(&mut v, ReduceOp::Sum).err().map(|e| e.to_string()))
+    (0..2).find_map(|_| {
+        c.all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .err()
+            .map(|e| e.to_string())
+    })
 }
 
 /// Runs `f` while a probe thread measures how late 1 ms sleeps wake up
@@ -81,20 +85,25 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
             ..Config::default()
         };
         let comms = Communicator::init_threads(2, cfg).expect("init");
-        let ((stuck, aborted_at), stall) = with_stall_probe(|| std::thread::scope(|s| {
-            let c0 = &comms[0];
-            let h = s.spawn(move || {
-                let mut v = vec![1f32; 4096];
-                let r = c0.all_reduce_in_place(&mut v, ReduceOp::Sum);
-                (r, Instant::now())
-            });
-            std::thread::sleep(Duration::from_millis(30));
-            let t = Instant::now();
-            comms[0].abort();
-            let call = t.elapsed();
-            assert!(call < ABORT_LIMIT, "trial {trial}: abort() itself took {call:?}");
-            (h.join().expect("rank 0"), t)
-        }));
+        let ((stuck, aborted_at), stall) = with_stall_probe(|| {
+            std::thread::scope(|s| {
+                let c0 = &comms[0];
+                let h = s.spawn(move || {
+                    let mut v = vec![1f32; 4096];
+                    let r = c0.all_reduce_in_place(&mut v, ReduceOp::Sum);
+                    (r, Instant::now())
+                });
+                std::thread::sleep(Duration::from_millis(30));
+                let t = Instant::now();
+                comms[0].abort();
+                let call = t.elapsed();
+                assert!(
+                    call < ABORT_LIMIT,
+                    "trial {trial}: abort() itself took {call:?}"
+                );
+                (h.join().expect("rank 0"), t)
+            })
+        });
         let (res, returned) = stuck;
         let took = returned.saturating_duration_since(aborted_at);
         let e = res.expect_err("the stuck all_reduce succeeded").to_string();
@@ -114,12 +123,18 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
         let mut v = [0f32; 4];
         assert!(comms[0].all_reduce_in_place(&mut v, ReduceOp::Sum).is_err());
         assert!(t.elapsed() < ABORT_LIMIT);
-        assert!(comms[0].async_error().is_some_and(|e| e.contains("aborted")));
+        assert!(comms[0]
+            .async_error()
+            .is_some_and(|e| e.contains("aborted")));
         // The peer learns of it and names rank 0.
         let t = Instant::now();
         let e = peer_error(&comms[1]).unwrap_or_else(|| panic!("trial {trial}: no peer error"));
         assert!(names_rank(&e, 0), "trial {trial}: peer error {e}");
-        assert!(t.elapsed() < Duration::from_secs(2), "peer took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "peer took {:?}",
+            t.elapsed()
+        );
     }
     eprintln!(
         "abort latency (threads, 20 trials): max {worst:?} (worst scheduler stall {worst_stall:?})"
@@ -137,17 +152,19 @@ fn child_abort() {
     let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
     let mut v = vec![1f32; 4096];
     if c.rank() == 0 {
-        let ((r, end, t), stall) = with_stall_probe(|| std::thread::scope(|s| {
-            let h = s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(50));
-                let t = Instant::now();
-                c.abort();
-                t
-            });
-            let r = c.all_reduce_in_place(&mut v, ReduceOp::Sum);
-            let end = Instant::now();
-            (r, end, h.join().expect("abort thread"))
-        }));
+        let ((r, end, t), stall) = with_stall_probe(|| {
+            std::thread::scope(|s| {
+                let h = s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let t = Instant::now();
+                    c.abort();
+                    t
+                });
+                let r = c.all_reduce_in_place(&mut v, ReduceOp::Sum);
+                let end = Instant::now();
+                (r, end, h.join().expect("abort thread"))
+            })
+        });
         let err = r.expect_err("stuck all_reduce succeeded").to_string();
         assert!(c.async_error().is_some());
         println!(
@@ -350,13 +367,20 @@ fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
     let mut worst = Duration::ZERO;
     for trial in 0..trials {
         // Rank 0 (the store's host) in 5 of the 20 trials.
-        let v = if trial % 4 == 0 { 0 } else { 1 + trial % (n - 1) };
+        let v = if trial % 4 == 0 {
+            0
+        } else {
+            1 + trial % (n - 1)
+        };
         let env = [
             (MODE_ENV, mode.to_string()),
             (VICTIM_ENV, v.to_string()),
             ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
             ("SNCL_ALGO", "all_reduce:ring".to_string()),
-            ("SNCL_TRANSPORT", if trial % 2 == 0 { "auto" } else { "tcp" }.to_string()),
+            (
+                "SNCL_TRANSPORT",
+                if trial % 2 == 0 { "auto" } else { "tcp" }.to_string(),
+            ),
         ];
         let what = format!("{mode} trial {trial}: rank {v} of {n} killed");
         let mut ranks = spawn_job(child, n, &env);
@@ -376,7 +400,10 @@ fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
             if rp.wait_line("SNCL-ERROR", died + limit) {
                 worst = worst.max(died.elapsed());
             } else {
-                problems.push(format!("rank {}: no failure report within {limit:?}", rp.rank));
+                problems.push(format!(
+                    "rank {}: no failure report within {limit:?}",
+                    rp.rank
+                ));
             }
         }
         let all = wait_all(&mut ranks, Instant::now() + Duration::from_secs(20));
@@ -411,7 +438,10 @@ fn killed_rank_then_shrink_capi_twenty_trials() {
 #[test]
 fn shrink_rejects_bad_lists() {
     let comms = Communicator::init_threads(2, Config::default()).expect("init");
-    let e = comms[0].shrink(&[0]).expect_err("excluding itself").to_string();
+    let e = comms[0]
+        .shrink(&[0])
+        .expect_err("excluding itself")
+        .to_string();
     assert!(e.contains("exclude list"), "{e}");
     let e = comms[0].shrink(&[5]).expect_err("out of range").to_string();
     assert!(e.contains("out of range"), "{e}");
@@ -452,7 +482,11 @@ fn capi_abort_unblocks_a_stuck_all_reduce() {
         // buffers are live locals sized for the counts passed.
         unsafe {
             let mut comms: [snclComm_t; 2] = [std::ptr::null_mut(); 2];
-            c_ok(snclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()), "InitAll").unwrap();
+            c_ok(
+                snclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()),
+                "InitAll",
+            )
+            .unwrap();
             let c0 = comms[0] as usize;
             // A call entering while the handle is released is a
             // use-after-free (as in NCCL): abort only once it is inside.
@@ -477,7 +511,11 @@ fn capi_abort_unblocks_a_stuck_all_reduce() {
                 (r, t, end)
             });
             let took = end.saturating_duration_since(t);
-            assert_ne!(res, snclResult_t::snclSuccess, "trial {trial}: stuck op succeeded");
+            assert_ne!(
+                res,
+                snclResult_t::snclSuccess,
+                "trial {trial}: stuck op succeeded"
+            );
             assert!(
                 took < ABORT_LIMIT + stall,
                 "trial {trial}: snclAllReduce returned {took:?} after snclCommAbort \
@@ -509,19 +547,80 @@ fn capi_shrink_rejects_bad_arguments() {
     // SAFETY: handles come from snclCommInitAll; pointers are live locals.
     unsafe {
         let mut comms: [snclComm_t; 2] = [std::ptr::null_mut(); 2];
-        c_ok(snclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()), "InitAll").unwrap();
+        c_ok(
+            snclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()),
+            "InitAll",
+        )
+        .unwrap();
         let mut out: snclComm_t = std::ptr::null_mut();
         let mut list = [1 as c_int];
         let bad = snclResult_t::snclInvalidArgument;
         let flags = 7;
-        assert_eq!(snclCommShrink(comms[0], list.as_mut_ptr(), 1, &mut out, std::ptr::null_mut(), flags), bad);
-        assert_eq!(snclCommShrink(comms[0], std::ptr::null_mut(), 1, &mut out, std::ptr::null_mut(), 0), bad);
-        assert_eq!(snclCommShrink(comms[0], list.as_mut_ptr(), -1, &mut out, std::ptr::null_mut(), 0), bad);
+        assert_eq!(
+            snclCommShrink(
+                comms[0],
+                list.as_mut_ptr(),
+                1,
+                &mut out,
+                std::ptr::null_mut(),
+                flags
+            ),
+            bad
+        );
+        assert_eq!(
+            snclCommShrink(
+                comms[0],
+                std::ptr::null_mut(),
+                1,
+                &mut out,
+                std::ptr::null_mut(),
+                0
+            ),
+            bad
+        );
+        assert_eq!(
+            snclCommShrink(
+                comms[0],
+                list.as_mut_ptr(),
+                -1,
+                &mut out,
+                std::ptr::null_mut(),
+                0
+            ),
+            bad
+        );
         let mut neg = [-3 as c_int];
-        assert_eq!(snclCommShrink(comms[0], neg.as_mut_ptr(), 1, &mut out, std::ptr::null_mut(), 0), bad);
-        assert_eq!(snclCommShrink(comms[0], list.as_mut_ptr(), 1, std::ptr::null_mut(), std::ptr::null_mut(), 0), bad);
+        assert_eq!(
+            snclCommShrink(
+                comms[0],
+                neg.as_mut_ptr(),
+                1,
+                &mut out,
+                std::ptr::null_mut(),
+                0
+            ),
+            bad
+        );
+        assert_eq!(
+            snclCommShrink(
+                comms[0],
+                list.as_mut_ptr(),
+                1,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0
+            ),
+            bad
+        );
         let mut me = [0 as c_int];
-        let r = snclCommShrink(comms[0], me.as_mut_ptr(), 1, &mut out, std::ptr::null_mut(), 0);
+        let r = snclCommShrink(
+            comms[0],
+            me.as_mut_ptr(),
+            1,
+            &mut out,
+            std::ptr::null_mut(),
+            0,
+        );
         assert_ne!(r, snclResult_t::snclSuccess, "excluding itself must fail");
         for c in comms {
             c_ok(snclCommDestroy(c), "destroy").unwrap();

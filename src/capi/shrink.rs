@@ -53,9 +53,7 @@ pub unsafe extern "C" fn snclCommShrink(
             )));
         }
         let count = usize::try_from(excludeRanksCount).map_err(|_| {
-            CError::invalid(format!(
-                "excludeRanksCount {excludeRanksCount} is negative"
-            ))
+            CError::invalid(format!("excludeRanksCount {excludeRanksCount} is negative"))
         })?;
         if count > 0 && excludeRanksList.is_null() {
             return Err(CError::invalid(format!(
