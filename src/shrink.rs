@@ -41,7 +41,7 @@ fn derived_id(parent: u64, tag: u64, seq: u64, list: &[usize]) -> u64 {
 }
 
 const SHRINK_TAG: u64 = 0x7368_7269_6e6b; // "shrink"
-const AGREE_TAG: u64 = 0x6167_7265_65; // "agree"
+const AGREE_TAG: u64 = 0x0061_6772_6565; // "agree"
 
 impl Inner {
     /// Makes this rank's standby listener serve a store (once) and keeps it
