@@ -620,9 +620,9 @@ snclResult_t snclRedOpDestroy(snclRedOp_t op, snclComm_t comm);
  * host) is excluded: the lowest survivor serves the new communicator's
  * rendezvous store (see `Communicator::shrink`). `shrinkFlags` is
  * `SNCL_SHRINK_DEFAULT` (waits for operations issued on `comm`) or
- * `SNCL_SHRINK_ABORT` (aborts `comm` first). `config` NULL inherits
- * `comm`'s settings; `blocking = 0` is accepted but the call completes
- * before it returns. `comm` stays valid (destroy or abort it separately).
+ * `SNCL_SHRINK_ABORT` (aborts `comm` first). The new communicator has
+ * `comm`'s settings; of `config` (may be NULL) only `blocking` is read,
+ * for the new handle, and the call completes before it returns either way. `comm` stays valid (destroy or abort it separately).
  *
  * # Safety
  * `comm` is a live handle; `excludeRanksList` points to
