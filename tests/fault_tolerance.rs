@@ -638,3 +638,61 @@ fn capi_shrink_rejects_bad_arguments() {
         }
     }
 }
+
+/// Threads: rank 0 aborts and goes away; the others see it fail, agree on
+/// it, shrink twice (the second time without the first shrink's rank 0)
+/// and stay correct.
+#[test]
+fn agree_then_shrink_twice_threads() {
+    let cfg = Config {
+        timeout: Duration::from_secs(5),
+        ..Config::default()
+    };
+    let mut comms = Communicator::init_threads(4, cfg).expect("init");
+    comms[0].abort();
+    drop(comms.remove(0));
+    let shrunk: Vec<Communicator> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut v = [1f32; 64];
+                    let e = (0..2)
+                        .find_map(|_| c.all_reduce_in_place(&mut v, ReduceOp::Sum).err())
+                        .expect("the abort of rank 0 was not seen");
+                    assert!(names_rank(&e.to_string(), 0), "{e}");
+                    let failed = c.agree_on_failed().expect("agree");
+                    assert_eq!(failed, vec![0], "rank {}", c.rank());
+                    c.shrink(&failed).expect("shrink")
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        shrunk
+            .iter()
+            .map(|c| (c.rank(), c.size()))
+            .collect::<Vec<_>>(),
+        vec![(0, 3), (1, 3), (2, 3)]
+    );
+    // Shrink the result again, dropping its rank 0 (old rank 1).
+    let again: Vec<Communicator> = std::thread::scope(|s| {
+        let hs: Vec<_> = shrunk[1..]
+            .iter()
+            .map(|c| s.spawn(move || c.shrink(&[0]).expect("second shrink")))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(shrunk);
+    std::thread::scope(|s| {
+        for c in &again {
+            s.spawn(move || {
+                assert_eq!(c.size(), 2);
+                let mut v = [c.rank() as f32 + 1.0; 100];
+                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+                assert_eq!(v, [3.0; 100]);
+            });
+        }
+    });
+}
