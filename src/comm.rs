@@ -210,7 +210,7 @@ pub(crate) struct Inner {
     /// Peers this rank saw fail (named by a failed operation).
     pub failed: Mutex<std::collections::BTreeSet<usize>>,
     /// Where every rank's standby listener listens (see [`Standby`]).
-    pub standby_addrs: Vec<std::net::SocketAddr>,
+    pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
     /// This rank's standby listener, and the store it became.
     pub standby: Mutex<Standby>,
     /// Shrinks and agreements started on this communicator.
@@ -245,7 +245,7 @@ pub(crate) struct InnerParts {
     pub local_ip: std::net::IpAddr,
     pub server: Option<TcpStoreServer>,
     pub standby: Option<std::net::TcpListener>,
-    pub standby_addrs: Vec<std::net::SocketAddr>,
+    pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
 }
 
 impl Inner {

@@ -47,30 +47,41 @@ impl Drop for UnlinkOnDrop {
 struct RankInfo {
     node: String,
     tcp: SocketAddr,
-    standby: SocketAddr,
     digest: String,
+    /// The standby listener (see `crate::comm::Standby`); a record without
+    /// one (an older writer) leaves it out.
+    standby: Option<SocketAddr>,
 }
 
-fn encode_info(node: &str, tcp: SocketAddr, standby: SocketAddr, digest: &str) -> Vec<u8> {
-    format!("{node}\n{tcp}\n{standby}\n{digest}").into_bytes()
+/// `node`, `tcp`, `digest` and the standby address, one per line; the
+/// standby address comes last so that a reader can tell it from the digest
+/// (which holds `key=value` pairs, never an address).
+fn encode_info(node: &str, tcp: SocketAddr, digest: &str, standby: SocketAddr) -> Vec<u8> {
+    format!("{node}\n{tcp}\n{digest}\n{standby}").into_bytes()
 }
 
 fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     let s = String::from_utf8_lossy(b);
-    let mut it = s.splitn(4, '\n');
+    let mut it = s.splitn(3, '\n');
     let bad = || Error::Bootstrap {
         rank,
         detail: format!("rank {peer} published malformed connection info {s:?}"),
     };
     let node = it.next().ok_or_else(bad)?.to_string();
     let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let standby = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let digest = it.next().ok_or_else(bad)?.to_string();
+    let rest = it.next().ok_or_else(bad)?;
+    let (digest, standby) = match rest.rsplit_once('\n') {
+        Some((d, a)) => match a.parse::<SocketAddr>() {
+            Ok(a) => (d, Some(a)),
+            Err(_) => (rest, None),
+        },
+        None => (rest, None),
+    };
     Ok(RankInfo {
         node,
         tcp,
+        digest: digest.to_string(),
         standby,
-        digest,
     })
 }
 
@@ -183,8 +194,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         &encode_info(
             &node,
             endpoint.local_addr(),
-            standby_addr,
             &config.shared_digest(),
+            standby_addr,
         ),
     )?;
     let mut infos = Vec::with_capacity(nranks);

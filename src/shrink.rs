@@ -76,6 +76,21 @@ impl Inner {
         }
     }
 
+    /// Where rank `host`'s standby listener listens.
+    fn standby_addr(&self, host: usize) -> Result<SocketAddr> {
+        self.standby_addrs
+            .get(host)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::Bootstrap {
+                rank: self.rank,
+                detail: format!(
+                    "rank {host} published no standby store address when this communicator \
+                     was created, so it cannot serve the survivors' store"
+                ),
+            })
+    }
+
     /// Takes the serving store out of the parent (for the new communicator
     /// to keep).
     fn take_standby_server(&self) -> Option<TcpStoreServer> {
@@ -96,7 +111,7 @@ impl Inner {
         rank_label: usize,
         deadline: Instant,
     ) -> Result<TcpStore> {
-        let addr = self.standby_addrs[host];
+        let addr = self.standby_addr(host)?;
         Ok(TcpStore::connect(addr, self.secret, rank_label, deadline)?
             .with_io_timeout(self.config.timeout))
     }
@@ -179,8 +194,7 @@ impl Communicator {
                 rank: me,
                 detail: format!(
                     "shrink (excluding {excluded:?}): cannot reach the survivors' store that \
-                     rank {host} (the lowest survivor) serves at {}: {e}",
-                    inner.standby_addrs[host]
+                     rank {host} (the lowest survivor) serves: {e}"
                 ),
             })?;
         let server = if me == host {
@@ -238,7 +252,10 @@ impl Communicator {
             let c = (0..inner.nranks).find(|r| !known.contains(r)).unwrap_or(me);
             if c == me {
                 inner.serve_standby("agree_on_failed")?;
-            } else if !listening(inner.standby_addrs[c], Duration::from_secs(1)) {
+            } else if !inner
+                .standby_addr(c)
+                .is_ok_and(|a| listening(a, Duration::from_secs(1)))
+            {
                 tracing::info!(
                     rank = me,
                     peer = c,
