@@ -58,6 +58,18 @@
 
 
 /**
+ * `shrinkFlags` of `snclCommShrink`: the parent must have no operation
+ * pending (they are waited for first).
+ */
+#define SNCL_SHRINK_DEFAULT 0
+
+/**
+ * `shrinkFlags` of `snclCommShrink`: abort the parent first, so that
+ * operations pending on it (stuck on the failed ranks) fail at once.
+ */
+#define SNCL_SHRINK_ABORT 1
+
+/**
  * `snclRecvTagged`'s `peer` for "any rank" (sncl extension, as
  * `MPI_ANY_SOURCE`).
  */
@@ -599,6 +611,31 @@ snclResult_t snclRedOpCreatePreMulSum(snclRedOp_t *op,
  * `comm` is a live handle.
  */
 snclResult_t snclRedOpDestroy(snclRedOp_t op, snclComm_t comm);
+
+/**
+ * Creates `newcomm` from the ranks of `comm` not listed in
+ * `excludeRanksList` (NCCL's `ncclCommShrink`): every surviving rank calls
+ * it with the same list and gets its rank among the survivors, in their
+ * order in `comm`. Works after a failure, also when rank 0 (the store's
+ * host) is excluded: the lowest survivor serves the new communicator's
+ * rendezvous store (see `Communicator::shrink`). `shrinkFlags` is
+ * `SNCL_SHRINK_DEFAULT` (waits for operations issued on `comm`) or
+ * `SNCL_SHRINK_ABORT` (aborts `comm` first). The new communicator has
+ * `comm`'s settings; of `config` (may be NULL) only `blocking` is read,
+ * for the new handle, and the call completes before it returns either way. `comm` stays valid (destroy or abort it separately).
+ *
+ * # Safety
+ * `comm` is a live handle; `excludeRanksList` points to
+ * `excludeRanksCount` ints (may be NULL when the count is 0); `newcomm`
+ * points to writable storage for a handle; `config` is NULL or an
+ * initialized `snclConfig_t`.
+ */
+snclResult_t snclCommShrink(snclComm_t comm,
+                            int *excludeRanksList,
+                            int excludeRanksCount,
+                            snclComm_t *newcomm,
+                            snclConfig_t *config,
+                            int shrinkFlags);
 
 /**
  * All-reduce: `recvbuff[i]` = `op` over all ranks of `sendbuff[i]`, for

@@ -207,6 +207,29 @@ pub(crate) struct Inner {
     abort_flag: exec::AbortFlag,
     abort_reason: Mutex<Option<String>>,
     pub _server: Option<TcpStoreServer>,
+    /// Peers this rank saw fail (named by a failed operation).
+    pub failed: Mutex<std::collections::BTreeSet<usize>>,
+    /// Where every rank's standby listener listens (see [`Standby`]).
+    pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
+    /// This rank's standby listener, and the store it became.
+    pub standby: Mutex<Standby>,
+    /// Shrinks and agreements started on this communicator.
+    pub shrinks: AtomicU64,
+    pub agrees: AtomicU64,
+}
+
+/// A listening socket every rank opens at creation and publishes with its
+/// connection info, so that a survivor can serve a new rendezvous store
+/// after a failure (the parent's store may have died with rank 0) at an
+/// address every rank already knows: nothing is exchanged after the loss.
+/// Connections wait in its backlog until the store serves them.
+pub(crate) enum Standby {
+    /// Not yet needed.
+    Listening(std::net::TcpListener),
+    /// Serving a store (started by `agree_on_failed` or `shrink`).
+    Serving(TcpStoreServer),
+    /// Handed to a shrunk communicator (or never had one).
+    Gone,
 }
 
 pub(crate) struct InnerParts {
@@ -221,6 +244,8 @@ pub(crate) struct InnerParts {
     pub secret: [u8; 16],
     pub local_ip: std::net::IpAddr,
     pub server: Option<TcpStoreServer>,
+    pub standby: Option<std::net::TcpListener>,
+    pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
 }
 
 impl Inner {
@@ -279,6 +304,11 @@ impl Inner {
             abort_flag: exec::AbortFlag::new(false),
             abort_reason: Mutex::new(None),
             _server: p.server,
+            failed: Mutex::new(Default::default()),
+            standby_addrs: p.standby_addrs,
+            standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Listening)),
+            shrinks: AtomicU64::new(0),
+            agrees: AtomicU64::new(0),
         }
     }
 
@@ -355,21 +385,62 @@ impl Inner {
     }
 
     /// Aborts: every peer's pending and later operations fail.
-    /// Works from any thread, also while an operation runs: that operation
-    /// gives up at its next wait.
+    /// Works from any thread, also while an operation runs, and never waits
+    /// for it: the running operation gives up at its next wait (within a
+    /// millisecond) and, holding the state, tells the peers itself (see
+    /// [`Inner::run`]); otherwise this call tells them now.
     pub fn abort(&self, reason: &str) {
         {
             let mut r = self.abort_reason.lock().unwrap_or_else(|e| e.into_inner());
             r.get_or_insert_with(|| reason.to_string());
         }
         self.abort_flag.store(true, Ordering::SeqCst);
-        let mut st = self.lock();
-        if st.aborted.is_none() {
-            st.aborted = Some(reason.to_string());
+        // The state is held by a running operation: it sees the flag and
+        // aborts the connections when it stops (`finish_abort` after the
+        // executor returns), so waiting for the lock here would only make
+        // the caller wait for that operation.
+        // A waiting operation lets go within a millisecond; one that is
+        // still moving data finishes its step first and tells the peers
+        // itself, so after a short grace this call returns regardless.
+        let grace = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        loop {
+            match self.state.try_lock() {
+                Ok(mut st) => return self.finish_abort(&mut st),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    return self.finish_abort(&mut p.into_inner())
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if std::time::Instant::now() >= grace {
+                tracing::debug!(
+                    rank = self.rank,
+                    "abort: an operation holds the state; it tells the peers when it stops"
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
         }
+    }
+
+    /// With the state held: if [`Inner::abort`] was called, marks the
+    /// communicator aborted and tells every peer (once), blaming this rank.
+    pub(crate) fn finish_abort(&self, st: &mut State) {
+        if !self.abort_flag.load(Ordering::SeqCst) || st.aborted.is_some() {
+            return;
+        }
+        let reason = self
+            .async_error()
+            .unwrap_or_else(|| "aborted by the application".into());
+        tracing::warn!(rank = self.rank, %reason, "communicator aborted; telling the peers");
+        st.aborted = Some(reason);
         for c in st.conns.iter_mut().flatten() {
             c.abort(Some(self.rank));
         }
+    }
+
+    /// Whether [`Inner::abort`] was called.
+    pub(crate) fn abort_requested(&self) -> bool {
+        self.abort_flag.load(Ordering::SeqCst)
     }
 
     /// The first failure, if the communicator is aborted. Never blocks on a

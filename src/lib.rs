@@ -22,6 +22,9 @@ struct ArchitectureDoctests;
 #[doc = include_str!("../docs/COST.md")]
 struct CostDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/FAULTS.md")]
+struct FaultsDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/FUZZING.md")]
 struct FuzzingDoctests;
 #[cfg(doctest)]
@@ -39,6 +42,7 @@ mod compressed;
 mod element;
 mod logging;
 mod setup;
+mod shrink;
 mod split;
 mod stats;
 mod work;
@@ -377,8 +381,11 @@ impl Communicator {
         &self.inner.topo
     }
 
-    /// Aborts the communicator: pending and later operations fail on this
-    /// rank, and peers see the abort instead of waiting for their deadline.
+    /// Aborts the communicator, from any thread: an operation blocked on
+    /// it returns [`Error::Aborted`] at its next wait (well under 100 ms),
+    /// later operations fail at once, and the peers' pending and later
+    /// operations fail naming this rank instead of waiting for their
+    /// deadline. Never waits for the running operation. See docs/FAULTS.md.
     pub fn abort(&self) {
         self.inner.abort("aborted by the application");
     }

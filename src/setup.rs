@@ -48,10 +48,16 @@ struct RankInfo {
     node: String,
     tcp: SocketAddr,
     digest: String,
+    /// The standby listener (see `crate::comm::Standby`); a record without
+    /// one (an older writer) leaves it out.
+    standby: Option<SocketAddr>,
 }
 
-fn encode_info(node: &str, tcp: SocketAddr, digest: &str) -> Vec<u8> {
-    format!("{node}\n{tcp}\n{digest}").into_bytes()
+/// `node`, `tcp`, `digest` and the standby address, one per line; the
+/// standby address comes last so that a reader can tell it from the digest
+/// (which holds `key=value` pairs, never an address).
+fn encode_info(node: &str, tcp: SocketAddr, digest: &str, standby: SocketAddr) -> Vec<u8> {
+    format!("{node}\n{tcp}\n{digest}\n{standby}").into_bytes()
 }
 
 fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
@@ -63,8 +69,20 @@ fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     };
     let node = it.next().ok_or_else(bad)?.to_string();
     let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let digest = it.next().ok_or_else(bad)?.to_string();
-    Ok(RankInfo { node, tcp, digest })
+    let rest = it.next().ok_or_else(bad)?;
+    let (digest, standby) = match rest.rsplit_once('\n') {
+        Some((d, a)) => match a.parse::<SocketAddr>() {
+            Ok(a) => (d, Some(a)),
+            Err(_) => (rest, None),
+        },
+        None => (rest, None),
+    };
+    Ok(RankInfo {
+        node,
+        tcp,
+        digest: digest.to_string(),
+        standby,
+    })
 }
 
 /// Opens the segment peer rank `p` created for data from `rank`, under the
@@ -159,9 +177,26 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         context: format!("binding a TCP listener on {ip}"),
         source: e,
     })?;
+    // The standby listener: where this rank would serve a new store for a
+    // shrink (see `crate::comm::Standby`).
+    let standby = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::Io {
+        rank,
+        context: format!("binding the standby store listener on {ip}"),
+        source: e,
+    })?;
+    let standby_addr = standby.local_addr().map_err(|e| Error::Io {
+        rank,
+        context: "reading the standby store listener's address".into(),
+        source: e,
+    })?;
     kv.set(
         &format!("info/{rank}"),
-        &encode_info(&node, endpoint.local_addr(), &config.shared_digest()),
+        &encode_info(
+            &node,
+            endpoint.local_addr(),
+            &config.shared_digest(),
+            standby_addr,
+        ),
     )?;
     let mut infos = Vec::with_capacity(nranks);
     for p in 0..nranks {
@@ -244,6 +279,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         transports = %summary.join(","),
         "sncl communicator ready"
     );
+    let standby_addrs = infos.iter().map(|i| i.standby).collect();
     let node_ids = infos.into_iter().map(|i| i.node).collect();
     Ok(Inner::new(InnerParts {
         rank,
@@ -257,6 +293,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         secret,
         local_ip,
         server,
+        standby: Some(standby),
+        standby_addrs,
     }))
 }
 

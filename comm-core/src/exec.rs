@@ -288,6 +288,15 @@ pub fn execute(
                 break;
             }
             if let Some(waited) = waiter.idle() {
+                if aborted() {
+                    return Err(Error::Aborted {
+                        rank: ctx.rank,
+                        reason: Some(format!(
+                            "{} (seq {}) interrupted by abort while draining its sends",
+                            ctx.fingerprint, ctx.seq
+                        )),
+                    });
+                }
                 if waited >= ctx.timeout {
                     let waiting_on: Vec<usize> = step.ops.iter().filter_map(|o| o.peer()).collect();
                     return Err(Error::Timeout {

@@ -30,6 +30,9 @@
 //!   then all its sends and receives together (NCCL also schedules
 //!   point-to-point after collectives); a send to the rank itself is a copy
 //!   matched with a receive from itself in the same group.
+//! * `snclCommShrink` completes before it returns, also on a non-blocking
+//!   communicator; `SNCL_SHRINK_DEFAULT` waits for the operations issued on
+//!   the parent, `SNCL_SHRINK_ABORT` aborts them first.
 //! * `snclChar`, `snclInt`, `snclHalf`, `snclFloat` and `snclDouble` are
 //!   macros (a C enum cannot repeat values in cbindgen's output); the 8-bit
 //!   float types are rejected.
@@ -43,7 +46,7 @@
 //!   id).
 //! * Not provided (device memory or newer NCCL features): memory
 //!   allocation and registration, windows and one-sided operations,
-//!   `CommCuDevice`, shrink / grow / revoke / suspend, scalable init, group
+//!   `CommCuDevice`, grow / revoke / suspend, scalable init, group
 //!   simulation, memory statistics and the parameter API.
 //!
 //! Regenerate the header after changing anything here:
@@ -59,6 +62,8 @@
 mod api;
 // Communicators (creation, split, finalize, destroy, queries, operators):
 mod init;
+// Shrinking after a failure:
+mod shrink;
 // Collectives:
 mod coll;
 // Point-to-point and groups:
@@ -82,6 +87,7 @@ pub use coll::*;
 pub use init::*;
 pub use p2p::*;
 pub use settings::snclGetSetting;
+pub use shrink::*;
 pub use streams::*;
 pub use tagged::*;
 pub use types::*;

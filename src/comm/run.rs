@@ -16,6 +16,8 @@ impl Inner {
         self.validate(op)?;
         let mut guard = self.lock();
         let st = &mut *guard;
+        // An abort requested while another operation held the state.
+        self.finish_abort(st);
         if let Some(reason) = &st.aborted {
             return Err(Error::Aborted {
                 rank: self.rank,
@@ -146,8 +148,11 @@ impl Inner {
             Some(&self.abort_flag),
         );
         st.busy += started.elapsed();
-        if let Err(e) = &result {
-            self.fail(st, e);
+        match &result {
+            Err(e) if !self.abort_requested() => self.fail(st, e),
+            // Stopped by (or finished despite) an abort from another thread:
+            // the peers are told that this rank aborted.
+            _ => self.finish_abort(st),
         }
         result
     }
@@ -168,6 +173,18 @@ impl Inner {
             } => e.failed_rank(),
             _ => e.failed_rank().or(Some(self.rank)),
         };
+        // Only a peer proven gone (or blamed by the peer that saw it go)
+        // counts as failed; a timeout is not proof.
+        let proven = matches!(e, Error::PeerFailed { .. });
+        if let Some(p) = e
+            .failed_rank()
+            .filter(|&p| proven && p != self.rank && p < self.nranks)
+        {
+            self.failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p);
+        }
         st.aborted = Some(e.to_string());
         self.abort_reason
             .lock()

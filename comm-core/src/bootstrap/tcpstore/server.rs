@@ -109,8 +109,23 @@ impl TcpStoreServer {
         // Thousands of ranks may connect at once; the kernel caps this at
         // net.core.somaxconn.
         socket.listen(4096)?;
-        socket.set_nonblocking(true)?;
-        let listener: TcpListener = socket.into();
+        Self::serve(socket.into(), secret, expires)
+    }
+
+    /// Serves a store on a socket that already listens (for instance one
+    /// opened ahead of time so that its address could be published before
+    /// the store was needed). Connections waiting in its backlog are
+    /// served.
+    pub fn from_listener(listener: TcpListener, secret: [u8; 16]) -> io::Result<TcpStoreServer> {
+        Self::serve(listener, secret, None)
+    }
+
+    fn serve(
+        listener: TcpListener,
+        secret: [u8; 16],
+        expires: Option<Instant>,
+    ) -> io::Result<TcpStoreServer> {
+        listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
         let inner = Arc::new(ServerInner {
             shared: Arc::new(Shared::default()),
