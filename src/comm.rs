@@ -206,6 +206,8 @@ pub(crate) struct Inner {
     pub splits: AtomicU64,
     abort_flag: exec::AbortFlag,
     abort_reason: Mutex<Option<String>>,
+    /// The last operations, for hang diagnosis (`crate::flight`).
+    pub flight: comm_core::flight::FlightRecorder,
     pub _server: Option<TcpStoreServer>,
 }
 
@@ -225,6 +227,7 @@ pub(crate) struct InnerParts {
 
 impl Inner {
     pub fn new(p: InnerParts) -> Inner {
+        let flight = comm_core::flight::FlightRecorder::new(p.config.flight_recorder_entries);
         let topo = Topology::from_node_ids(&p.node_ids);
         let forced_tcp = p.config.transport == comm_core::config::TransportChoice::Tcp;
         let shape = Shape {
@@ -278,6 +281,7 @@ impl Inner {
             splits: AtomicU64::new(0),
             abort_flag: exec::AbortFlag::new(false),
             abort_reason: Mutex::new(None),
+            flight,
             _server: p.server,
         }
     }
@@ -370,6 +374,8 @@ impl Inner {
         for c in st.conns.iter_mut().flatten() {
             c.abort(Some(self.rank));
         }
+        drop(st);
+        self.auto_dump(reason);
     }
 
     /// The first failure, if the communicator is aborted. Never blocks on a

@@ -34,6 +34,7 @@ pub mod capi;
 mod comm;
 mod compressed;
 mod element;
+mod flight;
 mod logging;
 mod setup;
 mod split;

@@ -64,7 +64,7 @@ impl Inner {
                 _ => op.count as u64,
             },
         };
-        let (sched, _algo) = self.schedule(st, op)?;
+        let (sched, algo) = self.schedule(st, op)?;
         if sched.steps.is_empty() {
             return Ok(());
         }
@@ -136,6 +136,16 @@ impl Inner {
             spin: self.spin,
         };
         *st.ops.entry(op.coll).or_insert(0) += 1;
+        let flight_id = self.flight.start(comm_core::flight::OpRecord {
+            seq,
+            op: op.coll.name(),
+            dtype: op.dtype.name(),
+            reduce: fingerprint.op.name(),
+            count: op.count as u64,
+            bytes: (send_elems.max(recv_elems) * esize) as u64,
+            root: fingerprint.root.into(),
+            algo: algo.name(),
+        });
         let started = std::time::Instant::now();
         let result = exec::execute(
             &sched,
@@ -146,6 +156,8 @@ impl Inner {
             Some(&self.abort_flag),
         );
         st.busy += started.elapsed();
+        self.flight
+            .finish(flight_id, result.as_ref().err().map(|e| e as _));
         if let Err(e) = &result {
             self.fail(st, e);
         }
@@ -176,6 +188,7 @@ impl Inner {
         for c in st.conns.iter_mut().flatten() {
             c.abort(cause);
         }
+        self.auto_dump(&e.to_string());
     }
 
     /// Runs the transfers of a point-to-point group to this rank itself as
