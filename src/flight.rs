@@ -34,8 +34,12 @@ impl Inner {
             return;
         }
         match self.dump_flight(dir, reason) {
-            Ok(path) => tracing::warn!(rank = self.rank, path = %path.display(), "sncl flight recorder dumped"),
-            Err(e) => tracing::error!(rank = self.rank, error = %e, "sncl flight recorder dump failed"),
+            Ok(path) => {
+                tracing::warn!(rank = self.rank, path = %path.display(), "sncl flight recorder dumped")
+            }
+            Err(e) => {
+                tracing::error!(rank = self.rank, error = %e, "sncl flight recorder dump failed")
+            }
         }
     }
 }

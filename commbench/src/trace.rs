@@ -76,9 +76,12 @@ fn field<'a>(v: &'a Value, k: &str, path: &Path, line: usize) -> Result<&'a Valu
 }
 
 fn as_u64(v: &Value, k: &str, path: &Path, line: usize) -> Result<u64, String> {
-    field(v, k, path, line)?
-        .as_u64()
-        .ok_or_else(|| format!("{}:{line}: {k:?} is not an unsigned integer", path.display()))
+    field(v, k, path, line)?.as_u64().ok_or_else(|| {
+        format!(
+            "{}:{line}: {k:?} is not an unsigned integer",
+            path.display()
+        )
+    })
 }
 
 fn as_str(v: &Value, k: &str, path: &Path, line: usize) -> Result<String, String> {
@@ -90,12 +93,15 @@ fn as_str(v: &Value, k: &str, path: &Path, line: usize) -> Result<String, String
 
 /// Parses one dump's text.
 pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, first) = lines
         .next()
         .ok_or_else(|| format!("{}: empty file", path.display()))?;
-    let h: Value = serde_json::from_str(first)
-        .map_err(|e| format!("{}:1: not JSON: {e}", path.display()))?;
+    let h: Value =
+        serde_json::from_str(first).map_err(|e| format!("{}:1: not JSON: {e}", path.display()))?;
     if h.get("sncl_flight_recorder").is_none() {
         return Err(format!(
             "{}:1: not an sncl flight-recorder dump (no \"sncl_flight_recorder\" header)",
@@ -279,7 +285,11 @@ pub fn report(dumps: &[Dump]) -> (String, Vec<Verdict>) {
             Some(s) => {
                 let mut parts = Vec::new();
                 if !v.behind.is_empty() {
-                    parts.push(format!("rank(s) {:?} did not reach {}", v.behind, s.describe()));
+                    parts.push(format!(
+                        "rank(s) {:?} did not reach {}",
+                        v.behind,
+                        s.describe()
+                    ));
                 }
                 if !v.diverged.is_empty() {
                     parts.push(format!(
@@ -349,14 +359,23 @@ mod tests {
     #[test]
     fn names_the_rank_that_did_not_reach_the_op() {
         let d = [
-            dump(0, &[(1, "all_reduce", "completed"), (2, "all_reduce", "failed")]),
-            dump(1, &[(1, "all_reduce", "completed"), (2, "all_reduce", "running")]),
+            dump(
+                0,
+                &[(1, "all_reduce", "completed"), (2, "all_reduce", "failed")],
+            ),
+            dump(
+                1,
+                &[(1, "all_reduce", "completed"), (2, "all_reduce", "running")],
+            ),
             dump(2, &[(1, "all_reduce", "completed")]),
         ];
         let (text, v) = report(&d);
         assert_eq!(v[0].behind, [2], "{text}");
         assert!(v[0].diverged.is_empty() && v[0].missing.is_empty());
-        assert!(text.contains("rank(s) [2] did not reach all_reduce"), "{text}");
+        assert!(
+            text.contains("rank(s) [2] did not reach all_reduce"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -88,17 +88,33 @@ fn skipping_rank_is_named_by_hang_reports_dumps_and_trace() {
     assert!(err.contains("RESULT rank 2 dumped"), "{err}");
     // The periodic report (INFO) and the one at the deadline (ERROR) say
     // what is awaited: op, seq, step k of n, peer, bytes, time.
-    let still: Vec<&str> = err.lines().filter(|l| l.contains("sncl hang: still waiting")).collect();
+    let still: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("sncl hang: still waiting"))
+        .collect();
     assert!(!still.is_empty(), "no periodic hang report: {err}");
-    let dead: Vec<&str> = err.lines().filter(|l| l.contains("sncl hang: deadline passed")).collect();
+    let dead: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("sncl hang: deadline passed"))
+        .collect();
     assert!(!dead.is_empty(), "no hang report at the deadline: {err}");
     for l in still.iter().chain(&dead) {
-        for want in ["all_reduce", "seq=2", "step=", "steps=", " bytes", "since_progress_ms="] {
+        for want in [
+            "all_reduce",
+            "seq=2",
+            "step=",
+            "steps=",
+            " bytes",
+            "since_progress_ms=",
+        ] {
             assert!(l.contains(want), "{want:?} missing from {l}");
         }
     }
     assert!(
-        still.iter().chain(&dead).any(|l| l.contains("from rank 2: 0 of")),
+        still
+            .iter()
+            .chain(&dead)
+            .any(|l| l.contains("from rank 2: 0 of")),
         "no report names rank 2 with 0 bytes received: {err}"
     );
     // Every rank dumped, mode 0600.
@@ -119,7 +135,11 @@ fn skipping_rank_is_named_by_hang_reports_dumps_and_trace() {
         .output()
         .expect("commbench trace");
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(
         stdout.contains("verdict: rank(s) [2] did not reach all_reduce"),
         "{stdout}"

@@ -136,17 +136,20 @@ impl Inner {
             spin: self.spin,
         };
         *st.ops.entry(op.coll).or_insert(0) += 1;
-        let flight_id = self.flight.start(comm_core::flight::OpRecord {
-            seq,
-            op: op.coll.name(),
-            dtype: op.dtype.name(),
-            reduce: fingerprint.op.name(),
-            count: op.count as u64,
-            bytes: (send_elems.max(recv_elems) * esize) as u64,
-            root: fingerprint.root.into(),
-            algo: algo.name(),
-        });
         let started = std::time::Instant::now();
+        let flight_id = self.flight.start_at(
+            comm_core::flight::OpRecord {
+                seq,
+                op: op.coll.name(),
+                dtype: op.dtype.name(),
+                reduce: fingerprint.op.name(),
+                count: op.count as u64,
+                bytes: (send_elems.max(recv_elems) * esize) as u64,
+                root: fingerprint.root.into(),
+                algo: algo.name(),
+            },
+            started,
+        );
         let result = exec::execute(
             &sched,
             &ctx,
@@ -155,9 +158,10 @@ impl Inner {
             Some(&mut st.traffic),
             Some(&self.abort_flag),
         );
-        st.busy += started.elapsed();
+        let ended = std::time::Instant::now();
+        st.busy += ended - started;
         self.flight
-            .finish(flight_id, result.as_ref().err().map(|e| e as _));
+            .finish_at(flight_id, ended, result.as_ref().err().map(|e| e as _));
         if let Err(e) = &result {
             self.fail(st, e);
         }
