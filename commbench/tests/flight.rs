@@ -157,3 +157,57 @@ fn trace_without_dumps_is_an_error() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/sncl-flight"));
 }
+
+/// An application abort dumps to the configured directory; on demand
+/// without a directory is an error naming the setting.
+#[test]
+fn abort_dumps_and_on_demand_needs_a_directory() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sncl-flight-abort-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let comms = Communicator::init_threads(
+        2,
+        Config {
+            debug_dump_dir: Some(dir.clone()),
+            flight_recorder_entries: 2,
+            ..Default::default()
+        },
+    )
+    .expect("init");
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                for _ in 0..3 {
+                    let mut v = vec![1u32; 64];
+                    c.all_reduce_in_place(&mut v, ReduceOp::Sum)
+                        .expect("all_reduce");
+                }
+            });
+        }
+    });
+    comms[0].abort();
+    let file = dir.join(format!(
+        "sncl-flight-{:016x}-rank0.jsonl",
+        comms[0].comm_id()
+    ));
+    let text = std::fs::read_to_string(&file).expect("rank 0 dumped on abort");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("aborted by the application"), "{text}");
+    // The ring keeps the last 2 of 3 operations.
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[1].contains("\"seq\":2") && lines[2].contains("\"seq\":3"),
+        "{text}"
+    );
+    assert!(comms[1].flight_recorder_json().contains("\"seq\":3"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let plain = Communicator::init_threads(1, Config::default()).expect("init");
+    let e = plain[0]
+        .dump_flight_recorder()
+        .expect_err("no directory set");
+    assert!(e.to_string().contains("SNCL_DEBUG_DUMP_DIR"), "{e}");
+}
