@@ -206,6 +206,8 @@ pub(crate) struct Inner {
     pub splits: AtomicU64,
     abort_flag: exec::AbortFlag,
     abort_reason: Mutex<Option<String>>,
+    /// The last operations, for hang diagnosis (`crate::flight`).
+    pub flight: comm_core::flight::FlightRecorder,
     pub _server: Option<TcpStoreServer>,
     /// Peers this rank saw fail (named by a failed operation).
     pub failed: Mutex<std::collections::BTreeSet<usize>>,
@@ -250,6 +252,7 @@ pub(crate) struct InnerParts {
 
 impl Inner {
     pub fn new(p: InnerParts) -> Inner {
+        let flight = comm_core::flight::FlightRecorder::new(p.config.flight_recorder_entries);
         let topo = Topology::from_node_ids(&p.node_ids);
         let forced_tcp = p.config.transport == comm_core::config::TransportChoice::Tcp;
         let shape = Shape {
@@ -303,6 +306,7 @@ impl Inner {
             splits: AtomicU64::new(0),
             abort_flag: exec::AbortFlag::new(false),
             abort_reason: Mutex::new(None),
+            flight,
             _server: p.server,
             failed: Mutex::new(Default::default()),
             standby_addrs: p.standby_addrs,
@@ -432,10 +436,11 @@ impl Inner {
             .async_error()
             .unwrap_or_else(|| "aborted by the application".into());
         tracing::warn!(rank = self.rank, %reason, "communicator aborted; telling the peers");
-        st.aborted = Some(reason);
+        st.aborted = Some(reason.clone());
         for c in st.conns.iter_mut().flatten() {
             c.abort(Some(self.rank));
         }
+        self.auto_dump(&reason);
     }
 
     /// Whether [`Inner::abort`] was called.

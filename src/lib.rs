@@ -40,6 +40,7 @@ pub mod capi;
 mod comm;
 mod compressed;
 mod element;
+mod flight;
 mod logging;
 mod setup;
 mod shrink;

@@ -44,6 +44,12 @@ pub struct Config {
     pub node_id: Option<String>,
     /// Tier costs and placement from `SNCL_TOPO_FILE` / `SNCL_*_BW` / `SNCL_*_LAT`.
     pub tiers: crate::topofile::TierSpec,
+    /// Operations the flight recorder keeps (`SNCL_FLIGHT_RECORDER_ENTRIES`,
+    /// default 1000; 0 turns it off).
+    pub flight_recorder_entries: usize,
+    /// Where flight-recorder dumps go on timeout, abort or on demand
+    /// (`SNCL_DEBUG_DUMP_DIR`; none: no automatic dumps).
+    pub debug_dump_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -60,6 +66,8 @@ impl Default for Config {
             tcp_piece_bytes: 512 << 10,
             node_id: None,
             tiers: crate::topofile::TierSpec::default(),
+            flight_recorder_entries: crate::flight::DEFAULT_ENTRIES,
+            debug_dump_dir: None,
         }
     }
 }

@@ -72,7 +72,12 @@ struct Waiter {
     spin: Duration,
     last_progress: Instant,
     last_probe: Instant,
+    /// The wait (since the last progress) at which the next hang report is due.
+    next_report: Duration,
 }
+
+/// How often a waiting rank logs what it waits for (at INFO).
+pub const HANG_REPORT_EVERY: Duration = Duration::from_secs(10);
 
 impl Waiter {
     /// No clock read here: most steps of small operations never wait.
@@ -84,6 +89,7 @@ impl Waiter {
             spin,
             last_progress: epoch,
             last_probe: epoch,
+            next_report: HANG_REPORT_EVERY,
         }
     }
 
@@ -92,6 +98,7 @@ impl Waiter {
             self.waited += self.last_progress.elapsed();
         }
         self.idle = 0;
+        self.next_report = HANG_REPORT_EVERY;
     }
 
     /// Backs off once. Returns how long there has been no progress when it
@@ -164,7 +171,8 @@ pub fn execute(
     let esize = ctx.dtype.size();
     let mut states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;
-    for step in &sched.steps {
+    let nsteps = sched.steps.len();
+    for (k, step) in sched.steps.iter().enumerate() {
         for op in &step.ops {
             if let Op::Copy { src, dst } = *op {
                 bufs.copy(src, dst, esize);
@@ -255,6 +263,7 @@ pub fn execute(
                 }
                 if waited >= ctx.timeout {
                     let waiting_on = waiting_peers(step.ops.as_slice(), &states);
+                    hang_report(ctx, (k, nsteps), &step.ops, &states, waited, true);
                     return Err(Error::Timeout {
                         rank: ctx.rank,
                         op: ctx.fingerprint,
@@ -262,6 +271,10 @@ pub fn execute(
                         waiting_on,
                         timeout_ms: ctx.timeout.as_millis() as u64,
                     });
+                }
+                if waited >= waiter.next_report {
+                    waiter.next_report = waited + HANG_REPORT_EVERY;
+                    hang_report(ctx, (k, nsteps), &step.ops, &states, waited, false);
                 }
                 if waiter.last_probe.elapsed() >= Duration::from_millis(100) {
                     waiter.last_probe = Instant::now();
@@ -299,6 +312,16 @@ pub fn execute(
                 }
                 if waited >= ctx.timeout {
                     let waiting_on: Vec<usize> = step.ops.iter().filter_map(|o| o.peer()).collect();
+                    tracing::error!(
+                        rank = ctx.rank,
+                        op = %ctx.fingerprint,
+                        seq = ctx.seq,
+                        step = k + 1,
+                        steps = nsteps,
+                        peers = ?waiting_on,
+                        since_progress_ms = waited.as_millis() as u64,
+                        "sncl hang: buffered sends not drained before the deadline"
+                    );
                     return Err(Error::Timeout {
                         rank: ctx.rank,
                         op: ctx.fingerprint,
@@ -318,6 +341,70 @@ pub fn execute(
         }
     }
     Ok(())
+}
+
+/// Logs what a waiting rank waits for: the operation, its sequence number,
+/// step k of n, and per unfinished transfer the peer with the bytes
+/// expected and moved so far. At ERROR when the deadline passed, else INFO
+/// (every [`HANG_REPORT_EVERY`] while the wait lasts).
+fn hang_report(
+    ctx: &OpContext,
+    (k, nsteps): (usize, usize),
+    ops: &[Op],
+    states: &[OpState],
+    waited: Duration,
+    timed_out: bool,
+) {
+    let level_on = if timed_out {
+        tracing::enabled!(tracing::Level::ERROR)
+    } else {
+        tracing::enabled!(tracing::Level::INFO)
+    };
+    if !level_on {
+        return;
+    }
+    let esize = ctx.dtype.size();
+    let mut waiting = String::new();
+    for (op, st) in ops.iter().zip(states).filter(|(_, s)| !s.finished) {
+        let (what, peer, region) = match *op {
+            Op::Send { peer, src } => ("send to", peer, src),
+            Op::Recv { peer, dst } => ("recv from", peer, dst),
+            Op::RecvReduce { peer, dst, .. } => ("recv-reduce from", peer, dst),
+            _ => continue,
+        };
+        if !waiting.is_empty() {
+            waiting.push_str("; ");
+        }
+        waiting.push_str(&format!(
+            "{what} rank {peer}: {} of {} bytes",
+            st.done,
+            region.len * esize
+        ));
+    }
+    let since_progress_ms = waited.as_millis() as u64;
+    if timed_out {
+        tracing::error!(
+            rank = ctx.rank,
+            op = %ctx.fingerprint,
+            seq = ctx.seq,
+            step = k + 1,
+            steps = nsteps,
+            waiting = %waiting,
+            since_progress_ms,
+            "sncl hang: deadline passed"
+        );
+    } else {
+        tracing::info!(
+            rank = ctx.rank,
+            op = %ctx.fingerprint,
+            seq = ctx.seq,
+            step = k + 1,
+            steps = nsteps,
+            waiting = %waiting,
+            since_progress_ms,
+            "sncl hang: still waiting"
+        );
+    }
 }
 
 fn waiting_peers(ops: &[Op], states: &[OpState]) -> Vec<usize> {

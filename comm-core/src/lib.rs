@@ -16,6 +16,7 @@ pub use error::{Error, Result};
 pub use kernels::{DataType, ReduceOp};
 pub mod config;
 pub mod exec;
+pub mod flight;
 mod mem;
 pub mod topo;
 pub mod topofile;

@@ -11,6 +11,8 @@ mod launch;
 mod plan_cmd;
 mod plot;
 mod sim_cmd;
+mod soak;
+mod trace;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -29,6 +31,8 @@ fn main() -> ExitCode {
         Some("sim") => return sim_cmd::main(argv[1..].to_vec()),
         Some("plan") => return plan_cmd::main(argv[1..].to_vec()),
         Some("calibrate") => return calibrate::main(argv[1..].to_vec()),
+        Some("trace") => return trace::main(argv[1..].to_vec()),
+        Some("soak") => return soak::main(argv[1..].to_vec()),
         _ => {}
     }
     let args = Args::parse();

@@ -66,7 +66,7 @@ impl Inner {
                 _ => op.count as u64,
             },
         };
-        let (sched, _algo) = self.schedule(st, op)?;
+        let (sched, algo) = self.schedule(st, op)?;
         if sched.steps.is_empty() {
             return Ok(());
         }
@@ -139,6 +139,19 @@ impl Inner {
         };
         *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();
+        let flight_id = self.flight.start_at(
+            comm_core::flight::OpRecord {
+                seq,
+                op: op.coll.name(),
+                dtype: op.dtype.name(),
+                reduce: fingerprint.op.name(),
+                count: op.count as u64,
+                bytes: (send_elems.max(recv_elems) * esize) as u64,
+                root: fingerprint.root.into(),
+                algo: algo.name(),
+            },
+            started,
+        );
         let result = exec::execute(
             &sched,
             &ctx,
@@ -147,7 +160,10 @@ impl Inner {
             Some(&mut st.traffic),
             Some(&self.abort_flag),
         );
-        st.busy += started.elapsed();
+        let ended = std::time::Instant::now();
+        st.busy += ended - started;
+        self.flight
+            .finish_at(flight_id, ended, result.as_ref().err().map(|e| e as _));
         match &result {
             Err(e) if !self.abort_requested() => self.fail(st, e),
             // Stopped by (or finished despite) an abort from another thread:
@@ -193,6 +209,7 @@ impl Inner {
         for c in st.conns.iter_mut().flatten() {
             c.abort(cause);
         }
+        self.auto_dump(&e.to_string());
     }
 
     /// Runs the transfers of a point-to-point group to this rank itself as

@@ -252,6 +252,37 @@ pub static SETTINGS: &[Setting] = &[
             show: |c| c.node_id.clone().unwrap_or_default(),
         },
     },
+    Setting {
+        name: "SNCL_FLIGHT_RECORDER_ENTRIES",
+        scope: Scope::Process,
+        values: range(0, crate::flight::MAX_ENTRIES, 1, "operations"),
+        default: Value("1000"),
+        doc: "operations each communicator's flight recorder keeps (0: off); dumped to `SNCL_DEBUG_DUMP_DIR`",
+        field: Field::Int {
+            name: "flight_recorder_entries",
+            get: |c| c.flight_recorder_entries,
+            put: |c, v| c.flight_recorder_entries = v,
+        },
+    },
+    Setting {
+        name: "SNCL_DEBUG_DUMP_DIR",
+        scope: Scope::Process,
+        values: Values::Text("directory"),
+        default: Unset("none: no dumps"),
+        doc: "directory for flight-recorder dumps (JSON lines, mode 0600) on timeout, abort or `dump_flight_recorder()`; read by `commbench trace`",
+        field: Field::Text {
+            put: |c, v| {
+                c.debug_dump_dir = Some(std::path::PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
+                Ok(())
+            },
+            show: |c| {
+                c.debug_dump_dir
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            },
+        },
+    },
     // Per process, read by `TierSpec` (comm-core/src/topofile.rs).
     local(
         "SNCL_TOPO_FILE",

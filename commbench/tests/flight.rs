@@ -1,0 +1,213 @@
+//! Hang reports and the flight recorder, end to end: rank 2 of 3 skips one
+//! all-reduce; the others log what they wait for (every 10 s at INFO, and
+//! at the deadline), time out, dump their flight recorders, rank 2 dumps
+//! on demand, and `commbench trace` names rank 2.
+//!
+//! The scenario runs in a child process (this test binary again) so its
+//! `tracing` output on stderr can be checked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sncl::{Communicator, Config, ReduceOp};
+
+const BIN: &str = env!("CARGO_BIN_EXE_commbench");
+const CHILD_ENV: &str = "SNCL_FLIGHT_TEST_DIR";
+/// Longer than the 10 s report period, so one INFO report comes first.
+const TIMEOUT_MS: u64 = 10_800;
+
+/// Child side: runs the scenario with dumps in `$SNCL_FLIGHT_TEST_DIR`.
+#[test]
+fn child_skipping_rank() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    sncl::init_logging();
+    let config = Config {
+        timeout: Duration::from_millis(TIMEOUT_MS),
+        debug_dump_dir: Some(PathBuf::from(dir)),
+        ..Default::default()
+    };
+    let comms = Communicator::init_threads(3, config).expect("init");
+    let results: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut v = vec![1.0f32; 4096];
+                    c.all_reduce_in_place(&mut v, ReduceOp::Sum)
+                        .expect("first all_reduce");
+                    if c.rank() == 2 {
+                        // Skips the second all_reduce; stays alive past the
+                        // others' deadline, then dumps on demand.
+                        std::thread::sleep(Duration::from_millis(TIMEOUT_MS + 2500));
+                        let p = c.dump_flight_recorder().expect("dump on demand");
+                        return format!("rank 2 dumped {}", p.display());
+                    }
+                    match c.all_reduce_in_place(&mut v, ReduceOp::Sum) {
+                        Ok(()) => format!("rank {} UNEXPECTED success", c.rank()),
+                        Err(e) => format!("rank {} failed: {e}", c.rank()),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank")).collect()
+    });
+    for r in results {
+        eprintln!("RESULT {r}");
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
+}
+
+#[test]
+fn skipping_rank_is_named_by_hang_reports_dumps_and_trace() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sncl-flight-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let exe = std::env::current_exe().expect("current exe");
+    let out = Command::new(exe)
+        .args(["--exact", "child_skipping_rank", "--nocapture"])
+        .env(CHILD_ENV, &dir)
+        .env("SNCL_DEBUG", "INFO")
+        .stdin(Stdio::null())
+        .output()
+        .expect("child");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {err}");
+    for r in [0, 1] {
+        assert!(err.contains(&format!("RESULT rank {r} failed")), "{err}");
+    }
+    assert!(err.contains("RESULT rank 2 dumped"), "{err}");
+    // The periodic report (INFO) and the one at the deadline (ERROR) say
+    // what is awaited: op, seq, step k of n, peer, bytes, time.
+    let still: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("sncl hang: still waiting"))
+        .collect();
+    assert!(!still.is_empty(), "no periodic hang report: {err}");
+    let dead: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("sncl hang: deadline passed"))
+        .collect();
+    assert!(!dead.is_empty(), "no hang report at the deadline: {err}");
+    for l in still.iter().chain(&dead) {
+        for want in [
+            "all_reduce",
+            "seq=2",
+            "step=",
+            "steps=",
+            " bytes",
+            "since_progress_ms=",
+        ] {
+            assert!(l.contains(want), "{want:?} missing from {l}");
+        }
+    }
+    assert!(
+        still
+            .iter()
+            .chain(&dead)
+            .any(|l| l.contains("from rank 2: 0 of")),
+        "no report names rank 2 with 0 bytes received: {err}"
+    );
+    // Every rank dumped, mode 0600.
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 3, "{files:?}\n{err}");
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    let text = std::fs::read_to_string(&files[0]).expect("read");
+    assert!(text.starts_with("{\"sncl_flight_recorder\":1"), "{text}");
+    // commbench trace names rank 2.
+    let o = Command::new(BIN)
+        .arg("trace")
+        .arg(&dir)
+        .output()
+        .expect("commbench trace");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains("verdict: rank(s) [2] did not reach all_reduce"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("rank 2: did NOT reach"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn trace_without_dumps_is_an_error() {
+    let o = Command::new(BIN)
+        .args(["trace", "/nonexistent/sncl-flight"])
+        .output()
+        .expect("commbench trace");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/sncl-flight"));
+}
+
+/// An application abort dumps to the configured directory; on demand
+/// without a directory is an error naming the setting.
+#[test]
+fn abort_dumps_and_on_demand_needs_a_directory() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sncl-flight-abort-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let comms = Communicator::init_threads(
+        2,
+        Config {
+            debug_dump_dir: Some(dir.clone()),
+            flight_recorder_entries: 2,
+            ..Default::default()
+        },
+    )
+    .expect("init");
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                for _ in 0..3 {
+                    let mut v = vec![1u32; 64];
+                    c.all_reduce_in_place(&mut v, ReduceOp::Sum)
+                        .expect("all_reduce");
+                }
+            });
+        }
+    });
+    comms[0].abort();
+    let file = dir.join(format!(
+        "sncl-flight-{:016x}-rank0.jsonl",
+        comms[0].comm_id()
+    ));
+    let text = std::fs::read_to_string(&file).expect("rank 0 dumped on abort");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("aborted by the application"), "{text}");
+    // The ring keeps the last 2 of 3 operations.
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[1].contains("\"seq\":2") && lines[2].contains("\"seq\":3"),
+        "{text}"
+    );
+    assert!(comms[1].flight_recorder_json().contains("\"seq\":3"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let plain = Communicator::init_threads(1, Config::default()).expect("init");
+    let e = plain[0]
+        .dump_flight_recorder()
+        .expect_err("no directory set");
+    assert!(e.to_string().contains("SNCL_DEBUG_DUMP_DIR"), "{e}");
+}
