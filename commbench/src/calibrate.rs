@@ -45,12 +45,9 @@ pub struct CalibrateArgs {
 
 /// Runs `commbench calibrate` with `argv` (without the program name).
 pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match CalibrateArgs::try_parse_from(argv) {
+    let a: CalibrateArgs = match crate::parse_subcommand(&argv) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     if a.size < 2 || a.iters == 0 {
         eprintln!("commbench calibrate: --size must be >= 2 bytes and -n >= 1");

@@ -25,6 +25,15 @@ use sncl::{Communicator, DataType, ReduceOp};
 use args::Args;
 use cases::{Bench, Case, Timing};
 
+/// Parses a subcommand's arguments (`argv` without the program name): on
+/// `--help` prints it and exits 0, on bad arguments prints why and exits 2.
+fn parse_subcommand<A: Parser>(argv: &[String]) -> Result<A, ExitCode> {
+    A::try_parse_from(argv).map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(if e.use_stderr() { 2 } else { 0 })
+    })
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     match argv.get(1).map(String::as_str) {

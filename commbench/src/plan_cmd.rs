@@ -124,12 +124,9 @@ fn dtype_bytes(s: &str) -> Result<usize, String> {
 
 /// Runs `commbench plan` with `argv` (without the program name).
 pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match PlanArgs::try_parse_from(argv) {
+    let a: PlanArgs = match crate::parse_subcommand(&argv) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,

@@ -135,12 +135,9 @@ pub struct SimArgs {
 
 /// Runs `commbench sim` with `argv` (without the program name).
 pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match SimArgs::try_parse_from(argv) {
+    let a: SimArgs = match crate::parse_subcommand(&argv) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,

@@ -115,12 +115,9 @@ fn next(state: &mut u64) -> u64 {
 
 /// `commbench soak ...` (one rank; the job comes from the environment).
 pub fn main(argv: Vec<String>) -> ExitCode {
-    let args = match SoakArgs::try_parse_from(&argv) {
+    let args: SoakArgs = match crate::parse_subcommand(&argv) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let sizes = (
         parse_size(&args.min_bytes),
