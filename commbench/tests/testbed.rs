@@ -4,37 +4,18 @@
 //! sent across nodes equal to the algorithm's exact count.
 //! Needs root and `ip netns`; skips with the reason otherwise.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod bed;
 
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: network namespaces need root".into());
-    }
-    let ok = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| o.status.success());
-    if !matches!(ok, Ok(true)) {
-        return Some("`ip netns` is not available (install iproute2)".into());
-    }
-    if Command::new("tc").arg("-V").output().is_err() {
-        return Some("`tc` is not available (install iproute2)".into());
-    }
-    None
-}
+use bed::{repo_root, skip_reason};
+
+use std::process::Command;
 
 const NODES: u64 = 4;
 const LOCAL: u64 = 2;
 const ITERS: u64 = 2;
 
 fn run_bed(op: &str, bytes: u64, extra: &[&str]) -> Vec<serde_json::Value> {
-    // The repository root: commbench/ is one level below it.
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("commbench/ has a parent")
-        .to_path_buf();
+    let root = repo_root();
     let stats = std::env::temp_dir().join(format!("sncl-testbed-{op}-{}.json", std::process::id()));
     let size = bytes.to_string();
     let iters = ITERS.to_string();

@@ -8,27 +8,13 @@
 //!
 //! Needs root and `ip netns`; skips with the reason otherwise.
 
-use std::path::{Path, PathBuf};
+mod bed;
+
+use bed::{repo_root, skip_reason};
+
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: network namespaces need root".into());
-    }
-    let ok = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| o.status.success());
-    if !matches!(ok, Ok(true)) {
-        return Some("`ip netns` is not available (install iproute2)".into());
-    }
-    if Command::new("tc").arg("-V").output().is_err() {
-        return Some("`tc` is not available (install iproute2)".into());
-    }
-    None
-}
 
 /// The node whose link fails; with one rank per node it holds rank 2.
 const FAULTY: usize = 2;
@@ -43,10 +29,7 @@ struct Run {
 }
 
 fn run_bed(fault: &str, bytes: &str, iters: &str, warmup: &str) -> Run {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("commbench/ has a parent")
-        .to_path_buf();
+    let root = repo_root();
     let logs = std::env::temp_dir().join(format!(
         "sncl-faults-{}-{}",
         fault.replace([':', '@', '+'], "_"),
