@@ -105,14 +105,47 @@ fn assert_ok(out: &Output, what: &str) {
     );
 }
 
+/// Rank 0 of a 2-rank job on loopback, up and waiting for rank 1: the
+/// target of the attacks below.
+struct WaitingRoot {
+    port: u16,
+    root: String,
+    addr: SocketAddr,
+    secret: String,
+    rank0: Child,
+}
+
+impl WaitingRoot {
+    fn start() -> WaitingRoot {
+        let port = free_port();
+        let root = format!("127.0.0.1:{port}");
+        let addr: SocketAddr = root.parse().unwrap();
+        let secret = job_secret();
+        let rank0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
+        wait_listening(addr);
+        WaitingRoot {
+            port,
+            root,
+            addr,
+            secret,
+            rank0,
+        }
+    }
+
+    /// Starts the real rank 1; both ranks must then complete the job.
+    fn complete(self) {
+        let r1 = rank_cmd(1, 2, &self.root, &self.secret, &[])
+            .spawn()
+            .unwrap();
+        assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
+        assert_ok(&finish(self.rank0, Duration::from_secs(60)), "rank 0");
+    }
+}
+
 #[test]
 fn outsider_with_only_the_port_cannot_join() {
-    let port = free_port();
-    let root = format!("127.0.0.1:{port}");
-    let addr: SocketAddr = root.parse().unwrap();
-    let secret = job_secret();
-    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
-    wait_listening(addr);
+    let job = WaitingRoot::start();
+    let (root, addr, secret) = (job.root.clone(), job.addr, job.secret.clone());
     // What the review did: compute the secret a plain SNCL_* launch would
     // derive from the public facts (root, world size), and try it.
     let guessed = LaunchEnv::from_vars(&|k| match k {
@@ -133,18 +166,13 @@ fn outsider_with_only_the_port_cannot_join() {
         assert!(t0.elapsed() < Duration::from_secs(5));
     }
     // The real rank still joins and the job completes.
-    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
-    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
-    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+    job.complete();
 }
 
 #[test]
 fn store_listens_only_on_the_root_address() {
-    let port = free_port();
-    let root = format!("127.0.0.1:{port}");
-    let secret = job_secret();
-    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
-    wait_listening(root.parse().unwrap());
+    let job = WaitingRoot::start();
+    let port = job.port;
     // 127.0.0.2 is this host too, but not the root's address.
     let other: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
     let e = TcpStream::connect_timeout(&other, Duration::from_secs(2)).unwrap_err();
@@ -155,9 +183,7 @@ fn store_listens_only_on_the_root_address() {
         !listening.contains(&wildcard),
         "the store listens on 0.0.0.0:{port}"
     );
-    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
-    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
-    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+    job.complete();
 }
 
 #[test]
@@ -184,12 +210,8 @@ fn ipv6_root_works() {
 
 #[test]
 fn idle_and_trickling_connections_do_not_delay_a_real_root() {
-    let port = free_port();
-    let root = format!("127.0.0.1:{port}");
-    let addr: SocketAddr = root.parse().unwrap();
-    let secret = job_secret();
-    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
-    wait_listening(addr);
+    let job = WaitingRoot::start();
+    let (addr, secret) = (job.addr, job.secret.clone());
     let idle: Vec<TcpStream> = (0..200)
         .map(|_| TcpStream::connect(addr).unwrap())
         .collect();
@@ -221,9 +243,7 @@ fn idle_and_trickling_connections_do_not_delay_a_real_root() {
         "a legitimate join took {took:?}"
     );
     drop(store);
-    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
-    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
-    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+    job.complete();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     trickler.join().unwrap();
     drop(idle);
@@ -396,13 +416,9 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn huge_frames_leave_the_root_small() {
-    let port = free_port();
-    let root = format!("127.0.0.1:{port}");
-    let addr: SocketAddr = root.parse().unwrap();
-    let secret = job_secret();
-    let r0 = rank_cmd(0, 2, &root, &secret, &[]).spawn().unwrap();
-    wait_listening(addr);
-    let pid = r0.id();
+    let job = WaitingRoot::start();
+    let (addr, secret) = (job.addr, job.secret.clone());
+    let pid = job.rank0.id();
     let before = rss_kib(pid);
     for _ in 0..4 {
         let mut s = authenticate_raw(addr, &parse_secret(&secret));
@@ -419,7 +435,5 @@ fn huge_frames_leave_the_root_small() {
     let after = rss_kib(pid);
     eprintln!("root RSS {before} KiB before, {after} KiB after four 1 GiB announcements");
     assert!(after < 64 * 1024, "root RSS {after} KiB");
-    let r1 = rank_cmd(1, 2, &root, &secret, &[]).spawn().unwrap();
-    assert_ok(&finish(r1, Duration::from_secs(60)), "rank 1");
-    assert_ok(&finish(r0, Duration::from_secs(60)), "rank 0");
+    job.complete();
 }
