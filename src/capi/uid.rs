@@ -20,40 +20,6 @@ fn var(env: &Environment, k: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// IPv4 addresses of up interfaces, with their names.
-fn interfaces() -> Vec<(String, Ipv4Addr)> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut p = head;
-    while !p.is_null() {
-        // SAFETY: `p` is a node of the list getifaddrs returned, alive until
-        // freeifaddrs; its name is a NUL-terminated string and its address,
-        // when not NULL and of family AF_INET, a sockaddr_in.
-        unsafe {
-            let ifa = &*p;
-            if !ifa.ifa_addr.is_null()
-                && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET
-                && ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0
-            {
-                let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                let name = std::ffi::CStr::from_ptr(ifa.ifa_name)
-                    .to_string_lossy()
-                    .into_owned();
-                out.push((name, ip));
-            }
-            p = ifa.ifa_next;
-        }
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
-}
-
 /// The address of interface `SNCL_SOCKET_IFNAME` (transport-tcp's rule:
 /// its IPv4 address, else a routable IPv6 one), if set; an interface that
 /// does not exist or has no address is an error listing the interfaces.
@@ -73,17 +39,9 @@ fn host_ip(env: &Environment) -> Result<IpAddr, CError> {
     if let Some(ip) = ifname_ip(env)? {
         return Ok(ip);
     }
-    Ok(interfaces()
-        .into_iter()
-        .find(|(n, ip)| {
-            !ip.is_loopback()
-                && !ip.is_unspecified()
-                && !n.starts_with("docker")
-                && !n.starts_with("virbr")
-                && !n.starts_with("lo")
-        })
-        .map(|(_, ip)| IpAddr::V4(ip))
-        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+    Ok(IpAddr::V4(
+        transport_tcp::default_host_ipv4().unwrap_or(Ipv4Addr::LOCALHOST),
+    ))
 }
 
 /// `snclGetUniqueId`: see its documentation for the rules.

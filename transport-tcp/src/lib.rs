@@ -39,7 +39,8 @@ mod sys;
 
 pub use conn::TcpConnection;
 pub use setup::{
-    interface_addr, TcpEndpoint, TcpSetup, MAX_NSOCKS, MAX_PIECE_LIMIT, SOCKET_BUFFER_BYTES,
+    default_host_ipv4, interface_addr, TcpEndpoint, TcpSetup, MAX_NSOCKS, MAX_PIECE_LIMIT,
+    SOCKET_BUFFER_BYTES,
 };
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).

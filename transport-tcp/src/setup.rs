@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -360,6 +360,25 @@ impl TcpEndpoint {
             })
             .collect()
     }
+}
+
+/// This host's address for a new rendezvous root when no interface is
+/// named: the first IPv4 address of an up interface that is not loopback
+/// or a docker / virtual bridge; `None` when there is none.
+pub fn default_host_ipv4() -> Option<Ipv4Addr> {
+    sys::interface_addrs()
+        .ok()?
+        .into_iter()
+        .filter(|a| a.up)
+        .filter(|a| {
+            !["docker", "virbr", "lo"]
+                .iter()
+                .any(|p| a.name.starts_with(p))
+        })
+        .find_map(|a| match a.addr {
+            Some(IpAddr::V4(ip)) if !ip.is_loopback() && !ip.is_unspecified() => Some(ip),
+            _ => None,
+        })
 }
 
 /// The address of network interface `ifname` (as in `SNCL_SOCKET_IFNAME`):

@@ -64,6 +64,8 @@ pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
 pub(crate) struct IfAddr {
     pub name: String,
     pub addr: Option<IpAddr>,
+    /// Whether the interface is up (`IFF_UP`).
+    pub up: bool,
 }
 
 /// Every (interface, address) pair `getifaddrs(3)` reports.
@@ -115,7 +117,8 @@ pub(crate) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
                 _ => None,
             }
         };
-        out.push(IfAddr { name, addr });
+        let up = ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0;
+        out.push(IfAddr { name, addr, up });
         cur = ifa.ifa_next;
     }
     // SAFETY: `head` came from a successful getifaddrs and is freed once;
