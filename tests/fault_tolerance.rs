@@ -457,28 +457,38 @@ fn shrink_rejects_bad_lists() {
     assert!(e.contains("out of range"), "{e}");
 }
 
+/// Every survivor (a thread each) shrinks with `exclude`.
+fn shrink_on_threads(survivors: &[Communicator], exclude: &[usize]) -> Vec<Communicator> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = survivors
+            .iter()
+            .map(|c| s.spawn(move || c.shrink(exclude).expect("shrink")))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A 2-rank communicator's all-reduce of `len` elements (rank + 1 each) is 3.
+fn assert_pair_sums(comms: &[Communicator], len: usize) {
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || {
+                assert_eq!(c.size(), 2);
+                let mut v = vec![c.rank() as f32 + 1.0; len];
+                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+                assert_eq!(v, vec![3.0; len]);
+            });
+        }
+    });
+}
+
 #[test]
 fn shrink_threads_without_rank_zero() {
     let comms = Communicator::init_threads(3, Config::default()).expect("init");
     comms[0].abort();
-    let shrunk: Vec<Communicator> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms[1..]
-            .iter()
-            .map(|c| s.spawn(move || c.shrink(&[0]).expect("shrink")))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let shrunk = shrink_on_threads(&comms[1..], &[0]);
     drop(comms);
-    std::thread::scope(|s| {
-        for c in &shrunk {
-            s.spawn(move || {
-                assert_eq!(c.size(), 2);
-                let mut v = [c.rank() as f32 + 1.0; 8];
-                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
-                assert_eq!(v, [3.0; 8]);
-            });
-        }
-    });
+    assert_pair_sums(&shrunk, 8);
 }
 
 /// `snclCommAbort` from another thread ends a stuck `snclAllReduce` within
@@ -677,22 +687,7 @@ fn agree_then_shrink_twice_threads() {
         vec![(0, 3), (1, 3), (2, 3)]
     );
     // Shrink the result again, dropping its rank 0 (old rank 1).
-    let again: Vec<Communicator> = std::thread::scope(|s| {
-        let hs: Vec<_> = shrunk[1..]
-            .iter()
-            .map(|c| s.spawn(move || c.shrink(&[0]).expect("second shrink")))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let again = shrink_on_threads(&shrunk[1..], &[0]);
     drop(shrunk);
-    std::thread::scope(|s| {
-        for c in &again {
-            s.spawn(move || {
-                assert_eq!(c.size(), 2);
-                let mut v = [c.rank() as f32 + 1.0; 100];
-                c.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
-                assert_eq!(v, [3.0; 100]);
-            });
-        }
-    });
+    assert_pair_sums(&again, 100);
 }
