@@ -6,8 +6,8 @@ use std::io::{self, Read, Write};
 use crate::auth::{hmac_sha256, verify_hmac_sha256};
 
 pub(super) const MAGIC: &[u8; 8] = b"SNCLSTR1";
-pub(super) const NONCE: usize = 16;
-pub(super) const MAC: usize = 32;
+pub(super) const NONCE: usize = crate::auth::NONCE_BYTES;
+pub(super) const MAC: usize = crate::auth::DIGEST_BYTES;
 /// Bytes of the server's greeting: magic ‖ server nonce.
 pub(super) const GREETING_BYTES: usize = 8 + NONCE;
 /// Bytes of the client's proof: magic ‖ rank ‖ client nonce ‖ MAC.
