@@ -1,0 +1,13 @@
+//! The emulated device (tests only). Being built on its branch.
+
+use std::sync::Arc;
+
+use crate::{Device, DeviceError, Result};
+
+/// Opens emulated device `ordinal`.
+pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
+    Err(DeviceError::Unsupported {
+        what: format!("emulated device {ordinal}"),
+        why: "the emulated backend is not in this build yet".into(),
+    })
+}

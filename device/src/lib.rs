@@ -1,0 +1,316 @@
+//! What the sncl runtime needs of a device, as one small object-safe trait
+//! ([`Device`]), with two backends:
+//!
+//! * [`Backend::Cuda`]: CUDA through cudarc (driver API and NVRTC loaded at
+//!   run time, so it builds everywhere and fails with an error where no
+//!   driver is found);
+//! * [`Backend::Emu`] (feature `emu`): an emulated device in host memory for
+//!   tests and CI only. It is never chosen by default.
+//!
+//! Device memory is addressed by [`DevicePtr`] (a `CUdeviceptr` on CUDA; an
+//! opaque address into the emulator's allocations on `emu`). The runtime
+//! never dereferences a `DevicePtr`; every access goes through the trait.
+//! Work is ordered on streams ([`StreamHandle`]); completion is observed with
+//! events or with stream value operations on a `u32` in pinned host memory.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kernels::{DataType, ReduceOp};
+
+mod error;
+pub use error::DeviceError;
+
+/// Results of the device layer.
+pub type Result<T> = std::result::Result<T, DeviceError>;
+
+/// The most sources or destinations of one [`Device::reduce_copy`].
+pub const MAX_REDUCE_ARGS: usize = 8;
+
+/// Which implementation of [`Device`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// A CUDA GPU through cudarc.
+    Cuda,
+    /// The emulated device (feature `emu`; tests only).
+    Emu,
+}
+
+impl Backend {
+    /// The name used in settings and command lines: `"cuda"` or `"emu"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Emu => "emu",
+        }
+    }
+
+    /// Parses `"cuda"` or `"emu"`.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "cuda" => Some(Backend::Cuda),
+            "emu" => Some(Backend::Emu),
+            _ => None,
+        }
+    }
+}
+
+/// A device address. Offsets are in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub const fn add(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+}
+
+/// A stream: a raw `CUstream` on CUDA, a stream id on `emu`. Work enqueued on
+/// one stream runs in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StreamHandle(pub u64);
+
+/// An event: a raw `CUevent` on CUDA, an event id on `emu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventHandle(pub u64);
+
+/// An exported device allocation, to be opened by another process on the
+/// same machine (`CUipcMemHandle`'s 64 bytes on CUDA).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpcHandle(pub [u8; 64]);
+
+impl std::fmt::Debug for IpcHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IpcHandle(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
+    }
+}
+
+/// A device's compute capability (`major`, `minor`); `(0, 0)` on `emu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Arch {
+    /// Major version (9 for sm_90).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+/// What the runtime needs of one device. Object-safe: the runtime holds an
+/// `Arc<dyn Device>`.
+///
+/// Every method returns a [`DeviceError`] that names the call and what was
+/// expected; none panics on a missing driver, a bad handle or a device fault.
+/// Asynchronous methods (`*_async`, `reduce_copy`, `divide`, stream value
+/// operations) only enqueue: errors found later surface at the next
+/// synchronising call ([`Device::synchronize`], [`Device::event_done`]).
+pub trait Device: Send + Sync + std::fmt::Debug {
+    /// The backend.
+    fn backend(&self) -> Backend;
+    /// The device ordinal this value is bound to.
+    fn ordinal(&self) -> usize;
+    /// A human-readable name ("NVIDIA H200", "emu").
+    fn name(&self) -> String;
+    /// The compute capability.
+    fn arch(&self) -> Arch;
+
+    /// Allocates `bytes` of device memory (contents undefined). Zero bytes
+    /// gives a valid, distinct pointer.
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Frees memory from [`Device::alloc`].
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc` on this device, is freed once, and no
+    /// enqueued work still uses it.
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Allocates `bytes` of page-locked host memory the device can copy to
+    /// and from asynchronously (not write-combined: the host reads it).
+    fn alloc_pinned(&self, bytes: usize) -> Result<NonNull<u8>>;
+    /// Frees memory from [`Device::alloc_pinned`].
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc_pinned` on this device with this length, is
+    /// freed once, and no enqueued work still uses it.
+    unsafe fn free_pinned(&self, ptr: NonNull<u8>, bytes: usize) -> Result<()>;
+
+    /// Creates a stream owned by the caller.
+    fn create_stream(&self) -> Result<StreamHandle>;
+    /// Destroys a stream from [`Device::create_stream`].
+    ///
+    /// # Safety
+    /// The stream was created here, is destroyed once, and nobody enqueues
+    /// on it afterwards.
+    unsafe fn destroy_stream(&self, stream: StreamHandle) -> Result<()>;
+    /// Waits until all work enqueued on `stream` has completed, or fails
+    /// with [`DeviceError::Timeout`] at `deadline`.
+    fn synchronize(&self, stream: StreamHandle, deadline: Instant) -> Result<()>;
+    /// Whether `stream` is being captured into a CUDA graph (device
+    /// collectives refuse such streams).
+    fn is_capturing(&self, stream: StreamHandle) -> Result<bool>;
+
+    /// Enqueues a copy of `bytes` from host memory to the device.
+    ///
+    /// # Safety
+    /// `src` is valid for reads of `bytes` until the copy completes (pinned
+    /// memory for true asynchrony); `dst` is a live device range.
+    unsafe fn copy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: StreamHandle,
+    ) -> Result<()>;
+    /// Enqueues a copy of `bytes` from the device to host memory.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `bytes` until the copy completes and
+    /// nothing else touches it meanwhile; `src` is a live device range.
+    unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamHandle,
+    ) -> Result<()>;
+    /// Enqueues a device-to-device copy (ranges may not partially overlap).
+    ///
+    /// # Safety
+    /// Both are live device ranges of `bytes`.
+    unsafe fn copy_d2d_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: StreamHandle,
+    ) -> Result<()>;
+
+    /// Creates an event (timing enabled).
+    fn create_event(&self) -> Result<EventHandle>;
+    /// Destroys an event.
+    ///
+    /// # Safety
+    /// Created here, destroyed once, not used afterwards.
+    unsafe fn destroy_event(&self, event: EventHandle) -> Result<()>;
+    /// Records `event` on `stream`.
+    fn record_event(&self, event: EventHandle, stream: StreamHandle) -> Result<()>;
+    /// Whether the work before the event's last record has completed.
+    fn event_done(&self, event: EventHandle) -> Result<bool>;
+    /// Makes `stream` wait for `event` (no host blocking).
+    fn stream_wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<()>;
+    /// Milliseconds between two completed events.
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32>;
+
+    /// Enqueues a write of `value` to the `u32` at `addr` (pinned host
+    /// memory from [`Device::alloc_pinned`]) when the stream reaches it.
+    ///
+    /// # Safety
+    /// `addr` is aligned, inside a live pinned allocation of this device.
+    unsafe fn stream_write_u32(
+        &self,
+        stream: StreamHandle,
+        addr: *mut u32,
+        value: u32,
+    ) -> Result<()>;
+    /// Enqueues a wait: the stream does not run past this point until the
+    /// `u32` at `addr` is `>= value` (wrapping comparison is not used). The
+    /// host writes it (with a release store) to let the stream go on. No
+    /// CUDA callback thread blocks.
+    ///
+    /// # Safety
+    /// As for [`Device::stream_write_u32`].
+    unsafe fn stream_wait_u32(
+        &self,
+        stream: StreamHandle,
+        addr: *const u32,
+        value: u32,
+    ) -> Result<()>;
+
+    /// Enqueues `dsts[j][i] = srcs[0][i] op srcs[1][i] op ...` for
+    /// `i < count`, for every destination j (1 to [`MAX_REDUCE_ARGS`] of
+    /// each; one source is a copy). The fold is left to right and rounds
+    /// after every operation exactly as successive calls of the CPU
+    /// `kernels::reduce_into` would (f16/bf16 computed in f32 and rounded to
+    /// nearest even per step; the CPU's NaN rule for min/max), so results
+    /// are bit-identical to the CPU's. `Avg` reduces as a sum; call
+    /// [`Device::divide`] once at the end. A destination may equal a source
+    /// (in place); other overlaps are not allowed.
+    ///
+    /// # Safety
+    /// Every pointer is a live device range of `count` elements.
+    unsafe fn reduce_copy(
+        &self,
+        stream: StreamHandle,
+        dtype: DataType,
+        op: ReduceOp,
+        srcs: &[DevicePtr],
+        dsts: &[DevicePtr],
+        count: usize,
+    ) -> Result<()>;
+    /// Enqueues `data[i] /= divisor` (the final step of `Avg`; integers
+    /// truncate), bit-identical to the CPU's `kernels::divide`.
+    ///
+    /// # Safety
+    /// `data` is a live device range of `count` elements.
+    unsafe fn divide(
+        &self,
+        stream: StreamHandle,
+        dtype: DataType,
+        data: DevicePtr,
+        count: usize,
+        divisor: usize,
+    ) -> Result<()>;
+
+    /// Exports the allocation that starts at `ptr` (from [`Device::alloc`])
+    /// for other processes of this machine.
+    fn ipc_export(&self, ptr: DevicePtr) -> Result<IpcHandle>;
+    /// Opens another process's exported allocation; returns its address in
+    /// this process.
+    fn ipc_import(&self, handle: &IpcHandle) -> Result<DevicePtr>;
+    /// Closes an address from [`Device::ipc_import`].
+    ///
+    /// # Safety
+    /// `ptr` came from `ipc_import` here, is closed once, and no enqueued
+    /// work still uses it.
+    unsafe fn ipc_close(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// Test double only: makes the next enqueued operation on this device
+    /// fail with [`DeviceError::Fault`] carrying `what`. The CUDA backend
+    /// answers [`DeviceError::Unsupported`].
+    fn inject_fault(&self, what: &str) -> Result<()>;
+}
+
+/// Opens device `ordinal` of `backend`.
+///
+/// `Cuda` fails with [`DeviceError::NoDriver`], [`DeviceError::NoDevice`],
+/// [`DeviceError::NoNvrtc`] or [`DeviceError::DriverTooOld`] where CUDA is
+/// not usable, never with a panic. `Emu` needs the `emu` feature.
+pub fn open(backend: Backend, ordinal: usize) -> Result<Arc<dyn Device>> {
+    match backend {
+        Backend::Cuda => cuda::open(ordinal),
+        Backend::Emu => open_emu(ordinal),
+    }
+}
+
+#[cfg(feature = "emu")]
+fn open_emu(ordinal: usize) -> Result<Arc<dyn Device>> {
+    emu::open(ordinal)
+}
+
+#[cfg(not(feature = "emu"))]
+fn open_emu(_ordinal: usize) -> Result<Arc<dyn Device>> {
+    Err(DeviceError::Unsupported {
+        what: "the emulated device".into(),
+        why: "this build has no `emu` feature (it is a test double)".into(),
+    })
+}
+
+mod buffer;
+pub use buffer::{DeviceBuffer, PinnedBuffer};
+
+pub mod cuda;
+#[cfg(feature = "emu")]
+pub mod emu;
