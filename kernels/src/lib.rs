@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cuda;
 mod dtype;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,73 @@
+//! The CUDA C++ sources of sncl's device kernels and their names. The same
+//! sources are compiled by NVRTC for a GPU and, with `-DSNCL_HOST_EMU`, for
+//! the host (the emulated device and the CPU checks).
+//!
+//! ABI: `sncl_reduce_copy_<dtype>_<op>(SnclReduceCopyArgs)` (up to
+//! [`MAX_ARGS`] sources and destinations, `count` elements; see
+//! `kernels/cuda/sncl_reduce.cu`) and
+//! `sncl_divide_<dtype>(void* data, unsigned long long count, unsigned long long divisor)`.
+
+use crate::{DataType, ReduceOp};
+
+/// The reduce kernels' translation unit.
+pub const REDUCE_SOURCE: &str = include_str!("../cuda/sncl_reduce.cu");
+
+/// sncl's own headers that [`REDUCE_SOURCE`] includes, as (name, text).
+pub const HEADERS: &[(&str, &str)] = &[];
+
+/// The most sources or destinations of one reduce-copy.
+pub const MAX_ARGS: usize = 8;
+
+/// The block size sncl launches its kernels with.
+pub const BLOCK_THREADS: u32 = 256;
+
+/// Every reduce-copy kernel's name with its dtype and op (avg has none: it
+/// runs the sum kernel, then a divide).
+pub fn reduce_copy_kernels() -> impl Iterator<Item = (DataType, ReduceOp, String)> {
+    DataType::ALL.into_iter().flat_map(|dtype| {
+        ReduceOp::ALL
+            .into_iter()
+            .filter_map(move |op| reduce_copy_kernel(dtype, op).map(|name| (dtype, op, name)))
+    })
+}
+
+/// The reduce-copy kernel for `dtype` and `op`: `None` where the op is not
+/// defined for the type; avg maps to the sum kernel.
+pub fn reduce_copy_kernel(dtype: DataType, op: ReduceOp) -> Option<String> {
+    if !op.supports(dtype) {
+        return None;
+    }
+    let op = if op == ReduceOp::Avg {
+        ReduceOp::Sum
+    } else {
+        op
+    };
+    Some(format!("sncl_reduce_copy_{}_{}", dtype.name(), op.name()))
+}
+
+/// The divide kernel (avg's final step) for `dtype`.
+pub fn divide_kernel(dtype: DataType) -> String {
+    format!("sncl_divide_{}", dtype.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cover_every_supported_pair_once() {
+        let names: Vec<_> = reduce_copy_kernels().map(|(_, _, n)| n).collect();
+        let unique: std::collections::BTreeSet<_> = names.iter().cloned().collect();
+        // 10 dtypes x (sum prod max min) + 6 integer dtypes x 3 bitwise; avg
+        // shares sum's kernel.
+        assert_eq!(unique.len(), 10 * 4 + 6 * 3);
+        assert_eq!(
+            reduce_copy_kernel(DataType::Float32, ReduceOp::Avg).as_deref(),
+            Some("sncl_reduce_copy_float_sum")
+        );
+        assert_eq!(
+            reduce_copy_kernel(DataType::Float16, ReduceOp::BitAnd),
+            None
+        );
+    }
+}
