@@ -60,11 +60,6 @@ pub fn version() -> Result<(i32, i32)> {
 pub fn compile(source: &str, headers: &[(&str, &str)], arch: Arch) -> Result<CompiledModule> {
     let nvrtc = nvrtc_lib::get()?;
     let include = cuda_include_dir_for(Some(nvrtc));
-    if include.is_none() {
-        tracing::warn!(
-            "no CUDA headers (cuda_fp16.h) found; set {INCLUDE_ENV} if the kernels need them"
-        );
-    }
     let sm = format!("sm_{}{}", arch.major, arch.minor);
     let options = options(&sm, include.as_deref());
     let key = cache_key(nvrtc.version, source, headers, &options);
@@ -79,6 +74,11 @@ pub fn compile(source: &str, headers: &[(&str, &str)], arch: Arch) -> Result<Com
         return Ok(m);
     }
 
+    if include.is_none() {
+        tracing::warn!(
+            "no CUDA headers (cuda_fp16.h) found; set {INCLUDE_ENV} if the kernels need them"
+        );
+    }
     let started = Instant::now();
     let module = build(nvrtc, source, headers, arch, &sm, options)?;
     tracing::info!(
