@@ -314,3 +314,4 @@ pub use buffer::{DeviceBuffer, PinnedBuffer};
 pub mod cuda;
 #[cfg(feature = "emu")]
 pub mod emu;
+pub mod nvrtc;

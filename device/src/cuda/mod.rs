@@ -1,14 +1,124 @@
-//! The CUDA backend (cudarc, driver API and NVRTC loaded at run time).
-//! Being built on its branch; until then `open` says so.
+//! The CUDA backend: [`CudaDevice`], on the driver API through cudarc
+//! (loaded at run time) with kernels compiled by NVRTC ([`crate::nvrtc`]).
+//!
+//! # Loading
+//!
+//! Nothing CUDA is linked: [`open`] probes for the driver library
+//! ([`DeviceError::NoDriver`]), then NVRTC ([`DeviceError::NoNvrtc`]), runs
+//! `cuInit`, checks the driver version (12.0 or newer, else
+//! [`DeviceError::DriverTooOld`]), checks that the driver exports every
+//! symbol the backend calls, and finds the device
+//! ([`DeviceError::NoDevice`]). It never panics.
+//!
+//! cudarc is built with its `cuda-12080` bindings: they name every call the
+//! backend makes by a symbol that CUDA 12.0 and newer drivers (13.x
+//! included) export — the driver keeps old entry points for programs built
+//! against older toolkits — while the 13.x bindings would resolve, e.g.,
+//! `cuEventElapsedTime` to `cuEventElapsedTime_v2`, which drivers before
+//! 12.8 lack. cudarc derives the library names it tries from that feature,
+//! which for NVRTC means `libnvrtc.so.12` but never `libnvrtc.so.13`, so
+//! NVRTC is opened by sncl itself (`nvrtc_lib`: `libnvrtc.so.13`, then
+//! `.12`, then `libnvrtc.so`).
+//!
+//! # Contexts and threads
+//!
+//! A device binds the device's primary context (`cuDevicePrimaryCtxRetain`)
+//! or a user's cudarc context ([`CudaDevice::from_context`]) and makes it
+//! current on the calling thread before each call.
+//!
+//! # Stream memory operations
+//!
+//! `stream_wait_u32`/`stream_write_u32` use `cuStreamWaitValue32` (GEQ)
+//! and `cuStreamWriteValue32` on the device address of the pinned word.
+//! CUDA 12 drivers support 32-bit stream memory operations on every device
+//! (the old `CAN_USE_STREAM_MEM_OPS` attribute now reports only the legacy
+//! v1 API); where a driver still refuses them, the calls answer
+//! [`DeviceError::Unsupported`].
 
 use std::sync::Arc;
 
 use crate::{Device, DeviceError, Result};
 
-/// Opens CUDA device `ordinal`.
+mod device;
+mod driver;
+mod launch;
+pub(crate) mod nvrtc_lib;
+
+pub use device::CudaDevice;
+
+/// The oldest driver the backend supports (CUDA 12.0).
+pub const MIN_DRIVER_VERSION: i32 = 12000;
+
+/// Opens CUDA device `ordinal` with its primary context.
 pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
-    Err(DeviceError::Unsupported {
-        what: format!("CUDA device {ordinal}"),
-        why: "the CUDA backend is not in this build yet".into(),
-    })
+    Ok(Arc::new(CudaDevice::open(ordinal)?))
+}
+
+/// Checks that the driver and NVRTC load, initialises the driver and
+/// checks its version and symbols; returns the number of devices.
+pub(crate) fn probe(ordinal: usize) -> Result<usize> {
+    if !driver::driver_present() {
+        let tried = cudarc::get_lib_name_candidates("cuda");
+        return Err(DeviceError::NoDriver {
+            detail: format!("tried {}", tried.join(", ")),
+        });
+    }
+    nvrtc_lib::get()?;
+    let r = driver::init();
+    if r == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE {
+        return Err(DeviceError::NoDevice { ordinal, count: 0 });
+    }
+    driver::check(ordinal, "cuInit", r)?;
+    let found = driver::driver_version(ordinal)?;
+    if found < MIN_DRIVER_VERSION {
+        return Err(DeviceError::DriverTooOld {
+            found,
+            needed: MIN_DRIVER_VERSION,
+        });
+    }
+    let missing = driver::missing_symbols();
+    if !missing.is_empty() {
+        return Err(DeviceError::NoDriver {
+            detail: format!(
+                "the driver library (version {found}) lacks {}",
+                missing.join(", ")
+            ),
+        });
+    }
+    let count = driver::device_count(ordinal)?;
+    if ordinal >= count {
+        return Err(DeviceError::NoDevice { ordinal, count });
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Backend;
+
+    #[test]
+    fn open_without_cuda_says_cuda_is_missing() {
+        let result = crate::open(Backend::Cuda, 0);
+        if driver::driver_present() {
+            // A machine with a driver: opening must not panic, whatever it
+            // answers.
+            eprintln!(
+                "a CUDA driver is present here; open(Cuda, 0) gave {:?}",
+                result.as_ref().map(|d| d.name())
+            );
+            return;
+        }
+        let err = result.expect_err("no driver here, yet open succeeded");
+        assert!(matches!(err, DeviceError::NoDriver { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("CUDA is missing"), "{text}");
+        assert!(
+            text.contains("libcuda.so"),
+            "the error names what was tried: {text}"
+        );
+        // Asking again gives the same answer (no state left half set up).
+        let again = crate::open(Backend::Cuda, 3).expect_err("still no driver");
+        assert!(matches!(again, DeviceError::NoDriver { .. }), "{again:?}");
+    }
 }

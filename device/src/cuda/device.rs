@@ -1,0 +1,462 @@
+//! [`CudaDevice`]: the [`Device`] trait on one CUDA device.
+
+use std::ffi::{c_uint, c_void};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute, CUevent, CUstream};
+use cudarc::driver::CudaContext;
+use kernels::{DataType, ReduceOp};
+
+use super::driver;
+use super::launch::{self, Kernels, ReduceCopyArgs};
+use crate::{
+    Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, Result, StreamHandle,
+    MAX_REDUCE_ARGS,
+};
+
+/// Page-locked host memory flags: portable (pinned for every context) and
+/// mapped (so `cuMemHostGetDevicePointer` works without relying on unified
+/// addressing); never write-combined, since the host reads it.
+const PINNED_FLAGS: c_uint = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+
+/// One CUDA device: its context, its properties, and its kernels (compiled
+/// with NVRTC and loaded on the first reduce or divide).
+pub struct CudaDevice {
+    ordinal: usize,
+    dev: CUdevice,
+    ctx: CUcontext,
+    /// The user's context, when wrapped with [`CudaDevice::from_context`];
+    /// `None` when this value retained the primary context itself.
+    user: Option<Arc<CudaContext>>,
+    name: String,
+    arch: Arch,
+    sm_count: u32,
+    kernels: Mutex<Option<Kernels>>,
+}
+
+// SAFETY: the raw handles (context, module, functions) are driver objects
+// that the CUDA driver API lets any thread use; every call makes the context
+// current on the calling thread first, and the kernel table is behind a
+// mutex.
+unsafe impl Send for CudaDevice {}
+// SAFETY: as above; no method hands out interior references.
+unsafe impl Sync for CudaDevice {}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaDevice")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .field("arch", &self.arch)
+            .field("sm_count", &self.sm_count)
+            .field("user_context", &self.user.is_some())
+            .finish()
+    }
+}
+
+fn stream(s: StreamHandle) -> CUstream {
+    s.0 as usize as CUstream
+}
+
+fn event(e: EventHandle) -> CUevent {
+    e.0 as usize as CUevent
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal` with its primary context (see
+    /// [`crate::cuda::open`] for the errors).
+    pub fn open(ordinal: usize) -> Result<CudaDevice> {
+        super::probe(ordinal)?;
+        let dev = driver::device_get(ordinal)?;
+        let ctx = driver::primary_retain(ordinal, dev)?;
+        match CudaDevice::with_context(ordinal, dev, ctx, None) {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                if let Err(r) = driver::primary_release(ordinal, dev) {
+                    tracing::warn!(error = %r, "releasing the primary context after a failed open");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Wraps a context the caller made with cudarc. The device keeps `ctx`
+    /// alive; the same probes as [`CudaDevice::open`] run first.
+    pub fn from_context(ctx: Arc<CudaContext>) -> Result<CudaDevice> {
+        let ordinal = ctx.ordinal();
+        super::probe(ordinal)?;
+        let (dev, raw) = (ctx.cu_device(), ctx.cu_ctx());
+        CudaDevice::with_context(ordinal, dev, raw, Some(ctx))
+    }
+
+    fn with_context(
+        ordinal: usize,
+        dev: CUdevice,
+        ctx: CUcontext,
+        user: Option<Arc<CudaContext>>,
+    ) -> Result<CudaDevice> {
+        driver::set_current(ordinal, ctx)?;
+        let attr = |a| driver::attribute(ordinal, dev, a);
+        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        // Only informative (see the module docs): CUDA 12 reports the legacy
+        // v1 memory-operation API here.
+        let memops_v1 = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1);
+        let name = driver::device_name(ordinal, dev)?;
+        let arch = Arch {
+            major: major.max(0) as u32,
+            minor: minor.max(0) as u32,
+        };
+        tracing::info!(
+            ordinal,
+            %name,
+            sm = format!("{}{}", arch.major, arch.minor),
+            sms,
+            memops_v1 = ?memops_v1.ok(),
+            "CUDA device opened"
+        );
+        Ok(CudaDevice {
+            ordinal,
+            dev,
+            ctx,
+            user,
+            name,
+            arch,
+            sm_count: sms.max(1) as u32,
+            kernels: Mutex::new(None),
+        })
+    }
+
+    /// Makes this device's context current on the calling thread.
+    fn bind(&self) -> Result<()> {
+        driver::set_current(self.ordinal, self.ctx)
+    }
+
+    fn invalid(&self, call: &'static str, detail: String) -> DeviceError {
+        DeviceError::InvalidArgument {
+            ordinal: self.ordinal,
+            call,
+            detail,
+        }
+    }
+
+    /// Launches kernel `name` with `params`, compiling and loading the
+    /// kernels on first use.
+    ///
+    /// # Safety
+    /// As for [`driver::launch`].
+    unsafe fn launch(
+        &self,
+        name: &str,
+        grid: u32,
+        s: StreamHandle,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        let f = {
+            let mut guard = self.kernels.lock().map_err(|_| DeviceError::Fault {
+                ordinal: self.ordinal,
+                detail: "the kernel table's lock was poisoned by a panic".into(),
+            })?;
+            let table = match guard.as_mut() {
+                Some(k) => k,
+                None => {
+                    let module = crate::nvrtc::compile(
+                        kernels::cuda::REDUCE_SOURCE,
+                        kernels::cuda::HEADERS,
+                        self.arch,
+                    )?;
+                    let m = driver::module_load(self.ordinal, &launch::image(&module))?;
+                    tracing::debug!(ordinal = self.ordinal, target = %module.target, "kernels loaded");
+                    guard.insert(Kernels::new(m))
+                }
+            };
+            table.function(self.ordinal, name)?
+        };
+        let block = kernels::cuda::BLOCK_THREADS;
+        // SAFETY: the caller's contract; `f` belongs to this context.
+        unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), params) }
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.bind() {
+            tracing::warn!(ordinal = self.ordinal, error = %e, "dropping a CUDA device");
+            return;
+        }
+        let module = self.kernels.get_mut().ok().and_then(|k| k.take());
+        if let Some(k) = module {
+            // SAFETY: the module is this device's and unloaded once; every
+            // owner of work on it has synchronised before dropping the
+            // device (it outlives its buffers and streams by the trait's
+            // contract).
+            if let Err(e) = unsafe { driver::module_unload(self.ordinal, k.module) } {
+                tracing::warn!(error = %e, "unloading the sncl kernels");
+            }
+        }
+        if self.user.is_none() {
+            if let Err(e) = driver::primary_release(self.ordinal, self.dev) {
+                tracing::warn!(error = %e, "releasing the primary context");
+            }
+        }
+    }
+}
+
+impl Device for CudaDevice {
+    fn backend(&self) -> Backend {
+        Backend::Cuda
+    }
+
+    fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.bind()?;
+        // cuMemAlloc refuses 0 bytes; one byte gives a distinct pointer.
+        driver::mem_alloc(self.ordinal, bytes.max(1)).map(DevicePtr)
+    }
+
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract (from `alloc`, freed once, idle).
+        unsafe { driver::mem_free(self.ordinal, ptr.0) }
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<NonNull<u8>> {
+        self.bind()?;
+        let p = driver::host_alloc(self.ordinal, bytes.max(1), PINNED_FLAGS)?;
+        NonNull::new(p.cast()).ok_or_else(|| DeviceError::Call {
+            ordinal: self.ordinal,
+            call: "cuMemHostAlloc",
+            detail: "returned success and a null pointer".into(),
+        })
+    }
+
+    unsafe fn free_pinned(&self, ptr: NonNull<u8>, _bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract (from `alloc_pinned`, freed once).
+        unsafe { driver::host_free(self.ordinal, ptr.as_ptr().cast()) }
+    }
+
+    fn create_stream(&self) -> Result<StreamHandle> {
+        self.bind()?;
+        driver::stream_create(self.ordinal).map(|s| StreamHandle(s as usize as u64))
+    }
+
+    unsafe fn destroy_stream(&self, s: StreamHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::stream_destroy(self.ordinal, stream(s)) }
+    }
+
+    fn synchronize(&self, s: StreamHandle, deadline: Instant) -> Result<()> {
+        self.bind()?;
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(1);
+        loop {
+            if driver::stream_done(self.ordinal, stream(s))? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(DeviceError::Timeout {
+                    ordinal: self.ordinal,
+                    what: format!("synchronizing stream {:#x}", s.0),
+                    ms: deadline.saturating_duration_since(start).as_millis() as u64,
+                });
+            }
+            if pause < Duration::from_micros(64) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause.min(deadline - now));
+            }
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    fn is_capturing(&self, s: StreamHandle) -> Result<bool> {
+        self.bind()?;
+        driver::stream_capturing(self.ordinal, stream(s))
+    }
+
+    unsafe fn copy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        s: StreamHandle,
+    ) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::copy_h2d(self.ordinal, dst.0, src.cast(), bytes, stream(s)) }
+    }
+
+    unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        s: StreamHandle,
+    ) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::copy_d2h(self.ordinal, dst.cast(), src.0, bytes, stream(s)) }
+    }
+
+    unsafe fn copy_d2d_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        s: StreamHandle,
+    ) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::copy_d2d(self.ordinal, dst.0, src.0, bytes, stream(s)) }
+    }
+
+    fn create_event(&self) -> Result<EventHandle> {
+        self.bind()?;
+        driver::event_create(self.ordinal).map(|e| EventHandle(e as usize as u64))
+    }
+
+    unsafe fn destroy_event(&self, e: EventHandle) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::event_destroy(self.ordinal, event(e)) }
+    }
+
+    fn record_event(&self, e: EventHandle, s: StreamHandle) -> Result<()> {
+        self.bind()?;
+        driver::event_record(self.ordinal, event(e), stream(s))
+    }
+
+    fn event_done(&self, e: EventHandle) -> Result<bool> {
+        self.bind()?;
+        driver::event_done(self.ordinal, event(e))
+    }
+
+    fn stream_wait_event(&self, s: StreamHandle, e: EventHandle) -> Result<()> {
+        self.bind()?;
+        driver::stream_wait_event(self.ordinal, stream(s), event(e))
+    }
+
+    fn event_elapsed_ms(&self, start: EventHandle, end: EventHandle) -> Result<f32> {
+        self.bind()?;
+        driver::event_elapsed(self.ordinal, event(start), event(end))
+    }
+
+    unsafe fn stream_write_u32(&self, s: StreamHandle, addr: *mut u32, value: u32) -> Result<()> {
+        self.bind()?;
+        let dptr = driver::host_device_ptr(self.ordinal, addr.cast())?;
+        // SAFETY: `dptr` maps the caller's live pinned word.
+        unsafe { driver::stream_write(self.ordinal, stream(s), dptr, value) }
+    }
+
+    unsafe fn stream_wait_u32(&self, s: StreamHandle, addr: *const u32, value: u32) -> Result<()> {
+        self.bind()?;
+        let dptr = driver::host_device_ptr(self.ordinal, addr.cast_mut().cast())?;
+        // SAFETY: `dptr` maps the caller's live pinned word.
+        unsafe { driver::stream_wait_geq(self.ordinal, stream(s), dptr, value) }
+    }
+
+    unsafe fn reduce_copy(
+        &self,
+        s: StreamHandle,
+        dtype: DataType,
+        op: ReduceOp,
+        srcs: &[DevicePtr],
+        dsts: &[DevicePtr],
+        count: usize,
+    ) -> Result<()> {
+        const CALL: &str = "reduce_copy";
+        for (what, list) in [("sources", srcs), ("destinations", dsts)] {
+            if list.is_empty() || list.len() > MAX_REDUCE_ARGS {
+                return Err(self.invalid(
+                    CALL,
+                    format!("{} {what}; expected 1 to {MAX_REDUCE_ARGS}", list.len()),
+                ));
+            }
+        }
+        let name = kernels::cuda::reduce_copy_kernel(dtype, op).ok_or_else(|| {
+            self.invalid(
+                CALL,
+                format!("{} is not defined for {}", op.name(), dtype.name()),
+            )
+        })?;
+        if count == 0 {
+            return Ok(());
+        }
+        let mut args = ReduceCopyArgs::new(srcs, dsts, count);
+        let grid = launch::grid(count, dtype.size(), self.sm_count);
+        let mut params = [launch::param(&mut args)];
+        // SAFETY: one parameter, the ABI struct by value; the pointers in it
+        // are the caller's live ranges of `count` elements.
+        unsafe { self.launch(&name, grid, s, &mut params) }
+    }
+
+    unsafe fn divide(
+        &self,
+        s: StreamHandle,
+        dtype: DataType,
+        data: DevicePtr,
+        count: usize,
+        divisor: usize,
+    ) -> Result<()> {
+        if divisor == 0 {
+            return Err(self.invalid("divide", "divisor 0; expected at least 1".into()));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let mut ptr = data.0;
+        let mut n = count as u64;
+        let mut d = divisor as u64;
+        let grid = launch::grid(count, dtype.size(), self.sm_count);
+        let mut params = [
+            launch::param(&mut ptr),
+            launch::param(&mut n),
+            launch::param(&mut d),
+        ];
+        // SAFETY: three parameters matching `sncl_divide_<dtype>(void*,
+        // unsigned long long, unsigned long long)`; `data` is the caller's
+        // live range of `count` elements.
+        unsafe { self.launch(&kernels::cuda::divide_kernel(dtype), grid, s, &mut params) }
+    }
+
+    fn ipc_export(&self, ptr: DevicePtr) -> Result<IpcHandle> {
+        self.bind()?;
+        driver::ipc_get(self.ordinal, ptr.0).map(IpcHandle)
+    }
+
+    fn ipc_import(&self, handle: &IpcHandle) -> Result<DevicePtr> {
+        self.bind()?;
+        driver::ipc_open(self.ordinal, &handle.0).map(DevicePtr)
+    }
+
+    unsafe fn ipc_close(&self, ptr: DevicePtr) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller's contract.
+        unsafe { driver::ipc_close(self.ordinal, ptr.0) }
+    }
+
+    fn inject_fault(&self, what: &str) -> Result<()> {
+        Err(DeviceError::Unsupported {
+            what: format!("fault injection ({what}) on CUDA device {}", self.ordinal),
+            why: "only the emulated device injects faults".into(),
+        })
+    }
+}
