@@ -85,6 +85,7 @@ fn sources() -> Vec<PathBuf> {
         root.join("commbench/src"),
         root.join("python/csrc"),
         root.join("kernels/src"),
+        root.join("device/src"),
         root.join("compress/src"),
     ];
     for e in std::fs::read_dir(&root).expect("workspace root").flatten() {

@@ -166,7 +166,7 @@ pub fn cuda_include_dir() -> Option<PathBuf> {
 }
 
 fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os(INCLUDE_ENV).filter(|d| !d.is_empty()) {
+    if let Some(dir) = process_var(INCLUDE_ENV) {
         let dir = PathBuf::from(dir);
         if !dir.join("cuda_fp16.h").exists() {
             tracing::warn!(dir = %dir.display(), "{INCLUDE_ENV} has no cuda_fp16.h; using it anyway");
@@ -179,7 +179,7 @@ fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
         tries.push(lib.join("../../cuda_runtime/include"));
     }
     for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(root) = std::env::var_os(var) {
+        if let Some(root) = process_var(var) {
             tries.push(PathBuf::from(root).join("include"));
         }
     }
@@ -189,6 +189,15 @@ fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
         .into_iter()
         .find(|d| d.join("cuda_fp16.h").exists())
         .map(|d| d.canonicalize().unwrap_or(d))
+}
+
+/// A non-empty variable of the process environment, read through sncl's
+/// one environment reader (`comm_core::settings`).
+pub(crate) fn process_var(name: &str) -> Option<String> {
+    comm_core::settings::Environment::process_variables()
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
 }
 
 /// The cache key: SHA-256 over every input, each length-prefixed.
@@ -233,14 +242,9 @@ fn remember(key: [u8; 32], module: &CompiledModule) {
 /// mode 0700; `None` (no disk cache) where there is no such place or it is
 /// writable by others.
 fn disk_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
+    let base = process_var("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })?;
+        .or_else(|| process_var("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     let dir = base.join("sncl").join("kernels");
     if let Err(e) = std::fs::DirBuilder::new()
         .recursive(true)

@@ -16,8 +16,9 @@ pub const USER_CONF_FILE: &str = ".sncl.conf";
 /// Prefixes of the variables [`Environment::from_process`] captures: sncl's
 /// own and the launchers' that [`crate::bootstrap::LaunchEnv`] reads.
 const PREFIXES: [&str; 5] = ["SNCL_", "OMPI_", "SLURM_", "TORCHELASTIC_", "PMIX_"];
-/// Other variables it captures (torchrun's, and `HOME` for `~/.sncl.conf`).
-const NAMES: [&str; 7] = [
+/// Other variables it captures (torchrun's, `HOME` for `~/.sncl.conf` and
+/// the kernel cache, and where CUDA is installed for the device layer).
+const NAMES: [&str; 11] = [
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -25,6 +26,10 @@ const NAMES: [&str; 7] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "HOME",
+    "XDG_CACHE_HOME",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LD_LIBRARY_PATH",
 ];
 
 /// Where a value came from.

@@ -328,6 +328,12 @@ pub static SETTINGS: &[Setting] = &[
         "PyTorch backend: `0` runs every operation on its worker thread; else a blocking one with nothing queued runs on the caller's",
     ),
     local(
+        "SNCL_CUDA_INCLUDE",
+        Values::Text("directory"),
+        Unset("beside the loaded NVRTC, else `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`"),
+        "directory holding `cuda_fp16.h` for compiling sncl's device kernels",
+    ),
+    local(
         "SNCL_CONF_FILE",
         Values::Text("path"),
         Unset("`~/.sncl.conf`, else `/etc/sncl.conf`"),

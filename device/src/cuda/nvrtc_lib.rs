@@ -89,7 +89,7 @@ fn candidates() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = NAMES.iter().map(PathBuf::from).collect();
     let roots = ["CUDA_HOME", "CUDA_PATH"]
         .iter()
-        .filter_map(std::env::var_os)
+        .filter_map(|v| crate::nvrtc::process_var(v))
         .map(PathBuf::from)
         .chain(std::iter::once(PathBuf::from("/usr/local/cuda")));
     for root in roots {
@@ -183,7 +183,7 @@ impl Nvrtc {
             return self.path.parent().map(Path::to_path_buf);
         }
         let name = self.path.file_name()?;
-        let paths = std::env::var_os("LD_LIBRARY_PATH")?;
+        let paths = crate::nvrtc::process_var("LD_LIBRARY_PATH")?;
         std::env::split_paths(&paths).find(|d| d.join(name).exists())
     }
 
