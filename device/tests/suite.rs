@@ -69,8 +69,13 @@ fn alloc_free_and_zero_size() {
             );
             dev.free_pinned(h, 32).unwrap();
         }
-        let e = dev.alloc(usize::MAX).expect_err("a huge alloc");
-        assert!(matches!(e, DeviceError::OutOfMemory { .. }), "{e}");
+        for huge in [usize::MAX, (1 << 36) + 1] {
+            let e = dev.alloc(huge).expect_err("a huge alloc");
+            assert!(
+                matches!(e, DeviceError::OutOfMemory { .. }),
+                "{huge} bytes: {e}"
+            );
+        }
     }
 }
 

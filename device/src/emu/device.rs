@@ -184,9 +184,13 @@ impl Device for Emu {
         if bytes > MAX_ALLOC {
             return Err(oom);
         }
-        let map = ShmMap::create(bytes).map_err(|e| {
-            tracing::debug!(ordinal = self.ordinal, bytes, error = %e, "emulated alloc failed");
-            oom
+        let map = ShmMap::create(bytes).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::ENOMEM | libc::EFBIG) => oom,
+            _ => DeviceError::Call {
+                ordinal: self.ordinal,
+                call: "alloc",
+                detail: format!("creating the shared-memory file of {bytes} bytes: {e}"),
+            },
         })?;
         let ptr = self
             .memory

@@ -115,9 +115,19 @@ fn check_private(file: &File, path: &Path) -> io::Result<()> {
 }
 
 /// Allocates the file's blocks now, so a full `/dev/shm` is an error here
-/// rather than a SIGBUS at the first write.
+/// rather than a SIGBUS at the first write. A request larger than the free
+/// space fails at once (ENOSPC) instead of filling the file system first.
 fn allocate(file: &File, len: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor is open; `fs` is a valid place to write to.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut fs) } == 0 {
+        let free = (fs.f_bavail as u128) * (fs.f_frsize as u128);
+        if len as u128 > free {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+    }
     let len =
         libc::off_t::try_from(len).map_err(|_| invalid(format!("{len} bytes do not fit off_t")))?;
     // SAFETY: the descriptor is open and owned by `file` for the call.
