@@ -16,6 +16,7 @@
 //! Each [`open`] returns a new device object with its own allocations,
 //! streams and events.
 
+mod api;
 mod device;
 mod hostkernels;
 mod memory;
