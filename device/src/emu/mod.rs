@@ -2,7 +2,7 @@
 //! backend).
 //!
 //! * Memory: every allocation is its own shared-memory mapping (so any of
-//!   them can be exported), addressed by a fake [`DevicePtr`] space that
+//!   them can be exported), addressed by a fake [`DevicePtr`](crate::DevicePtr) space that
 //!   crashes if dereferenced on the host; every access is bounds-checked
 //!   against its allocation ([`DeviceError::InvalidArgument`], never UB).
 //!   Pinned memory is ordinary aligned host memory.
