@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use crate::{Device, DeviceError, Result};
 
+pub mod hostkernels;
+
 /// Opens emulated device `ordinal`.
 pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
     Err(DeviceError::Unsupported {
