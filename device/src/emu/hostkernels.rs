@@ -32,6 +32,17 @@ pub enum HostKernelError {
         /// What was wrong and what was expected.
         detail: String,
     },
+    /// The C++ compiler laid out `SnclReduceCopyArgs` differently from the
+    /// Rust side (a build problem; nothing can be launched).
+    #[error(
+        "host kernels: SnclReduceCopyArgs is {c} bytes in C++ but {rust} in Rust (expected 144)"
+    )]
+    AbiMismatch {
+        /// The C++ size.
+        c: u64,
+        /// The Rust size.
+        rust: usize,
+    },
     /// The host build does not have the kernel the name table promises, or
     /// refused the launch (a build mismatch between the Rust and C++ sides).
     #[error("host kernels: launching {kernel} failed with status {status} (-1: no such kernel, -2: bad launch)")]
@@ -120,6 +131,7 @@ pub unsafe fn reduce_copy_with_shape(
         }
     }
     check_shape(CALL, shape)?;
+    ffi::check_abi()?;
     let mut args = ffi::ReduceCopyArgs {
         srcs: [std::ptr::null(); MAX_REDUCE_ARGS],
         dsts: [std::ptr::null_mut(); MAX_REDUCE_ARGS],
@@ -221,7 +233,9 @@ pub(crate) unsafe fn divide(dtype: DataType, data: *mut u8, count: usize, diviso
 mod ffi {
     use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CString};
 
-    use super::LaunchShape;
+    use std::sync::OnceLock;
+
+    use super::{HostKernelError, LaunchShape};
     use crate::MAX_REDUCE_ARGS;
 
     /// `SnclReduceCopyArgs` of `kernels/cuda/sncl_reduce.cu`.
@@ -234,8 +248,7 @@ mod ffi {
         pub(super) ndsts: i32,
     }
 
-    // The ABI's size (device-common: 144 bytes); the C side's is checked in
-    // the tests below.
+    // The ABI's size (144 bytes); the C side's is checked by `check_abi`.
     const _: () = assert!(std::mem::size_of::<ReduceCopyArgs>() == 144);
 
     extern "C" {
@@ -261,10 +274,17 @@ mod ffi {
         CString::new(name).unwrap_or_default()
     }
 
-    /// `sizeof(SnclReduceCopyArgs)` as the C++ compiler laid it out.
-    pub(super) fn c_args_size() -> u64 {
+    /// Checks (once) that the C++ side's `SnclReduceCopyArgs` has the Rust
+    /// side's size.
+    pub(super) fn check_abi() -> Result<(), HostKernelError> {
+        static C_SIZE: OnceLock<u64> = OnceLock::new();
         // SAFETY: a pure function of the C side with no arguments.
-        unsafe { sncl_host_reduce_copy_args_size() }
+        let c = *C_SIZE.get_or_init(|| unsafe { sncl_host_reduce_copy_args_size() });
+        let rust = std::mem::size_of::<ReduceCopyArgs>();
+        if c != rust as u64 {
+            return Err(HostKernelError::AbiMismatch { c, rust });
+        }
+        Ok(())
     }
 
     /// Runs reduce-copy kernel `name`; the C status (0 = ran).
@@ -314,7 +334,7 @@ mod tests {
 
     #[test]
     fn args_layout_matches_the_cpp_side() {
-        assert_eq!(ffi::c_args_size(), 144);
+        assert_eq!(ffi::check_abi(), Ok(()));
     }
 
     #[test]
