@@ -1,9 +1,153 @@
-// sncl's device reduce kernels (written on the kernels branch). The ABI:
+// sncl's device reduce kernels: one generic reduce-copy (n sources folded
+// left to right into m destinations, NCCL's reduceCopy shape) instantiated
+// for every dtype x op, and the divide that finishes an average.
+//
+// ABI (fixed; the CUDA and emulated backends launch these by name):
+//   extern "C" __global__ void sncl_reduce_copy_<dtype>_<op>(SnclReduceCopyArgs args);
+//   extern "C" __global__ void sncl_divide_<dtype>(void* data, unsigned long long count,
+//                                                  unsigned long long divisor);
+// <dtype>: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16;
+// <op>: sum prod max min, and band bor bxor on the integer types.
+//
+// Every kernel is a grid-stride loop, correct for any grid and block shape.
+// When every pointer is 16-byte aligned, the bulk moves in 16-byte packs
+// (uint4 loads and stores) and a scalar loop does the tail; otherwise
+// everything goes element by element. The arithmetic is the same either way
+// (sncl_device.cuh), so results never depend on alignment or shape.
+//
+// A destination may be a source (in place): each element is read from
+// every source before any destination is written, by the same thread.
+#include "sncl_device.cuh"
+
 #define SNCL_MAX_ARGS 8
 struct SnclReduceCopyArgs {
-  const void* srcs[SNCL_MAX_ARGS];
-  void* dsts[SNCL_MAX_ARGS];
-  unsigned long long count;
-  int nsrcs;
-  int ndsts;
+  const void* srcs[SNCL_MAX_ARGS];  // nsrcs used
+  void* dsts[SNCL_MAX_ARGS];        // ndsts used
+  unsigned long long count;         // elements
+  int nsrcs;                        // 1..8 (1 = copy)
+  int ndsts;                        // 1..8
 };
+
+// 16 bytes seen as elements.
+template <typename T>
+union SnclPack {
+  uint4 u;
+  T e[sizeof(uint4) / sizeof(T)];
+};
+
+// The first (block, thread) index of this thread and the stride of a
+// grid-stride loop.
+__device__ __forceinline__ unsigned long long sncl_thread_first() {
+  return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ unsigned long long sncl_thread_stride() {
+  return (unsigned long long)gridDim.x * blockDim.x;
+}
+
+// dsts[j][i] = srcs[0][i] op srcs[1][i] op ... for i < count, every j.
+template <typename Op>
+__device__ __forceinline__ void sncl_reduce_copy_body(const SnclReduceCopyArgs& args) {
+  typedef typename Op::T T;
+  const int kPack = (int)(sizeof(uint4) / sizeof(T));
+  const unsigned long long count = args.count;
+  const int nsrcs = args.nsrcs;
+  const int ndsts = args.ndsts;
+  const unsigned long long first = sncl_thread_first();
+  const unsigned long long stride = sncl_thread_stride();
+
+  unsigned long long addr_bits = 0;
+  SNCL_UNROLL
+  for (int k = 0; k < SNCL_MAX_ARGS; ++k) {
+    if (k < nsrcs) addr_bits |= (unsigned long long)args.srcs[k];
+    if (k < ndsts) addr_bits |= (unsigned long long)args.dsts[k];
+  }
+  const unsigned long long npacks = (addr_bits & 15) == 0 ? count / kPack : 0;
+
+  for (unsigned long long p = first; p < npacks; p += stride) {
+    // All loads first (more bytes in flight), then the fold.
+    SnclPack<T> v[SNCL_MAX_ARGS];
+    v[0].u = static_cast<const uint4*>(args.srcs[0])[p];
+    SNCL_UNROLL
+    for (int s = 1; s < SNCL_MAX_ARGS; ++s) {
+      if (s < nsrcs) {
+        v[s].u = static_cast<const uint4*>(args.srcs[s])[p];
+      } else {
+        v[s].u = uint4{0, 0, 0, 0};
+      }
+    }
+    SNCL_UNROLL
+    for (int s = 1; s < SNCL_MAX_ARGS; ++s) {
+      if (s < nsrcs) {
+        SNCL_UNROLL
+        for (int e = 0; e < kPack; ++e) v[0].e[e] = Op::apply(v[0].e[e], v[s].e[e]);
+      }
+    }
+    SNCL_UNROLL
+    for (int d = 0; d < SNCL_MAX_ARGS; ++d) {
+      if (d < ndsts) static_cast<uint4*>(args.dsts[d])[p] = v[0].u;
+    }
+  }
+
+  for (unsigned long long i = npacks * kPack + first; i < count; i += stride) {
+    T acc = static_cast<const T*>(args.srcs[0])[i];
+    SNCL_UNROLL
+    for (int s = 1; s < SNCL_MAX_ARGS; ++s) {
+      if (s < nsrcs) acc = Op::apply(acc, static_cast<const T*>(args.srcs[s])[i]);
+    }
+    SNCL_UNROLL
+    for (int d = 0; d < SNCL_MAX_ARGS; ++d) {
+      if (d < ndsts) static_cast<T*>(args.dsts[d])[i] = acc;
+    }
+  }
+}
+
+// data[i] = data[i] / divisor for i < count.
+template <typename T, T (*Div)(T, unsigned long long)>
+__device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long count,
+                                                 unsigned long long divisor) {
+  const int kPack = (int)(sizeof(uint4) / sizeof(T));
+  const unsigned long long first = sncl_thread_first();
+  const unsigned long long stride = sncl_thread_stride();
+  const unsigned long long npacks = ((unsigned long long)data & 15) == 0 ? count / kPack : 0;
+  for (unsigned long long p = first; p < npacks; p += stride) {
+    SnclPack<T> v;
+    v.u = static_cast<const uint4*>(data)[p];
+    SNCL_UNROLL
+    for (int e = 0; e < kPack; ++e) v.e[e] = Div(v.e[e], divisor);
+    static_cast<uint4*>(data)[p] = v.u;
+  }
+  for (unsigned long long i = npacks * kPack + first; i < count; i += stride) {
+    T* x = static_cast<T*>(data) + i;
+    *x = Div(*x, divisor);
+  }
+}
+
+// Every dtype, and every (dtype, op) with a kernel; X(dtype) / X(dtype, op).
+#define SNCL_FOR_EACH_DTYPE(X) \
+  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(half) X(float) X(double) X(bfloat16)
+#define SNCL_INT_KERNELS(X, dt) \
+  X(dt, sum) X(dt, prod) X(dt, max) X(dt, min) X(dt, band) X(dt, bor) X(dt, bxor)
+#define SNCL_FLOAT_KERNELS(X, dt) X(dt, sum) X(dt, prod) X(dt, max) X(dt, min)
+#define SNCL_FOR_EACH_REDUCE_KERNEL(X)                                                         \
+  SNCL_INT_KERNELS(X, int8) SNCL_INT_KERNELS(X, uint8) SNCL_INT_KERNELS(X, int32)              \
+  SNCL_INT_KERNELS(X, uint32) SNCL_INT_KERNELS(X, int64) SNCL_INT_KERNELS(X, uint64)           \
+  SNCL_FLOAT_KERNELS(X, half) SNCL_FLOAT_KERNELS(X, float) SNCL_FLOAT_KERNELS(X, double)       \
+  SNCL_FLOAT_KERNELS(X, bfloat16)
+
+#define SNCL_DEFINE_REDUCE_KERNEL(dt, op)                                                    \
+  struct SnclOp_##dt##_##op {                                                                \
+    typedef sncl_##dt##_t T;                                                                 \
+    static __device__ __forceinline__ T apply(T a, T b) { return sncl_##dt##_##op(a, b); } \
+  };                                                                                         \
+  extern "C" __global__ void sncl_reduce_copy_##dt##_##op(SnclReduceCopyArgs args) {        \
+    sncl_reduce_copy_body<SnclOp_##dt##_##op>(args);                                         \
+  }
+
+#define SNCL_DEFINE_DIVIDE_KERNEL(dt)                                                          \
+  extern "C" __global__ void sncl_divide_##dt(void* data, unsigned long long count,           \
+                                              unsigned long long divisor) {                   \
+    sncl_divide_body<sncl_##dt##_t, sncl_##dt##_div>(data, count, divisor);                   \
+  }
+
+SNCL_FOR_EACH_REDUCE_KERNEL(SNCL_DEFINE_REDUCE_KERNEL)
+SNCL_FOR_EACH_DTYPE(SNCL_DEFINE_DIVIDE_KERNEL)

@@ -12,8 +12,12 @@ use crate::{DataType, ReduceOp};
 /// The reduce kernels' translation unit.
 pub const REDUCE_SOURCE: &str = include_str!("../cuda/sncl_reduce.cu");
 
-/// sncl's own headers that [`REDUCE_SOURCE`] includes, as (name, text).
-pub const HEADERS: &[(&str, &str)] = &[];
+/// sncl's own headers that [`REDUCE_SOURCE`] includes, as (name, text), for
+/// NVRTC's in-memory headers. The sources need no CUDA header (no include
+/// path). The host shim (`sncl_host_emu.h`, included only with
+/// `SNCL_HOST_EMU`) is not among them.
+pub const HEADERS: &[(&str, &str)] =
+    &[("sncl_device.cuh", include_str!("../cuda/sncl_device.cuh"))];
 
 /// The most sources or destinations of one reduce-copy.
 pub const MAX_ARGS: usize = 8;
@@ -53,6 +57,38 @@ pub fn divide_kernel(dtype: DataType) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `#include "..."` NVRTC sees (outside the host shim's `#ifdef`)
+    /// is in [`HEADERS`], and every header is used.
+    #[test]
+    fn headers_cover_the_includes() {
+        let mut texts = vec![REDUCE_SOURCE];
+        texts.extend(HEADERS.iter().map(|(_, t)| *t));
+        let mut included = std::collections::BTreeSet::new();
+        for text in texts {
+            let mut host_only = 0;
+            for line in text.lines().map(str::trim) {
+                if line.starts_with("#if") {
+                    host_only += usize::from(host_only > 0 || line == "#ifdef SNCL_HOST_EMU");
+                } else if line.starts_with("#else") && host_only == 1 {
+                    host_only = 0;
+                } else if line.starts_with("#endif") {
+                    host_only = host_only.saturating_sub(1);
+                } else if let Some(rest) = line.strip_prefix("#include \"") {
+                    if host_only == 0 {
+                        included.insert(rest.trim_end_matches('"').to_string());
+                    }
+                }
+            }
+        }
+        let names: std::collections::BTreeSet<_> =
+            HEADERS.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(included, names);
+        assert!(
+            !REDUCE_SOURCE.contains("#include <"),
+            "NVRTC gets no include path"
+        );
+    }
 
     #[test]
     fn names_cover_every_supported_pair_once() {

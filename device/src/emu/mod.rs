@@ -18,7 +18,7 @@
 
 mod api;
 mod device;
-mod hostkernels;
+pub mod hostkernels;
 mod memory;
 mod shm;
 mod stream;

@@ -1,0 +1,85 @@
+// sncl_host_emu.h: just enough of CUDA to compile sncl's kernels as ordinary
+// C++17 for the host (the emulated device and the CPU checks). Used only
+// when SNCL_HOST_EMU is defined; NVRTC never sees this file.
+//
+// A "launch" runs every thread of every block one after the other on the
+// calling OS thread. That is correct for sncl's kernels because they are
+// grid-stride loops with no shared memory and no barriers: each element is
+// handled by exactly one (block, thread), whatever the order. The built-in
+// index variables are thread_local, so host threads (the emulator's
+// streams) can run kernels at the same time.
+#ifndef SNCL_HOST_EMU_H
+#define SNCL_HOST_EMU_H
+
+#ifndef SNCL_HOST_EMU
+#error "sncl_host_emu.h is the host shim; define SNCL_HOST_EMU"
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+
+struct dim3 {
+  unsigned int x, y, z;
+};
+
+inline thread_local dim3 threadIdx = {0, 0, 0};
+inline thread_local dim3 blockIdx = {0, 0, 0};
+inline thread_local dim3 blockDim = {1, 1, 1};
+inline thread_local dim3 gridDim = {1, 1, 1};
+
+struct alignas(16) uint4 {
+  unsigned int x, y, z, w;
+};
+
+// Bit casts (CUDA intrinsics on the device).
+inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned int u) {
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline long long __double_as_longlong(double d) {
+  long long u;
+  __builtin_memcpy(&u, &d, sizeof u);
+  return u;
+}
+inline double __longlong_as_double(long long u) {
+  double d;
+  __builtin_memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+// IEEE round-to-nearest arithmetic (CUDA intrinsics that are never fused
+// into an FMA). x86-64 computes float and double in SSE registers, so
+// plain operators round exactly once; the build passes -ffp-contract=off.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline float __ull2float_rn(unsigned long long v) { return (float)v; }
+inline double __ull2double_rn(unsigned long long v) { return (double)v; }
+
+// Runs `kernel()` for every (block, thread) of a grid x block launch, in
+// order, on this OS thread.
+template <typename Kernel>
+inline void sncl_host_launch(unsigned int grid, unsigned int block, Kernel kernel) {
+  gridDim = dim3{grid, 1, 1};
+  blockDim = dim3{block, 1, 1};
+  for (unsigned int b = 0; b < grid; ++b) {
+    blockIdx = dim3{b, 0, 0};
+    for (unsigned int t = 0; t < block; ++t) {
+      threadIdx = dim3{t, 0, 0};
+      kernel();
+    }
+  }
+}
+
+#endif  // SNCL_HOST_EMU_H
