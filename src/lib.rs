@@ -39,6 +39,7 @@ mod bucket;
 pub mod capi;
 mod comm;
 mod compressed;
+pub mod device;
 mod element;
 mod flight;
 mod logging;
@@ -54,6 +55,7 @@ use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
+pub use device::DeviceOp;
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
 
