@@ -55,9 +55,9 @@ use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
-pub use device::DeviceOp;
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
+pub use device::DeviceOp;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;

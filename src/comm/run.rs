@@ -109,7 +109,15 @@ impl Inner {
             b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.count * esize)).collect())
         };
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
-        self.execute_op(st, op, (seq, fingerprint), (&sched, algo), &bufs, bytes, |r| r)
+        self.execute_op(
+            st,
+            op,
+            (seq, fingerprint),
+            (&sched, algo),
+            &bufs,
+            bytes,
+            |r| r,
+        )
     }
 
     /// The fingerprint every piece of `op` carries.
@@ -298,7 +306,10 @@ impl Inner {
         {
             return Err(self.invalid(
                 name,
-                format!("{} elements × {n} ranks are more than memory can address", op.count),
+                format!(
+                    "{} elements × {n} ranks are more than memory can address",
+                    op.count
+                ),
             ));
         }
         Ok(self.extents(op))
@@ -370,11 +381,19 @@ impl Inner {
         );
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
         let fingerprint = Self::fingerprint(op);
-        self.execute_op(st, op, (seq, fingerprint), (&sched, algo), &mem, bytes, |r| {
-            // The result must be on the device (and the staging free) before
-            // the caller's stream goes on, also after a failure.
-            let done = mem.finish();
-            r.and(done)
-        })
+        self.execute_op(
+            st,
+            op,
+            (seq, fingerprint),
+            (&sched, algo),
+            &mem,
+            bytes,
+            |r| {
+                // The result must be on the device (and the staging free) before
+                // the caller's stream goes on, also after a failure.
+                let done = mem.finish();
+                r.and(done)
+            },
+        )
     }
 }

@@ -99,11 +99,14 @@ impl Communicator {
             name = %binding.dev.name(),
             "communicator bound to a device"
         );
-        inner.device.set(binding).map_err(|_| Error::InvalidArgument {
-            rank: inner.rank,
-            op: "bind_device",
-            detail: "bound concurrently by another thread".into(),
-        })
+        inner
+            .device
+            .set(binding)
+            .map_err(|_| Error::InvalidArgument {
+                rank: inner.rank,
+                op: "bind_device",
+                detail: "bound concurrently by another thread".into(),
+            })
     }
 
     /// The device this communicator is bound to, if any.
@@ -122,7 +125,9 @@ impl Communicator {
             detail,
         };
         let b = inner.device.get().cloned().ok_or_else(|| {
-            invalid("no device is bound to this communicator (call Communicator::bind_device)".into())
+            invalid(
+                "no device is bound to this communicator (call Communicator::bind_device)".into(),
+            )
         })?;
         let mut raw = RawOp::new(op.coll, op.dtype, op.count);
         raw.op = op.op;
@@ -131,6 +136,10 @@ impl Communicator {
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));
         }
+        // A device failure from here on is not an argument error: the
+        // operation is queued anyway and fails on every rank (its peers
+        // must not wait for it until their deadline).
+        let mut enqueue_error = None;
         match b.dev.is_capturing(op.stream) {
             Ok(false) => {}
             Ok(true) => {
@@ -140,17 +149,24 @@ impl Communicator {
                         .into(),
                 ))
             }
-            Err(e) => return Err(b.error(rank, name, None, "checking the caller's stream", e)),
+            Err(e) => {
+                enqueue_error = Some(b.error(rank, name, None, "checking the caller's stream", e))
+            }
         }
         // What the caller's stream holds now runs before the collective.
-        let mut enqueue_error = None;
-        let event = match b.dev.create_event() {
-            Ok(ev) => match b.dev.record_event(ev, op.stream) {
+        let created = match enqueue_error {
+            Some(_) => Ok(None),
+            None => b.dev.create_event().map(Some),
+        };
+        let event = match created {
+            Ok(None) => None,
+            Ok(Some(ev)) => match b.dev.record_event(ev, op.stream) {
                 Ok(()) => Some(ev),
                 Err(e) => {
                     // SAFETY: created just above, not recorded, not used again.
                     let _ = unsafe { b.dev.destroy_event(ev) };
-                    enqueue_error = Some(b.error(rank, name, None, "recording on the caller's stream", e));
+                    enqueue_error =
+                        Some(b.error(rank, name, None, "recording on the caller's stream", e));
                     None
                 }
             },
@@ -383,7 +399,15 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(Collective::AllReduce, T::DTYPE, count, (op, 0), send, recv, stream)
+        self.device_op(
+            Collective::AllReduce,
+            T::DTYPE,
+            count,
+            (op, 0),
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// Reduce-scatter: `send` holds size × `count` elements, `recv` gets
@@ -396,7 +420,15 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(Collective::ReduceScatter, T::DTYPE, count, (op, 0), send, recv, stream)
+        self.device_op(
+            Collective::ReduceScatter,
+            T::DTYPE,
+            count,
+            (op, 0),
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// All-gather: every rank's `count` elements into `recv` (size × count).
@@ -408,7 +440,15 @@ impl<'scope> Scope<'scope, '_> {
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
         let none = (ReduceOp::Sum, 0);
-        self.device_op(Collective::AllGather, T::DTYPE, count, none, send, recv, stream)
+        self.device_op(
+            Collective::AllGather,
+            T::DTYPE,
+            count,
+            none,
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// Broadcast of `count` elements from `root`'s `send` to every `recv`.
@@ -421,7 +461,15 @@ impl<'scope> Scope<'scope, '_> {
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
         let how = (ReduceOp::Sum, root);
-        self.device_op(Collective::Broadcast, T::DTYPE, count, how, send, recv, stream)
+        self.device_op(
+            Collective::Broadcast,
+            T::DTYPE,
+            count,
+            how,
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// Reduce of `count` elements into `root`'s `recv`.
@@ -435,6 +483,14 @@ impl<'scope> Scope<'scope, '_> {
         root: usize,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(Collective::Reduce, T::DTYPE, count, (op, root), send, recv, stream)
+        self.device_op(
+            Collective::Reduce,
+            T::DTYPE,
+            count,
+            (op, root),
+            send,
+            recv,
+            stream,
+        )
     }
 }

@@ -154,9 +154,8 @@ impl<'a> DeviceMemory<'a> {
             BufId::Recv => self.recv,
             BufId::Scratch => self.scratch,
             BufId::Peer(_) => {
-                return Err(self.invalid(
-                    "point-to-point buffers are not supported on device memory".into(),
-                ))
+                return Err(self
+                    .invalid("point-to-point buffers are not supported on device memory".into()))
             }
         };
         let (off, len) = (r.offset * esize, r.len * esize);
@@ -352,7 +351,14 @@ impl Memory for DeviceMemory<'_> {
                 .copy_h2d_async(piece, src, data.len(), stream)
                 .map_err(|e| self.err("copying a received piece to the device", e))?;
             self.dev()
-                .reduce_copy(stream, dtype, op, &[l.add(at), piece], &[d.add(at)], data.len() / esize)
+                .reduce_copy(
+                    stream,
+                    dtype,
+                    op,
+                    &[l.add(at), piece],
+                    &[d.add(at)],
+                    data.len() / esize,
+                )
                 .map_err(|e| self.err("reducing a received piece", e))
         }
     }

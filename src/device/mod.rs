@@ -68,7 +68,8 @@ impl Binding {
     /// Creates the internal stream and the flag on `dev`.
     pub(crate) fn new(dev: Arc<dyn Device>, rank: usize) -> Result<Binding> {
         let fail = |what: &str, e: DeviceError| device_error(rank, &dev, what, e);
-        let flag = PinnedBuffer::new(&dev, 64).map_err(|e| fail("allocating the stream flag", e))?;
+        let flag =
+            PinnedBuffer::new(&dev, 64).map_err(|e| fail("allocating the stream flag", e))?;
         if !(flag.as_ptr() as usize).is_multiple_of(std::mem::align_of::<AtomicU32>()) {
             return Err(Error::InvalidArgument {
                 rank,
@@ -144,7 +145,12 @@ impl Drop for Binding {
 }
 
 /// A device error as an [`Error`] naming the rank and the device.
-pub(crate) fn device_error(rank: usize, dev: &Arc<dyn Device>, what: &str, e: DeviceError) -> Error {
+pub(crate) fn device_error(
+    rank: usize,
+    dev: &Arc<dyn Device>,
+    what: &str,
+    e: DeviceError,
+) -> Error {
     Error::Io {
         rank,
         context: format!(
@@ -190,7 +196,13 @@ impl DeviceJob {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    return Err(b.error(rank, name, None, "the work before it on the caller's stream", e))
+                    return Err(b.error(
+                        rank,
+                        name,
+                        None,
+                        "the work before it on the caller's stream",
+                        e,
+                    ))
                 }
             }
             if abort.load(Ordering::Relaxed) {
