@@ -29,7 +29,12 @@ const DTYPES: [DataType; 5] = [
     DataType::Int32,
     DataType::Uint8,
 ];
-const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::BitAnd];
+const OPS: [ReduceOp; 4] = [
+    ReduceOp::Sum,
+    ReduceOp::Max,
+    ReduceOp::Avg,
+    ReduceOp::BitAnd,
+];
 const COLLS: [Collective; 5] = [
     Collective::AllReduce,
     Collective::ReduceScatter,
@@ -425,6 +430,48 @@ fn safe_typed_forms_and_argument_errors() {
     .expect("no device bound");
     assert!(e.to_string().contains("bind_device"), "{e}");
     comms[0].bind_device(dev.clone()).expect("bind");
-    let e = comms[0].bind_device(dev).err().expect("binds once");
+    let e = comms[0].bind_device(dev).expect_err("binds once");
     assert!(e.to_string().contains("already bound"), "{e}");
+}
+
+/// Ranks as processes: `commbench --device emu --np 3` (each process has
+/// its own emulated device; results are checked by commbench against the
+/// host path). Needs the commbench binary of this build (`cargo build -p
+/// commbench`); skipped with a note when it is not there.
+#[test]
+fn processes_via_commbench_device_emu() {
+    let exe = std::env::current_exe().expect("test binary path");
+    let Some(bin) = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("commbench"))
+        .filter(|b| b.exists())
+    else {
+        eprintln!("skipped: no commbench binary next to the test (build it with cargo build -p commbench)");
+        return;
+    };
+    let out = std::process::Command::new(&bin)
+        .args(["all_reduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "2"])
+        .args([
+            "-d",
+            "float,bf16,int32",
+            "-o",
+            "sum,max",
+            "--device",
+            "emu",
+            "--np",
+            "3",
+        ])
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .output()
+        .expect("running commbench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "commbench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("# device: emu device 0"), "{stdout}");
+    assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
 }
