@@ -218,6 +218,8 @@ pub(crate) struct Inner {
     /// Shrinks and agreements started on this communicator.
     pub shrinks: AtomicU64,
     pub agrees: AtomicU64,
+    /// The device this communicator is bound to (device collectives).
+    pub device: std::sync::OnceLock<Arc<crate::device::Binding>>,
 }
 
 /// A listening socket every rank opens at creation and publishes with its
@@ -313,6 +315,7 @@ impl Inner {
             standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Listening)),
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
+            device: std::sync::OnceLock::new(),
         }
     }
 

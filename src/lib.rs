@@ -39,6 +39,7 @@ mod bucket;
 pub mod capi;
 mod comm;
 mod compressed;
+pub mod device;
 mod element;
 mod flight;
 mod logging;
@@ -56,6 +57,7 @@ pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
+pub use device::DeviceOp;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;

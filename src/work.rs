@@ -16,13 +16,13 @@ use crate::comm::{Inner, P2p, RawOp};
 use crate::Communicator;
 
 #[derive(Default)]
-struct WorkState {
+pub(crate) struct WorkState {
     done: Mutex<Option<Result<()>>>,
     cv: Condvar,
 }
 
 impl WorkState {
-    fn complete(&self, r: Result<()>) {
+    pub(crate) fn complete(&self, r: Result<()>) {
         let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
         *g = Some(r);
         self.cv.notify_all();
@@ -72,9 +72,16 @@ impl WorkState {
     }
 }
 
+/// What a queued job runs: a host operation, or a device operation (see
+/// [`crate::device`]).
+pub(crate) enum JobKind {
+    Host(RawOp),
+    Device(Box<crate::device::DeviceJob>),
+}
+
 struct Job {
     ticket: u64,
-    op: RawOp,
+    kind: JobKind,
     state: Arc<WorkState>,
 }
 
@@ -93,6 +100,13 @@ impl Worker {
     }
 
     fn submit(&self, op: RawOp) -> Arc<WorkState> {
+        self.submit_with(|_| JobKind::Host(op))
+    }
+
+    /// Queues the job `make` builds; `make` runs with the job's ticket
+    /// before anyone can take the next one (so what it enqueues on device
+    /// streams follows the stream order of the communicator).
+    pub(crate) fn submit_with(&self, make: impl FnOnce(u64) -> JobKind) -> Arc<WorkState> {
         let state = Arc::new(WorkState::default());
         let mut g = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let (tx, _) = g.get_or_insert_with(|| {
@@ -102,10 +116,17 @@ impl Worker {
                 .name(format!("sncl-progress-{}", inner.rank))
                 .spawn(move || {
                     for job in rx {
-                        // SAFETY: the job's buffers are lent by a Scope that
-                        // waits for this job before its borrows end.
-                        let r = unsafe { inner.run_ordered(job.ticket, &job.op) };
-                        job.state.complete(r);
+                        match job.kind {
+                            JobKind::Host(op) => {
+                                // SAFETY: the job's buffers are lent by a Scope
+                                // (or an unsafe caller) until it completes.
+                                let r = unsafe { inner.run_ordered(job.ticket, &op) };
+                                job.state.complete(r);
+                            }
+                            JobKind::Device(d) => {
+                                crate::device::run_job(&inner, job.ticket, *d, &job.state)
+                            }
+                        }
                     }
                 })
                 .expect("spawning the sncl progress thread");
@@ -115,7 +136,7 @@ impl Worker {
         self.inner.ticket_with(|ticket| {
             tx.send(Job {
                 ticket,
-                op,
+                kind: make(ticket),
                 state: st,
             })
             .expect("progress thread alive while the communicator is");
@@ -135,10 +156,16 @@ impl Drop for Worker {
 }
 
 /// A handle to a non-blocking operation started with
-/// [`Communicator::enqueue_raw`]; the caller keeps the buffers alive until
-/// it reports completion.
+/// [`Communicator::enqueue_raw`] (or a raw device collective); the caller
+/// keeps the buffers alive until it reports completion.
 pub struct RawWork {
     state: Arc<WorkState>,
+}
+
+impl RawWork {
+    pub(crate) fn from_state(state: Arc<WorkState>) -> RawWork {
+        RawWork { state }
+    }
 }
 
 impl RawWork {
@@ -226,7 +253,12 @@ pub struct Scope<'scope, 'env: 'scope> {
 impl<'scope> Scope<'scope, '_> {
     /// Queues `op` (whose buffers are borrowed for `'scope`).
     pub(crate) fn enqueue(&'scope self, op: RawOp) -> Work<'scope> {
-        let state = self.comm.worker.submit(op);
+        self.enqueue_with(|_| JobKind::Host(op))
+    }
+
+    /// Queues the job `make` builds (see [`Worker::submit_with`]).
+    pub(crate) fn enqueue_with(&'scope self, make: impl FnOnce(u64) -> JobKind) -> Work<'scope> {
+        let state = self.comm.worker.submit_with(make);
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -13,7 +13,7 @@ use crate::schedule::{Op, Region, Schedule};
 use crate::transport::{Connection, TransportError};
 use crate::wire::{Fingerprint, PieceHeader};
 
-pub use crate::mem::Buffers;
+pub use crate::mem::{Buffers, Memory};
 
 /// Identity of one operation on one rank.
 #[derive(Clone, Copy, Debug)]
@@ -158,11 +158,12 @@ fn in_op(ctx: &OpContext, e: Error) -> Error {
 /// Runs `sched` to completion.
 ///
 /// `conns[p]` is the connection to rank `p` (None for self and unconnected
-/// ranks). Regions must lie inside `bufs` (the caller validated sizes).
-pub fn execute(
+/// ranks). Regions must lie inside `bufs` (the caller validated sizes);
+/// `bufs` is host [`Buffers`] or any other [`Memory`] (device memory).
+pub fn execute<M: Memory>(
     sched: &Schedule,
     ctx: &OpContext,
-    bufs: &Buffers,
+    bufs: &M,
     conns: &mut [Option<Box<dyn Connection>>],
     traffic: Option<&mut Traffic>,
     abort: Option<&AbortFlag>,
@@ -175,9 +176,10 @@ pub fn execute(
     for (k, step) in sched.steps.iter().enumerate() {
         for op in &step.ops {
             if let Op::Copy { src, dst } = *op {
-                bufs.copy(src, dst, esize);
+                bufs.copy(src, dst, esize)?;
             }
         }
+        bufs.prepare_sends(&step.ops, esize)?;
         states.clear();
         states.resize(step.ops.len(), OpState::default());
         let mut waiter = Waiter::new(ctx.spin);
@@ -335,7 +337,7 @@ pub fn execute(
         for op in &step.ops {
             if let Op::Finalize { region } = *op {
                 if ctx.op == ReduceOp::Avg {
-                    bufs.with_mut(region, esize, |b| kernels::divide(ctx.dtype, b, ctx.nranks));
+                    bufs.divide(region, ctx.dtype, ctx.nranks)?;
                 }
             }
         }
@@ -429,9 +431,9 @@ fn header(ctx: &OpContext, len: usize) -> PieceHeader {
 }
 
 /// Pushes as many pieces of `src` as the connection takes now.
-fn send_some(
+fn send_some<M: Memory>(
     ctx: &OpContext,
-    bufs: &Buffers,
+    bufs: &M,
     conn: &mut dyn Connection,
     src: Region,
     st: &mut OpState,
@@ -444,7 +446,7 @@ fn send_some(
         let n = max.min(total - st.done);
         let sent = bufs.with_ref(src, esize, |b| {
             conn.try_send(&header(ctx, n), &b[st.done..st.done + n])
-        });
+        })?;
         if !sent.map_err(|e| peer_failed(ctx, e))? {
             return Ok(moved);
         }
@@ -462,9 +464,9 @@ fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
 }
 
 /// Consumes as many arrived pieces into `dst` as there are.
-fn recv_some(
+fn recv_some<M: Memory>(
     ctx: &OpContext,
-    bufs: &Buffers,
+    bufs: &M,
     conn: &mut dyn Connection,
     local: Option<Region>,
     dst: Region,
@@ -514,7 +516,6 @@ fn recv_some(
                 None => bufs.write_at(dst, esize, done, data),
                 Some(l) => bufs.reduce_at(l, dst, esize, done, data, ctx.dtype, ctx.op),
             }
-            Ok(())
         };
         let got = conn.try_recv(&mut consume).map_err(|e| in_op(ctx, e))?;
         if !got {

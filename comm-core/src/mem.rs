@@ -1,11 +1,101 @@
-//! The only place the executor touches caller memory through raw pointers.
-//! A [`Buffers`] is created (unsafely) by the communicator from the caller's
-//! slices, which stay borrowed until the operation completes; every access
-//! below is bounds-checked against the lengths it was created with.
+//! The executor's memory boundary. The executor reaches an operation's
+//! memory only through the [`Memory`] trait; [`Buffers`] is its host
+//! implementation and the only place the executor touches caller memory
+//! through raw pointers. A [`Buffers`] is created (unsafely) by the
+//! communicator from the caller's slices, which stay borrowed until the
+//! operation completes; every access below is bounds-checked against the
+//! lengths it was created with. Other implementations (device memory in the
+//! runtime) keep the data elsewhere and stage what crosses the host.
 
 use kernels::{DataType, ReduceOp};
 
-use crate::schedule::{BufId, Region};
+use crate::error::Result;
+use crate::schedule::{BufId, Op, Region};
+
+/// What the executor needs of an operation's memory (input, output,
+/// scratch and point-to-point buffers, addressed by [`Region`]s in elements
+/// of `esize` bytes). Every method may fail (device memory reports device
+/// errors); host memory never does.
+///
+/// Within one step of a schedule the executor calls [`Memory::copy`] for
+/// the step's copies, then [`Memory::prepare_sends`] once, then moves data
+/// piece by piece ([`Memory::with_ref`], [`Memory::write_at`],
+/// [`Memory::reduce_at`]), then [`Memory::divide`] for the step's
+/// finalisation. Regions a step sends are not written during that step.
+pub trait Memory {
+    /// Copies `src` to `dst` (equal lengths; nothing when they are the same
+    /// memory; they may overlap).
+    fn copy(&self, src: Region, dst: Region, esize: usize) -> Result<()>;
+
+    /// Called once per step after its copies, before any of its sends: an
+    /// implementation whose memory the host cannot read directly stages the
+    /// regions the step sends here. Host memory does nothing.
+    fn prepare_sends(&self, _ops: &[Op], _esize: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// Calls `f` with the bytes of `r` (a region to be sent).
+    fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
+
+    /// Writes `data` (a received piece) at byte `at` of region `dst`.
+    fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) -> Result<()>;
+
+    /// `dst[at..] = local[at..] op data` for one received piece.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_at(
+        &self,
+        local: Region,
+        dst: Region,
+        esize: usize,
+        at: usize,
+        data: &[u8],
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()>;
+
+    /// `region[i] /= divisor` (the last step of `Avg`).
+    fn divide(&self, region: Region, dtype: DataType, divisor: usize) -> Result<()>;
+}
+
+impl Memory for Buffers {
+    #[inline]
+    fn copy(&self, src: Region, dst: Region, esize: usize) -> Result<()> {
+        Buffers::copy(self, src, dst, esize);
+        Ok(())
+    }
+
+    #[inline]
+    fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        Ok(Buffers::with_ref(self, r, esize, f))
+    }
+
+    #[inline]
+    fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) -> Result<()> {
+        Buffers::write_at(self, dst, esize, at, data);
+        Ok(())
+    }
+
+    #[inline]
+    fn reduce_at(
+        &self,
+        local: Region,
+        dst: Region,
+        esize: usize,
+        at: usize,
+        data: &[u8],
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        Buffers::reduce_at(self, local, dst, esize, at, data, dtype, op);
+        Ok(())
+    }
+
+    #[inline]
+    fn divide(&self, region: Region, dtype: DataType, divisor: usize) -> Result<()> {
+        self.with_mut(region, dtype.size(), |b| kernels::divide(dtype, b, divisor));
+        Ok(())
+    }
+}
 
 /// The memory of one operation: input, output and scratch.
 #[derive(Debug)]

@@ -7,6 +7,7 @@
 mod args;
 mod calibrate;
 mod cases;
+mod devbench;
 mod launch;
 mod plan_cmd;
 mod plot;
@@ -65,6 +66,30 @@ fn main() -> ExitCode {
     };
     if let Err(e) = args.algos(bench.collective()) {
         eprintln!("commbench: {e}");
+        return ExitCode::from(2);
+    }
+    let place = match devbench::Where::choose(args.device.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("commbench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if place != devbench::Where::Host
+        && (args.compress.is_some()
+            || !matches!(
+                bench,
+                Bench::AllReduce
+                    | Bench::ReduceScatter
+                    | Bench::AllGather
+                    | Bench::Broadcast
+                    | Bench::Reduce
+            ))
+    {
+        eprintln!(
+            "commbench: --device {} runs all_reduce, reduce_scatter, all_gather, broadcast and reduce (without --compress)",
+            place.name()
+        );
         return ExitCode::from(2);
     }
     if let Some(np) = args.np {
@@ -154,9 +179,27 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             detail: format!("root {root} is out of range for {n} ranks"),
         });
     }
+    let place = devbench::Where::choose(args.device.as_deref()).map_err(|detail| {
+        sncl::Error::InvalidArgument {
+            rank,
+            op: "commbench",
+            detail,
+        }
+    })?;
+    let dev = match place {
+        devbench::Where::Host => None,
+        devbench::Where::Device(b) => Some(devbench::Dev::open(comm, b)?),
+    };
     let out = rank == 0;
     if out {
         println!("# sncl commbench {}: {} ranks", args.op, n);
+        println!(
+            "# device: {}",
+            dev.as_ref().map_or_else(
+                || "host (buffers in host memory)".to_string(),
+                |d| d.describe()
+            )
+        );
         println!(
             "# transports of rank 0: {}",
             comm.transports()
@@ -220,7 +263,10 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         check: args.check != 0,
                         compress,
                     };
-                    let (oop, ip) = cases::run_case(comm, &case)?;
+                    let (oop, ip) = match &dev {
+                        Some(d) => devbench::run_case(comm, d, &case)?,
+                        None => cases::run_case(comm, &case)?,
+                    };
                     let factor = bench.bus_factor(n);
                     let algo_name = match &case.compress {
                         Some((codec, _)) => format!("compressed-{}", codec.name()),

@@ -1,7 +1,9 @@
 //! Executing an operation: its sequence number and fingerprint, buffers
 //! and scratch space, the executor, and what a failure does.
 
+use comm_core::algo::Algorithm;
 use comm_core::exec::{self, Buffers, OpContext};
+use comm_core::schedule::Schedule;
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, ReduceOp, Result};
 
@@ -45,27 +47,7 @@ impl Inner {
             st.seq += 1;
             st.seq
         };
-        let fingerprint = Fingerprint {
-            collective: op.coll,
-            dtype: op.dtype,
-            op: if op.coll.is_reducing() {
-                op.op
-            } else {
-                ReduceOp::Sum
-            },
-            root: if op.coll.is_rooted() {
-                op.root as i32
-            } else {
-                -1
-            },
-            count: match op.coll {
-                Collective::AllGatherV
-                | Collective::AllToAllV
-                | Collective::SendRecv
-                | Collective::Barrier => 0,
-                _ => op.count as u64,
-            },
-        };
+        let fingerprint = Self::fingerprint(op);
         let (sched, algo) = self.schedule(st, op)?;
         if sched.steps.is_empty() {
             return Ok(());
@@ -126,6 +108,58 @@ impl Inner {
             );
             b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.count * esize)).collect())
         };
+        let bytes = (send_elems.max(recv_elems) * esize) as u64;
+        self.execute_op(
+            st,
+            op,
+            (seq, fingerprint),
+            (&sched, algo),
+            &bufs,
+            bytes,
+            |r| r,
+        )
+    }
+
+    /// The fingerprint every piece of `op` carries.
+    pub(super) fn fingerprint(op: &RawOp) -> Fingerprint {
+        Fingerprint {
+            collective: op.coll,
+            dtype: op.dtype,
+            op: if op.coll.is_reducing() {
+                op.op
+            } else {
+                ReduceOp::Sum
+            },
+            root: if op.coll.is_rooted() {
+                op.root as i32
+            } else {
+                -1
+            },
+            count: match op.coll {
+                Collective::AllGatherV
+                | Collective::AllToAllV
+                | Collective::SendRecv
+                | Collective::Barrier => 0,
+                _ => op.count as u64,
+            },
+        }
+    }
+
+    /// Runs a planned operation over `mem` (host buffers or device memory)
+    /// with the state held: accounting, the flight recorder, the executor,
+    /// `finish` (device memory waits for its device work there), and on a
+    /// failure aborts the communicator so every peer fails fast.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn execute_op<M: exec::Memory>(
+        &self,
+        st: &mut State,
+        op: &RawOp,
+        (seq, fingerprint): (u64, Fingerprint),
+        (sched, algo): (&Schedule, Algorithm),
+        mem: &M,
+        bytes: u64,
+        finish: impl FnOnce(Result<()>) -> Result<()>,
+    ) -> Result<()> {
         let ctx = OpContext {
             rank: self.rank,
             nranks: self.nranks,
@@ -146,20 +180,21 @@ impl Inner {
                 dtype: op.dtype.name(),
                 reduce: fingerprint.op.name(),
                 count: op.count as u64,
-                bytes: (send_elems.max(recv_elems) * esize) as u64,
+                bytes,
                 root: fingerprint.root.into(),
                 algo: algo.name(),
             },
             started,
         );
         let result = exec::execute(
-            &sched,
+            sched,
             &ctx,
-            &bufs,
+            mem,
             &mut st.conns,
             Some(&mut st.traffic),
             Some(&self.abort_flag),
         );
+        let result = finish(result);
         let ended = std::time::Instant::now();
         st.busy += ended - started;
         self.flight
@@ -232,5 +267,133 @@ impl Inner {
         let mut rest = op.clone();
         rest.p2p.retain(|p| p.peer != me);
         rest
+    }
+}
+
+/// The device path (see [`crate::device`]): runs with the state held, in
+/// stream order, on the progress thread.
+impl Inner {
+    /// Checks a device operation at enqueue (before it takes a ticket or a
+    /// sequence number): as a host operation, plus the collectives the
+    /// device path runs. Returns the extents (send, receive) in elements.
+    pub(crate) fn validate_device(&self, op: &RawOp) -> Result<(usize, usize)> {
+        let name = op.coll.name();
+        match op.coll {
+            Collective::AllReduce
+            | Collective::ReduceScatter
+            | Collective::AllGather
+            | Collective::Broadcast
+            | Collective::Reduce
+            | Collective::AllToAll
+            | Collective::Gather
+            | Collective::Scatter => {}
+            _ => {
+                return Err(self.invalid(
+                    name,
+                    "is not supported on device buffers (all_reduce, reduce_scatter, \
+                     all_gather, broadcast, reduce, alltoall, gather and scatter are)"
+                        .into(),
+                ))
+            }
+        }
+        self.validate(op)?;
+        let n = self.nranks;
+        if op
+            .count
+            .checked_mul(n)
+            .and_then(|e| e.checked_mul(op.dtype.size()))
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(self.invalid(
+                name,
+                format!(
+                    "{} elements × {n} ranks are more than memory can address",
+                    op.count
+                ),
+            ));
+        }
+        Ok(self.extents(op))
+    }
+
+    /// Runs a device operation when its ticket's turn comes.
+    pub(crate) fn run_ordered_device(
+        &self,
+        ticket: u64,
+        job: &mut crate::device::DeviceJob,
+    ) -> Result<()> {
+        self.order.wait_turn(ticket);
+        let r = self.run_device(job);
+        self.order.finish();
+        r
+    }
+
+    fn run_device(&self, job: &mut crate::device::DeviceJob) -> Result<()> {
+        let op = &job.raw;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.finish_abort(st);
+        if let Some(reason) = &st.aborted {
+            return Err(Error::Aborted {
+                rank: self.rank,
+                reason: Some(reason.clone()),
+            });
+        }
+        let Some(binding) = self.device.get() else {
+            return Err(self.invalid(op.coll.name(), "no device is bound".into()));
+        };
+        // A device failure before the operation started (at enqueue, or in
+        // the work before it on the caller's stream) fails it on every rank.
+        let ready = match job.enqueue_error.take() {
+            Some(e) => Err(e),
+            None => job.wait_caller(binding, self.rank, self.config.timeout, &self.abort_flag),
+        };
+        if let Err(e) = ready {
+            self.fail(st, &e);
+            return Err(e);
+        }
+        let (sched, algo) = self.schedule(st, op)?;
+        if sched.steps.is_empty() {
+            return Ok(());
+        }
+        let esize = op.dtype.size();
+        let (send_elems, recv_elems) = self.extents(op);
+        let scratch_bytes = sched.scratch_elems.saturating_mul(esize);
+        let mut staging = binding.staging();
+        if let Err(e) = staging.ensure_scratch(binding, scratch_bytes) {
+            let e = binding.error(self.rank, op.coll.name(), None, "allocating scratch", e);
+            self.fail(st, &e);
+            return Err(e);
+        }
+        // The sequence number is taken only now, after every check.
+        st.seq += 1;
+        let seq = st.seq;
+        let mem = crate::device::DeviceMemory::new(
+            binding,
+            &mut staging,
+            crate::device::OpIds {
+                rank: self.rank,
+                op: op.coll.name(),
+                seq,
+            },
+            (job.send, send_elems * esize),
+            (job.recv, recv_elems * esize),
+            self.config.timeout,
+        );
+        let bytes = (send_elems.max(recv_elems) * esize) as u64;
+        let fingerprint = Self::fingerprint(op);
+        self.execute_op(
+            st,
+            op,
+            (seq, fingerprint),
+            (&sched, algo),
+            &mem,
+            bytes,
+            |r| {
+                // The result must be on the device (and the staging free) before
+                // the caller's stream goes on, also after a failure.
+                let done = mem.finish();
+                r.and(done)
+            },
+        )
     }
 }

@@ -1,0 +1,231 @@
+//! `--device`: the benchmark on device buffers (emu or cuda). Times come
+//! from device events on the caller's stream around the timed iterations;
+//! results are checked by copying them back and comparing them with the
+//! same collective run on host buffers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
+use sncl::{Collective, Communicator, DeviceOp, RawOp, Result};
+
+use crate::cases::{Case, Timing};
+
+/// Where the benchmark's buffers live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    Host,
+    Device(Backend),
+}
+
+impl Where {
+    /// Parses `--device`; without it: cuda when device 0 opens, else host.
+    pub fn choose(arg: Option<&str>) -> std::result::Result<Where, String> {
+        match arg {
+            None => Ok(if device::open(Backend::Cuda, 0).is_ok() {
+                Where::Device(Backend::Cuda)
+            } else {
+                Where::Host
+            }),
+            Some("host") => Ok(Where::Host),
+            Some(name) => {
+                let b = Backend::from_name(name)
+                    .ok_or_else(|| format!("--device {name}: expected host, emu or cuda"))?;
+                // Fail once, before any rank starts, when it cannot open.
+                device::open(b, 0).map_err(|e| format!("--device {name}: {e}"))?;
+                Ok(Where::Device(b))
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Where::Host => "host",
+            Where::Device(b) => b.name(),
+        }
+    }
+}
+
+/// One rank's device: opened, bound to `comm`, with a stream.
+pub struct Dev {
+    pub dev: Arc<dyn Device>,
+    stream: StreamHandle,
+}
+
+impl Dev {
+    pub fn open(comm: &Communicator, backend: Backend) -> Result<Dev> {
+        let rank = comm.rank();
+        let err = |e: device::DeviceError| sncl::Error::InvalidArgument {
+            rank,
+            op: "commbench --device",
+            detail: e.to_string(),
+        };
+        // One emulated device per rank; CUDA ranks of one node take their
+        // own GPU when there are enough, else device 0.
+        let ordinal = match backend {
+            Backend::Emu => rank % 8,
+            Backend::Cuda => rank,
+        };
+        let dev = device::open(backend, ordinal)
+            .or_else(|_| device::open(backend, 0))
+            .map_err(err)?;
+        comm.bind_device(dev.clone())?;
+        let stream = dev.create_stream().map_err(err)?;
+        Ok(Dev { dev, stream })
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} device {} ({})",
+            self.dev.backend().name(),
+            self.dev.ordinal(),
+            self.dev.name()
+        )
+    }
+}
+
+fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
+    let k = c.count;
+    match c.bench.collective() {
+        Collective::ReduceScatter => (n * k, k),
+        Collective::AllGather => (k, n * k),
+        Collective::Reduce => (k, if rank == c.root { k } else { 0 }),
+        _ => (k, k),
+    }
+}
+
+fn input(c: &Case, rank: usize, elems: usize) -> Vec<u8> {
+    let esize = c.dtype.size();
+    let mut v = vec![0u8; elems * esize];
+    for (i, e) in v.chunks_mut(esize).enumerate() {
+        // Small integers are exact in every type (f16 and bf16 included).
+        let x = ((rank * 3 + i) % 7) as u32;
+        match c.dtype {
+            sncl::DataType::Float32 => e.copy_from_slice(&(x as f32).to_le_bytes()),
+            sncl::DataType::Float64 => e.copy_from_slice(&(x as f64).to_le_bytes()),
+            sncl::DataType::Float16 => {
+                e.copy_from_slice(&half::f16::from_f32(x as f32).to_le_bytes())
+            }
+            sncl::DataType::Bfloat16 => {
+                e.copy_from_slice(&half::bf16::from_f32(x as f32).to_le_bytes())
+            }
+            _ => e[0] = x as u8,
+        }
+    }
+    v
+}
+
+/// Runs a case on device buffers; (timing, no in-place row).
+pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
+    let (n, rank) = (comm.size(), comm.rank());
+    let name = c.bench.collective().name();
+    let fail = |what: &str, e: device::DeviceError| sncl::Error::InvalidArgument {
+        rank,
+        op: name,
+        detail: format!("{what} on {}: {e}", d.describe()),
+    };
+    let esize = c.dtype.size();
+    let (se, re) = extents(c, n, rank);
+    let send = input(c, rank, se);
+    let dsend = DeviceBuffer::new(&d.dev, send.len()).map_err(|e| fail("alloc", e))?;
+    let drecv = DeviceBuffer::new(&d.dev, re * esize).map_err(|e| fail("alloc", e))?;
+    // SAFETY: `send` lives until the stream is synchronised below.
+    unsafe {
+        d.dev
+            .copy_h2d_async(dsend.ptr(), send.as_ptr(), send.len(), d.stream)
+    }
+    .map_err(|e| fail("upload", e))?;
+    let mut op = DeviceOp::new(
+        c.bench.collective(),
+        c.dtype,
+        c.count,
+        dsend.ptr(),
+        drecv.ptr(),
+        d.stream,
+    );
+    op.op = c.op;
+    op.root = c.root;
+    let run = || -> Result<()> {
+        // SAFETY: the buffers live until after `wait`.
+        unsafe { comm.enqueue_device(op) }?.wait()
+    };
+    for _ in 0..c.warmup {
+        run()?;
+    }
+    let (start, end) = (
+        d.dev.create_event().map_err(|e| fail("event", e))?,
+        d.dev.create_event().map_err(|e| fail("event", e))?,
+    );
+    d.dev
+        .record_event(start, d.stream)
+        .map_err(|e| fail("event", e))?;
+    let mut works = Vec::with_capacity(c.iters);
+    for _ in 0..c.iters {
+        // SAFETY: the buffers live until every handle is waited for below.
+        works.push(unsafe { comm.enqueue_device(op) }?);
+    }
+    d.dev
+        .record_event(end, d.stream)
+        .map_err(|e| fail("event", e))?;
+    for w in works {
+        w.wait()?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    d.dev
+        .synchronize(d.stream, deadline)
+        .map_err(|e| fail("synchronize", e))?;
+    let ms = d
+        .dev
+        .event_elapsed_ms(start, end)
+        .map_err(|e| fail("timing", e))?;
+    // SAFETY: both events were created above and are not used again.
+    unsafe {
+        let _ = d.dev.destroy_event(start);
+        let _ = d.dev.destroy_event(end);
+    }
+    let mut wrong = 0u64;
+    if c.check {
+        let mut got = vec![0u8; re * esize];
+        // SAFETY: `got` lives until the synchronisation below.
+        unsafe {
+            d.dev
+                .copy_d2h_async(got.as_mut_ptr(), drecv.ptr(), got.len(), d.stream)
+        }
+        .map_err(|e| fail("download", e))?;
+        d.dev
+            .synchronize(d.stream, deadline)
+            .map_err(|e| fail("synchronize", e))?;
+        let mut want = vec![0u8; re * esize];
+        let mut raw = RawOp::new(c.bench.collective(), c.dtype, c.count);
+        raw.op = c.op;
+        raw.root = c.root;
+        raw.send = send.as_ptr();
+        raw.recv = want.as_mut_ptr();
+        // SAFETY: the host vectors cover the extents and outlive the call.
+        unsafe { comm.run_raw(&raw) }?;
+        wrong = got
+            .chunks(esize)
+            .zip(want.chunks(esize))
+            .filter(|(a, b)| a != b)
+            .count() as u64;
+    }
+    let mut sum = [0u64; 2];
+    comm.all_reduce(
+        &[
+            wrong,
+            (ms as f64 * 1e3 / c.iters.max(1) as f64 * 1e3) as u64,
+        ],
+        &mut sum,
+        sncl::ReduceOp::Sum,
+    )?;
+    let mean_us = sum[1] as f64 / 1e3 / n as f64;
+    Ok((
+        Timing {
+            mean_us,
+            median_us: mean_us,
+            wrong: sum[0],
+            traffic: sncl::Stats::default(),
+        },
+        None,
+    ))
+}

@@ -1,0 +1,496 @@
+//! The Rust API of device collectives: binding a communicator to a device,
+//! the unsafe raw forms on device pointers (on [`Communicator`]) and the
+//! safe typed forms over [`DeviceBuffer`]s (on [`Scope`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use comm_core::wire::Collective;
+use comm_core::{DataType, Error, ReduceOp, Result};
+
+use super::{Binding, Device, DeviceBuffer, DeviceJob, DevicePtr, StreamHandle};
+use crate::comm::RawOp;
+use crate::work::{JobKind, RawWork, Scope, Work};
+use crate::{Communicator, Element};
+
+/// One collective on device memory, in NCCL's conventions (see
+/// [`RawOp`] for the counts and the in-place forms). Host and device
+/// buffers cannot be mixed: both pointers are device addresses of the
+/// communicator's device.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceOp {
+    /// The collective: all_reduce, reduce_scatter, all_gather, broadcast,
+    /// reduce, alltoall, gather or scatter.
+    pub coll: Collective,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction (reducing collectives).
+    pub op: ReduceOp,
+    /// Root (rooted collectives).
+    pub root: usize,
+    /// Element count (per rank's block where NCCL says so).
+    pub count: usize,
+    /// Input (device address).
+    pub send: DevicePtr,
+    /// Output (device address).
+    pub recv: DevicePtr,
+    /// The caller's stream: the collective runs after the work already
+    /// enqueued there, and later work there runs after it.
+    pub stream: StreamHandle,
+}
+
+impl DeviceOp {
+    /// An operation with `Sum` and root 0; fill in the rest.
+    pub fn new(
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+        send: DevicePtr,
+        recv: DevicePtr,
+        stream: StreamHandle,
+    ) -> DeviceOp {
+        DeviceOp {
+            coll,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            count,
+            send,
+            recv,
+            stream,
+        }
+    }
+}
+
+fn same_device(a: &Arc<dyn Device>, b: &Arc<dyn Device>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+impl Communicator {
+    /// Binds this communicator to `device` (once; a communicator uses one
+    /// device). Creates the stream its device collectives run on and a
+    /// pinned flag callers' streams wait on. Device collectives need a
+    /// bound device; host collectives are unaffected.
+    ///
+    /// ```no_run
+    /// # let comm = sncl::Communicator::from_env()?;
+    /// let dev = sncl::device::open(sncl::device::Backend::Cuda, 0).expect("a GPU");
+    /// comm.bind_device(dev)?;
+    /// # Ok::<(), sncl::Error>(())
+    /// ```
+    pub fn bind_device(&self, device: Arc<dyn Device>) -> Result<()> {
+        let inner = &self.inner;
+        if let Some(b) = inner.device.get() {
+            return Err(Error::InvalidArgument {
+                rank: inner.rank,
+                op: "bind_device",
+                detail: format!(
+                    "this communicator is already bound to {} device {}; a communicator binds to one device",
+                    b.dev.backend().name(),
+                    b.dev.ordinal()
+                ),
+            });
+        }
+        let binding = Arc::new(Binding::new(device, inner.rank)?);
+        tracing::info!(
+            rank = inner.rank,
+            backend = binding.dev.backend().name(),
+            ordinal = binding.dev.ordinal(),
+            name = %binding.dev.name(),
+            "communicator bound to a device"
+        );
+        inner
+            .device
+            .set(binding)
+            .map_err(|_| Error::InvalidArgument {
+                rank: inner.rank,
+                op: "bind_device",
+                detail: "bound concurrently by another thread".into(),
+            })
+    }
+
+    /// The device this communicator is bound to, if any.
+    pub fn bound_device(&self) -> Option<Arc<dyn Device>> {
+        self.inner.device.get().map(|b| b.dev.clone())
+    }
+
+    /// Checks `op` now (nothing is queued and no sequence number is taken
+    /// when it is rejected) and returns what builds its job in stream order.
+    fn prepare_device(&self, op: DeviceOp) -> Result<impl FnOnce(u64) -> JobKind> {
+        let inner = &self.inner;
+        let (rank, name) = (inner.rank, op.coll.name());
+        let invalid = |detail: String| Error::InvalidArgument {
+            rank,
+            op: name,
+            detail,
+        };
+        let b = inner.device.get().cloned().ok_or_else(|| {
+            invalid(
+                "no device is bound to this communicator (call Communicator::bind_device)".into(),
+            )
+        })?;
+        let mut raw = RawOp::new(op.coll, op.dtype, op.count);
+        raw.op = op.op;
+        raw.root = op.root;
+        let (send_elems, recv_elems) = inner.validate_device(&raw)?;
+        if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
+            return Err(invalid("a device buffer is NULL".into()));
+        }
+        // A device failure from here on is not an argument error: the
+        // operation is queued anyway and fails on every rank (its peers
+        // must not wait for it until their deadline).
+        let mut enqueue_error = None;
+        match b.dev.is_capturing(op.stream) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(invalid(
+                    "the caller's stream is being captured into a CUDA graph; device collectives \
+                     under stream capture are not supported"
+                        .into(),
+                ))
+            }
+            Err(e) => {
+                enqueue_error = Some(b.error(rank, name, None, "checking the caller's stream", e))
+            }
+        }
+        // What the caller's stream holds now runs before the collective.
+        let created = match enqueue_error {
+            Some(_) => Ok(None),
+            None => b.dev.create_event().map(Some),
+        };
+        let event = match created {
+            Ok(None) => None,
+            Ok(Some(ev)) => match b.dev.record_event(ev, op.stream) {
+                Ok(()) => Some(ev),
+                Err(e) => {
+                    // SAFETY: created just above, not recorded, not used again.
+                    let _ = unsafe { b.dev.destroy_event(ev) };
+                    enqueue_error =
+                        Some(b.error(rank, name, None, "recording on the caller's stream", e));
+                    None
+                }
+            },
+            Err(e) => {
+                enqueue_error = Some(b.error(rank, name, None, "creating an event", e));
+                None
+            }
+        };
+        Ok(move |_ticket| {
+            // Values follow the stream order (this runs under the ticket lock).
+            let flag_value = b.next_flag.fetch_add(1, Ordering::Relaxed);
+            if enqueue_error.is_none() {
+                // SAFETY: the flag is an aligned u32 at the start of the
+                // binding's pinned allocation, which lives as long as the
+                // communicator (and is released to u32::MAX before it goes).
+                let r = unsafe {
+                    b.dev
+                        .stream_wait_u32(op.stream, b.flag.as_ptr() as *const u32, flag_value)
+                };
+                if let Err(e) = r {
+                    enqueue_error =
+                        Some(b.error(rank, name, None, "making the caller's stream wait", e));
+                }
+            }
+            JobKind::Device(Box::new(DeviceJob {
+                raw,
+                send: op.send,
+                recv: op.recv,
+                event,
+                flag_value,
+                enqueue_error,
+            }))
+        })
+    }
+
+    /// Queues a collective on device memory; returns at once. See the
+    /// [`crate::device`] module for the stream semantics. Errors in the
+    /// arguments (no bound device, a bad root, an unsupported dtype/op, a
+    /// stream under capture) are returned now; device and peer failures
+    /// through the handle (on every rank).
+    ///
+    /// # Safety
+    /// `op.send` and `op.recv` are live device ranges of the bound device
+    /// for the extents the counts give (NCCL's conventions), and stay so,
+    /// unused by anything not ordered on `op.stream`, until the handle
+    /// reports completion (also if it is dropped early).
+    pub unsafe fn enqueue_device(&self, op: DeviceOp) -> Result<RawWork> {
+        let make = self.prepare_device(op)?;
+        Ok(RawWork::from_state(self.worker.submit_with(make)))
+    }
+
+    /// All-reduce of `count` elements on device memory (in place when
+    /// `send == recv`).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_device`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn all_reduce_device_raw(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let mut d = DeviceOp::new(Collective::AllReduce, dtype, count, send, recv, stream);
+        d.op = op;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.enqueue_device(d) }
+    }
+
+    /// Reduce-scatter: `count` elements per rank's block (`send` holds
+    /// size × count).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_device`].
+    pub unsafe fn reduce_scatter_device_raw(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let mut d = DeviceOp::new(Collective::ReduceScatter, dtype, count, send, recv, stream);
+        d.op = op;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.enqueue_device(d) }
+    }
+
+    /// All-gather: `count` elements per rank (`recv` holds size × count).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_device`].
+    pub unsafe fn all_gather_device_raw(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let d = DeviceOp::new(Collective::AllGather, dtype, count, send, recv, stream);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.enqueue_device(d) }
+    }
+
+    /// Broadcast of `count` elements from `root` (`send` is read on the
+    /// root only).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_device`].
+    pub unsafe fn broadcast_device_raw(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let mut d = DeviceOp::new(Collective::Broadcast, dtype, count, send, recv, stream);
+        d.root = root;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.enqueue_device(d) }
+    }
+
+    /// Reduce of `count` elements to `root` (`recv` is written on the root
+    /// only).
+    ///
+    /// # Safety
+    /// As [`Communicator::enqueue_device`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_device_raw(
+        &self,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let mut d = DeviceOp::new(Collective::Reduce, dtype, count, send, recv, stream);
+        d.op = op;
+        d.root = root;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.enqueue_device(d) }
+    }
+}
+
+/// The safe typed forms: buffers are borrowed for the scope, which waits
+/// for every operation before it ends.
+impl<'scope> Scope<'scope, '_> {
+    /// Checks the buffers against the op's extents, then queues it.
+    #[allow(clippy::too_many_arguments)]
+    fn device_op(
+        &'scope self,
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+        (op, root): (ReduceOp, usize),
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        let inner = &self.comm.inner;
+        let invalid = |detail: String| Error::InvalidArgument {
+            rank: inner.rank,
+            op: coll.name(),
+            detail,
+        };
+        let Some(b) = inner.device.get() else {
+            return Err(invalid(
+                "no device is bound to this communicator (call Communicator::bind_device)".into(),
+            ));
+        };
+        for (what, buf) in [("send", send), ("receive", recv)] {
+            if !same_device(buf.device(), &b.dev) {
+                return Err(invalid(format!(
+                    "the {what} buffer lives on another device than the communicator's ({} {})",
+                    b.dev.backend().name(),
+                    b.dev.ordinal()
+                )));
+            }
+        }
+        let in_place = send.ptr() == recv.ptr();
+        if in_place
+            && !matches!(
+                coll,
+                Collective::AllReduce | Collective::Broadcast | Collective::Reduce
+            )
+        {
+            return Err(invalid(
+                "send and receive are the same buffer; in place needs the raw form's offsets"
+                    .into(),
+            ));
+        }
+        let mut d = DeviceOp::new(coll, dtype, count, send.ptr(), recv.ptr(), stream);
+        d.op = op;
+        d.root = root;
+        let mut raw = RawOp::new(coll, dtype, count);
+        raw.op = op;
+        raw.root = root;
+        let (se, re) = inner.validate_device(&raw)?;
+        let esize = dtype.size();
+        for (what, buf, elems) in [("send", send, se), ("receive", recv, re)] {
+            if buf.bytes() < elems * esize {
+                return Err(invalid(format!(
+                    "the {what} buffer has {} bytes, expected at least {} ({elems} × {})",
+                    buf.bytes(),
+                    elems * esize,
+                    dtype.name()
+                )));
+            }
+        }
+        let make = self.comm.prepare_device(d)?;
+        Ok(self.enqueue_with(make))
+    }
+
+    /// All-reduce of `count` elements of `T` on device buffers (in place
+    /// when `send` and `recv` are the same buffer).
+    pub fn all_reduce_device<T: Element>(
+        &'scope self,
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        count: usize,
+        op: ReduceOp,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        self.device_op(
+            Collective::AllReduce,
+            T::DTYPE,
+            count,
+            (op, 0),
+            send,
+            recv,
+            stream,
+        )
+    }
+
+    /// Reduce-scatter: `send` holds size × `count` elements, `recv` gets
+    /// this rank's reduced block of `count`.
+    pub fn reduce_scatter_device<T: Element>(
+        &'scope self,
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        count: usize,
+        op: ReduceOp,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        self.device_op(
+            Collective::ReduceScatter,
+            T::DTYPE,
+            count,
+            (op, 0),
+            send,
+            recv,
+            stream,
+        )
+    }
+
+    /// All-gather: every rank's `count` elements into `recv` (size × count).
+    pub fn all_gather_device<T: Element>(
+        &'scope self,
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        count: usize,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        let none = (ReduceOp::Sum, 0);
+        self.device_op(
+            Collective::AllGather,
+            T::DTYPE,
+            count,
+            none,
+            send,
+            recv,
+            stream,
+        )
+    }
+
+    /// Broadcast of `count` elements from `root`'s `send` to every `recv`.
+    pub fn broadcast_device<T: Element>(
+        &'scope self,
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        count: usize,
+        root: usize,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        let how = (ReduceOp::Sum, root);
+        self.device_op(
+            Collective::Broadcast,
+            T::DTYPE,
+            count,
+            how,
+            send,
+            recv,
+            stream,
+        )
+    }
+
+    /// Reduce of `count` elements into `root`'s `recv`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce_device<T: Element>(
+        &'scope self,
+        send: &'scope DeviceBuffer,
+        recv: &'scope DeviceBuffer,
+        count: usize,
+        op: ReduceOp,
+        root: usize,
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        self.device_op(
+            Collective::Reduce,
+            T::DTYPE,
+            count,
+            (op, root),
+            send,
+            recv,
+            stream,
+        )
+    }
+}

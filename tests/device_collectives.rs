@@ -1,0 +1,477 @@
+//! Device collectives on the emulated device (`device` feature `emu`):
+//! collectives × dtypes (f32, f16, bf16, i32, u8) × ops (sum, max, avg,
+//! band where valid) × 1..4 thread ranks × counts 0, 1, 7, 2000 (more than
+//! one chunk), over shared memory and TCP, plus 1000003 elements for a few
+//! cases. Each device result is copied back and compared bit for bit with
+//! the same collective run by the same communicators on host buffers (the
+//! host path is checked against independent references in
+//! threads_matrix.rs; the device kernels are specified bit-identical to the
+//! CPU's). The caller's stream is never synchronised between the input's
+//! upload, the collective and the download: only the stream semantics
+//! (event wait + flag wait) order them.
+//!
+//! Also: a fault injected on one rank's device fails the operation on every
+//! rank with an error naming that rank (and, on the faulted rank, its
+//! device), never a hang; the safe typed forms; argument errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use comm_core::config::TransportChoice;
+use half::{bf16, f16};
+use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
+use sncl::{Collective, Communicator, Config, DataType, DeviceOp, RawOp, ReduceOp};
+
+const DTYPES: [DataType; 5] = [
+    DataType::Float32,
+    DataType::Float16,
+    DataType::Bfloat16,
+    DataType::Int32,
+    DataType::Uint8,
+];
+const OPS: [ReduceOp; 4] = [
+    ReduceOp::Sum,
+    ReduceOp::Max,
+    ReduceOp::Avg,
+    ReduceOp::BitAnd,
+];
+const COLLS: [Collective; 5] = [
+    Collective::AllReduce,
+    Collective::ReduceScatter,
+    Collective::AllGather,
+    Collective::Broadcast,
+    Collective::Reduce,
+];
+
+fn config(transport: TransportChoice) -> Config {
+    Config {
+        timeout: Duration::from_secs(30),
+        chunk_bytes: 4096,
+        shm_slot_bytes: 4096,
+        tcp_piece_bytes: 4096,
+        transport,
+        ..Default::default()
+    }
+}
+
+/// Input element `i` of `rank` (small values: no overflow surprises, exact
+/// in f16/bf16, distinct across ranks).
+fn input(dtype: DataType, rank: usize, count: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(count * dtype.size());
+    for i in 0..count {
+        let v = ((rank * 31 + i * 7) % 23) as i64 - 11;
+        match dtype {
+            DataType::Float32 => out.extend((v as f32 * 0.75).to_le_bytes()),
+            DataType::Float16 => out.extend(f16::from_f32(v as f32 * 0.75).to_le_bytes()),
+            DataType::Bfloat16 => out.extend(bf16::from_f32(v as f32 * 0.75).to_le_bytes()),
+            DataType::Int32 => out.extend((v as i32 * 1000 + i as i32).to_le_bytes()),
+            DataType::Uint8 => out.push((rank * 37 + i * 11) as u8),
+            other => panic!("no input for {other:?}"),
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    coll: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    root: usize,
+    count: usize,
+}
+
+/// (send, recv) elements on `rank` (NCCL's conventions).
+fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
+    let k = c.count;
+    match c.coll {
+        Collective::AllReduce => (k, k),
+        Collective::ReduceScatter => (n * k, k),
+        Collective::AllGather => (k, n * k),
+        Collective::Broadcast => (k, k),
+        Collective::Reduce => (k, if rank == c.root { k } else { 0 }),
+        other => panic!("no extents for {other:?}"),
+    }
+}
+
+fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &count in counts {
+        for dtype in DTYPES {
+            for coll in COLLS {
+                let reducing = matches!(
+                    coll,
+                    Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+                );
+                let ops: &[ReduceOp] = if reducing { &OPS } else { &OPS[..1] };
+                for &op in ops {
+                    if reducing && kernels::check_supported(dtype, op).is_err() {
+                        continue;
+                    }
+                    let root = (count + n - 1) % n;
+                    v.push(Case {
+                        coll,
+                        dtype,
+                        op,
+                        root,
+                        count,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+struct Rank {
+    comm: Communicator,
+    dev: Arc<dyn Device>,
+    stream: StreamHandle,
+}
+
+fn bind(comms: Vec<Communicator>) -> Vec<Rank> {
+    comms
+        .into_iter()
+        .map(|comm| {
+            let dev = device::open(Backend::Emu, comm.rank()).expect("emulated device");
+            comm.bind_device(dev.clone()).expect("bind_device");
+            let stream = dev.create_stream().expect("stream");
+            Rank { comm, dev, stream }
+        })
+        .collect()
+}
+
+/// Runs `case` on host buffers and on device buffers; returns a mismatch.
+fn run_case(r: &Rank, c: &Case) -> Result<(), String> {
+    let (n, rank) = (r.comm.size(), r.comm.rank());
+    let esize = c.dtype.size();
+    let (se, re) = extents(c, n, rank);
+    let send = input(c.dtype, rank, se);
+    let fill = vec![0xa5u8; re * esize];
+    // Host reference, same communicator and schedule.
+    let mut want = fill.clone();
+    let mut raw = RawOp::new(c.coll, c.dtype, c.count);
+    raw.op = c.op;
+    raw.root = c.root;
+    raw.send = send.as_ptr();
+    raw.recv = want.as_mut_ptr();
+    // SAFETY: both vectors cover the extents and outlive the call.
+    unsafe { r.comm.run_raw(&raw) }.map_err(|e| format!("host {c:?}: {e}"))?;
+    // Device: upload, collective, download, all ordered by the stream only.
+    let dsend = DeviceBuffer::new(&r.dev, send.len()).map_err(|e| e.to_string())?;
+    let drecv = DeviceBuffer::new(&r.dev, fill.len()).map_err(|e| e.to_string())?;
+    let mut got = vec![0u8; fill.len()];
+    // SAFETY: the host vectors outlive the stream synchronisation below;
+    // the device ranges are the buffers' own.
+    unsafe {
+        r.dev
+            .copy_h2d_async(dsend.ptr(), send.as_ptr(), send.len(), r.stream)
+            .map_err(|e| e.to_string())?;
+        r.dev
+            .copy_h2d_async(drecv.ptr(), fill.as_ptr(), fill.len(), r.stream)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut d = DeviceOp::new(c.coll, c.dtype, c.count, dsend.ptr(), drecv.ptr(), r.stream);
+    d.op = c.op;
+    d.root = c.root;
+    // SAFETY: the buffers live until after `wait` below.
+    let work = unsafe { r.comm.enqueue_device(d) }.map_err(|e| format!("device {c:?}: {e}"))?;
+    // SAFETY: `got` outlives the synchronisation.
+    unsafe {
+        r.dev
+            .copy_d2h_async(got.as_mut_ptr(), drecv.ptr(), got.len(), r.stream)
+    }
+    .map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    r.dev
+        .synchronize(r.stream, deadline)
+        .map_err(|e| format!("device {c:?}: stream: {e}"))?;
+    work.wait().map_err(|e| format!("device {c:?}: {e}"))?;
+    if got != want {
+        let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(format!(
+            "rank {rank}/{n} {c:?}: device result differs from the host's at byte {first} of {}",
+            got.len()
+        ));
+    }
+    Ok(())
+}
+
+fn run_all(ranks: &[Rank], cases: &[Case]) -> Vec<String> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let mut errs = Vec::new();
+                    for c in cases {
+                        if let Err(e) = run_case(r, c) {
+                            errs.push(e);
+                        }
+                    }
+                    errs
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("rank thread panicked"))
+            .collect()
+    })
+}
+
+fn matrix(transport: TransportChoice, ns: &[usize]) {
+    for &n in ns {
+        let ranks = bind(Communicator::init_threads(n, config(transport)).expect("init"));
+        let cases = cases(n, &[0, 1, 7, 2000]);
+        let errs = run_all(&ranks, &cases);
+        assert!(
+            errs.is_empty(),
+            "{transport:?} n={n}: {} failure(s):\n{}",
+            errs.len(),
+            errs[..errs.len().min(20)].join("\n")
+        );
+        eprintln!(
+            "{transport:?} n={n}: {} cases ok on every rank",
+            cases.len()
+        );
+    }
+}
+
+#[test]
+fn matrix_shm_1_to_4_ranks() {
+    matrix(TransportChoice::Auto, &[1, 2, 3, 4]);
+}
+
+#[test]
+fn matrix_tcp_2_and_3_ranks() {
+    matrix(TransportChoice::Tcp, &[2, 3]);
+}
+
+#[test]
+fn large_counts_over_shm_and_tcp() {
+    for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
+        let ranks = bind(
+            Communicator::init_threads(
+                3,
+                Config {
+                    transport,
+                    timeout: Duration::from_secs(60),
+                    ..Default::default()
+                },
+            )
+            .expect("init"),
+        );
+        let count = 1_000_003;
+        let cases = [
+            (Collective::AllReduce, DataType::Float32, ReduceOp::Sum),
+            (Collective::AllReduce, DataType::Bfloat16, ReduceOp::Avg),
+            (Collective::ReduceScatter, DataType::Int32, ReduceOp::Max),
+            (Collective::AllGather, DataType::Uint8, ReduceOp::Sum),
+            (Collective::Broadcast, DataType::Float16, ReduceOp::Sum),
+        ]
+        .map(|(coll, dtype, op)| Case {
+            coll,
+            dtype,
+            op,
+            root: 1,
+            count,
+        });
+        let errs = run_all(&ranks, &cases);
+        assert!(errs.is_empty(), "{transport:?}: {}", errs.join("\n"));
+    }
+}
+
+#[test]
+fn a_device_fault_fails_the_operation_on_every_rank() {
+    let ranks = bind(Communicator::init_threads(3, config(TransportChoice::Auto)).expect("init"));
+    let count = 5000;
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
+                    if r.comm.rank() == 1 {
+                        r.dev
+                            .inject_fault("injected by the test")
+                            .map_err(|e| e.to_string())?;
+                    }
+                    // SAFETY: `buf` lives until after `wait`.
+                    let w = unsafe {
+                        r.comm.all_reduce_device_raw(
+                            buf.ptr(),
+                            buf.ptr(),
+                            count,
+                            DataType::Float32,
+                            ReduceOp::Sum,
+                            r.stream,
+                        )
+                    }
+                    .map_err(|e| format!("enqueue: {e}"))?;
+                    w.wait().map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for (rank, r) in results.iter().enumerate() {
+        let e = r.as_ref().expect_err("every rank fails");
+        eprintln!("rank {rank}: {e}");
+        assert!(
+            e.contains("rank 1"),
+            "rank {rank}'s error does not name rank 1: {e}"
+        );
+        if rank == 1 {
+            assert!(
+                e.contains("emu device 1"),
+                "the faulted rank names its device: {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn safe_typed_forms_and_argument_errors() {
+    let ranks = bind(Communicator::init_threads(2, config(TransportChoice::Auto)).expect("init"));
+    let count = 1000;
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<(), String> {
+                    let rank = r.comm.rank();
+                    let host: Vec<f32> = (0..count).map(|i| (i + rank) as f32).collect();
+                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
+                    let all =
+                        DeviceBuffer::new(&r.dev, 2 * count * 4).map_err(|e| e.to_string())?;
+                    let small = DeviceBuffer::new(&r.dev, 4).map_err(|e| e.to_string())?;
+                    // SAFETY: `host` outlives the synchronisation below.
+                    unsafe {
+                        r.dev
+                            .copy_h2d_async(buf.ptr(), host.as_ptr().cast(), count * 4, r.stream)
+                    }
+                    .map_err(|e| e.to_string())?;
+                    r.comm.scope(|s| -> Result<(), String> {
+                        let e = s
+                            .all_reduce_device::<f32>(
+                                &small,
+                                &small,
+                                count,
+                                ReduceOp::Sum,
+                                r.stream,
+                            )
+                            .err()
+                            .ok_or("a too-small buffer is rejected")?;
+                        assert!(e.to_string().contains("expected at least"), "{e}");
+                        let e = s
+                            .broadcast_device::<f32>(&buf, &buf, count, 5, r.stream)
+                            .err()
+                            .ok_or("a bad root is rejected")?;
+                        assert!(e.to_string().contains("root 5"), "{e}");
+                        s.all_reduce_device::<f32>(&buf, &buf, count, ReduceOp::Sum, r.stream)
+                            .and_then(|w| w.wait())
+                            .map_err(|e| e.to_string())?;
+                        s.all_gather_device::<f32>(&buf, &all, count, r.stream)
+                            .and_then(|w| w.wait())
+                            .map_err(|e| e.to_string())
+                    })?;
+                    let mut got = vec![0f32; 2 * count];
+                    // SAFETY: `got` outlives the synchronisation.
+                    unsafe {
+                        r.dev.copy_d2h_async(
+                            got.as_mut_ptr().cast(),
+                            all.ptr(),
+                            2 * count * 4,
+                            r.stream,
+                        )
+                    }
+                    .map_err(|e| e.to_string())?;
+                    r.dev
+                        .synchronize(
+                            r.stream,
+                            std::time::Instant::now() + Duration::from_secs(30),
+                        )
+                        .map_err(|e| e.to_string())?;
+                    for (i, g) in got.iter().enumerate() {
+                        let want = (2 * (i % count) + 1) as f32;
+                        if *g != want {
+                            return Err(format!(
+                                "rank {rank}: element {i} is {g}, expected {want}"
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("no panic").err())
+            .collect()
+    });
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+    // Without a bound device.
+    let comms = Communicator::init_threads(1, config(TransportChoice::Auto)).expect("init");
+    let dev = device::open(Backend::Emu, 0).expect("emu");
+    let buf = DeviceBuffer::new(&dev, 16).expect("alloc");
+    // SAFETY: rejected before anything runs.
+    let e = unsafe {
+        comms[0].all_reduce_device_raw(
+            buf.ptr(),
+            buf.ptr(),
+            4,
+            DataType::Float32,
+            ReduceOp::Sum,
+            StreamHandle(0),
+        )
+    }
+    .err()
+    .expect("no device bound");
+    assert!(e.to_string().contains("bind_device"), "{e}");
+    comms[0].bind_device(dev.clone()).expect("bind");
+    let e = comms[0].bind_device(dev).expect_err("binds once");
+    assert!(e.to_string().contains("already bound"), "{e}");
+}
+
+/// Ranks as processes: `commbench --device emu --np 3` (each process has
+/// its own emulated device; results are checked by commbench against the
+/// host path). Needs the commbench binary of this build (`cargo build -p
+/// commbench`); skipped with a note when it is not there.
+#[test]
+fn processes_via_commbench_device_emu() {
+    let exe = std::env::current_exe().expect("test binary path");
+    let Some(bin) = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("commbench"))
+        .filter(|b| b.exists())
+    else {
+        eprintln!("skipped: no commbench binary next to the test (build it with cargo build -p commbench)");
+        return;
+    };
+    let out = std::process::Command::new(&bin)
+        .args(["all_reduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "2"])
+        .args([
+            "-d",
+            "float,bf16,int32",
+            "-o",
+            "sum,max",
+            "--device",
+            "emu",
+            "--np",
+            "3",
+        ])
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .output()
+        .expect("running commbench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "commbench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("# device: emu device 0"), "{stdout}");
+    assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
+}
