@@ -52,7 +52,7 @@ if [[ ${1:-} == --prepare ]]; then
 fi
 
 [[ -x $OUT_DIR/device-suite ]] || { echo "gpu-check: run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
-export SNCL_TEST_DEVICE=cuda
+export SNCL_TEST_DEVICE=cuda SNCL_TEST_DEVICE_REQUIRED=1
 FAILED=()
 section() {
     local name=$1 limit=$2

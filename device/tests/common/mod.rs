@@ -26,11 +26,19 @@ pub fn backend() -> Backend {
 }
 
 /// Opens device 0 of the backend under test, or says why the test skips:
-/// no usable CUDA device, or a build without the `emu` feature.
+/// no usable CUDA device, or a build without the `emu` feature. With
+/// `SNCL_TEST_DEVICE_REQUIRED=1` (set by `scripts/gpu-check.sh`) a device
+/// that cannot be opened fails the test instead of skipping it.
 pub fn open() -> Option<Arc<dyn Device>> {
     let backend = backend();
     match device::open(backend, 0) {
         Ok(dev) => Some(dev),
+        Err(e) if std::env::var("SNCL_TEST_DEVICE_REQUIRED").is_ok_and(|v| v == "1") => {
+            panic!(
+                "SNCL_TEST_DEVICE_REQUIRED=1 and {} device 0 cannot be opened: {e}",
+                backend.name()
+            )
+        }
         Err(e) if backend == Backend::Cuda => {
             eprintln!("skipping: SNCL_TEST_DEVICE=cuda but CUDA device 0 cannot be opened: {e}");
             None
