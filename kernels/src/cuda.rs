@@ -76,7 +76,9 @@ mod tests {
             let opt = &dtype_options(dtype)[0];
             let n = opt.strip_prefix("-DSNCL_ONLY_DTYPE=").expect(opt);
             let guard = format!("#if SNCL_WANT_DTYPE({n})\n");
-            let start = REDUCE_SOURCE.find(&guard).unwrap_or_else(|| panic!("no {guard:?}"));
+            let start = REDUCE_SOURCE
+                .find(&guard)
+                .unwrap_or_else(|| panic!("no {guard:?}"));
             let block = &REDUCE_SOURCE[start + guard.len()..];
             let block = &block[..block.find("#endif").expect("the block ends")];
             let name = dtype.name();
