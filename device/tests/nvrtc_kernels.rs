@@ -337,7 +337,10 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     assert_ne!(again.ptx, whole.ptx);
 
     // Every other dtype's module holds exactly its kernels.
-    for dtype in DataType::ALL {
+    for dtype in DataType::ALL
+        .into_iter()
+        .filter(|&d| d != DataType::Float32)
+    {
         let t = Instant::now();
         let opts = kernels::cuda::dtype_options(dtype);
         let m = nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
