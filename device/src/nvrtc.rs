@@ -58,10 +58,23 @@ pub fn version() -> Result<(i32, i32)> {
 /// compilation. A compile error is [`DeviceError::Compile`] with NVRTC's
 /// log; no NVRTC is [`DeviceError::NoNvrtc`].
 pub fn compile(source: &str, headers: &[(&str, &str)], arch: Arch) -> Result<CompiledModule> {
+    compile_with(source, headers, arch, &[])
+}
+
+/// [`compile`] with `extra` NVRTC options after sncl's own (e.g.
+/// `kernels::cuda::dtype_options`, `-D` macros); they are part of the
+/// cache key.
+pub fn compile_with(
+    source: &str,
+    headers: &[(&str, &str)],
+    arch: Arch,
+    extra: &[String],
+) -> Result<CompiledModule> {
     let nvrtc = nvrtc_lib::get()?;
     let include = cuda_include_dir_for(Some(nvrtc));
     let sm = format!("sm_{}{}", arch.major, arch.minor);
-    let options = options(&sm, include.as_deref());
+    let mut options = options(&sm, include.as_deref());
+    options.extend_from_slice(extra);
     let key = cache_key(nvrtc.version, source, headers, &options);
 
     if let Some(m) = memory().lock().ok().and_then(|c| c.get(&key).cloned()) {
@@ -80,9 +93,10 @@ pub fn compile(source: &str, headers: &[(&str, &str)], arch: Arch) -> Result<Com
         );
     }
     let started = Instant::now();
-    let module = build(nvrtc, source, headers, arch, &sm, options)?;
+    let module = build(nvrtc, source, headers, arch, &sm, options, extra)?;
     tracing::info!(
         target = %module.target,
+        ?extra,
         cubin = module.cubin.is_some(),
         ms = started.elapsed().as_millis() as u64,
         nvrtc = ?nvrtc.version,
@@ -118,9 +132,13 @@ fn build(
     arch: Arch,
     sm: &str,
     options: Vec<String>,
+    extra: &[String],
 ) -> Result<CompiledModule> {
     const NAME: &str = "sncl_kernels.cu";
-    let what = "the sncl device kernels".to_string();
+    let what = match extra {
+        [] => "the sncl device kernels".to_string(),
+        extra => format!("the sncl device kernels ({})", extra.join(" ")),
+    };
     let fail = |arch: &str, log: String| DeviceError::Compile {
         what: what.clone(),
         arch: arch.to_string(),

@@ -270,6 +270,100 @@ fn sncl_kernels_compile_for_sm80_and_sm90_without_spills() {
     }
 }
 
+/// Every `.entry <name>(` in `ptx`.
+fn entries(ptx: &str) -> std::collections::BTreeSet<String> {
+    ptx.split(".entry ")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split_once('(')
+                .map(|(name, _)| name.trim().to_string())
+        })
+        .collect()
+}
+
+/// The kernels `dtype`'s module must hold: its reduce-copy kernels and its
+/// divide.
+fn kernels_of(dtype: DataType) -> std::collections::BTreeSet<String> {
+    kernels::ReduceOp::ALL
+        .into_iter()
+        .filter_map(|op| kernels::cuda::reduce_copy_kernel(dtype, op))
+        .chain([kernels::cuda::divide_kernel(dtype)])
+        .collect()
+}
+
+#[test]
+fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
+    if !in_child("one_dtype_compiles_alone_and_faster_than_the_whole_source") {
+        return;
+    }
+    let arch = ARCHES[1];
+    let src = kernels::cuda::REDUCE_SOURCE;
+    let headers = kernels::cuda::HEADERS;
+    let float = kernels::cuda::dtype_options(DataType::Float32);
+    let t = Instant::now();
+    let m = nvrtc::compile_with(src, headers, arch, &float).unwrap_or_else(|e| panic!("{e}"));
+    let float_ms = t.elapsed().as_secs_f64() * 1e3;
+    assert!(m.cubin.is_some(), "no CUBIN for {}", sm(arch));
+    assert_eq!(entries(&m.ptx), kernels_of(DataType::Float32));
+    ptxas_check(&m.ptx, arch, "sncl_reduce_float");
+
+    let (whole, whole_ms) = compile_timed(src, headers, arch);
+    assert_eq!(entries(&whole.ptx).len(), 58 + 10);
+    eprintln!(
+        "{}: float only {float_ms:.0} ms ({} kernels, cubin {} bytes), whole source {whole_ms:.0} ms \
+         ({} kernels, cubin {} bytes): {:.1}x",
+        sm(arch),
+        entries(&m.ptx).len(),
+        m.cubin.as_ref().map_or(0, Vec::len),
+        entries(&whole.ptx).len(),
+        whole.cubin.as_ref().map_or(0, Vec::len),
+        whole_ms / float_ms
+    );
+    assert!(
+        float_ms < whole_ms,
+        "one dtype ({float_ms:.0} ms) is no faster than all ({whole_ms:.0} ms)"
+    );
+
+    // The options are part of the cache key: float again is a cache hit and
+    // differs from the whole source.
+    let t = Instant::now();
+    let again = nvrtc::compile_with(src, headers, arch, &float).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        t.elapsed().as_millis() < 50,
+        "a cached compile took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(again, m);
+    assert_ne!(again.ptx, whole.ptx);
+
+    // Every other dtype's module holds exactly its kernels.
+    for dtype in DataType::ALL
+        .into_iter()
+        .filter(|&d| d != DataType::Float32)
+    {
+        let t = Instant::now();
+        let opts = kernels::cuda::dtype_options(dtype);
+        let m = nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "{} {}: {:.0} ms",
+            sm(arch),
+            dtype.name(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(entries(&m.ptx), kernels_of(dtype), "{}", dtype.name());
+    }
+
+    // A number that names no dtype is a compile error, not an empty module.
+    let bad = ["-DSNCL_ONLY_DTYPE=12".to_string()];
+    match nvrtc::compile_with(src, headers, arch, &bad) {
+        Err(DeviceError::Compile { log, what, .. }) => {
+            assert!(log.contains("names no dtype"), "{log}");
+            assert!(what.contains("SNCL_ONLY_DTYPE=12"), "{what}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
+
 #[test]
 fn spill_counts_are_parsed() {
     let log = "ptxas info    : Used 30 registers, used 1 barriers, 16 bytes spill stores, 0 bytes spill loads\n\

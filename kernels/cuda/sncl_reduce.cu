@@ -149,5 +149,67 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
     sncl_divide_body<sncl_##dt##_t, sncl_##dt##_div>(data, count, divisor);                   \
   }
 
-SNCL_FOR_EACH_REDUCE_KERNEL(SNCL_DEFINE_REDUCE_KERNEL)
-SNCL_FOR_EACH_DTYPE(SNCL_DEFINE_DIVIDE_KERNEL)
+// Without SNCL_ONLY_DTYPE: every kernel (the host shim build, the CI
+// check). With -DSNCL_ONLY_DTYPE=<n> (n = the dtype's ncclDataType_t value,
+// 0 int8 .. 9 bfloat16; kernels::cuda::dtype_options): only that dtype's
+// reduce-copy and divide kernels, so a device compiles what it uses.
+#if defined(SNCL_ONLY_DTYPE)
+#define SNCL_WANT_DTYPE(n) (SNCL_ONLY_DTYPE == (n))
+#else
+#define SNCL_WANT_DTYPE(n) 1
+#endif
+
+#if SNCL_WANT_DTYPE(0)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, int8)
+SNCL_DEFINE_DIVIDE_KERNEL(int8)
+#endif
+#if SNCL_WANT_DTYPE(1)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, uint8)
+SNCL_DEFINE_DIVIDE_KERNEL(uint8)
+#endif
+#if SNCL_WANT_DTYPE(2)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, int32)
+SNCL_DEFINE_DIVIDE_KERNEL(int32)
+#endif
+#if SNCL_WANT_DTYPE(3)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, uint32)
+SNCL_DEFINE_DIVIDE_KERNEL(uint32)
+#endif
+#if SNCL_WANT_DTYPE(4)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, int64)
+SNCL_DEFINE_DIVIDE_KERNEL(int64)
+#endif
+#if SNCL_WANT_DTYPE(5)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_INT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, uint64)
+SNCL_DEFINE_DIVIDE_KERNEL(uint64)
+#endif
+#if SNCL_WANT_DTYPE(6)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, half)
+SNCL_DEFINE_DIVIDE_KERNEL(half)
+#endif
+#if SNCL_WANT_DTYPE(7)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, float)
+SNCL_DEFINE_DIVIDE_KERNEL(float)
+#endif
+#if SNCL_WANT_DTYPE(8)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, double)
+SNCL_DEFINE_DIVIDE_KERNEL(double)
+#endif
+#if SNCL_WANT_DTYPE(9)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, bfloat16)
+SNCL_DEFINE_DIVIDE_KERNEL(bfloat16)
+#endif
+
+#if !defined(SNCL_EMITTED_A_DTYPE)
+#error "SNCL_ONLY_DTYPE names no dtype: expected 0 (int8) to 9 (bfloat16)"
+#endif

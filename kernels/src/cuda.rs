@@ -54,9 +54,48 @@ pub fn divide_kernel(dtype: DataType) -> String {
     format!("sncl_divide_{}", dtype.name())
 }
 
+/// The NVRTC options that compile [`REDUCE_SOURCE`] for `dtype` alone:
+/// `-DSNCL_ONLY_DTYPE=<n>` with `n` the dtype's `ncclDataType_t` value. The
+/// module then holds exactly `dtype`'s reduce-copy kernels
+/// ([`reduce_copy_kernel`]) and its [`divide_kernel`]; without the option
+/// the source holds every dtype's.
+pub fn dtype_options(dtype: DataType) -> Vec<String> {
+    vec![format!("-DSNCL_ONLY_DTYPE={}", dtype as u8)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The source's per-dtype blocks use the same numbers as
+    /// [`dtype_options`]: block `SNCL_WANT_DTYPE(n)` instantiates exactly
+    /// the kernels of the dtype whose value is `n`.
+    #[test]
+    fn dtype_blocks_match_dtype_options() {
+        for dtype in DataType::ALL {
+            let opt = &dtype_options(dtype)[0];
+            let n = opt.strip_prefix("-DSNCL_ONLY_DTYPE=").expect(opt);
+            let guard = format!("#if SNCL_WANT_DTYPE({n})\n");
+            let start = REDUCE_SOURCE
+                .find(&guard)
+                .unwrap_or_else(|| panic!("no {guard:?}"));
+            let block = &REDUCE_SOURCE[start + guard.len()..];
+            let block = &block[..block.find("#endif").expect("the block ends")];
+            let name = dtype.name();
+            assert!(
+                block.contains(&format!("KERNELS(SNCL_DEFINE_REDUCE_KERNEL, {name})\n")),
+                "{name}: {block}"
+            );
+            assert!(
+                block.contains(&format!("SNCL_DEFINE_DIVIDE_KERNEL({name})\n")),
+                "{name}: {block}"
+            );
+            let int = ReduceOp::BitAnd.supports(dtype);
+            assert_eq!(block.contains("SNCL_INT_KERNELS"), int, "{name}: {block}");
+            assert_eq!(block.matches("SNCL_DEFINE_").count(), 2, "{name}: {block}");
+        }
+        assert_eq!(REDUCE_SOURCE.matches("#if SNCL_WANT_DTYPE(").count(), 10);
+    }
 
     /// Every `#include "..."` NVRTC sees (outside the host shim's `#ifdef`)
     /// is in [`HEADERS`], and every header is used.

@@ -1,5 +1,6 @@
 //! [`CudaDevice`]: the [`Device`] trait on one CUDA device.
 
+use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -21,8 +22,10 @@ use crate::{
 /// addressing); never write-combined, since the host reads it.
 const PINNED_FLAGS: c_uint = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
 
-/// One CUDA device: its context, its properties, and its kernels (compiled
-/// with NVRTC and loaded on the first reduce or divide).
+/// One CUDA device: its context, its properties, and its kernels: one
+/// module per dtype, compiled with NVRTC for that dtype alone
+/// (`kernels::cuda::dtype_options`) and loaded on the first reduce or
+/// divide of that dtype.
 pub struct CudaDevice {
     ordinal: usize,
     dev: CUdevice,
@@ -33,7 +36,8 @@ pub struct CudaDevice {
     name: String,
     arch: Arch,
     sm_count: u32,
-    kernels: Mutex<Option<Kernels>>,
+    /// The loaded module of each dtype used so far.
+    kernels: Mutex<HashMap<DataType, Kernels>>,
 }
 
 // SAFETY: the raw handles (context, module, functions) are driver objects
@@ -126,7 +130,7 @@ impl CudaDevice {
             name,
             arch,
             sm_count: sms.max(1) as u32,
-            kernels: Mutex::new(None),
+            kernels: Mutex::new(HashMap::new()),
         })
     }
 
@@ -143,13 +147,14 @@ impl CudaDevice {
         }
     }
 
-    /// Launches kernel `name` with `params`, compiling and loading the
-    /// kernels on first use.
+    /// Launches kernel `name` of `dtype` with `params`, compiling and
+    /// loading `dtype`'s module on its first use.
     ///
     /// # Safety
     /// As for [`driver::launch`].
     unsafe fn launch(
         &self,
+        dtype: DataType,
         name: &str,
         grid: u32,
         s: StreamHandle,
@@ -161,17 +166,23 @@ impl CudaDevice {
                 ordinal: self.ordinal,
                 detail: "the kernel table's lock was poisoned by a panic".into(),
             })?;
-            let table = match guard.as_mut() {
-                Some(k) => k,
-                None => {
-                    let module = crate::nvrtc::compile(
+            let table = match guard.entry(dtype) {
+                std::collections::hash_map::Entry::Occupied(k) => k.into_mut(),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    let module = crate::nvrtc::compile_with(
                         kernels::cuda::REDUCE_SOURCE,
                         kernels::cuda::HEADERS,
                         self.arch,
+                        &kernels::cuda::dtype_options(dtype),
                     )?;
                     let m = driver::module_load(self.ordinal, &launch::image(&module))?;
-                    tracing::debug!(ordinal = self.ordinal, target = %module.target, "kernels loaded");
-                    guard.insert(Kernels::new(m))
+                    tracing::debug!(
+                        ordinal = self.ordinal,
+                        dtype = dtype.name(),
+                        target = %module.target,
+                        "kernels loaded"
+                    );
+                    slot.insert(Kernels::new(m))
                 }
             };
             table.function(self.ordinal, name)?
@@ -188,14 +199,16 @@ impl Drop for CudaDevice {
             tracing::warn!(ordinal = self.ordinal, error = %e, "dropping a CUDA device");
             return;
         }
-        let module = self.kernels.get_mut().ok().and_then(|k| k.take());
-        if let Some(k) = module {
-            // SAFETY: the module is this device's and unloaded once; every
-            // owner of work on it has synchronised before dropping the
-            // device (it outlives its buffers and streams by the trait's
-            // contract).
+        // A poisoned table still holds loaded modules: unload them too.
+        let table = self.kernels.get_mut().unwrap_or_else(|p| p.into_inner());
+        let modules = std::mem::take(table);
+        for (dtype, k) in modules {
+            // SAFETY: the module is this device's and unloaded once (taken
+            // out of the table); every owner of work on it has synchronised
+            // before dropping the device (it outlives its buffers and
+            // streams by the trait's contract).
             if let Err(e) = unsafe { driver::module_unload(self.ordinal, k.module) } {
-                tracing::warn!(error = %e, "unloading the sncl kernels");
+                tracing::warn!(dtype = dtype.name(), error = %e, "unloading the sncl kernels");
             }
         }
         if self.user.is_none() {
@@ -405,7 +418,7 @@ impl Device for CudaDevice {
         let mut params = [launch::param(&mut args)];
         // SAFETY: one parameter, the ABI struct by value; the pointers in it
         // are the caller's live ranges of `count` elements.
-        unsafe { self.launch(&name, grid, s, &mut params) }
+        unsafe { self.launch(dtype, &name, grid, s, &mut params) }
     }
 
     unsafe fn divide(
@@ -431,10 +444,11 @@ impl Device for CudaDevice {
             launch::param(&mut n),
             launch::param(&mut d),
         ];
+        let name = kernels::cuda::divide_kernel(dtype);
         // SAFETY: three parameters matching `sncl_divide_<dtype>(void*,
         // unsigned long long, unsigned long long)`; `data` is the caller's
         // live range of `count` elements.
-        unsafe { self.launch(&kernels::cuda::divide_kernel(dtype), grid, s, &mut params) }
+        unsafe { self.launch(dtype, &name, grid, s, &mut params) }
     }
 
     fn ipc_export(&self, ptr: DevicePtr) -> Result<IpcHandle> {
