@@ -451,80 +451,37 @@ fn a_rejected_operation_does_not_shift_the_sequence_numbers() {
         ..Default::default()
     };
     let comms = init(3, cfg);
-    let res = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, c)| {
-                s.spawn(move || -> Result<(), String> {
-                    let rejected = |c: &Communicator| -> Result<(), String> {
-                        // all_gatherv without its counts: rejected when scheduled.
-                        let no_counts = RawOp::new(Collective::AllGatherV, DataType::Float32, 0);
-                        // SAFETY: the operation points to no buffer.
-                        match unsafe { c.run_raw(&no_counts) } {
-                            Err(Error::InvalidArgument { detail, .. })
-                                if detail.contains("variable counts") => {}
-                            other => {
-                                return Err(format!(
-                                    "rank {r}: all_gatherv without counts: {other:?}"
-                                ))
-                            }
-                        }
-                        // all_reduce of 16 elements with NULL buffers.
-                        let null = RawOp::new(Collective::AllReduce, DataType::Float32, 16);
-                        // SAFETY: both buffers are NULL; rejected before any use.
-                        match unsafe { c.run_raw(&null) } {
-                            Err(Error::InvalidArgument { detail, .. })
-                                if detail.contains("NULL") =>
-                            {
-                                Ok(())
-                            }
-                            other => {
-                                Err(format!("rank {r}: all_reduce with NULL buffers: {other:?}"))
-                            }
-                        }
-                    };
-                    let sum = |c: &Communicator, round: u32| -> Result<(), String> {
-                        let mut x = [r as u32 + round; 16];
-                        c.all_reduce_in_place(&mut x, ReduceOp::Sum)
-                            .map_err(|e| format!("rank {r}: all_reduce {round}: {e}"))?;
-                        let want = 3 * round + 3;
-                        match x.iter().all(|&v| v == want) {
-                            true => Ok(()),
-                            false => {
-                                Err(format!("rank {r}: all_reduce {round}: {x:?}, want {want}"))
-                            }
-                        }
-                    };
-                    // Only rank 0 makes (and has rejected) the call.
-                    if r == 0 {
-                        rejected(c)?;
-                    }
-                    sum(c, 1)?;
-                    // Every rank makes it, then a valid collective again.
-                    rejected(c)?;
-                    sum(c, 2)?;
-                    // Rank 2 twice in a row.
-                    if r == 2 {
-                        rejected(c)?;
-                        rejected(c)?;
-                    }
-                    let mut b = [if r == 1 { 7u64 } else { 0 }; 8];
-                    c.broadcast(&mut b, 1)
-                        .map_err(|e| format!("rank {r}: broadcast: {e}"))?;
-                    match b == [7; 8] {
-                        true => Ok(()),
-                        false => Err(format!("rank {r}: broadcast: {b:?}")),
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("no panic"))
-            .collect::<Vec<_>>()
+    let rejected = |k: &mut Rk| {
+        // all_gatherv without its counts: rejected when it is scheduled.
+        let no_counts = RawOp::new(Collective::AllGatherV, DataType::Float32, 0);
+        // SAFETY: the operation points to no buffer.
+        match unsafe { k.c.run_raw(&no_counts) } {
+            Err(Error::InvalidArgument { detail, .. }) if detail.contains("variable counts") => {}
+            other => k.push(format!("all_gatherv without counts: {other:?}")),
+        }
+        // all_reduce of 16 elements with NULL buffers.
+        let null = RawOp::new(Collective::AllReduce, DataType::Float32, 16);
+        // SAFETY: both buffers are NULL; rejected before any use.
+        match unsafe { k.c.run_raw(&null) } {
+            Err(Error::InvalidArgument { detail, .. }) if detail.contains("NULL") => {}
+            other => k.push(format!("all_reduce with NULL buffers: {other:?}")),
+        }
+    };
+    let errs = on_ranks(&comms, "rejected", |k| {
+        // Only rank 0 makes (and has rejected) the calls.
+        if k.r == 0 {
+            rejected(k);
+        }
+        t_all_reduce::<f32>(k, ReduceOp::Sum, 16, false)?;
+        // Every rank makes them; rank 2 twice.
+        rejected(k);
+        if k.r == 2 {
+            rejected(k);
+        }
+        t_all_reduce::<u32>(k, ReduceOp::Sum, 1000, true)?;
+        t_broadcast::<u64>(k, 8, false)
     });
-    let errs: Vec<String> = res.into_iter().filter_map(Result::err).collect();
-    assert!(errs.is_empty(), "{errs:#?}");
+    assert_clean(errs);
 }
 
 // ---------------------------------------------------------------------------
