@@ -328,6 +328,10 @@ fn a_device_fault_fails_the_operation_on_every_rank() {
                 e.contains("emu device 1"),
                 "the faulted rank names its device: {e}"
             );
+            assert!(
+                e.contains("rank 1: all_reduce") && e.contains("injected by the test"),
+                "the faulted rank names the operation and the device error: {e}"
+            );
         }
     }
 }

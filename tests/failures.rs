@@ -16,7 +16,7 @@ use comm_core::algo::Algorithm;
 use comm_core::bootstrap::TcpStore;
 use comm_core::config::TransportChoice;
 use rank_kit::*;
-use sncl::{Collective, Communicator, Config, Error, ReduceOp, UniqueId};
+use sncl::{Collective, Communicator, Config, DataType, Error, RawOp, ReduceOp, UniqueId};
 
 // ---------------------------------------------------------------------------
 // (a) A rank dies during a long run of all_reduces.
@@ -435,6 +435,53 @@ fn mismatched_roots_are_detected() {
         }
     }
     assert!(any_error, "disagreeing roots went unnoticed");
+}
+
+/// An operation rejected on one rank after its arguments were checked
+/// (variable counts missing, found when it is scheduled; a NULL buffer,
+/// found after that) takes no sequence number, so the next valid
+/// collective still matches the peers' on every rank (before, a call
+/// rejected by the scheduler left its rank one ahead, and every later
+/// collective failed as mismatched). Ranks as threads, shm.
+#[test]
+fn a_rejected_operation_does_not_shift_the_sequence_numbers() {
+    let cfg = Config {
+        timeout: Duration::from_secs(10),
+        transport: TransportChoice::Auto,
+        ..Default::default()
+    };
+    let comms = init(3, cfg);
+    let rejected = |k: &mut Rk| {
+        // all_gatherv without its counts: rejected when it is scheduled.
+        let no_counts = RawOp::new(Collective::AllGatherV, DataType::Float32, 0);
+        // SAFETY: the operation points to no buffer.
+        match unsafe { k.c.run_raw(&no_counts) } {
+            Err(Error::InvalidArgument { detail, .. }) if detail.contains("variable counts") => {}
+            other => k.push(format!("all_gatherv without counts: {other:?}")),
+        }
+        // all_reduce of 16 elements with NULL buffers.
+        let null = RawOp::new(Collective::AllReduce, DataType::Float32, 16);
+        // SAFETY: both buffers are NULL; rejected before any use.
+        match unsafe { k.c.run_raw(&null) } {
+            Err(Error::InvalidArgument { detail, .. }) if detail.contains("NULL") => {}
+            other => k.push(format!("all_reduce with NULL buffers: {other:?}")),
+        }
+    };
+    let errs = on_ranks(&comms, "rejected", |k| {
+        // Only rank 0 makes (and has rejected) the calls.
+        if k.r == 0 {
+            rejected(k);
+        }
+        t_all_reduce::<f32>(k, ReduceOp::Sum, 16, false)?;
+        // Every rank makes them; rank 2 twice.
+        rejected(k);
+        if k.r == 2 {
+            rejected(k);
+        }
+        t_all_reduce::<u32>(k, ReduceOp::Sum, 1000, true)?;
+        t_broadcast::<u64>(k, 8, false)
+    });
+    assert_clean(errs);
 }
 
 // ---------------------------------------------------------------------------

@@ -114,6 +114,25 @@ pub enum Error {
         /// The first failure, if any.
         reason: Option<String>,
     },
+    /// A device call (allocation, copy, kernel launch, stream or event
+    /// operation) failed on this rank. Carries the device error's text, so
+    /// this crate does not depend on the device layer.
+    #[error("rank {rank}: {op}{}: {what} on {device}: {detail}", seq.map(|s| format!(" (seq {s})")).unwrap_or_default())]
+    Device {
+        /// Reporting rank (the rank whose device failed).
+        rank: usize,
+        /// The operation (`all_reduce`, `bind_device`, ...).
+        op: &'static str,
+        /// Its sequence number, once it has one (a failure at enqueue, or
+        /// before the operation started, has none).
+        seq: Option<u64>,
+        /// The device: backend, ordinal and name (`cuda device 0 (...)`).
+        device: String,
+        /// What was being done on the device.
+        what: String,
+        /// The device error's text.
+        detail: String,
+    },
     /// Operating-system error outside of a peer connection.
     #[error("rank {rank}: {context}: {source}")]
     Io {
@@ -139,6 +158,7 @@ impl Error {
             | Error::Transport { rank, .. }
             | Error::Bootstrap { rank, .. }
             | Error::Aborted { rank, .. }
+            | Error::Device { rank, .. }
             | Error::Io { rank, .. } => Some(*rank),
             Error::Config(_) => None,
         }
@@ -152,5 +172,40 @@ impl Error {
             Error::Timeout { waiting_on, .. } if waiting_on.len() == 1 => Some(waiting_on[0]),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_error_names_rank_op_seq_device_and_cause() {
+        let e = Error::Device {
+            rank: 3,
+            op: "all_reduce",
+            seq: Some(7),
+            device: "emu device 1 (emulated)".into(),
+            what: "copying to the device".into(),
+            detail: "injected fault".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rank 3: all_reduce (seq 7): copying to the device on emu device 1 (emulated): injected fault"
+        );
+        assert_eq!(e.rank(), Some(3));
+        assert_eq!(e.failed_rank(), None);
+        let e = Error::Device {
+            rank: 0,
+            op: "bind_device",
+            seq: None,
+            device: "cuda device 0 (H200)".into(),
+            what: "creating the collectives' stream".into(),
+            detail: "out of memory".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rank 0: bind_device: creating the collectives' stream on cuda device 0 (H200): out of memory"
+        );
     }
 }

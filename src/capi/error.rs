@@ -61,6 +61,7 @@ pub(crate) fn code_of(e: &Error) -> snclResult_t {
             }
         }
         Error::Io { .. } => snclSystemError,
+        Error::Device { .. } => snclUnhandledCudaError,
     }
 }
 
@@ -180,5 +181,21 @@ mod tests {
             error_string(4).to_str().unwrap().split(' ').next(),
             Some("invalid")
         );
+    }
+
+    #[test]
+    fn device_errors_are_unhandled_device_errors() {
+        let e = Error::Device {
+            rank: 1,
+            op: "all_reduce",
+            seq: Some(2),
+            device: "emu device 1 (emulated)".into(),
+            what: "a kernel launch".into(),
+            detail: "injected fault".into(),
+        };
+        assert_eq!(code_of(&e), snclResult_t::snclUnhandledCudaError);
+        let c = CError::from(e);
+        assert!(c.fatal);
+        assert!(c.msg.contains("emu device 1"), "{}", c.msg);
     }
 }

@@ -38,34 +38,35 @@ impl Inner {
         } else {
             op
         };
-        // Point-to-point groups involve only some ranks: they do not take a
-        // collective sequence number (their pieces carry 0 and the
-        // sendrecv fingerprint, so a mix-up with a collective is still caught).
-        let seq = if op.coll == Collective::SendRecv {
-            0
-        } else {
-            st.seq += 1;
-            st.seq
-        };
         let fingerprint = Self::fingerprint(op);
         let (sched, algo) = self.schedule(st, op)?;
+        // Point-to-point groups involve only some ranks: they do not take a
+        // collective sequence number (their pieces carry 0 and the
+        // sendrecv fingerprint, so a mix-up with a collective is still
+        // caught). A collective takes its number only once nothing can
+        // reject it any more, so a rejected call leaves the numbering as
+        // it was and the next call still matches the peers'.
+        let take_seq = |st: &mut State| {
+            if op.coll == Collective::SendRecv {
+                0
+            } else {
+                st.seq += 1;
+                st.seq
+            }
+        };
         if sched.steps.is_empty() {
+            // Nothing to exchange, but the peers (with the same arguments)
+            // count it too.
+            take_seq(st);
             return Ok(());
         }
         let esize = op.dtype.size();
         let (send_elems, recv_elems) = self.extents(op);
-        // A rejected operation gives its sequence number back.
-        let reject = |st: &mut State, detail: String| {
-            if op.coll != Collective::SendRecv {
-                st.seq -= 1;
-            }
-            Err(self.invalid(op.coll.name(), detail))
-        };
         if (send_elems > 0 && op.send.is_null())
             || (recv_elems > 0 && op.recv.is_null())
             || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
         {
-            return reject(st, "a buffer is NULL".into());
+            return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
         }
         let Some(scratch_bytes) = sched
             .scratch_elems
@@ -76,16 +77,17 @@ impl Inner {
                 "{} elements of scratch space are more than memory can address",
                 sched.scratch_elems
             );
-            return reject(st, detail);
+            return Err(self.invalid(op.coll.name(), detail));
         };
         if st.scratch.len() < scratch_bytes {
             let more = scratch_bytes - st.scratch.len();
             if let Err(e) = st.scratch.try_reserve_exact(more) {
                 let detail = format!("cannot allocate {scratch_bytes} bytes of scratch space: {e}");
-                return reject(st, detail);
+                return Err(self.invalid(op.coll.name(), detail));
             }
             st.scratch.resize(scratch_bytes, 0);
         }
+        let seq = take_seq(st);
         // SAFETY: the caller lends send/recv for the counts that `extents`
         // derives from; scratch is ours and sized above; p2p buffers are
         // lent by the caller for their counts.

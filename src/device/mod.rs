@@ -67,7 +67,8 @@ impl std::fmt::Debug for Binding {
 impl Binding {
     /// Creates the internal stream and the flag on `dev`.
     pub(crate) fn new(dev: Arc<dyn Device>, rank: usize) -> Result<Binding> {
-        let fail = |what: &str, e: DeviceError| device_error(rank, &dev, what, e);
+        let fail =
+            |what: &str, e: DeviceError| device_error(rank, &dev, ("bind_device", None), what, e);
         let flag =
             PinnedBuffer::new(&dev, 64).map_err(|e| fail("allocating the stream flag", e))?;
         if !(flag.as_ptr() as usize).is_multiple_of(std::mem::align_of::<AtomicU32>()) {
@@ -109,20 +110,16 @@ impl Binding {
     }
 
     /// A device error in operation `op` (`seq` once it has one) as an
-    /// [`Error`] that names the rank, the operation and the device.
+    /// [`Error::Device`] that names the rank, the operation and the device.
     pub(crate) fn error(
         &self,
         rank: usize,
-        op: &str,
+        op: &'static str,
         seq: Option<u64>,
         what: &str,
         e: DeviceError,
     ) -> Error {
-        let what = match seq {
-            Some(s) => format!("{op} (seq {s}): {what}"),
-            None => format!("{op}: {what}"),
-        };
-        device_error(rank, &self.dev, &what, e)
+        device_error(rank, &self.dev, (op, seq), what, e)
     }
 }
 
@@ -144,22 +141,27 @@ impl Drop for Binding {
     }
 }
 
-/// A device error as an [`Error`] naming the rank and the device.
+/// A device error in operation `op` (with its sequence number once it has
+/// one) as an [`Error::Device`] naming the rank, the backend and the device.
 pub(crate) fn device_error(
     rank: usize,
     dev: &Arc<dyn Device>,
+    (op, seq): (&'static str, Option<u64>),
     what: &str,
     e: DeviceError,
 ) -> Error {
-    Error::Io {
+    Error::Device {
         rank,
-        context: format!(
-            "{what} on {} device {} ({})",
+        op,
+        seq,
+        device: format!(
+            "{} device {} ({})",
             dev.backend().name(),
             dev.ordinal(),
             dev.name()
         ),
-        source: std::io::Error::other(e),
+        what: what.to_string(),
+        detail: e.to_string(),
     }
 }
 
