@@ -10,6 +10,7 @@
 //! process crashes later. Segments left by a crash during init are found by
 //! [`cleanup_stale`] (their creator pid is gone) and removed.
 
+pub mod private_file;
 mod segment;
 
 use std::io;
@@ -19,11 +20,10 @@ use comm_core::transport::{Connection, ConsumeResult, TransportError};
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
+pub use private_file::{check_name, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR};
 #[doc(hidden)]
 pub use segment::decode_slot_header;
-pub use segment::{
-    check_name, cleanup_stale, pid_alive, Segment, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR,
-};
+pub use segment::{cleanup_stale, pid_alive, Segment};
 
 // The configuration's bounds must fit the segment header's u32 geometry.
 const _: () = assert!(comm_core::config::MAX_SHM_SLOTS <= u32::MAX as usize);
@@ -41,13 +41,7 @@ pub fn segment_name(
     instance: u64,
     pid: u32,
 ) -> io::Result<String> {
-    let mut token = [0u8; 16];
-    getrandom::fill(&mut token).map_err(|e| {
-        io::Error::other(format!(
-            "drawing a random shared-memory segment name: getrandom failed: {e}"
-        ))
-    })?;
-    let token = u128::from_ne_bytes(token);
+    let token = private_file::random_token()?;
     Ok(format!(
         "{PREFIX}{comm_id:016x}-{from}-{to}-{instance}-{token:032x}-{pid}"
     ))

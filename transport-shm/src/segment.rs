@@ -10,14 +10,15 @@
 //! links, after checking that the file is a regular file of our effective
 //! uid that nobody else can read.
 
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use memmap2::MmapMut;
+
+use crate::private_file::{self, check_name, PREFIX, SHM_DIR};
 
 const MAGIC: u64 = 0x534e_434c_5348_4d31; // "SNCLSHM1"
 const LINE: usize = 128; // two cache lines: no false sharing with the prefetcher
@@ -31,16 +32,6 @@ const OFF_ABORT_BY_RECEIVER: usize = 3 * LINE + 8;
 const OFF_SENDER_PID: usize = 3 * LINE + 16;
 const OFF_SLOTS: usize = 4 * LINE;
 const SLOT_HEADER: usize = 64;
-
-/// Directory of the segments.
-pub const SHM_DIR: &str = "/dev/shm";
-/// File name prefix of every sncl segment.
-pub const PREFIX: &str = "sncl-";
-/// The longest segment name [`Segment::open`] accepts (names made by
-/// [`segment_name`](crate::segment_name) are at most 128 bytes).
-pub const MAX_NAME_LEN: usize = 160;
-/// Permission bits of every segment: read and write for the owner only.
-pub const SEGMENT_MODE: u32 = 0o600;
 
 /// A mapped FIFO.
 pub struct Segment {
@@ -86,85 +77,6 @@ fn check_geometry(slots: usize, slot_bytes: usize) -> io::Result<usize> {
         })
 }
 
-/// Checks that `name` is a plain sncl segment name: it starts with
-/// [`PREFIX`], has at most [`MAX_NAME_LEN`] bytes and only ASCII letters,
-/// digits, `_` and `-` (so no `/`, no `.`, no `..`).
-pub fn check_name(name: &str) -> io::Result<()> {
-    let bad_char = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
-    let why = if !name.starts_with(PREFIX) || name.len() == PREFIX.len() {
-        Some(format!(
-            "expected a name starting with {PREFIX:?} followed by more"
-        ))
-    } else if name.len() > MAX_NAME_LEN {
-        Some(format!(
-            "expected at most {MAX_NAME_LEN} bytes, got {}",
-            name.len()
-        ))
-    } else {
-        bad_char.map(|c| {
-            format!("character {c:?} is not allowed (only ASCII letters, digits, '_' and '-')")
-        })
-    };
-    match why {
-        Some(why) => Err(invalid_input(format!(
-            "refusing shared-memory segment name {name:?}: {why}"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The effective uid of this process.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Refuses a file that is not a regular file owned by our effective uid and
-/// closed to group and others.
-fn check_private(file: &File, path: &Path) -> io::Result<()> {
-    let meta = file.metadata()?; // fstat on the open descriptor
-    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
-    let why = if !meta.file_type().is_file() {
-        Some("it is not a regular file".to_string())
-    } else if uid != euid() {
-        Some(format!(
-            "it is owned by uid {uid}, not by this process's uid {}",
-            euid()
-        ))
-    } else if mode & 0o077 != 0 {
-        Some(format!(
-            "its mode {mode:04o} lets group or others access it (expected {SEGMENT_MODE:04o})"
-        ))
-    } else {
-        None
-    };
-    match why {
-        Some(why) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("refusing shared-memory segment {}: {why}", path.display()),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Allocates the file's blocks now, so a full `/dev/shm` is an error here
-/// rather than a SIGBUS on the first write to a slot.
-fn allocate(file: &File, len: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| invalid_input(format!("segment size {len} does not fit off_t")))?;
-    // SAFETY: the descriptor is open and owned by `file` for the call.
-    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-    match r {
-        0 => Ok(()),
-        // File systems without fallocate: the pages come on first touch.
-        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
-    }
-}
-
 /// Decodes the header a sender wrote into a slot of `slot_bytes` payload
 /// bytes; the peer controls these bytes, so anything that is not a header of
 /// a piece that fits the slot is an error. Public for the fuzz targets in
@@ -191,21 +103,16 @@ impl Segment {
     pub fn create(name: &str, slots: usize, slot_bytes: usize) -> io::Result<Segment> {
         let total = check_geometry(slots, slot_bytes)?;
         check_name(name)?;
-        let path = Path::new(SHM_DIR).join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(SEGMENT_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("creating shared-memory segment {}: {e}", path.display()),
-                )
-            })?;
-        match Segment::init(file, path.clone(), total, slots, slot_bytes) {
+        let (file, path) = private_file::create(name, total).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "creating shared-memory segment {}: {e}",
+                    Path::new(SHM_DIR).join(name).display()
+                ),
+            )
+        })?;
+        match Segment::init(file, path.clone(), slots, slot_bytes) {
             Ok(seg) => Ok(seg),
             Err(e) => {
                 let _ = fs::remove_file(&path);
@@ -221,17 +128,7 @@ impl Segment {
         }
     }
 
-    fn init(
-        file: File,
-        path: PathBuf,
-        total: usize,
-        slots: usize,
-        slot_bytes: usize,
-    ) -> io::Result<Segment> {
-        // The umask may have cleared bits of the mode; set exactly 0600.
-        file.set_permissions(Permissions::from_mode(SEGMENT_MODE))?;
-        file.set_len(total as u64)?;
-        allocate(&file, total)?;
+    fn init(file: File, path: PathBuf, slots: usize, slot_bytes: usize) -> io::Result<Segment> {
         // SAFETY: the file was just created by us with exclusive access; its
         // contents are only read and written through atomics and the slot
         // protocol below, by this process and the one sender.
@@ -258,27 +155,13 @@ impl Segment {
     /// opened without following links and must be a regular file owned by
     /// this process's effective uid with no group or other access.
     pub fn open(name: &str) -> io::Result<Segment> {
-        check_name(name)?;
-        let path = Path::new(SHM_DIR).join(name);
+        let (file, path) = private_file::open(name)?;
         let bad = |kind: io::ErrorKind, what: &str| {
             io::Error::new(
                 kind,
                 format!("shared-memory segment {}: {what}", path.display()),
             )
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => bad(
-                    io::ErrorKind::InvalidInput,
-                    "is a symbolic link; refusing to follow it",
-                ),
-                _ => bad(e.kind(), &format!("cannot open it: {e}")),
-            })?;
-        check_private(&file, &path)?;
         // SAFETY: as in `create`; the receiver (same uid, checked above)
         // created the file and sized it before publishing its name.
         let map = unsafe { MmapMut::map_mut(&file)? };

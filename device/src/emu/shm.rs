@@ -2,28 +2,21 @@
 //! mapped shared, so any allocation can be exported to another process by
 //! name.
 //!
-//! As for sncl's shared-memory transport, files are private to the user that
-//! runs the job: created `0600` with `O_EXCL | O_NOFOLLOW` under a name with
-//! a 128-bit random token and the creator's pid at the end (so
-//! `transport_shm::cleanup_stale` removes those of dead processes), and
-//! opened only by plain names, without following links, after checking that
-//! the file is a regular file of our effective uid that nobody else can read.
+//! The files are private to the user that runs the job, as the
+//! shared-memory transport's segments are ([`transport_shm::private_file`]
+//! creates and opens both); their names end in the creator's pid, so
+//! `transport_shm::cleanup_stale` removes those of dead processes.
 
-use std::fs::{File, OpenOptions, Permissions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use memmap2::MmapMut;
 
 use crate::IpcHandle;
 
-/// Directory of the files.
-const SHM_DIR: &str = "/dev/shm";
 /// File name prefix of every emulated allocation.
 const PREFIX: &str = "sncl-emu-";
-/// Permission bits: read and write for the owner only.
-const MODE: u32 = 0o600;
 /// First bytes of an emulated IPC handle.
 const MAGIC: [u8; 4] = *b"SNEM";
 /// Where the name starts in a handle (after the magic and a u64 length).
@@ -64,76 +57,22 @@ fn invalid(detail: String) -> io::Error {
 
 /// A fresh name: prefix, 128 random bits, our pid (at most 52 bytes).
 fn new_name() -> io::Result<String> {
-    let mut token = [0u8; 16];
-    getrandom::fill(&mut token).map_err(|e| {
-        io::Error::other(format!(
-            "drawing a random name for an emulated allocation: getrandom failed: {e}"
-        ))
-    })?;
-    let token = u128::from_ne_bytes(token);
+    let token = transport_shm::private_file::random_token()?;
     Ok(format!("{PREFIX}{token:032x}-{}", std::process::id()))
 }
 
-/// Refuses anything but a plain name made by [`new_name`].
+/// Refuses anything but a plain name made by [`new_name`]: a plain sncl
+/// name ([`transport_shm::check_name`]) that is an emulated allocation's
+/// and fits a handle.
 fn check_name(name: &str) -> io::Result<()> {
-    let plain = name
-        .bytes()
-        .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
-    if name.len() > PREFIX.len() && name.len() <= MAX_NAME && name.starts_with(PREFIX) && plain {
+    transport_shm::check_name(name)?;
+    if name.len() > PREFIX.len() && name.len() <= MAX_NAME && name.starts_with(PREFIX) {
         Ok(())
     } else {
         Err(invalid(format!(
-            "refusing shared-memory name {name:?}: expected {PREFIX:?} followed by ASCII \
-             letters, digits, '-' or '_', at most {MAX_NAME} bytes"
+            "refusing shared-memory name {name:?}: expected {PREFIX:?} followed by more, at \
+             most {MAX_NAME} bytes"
         )))
-    }
-}
-
-/// The effective uid of this process.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Refuses a file that is not a regular file of our uid closed to others.
-fn check_private(file: &File, path: &Path) -> io::Result<()> {
-    let meta = file.metadata()?;
-    let mode = meta.mode() & 0o7777;
-    if !meta.file_type().is_file() || meta.uid() != euid() || mode & 0o077 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "refusing shared-memory file {}: expected a regular file of uid {} with mode \
-                 {MODE:04o}, found uid {} mode {mode:04o}",
-                path.display(),
-                euid(),
-                meta.uid()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Allocates the file's blocks now, so a full `/dev/shm` is an error here
-/// rather than a SIGBUS at the first write. A request larger than the free
-/// space fails at once (ENOSPC) instead of filling the file system first.
-fn allocate(file: &File, len: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
-    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: the descriptor is open; `fs` is a valid place to write to.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut fs) } == 0 {
-        let free = (fs.f_bavail as u128) * (fs.f_frsize as u128);
-        if len as u128 > free {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-    }
-    let len =
-        libc::off_t::try_from(len).map_err(|_| invalid(format!("{len} bytes do not fit off_t")))?;
-    // SAFETY: the descriptor is open and owned by `file` for the call.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
-        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
     }
 }
 
@@ -153,22 +92,8 @@ impl ShmMap {
     /// a zero-length allocation, so every allocation has its own address).
     pub(super) fn create(len: usize) -> io::Result<ShmMap> {
         let name = new_name()?;
-        let path = Path::new(SHM_DIR).join(&name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        let setup = || -> io::Result<(MmapMut, *mut u8)> {
-            // The umask may have cleared bits; set exactly 0600.
-            file.set_permissions(Permissions::from_mode(MODE))?;
-            file.set_len(len.max(1) as u64)?;
-            allocate(&file, len.max(1))?;
-            map(&file, len)
-        };
-        match setup() {
+        let (file, path) = transport_shm::private_file::create(&name, len.max(1))?;
+        match map(&file, len) {
             Ok((map, ptr)) => Ok(ShmMap {
                 _map: map,
                 ptr,
@@ -186,13 +111,7 @@ impl ShmMap {
     /// Maps another mapping's file, named in an exported handle.
     pub(super) fn open(name: &str, len: usize) -> io::Result<ShmMap> {
         check_name(name)?;
-        let path = Path::new(SHM_DIR).join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&path)?;
-        check_private(&file, &path)?;
+        let (file, path) = transport_shm::private_file::open(name)?;
         let size = file.metadata()?.len();
         if size < len.max(1) as u64 {
             return Err(io::Error::new(
