@@ -310,6 +310,7 @@ fn open_emu(_ordinal: usize) -> Result<Arc<dyn Device>> {
 
 mod buffer;
 pub use buffer::{DeviceBuffer, PinnedBuffer};
+mod checks;
 
 pub mod cuda;
 #[cfg(feature = "emu")]

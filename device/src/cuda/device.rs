@@ -14,7 +14,6 @@ use super::driver;
 use super::launch::{self, Kernels, ReduceCopyArgs};
 use crate::{
     Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, Result, StreamHandle,
-    MAX_REDUCE_ARGS,
 };
 
 /// Page-locked host memory flags: portable (pinned for every context) and
@@ -137,14 +136,6 @@ impl CudaDevice {
     /// Makes this device's context current on the calling thread.
     fn bind(&self) -> Result<()> {
         driver::set_current(self.ordinal, self.ctx)
-    }
-
-    fn invalid(&self, call: &'static str, detail: String) -> DeviceError {
-        DeviceError::InvalidArgument {
-            ordinal: self.ordinal,
-            call,
-            detail,
-        }
     }
 
     /// Launches kernel `name` of `dtype` with `params`, compiling and
@@ -395,21 +386,8 @@ impl Device for CudaDevice {
         dsts: &[DevicePtr],
         count: usize,
     ) -> Result<()> {
-        const CALL: &str = "reduce_copy";
-        for (what, list) in [("sources", srcs), ("destinations", dsts)] {
-            if list.is_empty() || list.len() > MAX_REDUCE_ARGS {
-                return Err(self.invalid(
-                    CALL,
-                    format!("{} {what}; expected 1 to {MAX_REDUCE_ARGS}", list.len()),
-                ));
-            }
-        }
-        let name = kernels::cuda::reduce_copy_kernel(dtype, op).ok_or_else(|| {
-            self.invalid(
-                CALL,
-                format!("{} is not defined for {}", op.name(), dtype.name()),
-            )
-        })?;
+        let name =
+            crate::checks::reduce_copy_args(self.ordinal, srcs.len(), dsts.len(), dtype, op)?;
         if count == 0 {
             return Ok(());
         }
@@ -429,9 +407,7 @@ impl Device for CudaDevice {
         count: usize,
         divisor: usize,
     ) -> Result<()> {
-        if divisor == 0 {
-            return Err(self.invalid("divide", "divisor 0; expected at least 1".into()));
-        }
+        crate::checks::divisor(self.ordinal, divisor)?;
         if count == 0 {
             return Ok(());
         }

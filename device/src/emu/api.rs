@@ -13,7 +13,6 @@ use super::shm::{decode_handle, ShmMap};
 use super::stream::{Host, Op, Stream, SyncError};
 use crate::{
     Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, Result, StreamHandle,
-    MAX_REDUCE_ARGS,
 };
 
 impl Device for Emu {
@@ -342,23 +341,7 @@ impl Device for Emu {
         count: usize,
     ) -> Result<()> {
         let call = "reduce_copy";
-        for (what, n) in [("sources", srcs.len()), ("destinations", dsts.len())] {
-            if !(1..=MAX_REDUCE_ARGS).contains(&n) {
-                return Err(
-                    self.invalid(call, format!("{n} {what}; expected 1 to {MAX_REDUCE_ARGS}"))
-                );
-            }
-        }
-        if !op.supports(dtype) {
-            return Err(self.invalid(
-                call,
-                format!(
-                    "reduction {} is not defined for {} (no kernel)",
-                    op.name(),
-                    dtype.name()
-                ),
-            ));
-        }
+        crate::checks::reduce_copy_args(self.ordinal, srcs.len(), dsts.len(), dtype, op)?;
         let bytes = self.elements(call, dtype, count)?;
         let spans = |ptrs: &[DevicePtr]| -> Result<Vec<Span>> {
             ptrs.iter().map(|&p| self.span(call, p, bytes)).collect()
@@ -402,9 +385,7 @@ impl Device for Emu {
         divisor: usize,
     ) -> Result<()> {
         let call = "divide";
-        if divisor == 0 {
-            return Err(self.invalid(call, "divisor 0; expected at least 1".into()));
-        }
+        crate::checks::divisor(self.ordinal, divisor)?;
         let bytes = self.elements(call, dtype, count)?;
         let data = self.span(call, data, bytes)?;
         let op = Op::Divide {
