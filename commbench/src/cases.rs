@@ -141,6 +141,15 @@ fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<T> {
     (0..len).map(|i| T::from_i64(value(r, i, op))).collect()
 }
 
+/// Rank `r`'s input of `len` elements of `dtype` as bytes (the device
+/// benchmark uploads it).
+pub fn input_bytes(dtype: DataType, r: usize, len: usize, op: ReduceOp) -> Vec<u8> {
+    fn bytes<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<u8> {
+        sncl::as_bytes(&input::<T>(r, len, op)).to_vec()
+    }
+    crate::with_dtype!(dtype, bytes(r, len, op))
+}
+
 /// Result of one timed direction.
 #[derive(Clone, Debug, Default)]
 pub struct Timing {

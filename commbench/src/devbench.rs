@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
 use sncl::{Collective, Communicator, DeviceOp, RawOp, Result};
 
-use crate::cases::{Case, Timing};
+use crate::cases::{input_bytes, Case, Timing};
 
 /// Where the benchmark's buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,27 +94,6 @@ fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
     }
 }
 
-fn input(c: &Case, rank: usize, elems: usize) -> Vec<u8> {
-    let esize = c.dtype.size();
-    let mut v = vec![0u8; elems * esize];
-    for (i, e) in v.chunks_mut(esize).enumerate() {
-        // Small integers are exact in every type (f16 and bf16 included).
-        let x = ((rank * 3 + i) % 7) as u32;
-        match c.dtype {
-            sncl::DataType::Float32 => e.copy_from_slice(&(x as f32).to_le_bytes()),
-            sncl::DataType::Float64 => e.copy_from_slice(&(x as f64).to_le_bytes()),
-            sncl::DataType::Float16 => {
-                e.copy_from_slice(&half::f16::from_f32(x as f32).to_le_bytes())
-            }
-            sncl::DataType::Bfloat16 => {
-                e.copy_from_slice(&half::bf16::from_f32(x as f32).to_le_bytes())
-            }
-            _ => e[0] = x as u8,
-        }
-    }
-    v
-}
-
 /// Runs a case on device buffers; (timing, no in-place row).
 pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
     let (n, rank) = (comm.size(), comm.rank());
@@ -126,7 +105,7 @@ pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Optio
     };
     let esize = c.dtype.size();
     let (se, re) = extents(c, n, rank);
-    let send = input(c, rank, se);
+    let send = input_bytes(c.dtype, rank, se, c.op);
     let dsend = DeviceBuffer::new(&d.dev, send.len()).map_err(|e| fail("alloc", e))?;
     let drecv = DeviceBuffer::new(&d.dev, re * esize).map_err(|e| fail("alloc", e))?;
     // SAFETY: `send` lives until the stream is synchronised below.
