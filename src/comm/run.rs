@@ -10,6 +10,20 @@ use comm_core::{Error, ReduceOp, Result};
 use super::{Inner, RawOp, State};
 
 impl Inner {
+    /// With the state held: finishes an abort requested while another
+    /// operation held the state, and refuses to run on an aborted
+    /// communicator.
+    fn check_not_aborted(&self, st: &mut State) -> Result<()> {
+        self.finish_abort(st);
+        match &st.aborted {
+            Some(reason) => Err(Error::Aborted {
+                rank: self.rank,
+                reason: Some(reason.clone()),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Executes one operation now (the caller holds its turn).
     ///
     /// # Safety
@@ -18,14 +32,7 @@ impl Inner {
         self.validate(op)?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        // An abort requested while another operation held the state.
-        self.finish_abort(st);
-        if let Some(reason) = &st.aborted {
-            return Err(Error::Aborted {
-                rank: self.rank,
-                reason: Some(reason.clone()),
-            });
-        }
+        self.check_not_aborted(st)?;
         let rest;
         let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank) {
             // SAFETY: forwarded from the caller; validated above.
@@ -333,13 +340,7 @@ impl Inner {
         let op = &job.raw;
         let mut guard = self.lock();
         let st = &mut *guard;
-        self.finish_abort(st);
-        if let Some(reason) = &st.aborted {
-            return Err(Error::Aborted {
-                rank: self.rank,
-                reason: Some(reason.clone()),
-            });
-        }
+        self.check_not_aborted(st)?;
         let Some(binding) = self.device.get() else {
             return Err(self.invalid(op.coll.name(), "no device is bound".into()));
         };
