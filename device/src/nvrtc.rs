@@ -196,17 +196,23 @@ fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
         tries.push(lib.join("../include"));
         tries.push(lib.join("../../cuda_runtime/include"));
     }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(root) = process_var(var) {
-            tries.push(PathBuf::from(root).join("include"));
-        }
-    }
-    tries.push("/usr/local/cuda/include".into());
+    tries.extend(cuda_roots().into_iter().map(|root| root.join("include")));
     tries.push("/usr/include".into());
     tries
         .into_iter()
         .find(|d| d.join("cuda_fp16.h").exists())
         .map(|d| d.canonicalize().unwrap_or(d))
+}
+
+/// Where a CUDA toolkit may be installed, in the order sncl looks:
+/// `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`.
+pub(crate) fn cuda_roots() -> Vec<PathBuf> {
+    ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| process_var(v))
+        .map(PathBuf::from)
+        .chain(std::iter::once(PathBuf::from("/usr/local/cuda")))
+        .collect()
 }
 
 /// A non-empty variable of the process environment, read through sncl's

@@ -87,12 +87,7 @@ pub(crate) fn get() -> Result<&'static Nvrtc> {
 /// The files to try, in order.
 fn candidates() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = NAMES.iter().map(PathBuf::from).collect();
-    let roots = ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(|v| crate::nvrtc::process_var(v))
-        .map(PathBuf::from)
-        .chain(std::iter::once(PathBuf::from("/usr/local/cuda")));
-    for root in roots {
+    for root in crate::nvrtc::cuda_roots() {
         for sub in ["lib64", "lib"] {
             for name in NAMES {
                 out.push(root.join(sub).join(name));
