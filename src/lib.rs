@@ -40,6 +40,9 @@ pub mod capi;
 mod comm;
 mod compressed;
 pub mod device;
+/// The cudarc crate sncl's `cuda` feature works with (same version).
+#[cfg(feature = "cuda")]
+pub use cudarc;
 mod element;
 mod flight;
 mod logging;

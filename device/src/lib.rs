@@ -295,6 +295,36 @@ pub fn open(backend: Backend, ordinal: usize) -> Result<Arc<dyn Device>> {
     }
 }
 
+/// How many devices `backend` has: the driver's count on `Cuda` (the same
+/// errors as [`open`] where CUDA is not usable), 8 on `Emu` (`emu::DEVICES`).
+pub fn device_count(backend: Backend) -> Result<usize> {
+    match backend {
+        Backend::Cuda => cuda::device_count(),
+        Backend::Emu => emu_count(),
+    }
+}
+
+/// The device current on the calling thread, if the backend has such a
+/// notion: on `Cuda` the device of the current context (what
+/// `cudaSetDevice` selected, or a cudarc context bound to this thread); on
+/// `Emu` always `None`.
+pub fn current_device(backend: Backend) -> Result<Option<usize>> {
+    match backend {
+        Backend::Cuda => cuda::current_device(),
+        Backend::Emu => Ok(None),
+    }
+}
+
+#[cfg(feature = "emu")]
+fn emu_count() -> Result<usize> {
+    Ok(emu::DEVICES)
+}
+
+#[cfg(not(feature = "emu"))]
+fn emu_count() -> Result<usize> {
+    open_emu(0).map(|_| 0)
+}
+
 #[cfg(feature = "emu")]
 fn open_emu(ordinal: usize) -> Result<Arc<dyn Device>> {
     emu::open(ordinal)

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
-use super::{Binding, Device, DeviceBuffer, DeviceJob, DevicePtr, StreamHandle};
+use super::{
+    Backend, Binding, Device, DeviceBuffer, DeviceError, DeviceJob, DevicePtr, StreamHandle,
+};
 use crate::comm::RawOp;
 use crate::work::{JobKind, RawWork, Scope, Work};
 use crate::{Communicator, Element};
@@ -107,6 +109,58 @@ impl Communicator {
                 op: "bind_device",
                 detail: "bound concurrently by another thread".into(),
             })
+    }
+
+    /// Binds this communicator to the default device of `backend`, as NCCL
+    /// binds to the current device: the device current on the calling
+    /// thread (CUDA: the current context's, after `cudaSetDevice` or a
+    /// cudarc context bound to the thread), else the device at this rank's
+    /// index among the ranks of its node (`LOCAL_RANK` under torchrun),
+    /// modulo the number of devices. Returns the device. Ranks of one node
+    /// that end up on the same device work (their operations share it) and
+    /// are logged at WARN, since they usually mean one device per rank was
+    /// intended.
+    ///
+    /// ```no_run
+    /// # let comm = sncl::Communicator::from_env()?;
+    /// let dev = comm.bind_default_device(sncl::device::Backend::Cuda)?;
+    /// println!("rank {} uses {}", comm.rank(), dev.name());
+    /// # Ok::<(), sncl::Error>(())
+    /// ```
+    pub fn bind_default_device(&self, backend: Backend) -> Result<Arc<dyn Device>> {
+        let inner = &self.inner;
+        let rank = inner.rank;
+        let fail = |what: &str, e: DeviceError| Error::Device {
+            rank,
+            op: "bind_default_device",
+            seq: None,
+            device: format!("{} (no device open yet)", backend.name()),
+            what: what.to_string(),
+            detail: e.to_string(),
+        };
+        let count = ::device::device_count(backend).map_err(|e| fail("counting the devices", e))?;
+        let local = inner.topo.local_rank(rank);
+        let local_ranks = inner.topo.nodes[inner.topo.node_of[rank]].len();
+        let ordinal = match ::device::current_device(backend)
+            .map_err(|e| fail("asking for the current device", e))?
+        {
+            Some(current) => current,
+            None => local % count.max(1),
+        };
+        if local_ranks > count {
+            tracing::warn!(
+                rank,
+                local_ranks,
+                devices = count,
+                ordinal,
+                "more ranks on this node than {} devices: ranks share devices",
+                backend.name()
+            );
+        }
+        let dev = ::device::open(backend, ordinal)
+            .map_err(|e| fail(&format!("opening device {ordinal}"), e))?;
+        self.bind_device(dev.clone())?;
+        Ok(dev)
     }
 
     /// The device this communicator is bound to, if any.
@@ -341,6 +395,15 @@ impl<'scope> Scope<'scope, '_> {
             op: coll.name(),
             detail,
         };
+        if inner.device.get().is_none() {
+            // The first typed operation binds the communicator to its
+            // buffers' device (as NCCL uses the current device).
+            if let Err(e) = self.comm.bind_device(send.device().clone()) {
+                if inner.device.get().is_none() {
+                    return Err(e);
+                }
+            }
+        }
         let Some(b) = inner.device.get() else {
             return Err(invalid(
                 "no device is bound to this communicator (call Communicator::bind_device)".into(),
@@ -355,7 +418,35 @@ impl<'scope> Scope<'scope, '_> {
                 )));
             }
         }
-        let in_place = send.ptr() == recv.ptr();
+        self.device_op_on(
+            coll,
+            dtype,
+            count,
+            (op, root),
+            [(send.ptr(), send.bytes()), (recv.ptr(), recv.bytes())],
+            stream,
+        )
+    }
+
+    /// Queues a typed operation whose buffers (`[send, recv]` as address
+    /// and bytes) are known to live on the bound device: checks the
+    /// in-place rule and the buffers' sizes against the op's extents.
+    pub(super) fn device_op_on(
+        &'scope self,
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+        (op, root): (ReduceOp, usize),
+        [send, recv]: [(DevicePtr, usize); 2],
+        stream: StreamHandle,
+    ) -> Result<Work<'scope>> {
+        let inner = &self.comm.inner;
+        let invalid = |detail: String| Error::InvalidArgument {
+            rank: inner.rank,
+            op: coll.name(),
+            detail,
+        };
+        let in_place = send.0 == recv.0;
         if in_place
             && !matches!(
                 coll,
@@ -367,7 +458,7 @@ impl<'scope> Scope<'scope, '_> {
                     .into(),
             ));
         }
-        let mut d = DeviceOp::new(coll, dtype, count, send.ptr(), recv.ptr(), stream);
+        let mut d = DeviceOp::new(coll, dtype, count, send.0, recv.0, stream);
         d.op = op;
         d.root = root;
         let mut raw = RawOp::new(coll, dtype, count);
@@ -375,11 +466,10 @@ impl<'scope> Scope<'scope, '_> {
         raw.root = root;
         let (se, re) = inner.validate_device(&raw)?;
         let esize = dtype.size();
-        for (what, buf, elems) in [("send", send, se), ("receive", recv, re)] {
-            if buf.bytes() < elems * esize {
+        for (what, (_, bytes), elems) in [("send", send, se), ("receive", recv, re)] {
+            if bytes < elems * esize {
                 return Err(invalid(format!(
-                    "the {what} buffer has {} bytes, expected at least {} ({elems} × {})",
-                    buf.bytes(),
+                    "the {what} buffer has {bytes} bytes, expected at least {} ({elems} × {})",
                     elems * esize,
                     dtype.name()
                 )));

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use ::device::{
-    open, Arch, Backend, Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, PinnedBuffer,
-    StreamHandle,
+    current_device, device_count, open, Arch, Backend, Device, DeviceBuffer, DeviceError,
+    DevicePtr, EventHandle, PinnedBuffer, StreamHandle,
 };
 use comm_core::{Error, Result};
 
@@ -36,6 +36,8 @@ use crate::comm::{Inner, RawOp};
 use crate::work::WorkState;
 
 mod api;
+#[cfg(feature = "cuda")]
+mod cudarc_slices;
 mod memory;
 
 pub use api::DeviceOp;

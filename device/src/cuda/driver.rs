@@ -27,6 +27,8 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevice",
     "cuGetErrorName",
     "cuGetErrorString",
     "cuMemAlloc_v2",
@@ -506,4 +508,24 @@ pub(crate) unsafe fn launch(
             std::ptr::null_mut(),
         )
     })
+}
+
+/// The ordinal of the device whose context is current on the calling thread,
+/// or `None` when no context is current.
+pub(crate) fn current_context_device() -> Result<Option<usize>> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a live out-pointer.
+    check(0, "cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut ctx)
+    })?;
+    if ctx.is_null() {
+        return Ok(None);
+    }
+    let mut dev: CUdevice = 0;
+    // SAFETY: `dev` is a live out-pointer; a context is current.
+    check(0, "cuCtxGetDevice", unsafe {
+        sys::cuCtxGetDevice(&mut dev)
+    })?;
+    // A CUdevice is the device's ordinal (cuDeviceGet(&dev, ordinal)).
+    Ok(usize::try_from(dev).ok())
 }

@@ -54,6 +54,20 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
     Ok(Arc::new(CudaDevice::open(ordinal)?))
 }
 
+/// The number of CUDA devices; the same errors as [`open`] where CUDA is not
+/// usable ([`DeviceError::NoDevice`] where the driver sees none).
+pub fn device_count() -> Result<usize> {
+    probe(0)
+}
+
+/// The device whose context is current on the calling thread (as
+/// `cudaGetDevice` answers after `cudaSetDevice`), or `None` when no context
+/// is current there.
+pub fn current_device() -> Result<Option<usize>> {
+    probe(0)?;
+    driver::current_context_device()
+}
+
 /// Checks that the driver and NVRTC load, initialises the driver and
 /// checks its version and symbols; returns the number of devices.
 pub(crate) fn probe(ordinal: usize) -> Result<usize> {
@@ -116,6 +130,14 @@ mod tests {
         assert!(
             text.contains("libcuda.so"),
             "the error names what was tried: {text}"
+        );
+        // The count and the current device say the same, without a panic.
+        let count = crate::device_count(Backend::Cuda).expect_err("no driver, no count");
+        assert!(matches!(count, DeviceError::NoDriver { .. }), "{count:?}");
+        let current = crate::current_device(Backend::Cuda).expect_err("no driver, no context");
+        assert!(
+            matches!(current, DeviceError::NoDriver { .. }),
+            "{current:?}"
         );
         // Asking again gives the same answer (no state left half set up).
         let again = crate::open(Backend::Cuda, 3).expect_err("still no driver");
