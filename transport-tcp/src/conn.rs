@@ -11,6 +11,12 @@ use comm_core::transport::{Connection, ConsumeResult, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use socket2::Socket;
 
+/// The largest retransmission timeout of a data connection: after a link
+/// flap a connection resumes within about this long of the link coming
+/// back (Linux's default backoff reaches many seconds, which a 2 s flap
+/// on a rate-limited link turned into a 10 s stall of one rank).
+const RTO_MAX: Duration = Duration::from_secs(1);
+
 use crate::frame::{self, ABORT_MAGIC};
 use crate::sys;
 
@@ -279,6 +285,13 @@ impl TcpConnection {
             .map(|s| {
                 s.set_nonblocking(true)?;
                 s.set_nodelay(true)?;
+                if let Err(e) = sys::cap_retransmission_timeout(s.as_raw_fd(), RTO_MAX) {
+                    tracing::debug!(
+                        rank,
+                        peer,
+                        "TCP_RTO_MAX_MS not available ({e}); retransmissions back off as the system's default"
+                    );
+                }
                 Ok(Stream::new(s, max_piece))
             })
             .collect::<io::Result<Vec<_>>>()?;
