@@ -16,6 +16,8 @@ fn main() {
     for file in [
         "sncl_host_launch.cpp",
         "sncl_reduce.cu",
+        "sncl_host_codec.cpp",
+        "sncl_codec.cu",
         "sncl_device.cuh",
         "sncl_host_emu.h",
     ] {
@@ -27,6 +29,7 @@ fn main() {
         .define("SNCL_HOST_EMU", None)
         .include(&cuda)
         .file(cuda.join("sncl_host_launch.cpp"))
+        .file(cuda.join("sncl_host_codec.cpp"))
         // Results must be bit-identical to the CPU kernels: no contraction
         // into FMAs, no fast-math; the shim type-puns through unions.
         .flag_if_supported("-ffp-contract=off")

@@ -277,6 +277,28 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// work still uses it.
     unsafe fn ipc_close(&self, ptr: DevicePtr) -> Result<()>;
 
+    /// Enqueues a codec operation on device buffers ([`CodecOp`]: encode,
+    /// with or without error feedback; decode or decode-and-add of one or
+    /// several encodings; fused fp16/bf16 decode-sum-encode) in the
+    /// `compress` crate's formats, bit-identical to the CPU codecs. Every
+    /// step runs on `stream`; nothing waits for the host. Bad arguments
+    /// (unsupported codec, misaligned or short ranges, a missing workspace)
+    /// are errors before anything is enqueued; see [`codec`] for the
+    /// workspace and the top-k decode status. The default answers
+    /// [`DeviceError::Unsupported`].
+    ///
+    /// # Safety
+    /// Every pointer in `op` is a live device range of the size the
+    /// operation needs until it completes; inputs and outputs do not
+    /// overlap.
+    unsafe fn codec(&self, stream: StreamHandle, op: &CodecOp<'_>) -> Result<()> {
+        let _ = stream;
+        Err(DeviceError::Unsupported {
+            what: format!("{} on {}", op.codec().name(), self.backend().name()),
+            why: "this backend has no codec kernels".into(),
+        })
+    }
+
     /// Test double only: makes the next enqueued operation on this device
     /// fail with [`DeviceError::Fault`] carrying `what`. The CUDA backend
     /// answers [`DeviceError::Unsupported`].
@@ -340,6 +362,8 @@ fn open_emu(_ordinal: usize) -> Result<Arc<dyn Device>> {
 
 mod buffer;
 pub use buffer::{DeviceBuffer, PinnedBuffer};
+pub mod codec;
+pub use codec::CodecOp;
 mod checks;
 
 pub mod cuda;

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cuda;
+pub mod cuda_codec;
 mod dtype;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]

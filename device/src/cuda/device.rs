@@ -37,6 +37,9 @@ pub struct CudaDevice {
     sm_count: u32,
     /// The loaded module of each dtype used so far.
     kernels: Mutex<HashMap<DataType, Kernels>>,
+    /// The codec module (`kernels::cuda_codec::CODEC_SOURCE`), compiled
+    /// and loaded on the first [`Device::codec`].
+    codec: Mutex<Option<Kernels>>,
 }
 
 // SAFETY: the raw handles (context, module, functions) are driver objects
@@ -130,6 +133,7 @@ impl CudaDevice {
             arch,
             sm_count: sms.max(1) as u32,
             kernels: Mutex::new(HashMap::new()),
+            codec: Mutex::new(None),
         })
     }
 
@@ -184,6 +188,58 @@ impl CudaDevice {
     }
 }
 
+impl CudaDevice {
+    /// Runs a codec plan's launches on stream `s`, compiling and loading
+    /// the codec module on first use.
+    ///
+    /// # Safety
+    /// Every address in the launches is a live device range sized for
+    /// what the plan does with it.
+    unsafe fn launch_codec(
+        &self,
+        s: StreamHandle,
+        launches: &mut [kernels::cuda_codec::Launch],
+    ) -> Result<()> {
+        if launches.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let mut guard = self.codec.lock().map_err(|_| DeviceError::Fault {
+            ordinal: self.ordinal,
+            detail: "the codec kernel table's lock was poisoned by a panic".into(),
+        })?;
+        let table = match guard.as_mut() {
+            Some(t) => t,
+            None => {
+                let module = crate::nvrtc::compile_with(
+                    kernels::cuda_codec::CODEC_SOURCE,
+                    kernels::cuda::HEADERS,
+                    self.arch,
+                    &[],
+                )?;
+                let m = driver::module_load(self.ordinal, &launch::image(&module))?;
+                tracing::debug!(ordinal = self.ordinal, target = %module.target, "codec kernels loaded");
+                guard.insert(Kernels::new(m))
+            }
+        };
+        let block = kernels::cuda::BLOCK_THREADS;
+        for l in launches.iter_mut() {
+            let f = table.function(self.ordinal, &l.kernel)?;
+            let grid = match l.items {
+                kernels::cuda_codec::Items::Single => 1,
+                kernels::cuda_codec::Items::Many(m) => m
+                    .div_ceil(u64::from(block))
+                    .clamp(1, u64::from(self.sm_count) * 8) as u32,
+            };
+            let mut params = [launch::param(&mut l.args)];
+            // SAFETY: one parameter, `SnclCodecArgs` by value (CodecArgs is
+            // its repr(C) mirror); the caller vouches for its addresses.
+            unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), &mut params)? };
+        }
+        Ok(())
+    }
+}
+
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         if let Err(e) = self.bind() {
@@ -200,6 +256,13 @@ impl Drop for CudaDevice {
             // streams by the trait's contract).
             if let Err(e) = unsafe { driver::module_unload(self.ordinal, k.module) } {
                 tracing::warn!(dtype = dtype.name(), error = %e, "unloading the sncl kernels");
+            }
+        }
+        let codec = self.codec.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = codec.take() {
+            // SAFETY: as for the dtype modules above.
+            if let Err(e) = unsafe { driver::module_unload(self.ordinal, k.module) } {
+                tracing::warn!(error = %e, "unloading the sncl codec kernels");
             }
         }
         if self.user.is_none() {
@@ -425,6 +488,18 @@ impl Device for CudaDevice {
         // unsigned long long, unsigned long long)`; `data` is the caller's
         // live range of `count` elements.
         unsafe { self.launch(dtype, &name, grid, s, &mut params) }
+    }
+
+    unsafe fn codec(&self, s: StreamHandle, op: &crate::CodecOp<'_>) -> Result<()> {
+        let mut launches = crate::codec::plan(self.ordinal, op, |ptr, bytes, align, what| {
+            if bytes > 0 {
+                crate::codec::check_align(self.ordinal, ptr, align, what)?;
+            }
+            Ok(ptr.0)
+        })?;
+        // SAFETY: the caller's contract: every range is live and sized as
+        // the plan (checked against the codec and n above) uses it.
+        unsafe { self.launch_codec(s, &mut launches) }
     }
 
     fn ipc_export(&self, ptr: DevicePtr) -> Result<IpcHandle> {

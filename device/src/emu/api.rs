@@ -397,6 +397,26 @@ impl Device for Emu {
         self.enqueue(call, stream, op)
     }
 
+    unsafe fn codec(&self, stream: StreamHandle, op: &crate::CodecOp<'_>) -> Result<()> {
+        let call = "codec";
+        let mut keep = Vec::new();
+        let launches = crate::codec::plan(self.ordinal, op, |ptr, bytes, align, what| {
+            if bytes == 0 {
+                return Ok(0);
+            }
+            crate::codec::check_align(self.ordinal, ptr, align, what)?;
+            let span = self.span(call, ptr, bytes)?;
+            let host = span.host() as u64;
+            keep.push(span);
+            Ok(host)
+        })?;
+        let op = Op::Codec {
+            launches,
+            _keep: keep,
+        };
+        self.enqueue(call, stream, op)
+    }
+
     fn ipc_export(&self, ptr: DevicePtr) -> Result<IpcHandle> {
         self.check()?;
         let region = self

@@ -7,7 +7,8 @@
 //!   against its allocation ([`DeviceError::InvalidArgument`], never UB).
 //!   Pinned memory is ordinary aligned host memory.
 //! * Streams: ordered queues, each run by its own worker thread.
-//! * Kernels: the `.cu` kernels compiled for the host (`hostkernels`).
+//! * Kernels: the `.cu` kernels compiled for the host (`hostkernels`,
+//!   `codecs`).
 //! * IPC: the handle names the allocation's shared-memory file.
 //! * Faults: [`Device::inject_fault`] makes the next enqueued operation fault
 //!   the device; like a CUDA sticky error, every later call then fails with
@@ -17,6 +18,7 @@
 //! streams and events.
 
 mod api;
+pub mod codecs;
 mod device;
 pub mod hostkernels;
 mod memory;

@@ -90,6 +90,11 @@ pub(super) enum Op {
         count: usize,
         divisor: usize,
     },
+    /// A codec plan with host addresses; `_keep` holds its ranges alive.
+    Codec {
+        launches: Vec<kernels::cuda_codec::Launch>,
+        _keep: Vec<Span>,
+    },
     WriteU32 {
         addr: *mut u32,
         value: u32,
@@ -153,6 +158,14 @@ impl Op {
             } => {
                 // SAFETY: the span holds `count` elements; divisor >= 1.
                 unsafe { super::hostkernels::divide(dtype, data.host(), count, divisor) };
+            }
+            Op::Codec { launches, .. } => {
+                // SAFETY: every address in the plan was bounds-checked at
+                // enqueue against a span kept alive by `_keep`.
+                let r = unsafe { super::codecs::run_plan(&launches, super::codecs::PlanShape::EMU) };
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "emulated codec not run");
+                }
             }
             Op::WriteU32 { addr, value, .. } => {
                 // SAFETY: an aligned u32 inside a live pinned block (checked

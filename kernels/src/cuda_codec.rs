@@ -1,0 +1,393 @@
+//! The device codec kernels (`kernels/cuda/sncl_codec.cu`): their source,
+//! names, the argument struct both device backends pass, and the launch
+//! sequences ("plans") that make up one codec operation, so the CUDA and
+//! emulated backends run exactly the same kernels in the same order.
+//!
+//! Formats are the `compress` crate's, bit for bit: fp16/bf16 (`n` × u16),
+//! blockwise int8 (per block an f32 scale then the i8s) and top-k (`u32 k`,
+//! `k` ascending u32 indices, `k` f32 values). Only exact top-k selection
+//! runs on the device so far (see [`DeviceCodec`]).
+//!
+//! ABI: every kernel is `sncl_codec_<name>(SnclCodecArgs)` with
+//! [`CodecArgs`] passed by value.
+
+/// The codec kernels' translation unit (includes `sncl_device.cuh`, see
+/// [`crate::cuda::HEADERS`]).
+pub const CODEC_SOURCE: &str = include_str!("../cuda/sncl_codec.cu");
+
+/// The most encoded inputs one decode (or fused decode-sum-encode) takes.
+pub const MAX_SRCS: usize = 8;
+
+/// Elements per top-k compaction chunk (`SNCL_TOPK_CHUNK`).
+pub const TOPK_CHUNK: u64 = 256;
+/// Chunks per top-k scan group (`SNCL_TOPK_GROUP`).
+pub const TOPK_GROUP: u64 = 256;
+
+/// `flags`: decode adds to the destination instead of overwriting it.
+pub const FLAG_ADD: i32 = 1;
+/// `flags`: int8 rounds stochastically.
+pub const FLAG_STOCHASTIC: i32 = 2;
+
+/// Rust mirror of `SnclCodecArgs` (128 bytes). Pointers are addresses in
+/// the launching backend's space (device addresses on CUDA, host addresses
+/// on the emulated device).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodecArgs {
+    /// Inputs: f32 (encode) or encoded bytes (decode); `nsrcs` used.
+    pub src: [u64; MAX_SRCS],
+    /// Output: encoded bytes (encode) or f32 (decode).
+    pub dst: u64,
+    /// f32 side buffer (residual, gradient, sum) or 0.
+    pub aux: u64,
+    /// Device workspace of [`workspace_bytes`].
+    pub work: u64,
+    /// Elements.
+    pub n: u64,
+    /// int8: block size; top-k: `k`.
+    pub param: u64,
+    /// Top-k decode: encoded bytes given.
+    pub enc_len: u64,
+    /// int8-sr: the 32-bit kernel seed ([`kernel_seed`]).
+    pub seed: u32,
+    /// Top-k radix pass, 0 to 3.
+    pub pass: u32,
+    /// Inputs used, 1 to [`MAX_SRCS`].
+    pub nsrcs: i32,
+    /// [`FLAG_ADD`], [`FLAG_STOCHASTIC`].
+    pub flags: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<CodecArgs>() == 128);
+
+/// A codec as the device kernels know it (the device layer maps
+/// `compress::Codec` to this; `k` is `compress::Codec::topk_k(n)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceCodec {
+    /// IEEE half, nearest even.
+    Fp16,
+    /// bfloat16, nearest even.
+    Bf16,
+    /// Blockwise int8.
+    Int8 {
+        /// Elements per scale (at least 1).
+        block: u64,
+        /// Stochastic rounding.
+        stochastic: bool,
+    },
+    /// Exact top-k: the `k` largest magnitudes, ties to the lowest indices.
+    TopKExact {
+        /// Elements kept (at most `n`).
+        k: u64,
+    },
+}
+
+impl DeviceCodec {
+    /// Encoded bytes for `n` elements.
+    pub fn encoded_len(&self, n: u64) -> u64 {
+        match *self {
+            DeviceCodec::Fp16 | DeviceCodec::Bf16 => 2 * n,
+            DeviceCodec::Int8 { block, .. } => n + 4 * n.div_ceil(block.max(1)),
+            DeviceCodec::TopKExact { k } => 4 + 8 * k,
+        }
+    }
+}
+
+/// What one launch works on: how many independent work items its grid
+/// covers (the backend picks the grid from it; any shape is correct).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Items {
+    /// Work items of one thread each (elements, blocks, chunks, groups).
+    Many(u64),
+    /// Thread 0 of block 0 does everything.
+    Single,
+}
+
+/// One kernel launch of a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The kernel's name.
+    pub kernel: String,
+    /// Its argument.
+    pub args: CodecArgs,
+    /// Its work items.
+    pub items: Items,
+}
+
+fn launch(name: &str, args: CodecArgs, items: Items) -> Launch {
+    Launch {
+        kernel: format!("sncl_codec_{name}"),
+        args,
+        items,
+    }
+}
+
+/// Every codec kernel's name.
+pub fn kernel_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for f in ["f16", "bf16"] {
+        for k in ["encode", "decode", "decsum_encode"] {
+            v.push(format!("sncl_codec_{k}_{f}"));
+        }
+    }
+    for k in [
+        "int8_stats",
+        "int8_quantize",
+        "int8_decode",
+        "topk_init",
+        "topk_hist",
+        "topk_pick",
+        "topk_count",
+        "topk_scan",
+        "topk_scan_groups",
+        "topk_write",
+        "topk_check_init",
+        "topk_check",
+        "topk_clear",
+        "topk_scatter",
+        "ef_compensate",
+        "ef_residual",
+    ] {
+        v.push(format!("sncl_codec_{k}"));
+    }
+    v
+}
+
+/// Top-k encode workspace: 8 + 256 u64 words, then per chunk two u32
+/// counts, per group two u32 totals.
+fn topk_work(n: u64) -> u64 {
+    let chunks = n.div_ceil(TOPK_CHUNK);
+    let groups = chunks.div_ceil(TOPK_GROUP);
+    8 * (8 + 256) + 8 * chunks + 8 * groups
+}
+
+/// Bytes of device workspace an encode (with or without feedback) or a
+/// decode of `n` elements needs (8-byte aligned; 0 for the casts).
+pub fn workspace_bytes(codec: &DeviceCodec, n: u64) -> u64 {
+    match *codec {
+        DeviceCodec::Fp16 | DeviceCodec::Bf16 => 0,
+        DeviceCodec::Int8 { block, .. } => 8 * n.div_ceil(block.max(1)),
+        DeviceCodec::TopKExact { .. } => topk_work(n),
+    }
+}
+
+/// lowbias32 (compress's `hash32`).
+fn hash32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// The 32-bit seed the int8 kernels use for a caller's seed: what
+/// `compress::Codec::encode_seeded(.., seed, ..)` uses (`Some`), or
+/// `Codec::encode` (`None`: 0).
+pub fn kernel_seed(seed: Option<u64>) -> u32 {
+    match seed {
+        Some(s) => hash32((s ^ (s >> 32)) as u32 ^ 0x5bd1_e995),
+        None => 0,
+    }
+}
+
+fn args(n: u64, param: u64, work: u64) -> CodecArgs {
+    CodecArgs {
+        n,
+        param,
+        work,
+        nsrcs: 1,
+        ..Default::default()
+    }
+}
+
+/// The launches that encode `n` f32 at `src` into `dst`
+/// ([`DeviceCodec::encoded_len`] bytes) with workspace `work`; `seed` is
+/// [`kernel_seed`]'s. Empty for `n == 0` except top-k, whose header
+/// (`k = 0`) is still written.
+pub fn encode_plan(codec: &DeviceCodec, src: u64, dst: u64, n: u64, seed: u32, work: u64) -> Vec<Launch> {
+    let mut a = args(n, 0, work);
+    a.src[0] = src;
+    a.dst = dst;
+    match *codec {
+        DeviceCodec::Fp16 | DeviceCodec::Bf16 if n == 0 => vec![],
+        DeviceCodec::Fp16 => vec![launch("encode_f16", a, Items::Many(n))],
+        DeviceCodec::Bf16 => vec![launch("encode_bf16", a, Items::Many(n))],
+        DeviceCodec::Int8 { .. } if n == 0 => vec![],
+        DeviceCodec::Int8 { block, stochastic } => {
+            a.param = block;
+            a.seed = seed;
+            if stochastic {
+                a.flags = FLAG_STOCHASTIC;
+            }
+            vec![
+                launch("int8_stats", a, Items::Many(n.div_ceil(block))),
+                launch("int8_quantize", a, Items::Many(n)),
+            ]
+        }
+        DeviceCodec::TopKExact { k } => {
+            a.param = k;
+            let mut v = vec![launch("topk_init", a, Items::Single)];
+            if k == 0 {
+                return v;
+            }
+            for pass in 0..4 {
+                a.pass = pass;
+                v.push(launch("topk_hist", a, Items::Many(n)));
+                v.push(launch("topk_pick", a, Items::Single));
+            }
+            let chunks = n.div_ceil(TOPK_CHUNK);
+            v.push(launch("topk_count", a, Items::Many(chunks)));
+            v.push(launch("topk_scan", a, Items::Many(chunks.div_ceil(TOPK_GROUP))));
+            v.push(launch("topk_scan_groups", a, Items::Single));
+            v.push(launch("topk_write", a, Items::Many(chunks)));
+            v
+        }
+    }
+}
+
+/// The launches that decode the encodings at `srcs` (1 to [`MAX_SRCS`],
+/// each of `enc_len` bytes) of `n` elements into the f32 at `dst`:
+/// `dst = dec(srcs[0]) + dec(srcs[1]) + ...` left to right, or with `add`
+/// `dst += ...` (as successive `compress` `decode`/`decode_add` calls).
+/// Top-k takes one source and validates it: on bad input the u32 status at
+/// `work` is non-zero (see `sncl_codec.cu`) and `dst` is left untouched.
+pub fn decode_plan(
+    codec: &DeviceCodec,
+    srcs: &[u64],
+    enc_len: u64,
+    n: u64,
+    dst: u64,
+    add: bool,
+    work: u64,
+) -> Vec<Launch> {
+    let mut a = args(n, 0, work);
+    a.nsrcs = srcs.len() as i32;
+    a.src[..srcs.len()].copy_from_slice(srcs);
+    a.dst = dst;
+    a.enc_len = enc_len;
+    if add {
+        a.flags = FLAG_ADD;
+    }
+    match *codec {
+        DeviceCodec::Fp16 | DeviceCodec::Bf16 | DeviceCodec::Int8 { .. } if n == 0 => vec![],
+        DeviceCodec::Fp16 => vec![launch("decode_f16", a, Items::Many(n))],
+        DeviceCodec::Bf16 => vec![launch("decode_bf16", a, Items::Many(n))],
+        DeviceCodec::Int8 { block, .. } => {
+            a.param = block;
+            vec![launch("int8_decode", a, Items::Many(n))]
+        }
+        DeviceCodec::TopKExact { k } => vec![
+            launch("topk_check_init", a, Items::Single),
+            launch("topk_check", a, Items::Many(k.max(1))),
+            launch("topk_clear", a, Items::Many(n.max(1))),
+            launch("topk_scatter", a, Items::Many(k.max(1))),
+        ],
+    }
+}
+
+/// The fused reduce-and-re-encode of the casts: `dst = enc(dec(srcs[0]) +
+/// dec(srcs[1]) + ...)` summed in f32 from +0 (as `compress` `decode_add`
+/// into zeros, then `encode`), and the f32 sum to `sum` unless 0. `None`
+/// for codecs other than fp16/bf16.
+pub fn decsum_encode_plan(codec: &DeviceCodec, srcs: &[u64], n: u64, dst: u64, sum: u64) -> Option<Vec<Launch>> {
+    let name = match codec {
+        DeviceCodec::Fp16 => "decsum_encode_f16",
+        DeviceCodec::Bf16 => "decsum_encode_bf16",
+        _ => return None,
+    };
+    if n == 0 {
+        return Some(vec![]);
+    }
+    let mut a = args(n, 0, 0);
+    a.nsrcs = srcs.len() as i32;
+    a.src[..srcs.len()].copy_from_slice(srcs);
+    a.dst = dst;
+    a.aux = sum;
+    Some(vec![launch(name, a, Items::Many(n))])
+}
+
+/// One error-feedback step on the device, as
+/// `compress::ErrorFeedback::encode_with_feedback`: `grad += residual`,
+/// encode `grad` into `dst`, decode that into `residual`, `residual = grad -
+/// residual`. `grad` is left compensated.
+pub fn feedback_encode_plan(
+    codec: &DeviceCodec,
+    grad: u64,
+    residual: u64,
+    dst: u64,
+    n: u64,
+    seed: u32,
+    work: u64,
+) -> Vec<Launch> {
+    let mut c = args(n, 0, work);
+    c.dst = grad;
+    c.aux = residual;
+    let mut v = Vec::new();
+    if n > 0 {
+        v.push(launch("ef_compensate", c, Items::Many(n)));
+    }
+    v.extend(encode_plan(codec, grad, dst, n, seed, work));
+    v.extend(decode_plan(codec, &[dst], codec.encoded_len(n), n, residual, false, work));
+    if n > 0 {
+        c.dst = residual;
+        c.aux = grad;
+        v.push(launch("ef_residual", c, Items::Many(n)));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_is_defined_in_the_source_and_listed() {
+        let names = kernel_names();
+        for name in &names {
+            let short = name.strip_prefix("sncl_codec_").unwrap();
+            assert!(CODEC_SOURCE.contains(&format!("X({short})")), "{name} not in the host table");
+        }
+        assert_eq!(CODEC_SOURCE.matches("X(").count(), names.len());
+    }
+
+    #[test]
+    fn constants_match_the_source() {
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_CHUNK {TOPK_CHUNK}ull")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_GROUP {TOPK_GROUP}ull")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_MAX_SRCS {MAX_SRCS}")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_ADD {FLAG_ADD}")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_STOCHASTIC {FLAG_STOCHASTIC}")));
+        assert!(!CODEC_SOURCE.contains("#include <"), "NVRTC gets no include path");
+    }
+
+    #[test]
+    fn plans_use_only_listed_kernels() {
+        let names = kernel_names();
+        let codecs = [
+            DeviceCodec::Fp16,
+            DeviceCodec::Bf16,
+            DeviceCodec::Int8 { block: 256, stochastic: true },
+            DeviceCodec::TopKExact { k: 3 },
+        ];
+        for c in codecs {
+            let mut plans = encode_plan(&c, 1, 2, 1000, 7, 3);
+            plans.extend(decode_plan(&c, &[1, 2], 9, 1000, 4, true, 3));
+            plans.extend(feedback_encode_plan(&c, 1, 2, 3, 1000, 7, 4));
+            plans.extend(decsum_encode_plan(&c, &[1], 1000, 2, 0).unwrap_or_default());
+            for l in plans {
+                assert!(names.contains(&l.kernel), "{}", l.kernel);
+            }
+        }
+    }
+
+    #[test]
+    fn seeds_and_sizes() {
+        assert_eq!(kernel_seed(None), 0);
+        assert_ne!(kernel_seed(Some(1)), kernel_seed(Some(2)));
+        assert_eq!(DeviceCodec::Int8 { block: 256, stochastic: false }.encoded_len(257), 265);
+        assert_eq!(DeviceCodec::TopKExact { k: 10 }.encoded_len(1000), 84);
+        assert_eq!(workspace_bytes(&DeviceCodec::Fp16, 100), 0);
+        assert_eq!(topk_work(1), 8 * 264 + 8 + 8);
+    }
+}
