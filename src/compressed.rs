@@ -42,7 +42,10 @@ impl Layout {
 }
 
 impl Communicator {
-    fn layout(&self) -> Result<Option<&Layout>> {
+    /// The node and replica sub-communicators of the hierarchical scope
+    /// (`None` where the layout is not uniform with several nodes of
+    /// several ranks), built on first use.
+    pub(crate) fn compress_layout(&self) -> Result<Option<&Layout>> {
         if let Some(l) = self.layout.get() {
             return Ok(l.as_deref());
         }
@@ -81,7 +84,7 @@ impl Communicator {
             });
         }
         let layout = match scope {
-            CompressScope::Hier => self.layout()?,
+            CompressScope::Hier => self.compress_layout()?,
             CompressScope::Flat => None,
         };
         match layout {

@@ -39,6 +39,7 @@ mod bucket;
 pub mod capi;
 mod comm;
 mod compressed;
+mod compressed_device;
 pub mod device;
 /// The cudarc crate sncl's `cuda` feature works with (same version).
 #[cfg(feature = "cuda")]
@@ -60,6 +61,7 @@ pub use bucket::{BucketConfig, Bucketer};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
+pub use compressed_device::DeviceFeedback;
 pub use device::DeviceOp;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};

@@ -132,7 +132,11 @@ pub fn decode_status(status: u32) -> Option<String> {
         (4, "an index out of range"),
         (8, "indices not strictly ascending"),
     ] {
-        let hit = if bit < 4 { status & 3 == bit } else { status & bit != 0 };
+        let hit = if bit < 4 {
+            status & 3 == bit
+        } else {
+            status & bit != 0
+        };
         if hit {
             why.push(text);
         }
@@ -274,7 +278,12 @@ pub(crate) fn plan(
             }
             let mut s = Vec::with_capacity(srcs.len());
             for (i, &p) in srcs.iter().enumerate() {
-                s.push(map(p, enc_len, enc_align(&dc), &format!("encoded input {i}"))?);
+                s.push(map(
+                    p,
+                    enc_len,
+                    enc_align(&dc),
+                    &format!("encoded input {i}"),
+                )?);
             }
             let dst = map(dst, f32s(n)?, 4, "the output")?;
             let work_len = match dc {

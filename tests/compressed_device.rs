@@ -1,0 +1,222 @@
+//! Compressed all-reduce on device buffers (the emulated device): the
+//! result and the error-feedback residual are bit-identical to the host
+//! `all_reduce_compressed` on the same data, for every codec the device
+//! encodes, flat and hierarchical, sum and avg, over several steps; bad
+//! arguments are errors.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
+use sncl::{
+    Codec, Communicator, CompressScope, Config, DeviceFeedback, ErrorFeedback, MemoryStore,
+    ReduceOp, Store,
+};
+
+const CODECS: [&str; 5] = ["fp16", "bf16", "int8", "int8-sr:64", "topk-exact:0.05"];
+
+/// `n` ranks as threads; rank r on node r % nodes.
+fn ranks(n: usize, nodes: usize, id: u64) -> Vec<Communicator> {
+    let store = MemoryStore::new();
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
+            let cfg = Config {
+                node_id: Some(format!("n{}", r % nodes)),
+                timeout: Duration::from_secs(60),
+                ..Config::default()
+            };
+            std::thread::spawn(move || Communicator::init_with_store(store, r, n, id, cfg))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+}
+
+/// Varied values (signs, magnitudes over several decades, a few zeros).
+fn input(rank: usize, step: usize, len: usize) -> Vec<f32> {
+    let mut x = ((rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        ^ ((step as u64 + 7).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    (0..len)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if i % 97 == 5 {
+                return 0.0;
+            }
+            let mant = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            mant * 10f32.powi(((x >> 8) % 5) as i32 - 2)
+        })
+        .collect()
+}
+
+struct DevRank {
+    dev: Arc<dyn Device>,
+    stream: StreamHandle,
+}
+
+fn upload(d: &DevRank, data: &[f32]) -> DeviceBuffer {
+    let buf = DeviceBuffer::new(&d.dev, (data.len() * 4).max(4)).expect("alloc");
+    // SAFETY: `data` outlives the synchronisation.
+    unsafe {
+        d.dev
+            .copy_h2d_async(buf.ptr(), data.as_ptr().cast(), data.len() * 4, d.stream)
+    }
+    .expect("h2d");
+    d.dev
+        .synchronize(d.stream, Instant::now() + Duration::from_secs(30))
+        .expect("sync");
+    buf
+}
+
+fn download(d: &DevRank, buf: &DeviceBuffer, len: usize) -> Vec<f32> {
+    let mut out = vec![0f32; len];
+    // SAFETY: `out` outlives the synchronisation.
+    unsafe {
+        d.dev
+            .copy_d2h_async(out.as_mut_ptr().cast(), buf.ptr(), len * 4, d.stream)
+    }
+    .expect("d2h");
+    d.dev
+        .synchronize(d.stream, Instant::now() + Duration::from_secs(30))
+        .expect("sync");
+    out
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Every codec × op, `steps` steps with error feedback, on `comms`:
+/// device result and residual == host result and residual, bit for bit.
+fn device_matches_host(comms: &[Communicator], scope: CompressScope, lens: &[usize], steps: usize) {
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || -> Vec<String> {
+                    let rank = c.rank();
+                    let dev = device::open(Backend::Emu, rank).expect("emu");
+                    let stream = dev.create_stream().expect("stream");
+                    let d = DevRank { dev, stream };
+                    let mut errs = Vec::new();
+                    for spec in CODECS {
+                        let codec = Codec::parse(spec).unwrap();
+                        for &len in lens {
+                            for op in [ReduceOp::Sum, ReduceOp::Avg] {
+                                let mut host_fb = ErrorFeedback::new(0);
+                                let mut dev_fb = DeviceFeedback::new();
+                                for step in 0..steps {
+                                    let data = input(rank, step, len);
+                                    let mut host = data.clone();
+                                    c.all_reduce_compressed(&mut host, op, &codec, Some(&mut host_fb), scope)
+                                        .expect("host");
+                                    let mut buf = upload(&d, &data);
+                                    if let Err(e) = c.all_reduce_compressed_device(
+                                        &mut buf,
+                                        len,
+                                        op,
+                                        &codec,
+                                        Some(&mut dev_fb),
+                                        scope,
+                                        d.stream,
+                                    ) {
+                                        errs.push(format!("rank {rank} {spec} len {len} {op:?} step {step}: {e}"));
+                                        continue;
+                                    }
+                                    let got = download(&d, &buf, len);
+                                    let what = format!("rank {rank} {spec} {scope:?} len {len} {op:?} step {step}");
+                                    if bits(&got) != bits(&host) {
+                                        let i = (0..len).find(|&i| got[i].to_bits() != host[i].to_bits()).unwrap();
+                                        errs.push(format!("{what}: element {i} is {} on the device, {} on the host", got[i], host[i]));
+                                    }
+                                    let hr = host_fb.residual();
+                                    if let Some(r) = dev_fb.residual() {
+                                        let dr = download(&d, r, dev_fb.len());
+                                        if bits(&dr) != bits(hr) {
+                                            errs.push(format!("{what}: the residuals differ ({} vs {} elements)", dr.len(), hr.len()));
+                                        }
+                                    } else if hr.iter().any(|&x| x != 0.0) && len > 0 && c.size() > 1 {
+                                        errs.push(format!("{what}: no device residual, the host has one"));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    errs
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    assert!(
+        errs.is_empty(),
+        "{} differences:\n{}",
+        errs.len(),
+        errs.join("\n")
+    );
+}
+
+#[test]
+fn flat_matches_host_bit_for_bit() {
+    for n in [1, 3] {
+        let comms = ranks(n, 1, 40 + n as u64);
+        device_matches_host(&comms, CompressScope::Flat, &[0, 1, 7, 1000, 4099], 3);
+    }
+}
+
+#[test]
+fn hierarchical_matches_host_bit_for_bit() {
+    // 4 ranks on 2 nodes: node reduce-scatter, compressed across, all-gather.
+    let comms = ranks(4, 2, 77);
+    device_matches_host(&comms, CompressScope::Hier, &[1, 7, 4099], 2);
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let comms = ranks(1, 1, 91);
+    let dev = device::open(Backend::Emu, 0).expect("emu");
+    let stream = dev.create_stream().expect("stream");
+    let mut buf = DeviceBuffer::new(&dev, 64).expect("alloc");
+    let c = &comms[0];
+    let sampled = Codec::parse("topk:0.1").unwrap();
+    let e = c
+        .all_reduce_compressed_device(
+            &mut buf,
+            16,
+            ReduceOp::Sum,
+            &sampled,
+            None,
+            CompressScope::Flat,
+            stream,
+        )
+        .expect_err("sampled top-k");
+    assert!(e.to_string().contains("topk-exact"), "{e}");
+    let fp16 = Codec::parse("fp16").unwrap();
+    let e = c
+        .all_reduce_compressed_device(
+            &mut buf,
+            16,
+            ReduceOp::Max,
+            &fp16,
+            None,
+            CompressScope::Flat,
+            stream,
+        )
+        .expect_err("max");
+    assert!(e.to_string().contains("sum or avg"), "{e}");
+    let e = c
+        .all_reduce_compressed_device(
+            &mut buf,
+            17,
+            ReduceOp::Sum,
+            &fp16,
+            None,
+            CompressScope::Flat,
+            stream,
+        )
+        .expect_err("too short");
+    assert!(e.to_string().contains("64 bytes"), "{e}");
+}
