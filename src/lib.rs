@@ -36,6 +36,7 @@ struct SecurityDoctests;
 
 mod api;
 mod bucket;
+mod bucket_device;
 pub mod capi;
 mod comm;
 mod compressed;
@@ -58,6 +59,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
+pub use bucket_device::DeviceBucketer;
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
