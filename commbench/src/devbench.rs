@@ -94,8 +94,93 @@ fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
     }
 }
 
+/// Times a compressed all_reduce on device buffers (in place on a device
+/// copy of the input, restored before each call); with `-c`, counts the
+/// elements that differ from the host form's result on the same input
+/// (the device codecs are bit-identical to the host's).
+fn run_compressed(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
+    let (codec, scope) = c.compress.as_ref().expect("compressed case");
+    let (n, rank) = (comm.size(), comm.rank());
+    let fail = |what: &str, e: device::DeviceError| sncl::Error::InvalidArgument {
+        rank,
+        op: "all_reduce_compressed",
+        detail: format!("{what} on {}: {e}", d.describe()),
+    };
+    let input = input_bytes(sncl::DataType::Float32, rank, c.count, c.op);
+    let bytes = input.len().max(4);
+    let pristine = DeviceBuffer::new(&d.dev, bytes).map_err(|e| fail("alloc", e))?;
+    let mut buf = DeviceBuffer::new(&d.dev, bytes).map_err(|e| fail("alloc", e))?;
+    // SAFETY: `input` lives until the stream is synchronised below.
+    unsafe {
+        d.dev
+            .copy_h2d_async(pristine.ptr(), input.as_ptr(), input.len(), d.stream)
+    }
+    .map_err(|e| fail("upload", e))?;
+    let deadline = || Instant::now() + Duration::from_secs(600);
+    d.dev
+        .synchronize(d.stream, deadline())
+        .map_err(|e| fail("synchronize", e))?;
+    let once = |buf: &mut DeviceBuffer| -> Result<()> {
+        // SAFETY: both buffers hold `input.len()` bytes and outlive the
+        // call, which synchronises the stream before it returns.
+        unsafe {
+            d.dev
+                .copy_d2d_async(buf.ptr(), pristine.ptr(), input.len(), d.stream)
+        }
+        .map_err(|e| fail("restore the input", e))?;
+        comm.all_reduce_compressed_device(buf, c.count, c.op, codec, None, *scope, d.stream)
+    };
+    for _ in 0..c.warmup {
+        once(&mut buf)?;
+    }
+    let t0 = Instant::now();
+    for _ in 0..c.iters {
+        once(&mut buf)?;
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6 / c.iters.max(1) as f64;
+    let mut wrong = 0u64;
+    if c.check {
+        once(&mut buf)?;
+        let mut got = vec![0f32; c.count];
+        // SAFETY: `got` lives until the synchronisation below.
+        unsafe {
+            d.dev
+                .copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), c.count * 4, d.stream)
+        }
+        .map_err(|e| fail("download", e))?;
+        d.dev
+            .synchronize(d.stream, deadline())
+            .map_err(|e| fail("synchronize", e))?;
+        let mut want: Vec<f32> = input
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        comm.all_reduce_compressed(&mut want, c.op, codec, None, *scope)?;
+        wrong = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count() as u64;
+    }
+    let mut sum = [0u64; 2];
+    comm.all_reduce(&[wrong, (us * 1e3) as u64], &mut sum, sncl::ReduceOp::Sum)?;
+    let mean_us = sum[1] as f64 / 1e3 / n as f64;
+    Ok((
+        Timing {
+            mean_us,
+            median_us: mean_us,
+            wrong: sum[0],
+            traffic: sncl::Stats::default(),
+        },
+        None,
+    ))
+}
+
 /// Runs a case on device buffers; (timing, no in-place row).
 pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
+    if c.compress.is_some() {
+        return run_compressed(comm, d, c);
+    }
     let (n, rank) = (comm.size(), comm.rank());
     let name = c.bench.collective().name();
     let fail = |what: &str, e: device::DeviceError| sncl::Error::InvalidArgument {
