@@ -191,7 +191,14 @@ impl RdmaConnection {
                     return Err(self.fail(false, detail));
                 }
             };
-            let handled = wcs.iter().try_for_each(|wc| self.handle(wc));
+            // The first error that is not a flush is the cause.
+            let cause = wcs
+                .iter()
+                .position(|w| w.status != WcStatus::SUCCESS && w.status != WcStatus::WR_FLUSH_ERR);
+            let handled = match cause {
+                Some(i) => self.handle(&wcs[i]),
+                None => wcs.iter().try_for_each(|wc| self.handle(wc)),
+            };
             self.wcs = wcs;
             handled?;
             if n < 64 {
@@ -418,15 +425,20 @@ impl Connection for RdmaConnection {
 
     fn check_alive(&mut self) -> Result<(), TransportError> {
         self.progress()?;
-        if self.last_probe.elapsed() >= PROBE_EVERY && self.sq_room(0, 1) {
+        if self.last_probe.elapsed() >= PROBE_EVERY {
             self.last_probe = Instant::now();
-            // A zero-byte WRITE: the peer's NIC must answer it, so a dead
-            // peer ends in "retry counter exceeded".
+            // A zero-byte WRITE on every QP: the peer's NIC must answer it,
+            // so a dead peer or a peer QP in error ends in "retry counter
+            // exceeded".
             let wr = SendWr {
                 imm: None,
                 ..self.control_wr(0)
             };
-            self.post(0, wr)?;
+            for q in 0..self.qps.len() {
+                if self.sq_room(q, 1) {
+                    self.post(q, wr)?;
+                }
+            }
             self.progress()?;
         }
         if let Some(cause) = self.peer_aborted {

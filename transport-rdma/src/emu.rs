@@ -17,6 +17,11 @@
 //!   request with "transport retry counter exceeded" and moves its QP to
 //!   ERROR; a socket that is gone (the peer process died) does the same at
 //!   once.
+//! * Each device publishes its QPs' states in a small shared table
+//!   (`...-qps-<pid>`): a WRITE to a QP that is not in RTR/RTS (or no longer
+//!   exists) completes with "transport retry counter exceeded" at once,
+//!   whether or not the peer's process polls, as a NIC would after its
+//!   retries.
 //! * QP states RESET → INIT → RTR → RTS are enforced (posting in the wrong
 //!   state fails), completions are in order per QP, a CQ that overflows
 //!   raises `CqErr` and fails every later poll, and [`Fault`]s move QPs to
@@ -46,6 +51,8 @@ const MSG: usize = 48;
 const KIND_WRITE: u8 = 1;
 const KIND_NAK: u8 = 2;
 const PAGE: usize = 4096;
+/// Entries of the QP state table: `qpn << 32 | state`, at `qpn % QP_TABLE`.
+const QP_TABLE: usize = 512;
 
 struct LocalMr {
     map: Arc<MmapRaw>,
@@ -125,6 +132,10 @@ impl Msg {
 pub struct EmuVerbs {
     port: PortInfo,
     sock: UnixDatagram,
+    /// This device's QP states, readable by peers (a NIC answers for its
+    /// QPs whether or not its process polls).
+    qp_table: LocalMr,
+    remote_tables: HashMap<[u8; 16], Arc<MmapRaw>>,
     next_key: u32,
     mrs: HashMap<u32, LocalMr>,
     remote_mrs: HashMap<([u8; 16], u32), RemoteMr>,
@@ -186,7 +197,26 @@ impl EmuVerbs {
                 format!("binding the control socket failed: {e}"),
             )
         })?;
+        let table_name = format!("{}ibemu-{token:016x}-qps-{pid}", transport_shm::PREFIX);
+        let (file, path) = transport_shm::private_file::create(&table_name, QP_TABLE * 8)
+            .map_err(|e| call_err("ibv_open_device", format!("creating /dev/shm/{table_name}: {e}")))?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            call_err("ibv_open_device", format!("mapping /dev/shm/{table_name}: {e}"))
+        })?;
+        let qp_table = LocalMr {
+            map: Arc::new(map),
+            path,
+            mr: Mr {
+                addr: 0,
+                len: QP_TABLE * 8,
+                lkey: 0,
+                rkey: 0,
+            },
+        };
         Ok(EmuVerbs {
+            qp_table,
+            remote_tables: HashMap::new(),
             port: PortInfo {
                 device: EMU_DEVICE.to_string(),
                 port: 1,
@@ -211,6 +241,45 @@ impl EmuVerbs {
         self.port.name()
     }
 
+    fn table_name(gid: &[u8; 16]) -> Option<String> {
+        let (pid, token) = split_gid(gid)?;
+        Some(format!("{}ibemu-{token:016x}-qps-{pid}", transport_shm::PREFIX))
+    }
+
+    /// Publishes a QP's state in this device's table.
+    fn publish(&self, qpn: u32, state: QpState) {
+        let code = match state {
+            QpState::Reset => 0,
+            QpState::Init => 1,
+            QpState::Rtr => 2,
+            QpState::Rts => 3,
+            QpState::Error => 6,
+        };
+        mem::header_word(&self.qp_table.map, qpn as usize % QP_TABLE)
+            .store((u64::from(qpn) << 32) | code, Ordering::Release);
+    }
+
+    /// Whether the peer's QP `qpn` answers (is in RTR or RTS).
+    fn remote_qp_ready(&mut self, gid: [u8; 16], qpn: u32) -> bool {
+        if !self.remote_tables.contains_key(&gid) {
+            let Some(name) = Self::table_name(&gid) else {
+                return false;
+            };
+            let Ok((file, _)) = transport_shm::private_file::open(&name) else {
+                return false;
+            };
+            match MmapRaw::map_raw(&file) {
+                Ok(m) if m.len() >= QP_TABLE * 8 => {
+                    self.remote_tables.insert(gid, Arc::new(m));
+                }
+                _ => return false,
+            }
+        }
+        let w = mem::header_word(&self.remote_tables[&gid], qpn as usize % QP_TABLE)
+            .load(Ordering::Acquire);
+        (w >> 32) as u32 == qpn && matches!(w & 0xffff_ffff, 2 | 3)
+    }
+
     fn qp_mut(&mut self, op: &'static str, qpn: u32) -> Result<&mut Qp> {
         let dev = self.dev();
         self.qps
@@ -232,8 +301,13 @@ impl EmuVerbs {
         if q.entries.len() >= q.depth {
             q.overflowed = true;
             self.events.push_back(AsyncEvent::CqErr);
-            for qp in self.qps.values_mut().filter(|p| p.cq == cq) {
+            let mut hit = Vec::new();
+            for (qpn, qp) in self.qps.iter_mut().filter(|(_, p)| p.cq == cq) {
                 qp.state = QpState::Error;
+                hit.push(*qpn);
+            }
+            for qpn in hit {
+                self.publish(qpn, QpState::Error);
             }
             return;
         }
@@ -260,6 +334,8 @@ impl EmuVerbs {
         qp.state = QpState::Error;
         qp.rnr.clear();
         let cq = qp.cq;
+        self.publish(qpn, QpState::Error);
+        let qp = self.qps.get_mut(&qpn).expect("present");
         let flushed: Vec<u64> = qp.recvs.drain(..).collect();
         for wr_id in flushed {
             self.complete(
@@ -277,10 +353,11 @@ impl EmuVerbs {
         };
         qp.send_outstanding += 1;
         let cq = qp.cq;
-        if status != WcStatus::SUCCESS {
+        // The failed request's completion comes first, then the flushes.
+        self.complete(cq, Self::wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
+        if status != WcStatus::SUCCESS && status != WcStatus::WR_FLUSH_ERR {
             self.to_error(qpn);
         }
-        self.complete(cq, Self::wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
     }
 
     /// Sends a control message to the device with `gid`. `Ok(false)`: the
@@ -340,11 +417,11 @@ impl EmuVerbs {
         if let Some(qp) = self.qps.get(&qpn) {
             if qp.state != QpState::Error {
                 let cq = qp.cq;
-                self.to_error(qpn);
                 self.complete(
                     cq,
                     Self::wc(qpn, wr_id, WcStatus::RETRY_EXC_ERR, WcOpcode::RdmaWrite),
                 );
+                self.to_error(qpn);
             }
         }
     }
@@ -522,6 +599,7 @@ impl Verbs for EmuVerbs {
                 rnr: VecDeque::new(),
             },
         );
+        self.publish(qpn, QpState::Reset);
         Ok(qpn)
     }
 
@@ -553,6 +631,7 @@ impl Verbs for EmuVerbs {
                 qp.remote = None;
                 qp.recvs.clear();
                 qp.rnr.clear();
+                self.publish(qpn, QpState::Reset);
                 return Ok(());
             }
         };
@@ -570,6 +649,7 @@ impl Verbs for EmuVerbs {
             });
         }
         qp.state = next;
+        self.publish(qpn, next);
         Ok(())
     }
 
@@ -610,6 +690,10 @@ impl Verbs for EmuVerbs {
             });
         }
         let remote = qp.remote.expect("RTS has a remote");
+        if !self.remote_qp_ready(remote.gid, remote.qpn) {
+            self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+            return Ok(());
+        }
         let (laddr, llen, lkey) = wr.local;
         let llen = llen as usize;
         if llen > 0 {
@@ -737,6 +821,11 @@ impl Verbs for EmuVerbs {
 
 impl Drop for EmuVerbs {
     fn drop(&mut self) {
+        // The NIC is gone: none of its QPs answers any more.
+        for i in 0..QP_TABLE {
+            mem::header_word(&self.qp_table.map, i).store(0, Ordering::Release);
+        }
+        let _ = std::fs::remove_file(&self.qp_table.path);
         for m in self.mrs.values() {
             mem::header_word(&m.map, 1).store(0, Ordering::Release);
             let _ = std::fs::remove_file(&m.path);
