@@ -157,7 +157,10 @@ impl RdmaConnection {
     fn post(&mut self, q: usize, wr: SendWr) -> Result<(), TransportError> {
         let qpn = self.qps[q];
         if let Err(e) = self.dev.post_send(qpn, &wr) {
-            let detail = format!("RDMA connection to peer rank {} on {}: {e}", self.peer, self.device);
+            let detail = format!(
+                "RDMA connection to peer rank {} on {}: {e}",
+                self.peer, self.device
+            );
             return Err(self.fail(false, detail));
         }
         self.sq_outstanding[q] += 1;
@@ -367,7 +370,11 @@ impl Connection for RdmaConnection {
         let bytes = HEADER_BYTES + data.len();
         let wr = SendWr {
             wr_id: self.sent,
-            local: (self.staging_mr.addr + off as u64, bytes as u32, self.staging_mr.lkey),
+            local: (
+                self.staging_mr.addr + off as u64,
+                bytes as u32,
+                self.staging_mr.lkey,
+            ),
             remote_addr: self.remote_fifo.0 + off as u64,
             rkey: self.remote_fifo.1,
             imm: Some(imm_data(slot, bytes)),

@@ -171,7 +171,10 @@ fn socket_name(pid: u32, token: u64) -> String {
 fn mr_file_name(pid: u32, token: u64, rkey: u32) -> String {
     // The pid comes last: transport_shm::cleanup_stale removes the files
     // of dead processes.
-    format!("{}ibemu-{token:016x}-{rkey:08x}-{pid}", transport_shm::PREFIX)
+    format!(
+        "{}ibemu-{token:016x}-{rkey:08x}-{pid}",
+        transport_shm::PREFIX
+    )
 }
 
 impl EmuVerbs {
@@ -198,11 +201,19 @@ impl EmuVerbs {
             )
         })?;
         let table_name = format!("{}ibemu-{token:016x}-qps-{pid}", transport_shm::PREFIX);
-        let (file, path) = transport_shm::private_file::create(&table_name, QP_TABLE * 8)
-            .map_err(|e| call_err("ibv_open_device", format!("creating /dev/shm/{table_name}: {e}")))?;
+        let (file, path) =
+            transport_shm::private_file::create(&table_name, QP_TABLE * 8).map_err(|e| {
+                call_err(
+                    "ibv_open_device",
+                    format!("creating /dev/shm/{table_name}: {e}"),
+                )
+            })?;
         let map = MmapRaw::map_raw(&file).map_err(|e| {
             let _ = std::fs::remove_file(&path);
-            call_err("ibv_open_device", format!("mapping /dev/shm/{table_name}: {e}"))
+            call_err(
+                "ibv_open_device",
+                format!("mapping /dev/shm/{table_name}: {e}"),
+            )
         })?;
         let qp_table = LocalMr {
             map: Arc::new(map),
@@ -243,7 +254,10 @@ impl EmuVerbs {
 
     fn table_name(gid: &[u8; 16]) -> Option<String> {
         let (pid, token) = split_gid(gid)?;
-        Some(format!("{}ibemu-{token:016x}-qps-{pid}", transport_shm::PREFIX))
+        Some(format!(
+            "{}ibemu-{token:016x}-qps-{pid}",
+            transport_shm::PREFIX
+        ))
     }
 
     /// Publishes a QP's state in this device's table.
@@ -261,34 +275,30 @@ impl EmuVerbs {
 
     /// Whether the peer's QP `qpn` answers (is in RTR or RTS).
     fn remote_qp_ready(&mut self, gid: [u8; 16], qpn: u32) -> bool {
-        if !self.remote_tables.contains_key(&gid) {
-            let Some(name) = Self::table_name(&gid) else {
-                return false;
-            };
-            let Ok((file, _)) = transport_shm::private_file::open(&name) else {
-                return false;
-            };
-            match MmapRaw::map_raw(&file) {
-                Ok(m) if m.len() >= QP_TABLE * 8 => {
-                    self.remote_tables.insert(gid, Arc::new(m));
-                }
-                _ => return false,
-            }
-        }
-        let w = mem::header_word(&self.remote_tables[&gid], qpn as usize % QP_TABLE)
-            .load(Ordering::Acquire);
+        let open = || -> Option<MmapRaw> {
+            let (file, _) = transport_shm::private_file::open(&Self::table_name(&gid)?).ok()?;
+            MmapRaw::map_raw(&file)
+                .ok()
+                .filter(|m| m.len() >= QP_TABLE * 8)
+        };
+        let table = match self.remote_tables.entry(gid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => match open() {
+                Some(m) => e.insert(Arc::new(m)),
+                None => return false,
+            },
+        };
+        let w = mem::header_word(table, qpn as usize % QP_TABLE).load(Ordering::Acquire);
         (w >> 32) as u32 == qpn && matches!(w & 0xffff_ffff, 2 | 3)
     }
 
     fn qp_mut(&mut self, op: &'static str, qpn: u32) -> Result<&mut Qp> {
         let dev = self.dev();
-        self.qps
-            .get_mut(&qpn)
-            .ok_or_else(|| VerbsError::Call {
-                device: dev,
-                op,
-                detail: format!("no queue pair {qpn} on this device"),
-            })
+        self.qps.get_mut(&qpn).ok_or_else(|| VerbsError::Call {
+            device: dev,
+            op,
+            detail: format!("no queue pair {qpn} on this device"),
+        })
     }
 
     /// Appends a completion; an overflow loses it, raises `CqErr` and
@@ -327,7 +337,7 @@ impl EmuVerbs {
     }
 
     /// Moves a QP to ERROR, flushing its posted receives.
-    fn to_error(&mut self, qpn: u32) {
+    fn enter_error(&mut self, qpn: u32) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -356,7 +366,7 @@ impl EmuVerbs {
         // The failed request's completion comes first, then the flushes.
         self.complete(cq, Self::wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
         if status != WcStatus::SUCCESS && status != WcStatus::WR_FLUSH_ERR {
-            self.to_error(qpn);
+            self.enter_error(qpn);
         }
     }
 
@@ -421,28 +431,28 @@ impl EmuVerbs {
                     cq,
                     Self::wc(qpn, wr_id, WcStatus::RETRY_EXC_ERR, WcOpcode::RdmaWrite),
                 );
-                self.to_error(qpn);
+                self.enter_error(qpn);
             }
         }
     }
 
     fn remote_mr(&mut self, gid: [u8; 16], rkey: u32) -> Option<&RemoteMr> {
-        if !self.remote_mrs.contains_key(&(gid, rkey)) {
+        let open = || -> Option<RemoteMr> {
             let (pid, token) = split_gid(&gid)?;
-            let (file, _) = transport_shm::private_file::open(&mr_file_name(pid, token, rkey)).ok()?;
+            let (file, _) =
+                transport_shm::private_file::open(&mr_file_name(pid, token, rkey)).ok()?;
             let map = MmapRaw::map_raw(&file).ok()?;
             if map.len() < HEADER || mem::header_word(&map, 0).load(Ordering::Acquire) != MAGIC {
                 return None;
             }
             let base = mem::header_word(&map, 2).load(Ordering::Acquire);
             let len = mem::header_word(&map, 3).load(Ordering::Acquire) as usize;
-            if len > map.len() - HEADER {
-                return None;
-            }
-            self.remote_mrs
-                .insert((gid, rkey), RemoteMr { map, base, len });
-        }
-        let r = self.remote_mrs.get(&(gid, rkey))?;
+            (len <= map.len() - HEADER).then_some(RemoteMr { map, base, len })
+        };
+        let r = match self.remote_mrs.entry((gid, rkey)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(open()?),
+        };
         (mem::header_word(&r.map, 1).load(Ordering::Acquire) == 1
             && mem::header_word(&r.map, 4).load(Ordering::Acquire) == u64::from(rkey))
         .then_some(r)
@@ -458,7 +468,10 @@ impl EmuVerbs {
                 Err(_) => return,
             };
             let Some(m) = Msg::decode(&buf[..n]) else {
-                tracing::warn!(bytes = n, "emulated verbs: ignoring a malformed control message");
+                tracing::warn!(
+                    bytes = n,
+                    "emulated verbs: ignoring a malformed control message"
+                );
                 continue;
             };
             if m.kind == KIND_NAK {
@@ -558,7 +571,10 @@ impl Verbs for EmuVerbs {
 
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {
         let local = self.mrs.remove(&mr.lkey).ok_or_else(|| {
-            call_err("ibv_dereg_mr", format!("no region with lkey {:#x}", mr.lkey))
+            call_err(
+                "ibv_dereg_mr",
+                format!("no region with lkey {:#x}", mr.lkey),
+            )
         })?;
         mem::header_word(&local.map, 1).store(0, Ordering::Release);
         let _ = std::fs::remove_file(&local.path);
@@ -567,7 +583,10 @@ impl Verbs for EmuVerbs {
 
     fn create_cq(&mut self, depth: usize) -> Result<u32> {
         if depth == 0 || depth > 1 << 22 {
-            return Err(call_err("ibv_create_cq", format!("depth {depth} out of range")));
+            return Err(call_err(
+                "ibv_create_cq",
+                format!("depth {depth} out of range"),
+            ));
         }
         self.cqs.push(Cq {
             depth,
@@ -623,7 +642,7 @@ impl Verbs for EmuVerbs {
             }
             QpTransition::Rts { .. } => (QpState::Rtr, QpState::Rts),
             QpTransition::Error => {
-                self.to_error(qpn);
+                self.enter_error(qpn);
                 return Ok(());
             }
             QpTransition::Reset => {
@@ -802,7 +821,7 @@ impl Verbs for EmuVerbs {
         match fault {
             Fault::QpFatal { qpn } | Fault::Flush { qpn } => {
                 self.qp_mut("inject", qpn)?;
-                self.to_error(qpn);
+                self.enter_error(qpn);
                 if matches!(fault, Fault::QpFatal { .. }) {
                     self.events.push_back(AsyncEvent::QpFatal { qpn });
                 }
@@ -810,7 +829,7 @@ impl Verbs for EmuVerbs {
             Fault::PortDown => {
                 let qpns: Vec<u32> = self.qps.keys().copied().collect();
                 for qpn in qpns {
-                    self.to_error(qpn);
+                    self.enter_error(qpn);
                 }
                 self.events.push_back(AsyncEvent::PortErr { port: 1 });
             }

@@ -41,7 +41,13 @@ fn connect(a: &mut Side, b: &mut Side) {
     for (x, y) in [(xb, &mut *a), (xa, &mut *b)] {
         y.dev.modify_qp(y.qp, QpTransition::Init).unwrap();
         y.dev
-            .modify_qp(y.qp, QpTransition::Rtr { remote: x, path: PATH })
+            .modify_qp(
+                y.qp,
+                QpTransition::Rtr {
+                    remote: x,
+                    path: PATH,
+                },
+            )
             .unwrap();
         y.dev
             .modify_qp(y.qp, QpTransition::Rts { psn: 0, path: PATH })
@@ -189,7 +195,10 @@ fn a_qp_in_error_fails_writes_to_it_and_flushes() {
     let (mut a, mut b) = pair();
     b.dev.post_recv(b.qp, 5).unwrap();
     b.dev.inject(Fault::QpFatal { qpn: b.qp }).unwrap();
-    assert_eq!(b.dev.poll_async_event(), Some(AsyncEvent::QpFatal { qpn: b.qp }));
+    assert_eq!(
+        b.dev.poll_async_event(),
+        Some(AsyncEvent::QpFatal { qpn: b.qp })
+    );
     assert_eq!(poll(&mut b)[0].status, WcStatus::WR_FLUSH_ERR);
     // b's QP does not answer, whether or not b polls: a's retries run out.
     write(&mut a, &b, 0, 8, Some(1));
@@ -222,6 +231,9 @@ fn port_down_raises_an_event_and_flushes_everything() {
     let (mut a, _b) = pair();
     a.dev.post_recv(a.qp, 1).unwrap();
     a.dev.inject(Fault::PortDown).unwrap();
-    assert_eq!(a.dev.poll_async_event(), Some(AsyncEvent::PortErr { port: 1 }));
+    assert_eq!(
+        a.dev.poll_async_event(),
+        Some(AsyncEvent::PortErr { port: 1 })
+    );
     assert_eq!(poll(&mut a)[0].status, WcStatus::WR_FLUSH_ERR);
 }

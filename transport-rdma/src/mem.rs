@@ -62,7 +62,7 @@ impl Buf {
 /// The `idx`-th 64-bit word of a mapping's header, as an atomic (the
 /// emulated provider's region header: magic, valid flag, base, length, key).
 pub(crate) fn header_word(map: &memmap2::MmapRaw, idx: usize) -> &std::sync::atomic::AtomicU64 {
-    assert!((idx + 1) * 8 <= map.len() && map.as_ptr() as usize % 8 == 0);
+    assert!((idx + 1) * 8 <= map.len() && (map.as_ptr() as usize).is_multiple_of(8));
     // SAFETY: in bounds and 8-byte aligned (checked; mappings are page
     // aligned); the mapping lives as long as the borrow of `map`; every
     // process touches these words only atomically.
@@ -83,5 +83,11 @@ pub(crate) fn copy_between(
     // SAFETY: both ranges are in bounds of live mappings (checked above).
     // They never overlap: a region is never the target of a write from
     // itself in the transport, and `ptr::copy` would tolerate it anyway.
-    unsafe { std::ptr::copy(src.as_ptr().add(src_off), dst.as_mut_ptr().add(dst_off), len) }
+    unsafe {
+        std::ptr::copy(
+            src.as_ptr().add(src_off),
+            dst.as_mut_ptr().add(dst_off),
+            len,
+        )
+    }
 }

@@ -199,7 +199,12 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
     }
     let fields: std::collections::HashMap<&str, &str> =
         lines.filter_map(|l| l.split_once('=')).collect();
-    let get = |k: &str| fields.get(k).copied().ok_or_else(|| bad(format!("lacks {k}")));
+    let get = |k: &str| {
+        fields
+            .get(k)
+            .copied()
+            .ok_or_else(|| bad(format!("lacks {k}")))
+    };
     let num = |k: &str| -> Result<u64, Error> {
         get(k)?
             .parse::<u64>()

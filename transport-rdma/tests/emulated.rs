@@ -35,7 +35,12 @@ fn run_child() -> bool {
     let result = establish(&setup, &Provider::Emulated, &*store, &peers)
         .map_err(|e| e.to_string())
         .and_then(|mut conns| {
-            exchange(rank, &mut conns, &sizes(), Instant::now() + Duration::from_secs(30))?;
+            exchange(
+                rank,
+                &mut conns,
+                &sizes(),
+                Instant::now() + Duration::from_secs(30),
+            )?;
             // Everyone has everything before anyone closes.
             comm_core::bootstrap::store_barrier(&*store, "done", nranks, Duration::from_secs(20))
                 .map_err(|e| e.to_string())
@@ -111,8 +116,7 @@ fn a_full_fifo_refuses_until_credits_return() {
     let mut more = 0;
     while more < slots / 2 {
         assert!(Instant::now() < deadline, "credits never arrived");
-        if a
-            .try_send(&header(100, (slots + more) as u64 + 1), &data)
+        if a.try_send(&header(100, (slots + more) as u64 + 1), &data)
             .unwrap()
         {
             more += 1;
@@ -135,7 +139,10 @@ fn a_full_fifo_refuses_until_credits_return() {
 fn oversized_piece_is_an_error_not_a_panic() {
     let (mut a, _b) = pair(2, 4096, 1);
     let big = vec![0u8; 4096];
-    let e = a.try_send(&header(big.len(), 1), &big).unwrap_err().to_string();
+    let e = a
+        .try_send(&header(big.len(), 1), &big)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("peer rank 1") && e.contains("largest"), "{e}");
 }
 
@@ -154,7 +161,10 @@ fn mismatched_settings_are_refused_naming_the_peer() {
         .map(|_| ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("peer rank 1") && e.contains("SNCL_IB_QPS_PER_CONN"), "{e}");
+    assert!(
+        e.contains("peer rank 1") && e.contains("SNCL_IB_QPS_PER_CONN"),
+        "{e}"
+    );
     let e = t.join().unwrap().unwrap_err().to_string();
     assert!(e.contains("peer rank 0"), "{e}");
 }
@@ -166,7 +176,8 @@ fn this_machine_without_verbs_is_skipped_with_a_reason() {
             eprintln!("rdma transport skipped here: {reason}");
             assert!(
                 reason.contains("libibverbs.so.1")
-                    && (reason.contains("install libibverbs1") || reason.contains("no RDMA device"))
+                    && (reason.contains("install libibverbs1")
+                        || reason.contains("no RDMA device"))
                     || reason.contains("no ACTIVE RDMA port"),
                 "{reason}"
             );

@@ -100,7 +100,10 @@ fn abort_reaches_the_peer() {
     let (mut a, mut b) = pair(4, 4096, 1);
     a.abort(Some(3));
     let (e, _) = wait_for_error(&mut b).unwrap();
-    assert!(e.contains("peer rank 0 aborted") && e.contains("rank 3 failed"), "{e}");
+    assert!(
+        e.contains("peer rank 0 aborted") && e.contains("rank 3 failed"),
+        "{e}"
+    );
 }
 
 /// Child of `peer_process_gone`: rank 1 connects and exits at once without
@@ -149,7 +152,10 @@ fn peer_process_gone() {
         let (_server, children) = spawn_ranks("peer_process_gone", 2, "");
         let results = wait_ranks(children, DEADLINE * 4);
         let (ok, out) = &results[0];
-        assert!(ok, "trial {trial}: rank 0 did not report peer rank 1 gone:\n{out}");
+        assert!(
+            ok,
+            "trial {trial}: rank 0 did not report peer rank 1 gone:\n{out}"
+        );
         assert!(out.contains("is gone"), "trial {trial}: {out}");
         // The crashed rank left its emulated NIC's files: they are removed
         // like any stale segment of a dead process.

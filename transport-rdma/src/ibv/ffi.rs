@@ -320,12 +320,13 @@ impl Lib {
         // SAFETY: loading libibverbs runs its constructors, which only
         // read configuration files; the library is kept loaded in `_lib`
         // for as long as the function pointers are used.
-        let lib = unsafe { libloading::Library::new(SONAME) }.map_err(|e| {
-            match std::error::Error::source(&e) {
-                Some(cause) => format!("{e}: {cause}"),
-                None => e.to_string(),
-            }
-        })?;
+        let lib =
+            unsafe { libloading::Library::new(SONAME) }.map_err(
+                |e| match std::error::Error::source(&e) {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                },
+            )?;
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the symbol is declared with the C signature of

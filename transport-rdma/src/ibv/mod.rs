@@ -171,7 +171,10 @@ impl IbvVerbs {
             unsafe { (lib.free_device_list)(list) };
         }
         if ctx.is_null() {
-            return Err(err("ibv_open_device", format!("cannot open the device: {}", errno())));
+            return Err(err(
+                "ibv_open_device",
+                format!("cannot open the device: {}", errno()),
+            ));
         }
         let mut attr = [0u8; ffi::PORT_ATTR_BYTES];
         let mut gid = ffi::Gid::default();
@@ -214,7 +217,10 @@ impl IbvVerbs {
         if rg != 0 {
             return Err(err(
                 "ibv_query_gid",
-                format!("no GID at SNCL_IB_GID_INDEX={gid_index}: {} (see `show_gids`)", errno()),
+                format!(
+                    "no GID at SNCL_IB_GID_INDEX={gid_index}: {} (see `show_gids`)",
+                    errno()
+                ),
             ));
         }
         // SAFETY: `ctx` is open; async_fd is its event descriptor.

@@ -72,7 +72,12 @@ pub fn pair(slots: usize, slot_bytes: usize, qps: usize) -> (RdmaConnection, Rdm
     let store = MemoryStore::new();
     let s1 = store.for_rank(1);
     let t = std::thread::spawn(move || {
-        establish(&rdma_setup(1, slots, slot_bytes, qps), &Provider::Emulated, &s1, &[0])
+        establish(
+            &rdma_setup(1, slots, slot_bytes, qps),
+            &Provider::Emulated,
+            &s1,
+            &[0],
+        )
     });
     let mut c0 = establish(
         &rdma_setup(0, slots, slot_bytes, qps),
@@ -105,7 +110,9 @@ pub fn exchange(
     let mut got = vec![0usize; n];
     while sent.iter().chain(&got).any(|&k| k < sizes.len()) {
         if Instant::now() > deadline {
-            return Err(format!("rank {me}: deadline passed (sent {sent:?}, got {got:?})"));
+            return Err(format!(
+                "rank {me}: deadline passed (sent {sent:?}, got {got:?})"
+            ));
         }
         for (c, conn) in conns.iter_mut().enumerate() {
             let peer = conn.peer();
@@ -142,7 +149,8 @@ pub fn exchange(
                     Err(e) => return Err(format!("rank {me}: recv from {peer}: {e}")),
                 }
             }
-            conn.flush().map_err(|e| format!("rank {me}: flush {peer}: {e}"))?;
+            conn.flush()
+                .map_err(|e| format!("rank {me}: flush {peer}: {e}"))?;
         }
     }
     Ok(())
