@@ -427,7 +427,7 @@ impl Connection for RdmaConnection {
 
     fn flush(&mut self) -> Result<bool, TransportError> {
         self.progress()?;
-        Ok(true)
+        Ok(!self.dev.needs_progress())
     }
 
     fn check_alive(&mut self) -> Result<(), TransportError> {

@@ -32,3 +32,36 @@ pub fn memlock_advice(limit: u64, need: u64) -> String {
         need.div_ceil(1024)
     )
 }
+
+fn ofd_lock(kind: libc::c_short) -> libc::flock {
+    libc::flock {
+        l_type: kind,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    }
+}
+
+/// Takes an exclusive open-file-description lock on the whole file: it lasts
+/// until the process exits (even as a zombie), so peers can tell a live
+/// owner from a dead one with [`lock_held`].
+pub fn hold_lock(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut l = ofd_lock(libc::F_WRLCK as libc::c_short);
+    // SAFETY: fcntl on an open descriptor with a valid `flock`.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether another open file description holds a lock on `file` (its owner
+/// is alive).
+pub fn lock_held(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut l = ofd_lock(libc::F_WRLCK as libc::c_short);
+    // SAFETY: fcntl on an open descriptor with a valid `flock` to fill in.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
+    rc == 0 && l.l_type != libc::F_UNLCK as libc::c_short
+}

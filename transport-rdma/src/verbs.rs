@@ -364,6 +364,11 @@ pub trait Verbs: Send {
     fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize>;
     /// The next asynchronous event, if any (non-blocking).
     fn poll_async_event(&mut self) -> Option<AsyncEvent>;
+    /// Whether work posted so far still needs this process's CPU to reach
+    /// the peer (the emulated provider; a NIC moves data by itself).
+    fn needs_progress(&self) -> bool {
+        false
+    }
     /// Injects a fault (emulated provider only).
     fn inject(&mut self, fault: Fault) -> Result<()> {
         Err(VerbsError::Call {
