@@ -7,7 +7,7 @@
 //!   only where a device port is ACTIVE. None of the project's machines has
 //!   an RDMA device, so this path has not run in CI;
 //! * [`EmuVerbs`] (`SNCL_IB_EMULATE=1`): emulated verbs between processes of
-//!   one machine (shared-memory regions, a datagram control channel), with
+//!   one machine (shared-memory regions, per-QP rings for immediates), with
 //!   QP states, key and bounds checks, completion order, immediates, CQ
 //!   overflow and fault injection: the transport's tests run on it.
 //!
