@@ -30,6 +30,11 @@ pub(crate) const MAX_SLOTS: usize = 256;
 pub(crate) const MAX_SLOT_BYTES: usize = (1 << 22) - 1;
 /// Send work requests kept free on each QP for credits, aborts and probes.
 const SQ_RESERVE: u32 = 4;
+/// Receive work requests carry this bit (and their QP index).
+pub(crate) const RECV_TAG: u64 = 1 << 63;
+/// The wr_id of credits, aborts and probes (data writes carry their piece
+/// number).
+const CONTROL_WR_ID: u64 = u64::MAX;
 /// How often [`Connection::check_alive`] probes the peer.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
@@ -216,9 +221,11 @@ impl RdmaConnection {
             return Ok(());
         };
         if wc.status != WcStatus::SUCCESS {
-            let what = match wc.opcode {
-                WcOpcode::RdmaWrite => "an RDMA WRITE",
-                _ => "a receive",
+            // The opcode of an error completion is undefined: the wr_id says.
+            let what = if wc.wr_id & RECV_TAG != 0 && wc.wr_id != CONTROL_WR_ID {
+                "a receive"
+            } else {
+                "an RDMA WRITE"
             };
             let detail = format!(
                 "RDMA connection to peer rank {} on {}: {what} on QP {} completed with error: {}{}",
@@ -239,7 +246,7 @@ impl RdmaConnection {
                 self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
             }
             WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
-                if let Err(e) = self.dev.post_recv(wc.qp_num, q as u64) {
+                if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
                     let detail = format!("RDMA connection to peer rank {}: {e}", self.peer);
                     return Err(self.fail(false, detail));
                 }
@@ -311,7 +318,7 @@ impl RdmaConnection {
 
     fn control_wr(&self, imm: u32) -> SendWr {
         SendWr {
-            wr_id: u64::MAX,
+            wr_id: CONTROL_WR_ID,
             local: (0, 0, 0),
             remote_addr: self.remote_fifo.0,
             rkey: self.remote_fifo.1,

@@ -324,7 +324,8 @@ pub fn establish(
             let qpn = dev.create_qp(cq, sq_depth, rq_depth).map_err(ve)?;
             dev.modify_qp(qpn, QpTransition::Init).map_err(ve)?;
             for _ in 0..rq_depth {
-                dev.post_recv(qpn, q as u64).map_err(ve)?;
+                dev.post_recv(qpn, crate::conn::RECV_TAG | q as u64)
+                    .map_err(ve)?;
             }
             qps.push((qpn, random_psn()));
         }

@@ -65,3 +65,39 @@ pub fn lock_held(file: &std::fs::File) -> bool {
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
     rc == 0 && l.l_type != libc::F_UNLCK as libc::c_short
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_low_memlock_limit_is_reported_with_the_fix() {
+        let msg = memlock_advice(64 << 10, 32 << 20);
+        assert!(msg.contains("64 KiB") && msg.contains("32768 KiB"), "{msg}");
+        assert!(msg.contains("ulimit -l unlimited") && msg.contains("SNCL_IB_DISABLE"));
+        match memlock_limit() {
+            Some(limit) => {
+                let e = check_memlock(limit as usize + 1).unwrap_err();
+                assert!(e.contains("RLIMIT_MEMLOCK"), "{e}");
+                assert!(check_memlock(limit as usize).is_ok());
+            }
+            None => eprintln!("RLIMIT_MEMLOCK is unlimited here: only the message was checked"),
+        }
+    }
+
+    #[test]
+    fn a_lock_shows_its_owner_alive() {
+        let dir = std::env::temp_dir().join(format!("sncl-rdma-lock-{}", std::process::id()));
+        let owner = std::fs::File::create(&dir).unwrap();
+        let peer = std::fs::File::open(&dir).unwrap();
+        assert!(!lock_held(&peer));
+        hold_lock(&owner).unwrap();
+        assert!(lock_held(&peer));
+        drop(owner);
+        assert!(
+            !lock_held(&peer),
+            "the lock goes with its owner's descriptor"
+        );
+        std::fs::remove_file(&dir).unwrap();
+    }
+}

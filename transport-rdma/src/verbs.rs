@@ -129,7 +129,8 @@ pub enum WcOpcode {
     RdmaWrite,
     /// A receive consumed by a peer's WRITE with immediate.
     RecvRdmaWithImm,
-    /// A flushed receive (status is not success; opcode unknown).
+    /// A receive, or any completion with an error status (whose opcode
+    /// verbs leaves undefined: tell them apart by `wr_id`).
     Recv,
 }
 

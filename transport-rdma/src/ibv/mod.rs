@@ -502,11 +502,12 @@ impl Verbs for IbvVerbs {
             out.push(WorkCompletion {
                 wr_id: w.wr_id,
                 status: WcStatus(w.status),
+                // The opcode of an error completion is undefined.
                 opcode: match w.opcode {
+                    _ if w.status != 0 => WcOpcode::Recv,
                     ffi::WC_RDMA_WRITE => WcOpcode::RdmaWrite,
                     ffi::WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
-                    _ if w.status != 0 && w.wr_id != u64::MAX && w.wr_id < 64 => WcOpcode::Recv,
-                    _ => WcOpcode::RdmaWrite,
+                    _ => WcOpcode::Recv,
                 },
                 byte_len: w.byte_len,
                 imm: (w.opcode == ffi::WC_RECV_RDMA_WITH_IMM).then(|| u32::from_be(w.imm_data)),
