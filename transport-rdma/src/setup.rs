@@ -14,9 +14,9 @@ use crate::settings::IbSettings;
 use crate::verbs::{PathAttrs, QpAddress, QpTransition, Verbs};
 
 /// Default FIFO slots per direction.
-pub const DEFAULT_SLOTS: usize = 16;
+pub const DEFAULT_SLOTS: usize = 8;
 /// Default slot size (piece header + payload).
-pub const DEFAULT_SLOT_BYTES: usize = 1 << 20;
+pub const DEFAULT_SLOT_BYTES: usize = 512 << 10;
 /// Receives kept posted on each QP beyond the FIFO's slots (credits, aborts).
 const RQ_EXTRA: u32 = 8;
 /// Send work requests per QP beyond the FIFO's slots.

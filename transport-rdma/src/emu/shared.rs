@@ -16,8 +16,9 @@ use crate::verbs::QpState;
 /// rkey (one word each); the region's bytes follow.
 pub(super) const HEADER: usize = 4096;
 const MAGIC: u64 = 0x534e_434c_4942_454d; // "SNCLIBEM"
-/// QPs one emulated device can hold.
-pub(super) const QP_SLOTS: usize = 32;
+/// QPs one emulated device can hold (the transport opens one device per
+/// peer with at most `MAX_QPS_PER_CONN` QPs).
+pub(super) const QP_SLOTS: usize = crate::settings::MAX_QPS_PER_CONN;
 /// Messages a QP's inbound ring holds (more than the transport's largest
 /// FIFO, 256 slots, plus credits and an abort).
 const RING: usize = 512;
