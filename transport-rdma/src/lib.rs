@@ -17,6 +17,42 @@
 //! [`RdmaConnection`] implements the executor's
 //! [`Connection`](comm_core::transport::Connection). Design and the binding
 //! decision: docs/RDMA.md.
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use comm_core::bootstrap::MemoryStore;
+//! use comm_core::settings::Environment;
+//! use comm_core::transport::Connection;
+//! use transport_rdma::{establish, log_skipped, probe, Availability, IbSettings, RdmaSetup};
+//!
+//! # fn main() -> Result<(), comm_core::Error> {
+//! # let (rank, nranks, comm_id, store) = (0, 2, 7u64, MemoryStore::new());
+//! # let rdma_peers = vec![1usize];
+//! let env = Environment::from_process()?;
+//! let ib = IbSettings::from_env(&env)?;
+//! let provider = match probe(&ib) {
+//!     Availability::Ready(p) => p,
+//!     Availability::Unavailable(why) => {
+//!         log_skipped(&why); // one INFO line; use shm/tcp
+//!         return Ok(());
+//!     }
+//! };
+//! let setup = RdmaSetup {
+//!     rank,
+//!     comm_id,
+//!     settings: ib,
+//!     slots: transport_rdma::DEFAULT_SLOTS,
+//!     slot_bytes: transport_rdma::DEFAULT_SLOT_BYTES,
+//!     deadline: Instant::now() + Duration::from_secs(30),
+//! };
+//! let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
+//! for c in establish(&setup, &provider, &store, &rdma_peers)? {
+//!     let p = c.peer();
+//!     conns[p] = Some(Box::new(c)); // kind() == "rdma"
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
