@@ -63,6 +63,7 @@ mod mem;
 mod settings;
 mod setup;
 mod sys;
+pub mod topo;
 pub mod verbs;
 
 pub use conn::RdmaConnection;
@@ -70,7 +71,7 @@ pub use emu::EmuVerbs;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use setup::{
-    establish, log_skipped, probe, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,
+    establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,
     DEFAULT_SLOT_BYTES,
 };
 pub use sys::{memlock_advice, memlock_limit};

@@ -56,8 +56,21 @@ pub enum Availability {
 
 /// Decides the provider from the settings: `SNCL_IB_DISABLE`, then
 /// `SNCL_IB_EMULATE`, then libibverbs' devices filtered by `SNCL_IB_HCA`
-/// (the first ACTIVE port allowed).
+/// (the first ACTIVE port allowed; see [`probe_for`] to choose by GPU
+/// proximity and local rank).
 pub fn probe(settings: &IbSettings) -> Availability {
+    probe_for(settings, 0, None)
+}
+
+/// [`probe`] for one rank of a node: among the ACTIVE ports allowed by
+/// `SNCL_IB_HCA`, the one nearest the GPU with PCI bus id `gpu_bus_id` (as
+/// `nvidia-smi` prints it), else the `local_rank`-th in turn, so the ranks
+/// of a node use the NICs as rails.
+pub fn probe_for(
+    settings: &IbSettings,
+    local_rank: usize,
+    gpu_bus_id: Option<&str>,
+) -> Availability {
     if settings.disable {
         return Availability::Unavailable("SNCL_IB_DISABLE=1".into());
     }
@@ -82,7 +95,20 @@ pub fn probe(settings: &IbSettings) -> Availability {
             .as_ref()
             .is_none_or(|f| f.allows(&p.device, p.port))
     };
-    match ports.iter().filter(allowed).find(|p| p.active) {
+    let usable: Vec<ibv::DevicePort> = ports
+        .iter()
+        .filter(allowed)
+        .filter(|p| p.active)
+        .cloned()
+        .collect();
+    let gpu = gpu_bus_id.and_then(crate::topo::pci_path);
+    let chosen = crate::topo::choose_port(
+        &usable,
+        local_rank,
+        gpu.as_deref(),
+        crate::topo::ib_device_pci_path,
+    );
+    match chosen {
         Some(p) => Availability::Ready(Provider::Device {
             device: p.device.clone(),
             port: p.port,
