@@ -79,11 +79,11 @@ fn poll(s: &mut Side) -> Vec<WorkCompletion> {
 }
 
 fn fill(s: &mut Side, byte: u8) {
-    let mut buf = unsafe_free_buf(&s.mr);
+    let mut buf = buf_of(&s.mr);
     buf.write(0, &[&vec![byte; s.mr.len]]);
 }
 
-fn unsafe_free_buf(mr: &Mr) -> crate::mem::Buf {
+fn buf_of(mr: &Mr) -> crate::mem::Buf {
     // SAFETY: the region is alive for the whole test (its device is).
     unsafe { crate::mem::Buf::new(mr) }
 }
@@ -131,7 +131,7 @@ fn writes_land_and_immediates_complete_in_order() {
     let got = poll(&mut b);
     let imms: Vec<_> = got.iter().map(|w| (w.wr_id, w.imm, w.byte_len)).collect();
     assert_eq!(imms, vec![(0, Some(1), 100), (1, Some(2), 300)]);
-    let buf = unsafe_free_buf(&b.mr);
+    let buf = buf_of(&b.mr);
     assert!(buf.read(0, 100).iter().all(|&x| x == 7));
     assert!(buf.read(100, 100).iter().all(|&x| x == 0));
     assert!(buf.read(200, 300).iter().all(|&x| x == 7));
