@@ -314,6 +314,61 @@ pub static SETTINGS: &[Setting] = &[
         Unset("built-in TCP cost"),
         "inter-node latency for the planner",
     ),
+    // Per process, read by `IbSettings` (transport-rdma/src/settings.rs).
+    local(
+        "SNCL_IB_DISABLE",
+        Values::Choice(&["0", "1"]),
+        Value("0"),
+        "`1`: never use RDMA (the transport is skipped with one INFO line)",
+    ),
+    local(
+        "SNCL_IB_EMULATE",
+        Values::Choice(&["0", "1"]),
+        Value("0"),
+        "`1`: run the RDMA transport on emulated verbs between processes of one machine (CI, machines without a NIC)",
+    ),
+    local(
+        "SNCL_IB_HCA",
+        Values::Text("NCCL syntax: `mlx5_0:1,mlx5_1:1`; `^` excludes, `=` matches names exactly"),
+        Unset("every device, the first ACTIVE port"),
+        "RDMA devices and ports to use",
+    ),
+    local(
+        "SNCL_IB_GID_INDEX",
+        range(0, 255, 1, "index"),
+        Value("0"),
+        "GID table index (RoCE v2: see `show_gids`)",
+    ),
+    local(
+        "SNCL_IB_TIMEOUT",
+        range(0, 31, 1, "exponent"),
+        Value("20"),
+        "RDMA ACK timeout, 4.096 µs × 2^value per retry",
+    ),
+    local(
+        "SNCL_IB_RETRY_CNT",
+        range(0, 7, 1, "retries"),
+        Value("7"),
+        "RDMA transport retries before a work request fails",
+    ),
+    local(
+        "SNCL_IB_TC",
+        range(0, 255, 1, "traffic class"),
+        Value("0"),
+        "RDMA traffic class (RoCE: DSCP << 2)",
+    ),
+    local(
+        "SNCL_IB_SL",
+        range(0, 15, 1, "service level"),
+        Value("0"),
+        "InfiniBand service level",
+    ),
+    local(
+        "SNCL_IB_QPS_PER_CONN",
+        range(1, 16, 1, "queue pairs"),
+        Value("1"),
+        "RC queue pairs per peer; pieces stripe over them (every rank must use the same value)",
+    ),
     // Per process, read elsewhere.
     local(
         "SNCL_DEBUG",

@@ -1,0 +1,489 @@
+//! [`RdmaConnection`]: the executor's [`Connection`] over RC queue pairs.
+//!
+//! Each side registers an inbound FIFO of `slots` slots (a slot holds a
+//! [`PieceHeader`] and up to `max_piece` payload bytes) and a staging area of
+//! the same shape. Piece `k` is copied to staging slot `k % slots` and
+//! RDMA-WRITTEN with immediate into the peer's FIFO slot `k % slots` on queue
+//! pair `k % qps` (large messages stripe over the QPs); the immediate carries
+//! the slot and the size. The receiver hands the slot to the executor in
+//! place, and every `slots / 2` consumed pieces writes a credit (a
+//! zero-byte WRITE with immediate carrying its count) back on QP 0. A sender
+//! never has more than `slots` pieces unacknowledged.
+
+use std::time::{Duration, Instant};
+
+use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use comm_core::Error;
+
+use crate::mem::Buf;
+use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
+
+/// Immediate kinds (top two bits).
+const IMM_DATA: u32 = 0;
+const IMM_CREDIT: u32 = 1;
+const IMM_ABORT: u32 = 2;
+const IMM_LOW: u32 = (1 << 30) - 1;
+/// Data immediates: slot in bits 29..22, bytes in 21..0.
+pub(crate) const MAX_SLOTS: usize = 256;
+/// The largest slot (header + payload) a data immediate can describe.
+pub(crate) const MAX_SLOT_BYTES: usize = (1 << 22) - 1;
+/// Send work requests kept free on each QP for credits, aborts and probes.
+const SQ_RESERVE: u32 = 4;
+/// Receive work requests carry this bit (and their QP index).
+pub(crate) const RECV_TAG: u64 = 1 << 63;
+/// The wr_id of credits, aborts and probes (data writes carry their piece
+/// number).
+const CONTROL_WR_ID: u64 = u64::MAX;
+/// How often [`Connection::check_alive`] probes the peer.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+fn imm_data(slot: usize, bytes: usize) -> u32 {
+    (IMM_DATA << 30) | ((slot as u32) << 22) | bytes as u32
+}
+
+/// What a connection is built from (see `setup.rs`).
+pub(crate) struct Parts {
+    pub rank: usize,
+    pub peer: usize,
+    pub dev: Box<dyn Verbs>,
+    pub cq: u32,
+    pub qps: Vec<u32>,
+    pub sq_depth: u32,
+    pub fifo: Mr,
+    pub staging: Mr,
+    pub remote_fifo: (u64, u32),
+    pub slots: usize,
+    pub slot_bytes: usize,
+}
+
+/// An RDMA connection to one peer (both directions).
+pub struct RdmaConnection {
+    rank: usize,
+    peer: usize,
+    device: String,
+    dev: Box<dyn Verbs>,
+    cq: u32,
+    qps: Vec<u32>,
+    sq_depth: u32,
+    sq_outstanding: Vec<u32>,
+    fifo_mr: Mr,
+    staging_mr: Mr,
+    fifo: Buf,
+    staging: Buf,
+    remote_fifo: (u64, u32),
+    slots: usize,
+    slot_bytes: usize,
+    sent: u64,
+    acked: u64,
+    received: u64,
+    credited: u64,
+    /// Per inbound slot: the bytes announced by its immediate, once arrived.
+    arrived: Vec<Option<usize>>,
+    peer_aborted: Option<Option<usize>>,
+    broken: Option<(bool, String)>,
+    last_probe: Instant,
+    wcs: Vec<WorkCompletion>,
+}
+
+impl RdmaConnection {
+    pub(crate) fn new(p: Parts) -> RdmaConnection {
+        // SAFETY: both regions were allocated by `p.dev`, which this
+        // connection owns and drops last (after deregistering them); the
+        // FIFO is written by the peer only in slots the protocol handed it.
+        let (fifo, staging) = unsafe { (Buf::new(&p.fifo), Buf::new(&p.staging)) };
+        RdmaConnection {
+            rank: p.rank,
+            peer: p.peer,
+            device: p.dev.port().name(),
+            cq: p.cq,
+            sq_outstanding: vec![0; p.qps.len()],
+            qps: p.qps,
+            sq_depth: p.sq_depth,
+            fifo_mr: p.fifo,
+            staging_mr: p.staging,
+            fifo,
+            staging,
+            remote_fifo: p.remote_fifo,
+            slots: p.slots,
+            slot_bytes: p.slot_bytes,
+            sent: 0,
+            acked: 0,
+            received: 0,
+            credited: 0,
+            arrived: vec![None; p.slots],
+            peer_aborted: None,
+            broken: None,
+            last_probe: Instant::now(),
+            wcs: Vec::with_capacity(64),
+            dev: p.dev,
+        }
+    }
+
+    /// The device this connection uses (`mlx5_0:1`, `emu_ib0:1`).
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The queue pair numbers, in striping order.
+    pub fn qp_numbers(&self) -> &[u32] {
+        &self.qps
+    }
+
+    /// Injects a fault into this connection's provider (emulated only).
+    pub fn inject(&mut self, fault: crate::verbs::Fault) -> Result<(), crate::verbs::VerbsError> {
+        self.dev.inject(fault)
+    }
+
+    fn error(&self) -> Option<TransportError> {
+        self.broken.as_ref().map(|(gone, detail)| {
+            if *gone {
+                TransportError::PeerGone {
+                    peer: self.peer,
+                    detail: detail.clone(),
+                }
+            } else {
+                TransportError::Io {
+                    peer: self.peer,
+                    source: std::io::Error::other(detail.clone()),
+                }
+            }
+        })
+    }
+
+    fn fail(&mut self, gone: bool, detail: String) -> TransportError {
+        if self.broken.is_none() {
+            tracing::warn!(rank = self.rank, peer = self.peer, device = %self.device, "{detail}");
+            self.broken = Some((gone, detail));
+        }
+        self.error().expect("just set")
+    }
+
+    fn post(&mut self, q: usize, wr: SendWr) -> Result<(), TransportError> {
+        let qpn = self.qps[q];
+        if let Err(e) = self.dev.post_send(qpn, &wr) {
+            let detail = format!(
+                "RDMA connection to peer rank {} on {}: {e}",
+                self.peer, self.device
+            );
+            return Err(self.fail(false, detail));
+        }
+        self.sq_outstanding[q] += 1;
+        Ok(())
+    }
+
+    /// Polls the completion queue and the async events.
+    fn progress(&mut self) -> Result<(), TransportError> {
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        while let Some(ev) = self.dev.poll_async_event() {
+            if ev.is_fatal() {
+                let detail = format!(
+                    "RDMA connection to peer rank {} on {}: asynchronous event: {ev}",
+                    self.peer, self.device
+                );
+                return Err(self.fail(false, detail));
+            }
+            tracing::debug!(device = %self.device, "rdma async event: {ev}");
+        }
+        loop {
+            let mut wcs = std::mem::take(&mut self.wcs);
+            wcs.clear();
+            let polled = self.dev.poll_cq(self.cq, 64, &mut wcs);
+            let n = match polled {
+                Ok(n) => n,
+                Err(e) => {
+                    self.wcs = wcs;
+                    let detail = format!("RDMA connection to peer rank {}: {e}", self.peer);
+                    return Err(self.fail(false, detail));
+                }
+            };
+            // The first error that is not a flush is the cause.
+            let cause = wcs
+                .iter()
+                .position(|w| w.status != WcStatus::SUCCESS && w.status != WcStatus::WR_FLUSH_ERR);
+            let handled = match cause {
+                Some(i) => self.handle(&wcs[i]),
+                None => wcs.iter().try_for_each(|wc| self.handle(wc)),
+            };
+            self.wcs = wcs;
+            handled?;
+            if n < 64 {
+                break;
+            }
+        }
+        self.maybe_credit()
+    }
+
+    fn handle(&mut self, wc: &WorkCompletion) -> Result<(), TransportError> {
+        let Some(q) = self.qps.iter().position(|&n| n == wc.qp_num) else {
+            return Ok(());
+        };
+        if wc.status != WcStatus::SUCCESS {
+            // The opcode of an error completion is undefined: the wr_id says.
+            let what = if wc.wr_id & RECV_TAG != 0 && wc.wr_id != CONTROL_WR_ID {
+                "a receive"
+            } else {
+                "an RDMA WRITE"
+            };
+            let detail = format!(
+                "RDMA connection to peer rank {} on {}: {what} on QP {} completed with error: {}{}",
+                self.peer,
+                self.device,
+                wc.qp_num,
+                wc.status,
+                if wc.vendor_err != 0 {
+                    format!(", vendor error {:#x}", wc.vendor_err)
+                } else {
+                    String::new()
+                }
+            );
+            return Err(self.fail(wc.status == WcStatus::RETRY_EXC_ERR, detail));
+        }
+        match wc.opcode {
+            WcOpcode::RdmaWrite => {
+                self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
+            }
+            WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
+                if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
+                    let detail = format!("RDMA connection to peer rank {}: {e}", self.peer);
+                    return Err(self.fail(false, detail));
+                }
+                let imm = wc.imm.unwrap_or(u32::MAX);
+                let low = imm & IMM_LOW;
+                match imm >> 30 {
+                    IMM_DATA => {
+                        let slot = (low >> 22) as usize;
+                        let bytes = (low & ((1 << 22) - 1)) as usize;
+                        if slot >= self.slots
+                            || bytes < HEADER_BYTES
+                            || bytes > self.slot_bytes
+                            || self.arrived[slot].is_some()
+                        {
+                            let detail = format!(
+                                "RDMA immediate {imm:#x} from peer rank {} names slot {slot} with \
+                                 {bytes} bytes (expected a free slot below {} of at most {} bytes)",
+                                self.peer, self.slots, self.slot_bytes
+                            );
+                            return Err(TransportError::Corrupt {
+                                peer: self.peer,
+                                detail,
+                            });
+                        }
+                        self.arrived[slot] = Some(bytes);
+                    }
+                    IMM_CREDIT => {
+                        let delta = low.wrapping_sub(self.acked as u32 & IMM_LOW) & IMM_LOW;
+                        self.acked += u64::from(delta);
+                        if self.acked > self.sent {
+                            return Err(TransportError::Corrupt {
+                                peer: self.peer,
+                                detail: format!(
+                                    "credit for {} pieces but only {} were sent",
+                                    self.acked, self.sent
+                                ),
+                            });
+                        }
+                    }
+                    IMM_ABORT => {
+                        self.peer_aborted = Some(low.checked_sub(1).map(|c| c as usize));
+                    }
+                    _ => {
+                        return Err(TransportError::Corrupt {
+                            peer: self.peer,
+                            detail: format!("unknown RDMA immediate {imm:#x}"),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Room for one more send work request on QP `q` (keeping `reserve`).
+    fn sq_room(&self, q: usize, reserve: u32) -> bool {
+        self.sq_outstanding[q] + reserve < self.sq_depth
+    }
+
+    fn maybe_credit(&mut self) -> Result<(), TransportError> {
+        let threshold = (self.slots as u64 / 2).max(1);
+        if self.received - self.credited >= threshold && self.sq_room(0, 1) {
+            let count = self.received as u32 & IMM_LOW;
+            self.post(0, self.control_wr((IMM_CREDIT << 30) | count))?;
+            self.credited = self.received;
+        }
+        Ok(())
+    }
+
+    fn control_wr(&self, imm: u32) -> SendWr {
+        SendWr {
+            wr_id: CONTROL_WR_ID,
+            local: (0, 0, 0),
+            remote_addr: self.remote_fifo.0,
+            rkey: self.remote_fifo.1,
+            imm: Some(imm),
+        }
+    }
+
+    fn transport_err(&self, source: TransportError) -> Error {
+        Error::Transport {
+            rank: self.rank,
+            source,
+        }
+    }
+}
+
+impl Connection for RdmaConnection {
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    fn max_piece(&self) -> usize {
+        self.slot_bytes - HEADER_BYTES
+    }
+
+    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        self.progress()?;
+        if data.len() > self.max_piece() || header.len as usize != data.len() {
+            return Err(TransportError::Corrupt {
+                peer: self.peer,
+                detail: format!(
+                    "refusing to send a piece of {} bytes (header says {}, largest {})",
+                    data.len(),
+                    header.len,
+                    self.max_piece()
+                ),
+            });
+        }
+        if self.sent - self.acked >= self.slots as u64 {
+            if let Some(cause) = self.peer_aborted {
+                return Err(TransportError::PeerAborted {
+                    peer: self.peer,
+                    cause,
+                });
+            }
+            return Ok(false);
+        }
+        let q = (self.sent % self.qps.len() as u64) as usize;
+        if !self.sq_room(q, SQ_RESERVE) {
+            return Ok(false);
+        }
+        let slot = (self.sent % self.slots as u64) as usize;
+        let off = slot * self.slot_bytes;
+        let mut h = [0u8; HEADER_BYTES];
+        header.encode(&mut h);
+        self.staging.write(off, &[&h, data]);
+        let bytes = HEADER_BYTES + data.len();
+        let wr = SendWr {
+            wr_id: self.sent,
+            local: (
+                self.staging_mr.addr + off as u64,
+                bytes as u32,
+                self.staging_mr.lkey,
+            ),
+            remote_addr: self.remote_fifo.0 + off as u64,
+            rkey: self.remote_fifo.1,
+            imm: Some(imm_data(slot, bytes)),
+        };
+        self.post(q, wr)?;
+        self.sent += 1;
+        Ok(true)
+    }
+
+    fn try_recv(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<bool, Error> {
+        let progressed = self.progress();
+        let slot = (self.received % self.slots as u64) as usize;
+        let Some(bytes) = self.arrived[slot] else {
+            // Pieces that arrived before an error are still delivered.
+            progressed.map_err(|e| self.transport_err(e))?;
+            if let Some(cause) = self.peer_aborted {
+                return Err(self.transport_err(TransportError::PeerAborted {
+                    peer: self.peer,
+                    cause,
+                }));
+            }
+            return Ok(false);
+        };
+        let off = slot * self.slot_bytes;
+        let raw: &[u8; HEADER_BYTES] = self.fifo.read(off, HEADER_BYTES).try_into().unwrap();
+        let corrupt = |detail: String| TransportError::Corrupt {
+            peer: self.peer,
+            detail,
+        };
+        let h = PieceHeader::decode(raw)
+            .map_err(|e| self.transport_err(corrupt(format!("slot {slot}: {e}"))))?;
+        if HEADER_BYTES + h.len as usize != bytes {
+            return Err(self.transport_err(corrupt(format!(
+                "slot {slot}: the header says {} payload bytes but the immediate announced {}",
+                h.len,
+                bytes - HEADER_BYTES
+            ))));
+        }
+        consume(&h, self.fifo.read(off + HEADER_BYTES, h.len as usize))?;
+        self.arrived[slot] = None;
+        self.received += 1;
+        if self.broken.is_none() {
+            self.maybe_credit().map_err(|e| self.transport_err(e))?;
+        }
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> Result<bool, TransportError> {
+        self.progress()?;
+        Ok(!self.dev.needs_progress())
+    }
+
+    fn check_alive(&mut self) -> Result<(), TransportError> {
+        self.progress()?;
+        if self.last_probe.elapsed() >= PROBE_EVERY {
+            self.last_probe = Instant::now();
+            // A zero-byte WRITE on every QP: the peer's NIC must answer it,
+            // so a dead peer or a peer QP in error ends in "retry counter
+            // exceeded".
+            let wr = SendWr {
+                imm: None,
+                ..self.control_wr(0)
+            };
+            for q in 0..self.qps.len() {
+                if self.sq_room(q, 1) {
+                    self.post(q, wr)?;
+                }
+            }
+            self.progress()?;
+        }
+        if let Some(cause) = self.peer_aborted {
+            return Err(TransportError::PeerAborted {
+                peer: self.peer,
+                cause,
+            });
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, cause: Option<usize>) {
+        if self.broken.is_some() || !self.sq_room(0, 0) {
+            return;
+        }
+        let low = cause.map(|c| (c as u32 + 1) & IMM_LOW).unwrap_or(0);
+        let _ = self.post(0, self.control_wr((IMM_ABORT << 30) | low));
+        let _ = self.progress();
+    }
+
+    fn kind(&self) -> &'static str {
+        "rdma"
+    }
+}
+
+impl Drop for RdmaConnection {
+    fn drop(&mut self) {
+        for qpn in &self.qps {
+            let _ = self.dev.modify_qp(*qpn, crate::verbs::QpTransition::Error);
+        }
+        let _ = self.dev.dereg_mr(&self.fifo_mr);
+        let _ = self.dev.dereg_mr(&self.staging_mr);
+    }
+}

@@ -1,0 +1,583 @@
+//! Emulated verbs (`SNCL_IB_EMULATE=1`): the subset the transport uses,
+//! between processes of one machine, with the semantics that matter.
+//!
+//! * Every registered region is a private shared-memory file with a header
+//!   (magic, valid flag, base address, length, rkey; see [`shared`]). A
+//!   peer's RDMA WRITE maps the file and copies into it after checking the
+//!   rkey, the valid flag and the bounds: anything else completes with a
+//!   remote access error and moves the QP to ERROR, as hardware does. Local
+//!   buffers are checked against their lkey (local protection error).
+//! * The control channel is each device's QP table, another shared file:
+//!   per QP its state and an inbound ring that only the connected peer QP
+//!   writes. A WRITE_WITH_IMM appends its immediate after the copy; the
+//!   owner's CQ poll takes it and consumes a posted receive (kept pending,
+//!   as RNR retries would, until one is posted).
+//! * A NIC answers for its QPs whether or not its process polls: a WRITE
+//!   whose target QP is not in RTR/RTS, or whose device is closed or whose
+//!   process is gone, completes at once with "transport retry counter
+//!   exceeded" and moves the requester's QP to ERROR.
+//! * QP states RESET → INIT → RTR → RTS are enforced (posting in the wrong
+//!   state fails), completions are in order per QP (the failing request's
+//!   before the flushes), a CQ that overflows raises `CqErr` and fails every
+//!   later poll, and [`Fault`]s move QPs to ERROR (flushed completions) or
+//!   the port down.
+
+mod shared;
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::mem;
+use crate::verbs::{
+    AsyncEvent, Fault, LinkLayer, Mr, PortInfo, QpAddress, QpState, QpTransition, Result, SendWr,
+    Verbs, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+};
+use shared::{LocalRegion, LocalTable, Msg, RemoteRegion, RemoteTable, HEADER, QP_SLOTS};
+
+/// Name of the emulated device.
+pub const EMU_DEVICE: &str = "emu_ib0";
+const PAGE: usize = 4096;
+
+struct LocalMr {
+    region: Arc<LocalRegion>,
+    mr: Mr,
+}
+
+struct Qp {
+    cq: u32,
+    state: QpState,
+    remote: Option<QpAddress>,
+    max_send: u32,
+    max_recv: u32,
+    send_outstanding: u32,
+    recvs: VecDeque<u64>,
+    /// Immediates that found no receive posted.
+    rnr: VecDeque<Msg>,
+}
+
+struct Cq {
+    depth: usize,
+    entries: VecDeque<WorkCompletion>,
+    overflowed: bool,
+}
+
+/// The emulated device: one port, one protection domain.
+pub struct EmuVerbs {
+    port: PortInfo,
+    table: LocalTable,
+    remote_tables: HashMap<[u8; 16], RemoteTable>,
+    next_key: u32,
+    mrs: HashMap<u32, LocalMr>,
+    remote_mrs: HashMap<([u8; 16], u32), RemoteRegion>,
+    qps: HashMap<u32, Qp>,
+    next_qpn: u32,
+    cqs: Vec<Cq>,
+    events: VecDeque<AsyncEvent>,
+    /// Immediates a full peer ring could not take yet, in order.
+    pending: VecDeque<([u8; 16], u32, Msg)>,
+}
+
+fn call_err(op: &'static str, detail: String) -> VerbsError {
+    VerbsError::Call {
+        device: format!("{EMU_DEVICE}:1"),
+        op,
+        detail,
+    }
+}
+
+fn wc(qpn: u32, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode,
+        byte_len: 0,
+        imm: None,
+        qp_num: qpn,
+        vendor_err: 0,
+    }
+}
+
+impl EmuVerbs {
+    /// Opens the emulated device: creates its QP table.
+    pub fn open() -> Result<EmuVerbs> {
+        let token = transport_shm::private_file::random_token()
+            .map_err(|e| call_err("ibv_open_device", e.to_string()))? as u64;
+        let pid = std::process::id();
+        let gid = shared::gid_of(pid, token);
+        let table = LocalTable::create(&gid).map_err(|e| call_err("ibv_open_device", e))?;
+        Ok(EmuVerbs {
+            port: PortInfo {
+                device: EMU_DEVICE.to_string(),
+                port: 1,
+                lid: (pid & 0xffff) as u16,
+                gid,
+                mtu: 4096,
+                link_layer: LinkLayer::Emulated,
+            },
+            table,
+            remote_tables: HashMap::new(),
+            next_key: (token as u32 & 0x00ff_ff00) | 0x100,
+            mrs: HashMap::new(),
+            remote_mrs: HashMap::new(),
+            qps: HashMap::new(),
+            next_qpn: 0x100 + (token as u32 & 0xff),
+            cqs: Vec::new(),
+            events: VecDeque::new(),
+            pending: VecDeque::new(),
+        })
+    }
+
+    fn dev(&self) -> String {
+        self.port.name()
+    }
+
+    fn qp_mut(&mut self, op: &'static str, qpn: u32) -> Result<&mut Qp> {
+        let dev = self.dev();
+        self.qps.get_mut(&qpn).ok_or_else(|| VerbsError::Call {
+            device: dev,
+            op,
+            detail: format!("no queue pair {qpn} on this device"),
+        })
+    }
+
+    fn set_state(&mut self, qpn: u32, state: QpState) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.state = state;
+            self.table.publish(qpn, state, false);
+        }
+    }
+
+    /// The peer device's table, if the device is open and its process alive.
+    fn remote_table(&mut self, gid: [u8; 16]) -> Option<&RemoteTable> {
+        let t = match self.remote_tables.entry(gid) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(RemoteTable::open(&gid)?),
+        };
+        t.owner_alive().then_some(&*t)
+    }
+
+    /// Appends a completion; an overflow loses it, raises `CqErr` and
+    /// moves every QP on the queue to ERROR.
+    fn complete(&mut self, cq: u32, w: WorkCompletion) {
+        let q = &mut self.cqs[cq as usize];
+        if q.overflowed {
+            return;
+        }
+        if q.entries.len() < q.depth {
+            q.entries.push_back(w);
+            return;
+        }
+        q.overflowed = true;
+        self.events.push_back(AsyncEvent::CqErr);
+        let hit: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, p)| p.cq == cq)
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in hit {
+            self.set_state(qpn, QpState::Error);
+        }
+    }
+
+    /// Moves a QP to ERROR, flushing its posted receives.
+    fn enter_error(&mut self, qpn: u32) {
+        self.set_state(qpn, QpState::Error);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.rnr.clear();
+        let cq = qp.cq;
+        let flushed: Vec<u64> = qp.recvs.drain(..).collect();
+        for wr_id in flushed {
+            self.complete(cq, wc(qpn, wr_id, WcStatus::WR_FLUSH_ERR, WcOpcode::Recv));
+        }
+    }
+
+    /// Completes a send work request; an error moves the QP to ERROR after
+    /// its completion (the flushes follow it).
+    fn complete_send(&mut self, qpn: u32, wr_id: u64, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.send_outstanding += 1;
+        let cq = qp.cq;
+        self.complete(cq, wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
+        if status != WcStatus::SUCCESS && status != WcStatus::WR_FLUSH_ERR {
+            self.enter_error(qpn);
+        }
+    }
+
+    /// Pushes what waits for room in peers' rings, in order.
+    fn flush_pending(&mut self) {
+        while let Some(&(gid, qpn, m)) = self.pending.front() {
+            match self.remote_table(gid) {
+                Some(t) if !t.push(qpn, m) => return,
+                // Pushed, or the peer is gone (its QP no longer listens).
+                _ => {
+                    self.pending.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Takes the immediates that arrived on this device's QPs.
+    fn drain_rings(&mut self) {
+        let qpns: Vec<u32> = self.qps.keys().copied().collect();
+        for qpn in qpns {
+            while let Some(m) = self.table.pop(qpn) {
+                let qp = self.qps.get_mut(&qpn).expect("listed");
+                if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
+                    continue; // a QP that does not listen drops packets
+                }
+                match qp.recvs.pop_front() {
+                    Some(wr_id) => self.deliver(qpn, m, wr_id),
+                    None => qp.rnr.push_back(m),
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, qpn: u32, m: Msg, wr_id: u64) {
+        let cq = self.qps[&qpn].cq;
+        self.complete(
+            cq,
+            WorkCompletion {
+                imm: Some(m.imm),
+                byte_len: m.byte_len,
+                ..wc(qpn, wr_id, WcStatus::SUCCESS, WcOpcode::RecvRdmaWithImm)
+            },
+        );
+    }
+
+    /// Copies `len` bytes of the local region `lkey` at `laddr` to the
+    /// peer's region `rkey` at `raddr`; the failure status otherwise.
+    fn copy(
+        &mut self,
+        gid: [u8; 16],
+        (laddr, len, lkey): (u64, usize, u32),
+        (raddr, rkey): (u64, u32),
+    ) -> std::result::Result<(), WcStatus> {
+        let src = self
+            .mrs
+            .get(&lkey)
+            .filter(|m| {
+                laddr >= m.mr.addr
+                    && (laddr - m.mr.addr)
+                        .checked_add(len as u64)
+                        .is_some_and(|e| e <= m.mr.len as u64)
+            })
+            .ok_or(WcStatus::LOC_PROT_ERR)?;
+        let src_off = HEADER + (laddr - src.mr.addr) as usize;
+        let src = Arc::clone(&src.region);
+        let dst = match self.remote_mrs.entry((gid, rkey)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                e.insert(RemoteRegion::open(&gid, rkey).ok_or(WcStatus::REM_ACCESS_ERR)?)
+            }
+        };
+        let dst_off = dst.offset(raddr, len).ok_or(WcStatus::REM_ACCESS_ERR)?;
+        mem::copy_between(&src.0.map, src_off, &dst.map, dst_off, len);
+        Ok(())
+    }
+}
+
+impl Verbs for EmuVerbs {
+    fn port(&self) -> &PortInfo {
+        &self.port
+    }
+
+    fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
+        let len = len.max(1).div_ceil(PAGE) * PAGE;
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        let (lkey, rkey) = (key, key | 1);
+        let region = LocalRegion::create(&self.port.gid, rkey, len)
+            .map_err(|e| call_err("ibv_reg_mr", e))?;
+        let mr = Mr {
+            addr: region.addr(),
+            len,
+            lkey,
+            rkey,
+        };
+        self.mrs.insert(
+            lkey,
+            LocalMr {
+                region: Arc::new(region),
+                mr,
+            },
+        );
+        Ok(mr)
+    }
+
+    fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {
+        let local = self.mrs.remove(&mr.lkey).ok_or_else(|| {
+            call_err(
+                "ibv_dereg_mr",
+                format!("no region with lkey {:#x}", mr.lkey),
+            )
+        })?;
+        local.region.invalidate();
+        Ok(())
+    }
+
+    fn create_cq(&mut self, depth: usize) -> Result<u32> {
+        if depth == 0 || depth > 1 << 22 {
+            return Err(call_err(
+                "ibv_create_cq",
+                format!("depth {depth} out of range"),
+            ));
+        }
+        self.cqs.push(Cq {
+            depth,
+            entries: VecDeque::new(),
+            overflowed: false,
+        });
+        Ok(self.cqs.len() as u32 - 1)
+    }
+
+    fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32> {
+        if cq as usize >= self.cqs.len() || max_send == 0 || max_recv == 0 {
+            return Err(call_err(
+                "ibv_create_qp",
+                format!("bad attributes: cq {cq}, max_send {max_send}, max_recv {max_recv}"),
+            ));
+        }
+        if self.qps.len() >= QP_SLOTS {
+            return Err(call_err(
+                "ibv_create_qp",
+                format!("the emulated device holds at most {QP_SLOTS} queue pairs"),
+            ));
+        }
+        let qpn = self.next_qpn;
+        self.next_qpn += 1;
+        self.qps.insert(
+            qpn,
+            Qp {
+                cq,
+                state: QpState::Reset,
+                remote: None,
+                max_send,
+                max_recv,
+                send_outstanding: 0,
+                recvs: VecDeque::new(),
+                rnr: VecDeque::new(),
+            },
+        );
+        self.table.publish(qpn, QpState::Reset, true);
+        Ok(qpn)
+    }
+
+    fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
+        let dev = self.dev();
+        let qp = self.qp_mut("ibv_modify_qp", qpn)?;
+        let (need, next) = match to {
+            QpTransition::Init => (QpState::Reset, QpState::Init),
+            QpTransition::Rtr { remote, .. } => {
+                if qp.state == QpState::Init {
+                    if shared::split_gid(&remote.gid).is_none() {
+                        return Err(VerbsError::Call {
+                            device: dev,
+                            op: "ibv_modify_qp",
+                            detail: "RTR: the remote GID is not an emulated device's".into(),
+                        });
+                    }
+                    qp.remote = Some(remote);
+                }
+                (QpState::Init, QpState::Rtr)
+            }
+            QpTransition::Rts { .. } => (QpState::Rtr, QpState::Rts),
+            QpTransition::Error => {
+                self.enter_error(qpn);
+                return Ok(());
+            }
+            QpTransition::Reset => {
+                qp.remote = None;
+                qp.recvs.clear();
+                qp.rnr.clear();
+                self.set_state(qpn, QpState::Reset);
+                return Ok(());
+            }
+        };
+        if qp.state != need {
+            return Err(VerbsError::QpState {
+                device: dev,
+                op: "ibv_modify_qp",
+                qpn,
+                state: qp.state,
+                need: match need {
+                    QpState::Reset => "RESET",
+                    QpState::Init => "INIT",
+                    _ => "RTR",
+                },
+            });
+        }
+        self.set_state(qpn, next);
+        Ok(())
+    }
+
+    fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.state)
+            .ok_or_else(|| call_err("ibv_query_qp", format!("no queue pair {qpn}")))
+    }
+
+    fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
+        let dev = self.dev();
+        let qp = self.qp_mut("ibv_post_send", qpn)?;
+        match qp.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                self.complete_send(qpn, wr.wr_id, WcStatus::WR_FLUSH_ERR);
+                return Ok(());
+            }
+            state => {
+                return Err(VerbsError::QpState {
+                    device: dev,
+                    op: "ibv_post_send",
+                    qpn,
+                    state,
+                    need: "RTS",
+                })
+            }
+        }
+        if qp.send_outstanding >= qp.max_send {
+            return Err(VerbsError::Call {
+                device: dev,
+                op: "ibv_post_send",
+                detail: format!(
+                    "send queue of QP {qpn} is full ({} work requests outstanding)",
+                    qp.max_send
+                ),
+            });
+        }
+        let remote = qp.remote.expect("RTS has a remote");
+        if !self
+            .remote_table(remote.gid)
+            .is_some_and(|t| t.ready(remote.qpn))
+        {
+            self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+            return Ok(());
+        }
+        let (laddr, llen, lkey) = wr.local;
+        if llen > 0 {
+            let local = (laddr, llen as usize, lkey);
+            if let Err(status) = self.copy(remote.gid, local, (wr.remote_addr, wr.rkey)) {
+                self.complete_send(qpn, wr.wr_id, status);
+                return Ok(());
+            }
+        }
+        if let Some(imm) = wr.imm {
+            let m = Msg {
+                imm,
+                byte_len: llen,
+            };
+            self.pending.push_back((remote.gid, remote.qpn, m));
+            self.flush_pending();
+        }
+        self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qpn: u32, wr_id: u64) -> Result<()> {
+        let dev = self.dev();
+        let qp = self.qp_mut("ibv_post_recv", qpn)?;
+        match qp.state {
+            QpState::Init | QpState::Rtr | QpState::Rts => {}
+            QpState::Error => {
+                let cq = qp.cq;
+                self.complete(cq, wc(qpn, wr_id, WcStatus::WR_FLUSH_ERR, WcOpcode::Recv));
+                return Ok(());
+            }
+            state => {
+                return Err(VerbsError::QpState {
+                    device: dev,
+                    op: "ibv_post_recv",
+                    qpn,
+                    state,
+                    need: "INIT, RTR or RTS",
+                })
+            }
+        }
+        if qp.recvs.len() >= qp.max_recv as usize {
+            return Err(VerbsError::Call {
+                device: dev,
+                op: "ibv_post_recv",
+                detail: format!("receive queue of QP {qpn} is full ({})", qp.max_recv),
+            });
+        }
+        match qp.rnr.pop_front() {
+            Some(m) => self.deliver(qpn, m, wr_id),
+            None => qp.recvs.push_back(wr_id),
+        }
+        Ok(())
+    }
+
+    fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        if cq as usize >= self.cqs.len() {
+            return Err(call_err("ibv_poll_cq", format!("no completion queue {cq}")));
+        }
+        self.flush_pending();
+        self.drain_rings();
+        let q = &mut self.cqs[cq as usize];
+        if q.overflowed {
+            return Err(VerbsError::CqOverflow {
+                device: self.port.name(),
+                depth: q.depth,
+            });
+        }
+        let n = max.min(q.entries.len());
+        for w in q.entries.drain(..n) {
+            if w.opcode == WcOpcode::RdmaWrite {
+                if let Some(qp) = self.qps.get_mut(&w.qp_num) {
+                    qp.send_outstanding = qp.send_outstanding.saturating_sub(1);
+                }
+            }
+            out.push(w);
+        }
+        Ok(n)
+    }
+
+    fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    fn needs_progress(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    fn inject(&mut self, fault: Fault) -> Result<()> {
+        match fault {
+            Fault::QpFatal { qpn } | Fault::Flush { qpn } => {
+                self.qp_mut("inject", qpn)?;
+                self.enter_error(qpn);
+                if matches!(fault, Fault::QpFatal { .. }) {
+                    self.events.push_back(AsyncEvent::QpFatal { qpn });
+                }
+            }
+            Fault::PortDown => {
+                let qpns: Vec<u32> = self.qps.keys().copied().collect();
+                for qpn in qpns {
+                    self.enter_error(qpn);
+                }
+                self.events.push_back(AsyncEvent::PortErr { port: 1 });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EmuVerbs {
+    fn drop(&mut self) {
+        // The NIC is gone: none of its QPs answers, no region is valid.
+        self.table.close();
+        for m in self.mrs.values() {
+            m.region.invalidate();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

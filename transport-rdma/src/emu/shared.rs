@@ -1,0 +1,281 @@
+//! What the emulated NIC shares with its peers: registered regions and the
+//! QP table, each a private file in `/dev/shm` (mode 0600, created with
+//! [`transport_shm::private_file`]; names end in the creator's pid, so
+//! [`transport_shm::cleanup_stale`] removes a crashed process's files).
+//! Every word another process reads or writes is accessed atomically.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::MmapRaw;
+
+use crate::mem;
+use crate::verbs::QpState;
+
+/// Header page of a region file: magic, valid flag, base address, length,
+/// rkey (one word each); the region's bytes follow.
+pub(super) const HEADER: usize = 4096;
+const MAGIC: u64 = 0x534e_434c_4942_454d; // "SNCLIBEM"
+/// QPs one emulated device can hold (the transport opens one device per
+/// peer with at most `MAX_QPS_PER_CONN` QPs).
+pub(super) const QP_SLOTS: usize = crate::settings::MAX_QPS_PER_CONN;
+/// Messages a QP's inbound ring holds (more than the transport's largest
+/// FIFO, 256 slots, plus credits and an abort).
+const RING: usize = 512;
+/// Words of one QP entry: state, head, tail, padding, then the ring of
+/// 4-word messages.
+const ENTRY_WORDS: usize = 8 + RING * 4;
+
+/// The GID of an emulated device: `snem`, pid, random token.
+pub(super) fn gid_of(pid: u32, token: u64) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[0..4].copy_from_slice(b"snem");
+    g[4..8].copy_from_slice(&pid.to_le_bytes());
+    g[8..16].copy_from_slice(&token.to_le_bytes());
+    g
+}
+
+/// The pid and token of an emulated device's GID.
+pub(super) fn split_gid(gid: &[u8; 16]) -> Option<(u32, u64)> {
+    (&gid[0..4] == b"snem").then(|| {
+        (
+            u32::from_le_bytes(gid[4..8].try_into().unwrap()),
+            u64::from_le_bytes(gid[8..16].try_into().unwrap()),
+        )
+    })
+}
+
+fn region_name(gid: &[u8; 16], rkey: u32) -> Option<String> {
+    let (pid, token) = split_gid(gid)?;
+    Some(format!(
+        "{}ibemu-{token:016x}-{rkey:08x}-{pid}",
+        transport_shm::PREFIX
+    ))
+}
+
+fn table_name(gid: &[u8; 16]) -> Option<String> {
+    let (pid, token) = split_gid(gid)?;
+    Some(format!(
+        "{}ibemu-{token:016x}-qps-{pid}",
+        transport_shm::PREFIX
+    ))
+}
+
+/// A file this process created and mapped; removed on drop.
+pub(super) struct OwnedFile {
+    pub map: MmapRaw,
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl OwnedFile {
+    fn create(name: &str, len: usize) -> Result<OwnedFile, String> {
+        let (file, path) = transport_shm::private_file::create(name, len)
+            .map_err(|e| format!("creating /dev/shm/{name}: {e}"))?;
+        match MmapRaw::map_raw(&file) {
+            Ok(map) => Ok(OwnedFile { map, file, path }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(format!("mapping /dev/shm/{name}: {e}"))
+            }
+        }
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        mem::header_word(&self.map, i)
+    }
+}
+
+impl Drop for OwnedFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn open_map(name: Option<String>, min_len: usize) -> Option<(MmapRaw, std::fs::File)> {
+    let (file, _) = transport_shm::private_file::open(&name?).ok()?;
+    let map = MmapRaw::map_raw(&file)
+        .ok()
+        .filter(|m| m.len() >= min_len)?;
+    Some((map, file))
+}
+
+/// A registered region of this process.
+pub(super) struct LocalRegion(pub OwnedFile);
+
+impl LocalRegion {
+    /// Creates the region file for `rkey` of `len` bytes and fills its header.
+    pub fn create(gid: &[u8; 16], rkey: u32, len: usize) -> Result<LocalRegion, String> {
+        let f = OwnedFile::create(&region_name(gid, rkey).expect("own GID"), HEADER + len)?;
+        let addr = f.map.as_mut_ptr() as u64 + HEADER as u64;
+        f.word(2).store(addr, Ordering::Relaxed);
+        f.word(3).store(len as u64, Ordering::Relaxed);
+        f.word(4).store(u64::from(rkey), Ordering::Relaxed);
+        f.word(1).store(1, Ordering::Relaxed);
+        f.word(0).store(MAGIC, Ordering::Release);
+        Ok(LocalRegion(f))
+    }
+
+    /// The address work requests use.
+    pub fn addr(&self) -> u64 {
+        self.0.word(2).load(Ordering::Relaxed)
+    }
+
+    /// Invalidates the region for every peer (deregistration).
+    pub fn invalidate(&self) {
+        self.0.word(1).store(0, Ordering::Release);
+    }
+}
+
+/// A peer's region, mapped by a writer.
+pub(super) struct RemoteRegion {
+    pub map: MmapRaw,
+    base: u64,
+    len: usize,
+    rkey: u32,
+}
+
+impl RemoteRegion {
+    /// Maps the peer `gid`'s region `rkey` (None: there is no such region).
+    pub fn open(gid: &[u8; 16], rkey: u32) -> Option<RemoteRegion> {
+        let (map, _) = open_map(region_name(gid, rkey), HEADER)?;
+        if mem::header_word(&map, 0).load(Ordering::Acquire) != MAGIC {
+            return None;
+        }
+        let base = mem::header_word(&map, 2).load(Ordering::Acquire);
+        let len = mem::header_word(&map, 3).load(Ordering::Acquire) as usize;
+        (len <= map.len() - HEADER).then_some(RemoteRegion {
+            map,
+            base,
+            len,
+            rkey,
+        })
+    }
+
+    /// The file offset of `addr .. addr + len` if the region is still
+    /// registered under its rkey and holds that range.
+    pub fn offset(&self, addr: u64, len: usize) -> Option<usize> {
+        let valid = mem::header_word(&self.map, 1).load(Ordering::Acquire) == 1
+            && mem::header_word(&self.map, 4).load(Ordering::Acquire) == u64::from(self.rkey);
+        let inside = addr >= self.base
+            && (addr - self.base)
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len as u64);
+        (valid && inside).then(|| HEADER + (addr - self.base) as usize)
+    }
+}
+
+/// A message on a QP's inbound ring: a WRITE_WITH_IMM's immediate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Msg {
+    pub imm: u32,
+    pub byte_len: u32,
+}
+
+fn state_code(state: QpState) -> u64 {
+    match state {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Error => 6,
+    }
+}
+
+/// Words of a QP table: per QP slot its `qpn << 32 | state`, the ring's
+/// head (written by the one peer QP that sends to it) and tail (by the
+/// owner), and the ring.
+fn entry(qpn: u32) -> usize {
+    (qpn as usize % QP_SLOTS) * ENTRY_WORDS
+}
+
+/// This device's QP table.
+pub(super) struct LocalTable(OwnedFile);
+
+impl LocalTable {
+    pub fn create(gid: &[u8; 16]) -> Result<LocalTable, String> {
+        let len = QP_SLOTS * ENTRY_WORDS * 8;
+        let f = OwnedFile::create(&table_name(gid).expect("own GID"), len)?;
+        // Held until this process exits: peers read it as "the NIC is alive".
+        crate::sys::hold_lock(&f.file).map_err(|e| format!("locking the QP table: {e}"))?;
+        Ok(LocalTable(f))
+    }
+
+    /// Publishes a QP's state (a new QP also empties its ring).
+    pub fn publish(&self, qpn: u32, state: QpState, new: bool) {
+        let e = entry(qpn);
+        if new {
+            let head = self.0.word(e + 1).load(Ordering::Acquire);
+            self.0.word(e + 2).store(head, Ordering::Release);
+        }
+        self.0.word(e).store(
+            (u64::from(qpn) << 32) | state_code(state),
+            Ordering::Release,
+        );
+    }
+
+    /// Takes the next message of `qpn`'s inbound ring.
+    pub fn pop(&self, qpn: u32) -> Option<Msg> {
+        let e = entry(qpn);
+        let tail = self.0.word(e + 2).load(Ordering::Relaxed);
+        if tail == self.0.word(e + 1).load(Ordering::Acquire) {
+            return None;
+        }
+        let at = e + 8 + (tail as usize % RING) * 4;
+        let w = self.0.word(at).load(Ordering::Relaxed);
+        self.0.word(e + 2).store(tail + 1, Ordering::Release);
+        Some(Msg {
+            imm: w as u32,
+            byte_len: (w >> 32) as u32,
+        })
+    }
+
+    /// Marks every QP gone (the device closes).
+    pub fn close(&self) {
+        for i in 0..QP_SLOTS {
+            self.0.word(i * ENTRY_WORDS).store(0, Ordering::Release);
+        }
+    }
+}
+
+/// A peer device's QP table, mapped by a writer.
+pub(super) struct RemoteTable(MmapRaw, std::fs::File);
+
+impl RemoteTable {
+    pub fn open(gid: &[u8; 16]) -> Option<RemoteTable> {
+        let (map, file) = open_map(table_name(gid), QP_SLOTS * ENTRY_WORDS * 8)?;
+        Some(RemoteTable(map, file))
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        mem::header_word(&self.0, i)
+    }
+
+    /// Whether the owning process is still alive (holds its lock; a crashed
+    /// process's locks go when it exits, zombie or not).
+    pub fn owner_alive(&self) -> bool {
+        crate::sys::lock_held(&self.1)
+    }
+
+    /// Whether QP `qpn` exists and is in RTR or RTS.
+    pub fn ready(&self, qpn: u32) -> bool {
+        let w = self.word(entry(qpn)).load(Ordering::Acquire);
+        (w >> 32) as u32 == qpn && matches!(w & 0xffff_ffff, 2 | 3)
+    }
+
+    /// Appends a message to QP `qpn`'s ring; false when it is full.
+    pub fn push(&self, qpn: u32, m: Msg) -> bool {
+        let e = entry(qpn);
+        let head = self.word(e + 1).load(Ordering::Relaxed);
+        if head - self.word(e + 2).load(Ordering::Acquire) >= RING as u64 {
+            return false;
+        }
+        let at = e + 8 + (head as usize % RING) * 4;
+        self.word(at).store(
+            u64::from(m.imm) | (u64::from(m.byte_len) << 32),
+            Ordering::Relaxed,
+        );
+        self.word(e + 1).store(head + 1, Ordering::Release);
+        true
+    }
+}

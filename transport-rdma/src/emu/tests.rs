@@ -1,0 +1,239 @@
+//! The emulated provider's semantics, two devices in one process.
+
+use super::*;
+use crate::verbs::PathAttrs;
+
+const PATH: PathAttrs = PathAttrs {
+    mtu: 4096,
+    gid_index: 0,
+    sl: 0,
+    traffic_class: 0,
+    timeout: 20,
+    retry_cnt: 7,
+};
+
+struct Side {
+    dev: EmuVerbs,
+    cq: u32,
+    qp: u32,
+    mr: Mr,
+}
+
+fn side(cq_depth: usize) -> Side {
+    let mut dev = EmuVerbs::open().unwrap();
+    let cq = dev.create_cq(cq_depth).unwrap();
+    let qp = dev.create_qp(cq, 16, 16).unwrap();
+    let mr = dev.alloc_mr(8192).unwrap();
+    Side { dev, cq, qp, mr }
+}
+
+fn addr(s: &Side) -> QpAddress {
+    QpAddress {
+        lid: s.dev.port().lid,
+        gid: s.dev.port().gid,
+        qpn: s.qp,
+        psn: 0,
+    }
+}
+
+fn connect(a: &mut Side, b: &mut Side) {
+    let (xa, xb) = (addr(a), addr(b));
+    for (x, y) in [(xb, &mut *a), (xa, &mut *b)] {
+        y.dev.modify_qp(y.qp, QpTransition::Init).unwrap();
+        y.dev
+            .modify_qp(
+                y.qp,
+                QpTransition::Rtr {
+                    remote: x,
+                    path: PATH,
+                },
+            )
+            .unwrap();
+        y.dev
+            .modify_qp(y.qp, QpTransition::Rts { psn: 0, path: PATH })
+            .unwrap();
+    }
+}
+
+fn pair() -> (Side, Side) {
+    let (mut a, mut b) = (side(64), side(64));
+    connect(&mut a, &mut b);
+    (a, b)
+}
+
+fn write(a: &mut Side, b: &Side, off: u64, len: u32, imm: Option<u32>) {
+    let wr = SendWr {
+        wr_id: off,
+        local: (a.mr.addr, len, a.mr.lkey),
+        remote_addr: b.mr.addr + off,
+        rkey: b.mr.rkey,
+        imm,
+    };
+    a.dev.post_send(a.qp, &wr).unwrap();
+}
+
+fn poll(s: &mut Side) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    s.dev.poll_cq(s.cq, 64, &mut out).unwrap();
+    out
+}
+
+fn fill(s: &mut Side, byte: u8) {
+    let mut buf = buf_of(&s.mr);
+    buf.write(0, &[&vec![byte; s.mr.len]]);
+}
+
+fn buf_of(mr: &Mr) -> crate::mem::Buf {
+    // SAFETY: the region is alive for the whole test (its device is).
+    unsafe { crate::mem::Buf::new(mr) }
+}
+
+#[test]
+fn posting_in_the_wrong_state_fails() {
+    let mut a = side(8);
+    let b = side(8);
+    let wr = SendWr {
+        wr_id: 1,
+        local: (a.mr.addr, 8, a.mr.lkey),
+        remote_addr: b.mr.addr,
+        rkey: b.mr.rkey,
+        imm: None,
+    };
+    let e = a.dev.post_send(a.qp, &wr).unwrap_err().to_string();
+    assert!(e.contains("RESET") && e.contains("RTS"), "{e}");
+    assert!(a.dev.post_recv(a.qp, 0).is_err());
+    let e = a
+        .dev
+        .modify_qp(a.qp, QpTransition::Rts { psn: 0, path: PATH })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs RTR"), "{e}");
+    a.dev.modify_qp(a.qp, QpTransition::Init).unwrap();
+    a.dev.post_recv(a.qp, 0).unwrap();
+    let e = a.dev.post_send(a.qp, &wr).unwrap_err().to_string();
+    assert!(e.contains("INIT"), "{e}");
+}
+
+#[test]
+fn writes_land_and_immediates_complete_in_order() {
+    let (mut a, mut b) = pair();
+    fill(&mut a, 7);
+    // One write before any receive is posted: held, as an RNR retry would.
+    write(&mut a, &b, 0, 100, Some(1));
+    for i in 0..3 {
+        b.dev.post_recv(b.qp, i).unwrap();
+    }
+    write(&mut a, &b, 100, 0, None);
+    write(&mut a, &b, 200, 300, Some(2));
+    let sent = poll(&mut a);
+    assert_eq!(sent.len(), 3);
+    assert!(sent.iter().all(|w| w.status == WcStatus::SUCCESS));
+    let got = poll(&mut b);
+    let imms: Vec<_> = got.iter().map(|w| (w.wr_id, w.imm, w.byte_len)).collect();
+    assert_eq!(imms, vec![(0, Some(1), 100), (1, Some(2), 300)]);
+    let buf = buf_of(&b.mr);
+    assert!(buf.read(0, 100).iter().all(|&x| x == 7));
+    assert!(buf.read(100, 100).iter().all(|&x| x == 0));
+    assert!(buf.read(200, 300).iter().all(|&x| x == 7));
+}
+
+#[test]
+fn out_of_bounds_and_bad_keys_are_access_errors() {
+    let (mut a, b) = pair();
+    write(&mut a, &b, b.mr.len as u64 - 10, 11, None);
+    let w = poll(&mut a);
+    assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR);
+    assert!(w[0].status.to_string().contains("remote access error"));
+    assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Error);
+    // Later work requests are flushed.
+    write(&mut a, &b, 0, 8, None);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::WR_FLUSH_ERR);
+
+    let (mut a, b) = pair();
+    let wr = SendWr {
+        wr_id: 9,
+        local: (a.mr.addr, 8, a.mr.lkey),
+        remote_addr: b.mr.addr,
+        rkey: b.mr.rkey ^ 0x10,
+        imm: None,
+    };
+    a.dev.post_send(a.qp, &wr).unwrap();
+    assert_eq!(poll(&mut a)[0].status, WcStatus::REM_ACCESS_ERR);
+
+    let (mut a, b) = pair();
+    let wr = SendWr {
+        local: (a.mr.addr, 8, a.mr.lkey ^ 0x10),
+        rkey: b.mr.rkey,
+        ..wr
+    };
+    a.dev.post_send(a.qp, &wr).unwrap();
+    assert_eq!(poll(&mut a)[0].status, WcStatus::LOC_PROT_ERR);
+
+    let (mut a, mut b) = pair();
+    let mr = b.mr;
+    b.dev.dereg_mr(&mr).unwrap();
+    write(&mut a, &b, 0, 8, None);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::REM_ACCESS_ERR);
+}
+
+#[test]
+fn cq_overflow_fails_the_queue() {
+    let (mut a, mut b) = (side(64), side(2));
+    connect(&mut a, &mut b);
+    for i in 0..3 {
+        b.dev.post_recv(b.qp, i).unwrap();
+        write(&mut a, &b, 0, 8, Some(i as u32));
+    }
+    let mut out = Vec::new();
+    let e = b.dev.poll_cq(b.cq, 8, &mut out).unwrap_err().to_string();
+    assert!(e.contains("overflowed"), "{e}");
+    assert_eq!(b.dev.poll_async_event(), Some(AsyncEvent::CqErr));
+}
+
+#[test]
+fn a_qp_in_error_fails_writes_to_it_and_flushes() {
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp, 5).unwrap();
+    b.dev.inject(Fault::QpFatal { qpn: b.qp }).unwrap();
+    assert_eq!(
+        b.dev.poll_async_event(),
+        Some(AsyncEvent::QpFatal { qpn: b.qp })
+    );
+    assert_eq!(poll(&mut b)[0].status, WcStatus::WR_FLUSH_ERR);
+    // b's QP does not answer, whether or not b polls: a's retries run out.
+    write(&mut a, &b, 0, 8, Some(1));
+    let w = poll(&mut a);
+    assert_eq!(w[0].status, WcStatus::RETRY_EXC_ERR);
+    assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Error);
+}
+
+#[test]
+fn a_peer_that_is_gone_exhausts_retries() {
+    for len in [8, 0] {
+        let (mut a, b) = pair();
+        let Side { dev, cq, qp, mr } = b;
+        drop(dev); // b's process is "gone"
+        let target = Side {
+            dev: EmuVerbs::open().unwrap(),
+            cq,
+            qp,
+            mr,
+        };
+        write(&mut a, &target, 0, len, None);
+        let w = poll(&mut a);
+        assert_eq!(w[0].status, WcStatus::RETRY_EXC_ERR, "{len} bytes");
+        assert!(w[0].status.to_string().contains("retry counter exceeded"));
+    }
+}
+
+#[test]
+fn port_down_raises_an_event_and_flushes_everything() {
+    let (mut a, _b) = pair();
+    a.dev.post_recv(a.qp, 1).unwrap();
+    a.dev.inject(Fault::PortDown).unwrap();
+    assert_eq!(
+        a.dev.poll_async_event(),
+        Some(AsyncEvent::PortErr { port: 1 })
+    );
+    assert_eq!(poll(&mut a)[0].status, WcStatus::WR_FLUSH_ERR);
+}

@@ -1,0 +1,568 @@
+//! The real provider over libibverbs, loaded at run time (see
+//! docs/RDMA.md). It is compiled and its layouts are checked at build time
+//! everywhere, but its data path only runs on a machine with an RDMA
+//! device: none of the project's machines has one, so it has never run in
+//! CI (the emulated provider carries the transport's tests).
+
+mod ffi;
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::OnceLock;
+
+use crate::verbs::{
+    AsyncEvent, LinkLayer, Mr, PortInfo, QpState, QpTransition, Result, SendWr, Verbs, VerbsError,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+
+pub use ffi::SONAME;
+
+/// libibverbs, loaded once per process (`Err`: why it could not be).
+fn lib() -> std::result::Result<&'static ffi::Lib, String> {
+    static LIB: OnceLock<std::result::Result<ffi::Lib, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = ffi::Lib::load()?;
+        // Registrations must survive fork() (commbench --np, data-loader
+        // workers): ibv_fork_init marks registered pages MADV_DONTFORK
+        // (also set by RDMAV_FORK_SAFE=1; a no-op on kernels with
+        // copy-on-fork for pinned pages).
+        // SAFETY: called before any device is opened or memory registered.
+        let rc = unsafe { (lib.fork_init)() };
+        if rc != 0 {
+            tracing::warn!(
+                rc,
+                "ibv_fork_init failed: forking after RDMA registration may corrupt registered buffers"
+            );
+        }
+        Ok(lib)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// A device port found by [`list_ports`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DevicePort {
+    /// Device name.
+    pub device: String,
+    /// Port number.
+    pub port: u8,
+    /// Whether the port is ACTIVE.
+    pub active: bool,
+}
+
+/// Every device port libibverbs sees. `Err`: the library is missing (the
+/// message names it and what to install).
+pub fn list_ports() -> std::result::Result<Vec<DevicePort>, String> {
+    let lib = lib().map_err(|e| {
+        format!("{SONAME} could not be loaded ({e}); install libibverbs1 (rdma-core) and a provider (ibverbs-providers) to use RDMA")
+    })?;
+    let mut out = Vec::new();
+    let mut n = 0;
+    // SAFETY: ibv_get_device_list returns an array of `n` device pointers
+    // (or null), freed below with ibv_free_device_list.
+    let list = unsafe { (lib.get_device_list)(&mut n) };
+    if list.is_null() {
+        return Ok(out);
+    }
+    for i in 0..n.max(0) as usize {
+        // SAFETY: `i < n`, the array is live until freed below.
+        let dev = unsafe { *list.add(i) };
+        // SAFETY: a device of the list; the name is a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr((lib.get_device_name)(dev)) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: opening a listed device; closed below.
+        let ctx = unsafe { (lib.open_device)(dev) };
+        if ctx.is_null() {
+            continue;
+        }
+        for port in 1..=8u8 {
+            let mut attr = [0u8; ffi::PORT_ATTR_BYTES];
+            // SAFETY: `attr` is larger than any `struct ibv_port_attr`.
+            if unsafe { (lib.query_port)(ctx, port, attr.as_mut_ptr()) } != 0 {
+                break;
+            }
+            out.push(DevicePort {
+                device: name.clone(),
+                port,
+                active: attr[ffi::PORT_STATE] == 4,
+            });
+        }
+        // SAFETY: opened above, nothing else uses it.
+        unsafe { (lib.close_device)(ctx) };
+    }
+    // SAFETY: the list from ibv_get_device_list, freed once.
+    unsafe { (lib.free_device_list)(list) };
+    Ok(out)
+}
+
+struct RegisteredMr {
+    mr: *mut ffi::MrHead,
+    _mem: memmap2::MmapMut,
+}
+
+/// An opened device port with one protection domain.
+pub struct IbvVerbs {
+    lib: &'static ffi::Lib,
+    ctx: *mut ffi::Context,
+    pd: *mut std::ffi::c_void,
+    port: PortInfo,
+    gid_index: u8,
+    mrs: HashMap<u32, RegisteredMr>,
+    cqs: Vec<*mut ffi::CqHead>,
+    qps: HashMap<u32, *mut ffi::QpHead>,
+    wcs: Vec<ffi::Wc>,
+}
+
+// SAFETY: libibverbs objects may be used from any thread (one at a time
+// here: the connection owning this value is used by one thread at once).
+unsafe impl Send for IbvVerbs {}
+
+fn mtu_bytes(code: u8) -> u32 {
+    match code {
+        1..=5 => 128 << code,
+        _ => 1024,
+    }
+}
+
+fn mtu_code(bytes: u32) -> u32 {
+    match bytes {
+        4096.. => 5,
+        2048.. => 4,
+        1024.. => 3,
+        512.. => 2,
+        _ => 1,
+    }
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+impl IbvVerbs {
+    /// Opens `device` port `port` and reads its LID, GID at `gid_index`
+    /// and MTU.
+    pub fn open(device: &str, port: u8, gid_index: u8) -> Result<IbvVerbs> {
+        let name = format!("{device}:{port}");
+        let err = |op: &'static str, detail: String| VerbsError::Call {
+            device: name.clone(),
+            op,
+            detail,
+        };
+        let lib = lib().map_err(|e| err("dlopen", e))?;
+        let mut n = 0;
+        // SAFETY: as in `list_ports`.
+        let list = unsafe { (lib.get_device_list)(&mut n) };
+        let mut ctx = std::ptr::null_mut();
+        for i in 0..n.max(0) as usize {
+            // SAFETY: `i < n`, the list is live until freed below.
+            let dev = unsafe { *list.add(i) };
+            // SAFETY: a listed device's NUL-terminated name.
+            let dname = unsafe { CStr::from_ptr((lib.get_device_name)(dev)) };
+            if dname.to_bytes() == device.as_bytes() {
+                // SAFETY: opening a listed device; closed in Drop.
+                ctx = unsafe { (lib.open_device)(dev) };
+                break;
+            }
+        }
+        if !list.is_null() {
+            // SAFETY: freed once; an opened context stays valid.
+            unsafe { (lib.free_device_list)(list) };
+        }
+        if ctx.is_null() {
+            return Err(err(
+                "ibv_open_device",
+                format!("cannot open the device: {}", errno()),
+            ));
+        }
+        let mut attr = [0u8; ffi::PORT_ATTR_BYTES];
+        let mut gid = ffi::Gid::default();
+        // SAFETY: `ctx` is open; `attr` is larger than the struct; `gid` is
+        // a `union ibv_gid`.
+        let (rp, rg) = unsafe {
+            (
+                (lib.query_port)(ctx, port, attr.as_mut_ptr()),
+                (lib.query_gid)(ctx, port, gid_index.into(), &mut gid),
+            )
+        };
+        // SAFETY: `ctx` is open; the protection domain is freed in Drop.
+        let pd = unsafe { (lib.alloc_pd)(ctx) };
+        let mut me = IbvVerbs {
+            lib,
+            ctx,
+            pd,
+            port: PortInfo {
+                device: device.to_string(),
+                port,
+                lid: u16::from_ne_bytes([attr[ffi::PORT_LID], attr[ffi::PORT_LID + 1]]),
+                gid: gid.0,
+                mtu: mtu_bytes(attr[ffi::PORT_ACTIVE_MTU]),
+                link_layer: if attr[ffi::PORT_LINK_LAYER] == 2 {
+                    LinkLayer::Ethernet
+                } else {
+                    LinkLayer::InfiniBand
+                },
+            },
+            gid_index,
+            mrs: HashMap::new(),
+            cqs: Vec::new(),
+            qps: HashMap::new(),
+            wcs: Vec::new(),
+        };
+        if rp != 0 || pd.is_null() {
+            me.pd = pd;
+            return Err(err("ibv_query_port/ibv_alloc_pd", format!("{}", errno())));
+        }
+        if rg != 0 {
+            return Err(err(
+                "ibv_query_gid",
+                format!(
+                    "no GID at SNCL_IB_GID_INDEX={gid_index}: {} (see `show_gids`)",
+                    errno()
+                ),
+            ));
+        }
+        // SAFETY: `ctx` is open; async_fd is its event descriptor.
+        let fd = unsafe { (*ctx).async_fd };
+        // SAFETY: making a descriptor we own (through ctx) non-blocking.
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        Ok(me)
+    }
+
+    fn err(&self, op: &'static str, detail: String) -> VerbsError {
+        VerbsError::Call {
+            device: self.port.name(),
+            op,
+            detail,
+        }
+    }
+
+    fn qp(&self, op: &'static str, qpn: u32) -> Result<*mut ffi::QpHead> {
+        self.qps
+            .get(&qpn)
+            .copied()
+            .ok_or_else(|| self.err(op, format!("no queue pair {qpn}")))
+    }
+}
+
+impl Verbs for IbvVerbs {
+    fn port(&self) -> &PortInfo {
+        &self.port
+    }
+
+    fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
+        crate::sys::check_memlock(len).map_err(|e| self.err("ibv_reg_mr", e))?;
+        let mut mem = memmap2::MmapMut::map_anon(len.max(1))
+            .map_err(|e| self.err("ibv_reg_mr", format!("allocating {len} bytes: {e}")))?;
+        // SAFETY: `mem` is a live mapping of `len` bytes kept with the
+        // registration; `pd` is this context's protection domain.
+        let mr = unsafe {
+            (self.lib.reg_mr)(
+                self.pd,
+                mem.as_mut_ptr().cast(),
+                mem.len(),
+                ffi::ACCESS_LOCAL_REMOTE_WRITE,
+            )
+        };
+        if mr.is_null() {
+            return Err(self.err(
+                "ibv_reg_mr",
+                format!(
+                    "registering {len} bytes failed: {} (check RLIMIT_MEMLOCK: `ulimit -l`)",
+                    errno()
+                ),
+            ));
+        }
+        // SAFETY: a registration returned by ibv_reg_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        let out = Mr {
+            addr: mem.as_ptr() as u64,
+            len: mem.len(),
+            lkey,
+            rkey,
+        };
+        self.mrs.insert(lkey, RegisteredMr { mr, _mem: mem });
+        Ok(out)
+    }
+
+    fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {
+        let r = self
+            .mrs
+            .remove(&mr.lkey)
+            .ok_or_else(|| self.err("ibv_dereg_mr", format!("no region {:#x}", mr.lkey)))?;
+        // SAFETY: registered by alloc_mr, deregistered once; the memory is
+        // unmapped only after (when `r` drops).
+        if unsafe { (self.lib.dereg_mr)(r.mr) } != 0 {
+            return Err(self.err("ibv_dereg_mr", errno().to_string()));
+        }
+        Ok(())
+    }
+
+    fn create_cq(&mut self, depth: usize) -> Result<u32> {
+        let cqe = i32::try_from(depth).map_err(|_| self.err("ibv_create_cq", "depth".into()))?;
+        // SAFETY: `ctx` is open; no channel; destroyed in Drop.
+        let cq = unsafe {
+            (self.lib.create_cq)(self.ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            return Err(self.err("ibv_create_cq", errno().to_string()));
+        }
+        self.cqs.push(cq);
+        Ok(self.cqs.len() as u32 - 1)
+    }
+
+    fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32> {
+        let cq = *self
+            .cqs
+            .get(cq as usize)
+            .ok_or_else(|| self.err("ibv_create_qp", format!("no CQ {cq}")))?;
+        let mut attr = ffi::QpInitAttr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: cq.cast(),
+            recv_cq: cq.cast(),
+            srq: std::ptr::null_mut(),
+            cap: ffi::QpCap {
+                max_send_wr: max_send,
+                max_recv_wr: max_recv,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: ffi::QPT_RC,
+            sq_sig_all: 1,
+        };
+        // SAFETY: `pd` and `cq` are live; `attr` is a valid init attr.
+        let qp = unsafe { (self.lib.create_qp)(self.pd, &mut attr) };
+        if qp.is_null() {
+            return Err(self.err("ibv_create_qp", errno().to_string()));
+        }
+        // SAFETY: a queue pair returned by ibv_create_qp.
+        let qpn = unsafe { (*qp).qp_num };
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
+        let qp = self.qp("ibv_modify_qp", qpn)?;
+        let mut a = ffi::QpAttr::default();
+        let mask = match to {
+            QpTransition::Init => {
+                a.qp_state = 1;
+                a.port_num = self.port.port;
+                a.qp_access_flags = ffi::ACCESS_LOCAL_REMOTE_WRITE as u32;
+                ffi::QP_STATE | ffi::QP_PKEY_INDEX | ffi::QP_PORT | ffi::QP_ACCESS_FLAGS
+            }
+            QpTransition::Rtr { remote, path } => {
+                a.qp_state = 2;
+                a.path_mtu = mtu_code(path.mtu);
+                a.dest_qp_num = remote.qpn;
+                a.rq_psn = remote.psn;
+                a.max_dest_rd_atomic = 1;
+                a.min_rnr_timer = 12;
+                a.ah_attr.dlid = remote.lid;
+                a.ah_attr.sl = path.sl;
+                a.ah_attr.port_num = self.port.port;
+                if self.port.link_layer == LinkLayer::Ethernet || remote.gid != [0; 16] {
+                    a.ah_attr.is_global = 1;
+                    a.ah_attr.grh.dgid = ffi::Gid(remote.gid);
+                    a.ah_attr.grh.sgid_index = self.gid_index;
+                    a.ah_attr.grh.hop_limit = 255;
+                    a.ah_attr.grh.traffic_class = path.traffic_class;
+                }
+                ffi::QP_STATE
+                    | ffi::QP_AV
+                    | ffi::QP_PATH_MTU
+                    | ffi::QP_DEST_QPN
+                    | ffi::QP_RQ_PSN
+                    | ffi::QP_MAX_DEST_RD_ATOMIC
+                    | ffi::QP_MIN_RNR_TIMER
+            }
+            QpTransition::Rts { psn, path } => {
+                a.qp_state = 3;
+                a.sq_psn = psn;
+                a.timeout = path.timeout;
+                a.retry_cnt = path.retry_cnt;
+                a.rnr_retry = 7;
+                a.max_rd_atomic = 1;
+                ffi::QP_STATE
+                    | ffi::QP_TIMEOUT
+                    | ffi::QP_RETRY_CNT
+                    | ffi::QP_RNR_RETRY
+                    | ffi::QP_SQ_PSN
+                    | ffi::QP_MAX_QP_RD_ATOMIC
+            }
+            QpTransition::Error => {
+                a.qp_state = 6;
+                ffi::QP_STATE
+            }
+            QpTransition::Reset => {
+                a.qp_state = 0;
+                ffi::QP_STATE
+            }
+        };
+        // SAFETY: a live queue pair and a fully initialised attribute.
+        let rc = unsafe { (self.lib.modify_qp)(qp, &mut a, mask) };
+        if rc != 0 {
+            return Err(self.err(
+                "ibv_modify_qp",
+                format!("{to:?} failed: {}", std::io::Error::from_raw_os_error(rc)),
+            ));
+        }
+        Ok(())
+    }
+
+    fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        let qp = self.qp("ibv_query_qp", qpn)?;
+        // SAFETY: a live queue pair; libibverbs keeps `state` current for
+        // the transitions made through ibv_modify_qp.
+        Ok(match unsafe { (*qp).state } {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            _ => QpState::Error,
+        })
+    }
+
+    fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
+        let qp = self.qp("ibv_post_send", qpn)?;
+        let mut sge = ffi::Sge {
+            addr: wr.local.0,
+            length: wr.local.1,
+            lkey: wr.local.2,
+        };
+        let mut w = ffi::SendWr::new();
+        w.wr_id = wr.wr_id;
+        if wr.local.1 > 0 {
+            w.sg_list = &mut sge;
+            w.num_sge = 1;
+        }
+        w.opcode = if wr.imm.is_some() {
+            ffi::WR_RDMA_WRITE_WITH_IMM
+        } else {
+            ffi::WR_RDMA_WRITE
+        };
+        w.send_flags = ffi::SEND_SIGNALED;
+        w.imm_data = wr.imm.unwrap_or(0).to_be();
+        w.remote_addr = wr.remote_addr;
+        w.rkey = wr.rkey;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: verbs.h's inline ibv_post_send: the context's ops table;
+        // `qp` is live, `w` and `sge` outlive the call (the HCA copies the
+        // descriptor when posting).
+        let rc = unsafe { ((*(*qp).context).ops.post_send)(qp.cast(), &mut w, &mut bad) };
+        if rc != 0 {
+            return Err(self.err(
+                "ibv_post_send",
+                format!("QP {qpn}: {}", std::io::Error::from_raw_os_error(rc)),
+            ));
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qpn: u32, wr_id: u64) -> Result<()> {
+        let qp = self.qp("ibv_post_recv", qpn)?;
+        let mut w = ffi::RecvWr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: verbs.h's inline ibv_post_recv through the ops table.
+        let rc = unsafe { ((*(*qp).context).ops.post_recv)(qp.cast(), &mut w, &mut bad) };
+        if rc != 0 {
+            return Err(self.err(
+                "ibv_post_recv",
+                format!("QP {qpn}: {}", std::io::Error::from_raw_os_error(rc)),
+            ));
+        }
+        Ok(())
+    }
+
+    fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        let cqp = *self
+            .cqs
+            .get(cq as usize)
+            .ok_or_else(|| self.err("ibv_poll_cq", format!("no CQ {cq}")))?;
+        self.wcs.resize(max, ffi::Wc::default());
+        // SAFETY: verbs.h's inline ibv_poll_cq through the ops table; `wcs`
+        // holds `max` entries.
+        let n = unsafe {
+            ((*(*cqp).context).ops.poll_cq)(cqp.cast(), max as i32, self.wcs.as_mut_ptr())
+        };
+        if n < 0 {
+            return Err(self.err("ibv_poll_cq", format!("returned {n} (CQ overrun?)")));
+        }
+        for w in &self.wcs[..n as usize] {
+            out.push(WorkCompletion {
+                wr_id: w.wr_id,
+                status: WcStatus(w.status),
+                // The opcode of an error completion is undefined.
+                opcode: match w.opcode {
+                    _ if w.status != 0 => WcOpcode::Recv,
+                    ffi::WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+                    ffi::WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+                    _ => WcOpcode::Recv,
+                },
+                byte_len: w.byte_len,
+                imm: (w.opcode == ffi::WC_RECV_RDMA_WITH_IMM).then(|| u32::from_be(w.imm_data)),
+                qp_num: w.qp_num,
+                vendor_err: w.vendor_err,
+            });
+        }
+        Ok(n as usize)
+    }
+
+    fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        let mut ev = ffi::AsyncEventRaw {
+            element: std::ptr::null_mut(),
+            event_type: 0,
+        };
+        // SAFETY: `ctx` is open and its async fd non-blocking (set in open).
+        if unsafe { (self.lib.get_async_event)(self.ctx, &mut ev) } != 0 {
+            return None;
+        }
+        let out = match ev.event_type {
+            0 => AsyncEvent::CqErr,
+            1..=3 => AsyncEvent::QpFatal {
+                // SAFETY: for QP events the element is the `ibv_qp`.
+                qpn: unsafe { (*ev.element.cast::<ffi::QpHead>()).qp_num },
+            },
+            8 => AsyncEvent::DeviceFatal,
+            10 => AsyncEvent::PortErr {
+                port: (ev.element as usize) as u8,
+            },
+            n => AsyncEvent::Other(n),
+        };
+        // SAFETY: every event from ibv_get_async_event is acknowledged once.
+        unsafe { (self.lib.ack_async_event)(&mut ev) };
+        Some(out)
+    }
+}
+
+impl Drop for IbvVerbs {
+    fn drop(&mut self) {
+        // SAFETY: every object was created on this context and is destroyed
+        // once, children before parents.
+        unsafe {
+            for qp in self.qps.values() {
+                (self.lib.destroy_qp)(*qp);
+            }
+            for r in self.mrs.values() {
+                (self.lib.dereg_mr)(r.mr);
+            }
+            for cq in &self.cqs {
+                (self.lib.destroy_cq)(*cq);
+            }
+            if !self.pd.is_null() {
+                (self.lib.dealloc_pd)(self.pd);
+            }
+            (self.lib.close_device)(self.ctx);
+        }
+    }
+}

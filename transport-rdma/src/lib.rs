@@ -1,0 +1,78 @@
+//! sncl transport over RDMA verbs: RC queue pairs, RDMA WRITE with
+//! immediate into the peer's registered slot FIFO, credits written back.
+//!
+//! Two verbs providers sit behind the small [`Verbs`] trait:
+//! * [`IbvVerbs`]: libibverbs, loaded at run time (`libibverbs.so.1`), so
+//!   a machine without it builds, starts and runs over shm/tcp; selected
+//!   only where a device port is ACTIVE. None of the project's machines has
+//!   an RDMA device, so this path has not run in CI;
+//! * [`EmuVerbs`] (`SNCL_IB_EMULATE=1`): emulated verbs between processes of
+//!   one machine (shared-memory regions, per-QP rings for immediates), with
+//!   QP states, key and bounds checks, completion order, immediates, CQ
+//!   overflow and fault injection: the transport's tests run on it.
+//!
+//! Use: [`IbSettings::from_env`], then [`probe`] once per process (an
+//! [`Availability::Unavailable`] reason goes to [`log_skipped`]: one INFO
+//! line), then [`establish`] with the bootstrap store and the peers; each
+//! [`RdmaConnection`] implements the executor's
+//! [`Connection`](comm_core::transport::Connection). Design and the binding
+//! decision: docs/RDMA.md.
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use comm_core::bootstrap::MemoryStore;
+//! use comm_core::settings::Environment;
+//! use comm_core::transport::Connection;
+//! use transport_rdma::{establish, log_skipped, probe, Availability, IbSettings, RdmaSetup};
+//!
+//! # fn main() -> Result<(), comm_core::Error> {
+//! # let (rank, nranks, comm_id, store) = (0, 2, 7u64, MemoryStore::new());
+//! # let rdma_peers = vec![1usize];
+//! let env = Environment::from_process()?;
+//! let ib = IbSettings::from_env(&env)?;
+//! let provider = match probe(&ib) {
+//!     Availability::Ready(p) => p,
+//!     Availability::Unavailable(why) => {
+//!         log_skipped(&why); // one INFO line; use shm/tcp
+//!         return Ok(());
+//!     }
+//! };
+//! let setup = RdmaSetup {
+//!     rank,
+//!     comm_id,
+//!     settings: ib,
+//!     slots: transport_rdma::DEFAULT_SLOTS,
+//!     slot_bytes: transport_rdma::DEFAULT_SLOT_BYTES,
+//!     deadline: Instant::now() + Duration::from_secs(30),
+//! };
+//! let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
+//! for c in establish(&setup, &provider, &store, &rdma_peers)? {
+//!     let p = c.peer();
+//!     conns[p] = Some(Box::new(c)); // kind() == "rdma"
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+mod conn;
+pub mod emu;
+mod ibv;
+mod mem;
+mod settings;
+mod setup;
+mod sys;
+pub mod topo;
+pub mod verbs;
+
+pub use conn::RdmaConnection;
+pub use emu::EmuVerbs;
+pub use ibv::{list_ports, DevicePort, IbvVerbs};
+pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
+pub use setup::{
+    establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,
+    DEFAULT_SLOT_BYTES,
+};
+pub use sys::{memlock_advice, memlock_limit};
+pub use verbs::Verbs;

@@ -1,0 +1,441 @@
+//! Choosing a provider ([`probe`]) and connecting every pair of ranks
+//! through the bootstrap store ([`establish`]).
+
+use std::time::Instant;
+
+use comm_core::bootstrap::Store;
+use comm_core::wire::HEADER_BYTES;
+use comm_core::Error;
+
+use crate::conn::{Parts, RdmaConnection, MAX_SLOTS, MAX_SLOT_BYTES};
+use crate::emu::EmuVerbs;
+use crate::ibv::{self, IbvVerbs};
+use crate::settings::IbSettings;
+use crate::verbs::{PathAttrs, QpAddress, QpTransition, Verbs};
+
+/// Default FIFO slots per direction.
+pub const DEFAULT_SLOTS: usize = 8;
+/// Default slot size (piece header + payload).
+pub const DEFAULT_SLOT_BYTES: usize = 512 << 10;
+/// Receives kept posted on each QP beyond the FIFO's slots (credits, aborts).
+const RQ_EXTRA: u32 = 8;
+/// Send work requests per QP beyond the FIFO's slots.
+const SQ_EXTRA: u32 = 8;
+
+/// Which verbs provider connections use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// The emulated provider (`SNCL_IB_EMULATE=1`).
+    Emulated,
+    /// A device port through libibverbs.
+    Device {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+    },
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Provider::Emulated => write!(f, "emulated verbs ({}:1)", crate::emu::EMU_DEVICE),
+            Provider::Device { device, port } => write!(f, "{device}:{port}"),
+        }
+    }
+}
+
+/// Whether this process can use RDMA, and if not why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Usable with this provider.
+    Ready(Provider),
+    /// Not usable: the reason, naming what is missing and what to do.
+    Unavailable(String),
+}
+
+/// Decides the provider from the settings: `SNCL_IB_DISABLE`, then
+/// `SNCL_IB_EMULATE`, then libibverbs' devices filtered by `SNCL_IB_HCA`
+/// (the first ACTIVE port allowed; see [`probe_for`] to choose by GPU
+/// proximity and local rank).
+pub fn probe(settings: &IbSettings) -> Availability {
+    probe_for(settings, 0, None)
+}
+
+/// [`probe`] for one rank of a node: among the ACTIVE ports allowed by
+/// `SNCL_IB_HCA`, the one nearest the GPU with PCI bus id `gpu_bus_id` (as
+/// `nvidia-smi` prints it), else the `local_rank`-th in turn, so the ranks
+/// of a node use the NICs as rails.
+pub fn probe_for(
+    settings: &IbSettings,
+    local_rank: usize,
+    gpu_bus_id: Option<&str>,
+) -> Availability {
+    if settings.disable {
+        return Availability::Unavailable("SNCL_IB_DISABLE=1".into());
+    }
+    if settings.emulate {
+        return Availability::Ready(Provider::Emulated);
+    }
+    let ports = match ibv::list_ports() {
+        Ok(p) => p,
+        Err(e) => return Availability::Unavailable(e),
+    };
+    if ports.is_empty() {
+        return Availability::Unavailable(format!(
+            "{} is present but finds no RDMA device (check `ibv_devices`, the kernel modules \
+             (ib_uverbs, mlx5_ib) and /dev/infiniband; SNCL_IB_EMULATE=1 runs the transport \
+             on emulated verbs)",
+            ibv::SONAME
+        ));
+    }
+    let allowed = |p: &&ibv::DevicePort| {
+        settings
+            .hca
+            .as_ref()
+            .is_none_or(|f| f.allows(&p.device, p.port))
+    };
+    let usable: Vec<ibv::DevicePort> = ports
+        .iter()
+        .filter(allowed)
+        .filter(|p| p.active)
+        .cloned()
+        .collect();
+    let gpu = gpu_bus_id.and_then(crate::topo::pci_path);
+    let chosen = crate::topo::choose_port(
+        &usable,
+        local_rank,
+        gpu.as_deref(),
+        crate::topo::ib_device_pci_path,
+    );
+    match chosen {
+        Some(p) => Availability::Ready(Provider::Device {
+            device: p.device.clone(),
+            port: p.port,
+        }),
+        None => {
+            let all: Vec<String> = ports
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}:{}{}",
+                        p.device,
+                        p.port,
+                        if p.active { "" } else { " (not active)" }
+                    )
+                })
+                .collect();
+            Availability::Unavailable(format!(
+                "no ACTIVE RDMA port is allowed by SNCL_IB_HCA among [{}]",
+                all.join(", ")
+            ))
+        }
+    }
+}
+
+/// Logs the one INFO line for a transport that is skipped.
+pub fn log_skipped(reason: &str) {
+    tracing::info!("rdma transport skipped: {reason}");
+}
+
+/// What [`establish`] needs to know. Every rank must use the same
+/// `comm_id`, `slots`, `slot_bytes` and `SNCL_IB_QPS_PER_CONN`.
+#[derive(Clone, Debug)]
+pub struct RdmaSetup {
+    /// This rank.
+    pub rank: usize,
+    /// The communicator's id (names the store keys).
+    pub comm_id: u64,
+    /// The `SNCL_IB_*` settings.
+    pub settings: IbSettings,
+    /// FIFO slots per direction (at most 256).
+    pub slots: usize,
+    /// Bytes of one slot: piece header + largest payload (below 4 MiB).
+    pub slot_bytes: usize,
+    /// Every wait of the setup ends here with an error.
+    pub deadline: Instant,
+}
+
+fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
+    Ok(match provider {
+        Provider::Emulated => Box::new(EmuVerbs::open()?),
+        Provider::Device { device, port } => {
+            Box::new(IbvVerbs::open(device, *port, settings.gid_index)?)
+        }
+    })
+}
+
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::fill(&mut b);
+    u32::from_le_bytes(b) & 0x00ff_ffff
+}
+
+struct Local {
+    peer: usize,
+    dev: Box<dyn Verbs>,
+    cq: u32,
+    qps: Vec<(u32, u32)>,
+    fifo: crate::verbs::Mr,
+    staging: crate::verbs::Mr,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
+    let p = l.dev.port();
+    let qps: Vec<String> = l.qps.iter().map(|(q, s)| format!("{q}:{s}")).collect();
+    format!(
+        "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nqps={}\n",
+        p.name(),
+        p.lid,
+        hex(&p.gid),
+        p.mtu,
+        setup.slots,
+        setup.slot_bytes,
+        l.fifo.addr,
+        l.fifo.rkey,
+        qps.join(",")
+    )
+    .into_bytes()
+}
+
+/// A peer's published connection info.
+struct Remote {
+    device: String,
+    lid: u16,
+    gid: [u8; 16],
+    mtu: u32,
+    fifo: (u64, u32),
+    qps: Vec<(u32, u32)>,
+}
+
+fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
+    let me = setup.rank;
+    let text = String::from_utf8_lossy(raw);
+    let bad = |what: String| Error::Bootstrap {
+        rank: me,
+        detail: format!("peer rank {peer} published RDMA connection info that {what}: {text:?}"),
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some("sncl-rdma 1") {
+        return Err(bad("is not version 1 of sncl's format".into()));
+    }
+    let fields: std::collections::HashMap<&str, &str> =
+        lines.filter_map(|l| l.split_once('=')).collect();
+    let get = |k: &str| {
+        fields
+            .get(k)
+            .copied()
+            .ok_or_else(|| bad(format!("lacks {k}")))
+    };
+    let num = |k: &str| -> Result<u64, Error> {
+        get(k)?
+            .parse::<u64>()
+            .map_err(|_| bad(format!("has a bad {k}")))
+    };
+    let slots = num("slots")? as usize;
+    let slot_bytes = num("slot_bytes")? as usize;
+    if slots != setup.slots || slot_bytes != setup.slot_bytes {
+        return Err(Error::Bootstrap {
+            rank: me,
+            detail: format!(
+                "peer rank {peer} uses an RDMA FIFO of {slots} slots of {slot_bytes} bytes, this \
+                 rank {} slots of {} bytes: every rank must use the same settings",
+                setup.slots, setup.slot_bytes
+            ),
+        });
+    }
+    let gid_hex = get("gid")?;
+    let mut gid = [0u8; 16];
+    if gid_hex.len() != 32 {
+        return Err(bad("has a GID that is not 16 bytes".into()));
+    }
+    for (i, g) in gid.iter_mut().enumerate() {
+        *g = u8::from_str_radix(&gid_hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| bad("has a GID that is not hex".into()))?;
+    }
+    let (addr, rkey) = get("fifo")?
+        .split_once(':')
+        .and_then(|(a, k)| Some((a.parse().ok()?, k.parse().ok()?)))
+        .ok_or_else(|| bad("has a bad fifo".into()))?;
+    let qps = get("qps")?
+        .split(',')
+        .map(|q| {
+            q.split_once(':')
+                .and_then(|(n, p)| Some((n.parse().ok()?, p.parse().ok()?)))
+                .ok_or_else(|| bad("has a bad qps list".into()))
+        })
+        .collect::<Result<Vec<(u32, u32)>, Error>>()?;
+    if qps.len() != setup.settings.qps_per_conn {
+        return Err(Error::Bootstrap {
+            rank: me,
+            detail: format!(
+                "peer rank {peer} uses {} queue pairs per connection, this rank {} \
+                 (SNCL_IB_QPS_PER_CONN must be the same on every rank)",
+                qps.len(),
+                setup.settings.qps_per_conn
+            ),
+        });
+    }
+    Ok(Remote {
+        device: get("device")?.to_string(),
+        lid: num("lid")? as u16,
+        gid,
+        mtu: num("mtu")? as u32,
+        fifo: (addr, rkey),
+        qps,
+    })
+}
+
+/// Connects this rank to every peer in `peers` over RDMA and returns the
+/// connections in the same order.
+///
+/// Per peer: opens the provider, registers the inbound FIFO and the
+/// staging area, creates `SNCL_IB_QPS_PER_CONN` RC queue pairs (RESET →
+/// INIT, receives posted), publishes LID, GID, MTU, QPNs, PSNs and the
+/// FIFO's address and rkey under `rdma/<comm>/<rank>-<peer>`, reads the
+/// peer's, moves the QPs to RTR and RTS, and waits for the peer to be
+/// ready too (so nobody writes to a QP not yet able to receive). Every
+/// wait ends at `setup.deadline` with an error naming the peer.
+pub fn establish(
+    setup: &RdmaSetup,
+    provider: &Provider,
+    store: &dyn Store,
+    peers: &[usize],
+) -> Result<Vec<RdmaConnection>, Error> {
+    let me = setup.rank;
+    let s = &setup.settings;
+    let err = |detail: String| Error::Bootstrap { rank: me, detail };
+    if setup.slots == 0 || setup.slots > MAX_SLOTS {
+        return Err(err(format!(
+            "RDMA FIFO slots must be between 1 and {MAX_SLOTS}, got {}",
+            setup.slots
+        )));
+    }
+    if setup.slot_bytes <= HEADER_BYTES || setup.slot_bytes > MAX_SLOT_BYTES {
+        return Err(err(format!(
+            "RDMA slot size must be between {} and {MAX_SLOT_BYTES} bytes, got {}",
+            HEADER_BYTES + 1,
+            setup.slot_bytes
+        )));
+    }
+    let region = setup.slots * setup.slot_bytes;
+    if matches!(provider, Provider::Device { .. }) {
+        crate::sys::check_memlock(2 * region * peers.len())
+            .map_err(|e| err(format!("{provider}: {e}")))?;
+    }
+    let verbs_err = |peer: usize, e: crate::verbs::VerbsError| {
+        err(format!("setting up RDMA to peer rank {peer}: {e}"))
+    };
+    let key = |from: usize, to: usize| format!("rdma/{:016x}/{from}-{to}", setup.comm_id);
+    let sq_depth = setup.slots as u32 + SQ_EXTRA;
+    let rq_depth = setup.slots as u32 + RQ_EXTRA;
+    let nqps = s.qps_per_conn;
+
+    // 1. Local resources and published info, for every peer.
+    let mut locals = Vec::with_capacity(peers.len());
+    for &peer in peers {
+        let ve = |e| verbs_err(peer, e);
+        let mut dev = open(provider, s).map_err(ve)?;
+        let cq = dev
+            .create_cq(nqps * (sq_depth + rq_depth) as usize + 16)
+            .map_err(ve)?;
+        let fifo = dev.alloc_mr(region).map_err(ve)?;
+        let staging = dev.alloc_mr(region).map_err(ve)?;
+        let mut qps = Vec::with_capacity(nqps);
+        for q in 0..nqps {
+            let qpn = dev.create_qp(cq, sq_depth, rq_depth).map_err(ve)?;
+            dev.modify_qp(qpn, QpTransition::Init).map_err(ve)?;
+            for _ in 0..rq_depth {
+                dev.post_recv(qpn, crate::conn::RECV_TAG | q as u64)
+                    .map_err(ve)?;
+            }
+            qps.push((qpn, random_psn()));
+        }
+        let l = Local {
+            peer,
+            dev,
+            cq,
+            qps,
+            fifo,
+            staging,
+        };
+        store.set(&key(me, peer), &encode(setup, &l))?;
+        locals.push(l);
+    }
+
+    // 2. Connect to each peer's queue pairs.
+    let remaining = || setup.deadline.saturating_duration_since(Instant::now());
+    let mut remotes = Vec::with_capacity(peers.len());
+    for l in &mut locals {
+        let peer = l.peer;
+        let raw = store.get(&key(peer, me), remaining()).map_err(|e| {
+            err(format!(
+                "waiting for peer rank {peer}'s RDMA connection info by the deadline: {e} \
+                 (is rank {peer} running, and does it use RDMA too?)"
+            ))
+        })?;
+        let r = decode(setup, peer, &raw)?;
+        let path = PathAttrs {
+            mtu: r.mtu.min(l.dev.port().mtu),
+            gid_index: s.gid_index,
+            sl: s.sl,
+            traffic_class: s.traffic_class,
+            timeout: s.timeout,
+            retry_cnt: s.retry_cnt,
+        };
+        for (&(qpn, psn), &(rqpn, rpsn)) in l.qps.iter().zip(&r.qps) {
+            let remote = QpAddress {
+                lid: r.lid,
+                gid: r.gid,
+                qpn: rqpn,
+                psn: rpsn,
+            };
+            let ve = |e| verbs_err(peer, e);
+            l.dev
+                .modify_qp(qpn, QpTransition::Rtr { remote, path })
+                .map_err(ve)?;
+            l.dev
+                .modify_qp(qpn, QpTransition::Rts { psn, path })
+                .map_err(ve)?;
+        }
+        store.set(&format!("{}/ready", key(me, peer)), b"1")?;
+        tracing::debug!(rank = me, peer, device = %l.dev.port().name(), remote = %r.device, "rdma queue pairs ready");
+        remotes.push(r);
+    }
+
+    // 3. Wait until every peer's queue pairs can receive.
+    for l in &locals {
+        let peer = l.peer;
+        store
+            .get(&format!("{}/ready", key(peer, me)), remaining())
+            .map_err(|e| {
+                err(format!(
+                    "waiting for peer rank {peer} to bring its RDMA queue pairs to RTS by the \
+                     deadline: {e}"
+                ))
+            })?;
+    }
+    Ok(locals
+        .into_iter()
+        .zip(remotes)
+        .map(|(l, r)| {
+            RdmaConnection::new(Parts {
+                rank: me,
+                peer: l.peer,
+                dev: l.dev,
+                cq: l.cq,
+                qps: l.qps.iter().map(|q| q.0).collect(),
+                sq_depth,
+                fifo: l.fifo,
+                staging: l.staging,
+                remote_fifo: r.fifo,
+                slots: setup.slots,
+                slot_bytes: setup.slot_bytes,
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,381 @@
+//! The small verbs interface the transport uses, with two providers: the
+//! real one over libibverbs ([`crate::ibv`]) and the emulated one
+//! ([`crate::emu`], `SNCL_IB_EMULATE=1`). Names and numbers follow
+//! `<infiniband/verbs.h>` so that statuses read the same on both.
+
+use std::fmt;
+
+/// Result of a verbs call.
+pub type Result<T> = std::result::Result<T, VerbsError>;
+
+/// A verbs call that failed (the call itself, not a work completion).
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    /// The provider refused or failed the call.
+    #[error("{device}: {op} failed: {detail}")]
+    Call {
+        /// The device (e.g. `mlx5_0:1`, `emu_ib0:1`).
+        device: String,
+        /// The verb (`ibv_post_send`, ...).
+        op: &'static str,
+        /// What went wrong and what to check.
+        detail: String,
+    },
+    /// The queue pair is in a state that does not allow the call.
+    #[error("{device}: {op} on QP {qpn} in state {state} is not allowed (needs {need})")]
+    QpState {
+        /// The device.
+        device: String,
+        /// The verb.
+        op: &'static str,
+        /// The queue pair number.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+        /// The states that allow the call.
+        need: &'static str,
+    },
+    /// A completion queue lost completions.
+    #[error(
+        "{device}: completion queue overflowed (depth {depth}): completions were lost and every \
+         queue pair on it is in error; the CQ must hold every outstanding work request"
+    )]
+    CqOverflow {
+        /// The device.
+        device: String,
+        /// The queue's depth.
+        depth: usize,
+    },
+}
+
+/// A queue pair's state (`enum ibv_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Initialised: may post receives.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// In error: every work request completes flushed.
+    Error,
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Error => "ERROR",
+        })
+    }
+}
+
+/// The status of a work completion (`enum ibv_wc_status`, same numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WcStatus(pub u32);
+
+impl WcStatus {
+    /// `IBV_WC_SUCCESS`
+    pub const SUCCESS: WcStatus = WcStatus(0);
+    /// `IBV_WC_LOC_LEN_ERR`
+    pub const LOC_LEN_ERR: WcStatus = WcStatus(1);
+    /// `IBV_WC_LOC_PROT_ERR`
+    pub const LOC_PROT_ERR: WcStatus = WcStatus(4);
+    /// `IBV_WC_WR_FLUSH_ERR`
+    pub const WR_FLUSH_ERR: WcStatus = WcStatus(5);
+    /// `IBV_WC_REM_ACCESS_ERR`
+    pub const REM_ACCESS_ERR: WcStatus = WcStatus(10);
+    /// `IBV_WC_RETRY_EXC_ERR`
+    pub const RETRY_EXC_ERR: WcStatus = WcStatus(12);
+
+    /// The status in words with what to check (not only a number).
+    pub fn describe(self) -> &'static str {
+        match self.0 {
+            0 => "success",
+            1 => "local length error (a work request's data did not fit)",
+            2 => "local QP operation error (an internal consistency error of the QP)",
+            4 => "local protection error (the local buffer is not registered or its lkey is wrong)",
+            5 => "work request flushed (the queue pair went to the error state before it ran; an earlier error is the cause)",
+            7 => "bad response from the remote side",
+            8 => "local access error",
+            9 => "remote invalid request (the peer's QP refused the operation)",
+            10 => "remote access error (the rkey or the address range is not valid at the peer: a deregistered or out-of-bounds buffer)",
+            11 => "remote operation error (the peer could not complete the operation)",
+            12 => "transport retry counter exceeded (the peer did not answer: its process, NIC, port or link is gone; check the peer, the cabling/switch and SNCL_IB_TIMEOUT/SNCL_IB_RETRY_CNT)",
+            13 => "RNR retry counter exceeded (the peer had no receive posted)",
+            19 => "fatal error of the device",
+            20 => "response timeout",
+            21 => "general error",
+            _ => "unknown work completion status",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (status {})", self.describe(), self.0)
+    }
+}
+
+/// What a completion completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// An RDMA WRITE (with or without immediate) this side posted.
+    RdmaWrite,
+    /// A receive consumed by a peer's WRITE with immediate.
+    RecvRdmaWithImm,
+    /// A receive, or any completion with an error status (whose opcode
+    /// verbs leaves undefined: tell them apart by `wr_id`).
+    Recv,
+}
+
+/// One work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Its status.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes written (receives with immediate).
+    pub byte_len: u32,
+    /// The immediate data (host order), for receives with immediate.
+    pub imm: Option<u32>,
+    /// The local queue pair.
+    pub qp_num: u32,
+    /// Vendor error code (0 where none).
+    pub vendor_err: u32,
+}
+
+/// Link layer of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// InfiniBand (addressed by LID).
+    InfiniBand,
+    /// Ethernet: RoCE (addressed by GID).
+    Ethernet,
+    /// The emulated provider.
+    Emulated,
+}
+
+/// An opened device port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Device name (`mlx5_0`, `emu_ib0`).
+    pub device: String,
+    /// Port number (from 1).
+    pub port: u8,
+    /// Local identifier (InfiniBand).
+    pub lid: u16,
+    /// The GID at `SNCL_IB_GID_INDEX` (RoCE v2; also set on InfiniBand).
+    pub gid: [u8; 16],
+    /// Active MTU in bytes.
+    pub mtu: u32,
+    /// The link layer.
+    pub link_layer: LinkLayer,
+}
+
+impl PortInfo {
+    /// `device:port`, as errors name it.
+    pub fn name(&self) -> String {
+        format!("{}:{}", self.device, self.port)
+    }
+}
+
+/// A registered memory region, allocated by the provider (page aligned,
+/// zeroed); valid until [`Verbs::dereg_mr`] or the provider is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mr {
+    /// Its virtual address (what work requests and peers use).
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// Where a peer's queue pair is (exchanged through the bootstrap store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAddress {
+    /// The peer port's LID.
+    pub lid: u16,
+    /// The peer port's GID.
+    pub gid: [u8; 16],
+    /// The peer's queue pair number.
+    pub qpn: u32,
+    /// The peer's initial packet sequence number.
+    pub psn: u32,
+}
+
+/// Path and timing attributes of a connection (`SNCL_IB_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathAttrs {
+    /// Path MTU in bytes (the smaller of both ports').
+    pub mtu: u32,
+    /// GID index (`SNCL_IB_GID_INDEX`).
+    pub gid_index: u8,
+    /// Service level (`SNCL_IB_SL`).
+    pub sl: u8,
+    /// Traffic class (`SNCL_IB_TC`).
+    pub traffic_class: u8,
+    /// Local ACK timeout exponent (`SNCL_IB_TIMEOUT`: 4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retry count (`SNCL_IB_RETRY_CNT`).
+    pub retry_cnt: u8,
+}
+
+/// A state transition of [`Verbs::modify_qp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpTransition {
+    /// RESET → INIT (port, access: remote write).
+    Init,
+    /// INIT → RTR, connected to `remote`.
+    Rtr {
+        /// The peer's queue pair.
+        remote: QpAddress,
+        /// Path attributes.
+        path: PathAttrs,
+    },
+    /// RTR → RTS with this side's send PSN.
+    Rts {
+        /// This queue pair's initial send PSN.
+        psn: u32,
+        /// Path attributes (timeout, retries).
+        path: PathAttrs,
+    },
+    /// Any state → ERROR.
+    Error,
+    /// Any state → RESET.
+    Reset,
+}
+
+/// A send work request: RDMA WRITE of `local` to `remote_addr`/`rkey`,
+/// with an immediate when `imm` is set. Always signalled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Local buffer: address, length, lkey (length 0: no data).
+    pub local: (u64, u32, u32),
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Immediate data (host order): WRITE_WITH_IMM.
+    pub imm: Option<u32>,
+}
+
+/// An asynchronous event (`enum ibv_event_type`, the ones that matter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A queue pair hit a fatal error.
+    QpFatal {
+        /// The queue pair.
+        qpn: u32,
+    },
+    /// A completion queue overflowed.
+    CqErr,
+    /// A port went down.
+    PortErr {
+        /// The port.
+        port: u8,
+    },
+    /// The device hit a fatal error.
+    DeviceFatal,
+    /// Anything else (informational), with its `ibv_event_type` number.
+    Other(u32),
+}
+
+impl fmt::Display for AsyncEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsyncEvent::QpFatal { qpn } => write!(f, "QP {qpn} fatal error (IBV_EVENT_QP_FATAL)"),
+            AsyncEvent::CqErr => write!(f, "completion queue overrun (IBV_EVENT_CQ_ERR)"),
+            AsyncEvent::PortErr { port } => write!(
+                f,
+                "port {port} went down (IBV_EVENT_PORT_ERR): check the cable, the switch port and `ibstat`"
+            ),
+            AsyncEvent::DeviceFatal => {
+                write!(f, "device fatal error (IBV_EVENT_DEVICE_FATAL): check dmesg")
+            }
+            AsyncEvent::Other(n) => write!(f, "async event {n}"),
+        }
+    }
+}
+
+impl AsyncEvent {
+    /// Whether the event breaks connections.
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, AsyncEvent::Other(_))
+    }
+}
+
+/// A fault the emulated provider can inject (tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Move a queue pair to ERROR as the hardware would on a fatal error:
+    /// outstanding work requests complete flushed and an async
+    /// `QpFatal` event is raised.
+    QpFatal {
+        /// The queue pair.
+        qpn: u32,
+    },
+    /// Flush a queue pair (to ERROR, flushed completions, no event).
+    Flush {
+        /// The queue pair.
+        qpn: u32,
+    },
+    /// The port goes down: every queue pair to ERROR, `PortErr` raised.
+    PortDown,
+}
+
+/// The verbs the transport uses. One value is one opened device port with
+/// one protection domain; queue pairs and completion queues are named by
+/// number.
+pub trait Verbs: Send {
+    /// The opened port.
+    fn port(&self) -> &PortInfo;
+    /// Allocates `len` bytes (rounded up to pages) and registers them with
+    /// local write and remote write access.
+    fn alloc_mr(&mut self, len: usize) -> Result<Mr>;
+    /// Deregisters and frees a region from [`Verbs::alloc_mr`].
+    fn dereg_mr(&mut self, mr: &Mr) -> Result<()>;
+    /// Creates a completion queue of `depth` entries; returns its handle.
+    fn create_cq(&mut self, depth: usize) -> Result<u32>;
+    /// Creates an RC queue pair on completion queue `cq` (both directions).
+    fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32>;
+    /// Moves a queue pair to another state; only RESET→INIT→RTR→RTS (and
+    /// anything → ERROR or RESET) are allowed.
+    fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()>;
+    /// A queue pair's state.
+    fn qp_state(&self, qpn: u32) -> Result<QpState>;
+    /// Posts a send work request (RTS only; ERROR completes it flushed).
+    fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()>;
+    /// Posts a receive for an immediate (INIT, RTR, RTS; ERROR flushes).
+    fn post_recv(&mut self, qpn: u32, wr_id: u64) -> Result<()>;
+    /// Appends up to `max` completions of `cq` to `out`; returns how many.
+    fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize>;
+    /// The next asynchronous event, if any (non-blocking).
+    fn poll_async_event(&mut self) -> Option<AsyncEvent>;
+    /// Whether work posted so far still needs this process's CPU to reach
+    /// the peer (the emulated provider; a NIC moves data by itself).
+    fn needs_progress(&self) -> bool {
+        false
+    }
+    /// Injects a fault (emulated provider only).
+    fn inject(&mut self, fault: Fault) -> Result<()> {
+        Err(VerbsError::Call {
+            device: self.port().name(),
+            op: "inject",
+            detail: format!("fault injection ({fault:?}) needs the emulated provider"),
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! Every injected fault ends, on the ranks that wait on the broken peer, in
+//! an error naming that peer within the deadline: 20 of 20 trials each.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use comm_core::transport::Connection;
+use common::*;
+use transport_rdma::verbs::Fault;
+use transport_rdma::{establish, Provider, RdmaConnection};
+
+const TRIALS: usize = 20;
+const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Drives `c` as a waiting executor would (receive, flush, liveness probe)
+/// until it fails; returns the error text and how long it took.
+fn wait_for_error(c: &mut RdmaConnection) -> Result<(String, Duration), String> {
+    let start = Instant::now();
+    loop {
+        if start.elapsed() > DEADLINE {
+            return Err(format!("no error within {DEADLINE:?}"));
+        }
+        if let Err(e) = c.try_recv(&mut |_, _| Ok(())) {
+            return Ok((e.to_string(), start.elapsed()));
+        }
+        if let Err(e) = c.check_alive() {
+            return Ok((e.to_string(), start.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn expect_error(c: &mut RdmaConnection, peer: usize, words: &[&str]) -> Duration {
+    let (e, took) = wait_for_error(c).unwrap();
+    assert!(e.contains(&format!("peer rank {peer}")), "{e}");
+    for w in words {
+        assert!(e.contains(w), "expected {w:?} in: {e}");
+    }
+    took
+}
+
+#[test]
+fn qp_fatal_error_reaches_both_sides() {
+    for trial in 0..TRIALS {
+        let (mut a, mut b) = pair(4, 4096, 2);
+        let qpn = b.qp_numbers()[trial % 2];
+        b.inject(Fault::QpFatal { qpn }).unwrap();
+        expect_error(&mut b, 0, &["fatal", "emu_ib0:1"]);
+        // a learns it from its next write (its liveness probe).
+        expect_error(&mut a, 1, &["retry counter exceeded"]);
+    }
+}
+
+#[test]
+fn flushed_completions_are_an_error() {
+    for trial in 0..TRIALS {
+        let (mut a, _b) = pair(4, 4096, 2);
+        let qpn = a.qp_numbers()[trial % 2];
+        a.inject(Fault::Flush { qpn }).unwrap();
+        expect_error(&mut a, 1, &["work request flushed"]);
+    }
+}
+
+#[test]
+fn port_down_is_an_error_on_both_sides() {
+    for _ in 0..TRIALS {
+        let (mut a, mut b) = pair(4, 4096, 1);
+        a.inject(Fault::PortDown).unwrap();
+        expect_error(&mut a, 1, &["port 1 went down"]);
+        expect_error(&mut b, 0, &["retry counter exceeded"]);
+    }
+}
+
+#[test]
+fn pieces_before_an_error_are_still_delivered() {
+    let (mut a, mut b) = pair(4, 4096, 1);
+    assert!(a.try_send(&header(3, 1), &[1, 2, 3]).unwrap());
+    // Let the piece arrive, then break b's QP.
+    let deadline = Instant::now() + DEADLINE;
+    while b.check_alive().is_ok() && Instant::now() < deadline {
+        let mut got = None;
+        if b.try_recv(&mut |_, d| {
+            got = Some(d.to_vec());
+            Ok(())
+        })
+        .unwrap()
+        {
+            assert_eq!(got.unwrap(), vec![1, 2, 3]);
+            break;
+        }
+    }
+    let qpn = b.qp_numbers()[0];
+    b.inject(Fault::QpFatal { qpn }).unwrap();
+    expect_error(&mut b, 0, &["fatal"]);
+}
+
+#[test]
+fn abort_reaches_the_peer() {
+    let (mut a, mut b) = pair(4, 4096, 1);
+    a.abort(Some(3));
+    let (e, _) = wait_for_error(&mut b).unwrap();
+    assert!(
+        e.contains("peer rank 0 aborted") && e.contains("rank 3 failed"),
+        "{e}"
+    );
+}
+
+/// Child of `peer_process_gone`: rank 1 connects and exits at once without
+/// cleaning up (a crash); rank 0 waits on it and must fail naming it.
+fn gone_child() -> bool {
+    let Some((_, rank, _, addr, secret, _)) = child_role() else {
+        return false;
+    };
+    let store = store_of(addr, secret, rank);
+    let peer = 1 - rank;
+    let setup = rdma_setup(rank, 4, 4096, 1);
+    let mut conns = match establish(&setup, &Provider::Emulated, &*store, &[peer]) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rank {rank}: setup failed: {e}");
+            std::process::exit(2)
+        }
+    };
+    if rank == 1 {
+        // SAFETY: _exit ends the process at once, as a crash would (no
+        // destructors run, the emulated NIC's state is left behind).
+        unsafe { libc::_exit(0) };
+    }
+    match wait_for_error(&mut conns[0]) {
+        Ok((e, took)) if e.contains("peer rank 1") => {
+            eprintln!("rank 0 saw after {took:?}: {e}");
+            std::process::exit(0)
+        }
+        Ok((e, _)) => {
+            eprintln!("rank 0: error does not name peer rank 1: {e}");
+            std::process::exit(1)
+        }
+        Err(e) => {
+            eprintln!("rank 0: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+#[test]
+fn peer_process_gone() {
+    if gone_child() {
+        return;
+    }
+    for trial in 0..TRIALS {
+        let (_server, children) = spawn_ranks("peer_process_gone", 2, "");
+        let results = wait_ranks(children, DEADLINE * 4);
+        let (ok, out) = &results[0];
+        assert!(
+            ok,
+            "trial {trial}: rank 0 did not report peer rank 1 gone:\n{out}"
+        );
+        assert!(out.contains("is gone"), "trial {trial}: {out}");
+        // The crashed rank left its emulated NIC's files: they are removed
+        // like any stale segment of a dead process.
+        transport_shm::cleanup_stale();
+    }
+}
