@@ -1,20 +1,25 @@
-//! Building a communicator: rendezvous through a [`Store`], choice of the
-//! transport per peer (same node: shared memory; otherwise TCP; or TCP
-//! everywhere with `SNCL_TRANSPORT=tcp`), connection setup and the init line
-//! at `SNCL_DEBUG=INFO`.
+//! Building a communicator: rendezvous through a [`Store`], the choice of a
+//! transport kind per peer pair from the one ordered registry
+//! ([`registry::TRANSPORTS`]: self, shared memory within a node, TCP; or
+//! the kind `SNCL_TRANSPORT` forces), connection setup and the init line at
+//! `SNCL_DEBUG=INFO`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use comm_core::bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
-use comm_core::config::TransportChoice;
+use comm_core::transport::registry::{
+    self as kinds, KindState, PreparedTransport, RankCard, Readiness, SetupContext,
+};
 use comm_core::transport::Connection;
 use comm_core::{Config, Error, Result};
-use transport_shm::{create_inbound, Segment, ShmConnection};
-use transport_tcp::{TcpEndpoint, TcpSetup};
 
 use crate::comm::{Inner, InnerParts};
+
+mod registry;
+mod shm;
+mod tcp;
 
 /// This host's identity: `SNCL_NODE_ID`, else hostname + boot id (network
 /// namespaces share both, so test beds must set `SNCL_NODE_ID`).
@@ -34,98 +39,98 @@ pub fn node_identity(config: &Config) -> String {
     )
 }
 
-struct UnlinkOnDrop(Vec<String>);
-
-impl Drop for UnlinkOnDrop {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = std::fs::remove_file(std::path::Path::new(transport_shm::SHM_DIR).join(name));
-        }
-    }
-}
-
+/// One rank's published record.
 struct RankInfo {
-    node: String,
-    tcp: SocketAddr,
+    card: RankCard,
     digest: String,
     /// The standby listener (see `crate::comm::Standby`); a record without
     /// one (an older writer) leaves it out.
     standby: Option<SocketAddr>,
 }
 
-/// `node`, `tcp`, `digest` and the standby address, one per line; the
-/// standby address comes last so that a reader can tell it from the digest
-/// (which holds `key=value` pairs, never an address).
-fn encode_info(node: &str, tcp: SocketAddr, digest: &str, standby: SocketAddr) -> Vec<u8> {
-    format!("{node}\n{tcp}\n{digest}\n{standby}").into_bytes()
+/// The prefix of a line stating a transport kind's state.
+const KIND_LINE: &str = "kind ";
+
+/// The record, one item a line: `node`, a reserved line (`-`; it held the
+/// TCP address before the transport registry, and readers skip it), the
+/// settings digest, the standby address, then one line per transport kind:
+/// `kind <name> ready <card>` or `kind <name> unavailable <reason>`. A
+/// reader tells the standby address and the kind lines from the digest
+/// (which holds `key=value` pairs, never an address or `kind `).
+fn encode_info(
+    rank: usize,
+    node: &str,
+    digest: &str,
+    standby: SocketAddr,
+    kinds: &[(&'static str, KindState)],
+) -> Result<Vec<u8>> {
+    let mut s = format!("{node}\n-\n{digest}\n{standby}");
+    for (name, state) in kinds {
+        let line = match state {
+            KindState::Ready(card) => {
+                if card.contains('\n') {
+                    return Err(Error::Bootstrap {
+                        rank,
+                        detail: format!(
+                            "transport {name} stated a card of several lines: {card:?}"
+                        ),
+                    });
+                }
+                format!("{KIND_LINE}{name} ready {card}")
+            }
+            KindState::Unavailable(why) => {
+                format!("{KIND_LINE}{name} unavailable {}", why.replace('\n', " "))
+            }
+        };
+        s.push('\n');
+        s.push_str(&line);
+    }
+    Ok(s.into_bytes())
 }
 
 fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     let s = String::from_utf8_lossy(b);
-    let mut it = s.splitn(3, '\n');
-    let bad = || Error::Bootstrap {
+    let mut lines = s.split('\n');
+    let bad = |what: &str| Error::Bootstrap {
         rank,
-        detail: format!("rank {peer} published malformed connection info {s:?}"),
+        detail: format!("rank {peer} published malformed connection info ({what}): {s:?}"),
     };
-    let node = it.next().ok_or_else(bad)?.to_string();
-    let tcp = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    let rest = it.next().ok_or_else(bad)?;
-    let (digest, standby) = match rest.rsplit_once('\n') {
-        Some((d, a)) => match a.parse::<SocketAddr>() {
-            Ok(a) => (d, Some(a)),
-            Err(_) => (rest, None),
-        },
-        None => (rest, None),
-    };
+    let node = lines.next().ok_or_else(|| bad("no node"))?.to_string();
+    lines.next().ok_or_else(|| bad("no second line"))?;
+    let digest = lines.next().ok_or_else(|| bad("no settings digest"))?;
+    let mut standby = None;
+    let mut kinds = Vec::new();
+    for line in lines {
+        if let Some(rest) = line.strip_prefix(KIND_LINE) {
+            let mut it = rest.splitn(3, ' ');
+            let (Some(name), Some(state)) = (it.next(), it.next()) else {
+                return Err(bad("a kind line without a state"));
+            };
+            let text = it.next().unwrap_or("").to_string();
+            let state = match state {
+                "ready" => KindState::Ready(text),
+                "unavailable" => KindState::Unavailable(text),
+                _ => {
+                    return Err(bad(
+                        "a kind line whose state is neither ready nor unavailable",
+                    ))
+                }
+            };
+            kinds.push((name.to_string(), state));
+        } else if let Ok(a) = line.parse::<SocketAddr>() {
+            standby = Some(a);
+        } else {
+            return Err(bad("an unknown line"));
+        }
+    }
     Ok(RankInfo {
-        node,
-        tcp,
+        card: RankCard {
+            rank: peer,
+            node,
+            kinds,
+        },
         digest: digest.to_string(),
         standby,
-    })
-}
-
-/// Opens the segment peer rank `p` created for data from `rank`, under the
-/// name `p` published in the store. The name must be a plain segment name
-/// (no path) and the file a private one of this user; errors say which rank,
-/// which peer and what was wrong.
-fn open_peer_segment(
-    kv: &dyn Store,
-    rank: usize,
-    p: usize,
-    timeout: std::time::Duration,
-) -> Result<Segment> {
-    let raw = kv.get(&format!("shm/{rank}/{p}"), timeout)?;
-    let name = String::from_utf8(raw).map_err(|e| Error::Bootstrap {
-        rank,
-        detail: format!(
-            "peer rank {p} published a shared-memory segment name (for data from rank {rank}) \
-             that is not UTF-8: {:?}",
-            String::from_utf8_lossy(e.as_bytes())
-        ),
-    })?;
-    transport_shm::check_name(&name).map_err(|e| Error::Bootstrap {
-        rank,
-        detail: format!(
-            "peer rank {p} published an invalid shared-memory segment name for data from \
-             rank {rank}: {e}"
-        ),
-    })?;
-    Segment::open(&name).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-            "; shared memory needs every rank of a node to run as the same user \
-             (else set SNCL_TRANSPORT=tcp)"
-        } else {
-            ""
-        };
-        Error::Io {
-            rank,
-            context: format!(
-                "opening shared-memory segment {name:?} that peer rank {p} created for data \
-                 from rank {rank}{hint}"
-            ),
-            source: e,
-        }
     })
 }
 
@@ -141,7 +146,10 @@ pub(crate) struct SetupArgs {
     pub server: Option<TcpStoreServer>,
 }
 
-/// Connects this rank to every other rank of the communicator.
+/// Connects this rank to every other rank of the communicator: prepares
+/// every transport kind, publishes this rank's record, adopts rank 0's
+/// settings, chooses a kind per peer ([`kinds::choose`]) and connects each
+/// kind's peers in registry order.
 pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     let SetupArgs {
         store,
@@ -157,8 +165,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     check_world(rank, nranks, "init")?;
     let deadline = Instant::now() + config.timeout;
     let timeout = config.timeout;
-    let kv = PrefixStore::new(format!("sncl/{comm_id:016x}"), store.clone());
-    transport_shm::cleanup_stale();
+    let prefix = format!("sncl/{comm_id:016x}");
+    let kv = PrefixStore::new(prefix.clone(), store.clone());
     let node = config
         .tiers
         .node_of(rank)
@@ -172,11 +180,6 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         })?,
         None => local_ip,
     };
-    let endpoint = TcpEndpoint::bind(ip).map_err(|e| Error::Io {
-        rank,
-        context: format!("binding a TCP listener on {ip}"),
-        source: e,
-    })?;
     // The standby listener: where this rank would serve a new store for a
     // shrink (see `crate::comm::Standby`).
     let standby = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::Io {
@@ -189,14 +192,54 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         context: "reading the standby store listener's address".into(),
         source: e,
     })?;
+    // Each kind's store namespace, and the context its setup sees.
+    let kind_stores: Vec<PrefixStore<Arc<dyn Store>>> = registry::TRANSPORTS
+        .iter()
+        .map(|k| PrefixStore::new(format!("{prefix}/{}", k.name()), store.clone()))
+        .collect();
+    // The context a kind's setup sees, under the kind's store namespace.
+    let base = SetupContext {
+        rank,
+        nranks,
+        comm_id,
+        secret,
+        config: &Config::default(),
+        node: &node,
+        ip,
+        deadline,
+        store: &kv,
+    };
+    fn ctx<'a>(
+        base: &SetupContext<'a>,
+        config: &'a Config,
+        store: &'a dyn Store,
+    ) -> SetupContext<'a> {
+        SetupContext {
+            config,
+            store,
+            ..*base
+        }
+    }
+    // 1. Prepare every kind on this rank (with this process's settings:
+    // the shared ones are agreed below).
+    let mut prepared: Vec<Option<Box<dyn PreparedTransport>>> = Vec::new();
+    let mut states: Vec<(&'static str, KindState)> = Vec::new();
+    for (i, k) in registry::TRANSPORTS.iter().enumerate() {
+        match k.prepare(&ctx(&base, &config, &kind_stores[i]))? {
+            Readiness::Ready(p) => {
+                states.push((k.name(), KindState::Ready(p.card())));
+                prepared.push(Some(p));
+            }
+            Readiness::Unavailable(why) => {
+                tracing::debug!(rank, transport = k.name(), why = %why, "transport unavailable");
+                states.push((k.name(), KindState::Unavailable(why)));
+                prepared.push(None);
+            }
+        }
+    }
     kv.set(
         &format!("info/{rank}"),
-        &encode_info(
-            &node,
-            endpoint.local_addr(),
-            &config.shared_digest(),
-            standby_addr,
-        ),
+        &encode_info(rank, &node, &config.shared_digest(), standby_addr, &states)?,
     )?;
     let mut infos = Vec::with_capacity(nranks);
     for p in 0..nranks {
@@ -205,66 +248,59 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     }
     // Every rank plans with rank 0's settings.
     config.adopt_digest(&infos[0].digest)?;
-    let force_tcp = config.transport == TransportChoice::Tcp;
-    let transports: Vec<&'static str> = (0..nranks)
-        .map(|p| {
-            if p == rank {
-                "self"
-            } else if !force_tcp && infos[p].node == node {
-                "shm"
-            } else {
-                "tcp"
-            }
-        })
-        .collect();
+    // 2. Choose a kind per peer from the published records alone.
+    let cards: Vec<RankCard> = infos.iter().map(|i| i.card.clone()).collect();
+    let transports = kinds::choose(
+        registry::TRANSPORTS,
+        config.transport.forced(),
+        &cards,
+        rank,
+    )?;
+    // 3. Connect each kind's peers, in registry order on every rank.
     let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
-
-    // Shared memory: create inbound FIFOs, publish their names, open the peers'.
-    let shm_peers: Vec<usize> = (0..nranks).filter(|&p| transports[p] == "shm").collect();
-    let mut inbound = Vec::new();
-    // Names are removed when setup ends, whether it succeeded (every peer
-    // has mapped them by then) or failed (nobody will).
-    let mut inbound_names = UnlinkOnDrop(Vec::new());
-    for &p in &shm_peers {
-        let (seg, name) = create_inbound(comm_id, p, rank, config.shm_slots, config.shm_slot_bytes)
-            .map_err(|e| Error::Io {
-                rank,
-                context: format!(
-                    "creating shared-memory segment for data from rank {p} in /dev/shm"
-                ),
-                source: e,
-            })?;
-        kv.set(&format!("shm/{p}/{rank}"), name.as_bytes())?;
-        inbound_names.0.push(name);
-        inbound.push((p, seg));
-    }
-    for (p, seg) in inbound {
-        let out = open_peer_segment(&kv, rank, p, timeout)?;
-        conns[p] = Some(Box::new(ShmConnection::new(rank, p, seg, out)));
-    }
-
-    // TCP to everyone else.
-    let tcp_peers: Vec<(usize, SocketAddr)> = (0..nranks)
-        .filter(|&p| transports[p] == "tcp")
-        .map(|p| (p, infos[p].tcp))
-        .collect();
-    if !tcp_peers.is_empty() {
-        let setup = TcpSetup {
-            rank,
-            comm_id,
-            secret,
-            nsocks: config.nsocks,
-            max_piece: config.tcp_piece_bytes,
-            deadline,
+    for (i, k) in registry::TRANSPORTS.iter().enumerate() {
+        let peers: Vec<usize> = (0..nranks)
+            .filter(|&p| p != rank && transports[p] == k.name())
+            .collect();
+        let Some(prep) = prepared[i].as_mut() else {
+            if let Some(p) = peers.first() {
+                return Err(Error::Bootstrap {
+                    rank,
+                    detail: format!(
+                        "transport {} was chosen for peer rank {p} but is unavailable here",
+                        k.name()
+                    ),
+                });
+            }
+            continue;
         };
-        for c in endpoint.establish(&setup, &tcp_peers)? {
+        for c in prep.connect(&ctx(&base, &config, &kind_stores[i]), &cards, &peers)? {
             let p = c.peer();
-            conns[p] = Some(Box::new(c));
+            if !peers.contains(&p) || conns[p].is_some() {
+                return Err(Error::Bootstrap {
+                    rank,
+                    detail: format!(
+                        "transport {} returned an unexpected connection to peer rank {p}",
+                        k.name()
+                    ),
+                });
+            }
+            conns[p] = Some(c);
+        }
+        if let Some(p) = peers.iter().find(|&&p| conns[p].is_none()) {
+            return Err(Error::Bootstrap {
+                rank,
+                detail: format!(
+                    "transport {} returned no connection to peer rank {p}",
+                    k.name()
+                ),
+            });
         }
     }
-    // Once everyone has opened its segments, the names can go.
+    // Once everyone has connected, the kinds may drop what they published
+    // for their peers (shared-memory names).
     store_barrier(&kv, "connected", nranks, timeout)?;
-    drop(inbound_names);
+    drop(prepared);
     let summary: Vec<String> = transports
         .iter()
         .enumerate()
@@ -280,7 +316,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         "sncl communicator ready"
     );
     let standby_addrs = infos.iter().map(|i| i.standby).collect();
-    let node_ids = infos.into_iter().map(|i| i.node).collect();
+    let node_ids = infos.into_iter().map(|i| i.card.node).collect();
     Ok(Inner::new(InnerParts {
         rank,
         nranks,

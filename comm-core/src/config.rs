@@ -9,13 +9,97 @@ use crate::error::{Error, Result};
 use crate::settings::{Environment, Scope, SETTINGS};
 use crate::wire::Collective;
 
-/// Which transport to use between ranks of one node.
+/// Which transport connects ranks: per pair the first kind of the
+/// runtime's registry that can (`auto`), or one named kind between every
+/// pair of distinct ranks (`SNCL_TRANSPORT=<name>`; see
+/// [`crate::transport::registry`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TransportChoice {
-    /// Shared memory within a node, TCP across nodes (default).
+    /// Per peer pair, the first kind in the registry's order that can
+    /// connect it: shared memory within a node, TCP across (default).
     Auto,
+    /// This kind between every pair of distinct ranks; setup fails naming
+    /// the missing requirement where it cannot connect a pair.
+    Only(TransportName),
+}
+
+#[allow(non_upper_case_globals)]
+impl TransportChoice {
     /// TCP everywhere (`SNCL_TRANSPORT=tcp`).
-    Tcp,
+    pub const Tcp: TransportChoice = TransportChoice::Only(TransportName::new_static("tcp"));
+    /// Shared memory between every pair (`SNCL_TRANSPORT=shm`; all ranks on one node).
+    pub const Shm: TransportChoice = TransportChoice::Only(TransportName::new_static("shm"));
+
+    /// Parses `auto` (or empty) or a transport name.
+    pub fn parse(v: &str) -> Result<TransportChoice> {
+        match v.trim() {
+            "" | "auto" => Ok(TransportChoice::Auto),
+            name => TransportName::new(name)
+                .map(TransportChoice::Only)
+                .map_err(|e| Error::Config(format!("SNCL_TRANSPORT={name:?}: {e}"))),
+        }
+    }
+
+    /// The forced kind's name, if any.
+    pub fn forced(&self) -> Option<&str> {
+        match self {
+            TransportChoice::Auto => None,
+            TransportChoice::Only(n) => Some(n.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for TransportChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.forced().unwrap_or("auto"))
+    }
+}
+
+/// A transport kind's name held inline (so that [`Config`] stays cheap to
+/// copy): 1 to [`crate::transport::MAX_TRANSPORT_NAME`] bytes of `a-z`,
+/// `0-9`, `-`, `_`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransportName {
+    len: u8,
+    bytes: [u8; crate::transport::MAX_TRANSPORT_NAME],
+}
+
+impl TransportName {
+    /// A name checked by [`crate::transport::registry::check_name`].
+    pub fn new(name: &str) -> std::result::Result<TransportName, String> {
+        crate::transport::registry::check_name(name)?;
+        Ok(Self::new_static(name))
+    }
+
+    /// For constants of known-good names (panics at compile time on a name
+    /// that is too long).
+    const fn new_static(name: &str) -> TransportName {
+        let b = name.as_bytes();
+        assert!(!b.is_empty() && b.len() <= crate::transport::MAX_TRANSPORT_NAME);
+        let mut bytes = [0u8; crate::transport::MAX_TRANSPORT_NAME];
+        let mut i = 0;
+        while i < b.len() {
+            bytes[i] = b[i];
+            i += 1;
+        }
+        TransportName {
+            len: b.len() as u8,
+            bytes,
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Built only from a `&str` (checked ASCII in `new`), so the bytes
+        // up to `len` are valid UTF-8.
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for TransportName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
 }
 
 /// Runtime configuration.
@@ -30,7 +114,7 @@ pub struct Config {
     pub chunk_bytes: usize,
     /// Sockets per TCP peer (`SNCL_NSOCKS`, default 2).
     pub nsocks: usize,
-    /// Transport selection (`SNCL_TRANSPORT=auto|tcp`).
+    /// Transport selection (`SNCL_TRANSPORT=auto|<name>`).
     pub transport: TransportChoice,
     /// Interface for TCP (`SNCL_SOCKET_IFNAME`).
     pub socket_ifname: Option<String>,

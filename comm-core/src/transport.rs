@@ -88,3 +88,8 @@ pub trait Connection: Send {
     /// Short name for logs ("shm", "tcp").
     fn kind(&self) -> &'static str;
 }
+
+pub mod registry;
+
+/// The longest transport name (see [`registry::check_name`]).
+pub const MAX_TRANSPORT_NAME: usize = 23;

@@ -13,7 +13,6 @@ use crate::config::{
     MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
     MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
-use crate::error::Error;
 
 const fn launch(
     name: &'static str,
@@ -174,29 +173,17 @@ pub static SETTINGS: &[Setting] = &[
         scope: Scope::Shared {
             digest_key: "transport",
         },
-        values: Values::Choice(&["auto", "tcp"]),
+        values: Values::Text("auto, or a transport's name (self, shm, tcp, ...)"),
         default: Value("auto"),
-        doc: "`auto`: shared memory within a node, TCP across; `tcp` forces TCP everywhere",
+        doc: "`auto`: per rank pair the first transport of the registry that can connect it \
+              (shared memory within a node, TCP across); a name forces that transport between \
+              every pair and fails naming what is missing where it cannot",
         field: Field::Text {
             put: |c, v| {
-                c.transport = match v.trim() {
-                    "" | "auto" => TransportChoice::Auto,
-                    "tcp" => TransportChoice::Tcp,
-                    other => {
-                        return Err(Error::Config(format!(
-                            "SNCL_TRANSPORT={other:?}: expected auto or tcp"
-                        )))
-                    }
-                };
+                c.transport = TransportChoice::parse(v)?;
                 Ok(())
             },
-            show: |c| {
-                match c.transport {
-                    TransportChoice::Auto => "auto",
-                    TransportChoice::Tcp => "tcp",
-                }
-                .to_string()
-            },
+            show: |c| c.transport.to_string(),
         },
     },
     // Per process.

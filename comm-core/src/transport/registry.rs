@@ -1,0 +1,472 @@
+//! Transport *kinds* and the choice of one per peer pair.
+//!
+//! A [`TransportKind`] is one way of connecting two ranks (`self`, `shm`,
+//! `tcp`, later `nvlink`, `rdma`). The runtime keeps them in one ordered
+//! list, most preferred first (the root crate's `src/setup/registry.rs`);
+//! setup then runs in three phases on every rank:
+//!
+//! 1. **prepare**: each kind checks what it needs on this rank (a device,
+//!    a library, a setting) and either declines with the missing
+//!    requirement or readies itself (binds a listener, opens a device) and
+//!    states a one-line *card* — what peers need to decide and to connect
+//!    (an address, a port GUID). Every rank publishes its cards.
+//! 2. **choose**: [`choose`] gives each peer pair the first kind, in
+//!    registry order, that is ready on both ranks and whose
+//!    [`TransportKind::can_connect`] accepts the pair. It reads only
+//!    published cards and is symmetric, so both ranks of a pair decide the
+//!    same way without talking. `SNCL_TRANSPORT=<name>` forces one kind
+//!    between every pair of distinct ranks and fails naming the missing
+//!    requirement where it cannot.
+//! 3. **connect**: every rank runs [`PreparedTransport::connect`] of every
+//!    kind in registry order with the peers given to that kind (possibly
+//!    none). A kind may exchange per-pair information (queue-pair numbers,
+//!    memory keys, segment names) through its own store namespace
+//!    ([`SetupContext::store`]): publish everything first, then read the
+//!    peers'. Since all ranks visit the kinds in the same order, a kind
+//!    waits only on peers that are in the same kind's connect.
+//!
+//! The prepared objects live until every rank has connected (a store
+//! barrier), then are dropped: that is where a kind removes names it
+//! published for its peers to open.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use super::Connection;
+use crate::bootstrap::Store;
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// What a kind's setup may use.
+pub struct SetupContext<'a> {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the communicator.
+    pub nranks: usize,
+    /// The communicator's id.
+    pub comm_id: u64,
+    /// The job secret (connections prove they know it).
+    pub secret: [u8; 16],
+    /// The settings every rank plans with (rank 0's shared settings).
+    pub config: &'a Config,
+    /// This rank's node identity.
+    pub node: &'a str,
+    /// The address to listen on (`SNCL_SOCKET_IFNAME`'s, else the bootstrap's).
+    pub ip: IpAddr,
+    /// Every wait of the setup ends here with an error.
+    pub deadline: Instant,
+    /// The store, under a namespace of this communicator and this kind
+    /// (`sncl/<comm>/<kind>/`): keys a kind sets cannot collide with
+    /// another kind's or the runtime's.
+    pub store: &'a dyn Store,
+}
+
+impl SetupContext<'_> {
+    /// Time left until [`SetupContext::deadline`] (at least 1 ms, so that a
+    /// store request still says what it waited for).
+    pub fn remaining(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+}
+
+/// A kind's state on one rank, as that rank published it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KindState {
+    /// Ready; the card says what peers need (may be empty).
+    Ready(String),
+    /// Not usable on that rank; the missing requirement.
+    Unavailable(String),
+}
+
+/// What one rank published: its node and the state of every kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankCard {
+    /// The rank.
+    pub rank: usize,
+    /// Its node identity.
+    pub node: String,
+    /// `(kind name, state)`, one per kind the rank knows.
+    pub kinds: Vec<(String, KindState)>,
+}
+
+impl RankCard {
+    /// The state of kind `name`. A rank that stated nothing about a kind
+    /// (a record written without it) counts as ready with an empty card;
+    /// a kind that needs a card refuses that in `can_connect`.
+    pub fn state(&self, name: &str) -> KindState {
+        self.kinds
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or(KindState::Ready(String::new()))
+    }
+
+    /// The card of kind `name` (empty where the rank stated none).
+    pub fn card(&self, name: &str) -> String {
+        match self.state(name) {
+            KindState::Ready(c) => c,
+            KindState::Unavailable(_) => String::new(),
+        }
+    }
+}
+
+/// The outcome of [`TransportKind::prepare`] on this rank.
+pub enum Readiness {
+    /// Usable here: the prepared state, which states the card and connects.
+    Ready(Box<dyn PreparedTransport>),
+    /// Not usable here: the missing requirement ("libibverbs not found",
+    /// "SNCL_IB_DISABLE=1"), shown when a forced choice needs this kind.
+    Unavailable(String),
+}
+
+/// One way of connecting two ranks. Implementations are stateless values
+/// listed once in the runtime's registry; per-communicator state lives in
+/// the [`PreparedTransport`] that [`TransportKind::prepare`] returns.
+pub trait TransportKind: Sync {
+    /// The name (`SNCL_TRANSPORT=<name>`, `Communicator::transports()`, the
+    /// init line): lower-case letters, digits, `-` or `_`.
+    fn name(&self) -> &'static str;
+
+    /// Checks this rank's requirements and readies the kind (an error here
+    /// fails the setup: something that should work did not).
+    fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness>;
+
+    /// Whether this kind can connect ranks `a` and `b` (`a.rank <= b.rank`;
+    /// both ready for this kind), from their published cards alone. `Err`
+    /// names the missing requirement ("ranks 0 and 3 are on different
+    /// nodes"). It must depend only on the two cards, so both ranks of the
+    /// pair decide the same way.
+    fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String>;
+}
+
+/// A kind readied on this rank for one communicator.
+pub trait PreparedTransport: Send {
+    /// The one-line card every rank will see in [`RankCard::kinds`].
+    fn card(&self) -> String;
+
+    /// Connects to `peers` (those [`choose`] gave this kind; maybe none),
+    /// returning one connection per peer, in any order. `cards[p]` is rank
+    /// `p`'s published record. Runs on every rank for every kind, in
+    /// registry order; every wait ends at [`SetupContext::deadline`].
+    fn connect(
+        &mut self,
+        ctx: &SetupContext<'_>,
+        cards: &[RankCard],
+        peers: &[usize],
+    ) -> Result<Vec<Box<dyn Connection>>>;
+}
+
+/// The kind that connects a rank to itself: data never leaves the process
+/// (the executor copies it), so there is no connection.
+pub struct SelfKind;
+
+struct SelfPrepared;
+
+impl PreparedTransport for SelfPrepared {
+    fn card(&self) -> String {
+        String::new()
+    }
+
+    fn connect(
+        &mut self,
+        _ctx: &SetupContext<'_>,
+        _cards: &[RankCard],
+        _peers: &[usize],
+    ) -> Result<Vec<Box<dyn Connection>>> {
+        Ok(Vec::new())
+    }
+}
+
+impl TransportKind for SelfKind {
+    fn name(&self) -> &'static str {
+        "self"
+    }
+
+    fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
+        Ok(Readiness::Ready(Box::new(SelfPrepared)))
+    }
+
+    fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String> {
+        if a.rank == b.rank {
+            Ok(())
+        } else {
+            Err(format!(
+                "self connects a rank only to itself, and ranks {} and {} are two",
+                a.rank, b.rank
+            ))
+        }
+    }
+}
+
+/// Checks a transport name's form (`SNCL_TRANSPORT`, a kind's
+/// [`TransportKind::name`]).
+pub fn check_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > super::MAX_TRANSPORT_NAME {
+        return Err(format!(
+            "a transport name has 1 to {} characters, got {}",
+            super::MAX_TRANSPORT_NAME,
+            name.len()
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "transport name {name:?} may hold only a-z, 0-9, '-' and '_'"
+        ));
+    }
+    Ok(())
+}
+
+/// Gives every peer of rank `me` a kind: for `p == me` the first kind that
+/// accepts the pair (`self`); for another rank the forced kind, or the
+/// first kind in `kinds`' order that is ready on both ranks and accepts the
+/// pair. Returns each peer's kind name, indexed by rank.
+///
+/// Errors (naming this rank, the peer and the missing requirement): a
+/// forced name that is not in `kinds`, a forced kind not ready on one of
+/// the two ranks or refusing the pair, or a pair no kind accepts.
+pub fn choose(
+    kinds: &[&dyn TransportKind],
+    forced: Option<&str>,
+    cards: &[RankCard],
+    me: usize,
+) -> Result<Vec<&'static str>> {
+    let fail = |detail: String| Error::Bootstrap { rank: me, detail };
+    let known = || {
+        kinds
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let forced_kind = match forced {
+        None => None,
+        Some(name) => Some(*kinds.iter().find(|k| k.name() == name).ok_or_else(|| {
+            fail(format!(
+                "SNCL_TRANSPORT={name}: no such transport in this build (known: {})",
+                known()
+            ))
+        })?),
+    };
+    let Some(mine) = cards.get(me) else {
+        return Err(fail(format!(
+            "rank {me} has no published record ({} ranks)",
+            cards.len()
+        )));
+    };
+    let mut out = Vec::with_capacity(cards.len());
+    for peer in cards {
+        let (a, b) = if mine.rank <= peer.rank {
+            (mine, peer)
+        } else {
+            (peer, mine)
+        };
+        let accepts = |k: &dyn TransportKind| -> std::result::Result<(), String> {
+            for c in [a, b] {
+                if let KindState::Unavailable(why) = c.state(k.name()) {
+                    return Err(format!("rank {} cannot use {}: {why}", c.rank, k.name()));
+                }
+            }
+            k.can_connect(a, b)
+        };
+        let chosen = match forced_kind {
+            Some(k) if peer.rank != me => {
+                accepts(k).map_err(|why| {
+                    fail(format!(
+                        "SNCL_TRANSPORT={} cannot connect rank {me} with peer rank {}: {why}",
+                        k.name(),
+                        peer.rank
+                    ))
+                })?;
+                k.name()
+            }
+            _ => {
+                let mut refusals = Vec::new();
+                let mut found = None;
+                for k in kinds {
+                    match accepts(*k) {
+                        Ok(()) => {
+                            found = Some(k.name());
+                            break;
+                        }
+                        Err(why) => refusals.push(format!("{}: {why}", k.name())),
+                    }
+                }
+                found.ok_or_else(|| {
+                    fail(format!(
+                        "no transport can connect rank {me} with peer rank {} ({})",
+                        peer.rank,
+                        refusals.join("; ")
+                    ))
+                })?
+            }
+        };
+        out.push(chosen);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connects ranks on one node that both publish a non-empty card.
+    struct SameNode(&'static str);
+
+    impl TransportKind for SameNode {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
+            Ok(Readiness::Unavailable("not in tests".into()))
+        }
+        fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String> {
+            if a.node != b.node {
+                return Err(format!(
+                    "ranks {} and {} are on different nodes",
+                    a.rank, b.rank
+                ));
+            }
+            if a.card(self.0).is_empty() || b.card(self.0).is_empty() {
+                return Err("a rank published no card".into());
+            }
+            Ok(())
+        }
+    }
+
+    /// Connects anything.
+    struct Any;
+
+    impl TransportKind for Any {
+        fn name(&self) -> &'static str {
+            "any"
+        }
+        fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
+            Ok(Readiness::Unavailable("not in tests".into()))
+        }
+        fn can_connect(&self, _a: &RankCard, _b: &RankCard) -> std::result::Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn card(rank: usize, node: &str, kinds: &[(&str, KindState)]) -> RankCard {
+        RankCard {
+            rank,
+            node: node.into(),
+            kinds: kinds
+                .iter()
+                .map(|(n, s)| (n.to_string(), s.clone()))
+                .collect(),
+        }
+    }
+
+    fn ready(c: &str) -> KindState {
+        KindState::Ready(c.into())
+    }
+
+    const FAST: SameNode = SameNode("fast");
+
+    fn registry() -> [&'static dyn TransportKind; 3] {
+        [&SelfKind, &FAST, &Any]
+    }
+
+    fn world() -> Vec<RankCard> {
+        vec![
+            card(0, "a", &[("fast", ready("x"))]),
+            card(1, "a", &[("fast", ready("y"))]),
+            card(2, "b", &[("fast", ready("z"))]),
+            card(
+                3,
+                "a",
+                &[("fast", KindState::Unavailable("no device".into()))],
+            ),
+        ]
+    }
+
+    #[test]
+    fn first_kind_that_accepts_wins_and_both_sides_agree() {
+        let cards = world();
+        let all: Vec<Vec<&str>> = (0..4)
+            .map(|me| choose(&registry(), None, &cards, me).unwrap())
+            .collect();
+        assert_eq!(all[0], ["self", "fast", "any", "any"]);
+        for (i, row) in all.iter().enumerate() {
+            for (j, kind) in row.iter().enumerate() {
+                assert_eq!(*kind, all[j][i], "ranks {i} and {j} disagree");
+            }
+        }
+    }
+
+    #[test]
+    fn forcing_names_the_missing_requirement() {
+        let cards = world();
+        assert_eq!(
+            choose(&registry(), Some("any"), &cards, 0).unwrap(),
+            ["self", "any", "any", "any"]
+        );
+        let e = choose(&registry(), Some("fast"), &cards, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 0") && e.contains("peer rank 2") && e.contains("different nodes"),
+            "{e}"
+        );
+        let e = choose(&registry(), Some("fast"), &cards, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("peer rank 2"), "{e}");
+        let mut w = world();
+        w[2] = card(2, "a", &[]);
+        let e = choose(&registry(), Some("fast"), &w, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("peer rank 2: a rank published no card"), "{e}");
+        w[2] = card(2, "a", &[("fast", ready("z"))]);
+        let e = choose(&registry(), Some("fast"), &w, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("peer rank 3: rank 3 cannot use fast: no device"),
+            "{e}"
+        );
+        let e = choose(&registry(), Some("self"), &cards, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only to itself"), "{e}");
+        let e = choose(&registry(), Some("warp"), &cards, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SNCL_TRANSPORT=warp") && e.contains("self, fast, any"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn no_kind_at_all_lists_every_refusal() {
+        let cards = world();
+        let e = choose(&[&SelfKind, &FAST], None, &cards, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no transport can connect rank 0 with peer rank 2")
+                && e.contains("self: ")
+                && e.contains("fast: ranks 0 and 2 are on different nodes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("tcp").is_ok());
+        assert!(check_name("nv-link_2").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("TCP").is_err());
+        assert!(check_name("a/b").is_err());
+        assert!(check_name(&"x".repeat(100)).is_err());
+    }
+}

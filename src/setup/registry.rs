@@ -1,0 +1,31 @@
+//! THE list of transport kinds, in order of preference: each peer pair gets
+//! the first kind that is ready on both ranks and accepts the pair (see
+//! [`comm_core::transport::registry`]). A new transport is one
+//! [`TransportKind`] implementation (in its own crate, or a file beside
+//! this one) and one line here.
+
+use comm_core::transport::registry::{SelfKind, TransportKind};
+
+/// Every transport kind this build has, most preferred first.
+pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
+    &SelfKind,
+    &super::shm::Shm,
+    // nvlink and rdma go here, before tcp.
+    &super::tcp::Tcp,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_and_distinct() {
+        let names: Vec<&str> = TRANSPORTS.iter().map(|k| k.name()).collect();
+        assert_eq!(names.first(), Some(&"self"), "self comes first");
+        assert_eq!(names.last(), Some(&"tcp"), "tcp is the fallback");
+        for (i, n) in names.iter().enumerate() {
+            comm_core::transport::registry::check_name(n).unwrap();
+            assert!(!names[..i].contains(n), "{n} is listed twice");
+        }
+    }
+}

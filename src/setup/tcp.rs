@@ -1,0 +1,93 @@
+//! The `tcp` transport kind: authenticated sockets (transport-tcp) between
+//! any two ranks; the fallback, last in the registry.
+
+use std::net::SocketAddr;
+
+use comm_core::transport::registry::{
+    PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
+};
+use comm_core::transport::Connection;
+use comm_core::{Error, Result};
+use transport_tcp::{TcpEndpoint, TcpSetup};
+
+/// TCP between any two ranks.
+pub(crate) struct Tcp;
+
+fn address(c: &RankCard) -> std::result::Result<SocketAddr, String> {
+    let card = c.card("tcp");
+    card.parse().map_err(|_| {
+        format!(
+            "rank {} published no TCP listener address (card {card:?})",
+            c.rank
+        )
+    })
+}
+
+impl TransportKind for Tcp {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    /// Binds the listener peers of higher rank connect to; its address is
+    /// the card.
+    fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
+        let endpoint = TcpEndpoint::bind(ctx.ip).map_err(|e| Error::Io {
+            rank: ctx.rank,
+            context: format!("binding a TCP listener on {}", ctx.ip),
+            source: e,
+        })?;
+        Ok(Readiness::Ready(Box::new(Prepared { endpoint })))
+    }
+
+    fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String> {
+        address(a)?;
+        address(b)?;
+        Ok(())
+    }
+}
+
+struct Prepared {
+    endpoint: TcpEndpoint,
+}
+
+impl PreparedTransport for Prepared {
+    fn card(&self) -> String {
+        self.endpoint.local_addr().to_string()
+    }
+
+    fn connect(
+        &mut self,
+        ctx: &SetupContext<'_>,
+        cards: &[RankCard],
+        peers: &[usize],
+    ) -> Result<Vec<Box<dyn Connection>>> {
+        if peers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bad = |detail: String| Error::Bootstrap {
+            rank: ctx.rank,
+            detail,
+        };
+        let mut addrs = Vec::with_capacity(peers.len());
+        for &p in peers {
+            let card = cards
+                .get(p)
+                .ok_or_else(|| bad(format!("peer rank {p} has no published record")))?;
+            addrs.push((p, address(card).map_err(bad)?));
+        }
+        let setup = TcpSetup {
+            rank: ctx.rank,
+            comm_id: ctx.comm_id,
+            secret: ctx.secret,
+            nsocks: ctx.config.nsocks,
+            max_piece: ctx.config.tcp_piece_bytes,
+            deadline: ctx.deadline,
+        };
+        Ok(self
+            .endpoint
+            .establish(&setup, &addrs)?
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn Connection>)
+            .collect())
+    }
+}
