@@ -10,7 +10,8 @@ use comm_core::transport::registry::{SelfKind, TransportKind};
 pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
     &SelfKind,
     &super::shm::Shm,
-    // nvlink and rdma go here, before tcp.
+    // nvlink goes here, before rdma.
+    &super::rdma::Rdma,
     &super::tcp::Tcp,
 ];
 

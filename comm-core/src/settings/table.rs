@@ -173,10 +173,10 @@ pub static SETTINGS: &[Setting] = &[
         scope: Scope::Shared {
             digest_key: "transport",
         },
-        values: Values::Text("auto, or a transport's name (self, shm, tcp, ...)"),
+        values: Values::Text("auto, or a transport's name (self, shm, rdma, tcp)"),
         default: Value("auto"),
         doc: "`auto`: per rank pair the first transport of the registry that can connect it \
-              (shared memory within a node, TCP across); a name forces that transport between \
+              (shared memory within a node, RDMA across where a device is ready, else TCP); a name forces that transport between \
               every pair and fails naming what is missing where it cannot",
         field: Field::Text {
             put: |c, v| {
