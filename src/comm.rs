@@ -388,6 +388,13 @@ impl Inner {
                 s.inter_received += b;
             }
         }
+        for (p, kind) in self.transports.iter().enumerate() {
+            let sent = st.traffic.sent.get(p).copied().unwrap_or(0);
+            let received = st.traffic.received.get(p).copied().unwrap_or(0);
+            if p != self.rank {
+                s.add_transport_bytes(kind, sent, received);
+            }
+        }
         s
     }
 

@@ -25,6 +25,9 @@ pub struct Stats {
     pub wait_time: Duration,
     /// Time spent inside operations.
     pub busy_time: Duration,
+    /// Bytes per transport kind (`shm`, `rdma`, `tcp`, ...), as
+    /// `(kind, sent, received)`, in the order the kinds were first used.
+    pub by_transport: Vec<(String, u64, u64)>,
 }
 
 impl Stats {
@@ -46,6 +49,20 @@ impl Stats {
         self.inter_sent += o.inter_sent;
         self.inter_received += o.inter_received;
         self.wait_time += o.wait_time;
+        for (kind, sent, received) in &o.by_transport {
+            self.add_transport_bytes(kind, *sent, *received);
+        }
+    }
+
+    /// Adds `sent` / `received` bytes to transport `kind`'s counters.
+    pub fn add_transport_bytes(&mut self, kind: &str, sent: u64, received: u64) {
+        match self.by_transport.iter_mut().find(|(k, _, _)| k == kind) {
+            Some((_, s, r)) => {
+                *s += sent;
+                *r += received;
+            }
+            None => self.by_transport.push((kind.to_string(), sent, received)),
+        }
     }
 
     /// Adds every counter of `o`, operation counts included.
@@ -86,6 +103,18 @@ impl Stats {
             inter_received: self.inter_received - earlier.inter_received,
             wait_time: self.wait_time.saturating_sub(earlier.wait_time),
             busy_time: self.busy_time.saturating_sub(earlier.busy_time),
+            by_transport: self
+                .by_transport
+                .iter()
+                .map(|(k, s, r)| {
+                    let (s0, r0) = earlier
+                        .by_transport
+                        .iter()
+                        .find(|(k0, _, _)| k0 == k)
+                        .map_or((0, 0), |(_, s0, r0)| (*s0, *r0));
+                    (k.clone(), s - s0, r - r0)
+                })
+                .collect(),
         }
     }
 }

@@ -75,6 +75,30 @@ fn rdma_between_nodes_shm_within_and_forced_everywhere() {
         }
     }
     check_collectives(&comms);
+    // Per-transport accounting: every rank moved bytes over both kinds.
+    for c in &comms {
+        let st = c.stats();
+        for kind in ["shm", "rdma"] {
+            let (_, sent, received) = st
+                .by_transport
+                .iter()
+                .find(|(k, _, _)| k == kind)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "rank {} has no {kind} bytes: {:?}",
+                        c.rank(),
+                        st.by_transport
+                    )
+                });
+            assert!(
+                *sent > 0 && *received > 0,
+                "rank {} {kind}: {sent} / {received}",
+                c.rank()
+            );
+        }
+        let total: u64 = st.by_transport.iter().map(|(_, s, _)| s).sum();
+        assert_eq!(total, st.intra_sent + st.inter_sent, "rank {}", c.rank());
+    }
     drop(comms);
     let forced = TransportChoice::parse("rdma").unwrap();
     let comms = init(3, 0x5d3a_0002, forced);

@@ -396,10 +396,13 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     Ok(!any_wrong)
 }
 
+/// The transport kinds whose bytes `--stats` gathers from every rank.
+const STATS_TRANSPORTS: [&str; 3] = ["shm", "rdma", "tcp"];
+
 /// Every rank's counters, on rank 0 (other ranks get an empty list).
 fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<sncl::Stats>> {
     let n = comm.size();
-    let v = [
+    let mut v = vec![
         mine.ops,
         mine.intra_sent,
         mine.intra_received,
@@ -408,6 +411,14 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
         mine.wait_time.as_nanos() as u64,
         mine.busy_time.as_nanos() as u64,
     ];
+    for kind in STATS_TRANSPORTS {
+        let (s, r) = mine
+            .by_transport
+            .iter()
+            .find(|(k, _, _)| k == kind)
+            .map_or((0, 0), |(_, s, r)| (*s, *r));
+        v.extend([s, r]);
+    }
     let mut all = vec![0u64; v.len() * n];
     comm.all_gather(&v, &mut all)?;
     Ok(all
@@ -427,6 +438,12 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
             inter_received: c[4],
             wait_time: std::time::Duration::from_nanos(c[5]),
             busy_time: std::time::Duration::from_nanos(c[6]),
+            by_transport: STATS_TRANSPORTS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| c[7 + 2 * i] + c[8 + 2 * i] > 0)
+                .map(|(i, k)| (k.to_string(), c[7 + 2 * i], c[8 + 2 * i]))
+                .collect(),
         })
         .collect())
 }
@@ -455,6 +472,12 @@ fn print_stats(all: &[sncl::Stats]) {
         total.cross_tier_share(),
         all.first().map_or(0, |s| s.ops)
     );
+    let kinds: Vec<String> = total
+        .by_transport
+        .iter()
+        .map(|(k, s, r)| format!("{k} {s} sent / {r} received"))
+        .collect();
+    println!("# bytes by transport: {}", kinds.join("; "));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -513,6 +536,11 @@ fn stats_json(s: &sncl::Stats) -> String {
         "cross_tier_share": s.cross_tier_share(),
         "wait_us": s.wait_time.as_secs_f64() * 1e6,
         "busy_us": s.busy_time.as_secs_f64() * 1e6,
+        "by_transport": s
+            .by_transport
+            .iter()
+            .map(|(k, sent, received)| (k.clone(), serde_json::json!({"sent": sent, "received": received})))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
     })
     .to_string()
 }
