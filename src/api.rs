@@ -5,6 +5,7 @@
 
 use std::marker::PhantomData;
 
+use comm_core::shape::{v_extent, OpShape, ShapeError};
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
@@ -16,61 +17,86 @@ fn bad(rank: usize, op: &'static str, detail: String) -> Error {
     Error::InvalidArgument { rank, op, detail }
 }
 
-/// Builders shared by the blocking and non-blocking forms.
+/// Builders shared by the blocking and non-blocking forms: every plain
+/// collective's buffers are checked against its [`OpShape`].
 struct Build {
     rank: usize,
     n: usize,
 }
 
 impl Build {
-    fn all_reduce<T: Element>(
+    fn shape<T: Element>(
         &self,
-        send: *const T,
-        recv: *mut T,
+        name: &'static str,
+        coll: Collective,
         count: usize,
-        op: ReduceOp,
-    ) -> RawOp {
-        let mut r = RawOp::new(Collective::AllReduce, T::DTYPE, count);
-        r.op = op;
-        r.send = send as *const u8;
-        r.recv = recv as *mut u8;
-        r
+        root: usize,
+    ) -> Result<OpShape> {
+        let shape = OpShape::new(coll, T::DTYPE, count, self.n).with_root(root);
+        shape
+            .check()
+            .map_err(|e| bad(self.rank, name, e.to_string()))?;
+        Ok(shape)
     }
 
-    fn reduce_scatter<T: Element>(
+    /// An out-of-place operation of `count` elements: the buffers this
+    /// rank uses must have the shape's extents.
+    fn op<T: Element>(
         &self,
-        send: *const T,
-        recv: *mut T,
+        name: &'static str,
+        coll: Collective,
         count: usize,
-        op: ReduceOp,
-    ) -> RawOp {
-        let mut r = RawOp::new(Collective::ReduceScatter, T::DTYPE, count);
-        r.op = op;
-        r.send = send as *const u8;
-        r.recv = recv as *mut u8;
-        r
+        root: usize,
+        send: &[T],
+        recv: &mut [T],
+    ) -> Result<RawOp> {
+        let shape = self.shape::<T>(name, coll, count, root)?;
+        shape
+            .check_buffers(self.rank, send.len(), recv.len())
+            .map_err(|e| bad(self.rank, name, e.to_string()))?;
+        let mut r = RawOp::new(coll, T::DTYPE, count);
+        r.root = root;
+        r.send = send.as_ptr() as *const u8;
+        r.recv = recv.as_mut_ptr() as *mut u8;
+        Ok(r)
     }
 
-    fn check_len(&self, op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
-        if got != want {
-            return Err(bad(
+    /// An in-place operation of `count` elements on `buf`, laid out as
+    /// [`OpShape::in_place`] says.
+    fn in_place<T: Element>(
+        &self,
+        name: &'static str,
+        coll: Collective,
+        count: usize,
+        root: usize,
+        buf: &mut [T],
+    ) -> Result<RawOp> {
+        let shape = self.shape::<T>(name, coll, count, root)?;
+        let layout = shape.in_place(self.rank).ok_or_else(|| {
+            bad(
                 self.rank,
-                op,
-                format!("{what} has {got} elements, expected {want}"),
-            ));
+                name,
+                format!("{} has no in-place form", coll.name()),
+            )
+        })?;
+        if buf.len() != layout.elems {
+            let e = ShapeError::Length {
+                what: "buf",
+                got: buf.len(),
+                want: layout.elems,
+            };
+            return Err(bad(self.rank, name, e.to_string()));
         }
-        Ok(())
-    }
-
-    fn check_root(&self, op: &'static str, root: usize) -> Result<()> {
-        if root >= self.n {
-            return Err(bad(
-                self.rank,
-                op,
-                format!("root {root} is out of range for {} ranks", self.n),
-            ));
+        let p = buf.as_mut_ptr();
+        let mut r = RawOp::new(coll, T::DTYPE, count);
+        r.root = root;
+        // SAFETY: the layout's offsets lie within its `elems`, which is
+        // `buf.len()` (checked above), so both pointers stay inside `buf`.
+        unsafe {
+            r.send = p.add(layout.input_at) as *const u8;
+            r.recv = p.add(layout.output_at) as *mut u8;
         }
-        Ok(())
+        Ok(r)
     }
 
     fn multiple(&self, op: &'static str, len: usize) -> Result<usize> {
@@ -86,6 +112,11 @@ impl Build {
         }
         Ok(len / self.n)
     }
+}
+
+fn with_op(mut r: RawOp, op: ReduceOp) -> RawOp {
+    r.op = op;
+    r
 }
 
 macro_rules! collectives {
@@ -121,99 +152,54 @@ macro_rules! collectives {
 collectives! {
     /// All-reduce: `recv[i] = op over ranks of send[i]`.
     fn all_reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        b.check_len("all_reduce", "recv", recv.len(), send.len())?;
-        Ok(b.all_reduce(send.as_ptr(), recv.as_mut_ptr(), send.len(), op))
+        b.op("all_reduce", Collective::AllReduce, send.len(), 0, send, recv).map(|r| with_op(r, op))
     };
     /// In-place all-reduce of `buf`.
     fn all_reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        Ok::<_, Error>(b.all_reduce(buf.as_ptr(), buf.as_mut_ptr(), buf.len(), op))
+        b.in_place("all_reduce", Collective::AllReduce, buf.len(), 0, buf).map(|r| with_op(r, op))
     };
     /// Reduce-scatter: `send` holds one block of `recv.len()` elements per
     /// rank; rank r receives block r reduced over all ranks.
     fn reduce_scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        b.check_len("reduce_scatter", "send", send.len(), recv.len() * b.n)?;
-        Ok(b.reduce_scatter(send.as_ptr(), recv.as_mut_ptr(), recv.len(), op))
+        b.op("reduce_scatter", Collective::ReduceScatter, recv.len(), 0, send, recv).map(|r| with_op(r, op))
     };
     /// In-place reduce-scatter: `buf` holds one block per rank; the result
     /// lands in this rank's block `buf[rank*c..(rank+1)*c]`.
     fn reduce_scatter_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
         let c = b.multiple("reduce_scatter", buf.len())?;
-        let p = buf.as_mut_ptr();
-        // SAFETY: rank*c + c <= buf.len().
-        Ok(b.reduce_scatter(p as *const T, unsafe { p.add(b.rank * c) }, c, op))
+        b.in_place("reduce_scatter", Collective::ReduceScatter, c, 0, buf).map(|r| with_op(r, op))
     };
     /// All-gather: `recv` receives every rank's `send`, in rank order.
     fn all_gather<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
-        b.check_len("all_gather", "recv", recv.len(), send.len() * b.n)?;
-        let mut r = RawOp::new(Collective::AllGather, T::DTYPE, send.len());
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("all_gather", Collective::AllGather, send.len(), 0, send, recv)
     };
     /// In-place all-gather: this rank's block of `buf` is its contribution.
     fn all_gather_in_place<T>(&self, buf: &'scope mut [T]) => |b: &Build| {
         let c = b.multiple("all_gather", buf.len())?;
-        let mut r = RawOp::new(Collective::AllGather, T::DTYPE, c);
-        let p = buf.as_mut_ptr();
-        // SAFETY: rank*c + c <= buf.len().
-        r.send = unsafe { p.add(b.rank * c) } as *const u8;
-        r.recv = p as *mut u8;
-        Ok(r)
+        b.in_place("all_gather", Collective::AllGather, c, 0, buf)
     };
     /// Broadcast `buf` from `root` to every rank, in place.
     fn broadcast<T>(&self, buf: &'scope mut [T], root: usize) => |b: &Build| {
-        b.check_root("broadcast", root)?;
-        let mut r = RawOp::new(Collective::Broadcast, T::DTYPE, buf.len());
-        r.root = root;
-        r.send = buf.as_ptr() as *const u8;
-        r.recv = buf.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.in_place("broadcast", Collective::Broadcast, buf.len(), root, buf)
     };
     /// Broadcast out of place: the root sends `send`; every rank receives into `recv`
     /// (`send` is ignored on other ranks).
     fn broadcast_from<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.check_root("broadcast", root)?;
-        if b.rank == root {
-            b.check_len("broadcast", "send", send.len(), recv.len())?;
-        }
-        let mut r = RawOp::new(Collective::Broadcast, T::DTYPE, recv.len());
-        r.root = root;
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("broadcast", Collective::Broadcast, recv.len(), root, send, recv)
     };
     /// Reduce to `root`: the root's `recv` receives the reduction of every
     /// rank's `send` (`recv` may be empty on other ranks).
     fn reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
-        b.check_root("reduce", root)?;
-        if b.rank == root {
-            b.check_len("reduce", "recv", recv.len(), send.len())?;
-        }
-        let mut r = RawOp::new(Collective::Reduce, T::DTYPE, send.len());
-        r.op = op;
-        r.root = root;
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("reduce", Collective::Reduce, send.len(), root, send, recv).map(|r| with_op(r, op))
     };
     /// In-place reduce: on the root `buf` is replaced by the reduction.
     fn reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
-        b.check_root("reduce", root)?;
-        let mut r = RawOp::new(Collective::Reduce, T::DTYPE, buf.len());
-        r.op = op;
-        r.root = root;
-        r.send = buf.as_ptr() as *const u8;
-        r.recv = buf.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.in_place("reduce", Collective::Reduce, buf.len(), root, buf).map(|r| with_op(r, op))
     };
     /// All-to-all: block j of `send` goes to rank j; block i of `recv` comes from rank i.
     fn alltoall<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
-        b.check_len("alltoall", "recv", recv.len(), send.len())?;
         let c = b.multiple("alltoall", send.len())?;
-        let mut r = RawOp::new(Collective::AllToAll, T::DTYPE, c);
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("alltoall", Collective::AllToAll, c, 0, send, recv)
     };
     /// All-gather with per-rank counts: rank i's `send` (of `counts[i]`
     /// elements) lands at `recv[displs[i]..]`.
@@ -221,8 +207,11 @@ collectives! {
         if counts.len() != b.n || displs.len() != b.n {
             return Err(bad(b.rank, "all_gatherv", format!("counts ({}) and displacements ({}) need one entry per rank ({})", counts.len(), displs.len(), b.n)));
         }
-        b.check_len("all_gatherv", "send", send.len(), counts[b.rank])?;
-        let extent = counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        if send.len() != counts[b.rank] {
+            let e = ShapeError::Length { what: "send", got: send.len(), want: counts[b.rank] };
+            return Err(bad(b.rank, "all_gatherv", e.to_string()));
+        }
+        let extent = v_extent(counts, displs);
         if recv.len() < extent {
             return Err(bad(b.rank, "all_gatherv", format!("recv has {} elements, counts and displacements need {extent}", recv.len())));
         }
@@ -239,8 +228,8 @@ collectives! {
                 return Err(bad(b.rank, "alltoallv", format!("{what} have {} entries, expected one per rank ({})", v.len(), b.n)));
             }
         }
-        let se = send_counts.iter().zip(send_displs).map(|(c, d)| c + d).max().unwrap_or(0);
-        let re = recv_counts.iter().zip(recv_displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        let se = v_extent(send_counts, send_displs);
+        let re = v_extent(recv_counts, recv_displs);
         if send.len() < se || recv.len() < re {
             return Err(bad(b.rank, "alltoallv", format!("buffers of {} / {} elements, counts need {se} / {re}", send.len(), recv.len())));
         }
@@ -252,27 +241,11 @@ collectives! {
     };
     /// Gather to `root`: rank i's `send` lands in block i of the root's `recv`.
     fn gather<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.check_root("gather", root)?;
-        if b.rank == root {
-            b.check_len("gather", "recv", recv.len(), send.len() * b.n)?;
-        }
-        let mut r = RawOp::new(Collective::Gather, T::DTYPE, send.len());
-        r.root = root;
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("gather", Collective::Gather, send.len(), root, send, recv)
     };
     /// Scatter from `root`: block i of the root's `send` lands in rank i's `recv`.
     fn scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.check_root("scatter", root)?;
-        if b.rank == root {
-            b.check_len("scatter", "send", send.len(), recv.len() * b.n)?;
-        }
-        let mut r = RawOp::new(Collective::Scatter, T::DTYPE, recv.len());
-        r.root = root;
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.op("scatter", Collective::Scatter, recv.len(), root, send, recv)
     };
 }
 

@@ -9,6 +9,7 @@ pub mod check;
 pub mod error;
 pub mod schedule;
 pub mod settings;
+pub mod shape;
 pub mod transport;
 pub mod wire;
 

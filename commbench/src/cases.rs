@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use comm_core::shape::OpShape;
 use half::{bf16, f16};
 use sncl::{as_bytes, as_bytes_mut, Communicator, DataType, Element, ReduceOp, Result};
 
@@ -239,25 +240,19 @@ fn run_once<T: BenchElem>(
 /// collective reads it from).
 fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Bufs<T> {
     let (n, r, cnt) = (comm.size(), comm.rank(), c.count);
-    let (send_len, recv_len) = match c.bench {
-        Bench::AllReduce | Bench::Broadcast | Bench::SendRecv => (cnt, cnt),
-        Bench::Reduce => (cnt, cnt),
-        Bench::ReduceScatter => (n * cnt, if in_place { n * cnt } else { cnt }),
-        Bench::AllGather => (cnt, n * cnt),
-        Bench::AllToAll => (n * cnt, n * cnt),
-        Bench::Gather => (cnt, if r == c.root { n * cnt } else { 0 }),
-        Bench::Scatter => (if r == c.root { n * cnt } else { 0 }, cnt),
+    // The extents and the in-place layout come from the operation's shape;
+    // point-to-point moves `cnt` each way.
+    let shape = OpShape::new(c.bench.collective(), T::DTYPE, cnt, n).with_root(c.root);
+    let layout = in_place.then(|| shape.in_place(r)).flatten();
+    let (send_len, recv_len) = match (c.bench, layout) {
+        (Bench::SendRecv, _) => (cnt, cnt),
+        (_, Some(l)) => (shape.send_elems(r), l.elems),
+        (_, None) => (shape.send_elems(r), shape.recv_elems(r)),
     };
     let send = input::<T>(r, send_len, c.op);
     let mut recv = vec![T::default(); recv_len];
-    if in_place {
-        match c.bench {
-            Bench::AllReduce | Bench::ReduceScatter | Bench::Broadcast | Bench::Reduce => {
-                recv.copy_from_slice(&send);
-            }
-            Bench::AllGather => recv[r * cnt..(r + 1) * cnt].copy_from_slice(&send),
-            _ => {}
-        }
+    if let Some(l) = layout {
+        recv[l.input_at..l.input_at + send.len()].copy_from_slice(&send);
     }
     Bufs { send, recv }
 }

@@ -2,6 +2,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use comm_core::shape::OpShape;
+
 use super::args::*;
 use super::comm::{CommShared, PreMul};
 use super::error::{guard, CError};
@@ -92,22 +94,9 @@ impl Plain {
         }
     }
 
-    /// The table of the plain collectives: the name of the count in error
-    /// texts, and whether it counts elements per rank (a buffer spans
-    /// `nranks × count`).
-    fn count_of(&self) -> (&'static str, bool) {
-        match self.kind {
-            Collective::AllGather => ("sendcount", true),
-            Collective::ReduceScatter => ("recvcount", true),
-            Collective::AllToAll | Collective::Gather | Collective::Scatter => ("count", true),
-            _ => ("count", false),
-        }
-    }
-
-    /// Checks the datatype, then the operator (when it takes one), the
-    /// root (when it has one) and the count, and issues the collective.
-    /// Its input is `count` elements (reduce-scatter: all `nranks ×
-    /// recvcount`).
+    /// Checks the datatype, then the operator (when it takes one), then
+    /// the [`OpShape`] (root range, addressable extents), and issues the
+    /// collective. Its input is the shape's send extent on this rank.
     ///
     /// # Safety
     /// As `snclAllReduce`.
@@ -118,7 +107,6 @@ impl Plain {
         comm: snclComm_t,
         stream: snclStream_t,
     ) -> snclResult_t {
-        let (what, per_rank) = self.count_of();
         // SAFETY: forwarded from the caller.
         unsafe {
             issue(comm, stream, |c, s| {
@@ -133,21 +121,17 @@ impl Plain {
                 let root = (self.root)
                     .map(|r| rank_arg("root", r, c.size()))
                     .transpose()?;
-                let mult = if per_rank { c.size() } else { 1 };
-                let total = span(what, self.count, mult, dt)?;
+                // The one shape: root range, addressable extents, and the
+                // input a premultiplied sum scales.
+                let shape =
+                    OpShape::new(self.kind, dt, self.count, c.size()).with_root(root.unwrap_or(0));
+                shape.check().map_err(|e| CError::invalid(e.to_string()))?;
                 let mut r = raw(self.kind, dt, self.count, sendbuff, recvbuff);
                 if let Some(rop) = rop {
                     r.op = rop;
                 }
-                if let Some(root) = root {
-                    r.root = root;
-                }
-                let input = if self.kind == Collective::ReduceScatter {
-                    total
-                } else {
-                    self.count
-                };
-                coll(r, pm, input)
+                r.root = shape.root;
+                coll(r, pm, shape.send_elems(c.rank()))
             })
         }
     }
@@ -203,7 +187,7 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
 ) -> snclResult_t {
     // SAFETY: forwarded from the caller.
     unsafe {
-        issue(comm, stream, |_, _| {
+        issue(comm, stream, |c, _| {
             if exec::in_group() {
                 return Err(CError::usage(
                     "snclAllReduceCompressed cannot be used inside a group",
@@ -236,7 +220,9 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
                 .map_err(|_| CError::invalid("codec is not UTF-8"))?;
             let codec = crate::Codec::parse(spec)
                 .map_err(|e| CError::invalid(format!("codec {spec:?}: {e}")))?;
-            span("count", count, 1, dt)?;
+            OpShape::new(Collective::AllReduce, dt, count, c.size())
+                .check()
+                .map_err(|e| CError::invalid(e.to_string()))?;
             if count > 0 && (sendbuff.is_null() || recvbuff.is_null()) {
                 return Err(CError::invalid("sendbuff or recvbuff is NULL"));
             }

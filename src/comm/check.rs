@@ -2,6 +2,7 @@
 //! buffers, self-transfers of point-to-point groups, and the extents the
 //! executor bounds its accesses by.
 
+use comm_core::shape::{v_extent, OpShape};
 use comm_core::wire::Collective;
 use comm_core::Result;
 
@@ -11,12 +12,9 @@ impl Inner {
     pub(super) fn validate(&self, op: &RawOp) -> Result<()> {
         let name = op.coll.name();
         let n = self.nranks;
-        if op.coll.is_rooted() && op.root >= n {
-            return Err(self.invalid(
-                name,
-                format!("root {} is out of range for {n} ranks", op.root),
-            ));
-        }
+        self.shape(op)
+            .check()
+            .map_err(|e| self.invalid(name, e.to_string()))?;
         if op.coll.is_reducing() {
             kernels::check_supported(op.dtype, op.op)
                 .map_err(|e| self.invalid(name, e.to_string()))?;
@@ -90,38 +88,27 @@ impl Inner {
         Ok(())
     }
 
-    /// Input and output extents in elements for the executor's bounds.
+    /// The operation's shape on this communicator.
+    pub(super) fn shape(&self, op: &RawOp) -> OpShape {
+        OpShape::new(op.coll, op.dtype, op.count, self.nranks).with_root(op.root)
+    }
+
+    /// Input and output extents in elements for the executor's bounds:
+    /// [`OpShape`]'s, or the variable counts' for the V collectives.
     pub(super) fn extents(&self, op: &RawOp) -> (usize, usize) {
-        let (n, r, c) = (self.nranks, self.rank, op.count);
-        let extent = |counts: &[usize], displs: &[usize]| {
-            counts
-                .iter()
-                .zip(displs)
-                .map(|(c, d)| c + d)
-                .max()
-                .unwrap_or(0)
-        };
-        match op.coll {
-            Collective::AllReduce => (c, c),
-            Collective::ReduceScatter => (n * c, c),
-            Collective::AllGather => (c, n * c),
-            Collective::Broadcast => (if r == op.root { c } else { 0 }, c),
-            Collective::Reduce => (c, if r == op.root { c } else { 0 }),
-            Collective::AllToAll => (n * c, n * c),
-            Collective::Gather => (c, if r == op.root { n * c } else { 0 }),
-            Collective::Scatter => (if r == op.root { n * c } else { 0 }, c),
-            Collective::AllGatherV => {
-                let v = op.v.as_ref().expect("v counts");
-                (v.recv_counts[r], extent(&v.recv_counts, &v.recv_displs))
+        let r = self.rank;
+        match (op.coll, &op.v) {
+            (Collective::AllGatherV, Some(v)) => {
+                (v.recv_counts[r], v_extent(&v.recv_counts, &v.recv_displs))
             }
-            Collective::AllToAllV => {
-                let v = op.v.as_ref().expect("v counts");
-                (
-                    extent(&v.send_counts, &v.send_displs),
-                    extent(&v.recv_counts, &v.recv_displs),
-                )
+            (Collective::AllToAllV, Some(v)) => (
+                v_extent(&v.send_counts, &v.send_displs),
+                v_extent(&v.recv_counts, &v.recv_displs),
+            ),
+            _ => {
+                let s = self.shape(op);
+                (s.send_elems(r), s.recv_elems(r))
             }
-            Collective::SendRecv | Collective::Barrier | Collective::Tagged => (0, 0),
         }
     }
 }
