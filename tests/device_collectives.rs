@@ -609,7 +609,8 @@ fn hier_all_reduce_on_device_buffers_two_nodes() {
         assert!(errs.is_empty(), "{transport:?}: {}", errs.join("\n"));
         for (r, b) in ranks.iter().zip(&before) {
             let d = r.comm.stats().since(b);
-            let hier = (2 * (2 - 1) * (count / 2) / 2 * 4) as u64;
+            let (nodes, local) = (2, 2);
+            let hier = (2 * (nodes - 1) * (count / local) / nodes * 4) as u64;
             assert_eq!(d.inter_sent, 2 * hier, "rank {}", r.comm.rank());
         }
         eprintln!(
