@@ -15,8 +15,8 @@
 //!   where [`Device::reduce_copy`] folds them with the local region into the
 //!   destination. An event recorded after each slot's host-to-device copy
 //!   frees the slot: the host reuses a slot only once its event is done
-//!   (waiting for the oldest slot, with the communicator's timeout as the
-//!   deadline, when the ring is full), so receiving piece k+1 overlaps
+//!   (when the ring is full, waiting until about half of it is free, with
+//!   the communicator's timeout as the deadline), so receiving piece k+1 overlaps
 //!   piece k's copy and reduction, and the host never overwrites a slot the
 //!   device may still read. The device twin needs no such guard: only the
 //!   stream uses it, in order;
@@ -303,7 +303,7 @@ impl<'a> DeviceMemory<'a> {
 
     /// A free slot of `n` bytes (`n > 0`) in the receive ring (pinned and
     /// device twins at the same offset): reclaims slots whose events are
-    /// done, waits for the oldest one while none fits, grows the ring (after
+    /// done, waits until about half the ring is free while none fits, grows the ring (after
     /// a synchronisation) when `n` exceeds it. The caller fills the slot
     /// and then calls [`DeviceMemory::ring_commit`].
     fn ring_slot(&self, n: usize) -> Result<usize> {
