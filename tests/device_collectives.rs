@@ -10,9 +10,16 @@
 //! upload, the collective and the download: only the stream semantics
 //! (event wait + flag wait) order them.
 //!
-//! Also: a fault injected on one rank's device fails the operation on every
-//! rank with an error naming that rank (and, on the faulted rank, its
-//! device), never a hang; the safe typed forms; argument errors.
+//! `SNCL_TEST_FULL_MATRIX=1` runs the full matrix instead of this covering
+//! subset: every dtype × every op it supports × 1..4 ranks × counts 0, 1,
+//! 7, 2000 and 1000003, threads over shm and TCP, and processes
+//! (commbench, every collective, dtype and op) over shm and TCP.
+//!
+//! Also: the hierarchical all-reduce on device buffers (4 ranks as two
+//! "nodes", shm and TCP); a fault injected on one rank's device fails the
+//! operation on every rank with an error naming that rank (and, on the
+//! faulted rank, its device), never a hang; the safe typed forms; argument
+//! errors.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +27,30 @@ use std::time::Duration;
 use comm_core::config::TransportChoice;
 use half::{bf16, f16};
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
-use sncl::{Collective, Communicator, Config, DataType, DeviceOp, RawOp, ReduceOp};
+use sncl::{
+    Collective, Communicator, Config, DataType, DeviceOp, MemoryStore, RawOp, ReduceOp, Store,
+};
+
+/// Whether `SNCL_TEST_FULL_MATRIX=1` asks for the full matrix.
+fn full_matrix() -> bool {
+    std::env::var("SNCL_TEST_FULL_MATRIX").is_ok_and(|v| v == "1")
+}
+
+fn dtypes() -> &'static [DataType] {
+    if full_matrix() {
+        &DataType::ALL
+    } else {
+        &DTYPES
+    }
+}
+
+fn ops() -> &'static [ReduceOp] {
+    if full_matrix() {
+        &ReduceOp::ALL
+    } else {
+        &OPS
+    }
+}
 
 const DTYPES: [DataType; 5] = [
     DataType::Float32,
@@ -62,11 +92,15 @@ fn input(dtype: DataType, rank: usize, count: usize) -> Vec<u8> {
         let v = ((rank * 31 + i * 7) % 23) as i64 - 11;
         match dtype {
             DataType::Float32 => out.extend((v as f32 * 0.75).to_le_bytes()),
+            DataType::Float64 => out.extend((v as f64 * 0.75).to_le_bytes()),
+            DataType::Int8 => out.push(v as i8 as u8),
+            DataType::Uint32 => out.extend(((rank * 1000 + i) as u32).to_le_bytes()),
+            DataType::Int64 => out.extend((v * 100_000 + i as i64).to_le_bytes()),
+            DataType::Uint64 => out.extend(((rank * 1000 + i * 3) as u64).to_le_bytes()),
             DataType::Float16 => out.extend(f16::from_f32(v as f32 * 0.75).to_le_bytes()),
             DataType::Bfloat16 => out.extend(bf16::from_f32(v as f32 * 0.75).to_le_bytes()),
             DataType::Int32 => out.extend((v as i32 * 1000 + i as i32).to_le_bytes()),
             DataType::Uint8 => out.push((rank * 37 + i * 11) as u8),
-            other => panic!("no input for {other:?}"),
         }
     }
     out
@@ -97,13 +131,13 @@ fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
 fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
     let mut v = Vec::new();
     for &count in counts {
-        for dtype in DTYPES {
+        for &dtype in dtypes() {
             for coll in COLLS {
                 let reducing = matches!(
                     coll,
                     Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
                 );
-                let ops: &[ReduceOp] = if reducing { &OPS } else { &OPS[..1] };
+                let ops: &[ReduceOp] = if reducing { ops() } else { &OPS[..1] };
                 for &op in ops {
                     if reducing && kernels::check_supported(dtype, op).is_err() {
                         continue;
@@ -244,24 +278,39 @@ fn matrix_shm_1_to_4_ranks() {
 
 #[test]
 fn matrix_tcp_2_and_3_ranks() {
-    matrix(TransportChoice::Tcp, &[2, 3]);
+    if full_matrix() {
+        matrix(TransportChoice::Tcp, &[1, 2, 3, 4]);
+    } else {
+        matrix(TransportChoice::Tcp, &[2, 3]);
+    }
+}
+
+fn large_config(transport: TransportChoice) -> Config {
+    Config {
+        transport,
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    }
 }
 
 #[test]
 fn large_counts_over_shm_and_tcp() {
+    let count = 1_000_003;
+    if full_matrix() {
+        for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
+            for n in 1..=4 {
+                let comms = Communicator::init_threads(n, large_config(transport));
+                let ranks = bind(comms.expect("init"));
+                let cases = cases(n, &[count]);
+                let errs = run_all(&ranks, &cases);
+                assert!(errs.is_empty(), "{transport:?} n={n}: {}", errs.join("\n"));
+                eprintln!("{transport:?} n={n}: {} cases of {count} ok", cases.len());
+            }
+        }
+        return;
+    }
     for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
-        let ranks = bind(
-            Communicator::init_threads(
-                3,
-                Config {
-                    transport,
-                    timeout: Duration::from_secs(60),
-                    ..Default::default()
-                },
-            )
-            .expect("init"),
-        );
-        let count = 1_000_003;
+        let ranks = bind(Communicator::init_threads(3, large_config(transport)).expect("init"));
         let cases = [
             (Collective::AllReduce, DataType::Float32, ReduceOp::Sum),
             (Collective::AllReduce, DataType::Bfloat16, ReduceOp::Avg),
@@ -438,10 +487,32 @@ fn safe_typed_forms_and_argument_errors() {
     assert!(e.to_string().contains("already bound"), "{e}");
 }
 
+/// Runs commbench with `args` on the emulated device and checks that every
+/// result matched (commbench checks against the host path).
+fn commbench_ok(bin: &std::path::Path, args: &[&str], transport: &str) {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .args(["--device", "emu"])
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .env("SNCL_TRANSPORT", transport)
+        .output()
+        .expect("running commbench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "commbench {args:?} over {transport} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("# device: emu device 0"), "{stdout}");
+    assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
+}
+
 /// Ranks as processes: `commbench --device emu --np 3` (each process has
 /// its own emulated device; results are checked by commbench against the
-/// host path). Needs the commbench binary of this build (`cargo build -p
-/// commbench`); skipped with a note when it is not there.
+/// host path); the full matrix runs every collective, dtype and op on 1..4
+/// processes over shm and TCP. Needs the commbench binary of this build
+/// (`cargo build -p commbench`); skipped with a note when it is not there.
 #[test]
 fn processes_via_commbench_device_emu() {
     let exe = std::env::current_exe().expect("test binary path");
@@ -454,28 +525,97 @@ fn processes_via_commbench_device_emu() {
         eprintln!("skipped: no commbench binary next to the test (build it with cargo build -p commbench)");
         return;
     };
-    let out = std::process::Command::new(&bin)
-        .args(["all_reduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "2"])
-        .args([
-            "-d",
-            "float,bf16,int32",
-            "-o",
-            "sum,max",
-            "--device",
-            "emu",
-            "--np",
-            "3",
-        ])
-        .env("SNCL_TIMEOUT_MS", "30000")
-        .output()
-        .expect("running commbench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "commbench failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("# device: emu device 0"), "{stdout}");
-    assert!(stdout.contains("Out of bounds values : 0 OK"), "{stdout}");
+    if !full_matrix() {
+        let args = ["all_reduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "2"];
+        let more = ["-d", "float,bf16,int32", "-o", "sum,max", "--np", "3"];
+        commbench_ok(&bin, &[&args[..], &more[..]].concat(), "auto");
+        return;
+    }
+    let colls = [
+        "all_reduce",
+        "reduce_scatter",
+        "all_gather",
+        "broadcast",
+        "reduce",
+    ];
+    for transport in ["auto", "tcp"] {
+        for np in ["1", "2", "3", "4"] {
+            for coll in colls {
+                let args = [coll, "-b", "8", "-e", "4M", "-f", "8", "-n", "1"];
+                let more = ["-w", "0", "-d", "all", "-o", "all", "--np", np];
+                commbench_ok(&bin, &[&args[..], &more[..]].concat(), transport);
+                eprintln!("processes: {coll} on {np} over {transport} ok");
+            }
+        }
+    }
+}
+
+/// 4 thread ranks on two "nodes" (ranks 0, 1 and 2, 3; `Config::node_id`
+/// as `SNCL_NODE_ID` sets it), over shm inside a node and TCP across
+/// (`Auto`), or TCP everywhere.
+fn two_nodes(transport: TransportChoice) -> Vec<Communicator> {
+    let store = MemoryStore::new();
+    let n = 4;
+    let comm_id = 0xde71_c000 + transport as u64;
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
+            let cfg = Config {
+                node_id: Some(format!("devnode{}", r / 2)),
+                ..config(transport)
+            };
+            std::thread::spawn(move || Communicator::init_with_store(store, r, n, comm_id, cfg))
+        })
+        .collect();
+    hs.into_iter()
+        .map(|h| h.join().expect("init thread").expect("init"))
+        .collect()
+}
+
+#[test]
+fn hier_all_reduce_on_device_buffers_two_nodes() {
+    for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
+        let comms = two_nodes(transport);
+        let kinds = comms[0].transports();
+        let want = match transport {
+            TransportChoice::Auto => ["self", "shm", "tcp", "tcp"],
+            _ => ["self", "tcp", "tcp", "tcp"],
+        };
+        assert_eq!(kinds[1..], want[1..], "{transport:?}");
+        for c in &comms {
+            c.force_algorithm(Collective::AllReduce, Some("hier"))
+                .expect("force hier");
+        }
+        let ranks = bind(comms);
+        let cases: Vec<Case> = cases(4, &[0, 1, 7, 2000, 100_003])
+            .into_iter()
+            .filter(|c| c.coll == Collective::AllReduce)
+            .collect();
+        let errs = run_all(&ranks, &cases);
+        assert!(errs.is_empty(), "{transport:?}: {}", errs.join("\n"));
+        // The device operation ran hier: per rank, hier sends
+        // 2 (nodes-1)/nodes × count/local elements across nodes (a flat
+        // ring in rank order would send 0 or 3/2 × count). Host + device.
+        let before: Vec<_> = ranks.iter().map(|r| r.comm.stats()).collect();
+        let count = 8192;
+        let one = [Case {
+            coll: Collective::AllReduce,
+            dtype: DataType::Float32,
+            op: ReduceOp::Sum,
+            root: 0,
+            count,
+        }];
+        let errs = run_all(&ranks, &one);
+        assert!(errs.is_empty(), "{transport:?}: {}", errs.join("\n"));
+        for (r, b) in ranks.iter().zip(&before) {
+            let d = r.comm.stats().since(b);
+            let (nodes, local) = (2, 2);
+            let hier = (2 * (nodes - 1) * (count / local) / nodes * 4) as u64;
+            assert_eq!(d.inter_sent, 2 * hier, "rank {}", r.comm.rank());
+        }
+        eprintln!(
+            "{transport:?}: hier on device buffers: {} cases ok",
+            cases.len()
+        );
+    }
 }

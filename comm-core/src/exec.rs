@@ -430,7 +430,8 @@ fn header(ctx: &OpContext, len: usize) -> PieceHeader {
     }
 }
 
-/// Pushes as many pieces of `src` as the connection takes now.
+/// Pushes as many pieces of `src` as the connection takes now and the
+/// memory has ready (staged, for device memory).
 fn send_some<M: Memory>(
     ctx: &OpContext,
     bufs: &M,
@@ -444,9 +445,13 @@ fn send_some<M: Memory>(
     let mut moved = 0;
     loop {
         let n = max.min(total - st.done);
-        let sent = bufs.with_ref(src, esize, |b| {
-            conn.try_send(&header(ctx, n), &b[st.done..st.done + n])
+        let sent = bufs.with_piece(src, esize, st.done, n, |b| {
+            conn.try_send(&header(ctx, n), b)
         })?;
+        // Not staged yet (device memory): like no room now, try later.
+        let Some(sent) = sent else {
+            return Ok(moved);
+        };
         if !sent.map_err(|e| peer_failed(ctx, e))? {
             return Ok(moved);
         }

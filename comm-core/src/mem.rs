@@ -19,7 +19,7 @@ use crate::schedule::{BufId, Op, Region};
 ///
 /// Within one step of a schedule the executor calls [`Memory::copy`] for
 /// the step's copies, then [`Memory::prepare_sends`] once, then moves data
-/// piece by piece ([`Memory::with_ref`], [`Memory::write_at`],
+/// piece by piece ([`Memory::with_piece`], [`Memory::write_at`],
 /// [`Memory::reduce_at`]), then [`Memory::divide`] for the step's
 /// finalisation. Regions a step sends are not written during that step.
 pub trait Memory {
@@ -28,14 +28,28 @@ pub trait Memory {
     fn copy(&self, src: Region, dst: Region, esize: usize) -> Result<()>;
 
     /// Called once per step after its copies, before any of its sends: an
-    /// implementation whose memory the host cannot read directly stages the
-    /// regions the step sends here. Host memory does nothing.
+    /// implementation whose memory the host cannot read directly starts
+    /// staging the regions the step sends here (it need not wait for the
+    /// staging to finish: see [`Memory::with_piece`]). Host memory does
+    /// nothing.
     fn prepare_sends(&self, _ops: &[Op], _esize: usize) -> Result<()> {
         Ok(())
     }
 
-    /// Calls `f` with the bytes of `r` (a region to be sent).
-    fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
+    /// Calls `f` with bytes `at..at + len` of `r` (a region this step
+    /// sends) when they can be read now; `Ok(None)` (and `f` not called)
+    /// when they cannot yet, because their staging copy is still in flight.
+    /// The executor treats `None` like a transport with no room now: it
+    /// tries again later, and the operation's deadline applies. Host memory
+    /// is always ready.
+    fn with_piece<R>(
+        &self,
+        r: Region,
+        esize: usize,
+        at: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>>;
 
     /// Writes `data` (a received piece) at byte `at` of region `dst`.
     fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) -> Result<()>;
@@ -65,8 +79,17 @@ impl Memory for Buffers {
     }
 
     #[inline]
-    fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        Ok(Buffers::with_ref(self, r, esize, f))
+    fn with_piece<R>(
+        &self,
+        r: Region,
+        esize: usize,
+        at: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        Ok(Some(Buffers::with_ref(self, r, esize, |b| {
+            f(&b[at..at + len])
+        })))
     }
 
     #[inline]

@@ -1,29 +1,37 @@
 //! [`DeviceMemory`]: the executor's `Memory` over device buffers.
 //!
 //! The data stays on the device; only what crosses the network crosses the
-//! host, through pinned staging:
+//! host, through pinned staging, pipelined in chunks:
 //!
-//! * a step's sends: its send regions are copied device-to-host into pinned
-//!   staging once per step ([`Memory::prepare_sends`]), then read by the
-//!   transports;
-//! * received pieces: copied into a pinned ring, then host-to-device into
-//!   the destination (plain receive) or into a device twin of the ring,
-//!   where [`Device::reduce_copy`] folds them with the local region into
-//!   the destination;
+//! * a step's sends: [`Memory::prepare_sends`] enqueues the device-to-host
+//!   copies of the step's send regions into pinned staging in chunks
+//!   (growing from [`FIRST_SEND_CHUNK`] to [`MAX_SEND_CHUNK`]), each
+//!   followed by a recorded event, and returns at once;
+//!   [`Memory::with_piece`] hands a piece to the transport as soon as the
+//!   event of the chunk holding its last byte is done (a non-blocking
+//!   [`Device::event_done`]), while later chunks are still being copied;
+//! * received pieces: copied into a pinned receive ring, then host-to-device
+//!   into the destination (plain receive) or into the ring's device twin,
+//!   where [`Device::reduce_copy`] folds them with the local region into the
+//!   destination. An event recorded after each slot's host-to-device copy
+//!   frees the slot: the host reuses a slot only once its event is done
+//!   (when the ring is full, waiting until about half of it is free, with
+//!   the communicator's timeout as the deadline), so receiving piece k+1 overlaps
+//!   piece k's copy and reduction, and the host never overwrites a slot the
+//!   device may still read. The device twin needs no such guard: only the
+//!   stream uses it, in order;
 //! * copies are device-to-device, avg's divide is [`Device::divide`].
 //!
-//! Everything runs on the communicator's internal stream, in order; the
-//! host waits for it (with the communicator's timeout as the deadline)
-//! before it reads send staging, before it reuses the ring, and at the end
-//! of the operation. Correct first: the next step is chunk pipelining (the
-//! copy of chunk k+1 overlapping the transfer of chunk k, and a ring whose
-//! slots are freed by events rather than a full synchronisation); it is
-//! not done.
+//! Everything runs on the communicator's internal stream, in order, so a
+//! step's send staging sees the previous steps' reductions. The host waits
+//! for the whole stream only at the end of the operation
+//! ([`DeviceMemory::finish`]) and before it reallocates staging.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ::device::{Device, DeviceBuffer, DeviceError, DevicePtr, PinnedBuffer};
+use ::device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, PinnedBuffer};
 use comm_core::exec::Memory;
 use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, Error, ReduceOp, Result};
@@ -34,15 +42,42 @@ use super::Binding;
 const RING_BYTES: usize = 4 << 20;
 /// Ring slots start at multiples of this (alignment for any element).
 const SLOT_ALIGN: usize = 256;
+/// The first send-staging chunk of a step: small, so the first piece can
+/// leave early.
+pub(crate) const FIRST_SEND_CHUNK: usize = 64 << 10;
+/// Send-staging chunks double up to this (fewer events on large steps).
+pub(crate) const MAX_SEND_CHUNK: usize = 1 << 20;
 
-/// Pinned and device staging of a communicator, reused across operations
-/// (allocating pinned memory is slow).
+/// A receive-ring slot the device may still read: bytes `start..end` of
+/// the pinned ring, free once `event` is done.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    start: usize,
+    end: usize,
+    event: EventHandle,
+}
+
+/// Pinned and device staging of a communicator, and the events that
+/// pipeline it, reused across operations (allocating pinned memory is
+/// slow). Its in-flight state outlives a failed operation, so the next one
+/// still never overwrites what the device may read.
 #[derive(Default)]
 pub(crate) struct Staging {
     send_host: Option<PinnedBuffer>,
     ring_host: Option<PinnedBuffer>,
     ring_dev: Option<DeviceBuffer>,
     scratch: Option<DeviceBuffer>,
+    /// Every event created here (destroyed by [`Staging::release`]).
+    events: Vec<EventHandle>,
+    /// Events recorded for nothing the host still waits on.
+    free_events: Vec<EventHandle>,
+    /// The current step's send chunks in stream order: (end offset in send
+    /// staging, event recorded after its copy).
+    send_chunks: Vec<(usize, EventHandle)>,
+    /// `send_chunks[..send_done]` are known to be complete.
+    send_done: usize,
+    /// Ring slots the device may still read, oldest first.
+    ring_busy: VecDeque<Slot>,
 }
 
 fn cap_pinned(b: &Option<PinnedBuffer>) -> usize {
@@ -51,6 +86,30 @@ fn cap_pinned(b: &Option<PinnedBuffer>) -> usize {
 
 fn cap_dev(b: &Option<DeviceBuffer>) -> usize {
     b.as_ref().map_or(0, DeviceBuffer::bytes)
+}
+
+/// Where a slot of `n` bytes fits in a ring of `cap` bytes given its busy
+/// slots (oldest first), or `None` until the oldest is freed. `n <= cap`.
+fn fit(busy: &VecDeque<Slot>, n: usize, cap: usize) -> Option<usize> {
+    let (Some(front), Some(back)) = (busy.front(), busy.back()) else {
+        return Some(0);
+    };
+    let head = back.end;
+    if back.start >= front.start {
+        // Busy bytes: front.start..head; free: head..cap, then 0..front.start.
+        if head + n <= cap {
+            Some(head)
+        } else if n <= front.start {
+            Some(0)
+        } else {
+            None
+        }
+    } else if head + n <= front.start {
+        // Wrapped: busy front.start..cap and 0..head.
+        Some(head)
+    } else {
+        None
+    }
 }
 
 impl Staging {
@@ -62,6 +121,37 @@ impl Staging {
             self.scratch = Some(DeviceBuffer::new(&b.dev, bytes)?);
         }
         Ok(())
+    }
+
+    /// An event for the next record (from the pool, else a new one).
+    fn take_event(&mut self, dev: &dyn Device) -> ::device::Result<EventHandle> {
+        if let Some(ev) = self.free_events.pop() {
+            return Ok(ev);
+        }
+        let ev = dev.create_event()?;
+        self.events.push(ev);
+        Ok(ev)
+    }
+
+    /// Everything enqueued has completed: every slot and chunk is free.
+    fn all_done(&mut self) {
+        let slots = self.ring_busy.drain(..).map(|s| s.event);
+        self.free_events.extend(slots);
+        self.send_done = self.send_chunks.len();
+    }
+
+    /// Frees the staging and destroys its events. Only after the stream
+    /// was synchronised (at unbind).
+    pub(crate) fn release(&mut self, dev: &dyn Device) {
+        let events = std::mem::take(&mut self.events);
+        *self = Staging::default();
+        for ev in events {
+            // SAFETY: created by `take_event` on this device, destroyed once
+            // here; the stream that recorded it was synchronised.
+            if let Err(e) = unsafe { dev.destroy_event(ev) } {
+                tracing::warn!(error = %e, "destroying a staging event failed");
+            }
+        }
     }
 }
 
@@ -85,8 +175,6 @@ pub(crate) struct DeviceMemory<'a> {
     staging: RefCell<&'a mut Staging>,
     /// Send regions of the current step and their offsets in send staging.
     staged: RefCell<Vec<(Region, usize)>>,
-    /// Bytes of the ring in use since the last synchronisation.
-    ring_used: Cell<usize>,
 }
 
 impl<'a> DeviceMemory<'a> {
@@ -113,7 +201,6 @@ impl<'a> DeviceMemory<'a> {
             timeout,
             staging: RefCell::new(staging),
             staged: RefCell::new(Vec::new()),
-            ring_used: Cell::new(0),
         }
     }
 
@@ -134,11 +221,58 @@ impl<'a> DeviceMemory<'a> {
         }
     }
 
-    /// Waits for everything enqueued so far (deadline: the timeout).
+    /// Waits for everything enqueued so far (deadline: the timeout); then
+    /// every staging slot and chunk is free.
     fn sync(&self, what: &str) -> Result<()> {
         self.dev()
             .synchronize(self.b.stream, Instant::now() + self.timeout)
-            .map_err(|e| self.err(what, e))
+            .map_err(|e| self.err(what, e))?;
+        self.staging.borrow_mut().all_done();
+        Ok(())
+    }
+
+    /// Polls `event` until it is done (deadline: the timeout).
+    fn wait_event(&self, event: EventHandle, what: &str) -> Result<()> {
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            if self
+                .dev()
+                .event_done(event)
+                .map_err(|e| self.err(what, e))?
+            {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= self.timeout {
+                let e = DeviceError::Timeout {
+                    ordinal: self.dev().ordinal(),
+                    what: what.to_string(),
+                    ms: self.timeout.as_millis() as u64,
+                };
+                return Err(self.err(what, e));
+            }
+            // Short sleeps rather than yields: a yield on a busy machine may
+            // give the core away for a whole time slice.
+            rounds += 1;
+            if rounds < 8 {
+                std::hint::spin_loop();
+            } else if waited < Duration::from_millis(20) {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Records a new event on the stream (after the work enqueued so far).
+    fn record(&self, st: &mut Staging, what: &str) -> Result<EventHandle> {
+        let ev = st.take_event(self.dev()).map_err(|e| self.err(what, e))?;
+        if let Err(e) = self.dev().record_event(ev, self.b.stream) {
+            st.free_events.push(ev);
+            return Err(self.err(what, e));
+        }
+        Ok(ev)
     }
 
     /// Waits until the operation's device work is complete: the result is
@@ -167,43 +301,90 @@ impl<'a> DeviceMemory<'a> {
         Ok((base.add(off), len))
     }
 
-    /// A slot of `n` bytes in the receive ring (pinned and device twins at
-    /// the same offset); synchronises and starts over when the ring is full.
+    /// A free slot of `n` bytes (`n > 0`) in the receive ring (pinned and
+    /// device twins at the same offset): reclaims slots whose events are
+    /// done, waits until about half the ring is free while none fits, grows the ring (after
+    /// a synchronisation) when `n` exceeds it. The caller fills the slot
+    /// and then calls [`DeviceMemory::ring_commit`].
     fn ring_slot(&self, n: usize) -> Result<usize> {
-        let mut st = self.staging.borrow_mut();
-        let cap = cap_pinned(&st.ring_host).min(cap_dev(&st.ring_dev));
-        if self.ring_used.get() + n > cap {
-            if self.ring_used.get() > 0 {
-                self.sync("waiting for received pieces before reusing the ring")?;
-                self.ring_used.set(0);
+        let cap = {
+            let st = self.staging.borrow();
+            cap_pinned(&st.ring_host).min(cap_dev(&st.ring_dev))
+        };
+        if n > cap {
+            if !self.staging.borrow().ring_busy.is_empty() {
+                self.sync("waiting for received pieces before growing the ring")?;
             }
-            if n > cap {
-                let bytes = n.max(RING_BYTES);
-                st.ring_host = None;
-                st.ring_dev = None;
-                st.ring_host = Some(
-                    PinnedBuffer::new(&self.b.dev, bytes)
-                        .map_err(|e| self.err("allocating the pinned receive ring", e))?,
-                );
-                st.ring_dev = Some(
-                    DeviceBuffer::new(&self.b.dev, bytes)
-                        .map_err(|e| self.err("allocating the device receive ring", e))?,
-                );
-            }
+            let bytes = n.max(RING_BYTES).next_multiple_of(SLOT_ALIGN);
+            let mut st = self.staging.borrow_mut();
+            st.ring_host = None;
+            st.ring_dev = None;
+            st.ring_host = Some(
+                PinnedBuffer::new(&self.b.dev, bytes)
+                    .map_err(|e| self.err("allocating the pinned receive ring", e))?,
+            );
+            st.ring_dev = Some(
+                DeviceBuffer::new(&self.b.dev, bytes)
+                    .map_err(|e| self.err("allocating the device receive ring", e))?,
+            );
         }
-        let at = self.ring_used.get();
-        self.ring_used.set((at + n).next_multiple_of(SLOT_ALIGN));
-        Ok(at)
+        let cap = {
+            let st = self.staging.borrow();
+            cap_pinned(&st.ring_host).min(cap_dev(&st.ring_dev))
+        };
+        loop {
+            let target = {
+                let mut st = self.staging.borrow_mut();
+                while let Some(&s) = st.ring_busy.front() {
+                    let done = self
+                        .dev()
+                        .event_done(s.event)
+                        .map_err(|e| self.err("checking a receive-ring slot", e))?;
+                    if !done {
+                        break;
+                    }
+                    st.ring_busy.pop_front();
+                    st.free_events.push(s.event);
+                }
+                if let Some(at) = fit(&st.ring_busy, n, cap) {
+                    return Ok(at);
+                }
+                // Full: wait until about half the ring is free (slots free
+                // in order), so that a device slower than the network costs
+                // one wait per half ring rather than one per piece.
+                st.ring_busy[st.ring_busy.len() / 2].event
+            };
+            self.wait_event(target, "waiting for receive-ring slots to be free")?;
+        }
+    }
+
+    /// Marks slot `at..at + n` busy until the work enqueued so far (its
+    /// host-to-device copy) is done.
+    fn ring_commit(&self, at: usize, n: usize) -> Result<()> {
+        let mut st = self.staging.borrow_mut();
+        let event = self.record(&mut st, "recording a receive-ring slot's event")?;
+        st.ring_busy.push_back(Slot {
+            start: at,
+            end: (at + n).next_multiple_of(SLOT_ALIGN),
+            event,
+        });
+        Ok(())
     }
 
     /// Copies a received piece into ring slot `at` (host side) and returns
     /// the slot's pinned address.
     fn fill_slot(&self, at: usize, data: &[u8]) -> *const u8 {
-        let mut st = self.staging.borrow_mut();
-        let ring = st.ring_host.as_mut().expect("ring allocated by ring_slot");
-        ring.as_mut_slice()[at..at + data.len()].copy_from_slice(data);
-        // SAFETY: `at + data.len()` is inside the ring (ring_slot checked).
-        unsafe { ring.as_ptr().add(at) }
+        let st = self.staging.borrow();
+        let ring = st.ring_host.as_ref().expect("ring allocated by ring_slot");
+        // SAFETY: `at + data.len()` is inside the ring (ring_slot checked);
+        // the slot is free (no enqueued copy reads it: its event is done or
+        // it was never used), and only this raw range is written, not the
+        // slots the device may be reading.
+        unsafe {
+            let dst = ring.as_ptr().add(at);
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+            dst
+        }
     }
 
     fn ring_dev(&self, at: usize) -> DevicePtr {
@@ -227,17 +408,20 @@ impl Memory for DeviceMemory<'_> {
         let overlap = s.0 < d.0 + len as u64 && d.0 < s.0 + len as u64;
         let stream = self.b.stream;
         if overlap {
-            // Partially overlapping ranges go through the device ring.
+            // Partially overlapping ranges go through the device ring (only
+            // the stream uses the device twin, in order; the slot is taken
+            // so that the ring is large enough).
             let at = self.ring_slot(len)?;
             let tmp = self.ring_dev(at);
             // SAFETY: both ranges are inside live device buffers (span and
-            // ring_slot checked); the ring slot is ours until the next sync.
+            // ring_slot checked); the device twin is used in stream order.
             unsafe {
                 self.dev()
                     .copy_d2d_async(tmp, s, len, stream)
                     .and_then(|()| self.dev().copy_d2d_async(d, tmp, len, stream))
             }
-            .map_err(|e| self.err("copying through the ring", e))
+            .map_err(|e| self.err("copying through the ring", e))?;
+            self.ring_commit(at, len)
         } else {
             // SAFETY: disjoint live device ranges of `len` bytes (checked).
             unsafe { self.dev().copy_d2d_async(d, s, len, stream) }
@@ -257,47 +441,102 @@ impl Memory for DeviceMemory<'_> {
                 }
             }
         }
+        {
+            // The previous step's chunks were all sent (the executor drains
+            // a step's sends before the next); their events go back.
+            let mut guard = self.staging.borrow_mut();
+            let st = &mut **guard;
+            st.free_events
+                .extend(st.send_chunks.drain(..).map(|(_, ev)| ev));
+            st.send_done = 0;
+        }
         if staged.is_empty() {
             return Ok(());
         }
-        let mut st = self.staging.borrow_mut();
-        if cap_pinned(&st.send_host) < total {
+        if cap_pinned(&self.staging.borrow().send_host) < total {
+            if self.staging.borrow().send_host.is_some() {
+                // Copies of a failed operation may still write the old one.
+                self.sync("waiting for the stream before growing send staging")?;
+            }
+            let mut st = self.staging.borrow_mut();
             st.send_host = None;
             st.send_host = Some(
                 PinnedBuffer::new(&self.b.dev, total.max(RING_BYTES))
                     .map_err(|e| self.err("allocating pinned send staging", e))?,
             );
         }
+        let mut st = self.staging.borrow_mut();
         let host = st.send_host.as_ref().expect("allocated above").as_ptr();
+        let mut chunk = FIRST_SEND_CHUNK;
         for &(r, at) in staged.iter() {
             let (src, len) = self.span(r, esize)?;
-            // SAFETY: `at + len <= total` fits the pinned staging, which no
-            // other enqueued copy uses (the previous step synchronised);
-            // `src` is a live device range (span checked).
-            unsafe {
-                self.dev()
-                    .copy_d2h_async(host.add(at), src, len, self.b.stream)
+            let mut off = 0;
+            while off < len {
+                let n = chunk.min(len - off);
+                // SAFETY: `at + off + n <= total` fits the pinned staging,
+                // which the host reads only up to chunks whose events are
+                // done (this step's, recorded below); `src + off` is a live
+                // device range of `n` bytes (span checked).
+                unsafe {
+                    self.dev()
+                        .copy_d2h_async(host.add(at + off), src.add(off), n, self.b.stream)
+                }
+                .map_err(|e| self.err("staging a send", e))?;
+                let ev = self.record(&mut st, "recording a send chunk's event")?;
+                st.send_chunks.push((at + off + n, ev));
+                off += n;
+                chunk = (chunk * 2).min(MAX_SEND_CHUNK);
             }
-            .map_err(|e| self.err("staging a send", e))?;
         }
-        drop(st);
-        self.sync("staging the step's sends")
+        Ok(())
     }
 
-    fn with_ref<R>(&self, r: Region, esize: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        if r.len == 0 {
-            return Ok(f(&[]));
+    fn with_piece<R>(
+        &self,
+        r: Region,
+        esize: usize,
+        at: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        if len == 0 {
+            return Ok(Some(f(&[])));
         }
-        let at = self
+        let base = self
             .staged
             .borrow()
             .iter()
             .find(|(s, _)| *s == r)
-            .map(|&(_, at)| at)
+            .map(|&(_, base)| base)
             .ok_or_else(|| self.invalid(format!("send region {r:?} was not staged")))?;
-        let st = self.staging.borrow();
+        if at + len > r.len * esize {
+            return Err(self.invalid(format!("a piece beyond its send region {r:?}")));
+        }
+        let (start, end) = (base + at, base + at + len);
+        let mut st = self.staging.borrow_mut();
+        // The chunk holding the piece's last byte; chunks complete in stream
+        // order, so it being done means every earlier one is.
+        let i = st.send_chunks.partition_point(|&(e, _)| e < end);
+        let Some(&(_, event)) = st.send_chunks.get(i) else {
+            return Err(self.invalid(format!("send region {r:?} has no staging chunk")));
+        };
+        if i >= st.send_done {
+            let done = self
+                .dev()
+                .event_done(event)
+                .map_err(|e| self.err("checking a send chunk", e))?;
+            if !done {
+                return Ok(None);
+            }
+            st.send_done = i + 1;
+        }
         let host = st.send_host.as_ref().expect("staged regions have staging");
-        Ok(f(&host.as_slice()[at..at + r.len * esize]))
+        // SAFETY: `start..end` is inside the staging (the region was staged
+        // at `base` with `r.len * esize` bytes); the copies that wrote it
+        // are complete and nothing writes it again during this step, while
+        // the device may still write other chunks (not in this slice).
+        let piece = unsafe { std::slice::from_raw_parts(host.as_ptr().add(start), end - start) };
+        Ok(Some(f(piece)))
     }
 
     fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) -> Result<()> {
@@ -310,14 +549,15 @@ impl Memory for DeviceMemory<'_> {
         }
         let slot = self.ring_slot(data.len())?;
         let src = self.fill_slot(slot, data);
-        // SAFETY: the slot holds the piece until the next synchronisation
-        // (ring_slot synchronises before reuse); `d + at` is a live device
-        // range of `data.len()` bytes (checked above).
+        // SAFETY: the slot holds the piece until its event (committed next)
+        // is done; `d + at` is a live device range of `data.len()` bytes
+        // (checked above).
         unsafe {
             self.dev()
                 .copy_h2d_async(d.add(at), src, data.len(), self.b.stream)
         }
-        .map_err(|e| self.err("copying a received piece to the device", e))
+        .map_err(|e| self.err("copying a received piece to the device", e))?;
+        self.ring_commit(slot, data.len())
     }
 
     fn reduce_at(
@@ -342,14 +582,18 @@ impl Memory for DeviceMemory<'_> {
         let src = self.fill_slot(slot, data);
         let piece = self.ring_dev(slot);
         let stream = self.b.stream;
-        // SAFETY: the pinned slot and its device twin are ours until the
-        // next synchronisation; `l + at` and `d + at` are live ranges of
-        // `data.len()` bytes (checked); schedules never let a reduction's
-        // operand partially overlap its destination.
+        // SAFETY: the pinned slot holds the piece until its event (committed
+        // right after the copy) is done; its device twin is used in stream
+        // order only; `l + at` and `d + at` are live ranges of `data.len()`
+        // bytes (checked); schedules never let a reduction's operand
+        // partially overlap its destination.
         unsafe {
             self.dev()
                 .copy_h2d_async(piece, src, data.len(), stream)
                 .map_err(|e| self.err("copying a received piece to the device", e))?;
+            // Free the pinned slot as soon as its copy is done, before the
+            // reduction runs.
+            self.ring_commit(slot, data.len())?;
             self.dev()
                 .reduce_copy(
                     stream,
@@ -377,3 +621,6 @@ impl Memory for DeviceMemory<'_> {
         .map_err(|e| self.err("dividing for avg", e))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -131,8 +131,11 @@ impl Drop for Binding {
         if let Err(e) = self.dev.synchronize(self.stream, deadline) {
             tracing::warn!(error = %e, "synchronizing the collectives' stream at unbind failed");
         }
-        // Free staging before the stream goes.
-        *self.staging.get_mut().unwrap_or_else(|e| e.into_inner()) = Staging::default();
+        // Free staging and its events before the stream goes.
+        self.staging
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(&*self.dev);
         // SAFETY: created in `new`, destroyed once here; every operation
         // that enqueued on it has completed (the worker joined first).
         if let Err(e) = unsafe { self.dev.destroy_stream(self.stream) } {
