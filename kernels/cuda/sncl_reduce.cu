@@ -6,7 +6,8 @@
 //   extern "C" __global__ void sncl_reduce_copy_<dtype>_<op>(SnclReduceCopyArgs args);
 //   extern "C" __global__ void sncl_divide_<dtype>(void* data, unsigned long long count,
 //                                                  unsigned long long divisor);
-// <dtype>: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16;
+// <dtype>: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16
+//          f8e4m3 f8e5m2;
 // <op>: sum prod max min, and band bor bxor on the integer types.
 //
 // Every kernel is a grid-stride loop, correct for any grid and block shape.
@@ -124,7 +125,8 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
 
 // Every dtype, and every (dtype, op) with a kernel; X(dtype) / X(dtype, op).
 #define SNCL_FOR_EACH_DTYPE(X) \
-  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(half) X(float) X(double) X(bfloat16)
+  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(half) X(float) X(double) X(bfloat16) \
+  X(f8e4m3) X(f8e5m2)
 #define SNCL_INT_KERNELS(X, dt) \
   X(dt, sum) X(dt, prod) X(dt, max) X(dt, min) X(dt, band) X(dt, bor) X(dt, bxor)
 #define SNCL_FLOAT_KERNELS(X, dt) X(dt, sum) X(dt, prod) X(dt, max) X(dt, min)
@@ -132,7 +134,7 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
   SNCL_INT_KERNELS(X, int8) SNCL_INT_KERNELS(X, uint8) SNCL_INT_KERNELS(X, int32)              \
   SNCL_INT_KERNELS(X, uint32) SNCL_INT_KERNELS(X, int64) SNCL_INT_KERNELS(X, uint64)           \
   SNCL_FLOAT_KERNELS(X, half) SNCL_FLOAT_KERNELS(X, float) SNCL_FLOAT_KERNELS(X, double)       \
-  SNCL_FLOAT_KERNELS(X, bfloat16)
+  SNCL_FLOAT_KERNELS(X, bfloat16) SNCL_FLOAT_KERNELS(X, f8e4m3) SNCL_FLOAT_KERNELS(X, f8e5m2)
 
 #define SNCL_DEFINE_REDUCE_KERNEL(dt, op)                                                    \
   struct SnclOp_##dt##_##op {                                                                \
@@ -151,7 +153,7 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
 
 // Without SNCL_ONLY_DTYPE: every kernel (the host shim build, the CI
 // check). With -DSNCL_ONLY_DTYPE=<n> (n = the dtype's ncclDataType_t value,
-// 0 int8 .. 9 bfloat16; kernels::cuda::dtype_options): only that dtype's
+// 0 int8 .. 11 f8e5m2; kernels::cuda::dtype_options): only that dtype's
 // reduce-copy and divide kernels, so a device compiles what it uses.
 #if defined(SNCL_ONLY_DTYPE)
 #define SNCL_WANT_DTYPE(n) (SNCL_ONLY_DTYPE == (n))
@@ -209,7 +211,17 @@ SNCL_DEFINE_DIVIDE_KERNEL(double)
 SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, bfloat16)
 SNCL_DEFINE_DIVIDE_KERNEL(bfloat16)
 #endif
+#if SNCL_WANT_DTYPE(10)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, f8e4m3)
+SNCL_DEFINE_DIVIDE_KERNEL(f8e4m3)
+#endif
+#if SNCL_WANT_DTYPE(11)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, f8e5m2)
+SNCL_DEFINE_DIVIDE_KERNEL(f8e5m2)
+#endif
 
 #if !defined(SNCL_EMITTED_A_DTYPE)
-#error "SNCL_ONLY_DTYPE names no dtype: expected 0 (int8) to 9 (bfloat16)"
+#error "SNCL_ONLY_DTYPE names no dtype: expected 0 (int8) to 11 (f8e5m2)"
 #endif
