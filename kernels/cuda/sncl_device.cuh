@@ -175,7 +175,8 @@ __device__ __forceinline__ unsigned short sncl_f2b(float f) {
 // e4m3, 57344 for e5m2), infinities included, gives that value with x's
 // sign; NaN gives S.1111.111 (e4m3) or the quieted S.11111.1m (e5m2, m the
 // f32 mantissa's second bit); |x| at most half the smallest subnormal gives
-// a zero of x's sign.
+// a zero of x's sign. The results are those of `float8`'s port of
+// cuda_fp8.hpp's __nv_cvt_double_to_fp8, computed in fewer steps.
 
 __device__ __forceinline__ float sncl_e4m3_to_f32(unsigned char x) {
   const unsigned int a = x & 0x7fu;
@@ -195,46 +196,43 @@ __device__ __forceinline__ float sncl_e5m2_to_f32(unsigned char x) {
 
 // f32 -> fp8 with round to nearest even and __NV_SATFINITE. P: mantissa
 // bits + 1, BIAS: exponent bias, MAXNORM: the largest finite encoding,
-// TINY: f32 bits of half the smallest subnormal, MINNORM: f32 bits of the
-// smallest normal, OVER: f32 bits from which the result saturates.
-template <unsigned int P, unsigned int BIAS, unsigned int MAXNORM, unsigned int TINY,
-          unsigned int MINNORM, unsigned int OVER>
+// MINNORM: f32 bits of the smallest normal, OVER: f32 bits from which the
+// result saturates, MAGIC: 2^(23 - s) for the smallest subnormal 2^-s.
+// Normal results round by adding half an ulp less one plus the kept
+// lowest bit, then truncating (a carry moves into the exponent, as it
+// should); subnormal ones by one f32 addition of MAGIC, whose ulp is the
+// subnormal step, so the FPU rounds to nearest even (|x| at most half the
+// smallest subnormal gives 0).
+template <unsigned int P, unsigned int BIAS, unsigned int MAXNORM, unsigned int MINNORM,
+          unsigned int OVER, unsigned int MAGIC>
 __device__ __forceinline__ unsigned char sncl_f32_to_fp8(float f) {
   const unsigned int x = __float_as_uint(f);
   const unsigned int sign = (x >> 24) & 0x80u;
   const unsigned int absx = x & 0x7fffffffu;
-  const unsigned int half_ulp = 1u << (24 - P - 1);
-  const unsigned int mask = (1u << (P - 1)) - 1;
-  const unsigned int mantissa = (x >> (24 - P)) & mask;
-  const unsigned int exp = (((x >> 23) & 0xffu) - 127u + BIAS) & 0xffu;
+  const unsigned int shift = 24 - P;
   unsigned int res;
-  if (absx <= TINY) {
-    res = 0;
-  } else if (absx > 0x7f800000u) {
-    res = P == 4 ? 0x7fu : (0x7eu | mantissa);
+  if (absx > 0x7f800000u) {
+    // NaN: e4m3's only one; e5m2 quiet, keeping the second mantissa bit.
+    res = P == 4 ? 0x7fu : (0x7eu | ((x >> shift) & 3u));
   } else if (absx >= OVER) {
     res = MAXNORM;
   } else if (absx >= MINNORM) {
-    res = (exp << (P - 1)) | mantissa;
-    const unsigned int round = x & ((half_ulp << 1) - 1);
-    if (round > half_ulp || (round == half_ulp && (mantissa & 1u))) res += 1;
+    const unsigned int rebased = absx - ((127u - BIAS) << 23);
+    res = (rebased + ((1u << (shift - 1)) - 1) + ((absx >> shift) & 1u)) >> shift;
   } else {
-    const unsigned int shift = (1u - exp) & 0xffu;  // 1..4
-    res = (mantissa | (1u << (P - 1))) >> shift;
-    const unsigned int round = (x | 0x00800000u) & ((half_ulp << (shift + 1)) - 1);
-    const unsigned int half = half_ulp << shift;
-    if (round > half || (round == half && (res & 1u))) res += 1;
+    res = __float_as_uint(__fadd_rn(__uint_as_float(absx), __uint_as_float(MAGIC))) - MAGIC;
   }
   return (unsigned char)(res | sign);
 }
 
-// e4m3: saturates from 464 (448 + half an ulp, exclusive: 464 rounds to
-// 448 by ties-to-even anyway). e5m2: from 61440 (57344 + half an ulp).
+// e4m3: saturates above 464 (448 + half an ulp; 464 itself rounds to 448
+// by ties-to-even); e5m2 from 61440 (57344 + half an ulp, a tie that would
+// round up to the infinity). Subnormal steps 2^-9 and 2^-16.
 __device__ __forceinline__ unsigned char sncl_f32_to_e4m3(float f) {
-  return sncl_f32_to_fp8<4, 7, 0x7eu, 0x3a800000u, 0x3c800000u, 0x43e80001u>(f);
+  return sncl_f32_to_fp8<4, 7, 0x7eu, 0x3c800000u, 0x43e80001u, 0x46800000u>(f);
 }
 __device__ __forceinline__ unsigned char sncl_f32_to_e5m2(float f) {
-  return sncl_f32_to_fp8<3, 15, 0x7bu, 0x37000000u, 0x38800000u, 0x47700000u>(f);
+  return sncl_f32_to_fp8<3, 15, 0x7bu, 0x38800000u, 0x47700000u, 0x43000000u>(f);
 }
 
 // ---- The operations: sncl_<dtype>_<op>(a, b) and sncl_<dtype>_div(a, n) ----
