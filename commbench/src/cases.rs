@@ -204,13 +204,9 @@ pub struct Case {
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
-    let mut acc: Vec<T> = (0..len)
-        .map(|i| T::value(0, offset + i, op))
-        .collect();
+    let mut acc: Vec<T> = (0..len).map(|i| T::value(0, offset + i, op)).collect();
     for r in 1..n {
-        let other: Vec<T> = (0..len)
-            .map(|i| T::value(r, offset + i, op))
-            .collect();
+        let other: Vec<T> = (0..len).map(|i| T::value(r, offset + i, op)).collect();
         kernels::reduce_inplace(T::DTYPE, op, as_bytes_mut(&mut acc), as_bytes(&other));
     }
     if op == ReduceOp::Avg {
@@ -294,9 +290,7 @@ fn expected<T: BenchElem>(
 ) -> Option<(usize, Vec<T>)> {
     let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
     let block = |src: usize, offset: usize| -> Vec<T> {
-        (0..cnt)
-            .map(|i| T::value(src, offset + i, op))
-            .collect()
+        (0..cnt).map(|i| T::value(src, offset + i, op)).collect()
     };
     Some(match c.bench {
         Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op)),

@@ -534,8 +534,10 @@ mod with_emu {
                 let mut expected = buf.bytes().to_vec();
                 kernels::divide(dtype, &mut expected, n);
                 // SAFETY: `buf` holds 256 elements.
-                unsafe { divide_with_shape(dtype, buf.bytes_mut().as_mut_ptr(), 256, n, SHAPES[1]) }
-                    .expect("launch");
+                unsafe {
+                    divide_with_shape(dtype, buf.bytes_mut().as_mut_ptr(), 256, n, SHAPES[1])
+                }
+                .expect("launch");
                 let what = format!("fp8 divide by {n}");
                 if let Err(e) = compare(&what, dtype, ReduceOp::Max, &expected, buf.bytes(), &[]) {
                     panic!("{e}");

@@ -217,3 +217,34 @@ impl ReduceOp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NCCL's values (ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11), the names
+    /// commbench takes, one byte each, and no bitwise reductions.
+    #[test]
+    fn fp8_types() {
+        for (dtype, value, name) in [
+            (DataType::Float8e4m3, 10, "f8e4m3"),
+            (DataType::Float8e5m2, 11, "f8e5m2"),
+        ] {
+            assert_eq!(dtype as u8, value);
+            assert_eq!(DataType::from_u8(value), Some(dtype));
+            assert_eq!(dtype.name(), name);
+            assert_eq!(DataType::from_name(name), Some(dtype));
+            assert_eq!(dtype.size(), 1);
+            assert!(dtype.is_float() && dtype.is_fp8());
+            for op in ReduceOp::ALL {
+                let bitwise = matches!(op, ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor);
+                assert_eq!(op.supports(dtype), !bitwise, "{} {}", op.name(), name);
+            }
+        }
+        assert_eq!(DataType::from_u8(12), None);
+        assert_eq!(
+            DataType::from_name("float8_e4m3fn"),
+            Some(DataType::Float8e4m3)
+        );
+    }
+}

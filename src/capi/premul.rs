@@ -55,11 +55,15 @@ pub(crate) fn scale(buf: &mut [u8], dtype: DataType, scalar: &[u8]) {
         }
         DataType::Float8e4m3 => {
             let s = F8E4M3::from_bits(scalar[0]).to_f32();
-            each(buf, |[b]| [F8E4M3::from_f32(F8E4M3::from_bits(b).to_f32() * s).to_bits()])
+            each(buf, |[b]| {
+                [F8E4M3::from_f32(F8E4M3::from_bits(b).to_f32() * s).to_bits()]
+            })
         }
         DataType::Float8e5m2 => {
             let s = F8E5M2::from_bits(scalar[0]).to_f32();
-            each(buf, |[b]| [F8E5M2::from_f32(F8E5M2::from_bits(b).to_f32() * s).to_bits()])
+            each(buf, |[b]| {
+                [F8E5M2::from_f32(F8E5M2::from_bits(b).to_f32() * s).to_bits()]
+            })
         }
     }
 }
@@ -99,7 +103,11 @@ mod tests {
         scale(&mut b, DataType::Float8e4m3, &[e4(2.0)]);
         assert_eq!(b, [e4(3.0), 0x7e]);
         let mut b = vec![0xfb];
-        scale(&mut b, DataType::Float8e5m2, &[F8E5M2::from_f32(2.0).to_bits()]);
+        scale(
+            &mut b,
+            DataType::Float8e5m2,
+            &[F8E5M2::from_f32(2.0).to_bits()],
+        );
         assert_eq!(b, [0xfb]);
     }
 }
