@@ -123,11 +123,27 @@ macro_rules! half_elem {
 half_elem!(f16);
 half_elem!(bf16);
 
+/// Every fp8 bit pattern decoded (`float8`'s exact `to_f32`), built at
+/// compile time: decoding is a table lookup.
+macro_rules! fp8_table {
+    ($t:ty) => {{
+        let mut t = [0f32; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = <$t>::from_bits(i as u8).to_f32();
+            i += 1;
+        }
+        t
+    }};
+}
+static E4M3_F32: [f32; 256] = fp8_table!(F8E4M3);
+static E5M2_F32: [f32; 256] = fp8_table!(F8E5M2);
+
 /// fp8: decode to f32, one f32 operation, round to nearest even back with
 /// CUDA's `__NV_SATFINITE` saturation (`float8`'s `from_f32`): overflow and
 /// infinities become the largest finite value of their sign.
 macro_rules! fp8_elem {
-    ($t:ty) => {
+    ($t:ty, $table:ident) => {
         impl Elem for $t {
             #[inline(always)]
             fn read(b: &[u8]) -> Self {
@@ -139,17 +155,18 @@ macro_rules! fp8_elem {
             }
             #[inline(always)]
             fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
-                <$t>::from_f32(f32::combine(op, a.to_f32(), b.to_f32()))
+                let (x, y) = ($table[a.to_bits() as usize], $table[b.to_bits() as usize]);
+                <$t>::from_f32(f32::combine(op, x, y))
             }
             #[inline(always)]
             fn div(self, n: usize) -> Self {
-                <$t>::from_f32(self.to_f32() / n as f32)
+                <$t>::from_f32($table[self.to_bits() as usize] / n as f32)
             }
         }
     };
 }
-fp8_elem!(F8E4M3);
-fp8_elem!(F8E5M2);
+fp8_elem!(F8E4M3, E4M3_F32);
+fp8_elem!(F8E5M2, E5M2_F32);
 
 fn reduce_into_t<T: Elem>(op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     let w = std::mem::size_of::<T>();
@@ -232,6 +249,21 @@ mod tests {
         let mut d = [0u8];
         reduce_into(dtype, op, &mut d, &[a], &[b]);
         d[0]
+    }
+
+    /// The decode tables hold `float8`'s `to_f32` for every pattern.
+    #[test]
+    fn fp8_tables_decode_every_pattern() {
+        for i in 0..=255u8 {
+            assert_eq!(
+                E4M3_F32[i as usize].to_bits(),
+                F8E4M3::from_bits(i).to_f32().to_bits()
+            );
+            assert_eq!(
+                E5M2_F32[i as usize].to_bits(),
+                F8E5M2::from_bits(i).to_f32().to_bits()
+            );
+        }
     }
 
     /// e4m3 (no infinities, max 448 = 0x7e): sums round to nearest even
