@@ -168,8 +168,7 @@ typedef enum {
 /**
  * Element types, values equal to NCCL's `ncclDataType_t`. NCCL's aliases
  * `snclChar`, `snclInt`, `snclHalf`, `snclFloat` and `snclDouble` are
- * defined as macros. The two 8-bit float types are reserved for value
- * compatibility and rejected with `snclInvalidArgument`.
+ * defined as macros.
  */
 typedef enum {
   /**
@@ -213,11 +212,16 @@ typedef enum {
    */
   snclBfloat16 = 9,
   /**
-   * 8-bit float e4m3: not supported yet.
+   * 8-bit float e4m3 (OCP E4M3FN, `__nv_fp8_e4m3`): no infinities, NaN
+   * `S.1111.111`, largest finite ±448. Sum, prod, min, max and avg
+   * compute in float and round to nearest even after every step,
+   * saturating (`__NV_SATFINITE`): results beyond ±448 become ±448.
    */
   snclFloat8e4m3 = 10,
   /**
-   * 8-bit float e5m2: not supported yet.
+   * 8-bit float e5m2 (`__nv_fp8_e5m2`): IEEE-like, largest finite
+   * ±57344. Reductions as for e4m3, saturating: results beyond ±57344,
+   * infinities included, become ±57344; NaN stays NaN.
    */
   snclFloat8e5m2 = 11,
   /**

@@ -15,7 +15,8 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
 
 macro_rules! element {
     ($t:ty, $d:ident) => {
-        // SAFETY: a primitive numeric type: no padding, every bit pattern valid.
+        // SAFETY: a primitive numeric type or a `repr(transparent)` wrapper
+        // of one (`float8`'s u8): no padding, every bit pattern valid.
         unsafe impl Element for $t {
             const DTYPE: DataType = DataType::$d;
         }
@@ -31,6 +32,10 @@ element!(f16, Float16);
 element!(f32, Float32);
 element!(f64, Float64);
 element!(bf16, Bfloat16);
+// The `float8` crate's types (re-exported by `kernels`): reductions in f32,
+// rounded to nearest even with saturation, see `DataType::Float8e4m3`.
+element!(kernels::F8E4M3, Float8e4m3);
+element!(kernels::F8E5M2, Float8e5m2);
 
 /// Views elements as bytes.
 pub fn as_bytes<T: Element>(s: &[T]) -> &[u8] {

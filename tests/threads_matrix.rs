@@ -3,7 +3,8 @@
 //! in place and out of place, with each algorithm forced through
 //! `Config::algo`. Expected results are computed independently here with
 //! the documented semantics (integers wrap, `Avg` = sum / nranks truncated
-//! for integers, f16 / bf16 accumulate in f32 per step).
+//! for integers, f16 / bf16 / fp8 accumulate in f32 per step, fp8 rounding
+//! with saturation).
 //!
 //! Also: several communicators driven at once, non-blocking scopes, grouped
 //! point-to-point, and invalid arguments (rejected before anything is sent,
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use comm_core::algo::Algorithm;
 use comm_core::config::TransportChoice;
 use half::{bf16, f16};
+use kernels::{F8E4M3, F8E5M2};
 use sncl::{Collective, Communicator, Config, Error, ReduceOp};
 
 use rank_kit::*;
@@ -154,7 +156,7 @@ fn suite(k: &mut Rk, kind: Kind, only: &[&str]) -> Res {
             )*
         };
     }
-    each!(i8, u8, i32, u32, i64, u64, f16, f32, f64, bf16);
+    each!(i8, u8, i32, u32, i64, u64, f16, f32, f64, bf16, F8E4M3, F8E5M2);
     Ok(())
 }
 
@@ -224,7 +226,7 @@ fn matrix_tcp(n: usize) {
             }
         }
         errs.extend(on_ranks(&comms, &format!("{}/tcp", kind.name()), |k| {
-            suite(k, kind, &["u8", "i64", "f16", "f32"])
+            suite(k, kind, &["u8", "i64", "f16", "f32", "f8e5m2"])
         }));
     }
     eprintln!("matrix over tcp n={n}: {:?}", t0.elapsed());
@@ -302,7 +304,7 @@ fn matrix_two_nodes_n4() {
 fn matrix_two_uneven_nodes_n5() {
     matrix_nodes(
         &[0, 0, 0, 1, 1],
-        &["u8", "i32", "u64", "f16", "f32", "bf16"],
+        &["u8", "i32", "u64", "f16", "f32", "bf16", "f8e4m3"],
     );
 }
 #[test]

@@ -228,4 +228,46 @@ mod tests {
         b[0] ^= 1;
         assert!(PieceHeader::decode(&b).is_err());
     }
+
+    /// Every dtype (the fp8 ones included) travels as its NCCL value; a
+    /// value past the last is refused.
+    #[test]
+    fn every_dtype_round_trips() {
+        for dtype in DataType::ALL {
+            let h = PieceHeader {
+                comm_id: 1,
+                seq: 2,
+                len: 3,
+                fingerprint: Fingerprint {
+                    collective: Collective::AllReduce,
+                    dtype,
+                    op: ReduceOp::Sum,
+                    root: 0,
+                    count: 5,
+                },
+            };
+            let mut b = [0u8; HEADER_BYTES];
+            h.encode(&mut b);
+            assert_eq!(b[25], dtype as u8);
+            assert_eq!(PieceHeader::decode(&b), Ok(h));
+        }
+        assert_eq!(DataType::Float8e4m3 as u8, 10);
+        assert_eq!(DataType::Float8e5m2 as u8, 11);
+        let mut b = [0u8; HEADER_BYTES];
+        PieceHeader {
+            comm_id: 1,
+            seq: 2,
+            len: 3,
+            fingerprint: Fingerprint {
+                collective: Collective::AllReduce,
+                dtype: DataType::Float8e5m2,
+                op: ReduceOp::Sum,
+                root: 0,
+                count: 5,
+            },
+        }
+        .encode(&mut b);
+        b[25] = DataType::ALL.len() as u8;
+        assert_eq!(PieceHeader::decode(&b), Err(HeaderError("unknown dtype")));
+    }
 }

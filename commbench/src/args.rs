@@ -41,7 +41,7 @@ pub struct Args {
     /// Check results (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
-    /// Data type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16 (or f32, bf16, ...), or all.
+    /// Data type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2 (or f32, bf16, ...), or all.
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub dtype: String,
     /// Reduction: sum, prod, min, max, avg, band, bor, bxor (integers only), or all.
@@ -299,5 +299,21 @@ mod tests {
         }
         assert!(!notes[0].contains("int32"), "{notes:?}");
         assert_eq!(args(&["-o", "all", "-d", "all"]).check(true), Ok(vec![]));
+    }
+
+    #[test]
+    fn fp8_datatypes() {
+        assert_eq!(
+            args(&["-d", "f8e4m3,f8e5m2"]).dtypes(),
+            Ok(vec![DataType::Float8e4m3, DataType::Float8e5m2])
+        );
+        assert_eq!(
+            args(&["-o", "sum,min,max", "-d", "f8e4m3,f8e5m2"]).check(true),
+            Ok(vec![])
+        );
+        let e = args(&["-o", "band", "-d", "f8e5m2"])
+            .check(true)
+            .unwrap_err();
+        assert!(e.contains("band") && e.contains("f8e5m2"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use comm_core::shape::OpShape;
 use half::{bf16, f16};
+use kernels::{F8E4M3, F8E5M2};
 use sncl::{as_bytes, as_bytes_mut, Communicator, DataType, Element, ReduceOp, Result};
 
 /// The collectives commbench runs.
@@ -97,6 +98,10 @@ impl Bench {
 /// Element types commbench can fill with exact test values.
 pub trait BenchElem: Element + PartialEq + Default {
     fn from_i64(v: i64) -> Self;
+    /// Element `i` of rank `r`'s input (see [`value`]).
+    fn value(r: usize, i: usize, op: ReduceOp) -> Self {
+        Self::from_i64(value(r, i, op))
+    }
 }
 macro_rules! bench_int {
     ($($t:ty),*) => {$(impl BenchElem for $t { fn from_i64(v: i64) -> Self { v as $t } })*};
@@ -122,6 +127,26 @@ impl BenchElem for bf16 {
         bf16::from_f64(v as f64)
     }
 }
+/// fp8 holds few integers exactly (e5m2: 0 to 8), so a sum's partial sums
+/// must stay small whatever order the ranks combine in: for sum and avg an
+/// element is 1 on one rank in eight and 0 elsewhere (exact up to 64 ranks);
+/// the other ops use [`value`] (0 to 8, order-independent).
+macro_rules! bench_fp8 {
+    ($($t:ty),*) => {$(
+        impl BenchElem for $t {
+            fn from_i64(v: i64) -> Self {
+                <$t>::from_f64(v as f64)
+            }
+            fn value(r: usize, i: usize, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => Self::from_i64(i64::from((i + r) % 8 == 0)),
+                    _ => Self::from_i64(value(r, i, op)),
+                }
+            }
+        }
+    )*};
+}
+bench_fp8!(F8E4M3, F8E5M2);
 
 /// Value of element `i` of rank `r`'s input: small integers so every
 /// reduction is exact in every type (products stay tiny).
@@ -139,7 +164,7 @@ fn value(r: usize, i: usize, op: ReduceOp) -> i64 {
 }
 
 fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<T> {
-    (0..len).map(|i| T::from_i64(value(r, i, op))).collect()
+    (0..len).map(|i| T::value(r, i, op)).collect()
 }
 
 /// Rank `r`'s input of `len` elements of `dtype` as bytes (the device
@@ -180,13 +205,9 @@ pub struct Case {
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
-    let mut acc: Vec<T> = (0..len)
-        .map(|i| T::from_i64(value(0, offset + i, op)))
-        .collect();
+    let mut acc: Vec<T> = (0..len).map(|i| T::value(0, offset + i, op)).collect();
     for r in 1..n {
-        let other: Vec<T> = (0..len)
-            .map(|i| T::from_i64(value(r, offset + i, op)))
-            .collect();
+        let other: Vec<T> = (0..len).map(|i| T::value(r, offset + i, op)).collect();
         kernels::reduce_inplace(T::DTYPE, op, as_bytes_mut(&mut acc), as_bytes(&other));
     }
     if op == ReduceOp::Avg {
@@ -264,9 +285,7 @@ fn expected<T: BenchElem>(
 ) -> Option<(usize, Vec<T>)> {
     let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
     let block = |src: usize, offset: usize| -> Vec<T> {
-        (0..cnt)
-            .map(|i| T::from_i64(value(src, offset + i, op)))
-            .collect()
+        (0..cnt).map(|i| T::value(src, offset + i, op)).collect()
     };
     Some(match c.bench {
         Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op)),
@@ -358,6 +377,8 @@ macro_rules! with_dtype {
             DataType::Float32 => $f::<f32>($($arg),*),
             DataType::Float64 => $f::<f64>($($arg),*),
             DataType::Bfloat16 => $f::<bf16>($($arg),*),
+            DataType::Float8e4m3 => $f::<kernels::F8E4M3>($($arg),*),
+            DataType::Float8e5m2 => $f::<kernels::F8E5M2>($($arg),*),
         }
     };
 }

@@ -173,6 +173,8 @@ mod with_emu {
             DataType::Float64 => f64::from_bits(bits).is_nan(),
             DataType::Float16 => bits & 0x7fff > 0x7c00,
             DataType::Bfloat16 => bits & 0x7fff > 0x7f80,
+            DataType::Float8e4m3 => bits & 0x7f == 0x7f,
+            DataType::Float8e5m2 => bits & 0x7f > 0x7c,
             _ => false,
         }
     }
@@ -183,6 +185,8 @@ mod with_emu {
             DataType::Float64 => !f64::from_bits(bits).is_finite(),
             DataType::Float16 => bits & 0x7c00 == 0x7c00,
             DataType::Bfloat16 => bits & 0x7f80 == 0x7f80,
+            DataType::Float8e4m3 => bits & 0x7f == 0x7f,
+            DataType::Float8e5m2 => bits & 0x7c == 0x7c,
             _ => false,
         }
     }
@@ -386,6 +390,8 @@ mod with_emu {
             (DataType::Float16, ReduceOp::Min),
             (DataType::Int8, ReduceOp::BitXor),
             (DataType::Uint64, ReduceOp::Max),
+            (DataType::Float8e4m3, ReduceOp::Sum),
+            (DataType::Float8e5m2, ReduceOp::Prod),
         ] {
             for nsrcs in 1..=8 {
                 for ndsts in 1..=3 {
@@ -472,6 +478,68 @@ mod with_emu {
                     x.bytes(),
                     &[],
                 ) {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+
+    /// Every pair of fp8 bit patterns (so every pattern against every
+    /// special: ±0, subnormals, ±max, inf, NaN), every op, and every pattern
+    /// divided by a few rank counts: the decode, the rounding, the
+    /// saturation and the NaN rules over the whole 8-bit space.
+    #[test]
+    fn fp8_every_pair() {
+        for dtype in [DataType::Float8e4m3, DataType::Float8e5m2] {
+            let count = 1 << 16;
+            let mut x = Buf::new(count, 0);
+            let mut y = Buf::new(count, 3);
+            for i in 0..count {
+                x.bytes_mut()[i] = (i >> 8) as u8;
+                y.bytes_mut()[i] = i as u8;
+            }
+            let inputs = vec![x.bytes().to_vec(), y.bytes().to_vec()];
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+                let expected = cpu_fold(dtype, op, &inputs);
+                for misalign in [0, 5] {
+                    // Aligned: the x/out pack path is taken only when y is
+                    // aligned too, so also run it with y's copy aligned.
+                    let mut y0 = Buf::new(count, misalign);
+                    y0.bytes_mut().copy_from_slice(y.bytes());
+                    let mut out = Buf::new(count, misalign);
+                    let srcs = [x.bytes().as_ptr(), y0.bytes().as_ptr()];
+                    // SAFETY: all three buffers hold `count` elements.
+                    unsafe {
+                        reduce_copy_with_shape(
+                            dtype,
+                            op,
+                            &srcs,
+                            &[out.bytes_mut().as_mut_ptr()],
+                            count,
+                            SHAPES[2],
+                        )
+                    }
+                    .expect("launch");
+                    if let Err(e) = compare("fp8 pairs", dtype, op, &expected, out.bytes(), &inputs)
+                    {
+                        panic!("{e}");
+                    }
+                }
+            }
+            for n in [1usize, 2, 3, 7, 256, 1 << 40] {
+                let mut buf = Buf::new(256, 0);
+                for i in 0..256 {
+                    buf.bytes_mut()[i] = i as u8;
+                }
+                let mut expected = buf.bytes().to_vec();
+                kernels::divide(dtype, &mut expected, n);
+                // SAFETY: `buf` holds 256 elements.
+                unsafe {
+                    divide_with_shape(dtype, buf.bytes_mut().as_mut_ptr(), 256, n, SHAPES[1])
+                }
+                .expect("launch");
+                let what = format!("fp8 divide by {n}");
+                if let Err(e) = compare(&what, dtype, ReduceOp::Max, &expected, buf.bytes(), &[]) {
                     panic!("{e}");
                 }
             }

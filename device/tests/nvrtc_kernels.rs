@@ -308,7 +308,7 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     ptxas_check(&m.ptx, arch, "sncl_reduce_float");
 
     let (whole, whole_ms) = compile_timed(src, headers, arch);
-    assert_eq!(entries(&whole.ptx).len(), 58 + 10);
+    assert_eq!(entries(&whole.ptx).len(), 66 + 12);
     eprintln!(
         "{}: float only {float_ms:.0} ms ({} kernels, cubin {} bytes), whole source {whole_ms:.0} ms \
          ({} kernels, cubin {} bytes): {:.1}x",

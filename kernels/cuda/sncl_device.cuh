@@ -11,6 +11,11 @@
 //   (0xffc00000 / 0xfff8000000000000);
 // * f16 and bf16 are widened to f32, combined as f32 and rounded to
 //   nearest even after every operation, NaN as the `half` crate does it;
+// * fp8 (e4m3 = OCP E4M3FN, e5m2) likewise through f32, rounded to nearest
+//   even with CUDA's __NV_SATFINITE saturation (overflow and infinities
+//   become the largest finite value of their sign), decoded and encoded as
+//   the `float8` crate (a port of cuda_fp8.hpp's software path) does it;
+//   software conversions, no cuda_fp8.h, so sm_80 and the host shim work;
 // * integer divide truncates toward zero with the divisor as an unsigned
 //   64-bit value (the CPU divides in i128); a divisor of 0 leaves integers
 //   unchanged (the CPU refuses it; callers must too).
@@ -38,6 +43,8 @@ typedef unsigned short sncl_half_t;
 typedef float sncl_float_t;
 typedef double sncl_double_t;
 typedef unsigned short sncl_bfloat16_t;
+typedef unsigned char sncl_f8e4m3_t;
+typedef unsigned char sncl_f8e5m2_t;
 
 // ---- NaN rules (x86's, see above) ----------------------------------------
 
@@ -161,6 +168,73 @@ __device__ __forceinline__ unsigned short sncl_f2b(float f) {
   return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// ---- fp8 <-> f32 (bit-level, the same on host and device) -----------------
+// Decoding is exact; a NaN decodes to 0x7fffe000 (the f16 canonical NaN
+// widened, as `float8` does it). Encoding rounds to nearest even and
+// saturates (__NV_SATFINITE): |x| beyond the largest finite value (448 for
+// e4m3, 57344 for e5m2), infinities included, gives that value with x's
+// sign; NaN gives S.1111.111 (e4m3) or the quieted S.11111.1m (e5m2, m the
+// f32 mantissa's second bit); |x| at most half the smallest subnormal gives
+// a zero of x's sign. The results are those of `float8`'s port of
+// cuda_fp8.hpp's __nv_cvt_double_to_fp8, computed in fewer steps.
+
+__device__ __forceinline__ float sncl_e4m3_to_f32(unsigned char x) {
+  const unsigned int a = x & 0x7fu;
+  const unsigned int sign = ((unsigned int)x & 0x80u) << 24;
+  if (a == 0x7fu) return __uint_as_float(0x7fffe000u);
+  // Subnormal: a * 2^-9, exact in f32.
+  if (a < 8u) return __uint_as_float(sign | __float_as_uint((float)a * 0.001953125f));
+  // Normal: exponent e - 7 + 127, mantissa in the top 3 bits.
+  return __uint_as_float(sign | ((a << 20) + (120u << 23)));
+}
+
+__device__ __forceinline__ float sncl_e5m2_to_f32(unsigned char x) {
+  const unsigned short h = (unsigned short)((unsigned int)x << 8);
+  if ((h & 0x7fffu) > 0x7c00u) return __uint_as_float(0x7fffe000u);
+  return sncl_h2f(h);
+}
+
+// f32 -> fp8 with round to nearest even and __NV_SATFINITE. P: mantissa
+// bits + 1, BIAS: exponent bias, MAXNORM: the largest finite encoding,
+// MINNORM: f32 bits of the smallest normal, OVER: f32 bits from which the
+// result saturates, MAGIC: 2^(23 - s) for the smallest subnormal 2^-s.
+// Normal results round by adding half an ulp less one plus the kept
+// lowest bit, then truncating (a carry moves into the exponent, as it
+// should); subnormal ones by one f32 addition of MAGIC, whose ulp is the
+// subnormal step, so the FPU rounds to nearest even (|x| at most half the
+// smallest subnormal gives 0).
+template <unsigned int P, unsigned int BIAS, unsigned int MAXNORM, unsigned int MINNORM,
+          unsigned int OVER, unsigned int MAGIC>
+__device__ __forceinline__ unsigned char sncl_f32_to_fp8(float f) {
+  const unsigned int x = __float_as_uint(f);
+  const unsigned int sign = (x >> 24) & 0x80u;
+  const unsigned int absx = x & 0x7fffffffu;
+  const unsigned int shift = 24 - P;
+  unsigned int res;
+  if (absx > 0x7f800000u) {
+    // NaN: e4m3's only one; e5m2 quiet, keeping the second mantissa bit.
+    res = P == 4 ? 0x7fu : (0x7eu | ((x >> shift) & 3u));
+  } else if (absx >= OVER) {
+    res = MAXNORM;
+  } else if (absx >= MINNORM) {
+    const unsigned int rebased = absx - ((127u - BIAS) << 23);
+    res = (rebased + ((1u << (shift - 1)) - 1) + ((absx >> shift) & 1u)) >> shift;
+  } else {
+    res = __float_as_uint(__fadd_rn(__uint_as_float(absx), __uint_as_float(MAGIC))) - MAGIC;
+  }
+  return (unsigned char)(res | sign);
+}
+
+// e4m3: saturates above 464 (448 + half an ulp; 464 itself rounds to 448
+// by ties-to-even); e5m2 from 61440 (57344 + half an ulp, a tie that would
+// round up to the infinity). Subnormal steps 2^-9 and 2^-16.
+__device__ __forceinline__ unsigned char sncl_f32_to_e4m3(float f) {
+  return sncl_f32_to_fp8<4, 7, 0x7eu, 0x3c800000u, 0x43e80001u, 0x46800000u>(f);
+}
+__device__ __forceinline__ unsigned char sncl_f32_to_e5m2(float f) {
+  return sncl_f32_to_fp8<3, 15, 0x7bu, 0x38800000u, 0x47700000u, 0x43000000u>(f);
+}
+
 // ---- The operations: sncl_<dtype>_<op>(a, b) and sncl_<dtype>_div(a, n) ----
 
 #define SNCL_INT_OPS(dt, U)                                                   \
@@ -263,7 +337,7 @@ __device__ __forceinline__ double sncl_double_div(double a, unsigned long long n
   return sncl_f64_fix(__ddiv_rn(a, d), a, d);
 }
 
-// f16 and bf16: widen, combine as f32, round to nearest even.
+// f16, bf16 and fp8: widen, combine as f32, round to nearest even.
 #define SNCL_NARROW_OPS(dt, TO_F32, FROM_F32)                                  \
   __device__ __forceinline__ sncl_##dt##_t sncl_##dt##_sum(sncl_##dt##_t a,    \
                                                            sncl_##dt##_t b) {  \
@@ -288,5 +362,7 @@ __device__ __forceinline__ double sncl_double_div(double a, unsigned long long n
 
 SNCL_NARROW_OPS(half, sncl_h2f, sncl_f2h)
 SNCL_NARROW_OPS(bfloat16, sncl_b2f, sncl_f2b)
+SNCL_NARROW_OPS(f8e4m3, sncl_e4m3_to_f32, sncl_f32_to_e4m3)
+SNCL_NARROW_OPS(f8e5m2, sncl_e5m2_to_f32, sncl_f32_to_e5m2)
 
 #endif  // SNCL_DEVICE_CUH

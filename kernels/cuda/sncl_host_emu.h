@@ -19,6 +19,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
 
 struct dim3 {
   unsigned int x, y, z;

@@ -6,7 +6,8 @@
 //   extern "C" __global__ void sncl_reduce_copy_<dtype>_<op>(SnclReduceCopyArgs args);
 //   extern "C" __global__ void sncl_divide_<dtype>(void* data, unsigned long long count,
 //                                                  unsigned long long divisor);
-// <dtype>: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16;
+// <dtype>: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16
+//          f8e4m3 f8e5m2;
 // <op>: sum prod max min, and band bor bxor on the integer types.
 //
 // Every kernel is a grid-stride loop, correct for any grid and block shape.
@@ -44,6 +45,55 @@ __device__ __forceinline__ unsigned long long sncl_thread_stride() {
   return (unsigned long long)gridDim.x * blockDim.x;
 }
 
+// One fold step over a whole pack: a.e[k] = a.e[k] op b.e[k].
+template <typename Op>
+__device__ __forceinline__ uint4 sncl_pack_fold_inline(uint4 a, uint4 b) {
+  typedef typename Op::T T;
+  SnclPack<T> x, y;
+  x.u = a;
+  y.u = b;
+  SNCL_UNROLL
+  for (int e = 0; e < (int)(sizeof(uint4) / sizeof(T)); ++e) x.e[e] = Op::apply(x.e[e], y.e[e]);
+  return x.u;
+}
+
+// The same as a call. Narrow types (f16, bf16, fp8, 8-bit integers) put 8
+// or 16 element operations, each with its conversions, in a pack; inlined
+// into the unrolled fold over up to 8 sources that is 7 copies per kernel,
+// which is what NVRTC spent its time on (2-6x the compile time of a 32-bit
+// type). One out-of-line pack step per kernel keeps the 16-byte loads, all
+// issued before the fold, and the loop's memory-level parallelism as is.
+template <typename Op>
+__device__ __noinline__ uint4 sncl_pack_fold_outline(uint4 a, uint4 b) {
+  return sncl_pack_fold_inline<Op>(a, b);
+}
+
+template <typename Op>
+__device__ __noinline__ typename Op::T sncl_elem_fold_outline(typename Op::T a, typename Op::T b) {
+  return Op::apply(a, b);
+}
+
+// Outline the fold of types narrower than 32 bits.
+template <typename Op>
+struct SnclFold {
+  typedef typename Op::T T;
+  static const bool kOutline = sizeof(T) < 4;
+  static __device__ __forceinline__ uint4 pack(uint4 a, uint4 b) {
+    if constexpr (kOutline) {
+      return sncl_pack_fold_outline<Op>(a, b);
+    } else {
+      return sncl_pack_fold_inline<Op>(a, b);
+    }
+  }
+  static __device__ __forceinline__ T elem(T a, T b) {
+    if constexpr (kOutline) {
+      return sncl_elem_fold_outline<Op>(a, b);
+    } else {
+      return Op::apply(a, b);
+    }
+  }
+};
+
 // dsts[j][i] = srcs[0][i] op srcs[1][i] op ... for i < count, every j.
 template <typename Op>
 __device__ __forceinline__ void sncl_reduce_copy_body(const SnclReduceCopyArgs& args) {
@@ -77,10 +127,7 @@ __device__ __forceinline__ void sncl_reduce_copy_body(const SnclReduceCopyArgs& 
     }
     SNCL_UNROLL
     for (int s = 1; s < SNCL_MAX_ARGS; ++s) {
-      if (s < nsrcs) {
-        SNCL_UNROLL
-        for (int e = 0; e < kPack; ++e) v[0].e[e] = Op::apply(v[0].e[e], v[s].e[e]);
-      }
+      if (s < nsrcs) v[0].u = SnclFold<Op>::pack(v[0].u, v[s].u);
     }
     SNCL_UNROLL
     for (int d = 0; d < SNCL_MAX_ARGS; ++d) {
@@ -92,13 +139,29 @@ __device__ __forceinline__ void sncl_reduce_copy_body(const SnclReduceCopyArgs& 
     T acc = static_cast<const T*>(args.srcs[0])[i];
     SNCL_UNROLL
     for (int s = 1; s < SNCL_MAX_ARGS; ++s) {
-      if (s < nsrcs) acc = Op::apply(acc, static_cast<const T*>(args.srcs[s])[i]);
+      if (s < nsrcs) acc = SnclFold<Op>::elem(acc, static_cast<const T*>(args.srcs[s])[i]);
     }
     SNCL_UNROLL
     for (int d = 0; d < SNCL_MAX_ARGS; ++d) {
       if (d < ndsts) static_cast<T*>(args.dsts[d])[i] = acc;
     }
   }
+}
+
+// One pack divided element by element; out of line for narrow types, as
+// the fold (a division is a long instruction sequence, 16 of them per pack).
+template <typename T, T (*Div)(T, unsigned long long)>
+__device__ __forceinline__ uint4 sncl_pack_divide_inline(uint4 a, unsigned long long divisor) {
+  SnclPack<T> v;
+  v.u = a;
+  SNCL_UNROLL
+  for (int e = 0; e < (int)(sizeof(uint4) / sizeof(T)); ++e) v.e[e] = Div(v.e[e], divisor);
+  return v.u;
+}
+
+template <typename T, T (*Div)(T, unsigned long long)>
+__device__ __noinline__ uint4 sncl_pack_divide_outline(uint4 a, unsigned long long divisor) {
+  return sncl_pack_divide_inline<T, Div>(a, divisor);
 }
 
 // data[i] = data[i] / divisor for i < count.
@@ -110,11 +173,12 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
   const unsigned long long stride = sncl_thread_stride();
   const unsigned long long npacks = ((unsigned long long)data & 15) == 0 ? count / kPack : 0;
   for (unsigned long long p = first; p < npacks; p += stride) {
-    SnclPack<T> v;
-    v.u = static_cast<const uint4*>(data)[p];
-    SNCL_UNROLL
-    for (int e = 0; e < kPack; ++e) v.e[e] = Div(v.e[e], divisor);
-    static_cast<uint4*>(data)[p] = v.u;
+    uint4* x = static_cast<uint4*>(data) + p;
+    if constexpr (sizeof(T) < 4) {
+      *x = sncl_pack_divide_outline<T, Div>(*x, divisor);
+    } else {
+      *x = sncl_pack_divide_inline<T, Div>(*x, divisor);
+    }
   }
   for (unsigned long long i = npacks * kPack + first; i < count; i += stride) {
     T* x = static_cast<T*>(data) + i;
@@ -124,7 +188,8 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
 
 // Every dtype, and every (dtype, op) with a kernel; X(dtype) / X(dtype, op).
 #define SNCL_FOR_EACH_DTYPE(X) \
-  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(half) X(float) X(double) X(bfloat16)
+  X(int8) X(uint8) X(int32) X(uint32) X(int64) X(uint64) X(half) X(float) X(double) X(bfloat16) \
+  X(f8e4m3) X(f8e5m2)
 #define SNCL_INT_KERNELS(X, dt) \
   X(dt, sum) X(dt, prod) X(dt, max) X(dt, min) X(dt, band) X(dt, bor) X(dt, bxor)
 #define SNCL_FLOAT_KERNELS(X, dt) X(dt, sum) X(dt, prod) X(dt, max) X(dt, min)
@@ -132,7 +197,7 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
   SNCL_INT_KERNELS(X, int8) SNCL_INT_KERNELS(X, uint8) SNCL_INT_KERNELS(X, int32)              \
   SNCL_INT_KERNELS(X, uint32) SNCL_INT_KERNELS(X, int64) SNCL_INT_KERNELS(X, uint64)           \
   SNCL_FLOAT_KERNELS(X, half) SNCL_FLOAT_KERNELS(X, float) SNCL_FLOAT_KERNELS(X, double)       \
-  SNCL_FLOAT_KERNELS(X, bfloat16)
+  SNCL_FLOAT_KERNELS(X, bfloat16) SNCL_FLOAT_KERNELS(X, f8e4m3) SNCL_FLOAT_KERNELS(X, f8e5m2)
 
 #define SNCL_DEFINE_REDUCE_KERNEL(dt, op)                                                    \
   struct SnclOp_##dt##_##op {                                                                \
@@ -151,7 +216,7 @@ __device__ __forceinline__ void sncl_divide_body(void* data, unsigned long long 
 
 // Without SNCL_ONLY_DTYPE: every kernel (the host shim build, the CI
 // check). With -DSNCL_ONLY_DTYPE=<n> (n = the dtype's ncclDataType_t value,
-// 0 int8 .. 9 bfloat16; kernels::cuda::dtype_options): only that dtype's
+// 0 int8 .. 11 f8e5m2; kernels::cuda::dtype_options): only that dtype's
 // reduce-copy and divide kernels, so a device compiles what it uses.
 #if defined(SNCL_ONLY_DTYPE)
 #define SNCL_WANT_DTYPE(n) (SNCL_ONLY_DTYPE == (n))
@@ -209,7 +274,17 @@ SNCL_DEFINE_DIVIDE_KERNEL(double)
 SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, bfloat16)
 SNCL_DEFINE_DIVIDE_KERNEL(bfloat16)
 #endif
+#if SNCL_WANT_DTYPE(10)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, f8e4m3)
+SNCL_DEFINE_DIVIDE_KERNEL(f8e4m3)
+#endif
+#if SNCL_WANT_DTYPE(11)
+#define SNCL_EMITTED_A_DTYPE
+SNCL_FLOAT_KERNELS(SNCL_DEFINE_REDUCE_KERNEL, f8e5m2)
+SNCL_DEFINE_DIVIDE_KERNEL(f8e5m2)
+#endif
 
 #if !defined(SNCL_EMITTED_A_DTYPE)
-#error "SNCL_ONLY_DTYPE names no dtype: expected 0 (int8) to 9 (bfloat16)"
+#error "SNCL_ONLY_DTYPE names no dtype: expected 0 (int8) to 11 (f8e5m2)"
 #endif

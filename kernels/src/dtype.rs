@@ -25,11 +25,34 @@ pub enum DataType {
     Float64 = 8,
     /// bfloat16 (8-bit exponent, 7-bit mantissa).
     Bfloat16 = 9,
+    /// 8-bit float, 4-bit exponent, 3-bit mantissa, the OCP "E4M3FN" format
+    /// (`float8::F8E4M3`, CUDA's `__nv_fp8_e4m3`, torch's
+    /// `float8_e4m3fn`): bias 7, no infinities, NaN is `S.1111.111`, largest
+    /// finite value ±448.
+    ///
+    /// Reductions (sum, prod, min, max, avg) decode both operands to f32,
+    /// apply one f32 operation and round back to nearest even after every
+    /// step, saturating as CUDA's `__NV_SATFINITE` conversion does (and as
+    /// NCCL's fp8 reductions do): a result beyond ±448 (an overflow, or an
+    /// infinite f32) becomes ±448; a NaN result becomes NaN
+    /// (`S.1111.111`). Copies move the bits unchanged.
+    Float8e4m3 = 10,
+    /// 8-bit float, 5-bit exponent, 2-bit mantissa (`float8::F8E5M2`,
+    /// CUDA's `__nv_fp8_e5m2`, torch's `float8_e5m2`): IEEE-like with bias
+    /// 15, infinities `S.11111.00`, NaNs `S.11111.{01,10,11}`, largest
+    /// finite value ±57344.
+    ///
+    /// Reductions as for [`DataType::Float8e4m3`] with `__NV_SATFINITE`
+    /// saturation: a result beyond ±57344 becomes ±57344, and so does an
+    /// infinite result, so an infinity that takes part in a reduction
+    /// comes out as the largest finite value of its sign; a NaN result is
+    /// a quiet NaN (`S.11111.1x`). Copies move the bits unchanged.
+    Float8e5m2 = 11,
 }
 
 impl DataType {
     /// Every data type, in NCCL order.
-    pub const ALL: [DataType; 10] = [
+    pub const ALL: [DataType; 12] = [
         DataType::Int8,
         DataType::Uint8,
         DataType::Int32,
@@ -40,19 +63,21 @@ impl DataType {
         DataType::Float32,
         DataType::Float64,
         DataType::Bfloat16,
+        DataType::Float8e4m3,
+        DataType::Float8e5m2,
     ];
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
-            DataType::Int8 | DataType::Uint8 => 1,
+            DataType::Int8 | DataType::Uint8 | DataType::Float8e4m3 | DataType::Float8e5m2 => 1,
             DataType::Float16 | DataType::Bfloat16 => 2,
             DataType::Int32 | DataType::Uint32 | DataType::Float32 => 4,
             DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
         }
     }
 
-    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, ...).
+    /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `f8e4m3`, ...).
     pub const fn name(self) -> &'static str {
         match self {
             DataType::Int8 => "int8",
@@ -65,6 +90,8 @@ impl DataType {
             DataType::Float32 => "float",
             DataType::Float64 => "double",
             DataType::Bfloat16 => "bfloat16",
+            DataType::Float8e4m3 => "f8e4m3",
+            DataType::Float8e5m2 => "f8e5m2",
         }
     }
 
@@ -81,6 +108,8 @@ impl DataType {
             "float" | "float32" | "f32" | "fp32" => DataType::Float32,
             "double" | "float64" | "f64" | "fp64" => DataType::Float64,
             "bfloat16" | "bf16" => DataType::Bfloat16,
+            "f8e4m3" | "float8e4m3" | "fp8e4m3" | "float8_e4m3fn" | "e4m3" => DataType::Float8e4m3,
+            "f8e5m2" | "float8e5m2" | "fp8e5m2" | "float8_e5m2" | "e5m2" => DataType::Float8e5m2,
             _ => return None,
         };
         Some(dt)
@@ -91,12 +120,22 @@ impl DataType {
         DataType::ALL.get(v as usize).copied()
     }
 
-    /// True for f16, bf16, f32 and f64.
+    /// True for f16, bf16, f32, f64 and the two fp8 types.
     pub const fn is_float(self) -> bool {
         matches!(
             self,
-            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16
+            DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Bfloat16
+                | DataType::Float8e4m3
+                | DataType::Float8e5m2
         )
+    }
+
+    /// True for the two fp8 types.
+    pub const fn is_fp8(self) -> bool {
+        matches!(self, DataType::Float8e4m3 | DataType::Float8e5m2)
     }
 }
 
@@ -176,5 +215,36 @@ impl ReduceOp {
             ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => !dtype.is_float(),
             _ => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NCCL's values (ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11), the names
+    /// commbench takes, one byte each, and no bitwise reductions.
+    #[test]
+    fn fp8_types() {
+        for (dtype, value, name) in [
+            (DataType::Float8e4m3, 10, "f8e4m3"),
+            (DataType::Float8e5m2, 11, "f8e5m2"),
+        ] {
+            assert_eq!(dtype as u8, value);
+            assert_eq!(DataType::from_u8(value), Some(dtype));
+            assert_eq!(dtype.name(), name);
+            assert_eq!(DataType::from_name(name), Some(dtype));
+            assert_eq!(dtype.size(), 1);
+            assert!(dtype.is_float() && dtype.is_fp8());
+            for op in ReduceOp::ALL {
+                let bitwise = matches!(op, ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor);
+                assert_eq!(op.supports(dtype), !bitwise, "{} {}", op.name(), name);
+            }
+        }
+        assert_eq!(DataType::from_u8(12), None);
+        assert_eq!(
+            DataType::from_name("float8_e4m3fn"),
+            Some(DataType::Float8e4m3)
+        );
     }
 }

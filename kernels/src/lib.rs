@@ -3,8 +3,9 @@
 //! transport slots.
 //!
 //! Buffers are byte slices whose length is a multiple of the element size;
-//! they need not be aligned. f16 and bf16 are widened to f32 for each
-//! reduction step and rounded to nearest even once. Integer sum and product
+//! they need not be aligned. f16, bf16 and the fp8 types are widened to f32
+//! for each reduction step and rounded to nearest even once (fp8 saturating
+//! to its largest finite value, see [`DataType::Float8e4m3`]). Integer sum and product
 //! wrap. Results are deterministic: the same inputs always give the same bits.
 //!
 //! On x86_64 with AVX2 (and F16C for f16) vector kernels are selected once at
@@ -50,6 +51,9 @@ mod simd {
 }
 
 pub use dtype::{DataType, ReduceOp};
+/// The fp8 element types ([`DataType::Float8e4m3`], [`DataType::Float8e5m2`])
+/// and their conversions, re-exported so every crate uses the same ones.
+pub use float8::{F8E4M3, F8E5M2};
 
 /// Errors of kernel entry points.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Portable element-wise kernels; the reference the vector paths must match bit for bit.
 
 use crate::{DataType, ReduceOp};
+use float8::{F8E4M3, F8E5M2};
 use half::{bf16, f16};
 
 /// One element type as the kernels see it.
@@ -122,6 +123,51 @@ macro_rules! half_elem {
 half_elem!(f16);
 half_elem!(bf16);
 
+/// Every fp8 bit pattern decoded (`float8`'s exact `to_f32`), built at
+/// compile time: decoding is a table lookup.
+macro_rules! fp8_table {
+    ($t:ty) => {{
+        let mut t = [0f32; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = <$t>::from_bits(i as u8).to_f32();
+            i += 1;
+        }
+        t
+    }};
+}
+static E4M3_F32: [f32; 256] = fp8_table!(F8E4M3);
+static E5M2_F32: [f32; 256] = fp8_table!(F8E5M2);
+
+/// fp8: decode to f32, one f32 operation, round to nearest even back with
+/// CUDA's `__NV_SATFINITE` saturation (`float8`'s `from_f32`): overflow and
+/// infinities become the largest finite value of their sign.
+macro_rules! fp8_elem {
+    ($t:ty, $table:ident) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn read(b: &[u8]) -> Self {
+                <$t>::from_bits(b[0])
+            }
+            #[inline(always)]
+            fn write(self, b: &mut [u8]) {
+                b[0] = self.to_bits();
+            }
+            #[inline(always)]
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                let (x, y) = ($table[a.to_bits() as usize], $table[b.to_bits() as usize]);
+                <$t>::from_f32(f32::combine(op, x, y))
+            }
+            #[inline(always)]
+            fn div(self, n: usize) -> Self {
+                <$t>::from_f32($table[self.to_bits() as usize] / n as f32)
+            }
+        }
+    };
+}
+fp8_elem!(F8E4M3, E4M3_F32);
+fp8_elem!(F8E5M2, E5M2_F32);
+
 fn reduce_into_t<T: Elem>(op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     let w = std::mem::size_of::<T>();
     for ((d, x), y) in dst
@@ -161,6 +207,8 @@ macro_rules! dispatch {
             DataType::Float32 => $f::<f32>($($arg),*),
             DataType::Float64 => $f::<f64>($($arg),*),
             DataType::Bfloat16 => $f::<bf16>($($arg),*),
+            DataType::Float8e4m3 => $f::<F8E4M3>($($arg),*),
+            DataType::Float8e5m2 => $f::<F8E5M2>($($arg),*),
         }
     };
 }
@@ -195,5 +243,84 @@ mod tests {
         let mut j = (-128i8).to_ne_bytes();
         divide(DataType::Int8, &mut j, 128);
         assert_eq!(i8::from_ne_bytes(j), -1);
+    }
+
+    fn fp8(dtype: DataType, op: ReduceOp, a: u8, b: u8) -> u8 {
+        let mut d = [0u8];
+        reduce_into(dtype, op, &mut d, &[a], &[b]);
+        d[0]
+    }
+
+    /// The decode tables hold `float8`'s `to_f32` for every pattern.
+    #[test]
+    fn fp8_tables_decode_every_pattern() {
+        for i in 0..=255u8 {
+            assert_eq!(
+                E4M3_F32[i as usize].to_bits(),
+                F8E4M3::from_bits(i).to_f32().to_bits()
+            );
+            assert_eq!(
+                E5M2_F32[i as usize].to_bits(),
+                F8E5M2::from_bits(i).to_f32().to_bits()
+            );
+        }
+    }
+
+    /// e4m3 (no infinities, max 448 = 0x7e): sums round to nearest even
+    /// and saturate at ±448; NaN (S.1111.111) propagates.
+    #[test]
+    fn e4m3_rounds_to_nearest_even_and_saturates() {
+        let e = DataType::Float8e4m3;
+        let enc = |v: f32| F8E4M3::from_f32(v).to_bits();
+        assert_eq!(enc(448.0), 0x7e);
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), enc(2.0)), enc(3.0));
+        // 1 + 0.0625 is halfway between 1 and 1.125: ties to even (1).
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), enc(0.0625)), enc(1.0));
+        // 1.125 + 0.0625 is halfway between 1.125 and 1.25: to even (1.25).
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.125), enc(0.0625)), enc(1.25));
+        // Overflow saturates, keeping the sign.
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7e, 0x7e), 0x7e);
+        assert_eq!(fp8(e, ReduceOp::Sum, 0xfe, 0xfe), 0xfe);
+        assert_eq!(fp8(e, ReduceOp::Prod, enc(32.0), enc(32.0)), 0x7e);
+        assert_eq!(fp8(e, ReduceOp::Prod, enc(-32.0), enc(32.0)), 0xfe);
+        // 448 + 16 is halfway to 480 (not representable): to even, 448.
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7e, enc(16.0)), 0x7e);
+        // NaN wins sum, and is the second operand's choice in max/min.
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7f, enc(1.0)), 0x7f);
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), 0xff), 0x7f);
+        assert_eq!(fp8(e, ReduceOp::Max, enc(1.0), 0x7f), 0x7f);
+        assert_eq!(fp8(e, ReduceOp::Max, enc(2.0), enc(-3.0)), enc(2.0));
+        assert_eq!(fp8(e, ReduceOp::Min, enc(2.0), enc(-3.0)), enc(-3.0));
+        // Smallest subnormal 2^-9 (0x01): halved rounds to zero (even).
+        let mut d = [0x01u8];
+        divide(e, &mut d, 2);
+        assert_eq!(d, [0x00]);
+        let mut d = [enc(3.0)];
+        divide(e, &mut d, 2);
+        assert_eq!(d, [enc(1.5)]);
+    }
+
+    /// e5m2 (max 57344 = 0x7b, inf 0x7c): overflow and infinities in a
+    /// reduction saturate to ±57344 (`__NV_SATFINITE`); NaN stays NaN.
+    #[test]
+    fn e5m2_saturates_overflow_and_infinities() {
+        let e = DataType::Float8e5m2;
+        let enc = |v: f32| F8E5M2::from_f32(v).to_bits();
+        assert_eq!(enc(57344.0), 0x7b);
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7b, 0x7b), 0x7b);
+        assert_eq!(fp8(e, ReduceOp::Sum, 0xfb, 0xfb), 0xfb);
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7c, enc(1.0)), 0x7b);
+        assert_eq!(fp8(e, ReduceOp::Max, 0x7c, enc(1.0)), 0x7b);
+        assert_eq!(fp8(e, ReduceOp::Min, 0xfc, enc(1.0)), 0xfb);
+        // inf + -inf is NaN (x86's default NaN, negative): quiet, S.11111.10.
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7c, 0xfc), 0xfe);
+        assert_eq!(fp8(e, ReduceOp::Sum, 0x7d, enc(1.0)), 0x7f);
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), enc(0.25)), enc(1.25));
+        // 1 + 0.125 is halfway between 1 and 1.25: to even (1).
+        assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), enc(0.125)), enc(1.0));
+        // A copy (no reduction) keeps an infinity.
+        let mut d = [0u8];
+        crate::copy(&mut d, &[0x7c]);
+        assert_eq!(d, [0x7c]);
     }
 }

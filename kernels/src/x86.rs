@@ -51,9 +51,9 @@ const STREAM_MIN: usize = 16 << 20;
 /// Kernels selected for this CPU, built once.
 struct Table {
     /// Indexed by `dtype as usize * 8 + op as usize`.
-    reduce: [Option<Kernel>; 80],
+    reduce: [Option<Kernel>; DataType::ALL.len() * 8],
     /// Indexed by `dtype as usize`.
-    divide: [Option<Kernel>; 10],
+    divide: [Option<Kernel>; DataType::ALL.len()],
     /// Human-readable name of the selected instruction sets.
     name: &'static str,
     /// AVX2 (hence AVX, for streaming copies) is available.
@@ -72,8 +72,8 @@ fn build_table() -> Table {
     let avx2 = is_x86_feature_detected!("avx2");
     let f16c = avx2 && is_x86_feature_detected!("f16c");
     let mut t = Table {
-        reduce: [None; 80],
-        divide: [None; 10],
+        reduce: [None; DataType::ALL.len() * 8],
+        divide: [None; DataType::ALL.len()],
         name: match (avx2, f16c) {
             (true, true) => "avx2+f16c",
             (true, false) => "avx2",
@@ -261,6 +261,9 @@ fn reduce_kernel(dtype: DataType, op: ReduceOp) -> Option<Kernel> {
         (D::Bfloat16, R::Prod) => avx2::<Brain<Mul>>,
         (D::Bfloat16, R::Max) => avx2::<Brain<Max>>,
         (D::Bfloat16, R::Min) => avx2::<Brain<Min>>,
+
+        // fp8 runs the portable code (decode, f32 op, saturating encode).
+        (D::Float8e4m3 | D::Float8e5m2, _) => return None,
 
         (_, R::BitAnd | R::BitOr | R::BitXor) => unreachable!("handled above"),
     };

@@ -1,6 +1,7 @@
 //! Pre-multiplication for `snclRedOpCreatePreMulSum` operators.
 
 use half::{bf16, f16};
+use kernels::{F8E4M3, F8E5M2};
 
 use crate::DataType;
 
@@ -12,8 +13,10 @@ fn each<const N: usize>(buf: &mut [u8], f: impl Fn([u8; N]) -> [u8; N]) {
 }
 
 /// Multiplies every element of `buf` (elements of `dtype`, native byte
-/// order) by `scalar` (one element of `dtype`). Integers wrap; half and
-/// bfloat16 multiply in single precision and round once.
+/// order) by `scalar` (one element of `dtype`). Integers wrap; half,
+/// bfloat16 and the fp8 types multiply in single precision and round once
+/// (fp8 to nearest even, saturating to its largest finite value as
+/// reductions do).
 pub(crate) fn scale(buf: &mut [u8], dtype: DataType, scalar: &[u8]) {
     macro_rules! int {
         ($t:ty) => {{
@@ -50,6 +53,18 @@ pub(crate) fn scale(buf: &mut [u8], dtype: DataType, scalar: &[u8]) {
                 bf16::from_f32(bf16::from_ne_bytes(b).to_f32() * s).to_ne_bytes()
             })
         }
+        DataType::Float8e4m3 => {
+            let s = F8E4M3::from_bits(scalar[0]).to_f32();
+            each(buf, |[b]| {
+                [F8E4M3::from_f32(F8E4M3::from_bits(b).to_f32() * s).to_bits()]
+            })
+        }
+        DataType::Float8e5m2 => {
+            let s = F8E5M2::from_bits(scalar[0]).to_f32();
+            each(buf, |[b]| {
+                [F8E5M2::from_f32(F8E5M2::from_bits(b).to_f32() * s).to_bits()]
+            })
+        }
     }
 }
 
@@ -81,5 +96,18 @@ mod tests {
         let mut b = vec![200u8];
         scale(&mut b, DataType::Uint8, &[2]);
         assert_eq!(b, [144]);
+        // fp8: 1.5 * 2 = 3; 448 * 2 saturates at 448 (0x7e), -57344 * 2
+        // at -57344 (0xfb).
+        let e4 = |v: f32| F8E4M3::from_f32(v).to_bits();
+        let mut b = vec![e4(1.5), 0x7e];
+        scale(&mut b, DataType::Float8e4m3, &[e4(2.0)]);
+        assert_eq!(b, [e4(3.0), 0x7e]);
+        let mut b = vec![0xfb];
+        scale(
+            &mut b,
+            DataType::Float8e5m2,
+            &[F8E5M2::from_f32(2.0).to_bits()],
+        );
+        assert_eq!(b, [0xfb]);
     }
 }

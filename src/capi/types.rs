@@ -78,8 +78,7 @@ pub enum snclRedOp_t {
 
 /// Element types, values equal to NCCL's `ncclDataType_t`. NCCL's aliases
 /// `snclChar`, `snclInt`, `snclHalf`, `snclFloat` and `snclDouble` are
-/// defined as macros. The two 8-bit float types are reserved for value
-/// compatibility and rejected with `snclInvalidArgument`.
+/// defined as macros.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum snclDataType_t {
@@ -103,9 +102,14 @@ pub enum snclDataType_t {
     snclFloat64 = 8,
     /// bfloat16.
     snclBfloat16 = 9,
-    /// 8-bit float e4m3: not supported yet.
+    /// 8-bit float e4m3 (OCP E4M3FN, `__nv_fp8_e4m3`): no infinities, NaN
+    /// `S.1111.111`, largest finite ±448. Sum, prod, min, max and avg
+    /// compute in float and round to nearest even after every step,
+    /// saturating (`__NV_SATFINITE`): results beyond ±448 become ±448.
     snclFloat8e4m3 = 10,
-    /// 8-bit float e5m2: not supported yet.
+    /// 8-bit float e5m2 (`__nv_fp8_e5m2`): IEEE-like, largest finite
+    /// ±57344. Reductions as for e4m3, saturating: results beyond ±57344,
+    /// infinities included, become ±57344; NaN stays NaN.
     snclFloat8e5m2 = 11,
     /// The number of data types.
     snclNumTypes = 12,

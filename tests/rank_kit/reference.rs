@@ -190,6 +190,45 @@ macro_rules! half_te {
 half_te!(f16, "f16");
 half_te!(bf16, "bf16");
 
+/// fp8 holds few integers exactly (e5m2: up to 8), so a sum's inputs are
+/// -1, 0 or 1 (every partial sum of up to 8 ranks, in any order, is exact);
+/// products and min/max use [`float_gen`] (powers of two, small integers).
+/// Each step in f32, rounded to nearest even with saturation (`float8`).
+macro_rules! fp8_te {
+    ($t:ty, $name:expr) => {
+        impl TE for $t {
+            const NAME: &'static str = $name;
+            const INT: bool = false;
+            fn from_bits(h: u64) -> Self {
+                <$t>::from_bits(h as u8)
+            }
+            fn bits(self) -> u64 {
+                self.to_bits() as u64
+            }
+            fn gen(op: ReduceOp, h: u64) -> Self {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Avg => {
+                        <$t>::from_f64([0.0, 1.0, -1.0, 0.0][(h >> 62) as usize])
+                    }
+                    _ => <$t>::from_f64(float_gen(op, h)),
+                }
+            }
+            fn comb(op: ReduceOp, a: Self, b: Self) -> Self {
+                <$t>::from_f32(fcomb(op, a.to_f32(), b.to_f32()))
+            }
+            fn fin(self, op: ReduceOp, n: usize) -> Self {
+                if op == ReduceOp::Avg {
+                    <$t>::from_f32(self.to_f32() / n as f32)
+                } else {
+                    self
+                }
+            }
+        }
+    };
+}
+fp8_te!(kernels::F8E4M3, "f8e4m3");
+fp8_te!(kernels::F8E5M2, "f8e5m2");
+
 pub fn ops_for<T: TE>() -> &'static [ReduceOp] {
     if T::INT {
         &ReduceOp::ALL

@@ -206,6 +206,8 @@ fn float_layout(dtype: DataType) -> Option<(u32, u32)> {
         DataType::Bfloat16 => Some((8, 7)),
         DataType::Float32 => Some((8, 23)),
         DataType::Float64 => Some((11, 52)),
+        DataType::Float8e4m3 => Some((4, 3)),
+        DataType::Float8e5m2 => Some((5, 2)),
         _ => None,
     }
 }
@@ -243,6 +245,10 @@ fn is_nan(dtype: DataType, e: &[u8]) -> bool {
     let mut b = [0u8; 8];
     b[..e.len()].copy_from_slice(e);
     let bits = u64::from_ne_bytes(b);
+    if dtype == DataType::Float8e4m3 {
+        // E4M3FN: only S.1111.111 is NaN (no infinities).
+        return bits & 0x7f == 0x7f;
+    }
     let exp = (bits >> mbits) & ((1 << ebits) - 1);
     exp == (1 << ebits) - 1 && bits & ((1 << mbits) - 1) != 0
 }
