@@ -54,7 +54,9 @@ fn run() -> Result<(), DeviceError> {
     let stream = dev.create_stream()?;
     // Gradient-like values (every block non-trivial, many distinct magnitudes).
     let host: Vec<u8> = (0..n)
-        .flat_map(|i| (((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 * 1e-6 - 8.0).to_le_bytes())
+        .flat_map(|i| {
+            (((i as u32).wrapping_mul(2_654_435_761) >> 8) as f32 * 1e-6 - 8.0).to_le_bytes()
+        })
         .collect();
     // SAFETY: `host` outlives the copy (synchronised below); src holds `bytes`.
     unsafe { dev.copy_h2d_async(src.ptr(), host.as_ptr(), bytes, stream)? };
@@ -69,7 +71,14 @@ fn run() -> Result<(), DeviceError> {
     println!("d2d-copy              {copy:9.3} ms  {copy_bw:9.1} GB/s (2S moved)");
 
     let mut first = true;
-    for spec in ["fp16", "bf16", "int8", "int8-sr", "topk:0.01", "topk-exact:0.01"] {
+    for spec in [
+        "fp16",
+        "bf16",
+        "int8",
+        "int8-sr",
+        "topk:0.01",
+        "topk-exact:0.01",
+    ] {
         let codec = Codec::parse(spec).map_err(|e| DeviceError::Unsupported {
             what: spec.into(),
             why: e.to_string(),

@@ -140,7 +140,11 @@ pub fn decode_status(status: u32) -> Option<String> {
         (4, "an index out of range"),
         (8, "indices not strictly ascending"),
     ] {
-        let hit = if bit < 4 { status & 3 == bit } else { status & bit != 0 };
+        let hit = if bit < 4 {
+            status & 3 == bit
+        } else {
+            status & bit != 0
+        };
         if hit {
             why.push(text);
         }
@@ -277,7 +281,12 @@ pub(crate) fn plan(
             }
             let mut s = Vec::with_capacity(srcs.len());
             for (i, &p) in srcs.iter().enumerate() {
-                s.push(map(p, enc_len, enc_align(&dc), &format!("encoded input {i}"))?);
+                s.push(map(
+                    p,
+                    enc_len,
+                    enc_align(&dc),
+                    &format!("encoded input {i}"),
+                )?);
             }
             let dst = map(dst, f32s(n)?, 4, "the output")?;
             let work_len = match dc {
@@ -354,8 +363,17 @@ mod tests {
         let c = |s| device_codec(0, &Codec::parse(s).unwrap(), 1000).unwrap();
         assert_eq!(c("topk:0.1"), DeviceCodec::TopKSampled { k: 100 });
         assert_eq!(c("topk-exact:0.1"), DeviceCodec::TopKExact { k: 100 });
-        assert_eq!(c("int8-sr:7"), DeviceCodec::Int8 { block: 7, stochastic: true });
-        let bad = Codec::Int8 { block: 0, stochastic: false };
+        assert_eq!(
+            c("int8-sr:7"),
+            DeviceCodec::Int8 {
+                block: 7,
+                stochastic: true
+            }
+        );
+        let bad = Codec::Int8 {
+            block: 0,
+            stochastic: false,
+        };
         assert!(device_codec(0, &bad, 10).is_err());
     }
 }

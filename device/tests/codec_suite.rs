@@ -36,7 +36,9 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
             match (i / 200) % 5 {
                 0 => (m * 6.0).round() * 0.25,
                 1 => m * 1e-32,
-                2 if special && r % 211 == 0 => [f32::NAN, f32::INFINITY, -f32::INFINITY][(r % 3) as usize],
+                2 if special && r % 211 == 0 => {
+                    [f32::NAN, f32::INFINITY, -f32::INFINITY][(r % 3) as usize]
+                }
                 _ => m * 100.0,
             }
         })
@@ -44,8 +46,16 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
 }
 
 const SPECS: [&str; 10] = [
-    "fp16", "bf16", "int8", "int8:7", "int8-sr", "int8-sr:300", "topk-exact:0.01", "topk-exact:0.25",
-    "topk:0.01", "topk:0.001",
+    "fp16",
+    "bf16",
+    "int8",
+    "int8:7",
+    "int8-sr",
+    "int8-sr:300",
+    "topk-exact:0.01",
+    "topk-exact:0.25",
+    "topk:0.01",
+    "topk:0.001",
 ];
 
 fn enqueue(ctx: &Ctx, op: &CodecOp<'_>) {
@@ -68,7 +78,11 @@ fn encode_and_decode_match_the_cpu_codec() {
             codec.encode_seeded(&src, seed.unwrap(), &mut want);
             // One element (4 bytes) off for the f32, 1 or 2 bytes off for
             // the encoding.
-            let enc_off = if dense && matches!(codec, Codec::Fp16 | Codec::Bf16) { 2 } else { 1 };
+            let enc_off = if dense && matches!(codec, Codec::Fp16 | Codec::Bf16) {
+                2
+            } else {
+                1
+            };
             let s = ctx.buffer(4 * n + 4);
             let e = ctx.buffer(codec.max_encoded_len(n) + enc_off);
             let w = ctx.buffer(workspace_bytes(&codec, n));
@@ -88,7 +102,11 @@ fn encode_and_decode_match_the_cpu_codec() {
             );
             ctx.sync();
             let got = ctx.download(e.ptr().add(enc_off), want.len());
-            assert!(got == want, "{spec} n={n}: encodings differ at byte {:?}", got.iter().zip(&want).position(|(a, b)| a != b));
+            assert!(
+                got == want,
+                "{spec} n={n}: encodings differ at byte {:?}",
+                got.iter().zip(&want).position(|(a, b)| a != b)
+            );
 
             // Decode, and decode-add onto data.
             let init = data(n, 77, false);
@@ -113,7 +131,11 @@ fn encode_and_decode_match_the_cpu_codec() {
                     },
                 );
                 ctx.sync();
-                assert_eq!(to_f32(&ctx.download(out.ptr().add(4), 4 * n)), bits(&host), "{spec} n={n} add={add}");
+                assert_eq!(
+                    to_f32(&ctx.download(out.ptr().add(4), 4 * n)),
+                    bits(&host),
+                    "{spec} n={n} add={add}"
+                );
             }
         }
     }
@@ -151,9 +173,21 @@ fn error_feedback_residual_lives_on_the_device() {
                 },
             );
             ctx.sync();
-            assert_eq!(ctx.download(e.ptr(), wire.len()), wire, "{spec} step {step}");
-            assert_eq!(to_f32(&ctx.download(r.ptr(), 4 * n)), bits(ef.residual()), "{spec} step {step}");
-            assert_eq!(to_f32(&ctx.download(g.ptr(), 4 * n)), bits(&host), "{spec} step {step}");
+            assert_eq!(
+                ctx.download(e.ptr(), wire.len()),
+                wire,
+                "{spec} step {step}"
+            );
+            assert_eq!(
+                to_f32(&ctx.download(r.ptr(), 4 * n)),
+                bits(ef.residual()),
+                "{spec} step {step}"
+            );
+            assert_eq!(
+                to_f32(&ctx.download(g.ptr(), 4 * n)),
+                bits(&host),
+                "{spec} step {step}"
+            );
         }
     }
 }
@@ -201,7 +235,11 @@ fn fused_decode_sum_encode_and_multi_source_decode() {
             },
         );
         ctx.sync();
-        assert_eq!(to_f32(&ctx.download(out.ptr(), 4 * n)), bits(&acc), "{spec}");
+        assert_eq!(
+            to_f32(&ctx.download(out.ptr(), 4 * n)),
+            bits(&acc),
+            "{spec}"
+        );
         if matches!(codec, Codec::Fp16 | Codec::Bf16) {
             let mut want = Vec::new();
             codec.encode(&acc, &mut want);
@@ -218,7 +256,11 @@ fn fused_decode_sum_encode_and_multi_source_decode() {
             );
             ctx.sync();
             assert_eq!(ctx.download(enc.ptr(), 2 * n), want, "{spec} fused");
-            assert_eq!(to_f32(&ctx.download(out.ptr(), 4 * n)), bits(&acc), "{spec} fused sum");
+            assert_eq!(
+                to_f32(&ctx.download(out.ptr(), 4 * n)),
+                bits(&acc),
+                "{spec} fused sum"
+            );
         }
     }
 }
@@ -251,7 +293,10 @@ fn corrupt_topk_sets_the_status_and_leaves_the_output() {
     );
     ctx.sync();
     let status = u32::from_le_bytes(ctx.download(w.ptr(), 4).try_into().unwrap());
-    assert!(decode_status(status).is_some_and(|s| s.contains("range")), "status {status}");
+    assert!(
+        decode_status(status).is_some_and(|s| s.contains("range")),
+        "status {status}"
+    );
     assert_eq!(ctx.download(out.ptr(), 4 * n), init);
 }
 
@@ -286,8 +331,14 @@ fn bad_codec_arguments_are_errors() {
             },
             "two top-k sources",
         ),
-        (encode(&fp16, b.ptr().add(2), 10, b.ptr().add(400)), "misaligned f32"),
-        (encode(&fp16, b.ptr(), 10, b.ptr().add(401)), "misaligned fp16"),
+        (
+            encode(&fp16, b.ptr().add(2), 10, b.ptr().add(400)),
+            "misaligned f32",
+        ),
+        (
+            encode(&fp16, b.ptr(), 10, b.ptr().add(401)),
+            "misaligned fp16",
+        ),
         (
             CodecOp::Decode {
                 codec: &int8,
@@ -327,15 +378,24 @@ fn bad_codec_arguments_are_errors() {
         // SAFETY: every case is refused before anything is enqueued.
         let r = unsafe { ctx.dev.codec(ctx.stream, &op) };
         assert!(
-            matches!(r, Err(DeviceError::InvalidArgument { .. } | DeviceError::Unsupported { .. })),
+            matches!(
+                r,
+                Err(DeviceError::InvalidArgument { .. } | DeviceError::Unsupported { .. })
+            ),
             "{what}: {r:?}"
         );
     }
     if ctx.is_emu() {
         // Past the end of the allocation: the emulator sees it.
         // SAFETY: refused before anything is enqueued.
-        let r = unsafe { ctx.dev.codec(ctx.stream, &encode(&fp16, b.ptr(), 2000, b.ptr())) };
-        assert!(matches!(r, Err(DeviceError::InvalidArgument { .. })), "{r:?}");
+        let r = unsafe {
+            ctx.dev
+                .codec(ctx.stream, &encode(&fp16, b.ptr(), 2000, b.ptr()))
+        };
+        assert!(
+            matches!(r, Err(DeviceError::InvalidArgument { .. })),
+            "{r:?}"
+        );
     }
     ctx.sync();
 }

@@ -57,12 +57,17 @@ impl Buf {
     }
     fn bytes(&self) -> &[u8] {
         // SAFETY: `off + len` bytes lie inside `store`.
-        unsafe { std::slice::from_raw_parts((self.store.as_ptr() as *const u8).add(self.off), self.len) }
+        unsafe {
+            std::slice::from_raw_parts((self.store.as_ptr() as *const u8).add(self.off), self.len)
+        }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, uniquely borrowed.
         unsafe {
-            std::slice::from_raw_parts_mut((self.store.as_mut_ptr() as *mut u8).add(self.off), self.len)
+            std::slice::from_raw_parts_mut(
+                (self.store.as_mut_ptr() as *mut u8).add(self.off),
+                self.len,
+            )
         }
     }
     fn f32s(&self) -> Vec<f32> {
@@ -113,7 +118,9 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
                 1 => (m * 8.0).round() * 0.5, // ties and zeros
                 2 => m * 1e-33,               // tiny blocks
                 3 => f32::from_bits((r as u32) & 0x807f_ffff), // subnormals
-                4 if special && r % 97 == 0 => [f32::NAN, f32::INFINITY, -f32::INFINITY][(r % 3) as usize],
+                4 if special && r % 97 == 0 => {
+                    [f32::NAN, f32::INFINITY, -f32::INFINITY][(r % 3) as usize]
+                }
                 _ => m * 1e4,
             }
         })
@@ -122,8 +129,20 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
 
 fn codecs() -> Vec<Codec> {
     [
-        "fp16", "bf16", "int8", "int8:1", "int8:7", "int8:256", "int8-sr", "int8-sr:100",
-        "topk-exact:0.01", "topk-exact:0.3", "topk-exact:1", "topk:0.001", "topk:0.01", "topk:0.3",
+        "fp16",
+        "bf16",
+        "int8",
+        "int8:1",
+        "int8:7",
+        "int8:256",
+        "int8-sr",
+        "int8-sr:100",
+        "topk-exact:0.01",
+        "topk-exact:0.3",
+        "topk-exact:1",
+        "topk:0.001",
+        "topk:0.01",
+        "topk:0.3",
     ]
     .iter()
     .map(|s| Codec::parse(s).unwrap())
@@ -131,7 +150,13 @@ fn codecs() -> Vec<Codec> {
 }
 
 /// Encodes on the "device" (host-compiled kernels).
-fn dev_encode(codec: &Codec, src: &[f32], seed: Option<u64>, shape: PlanShape, off: (usize, usize)) -> Vec<u8> {
+fn dev_encode(
+    codec: &Codec,
+    src: &[f32],
+    seed: Option<u64>,
+    shape: PlanShape,
+    off: (usize, usize),
+) -> Vec<u8> {
     dev_encode_state(codec, src, seed, shape, off).0
 }
 
@@ -150,7 +175,13 @@ fn dev_encode_state(
     let max = dc.encoded_len(n as u64) as usize;
     let mut d = Buf::new(max, off.1, 0xa5);
     let mut w = Buf::new(cuda_codec::workspace_bytes(&dc, n as u64) as usize, 0, 0x5a);
-    let seed = if matches!(dc, DeviceCodec::Int8 { stochastic: true, .. }) {
+    let seed = if matches!(
+        dc,
+        DeviceCodec::Int8 {
+            stochastic: true,
+            ..
+        }
+    ) {
         cuda_codec::kernel_seed(seed)
     } else {
         0
@@ -210,18 +241,37 @@ fn encode_matches_compress_bit_for_bit() {
 #[test]
 fn topk_ties_go_to_the_lowest_indices() {
     for n in [10usize, 1000, 70_001] {
-        let src: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -2.0 } else { (i % 5) as f32 * 0.25 }).collect();
+        let src: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 3 == 0 {
+                    -2.0
+                } else {
+                    (i % 5) as f32 * 0.25
+                }
+            })
+            .collect();
         for ratio in ["0.01", "0.2", "0.5", "0.9"] {
             let codec = Codec::parse(&format!("topk-exact:{ratio}")).unwrap();
             let want = host_encode(&codec, &src, None);
             for &shape in &SHAPES {
-                assert_eq!(dev_encode(&codec, &src, None, shape, (0, 0)), want, "n={n} ratio={ratio}");
+                assert_eq!(
+                    dev_encode(&codec, &src, None, shape, (0, 0)),
+                    want,
+                    "n={n} ratio={ratio}"
+                );
             }
         }
     }
 }
 
-fn dev_decode(codec: &Codec, encs: &[Vec<u8>], n: usize, init: Option<&[f32]>, shape: PlanShape, off: usize) -> (Vec<f32>, u32) {
+fn dev_decode(
+    codec: &Codec,
+    encs: &[Vec<u8>],
+    n: usize,
+    init: Option<&[f32]>,
+    shape: PlanShape,
+    off: usize,
+) -> (Vec<f32>, u32) {
     let dc = device_codec(codec, n);
     let enc_len = encs[0].len();
     let mut bufs: Vec<Buf> = encs.iter().map(|e| Buf::from_bytes(e, off)).collect();
@@ -237,7 +287,15 @@ fn dev_decode(codec: &Codec, encs: &[Vec<u8>], n: usize, init: Option<&[f32]>, s
         },
         other => other,
     };
-    let plan = cuda_codec::decode_plan(&dc, &addrs, enc_len as u64, n as u64, d.addr(), init.is_some(), w.addr());
+    let plan = cuda_codec::decode_plan(
+        &dc,
+        &addrs,
+        enc_len as u64,
+        n as u64,
+        d.addr(),
+        init.is_some(),
+        w.addr(),
+    );
     // SAFETY: inputs of enc_len bytes, n f32 out, 16 bytes of workspace.
     unsafe { run_plan(&plan, shape) }.unwrap();
     // Only top-k decodes validate on the device and write a status.
@@ -266,11 +324,25 @@ fn decode_and_decode_add_match_compress() {
                 codec.decode_add(e, n, &mut want3).unwrap();
             }
             for (i, &shape) in SHAPES.iter().enumerate() {
-                let off = if matches!(codec, Codec::Fp16 | Codec::Bf16) { 2 * i } else { i };
+                let off = if matches!(codec, Codec::Fp16 | Codec::Bf16) {
+                    2 * i
+                } else {
+                    i
+                };
                 let (got, st) = dev_decode(&codec, &encs[..1], n, None, shape, off);
-                assert_eq!((bits(&got), st), (bits(&want), 0), "{} n={n} {shape:?}", codec.name());
+                assert_eq!(
+                    (bits(&got), st),
+                    (bits(&want), 0),
+                    "{} n={n} {shape:?}",
+                    codec.name()
+                );
                 let (got, st) = dev_decode(&codec, &encs[..1], n, Some(&acc0), shape, off);
-                assert_eq!((bits(&got), st), (bits(&want_add), 0), "{} add n={n}", codec.name());
+                assert_eq!(
+                    (bits(&got), st),
+                    (bits(&want_add), 0),
+                    "{} add n={n}",
+                    codec.name()
+                );
                 if !matches!(codec, Codec::TopK { .. }) {
                     let (got, _) = dev_decode(&codec, &encs, n, None, shape, off);
                     assert_eq!(bits(&got), bits(&want3), "{} 3 sources n={n}", codec.name());
@@ -298,7 +370,14 @@ fn corrupt_topk_is_refused_and_leaves_the_output() {
         assert!(codec.decode(&bad, n, &mut vec![0.0; n]).is_err());
         for add in [false, true] {
             let mut dc = init.clone();
-            let (got, st) = dev_decode(&codec, &[bad.clone()], n, add.then_some(&init[..]), PlanShape::EMU, 0);
+            let (got, st) = dev_decode(
+                &codec,
+                &[bad.clone()],
+                n,
+                add.then_some(&init[..]),
+                PlanShape::EMU,
+                0,
+            );
             if !add {
                 dc = vec![f32::from_bits(0x7fa5_5555); n];
             }
@@ -313,7 +392,9 @@ fn corrupt_topk_is_refused_and_leaves_the_output() {
 fn fused_decode_sum_encode_matches_compress() {
     for codec in [Codec::Fp16, Codec::Bf16] {
         for &n in &SIZES {
-            let encs: Vec<Vec<u8>> = (0..4).map(|r| host_encode(&codec, &data(n, r + 11, true), None)).collect();
+            let encs: Vec<Vec<u8>> = (0..4)
+                .map(|r| host_encode(&codec, &data(n, r + 11, true), None))
+                .collect();
             let mut acc = vec![0f32; n];
             for e in &encs {
                 codec.decode_add(e, n, &mut acc).unwrap();
@@ -325,7 +406,9 @@ fn fused_decode_sum_encode_matches_compress() {
                 let addrs: Vec<u64> = bufs.iter_mut().map(Buf::addr).collect();
                 let mut d = Buf::new(2 * n, 0, 0);
                 let mut sum = Buf::new(4 * n, 4, 0);
-                let plan = cuda_codec::decsum_encode_plan(&dc, &addrs, n as u64, d.addr(), sum.addr()).unwrap();
+                let plan =
+                    cuda_codec::decsum_encode_plan(&dc, &addrs, n as u64, d.addr(), sum.addr())
+                        .unwrap();
                 // SAFETY: 2n-byte inputs and output, n f32 sum.
                 unsafe { run_plan(&plan, shape) }.unwrap();
                 assert_eq!(d.bytes(), &want[..], "{} n={n}", codec.name());
@@ -354,12 +437,35 @@ fn error_feedback_state_matches_after_several_steps() {
                 let mut wire = Vec::new();
                 ef.encode_with_feedback(&codec, &mut host_g, &mut wire);
                 grad_d = Buf::from_f32(&g, grad_d.off / 4);
-                let plan = cuda_codec::feedback_encode_plan(&dc, grad_d.addr(), res_d.addr(), enc_d.addr(), n as u64, 0, work.addr());
+                let plan = cuda_codec::feedback_encode_plan(
+                    &dc,
+                    grad_d.addr(),
+                    res_d.addr(),
+                    enc_d.addr(),
+                    n as u64,
+                    0,
+                    work.addr(),
+                );
                 // SAFETY: buffers sized for the plan.
                 unsafe { run_plan(&plan, SHAPES[step as usize % 3]) }.unwrap();
-                assert_eq!(&enc_d.bytes()[..wire.len()], &wire[..], "{} step {step}", codec.name());
-                assert_eq!(bits(&grad_d.f32s()), bits(&host_g), "{} step {step} grad", codec.name());
-                assert_eq!(bits(&res_d.f32s()), bits(ef.residual()), "{} step {step} residual", codec.name());
+                assert_eq!(
+                    &enc_d.bytes()[..wire.len()],
+                    &wire[..],
+                    "{} step {step}",
+                    codec.name()
+                );
+                assert_eq!(
+                    bits(&grad_d.f32s()),
+                    bits(&host_g),
+                    "{} step {step} grad",
+                    codec.name()
+                );
+                assert_eq!(
+                    bits(&res_d.f32s()),
+                    bits(ef.residual()),
+                    "{} step {step} residual",
+                    codec.name()
+                );
             }
         }
     }
@@ -375,7 +481,11 @@ fn sample_runs(n: usize, k: usize) -> Vec<usize> {
     let mut a = 0usize;
     (0..m)
         .map(|j| {
-            let b = if j + 1 == m { n } else { (((j + 1) * step) >> 32) as usize };
+            let b = if j + 1 == m {
+                n
+            } else {
+                (((j + 1) * step) >> 32) as usize
+            };
             st = st.wrapping_add(0x9e37_79b9_7f4a_7c15);
             let mut z = st;
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -398,7 +508,10 @@ fn sampled_topk_matches_compress_on_every_path() {
     let n = 1 << 21;
     let mut paths = std::collections::BTreeSet::new();
     for ratio in [0.001, 0.01] {
-        let codec = Codec::TopK { ratio, sampled: true };
+        let codec = Codec::TopK {
+            ratio,
+            sampled: true,
+        };
         let k = codec.topk_k(n).unwrap();
         let runs = sample_runs(n, k);
         let mut in_sample = vec![false; n];
@@ -408,18 +521,33 @@ fn sampled_topk_matches_compress_on_every_path() {
         let base = data(n, 3, false);
         let cases: Vec<(&str, Vec<f32>)> = vec![
             ("continuous", base.iter().map(|x| x * 1.5 + 0.1).collect()),
-            ("grid ties", base.iter().map(|x| (x / 3000.0).round()).collect()),
+            (
+                "grid ties",
+                base.iter().map(|x| (x / 3000.0).round()).collect(),
+            ),
             (
                 "mostly zero",
-                (0..n).map(|i| if i % 5000 == 0 { 1.0 + i as f32 } else { 0.0 }).collect(),
+                (0..n)
+                    .map(|i| if i % 5000 == 0 { 1.0 + i as f32 } else { 0.0 })
+                    .collect(),
             ),
             (
                 "sample too small",
-                (0..n).map(|i| if in_sample[i] { base[i] * 1e-3 } else { base[i] }).collect(),
+                (0..n)
+                    .map(|i| {
+                        if in_sample[i] {
+                            base[i] * 1e-3
+                        } else {
+                            base[i]
+                        }
+                    })
+                    .collect(),
             ),
             (
                 "sample too large",
-                (0..n).map(|i| if in_sample[i] { base[i] * 1e3 } else { base[i] }).collect(),
+                (0..n)
+                    .map(|i| if in_sample[i] { base[i] * 1e3 } else { base[i] })
+                    .collect(),
             ),
             (
                 "sample too large, few big",
@@ -460,5 +588,9 @@ fn sampled_topk_matches_compress_on_every_path() {
             }
         }
     }
-    assert_eq!(paths.len(), 5, "not every selection path was taken: {paths:?}");
+    assert_eq!(
+        paths.len(),
+        5,
+        "not every selection path was taken: {paths:?}"
+    );
 }

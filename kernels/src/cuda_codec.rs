@@ -264,7 +264,14 @@ fn args(n: u64, param: u64, work: u64) -> CodecArgs {
 /// ([`DeviceCodec::encoded_len`] bytes) with workspace `work`; `seed` is
 /// [`kernel_seed`]'s. Empty for `n == 0` except top-k, whose header
 /// (`k = 0`) is still written.
-pub fn encode_plan(codec: &DeviceCodec, src: u64, dst: u64, n: u64, seed: u32, work: u64) -> Vec<Launch> {
+pub fn encode_plan(
+    codec: &DeviceCodec,
+    src: u64,
+    dst: u64,
+    n: u64,
+    seed: u32,
+    work: u64,
+) -> Vec<Launch> {
     let mut a = args(n, 0, work);
     a.src[0] = src;
     a.dst = dst;
@@ -316,7 +323,11 @@ fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch
     let count = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32| {
         a.when = when;
         v.push(launch("topk_count", a, Items::Many(chunks)));
-        v.push(launch("topk_scan", a, Items::Many(chunks.div_ceil(TOPK_GROUP))));
+        v.push(launch(
+            "topk_scan",
+            a,
+            Items::Many(chunks.div_ceil(TOPK_GROUP)),
+        ));
         v.push(launch("topk_scan_groups", a, Items::Single));
     };
     let ctl = |v: &mut Vec<Launch>, mut a: CodecArgs, name: &str, when: u32| {
@@ -385,7 +396,13 @@ pub fn decode_plan(
 /// dec(srcs[1]) + ...)` summed in f32 from +0 (as `compress` `decode_add`
 /// into zeros, then `encode`), and the f32 sum to `sum` unless 0. `None`
 /// for codecs other than fp16/bf16.
-pub fn decsum_encode_plan(codec: &DeviceCodec, srcs: &[u64], n: u64, dst: u64, sum: u64) -> Option<Vec<Launch>> {
+pub fn decsum_encode_plan(
+    codec: &DeviceCodec,
+    srcs: &[u64],
+    n: u64,
+    dst: u64,
+    sum: u64,
+) -> Option<Vec<Launch>> {
     let name = match codec {
         DeviceCodec::Fp16 => "decsum_encode_f16",
         DeviceCodec::Bf16 => "decsum_encode_bf16",
@@ -423,7 +440,15 @@ pub fn feedback_encode_plan(
         v.push(launch("ef_compensate", c, Items::Many(n)));
     }
     v.extend(encode_plan(codec, grad, dst, n, seed, work));
-    let mut decode = decode_plan(codec, &[dst], codec.encoded_len(n), n, residual, false, work);
+    let mut decode = decode_plan(
+        codec,
+        &[dst],
+        codec.encoded_len(n),
+        n,
+        residual,
+        false,
+        work,
+    );
     for l in &mut decode {
         l.args.flags |= FLAG_LEN_MAX;
     }
@@ -445,7 +470,10 @@ mod tests {
         let names = kernel_names();
         for name in &names {
             let short = name.strip_prefix("sncl_codec_").unwrap();
-            assert!(CODEC_SOURCE.contains(&format!("X({short})")), "{name} not in the host table");
+            assert!(
+                CODEC_SOURCE.contains(&format!("X({short})")),
+                "{name} not in the host table"
+            );
         }
         assert_eq!(CODEC_SOURCE.matches("X(").count(), names.len());
     }
@@ -467,9 +495,15 @@ mod tests {
             ("RECOUNT", mode::RECOUNT),
             ("SAMPLE", mode::SAMPLE),
         ] {
-            assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TM_{name} {v}u")), "{name}");
+            assert!(
+                CODEC_SOURCE.contains(&format!("#define SNCL_TM_{name} {v}u")),
+                "{name}"
+            );
         }
-        assert!(!CODEC_SOURCE.contains("#include <"), "NVRTC gets no include path");
+        assert!(
+            !CODEC_SOURCE.contains("#include <"),
+            "NVRTC gets no include path"
+        );
     }
 
     #[test]
@@ -478,7 +512,10 @@ mod tests {
         let codecs = [
             DeviceCodec::Fp16,
             DeviceCodec::Bf16,
-            DeviceCodec::Int8 { block: 256, stochastic: true },
+            DeviceCodec::Int8 {
+                block: 256,
+                stochastic: true,
+            },
             DeviceCodec::TopKExact { k: 3 },
             DeviceCodec::TopKSampled { k: 30 },
         ];
@@ -497,7 +534,14 @@ mod tests {
     fn seeds_and_sizes() {
         assert_eq!(kernel_seed(None), 0);
         assert_ne!(kernel_seed(Some(1)), kernel_seed(Some(2)));
-        assert_eq!(DeviceCodec::Int8 { block: 256, stochastic: false }.encoded_len(257), 265);
+        assert_eq!(
+            DeviceCodec::Int8 {
+                block: 256,
+                stochastic: false
+            }
+            .encoded_len(257),
+            265
+        );
         assert_eq!(DeviceCodec::TopKExact { k: 10 }.encoded_len(1000), 84);
         assert_eq!(workspace_bytes(&DeviceCodec::Fp16, 100), 0);
         assert_eq!(topk_work(1, 0), 8 * 272 + 8 + 8);

@@ -227,9 +227,10 @@ impl CudaDevice {
             let f = table.function(self.ordinal, &l.kernel)?;
             let grid = match l.items {
                 kernels::cuda_codec::Items::Single => 1,
-                kernels::cuda_codec::Items::Many(m) => m
-                    .div_ceil(u64::from(block))
-                    .clamp(1, u64::from(self.sm_count) * 8) as u32,
+                kernels::cuda_codec::Items::Many(m) => {
+                    m.div_ceil(u64::from(block))
+                        .clamp(1, u64::from(self.sm_count) * 8) as u32
+                }
             };
             let mut params = [launch::param(&mut l.args)];
             // SAFETY: one parameter, `SnclCodecArgs` by value (CodecArgs is

@@ -162,7 +162,8 @@ impl Op {
             Op::Codec { launches, .. } => {
                 // SAFETY: every address in the plan was bounds-checked at
                 // enqueue against a span kept alive by `_keep`.
-                let r = unsafe { super::codecs::run_plan(&launches, super::codecs::PlanShape::EMU) };
+                let r =
+                    unsafe { super::codecs::run_plan(&launches, super::codecs::PlanShape::EMU) };
                 if let Err(e) = r {
                     tracing::error!(error = %e, "emulated codec not run");
                 }
