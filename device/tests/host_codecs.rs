@@ -372,7 +372,7 @@ fn corrupt_topk_is_refused_and_leaves_the_output() {
             let mut dc = init.clone();
             let (got, st) = dev_decode(
                 &codec,
-                &[bad.clone()],
+                std::slice::from_ref(&bad),
                 n,
                 add.then_some(&init[..]),
                 PlanShape::EMU,
