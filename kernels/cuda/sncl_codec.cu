@@ -212,6 +212,7 @@ SNCL_CODEC_KERNEL(int8_stats) {
   const float* s = (const float*)a.src[0];
   unsigned int* w = (unsigned int*)a.work;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   const unsigned long long nblocks = (a.n + block - 1) / block;
   for (unsigned long long b = sncl_codec_first(); b < nblocks; b += sncl_codec_stride()) {
     const unsigned long long lo = b * block;
@@ -236,6 +237,7 @@ SNCL_CODEC_KERNEL(int8_quantize) {
   unsigned char* d = (unsigned char*)a.dst;
   const unsigned int* w = (const unsigned int*)a.work;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   const bool stochastic = (a.flags & SNCL_CODEC_STOCHASTIC) != 0;
   for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
     const unsigned long long b = i / block;
@@ -272,6 +274,7 @@ SNCL_CODEC_KERNEL(int8_quantize) {
 SNCL_CODEC_KERNEL(int8_decode) {
   float* d = (float*)a.dst;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
     const unsigned long long b = i / block;
     const unsigned long long off = b * (block + 4);
@@ -414,6 +417,7 @@ SNCL_CODEC_KERNEL(topk_sample) {
   const float* s = (const float*)a.src[0];
   SnclTopkWork w = sncl_topk_work(a);
   const unsigned long long m = a.enc_len;
+  if (m == 0) return;
   const unsigned long long step = (a.n << 32) / m;
   const unsigned long long st0 = 0x5eed000000000000ull ^ a.n;
   for (unsigned long long j = sncl_codec_first(); j < m; j += sncl_codec_stride()) {
