@@ -100,11 +100,12 @@ __device__ __forceinline__ float sncl_codec_d2f(double d) {
   asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(d));
   return r;
 }
+// Generic addressing: the workspace is global memory either way.
 __device__ __forceinline__ void sncl_codec_atomic_add(unsigned long long* p, unsigned long long v) {
-  asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  asm volatile("red.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ void sncl_codec_atomic_or(unsigned int* p, unsigned int v) {
-  asm volatile("red.global.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  asm volatile("red.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 #endif
 
