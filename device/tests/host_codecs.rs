@@ -22,10 +22,10 @@ const SHAPES: [PlanShape; 3] = [
 
 const SIZES: [usize; 12] = [0, 1, 7, 13, 255, 256, 257, 511, 1021, 4099, 65_537, 70_001];
 
-/// Byte-addressable scratch: `len` bytes at byte offset `off` of 8-aligned
-/// storage.
+/// Byte-addressable scratch: `len` bytes at byte offset `off` of 16-aligned
+/// storage (offset 0 takes the kernels' 16-byte pack paths).
 struct Buf {
-    store: Vec<u64>,
+    store: Vec<u128>,
     off: usize,
     len: usize,
 }
@@ -33,7 +33,7 @@ struct Buf {
 impl Buf {
     fn new(len: usize, off: usize, fill: u8) -> Buf {
         let mut b = Buf {
-            store: vec![0; (len + off).div_ceil(8) + 1],
+            store: vec![0; (len + off).div_ceil(16) + 1],
             off,
             len,
         };
@@ -272,13 +272,16 @@ fn dev_decode(
     shape: PlanShape,
     off: usize,
 ) -> (Vec<f32>, u32) {
+    // The output is 16-byte aligned (the pack path) when the inputs are
+    // 8-byte aligned.
+    let out_off = usize::from(off % 8 != 0);
     let dc = device_codec(codec, n);
     let enc_len = encs[0].len();
     let mut bufs: Vec<Buf> = encs.iter().map(|e| Buf::from_bytes(e, off)).collect();
     let addrs: Vec<u64> = bufs.iter_mut().map(Buf::addr).collect();
     let mut d = match init {
-        Some(v) => Buf::from_f32(v, 1),
-        None => Buf::from_f32(&vec![f32::from_bits(0x7fa5_5555); n], 1),
+        Some(v) => Buf::from_f32(v, out_off),
+        None => Buf::from_f32(&vec![f32::from_bits(0x7fa5_5555); n], out_off),
     };
     let mut w = Buf::new(16, 0, 0xee);
     let dc = match dc {
