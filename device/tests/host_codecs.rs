@@ -274,7 +274,7 @@ fn dev_decode(
 ) -> (Vec<f32>, u32) {
     // The output is 16-byte aligned (the pack path) when the inputs are
     // 8-byte aligned.
-    let out_off = usize::from(off % 8 != 0);
+    let out_off = usize::from(!off.is_multiple_of(8));
     let dc = device_codec(codec, n);
     let enc_len = encs[0].len();
     let mut bufs: Vec<Buf> = encs.iter().map(|e| Buf::from_bytes(e, off)).collect();
