@@ -28,9 +28,10 @@
 //                                              re-encoded; optional f32 sum in aux)
 //   encode int8:       int8_stats, int8_quantize
 //   decode int8:       int8_decode            (nsrcs inputs; add or overwrite)
-//   encode top-k:      topk_init, 4 x (topk_hist, topk_pick) with pass 0..3 (radix
-//                      select of the k-th largest |x|, 8 bits a pass), topk_count,
-//                      topk_scan, topk_scan_groups, topk_write (compaction)
+//   encode top-k:      topk_init, topk_zero, then for each radix select 4 x (topk_hist,
+//                      topk_hist_sum, topk_pick) and the counting passes topk_count,
+//                      topk_scan, topk_scan_groups, finally topk_write (compaction); sampled
+//                      top-k adds topk_sample and the topk_ctl_* decisions (see below)
 //   decode top-k:      topk_check_init, topk_check, topk_clear, topk_scatter
 //                      (validated: on bad input the status word work[0] is non-zero
 //                      and the output is untouched)
@@ -67,6 +68,8 @@ struct SnclCodecArgs {
 // Elements per top-k compaction chunk and chunks per scan group.
 #define SNCL_TOPK_CHUNK 256ull
 #define SNCL_TOPK_GROUP 256ull
+// Private top-k histogram copies.
+#define SNCL_TOPK_HCOPIES 64ull
 
 // ---- Primitives the host shim lacks (inline PTX on the device) -----------
 
@@ -350,8 +353,12 @@ SNCL_CODEC_KERNEL(int8_decode) {
 //   exact. lo = ceil(k/2), hi = 2k, cap = 4k. The result is the same
 //   indices compress selects.
 //
-// Workspace (u64 words): [0..16) state (see SNCL_TS_*), [16..272) the
-// histogram; then u32 gt[nchunks], eq[nchunks], group_gt[ngroups],
+// Histograms are privatised: block b adds into copy b % SNCL_TOPK_HCOPIES
+// (global atomics on a few hot bins would otherwise serialise), then
+// topk_hist_sum adds the copies into copy 0 and clears the others.
+//
+// Workspace (u64 words): [0..16) state (see SNCL_TS_*), then
+// SNCL_TOPK_HCOPIES x 256 histogram bins; then u32 gt[nchunks], eq[nchunks], group_gt[ngroups],
 // group_eq[ngroups], sample[16 * runs].
 
 #define SNCL_TS_PREFIX 0  // radix select: key bits found so far
@@ -390,10 +397,10 @@ struct SnclTopkWork {
 __device__ __forceinline__ SnclTopkWork sncl_topk_work(const SnclCodecArgs& a) {
   SnclTopkWork w;
   w.state = (unsigned long long*)a.work;
-  w.hist = w.state + 16;
+  w.hist = w.state + 16;  // SNCL_TOPK_HCOPIES histograms of 256 bins
   w.nchunks = (a.n + SNCL_TOPK_CHUNK - 1) / SNCL_TOPK_CHUNK;
   w.ngroups = (w.nchunks + SNCL_TOPK_GROUP - 1) / SNCL_TOPK_GROUP;
-  w.gt = (unsigned int*)(w.hist + 256);
+  w.gt = (unsigned int*)(w.hist + 256 * SNCL_TOPK_HCOPIES);
   w.eq = w.gt + w.nchunks;
   w.ggt = w.eq + w.nchunks;
   w.geq = w.ggt + w.ngroups;
@@ -441,13 +448,20 @@ SNCL_CODEC_KERNEL(topk_init) {
   if (!sncl_codec_single()) return;
   SnclTopkWork w = sncl_topk_work(a);
   for (int i = 0; i < 16; ++i) w.state[i] = 0;
-  for (int b = 0; b < 256; ++b) w.hist[b] = 0;
   if (a.flags & SNCL_CODEC_SAMPLED) {
     w.state[SNCL_TS_MODE] = SNCL_TM_SAMPLE;
     sncl_topk_select(w, a.rank);
   } else {
     sncl_topk_exact(w, a.param);
   }
+}
+
+// Clears every histogram copy (one thread per bin).
+SNCL_CODEC_KERNEL(topk_zero) {
+  SnclTopkWork w = sncl_topk_work(a);
+  for (unsigned long long i = sncl_codec_first(); i < 256 * SNCL_TOPK_HCOPIES;
+       i += sncl_codec_stride())
+    w.hist[i] = 0;
 }
 
 // The stratified sample: one thread per run (enc_len = runs m): 16 keys at
@@ -488,10 +502,25 @@ SNCL_CODEC_KERNEL(topk_hist) {
                                  : mode == SNCL_TM_A ? w.state[SNCL_TS_P]
                                                      : a.n;
   const unsigned int t = (unsigned int)w.state[SNCL_TS_T];
+  unsigned long long* hist = w.hist + 256 * (blockIdx.x % SNCL_TOPK_HCOPIES);
   for (unsigned long long i = sncl_codec_first(); i < end; i += sncl_codec_stride()) {
     const unsigned int key = sample ? w.sample[i] : sncl_codec_key(s[i]);
     if (mode == SNCL_TM_A && key < t) continue;
-    if ((key & mask) == prefix) sncl_codec_atomic_add(&w.hist[(key >> shift) & 255u], 1);
+    if ((key & mask) == prefix) sncl_codec_atomic_add(&hist[(key >> shift) & 255u], 1);
+  }
+}
+
+// One thread per bin: copy 0 += the other copies, which are cleared.
+SNCL_CODEC_KERNEL(topk_hist_sum) {
+  SnclTopkWork w = sncl_topk_work(a);
+  if (!sncl_topk_on(a, w)) return;
+  for (unsigned long long b = sncl_codec_first(); b < 256; b += sncl_codec_stride()) {
+    unsigned long long sum = w.hist[b];
+    for (unsigned long long c = 1; c < SNCL_TOPK_HCOPIES; ++c) {
+      sum += w.hist[256 * c + b];
+      w.hist[256 * c + b] = 0;
+    }
+    w.hist[b] = sum;
   }
 }
 
@@ -789,10 +818,10 @@ SNCL_CODEC_KERNEL(ef_residual) {
 }
 
 // Every kernel, for the host launcher's table (X takes the short name).
-#define SNCL_FOR_EACH_CODEC_KERNEL(X)                                                       \
-  X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)            \
-  X(decsum_encode_bf16) X(int8_stats) X(int8_quantize) X(int8_decode) X(topk_init)          \
-  X(topk_sample) X(topk_hist) X(topk_pick) X(topk_ctl_select) X(topk_count) X(topk_scan)    \
-  X(topk_scan_groups) X(topk_ctl_count) X(topk_ctl_second) X(topk_ctl_recount) X(topk_write) \
-  X(topk_check_init) X(topk_check) X(topk_clear) X(topk_scatter) X(ef_compensate)           \
-  X(ef_residual)
+#define SNCL_FOR_EACH_CODEC_KERNEL(X)                                                    \
+  X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)         \
+  X(decsum_encode_bf16) X(int8_stats) X(int8_quantize) X(int8_decode) X(topk_init)       \
+  X(topk_zero) X(topk_sample) X(topk_hist) X(topk_hist_sum) X(topk_pick)                 \
+  X(topk_ctl_select) X(topk_count) X(topk_scan) X(topk_scan_groups) X(topk_ctl_count)    \
+  X(topk_ctl_second) X(topk_ctl_recount) X(topk_write) X(topk_check_init) X(topk_check)  \
+  X(topk_clear) X(topk_scatter) X(ef_compensate) X(ef_residual)

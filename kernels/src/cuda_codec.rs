@@ -22,6 +22,8 @@ pub const MAX_SRCS: usize = 8;
 pub const TOPK_CHUNK: u64 = 256;
 /// Chunks per top-k scan group (`SNCL_TOPK_GROUP`).
 pub const TOPK_GROUP: u64 = 256;
+/// Private top-k histogram copies (`SNCL_TOPK_HCOPIES`).
+pub const TOPK_HCOPIES: u64 = 64;
 
 /// `flags`: decode adds to the destination instead of overwriting it.
 pub const FLAG_ADD: i32 = 1;
@@ -188,8 +190,10 @@ pub fn kernel_names() -> Vec<String> {
         "int8_quantize",
         "int8_decode",
         "topk_init",
+        "topk_zero",
         "topk_sample",
         "topk_hist",
+        "topk_hist_sum",
         "topk_pick",
         "topk_ctl_select",
         "topk_count",
@@ -211,12 +215,13 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-/// Top-k encode workspace: 16 + 256 u64 words, then per chunk two u32
-/// counts, per group two u32 totals, then the sample's u32 keys.
+/// Top-k encode workspace: 16 + 256 x [`TOPK_HCOPIES`] u64 words, then per
+/// chunk two u32 counts, per group two u32 totals, then the sample's u32
+/// keys.
 fn topk_work(n: u64, sample_runs: u64) -> u64 {
     let chunks = n.div_ceil(TOPK_CHUNK);
     let groups = chunks.div_ceil(TOPK_GROUP);
-    8 * (16 + 256) + 8 * chunks + 8 * groups + (64 * sample_runs).next_multiple_of(8)
+    8 * (16 + 256 * TOPK_HCOPIES) + 8 * chunks + 8 * groups + (64 * sample_runs).next_multiple_of(8)
 }
 
 /// Bytes of device workspace an encode (with or without feedback) or a
@@ -306,7 +311,10 @@ fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch
         a.enc_len = runs;
         a.rank = j;
     }
-    let mut v = vec![launch("topk_init", a, Items::Single)];
+    let mut v = vec![
+        launch("topk_init", a, Items::Single),
+        launch("topk_zero", a, Items::Many(256 * TOPK_HCOPIES)),
+    ];
     if k == 0 {
         v.push(launch("topk_write", a, Items::Single));
         return v;
@@ -317,6 +325,7 @@ fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch
         for pass in 0..4 {
             a.pass = pass;
             v.push(launch("topk_hist", a, Items::Many(n)));
+            v.push(launch("topk_hist_sum", a, Items::Many(256)));
             v.push(launch("topk_pick", a, Items::Single));
         }
     };
@@ -482,6 +491,7 @@ mod tests {
     fn constants_match_the_source() {
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_CHUNK {TOPK_CHUNK}ull")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_GROUP {TOPK_GROUP}ull")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_HCOPIES {TOPK_HCOPIES}ull")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_MAX_SRCS {MAX_SRCS}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_ADD {FLAG_ADD}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_STOCHASTIC {FLAG_STOCHASTIC}")));
@@ -544,7 +554,7 @@ mod tests {
         );
         assert_eq!(DeviceCodec::TopKExact { k: 10 }.encoded_len(1000), 84);
         assert_eq!(workspace_bytes(&DeviceCodec::Fp16, 100), 0);
-        assert_eq!(topk_work(1, 0), 8 * 272 + 8 + 8);
+        assert_eq!(topk_work(1, 0), 8 * (16 + 256 * 64) + 8 + 8);
         assert_eq!(topk_sample(100_000, 1000), None);
         assert!(topk_sample(10_000_000, 100_000).is_some());
     }
