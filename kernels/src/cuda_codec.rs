@@ -11,9 +11,19 @@
 //! ABI: every kernel is `sncl_codec_<name>(SnclCodecArgs)` with
 //! [`CodecArgs`] passed by value.
 
-/// The codec kernels' translation unit (includes `sncl_device.cuh`, see
-/// [`crate::cuda::HEADERS`]).
+/// The codec kernels' translation unit.
 pub const CODEC_SOURCE: &str = include_str!("../cuda/sncl_codec.cu");
+
+/// The headers [`CODEC_SOURCE`] includes, as (name, text), for NVRTC's
+/// in-memory headers: [`crate::cuda::HEADERS`] and the top-k kernels.
+pub fn codec_headers() -> Vec<(&'static str, &'static str)> {
+    let mut h = crate::cuda::HEADERS.to_vec();
+    h.push(("sncl_codec_topk.cuh", TOPK_HEADER));
+    h
+}
+
+/// The top-k kernels (`kernels/cuda/sncl_codec_topk.cuh`).
+const TOPK_HEADER: &str = include_str!("../cuda/sncl_codec_topk.cuh");
 
 /// The most encoded inputs one decode (or fused decode-sum-encode) takes.
 pub const MAX_SRCS: usize = 8;
@@ -492,6 +502,8 @@ mod tests {
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_CHUNK {TOPK_CHUNK}ull")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_GROUP {TOPK_GROUP}ull")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_HCOPIES {TOPK_HCOPIES}ull")));
+        assert!(CODEC_SOURCE.contains("#include \"sncl_codec_topk.cuh\""));
+        assert!(!TOPK_HEADER.contains("#include"));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_MAX_SRCS {MAX_SRCS}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_ADD {FLAG_ADD}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_STOCHASTIC {FLAG_STOCHASTIC}")));
@@ -506,7 +518,7 @@ mod tests {
             ("SAMPLE", mode::SAMPLE),
         ] {
             assert!(
-                CODEC_SOURCE.contains(&format!("#define SNCL_TM_{name} {v}u")),
+                TOPK_HEADER.contains(&format!("#define SNCL_TM_{name} {v}u")),
                 "{name}"
             );
         }
