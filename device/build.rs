@@ -18,6 +18,7 @@ fn main() {
         "sncl_reduce.cu",
         "sncl_host_codec.cpp",
         "sncl_codec.cu",
+        "sncl_codec_topk.cuh",
         "sncl_device.cuh",
         "sncl_host_emu.h",
     ] {

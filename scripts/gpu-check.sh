@@ -18,27 +18,41 @@
 #   4 bandwidth   reduce-copy kernels vs a device-to-device copy (>= 64 MiB),
 #                 first-use compile+load, then load from the disk cache
 #   5 commbench   commbench all_reduce --np 2 --device cuda over shm staging
-# Exits non-zero when any section fails or prints a wrong value.
+#   6 codecs      every codec kernel's output vs the CPU codec (compress) on
+#                 the device: the codec suite (device/tests/codec_suite.rs)
+#   7 codec-bandwidth  codec encode/decode vs a device-to-device copy in the
+#                 same run (>= 64 MiB; bytes read + written), first-use compile
+# Exits non-zero when any section fails or prints a wrong value. Each
+# section's limit is cut to what is left of TOTAL_LIMIT (290 s), so the whole
+# run stays under 5 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=target/gpu-check
+
+# The path of device test executable $1 (built in release with emu).
+test_exe() {
+    cargo test --release -p device --features emu --test "$1" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1" | tail -1
+}
 
 prepare() {
     set -e
     rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
     cargo build --release -p commbench
-    cargo build --release -p device --features emu --example kernel_bandwidth
-    local suite
-    suite=$(cargo test --release -p device --features emu --test suite --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "suite":
-        print(m["executable"])' | tail -1)
+    cargo build --release -p device --features emu --example kernel_bandwidth --example codec_bandwidth
+    local suite codecs
+    suite=$(test_exe suite)
     [[ -n $suite ]] || { echo "gpu-check: the device suite did not build" >&2; exit 1; }
+    codecs=$(test_exe codec_suite)
+    [[ -n $codecs ]] || { echo "gpu-check: the codec suite did not build" >&2; exit 1; }
     cp target/release/commbench "$OUT_DIR/"
-    cp target/release/examples/kernel_bandwidth "$OUT_DIR/"
+    cp target/release/examples/kernel_bandwidth target/release/examples/codec_bandwidth "$OUT_DIR/"
     cp "$suite" "$OUT_DIR/device-suite"
+    cp "$codecs" "$OUT_DIR/codec-suite"
     strip "$OUT_DIR"/*
     du -sh "$OUT_DIR"
     local kib
@@ -51,12 +65,22 @@ if [[ ${1:-} == --prepare ]]; then
     exit
 fi
 
-[[ -x $OUT_DIR/device-suite ]] || { echo "gpu-check: run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
+for exe in device-suite codec-suite codec_bandwidth; do
+    [[ -x $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
+done
+TOTAL_LIMIT=290
 export SNCL_TEST_DEVICE=cuda SNCL_TEST_DEVICE_REQUIRED=1
 FAILED=()
 section() {
     local name=$1 limit=$2
     shift 2
+    local left=$((TOTAL_LIMIT - SECONDS))
+    ((limit < left)) || limit=$left
+    if ((limit < 5)); then
+        echo "=== $name: skipped, the ${TOTAL_LIMIT} s budget is spent"
+        FAILED+=("$name")
+        return
+    fi
     echo "=== $name (limit ${limit}s): $*"
     local start=$SECONDS
     timeout "$limit" "$@" 2>&1
@@ -73,6 +97,10 @@ section bandwidth 60 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/kernel_bandwidth" cud
 section bandwidth-cached 30 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/kernel_bandwidth" cuda 64 5
 rm -rf "$CACHE"
 section commbench 60 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 256M -f 4 -c 1
+section codecs 60 "$OUT_DIR/codec-suite" --test-threads=1
+CACHE=$(mktemp -d)
+section codec-bandwidth 60 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/codec_bandwidth" cuda 64 10
+rm -rf "$CACHE"
 if ((${#FAILED[@]})); then
     echo "gpu-check: FAILED sections: ${FAILED[*]}"
     exit 1

@@ -17,10 +17,11 @@
 //! * [`CodecOp::DecodeSumEncode`]: fp16/bf16 only: decode, sum in f32 and
 //!   re-encode in one pass (the owner's reduce-and-re-encode step).
 //!
-//! Supported on the device: fp16, bf16, int8 (nearest and stochastic; the
-//! seed as `compress::Codec::encode_seeded`), exact top-k (`topk-exact`).
-//! Sampled top-k decodes on the device (its format is top-k's) but does not
-//! encode there yet ([`DeviceError::Unsupported`]).
+//! Every codec runs on the device: fp16, bf16, int8 (nearest and
+//! stochastic; the seed as `compress::Codec::encode_seeded`), top-k exact
+//! and sampled (the same indices as `compress`; a sampled encoding's length
+//! is data-dependent: its `u32` header says `k`, within
+//! `codec.max_encoded_len(n)`).
 //!
 //! Workspace: encodes and top-k decodes need device scratch memory of
 //! [`workspace_bytes`] (8-byte aligned; the caller keeps one per stream).
@@ -114,7 +115,14 @@ pub fn workspace_bytes(codec: &Codec, n: usize) -> usize {
             block: block as u64,
             stochastic,
         },
-        Codec::TopK { .. } => DeviceCodec::TopKExact { k: 0 },
+        Codec::TopK { sampled, .. } => {
+            let k = codec.topk_k(n).unwrap_or(0) as u64;
+            if sampled {
+                DeviceCodec::TopKSampled { k }
+            } else {
+                DeviceCodec::TopKExact { k }
+            }
+        }
     };
     cuda_codec::workspace_bytes(&dc, n as u64) as usize
 }
@@ -144,8 +152,8 @@ pub fn decode_status(status: u32) -> Option<String> {
     Some(format!("corrupt top-k encoding: {}", why.join(", ")))
 }
 
-/// The device form of `codec` for an encode of `n` elements.
-fn device_codec(ordinal: usize, codec: &Codec, n: usize, encode: bool) -> Result<DeviceCodec> {
+/// The device form of `codec` for `n` elements.
+fn device_codec(ordinal: usize, codec: &Codec, n: usize) -> Result<DeviceCodec> {
     let invalid = |detail: String| DeviceError::InvalidArgument {
         ordinal,
         call: "codec",
@@ -175,16 +183,11 @@ fn device_codec(ordinal: usize, codec: &Codec, n: usize, encode: bool) -> Result
                     "top-k of {n} elements; indices are u32 (at most 2^32 - 1 elements)"
                 )));
             }
-            if sampled && encode {
-                return Err(DeviceError::Unsupported {
-                    what: format!("encoding {} on the device", codec.name()),
-                    why: "only exact top-k selection (topk-exact) runs on the device so far; \
-                          sampled top-k decodes there but encodes on the host"
-                        .into(),
-                });
-            }
-            DeviceCodec::TopKExact {
-                k: codec.topk_k(n).unwrap_or(0) as u64,
+            let k = codec.topk_k(n).unwrap_or(0) as u64;
+            if sampled {
+                DeviceCodec::TopKSampled { k }
+            } else {
+                DeviceCodec::TopKExact { k }
             }
         }
     })
@@ -231,7 +234,7 @@ pub(crate) fn plan(
             feedback,
             workspace,
         } => {
-            let dc = device_codec(ordinal, codec, n, true)?;
+            let dc = device_codec(ordinal, codec, n)?;
             let bytes = f32s(n)?;
             let enc = dc.encoded_len(n as u64) as usize;
             let src = map(src, bytes, 4, "the source")?;
@@ -261,8 +264,8 @@ pub(crate) fn plan(
             add,
             workspace,
         } => {
-            let mut dc = device_codec(ordinal, codec, n, false)?;
-            if let DeviceCodec::TopKExact { k } = &mut dc {
+            let mut dc = device_codec(ordinal, codec, n)?;
+            if let DeviceCodec::TopKExact { k } | DeviceCodec::TopKSampled { k } = &mut dc {
                 nsrcs(srcs, 1)?;
                 // Sized from the length given; the kernels validate it.
                 *k = (enc_len.saturating_sub(4) / 8) as u64;
@@ -287,7 +290,7 @@ pub(crate) fn plan(
             }
             let dst = map(dst, f32s(n)?, 4, "the output")?;
             let work_len = match dc {
-                DeviceCodec::TopKExact { .. } => 8,
+                DeviceCodec::TopKExact { .. } | DeviceCodec::TopKSampled { .. } => 8,
                 _ => 0,
             };
             let work = map(workspace, work_len, 8, "the workspace")?;
@@ -308,7 +311,7 @@ pub(crate) fn plan(
             dst,
             sum,
         } => {
-            let dc = device_codec(ordinal, codec, n, true)?;
+            let dc = device_codec(ordinal, codec, n)?;
             if !matches!(dc, DeviceCodec::Fp16 | DeviceCodec::Bf16) {
                 return Err(invalid(format!(
                     "fused decode-sum-encode is for fp16 and bf16, not {}",
@@ -356,12 +359,21 @@ mod tests {
     }
 
     #[test]
-    fn sampled_topk_encode_is_unsupported_but_decodes() {
-        let c = Codec::parse("topk:0.1").unwrap();
-        assert!(matches!(
-            device_codec(0, &c, 100, true),
-            Err(DeviceError::Unsupported { .. })
-        ));
-        assert!(device_codec(0, &c, 100, false).is_ok());
+    fn codecs_map_to_the_device_forms() {
+        let c = |s| device_codec(0, &Codec::parse(s).unwrap(), 1000).unwrap();
+        assert_eq!(c("topk:0.1"), DeviceCodec::TopKSampled { k: 100 });
+        assert_eq!(c("topk-exact:0.1"), DeviceCodec::TopKExact { k: 100 });
+        assert_eq!(
+            c("int8-sr:7"),
+            DeviceCodec::Int8 {
+                block: 7,
+                stochastic: true
+            }
+        );
+        let bad = Codec::Int8 {
+            block: 0,
+            stochastic: false,
+        };
+        assert!(device_codec(0, &bad, 10).is_err());
     }
 }

@@ -283,7 +283,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// `compress` crate's formats, bit-identical to the CPU codecs. Every
     /// step runs on `stream`; nothing waits for the host. Bad arguments
     /// (unsupported codec, misaligned or short ranges, a missing workspace)
-    /// are errors before anything is enqueued; see [`codec`] for the
+    /// are errors before anything is enqueued; see [`crate::codec`] for the
     /// workspace and the top-k decode status. The default answers
     /// [`DeviceError::Unsupported`].
     ///

@@ -36,7 +36,7 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
             match (i / 200) % 5 {
                 0 => (m * 6.0).round() * 0.25,
                 1 => m * 1e-32,
-                2 if special && r % 211 == 0 => {
+                2 if special && r.is_multiple_of(211) => {
                     [f32::NAN, f32::INFINITY, -f32::INFINITY][(r % 3) as usize]
                 }
                 _ => m * 100.0,
@@ -45,7 +45,7 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
         .collect()
 }
 
-const SPECS: [&str; 8] = [
+const SPECS: [&str; 10] = [
     "fp16",
     "bf16",
     "int8",
@@ -54,6 +54,8 @@ const SPECS: [&str; 8] = [
     "int8-sr:300",
     "topk-exact:0.01",
     "topk-exact:0.25",
+    "topk:0.01",
+    "topk:0.001",
 ];
 
 fn enqueue(ctx: &Ctx, op: &CodecOp<'_>) {
@@ -68,11 +70,12 @@ fn encode_and_decode_match_the_cpu_codec() {
     for spec in SPECS {
         let codec = Codec::parse(spec).unwrap();
         let dense = !matches!(codec, Codec::TopK { .. });
-        for n in [0usize, 1, 7, 257, 1021, 100_003] {
+        // 1.5 M elements: enough for sampled top-k to sample.
+        for n in [0usize, 1, 7, 257, 1021, 100_003, 1_500_001] {
             let src = data(n, n as u64 + 5, dense);
-            let seed = Some(n as u64 * 31);
+            let seed = n as u64 * 31;
             let mut want = Vec::new();
-            codec.encode_seeded(&src, seed.unwrap(), &mut want);
+            codec.encode_seeded(&src, seed, &mut want);
             // One element (4 bytes) off for the f32, 1 or 2 bytes off for
             // the encoding.
             let enc_off = if dense && matches!(codec, Codec::Fp16 | Codec::Bf16) {
@@ -81,7 +84,7 @@ fn encode_and_decode_match_the_cpu_codec() {
                 1
             };
             let s = ctx.buffer(4 * n + 4);
-            let e = ctx.buffer(want.len() + enc_off);
+            let e = ctx.buffer(codec.max_encoded_len(n) + enc_off);
             let w = ctx.buffer(workspace_bytes(&codec, n));
             let out = ctx.buffer(4 * n + 4);
             ctx.upload(s.ptr().add(4), &f32_bytes(&src));
@@ -92,7 +95,7 @@ fn encode_and_decode_match_the_cpu_codec() {
                     src: s.ptr().add(4),
                     n,
                     dst: e.ptr().add(enc_off),
-                    seed,
+                    seed: Some(seed),
                     feedback: None,
                     workspace: w.ptr(),
                 },
@@ -150,6 +153,7 @@ fn error_feedback_residual_lives_on_the_device() {
         let e = ctx.buffer(codec.max_encoded_len(n));
         let w = ctx.buffer(workspace_bytes(&codec, n));
         ctx.upload(r.ptr(), &vec![0u8; 4 * n]);
+        assert!(e.bytes() >= 4);
         for step in 0..3 {
             let grad = data(n, 500 + step, false);
             let mut host = grad.clone();
@@ -300,10 +304,11 @@ fn corrupt_topk_sets_the_status_and_leaves_the_output() {
 fn bad_codec_arguments_are_errors() {
     let Some(ctx) = Ctx::new() else { return };
     let b = ctx.buffer(4096);
-    let sampled = Codec::parse("topk:0.1").unwrap();
+    let topk = Codec::parse("topk:0.1").unwrap();
     let fp16 = Codec::Fp16;
     let int8 = Codec::parse("int8").unwrap();
     let one = [b.ptr()];
+    let two = [b.ptr(), b.ptr()];
     let encode = |codec, src: DevicePtr, n, dst: DevicePtr| CodecOp::Encode {
         codec,
         src,
@@ -315,8 +320,16 @@ fn bad_codec_arguments_are_errors() {
     };
     let cases: Vec<(CodecOp<'_>, &str)> = vec![
         (
-            encode(&sampled, b.ptr(), 100, b.ptr().add(400)),
-            "sampled top-k",
+            CodecOp::Decode {
+                codec: &topk,
+                srcs: &two,
+                enc_len: 12,
+                n: 10,
+                dst: b.ptr(),
+                add: false,
+                workspace: b.ptr(),
+            },
+            "two top-k sources",
         ),
         (
             encode(&fp16, b.ptr().add(2), 10, b.ptr().add(400)),

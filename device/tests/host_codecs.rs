@@ -22,10 +22,10 @@ const SHAPES: [PlanShape; 3] = [
 
 const SIZES: [usize; 12] = [0, 1, 7, 13, 255, 256, 257, 511, 1021, 4099, 65_537, 70_001];
 
-/// Byte-addressable scratch: `len` bytes at byte offset `off` of 8-aligned
-/// storage.
+/// Byte-addressable scratch: `len` bytes at byte offset `off` of 16-aligned
+/// storage (offset 0 takes the kernels' 16-byte pack paths).
 struct Buf {
-    store: Vec<u64>,
+    store: Vec<u128>,
     off: usize,
     len: usize,
 }
@@ -33,7 +33,7 @@ struct Buf {
 impl Buf {
     fn new(len: usize, off: usize, fill: u8) -> Buf {
         let mut b = Buf {
-            store: vec![0; (len + off).div_ceil(8) + 1],
+            store: vec![0; (len + off).div_ceil(16) + 1],
             off,
             len,
         };
@@ -90,7 +90,10 @@ fn device_codec(codec: &Codec, n: usize) -> DeviceCodec {
             block: block as u64,
             stochastic,
         },
-        Codec::TopK { .. } => DeviceCodec::TopKExact {
+        Codec::TopK { sampled: false, .. } => DeviceCodec::TopKExact {
+            k: codec.topk_k(n).unwrap() as u64,
+        },
+        Codec::TopK { sampled: true, .. } => DeviceCodec::TopKSampled {
             k: codec.topk_k(n).unwrap() as u64,
         },
     }
@@ -137,6 +140,9 @@ fn codecs() -> Vec<Codec> {
         "topk-exact:0.01",
         "topk-exact:0.3",
         "topk-exact:1",
+        "topk:0.001",
+        "topk:0.01",
+        "topk:0.3",
     ]
     .iter()
     .map(|s| Codec::parse(s).unwrap())
@@ -151,10 +157,23 @@ fn dev_encode(
     shape: PlanShape,
     off: (usize, usize),
 ) -> Vec<u8> {
+    dev_encode_state(codec, src, seed, shape, off).0
+}
+
+/// [`dev_encode`], and the top-k state words at the end (mode 5, threshold
+/// 6, first threshold 8, prefix end 9: see sncl_codec.cu).
+fn dev_encode_state(
+    codec: &Codec,
+    src: &[f32],
+    seed: Option<u64>,
+    shape: PlanShape,
+    off: (usize, usize),
+) -> (Vec<u8>, [u64; 16]) {
     let n = src.len();
     let dc = device_codec(codec, n);
     let mut s = Buf::from_f32(src, off.0);
-    let mut d = Buf::new(dc.encoded_len(n as u64) as usize, off.1, 0xa5);
+    let max = dc.encoded_len(n as u64) as usize;
+    let mut d = Buf::new(max, off.1, 0xa5);
     let mut w = Buf::new(cuda_codec::workspace_bytes(&dc, n as u64) as usize, 0, 0x5a);
     let seed = if matches!(
         dc,
@@ -170,7 +189,20 @@ fn dev_encode(
     let plan = cuda_codec::encode_plan(&dc, s.addr(), d.addr(), n as u64, seed, w.addr());
     // SAFETY: the buffers are sized for the plan (encoded_len, workspace_bytes).
     unsafe { run_plan(&plan, shape) }.unwrap();
-    d.bytes().to_vec()
+    // Top-k's length is in its header.
+    let len = match dc {
+        DeviceCodec::TopKExact { .. } | DeviceCodec::TopKSampled { .. } => {
+            4 + 8 * u32::from_le_bytes(d.bytes()[..4].try_into().unwrap()) as usize
+        }
+        _ => max,
+    };
+    let mut state = [0u64; 16];
+    if w.len >= 128 {
+        for (s, c) in state.iter_mut().zip(w.bytes().chunks_exact(8)) {
+            *s = u64::from_le_bytes(c.try_into().unwrap());
+        }
+    }
+    (d.bytes()[..len.min(max)].to_vec(), state)
 }
 
 fn host_encode(codec: &Codec, src: &[f32], seed: Option<u64>) -> Vec<u8> {
@@ -240,17 +272,20 @@ fn dev_decode(
     shape: PlanShape,
     off: usize,
 ) -> (Vec<f32>, u32) {
+    // The output is 16-byte aligned (the pack path) when the inputs are
+    // 8-byte aligned.
+    let out_off = usize::from(!off.is_multiple_of(8));
     let dc = device_codec(codec, n);
     let enc_len = encs[0].len();
     let mut bufs: Vec<Buf> = encs.iter().map(|e| Buf::from_bytes(e, off)).collect();
     let addrs: Vec<u64> = bufs.iter_mut().map(Buf::addr).collect();
     let mut d = match init {
-        Some(v) => Buf::from_f32(v, 1),
-        None => Buf::from_f32(&vec![f32::from_bits(0x7fa5_5555); n], 1),
+        Some(v) => Buf::from_f32(v, out_off),
+        None => Buf::from_f32(&vec![f32::from_bits(0x7fa5_5555); n], out_off),
     };
     let mut w = Buf::new(16, 0, 0xee);
     let dc = match dc {
-        DeviceCodec::TopKExact { .. } => DeviceCodec::TopKExact {
+        DeviceCodec::TopKExact { .. } | DeviceCodec::TopKSampled { .. } => DeviceCodec::TopKExact {
             k: (enc_len.saturating_sub(4) / 8) as u64,
         },
         other => other,
@@ -340,7 +375,7 @@ fn corrupt_topk_is_refused_and_leaves_the_output() {
             let mut dc = init.clone();
             let (got, st) = dev_decode(
                 &codec,
-                &[bad.clone()],
+                std::slice::from_ref(&bad),
                 n,
                 add.then_some(&init[..]),
                 PlanShape::EMU,
@@ -389,7 +424,10 @@ fn fused_decode_sum_encode_matches_compress() {
 #[test]
 fn error_feedback_state_matches_after_several_steps() {
     for codec in codecs() {
-        for n in [1usize, 257, 4099] {
+        for n in [1usize, 257, 4099, 1 << 21] {
+            if n == 1 << 21 && !matches!(codec, Codec::TopK { sampled: true, .. }) {
+                continue;
+            }
             let dc = device_codec(&codec, n);
             let mut ef = ErrorFeedback::new(n);
             let mut grad_d = Buf::from_f32(&vec![0.0; n], 1);
@@ -413,7 +451,12 @@ fn error_feedback_state_matches_after_several_steps() {
                 );
                 // SAFETY: buffers sized for the plan.
                 unsafe { run_plan(&plan, SHAPES[step as usize % 3]) }.unwrap();
-                assert_eq!(enc_d.bytes(), &wire[..], "{} step {step}", codec.name());
+                assert_eq!(
+                    &enc_d.bytes()[..wire.len()],
+                    &wire[..],
+                    "{} step {step}",
+                    codec.name()
+                );
                 assert_eq!(
                     bits(&grad_d.f32s()),
                     bits(&host_g),
@@ -429,4 +472,128 @@ fn error_feedback_state_matches_after_several_steps() {
             }
         }
     }
+}
+
+/// The first element of each of the sampled top-k's sample runs (as
+/// compress::topk::sample_keys draws them), so tests can plant values where
+/// the sample looks or does not.
+fn sample_runs(n: usize, k: usize) -> Vec<usize> {
+    let (m, _) = cuda_codec::topk_sample(n as u64, k as u64).expect("sampled");
+    let step = ((n as u64) << 32) / m;
+    let mut st = 0x5eed_0000_0000_0000u64 ^ n as u64;
+    let mut a = 0usize;
+    (0..m)
+        .map(|j| {
+            let b = if j + 1 == m {
+                n
+            } else {
+                (((j + 1) * step) >> 32) as usize
+            };
+            st = st.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = st;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let off = (((z >> 32) * (b - a - 16 + 1) as u64) >> 32) as usize;
+            let start = a + off;
+            a = b;
+            start
+        })
+        .collect()
+}
+
+/// Sampled top-k on tensors large enough to sample, through every branch of
+/// compress's selection: the sample's threshold kept as is, too many above
+/// it (second threshold from the prefix), too few (lower sample rank),
+/// ties and mostly-zero tensors (exact fallbacks).
+#[test]
+fn sampled_topk_matches_compress_on_every_path() {
+    let n = 1 << 21;
+    let mut paths = std::collections::BTreeSet::new();
+    for ratio in [0.001, 0.01] {
+        let codec = Codec::TopK {
+            ratio,
+            sampled: true,
+        };
+        let k = codec.topk_k(n).unwrap();
+        let runs = sample_runs(n, k);
+        let mut in_sample = vec![false; n];
+        for &r in &runs {
+            in_sample[r..r + 16].iter_mut().for_each(|x| *x = true);
+        }
+        let base = data(n, 3, false);
+        let cases: Vec<(&str, Vec<f32>)> = vec![
+            ("continuous", base.iter().map(|x| x * 1.5 + 0.1).collect()),
+            (
+                "grid ties",
+                base.iter().map(|x| (x / 3000.0).round()).collect(),
+            ),
+            (
+                "mostly zero",
+                (0..n)
+                    .map(|i| if i % 5000 == 0 { 1.0 + i as f32 } else { 0.0 })
+                    .collect(),
+            ),
+            (
+                "sample too small",
+                (0..n)
+                    .map(|i| {
+                        if in_sample[i] {
+                            base[i] * 1e-3
+                        } else {
+                            base[i]
+                        }
+                    })
+                    .collect(),
+            ),
+            (
+                "sample too large",
+                (0..n)
+                    .map(|i| if in_sample[i] { base[i] * 1e3 } else { base[i] })
+                    .collect(),
+            ),
+            (
+                "sample too large, few big",
+                (0..n)
+                    .map(|i| {
+                        if in_sample[i] {
+                            1e6 + i as f32
+                        } else if i % 997 == 0 {
+                            1e5 + i as f32
+                        } else {
+                            (i % 1000) as f32
+                        }
+                    })
+                    .collect(),
+            ),
+        ];
+        for (what, src) in cases {
+            let want = host_encode(&codec, &src, None);
+            let (_, st) = dev_encode_state(&codec, &src, None, PlanShape::EMU, (0, 0));
+            // Which way the device went: final mode (1 exact, 2 threshold),
+            // prefix end p (case A), threshold vs the sample's t.
+            let path = match (st[5], st[9] > 0, st[6].cmp(&st[8])) {
+                (2, false, std::cmp::Ordering::Equal) => "sample threshold kept",
+                (2, true, _) => "too many: prefix threshold kept",
+                (1, true, _) => "too many: exact",
+                (2, false, std::cmp::Ordering::Less) => "too few: lower sample threshold kept",
+                (1, false, _) => "too few or over 2k: exact",
+                other => panic!("{what}: unexpected state {other:?} {st:?}"),
+            };
+            eprintln!("{what}, ratio {ratio}: {path}");
+            paths.insert(path);
+            for shape in [PlanShape::EMU, SHAPES[1]] {
+                let got = dev_encode(&codec, &src, None, shape, (1, 3));
+                let kk = u32::from_le_bytes(want[..4].try_into().unwrap());
+                assert!(got == want, "{what} ratio={ratio}: k {} vs {kk} (target {k}), first difference at byte {:?}",
+                    u32::from_le_bytes(got[..4].try_into().unwrap()),
+                    got.iter().zip(&want).position(|(a, b)| a != b));
+            }
+        }
+    }
+    assert_eq!(
+        paths.len(),
+        5,
+        "not every selection path was taken: {paths:?}"
+    );
 }

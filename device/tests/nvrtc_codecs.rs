@@ -18,7 +18,7 @@ fn codec_kernels_compile_for_sm80_and_sm90_without_spills() {
     for arch in ARCHES {
         let (m, ms) = compile_timed(
             kernels::cuda_codec::CODEC_SOURCE,
-            kernels::cuda::HEADERS,
+            &kernels::cuda_codec::codec_headers(),
             arch,
         );
         eprintln!(

@@ -28,9 +28,10 @@
 //                                              re-encoded; optional f32 sum in aux)
 //   encode int8:       int8_stats, int8_quantize
 //   decode int8:       int8_decode            (nsrcs inputs; add or overwrite)
-//   encode top-k:      topk_init, 4 x (topk_hist, topk_pick) with pass 0..3 (radix
-//                      select of the k-th largest |x|, 8 bits a pass), topk_count,
-//                      topk_scan, topk_scan_groups, topk_write (compaction)
+//   encode top-k:      topk_init, topk_zero, then for each radix select 4 x (topk_hist,
+//                      topk_hist_sum, topk_pick) and the counting passes topk_count,
+//                      topk_scan, topk_scan_groups, finally topk_write (compaction); sampled
+//                      top-k adds topk_sample and the topk_ctl_* decisions (see below)
 //   decode top-k:      topk_check_init, topk_check, topk_clear, topk_scatter
 //                      (validated: on bad input the status word work[0] is non-zero
 //                      and the output is untouched)
@@ -46,21 +47,29 @@ struct SnclCodecArgs {
   void* work;                            // device workspace (kernels/src/cuda_codec.rs sizes it)
   unsigned long long n;                  // elements
   unsigned long long param;              // int8: block size; top-k: k
-  unsigned long long enc_len;            // top-k decode: encoded bytes given
+  unsigned long long enc_len;            // top-k decode: encoded bytes given;
+                                         // sampled top-k encode: sample runs
+  unsigned long long rank;               // sampled top-k: the sample rank j
   unsigned int seed;                     // int8-sr: the 32-bit kernel seed
   unsigned int pass;                     // top-k radix pass 0..3
   int nsrcs;                             // 1..8
-  int flags;                             // SNCL_CODEC_ADD, SNCL_CODEC_STOCHASTIC
-};                                       // 8*8 + 3*8 + 3*8 + 4*4 = 128 bytes
+  int flags;                             // SNCL_CODEC_ADD, _STOCHASTIC, _SAMPLED
+  unsigned int when;                     // top-k: the modes this launch runs in (0: all)
+  unsigned int pad;
+};                                       // 8*8 + 3*8 + 4*8 + 6*4 = 144 bytes
 
 // flags: decode adds to dst instead of overwriting it; int8 rounds
-// stochastically.
+// stochastically; top-k selects by a sampled threshold.
 #define SNCL_CODEC_ADD 1
 #define SNCL_CODEC_STOCHASTIC 2
+#define SNCL_CODEC_SAMPLED 4
+#define SNCL_CODEC_LEN_MAX 8  // top-k decode: enc_len is an upper bound (own encoding)
 
 // Elements per top-k compaction chunk and chunks per scan group.
 #define SNCL_TOPK_CHUNK 256ull
 #define SNCL_TOPK_GROUP 256ull
+// Private top-k histogram copies.
+#define SNCL_TOPK_HCOPIES 64ull
 
 // ---- Primitives the host shim lacks (inline PTX on the device) -----------
 
@@ -94,11 +103,12 @@ __device__ __forceinline__ float sncl_codec_d2f(double d) {
   asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(d));
   return r;
 }
+// Generic addressing: the workspace is global memory either way.
 __device__ __forceinline__ void sncl_codec_atomic_add(unsigned long long* p, unsigned long long v) {
-  asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  asm volatile("red.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ void sncl_codec_atomic_or(unsigned int* p, unsigned int v) {
-  asm volatile("red.global.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+  asm volatile("red.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 #endif
 
@@ -139,23 +149,61 @@ __device__ __forceinline__ float sncl_codec_sub(float a, float b) {
 
 // ---- fp16 / bf16 ----------------------------------------------------------
 
-#define SNCL_CAST_KERNELS(f, TO_F32, FROM_F32)                                          \
-  SNCL_CODEC_KERNEL(encode_##f) {                                                      \
+// Packs of 4 elements per thread (16-byte f32 loads and stores, 8-byte
+// u16 ones) when every pointer allows it, else element by element; the
+// arithmetic is the same either way.
+union SnclF32x4 {
+  uint4 u;
+  float f[4];
+};
+union SnclU16x4 {
+  unsigned long long u;
+  unsigned short h[4];
+};
+
+#define SNCL_CAST_KERNELS(fmt, TO_F32, FROM_F32)                                          \
+  SNCL_CODEC_KERNEL(encode_##fmt) {                                                      \
     const float* s = (const float*)a.src[0];                                           \
     unsigned short* d = (unsigned short*)a.dst;                                        \
-    for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) \
+    const bool packs = (((unsigned long long)s & 15) | ((unsigned long long)d & 7)) == 0; \
+    const unsigned long long np = packs ? a.n / 4 : 0;                                 \
+    for (unsigned long long p = sncl_codec_first(); p < np; p += sncl_codec_stride()) { \
+      SnclF32x4 x;                                                                     \
+      x.u = ((const uint4*)s)[p];                                                      \
+      SnclU16x4 h;                                                                     \
+      for (int e = 0; e < 4; ++e) h.h[e] = FROM_F32(x.f[e]);                           \
+      ((unsigned long long*)d)[p] = h.u;                                               \
+    }                                                                                  \
+    for (unsigned long long i = 4 * np + sncl_codec_first(); i < a.n; i += sncl_codec_stride()) \
       d[i] = FROM_F32(s[i]);                                                           \
   }                                                                                    \
-  SNCL_CODEC_KERNEL(decode_##f) {                                                      \
+  SNCL_CODEC_KERNEL(decode_##fmt) {                                                      \
     float* d = (float*)a.dst;                                                          \
-    for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) { \
-      float acc = (a.flags & SNCL_CODEC_ADD) ? d[i] : TO_F32(((const unsigned short*)a.src[0])[i]);         \
-      for (int r = (a.flags & SNCL_CODEC_ADD) ? 0 : 1; r < a.nsrcs; ++r)                                    \
+    const bool add = (a.flags & SNCL_CODEC_ADD) != 0;                                  \
+    unsigned long long bits = (unsigned long long)d & 15;                              \
+    for (int r = 0; r < a.nsrcs; ++r) bits |= (unsigned long long)a.src[r] & 7;        \
+    const unsigned long long np = bits == 0 ? a.n / 4 : 0;                             \
+    for (unsigned long long p = sncl_codec_first(); p < np; p += sncl_codec_stride()) { \
+      SnclF32x4 acc;                                                                   \
+      SnclU16x4 h;                                                                     \
+      if (add) acc.u = ((const uint4*)d)[p];                                           \
+      for (int r = 0; r < a.nsrcs; ++r) {                                              \
+        h.u = ((const unsigned long long*)a.src[r])[p];                                \
+        for (int e = 0; e < 4; ++e) {                                                  \
+          const float v = TO_F32(h.h[e]);                                              \
+          acc.f[e] = (r == 0 && !add) ? v : sncl_float_sum(acc.f[e], v);               \
+        }                                                                              \
+      }                                                                                \
+      ((uint4*)d)[p] = acc.u;                                                          \
+    }                                                                                  \
+    for (unsigned long long i = 4 * np + sncl_codec_first(); i < a.n; i += sncl_codec_stride()) { \
+      float acc = add ? d[i] : TO_F32(((const unsigned short*)a.src[0])[i]);           \
+      for (int r = add ? 0 : 1; r < a.nsrcs; ++r)                                      \
         acc = sncl_float_sum(acc, TO_F32(((const unsigned short*)a.src[r])[i]));       \
       d[i] = acc;                                                                      \
     }                                                                                  \
   }                                                                                    \
-  SNCL_CODEC_KERNEL(decsum_encode_##f) {                                               \
+  SNCL_CODEC_KERNEL(decsum_encode_##fmt) {                                               \
     unsigned short* d = (unsigned short*)a.dst;                                        \
     float* sum = (float*)a.aux;                                                        \
     for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) { \
@@ -206,6 +254,7 @@ SNCL_CODEC_KERNEL(int8_stats) {
   const float* s = (const float*)a.src[0];
   unsigned int* w = (unsigned int*)a.work;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   const unsigned long long nblocks = (a.n + block - 1) / block;
   for (unsigned long long b = sncl_codec_first(); b < nblocks; b += sncl_codec_stride()) {
     const unsigned long long lo = b * block;
@@ -230,6 +279,7 @@ SNCL_CODEC_KERNEL(int8_quantize) {
   unsigned char* d = (unsigned char*)a.dst;
   const unsigned int* w = (const unsigned int*)a.work;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   const bool stochastic = (a.flags & SNCL_CODEC_STOCHASTIC) != 0;
   for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
     const unsigned long long b = i / block;
@@ -266,6 +316,7 @@ SNCL_CODEC_KERNEL(int8_quantize) {
 SNCL_CODEC_KERNEL(int8_decode) {
   float* d = (float*)a.dst;
   const unsigned long long block = a.param;
+  if (block == 0) return;  // refused by the callers; no division by zero
   for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
     const unsigned long long b = i / block;
     const unsigned long long off = b * (block + 4);
@@ -281,232 +332,9 @@ SNCL_CODEC_KERNEL(int8_decode) {
   }
 }
 
-// ---- top-k (exact): radix select, then compaction --------------------------
-//
-// Workspace (u64 words first): [0] prefix, [1] mask, [2] ties still to take,
-// [3] k, [4] status; [8..8+256) the histogram; then u32 gt[nchunks],
-// eq[nchunks], group_gt[ngroups], group_eq[ngroups].
+// ---- top-k (sncl_codec_topk.cuh) -----------------------------------------
 
-__device__ __forceinline__ unsigned int sncl_codec_key(float x) {
-  return __float_as_uint(x) & 0x7fffffffu;
-}
-
-struct SnclTopkWork {
-  unsigned long long* state;
-  unsigned long long* hist;
-  unsigned int* gt;
-  unsigned int* eq;
-  unsigned int* ggt;
-  unsigned int* geq;
-  unsigned long long nchunks;
-  unsigned long long ngroups;
-};
-
-__device__ __forceinline__ SnclTopkWork sncl_topk_work(const SnclCodecArgs& a) {
-  SnclTopkWork w;
-  w.state = (unsigned long long*)a.work;
-  w.hist = w.state + 8;
-  w.nchunks = (a.n + SNCL_TOPK_CHUNK - 1) / SNCL_TOPK_CHUNK;
-  w.ngroups = (w.nchunks + SNCL_TOPK_GROUP - 1) / SNCL_TOPK_GROUP;
-  w.gt = (unsigned int*)(w.hist + 256);
-  w.eq = w.gt + w.nchunks;
-  w.ggt = w.eq + w.nchunks;
-  w.geq = w.ggt + w.ngroups;
-  return w;
-}
-
-SNCL_CODEC_KERNEL(topk_init) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  w.state[0] = 0;
-  w.state[1] = 0;
-  w.state[2] = a.param;
-  w.state[3] = a.param;
-  w.state[4] = 0;
-  for (int b = 0; b < 256; ++b) w.hist[b] = 0;
-  sncl_codec_store_u32((unsigned char*)a.dst, (unsigned int)a.param);
-}
-
-// Histogram of digit `pass` (bits 24-8*pass .. +8) of the keys that match
-// the prefix found so far.
-SNCL_CODEC_KERNEL(topk_hist) {
-  const float* s = (const float*)a.src[0];
-  SnclTopkWork w = sncl_topk_work(a);
-  const unsigned int prefix = (unsigned int)w.state[0];
-  const unsigned int mask = (unsigned int)w.state[1];
-  const unsigned int shift = 24 - 8 * a.pass;
-  for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
-    const unsigned int key = sncl_codec_key(s[i]);
-    if ((key & mask) == prefix) sncl_codec_atomic_add(&w.hist[(key >> shift) & 255u], 1);
-  }
-}
-
-// The digit of the k-th largest key among the matching ones; clears the
-// histogram for the next pass.
-SNCL_CODEC_KERNEL(topk_pick) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  const unsigned int shift = 24 - 8 * a.pass;
-  unsigned long long want = w.state[2];
-  unsigned long long above = 0;
-  for (int b = 255; b >= 0; --b) {
-    const unsigned long long c = w.hist[b];
-    if (want > 0 && above + c >= want) {
-      w.state[0] |= (unsigned long long)b << shift;
-      w.state[2] = want - above;
-      want = 0;
-    } else if (want > 0) {
-      above += c;
-    }
-    w.hist[b] = 0;
-  }
-  w.state[1] |= 255ull << shift;
-}
-
-// One thread per chunk: how many keys are above the threshold and equal to it.
-SNCL_CODEC_KERNEL(topk_count) {
-  const float* s = (const float*)a.src[0];
-  SnclTopkWork w = sncl_topk_work(a);
-  const unsigned int t = (unsigned int)w.state[0];
-  for (unsigned long long c = sncl_codec_first(); c < w.nchunks; c += sncl_codec_stride()) {
-    const unsigned long long lo = c * SNCL_TOPK_CHUNK;
-    const unsigned long long hi = lo + SNCL_TOPK_CHUNK < a.n ? lo + SNCL_TOPK_CHUNK : a.n;
-    unsigned int gt = 0, eq = 0;
-    for (unsigned long long i = lo; i < hi; ++i) {
-      const unsigned int key = sncl_codec_key(s[i]);
-      gt += key > t;
-      eq += key == t;
-    }
-    w.gt[c] = gt;
-    w.eq[c] = eq;
-  }
-}
-
-// One thread per group of chunks: exclusive scan of the group's counts in
-// place, the group's totals to ggt/geq.
-SNCL_CODEC_KERNEL(topk_scan) {
-  SnclTopkWork w = sncl_topk_work(a);
-  for (unsigned long long g = sncl_codec_first(); g < w.ngroups; g += sncl_codec_stride()) {
-    const unsigned long long lo = g * SNCL_TOPK_GROUP;
-    const unsigned long long hi =
-        lo + SNCL_TOPK_GROUP < w.nchunks ? lo + SNCL_TOPK_GROUP : w.nchunks;
-    unsigned int gt = 0, eq = 0;
-    for (unsigned long long c = lo; c < hi; ++c) {
-      const unsigned int cg = w.gt[c], ce = w.eq[c];
-      w.gt[c] = gt;
-      w.eq[c] = eq;
-      gt += cg;
-      eq += ce;
-    }
-    w.ggt[g] = gt;
-    w.geq[g] = eq;
-  }
-}
-
-// Exclusive scan of the group totals (one thread; n / 65536 groups).
-SNCL_CODEC_KERNEL(topk_scan_groups) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  unsigned int gt = 0, eq = 0;
-  for (unsigned long long g = 0; g < w.ngroups; ++g) {
-    const unsigned int cg = w.ggt[g], ce = w.geq[g];
-    w.ggt[g] = gt;
-    w.geq[g] = eq;
-    gt += cg;
-    eq += ce;
-  }
-}
-
-// One thread per chunk: writes its kept indices and values. Kept: key > t,
-// and the first `ties` keys equal to t in index order.
-SNCL_CODEC_KERNEL(topk_write) {
-  const float* s = (const float*)a.src[0];
-  unsigned char* d = (unsigned char*)a.dst;
-  SnclTopkWork w = sncl_topk_work(a);
-  const unsigned int t = (unsigned int)w.state[0];
-  const unsigned long long ties = w.state[2];
-  const unsigned long long k = a.param;
-  for (unsigned long long c = sncl_codec_first(); c < w.nchunks; c += sncl_codec_stride()) {
-    const unsigned long long g = c / SNCL_TOPK_GROUP;
-    unsigned long long gt = (unsigned long long)w.ggt[g] + w.gt[c];
-    unsigned long long eq = (unsigned long long)w.geq[g] + w.eq[c];
-    const unsigned long long lo = c * SNCL_TOPK_CHUNK;
-    const unsigned long long hi = lo + SNCL_TOPK_CHUNK < a.n ? lo + SNCL_TOPK_CHUNK : a.n;
-    for (unsigned long long i = lo; i < hi; ++i) {
-      const float x = s[i];
-      const unsigned int key = sncl_codec_key(x);
-      unsigned long long pos;
-      if (key > t) {
-        pos = gt + (eq < ties ? eq : ties);
-        ++gt;
-      } else if (key == t && eq < ties) {
-        pos = gt + eq;
-        ++eq;
-      } else {
-        eq += key == t;
-        continue;
-      }
-      sncl_codec_store_u32(d + 4 + 4 * pos, (unsigned int)i);
-      sncl_codec_store_u32(d + 4 + 4 * k + 4 * pos, __float_as_uint(x));
-    }
-  }
-}
-
-// ---- top-k decode (validated) ----------------------------------------------
-//
-// Workspace: [0] status (u32: 0 ok, 1 short, 2 k > n, 3 length, 4 index out
-// of range, 8 not ascending; bits or together), [1] k.
-
-SNCL_CODEC_KERNEL(topk_check_init) {
-  if (!sncl_codec_single()) return;
-  unsigned int* w = (unsigned int*)a.work;
-  const unsigned char* e = (const unsigned char*)a.src[0];
-  w[0] = 0;
-  w[1] = 0;
-  if (a.enc_len < 4) {
-    w[0] = 1;
-    return;
-  }
-  const unsigned long long k = sncl_codec_load_u32(e);
-  if (k > a.n) {
-    w[0] = 2;
-  } else if (a.enc_len != 4 + 8 * k) {
-    w[0] = 3;
-  } else {
-    w[1] = (unsigned int)k;
-  }
-}
-
-SNCL_CODEC_KERNEL(topk_check) {
-  unsigned int* w = (unsigned int*)a.work;
-  const unsigned char* e = (const unsigned char*)a.src[0] + 4;
-  const unsigned long long k = w[1];
-  for (unsigned long long i = sncl_codec_first(); i < k; i += sncl_codec_stride()) {
-    const unsigned int idx = sncl_codec_load_u32(e + 4 * i);
-    if (idx >= a.n) sncl_codec_atomic_or(&w[0], 4);
-    if (i > 0 && idx <= sncl_codec_load_u32(e + 4 * (i - 1))) sncl_codec_atomic_or(&w[0], 8);
-  }
-}
-
-SNCL_CODEC_KERNEL(topk_clear) {
-  const unsigned int* w = (const unsigned int*)a.work;
-  if ((a.flags & SNCL_CODEC_ADD) || w[0] != 0) return;
-  float* d = (float*)a.dst;
-  for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) d[i] = 0.0f;
-}
-
-SNCL_CODEC_KERNEL(topk_scatter) {
-  const unsigned int* w = (const unsigned int*)a.work;
-  if (w[0] != 0) return;
-  const unsigned long long k = w[1];
-  const unsigned char* e = (const unsigned char*)a.src[0] + 4;
-  float* d = (float*)a.dst;
-  for (unsigned long long i = sncl_codec_first(); i < k; i += sncl_codec_stride()) {
-    const unsigned int idx = sncl_codec_load_u32(e + 4 * i);
-    const float v = __uint_as_float(sncl_codec_load_u32(e + 4 * k + 4 * i));
-    d[idx] = (a.flags & SNCL_CODEC_ADD) ? sncl_float_sum(d[idx], v) : v;
-  }
-}
+#include "sncl_codec_topk.cuh"
 
 // ---- error feedback ----------------------------------------------------------
 
@@ -528,9 +356,10 @@ SNCL_CODEC_KERNEL(ef_residual) {
 }
 
 // Every kernel, for the host launcher's table (X takes the short name).
-#define SNCL_FOR_EACH_CODEC_KERNEL(X)                                                       \
-  X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)            \
-  X(decsum_encode_bf16) X(int8_stats) X(int8_quantize) X(int8_decode) X(topk_init)          \
-  X(topk_hist) X(topk_pick) X(topk_count) X(topk_scan) X(topk_scan_groups) X(topk_write)    \
-  X(topk_check_init) X(topk_check) X(topk_clear) X(topk_scatter) X(ef_compensate)           \
-  X(ef_residual)
+#define SNCL_FOR_EACH_CODEC_KERNEL(X)                                                    \
+  X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)         \
+  X(decsum_encode_bf16) X(int8_stats) X(int8_quantize) X(int8_decode) X(topk_init)       \
+  X(topk_zero) X(topk_sample) X(topk_hist) X(topk_hist_sum) X(topk_pick)                 \
+  X(topk_ctl_select) X(topk_count) X(topk_scan) X(topk_scan_groups) X(topk_ctl_count)    \
+  X(topk_ctl_second) X(topk_ctl_recount) X(topk_write) X(topk_check_init) X(topk_check)  \
+  X(topk_clear) X(topk_scatter) X(ef_compensate) X(ef_residual)

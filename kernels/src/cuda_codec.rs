@@ -5,15 +5,25 @@
 //!
 //! Formats are the `compress` crate's, bit for bit: fp16/bf16 (`n` × u16),
 //! blockwise int8 (per block an f32 scale then the i8s) and top-k (`u32 k`,
-//! `k` ascending u32 indices, `k` f32 values). Only exact top-k selection
-//! runs on the device so far (see [`DeviceCodec`]).
+//! `k` ascending u32 indices, `k` f32 values), exact and sampled top-k
+//! selecting the very indices `compress` selects.
 //!
 //! ABI: every kernel is `sncl_codec_<name>(SnclCodecArgs)` with
 //! [`CodecArgs`] passed by value.
 
-/// The codec kernels' translation unit (includes `sncl_device.cuh`, see
-/// [`crate::cuda::HEADERS`]).
+/// The codec kernels' translation unit.
 pub const CODEC_SOURCE: &str = include_str!("../cuda/sncl_codec.cu");
+
+/// The headers [`CODEC_SOURCE`] includes, as (name, text), for NVRTC's
+/// in-memory headers: [`crate::cuda::HEADERS`] and the top-k kernels.
+pub fn codec_headers() -> Vec<(&'static str, &'static str)> {
+    let mut h = crate::cuda::HEADERS.to_vec();
+    h.push(("sncl_codec_topk.cuh", TOPK_HEADER));
+    h
+}
+
+/// The top-k kernels (`kernels/cuda/sncl_codec_topk.cuh`).
+const TOPK_HEADER: &str = include_str!("../cuda/sncl_codec_topk.cuh");
 
 /// The most encoded inputs one decode (or fused decode-sum-encode) takes.
 pub const MAX_SRCS: usize = 8;
@@ -22,13 +32,37 @@ pub const MAX_SRCS: usize = 8;
 pub const TOPK_CHUNK: u64 = 256;
 /// Chunks per top-k scan group (`SNCL_TOPK_GROUP`).
 pub const TOPK_GROUP: u64 = 256;
+/// Private top-k histogram copies (`SNCL_TOPK_HCOPIES`).
+pub const TOPK_HCOPIES: u64 = 64;
 
 /// `flags`: decode adds to the destination instead of overwriting it.
 pub const FLAG_ADD: i32 = 1;
 /// `flags`: int8 rounds stochastically.
 pub const FLAG_STOCHASTIC: i32 = 2;
+/// `flags`: top-k selects by a sampled threshold.
+pub const FLAG_SAMPLED: i32 = 4;
 
-/// Rust mirror of `SnclCodecArgs` (128 bytes). Pointers are addresses in
+/// `flags`: a top-k decode's `enc_len` is an upper bound (decoding the
+/// device's own sampled encoding, whose length is in its header).
+pub const FLAG_LEN_MAX: i32 = 8;
+
+/// Top-k modes (`SNCL_TM_*`), for [`CodecArgs::when`].
+pub mod mode {
+    /// Exact selection (also every sampled fallback).
+    pub const EXACT: u32 = 1;
+    /// Keep every key at or above the threshold.
+    pub const FINAL: u32 = 2;
+    /// Sampled, too many above t: second threshold from the prefix.
+    pub const A: u32 = 4;
+    /// Sampled, too few above t: lower threshold from the sample.
+    pub const B: u32 = 8;
+    /// Sampled: counting above the second threshold.
+    pub const RECOUNT: u32 = 16;
+    /// Sampled: the sample's threshold.
+    pub const SAMPLE: u32 = 32;
+}
+
+/// Rust mirror of `SnclCodecArgs` (144 bytes). Pointers are addresses in
 /// the launching backend's space (device addresses on CUDA, host addresses
 /// on the emulated device).
 #[repr(C)]
@@ -46,19 +80,25 @@ pub struct CodecArgs {
     pub n: u64,
     /// int8: block size; top-k: `k`.
     pub param: u64,
-    /// Top-k decode: encoded bytes given.
+    /// Top-k decode: encoded bytes given; sampled top-k encode: sample runs.
     pub enc_len: u64,
+    /// Sampled top-k: the sample rank `j`.
+    pub rank: u64,
     /// int8-sr: the 32-bit kernel seed ([`kernel_seed`]).
     pub seed: u32,
     /// Top-k radix pass, 0 to 3.
     pub pass: u32,
     /// Inputs used, 1 to [`MAX_SRCS`].
     pub nsrcs: i32,
-    /// [`FLAG_ADD`], [`FLAG_STOCHASTIC`].
+    /// [`FLAG_ADD`], [`FLAG_STOCHASTIC`], [`FLAG_SAMPLED`].
     pub flags: i32,
+    /// Top-k: the [`mode`]s this launch runs in (0: always).
+    pub when: u32,
+    /// Padding.
+    pub pad: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<CodecArgs>() == 128);
+const _: () = assert!(std::mem::size_of::<CodecArgs>() == 144);
 
 /// A codec as the device kernels know it (the device layer maps
 /// `compress::Codec` to this; `k` is `compress::Codec::topk_k(n)`).
@@ -80,6 +120,12 @@ pub enum DeviceCodec {
         /// Elements kept (at most `n`).
         k: u64,
     },
+    /// Sampled-threshold top-k (`compress`'s `topk:<ratio>`): between
+    /// `ceil(k/2)` and `2k` elements, the very indices compress selects.
+    TopKSampled {
+        /// The target count (at most `n`).
+        k: u64,
+    },
 }
 
 impl DeviceCodec {
@@ -89,8 +135,27 @@ impl DeviceCodec {
             DeviceCodec::Fp16 | DeviceCodec::Bf16 => 2 * n,
             DeviceCodec::Int8 { block, .. } => n + 4 * n.div_ceil(block.max(1)),
             DeviceCodec::TopKExact { k } => 4 + 8 * k,
+            DeviceCodec::TopKSampled { k } => 4 + 8 * (2 * k).min(n),
         }
     }
+}
+
+/// Sampled top-k's sample (`compress::topk::sample_keys`): `(runs, j)`, the
+/// number of 16-element runs and the rank in the sample that corresponds to
+/// `k`; `None` where compress selects exactly (the sample would be a
+/// quarter of the tensor or more, or `k` is 0 or all of it).
+pub fn topk_sample(n: u64, k: u64) -> Option<(u64, u64)> {
+    if k == 0 || k >= n {
+        return None;
+    }
+    let s = (n / 100).max(4096).max(n.saturating_mul(256) / k);
+    if s.saturating_mul(4) >= n {
+        return None;
+    }
+    let runs = s.div_ceil(16);
+    let s = runs * 16;
+    let j = ((k as f64 * s as f64 / n as f64).round() as u64).clamp(1, s);
+    Some((runs, j))
 }
 
 /// What one launch works on: how many independent work items its grid
@@ -135,11 +200,18 @@ pub fn kernel_names() -> Vec<String> {
         "int8_quantize",
         "int8_decode",
         "topk_init",
+        "topk_zero",
+        "topk_sample",
         "topk_hist",
+        "topk_hist_sum",
         "topk_pick",
+        "topk_ctl_select",
         "topk_count",
         "topk_scan",
         "topk_scan_groups",
+        "topk_ctl_count",
+        "topk_ctl_second",
+        "topk_ctl_recount",
         "topk_write",
         "topk_check_init",
         "topk_check",
@@ -153,12 +225,13 @@ pub fn kernel_names() -> Vec<String> {
     v
 }
 
-/// Top-k encode workspace: 8 + 256 u64 words, then per chunk two u32
-/// counts, per group two u32 totals.
-fn topk_work(n: u64) -> u64 {
+/// Top-k encode workspace: 16 + 256 x [`TOPK_HCOPIES`] u64 words, then per
+/// chunk two u32 counts, per group two u32 totals, then the sample's u32
+/// keys.
+fn topk_work(n: u64, sample_runs: u64) -> u64 {
     let chunks = n.div_ceil(TOPK_CHUNK);
     let groups = chunks.div_ceil(TOPK_GROUP);
-    8 * (8 + 256) + 8 * chunks + 8 * groups
+    8 * (16 + 256 * TOPK_HCOPIES) + 8 * chunks + 8 * groups + (64 * sample_runs).next_multiple_of(8)
 }
 
 /// Bytes of device workspace an encode (with or without feedback) or a
@@ -167,7 +240,8 @@ pub fn workspace_bytes(codec: &DeviceCodec, n: u64) -> u64 {
     match *codec {
         DeviceCodec::Fp16 | DeviceCodec::Bf16 => 0,
         DeviceCodec::Int8 { block, .. } => 8 * n.div_ceil(block.max(1)),
-        DeviceCodec::TopKExact { .. } => topk_work(n),
+        DeviceCodec::TopKExact { .. } => topk_work(n, 0),
+        DeviceCodec::TopKSampled { k } => topk_work(n, topk_sample(n, k).map_or(0, |(r, _)| r)),
     }
 }
 
@@ -232,29 +306,69 @@ pub fn encode_plan(
                 launch("int8_quantize", a, Items::Many(n)),
             ]
         }
-        DeviceCodec::TopKExact { k } => {
-            a.param = k;
-            let mut v = vec![launch("topk_init", a, Items::Single)];
-            if k == 0 {
-                return v;
-            }
-            for pass in 0..4 {
-                a.pass = pass;
-                v.push(launch("topk_hist", a, Items::Many(n)));
-                v.push(launch("topk_pick", a, Items::Single));
-            }
-            let chunks = n.div_ceil(TOPK_CHUNK);
-            v.push(launch("topk_count", a, Items::Many(chunks)));
-            v.push(launch(
-                "topk_scan",
-                a,
-                Items::Many(chunks.div_ceil(TOPK_GROUP)),
-            ));
-            v.push(launch("topk_scan_groups", a, Items::Single));
-            v.push(launch("topk_write", a, Items::Many(chunks)));
-            v
-        }
+        DeviceCodec::TopKExact { k } => topk_plan(a, k, None),
+        DeviceCodec::TopKSampled { k } => topk_plan(a, k, topk_sample(n, k)),
     }
+}
+
+/// Top-k encode: exact, or sampled with `(runs, j)` (see `sncl_codec.cu`
+/// for the modes each launch runs in).
+fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch> {
+    let n = a.n;
+    a.param = k;
+    if let Some((runs, j)) = sample {
+        a.flags = FLAG_SAMPLED;
+        a.enc_len = runs;
+        a.rank = j;
+    }
+    let mut v = vec![
+        launch("topk_init", a, Items::Single),
+        launch("topk_zero", a, Items::Many(256 * TOPK_HCOPIES)),
+    ];
+    if k == 0 {
+        v.push(launch("topk_write", a, Items::Single));
+        return v;
+    }
+    let chunks = n.div_ceil(TOPK_CHUNK);
+    let select = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32| {
+        a.when = when;
+        for pass in 0..4 {
+            a.pass = pass;
+            v.push(launch("topk_hist", a, Items::Many(n)));
+            v.push(launch("topk_hist_sum", a, Items::Many(256)));
+            v.push(launch("topk_pick", a, Items::Single));
+        }
+    };
+    let count = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32| {
+        a.when = when;
+        v.push(launch("topk_count", a, Items::Many(chunks)));
+        v.push(launch(
+            "topk_scan",
+            a,
+            Items::Many(chunks.div_ceil(TOPK_GROUP)),
+        ));
+        v.push(launch("topk_scan_groups", a, Items::Single));
+    };
+    let ctl = |v: &mut Vec<Launch>, mut a: CodecArgs, name: &str, when: u32| {
+        a.when = when;
+        v.push(launch(name, a, Items::Single));
+    };
+    if let Some((runs, _)) = sample {
+        v.push(launch("topk_sample", a, Items::Many(runs)));
+        select(&mut v, a, mode::SAMPLE);
+        ctl(&mut v, a, "topk_ctl_select", mode::SAMPLE);
+        count(&mut v, a, mode::SAMPLE);
+        ctl(&mut v, a, "topk_ctl_count", mode::SAMPLE);
+        select(&mut v, a, mode::A | mode::B);
+        ctl(&mut v, a, "topk_ctl_second", mode::A | mode::B);
+        count(&mut v, a, mode::RECOUNT);
+        ctl(&mut v, a, "topk_ctl_recount", mode::RECOUNT);
+    }
+    select(&mut v, a, mode::EXACT);
+    ctl(&mut v, a, "topk_ctl_select", mode::EXACT);
+    count(&mut v, a, mode::EXACT);
+    v.push(launch("topk_write", a, Items::Many(chunks)));
+    v
 }
 
 /// The launches that decode the encodings at `srcs` (1 to [`MAX_SRCS`],
@@ -288,7 +402,7 @@ pub fn decode_plan(
             a.param = block;
             vec![launch("int8_decode", a, Items::Many(n))]
         }
-        DeviceCodec::TopKExact { k } => vec![
+        DeviceCodec::TopKExact { k } | DeviceCodec::TopKSampled { k } => vec![
             launch("topk_check_init", a, Items::Single),
             launch("topk_check", a, Items::Many(k.max(1))),
             launch("topk_clear", a, Items::Many(n.max(1))),
@@ -345,7 +459,7 @@ pub fn feedback_encode_plan(
         v.push(launch("ef_compensate", c, Items::Many(n)));
     }
     v.extend(encode_plan(codec, grad, dst, n, seed, work));
-    v.extend(decode_plan(
+    let mut decode = decode_plan(
         codec,
         &[dst],
         codec.encoded_len(n),
@@ -353,7 +467,11 @@ pub fn feedback_encode_plan(
         residual,
         false,
         work,
-    ));
+    );
+    for l in &mut decode {
+        l.args.flags |= FLAG_LEN_MAX;
+    }
+    v.extend(decode);
     if n > 0 {
         c.dst = residual;
         c.aux = grad;
@@ -383,9 +501,27 @@ mod tests {
     fn constants_match_the_source() {
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_CHUNK {TOPK_CHUNK}ull")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_GROUP {TOPK_GROUP}ull")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_TOPK_HCOPIES {TOPK_HCOPIES}ull")));
+        assert!(CODEC_SOURCE.contains("#include \"sncl_codec_topk.cuh\""));
+        assert!(!TOPK_HEADER.contains("#include"));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_MAX_SRCS {MAX_SRCS}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_ADD {FLAG_ADD}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_STOCHASTIC {FLAG_STOCHASTIC}")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_SAMPLED {FLAG_SAMPLED}")));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_LEN_MAX {FLAG_LEN_MAX}")));
+        for (name, v) in [
+            ("EXACT", mode::EXACT),
+            ("FINAL", mode::FINAL),
+            ("A", mode::A),
+            ("B", mode::B),
+            ("RECOUNT", mode::RECOUNT),
+            ("SAMPLE", mode::SAMPLE),
+        ] {
+            assert!(
+                TOPK_HEADER.contains(&format!("#define SNCL_TM_{name} {v}u")),
+                "{name}"
+            );
+        }
         assert!(
             !CODEC_SOURCE.contains("#include <"),
             "NVRTC gets no include path"
@@ -403,6 +539,7 @@ mod tests {
                 stochastic: true,
             },
             DeviceCodec::TopKExact { k: 3 },
+            DeviceCodec::TopKSampled { k: 30 },
         ];
         for c in codecs {
             let mut plans = encode_plan(&c, 1, 2, 1000, 7, 3);
@@ -429,6 +566,8 @@ mod tests {
         );
         assert_eq!(DeviceCodec::TopKExact { k: 10 }.encoded_len(1000), 84);
         assert_eq!(workspace_bytes(&DeviceCodec::Fp16, 100), 0);
-        assert_eq!(topk_work(1), 8 * 264 + 8 + 8);
+        assert_eq!(topk_work(1, 0), 8 * (16 + 256 * 64) + 8 + 8);
+        assert_eq!(topk_sample(100_000, 1000), None);
+        assert!(topk_sample(10_000_000, 100_000).is_some());
     }
 }

@@ -213,7 +213,7 @@ impl CudaDevice {
             None => {
                 let module = crate::nvrtc::compile_with(
                     kernels::cuda_codec::CODEC_SOURCE,
-                    kernels::cuda::HEADERS,
+                    &kernels::cuda_codec::codec_headers(),
                     self.arch,
                     &[],
                 )?;

@@ -122,7 +122,8 @@ mod tests {
         for name in kernels::cuda_codec::kernel_names() {
             // n = 0: every kernel returns without touching memory except
             // the single ones, which get a workspace.
-            let mut work = vec![0u64; 4096];
+            // The top-k state and histogram copies (n = 0: nothing else).
+            let mut work = vec![0u64; 16 + 256 * kernels::cuda_codec::TOPK_HCOPIES as usize];
             let mut hdr = [0u8; 8];
             let args = CodecArgs {
                 work: work.as_mut_ptr() as u64,
