@@ -52,12 +52,13 @@ fn ops() -> &'static [ReduceOp] {
     }
 }
 
-const DTYPES: [DataType; 5] = [
+const DTYPES: [DataType; 6] = [
     DataType::Float32,
     DataType::Float16,
     DataType::Bfloat16,
     DataType::Int32,
     DataType::Uint8,
+    DataType::Float8e4m3,
 ];
 const OPS: [ReduceOp; 4] = [
     ReduceOp::Sum,
@@ -101,6 +102,8 @@ fn input(dtype: DataType, rank: usize, count: usize) -> Vec<u8> {
             DataType::Bfloat16 => out.extend(bf16::from_f32(v as f32 * 0.75).to_le_bytes()),
             DataType::Int32 => out.extend((v as i32 * 1000 + i as i32).to_le_bytes()),
             DataType::Uint8 => out.push((rank * 37 + i * 11) as u8),
+            DataType::Float8e4m3 => out.push(kernels::F8E4M3::from_f32(v as f32 * 0.75).to_bits()),
+            DataType::Float8e5m2 => out.push(kernels::F8E5M2::from_f32(v as f32 * 0.75).to_bits()),
         }
     }
     out

@@ -38,15 +38,15 @@ pub(super) unsafe fn stream_arg(stream: snclStream_t) -> Option<Arc<StreamShared
 }
 
 pub(super) fn dtype_arg(d: snclDataTypeRaw) -> R<DataType> {
-    match d {
-        0..=9 => Ok(DataType::from_u8(d as u8).expect("0..=9 are data types")),
-        10 | 11 => Err(CError::invalid(format!(
-            "datatype {d} (8-bit float) is not supported yet"
-        ))),
-        _ => Err(CError::invalid(format!(
-            "unknown datatype {d}; expected a snclDataType_t from snclInt8 (0) to snclBfloat16 (9)"
-        ))),
-    }
+    u8::try_from(d)
+        .ok()
+        .and_then(DataType::from_u8)
+        .ok_or_else(|| {
+            CError::invalid(format!(
+                "unknown datatype {d}; expected a snclDataType_t from snclInt8 (0) to \
+                 snclFloat8e5m2 (11)"
+            ))
+        })
 }
 
 pub(super) fn op_arg(

@@ -473,6 +473,28 @@ static void check_streams(snclComm_t comm) {
   free(r);
 }
 
+/* fp8 (NCCL 2.24's values 10 and 11): every rank contributes 1.0, the sum
+ * is the rank count, encoded exactly (up to 4 ranks); max stays 1.0. */
+static void check_fp8(snclComm_t comm) {
+  int n = 0;
+  CHECK(snclCommCount(comm, &n));
+  if (n > 4) return;
+  static const uint8_t e4m3[] = {0, 0x38, 0x40, 0x44, 0x48};
+  static const uint8_t e5m2[] = {0, 0x3C, 0x40, 0x42, 0x44};
+  const snclDataType_t types[] = {snclFloat8e4m3, snclFloat8e5m2};
+  for (int k = 0; k < 2; k++) {
+    const uint8_t *enc = k == 0 ? e4m3 : e5m2;
+    uint8_t s[33], r[33];
+    memset(s, enc[1], sizeof s);
+    CHECK(snclAllReduce(s, r, sizeof s, types[k], snclSum, comm, NULL));
+    for (size_t i = 0; i < sizeof r; i++)
+      EXPECT(r[i] == enc[n], "fp8 type %d sum element %zu: %#x, expected %#x", (int)types[k], i,
+             r[i], enc[n]);
+    CHECK(snclAllReduce(s, r, sizeof s, types[k], snclMax, comm, NULL));
+    EXPECT(r[0] == enc[1], "fp8 type %d max: %#x", (int)types[k], r[0]);
+  }
+}
+
 static void check_errors(snclComm_t comm) {
   float f = 0;
   EXPECT(snclAllReduce(&f, &f, 1, (snclDataType_t)99, snclSum, comm, NULL) == snclInvalidArgument,
@@ -552,6 +574,7 @@ int main(void) {
   check_premulsum(comm);
   check_split(comm);
   check_streams(comm);
+  check_fp8(comm);
   check_errors(comm);
 
   /* end in step, then release */
