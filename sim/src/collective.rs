@@ -91,19 +91,33 @@ impl Exec<'_> {
             .ok_or_else(|| self.err("no schedule for this collective".into()))
     }
 
-    /// Rings in the symmetric frame: every rank's program is rank 0's with
-    /// peers shifted by the rank (the schedule is invariant under rotating
-    /// ranks). Builds rank 0's and derives the others, after checking the
-    /// derivation against built programs of ranks 1 and L−1; `None` when
-    /// the check fails or the schedule is not a ring (then all are built).
+    /// Programs in the symmetric frame derived from rank 0's. Rings: every
+    /// rank's program is rank 0's with peers shifted by the rank (the
+    /// schedule is invariant under rotating ranks). `hier` (equal nodes,
+    /// node-major): local position p's program is position 0's with every
+    /// peer moved p positions along its own node (shard p's cross-node
+    /// group is shard 0's moved so; the intra-node rings rotate). Builds
+    /// rank 0's and derives the others, after checking the derivation
+    /// against built programs of ranks 1 and L−1; `None` when the check
+    /// fails or the schedule is neither (then all are built).
     fn rotated(&self, count: usize, tolerance: f64) -> Result<Option<Vec<Program>>> {
-        if !self.symmetric
-            || self.entities < 3
-            || !matches!(self.algo, Algorithm::Ring | Algorithm::FlatRing)
-        {
+        let local = match self.algo {
+            Algorithm::Ring | Algorithm::FlatRing => false,
+            Algorithm::Hier => true,
+            _ => return Ok(None),
+        };
+        if !self.symmetric || self.entities < 3 {
             return Ok(None);
         }
         let n = self.cl.nranks();
+        let l = self.cl.ranks_per_node;
+        let moved = |peer: usize, r: usize| -> usize {
+            if local {
+                peer - peer % l + (peer % l + r) % l
+            } else {
+                (peer + r) % n
+            }
+        };
         let elem = self.req.elem.max(1);
         let prog = |r: usize| -> Result<Program> {
             Ok(Program::from_schedule(
@@ -122,7 +136,7 @@ impl Exec<'_> {
                         .msgs
                         .iter()
                         .map(|m| crate::program::Msg {
-                            peer: ((m.peer as usize + r) % n) as u32,
+                            peer: moved(m.peer as usize, r) as u32,
                             ..*m
                         })
                         .collect(),
@@ -134,7 +148,8 @@ impl Exec<'_> {
             if !alike(&shift(r), &prog(r)?, elem as f64) {
                 tracing::debug!(
                     rank = r,
-                    "sim: ring programs are not rotations; building all"
+                    algo = self.algo.name(),
+                    "sim: programs are not rotations of rank 0's; building all"
                 );
                 return Ok(None);
             }

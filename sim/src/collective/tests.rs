@@ -323,9 +323,16 @@ fn tree_runs_per_rank_beyond_the_step_by_step_limit() {
 fn ring_programs_are_rotations_of_rank_zero() {
     // Uneven segments (count not a multiple of n) still rotate within the
     // merge tolerance; the symmetric frame uses the derived programs.
+    // hier: positions rotate inside their node (all three collectives).
     let cl = cluster(8, 16);
-    for algo in [Algorithm::Ring, Algorithm::FlatRing] {
-        let r = req(Collective::AllReduce, algo, 1_000_004, Frame::Symmetric);
+    for (coll, algo) in [
+        (Collective::AllReduce, Algorithm::Ring),
+        (Collective::AllReduce, Algorithm::FlatRing),
+        (Collective::AllReduce, Algorithm::Hier),
+        (Collective::AllGather, Algorithm::Hier),
+        (Collective::ReduceScatter, Algorithm::Hier),
+    ] {
+        let r = req(coll, algo, 1_000_064, Frame::Symmetric);
         let (a, chunk, count) = planned(&cl, &r).unwrap();
         let ex = Exec {
             cl: &cl,
@@ -345,7 +352,12 @@ fn ring_programs_are_rotations_of_rank_zero() {
                 4,
                 SYMMETRIC_MERGE_TOLERANCE,
             );
-            assert!(alike(&rot[k], &built, 4.0), "{} rank {k}", a.name());
+            assert!(
+                alike(&rot[k], &built, 4.0),
+                "{} {} rank {k}",
+                coll.name(),
+                a.name()
+            );
         }
     }
 }
