@@ -361,3 +361,154 @@ fn ring_programs_are_rotations_of_rank_zero() {
         }
     }
 }
+
+/// The planner prices hier's blocks and the tree root's concurrent chunks
+/// (`comm_core::algo::cost`): where that moved an all-reduce away from the
+/// frozen formulas' choice (comm-core/tests/planner_frozen.rs), the new
+/// choice simulates faster. First the DP case of docs/COST.md's worked
+/// example, then small clusters. The planner's [`tune::Shape`] does not say
+/// whether a node's ranks share one NIC; each move is simulated with the
+/// NIC arrangement that the chosen algorithm's formula assumes.
+#[test]
+fn planner_hier_fix_picks_the_faster_algorithm() {
+    let cl = cluster(171, 12);
+    let bytes = 4_375_000_000usize;
+    let chosen = simulate(&cl, &Request::new(Collective::AllReduce, None, bytes)).unwrap();
+    let mut slowest = 0.0f64;
+    for algo in [Algorithm::Hier, Algorithm::Tree] {
+        let t = simulate(&cl, &req(Collective::AllReduce, algo, bytes, Frame::Auto)).unwrap();
+        eprintln!(
+            "12 x 171, 4.375 GB: planner {} {:.1} ms, {} {:.1} ms",
+            chosen.algo.name(),
+            chosen.time_us / 1e3,
+            algo.name(),
+            t.time_us / 1e3
+        );
+        slowest = slowest.max(t.time_us);
+        assert!(chosen.time_us < t.time_us / 4.0);
+    }
+    assert_eq!(chosen.algo, Algorithm::Ring);
+
+    let frozen = |a: Algorithm, sh: &comm_core::tune::Shape, b: usize, chunk: usize| {
+        let (nn, ll, bf) = (sh.nnodes as f64, sh.max_local as f64, b as f64);
+        let l = comm_core::algo::ceil_log2(sh.nranks) as f64;
+        let k = b.div_ceil(chunk).max(1) as f64;
+        match a {
+            Algorithm::Hier => {
+                2.0 * (ll - 1.0) * sh.intra.msg(bf / ll) + 2.0 * (nn - 1.0) * sh.inter.msg(bf / nn)
+            }
+            Algorithm::Tree => 2.0 * (l + k - 1.0) * sh.slowest().msg(bf / k),
+            _ => tune::predict(Collective::AllReduce, a, sh, b, chunk).unwrap(),
+        }
+    };
+    let mut moved = 0;
+    for (nn, l) in [(1, 8), (1, 16), (4, 2), (2, 4), (8, 4)] {
+        for (inter_bps, inter_us) in [(120e6, 50.0), (1e9, 15.0)] {
+            let mut cl = cluster(nn, l);
+            cl.intra = Tier {
+                bytes_per_s: 4e9,
+                latency_us: 1.0,
+            };
+            cl.inter = Tier {
+                bytes_per_s: inter_bps,
+                latency_us: inter_us,
+            };
+            let sh = cl.shape();
+            for chunk_bytes in [4096usize, 65536] {
+                for bytes in (10..=24).step_by(2).map(|s| 1usize << s) {
+                    let r = Request {
+                        chunk_bytes,
+                        ..Request::new(Collective::AllReduce, None, bytes)
+                    };
+                    let (algo, _, _) = planned(&cl, &r).unwrap();
+                    let mut old = (f64::INFINITY, Algorithm::Ring);
+                    for a in [
+                        Algorithm::Ring,
+                        Algorithm::Tree,
+                        Algorithm::Rd,
+                        Algorithm::Hier,
+                    ] {
+                        if a == Algorithm::Hier && (nn < 2 || l < 2) {
+                            continue;
+                        }
+                        let t = frozen(a, &sh, bytes, chunk_bytes);
+                        if t < old.0 {
+                            old = (t, a);
+                        }
+                    }
+                    if algo == old.1 {
+                        continue;
+                    }
+                    moved += 1;
+                    // Each formula's view of the inter link: rd's (and tree's)
+                    // full exchanges give every rank its own link, hier's
+                    // charges a node's shards to one; ring's crosses nodes
+                    // with one flow per node either way.
+                    let nic = if matches!(algo, Algorithm::Rd | Algorithm::Tree) {
+                        Nic::PerRank
+                    } else {
+                        Nic::PerNode
+                    };
+                    let cl = Cluster { nic, ..cl.clone() };
+                    let new = simulate(&cl, &r).unwrap();
+                    let was = simulate(
+                        &cl,
+                        &Request {
+                            algo: Some(old.1),
+                            ..r
+                        },
+                    )
+                    .unwrap();
+                    eprintln!(
+                        "{nn}x{l} inter {inter_bps:.0} B/s {inter_us} us {nic:?}, chunk {chunk_bytes}, {bytes} B: {} {:.1} us, was {} {:.1} us",
+                        algo.name(),
+                        new.time_us,
+                        old.1.name(),
+                        was.time_us
+                    );
+                    assert!(
+                        new.time_us <= was.time_us,
+                        "{nn}x{l} chunk {chunk_bytes} {bytes} B: {} {} vs {} {}",
+                        algo.name(),
+                        new.time_us,
+                        old.1.name(),
+                        was.time_us
+                    );
+                }
+            }
+        }
+    }
+    assert!(moved > 0, "no small case moved");
+
+    // Moves away from the tree (examples printed by planner_frozen): one
+    // node of 1,024 ranks and 64 nodes of one rank, 2 MiB in 4 KiB chunks.
+    for (nn, l, lat, bps) in [(1, 1024, 1.0, 4e9), (64, 1, 15.0, 1e9)] {
+        let mut cl = cluster(nn, l);
+        cl.intra = Tier {
+            bytes_per_s: bps,
+            latency_us: lat,
+        };
+        cl.inter = cl.intra;
+        let r = Request {
+            chunk_bytes: 4096,
+            ..Request::new(Collective::AllReduce, None, 2 << 20)
+        };
+        let new = simulate(&cl, &r).unwrap();
+        let tree = simulate(
+            &cl,
+            &Request {
+                algo: Some(Algorithm::Tree),
+                ..r
+            },
+        )
+        .unwrap();
+        eprintln!(
+            "{nn}x{l} 2 MiB chunk 4096: {} {:.1} us, was tree {:.1} us",
+            new.algo.name(),
+            new.time_us,
+            tree.time_us
+        );
+        assert_ne!(new.algo, Algorithm::Tree);
+        assert!(new.time_us < tree.time_us);
+    }
+}
