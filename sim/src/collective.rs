@@ -51,6 +51,7 @@ fn alike(a: &Program, b: &Program, elem: f64) -> bool {
         && a.runs.iter().zip(&b.runs).all(|(x, y)| {
             x.repeat == y.repeat
                 && close(x.local_bytes, y.local_bytes)
+                && close(x.reduce_bytes, y.reduce_bytes)
                 && x.msgs.len() == y.msgs.len()
                 && x.msgs
                     .iter()
@@ -347,7 +348,9 @@ pub fn bus_factor(coll: Collective, n: usize) -> f64 {
     }
 }
 
-/// The algorithm and chunk (elements) the planner uses for `req` on `cl`.
+/// The algorithm and chunk (elements) the planner uses for `req` on `cl`
+/// (`tune::choose_reducing` with the cluster's local reduction speed; with
+/// none set, what `tune::plan` gives the runtime).
 pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)> {
     let n = cl.nranks();
     let elem = req.elem.max(1);
@@ -362,7 +365,16 @@ pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)>
     if let Some(a) = req.algo {
         cfg.algo = vec![(req.coll, a)];
     }
-    let plan = tune::plan(&cfg, req.coll, &cl.shape(), count * elem, elem)?;
+    let reduce = (cl.reduce_bytes_per_s > 0.0).then_some(cl.reduce_bytes_per_s / 1e6);
+    let plan = tune::choose_reducing(
+        req.coll,
+        cfg.forced(req.coll),
+        &cl.shape(),
+        count * elem,
+        elem,
+        cfg.chunk_bytes,
+        reduce,
+    )?;
     Ok((plan.algo, plan.chunk_elems, count))
 }
 

@@ -512,3 +512,77 @@ fn planner_hier_fix_picks_the_faster_algorithm() {
         assert!(new.time_us < tree.time_us);
     }
 }
+
+/// Receive-and-reduce: a reduced piece costs local reduction time, hidden
+/// behind the transfer when the link is slower. The planner's
+/// `tune::predict_reducing` and the simulator agree (one node, where the
+/// alpha-beta model is exact), and a fast link exposes the reduction while
+/// a slow one hides it.
+#[test]
+fn reductions_cost_the_same_in_planner_and_simulator() {
+    // (rd is left out: its schedule also copies its input, which the
+    // simulator charges as local work and the planner does not price.)
+    for (algo, nodes, rpn) in [(Algorithm::Ring, 1, 8), (Algorithm::Ring, 1, 5)] {
+        for reduce in [0.0, 20e9, 1e9] {
+            let mut cl = cluster(nodes, rpn);
+            cl.intra = Tier {
+                bytes_per_s: 4e9,
+                latency_us: 1.0,
+            };
+            cl.reduce_bytes_per_s = reduce;
+            let bytes = 8 << 20;
+            let r = req(Collective::AllReduce, algo, bytes, Frame::PerRank);
+            let p = simulate(&cl, &r).unwrap();
+            let red = (reduce > 0.0).then_some(reduce / 1e6);
+            let want = tune::predict_reducing(
+                Collective::AllReduce,
+                algo,
+                &cl.shape(),
+                bytes,
+                r.chunk_bytes,
+                red,
+            )
+            .unwrap();
+            let d = (p.time_us - want).abs() / want;
+            eprintln!(
+                "{nodes}x{rpn} {} reduce {reduce:.0} B/s: simulated {:.1} us, planner {want:.1} us ({:.3} %)",
+                algo.name(),
+                p.time_us,
+                d * 100.0
+            );
+            assert!(
+                d < 0.01,
+                "{} {reduce}: {} vs {want}",
+                algo.name(),
+                p.time_us
+            );
+        }
+    }
+    // A 1 Gbit/s link hides a 1 GB/s reduction in a ring; the same
+    // reduction slows the intra-node phase of hier's reduce-scatter.
+    let mut cl = cluster(2, 4);
+    cl.intra = Tier {
+        bytes_per_s: 13.9e9,
+        latency_us: 39.0,
+    };
+    cl.inter = Tier {
+        bytes_per_s: 119e6,
+        latency_us: 58.0,
+    };
+    cl.nic = Nic::PerNode;
+    let rs = |algo, reduce| {
+        let mut c = cl.clone();
+        c.reduce_bytes_per_s = reduce;
+        simulate(
+            &c,
+            &req(Collective::ReduceScatter, algo, 64 << 20, Frame::PerRank),
+        )
+        .unwrap()
+        .time_us
+    };
+    let (ring0, ring1) = (rs(Algorithm::Ring, 0.0), rs(Algorithm::Ring, 1e9));
+    let (hier0, hier1) = (rs(Algorithm::Hier, 0.0), rs(Algorithm::Hier, 1e9));
+    eprintln!("2x4 reduce_scatter 64 MiB: ring {ring0:.0} -> {ring1:.0} us, hier {hier0:.0} -> {hier1:.0} us");
+    assert!((ring1 - ring0) / ring0 < 0.01);
+    assert!(hier1 > hier0 * 1.1);
+}
