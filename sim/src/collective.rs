@@ -380,11 +380,36 @@ pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)>
 
 /// Simulates one collective.
 pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
-    simulate_with(cl, req, EXTRAPOLATE_ABOVE_STEPS)
+    simulate_cached(cl, req, &mut TreeRuns::default())
+}
+
+/// The K1- and 2 K1-chunk runs of extrapolated trees, kept between calls:
+/// they depend on the cluster, the collective, the element size and the
+/// chunk but not on the size, so a sweep of sizes (`commbench sim -b 4M -e
+/// 1G`) runs them once. Emptied when used with another cluster.
+#[derive(Default)]
+pub struct TreeRuns {
+    cluster: Option<Cluster>,
+    runs: std::collections::HashMap<(Collective, usize, usize, usize, bool), engine::Outcome>,
+}
+
+/// [`simulate`] reusing the tree runs in `cache` (see [`TreeRuns`]); the
+/// predictions are the same.
+pub fn simulate_cached(cl: &Cluster, req: &Request, cache: &mut TreeRuns) -> Result<Prediction> {
+    if cache.cluster.as_ref() != Some(cl) {
+        cache.runs.clear();
+        cache.cluster = Some(cl.clone());
+    }
+    simulate_with(cl, req, EXTRAPOLATE_ABOVE_STEPS, cache)
 }
 
 /// [`simulate`] with the step count above which trees are extrapolated.
-fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<Prediction> {
+fn simulate_with(
+    cl: &Cluster,
+    req: &Request,
+    extrapolate_above: u64,
+    cache: &mut TreeRuns,
+) -> Result<Prediction> {
     cl.validate()?;
     let n = cl.nranks();
     let (algo, chunk, count) = planned(cl, req)?;
@@ -443,8 +468,17 @@ fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<
         && total > extrapolate_above
         && chunk_units > 2 * k1
     {
-        let o1 = ex.run(k1 * chunk, aggregate)?;
-        let o2 = ex.run(2 * k1 * chunk, aggregate)?;
+        let mut run = |count: usize| -> Result<engine::Outcome> {
+            let key = (req.coll, req.elem, chunk, count, aggregate);
+            if let Some(o) = cache.runs.get(&key) {
+                return Ok(o.clone());
+            }
+            let o = ex.run(count, aggregate)?;
+            cache.runs.insert(key, o.clone());
+            Ok(o)
+        };
+        let o1 = run(k1 * chunk)?;
+        let o2 = run(2 * k1 * chunk)?;
         let x = (count as f64 / chunk as f64 - k1 as f64) / k1 as f64;
         let lin = |a: f64, b: f64| a + (b - a) * x;
         tracing::debug!(k1, x, "sim: tree extrapolated from K1 and 2 K1 chunks");

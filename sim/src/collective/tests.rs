@@ -275,7 +275,7 @@ fn tree_extrapolated_agrees_with_step_by_step() {
                 &format!("{nn}x{l} {} aggregated", coll.name()),
             );
             let r = agg(coll, Algorithm::Tree, bytes, Frame::PerRank, false);
-            let extra = simulate_with(&cl, &r, 0).unwrap();
+            let extra = simulate_with(&cl, &r, 0, &mut TreeRuns::default()).unwrap();
             assert!(
                 extra.events < exact.events / 2,
                 "{} {}",
@@ -585,4 +585,34 @@ fn reductions_cost_the_same_in_planner_and_simulator() {
     eprintln!("2x4 reduce_scatter 64 MiB: ring {ring0:.0} -> {ring1:.0} us, hier {hier0:.0} -> {hier1:.0} us");
     assert!((ring1 - ring0) / ring0 < 0.01);
     assert!(hier1 > hier0 * 1.1);
+}
+
+/// A sweep of sizes shares the extrapolated tree's K1- and 2 K1-chunk runs
+/// (`TreeRuns`) and predicts exactly what separate calls predict.
+#[test]
+fn tree_runs_are_shared_across_sizes() {
+    let cl = cluster(4, 8);
+    let mut cache = TreeRuns::default();
+    for bytes in [16usize << 20, 64 << 20, 256 << 20] {
+        let r = req(
+            Collective::AllReduce,
+            Algorithm::Tree,
+            bytes,
+            Frame::PerRank,
+        );
+        let fresh = simulate_with(&cl, &r, 0, &mut TreeRuns::default()).unwrap();
+        let shared = simulate_with(&cl, &r, 0, &mut cache).unwrap();
+        assert_eq!(fresh, shared, "{bytes}");
+    }
+    assert_eq!(cache.runs.len(), 2);
+    // Another cluster empties the cache.
+    let other = cluster(2, 8);
+    let r = req(
+        Collective::AllReduce,
+        Algorithm::Tree,
+        16 << 20,
+        Frame::PerRank,
+    );
+    simulate_cached(&other, &r, &mut cache).unwrap();
+    assert_eq!(cache.cluster.as_ref(), Some(&other));
 }
