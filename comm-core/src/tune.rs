@@ -98,6 +98,21 @@ pub fn predict(
     algo::row(coll, algo).map(|r| (r.cost)(sh, bytes, chunk))
 }
 
+/// [`predict`] plus the time local reductions add when a rank reduces
+/// `reduce_bytes_per_us` ([`reduce_cost`]; `None`: reductions are free).
+pub fn predict_reducing(
+    coll: Collective,
+    algo: Algorithm,
+    sh: &Shape,
+    bytes: usize,
+    chunk: usize,
+    reduce_bytes_per_us: Option<f64>,
+) -> Option<f64> {
+    let red = reduce_bytes_per_us.unwrap_or(0.0);
+    predict(coll, algo, sh, bytes, chunk)
+        .map(|t| t + reduce_cost(coll, algo, sh, bytes, chunk, red))
+}
+
 /// Chooses the algorithm and chunk for one operation (see [`choose`]).
 pub fn plan(
     cfg: &Config,
@@ -129,6 +144,22 @@ pub fn choose(
     elem_size: usize,
     chunk_bytes: usize,
 ) -> Result<Plan> {
+    choose_reducing(coll, forced, sh, bytes, elem_size, chunk_bytes, None)
+}
+
+/// [`choose`] with each candidate's cost from [`predict_reducing`]: with
+/// `reduce_bytes_per_us` (the topology file's `intra.reduce_bandwidth`)
+/// the planner counts local reductions that the transfers cannot hide.
+pub fn choose_reducing(
+    coll: Collective,
+    forced: Option<Algorithm>,
+    sh: &Shape,
+    bytes: usize,
+    elem_size: usize,
+    chunk_bytes: usize,
+    reduce_bytes_per_us: Option<f64>,
+) -> Result<Plan> {
+    let red = reduce_bytes_per_us.unwrap_or(0.0);
     let chunk_elems = (chunk_bytes / elem_size.max(1)).max(1);
     if let Some(a) = forced {
         return match algo::row(coll, a) {
@@ -146,7 +177,8 @@ pub fn choose(
         if !row.eligible(sh) {
             continue;
         }
-        let t = (row.cost)(sh, bytes, chunk_bytes);
+        let t = (row.cost)(sh, bytes, chunk_bytes)
+            + reduce_cost(coll, row.algo, sh, bytes, chunk_bytes, red);
         if best.map(|(bt, _)| t < bt).unwrap_or(true) {
             best = Some((t, row.algo));
         }
@@ -158,6 +190,64 @@ pub fn choose(
         ))
     })?;
     Ok(Plan { algo, chunk_elems })
+}
+
+/// Time in µs that local reductions add to `algo`'s cost for `coll`
+/// (`bytes`, `chunk` as for the cost functions) when a rank reduces
+/// `reduce_bytes_per_us`: a received piece is reduced as it arrives, so a
+/// reducing step takes `max(transfer, reduced bytes / speed)` after its
+/// latency, and this is the sum over the reducing steps on the critical
+/// path of `max(0, reduced / speed − transfer)`. Zero for collectives that
+/// do not reduce, and for a speed that is not positive and finite. The
+/// simulator (`sim` crate) charges the same.
+pub fn reduce_cost(
+    coll: Collective,
+    algo: Algorithm,
+    sh: &Shape,
+    bytes: usize,
+    chunk: usize,
+    reduce_bytes_per_us: f64,
+) -> f64 {
+    use Algorithm::{FlatRing, Hier, Rd, Ring, Tree};
+    use Collective::{AllReduce, Reduce, ReduceScatter};
+    if !(reduce_bytes_per_us.is_finite() && reduce_bytes_per_us > 0.0) {
+        return 0.0;
+    }
+    let b = bytes as f64;
+    let nf = sh.nranks as f64;
+    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
+    let l = algo::ceil_log2(sh.nranks) as f64;
+    let k = (bytes.div_ceil(chunk.max(1))).max(1) as f64;
+    let link = sh.slowest();
+    // Beyond the transfer of `moved` bytes on `bw`, reducing `reduced`.
+    let over =
+        |reduced: f64, moved: f64, bw: f64| (reduced / reduce_bytes_per_us - moved / bw).max(0.0);
+    // Hierarchical reduce-scatter phases: intra ring steps reduce what they
+    // move; a cross-node step moves the node's b / nn, a rank reduces its
+    // shard's b / (ll nn).
+    let hier_rs = (ll - 1.0) * over(b / ll, b / ll, sh.intra.bytes_per_us)
+        + (nn - 1.0) * over(b / (ll * nn), b / nn, sh.inter.bytes_per_us);
+    match (coll, algo) {
+        (AllReduce | ReduceScatter, Ring | FlatRing) => {
+            (nf - 1.0) * over(b / nf, b / nf, link.bytes_per_us)
+        }
+        (AllReduce | ReduceScatter, Hier) => hier_rs,
+        // log2 exchanges, plus the fold of a non-power-of-two count: l steps.
+        (AllReduce, Rd) => l * over(b, b, link.bytes_per_us),
+        (AllReduce | Reduce, Tree) => {
+            let m = l.min(k).max(1.0) * b / k;
+            (l + k - 1.0) * over(m, m, link.bytes_per_us)
+        }
+        (Reduce, Ring) => (nf + k - 2.0) * over(b / k, b / k, link.bytes_per_us),
+        (Reduce, Hier) => {
+            let li = algo::ceil_log2(sh.nnodes) as f64;
+            let la = algo::ceil_log2(sh.max_local) as f64;
+            let (mi, ma) = (li.min(k).max(1.0) * b / k, la.min(k).max(1.0) * b / k);
+            (li + k - 1.0) * over(mi, mi, sh.inter.bytes_per_us)
+                + (la + k - 1.0) * over(ma, ma, sh.intra.bytes_per_us)
+        }
+        _ => 0.0,
+    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@
 //! sends to its counterpart on the other node at once: when that aggregate
 //! is not well above one flow's rate, the node's ranks share one NIC.
 //! Last, every rank reduces (`dst += src`, f32) a buffer of `--size` bytes
-//! at the same time as all others: the median rate of rank 0's node is the
-//! local copy / reduction speed (`intra.reduce_bandwidth`), which the
-//! simulator charges for the local work of each step.
+//! at the same time as all others, timed from a barrier to the barrier
+//! after the slowest rank: bytes per rank over that time is the local copy /
+//! reduction speed (`intra.reduce_bandwidth`), which the simulator and
+//! `tune::choose_reducing` charge for copies and for reductions the
+//! transfers do not hide.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -150,9 +152,10 @@ fn fit(
 }
 
 /// Bytes per µs one rank reduces (`dst += src` over f32, [`REDUCE_PASSES`]
-/// passes over `size` bytes of `dst`, long enough that the ranks of a node
-/// overlap and share its cores and memory) while every rank does the same;
-/// median of `iters` on rank 0, `None` elsewhere.
+/// passes over `size` bytes of `dst`) while every rank does the same: the
+/// time runs from a barrier to the barrier after the last rank's passes, so
+/// ranks that share cores and memory share the rate; median of `iters` on
+/// rank 0, `None` elsewhere.
 fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Result<Option<f64>> {
     let len = (size / 4).max(1);
     let src = vec![1.0f32; len];
@@ -167,9 +170,11 @@ fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Re
             }
             std::hint::black_box(&mut dst);
         }
+        // Until the last rank is done: with more ranks than cores the ranks
+        // take turns, and rank 0's own loop alone would show a core's speed.
+        comm.barrier()?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    comm.barrier()?;
     times.remove(0); // warm-up (page faults)
     let t = median(times).max(1e-3);
     Ok((comm.rank() == 0).then_some((REDUCE_PASSES * len * 4) as f64 / t))

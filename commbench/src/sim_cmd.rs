@@ -6,7 +6,7 @@ use clap::Parser;
 use comm_core::algo::Algorithm;
 use comm_core::topofile::{parse_bandwidth, parse_latency_us, TierSpec};
 use comm_core::wire::Collective;
-use sim::collective::{simulate, Frame, Request};
+use sim::collective::{simulate_cached, Frame, Request, TreeRuns};
 use sim::model::{Cluster, Nic, Placement, Tier};
 
 use crate::args::parse_size;
@@ -217,6 +217,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
     println!("#       size         count      type       algo       time    algbw    busbw  cross-tier   wait-max  frame");
     println!("#        (B)    (elements)                            (us)   (GB/s)   (GB/s)     share        (us)");
     let mut rows = Vec::new();
+    let mut tree_runs = TreeRuns::default();
     let mut size = a.minbytes.max(dtype.size());
     loop {
         for algo in &algos {
@@ -229,7 +230,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                 frame,
                 aggregate: None,
             };
-            match simulate(&cl, &req) {
+            match simulate_cached(&cl, &req, &mut tree_runs) {
                 Ok(p) => {
                     println!(
                         "{:>12} {:>13} {:>9} {:>10} {:>10.1} {:>8.3} {:>8.3} {:>10.4} {:>10.1}  {}",

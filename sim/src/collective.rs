@@ -51,6 +51,7 @@ fn alike(a: &Program, b: &Program, elem: f64) -> bool {
         && a.runs.iter().zip(&b.runs).all(|(x, y)| {
             x.repeat == y.repeat
                 && close(x.local_bytes, y.local_bytes)
+                && close(x.reduce_bytes, y.reduce_bytes)
                 && x.msgs.len() == y.msgs.len()
                 && x.msgs
                     .iter()
@@ -91,19 +92,33 @@ impl Exec<'_> {
             .ok_or_else(|| self.err("no schedule for this collective".into()))
     }
 
-    /// Rings in the symmetric frame: every rank's program is rank 0's with
-    /// peers shifted by the rank (the schedule is invariant under rotating
-    /// ranks). Builds rank 0's and derives the others, after checking the
-    /// derivation against built programs of ranks 1 and L−1; `None` when
-    /// the check fails or the schedule is not a ring (then all are built).
+    /// Programs in the symmetric frame derived from rank 0's. Rings: every
+    /// rank's program is rank 0's with peers shifted by the rank (the
+    /// schedule is invariant under rotating ranks). `hier` (equal nodes,
+    /// node-major): local position p's program is position 0's with every
+    /// peer moved p positions along its own node (shard p's cross-node
+    /// group is shard 0's moved so; the intra-node rings rotate). Builds
+    /// rank 0's and derives the others, after checking the derivation
+    /// against built programs of ranks 1 and L−1; `None` when the check
+    /// fails or the schedule is neither (then all are built).
     fn rotated(&self, count: usize, tolerance: f64) -> Result<Option<Vec<Program>>> {
-        if !self.symmetric
-            || self.entities < 3
-            || !matches!(self.algo, Algorithm::Ring | Algorithm::FlatRing)
-        {
+        let local = match self.algo {
+            Algorithm::Ring | Algorithm::FlatRing => false,
+            Algorithm::Hier => true,
+            _ => return Ok(None),
+        };
+        if !self.symmetric || self.entities < 3 {
             return Ok(None);
         }
         let n = self.cl.nranks();
+        let l = self.cl.ranks_per_node;
+        let moved = |peer: usize, r: usize| -> usize {
+            if local {
+                peer - peer % l + (peer % l + r) % l
+            } else {
+                (peer + r) % n
+            }
+        };
         let elem = self.req.elem.max(1);
         let prog = |r: usize| -> Result<Program> {
             Ok(Program::from_schedule(
@@ -122,7 +137,7 @@ impl Exec<'_> {
                         .msgs
                         .iter()
                         .map(|m| crate::program::Msg {
-                            peer: ((m.peer as usize + r) % n) as u32,
+                            peer: moved(m.peer as usize, r) as u32,
                             ..*m
                         })
                         .collect(),
@@ -134,7 +149,8 @@ impl Exec<'_> {
             if !alike(&shift(r), &prog(r)?, elem as f64) {
                 tracing::debug!(
                     rank = r,
-                    "sim: ring programs are not rotations; building all"
+                    algo = self.algo.name(),
+                    "sim: programs are not rotations of rank 0's; building all"
                 );
                 return Ok(None);
             }
@@ -332,7 +348,9 @@ pub fn bus_factor(coll: Collective, n: usize) -> f64 {
     }
 }
 
-/// The algorithm and chunk (elements) the planner uses for `req` on `cl`.
+/// The algorithm and chunk (elements) the planner uses for `req` on `cl`
+/// (`tune::choose_reducing` with the cluster's local reduction speed; with
+/// none set, what `tune::plan` gives the runtime).
 pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)> {
     let n = cl.nranks();
     let elem = req.elem.max(1);
@@ -347,17 +365,51 @@ pub fn planned(cl: &Cluster, req: &Request) -> Result<(Algorithm, usize, usize)>
     if let Some(a) = req.algo {
         cfg.algo = vec![(req.coll, a)];
     }
-    let plan = tune::plan(&cfg, req.coll, &cl.shape(), count * elem, elem)?;
+    let reduce = (cl.reduce_bytes_per_s > 0.0).then_some(cl.reduce_bytes_per_s / 1e6);
+    let plan = tune::choose_reducing(
+        req.coll,
+        cfg.forced(req.coll),
+        &cl.shape(),
+        count * elem,
+        elem,
+        cfg.chunk_bytes,
+        reduce,
+    )?;
     Ok((plan.algo, plan.chunk_elems, count))
 }
 
 /// Simulates one collective.
 pub fn simulate(cl: &Cluster, req: &Request) -> Result<Prediction> {
-    simulate_with(cl, req, EXTRAPOLATE_ABOVE_STEPS)
+    simulate_cached(cl, req, &mut TreeRuns::default())
+}
+
+/// The K1- and 2 K1-chunk runs of extrapolated trees, kept between calls:
+/// they depend on the cluster, the collective, the element size and the
+/// chunk but not on the size, so a sweep of sizes (`commbench sim -b 4M -e
+/// 1G`) runs them once. Emptied when used with another cluster.
+#[derive(Default)]
+pub struct TreeRuns {
+    cluster: Option<Cluster>,
+    runs: std::collections::HashMap<(Collective, usize, usize, usize, bool), engine::Outcome>,
+}
+
+/// [`simulate`] reusing the tree runs in `cache` (see [`TreeRuns`]); the
+/// predictions are the same.
+pub fn simulate_cached(cl: &Cluster, req: &Request, cache: &mut TreeRuns) -> Result<Prediction> {
+    if cache.cluster.as_ref() != Some(cl) {
+        cache.runs.clear();
+        cache.cluster = Some(cl.clone());
+    }
+    simulate_with(cl, req, EXTRAPOLATE_ABOVE_STEPS, cache)
 }
 
 /// [`simulate`] with the step count above which trees are extrapolated.
-fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<Prediction> {
+fn simulate_with(
+    cl: &Cluster,
+    req: &Request,
+    extrapolate_above: u64,
+    cache: &mut TreeRuns,
+) -> Result<Prediction> {
     cl.validate()?;
     let n = cl.nranks();
     let (algo, chunk, count) = planned(cl, req)?;
@@ -416,8 +468,17 @@ fn simulate_with(cl: &Cluster, req: &Request, extrapolate_above: u64) -> Result<
         && total > extrapolate_above
         && chunk_units > 2 * k1
     {
-        let o1 = ex.run(k1 * chunk, aggregate)?;
-        let o2 = ex.run(2 * k1 * chunk, aggregate)?;
+        let mut run = |count: usize| -> Result<engine::Outcome> {
+            let key = (req.coll, req.elem, chunk, count, aggregate);
+            if let Some(o) = cache.runs.get(&key) {
+                return Ok(o.clone());
+            }
+            let o = ex.run(count, aggregate)?;
+            cache.runs.insert(key, o.clone());
+            Ok(o)
+        };
+        let o1 = run(k1 * chunk)?;
+        let o2 = run(2 * k1 * chunk)?;
         let x = (count as f64 / chunk as f64 - k1 as f64) / k1 as f64;
         let lin = |a: f64, b: f64| a + (b - a) * x;
         tracing::debug!(k1, x, "sim: tree extrapolated from K1 and 2 K1 chunks");

@@ -64,6 +64,8 @@ struct Ent {
     pending: u32,
     enter: f64,
     last_start: f64,
+    /// When the last of the current step's flows got past its latency.
+    active_from: f64,
     done: bool,
     finish: f64,
     wait: f64,
@@ -97,7 +99,9 @@ struct Engine<'a> {
     ents: Vec<Ent>,
     chans: HashMap<u64, Chan>,
     flows: Vec<Flow>,
-    timers: Vec<(f64, u32)>,
+    /// (when, entity, what): `true` posts the entity's messages (its copies
+    /// are done), `false` moves it to its next step.
+    timers: Vec<(f64, u32, bool)>,
     cap: Vec<f64>,
     bucket: Vec<bool>,
     has_bucket: bool,
@@ -217,7 +221,7 @@ impl<'a> Engine<'a> {
                 };
                 next = next.min(t);
             }
-            for &(t, _) in &self.timers {
+            for &(t, _, _) in &self.timers {
                 next = next.min(t);
             }
             // `take`, not `filter`: without buckets skip the scan entirely.
@@ -296,8 +300,12 @@ impl<'a> Engine<'a> {
         let mut k = 0;
         while k < self.timers.len() {
             if self.timers[k].0 <= t + tol {
-                let (_, e) = self.timers.swap_remove(k);
-                self.next_step(e as usize);
+                let (_, e, post) = self.timers.swap_remove(k);
+                if post {
+                    self.post_msgs(e as usize);
+                } else {
+                    self.next_step(e as usize);
+                }
             } else {
                 k += 1;
             }
@@ -311,13 +319,41 @@ impl<'a> Engine<'a> {
             return;
         }
         ent.wait += (ent.last_start - ent.enter).max(0.0);
-        let run = &self.progs[e].runs[ent.run];
-        let local = run.local_bytes * if self.agg { f64::from(run.repeat) } else { 1.0 };
-        if self.cl.reduce_bytes_per_s > 0.0 && local > 0.0 {
-            let t = self.now + local / (self.cl.reduce_bytes_per_s / 1e6);
-            self.timers.push((t, e as u32));
+        let (run_i, active_from) = (ent.run, ent.active_from);
+        let run = &self.progs[e].runs[run_i];
+        // Reductions run piece by piece as the data arrives: what is left
+        // when the transfers end is the reduction time beyond them.
+        let reduce = self.local_us(run.reduce_bytes, run.repeat);
+        let extra = reduce - (self.now - active_from).max(0.0);
+        if extra > 0.0 {
+            self.timers.push((self.now + extra, e as u32, false));
         } else {
             self.next_step(e);
+        }
+    }
+
+    /// Time in µs of `bytes` of local work (× `repeat` when aggregated).
+    fn local_us(&self, bytes: f64, repeat: u32) -> f64 {
+        if self.cl.reduce_bytes_per_s > 0.0 && bytes > 0.0 {
+            let factor = if self.agg { f64::from(repeat) } else { 1.0 };
+            factor * bytes / (self.cl.reduce_bytes_per_s / 1e6)
+        } else {
+            0.0
+        }
+    }
+
+    /// Posts the messages of the entity's current step.
+    fn post_msgs(&mut self, e: usize) {
+        let run = &self.progs[e].runs[self.ents[e].run];
+        let factor = if self.agg { f64::from(run.repeat) } else { 1.0 };
+        let ent = &mut self.ents[e];
+        ent.enter = self.now;
+        ent.last_start = self.now;
+        ent.active_from = self.now;
+        ent.pending = run.msgs.len() as u32;
+        for m in 0..run.msgs.len() {
+            let msg = self.progs[e].runs[self.ents[e].run].msgs[m];
+            self.post(e, msg.peer as usize, msg.bytes * factor, factor, msg.send);
         }
     }
 
@@ -341,17 +377,15 @@ impl<'a> Engine<'a> {
                 return;
             }
             let run = &prog.runs[ent.run];
-            let factor = if self.agg { f64::from(run.repeat) } else { 1.0 };
-            ent.enter = self.now;
-            ent.last_start = self.now;
-            ent.pending = run.msgs.len() as u32;
+            let copy = self.local_us(run.local_bytes, run.repeat);
             if run.msgs.is_empty() {
-                if self.cl.reduce_bytes_per_s > 0.0 && run.local_bytes > 0.0 {
-                    let t =
-                        self.now + factor * run.local_bytes / (self.cl.reduce_bytes_per_s / 1e6);
-                    self.timers.push((t, e as u32));
+                // Nothing to overlap with: copies and reductions in turn.
+                let local = copy + self.local_us(run.reduce_bytes, run.repeat);
+                if local > 0.0 {
+                    self.timers.push((self.now + local, e as u32, false));
                     return;
                 }
+                let ent = &mut self.ents[e];
                 ent.rep += 1;
                 if self.agg || ent.rep >= run.repeat {
                     ent.rep = 0;
@@ -359,10 +393,11 @@ impl<'a> Engine<'a> {
                 }
                 continue;
             }
-            // The entity's rank in the frame: itself (per rank) or node 0's.
-            for m in 0..run.msgs.len() {
-                let msg = self.progs[e].runs[self.ents[e].run].msgs[m];
-                self.post(e, msg.peer as usize, msg.bytes * factor, factor, msg.send);
+            // The executor copies first, then moves the step's messages.
+            if copy > 0.0 {
+                self.timers.push((self.now + copy, e as u32, true));
+            } else {
+                self.post_msgs(e);
             }
             return;
         }
@@ -443,8 +478,10 @@ impl<'a> Engine<'a> {
             self.out.inter_bytes += bytes * mult;
             self.cl.inter.latency_us
         };
+        let active = self.now + lat * lat_mult;
         for x in [se, re] {
             self.ents[x].last_start = self.now;
+            self.ents[x].active_from = self.ents[x].active_from.max(active);
         }
         self.flows.push(Flow {
             res,

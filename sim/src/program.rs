@@ -1,6 +1,8 @@
 //! Compact programs: a rank's [`Schedule`] reduced to what costs time —
-//! per step, the messages (peer, bytes, direction) and the bytes of local
-//! work (copies and reductions) — with consecutive alike steps stored once
+//! per step, the messages (peer, bytes, direction), the bytes copied
+//! locally (done before the step's messages, as the executor does) and the
+//! bytes reduced on receipt (done piece by piece as the data arrives, so
+//! overlapped with the transfer) — with consecutive alike steps stored once
 //! with a repeat count.
 
 use comm_core::schedule::{Op, Schedule};
@@ -21,8 +23,11 @@ pub struct Msg {
 pub struct Run {
     /// Messages of one step (bytes are the mean over the merged steps).
     pub msgs: Vec<Msg>,
-    /// Bytes of local work (copies, reductions) of one step.
+    /// Bytes copied locally (`Copy`) in one step, before its messages.
     pub local_bytes: f64,
+    /// Bytes reduced on receipt (`RecvReduce`) in one step, overlapped
+    /// with the step's transfers.
+    pub reduce_bytes: f64,
     /// How many steps.
     pub repeat: u32,
 }
@@ -52,6 +57,7 @@ impl Program {
         for step in &s.steps {
             let mut msgs = Vec::new();
             let mut local = 0.0;
+            let mut reduce = 0.0;
             for op in &step.ops {
                 match *op {
                     Op::Send { peer, src } => msgs.push(Msg {
@@ -70,7 +76,7 @@ impl Program {
                             bytes: dst.len as f64 * e,
                             send: false,
                         });
-                        local += dst.len as f64 * e;
+                        reduce += dst.len as f64 * e;
                     }
                     Op::Copy { src, .. } => local += src.len as f64 * e,
                     Op::Finalize { .. } => {}
@@ -79,7 +85,8 @@ impl Program {
             let alike = |r: &Run| {
                 r.msgs.len() == msgs.len()
                     && (r.local_bytes - local).abs() <= tolerance.max(0.0) * local + e
-                    && (tolerance >= 0.0 || r.local_bytes == local)
+                    && (r.reduce_bytes - reduce).abs() <= tolerance.max(0.0) * reduce + e
+                    && (tolerance >= 0.0 || (r.local_bytes == local && r.reduce_bytes == reduce))
                     && r.msgs.iter().zip(&msgs).all(|(a, b)| {
                         a.peer == b.peer
                             && a.send == b.send
@@ -106,6 +113,7 @@ impl Program {
                     runs.push(Run {
                         msgs,
                         local_bytes: local,
+                        reduce_bytes: reduce,
                         repeat: 1,
                     });
                 }

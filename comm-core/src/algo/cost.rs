@@ -29,13 +29,27 @@ pub(super) fn ring_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     2.0 * (nf - 1.0) * (blocks * link.alpha_us + b / nf / link.bytes_per_us)
 }
 
-/// Hierarchical all-reduce: intra-node ring phases and a cross-node ring.
-pub(super) fn hier_all_reduce(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+/// Hierarchical all-reduce as `algo::hier_all_reduce` runs it: blocks of
+/// `max_local × chunk` bytes one after another, each an intra-node ring
+/// reduce-scatter, a cross-node ring all-reduce of the block's shards and an
+/// intra-node ring all-gather. Every block pays every step's latency (the
+/// blocks are not pipelined against each other); the bytes are the same as
+/// one pass over the whole buffer. The cross-node term charges the node's
+/// shards of a step, `block / nnodes`, to one inter link (a NIC per node;
+/// with a NIC per rank the simulator's time is lower).
+pub(super) fn hier_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     let b = bytes as f64;
     let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
-    let intra = 2.0 * (ll - 1.0) * (sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
-    let inter = 2.0 * (nn - 1.0) * (sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
+    let blocks = hier_blocks(sh, bytes, chunk);
+    let intra = 2.0 * (ll - 1.0) * (blocks * sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
+    let inter = 2.0 * (nn - 1.0) * (blocks * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
     intra + inter
+}
+
+/// Blocks of `algo::hier_all_reduce`: `bytes` in pieces of `max_local ×
+/// chunk` bytes (at least one).
+pub(super) fn hier_blocks(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    (bytes.div_ceil(sh.max_local.max(1).saturating_mul(chunk.max(1)))).max(1) as f64
 }
 
 /// Ring reduce-scatter / all-gather: n - 1 steps of one block.
@@ -51,12 +65,17 @@ pub(super) fn hier_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
     (ll - 1.0) * sh.intra.msg(b / ll) + (nn - 1.0) * sh.inter.msg(b / nn)
 }
 
-/// Pipelined binomial-tree all-reduce: reduce then broadcast.
+/// Pipelined binomial-tree all-reduce: reduce then broadcast, `l + k − 1`
+/// steps each. In a full pipeline the root takes one chunk per level in
+/// flight in every step of the reduce (and gives one per level in the
+/// broadcast), all on its one link: a step is one latency plus `min(l, k)`
+/// chunks' transfer.
 pub(super) fn tree_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     let b = bytes as f64;
     let l = ceil_log2(sh.nranks) as f64;
     let k = chunks(bytes, chunk);
-    2.0 * (l + k - 1.0) * sh.slowest().msg(b / k)
+    let link = sh.slowest();
+    2.0 * (l + k - 1.0) * (link.alpha_us + l.min(k).max(1.0) * b / k / link.bytes_per_us)
 }
 
 /// Recursive doubling: ⌈log2 n⌉ full exchanges, two more to fold a
