@@ -7,161 +7,16 @@
 //! at start-up) and a fresh `XDG_CACHE_HOME` (so the kernel cache starts
 //! empty and compile times are real).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use device::nvrtc::{self, CompiledModule};
-use device::{Arch, DeviceError};
+use device::nvrtc;
+use device::DeviceError;
 use kernels::DataType;
 
-const CHILD_ENV: &str = "SNCL_NVRTC_TEST_CHILD";
-const PTXAS_ENV: &str = "SNCL_NVRTC_TEST_PTXAS";
-
-const ARCHES: [Arch; 2] = [Arch { major: 8, minor: 0 }, Arch { major: 9, minor: 0 }];
-
-/// What scripts/cuda-wheels.sh reports.
-struct Wheels {
-    lib: PathBuf,
-    ptxas: PathBuf,
-}
-
-/// Installs the wheels once per process; `None` (with the reason printed)
-/// where pip is absent.
-fn wheels() -> Option<&'static Wheels> {
-    static WHEELS: std::sync::OnceLock<Option<Wheels>> = std::sync::OnceLock::new();
-    WHEELS.get_or_init(install).as_ref()
-}
-
-fn install() -> Option<Wheels> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cuda-wheels.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(2) {
-        eprintln!("SKIPPED: pip is not available, so NVRTC cannot be installed: {stderr}");
-        return None;
-    }
-    assert!(
-        out.status.success(),
-        "{} failed:\n{stderr}",
-        script.display()
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let get = |key: &str| {
-        stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("{} printed no {key}:\n{stdout}", script.display()))
-    };
-    Some(Wheels {
-        lib: get("NVRTC_LIB_DIR"),
-        ptxas: get("PTXAS"),
-    })
-}
-
-/// In the parent: runs test `name` again in a child process set up for
-/// NVRTC and returns false. In the child: returns true.
-fn in_child(name: &str) -> bool {
-    if std::env::var_os(CHILD_ENV).is_some() {
-        return true;
-    }
-    let Some(w) = wheels() else { return false };
-    let cache =
-        std::env::temp_dir().join(format!("sncl-nvrtc-test-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_dir_all(&cache);
-    let mut ld = std::ffi::OsString::from(&w.lib);
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        ld.push(":");
-        ld.push(old);
-    }
-    let started = Instant::now();
-    let status = Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .env(PTXAS_ENV, &w.ptxas)
-        .env("LD_LIBRARY_PATH", ld)
-        .env("XDG_CACHE_HOME", &cache)
-        .env_remove("SNCL_CUDA_INCLUDE")
-        .status()
-        .expect("starting the child test process");
-    let _ = std::fs::remove_dir_all(&cache);
-    assert!(
-        status.success(),
-        "the child process of {name} failed: {status}"
-    );
-    eprintln!("{name}: child process done in {:?}", started.elapsed());
-    false
-}
-
-fn sm(arch: Arch) -> String {
-    format!("sm_{}{}", arch.major, arch.minor)
-}
-
-/// Runs `ptxas -v -arch=sm_XY` on the PTX; fails on an error or any spill.
-fn ptxas_check(ptx: &str, arch: Arch, what: &str) {
-    let ptxas = std::env::var_os(PTXAS_ENV).expect("the parent passes ptxas's path");
-    let dir = std::env::temp_dir().join(format!("sncl-ptxas-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join(format!("{what}-{}.ptx", sm(arch)));
-    std::fs::write(&input, ptx).unwrap();
-    let out = Command::new(&ptxas)
-        .arg("-v")
-        .arg(format!("-arch={}", sm(arch)))
-        .arg(&input)
-        .arg("-o")
-        .arg(dir.join(format!("{what}-{}.cubin", sm(arch))))
-        .output()
-        .expect("running ptxas");
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "ptxas {} on {what} failed:\n{log}",
-        sm(arch)
-    );
-    assert!(
-        !log.contains("error"),
-        "ptxas {} on {what}:\n{log}",
-        sm(arch)
-    );
-    let spills = spill_counts(&log);
-    assert!(
-        !spills.is_empty() || !log.contains("Compiling entry"),
-        "no spill lines in:\n{log}"
-    );
-    assert!(
-        spills.iter().all(|&n| n == 0),
-        "{what} spills registers on {}:\n{log}",
-        sm(arch)
-    );
-}
-
-/// Every "N bytes spill stores/loads" count in ptxas -v output.
-fn spill_counts(log: &str) -> Vec<u64> {
-    let words: Vec<&str> = log
-        .split([' ', ',', '\n'])
-        .filter(|w| !w.is_empty())
-        .collect();
-    words
-        .windows(3)
-        .filter(|w| w[1] == "bytes" && w[2] == "spill")
-        .filter_map(|w| w[0].parse().ok())
-        .collect()
-}
-
-fn compile_timed(source: &str, headers: &[(&str, &str)], arch: Arch) -> (CompiledModule, f64) {
-    let t = Instant::now();
-    let m = nvrtc::compile(source, headers, arch).unwrap_or_else(|e| panic!("{e}"));
-    (m, t.elapsed().as_secs_f64() * 1e3)
-}
+#[path = "common/nvrtc.rs"]
+mod nvrtc_common;
+use nvrtc_common::*;
 
 const TINY: &str = r#"
 #include "tiny.h"

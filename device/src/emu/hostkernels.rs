@@ -7,7 +7,7 @@
 //! on the calling thread; the kernels are grid-stride loops, so any shape
 //! gives the same bits. [`reduce_copy_with_shape`] and [`divide_with_shape`]
 //! choose the shape (tests use them to cover several); the crate-internal
-//! [`reduce_copy`] and [`divide`] pick one with [`LaunchShape::for_count`].
+//! `reduce_copy` and `divide` pick one with [`LaunchShape::for_count`].
 
 use kernels::{cuda, DataType, ReduceOp};
 
