@@ -14,9 +14,10 @@
 //! the operand order is the same); the error-feedback residual lives in
 //! device memory ([`DeviceFeedback`]).
 //!
-//! Supported codecs: what the device encodes — fp16, bf16, int8 (nearest
-//! and stochastic) and exact top-k (`topk-exact:<ratio>`); sampled top-k is
-//! an error that says so.
+//! Codecs: fp16, bf16, int8 (nearest and stochastic), top-k exact and
+//! sampled. Sampled top-k encodings vary in length: they are gathered at
+//! their largest size and their headers read back (one host round trip)
+//! before they are decoded.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -147,6 +148,42 @@ impl Ctx<'_> {
         unsafe { self.dev.codec(self.stream, op) }.map_err(|e| self.err(what, e))
     }
 
+    /// The byte lengths (4 + 8k) of the `n` top-k encodings gathered at
+    /// `all`, `stride` bytes apart, from their headers; waits for the
+    /// stream (the gather) first.
+    fn topk_lengths(&mut self, all: DevicePtr, stride: usize, n: usize) -> Result<Vec<usize>> {
+        let mut heads = vec![[0u8; 4]; n];
+        for (r, h) in heads.iter_mut().enumerate() {
+            // SAFETY: `all` holds n × stride bytes (stride ≥ 4); `h` lives
+            // until the synchronisation below.
+            unsafe {
+                self.dev
+                    .copy_d2h_async(h.as_mut_ptr(), all.add(r * stride), 4, self.stream)
+            }
+            .map_err(|e| self.err("reading the top-k headers", e))?;
+        }
+        self.dev
+            .synchronize(self.stream, self.deadline)
+            .map_err(|e| self.err("reading the top-k headers", e))?;
+        heads
+            .iter()
+            .enumerate()
+            .map(|(r, h)| {
+                let len = 4 + 8 * u32::from_le_bytes(*h) as usize;
+                if len > stride {
+                    return Err(Error::InvalidArgument {
+                        rank: self.rank,
+                        op: OP,
+                        detail: format!(
+                            "rank {r}'s top-k encoding claims {len} bytes, at most {stride} fit"
+                        ),
+                    });
+                }
+                Ok(len)
+            })
+            .collect()
+    }
+
     /// A workspace for one codec operation.
     fn workspace(&mut self, codec: &Codec, n: usize) -> Result<DevicePtr> {
         self.zeroed(dcodec::workspace_bytes(codec, n), "a codec workspace")
@@ -184,12 +221,6 @@ impl Communicator {
             return Err(invalid(format!(
                 "{} is not supported with compression (sum or avg)",
                 op.name()
-            )));
-        }
-        if let Codec::TopK { sampled: true, .. } = codec {
-            return Err(invalid(format!(
-                "{} (sampled top-k) does not encode on the device yet; use topk-exact",
-                codec.name()
             )));
         }
         let dev = self.bound_device().ok_or_else(|| {
@@ -408,15 +439,22 @@ fn cross_tier(
         // until the end of the call.
         let w = unsafe { comm.all_gather_device_raw(enc, all, enc_len, DataType::Uint8, stream) }?;
         cx.works.push(w);
+        // Exact top-k encodings are exactly `enc_len` long; sampled ones are
+        // at most that, their length is in their header (the count k):
+        // read the gathered headers (the one host round trip).
+        let lens: Vec<usize> = match codec {
+            Codec::TopK { sampled: true, .. } => cx.topk_lengths(all, enc_len, n)?,
+            _ => vec![enc_len; n],
+        };
         cx.zero(data, len * 4, "the sum")?;
-        for r in 0..n {
+        for (r, &actual) in lens.iter().enumerate() {
             let ws = cx.workspace(codec, len)?;
             cx.statuses.push(ws);
             cx.codec(
                 &CodecOp::Decode {
                     codec,
                     srcs: &[all.add(r * enc_len)],
-                    enc_len,
+                    enc_len: actual,
                     n: len,
                     dst: data,
                     add: true,
