@@ -20,7 +20,11 @@
 #   5 commbench   commbench all_reduce --np 2 --device cuda over shm staging
 #   6 codecs      every codec kernel's output vs the CPU codec (compress) on
 #                 the device: the codec suite (device/tests/codec_suite.rs)
-#   7 codec-bandwidth  codec encode/decode vs a device-to-device copy in the
+#   7 cudarc-slices  collectives on cudarc's CudaSlice (tests/cuda_slices.rs)
+#   8 compressed  commbench --device cuda --compress int8: compressed
+#                 all_reduce on device buffers, 2 processes, checked bit for
+#                 bit against the host form
+#   9 codec-bandwidth  codec encode/decode vs a device-to-device copy in the
 #                 same run (>= 64 MiB; bytes read + written), first-use compile
 # Exits non-zero when any section fails or prints a wrong value. Each
 # section's limit is cut to what is left of TOTAL_LIMIT (290 s), so the whole
@@ -29,14 +33,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=target/gpu-check
 
-# The path of device test executable $1 (built in release with emu).
+# The path of test executable $1 (built in release; the device crate's with
+# emu unless package arguments follow).
 test_exe() {
-    cargo test --release -p device --features emu --test "$1" --no-run --message-format=json 2>/dev/null |
+    local name=$1
+    shift
+    (($#)) || set -- -p device --features emu
+    cargo test --release "$@" --test "$name" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])' "$1" | tail -1
+        print(m["executable"])' "$name" | tail -1
 }
 
 prepare() {
@@ -44,15 +52,18 @@ prepare() {
     rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
     cargo build --release -p commbench
     cargo build --release -p device --features emu --example kernel_bandwidth --example codec_bandwidth
-    local suite codecs
+    local suite codecs slices
     suite=$(test_exe suite)
     [[ -n $suite ]] || { echo "gpu-check: the device suite did not build" >&2; exit 1; }
     codecs=$(test_exe codec_suite)
     [[ -n $codecs ]] || { echo "gpu-check: the codec suite did not build" >&2; exit 1; }
+    slices=$(test_exe cuda_slices -p sncl --features cuda)
+    [[ -n $slices ]] || { echo "gpu-check: the cudarc slice test did not build" >&2; exit 1; }
     cp target/release/commbench "$OUT_DIR/"
     cp target/release/examples/kernel_bandwidth target/release/examples/codec_bandwidth "$OUT_DIR/"
     cp "$suite" "$OUT_DIR/device-suite"
     cp "$codecs" "$OUT_DIR/codec-suite"
+    cp "$slices" "$OUT_DIR/cuda-slices"
     strip "$OUT_DIR"/*
     du -sh "$OUT_DIR"
     local kib
@@ -65,7 +76,7 @@ if [[ ${1:-} == --prepare ]]; then
     exit
 fi
 
-for exe in device-suite codec-suite codec_bandwidth; do
+for exe in device-suite codec-suite codec_bandwidth cuda-slices; do
     [[ -x $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
 done
 TOTAL_LIMIT=290
@@ -99,6 +110,8 @@ rm -rf "$CACHE"
 section commbench 60 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 256M -f 4 -c 1
 section codecs 60 "$OUT_DIR/codec-suite" --test-threads=1
 CACHE=$(mktemp -d)
+section cudarc-slices 30 "$OUT_DIR/cuda-slices" --test-threads=1
+section compressed 40 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 1M -e 64M -f 8 -c 1 --compress int8 --compress-scope flat
 section codec-bandwidth 60 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/codec_bandwidth" cuda 64 10
 rm -rf "$CACHE"
 if ((${#FAILED[@]})); then
