@@ -14,6 +14,10 @@
 //! the operand order is the same); the error-feedback residual lives in
 //! device memory ([`DeviceFeedback`]).
 //!
+//! The owner's step is fused for fp16 / bf16 (one decode-sum-encode pass
+//! over up to 8 encodings); other codecs decode-and-add into an f32
+//! scratch, then re-encode.
+//!
 //! Codecs: fp16, bf16, int8 (nearest and stochastic), top-k exact and
 //! sampled. Sampled top-k encodings vary in length: they are gathered at
 //! their largest size and their headers read back (one host round trip)
@@ -507,36 +511,52 @@ fn cross_tier(
     if !mine.is_empty() {
         let m = mine.len();
         let enc_len = codec.max_encoded_len(m);
-        let acc = cx.zeroed(m * 4, "the reduced part")?;
-        let ws = cx.workspace(codec, m)?;
         let srcs: Vec<DevicePtr> = (0..n).map(|r| recv.add(r * stride)).collect();
-        for batch in srcs.chunks(kernels::cuda_codec::MAX_SRCS) {
+        let fused =
+            matches!(codec, Codec::Fp16 | Codec::Bf16) && n <= kernels::cuda_codec::MAX_SRCS;
+        if fused {
+            // One pass: decode, sum in f32 from +0, re-encode.
             cx.codec(
-                &CodecOp::Decode {
+                &CodecOp::DecodeSumEncode {
                     codec,
-                    srcs: batch,
-                    enc_len,
+                    srcs: &srcs,
                     n: m,
-                    dst: acc,
-                    add: true,
+                    dst: own,
+                    sum: None,
+                },
+                "summing and re-encoding the received parts",
+            )?;
+        } else {
+            let acc = cx.zeroed(m * 4, "the reduced part")?;
+            let ws = cx.workspace(codec, m)?;
+            for batch in srcs.chunks(kernels::cuda_codec::MAX_SRCS) {
+                cx.codec(
+                    &CodecOp::Decode {
+                        codec,
+                        srcs: batch,
+                        enc_len,
+                        n: m,
+                        dst: acc,
+                        add: true,
+                        workspace: ws,
+                    },
+                    "summing the received parts",
+                )?;
+            }
+            let ws = cx.workspace(codec, m)?;
+            cx.codec(
+                &CodecOp::Encode {
+                    codec,
+                    src: acc,
+                    n: m,
+                    dst: own,
+                    seed: None,
+                    feedback: None,
                     workspace: ws,
                 },
-                "summing the received parts",
+                "re-encoding the reduced part",
             )?;
         }
-        let ws = cx.workspace(codec, m)?;
-        cx.codec(
-            &CodecOp::Encode {
-                codec,
-                src: acc,
-                n: m,
-                dst: own,
-                seed: None,
-                feedback: None,
-                workspace: ws,
-            },
-            "re-encoding the reduced part",
-        )?;
     }
     let gathered = cx.zeroed(stride * n, "the gathered parts")?;
     // SAFETY: `own` holds stride bytes, `gathered` n × stride.

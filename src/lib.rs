@@ -31,6 +31,9 @@ struct FuzzingDoctests;
 #[doc = include_str!("../docs/PERF.md")]
 struct PerfDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/RDMA.md")]
+struct RdmaDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/SECURITY.md")]
 struct SecurityDoctests;
 

@@ -306,7 +306,7 @@ fn reduce_copy_matches_the_cpu_fold_for_every_kernel() {
         }
     }
     assert_eq!(
-        pairs, 68,
+        pairs, 78,
         "every (dtype, op) of reduce_copy_kernels, avg included"
     );
 }

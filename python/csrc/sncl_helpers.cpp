@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include <c10/util/Exception.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
 
 namespace sncl_torch {
 
@@ -88,6 +90,12 @@ std::optional<snclDataType_t> snclType(at::ScalarType st) {
       return snclFloat64;
     case at::kBFloat16:
       return snclBfloat16;
+    // OCP fp8 as NCCL 2.24 (torch's *_fnuz variants are another encoding:
+    // refused).
+    case at::kFloat8_e4m3fn:
+      return snclFloat8e4m3;
+    case at::kFloat8_e5m2:
+      return snclFloat8e5m2;
     default:
       return std::nullopt;
   }
@@ -216,6 +224,16 @@ Scalar8 encodeScalar(double f, snclDataType_t dt) {
     }
     case snclBfloat16: {
       c10::BFloat16 v(static_cast<float>(f));
+      std::memcpy(s.b, &v.x, sizeof v.x);
+      break;
+    }
+    case snclFloat8e4m3: {
+      c10::Float8_e4m3fn v(static_cast<float>(f));
+      std::memcpy(s.b, &v.x, sizeof v.x);
+      break;
+    }
+    case snclFloat8e5m2: {
+      c10::Float8_e5m2 v(static_cast<float>(f));
       std::memcpy(s.b, &v.x, sizeof v.x);
       break;
     }

@@ -95,6 +95,21 @@ def main():
         for dt in (torch.int32, torch.int64, torch.int8, torch.uint8, torch.bool):
             res.run(f"all_reduce {str(op).split('.')[-1]} {str(dt)[6:]}", case_allreduce, op, dt)
 
+    def case_fp8(dtype, op):
+        # -1/0/1 per rank: sums and maxima are exact in both fp8 formats.
+        g = torch.Generator().manual_seed(next(seed))
+        base = torch.randint(-1, 2, (W, 301), generator=g).to(torch.float32)
+        y = base[R].to(dtype)
+        dist.all_reduce(y, op=op)
+        want = base.sum(0) if op == RO.SUM else base.max(0).values
+        got = y.to(torch.float32)
+        assert torch.equal(got, want), f"all_reduce {op} {dtype}: {got[:8]} vs {want[:8]}"
+        return "ref: exact sums of -1/0/1"
+
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for op in (RO.SUM, RO.MAX):
+            res.run(f"all_reduce {str(op).split('.')[-1]} {str(dt)[6:]}", case_fp8, dt, op)
+
     def case_avg(dtype):
         x = gen(dtype, (777,), next(seed), R)
         y = x.clone()
