@@ -134,6 +134,9 @@ pub struct Config {
     /// Where flight-recorder dumps go on timeout, abort or on demand
     /// (`SNCL_DEBUG_DUMP_DIR`; none: no automatic dumps).
     pub debug_dump_dir: Option<std::path::PathBuf>,
+    /// Pieces carry a CRC32C of their payload, verified on receipt
+    /// (`SNCL_CHECKSUM=1`; every rank must agree).
+    pub checksum: bool,
 }
 
 impl Default for Config {
@@ -152,6 +155,7 @@ impl Default for Config {
             tiers: crate::topofile::TierSpec::default(),
             flight_recorder_entries: crate::flight::DEFAULT_ENTRIES,
             debug_dump_dir: None,
+            checksum: false,
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct OpContext {
     pub timeout: Duration,
     /// How long a waiter spins before it yields the core.
     pub spin: Duration,
+    /// Pieces carry the CRC32C of their payload and received pieces are
+    /// verified before use (`SNCL_CHECKSUM=1`).
+    pub checksum: bool,
 }
 
 /// Set from any thread to make the running operation give up at its next
@@ -421,13 +424,52 @@ fn waiting_peers(ops: &[Op], states: &[OpState]) -> Vec<usize> {
     v
 }
 
-fn header(ctx: &OpContext, len: usize) -> PieceHeader {
+/// The header of a piece with payload `data` (its CRC32C when the
+/// operation checksums pieces).
+fn header(ctx: &OpContext, data: &[u8]) -> PieceHeader {
     PieceHeader {
+        checksum: ctx.checksum.then(|| crate::wire::piece_checksum(data)),
         comm_id: ctx.comm_id,
         seq: ctx.seq,
         fingerprint: ctx.fingerprint,
-        len: len as u32,
+        len: data.len() as u32,
     }
+}
+
+/// Verifies a received piece's checksum (bytes `at..at + data.len()` of a
+/// message of `total` bytes from `peer`): a mismatch, or a missing checksum
+/// where this rank expects one, is corrupt data from that peer.
+fn verify_checksum(
+    ctx: &OpContext,
+    peer: usize,
+    h: &PieceHeader,
+    data: &[u8],
+    (at, total): (usize, usize),
+) -> Result<()> {
+    let corrupt = |detail: String| peer_failed(ctx, TransportError::Corrupt { peer, detail });
+    match h.checksum {
+        Some(want) => {
+            let got = crate::wire::piece_checksum(data);
+            if got != want {
+                return Err(corrupt(format!(
+                    "{} (seq {}): the piece at bytes {at}..{} of {total} has CRC32C {got:#010x}, \
+                     its sender computed {want:#010x} (the data changed in memory or on the link)",
+                    ctx.fingerprint,
+                    ctx.seq,
+                    at + data.len()
+                )));
+            }
+        }
+        None if ctx.checksum => {
+            return Err(corrupt(format!(
+                "{} (seq {}): the piece at bytes {at}.. of {total} carries no checksum and \
+                 SNCL_CHECKSUM=1 here (ranks must agree on SNCL_CHECKSUM)",
+                ctx.fingerprint, ctx.seq
+            )))
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// Pushes as many pieces of `src` as the connection takes now and the
@@ -446,7 +488,7 @@ fn send_some<M: Memory>(
     loop {
         let n = max.min(total - st.done);
         let sent = bufs.with_piece(src, esize, st.done, n, |b| {
-            conn.try_send(&header(ctx, n), b)
+            conn.try_send(&header(ctx, b), b)
         })?;
         // Not staged yet (device memory): like no room now, try later.
         let Some(sent) = sent else {
@@ -517,6 +559,7 @@ fn recv_some<M: Memory>(
                     ),
                 });
             }
+            verify_checksum(ctx, peer, h, data, (done, total))?;
             match local {
                 None => bufs.write_at(dst, esize, done, data),
                 Some(l) => bufs.reduce_at(l, dst, esize, done, data, ctx.dtype, ctx.op),
@@ -572,6 +615,18 @@ mod tests {
     }
 
     fn recv_one(ours: u64, theirs: u64, their_fp: Fingerprint) -> Result<()> {
+        recv_checked(ours, theirs, their_fp, false, None)
+    }
+
+    /// Receives one 8-byte piece of zeros whose header carries `sent`, on
+    /// a rank that checksums pieces when `checksum`.
+    fn recv_checked(
+        ours: u64,
+        theirs: u64,
+        their_fp: Fingerprint,
+        checksum: bool,
+        sent: Option<u32>,
+    ) -> Result<()> {
         let ctx = OpContext {
             rank: 0,
             nranks: 2,
@@ -582,6 +637,7 @@ mod tests {
             op: ReduceOp::Sum,
             timeout: Duration::from_secs(5),
             spin: Duration::ZERO,
+            checksum,
         };
         let mut sched = Schedule::new(2, 0);
         sched.push(vec![Op::Recv {
@@ -603,6 +659,7 @@ mod tests {
             .with_peer_buffers(vec![(dst.as_mut_ptr(), dst.len())])
         };
         let header = PieceHeader {
+            checksum: sent,
             comm_id: theirs,
             seq: 3,
             fingerprint: their_fp,
@@ -621,6 +678,37 @@ mod tests {
             root: -1,
             count: 0,
         }
+    }
+
+    #[test]
+    fn checksummed_pieces_are_verified() {
+        let fp = sendrecv_fp();
+        let good = crate::wire::piece_checksum(&[0u8; 8]);
+        recv_checked(7, 7, fp, true, Some(good)).expect("a matching CRC32C passes");
+        // A receiver that does not checksum still verifies what it is given.
+        let e = recv_checked(7, 7, fp, false, Some(good ^ 1)).expect_err("a bad CRC32C fails");
+        let msg = e.to_string();
+        assert!(
+            matches!(
+                e,
+                Error::PeerFailed {
+                    failed_rank: Some(1),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        for want in [
+            "rank 0",
+            "peer rank 1",
+            "CRC32C",
+            "bytes 0..8 of 8",
+            "seq 3",
+        ] {
+            assert!(msg.contains(want), "{msg:?} lacks {want:?}");
+        }
+        let e = recv_checked(7, 7, fp, true, None).expect_err("a missing checksum fails");
+        assert!(e.to_string().contains("SNCL_CHECKSUM"), "{e}");
     }
 
     #[test]

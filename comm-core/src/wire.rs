@@ -153,10 +153,21 @@ pub struct PieceHeader {
     pub fingerprint: Fingerprint,
     /// Payload bytes of this piece.
     pub len: u32,
+    /// CRC32C of the payload, when the sender checksums pieces
+    /// (`SNCL_CHECKSUM=1`); the receiver verifies it before using the data.
+    pub checksum: Option<u32>,
 }
 
 /// Encoded size of a [`PieceHeader`].
-pub const HEADER_BYTES: usize = 40;
+pub const HEADER_BYTES: usize = 48;
+/// Header flag (byte 27): bytes 40..44 hold the payload's CRC32C.
+const FLAG_CHECKSUM: u8 = 1;
+
+/// The CRC32C (Castagnoli) of `data`, as [`PieceHeader::checksum`] carries
+/// it (hardware-accelerated where the CPU has it).
+pub fn piece_checksum(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
 const HEADER_MAGIC: u32 = 0x534e_434c; // "SNCL"
 
 /// A header that does not decode.
@@ -174,9 +185,15 @@ impl PieceHeader {
         out[24] = self.fingerprint.collective as u8;
         out[25] = self.fingerprint.dtype as u8;
         out[26] = self.fingerprint.op as u8;
-        out[27] = 0;
+        out[27] = if self.checksum.is_some() {
+            FLAG_CHECKSUM
+        } else {
+            0
+        };
         out[28..32].copy_from_slice(&self.fingerprint.root.to_le_bytes());
         out[32..40].copy_from_slice(&self.fingerprint.count.to_le_bytes());
+        out[40..44].copy_from_slice(&self.checksum.unwrap_or(0).to_le_bytes());
+        out[44..48].fill(0);
     }
 
     /// Reads a header, rejecting anything that is not one.
@@ -189,7 +206,11 @@ impl PieceHeader {
         let collective = Collective::from_u8(b[24]).ok_or(HeaderError("unknown collective"))?;
         let dtype = DataType::from_u8(b[25]).ok_or(HeaderError("unknown dtype"))?;
         let op = ReduceOp::from_u8(b[26]).ok_or(HeaderError("unknown reduce op"))?;
+        if b[27] & !FLAG_CHECKSUM != 0 {
+            return Err(HeaderError("unknown flags"));
+        }
         Ok(PieceHeader {
+            checksum: (b[27] & FLAG_CHECKSUM != 0).then(|| u32_at(40)),
             comm_id: u64_at(8),
             seq: u64_at(16),
             len: u32_at(4),
@@ -211,6 +232,7 @@ mod tests {
     #[test]
     fn header_round_trip() {
         let h = PieceHeader {
+            checksum: None,
             comm_id: 0xdead_beef_1234,
             seq: 77,
             len: 4096,
@@ -227,6 +249,22 @@ mod tests {
         assert_eq!(PieceHeader::decode(&b), Ok(h));
         b[0] ^= 1;
         assert!(PieceHeader::decode(&b).is_err());
+        // With a checksum: carried exactly; unknown flags are refused.
+        let c = PieceHeader {
+            checksum: Some(piece_checksum(b"sncl")),
+            ..h
+        };
+        c.encode(&mut b);
+        assert_eq!(PieceHeader::decode(&b), Ok(c));
+        b[27] |= 2;
+        assert_eq!(PieceHeader::decode(&b), Err(HeaderError("unknown flags")));
+    }
+
+    /// CRC32C's check value (RFC 3720, "123456789" → 0xE3069283).
+    #[test]
+    fn piece_checksum_is_crc32c() {
+        assert_eq!(piece_checksum(b"123456789"), 0xe306_9283);
+        assert_eq!(piece_checksum(b""), 0);
     }
 
     /// Every dtype (the fp8 ones included) travels as its NCCL value; a
@@ -235,6 +273,7 @@ mod tests {
     fn every_dtype_round_trips() {
         for dtype in DataType::ALL {
             let h = PieceHeader {
+                checksum: None,
                 comm_id: 1,
                 seq: 2,
                 len: 3,
@@ -255,6 +294,7 @@ mod tests {
         assert_eq!(DataType::Float8e5m2 as u8, 11);
         let mut b = [0u8; HEADER_BYTES];
         PieceHeader {
+            checksum: None,
             comm_id: 1,
             seq: 2,
             len: 3,

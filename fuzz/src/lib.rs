@@ -257,6 +257,7 @@ pub fn capi_unique_id(data: &[u8]) {
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     let header = {
         let h = PieceHeader {
+            checksum: None,
             comm_id: 0x5eed,
             seq: 3,
             len: 64,

@@ -179,6 +179,7 @@ impl Inner {
             op: op.op,
             timeout: self.config.timeout,
             spin: self.spin,
+            checksum: self.config.checksum,
         };
         *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();

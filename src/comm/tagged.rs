@@ -415,6 +415,7 @@ impl Inner {
             while first || off < data.len() {
                 let n = max.min(data.len() - off);
                 let h = PieceHeader {
+                    checksum: None,
                     comm_id,
                     seq: 0,
                     fingerprint: fp,

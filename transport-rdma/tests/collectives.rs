@@ -116,6 +116,7 @@ fn run_case(
         op,
         timeout: Duration::from_secs(20),
         spin: Duration::from_micros(50),
+        checksum: false,
     };
     execute(&sched, &ctx, &bufs, conns, None, None)
         .map_err(|e| format!("{coll:?}/{algo:?} {dtype:?}: {e}"))?;

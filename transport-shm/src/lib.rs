@@ -201,6 +201,7 @@ mod tests {
 
     fn hdr(len: usize) -> PieceHeader {
         PieceHeader {
+            checksum: None,
             comm_id: 1,
             seq: 1,
             len: len as u32,

@@ -25,6 +25,7 @@ const PIECE: usize = DEFAULT_MAX_PIECE;
 
 fn header(seq: u64) -> PieceHeader {
     PieceHeader {
+        checksum: None,
         comm_id: 1,
         seq,
         len: 0,

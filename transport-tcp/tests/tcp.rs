@@ -52,6 +52,7 @@ fn mesh(n: usize, nsocks: usize, max_piece: usize) -> Vec<Vec<TcpConnection>> {
 
 fn header(seq: u64, len: usize) -> PieceHeader {
     PieceHeader {
+        checksum: None,
         comm_id: COMM,
         seq,
         len: len as u32,

@@ -169,6 +169,32 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_CHECKSUM",
+        scope: Scope::Shared {
+            digest_key: "checksum",
+        },
+        values: Values::Choice(&["0", "1"]),
+        default: Value("0"),
+        doc: "`1`: every piece of a collective carries the CRC32C of its payload and the receiver \
+              verifies it before use (corrupt data is an error naming the peer; costs one pass \
+              over the data on each side)",
+        field: Field::Text {
+            put: |c, v| {
+                c.checksum = match v.trim() {
+                    "0" => false,
+                    "1" => true,
+                    other => {
+                        return Err(crate::Error::Config(format!(
+                            "SNCL_CHECKSUM={other:?}: expected 0 or 1"
+                        )))
+                    }
+                };
+                Ok(())
+            },
+            show: |c| u8::from(c.checksum).to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_TRANSPORT",
         scope: Scope::Shared {
             digest_key: "transport",

@@ -54,6 +54,7 @@ pub fn rdma_setup(rank: usize, slots: usize, slot_bytes: usize, qps: usize) -> R
 
 pub fn header(len: usize, seq: u64) -> PieceHeader {
     PieceHeader {
+        checksum: None,
         comm_id: 0x5eed,
         seq,
         len: len as u32,
