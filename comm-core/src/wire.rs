@@ -209,8 +209,12 @@ impl PieceHeader {
         if b[27] & !FLAG_CHECKSUM != 0 {
             return Err(HeaderError("unknown flags"));
         }
+        let has_checksum = b[27] & FLAG_CHECKSUM != 0;
+        if b[44..48] != [0; 4] || (!has_checksum && b[40..44] != [0; 4]) {
+            return Err(HeaderError("reserved bytes are not zero"));
+        }
         Ok(PieceHeader {
-            checksum: (b[27] & FLAG_CHECKSUM != 0).then(|| u32_at(40)),
+            checksum: has_checksum.then(|| u32_at(40)),
             comm_id: u64_at(8),
             seq: u64_at(16),
             len: u32_at(4),

@@ -45,12 +45,14 @@ fn declared_defaults_are_the_config_defaults() {
     }
 }
 
-/// The digest's wire format is unchanged: ranks of an older build adopt it.
+/// The digest's wire format (`key=value;...` in table order). `checksum`
+/// joined with SNCL_CHECKSUM, in the same change that grew the piece header
+/// to 48 bytes, so builds before it do not interoperate with this one anyway.
 #[test]
 fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
-        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;transport=auto"
+        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;transport=auto"
     );
     let c = Config::from_vars(&|k| match k {
         "SNCL_ALGO" => Some("all_reduce:tree;reduce:ring".into()),
@@ -61,7 +63,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         transport=tcp"
+         checksum=0;transport=tcp"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses
@@ -69,6 +71,9 @@ fn digest_wire_format() {
     assert!(b.adopt_digest("transport=UDP/IP").is_err());
     b.adopt_digest("transport=rdma").unwrap();
     assert_eq!(b.transport.forced(), Some("rdma"));
+    b.adopt_digest("checksum=1").unwrap();
+    assert!(b.checksum);
+    assert!(b.adopt_digest("checksum=yes").is_err());
     let e = b.adopt_digest("colour=blue").unwrap_err().to_string();
     assert!(e.contains("colour"), "{e}");
 }
