@@ -90,3 +90,32 @@ fn ranks_adopt_rank_0s_checksum_setting() {
         });
     }
 }
+
+/// Tagged point-to-point pieces carry and verify checksums too.
+#[test]
+fn checksummed_tagged_messages_arrive_intact() {
+    for (k, transport) in [TransportChoice::Auto, TransportChoice::Tcp]
+        .into_iter()
+        .enumerate()
+    {
+        let comms: Vec<Communicator> = init(2, 0xc5e0 + k as u64, transport, |_| true)
+            .into_iter()
+            .map(|c| c.expect("init"))
+            .collect();
+        std::thread::scope(|s| {
+            let (a, b) = (&comms[0], &comms[1]);
+            s.spawn(move || {
+                let msg: Vec<u32> = (0..50_000).collect();
+                a.send_tagged(&msg, 1, 7).expect("send_tagged");
+            });
+            s.spawn(move || {
+                let mut got = vec![0u32; 50_000];
+                b.recv_tagged(&mut got, Some(0), 7).expect("recv_tagged");
+                assert!(
+                    got.iter().enumerate().all(|(i, &x)| x == i as u32),
+                    "{transport}"
+                );
+            });
+        });
+    }
+}

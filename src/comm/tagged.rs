@@ -299,6 +299,26 @@ impl Mailbox {
                     // Not ours: an error leaves the piece in the transport.
                     return Err(Error::Config(String::new()));
                 }
+                if let Some(want) = h.checksum {
+                    let got = comm_core::wire::piece_checksum(data);
+                    if got != want {
+                        return Err(Error::PeerFailed {
+                            rank: me,
+                            op: h.fingerprint,
+                            seq: 0,
+                            failed_rank: Some(peer),
+                            source: comm_core::transport::TransportError::Corrupt {
+                                peer,
+                                detail: format!(
+                                    "a tagged piece of {} bytes has CRC32C {got:#010x}, its \
+                                     sender computed {want:#010x} (the data changed in memory \
+                                     or on the link)",
+                                    data.len()
+                                ),
+                            },
+                        });
+                    }
+                }
                 self.accept(me, peer, h, data, target)
             });
             match r {
@@ -415,7 +435,10 @@ impl Inner {
             while first || off < data.len() {
                 let n = max.min(data.len() - off);
                 let h = PieceHeader {
-                    checksum: None,
+                    checksum: self
+                        .config
+                        .checksum
+                        .then(|| comm_core::wire::piece_checksum(&data[off..off + n])),
                     comm_id,
                     seq: 0,
                     fingerprint: fp,
