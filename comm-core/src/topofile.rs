@@ -43,7 +43,8 @@ pub struct TierSpec {
 }
 
 /// Keys of a topology file that describe a whole cluster for the simulator
-/// (`sim` crate) and `commbench plan`; the runtime does not use them.
+/// (`sim` crate) and `commbench plan`; of these the runtime's planner uses
+/// only `intra.reduce_bandwidth` (to charge local reductions).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterKeys {
     /// `nodes`.

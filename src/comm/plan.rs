@@ -100,13 +100,24 @@ impl Inner {
             .find(|(c, _)| *c == coll)
             .map(|(_, a)| *a);
         let esize = dtype.size();
-        tune::choose(
+        // The topology file's local reduction speed (`intra.reduce_bandwidth`,
+        // B/s; e.g. written by `commbench calibrate`), so the runtime charges
+        // reductions as the simulator does; absent: reductions are free.
+        let reduce_bytes_per_us = self
+            .config
+            .tiers
+            .cluster
+            .reduce_bytes_per_s
+            .filter(|b| *b > 0.0)
+            .map(|b| b / 1e6);
+        tune::choose_reducing(
             coll,
             forced,
             &self.shape,
             count.saturating_mul(esize),
             esize,
             self.config.chunk_bytes,
+            reduce_bytes_per_us,
         )
     }
 
