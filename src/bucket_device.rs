@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use comm_core::{DataType, Error, Result};
 
-use crate::device::{DeviceBuffer, DevicePtr, StreamHandle};
+use crate::device::{device_error, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
 use crate::{BucketConfig, Communicator, Element, RawWork};
 
 const OP: &str = "device_bucketer";
@@ -84,23 +84,7 @@ impl<'c, 'g> DeviceBucketer<'c, 'g> {
     /// Adds the first `count` elements of `grad` (of type `T`); launches
     /// its bucket when full.
     pub fn add<T: Element>(&mut self, grad: &'g DeviceBuffer, count: usize) -> Result<()> {
-        if self.comm.bound_device().is_none() {
-            self.comm.bind_device(grad.device().clone())?;
-        }
-        let dev = self
-            .comm
-            .bound_device()
-            .ok_or_else(|| self.invalid("no device is bound".into()))?;
-        if !std::ptr::addr_eq(
-            std::sync::Arc::as_ptr(grad.device()),
-            std::sync::Arc::as_ptr(&dev),
-        ) {
-            return Err(self.invalid(format!(
-                "a gradient lives on another device than the communicator's ({} {})",
-                dev.backend().name(),
-                dev.ordinal()
-            )));
-        }
+        self.comm.bind_or_check(OP, "a gradient", grad.device())?;
         let bytes = count
             .checked_mul(T::DTYPE.size())
             .filter(|&b| b <= grad.bytes())
@@ -143,14 +127,8 @@ impl<'c, 'g> DeviceBucketer<'c, 'g> {
             .comm
             .bound_device()
             .ok_or_else(|| self.invalid("no device is bound".into()))?;
-        let device_err = |what: &str, e: crate::device::DeviceError| Error::Device {
-            rank: self.comm.rank(),
-            op: OP,
-            seq: None,
-            device: format!("{} device {}", dev.backend().name(), dev.ordinal()),
-            what: what.to_string(),
-            detail: e.to_string(),
-        };
+        let device_err =
+            |what: &str, e: DeviceError| device_error(self.comm.rank(), &dev, (OP, None), what, e);
         let storage = DeviceBuffer::new(&dev, bucket.bytes)
             .map_err(|e| device_err("allocating a bucket", e))?;
         for &(grad, off, len) in &bucket.members {
@@ -212,14 +190,13 @@ impl<'c, 'g> DeviceBucketer<'c, 'g> {
                 if let Err(e) = unsafe {
                     dev.copy_d2d_async(grad.ptr(), storage.ptr().add(off), len, self.stream)
                 } {
-                    first_err.get_or_insert(Error::Device {
-                        rank: self.comm.rank(),
-                        op: OP,
-                        seq: None,
-                        device: format!("{} device {}", dev.backend().name(), dev.ordinal()),
-                        what: "copying a reduced bucket back into its gradients".into(),
-                        detail: e.to_string(),
-                    });
+                    first_err.get_or_insert(device_error(
+                        self.comm.rank(),
+                        dev,
+                        (OP, None),
+                        "copying a reduced bucket back into its gradients",
+                        e,
+                    ));
                 }
             }
         }
@@ -241,14 +218,13 @@ impl<'c, 'g> DeviceBucketer<'c, 'g> {
         if let Some(dev) = dev {
             let deadline = Instant::now() + self.comm.inner.config.timeout;
             if let Err(e) = dev.synchronize(self.stream, deadline) {
-                first.get_or_insert(Error::Device {
-                    rank: self.comm.rank(),
-                    op: OP,
-                    seq: None,
-                    device: format!("{} device {}", dev.backend().name(), dev.ordinal()),
-                    what: "waiting for the stream".into(),
-                    detail: e.to_string(),
-                });
+                first.get_or_insert(device_error(
+                    self.comm.rank(),
+                    dev,
+                    (OP, None),
+                    "waiting for the stream",
+                    e,
+                ));
             }
         }
     }

@@ -29,7 +29,7 @@ use std::time::Instant;
 use comm_core::{DataType, Error, ReduceOp, Result};
 use compress::Codec;
 
-use crate::device::{Device, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
+use crate::device::{device_error, Device, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
 use crate::work::RawWork;
 use crate::{Communicator, CompressScope};
 use ::device::codec::{self as dcodec, CodecOp};
@@ -101,19 +101,7 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, what: &str, e: DeviceError) -> Error {
-        Error::Device {
-            rank: self.rank,
-            op: OP,
-            seq: None,
-            device: format!(
-                "{} device {} ({})",
-                self.dev.backend().name(),
-                self.dev.ordinal(),
-                self.dev.name()
-            ),
-            what: what.to_string(),
-            detail: e.to_string(),
-        }
+        device_error(self.rank, self.dev, (OP, None), what, e)
     }
 
     /// A zeroed device buffer of `bytes` (at least 1), kept for the call.
@@ -356,19 +344,7 @@ impl Communicator {
             op: OP,
             detail,
         };
-        if self.bound_device().is_none() {
-            self.bind_device(buf.device().clone())?;
-        }
-        let dev = self
-            .bound_device()
-            .ok_or_else(|| invalid("no bound device".into()))?;
-        if !std::ptr::addr_eq(Arc::as_ptr(buf.device()), Arc::as_ptr(&dev)) {
-            return Err(invalid(format!(
-                "the buffer lives on another device than the communicator's ({} {})",
-                dev.backend().name(),
-                dev.ordinal()
-            )));
-        }
+        self.bind_or_check(OP, "the buffer", buf.device())?;
         let need = count.checked_mul(4).filter(|&b| b <= buf.bytes());
         if need.is_none() {
             return Err(invalid(format!(

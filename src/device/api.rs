@@ -163,6 +163,45 @@ impl Communicator {
         Ok(dev)
     }
 
+    /// The bound device, after binding to `dev` when none is bound yet (the
+    /// first typed operation binds to its buffers' device, as NCCL uses the
+    /// current device); `dev` must be that device: else an error in `op`
+    /// saying that `what` lives on another device.
+    pub(crate) fn bind_or_check(
+        &self,
+        op: &'static str,
+        what: &str,
+        dev: &Arc<dyn Device>,
+    ) -> Result<Arc<dyn Device>> {
+        let inner = &self.inner;
+        if inner.device.get().is_none() {
+            if let Err(e) = self.bind_device(dev.clone()) {
+                // Lost a race with another binding thread: check against it.
+                if inner.device.get().is_none() {
+                    return Err(e);
+                }
+            }
+        }
+        let bound = self.bound_device().ok_or_else(|| Error::InvalidArgument {
+            rank: inner.rank,
+            op,
+            detail: "no device is bound to this communicator (call Communicator::bind_device)"
+                .into(),
+        })?;
+        if !same_device(dev, &bound) {
+            return Err(Error::InvalidArgument {
+                rank: inner.rank,
+                op,
+                detail: format!(
+                    "{what} lives on another device than the communicator's ({} {})",
+                    bound.backend().name(),
+                    bound.ordinal()
+                ),
+            });
+        }
+        Ok(bound)
+    }
+
     /// The device this communicator is bound to, if any.
     pub fn bound_device(&self) -> Option<Arc<dyn Device>> {
         self.inner.device.get().map(|b| b.dev.clone())
@@ -389,34 +428,8 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope DeviceBuffer,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        let inner = &self.comm.inner;
-        let invalid = |detail: String| Error::InvalidArgument {
-            rank: inner.rank,
-            op: coll.name(),
-            detail,
-        };
-        if inner.device.get().is_none() {
-            // The first typed operation binds the communicator to its
-            // buffers' device (as NCCL uses the current device).
-            if let Err(e) = self.comm.bind_device(send.device().clone()) {
-                if inner.device.get().is_none() {
-                    return Err(e);
-                }
-            }
-        }
-        let Some(b) = inner.device.get() else {
-            return Err(invalid(
-                "no device is bound to this communicator (call Communicator::bind_device)".into(),
-            ));
-        };
-        for (what, buf) in [("send", send), ("receive", recv)] {
-            if !same_device(buf.device(), &b.dev) {
-                return Err(invalid(format!(
-                    "the {what} buffer lives on another device than the communicator's ({} {})",
-                    b.dev.backend().name(),
-                    b.dev.ordinal()
-                )));
-            }
+        for (what, buf) in [("the send buffer", send), ("the receive buffer", recv)] {
+            self.comm.bind_or_check(coll.name(), what, buf.device())?;
         }
         self.device_op_on(
             coll,
