@@ -104,12 +104,20 @@ impl Ctx<'_> {
         device_error(self.rank, self.dev, (OP, None), what, e)
     }
 
-    /// A zeroed device buffer of `bytes` (at least 1), kept for the call.
-    fn zeroed(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
+    /// A device buffer of `bytes` (at least 1), kept for the call; for
+    /// buffers every byte of which is written before it is read or sent.
+    fn alloc(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
         let buf = DeviceBuffer::new(self.dev, bytes.max(1))
             .map_err(|e| self.err(&format!("allocating {what}"), e))?;
         let p = buf.ptr();
         self.temps.push(buf);
+        Ok(p)
+    }
+
+    /// A zeroed device buffer of `bytes` (at least 1), kept for the call:
+    /// an accumulator, or a buffer sent with bytes nothing writes.
+    fn zeroed(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
+        let p = self.alloc(bytes, what)?;
         self.zero(p, bytes, what)?;
         Ok(p)
     }
@@ -246,13 +254,14 @@ impl Communicator {
                     let (local, nodes) = (node.size(), replicas.size());
                     let unit = local * nodes;
                     let padded = count.div_ceil(unit) * unit;
-                    let full = cx.zeroed(padded * 4, "the padded buffer")?;
+                    let full = cx.alloc(padded * 4, "the padded buffer")?;
                     // SAFETY: `buf` holds `count` f32 (the caller's
                     // contract), `full` at least as many.
                     unsafe { dev.copy_d2d_async(full, buf, count * 4, stream) }
                         .map_err(|e| cx.err("copying into the padded buffer", e))?;
+                    cx.zero(full.add(count * 4), (padded - count) * 4, "the padding")?;
                     let shard_len = padded / local;
-                    let shard = cx.zeroed(shard_len * 4, "the node shard")?;
+                    let shard = cx.alloc(shard_len * 4, "the node shard")?;
                     // SAFETY: `full` holds local × shard_len f32 and
                     // `shard` shard_len, both kept until the end.
                     let w = unsafe {
@@ -414,7 +423,7 @@ fn cross_tier(
             },
             "encoding top-k",
         )?;
-        let all = cx.zeroed(enc_len * n, "the gathered top-k encodings")?;
+        let all = cx.alloc(enc_len * n, "the gathered top-k encodings")?;
         // SAFETY: `enc` holds enc_len bytes, `all` n × enc_len; both kept
         // until the end of the call.
         let w = unsafe { comm.all_gather_device_raw(enc, all, enc_len, DataType::Uint8, stream) }?;
@@ -469,7 +478,7 @@ fn cross_tier(
             "encoding a part",
         )?;
     }
-    let recv = cx.zeroed(stride * n, "the received parts")?;
+    let recv = cx.alloc(stride * n, "the received parts")?;
     // SAFETY: `send` and `recv` hold n × stride bytes, kept until the end.
     let w = unsafe {
         comm.enqueue_device(crate::DeviceOp::new(
@@ -534,7 +543,7 @@ fn cross_tier(
             )?;
         }
     }
-    let gathered = cx.zeroed(stride * n, "the gathered parts")?;
+    let gathered = cx.alloc(stride * n, "the gathered parts")?;
     // SAFETY: `own` holds stride bytes, `gathered` n × stride.
     let w = unsafe { comm.all_gather_device_raw(own, gathered, stride, DataType::Uint8, stream) }?;
     cx.works.push(w);
