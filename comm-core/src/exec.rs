@@ -485,10 +485,19 @@ fn send_some<M: Memory>(
     let total = src.len * esize;
     let max = piece_limit(conn, esize);
     let mut moved = 0;
+    let lend = bufs.pieces_outlive_step();
     loop {
         let n = max.min(total - st.done);
         let sent = bufs.with_piece(src, esize, st.done, n, |b| {
-            conn.try_send(&header(ctx, b), b)
+            if lend {
+                // SAFETY: `pieces_outlive_step` promises `b` is the
+                // operation's own memory, unchanged until the step ends, and
+                // the step does not end (see the drain in `execute`) before every
+                // connection it sent on has flushed.
+                unsafe { conn.try_send_lent(&header(ctx, b), b) }
+            } else {
+                conn.try_send(&header(ctx, b), b)
+            }
         })?;
         // Not staged yet (device memory): like no room now, try later.
         let Some(sent) = sent else {

@@ -51,6 +51,15 @@ pub trait Memory {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>>;
 
+    /// Whether the slices [`Memory::with_piece`] hands out are the
+    /// operation's memory itself, valid and unchanged until the step ends,
+    /// so that a transport may lend them instead of copying
+    /// ([`crate::transport::Connection::try_send_lent`]). Host buffers: yes.
+    /// Staged memory (device) answers no: its staging slots are reused.
+    fn pieces_outlive_step(&self) -> bool {
+        false
+    }
+
     /// Writes `data` (a received piece) at byte `at` of region `dst`.
     fn write_at(&self, dst: Region, esize: usize, at: usize, data: &[u8]) -> Result<()>;
 
@@ -72,6 +81,13 @@ pub trait Memory {
 }
 
 impl Memory for Buffers {
+    #[inline]
+    fn pieces_outlive_step(&self) -> bool {
+        // The caller's buffers stay lent until the operation completes, and
+        // a step never writes the regions it sends.
+        true
+    }
+
     #[inline]
     fn copy(&self, src: Region, dst: Region, esize: usize) -> Result<()> {
         Buffers::copy(self, src, dst, esize);

@@ -62,6 +62,26 @@ pub trait Connection: Send {
     /// `data` may be reused). `Ok(false)`: no room now, try later.
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError>;
 
+    /// As [`Connection::try_send`], but the transport may *lend* `data`
+    /// instead of copying it: after `Ok(true)` it may keep referring to the
+    /// bytes (a single-copy transport lets the receiver read them where
+    /// they lie) until [`Connection::flush`] returns `Ok(true)`. The
+    /// executor calls this only for memory whose pieces outlive the step
+    /// ([`crate::mem::Memory::pieces_outlive_step`]) and drains `flush`
+    /// before a step ends. The default copies, as `try_send`.
+    ///
+    /// # Safety
+    /// `data` stays valid for reads and unchanged until this connection's
+    /// `flush` returns `Ok(true)`, or until the operation fails (after which
+    /// the transport must not read it in this process).
+    unsafe fn try_send_lent(
+        &mut self,
+        header: &PieceHeader,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        self.try_send(header, data)
+    }
+
     /// If the next piece has arrived, hands it to `consume` as a borrowed
     /// slice (no copy: a reduction may read straight from the slot) and
     /// releases it afterwards; returns `Ok(true)`. `Ok(false)`: nothing yet.
