@@ -17,6 +17,7 @@ use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 
 use crate::mem::Buf;
+use crate::regcache::{RegCache, ZeroCopy};
 use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
 
 /// Immediate kinds (top two bits).
@@ -35,6 +36,11 @@ pub(crate) const RECV_TAG: u64 = 1 << 63;
 /// The wr_id of credits, aborts and probes (data writes carry their piece
 /// number).
 const CONTROL_WR_ID: u64 = u64::MAX;
+/// Data writes of lent pieces carry this bit with their piece number.
+const LENT_TAG: u64 = 1 << 62;
+/// Pieces smaller than this are copied to staging even when lent (a
+/// registration lookup and a second work request cost more than the copy).
+pub const ZERO_COPY_MIN: usize = 64 << 10;
 /// How often [`Connection::check_alive`] probes the peer.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
@@ -55,6 +61,7 @@ pub(crate) struct Parts {
     pub remote_fifo: (u64, u32),
     pub slots: usize,
     pub slot_bytes: usize,
+    pub regs: RegCache,
 }
 
 /// An RDMA connection to one peer (both directions).
@@ -84,6 +91,10 @@ pub struct RdmaConnection {
     broken: Option<(bool, String)>,
     last_probe: Instant,
     wcs: Vec<WorkCompletion>,
+    /// User-buffer registrations for lent pieces.
+    regs: RegCache,
+    /// Lent pieces whose data write has not completed yet.
+    lent_in_flight: u64,
 }
 
 impl RdmaConnection {
@@ -116,6 +127,8 @@ impl RdmaConnection {
             broken: None,
             last_probe: Instant::now(),
             wcs: Vec::with_capacity(64),
+            regs: p.regs,
+            lent_in_flight: 0,
             dev: p.dev,
         }
     }
@@ -244,6 +257,9 @@ impl RdmaConnection {
         match wc.opcode {
             WcOpcode::RdmaWrite => {
                 self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
+                if wc.wr_id != CONTROL_WR_ID && wc.wr_id & LENT_TAG != 0 {
+                    self.lent_in_flight = self.lent_in_flight.saturating_sub(1);
+                }
             }
             WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
                 if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
@@ -326,6 +342,47 @@ impl RdmaConnection {
         }
     }
 
+    /// How this connection sends lent pieces.
+    pub fn zero_copy(&self) -> ZeroCopy {
+        self.regs.mode()
+    }
+
+    /// User-buffer registrations made so far, and bytes registered now.
+    pub fn registrations(&self) -> (u64, usize) {
+        (self.regs.made, self.regs.registered())
+    }
+
+    /// Checks a piece before it is sent.
+    fn check_piece(&self, header: &PieceHeader, data: &[u8]) -> Result<(), TransportError> {
+        if data.len() > self.max_piece() || header.len as usize != data.len() {
+            return Err(TransportError::Corrupt {
+                peer: self.peer,
+                detail: format!(
+                    "refusing to send a piece of {} bytes (header says {}, largest {})",
+                    data.len(),
+                    header.len,
+                    self.max_piece()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the FIFO has a free slot for the next piece; an abort seen
+    /// from the peer while it is full is an error.
+    fn fifo_room(&self) -> Result<bool, TransportError> {
+        if self.sent - self.acked >= self.slots as u64 {
+            if let Some(cause) = self.peer_aborted {
+                return Err(TransportError::PeerAborted {
+                    peer: self.peer,
+                    cause,
+                });
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     fn transport_err(&self, source: TransportError) -> Error {
         Error::Transport {
             rank: self.rank,
@@ -345,24 +402,8 @@ impl Connection for RdmaConnection {
 
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.progress()?;
-        if data.len() > self.max_piece() || header.len as usize != data.len() {
-            return Err(TransportError::Corrupt {
-                peer: self.peer,
-                detail: format!(
-                    "refusing to send a piece of {} bytes (header says {}, largest {})",
-                    data.len(),
-                    header.len,
-                    self.max_piece()
-                ),
-            });
-        }
-        if self.sent - self.acked >= self.slots as u64 {
-            if let Some(cause) = self.peer_aborted {
-                return Err(TransportError::PeerAborted {
-                    peer: self.peer,
-                    cause,
-                });
-            }
+        self.check_piece(header, data)?;
+        if !self.fifo_room()? {
             return Ok(false);
         }
         let q = (self.sent % self.qps.len() as u64) as usize;
@@ -387,6 +428,74 @@ impl Connection for RdmaConnection {
             imm: Some(imm_data(slot, bytes)),
         };
         self.post(q, wr)?;
+        self.sent += 1;
+        Ok(true)
+    }
+
+    unsafe fn try_send_lent(
+        &mut self,
+        header: &PieceHeader,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        if self.regs.mode() == ZeroCopy::Off || data.len() < ZERO_COPY_MIN {
+            return self.try_send(header, data);
+        }
+        self.progress()?;
+        self.check_piece(header, data)?;
+        if !self.fifo_room()? {
+            return Ok(false);
+        }
+        let q = (self.sent % self.qps.len() as u64) as usize;
+        // Two work requests: the payload from the user's buffer, then the
+        // header with the immediate (RC keeps them in order, so the
+        // receiver's completion for the second covers the first).
+        if !self.sq_room(q, SQ_RESERVE + 1) {
+            return Ok(false);
+        }
+        let addr = data.as_ptr() as u64;
+        // SAFETY: `try_send_lent`'s contract keeps `data` mapped and
+        // unchanged until `flush` returns true, which it does only once no
+        // lent write is in flight.
+        let mr = match unsafe { self.regs.lookup(&mut *self.dev, addr, data.len()) } {
+            Ok(mr) => mr,
+            Err(e) => {
+                tracing::warn!(
+                    rank = self.rank,
+                    peer = self.peer,
+                    device = %self.device,
+                    "registering a user buffer failed, sending through the staging copy from now on: {e}"
+                );
+                self.regs.clear(&mut *self.dev);
+                self.regs = RegCache::new(ZeroCopy::Off, 0);
+                return self.try_send(header, data);
+            }
+        };
+        let slot = (self.sent % self.slots as u64) as usize;
+        let off = slot * self.slot_bytes;
+        let mut h = [0u8; HEADER_BYTES];
+        header.encode(&mut h);
+        self.staging.write(off, &[&h]);
+        let payload = SendWr {
+            wr_id: LENT_TAG | self.sent,
+            local: (addr, data.len() as u32, mr.lkey),
+            remote_addr: self.remote_fifo.0 + (off + HEADER_BYTES) as u64,
+            rkey: self.remote_fifo.1,
+            imm: None,
+        };
+        self.post(q, payload)?;
+        self.lent_in_flight += 1;
+        let head = SendWr {
+            wr_id: self.sent,
+            local: (
+                self.staging_mr.addr + off as u64,
+                HEADER_BYTES as u32,
+                self.staging_mr.lkey,
+            ),
+            remote_addr: self.remote_fifo.0 + off as u64,
+            rkey: self.remote_fifo.1,
+            imm: Some(imm_data(slot, HEADER_BYTES + data.len())),
+        };
+        self.post(q, head)?;
         self.sent += 1;
         Ok(true)
     }
@@ -434,6 +543,10 @@ impl Connection for RdmaConnection {
 
     fn flush(&mut self) -> Result<bool, TransportError> {
         self.progress()?;
+        if self.lent_in_flight > 0 {
+            return Ok(false);
+        }
+        self.regs.idle(&mut *self.dev);
         Ok(!self.dev.needs_progress())
     }
 
@@ -483,6 +596,7 @@ impl Drop for RdmaConnection {
         for qpn in &self.qps {
             let _ = self.dev.modify_qp(*qpn, crate::verbs::QpTransition::Error);
         }
+        self.regs.clear(&mut *self.dev);
         let _ = self.dev.dereg_mr(&self.fifo_mr);
         let _ = self.dev.dereg_mr(&self.staging_mr);
     }

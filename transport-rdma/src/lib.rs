@@ -60,15 +60,17 @@ mod conn;
 pub mod emu;
 mod ibv;
 mod mem;
+mod regcache;
 mod settings;
 mod setup;
 mod sys;
 pub mod topo;
 pub mod verbs;
 
-pub use conn::RdmaConnection;
+pub use conn::{RdmaConnection, ZERO_COPY_MIN};
 pub use emu::EmuVerbs;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
+pub use regcache::ZeroCopy;
 pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use setup::{
     establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,

@@ -91,3 +91,16 @@ pub(crate) fn copy_between(
         )
     }
 }
+
+/// Copies `len` bytes at address `src` of this process to `dst` at
+/// `dst_off` (an emulated RDMA WRITE from a user registration).
+///
+/// # Safety
+/// `src .. src + len` is readable memory of this process (the contract of
+/// `Verbs::reg_user_mr`), not inside `dst`'s destination range.
+pub(crate) unsafe fn copy_from_user(src: u64, dst: &memmap2::MmapRaw, dst_off: usize, len: usize) {
+    assert!(dst_off.checked_add(len).is_some_and(|e| e <= dst.len()));
+    // SAFETY: the destination is in bounds of a live mapping (checked); the
+    // source is readable for `len` bytes by the caller's contract.
+    unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr().add(dst_off), len) }
+}

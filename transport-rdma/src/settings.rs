@@ -8,6 +8,10 @@ use comm_core::Error;
 pub const DEFAULT_TIMEOUT: u8 = 20;
 /// Default `SNCL_IB_RETRY_CNT`.
 pub const DEFAULT_RETRY_CNT: u8 = 7;
+/// Default `SNCL_IB_REG_CACHE_MB`.
+pub const DEFAULT_REG_CACHE_MB: usize = 4096;
+/// Largest `SNCL_IB_REG_CACHE_MB`.
+pub const MAX_REG_CACHE_MB: usize = 1 << 20;
 /// Largest `SNCL_IB_QPS_PER_CONN`.
 pub const MAX_QPS_PER_CONN: usize = 16;
 
@@ -124,6 +128,12 @@ pub struct IbSettings {
     pub sl: u8,
     /// `SNCL_IB_QPS_PER_CONN`.
     pub qps_per_conn: usize,
+    /// `SNCL_IB_ZERO_COPY`: `None` = auto (on demand where the device
+    /// supports ODP), `Some(false)` = always staged, `Some(true)` = also
+    /// pinned per-step registrations where there is no ODP.
+    pub zero_copy: Option<bool>,
+    /// `SNCL_IB_REG_CACHE_MB`: user-buffer registrations kept per connection.
+    pub reg_cache_mb: usize,
 }
 
 impl Default for IbSettings {
@@ -138,6 +148,8 @@ impl Default for IbSettings {
             traffic_class: 0,
             sl: 0,
             qps_per_conn: 1,
+            zero_copy: None,
+            reg_cache_mb: DEFAULT_REG_CACHE_MB,
         }
     }
 }
@@ -193,6 +205,18 @@ impl IbSettings {
             traffic_class: byte("SNCL_IB_TC", 255, d.traffic_class)?,
             sl: byte("SNCL_IB_SL", 15, d.sl)?,
             qps_per_conn: qps,
+            zero_copy: match env.get("SNCL_IB_ZERO_COPY").map(str::trim) {
+                None | Some("" | "auto") => None,
+                Some("0") => Some(false),
+                Some("1") => Some(true),
+                Some(other) => {
+                    return Err(Error::Config(format!(
+                        "SNCL_IB_ZERO_COPY={other:?}: expected auto, 0 or 1"
+                    )))
+                }
+            },
+            reg_cache_mb: int(env, "SNCL_IB_REG_CACHE_MB", MAX_REG_CACHE_MB)?
+                .unwrap_or(DEFAULT_REG_CACHE_MB),
         })
     }
 }

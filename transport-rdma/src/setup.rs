@@ -178,6 +178,7 @@ struct Local {
     qps: Vec<(u32, u32)>,
     fifo: crate::verbs::Mr,
     staging: crate::verbs::Mr,
+    regs: crate::regcache::RegCache,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -331,7 +332,8 @@ pub fn establish(
         err(format!("setting up RDMA to peer rank {peer}: {e}"))
     };
     let key = |from: usize, to: usize| format!("rdma/{:016x}/{from}-{to}", setup.comm_id);
-    let sq_depth = setup.slots as u32 + SQ_EXTRA;
+    // A lent piece takes two send work requests (payload, then header).
+    let sq_depth = 2 * setup.slots as u32 + SQ_EXTRA;
     let rq_depth = setup.slots as u32 + RQ_EXTRA;
     let nqps = s.qps_per_conn;
 
@@ -355,6 +357,7 @@ pub fn establish(
             }
             qps.push((qpn, random_psn()));
         }
+        let mode = crate::regcache::ZeroCopy::choose(s.zero_copy, &mut *dev);
         let l = Local {
             peer,
             dev,
@@ -362,6 +365,7 @@ pub fn establish(
             qps,
             fifo,
             staging,
+            regs: crate::regcache::RegCache::new(mode, s.reg_cache_mb << 20),
         };
         store.set(&key(me, peer), &encode(setup, &l))?;
         locals.push(l);
@@ -435,6 +439,7 @@ pub fn establish(
                 remote_fifo: r.fifo,
                 slots: setup.slots,
                 slot_bytes: setup.slot_bytes,
+                regs: l.regs,
             })
         })
         .collect())

@@ -348,6 +348,24 @@ pub trait Verbs: Send {
     fn alloc_mr(&mut self, len: usize) -> Result<Mr>;
     /// Deregisters and frees a region from [`Verbs::alloc_mr`].
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()>;
+    /// Registers `len` bytes of this process's memory at `addr` as the
+    /// source of RDMA WRITEs (local read access; no remote access). With
+    /// `on_demand` the registration follows the page tables (ODP: nothing
+    /// is pinned, and it stays correct when the memory is unmapped and
+    /// mapped again), else the pages are pinned until
+    /// [`Verbs::dereg_user_mr`].
+    ///
+    /// # Safety
+    /// `addr .. addr + len` is memory of this process that stays mapped
+    /// while a work request reading it is outstanding (the emulated
+    /// provider reads it when the work request is posted).
+    unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr>;
+    /// Deregisters a region from [`Verbs::reg_user_mr`] (the memory stays
+    /// the caller's).
+    fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()>;
+    /// Whether on-demand registration (ODP) works on this device: a
+    /// registration made once stays valid for any later use of the range.
+    fn supports_on_demand(&mut self) -> bool;
     /// Creates a completion queue of `depth` entries; returns its handle.
     fn create_cq(&mut self, depth: usize) -> Result<u32>;
     /// Creates an RC queue pair on completion queue `cq` (both directions).

@@ -382,6 +382,18 @@ pub static SETTINGS: &[Setting] = &[
         Value("1"),
         "RC queue pairs per peer; pieces stripe over them (every rank must use the same value)",
     ),
+    local(
+        "SNCL_IB_ZERO_COPY",
+        Values::Choice(&["auto", "0", "1"]),
+        Value("auto"),
+        "RDMA-write large host pieces straight from the user's buffer: auto = where the device registers on demand (ODP; the emulated provider does), 1 = also pin per step without ODP, 0 = always through the staging copy",
+    ),
+    local(
+        "SNCL_IB_REG_CACHE_MB",
+        range(0, 1 << 20, 1, "MiB"),
+        Value("4096"),
+        "user-buffer registrations (on demand) kept per RDMA connection, least recently used dropped first",
+    ),
     // Per process, read elsewhere.
     local(
         "SNCL_DEBUG",

@@ -40,7 +40,10 @@ pub const EMU_DEVICE: &str = "emu_ib0";
 const PAGE: usize = 4096;
 
 struct LocalMr {
-    region: Arc<LocalRegion>,
+    /// The shared-memory file peers write into; `None` for a user
+    /// registration ([`Verbs::reg_user_mr`]), which is only ever read
+    /// locally, at the address it names.
+    region: Option<Arc<LocalRegion>>,
     mr: Mr,
 }
 
@@ -269,8 +272,10 @@ impl EmuVerbs {
                         .is_some_and(|e| e <= m.mr.len as u64)
             })
             .ok_or(WcStatus::LOC_PROT_ERR)?;
-        let src_off = HEADER + (laddr - src.mr.addr) as usize;
-        let src = Arc::clone(&src.region);
+        let src = src
+            .region
+            .as_ref()
+            .map(|r| (Arc::clone(r), HEADER + (laddr - src.mr.addr) as usize));
         let dst = match self.remote_mrs.entry((gid, rkey)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
@@ -278,7 +283,15 @@ impl EmuVerbs {
             }
         };
         let dst_off = dst.offset(raddr, len).ok_or(WcStatus::REM_ACCESS_ERR)?;
-        mem::copy_between(&src.0.map, src_off, &dst.map, dst_off, len);
+        match src {
+            Some((region, src_off)) => {
+                mem::copy_between(&region.0.map, src_off, &dst.map, dst_off, len)
+            }
+            // SAFETY: a user registration, in bounds (checked above);
+            // `reg_user_mr`'s contract keeps it mapped while work requests
+            // reading it are outstanding, and this is one of them.
+            None => unsafe { mem::copy_from_user(laddr, &dst.map, dst_off, len) },
+        }
         Ok(())
     }
 }
@@ -304,11 +317,49 @@ impl Verbs for EmuVerbs {
         self.mrs.insert(
             lkey,
             LocalMr {
-                region: Arc::new(region),
+                region: Some(Arc::new(region)),
                 mr,
             },
         );
         Ok(mr)
+    }
+
+    unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, _on_demand: bool) -> Result<Mr> {
+        if len == 0 || addr.checked_add(len as u64).is_none() {
+            return Err(call_err(
+                "ibv_reg_mr",
+                format!("{len} bytes at {addr:#x} is not a region"),
+            ));
+        }
+        // The emulation reads user memory when a WRITE is posted, so every
+        // registration behaves as on-demand paging.
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        let mr = Mr {
+            addr,
+            len,
+            lkey: key,
+            rkey: 0,
+        };
+        self.mrs.insert(key, LocalMr { region: None, mr });
+        Ok(mr)
+    }
+
+    fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
+        match self.mrs.get(&mr.lkey) {
+            Some(m) if m.region.is_none() && m.mr == *mr => {
+                self.mrs.remove(&mr.lkey);
+                Ok(())
+            }
+            _ => Err(call_err(
+                "ibv_dereg_mr",
+                format!("no user registration with lkey {:#x}", mr.lkey),
+            )),
+        }
+    }
+
+    fn supports_on_demand(&mut self) -> bool {
+        true
     }
 
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {
@@ -318,7 +369,17 @@ impl Verbs for EmuVerbs {
                 format!("no region with lkey {:#x}", mr.lkey),
             )
         })?;
-        local.region.invalidate();
+        match local.region {
+            Some(r) => r.invalidate(),
+            None => {
+                let lkey = mr.lkey;
+                self.mrs.insert(lkey, local);
+                return Err(call_err(
+                    "ibv_dereg_mr",
+                    format!("lkey {lkey:#x} is a user registration (dereg_user_mr)"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -573,8 +634,8 @@ impl Drop for EmuVerbs {
     fn drop(&mut self) {
         // The NIC is gone: none of its QPs answers, no region is valid.
         self.table.close();
-        for m in self.mrs.values() {
-            m.region.invalidate();
+        for r in self.mrs.values().filter_map(|m| m.region.as_ref()) {
+            r.invalidate();
         }
     }
 }

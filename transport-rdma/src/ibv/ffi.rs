@@ -264,6 +264,8 @@ pub const WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
 pub const SEND_SIGNALED: c_uint = 1 << 1;
 /// `IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE`.
 pub const ACCESS_LOCAL_REMOTE_WRITE: c_int = 1 | 2;
+/// `IBV_ACCESS_ON_DEMAND`: on-demand paging (nothing pinned).
+pub const ACCESS_ON_DEMAND: c_int = 1 << 6;
 /// `IBV_QPT_RC`.
 pub const QPT_RC: c_uint = 2;
 /// `IBV_WC_RDMA_WRITE`, `IBV_WC_RECV_RDMA_WITH_IMM`.

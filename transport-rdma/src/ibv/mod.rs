@@ -99,7 +99,8 @@ pub fn list_ports() -> std::result::Result<Vec<DevicePort>, String> {
 
 struct RegisteredMr {
     mr: *mut ffi::MrHead,
-    _mem: memmap2::MmapMut,
+    /// The memory behind it (`None`: a user registration, memory not ours).
+    mem: Option<memmap2::MmapMut>,
 }
 
 /// An opened device port with one protection domain.
@@ -113,6 +114,8 @@ pub struct IbvVerbs {
     cqs: Vec<*mut ffi::CqHead>,
     qps: HashMap<u32, *mut ffi::QpHead>,
     wcs: Vec<ffi::Wc>,
+    /// Whether on-demand registration works (probed once).
+    on_demand: Option<bool>,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (one at a time
@@ -209,6 +212,7 @@ impl IbvVerbs {
             cqs: Vec::new(),
             qps: HashMap::new(),
             wcs: Vec::new(),
+            on_demand: None,
         };
         if rp != 0 || pd.is_null() {
             me.pd = pd;
@@ -285,8 +289,75 @@ impl Verbs for IbvVerbs {
             lkey,
             rkey,
         };
-        self.mrs.insert(lkey, RegisteredMr { mr, _mem: mem });
+        self.mrs.insert(lkey, RegisteredMr { mr, mem: Some(mem) });
         Ok(out)
+    }
+
+    unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr> {
+        if !on_demand {
+            crate::sys::check_memlock(len).map_err(|e| self.err("ibv_reg_mr", e))?;
+        }
+        let access = if on_demand { ffi::ACCESS_ON_DEMAND } else { 0 };
+        // SAFETY: the caller keeps the range mapped while work requests
+        // read it; `pd` is this context's protection domain. Local read
+        // access needs no flag.
+        let mr = unsafe { (self.lib.reg_mr)(self.pd, addr as *mut _, len, access) };
+        if mr.is_null() {
+            return Err(self.err(
+                "ibv_reg_mr",
+                format!(
+                    "registering the user buffer {addr:#x}+{len}{} failed: {} (check RLIMIT_MEMLOCK: `ulimit -l`)",
+                    if on_demand { " on demand (ODP)" } else { "" },
+                    errno()
+                ),
+            ));
+        }
+        // SAFETY: a registration returned by ibv_reg_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
+        Ok(Mr {
+            addr,
+            len,
+            lkey,
+            rkey,
+        })
+    }
+
+    fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
+        if self.mrs.get(&mr.lkey).is_some_and(|r| r.mem.is_some()) {
+            return Err(self.err(
+                "ibv_dereg_mr",
+                format!("lkey {:#x} is not a user registration", mr.lkey),
+            ));
+        }
+        self.dereg_mr(mr)
+    }
+
+    fn supports_on_demand(&mut self) -> bool {
+        if let Some(v) = self.on_demand {
+            return v;
+        }
+        // Probe: register one page on demand. Devices without ODP refuse.
+        let ok = match memmap2::MmapMut::map_anon(4096) {
+            Ok(mut page) => {
+                // SAFETY: a live mapping of one page, deregistered before it
+                // is unmapped (below).
+                let mr = unsafe {
+                    (self.lib.reg_mr)(
+                        self.pd,
+                        page.as_mut_ptr().cast(),
+                        page.len(),
+                        ffi::ACCESS_ON_DEMAND,
+                    )
+                };
+                // SAFETY: registered just above, deregistered once.
+                !mr.is_null() && unsafe { (self.lib.dereg_mr)(mr) } == 0
+            }
+            Err(_) => false,
+        };
+        tracing::debug!(device = %self.port.name(), on_demand = ok, "ODP probe");
+        self.on_demand = Some(ok);
+        ok
     }
 
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {

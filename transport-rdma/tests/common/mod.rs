@@ -70,23 +70,24 @@ pub fn header(len: usize, seq: u64) -> PieceHeader {
 
 /// Two connected ranks as threads of this process.
 pub fn pair(slots: usize, slot_bytes: usize, qps: usize) -> (RdmaConnection, RdmaConnection) {
+    pair_with(slots, slot_bytes, settings(qps))
+}
+
+/// As [`pair`], with these settings on both ranks.
+pub fn pair_with(
+    slots: usize,
+    slot_bytes: usize,
+    settings: IbSettings,
+) -> (RdmaConnection, RdmaConnection) {
     let store = MemoryStore::new();
     let s1 = store.for_rank(1);
-    let t = std::thread::spawn(move || {
-        establish(
-            &rdma_setup(1, slots, slot_bytes, qps),
-            &Provider::Emulated,
-            &s1,
-            &[0],
-        )
-    });
-    let mut c0 = establish(
-        &rdma_setup(0, slots, slot_bytes, qps),
-        &Provider::Emulated,
-        &store,
-        &[1],
-    )
-    .unwrap();
+    let setup = move |rank| RdmaSetup {
+        settings: settings.clone(),
+        ..rdma_setup(rank, slots, slot_bytes, 1)
+    };
+    let setup1 = setup(1);
+    let t = std::thread::spawn(move || establish(&setup1, &Provider::Emulated, &s1, &[0]));
+    let mut c0 = establish(&setup(0), &Provider::Emulated, &store, &[1]).unwrap();
     let mut c1 = t.join().unwrap().unwrap();
     (c0.remove(0), c1.remove(0))
 }
