@@ -257,6 +257,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         &cards,
         rank,
     )?;
+    inter_tier_over_rdma(&mut config, &cards, rank);
     // 3. Connect each kind's peers, in registry order on every rank.
     let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
     for (i, k) in registry::TRANSPORTS.iter().enumerate() {
@@ -356,4 +357,72 @@ pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Resul
         });
     }
     Ok(())
+}
+
+/// The planner's inter-node tier costs RDMA's where pairs on different
+/// nodes use the rdma transport: forced (`SNCL_TRANSPORT=rdma`), or every
+/// rank has it ready (the registry then gives rdma to every pair of
+/// different nodes, before tcp). Decided from the published records alone,
+/// so every rank plans alike. A topology file or `SNCL_INTER_*` wins.
+fn inter_tier_over_rdma(config: &mut Config, cards: &[RankCard], rank: usize) {
+    if config.tiers.inter.is_some() {
+        return;
+    }
+    let rdma = kinds::TransportKind::name(&rdma::Rdma);
+    let over_rdma = match config.transport.forced() {
+        Some(kind) => kind == rdma,
+        None => cards
+            .iter()
+            .all(|c| matches!(c.state(rdma), KindState::Ready(_))),
+    };
+    if over_rdma {
+        config.tiers.inter = Some(comm_core::tune::LinkCost::RDMA);
+        if rank == 0 {
+            tracing::debug!("planner: the inter-node tier is priced as RDMA");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comm_core::config::TransportChoice;
+    use comm_core::tune::LinkCost;
+
+    fn card(rank: usize, rdma: KindState) -> RankCard {
+        RankCard {
+            rank,
+            node: format!("n{rank}"),
+            kinds: vec![("rdma".into(), rdma)],
+        }
+    }
+
+    fn inter(transport: TransportChoice, cards: &[RankCard]) -> Option<LinkCost> {
+        let mut c = Config {
+            transport,
+            ..Config::default()
+        };
+        inter_tier_over_rdma(&mut c, cards, 0);
+        c.tiers.inter
+    }
+
+    #[test]
+    fn the_inter_tier_is_priced_as_rdma_only_where_every_rank_has_it() {
+        let ready = || KindState::Ready("port".into());
+        let all = [card(0, ready()), card(1, ready())];
+        let one_without = [
+            card(0, ready()),
+            card(1, KindState::Unavailable("no device".into())),
+        ];
+        assert_eq!(inter(TransportChoice::Auto, &all), Some(LinkCost::RDMA));
+        assert_eq!(inter(TransportChoice::Auto, &one_without), None);
+        assert_eq!(inter(TransportChoice::Tcp, &all), None);
+        let forced = TransportChoice::parse("rdma").unwrap();
+        assert_eq!(inter(forced, &one_without), Some(LinkCost::RDMA));
+        // A topology file or SNCL_INTER_* wins.
+        let mut c = Config::default();
+        c.tiers.inter = Some(LinkCost::TCP);
+        inter_tier_over_rdma(&mut c, &all, 0);
+        assert_eq!(c.tiers.inter, Some(LinkCost::TCP));
+    }
 }

@@ -32,6 +32,15 @@ impl LinkCost {
         bytes_per_us: 1000.0,
     };
 
+    /// RDMA verbs between nodes (RC WRITE with immediate: a few µs through
+    /// the NIC; about a 100 Gbit/s port's rate, 12 GB/s). Used for the
+    /// inter-node tier when every rank can use the rdma transport and no
+    /// topology file or `SNCL_INTER_*` says otherwise.
+    pub const RDMA: LinkCost = LinkCost {
+        alpha_us: 5.0,
+        bytes_per_us: 12_000.0,
+    };
+
     /// Time in µs of one message of `bytes`.
     pub fn msg(&self, bytes: f64) -> f64 {
         self.alpha_us + bytes / self.bytes_per_us
