@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Does the planner pick the fastest algorithm? (issue: host data path, point 4)
+
+For every point of a sweep, runs commbench with the planner's default and
+with every forced algorithm of the collective, interleaved (rep 1: default,
+ring, tree, ...; rep 2: ...), and prints per point the default's median time,
+the best forced algorithm's, their ratio and whether the gap lies within the
+repetitions' spread (max - min of the faster variant's times).
+
+    scripts/sweep-planner.py                       # the whole sweep (~20-30 min on 2 cores)
+    scripts/sweep-planner.py --reps 3 --configs shm2 --ops all_reduce
+    scripts/sweep-planner.py --testbed             # also 4 x 2 test bed all_reduce (root)
+
+Local configurations: shm2, shm4, tcp2, tcp4 (SNCL_TRANSPORT=shm/tcp, --np 2/4);
+sizes 8 B to 64 MiB by factors of 8; ops all_reduce, all_gather,
+reduce_scatter, broadcast. The test bed (scripts/testbed.sh, 4 nodes x 2
+ranks, --rate, default 1gbit) runs all_reduce at 64 KiB, 1 MiB and 16 MiB.
+Output: a table on stdout, and --out FILE (markdown). Exit status 0; 1 when
+a run failed or reported wrong values.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMBENCH = os.path.join(ROOT, "target", "release", "commbench")
+
+# Algorithms that can run on one node (hier needs >= 2 nodes).
+FORCED = {
+    "all_reduce": ["ring", "tree", "rd", "flat-ring"],
+    "all_gather": ["ring", "flat-ring"],
+    "reduce_scatter": ["ring", "flat-ring"],
+    "broadcast": ["tree", "ring"],
+}
+FORCED_MULTINODE = {"all_reduce": ["ring", "tree", "rd", "hier", "flat-ring"]}
+CONFIGS = {
+    "shm2": ("shm", 2),
+    "shm4": ("shm", 4),
+    "tcp2": ("tcp", 2),
+    "tcp4": ("tcp", 4),
+}
+
+
+def run_commbench(cmd, env, timeout):
+    """Runs one commbench, returns {size: (algo, median_us)} or raises."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        r = subprocess.run(
+            cmd + ["--json", path],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr[-600:]}")
+        with open(path) as f:
+            rows = json.load(f)
+    finally:
+        os.unlink(path)
+    out = {}
+    for row in rows:
+        if row["oop"]["wrong"] or row["ip"]["wrong"]:
+            raise RuntimeError(f"{' '.join(cmd)}: wrong values at {row['size']} B")
+        out[row["size"]] = (row["algo"], row["oop"]["median_us"])
+    return out
+
+
+def sweep_local(args, failures):
+    results = []  # (config, op, size, default_algo, {variant: [times]})
+    sizes = "-b 8 -e 64M -f 8".split()
+    for cfg in args.configs:
+        transport, np_ = CONFIGS[cfg]
+        env = dict(os.environ, SNCL_TRANSPORT=transport)
+        for op in args.ops:
+            variants = ["default"] + FORCED[op]
+            times = {}
+            default_algo = {}
+            for rep in range(args.reps):
+                for v in variants:
+                    cmd = [COMMBENCH, op, *sizes, "-n", str(args.iters), "-w", "2", "--np", str(np_)]
+                    if v != "default":
+                        cmd += ["--algo", v]
+                    try:
+                        got = run_commbench(cmd, env, args.timeout)
+                    except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        failures.append(f"{cfg} {op} {v}: {e}")
+                        continue
+                    for size, (algo, t) in got.items():
+                        times.setdefault(size, {}).setdefault(v, []).append(t)
+                        if v == "default":
+                            default_algo[size] = algo
+                print(f"# {cfg} {op} rep {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
+            for size in sorted(times):
+                results.append((cfg, op, size, default_algo.get(size, "?"), times[size]))
+    return results
+
+
+def sweep_testbed(args, failures):
+    results = []
+    variants = ["default"] + FORCED_MULTINODE["all_reduce"]
+    times = {}
+    default_algo = {}
+    for rep in range(args.reps):
+        for v in variants:
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+                path = f.name
+            cmd = [
+                os.path.join(ROOT, "scripts", "testbed.sh"),
+                "--nodes", "4", "--ranks-per-node", "2", "--rate", args.rate, "--",
+                "commbench", "all_reduce", "-b", "64K", "-e", "16M", "-f", "16",
+                "-n", str(args.iters), "-w", "2", "--json", path,
+            ]
+            if v != "default":
+                cmd += ["--algo", v]
+            try:
+                r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True, timeout=args.timeout)
+                if r.returncode != 0:
+                    raise RuntimeError(f"exit {r.returncode}: {r.stderr[-600:]}")
+                with open(path) as f:
+                    rows = json.load(f)
+                for row in rows:
+                    if row["oop"]["wrong"]:
+                        raise RuntimeError(f"wrong values at {row['size']} B")
+                    times.setdefault(row["size"], {}).setdefault(v, []).append(row["oop"]["median_us"])
+                    if v == "default":
+                        default_algo[row["size"]] = row["algo"]
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                failures.append(f"testbed all_reduce {v}: {e}")
+            finally:
+                if os.path.exists(path):
+                    os.unlink(path)
+        print(f"# testbed rep {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
+    for size in sorted(times):
+        results.append((f"bed4x2@{args.rate}", "all_reduce", size, default_algo.get(size, "?"), times[size]))
+    return results
+
+
+def verdict(default_algo, times):
+    """(default median, best forced name, its median, ratio, ok)."""
+    if "default" not in times:
+        return None
+    d = statistics.median(times["default"])
+    forced = {v: statistics.median(t) for v, t in times.items() if v != "default" and t}
+    if not forced:
+        return None
+    best = min(forced, key=forced.get)
+    b = forced[best]
+    ratio = d / b if b > 0 else float("inf")
+    # Within the spread: the gap is no larger than the faster variant's spread.
+    spread = max(times[best]) - min(times[best])
+    ok = ratio <= 1.10 or (d - b) <= spread
+    return d, best, b, ratio, ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--ops", nargs="+", default=list(FORCED), choices=list(FORCED))
+    ap.add_argument("--testbed", action="store_true", help="also the 4 x 2 test bed (root)")
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per commbench run")
+    ap.add_argument("--out", help="markdown table to this file")
+    args = ap.parse_args()
+    if not os.access(COMMBENCH, os.X_OK):
+        subprocess.run(["cargo", "build", "--release", "-p", "commbench"], cwd=ROOT, check=True)
+    start = time.time()
+    failures = []
+    rows = sweep_local(args, failures)
+    if args.testbed:
+        rows += sweep_testbed(args, failures)
+    lines = [
+        f"# planner sweep: {args.reps} interleaved repetitions, medians of commbench's per-size median time (out of place)",
+        "| config | op | bytes | default | default us | best forced | best us | default/best | ok |",
+        "|---|---|---:|---|---:|---|---:|---:|---|",
+    ]
+    misses = 0
+    for cfg, op, size, dalgo, times in rows:
+        v = verdict(dalgo, times)
+        if v is None:
+            continue
+        d, best, b, ratio, ok = v
+        misses += not ok
+        lines.append(f"| {cfg} | {op} | {size} | {dalgo} | {d:.1f} | {best} | {b:.1f} | {ratio:.2f} | {'yes' if ok else 'NO'} |")
+    lines.append(f"\n{misses} point(s) where the default is more than 10 % slower than the best forced algorithm beyond the spread; {time.time() - start:.0f} s")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
