@@ -138,8 +138,11 @@ impl Waiter {
 fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
     let failed_rank = match &source {
         TransportError::PeerGone { peer, .. } => Some(*peer),
-        // The aborting peer only passes the failure on; blame its cause.
-        TransportError::PeerAborted { cause, .. } => *cause,
+        // The aborting peer only passes the failure on; blame its cause
+        // (a suspect is named in the message, not counted as failed).
+        TransportError::PeerAborted { cause, .. } => {
+            crate::transport::AbortCause::failed_rank(*cause)
+        }
         TransportError::Corrupt { peer, .. } | TransportError::Io { peer, .. } => Some(*peer),
     };
     Error::PeerFailed {

@@ -16,12 +16,13 @@ pub enum TransportError {
         /// What was observed (EOF, reset, process not alive, ...).
         detail: String,
     },
-    /// The peer aborted the communicator; `cause` is the rank it blames, if any.
-    #[error("peer rank {peer} aborted the communicator (cause: {})", cause.map(|c| format!("rank {c} failed")).unwrap_or_else(|| "unknown".into()))]
+    /// The peer aborted the communicator; `cause` is what it blames, as
+    /// [`AbortCause::encode`] wrote it (transports carry it unchanged).
+    #[error("peer rank {peer} aborted the communicator (cause: {})", AbortCause::describe(*cause))]
     PeerAborted {
         /// The peer that aborted.
         peer: usize,
-        /// The rank the peer reported as the cause.
+        /// What the peer blames ([`AbortCause::decode`]).
         cause: Option<usize>,
     },
     /// A piece did not decode.
@@ -41,6 +42,61 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What an aborting rank blames, as it travels in abort notices (an
+/// integer every transport carries unchanged: at least 29 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortCause {
+    /// The rank is proven gone (its connection broke) or blamed by the rank
+    /// that saw it go: survivors count it as failed.
+    Failed(usize),
+    /// The aborting rank timed out waiting on this rank: it is the likely
+    /// culprit (unreachable, or stuck), but not proven failed — it may
+    /// itself wait on another. Survivors name it; they do not count it as
+    /// failed.
+    Suspect(usize),
+}
+
+impl AbortCause {
+    /// Bit marking a suspect in the encoded form.
+    const SUSPECT: usize = 1 << 28;
+
+    /// The encoded form for [`crate::transport::Connection::abort`].
+    pub fn encode(self) -> usize {
+        match self {
+            AbortCause::Failed(r) => r & (Self::SUSPECT - 1),
+            AbortCause::Suspect(r) => (r & (Self::SUSPECT - 1)) | Self::SUSPECT,
+        }
+    }
+
+    /// Decodes a cause received in an abort notice.
+    pub fn decode(raw: usize) -> AbortCause {
+        if raw & Self::SUSPECT != 0 {
+            AbortCause::Suspect(raw & !Self::SUSPECT)
+        } else {
+            AbortCause::Failed(raw)
+        }
+    }
+
+    /// The rank counted as failed, if the cause proves one.
+    pub fn failed_rank(raw: Option<usize>) -> Option<usize> {
+        match raw.map(AbortCause::decode) {
+            Some(AbortCause::Failed(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Words for an error message.
+    pub fn describe(raw: Option<usize>) -> String {
+        match raw.map(AbortCause::decode) {
+            Some(AbortCause::Failed(r)) => format!("rank {r} failed"),
+            Some(AbortCause::Suspect(r)) => format!(
+                "rank {r} is unreachable or stuck: the aborting rank timed out waiting on it"
+            ),
+            None => "unknown".into(),
+        }
+    }
 }
 
 /// Result of handing a received piece to the executor's consumer.
@@ -113,3 +169,26 @@ pub mod registry;
 
 /// The longest transport name (see [`registry::check_name`]).
 pub const MAX_TRANSPORT_NAME: usize = 23;
+
+#[cfg(test)]
+mod tests {
+    use super::AbortCause;
+
+    #[test]
+    fn abort_causes_round_trip_and_only_failures_count() {
+        for r in [0usize, 1, 7, 65_663, (1 << 28) - 1] {
+            for c in [AbortCause::Failed(r), AbortCause::Suspect(r)] {
+                assert_eq!(AbortCause::decode(c.encode()), c);
+                // Every transport carries at least 30 bits (RDMA: rank + 1).
+                assert!(c.encode() + 1 < 1 << 30);
+            }
+            // Older peers wrote the failed rank itself.
+            assert_eq!(AbortCause::decode(r), AbortCause::Failed(r));
+            assert_eq!(AbortCause::failed_rank(Some(r)), Some(r));
+            let s = AbortCause::Suspect(r).encode();
+            assert_eq!(AbortCause::failed_rank(Some(s)), None);
+            assert!(AbortCause::describe(Some(s)).contains(&format!("rank {r} is unreachable")));
+        }
+        assert_eq!(AbortCause::describe(None), "unknown");
+    }
+}

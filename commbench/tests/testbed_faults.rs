@@ -137,12 +137,11 @@ fn link_down_ends_every_rank_with_an_error_within_the_deadline() {
     let _ = std::fs::remove_dir_all(&run.logs);
 }
 
-/// Known gap (fault-tolerance issue, still open): a rank that times out
-/// aborts its peers without a cause, so only the rank that waited on the
-/// unreachable node names it; the others report "peer rank R aborted
-/// (cause: unknown)". Run with `--ignored` to see it.
+/// A rank that times out aborts its peers naming the rank it waited on as
+/// a *suspect* (`AbortCause::Suspect`): every survivor names the
+/// unreachable node's rank in its error, without counting it as proven
+/// failed (that takes a broken connection).
 #[test]
-#[ignore = "known gap: survivors that did not wait on the unreachable node do not name it yet"]
 fn link_down_every_survivor_names_the_unreachable_peer() {
     if let Some(why) = skip_reason() {
         eprintln!("skipping the test-bed fault test: {why}");

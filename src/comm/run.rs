@@ -222,17 +222,25 @@ impl Inner {
     /// every peer fails fast and names the rank blamed.
     pub(super) fn fail(&self, st: &mut State, e: &Error) {
         tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
-        // A dead peer is named; a timeout does not prove the awaited peer
-        // is the culprit (it may wait on another), so it names nobody;
-        // anything else (mismatch, local abort) started on this rank.
+        // A dead peer is named as failed; a timeout does not prove the
+        // awaited peer is the culprit (it may wait on another), so it is
+        // named as a suspect (survivors report it, do not count it as
+        // failed); anything else (mismatch, local abort) started on this
+        // rank.
+        use comm_core::transport::{AbortCause, TransportError};
         let cause = match e {
-            Error::Timeout { .. } => None,
+            Error::Timeout { waiting_on, .. } => {
+                waiting_on.first().map(|&r| AbortCause::Suspect(r).encode())
+            }
             // Passed on from a peer: keep its verdict (possibly none).
             Error::PeerFailed {
-                source: comm_core::transport::TransportError::PeerAborted { .. },
+                source: TransportError::PeerAborted { cause, .. },
                 ..
-            } => e.failed_rank(),
-            _ => e.failed_rank().or(Some(self.rank)),
+            } => *cause,
+            _ => e
+                .failed_rank()
+                .or(Some(self.rank))
+                .map(|r| AbortCause::Failed(r).encode()),
         };
         // Only a peer proven gone (or blamed by the peer that saw it go)
         // counts as failed; a timeout is not proof.

@@ -514,7 +514,9 @@ impl Inner {
         match e {
             Error::Transport { source, .. } => {
                 let failed_rank = match &source {
-                    comm_core::transport::TransportError::PeerAborted { cause, .. } => *cause,
+                    comm_core::transport::TransportError::PeerAborted { cause, .. } => {
+                        comm_core::transport::AbortCause::failed_rank(*cause)
+                    }
                     comm_core::transport::TransportError::PeerGone { peer, .. }
                     | comm_core::transport::TransportError::Corrupt { peer, .. }
                     | comm_core::transport::TransportError::Io { peer, .. } => Some(*peer),

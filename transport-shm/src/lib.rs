@@ -173,7 +173,11 @@ impl Connection for ShmConnection {
         if let Some(e) = self.aborted_by_peer() {
             return Err(e);
         }
-        if !pid_alive(self.peer_pid) {
+        // A peer that finished its part and exited may have left pieces
+        // for us: they are delivered first (`try_recv`); gone is an error
+        // only once nothing it sent is left unread.
+        let unread = self.inbound.head().load(Ordering::Acquire) != self.received;
+        if !unread && !pid_alive(self.peer_pid) {
             return Err(TransportError::PeerGone {
                 peer: self.peer,
                 detail: format!("process {} no longer exists", self.peer_pid),
@@ -248,6 +252,29 @@ mod tests {
             .unwrap());
         let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
         assert!(e.contains("aborted") && e.contains("rank 5"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_that_exited_after_sending_is_read_to_the_end_before_it_is_gone() {
+        let id = std::process::id() as u64 ^ 0xdef;
+        let (in0, n0) = create_inbound(id, 1, 0, 4, 4096).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, 4, 4096).unwrap();
+        let mut c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
+        let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
+        c0.unlink();
+        c1.unlink();
+        assert!(c0.try_send(&hdr(2), &[4, 2]).unwrap());
+        // The sender's process is gone (pid 0x7ffffffe does not exist).
+        c1.peer_pid = 0x7fff_fffe;
+        c1.check_alive().expect("its last piece is still unread");
+        assert!(c1
+            .try_recv(&mut |_, d| {
+                assert_eq!(d, &[4, 2]);
+                Ok(())
+            })
+            .unwrap());
+        let e = c1.check_alive().unwrap_err().to_string();
+        assert!(e.contains("rank 0 is gone"), "{e}");
     }
 
     #[test]
