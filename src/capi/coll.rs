@@ -24,11 +24,11 @@ pub(super) unsafe fn issue(
         // SAFETY: forwarded from the caller.
         let shared = unsafe { comm_arg(comm) }?;
         // SAFETY: forwarded from the caller.
-        let stream = unsafe { stream_arg(stream) };
+        let stream = unsafe { super::devmem::stream_arg(stream) };
         let r = (|| {
             let c = shared.get()?;
             let item = f(c, &shared)?;
-            exec::issue(shared.clone(), stream, item)
+            super::devcoll::issue(&shared, c, stream, item)
         })();
         if let Err(e) = &r {
             shared.record(e);

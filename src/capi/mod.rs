@@ -70,9 +70,13 @@ mod coll;
 mod p2p;
 // Host streams:
 mod streams;
+// Device memory, the current device and device streams (extensions):
+mod memory;
 
 mod args;
 mod comm;
+mod devcoll;
+mod devmem;
 mod error;
 mod exec;
 mod premul;
@@ -85,6 +89,7 @@ mod uid;
 pub use api::*;
 pub use coll::*;
 pub use init::*;
+pub use memory::*;
 pub use p2p::*;
 pub use settings::snclGetSetting;
 pub use shrink::*;
