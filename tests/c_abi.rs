@@ -245,31 +245,28 @@ fn c_program_on_device_memory() {
 /// against a `cudaStream_t` declared as CUDA declares it.
 #[test]
 fn nccl_port_compiles_as_c_and_cpp() {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    for (compiler, lang) in [
-        (cc, ["-x", "c", "-std=c11"]),
-        (cxx, ["-x", "c++", "-std=c++11"]),
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
+    let root = Path::new(MANIFEST);
+    for (cc, lang) in [
+        (env("CC", "cc"), ["c", "-std=c11"]),
+        (env("CXX", "c++"), ["c++", "-std=c++11"]),
     ] {
-        if Command::new(&compiler).arg("--version").output().is_err() {
-            eprintln!("skipping {}: no compiler {compiler}", lang[1]);
+        if Command::new(&cc).arg("--version").output().is_err() {
+            eprintln!("skipping {}: no compiler {cc}", lang[0]);
             continue;
         }
-        let out = scratch(&format!("nccl_port_{}.o", lang[1]));
-        let root = Path::new(MANIFEST);
-        let o = Command::new(&compiler)
-            .args(lang)
-            .args(["-O1", "-Wall", "-Wextra", "-Werror", "-c", "-I"])
-            .arg(root.join("include"))
-            .arg("-I")
-            .arg(root.join("tests/c/cuda_stub"))
-            .arg(root.join("tests/c/nccl_port.c"))
-            .arg("-o")
-            .arg(&out)
+        let out = scratch(&format!("nccl_port_{}.o", lang[0]));
+        let o = Command::new(&cc)
+            .args([
+                "-x", lang[0], lang[1], "-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o",
+            ])
+            .args([&out, &root.join("tests/c/nccl_port.c")])
+            .arg(format!("-I{}", root.join("include").display()))
+            .arg(format!("-I{}", root.join("tests/c/cuda_stub").display()))
             .output()
             .expect("running the compiler");
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "nccl_port.c as {}:\n{err}", lang[1]);
+        assert!(o.status.success(), "nccl_port.c as {}:\n{err}", lang[0]);
         tidy(&out);
     }
 }

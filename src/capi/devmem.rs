@@ -146,8 +146,8 @@ pub(super) fn current() -> R<usize> {
     Ok(cur.unwrap_or(0))
 }
 
-/// The device that answers pointer queries: device 0, or why there is
-/// none (asked once; no CUDA driver means every buffer is host memory).
+/// The emulated device that answers pointer queries first: device 0, or
+/// why there is none (asked once).
 fn probe() -> Result<Arc<Dev>, String> {
     static PROBE: OnceLock<Result<Arc<Dev>, String>> = OnceLock::new();
     PROBE.get_or_init(|| device(0).map_err(|e| e.msg)).clone()
@@ -155,7 +155,12 @@ fn probe() -> Result<Arc<Dev>, String> {
 
 /// Why no device backend is available, if none is.
 pub(super) fn unavailable() -> Option<String> {
-    probe().err()
+    match backend() {
+        Backend::Cuda => ::device::device_count(Backend::Cuda)
+            .err()
+            .map(|e| e.to_string()),
+        Backend::Emu => probe().err(),
+    }
 }
 
 /// What memory a buffer is.
@@ -169,27 +174,12 @@ pub(super) fn kind(what: &str, ptr: *const u8) -> R<Mem> {
     if ptr.is_null() {
         return Ok(Mem::Host);
     }
-    let Ok(probe) = probe() else {
-        return Ok(Mem::Host);
-    };
     let addr = ptr as u64;
-    let ask = |d: &Dev| {
-        d.dev
-            .pointer_kind(addr)
-            .map_err(|e| dev_error(&format!("asking what memory {what} {ptr:?} is"), e))
-    };
-    let mut answer = ask(&probe)?;
-    if !answer.is_device() && backend() == Backend::Emu {
-        // Each emulated device object knows only its own allocations.
-        let others: Vec<_> = lock(opened()).values().cloned().collect();
-        for d in others {
-            let k = ask(&d)?;
-            if k.is_device() {
-                answer = k;
-                break;
-            }
-        }
+    let answer = match backend() {
+        Backend::Cuda => cuda_kind(addr),
+        Backend::Emu => emu_kind(addr),
     }
+    .map_err(|e| dev_error(&format!("asking what memory {what} {ptr:?} is"), e))?;
     match answer {
         PointerKind::Host => Ok(Mem::Host),
         PointerKind::Device { ordinal } => Ok(Mem::Device(device(ordinal)?)),
@@ -198,6 +188,39 @@ pub(super) fn kind(what: &str, ptr: *const u8) -> R<Mem> {
              and keep it until the operation completes"
         ))),
     }
+}
+
+/// CUDA: the driver answers without a device (so no context is made
+/// current on the caller's thread); where it wants a current context, the
+/// current device answers. No driver: host memory.
+fn cuda_kind(addr: u64) -> Result<PointerKind, ::device::DeviceError> {
+    match ::device::cuda::pointer::pointer_kind(addr) {
+        Ok(k) => Ok(k),
+        Err(first) => match current().ok().and_then(|o| device(o).ok()) {
+            Some(d) => d.dev.pointer_kind(addr),
+            None => Err(first),
+        },
+    }
+}
+
+/// The emulated device: each device object knows only its own
+/// allocations, so every one opened is asked.
+fn emu_kind(addr: u64) -> Result<PointerKind, ::device::DeviceError> {
+    let Ok(probe) = probe() else {
+        return Ok(PointerKind::Host);
+    };
+    let mut answer = probe.dev.pointer_kind(addr)?;
+    if !answer.is_device() {
+        let others: Vec<_> = lock(opened()).values().cloned().collect();
+        for d in others {
+            let k = d.dev.pointer_kind(addr)?;
+            if k.is_device() {
+                answer = k;
+                break;
+            }
+        }
+    }
+    Ok(answer)
 }
 
 /// Where all of an operation's buffers are: host memory, or one device.

@@ -141,10 +141,11 @@ pub unsafe extern "C" fn snclMemcpy(
                 unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
                 return Ok(OK);
             }
-            // SAFETY (three arms): the caller's contract; the device
-            // ranges were classified as live memory of this device, and
-            // the copy completes (synchronized below) before this returns.
+            // The device ranges were classified as live memory of this
+            // device; each copy completes (synchronized below) before this
+            // returns.
             (Mem::Device(x), Mem::Host) => {
+                // SAFETY: the caller's contract (see above).
                 let r = unsafe {
                     x.dev
                         .copy_h2d_async(d, src as *const u8, bytes, x.default_stream)
@@ -152,6 +153,7 @@ pub unsafe extern "C" fn snclMemcpy(
                 (x, r)
             }
             (Mem::Host, Mem::Device(x)) => {
+                // SAFETY: the caller's contract (see above).
                 let r = unsafe {
                     x.dev
                         .copy_d2h_async(dst as *mut u8, s, bytes, x.default_stream)
@@ -166,6 +168,7 @@ pub unsafe extern "C" fn snclMemcpy(
                         y.label()
                     )));
                 }
+                // SAFETY: the caller's contract (see above).
                 let r = unsafe { x.dev.copy_d2d_async(d, s, bytes, x.default_stream) };
                 (x, r)
             }

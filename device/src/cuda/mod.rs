@@ -43,7 +43,7 @@ mod device;
 mod driver;
 mod launch;
 pub(crate) mod nvrtc_lib;
-mod pointer;
+pub mod pointer;
 
 pub use device::CudaDevice;
 

@@ -82,3 +82,58 @@ fn call_error(ordinal: usize, r: CUresult) -> DeviceError {
         detail: driver::describe(r),
     }
 }
+
+/// The kind of `addr` without an opened device, for a caller that could not
+/// open one (NVRTC missing, say) and must still not take device memory for
+/// host memory, and without making a context current. No driver, or one
+/// that does not initialise, means no CUDA memory exists:
+/// [`PointerKind::Host`]. The probes are made once per process.
+pub fn pointer_kind(addr: u64) -> Result<PointerKind> {
+    static INIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ready = present() && *INIT.get_or_init(|| driver::init() == CUresult::CUDA_SUCCESS);
+    if !ready {
+        return Ok(PointerKind::Host);
+    }
+    kind(0, addr, || {
+        Err(DeviceError::Unsupported {
+            what: "asking the memory type of a pointer without a device".into(),
+            why: "the driver wants a current context".into(),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_memory_is_host_and_device_memory_has_its_ordinal() {
+        let host = [0u8; 64];
+        assert_eq!(
+            pointer_kind(host.as_ptr() as u64).unwrap(),
+            PointerKind::Host
+        );
+        let dev = match crate::cuda::open(0) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipping the device half: no usable CUDA device ({e})");
+                return;
+            }
+        };
+        assert_eq!(
+            dev.pointer_kind(host.as_ptr() as u64).unwrap(),
+            PointerKind::Host
+        );
+        let p = dev.alloc(256).unwrap();
+        assert_eq!(
+            dev.pointer_kind(p.add(100).0).unwrap(),
+            PointerKind::Device { ordinal: 0 }
+        );
+        assert_eq!(
+            pointer_kind(p.0).unwrap(),
+            PointerKind::Device { ordinal: 0 }
+        );
+        // SAFETY: allocated above, freed once, unused.
+        unsafe { dev.free(p) }.unwrap();
+    }
+}
