@@ -73,11 +73,12 @@ fn version_matches_the_crate() {
 // ---------------------------------------------------------------------------
 // Building and running C.
 
-/// The directory holding libsncl.so: the one above this test's `deps/`.
+/// The directory holding libsncl.so: this test's `deps/` (what this cargo
+/// run built), else the one above it.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps dir");
-    for d in [deps.parent().expect("profile dir"), deps] {
+    for d in [deps, deps.parent().expect("profile dir")] {
         if d.join("libsncl.so").exists() {
             return d.to_path_buf();
         }
@@ -168,8 +169,7 @@ fn wait_all(children: &mut [Child], limit: Duration) -> Vec<Option<i32>> {
     codes
 }
 
-fn run_c_ranks(exe: &Path, transport: &str) {
-    let n = 4;
+fn run_c_ranks(exe: &Path, transport: &str, n: usize) {
     let port = free_port();
     let secret: String = (0..32)
         .map(|i| char::from_digit((port as u32 * 7 + i * 13) % 16, 16).unwrap())
@@ -194,6 +194,12 @@ fn run_c_ranks(exe: &Path, transport: &str) {
         })
         .collect();
     let codes = wait_all(&mut children, Duration::from_secs(150));
+    if codes.iter().all(|c| *c == Some(77)) {
+        let out = std::fs::read_to_string(dir.join("0.out")).unwrap_or_default();
+        eprintln!("skipping (libsncl lacks a feature; test the workspace): {out}");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let mut report = String::new();
     let mut ok = true;
     for (r, code) in codes.iter().enumerate() {
@@ -209,7 +215,7 @@ fn run_c_ranks(exe: &Path, transport: &str) {
     assert!(ok, "C ranks over {transport} failed:\n{report}");
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
-        "4 C ranks over {transport} passed in {:.1} s",
+        "{n} C ranks over {transport} passed in {:.1} s",
         start.elapsed().as_secs_f64()
     );
 }
@@ -219,9 +225,50 @@ fn c_program_runs_every_collective() {
     let Some(exe) = compile("tests/c/c_abi_test.c", "c_abi_test") else {
         return;
     };
-    run_c_ranks(&exe, "auto");
-    run_c_ranks(&exe, "tcp");
+    run_c_ranks(&exe, "auto", 4);
+    run_c_ranks(&exe, "tcp", 4);
     tidy(&exe);
+}
+
+/// Collectives on device memory (the emulated device) from C.
+#[test]
+fn c_program_on_device_memory() {
+    let Some(exe) = compile("tests/c/c_abi_device_test.c", "c_abi_device_test") else {
+        return;
+    };
+    run_c_ranks(&exe, "auto", 2);
+    run_c_ranks(&exe, "tcp", 3);
+    tidy(&exe);
+}
+
+/// NCCL's example with the prefix renamed compiles, as C and as C++,
+/// against a `cudaStream_t` declared as CUDA declares it.
+#[test]
+fn nccl_port_compiles_as_c_and_cpp() {
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
+    let root = Path::new(MANIFEST);
+    for (cc, lang) in [
+        (env("CC", "cc"), ["c", "-std=c11"]),
+        (env("CXX", "c++"), ["c++", "-std=c++11"]),
+    ] {
+        if Command::new(&cc).arg("--version").output().is_err() {
+            eprintln!("skipping {}: no compiler {cc}", lang[0]);
+            continue;
+        }
+        let out = scratch(&format!("nccl_port_{}.o", lang[0]));
+        let o = Command::new(&cc)
+            .args([
+                "-x", lang[0], lang[1], "-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o",
+            ])
+            .args([&out, &root.join("tests/c/nccl_port.c")])
+            .arg(format!("-I{}", root.join("include").display()))
+            .arg(format!("-I{}", root.join("tests/c/cuda_stub").display()))
+            .output()
+            .expect("running the compiler");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "nccl_port.c as {}:\n{err}", lang[0]);
+        tidy(&out);
+    }
 }
 
 /// Removes a scratch file.
@@ -567,10 +614,9 @@ fn bad_arguments_are_reported() {
         );
         assert!(last().contains("SNCL_CONFIG_INITIALIZER"), "{}", last());
         assert_eq!(snclGroupEnd(), snclInvalidUsage);
-        assert_eq!(
-            snclStreamSynchronize(std::ptr::null_mut()),
-            snclInvalidArgument
-        );
+        // (snclStreamSynchronize(NULL) waits for the current device's
+        // default stream, a sncl extension.)
+        assert_eq!(snclStreamQuery(std::ptr::null_mut()), snclInvalidArgument);
         // NULL handles are no-ops that succeed, as in NCCL.
         assert_eq!(snclCommDestroy(std::ptr::null_mut()), snclSuccess);
         assert_eq!(snclCommAbort(std::ptr::null_mut()), snclSuccess);

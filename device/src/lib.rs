@@ -303,6 +303,15 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// fail with [`DeviceError::Fault`] carrying `what`. The CUDA backend
     /// answers [`DeviceError::Unsupported`].
     fn inject_fault(&self, what: &str) -> Result<()>;
+
+    /// What memory `addr` is ([`PointerKind`]): host memory, device memory
+    /// of which device of this backend, or a stale address of this
+    /// backend's device space. CUDA asks `cuPointerGetAttribute` (memory
+    /// type, device ordinal; memory the driver does not know is host
+    /// memory, and a freed device pointer cannot be told from it); the
+    /// emulated device answers from its address registry. The address is
+    /// never dereferenced.
+    fn pointer_kind(&self, addr: u64) -> Result<PointerKind>;
 }
 
 /// Opens device `ordinal` of `backend`.
@@ -365,6 +374,8 @@ pub use buffer::{DeviceBuffer, PinnedBuffer};
 pub mod codec;
 pub use codec::CodecOp;
 mod checks;
+mod pointer;
+pub use pointer::PointerKind;
 
 pub mod cuda;
 #[cfg(feature = "emu")]

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::comm::{CommShared, PreMul};
 use super::error::CError;
-use super::stream::StreamShared;
 use super::types::*;
 use crate::{Config, DataType, ReduceOp};
 
@@ -26,15 +25,6 @@ pub(super) unsafe fn comm_arg(comm: snclComm_t) -> R<Arc<CommShared>> {
     // SAFETY: per the contract above, a non-NULL `comm` points to a live
     // snclComm made by Box::into_raw.
     Ok(unsafe { &*comm }.shared.clone())
-}
-
-/// The stream behind a handle (None for NULL).
-///
-/// # Safety
-/// `stream` is NULL or a handle from `snclStreamCreate` not yet destroyed.
-pub(super) unsafe fn stream_arg(stream: snclStream_t) -> Option<Arc<StreamShared>> {
-    // SAFETY: per the contract above.
-    (!stream.is_null()).then(|| unsafe { &*stream }.shared.clone())
 }
 
 pub(super) fn dtype_arg(d: snclDataTypeRaw) -> R<DataType> {

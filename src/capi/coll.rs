@@ -24,11 +24,11 @@ pub(super) unsafe fn issue(
         // SAFETY: forwarded from the caller.
         let shared = unsafe { comm_arg(comm) }?;
         // SAFETY: forwarded from the caller.
-        let stream = unsafe { stream_arg(stream) };
+        let stream = unsafe { super::devmem::stream_arg(stream) };
         let r = (|| {
             let c = shared.get()?;
             let item = f(c, &shared)?;
-            exec::issue(shared.clone(), stream, item)
+            super::devcoll::issue(&shared, c, stream, item)
         })();
         if let Err(e) = &r {
             shared.record(e);
@@ -140,10 +140,18 @@ impl Plain {
 /// All-reduce: `recvbuff[i]` = `op` over all ranks of `sendbuff[i]`, for
 /// `count` elements. In place when `sendbuff == recvbuff`.
 ///
+/// Every operation takes host buffers or device buffers (of one device,
+/// found per pointer; not mixed): device buffers run on `stream`, a CUDA
+/// stream or NULL (the default stream), and the call returns once the
+/// operation is queued there; host buffers run on a host stream of
+/// `snclStreamCreate`, or before the call returns with NULL. See
+/// `snclStream_t`.
+///
 /// # Safety
 /// The buffers hold `count` elements and stay valid until the operation
-/// completes (when this returns for a NULL stream; else when the stream
-/// reaches it). `comm` and `stream` are live handles (stream may be NULL).
+/// completes (host buffers with a NULL stream: when this returns; else
+/// when the stream reaches it). `comm` and `stream` are live handles
+/// (stream may be NULL).
 #[no_mangle]
 pub unsafe extern "C" fn snclAllReduce(
     sendbuff: *const c_void,

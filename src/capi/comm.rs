@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use super::error::CError;
 use super::types::snclResult_t;
-use crate::{Communicator, DataType};
+use crate::{Communicator, DataType, RawWork};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -98,6 +98,8 @@ pub(crate) struct CommShared {
     async_code: Mutex<Option<snclResult_t>>,
     /// The thread whose `snclGroupEnd` will create it, while it waits.
     deferred_by: Mutex<Option<std::thread::ThreadId>>,
+    /// Device operations queued and not yet seen complete.
+    device_work: Mutex<Vec<RawWork>>,
 }
 
 impl CommShared {
@@ -114,6 +116,7 @@ impl CommShared {
             last_error: Mutex::new(None),
             async_code: Mutex::new(None),
             deferred_by: Mutex::new(None),
+            device_work: Mutex::new(Vec::new()),
         })
     }
 
@@ -180,8 +183,39 @@ impl CommShared {
             InitState::Failed(e) => return e.code,
             InitState::Ready => {}
         }
+        self.settle_device(false);
         // Not Communicator::async_error: it waits for a running operation.
         lock(&self.async_code).unwrap_or(snclResult_t::snclSuccess)
+    }
+
+    /// Keeps a queued device operation, whose failure (found when it
+    /// completes) becomes this communicator's error.
+    pub fn add_device_work(&self, w: RawWork) {
+        self.settle_device(false);
+        lock(&self.device_work).push(w);
+    }
+
+    /// Records the failures of completed device operations and forgets
+    /// them; with `wait`, waits for all of them first (each fails within
+    /// the communicator's timeout rather than hanging).
+    pub fn settle_device(&self, wait: bool) {
+        let works: Vec<RawWork> = {
+            let mut g = lock(&self.device_work);
+            if wait {
+                std::mem::take(&mut *g)
+            } else {
+                let (done, pending) = std::mem::take(&mut *g).into_iter().partition(RawWork::test);
+                *g = pending;
+                done
+            }
+        };
+        for w in works {
+            if let Err(e) = w.wait() {
+                let e = CError::from(e);
+                tracing::warn!(error = %e.msg, "a device operation of the C ABI failed");
+                self.record(&CError { fatal: true, ..e });
+            }
+        }
     }
 
     /// Takes the next place in the issue order.

@@ -279,6 +279,7 @@ pub unsafe extern "C" fn snclCommFinalize(comm: snclComm_t) -> snclResult_t {
         let shared = unsafe { comm_arg(comm) }?;
         let _ = shared.get();
         shared.ticket().wait_turn();
+        shared.settle_device(true);
         Ok(OK)
     })
 }
@@ -300,6 +301,7 @@ pub unsafe extern "C" fn snclCommDestroy(comm: snclComm_t) -> snclResult_t {
         let b = unsafe { Box::from_raw(comm) };
         let _ = b.shared.get();
         b.shared.ticket().wait_turn();
+        b.shared.settle_device(true);
         drop(b);
         Ok(OK)
     })

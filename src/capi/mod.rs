@@ -3,11 +3,48 @@
 //!
 //! It mirrors NCCL's API with the prefix `sncl` in place of `nccl`: same
 //! function names, parameter lists, semantics and enum values, so a port is
-//! mechanical. The last argument of an operation is a host stream
-//! ([`snclStream_t`]) or NULL, which runs it to completion before the call
-//! returns. Buffers are host memory. Errors are [`snclResult_t`] codes
-//! with the full text from `snclGetLastError`; a panic never crosses the
-//! boundary (it becomes `snclInternalError`).
+//! mechanical. Buffers are host memory or device memory; the last argument
+//! of an operation is a [`snclStream_t`], NCCL's `cudaStream_t` (both are
+//! `struct CUstream_st *`, so a `cudaStream_t` or a driver `CUstream`
+//! passes without a cast). Errors are [`snclResult_t`] codes with the full
+//! text from `snclGetLastError`; a panic never crosses the boundary (it
+//! becomes `snclInternalError`).
+//!
+//! # Host and device buffers
+//!
+//! Every buffer's memory kind is asked of the device backend
+//! (`cuPointerGetAttribute` on CUDA; the address registry on the emulated
+//! device); where no backend is available, buffers are host memory.
+//!
+//! * Device buffers (all on one device) run as device collectives of the
+//!   communicator, which binds to their device on first use (as NCCL binds
+//!   to the current device); later device buffers of another device are an
+//!   error. The stream is a CUDA stream, or NULL for the legacy default
+//!   stream (on the emulated device: its default stream, or a stream from
+//!   `snclDeviceStreamCreate`); the call returns once the operation is
+//!   queued there, as NCCL's does. A host stream of `snclStreamCreate` with
+//!   device buffers is `snclInvalidUsage`: host streams order host work,
+//!   and a device operation would have to block the host stream's thread.
+//!   On device memory: all-reduce, reduce-scatter, all-gather, broadcast,
+//!   reduce (and all-to-all, gather and scatter where the device path
+//!   takes them); not yet point-to-point, premultiplied sums, compression,
+//!   or the V variants (clear `snclInvalidArgument` errors).
+//! * Host buffers run as before: on a host stream, or before the call
+//!   returns with NULL. A handle that is neither NULL nor a host stream is
+//!   taken for a CUDA stream and refused with host buffers (unless the
+//!   operation has no buffers at all; then it runs as with NULL).
+//! * Host and device buffers mixed in one call, a device pointer that is
+//!   not live (freed, or of an emulated device object sncl did not make)
+//!   are `snclInvalidArgument` before anything is sent. On CUDA a freed
+//!   device pointer cannot be told from host memory.
+//! * A device operation takes its place in the communicator's issue order
+//!   when it is queued: after the operations issued before it have run
+//!   (a host operation still queued on a host stream makes the call wait
+//!   for it). Its failure, found when it completes, becomes the
+//!   communicator's asynchronous error (`snclCommGetAsyncError`);
+//!   `snclCommFinalize` and `snclCommDestroy` wait for it. Inside a group
+//!   a device operation is queued when it is issued, not at
+//!   `snclGroupEnd` (queuing never waits for peers).
 //!
 //! Every call on a communicator takes its place in that communicator's
 //! issue order when it is issued (at `snclGroupEnd` inside a group) and
@@ -17,10 +54,10 @@
 //!
 //! Where it differs from NCCL, and why:
 //!
-//! * Streams are host streams (`snclStreamCreate`, `snclStreamSynchronize`,
-//!   `snclStreamQuery`, `snclStreamDestroy`: a thread each), and a NULL
-//!   stream runs the operation before the call returns, since there is no
-//!   device stream to queue it on.
+//! * Besides CUDA streams, sncl has host streams (`snclStreamCreate`,
+//!   `snclStreamSynchronize`, `snclStreamQuery`, `snclStreamDestroy`: a
+//!   thread each) for host buffers, and a NULL stream with host buffers
+//!   runs the operation before the call returns.
 //! * Non-blocking communicators (`config.blocking = 0`) make creation and
 //!   `snclCommSplit` asynchronous (`snclInProgress`, polled with
 //!   `snclCommGetAsyncError`); their operations behave as on a blocking one.
@@ -38,16 +75,22 @@
 //!   float types are rejected.
 //! * Both scalar residences are host pointers; `snclCommInitAll` ignores
 //!   `devlist`.
+//! * `snclMemAlloc` is `cuMemAlloc` memory (IPC-ready, not the VMM
+//!   allocations NCCL uses for NVLS); `snclMemFree` waits for the device's
+//!   default stream first.
 //! * Extensions: `snclSendTagged` / `snclRecvTagged` (tags, and
-//!   `SNCL_ANY_SOURCE`; NULL stream, outside groups), `snclAllGatherV`,
-//!   `snclAlltoAllV`, `snclBarrier`, `snclGetSetting`,
-//!   `snclConfig_t::timeoutMs`, and the unique id rules of
-//!   `snclGetUniqueId` (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same
-//!   id).
-//! * Not provided (device memory or newer NCCL features): memory
-//!   allocation and registration, windows and one-sided operations,
-//!   `CommCuDevice`, grow / revoke / suspend, scalable init, group
-//!   simulation, memory statistics and the parameter API.
+//!   `SNCL_ANY_SOURCE`; host memory, NULL stream, outside groups),
+//!   `snclAllGatherV`, `snclAlltoAllV`, `snclBarrier`, `snclGetSetting`,
+//!   `snclConfig_t::timeoutMs`, the unique id rules of `snclGetUniqueId`
+//!   (`SNCL_ROOT` + `SNCL_SECRET` give every rank the same id), and for
+//!   programs without the CUDA runtime or on the emulated device:
+//!   `snclSetDeviceBackend` (`"cuda"`, `"emu"`), `snclSetDevice` /
+//!   `snclGetDevice`, `snclDeviceStreamCreate`, `snclMemcpy`, and
+//!   `snclStreamSynchronize` / `snclStreamDestroy` on device streams.
+//! * Not provided (newer NCCL features): memory registration, windows and
+//!   one-sided operations, `CommCuDevice`, grow / revoke / suspend,
+//!   scalable init, group simulation, memory statistics and the parameter
+//!   API.
 //!
 //! Regenerate the header after changing anything here:
 //! `cargo test --test c_abi -- --ignored regenerate_header` (the test
@@ -70,9 +113,13 @@ mod coll;
 mod p2p;
 // Host streams:
 mod streams;
+// Device memory, the current device and device streams (extensions):
+mod memory;
 
 mod args;
 mod comm;
+mod devcoll;
+mod devmem;
 mod error;
 mod exec;
 mod premul;
@@ -85,6 +132,7 @@ mod uid;
 pub use api::*;
 pub use coll::*;
 pub use init::*;
+pub use memory::*;
 pub use p2p::*;
 pub use settings::snclGetSetting;
 pub use shrink::*;

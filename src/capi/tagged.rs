@@ -57,6 +57,12 @@ unsafe fn common(
     if bytes > 0 && buf.is_null() {
         return Err(CError::invalid(format!("{what}: the buffer is NULL")));
     }
+    if let Some(d) = super::devmem::route(&[("the buffer", buf as *const u8)])? {
+        return Err(CError::invalid(format!(
+            "{what} takes host memory only (sncl extension); the buffer is memory of {}",
+            d.label()
+        )));
+    }
     Ok((shared, bytes))
 }
 

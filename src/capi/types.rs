@@ -217,14 +217,33 @@ pub struct snclComm {
 /// Handle to a communicator, like `ncclComm_t`.
 pub type snclComm_t = *mut snclComm;
 
-/// A host stream (opaque). `snclStream_t` points to one.
-pub struct snclStream {
+/// A host stream made by `snclStreamCreate` (opaque; C sees it only as a
+/// `snclStream_t`).
+pub(crate) struct snclStream {
     pub(crate) shared: std::sync::Arc<super::stream::StreamShared>,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Handle to a host stream, the last argument of every operation in place
-/// of `cudaStream_t`: operations queued on one stream run in order, on the
-/// stream's own thread, asynchronously to the caller. `NULL` runs the
-/// operation to completion before the call returns.
-pub type snclStream_t = *mut snclStream;
+/// CUDA's stream structure, never defined: `cudaStream_t` and the driver's
+/// `CUstream` are both `struct CUstream_st *`, so either converts to a
+/// `snclStream_t` without a cast (the header only forward-declares it and
+/// needs no CUDA header).
+#[repr(C)]
+pub struct CUstream_st {
+    _opaque: [u8; 0],
+}
+
+/// The last argument of every operation, NCCL's `cudaStream_t`. It is one of:
+///
+/// * `NULL`: for device buffers, the legacy default CUDA stream (on the
+///   emulated device, that device's default stream), and the call returns
+///   once the operation is queued; for host buffers, the operation runs to
+///   completion before the call returns;
+/// * a host stream from `snclStreamCreate` (sncl keeps a registry of them):
+///   host buffers only; operations queued on one host stream run in order
+///   on the stream's own thread, asynchronously to the caller;
+/// * any other handle: a CUDA stream (`cudaStream_t`, `CUstream`; on the
+///   emulated device, a stream from `snclDeviceStreamCreate`), for device
+///   buffers only: the operation runs after the work queued there before
+///   it, and later work there runs after it, as with NCCL.
+pub type snclStream_t = *mut CUstream_st;

@@ -13,7 +13,8 @@ use kernels::{DataType, ReduceOp};
 use super::driver;
 use super::launch::{self, Kernels, ReduceCopyArgs};
 use crate::{
-    Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, Result, StreamHandle,
+    Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, PointerKind, Result,
+    StreamHandle,
 };
 
 /// Page-locked host memory flags: portable (pinned for every context) and
@@ -524,5 +525,9 @@ impl Device for CudaDevice {
             what: format!("fault injection ({what}) on CUDA device {}", self.ordinal),
             why: "only the emulated device injects faults".into(),
         })
+    }
+
+    fn pointer_kind(&self, addr: u64) -> Result<PointerKind> {
+        super::pointer::kind(self.ordinal, addr, || self.bind())
     }
 }

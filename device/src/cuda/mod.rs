@@ -43,6 +43,7 @@ mod device;
 mod driver;
 mod launch;
 pub(crate) mod nvrtc_lib;
+pub mod pointer;
 
 pub use device::CudaDevice;
 

@@ -12,7 +12,8 @@ use super::memory::{Origin, Span, MAX_ALLOC};
 use super::shm::{decode_handle, ShmMap};
 use super::stream::{Host, Op, Stream, SyncError};
 use crate::{
-    Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, Result, StreamHandle,
+    Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, PointerKind, Result,
+    StreamHandle,
 };
 
 impl Device for Emu {
@@ -474,5 +475,9 @@ impl Device for Emu {
         );
         *lock(&self.pending_fault) = Some(what.to_string());
         Ok(())
+    }
+
+    fn pointer_kind(&self, addr: u64) -> Result<PointerKind> {
+        Ok(super::pointer::kind(self, addr))
     }
 }

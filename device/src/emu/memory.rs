@@ -105,7 +105,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Splits an address into (id, offset), or says why it is not one of ours.
-fn split(ptr: DevicePtr) -> Result<(u64, usize), String> {
+pub(super) fn split(ptr: DevicePtr) -> Result<(u64, usize), String> {
     let rel = ptr.0.checked_sub(BASE).filter(|r| r >> ID_SHIFT <= MAX_ID);
     match rel {
         Some(rel) => Ok((rel >> ID_SHIFT, (rel & (MAX_ALLOC as u64 - 1)) as usize)),

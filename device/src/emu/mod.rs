@@ -22,6 +22,7 @@ pub mod codecs;
 mod device;
 pub mod hostkernels;
 mod memory;
+mod pointer;
 mod shm;
 mod stream;
 
