@@ -11,14 +11,25 @@ libsncl is linked statically (target/release/libsncl.a, or $SNCL_LIB_DIR),
 so the extension does not depend on a library path at run time; its Rust
 symbols stay private to the extension (--exclude-libs). The header comes
 from the repository's include/ (or $SNCL_INCLUDE_DIR).
+
+CUDA tensors: when torch was built with CUDA (torch.version.cuda) and the
+CUDA runtime headers are found, the extension is compiled with
+SNCL_TORCH_CUDA and linked with c10_cuda. No nvcc is needed (host code
+only): the headers come from the nvidia wheel that torch's CUDA build
+installs (nvidia/cu13/include, nvidia/cuda_runtime/include) plus, for
+CUDA 13, the crt/ headers of the nvidia-cuda-crt wheel, else from
+$CUDA_HOME/include; $SNCL_CUDA_INCLUDE_DIR (a path list) names them
+explicitly and SNCL_TORCH_CUDA=0 builds the CPU-only variant.
 """
 
 import os
 import pathlib
+import sys
 
 from setuptools import setup
 
 try:
+    import torch
     from torch.utils.cpp_extension import BuildExtension, CppExtension
 except ImportError as e:  # pragma: no cover
     raise SystemExit(
@@ -38,6 +49,59 @@ for f, hint in ((STATIC, "run `cargo build --release` or set SNCL_LIB_DIR"),
     if not f.exists():
         raise SystemExit(f"sncl_torch: {f} not found ({hint})")
 
+
+def cuda_include_dirs():
+    """The include directories for torch's CUDA runtime headers
+    (cuda_runtime_api.h and the crt/ headers it includes), or [] (then the
+    extension is CPU-only) with the reason printed."""
+    if os.environ.get("SNCL_TORCH_CUDA", "1") == "0":
+        return []
+    if not torch.version.cuda:
+        return []
+    forced = os.environ.get("SNCL_CUDA_INCLUDE_DIR")
+    if forced:
+        dirs = [d for d in forced.split(os.pathsep) if d]
+        for need in ("cuda_runtime_api.h", "crt/host_defines.h"):
+            if not any((pathlib.Path(d) / need).exists() for d in dirs):
+                raise SystemExit(f"sncl_torch: SNCL_CUDA_INCLUDE_DIR={forced}: no {need} there")
+        return dirs
+    major = torch.version.cuda.split(".")[0]
+    candidates = []
+    # The nvidia wheels torch's CUDA build installs (a namespace package):
+    # nvidia/cu13/include (CUDA 13), nvidia/cuda_runtime/include (CUDA 12).
+    for base in sys.path:
+        nv = pathlib.Path(base or ".") / "nvidia"
+        if nv.is_dir():
+            candidates += [nv / f"cu{major}" / "include", nv / "cuda_runtime" / "include"]
+            candidates += [nv / "cuda_crt" / "include"]
+    from torch.utils import cpp_extension
+
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), cpp_extension.CUDA_HOME):
+        if home:
+            candidates.append(pathlib.Path(home) / "include")
+    runtime = [c for c in candidates if (c / "cuda_runtime_api.h").exists()]
+    crt = [c for c in candidates if (c / "crt" / "host_defines.h").exists()]
+    if not runtime:
+        why = "no cuda_runtime_api.h (the nvidia-cuda-runtime wheel, or CUDA_HOME)"
+    elif not crt:
+        # CUDA 13 moved crt/ into the nvidia-cuda-crt wheel, which torch
+        # does not install.
+        why = f"cuda_runtime_api.h in {runtime[0]} but no crt/host_defines.h (the nvidia-cuda-crt wheel for CUDA {major}, or CUDA_HOME)"
+    else:
+        both = [c for c in runtime if c in crt]
+        return [str(both[0])] if both else [str(runtime[0]), str(crt[0])]
+    print(
+        f"sncl_torch: torch has CUDA {torch.version.cuda} but {why} was found: building "
+        "without CUDA tensor support (set SNCL_CUDA_INCLUDE_DIR to the include directories)",
+        file=sys.stderr,
+    )
+    return []
+
+
+CUDA_INC = cuda_include_dirs()
+if CUDA_INC:
+    print(f"sncl_torch: CUDA tensor support, CUDA headers from {os.pathsep.join(CUDA_INC)}", file=sys.stderr)
+
 ext = CppExtension(
     name="sncl_torch._C",
     sources=[
@@ -46,9 +110,18 @@ ext = CppExtension(
         "csrc/sncl_ops_p2p.cpp",  # all-to-all, send/recv, compressed, barrier
         "csrc/sncl_helpers.cpp",  # tensor checks, dtype mapping, reductions
         "csrc/sncl_extras.cpp",  # profiling, any-source recv, monitored barrier
+        "csrc/sncl_cuda.cpp",  # CUDA streams and allocator (SNCL_TORCH_CUDA)
     ],
-    include_dirs=[str(INC_DIR)],
-    depends=[str(STATIC), str(HEADER), "csrc/sncl_backend.hpp", "csrc/sncl_helpers.hpp"],
+    include_dirs=[str(INC_DIR)] + CUDA_INC,
+    define_macros=[("SNCL_TORCH_CUDA", "1")] if CUDA_INC else [],
+    libraries=["c10_cuda"] if CUDA_INC else [],
+    depends=[
+        str(STATIC),
+        str(HEADER),
+        "csrc/sncl_backend.hpp",
+        "csrc/sncl_helpers.hpp",
+        "csrc/sncl_cuda.hpp",
+    ],
     extra_objects=[str(STATIC)],
     extra_compile_args=["-O2", "-g0"],
     extra_link_args=[
