@@ -18,7 +18,7 @@ SNCL_TORCH_CUDA and linked with c10_cuda. No nvcc is needed (host code
 only): the headers come from the nvidia wheel that torch's CUDA build
 installs (nvidia/cu13/include, nvidia/cuda_runtime/include) plus, for
 CUDA 13, the crt/ headers of the nvidia-cuda-crt wheel, else from
-$CUDA_HOME/include; $SNCL_CUDA_INCLUDE_DIR (a path list) names them
+$CUDA_HOME/include or target/cuda-wheels (scripts/cuda-wheels.sh); $SNCL_CUDA_INCLUDE_DIR (a path list) names them
 explicitly and SNCL_TORCH_CUDA=0 builds the CPU-only variant.
 """
 
@@ -79,6 +79,8 @@ def cuda_include_dirs():
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), cpp_extension.CUDA_HOME):
         if home:
             candidates.append(pathlib.Path(home) / "include")
+    # What scripts/cuda-wheels.sh installs (it has the crt/ headers).
+    candidates.append(REPO / "target" / "cuda-wheels" / "nvidia" / f"cu{major}" / "include")
     runtime = [c for c in candidates if (c / "cuda_runtime_api.h").exists()]
     crt = [c for c in candidates if (c / "crt" / "host_defines.h").exists()]
     if not runtime:
@@ -88,8 +90,8 @@ def cuda_include_dirs():
         # does not install.
         why = f"cuda_runtime_api.h in {runtime[0]} but no crt/host_defines.h (the nvidia-cuda-crt wheel for CUDA {major}, or CUDA_HOME)"
     else:
-        both = [c for c in runtime if c in crt]
-        return [str(both[0])] if both else [str(runtime[0]), str(crt[0])]
+        # torch's own runtime headers first; crt/ from wherever it is.
+        return [str(runtime[0])] + ([str(crt[0])] if crt[0] != runtime[0] else [])
     print(
         f"sncl_torch: torch has CUDA {torch.version.cuda} but {why} was found: building "
         "without CUDA tensor support (set SNCL_CUDA_INCLUDE_DIR to the include directories)",
@@ -132,13 +134,36 @@ ext = CppExtension(
     ],
 )
 
+
+
+class Build(BuildExtension.with_options(use_ninja=True)):
+    """torch's BuildExtension; without ninja (torch then falls back to
+    setuptools, one source at a time) the sources compile in parallel
+    threads, $MAX_JOBS of them (default: the CPU count)."""
+
+    def build_extension(self, ext):
+        if not getattr(self, "use_ninja", False) and len(ext.sources) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            one = self.compiler.compile
+            jobs = int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1)
+
+            def compile_all(sources, *args, **kwargs):
+                with ThreadPoolExecutor(max(1, min(jobs, len(sources)))) as pool:
+                    objs = pool.map(lambda src: one([src], *args, **kwargs), sources)
+                    return [o for chunk in objs for o in chunk]
+
+            self.compiler.compile = compile_all
+        super().build_extension(ext)
+
+
 setup(
     name="sncl-torch",
     version="0.1.0",
     description='The "sncl" torch.distributed (c10d) backend',
     packages=["sncl_torch"],
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": Build},
     entry_points={"torch.distributed.backends": ["sncl = sncl_torch:_register"]},
     python_requires=">=3.9",
     zip_safe=False,

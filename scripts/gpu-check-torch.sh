@@ -25,6 +25,7 @@
 #
 # Environment: PYTHON (default python3), TOTAL_LIMIT (seconds for the whole
 # run, default 280; each section's limit is cut to what is left),
+# BUILD_LIMIT (seconds for the build, default 200),
 # NPROC (processes per torchrun, default 2), KEEP (1: keep the build dir),
 # BUILD_ONLY (1: only the build section, run even without CUDA: checks the
 # install path on a machine without a GPU; SNCL_TORCH_CUDA=0 then builds
@@ -100,21 +101,32 @@ t0=$(date +%s)
 # A copy of python/: pip builds in the source tree (build/, *.egg-info).
 cp -r "$ROOT/python" "$BUILD/src"
 rm -rf "$BUILD/src/build" "$BUILD"/src/*.egg-info
+# pip when it is there; else setup.py build_ext straight into the target
+# (then no entry point: the tests import sncl_torch themselves).
+if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    how=pip
+    install=("$PYTHON" -m pip install --no-build-isolation --no-deps --no-index
+        --disable-pip-version-check --target "$BUILD/site" "$BUILD/src")
+else
+    how="setup.py build_ext (no pip)"
+    mkdir -p "$BUILD/site/sncl_torch"
+    cp "$BUILD/src/sncl_torch/__init__.py" "$BUILD/site/sncl_torch/"
+    install=(bash -c 'cd "$1/src" && "$2" setup.py build_ext --build-lib "$1/site" --build-temp "$1/tmp"'
+        _ "$BUILD" "$PYTHON")
+fi
 if SNCL_LIB_DIR=$LIB_DIR SNCL_INCLUDE_DIR=$ROOT/include MAX_JOBS=${MAX_JOBS:-16} \
-    timeout --kill-after=10 "$(limit 200)" \
-    "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index --disable-pip-version-check \
-    --target "$BUILD/site" "$BUILD/src" >"$BUILD/build.log" 2>&1; then
+    timeout --kill-after=10 "$(limit "${BUILD_LIMIT:-200}")" "${install[@]}" >"$BUILD/build.log" 2>&1; then
     cuda_line=$(grep -ao 'sncl_torch: CUDA tensor support[^"]*' "$BUILD/build.log" | head -1)
     built=$(PYTHONPATH=$BUILD/site "$PYTHON" -c 'import sncl_torch; print(sncl_torch.cuda_built())' 2>&1 | tail -1)
     if [[ $built == True || ($BUILD_ONLY == 1 && $built == False && ${SNCL_TORCH_CUDA:-1} == 0) ]]; then
-        say "PASS build: sncl_torch built in $(($(date +%s) - t0)) s, CUDA support: $built${cuda_line:+ (${cuda_line#sncl_torch: })}"
+        say "PASS build ($how): sncl_torch built in $(($(date +%s) - t0)) s, CUDA support: $built${cuda_line:+ (${cuda_line#sncl_torch: })}"
     else
         say "FAIL build: sncl_torch built in $(($(date +%s) - t0)) s but without CUDA support (cuda_built: $built):"
         grep -a "sncl_torch:" "$BUILD/build.log" | head -5
         failed=1
     fi
 else
-    say "FAIL build: pip install of python/ failed after $(($(date +%s) - t0)) s; the end of its log:"
+    say "FAIL build ($how) of python/ failed after $(($(date +%s) - t0)) s; the end of its log:"
     tail -n 40 "$BUILD/build.log"
     exit 1
 fi

@@ -6,8 +6,12 @@ works without the import once the package is installed::
 
     import torch.distributed as dist
     dist.init_process_group("sncl")          # cpu (and cuda) tensors
-    dist.init_process_group("cpu:gloo,cuda:sncl", device_id=torch.device("cuda", local_rank))
     g = dist.new_group([0, 1], backend="sncl")
+
+or, for CUDA tensors (when :func:`cuda_built`), one of::
+
+    dist.init_process_group("sncl", device_id=torch.device("cuda", local_rank))
+    dist.init_process_group("cpu:gloo,cuda:sncl")
 
 The backend is C++ (a ``c10d::Backend`` over sncl's C ABI), compiled at
 install time against the installed torch. Rank 0 of each group creates the
