@@ -117,12 +117,13 @@ fi
 if SNCL_LIB_DIR=$LIB_DIR SNCL_INCLUDE_DIR=$ROOT/include MAX_JOBS=${MAX_JOBS:-16} \
     timeout --kill-after=10 "$(limit "${BUILD_LIMIT:-200}")" "${install[@]}" >"$BUILD/build.log" 2>&1; then
     cuda_line=$(grep -ao 'sncl_torch: CUDA tensor support[^"]*' "$BUILD/build.log" | head -1)
-    built=$(PYTHONPATH=$BUILD/site "$PYTHON" -c 'import sncl_torch; print(sncl_torch.cuda_built())' 2>&1 | tail -1)
+    built=$(PYTHONPATH=$BUILD/site "$PYTHON" -c 'import sncl_torch; print(sncl_torch.cuda_built())' 2>/dev/null | tail -1)
     if [[ $built == True || ($BUILD_ONLY == 1 && $built == False && ${SNCL_TORCH_CUDA:-1} == 0) ]]; then
         say "PASS build ($how): sncl_torch built in $(($(date +%s) - t0)) s, CUDA support: $built${cuda_line:+ (${cuda_line#sncl_torch: })}"
     else
         say "FAIL build: sncl_torch built in $(($(date +%s) - t0)) s but without CUDA support (cuda_built: $built):"
         grep -a "sncl_torch:" "$BUILD/build.log" | head -5
+        [[ -n $built ]] || PYTHONPATH=$BUILD/site "$PYTHON" -c 'import sncl_torch' 2>&1 | tail -5
         failed=1
     fi
 else
