@@ -101,14 +101,21 @@ t0=$(date +%s)
 # A copy of python/: pip builds in the source tree (build/, *.egg-info).
 cp -r "$ROOT/python" "$BUILD/src"
 rm -rf "$BUILD/src/build" "$BUILD"/src/*.egg-info
-# pip when it is there; else setup.py build_ext straight into the target
+# pip when it can build a wheel without the network (pip, and wheel or
+# setuptools >= 70.1); else setup.py build_ext straight into the target
 # (then no entry point: the tests import sncl_torch themselves).
-if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+if "$PYTHON" -m pip --version >/dev/null 2>&1 && "$PYTHON" - 2>/dev/null <<'EOF'
+import importlib.util, sys
+import setuptools
+v = tuple(int(x) for x in setuptools.__version__.split(".")[:2] if x.isdigit())
+sys.exit(0 if importlib.util.find_spec("wheel") or v >= (70, 1) else 1)
+EOF
+then
     how=pip
     install=("$PYTHON" -m pip install --no-build-isolation --no-deps --no-index
         --disable-pip-version-check --target "$BUILD/site" "$BUILD/src")
 else
-    how="setup.py build_ext (no pip)"
+    how="setup.py build_ext (pip cannot build a wheel here)"
     mkdir -p "$BUILD/site/sncl_torch"
     cp "$BUILD/src/sncl_torch/__init__.py" "$BUILD/site/sncl_torch/"
     install=(bash -c 'cd "$1/src" && "$2" setup.py build_ext --build-lib "$1/site" --build-temp "$1/tmp"'
