@@ -1,6 +1,7 @@
 // The "sncl" c10d backend over sncl's C ABI; see sncl_backend.hpp.
 
 #include "sncl_backend.hpp"
+#include "sncl_cuda.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,8 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/extension.h>
 #include <pybind11/chrono.h>
@@ -24,7 +27,44 @@ std::map<std::string, int>& instanceCounts() {
 }
 std::mutex instanceMu;
 
+// The stream of the operation running on this thread (see opStream).
+thread_local snclStream_t tlsOpStream = nullptr;
+
+// Sets tlsOpStream for a scope.
+class OpStreamScope {
+ public:
+  explicit OpStreamScope(snclStream_t s) : prev_(tlsOpStream) {
+    tlsOpStream = s;
+  }
+  ~OpStreamScope() {
+    tlsOpStream = prev_;
+  }
+  OpStreamScope(const OpStreamScope&) = delete;
+  OpStreamScope& operator=(const OpStreamScope&) = delete;
+
+ private:
+  snclStream_t prev_;
+};
+
+c10::intrusive_ptr<c10::ivalue::Future> makeFuture(const c10::Device& d) {
+  std::vector<c10::Device> devices;
+  if (!d.is_cpu()) {
+    devices.push_back(d);
+  }
+  return c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::move(devices));
+}
+
+// The current stream of `d` (c10's device-generic interface).
+c10::Stream currentStream(const c10::Device& d) {
+  return c10::impl::VirtualGuardImpl(d.type()).getStream(d);
+}
+
 } // namespace
+
+snclStream_t opStream() {
+  return tlsOpStream;
+}
 
 // ---------------------------------------------------------------- WorkSncl
 
@@ -34,12 +74,13 @@ WorkSncl::WorkSncl(
     std::vector<at::Tensor> outputs,
     uint64_t seq,
     const char* profilingTitle,
-    const std::optional<std::vector<at::Tensor>>& inputs)
+    const std::optional<std::vector<at::Tensor>>& inputs,
+    c10::Device device)
     : Work(rank, opType, profilingTitle, inputs),
       outputs_(std::move(outputs)),
       seq_(seq),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(makeFuture(device)),
+      device_(device) {}
 
 std::vector<at::Tensor> WorkSncl::result() {
   return outputs_;
@@ -58,6 +99,61 @@ int WorkSncl::sourceRank() const {
       srcBox_ != nullptr,
       "sncl: sourceRank() is only available on a receive from any source");
   return srcBox_->load();
+}
+
+bool WorkSncl::isCompleted() {
+  if (!event_) {
+    return c10d::Work::isCompleted();
+  }
+  return event_->query();
+}
+
+bool WorkSncl::wait(std::chrono::milliseconds timeout) {
+  if (!event_) {
+    // CPU operations, and CUDA ones that failed to enqueue (rethrown).
+    return c10d::Work::wait(timeout);
+  }
+  synchronize();
+  return true;
+}
+
+void WorkSncl::synchronize() {
+  if (event_) {
+    event_->block(currentStream(device_));
+  }
+}
+
+void WorkSncl::blockCurrentStream() {
+  if (event_) {
+    synchronize();
+  } else {
+    c10d::Work::blockCurrentStream();
+  }
+}
+
+void WorkSncl::bindDevice(const c10::Device& device) {
+  if (device_ != device) {
+    device_ = device;
+    future_ = makeFuture(device);
+  }
+}
+
+void WorkSncl::completeOnStream(
+    std::exception_ptr error,
+    const c10::Stream& stream) {
+  if (error) {
+    complete(error);
+    return;
+  }
+  auto ev = std::make_unique<c10::Event>(device_.type());
+  ev->record(stream);
+  event_ = std::move(ev);
+  // With `stream` current (it is: the operation ran on the current
+  // stream), the future records its own events there: callbacks and
+  // waiters are ordered after the operation.
+  c10::StreamGuard guard(stream);
+  future_->markCompleted(c10::IValue(outputs_));
+  finish(nullptr);
 }
 
 void WorkSncl::addOutputs(const std::vector<at::Tensor>& outs) {
@@ -201,6 +297,74 @@ uint64_t ProcessGroupSncl::getSequenceNumberForGroup() {
 
 // ------------------------------------------------------------- the worker
 
+c10::Device ProcessGroupSncl::deviceOf(
+    const std::vector<at::Tensor>& a,
+    const std::vector<at::Tensor>& b,
+    const char* name) const {
+  std::optional<c10::Device> dev;
+  for (const auto* v : {&a, &b}) {
+    for (const auto& t : *v) {
+      if (!t.defined()) {
+        continue;
+      }
+      if (!dev) {
+        dev = t.device();
+      } else if (*dev != t.device()) {
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str(
+                "sncl: ",
+                name,
+                " on rank ",
+                rank_,
+                ": tensors on ",
+                *dev,
+                " and on ",
+                t.device(),
+                "; all tensors of one operation must be on one device (the "
+                "CPU or one CUDA device)"));
+      }
+    }
+  }
+  if (dev && !dev->is_cpu() && !dev->is_cuda()) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "sncl: ",
+            name,
+            " on rank ",
+            rank_,
+            ": tensors on ",
+            *dev,
+            "; sncl takes CPU and CUDA tensors"));
+  }
+  return dev.value_or(c10::Device(c10::kCPU));
+}
+
+void ProcessGroupSncl::claimIdle(
+    std::unique_lock<std::mutex>& lk,
+    const char* name) {
+  // The worker may be running an earlier CPU operation, bounded by sncl's
+  // own timeout; a margin over the group's timeout covers its error path.
+  const auto limit = timeout_ + std::chrono::seconds(5);
+  const bool idle = cv_.wait_for(
+      lk, limit, [this] { return closed_ || (!busy_ && queue_.empty()); });
+  TORCH_CHECK(!closed_, "sncl: the process group has been shut down");
+  if (!idle) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "sncl: Timed out: ",
+            name,
+            " on rank ",
+            rank_,
+            ": the operations queued before it did not finish within ",
+            limit.count(),
+            " ms (process group timeout + 5 s)"));
+  }
+  busy_ = true;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
     c10d::OpType type,
     std::vector<Step> steps,
@@ -211,9 +375,39 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
   if (!inputs) {
     inputs = outputs;
   }
+  const char* name = title ? title : profilingTitle(type);
+  const c10::Device dev = deviceOf(outputs, *inputs, name);
+  if (dev.is_cuda() && !cudaBuilt()) {
+    // Throws the explanation at the call, not at wait().
+    (void)currentDeviceStream(
+        dev, c10::str("sncl: ", name, " on rank ", rank_));
+  }
   if (coalescing_) {
+    if (coalesced_.steps.empty() && coalesced_.tensors.empty()) {
+      coalesced_.device = dev;
+      coalesced_.work->bindDevice(dev);
+    } else if (coalesced_.device != dev) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "sncl: ",
+              name,
+              " on rank ",
+              rank_,
+              ": a coalesced group mixes ",
+              coalesced_.device,
+              " and ",
+              dev,
+              " tensors"));
+    }
     for (auto& s : steps) {
       coalesced_.steps.push_back(std::move(s));
+    }
+    if (dev.is_cuda()) {
+      coalesced_.tensors.insert(
+          coalesced_.tensors.end(), outputs.begin(), outputs.end());
+      coalesced_.tensors.insert(
+          coalesced_.tensors.end(), inputs->begin(), inputs->end());
     }
     coalesced_.work->addOutputs(outputs);
     return coalesced_.work;
@@ -221,18 +415,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
   c10::intrusive_ptr<WorkSncl> work;
   bool runHere = false;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     TORCH_CHECK(!closed_, "sncl: the process group has been shut down");
-    const char* name = title ? title : profilingTitle(type);
+    if (dev.is_cuda()) {
+      // Issued here, on the caller's stream, after what is queued.
+      claimIdle(lk, name);
+    }
     recordParamComms(seq_ + 1, name, *inputs, outputs);
     work = c10::make_intrusive<WorkSncl>(
-        rank_, type, std::move(outputs), ++seq_, name, inputs);
-    if (!asyncOp && !busy_ && queue_.empty() && !inlineDisabled_) {
+        rank_, type, outputs, ++seq_, name, inputs, dev);
+    if (dev.is_cuda()) {
+      runHere = true;
+    } else if (!asyncOp && !busy_ && queue_.empty() && !inlineDisabled_) {
       busy_ = true; // the worker waits until this call is done
       runHere = true;
     } else {
       queue_.push_back(Task{std::move(steps), false, work});
     }
+  }
+  if (runHere && dev.is_cuda()) {
+    Task task{std::move(steps), false, work, dev, std::move(outputs)};
+    task.tensors.insert(task.tensors.end(), inputs->begin(), inputs->end());
+    return runOnStream(std::move(task), name);
   }
   if (runHere) {
     Task task{std::move(steps), false, work};
@@ -245,8 +449,40 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
     work->complete(error);
     return work;
   }
-  cv_.notify_one();
+  cv_.notify_all();
   return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::runOnStream(
+    Task task,
+    const char* name) {
+  std::exception_ptr error;
+  std::optional<c10::Stream> stream;
+  try {
+    c10::DeviceGuard guard(task.device);
+    DeviceStream ds = currentDeviceStream(
+        task.device, c10::str("sncl: ", name, " on rank ", rank_));
+    stream = ds.stream;
+    OpStreamScope scope(ds.handle);
+    error = runTask(task);
+    if (!error) {
+      recordStreams(task.tensors, ds.stream);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  task.tensors.clear();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  if (error || !stream) {
+    task.work->complete(error);
+  } else {
+    task.work->completeOnStream(nullptr, *stream);
+  }
+  return task.work;
 }
 
 void ProcessGroupSncl::startCoalescing() {
@@ -272,13 +508,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::endCoalescing() {
   TORCH_CHECK(coalescing_, "sncl: endCoalescing without startCoalescing");
   coalescing_ = false;
   auto work = coalesced_.work;
+  if (coalesced_.device.is_cuda()) {
+    Task task = std::move(coalesced_);
+    coalesced_ = Task{};
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      TORCH_CHECK(!closed_, "sncl: the process group has been shut down");
+      claimIdle(lk, "sncl:coalesced");
+    }
+    return runOnStream(std::move(task), "sncl:coalesced");
+  }
   {
     std::lock_guard<std::mutex> g(mu_);
     TORCH_CHECK(!closed_, "sncl: the process group has been shut down");
     queue_.push_back(std::move(coalesced_));
   }
   coalesced_ = Task{};
-  cv_.notify_one();
+  cv_.notify_all();
   return work;
 }
 
@@ -300,6 +546,7 @@ void ProcessGroupSncl::workerLoop() {
       std::lock_guard<std::mutex> g(mu_);
       busy_ = false;
     }
+    cv_.notify_all(); // a CUDA operation may wait for the worker to idle
     // Completion callbacks (future.then) run here, with the communicator
     // free: a callback may issue further operations.
     task.work->complete(error);
@@ -451,6 +698,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::call_guard<py::gil_scoped_release>(),
       "In-place compressed all-reduce of a contiguous float32 CPU tensor on "
       "an sncl backend; returns the Work.");
+  m.def(
+      "_cuda_built",
+      &sncl_torch::cudaBuilt,
+      "Whether this extension was built with CUDA support (CUDA tensors).");
   m.def(
       "version",
       [] {

@@ -14,6 +14,15 @@
 // finished the operation and rethrows its error (with snclGetLastError's
 // text); the Work's future is completed with the output tensors first.
 //
+// Operations on CUDA tensors (see sncl_cuda.hpp) are issued on the calling
+// thread instead, once the worker has drained the operations queued before
+// them (so every rank still runs one sequence on the communicator): the
+// sncl calls enqueue on the current CUDA stream of the tensors' device, and
+// the Work completes through a CUDA event recorded after the enqueue, as
+// ProcessGroupNCCL's does: isCompleted() queries the event, wait() and
+// synchronize() make the caller's current stream wait on it (the host does
+// not block), and the future is a CUDA future marked on that stream.
+//
 // Between startCoalescing and endCoalescing (batch_isend_irecv, coalescing
 // manager) operations are collected into one task that the worker issues
 // inside snclGroupStart / snclGroupEnd, so sends and receives progress
@@ -30,6 +39,9 @@
 #include <thread>
 #include <vector>
 
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -45,20 +57,37 @@ struct Step {
   std::function<void()> post; // may be empty
 };
 
+// The stream argument of the sncl calls of the operation running on this
+// thread: NULL (blocking, host buffers) or the CUDA stream of an operation
+// on CUDA tensors.
+snclStream_t opStream();
+
 class WorkSncl : public c10d::Work {
  public:
   // profilingTitle ("sncl:<op>", a static string) and inputs: c10d's
   // profiler event, recorded from construction (enqueue) to completion.
+  // device: where the operation runs (a CUDA device makes the future a
+  // CUDA future, synchronised through events on the operation's stream).
   WorkSncl(
       int rank,
       c10d::OpType opType,
       std::vector<at::Tensor> outputs,
       uint64_t seq,
       const char* profilingTitle = nullptr,
-      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt);
+      const std::optional<std::vector<at::Tensor>>& inputs = std::nullopt,
+      c10::Device device = c10::Device(c10::kCPU));
 
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // On CUDA tensors: whether the operation's event has been reached.
+  bool isCompleted() override;
+  // On CUDA tensors: rethrows an enqueue error, else makes the current
+  // stream of the operation's device wait for the operation (the host does
+  // not block; `timeout` does not apply). On CPU tensors: blocks until done.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // On CUDA tensors: the current stream waits for the operation.
+  void synchronize() override;
+  void blockCurrentStream() override;
   uint64_t getSequencenumber() const override;
   // The sender of a receive from any source (recv / irecv without src).
   int sourceRank() const override;
@@ -71,12 +100,25 @@ class WorkSncl : public c10d::Work {
   // Completes the future (value: the output tensors, or the error), then
   // the work.
   void complete(std::exception_ptr error);
+  // Operations on CUDA tensors, once enqueued on `stream` (the current
+  // stream of the device): records the completion event there and marks
+  // the future completed on that stream (or sets the error).
+  void completeOnStream(std::exception_ptr error, const c10::Stream& stream);
+  // Makes the future a CUDA future on `device` (a coalesced work learns its
+  // device from its first operation); a no-op for the CPU.
+  void bindDevice(const c10::Device& device);
+  const c10::Device& device() const {
+    return device_;
+  }
 
  private:
   std::vector<at::Tensor> outputs_;
   uint64_t seq_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<std::atomic<int>> srcBox_;
+  c10::Device device_;
+  // Set once an operation on CUDA tensors is enqueued without error.
+  std::unique_ptr<c10::Event> event_;
 };
 
 class ProcessGroupSncl : public c10d::Backend {
@@ -254,6 +296,10 @@ class ProcessGroupSncl : public c10d::Backend {
     std::vector<Step> steps;
     bool group = false;
     c10::intrusive_ptr<WorkSncl> work;
+    // Operations on CUDA tensors: the device, and the tensors whose memory
+    // the stream uses (recordStream).
+    c10::Device device = c10::Device(c10::kCPU);
+    std::vector<at::Tensor> tensors;
   };
 
   // Queues `steps` as one operation (or adds them to the coalesced task).
@@ -270,6 +316,13 @@ class ProcessGroupSncl : public c10d::Backend {
       std::optional<std::vector<at::Tensor>> inputs = std::nullopt,
       const char* title = nullptr);
   void workerLoop();
+  // Runs a task on CUDA tensors on the calling thread, on the current
+  // stream of its device, once the worker has drained what was queued
+  // before it (the caller has set busy_); completes its work on the stream.
+  c10::intrusive_ptr<c10d::Work> runOnStream(Task task, const char* name);
+  // Waits (under `lk`, at most the process group's timeout) until no task
+  // runs or is queued, then claims the communicator (busy_).
+  void claimIdle(std::unique_lock<std::mutex>& lk, const char* name);
   // The communication parameters torch's traces record (record_param_comms,
   // as ProcessGroupGloo does), for an operation about to be queued.
   void recordParamComms(
@@ -280,6 +333,12 @@ class ProcessGroupSncl : public c10d::Backend {
   // Runs a task's steps; returns its error (the caller completes the work).
   std::exception_ptr runTask(Task& task);
   void stopWorker(bool drain);
+  // The device of an operation's tensors (CPU, or one CUDA device); throws
+  // when they are on several devices.
+  c10::Device deviceOf(
+      const std::vector<at::Tensor>& a,
+      const std::vector<at::Tensor>& b,
+      const char* name) const;
 
   // Throws DistBackendError with sncl's explanation when r is not success.
   void check(snclResult_t r, const char* what) const;

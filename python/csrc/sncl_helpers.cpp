@@ -26,6 +26,19 @@ size_t nbytesOf(const at::Tensor& t) {
   return static_cast<size_t>(t.numel()) * t.element_size();
 }
 
+void checkTensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), "sncl: ", what, " is undefined");
+  TORCH_CHECK(
+      t.device().is_cpu() || t.device().is_cuda(),
+      "sncl: ",
+      what,
+      " must be a CPU or CUDA tensor (got ",
+      t.device(),
+      ")");
+  TORCH_CHECK(
+      t.layout() == at::kStrided, "sncl: ", what, " must be a dense tensor");
+}
+
 void checkCpu(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined(), "sncl: ", what, " is undefined");
   TORCH_CHECK(
@@ -34,7 +47,7 @@ void checkCpu(const at::Tensor& t, const char* what) {
       what,
       " must be a CPU tensor (got ",
       t.device(),
-      "); the GPU path has not landed yet");
+      "): this operation runs on host memory only");
   TORCH_CHECK(
       t.layout() == at::kStrided, "sncl: ", what, " must be a dense tensor");
 }

@@ -19,7 +19,11 @@ using c10d::ReduceOp;
 // (sncl rejects NULL buffers).
 void* ptrOf(const at::Tensor& t);
 size_t nbytesOf(const at::Tensor& t);
-// Throws unless `t` is a defined, dense CPU tensor.
+// Throws unless `t` is a defined, dense CPU or CUDA tensor (the backend
+// checks that all tensors of an operation share one device).
+void checkTensor(const at::Tensor& t, const char* what);
+// Throws unless `t` is a defined, dense CPU tensor (the operations sncl
+// runs on host memory only).
 void checkCpu(const at::Tensor& t, const char* what);
 // Throws unless `a` and `b` have the same dtype.
 void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* op);

@@ -21,7 +21,7 @@ namespace sncl_torch {
 Step ProcessGroupSncl::allreduceStep(
     const at::Tensor& tensor,
     const ReduceOp& rop) {
-  checkCpu(tensor, "allreduce tensor");
+  checkTensor(tensor, "allreduce tensor");
   Staged s = stageInOut(tensor);
   RedPlan p = planReduce(s.buf, rop);
   Step st;
@@ -35,7 +35,7 @@ Step ProcessGroupSncl::allreduceStep(
               nbytesOf(buf),
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAllGather (bitwise allreduce)");
     };
     st.post = [s, rows, op = p.bitop] {
@@ -54,12 +54,12 @@ Step ProcessGroupSncl::allreduceStep(
               &op, sc.b, p.dt, snclScalarHostImmediate, comm_),
           "snclRedOpCreatePreMulSum");
       snclResult_t r =
-          snclAllReduce(b, b, p.count, p.dt, op, comm_, nullptr);
+          snclAllReduce(b, b, p.count, p.dt, op, comm_, opStream());
       (void)snclRedOpDestroy(op, comm_);
       check(r, "snclAllReduce");
     } else {
       check(
-          snclAllReduce(b, b, p.count, p.dt, p.op, comm_, nullptr),
+          snclAllReduce(b, b, p.count, p.dt, p.op, comm_, opStream()),
           "snclAllReduce");
     }
   };
@@ -72,8 +72,8 @@ Step ProcessGroupSncl::allreduceStep(
 Step ProcessGroupSncl::allgatherBaseStep(
     const at::Tensor& output,
     const at::Tensor& input) {
-  checkCpu(output, "allgather output");
-  checkCpu(input, "allgather input");
+  checkTensor(output, "allgather output");
+  checkTensor(input, "allgather input");
   checkSameType(input, output, "all_gather_into_tensor");
   TORCH_CHECK(
       output.numel() == input.numel() * size_,
@@ -90,7 +90,7 @@ Step ProcessGroupSncl::allgatherBaseStep(
   st.issue = [this, in, buf = out.buf] {
     check(
         snclAllGather(
-            ptrOf(in), ptrOf(buf), nbytesOf(in), snclUint8, comm_, nullptr),
+            ptrOf(in), ptrOf(buf), nbytesOf(in), snclUint8, comm_, opStream()),
         "snclAllGather");
   };
   if (out.copyBack) {
@@ -103,8 +103,8 @@ Step ProcessGroupSncl::reduceScatterBaseStep(
     const at::Tensor& output,
     const at::Tensor& input,
     const ReduceOp& rop) {
-  checkCpu(output, "reduce_scatter output");
-  checkCpu(input, "reduce_scatter input");
+  checkTensor(output, "reduce_scatter output");
+  checkTensor(input, "reduce_scatter input");
   checkSameType(input, output, "reduce_scatter_tensor");
   TORCH_CHECK(
       input.numel() == output.numel() * size_,
@@ -130,7 +130,7 @@ Step ProcessGroupSncl::reduceScatterBaseStep(
               blockBytes,
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAlltoAll (bitwise reduce_scatter)");
     };
     st.post = [out, rows, op = p.bitop] {
@@ -148,13 +148,13 @@ Step ProcessGroupSncl::reduceScatterBaseStep(
               &op, sc.b, p.dt, snclScalarHostImmediate, comm_),
           "snclRedOpCreatePreMulSum");
       snclResult_t r = snclReduceScatter(
-          ptrOf(in), ptrOf(buf), p.count, p.dt, op, comm_, nullptr);
+          ptrOf(in), ptrOf(buf), p.count, p.dt, op, comm_, opStream());
       (void)snclRedOpDestroy(op, comm_);
       check(r, "snclReduceScatter");
     } else {
       check(
           snclReduceScatter(
-              ptrOf(in), ptrOf(buf), p.count, p.dt, p.op, comm_, nullptr),
+              ptrOf(in), ptrOf(buf), p.count, p.dt, p.op, comm_, opStream()),
           "snclReduceScatter");
     }
   };
@@ -178,14 +178,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::broadcast(
       " out of range");
   std::vector<Step> steps;
   for (auto& t : tensors) {
-    checkCpu(t, "broadcast tensor");
+    checkTensor(t, "broadcast tensor");
     Staged s = stageInOut(t);
     Step st;
     st.issue = [this, buf = s.buf, root = static_cast<int>(opts.rootRank)] {
       void* b = ptrOf(buf);
       check(
           snclBroadcast(
-              b, b, nbytesOf(buf), snclUint8, root, comm_, nullptr),
+              b, b, nbytesOf(buf), snclUint8, root, comm_, opStream()),
           "snclBroadcast");
     };
     if (s.copyBack) {
@@ -233,7 +233,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce(
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(
       root >= 0 && root < size_, "sncl: reduce root ", root, " out of range");
-  checkCpu(tensors[0], "reduce tensor");
+  checkTensor(tensors[0], "reduce tensor");
   Staged s = stageInOut(tensors[0]);
   RedPlan p = planReduce(s.buf, opts.reduceOp);
   Step st;
@@ -251,7 +251,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce(
               snclUint8,
               root,
               comm_,
-              nullptr),
+              opStream()),
           "snclGather (bitwise reduce)");
     };
     if (rank_ == root) {
@@ -274,12 +274,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce(
                 &op, sc.b, p.dt, snclScalarHostImmediate, comm_),
             "snclRedOpCreatePreMulSum");
         snclResult_t res =
-            snclReduce(b, r, p.count, p.dt, op, root, comm_, nullptr);
+            snclReduce(b, r, p.count, p.dt, op, root, comm_, opStream());
         (void)snclRedOpDestroy(op, comm_);
         check(res, "snclReduce");
       } else {
         check(
-            snclReduce(b, r, p.count, p.dt, p.op, root, comm_, nullptr),
+            snclReduce(b, r, p.count, p.dt, p.op, root, comm_, opStream()),
             "snclReduce");
       }
     };
@@ -307,11 +307,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather(
       size_,
       " output tensors, got ",
       outs.size());
-  checkCpu(inputTensors[0], "allgather input");
+  checkTensor(inputTensors[0], "allgather input");
   at::Tensor in = inputTensors[0].contiguous();
   bool even = true;
   for (auto& o : outs) {
-    checkCpu(o, "allgather output");
+    checkTensor(o, "allgather output");
     checkSameType(in, o, "allgather");
     even = even && o.numel() == in.numel();
   }
@@ -339,7 +339,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather(
               nbytesOf(in),
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAllGather");
     } else {
       check(
@@ -350,7 +350,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather(
               displs.data(),
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAllGatherV");
     }
   };
@@ -363,7 +363,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather(
   };
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::ALLGATHER, std::move(steps), outs, opts.asyncOp);
+  return submit(
+      c10d::OpType::ALLGATHER, std::move(steps), outs, opts.asyncOp, inputTensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_gather_single(
@@ -374,7 +375,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_gather_single(
   std::vector<Step> steps;
   steps.push_back(allgatherBaseStep(outputBuffer, inputBuffer));
   return submit(
-      c10d::OpType::_ALLGATHER_BASE, std::move(steps), {outputBuffer}, opts.asyncOp);
+      c10d::OpType::_ALLGATHER_BASE, std::move(steps), {outputBuffer}, opts.asyncOp,
+      std::vector<at::Tensor>{inputBuffer});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::_allgather_base(
@@ -408,7 +410,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather_coalesced(
     }
     at::Tensor inC = inputTensors[j].contiguous();
     for (auto& t : outs) {
-      checkCpu(t, "allgather_coalesced output");
+      checkTensor(t, "allgather_coalesced output");
       checkSameType(inC, t, "allgather_coalesced");
       TORCH_CHECK(
           t.numel() == inC.numel(),
@@ -424,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather_coalesced(
               nbytesOf(inC),
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAllGather");
     };
     st.post = [outs, flat, n = inC.numel()] {
@@ -434,7 +436,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allgather_coalesced(
     };
     steps.push_back(std::move(st));
   }
-  return submit(c10d::OpType::ALLGATHER_COALESCED, std::move(steps), all, opts.asyncOp);
+  return submit(
+      c10d::OpType::ALLGATHER_COALESCED, std::move(steps), all, opts.asyncOp, inputTensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_gather_single_coalesced(
@@ -454,7 +457,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_gather_single_coalesced(
     steps.push_back(allgatherBaseStep(outputs[i], inputs[i]));
   }
   return submit(
-      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp);
+      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp,
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::
@@ -474,7 +478,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather(
   TORCH_CHECK(
       root >= 0 && root < size_, "sncl: gather root ", root, " out of range");
   TORCH_CHECK(inputTensors.size() == 1, "sncl: gather takes one input tensor");
-  checkCpu(inputTensors[0], "gather input");
+  checkTensor(inputTensors[0], "gather input");
   at::Tensor in = inputTensors[0].contiguous();
   std::vector<at::Tensor> outs;
   at::Tensor flat;
@@ -487,7 +491,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather(
         " output tensors on the root");
     outs = outputTensors[0];
     for (auto& o : outs) {
-      checkCpu(o, "gather output");
+      checkTensor(o, "gather output");
       checkSameType(in, o, "gather");
       TORCH_CHECK(
           o.numel() == in.numel(),
@@ -509,7 +513,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather(
             snclUint8,
             root,
             comm_,
-            nullptr),
+            opStream()),
         "snclGather");
   };
   if (rank_ == root) {
@@ -521,7 +525,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather(
   }
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::GATHER, std::move(steps), outs, opts.asyncOp);
+  return submit(
+      c10d::OpType::GATHER, std::move(steps), outs, opts.asyncOp, inputTensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather_single(
@@ -532,12 +537,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather_single(
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(
       root >= 0 && root < size_, "sncl: gather root ", root, " out of range");
-  checkCpu(inputBuffer, "gather input");
+  checkTensor(inputBuffer, "gather input");
   at::Tensor in = inputBuffer.contiguous();
   Staged out;
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
-    checkCpu(outputBuffer, "gather output");
+    checkTensor(outputBuffer, "gather output");
     checkSameType(in, outputBuffer, "gather_into_tensor");
     TORCH_CHECK(
         outputBuffer.numel() == in.numel() * size_,
@@ -555,7 +560,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather_single(
             snclUint8,
             root,
             comm_,
-            nullptr),
+            opStream()),
         "snclGather");
   };
   if (out.copyBack) {
@@ -563,7 +568,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather_single(
   }
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::GATHER, std::move(steps), outs, opts.asyncOp);
+  return submit(
+      c10d::OpType::GATHER, std::move(steps), outs, opts.asyncOp,
+      std::vector<at::Tensor>{inputBuffer});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::gather_into_tensor(
@@ -583,7 +590,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::scatter(
       root >= 0 && root < size_, "sncl: scatter root ", root, " out of range");
   TORCH_CHECK(
       outputTensors.size() == 1, "sncl: scatter takes one output tensor");
-  checkCpu(outputTensors[0], "scatter output");
+  checkTensor(outputTensors[0], "scatter output");
   Staged out = stageOut(outputTensors[0]);
   const int64_t n = out.buf.numel();
   at::Tensor flat;
@@ -597,7 +604,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::scatter(
     flat = at::empty({n * size_}, out.buf.options());
     for (int r = 0; r < size_; ++r) {
       auto& t = inputTensors[0][r];
-      checkCpu(t, "scatter input");
+      checkTensor(t, "scatter input");
       checkSameType(t, out.buf, "scatter");
       TORCH_CHECK(
           t.numel() == n, "sncl: scatter: input and output sizes differ");
@@ -618,7 +625,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::scatter(
             snclUint8,
             root,
             comm_,
-            nullptr),
+            opStream()),
         "snclScatter");
   };
   if (out.copyBack) {
@@ -626,7 +633,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::scatter(
   }
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::SCATTER, std::move(steps), outputTensors, opts.asyncOp);
+  std::vector<at::Tensor> ins;
+  if (!inputTensors.empty()) {
+    ins = inputTensors[0];
+  }
+  return submit(
+      c10d::OpType::SCATTER, std::move(steps), outputTensors, opts.asyncOp, ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter(
@@ -645,10 +657,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter(
       " input tensors, got ",
       ins.size());
   at::Tensor output = outputTensors[0];
-  checkCpu(output, "reduce_scatter output");
+  checkTensor(output, "reduce_scatter output");
   bool even = true;
   for (auto& t : ins) {
-    checkCpu(t, "reduce_scatter input");
+    checkTensor(t, "reduce_scatter input");
     checkSameType(t, output, "reduce_scatter");
     even = even && t.numel() == output.numel();
   }
@@ -685,7 +697,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter(
                   snclUint8,
                   j,
                   comm_,
-                  nullptr),
+                  opStream()),
               "snclGather (bitwise reduce_scatter)");
         };
         if (j == rank_) {
@@ -706,13 +718,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter(
                     &op, sc.b, p.dt, snclScalarHostImmediate, comm_),
                 "snclRedOpCreatePreMulSum");
             snclResult_t r = snclReduce(
-                ptrOf(src), d, p.count, p.dt, op, j, comm_, nullptr);
+                ptrOf(src), d, p.count, p.dt, op, j, comm_, opStream());
             (void)snclRedOpDestroy(op, comm_);
             check(r, "snclReduce");
           } else {
             check(
                 snclReduce(
-                    ptrOf(src), d, p.count, p.dt, p.op, j, comm_, nullptr),
+                    ptrOf(src), d, p.count, p.dt, p.op, j, comm_, opStream()),
                 "snclReduce");
           }
         };
@@ -723,7 +735,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter(
       steps.push_back(std::move(st));
     }
   }
-  return submit(c10d::OpType::REDUCE_SCATTER, std::move(steps), outputTensors, opts.asyncOp);
+  return submit(
+      c10d::OpType::REDUCE_SCATTER, std::move(steps), outputTensors, opts.asyncOp,
+      inputTensors[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter_single(
@@ -735,7 +749,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::reduce_scatter_single(
   steps.push_back(
       reduceScatterBaseStep(outputBuffer, inputBuffer, opts.reduceOp));
   return submit(
-      c10d::OpType::_REDUCE_SCATTER_BASE, std::move(steps), {outputBuffer}, opts.asyncOp);
+      c10d::OpType::_REDUCE_SCATTER_BASE, std::move(steps), {outputBuffer}, opts.asyncOp,
+      std::vector<at::Tensor>{inputBuffer});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::_reduce_scatter_base(
@@ -763,7 +778,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::
     steps.push_back(reduceScatterBaseStep(outputs[i], inputs[i], opts.reduceOp));
   }
   return submit(
-      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp);
+      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(steps), outputs, opts.asyncOp,
+      inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::

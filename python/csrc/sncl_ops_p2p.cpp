@@ -82,8 +82,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_to_all_single(
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
   at::NoGradGuard noGrad;
-  checkCpu(outputBuffer, "all_to_all output");
-  checkCpu(inputBuffer, "all_to_all input");
+  checkTensor(outputBuffer, "all_to_all output");
+  checkTensor(inputBuffer, "all_to_all input");
   checkSameType(inputBuffer, outputBuffer, "all_to_all_single");
   at::Tensor in = inputBuffer.contiguous();
   Staged out = stageOut(outputBuffer);
@@ -101,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_to_all_single(
               nbytesOf(in) / size_,
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAlltoAll");
     };
   } else {
@@ -119,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_to_all_single(
               rd.data(),
               snclUint8,
               comm_,
-              nullptr),
+              opStream()),
           "snclAlltoAllV");
     };
   }
@@ -128,7 +128,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::all_to_all_single(
   }
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::ALLTOALL_BASE, std::move(steps), {outputBuffer}, opts.asyncOp);
+  return submit(
+      c10d::OpType::ALLTOALL_BASE, std::move(steps), {outputBuffer}, opts.asyncOp,
+      std::vector<at::Tensor>{inputBuffer});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall_base(
@@ -155,8 +157,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall(
   std::vector<at::Tensor> ins;
   std::vector<Staged> outs;
   for (int j = 0; j < size_; ++j) {
-    checkCpu(inputTensors[j], "alltoall input");
-    checkCpu(outputTensors[j], "alltoall output");
+    checkTensor(inputTensors[j], "alltoall input");
+    checkTensor(outputTensors[j], "alltoall output");
     checkSameType(inputTensors[j], outputTensors[j], "alltoall");
     ins.push_back(inputTensors[j].contiguous());
     outs.push_back(stageOut(outputTensors[j]));
@@ -175,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall(
                 snclUint8,
                 j,
                 comm_,
-                nullptr),
+                opStream()),
             "snclSend");
         check(
             snclRecv(
@@ -184,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall(
                 snclUint8,
                 j,
                 comm_,
-                nullptr),
+                opStream()),
             "snclRecv");
       }
     } catch (...) {
@@ -200,7 +202,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::alltoall(
   };
   std::vector<Step> steps;
   steps.push_back(std::move(st));
-  return submit(c10d::OpType::ALLTOALL, std::move(steps), outputTensors, opts.asyncOp);
+  return submit(
+      c10d::OpType::ALLTOALL, std::move(steps), outputTensors, opts.asyncOp, inputTensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
@@ -214,7 +217,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
       "sncl: send to rank ",
       dstRank,
       " out of range");
-  checkCpu(tensors[0], "send tensor");
+  checkTensor(tensors[0], "send tensor");
   at::Tensor in = tensors[0].contiguous();
   Step st;
   // Outside batch_isend_irecv, messages carry their tag (snclSendTagged),
@@ -224,14 +227,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::send(
     st.issue = [this, in, dstRank] {
       check(
           snclSend(
-              ptrOf(in), nbytesOf(in), snclUint8, dstRank, comm_, nullptr),
+              ptrOf(in), nbytesOf(in), snclUint8, dstRank, comm_, opStream()),
           "snclSend");
     };
   } else {
     st.issue = [this, in, dstRank, tag] {
       check(
           snclSendTagged(
-              ptrOf(in), nbytesOf(in), snclUint8, dstRank, tag, comm_, nullptr),
+              ptrOf(in), nbytesOf(in), snclUint8, dstRank, tag, comm_, opStream()),
           "snclSendTagged");
     };
   }
@@ -251,14 +254,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
       "sncl: recv from rank ",
       srcRank,
       " out of range");
-  checkCpu(tensors[0], "recv tensor");
+  checkTensor(tensors[0], "recv tensor");
   Staged out = stageOut(tensors[0]);
   Step st;
   if (coalescing_) {
     st.issue = [this, buf = out.buf, srcRank] {
       check(
           snclRecv(
-              ptrOf(buf), nbytesOf(buf), snclUint8, srcRank, comm_, nullptr),
+              ptrOf(buf), nbytesOf(buf), snclUint8, srcRank, comm_, opStream()),
           "snclRecv");
     };
   } else {
@@ -271,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
               srcRank,
               tag,
               comm_,
-              nullptr,
+              opStream(),
               nullptr),
           "snclRecvTagged");
     };
@@ -312,7 +315,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
             average ? snclAvg : snclSum,
             codec.c_str(),
             comm_,
-            nullptr),
+            opStream()),
         "snclAllReduceCompressed");
   };
   std::vector<Step> steps;
@@ -329,7 +332,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::barrier(
     const c10d::BarrierOptions& opts) {
   Step st;
-  st.issue = [this] { check(snclBarrier(comm_, nullptr), "snclBarrier"); };
+  st.issue = [this] { check(snclBarrier(comm_, opStream()), "snclBarrier"); };
   std::vector<Step> steps;
   steps.push_back(std::move(st));
   return submit(c10d::OpType::BARRIER, std::move(steps), {}, opts.asyncOp);

@@ -5,13 +5,20 @@
 works without the import once the package is installed::
 
     import torch.distributed as dist
-    dist.init_process_group("sncl")          # cpu tensors
+    dist.init_process_group("sncl")          # cpu (and cuda) tensors
     g = dist.new_group([0, 1], backend="sncl")
+
+or, for CUDA tensors (when :func:`cuda_built`), one of::
+
+    dist.init_process_group("sncl", device_id=torch.device("cuda", local_rank))
+    dist.init_process_group("cpu:gloo,cuda:sncl")
 
 The backend is C++ (a ``c10d::Backend`` over sncl's C ABI), compiled at
 install time against the installed torch. Rank 0 of each group creates the
 sncl unique id and publishes it through the group's c10d store; operations
-run on a per-group worker thread, so ``async_op=True`` calls return at once.
+run on a per-group worker thread, so ``async_op=True`` calls return at once;
+operations on CUDA tensors are enqueued on the current CUDA stream of their
+device and complete through CUDA events, as with ProcessGroupNCCL.
 
 Beyond torch.distributed, :func:`all_reduce_compressed` runs sncl's
 compressed all-reduce (int8 / fp16 / bf16 / top-k codecs on the cross-node
@@ -27,6 +34,7 @@ from . import _C
 
 __all__ = [
     "version",
+    "cuda_built",
     "BACKEND_NAME",
     "all_reduce_compressed",
     "int8_compress_hook",
@@ -88,13 +96,27 @@ def _create_backend(opts, backend_options=None):
     )
 
 
+def cuda_built() -> bool:
+    """Whether this sncl_torch was built with CUDA support (it then takes
+    CUDA tensors: see :func:`_devices`)."""
+    return bool(_C._cuda_built())
+
+
+def _devices() -> list:
+    """The device types "sncl" registers for: "cpu", and "cuda" when the
+    extension was built with CUDA support, so that
+    ``init_process_group("sncl")`` serves both and
+    ``backend="cpu:gloo,cuda:sncl"`` is accepted."""
+    return ["cpu", "cuda"] if cuda_built() else ["cpu"]
+
+
 def _register() -> None:
     """Registers "sncl" with torch.distributed (idempotent); the entry point."""
     plugins = getattr(dist.Backend, "_plugins", {})
     if "SNCL" in plugins:
         return
     dist.Backend.register_backend(
-        BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu"]
+        BACKEND_NAME, _create_backend, extended_api=True, devices=_devices()
     )
 
 
