@@ -15,6 +15,8 @@
 
 static int rank, nranks;
 static int failures;
+/* Running on the CUDA backend (SNCL_TEST_C_BACKEND=cuda) rather than the emulated one. */
+static int on_cuda;
 
 #define CHECK(call)                                                            \
   do {                                                                         \
@@ -186,28 +188,32 @@ static void check_errors(snclComm_t comm) {
   EXPECT_ERROR(snclAllReduce(d, host, n, snclFloat, snclSum, comm, NULL), snclInvalidArgument,
                "host memory");
 
-  /* a device pointer of another device than the communicator's */
-  void *other = NULL;
-  CHECK(snclSetDevice(1));
-  CHECK(snclMemAlloc(&other, sizeof host));
-  snclStream_t s1;
-  CHECK(snclDeviceStreamCreate(&s1));
-  CHECK(snclSetDevice(0));
-  EXPECT_ERROR(snclAllReduce(other, other, n, snclFloat, snclSum, comm, NULL), snclInvalidArgument,
-               "another device");
-  /* a stream of another device */
-  EXPECT_ERROR(snclAllReduce(d, d, n, snclFloat, snclSum, comm, s1), snclInvalidArgument,
-               "device 1");
-  EXPECT_ERROR(snclMemcpy(d, other, sizeof host), snclInvalidArgument, "one device");
-  CHECK(snclStreamDestroy(s1));
-  CHECK(snclMemFree(other));
+  /* a device pointer of another device than the communicator's (the
+   * emulated backend has any number of devices; a one-GPU machine has
+   * one) */
+  if (!on_cuda) {
+    void *other = NULL;
+    CHECK(snclSetDevice(1));
+    CHECK(snclMemAlloc(&other, sizeof host));
+    snclStream_t s1;
+    CHECK(snclDeviceStreamCreate(&s1));
+    CHECK(snclSetDevice(0));
+    EXPECT_ERROR(snclAllReduce(other, other, n, snclFloat, snclSum, comm, NULL), snclInvalidArgument,
+                 "another device");
+    /* a stream of another device */
+    EXPECT_ERROR(snclAllReduce(d, d, n, snclFloat, snclSum, comm, s1), snclInvalidArgument,
+                 "device 1");
+    EXPECT_ERROR(snclMemcpy(d, other, sizeof host), snclInvalidArgument, "one device");
+    CHECK(snclStreamDestroy(s1));
+    CHECK(snclMemFree(other));
 
-  /* a freed pointer */
-  void *gone = to_device(host, sizeof host);
-  CHECK(snclMemFree(gone));
-  EXPECT_ERROR(snclAllReduce(gone, gone, n, snclFloat, snclSum, comm, NULL), snclInvalidArgument,
-               "not live device memory");
-  EXPECT_ERROR(snclMemFree(gone), snclInvalidArgument, "snclMemAlloc");
+    /* a freed pointer (CUDA cannot tell a freed pointer from host memory) */
+    void *gone = to_device(host, sizeof host);
+    CHECK(snclMemFree(gone));
+    EXPECT_ERROR(snclAllReduce(gone, gone, n, snclFloat, snclSum, comm, NULL), snclInvalidArgument,
+                 "not live device memory");
+    EXPECT_ERROR(snclMemFree(gone), snclInvalidArgument, "snclMemAlloc");
+  }
 
   /* point-to-point is not on the device path yet */
   EXPECT_ERROR(snclSend(d, n, snclFloat, (rank + 1) % nranks, comm, NULL), snclInvalidArgument,
@@ -220,7 +226,8 @@ static void check_errors(snclComm_t comm) {
                "not supported");
   CHECK(snclRedOpDestroy(premul, comm));
   /* another backend once one is in use */
-  EXPECT_ERROR(snclSetDeviceBackend("cuda"), snclInvalidUsage, "already emu");
+  EXPECT_ERROR(snclSetDeviceBackend(on_cuda ? "emu" : "cuda"), snclInvalidUsage,
+               on_cuda ? "already cuda" : "already emu");
   CHECK(snclMemFree(d));
 }
 
@@ -236,8 +243,11 @@ int main(void) {
     fprintf(stderr, "SNCL_WORLD_SIZE must be 2..8\n");
     return 1;
   }
-  snclResult_t backend = snclSetDeviceBackend("emu");
-  if (backend != snclSuccess && strstr(snclGetLastError(NULL), "no `emu` feature")) {
+  /* SNCL_TEST_C_BACKEND=cuda runs the same checks on a GPU (gpu-check). */
+  const char *want = getenv("SNCL_TEST_C_BACKEND");
+  on_cuda = want && strcmp(want, "cuda") == 0;
+  snclResult_t backend = snclSetDeviceBackend(on_cuda ? "cuda" : "emu");
+  if (backend != snclSuccess && !on_cuda && strstr(snclGetLastError(NULL), "no `emu` feature")) {
     /* libsncl built without the emulated device (a build of the sncl
      * package alone; the workspace build has it): nothing to test. */
     printf("SKIP rank %d: %s\n", rank, snclGetLastError(NULL));
