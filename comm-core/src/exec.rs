@@ -176,13 +176,29 @@ pub fn execute<M: Memory>(
     let mut states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;
     let nsteps = sched.steps.len();
+    // Device memory: every device path publishes this side first (no
+    // waiting), so that no rank waits below for a peer that has not.
+    if let Some(queue) = bufs.device_queue() {
+        for c in conns.iter_mut().flatten() {
+            if let Some(link) = c.device_link() {
+                link.ready(queue).map_err(|e| in_op(ctx, e))?;
+            }
+        }
+    }
+    let mut staged_ops: Vec<Op> = Vec::new();
     for (k, step) in sched.steps.iter().enumerate() {
         for op in &step.ops {
             if let Op::Copy { src, dst } = *op {
                 bufs.copy(src, dst, esize)?;
             }
         }
-        bufs.prepare_sends(&step.ops, esize)?;
+        if bufs.device_queue().is_some() {
+            // Only sends that go through the host are staged there.
+            host_routed_sends(ctx, bufs, &step.ops, conns, abort, &mut staged_ops)?;
+            bufs.prepare_sends(&staged_ops, esize)?;
+        } else {
+            bufs.prepare_sends(&step.ops, esize)?;
+        }
         states.clear();
         states.resize(step.ops.len(), OpState::default());
         let mut waiter = Waiter::new(ctx.spin);
@@ -239,7 +255,7 @@ pub fn execute<M: Memory>(
             for op in &step.ops {
                 if let Op::Send { peer, .. } = op {
                     if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
-                        c.flush().map_err(|e| peer_failed(ctx, e))?;
+                        flush(ctx, c)?;
                     }
                 }
             }
@@ -298,7 +314,7 @@ pub fn execute<M: Memory>(
             for op in &step.ops {
                 if let Op::Send { peer, .. } = op {
                     if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
-                        all &= c.flush().map_err(|e| peer_failed(ctx, e))?;
+                        all &= flush(ctx, c)?;
                     }
                 }
             }
@@ -346,6 +362,80 @@ pub fn execute<M: Memory>(
         }
     }
     Ok(())
+}
+
+/// Device memory: waits (within the deadline) until the route of every
+/// send of `ops` is decided and leaves in `out` those that go through the
+/// host (staged by [`Memory::prepare_sends`]).
+fn host_routed_sends<M: Memory>(
+    ctx: &OpContext,
+    bufs: &M,
+    ops: &[Op],
+    conns: &mut [Option<Box<dyn Connection>>],
+    abort: Option<&AbortFlag>,
+    out: &mut Vec<Op>,
+) -> Result<()> {
+    let mut waiter = Waiter::new(ctx.spin);
+    loop {
+        out.clear();
+        let mut undecided = Vec::new();
+        for op in ops {
+            let Op::Send { peer, .. } = *op else { continue };
+            let route = match conns.get_mut(peer).and_then(|c| c.as_deref_mut()) {
+                Some(c) => device_route(ctx, bufs, c)?,
+                None => Some(false),
+            };
+            match route {
+                Some(false) => out.push(*op),
+                Some(true) => {}
+                None => undecided.push(peer),
+            }
+        }
+        if undecided.is_empty() {
+            return Ok(());
+        }
+        if let Some(waited) = waiter.idle() {
+            if abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed)) {
+                return Err(Error::Aborted {
+                    rank: ctx.rank,
+                    reason: Some(format!(
+                        "{} (seq {}) interrupted by abort while waiting for the device paths of {undecided:?}",
+                        ctx.fingerprint, ctx.seq
+                    )),
+                });
+            }
+            if waited >= ctx.timeout {
+                tracing::error!(rank = ctx.rank, op = %ctx.fingerprint, seq = ctx.seq, peers = ?undecided,
+                    "sncl hang: peers never published their device inboxes");
+                return Err(Error::Timeout {
+                    rank: ctx.rank,
+                    op: ctx.fingerprint,
+                    seq: ctx.seq,
+                    waiting_on: undecided,
+                    timeout_ms: ctx.timeout.as_millis() as u64,
+                });
+            }
+            if waiter.last_probe.elapsed() >= Duration::from_millis(100) {
+                waiter.last_probe = Instant::now();
+                for p in &undecided {
+                    if let Some(c) = conns.get_mut(*p).and_then(|c| c.as_deref_mut()) {
+                        c.check_alive().map_err(|e| peer_failed(ctx, e))?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Flushes a connection's buffered host pieces and its device path's
+/// unpublished pieces; `Ok(true)` when nothing is left.
+fn flush(ctx: &OpContext, c: &mut dyn Connection) -> Result<bool> {
+    let host = c.flush().map_err(|e| peer_failed(ctx, e))?;
+    let device = match c.device_link() {
+        Some(link) => link.flush_device().map_err(|e| in_op(ctx, e))?,
+        None => true,
+    };
+    Ok(host && device)
 }
 
 /// Logs what a waiting rank waits for: the operation, its sequence number,
@@ -483,6 +573,11 @@ fn send_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = src.len * esize;
+    match device_route(ctx, bufs, conn)? {
+        None => return Ok(0),
+        Some(true) => return send_device(ctx, bufs, conn, src, st),
+        Some(false) => {}
+    }
     let max = piece_limit(conn, esize);
     let mut moved = 0;
     let lend = bufs.pieces_outlive_step();
@@ -519,6 +614,174 @@ fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
     (conn.max_piece() / esize * esize).max(esize)
 }
 
+/// Whether this operation's pieces to and from `conn` go device to device
+/// (`Some(true)`: the memory is device memory and the connection has a
+/// device path both sides can use), through the host (`Some(false)`), or
+/// not decided yet (`None`: the peer has not published its side; the
+/// caller tries again later, within the deadline).
+fn device_route<M: Memory>(
+    ctx: &OpContext,
+    bufs: &M,
+    conn: &mut dyn Connection,
+) -> Result<Option<bool>> {
+    let Some(queue) = bufs.device_queue() else {
+        return Ok(Some(false));
+    };
+    let Some(link) = conn.device_link() else {
+        return Ok(Some(false));
+    };
+    link.ready(queue).map_err(|e| in_op(ctx, e))
+}
+
+/// The device-to-device form of [`send_some`]: pieces leave from where
+/// they lie on the device. They carry no checksum (their bytes never
+/// cross host memory; `SNCL_CHECKSUM` covers what does).
+fn send_device<M: Memory>(
+    ctx: &OpContext,
+    bufs: &M,
+    conn: &mut dyn Connection,
+    src: Region,
+    st: &mut OpState,
+) -> Result<usize> {
+    let esize = ctx.dtype.size();
+    let total = src.len * esize;
+    let queue = bufs
+        .device_queue()
+        .ok_or_else(|| no_device_path(ctx, conn.peer()))?;
+    let peer = conn.peer();
+    let link = conn
+        .device_link()
+        .ok_or_else(|| no_device_path(ctx, peer))?;
+    let max = (link.max_device_piece() / esize * esize).max(esize);
+    let mut moved = 0;
+    loop {
+        let n = max.min(total - st.done);
+        let addr = bufs
+            .device_span(src, esize, st.done, n)?
+            .ok_or_else(|| no_device_path(ctx, peer))?;
+        let h = PieceHeader {
+            checksum: None,
+            comm_id: ctx.comm_id,
+            seq: ctx.seq,
+            fingerprint: ctx.fingerprint,
+            len: n as u32,
+        };
+        if !link
+            .try_send_device(queue, &h, addr)
+            .map_err(|e| in_op(ctx, e))?
+        {
+            return Ok(moved);
+        }
+        st.done += n;
+        moved += n;
+        if st.done == total {
+            st.finished = true;
+            return Ok(moved);
+        }
+    }
+}
+
+fn no_device_path(ctx: &OpContext, peer: usize) -> Error {
+    Error::InvalidArgument {
+        rank: ctx.rank,
+        op: ctx.fingerprint.collective.name(),
+        detail: format!(
+            "the pieces exchanged with peer rank {peer} go device to device, but this \
+             operation's memory has no device address for them"
+        ),
+    }
+}
+
+/// Checks a received piece's header against this operation (communicator,
+/// sequence number, fingerprint) and its length against the `expect`ed
+/// bytes at byte `done` of `total`.
+fn check_piece(
+    ctx: &OpContext,
+    peer: usize,
+    h: &PieceHeader,
+    len: usize,
+    expect: usize,
+    (done, total): (usize, usize),
+) -> Result<()> {
+    if h.comm_id != ctx.comm_id {
+        return Err(Error::CommMismatch {
+            rank: ctx.rank,
+            peer,
+            seq: ctx.seq,
+            op: ctx.fingerprint,
+            ours: ctx.comm_id,
+            theirs: h.comm_id,
+            their_seq: h.seq,
+        });
+    }
+    if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
+        return Err(Error::Mismatch {
+            rank: ctx.rank,
+            peer,
+            seq: ctx.seq,
+            ours: ctx.fingerprint,
+            their_seq: h.seq,
+            theirs: h.fingerprint,
+        });
+    }
+    if len != expect {
+        return Err(Error::InvalidArgument {
+            rank: ctx.rank,
+            op: ctx.fingerprint.collective.name(),
+            detail: format!(
+                "peer rank {peer} sent a piece of {len} bytes at byte {done} of {total} where {expect} were expected (counts differ across ranks?)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The device-to-device form of [`recv_some`]: each piece is reduced or
+/// copied from the transport's device inbox on the operation's stream.
+fn recv_device<M: Memory>(
+    ctx: &OpContext,
+    bufs: &M,
+    conn: &mut dyn Connection,
+    local: Option<Region>,
+    dst: Region,
+    st: &mut OpState,
+) -> Result<usize> {
+    let esize = ctx.dtype.size();
+    let total = dst.len * esize;
+    let peer = conn.peer();
+    let queue = bufs
+        .device_queue()
+        .ok_or_else(|| no_device_path(ctx, peer))?;
+    let link = conn
+        .device_link()
+        .ok_or_else(|| no_device_path(ctx, peer))?;
+    let max = (link.max_device_piece() / esize * esize).max(esize);
+    let mut moved = 0;
+    loop {
+        let expect = max.min(total - st.done);
+        let done = st.done;
+        let mut consume = |h: &PieceHeader, src: u64| -> Result<()> {
+            check_piece(ctx, peer, h, h.len as usize, expect, (done, total))?;
+            if !bufs.device_recv(local, dst, esize, done, src, expect, ctx.dtype, ctx.op)? {
+                return Err(no_device_path(ctx, peer));
+            }
+            Ok(())
+        };
+        let got = link
+            .try_recv_device(queue, &mut consume)
+            .map_err(|e| in_op(ctx, e))?;
+        if !got {
+            return Ok(moved);
+        }
+        st.done += expect;
+        moved += expect;
+        if st.done == total {
+            st.finished = true;
+            return Ok(moved);
+        }
+    }
+}
+
 /// Consumes as many arrived pieces into `dst` as there are.
 fn recv_some<M: Memory>(
     ctx: &OpContext,
@@ -530,6 +793,11 @@ fn recv_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = dst.len * esize;
+    match device_route(ctx, bufs, conn)? {
+        None => return Ok(0),
+        Some(true) => return recv_device(ctx, bufs, conn, local, dst, st),
+        Some(false) => {}
+    }
     let max = piece_limit(conn, esize);
     let peer = conn.peer();
     let mut moved = 0;
@@ -537,37 +805,7 @@ fn recv_some<M: Memory>(
         let expect = max.min(total - st.done);
         let done = st.done;
         let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
-            if h.comm_id != ctx.comm_id {
-                return Err(Error::CommMismatch {
-                    rank: ctx.rank,
-                    peer,
-                    seq: ctx.seq,
-                    op: ctx.fingerprint,
-                    ours: ctx.comm_id,
-                    theirs: h.comm_id,
-                    their_seq: h.seq,
-                });
-            }
-            if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
-                return Err(Error::Mismatch {
-                    rank: ctx.rank,
-                    peer,
-                    seq: ctx.seq,
-                    ours: ctx.fingerprint,
-                    their_seq: h.seq,
-                    theirs: h.fingerprint,
-                });
-            }
-            if data.len() != expect {
-                return Err(Error::InvalidArgument {
-                    rank: ctx.rank,
-                    op: ctx.fingerprint.collective.name(),
-                    detail: format!(
-                        "peer rank {peer} sent a piece of {} bytes at byte {done} of {total} where {expect} were expected (counts differ across ranks?)",
-                        data.len()
-                    ),
-                });
-            }
+            check_piece(ctx, peer, h, data.len(), expect, (done, total))?;
             verify_checksum(ctx, peer, h, data, (done, total))?;
             match local {
                 None => bufs.write_at(dst, esize, done, data),
