@@ -8,187 +8,19 @@
 //! the bytes show in `stats()` under `nvlink`, and host operations over
 //! nvlink connections still work.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod nvlink_common;
 
 use comm_core::config::TransportChoice;
-use half::bf16;
-use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
-use sncl::{Collective, Communicator, Config, DataType, DeviceOp, RawOp, ReduceOp};
-
-fn config() -> Config {
-    Config {
-        timeout: Duration::from_secs(30),
-        chunk_bytes: 4096,
-        // Inbox slots of 8 × 4 KiB = 32 KiB, 4 of them: the larger counts
-        // below take several slots and wrap the inbox.
-        shm_slot_bytes: 4096,
-        shm_slots: 4,
-        transport: TransportChoice::parse("nvlink").expect("a transport name"),
-        ..Default::default()
-    }
-}
-
-fn input(dtype: DataType, rank: usize, count: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(count * dtype.size());
-    for i in 0..count {
-        let v = ((rank * 31 + i * 7) % 23) as f32 - 11.0;
-        match dtype {
-            DataType::Float32 => out.extend((v * 0.75).to_le_bytes()),
-            DataType::Bfloat16 => out.extend(bf16::from_f32(v * 0.75).to_le_bytes()),
-            other => panic!("no input for {other:?}"),
-        }
-    }
-    out
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    coll: Collective,
-    dtype: DataType,
-    op: ReduceOp,
-    count: usize,
-}
-
-fn extents(c: &Case, n: usize) -> (usize, usize) {
-    let k = c.count;
-    match c.coll {
-        Collective::AllReduce | Collective::Broadcast => (k, k),
-        Collective::ReduceScatter => (n * k, k),
-        Collective::AllGather => (k, n * k),
-        other => panic!("no extents for {other:?}"),
-    }
-}
-
-struct Rank {
-    comm: Communicator,
-    dev: Arc<dyn Device>,
-    stream: StreamHandle,
-}
-
-fn ranks(n: usize) -> Vec<Rank> {
-    let comms = Communicator::init_threads(n, config()).expect("init over nvlink");
-    comms
-        .into_iter()
-        .map(|comm| {
-            for (p, kind) in comm.transports().iter().enumerate() {
-                if p != comm.rank() {
-                    assert_eq!(*kind, "nvlink", "rank {} to {p}", comm.rank());
-                }
-            }
-            let dev = device::open(Backend::Emu, comm.rank()).expect("emulated device");
-            comm.bind_device(dev.clone()).expect("bind_device");
-            let stream = dev.create_stream().expect("stream");
-            Rank { comm, dev, stream }
-        })
-        .collect()
-}
-
-/// Runs `c` on host buffers, then on device buffers; returns a mismatch.
-fn run_case(r: &Rank, c: &Case) -> Result<(), String> {
-    let (n, rank) = (r.comm.size(), r.comm.rank());
-    let (se, re) = extents(c, n);
-    let esize = c.dtype.size();
-    let send = input(c.dtype, rank, se);
-    let fill = vec![0xa5u8; re * esize];
-    let mut want = fill.clone();
-    let mut raw = RawOp::new(c.coll, c.dtype, c.count);
-    raw.op = c.op;
-    raw.root = 1 % n;
-    raw.send = send.as_ptr();
-    raw.recv = want.as_mut_ptr();
-    // SAFETY: both vectors cover the extents and outlive the call.
-    unsafe { r.comm.run_raw(&raw) }.map_err(|e| format!("host {c:?}: {e}"))?;
-    let dsend = DeviceBuffer::new(&r.dev, send.len()).map_err(|e| e.to_string())?;
-    let drecv = DeviceBuffer::new(&r.dev, fill.len()).map_err(|e| e.to_string())?;
-    let mut got = vec![0u8; fill.len()];
-    // SAFETY: the host vectors outlive the synchronisation below.
-    unsafe {
-        r.dev
-            .copy_h2d_async(dsend.ptr(), send.as_ptr(), send.len(), r.stream)
-            .map_err(|e| e.to_string())?;
-        r.dev
-            .copy_h2d_async(drecv.ptr(), fill.as_ptr(), fill.len(), r.stream)
-            .map_err(|e| e.to_string())?;
-    }
-    let mut d = DeviceOp::new(c.coll, c.dtype, c.count, dsend.ptr(), drecv.ptr(), r.stream);
-    d.op = c.op;
-    d.root = 1 % n;
-    // SAFETY: the buffers live until after `wait`.
-    let work = unsafe { r.comm.enqueue_device(d) }.map_err(|e| format!("device {c:?}: {e}"))?;
-    // SAFETY: `got` outlives the synchronisation.
-    unsafe {
-        r.dev
-            .copy_d2h_async(got.as_mut_ptr(), drecv.ptr(), got.len(), r.stream)
-    }
-    .map_err(|e| e.to_string())?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    r.dev
-        .synchronize(r.stream, deadline)
-        .map_err(|e| format!("device {c:?}: stream: {e}"))?;
-    work.wait().map_err(|e| format!("device {c:?}: {e}"))?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-        return Err(format!(
-            "rank {rank}/{n} {c:?}: device result differs from the host's at byte {first} of {}",
-            got.len()
-        ));
-    }
-    Ok(())
-}
-
-fn run_all(ranks: &[Rank], cases: &[Case]) -> Vec<String> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter()
-            .map(|r| {
-                s.spawn(move || {
-                    cases
-                        .iter()
-                        .filter_map(|c| run_case(r, c).err())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .flat_map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    })
-}
-
-fn cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for count in [1, 7, 2000, 20_011] {
-        for dtype in [DataType::Float32, DataType::Bfloat16] {
-            for coll in [
-                Collective::AllReduce,
-                Collective::ReduceScatter,
-                Collective::AllGather,
-                Collective::Broadcast,
-            ] {
-                let op = if matches!(coll, Collective::AllReduce) && dtype == DataType::Bfloat16 {
-                    ReduceOp::Avg
-                } else {
-                    ReduceOp::Sum
-                };
-                v.push(Case {
-                    coll,
-                    dtype,
-                    op,
-                    count,
-                });
-            }
-        }
-    }
-    v
-}
+use nvlink_common::{cases, ranks, run_all};
+use sncl::device::DeviceBuffer;
+use sncl::{Communicator, DataType, ReduceOp};
 
 #[test]
 fn nvlink_matrix_threads_2_3_4_ranks() {
     for n in [2, 3, 4] {
         let ranks = ranks(n);
         let before = transport_nvlink::device_bytes();
-        let cases = cases();
+        let cases = cases(&[1, 7, 2000, 20_011]);
         let errs = run_all(&ranks, &cases);
         assert!(
             errs.is_empty(),
@@ -217,4 +49,135 @@ fn nvlink_matrix_threads_2_3_4_ranks() {
             after.0 - before.0
         );
     }
+}
+
+/// A device failure on one rank during an nvlink operation (the emulated
+/// device's injected fault, standing in for a kernel that fails to
+/// compile or launch) fails the operation on every rank with an error
+/// naming that rank, and on that rank its device and the device error.
+#[test]
+fn nvlink_device_fault_fails_every_rank_naming_it() {
+    let ranks = ranks(3);
+    let count = 50_000;
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
+                    if r.comm.rank() == 1 {
+                        r.dev
+                            .inject_fault("reduce kernel failed to compile (injected)")
+                            .map_err(|e| e.to_string())?;
+                    }
+                    // SAFETY: `buf` lives until after `wait`.
+                    let w = unsafe {
+                        r.comm.all_reduce_device_raw(
+                            buf.ptr(),
+                            buf.ptr(),
+                            count,
+                            DataType::Float32,
+                            ReduceOp::Sum,
+                            r.stream,
+                        )
+                    }
+                    .map_err(|e| format!("enqueue: {e}"))?;
+                    w.wait().map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for (rank, r) in results.iter().enumerate() {
+        let e = r.as_ref().expect_err("every rank fails");
+        eprintln!("rank {rank}: {e}");
+        assert!(
+            e.contains("rank 1"),
+            "rank {rank}'s error does not name rank 1: {e}"
+        );
+        if rank == 1 {
+            assert!(
+                e.contains("emu device 1"),
+                "the faulted rank names its device: {e}"
+            );
+            assert!(e.contains("failed to compile (injected)"), "{e}");
+        }
+    }
+}
+
+/// Same communicators' sizes, same collective: device all_reduce over
+/// nvlink (device to device) and over shm (staged through host memory),
+/// timed in one run; both results must match the host's. Prints the
+/// ratio (the emulated device's "device memory" is host memory, so this
+/// measures the staging copies saved, not NVLink).
+#[test]
+fn nvlink_vs_shm_staging_timing() {
+    use nvlink_common::{bind, config, Case};
+    let count = 1 << 20; // 4 MiB of f32
+    let case = Case {
+        coll: sncl::Collective::AllReduce,
+        dtype: DataType::Float32,
+        op: ReduceOp::Sum,
+        count,
+    };
+    let mut times = Vec::new();
+    for transport in ["nvlink", "shm"] {
+        let cfg = sncl::Config {
+            transport: TransportChoice::parse(transport).expect("name"),
+            shm_slot_bytes: 128 << 10,
+            shm_slots: 8,
+            ..config()
+        };
+        let comms = Communicator::init_threads(2, cfg).expect("init");
+        let ranks: Vec<_> = if transport == "nvlink" {
+            comms.into_iter().map(bind).collect()
+        } else {
+            comms
+                .into_iter()
+                .map(|comm| {
+                    let dev =
+                        sncl::device::open(sncl::device::Backend::Emu, comm.rank()).expect("emu");
+                    comm.bind_device(dev.clone()).expect("bind");
+                    let stream = dev.create_stream().expect("stream");
+                    nvlink_common::Rank { comm, dev, stream }
+                })
+                .collect()
+        };
+        // Warm up (inboxes, staging), then time device-only runs.
+        let errs = run_all(&ranks, &[case]);
+        assert!(errs.is_empty(), "{transport}: {errs:?}");
+        let iters = 10;
+        let t = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for r in &ranks {
+                s.spawn(move || {
+                    let buf = DeviceBuffer::new(&r.dev, count * 4).expect("buffer");
+                    for _ in 0..iters {
+                        // SAFETY: `buf` lives until after `wait`.
+                        let w = unsafe {
+                            r.comm.all_reduce_device_raw(
+                                buf.ptr(),
+                                buf.ptr(),
+                                count,
+                                DataType::Float32,
+                                ReduceOp::Sum,
+                                r.stream,
+                            )
+                        }
+                        .expect("enqueue");
+                        w.wait().expect("all_reduce");
+                    }
+                });
+            }
+        });
+        let per = t.elapsed() / iters;
+        eprintln!("{transport}: 2 ranks, all_reduce f32 4 MiB on emu: {per:?} per op");
+        times.push(per.as_secs_f64());
+    }
+    eprintln!(
+        "nvlink / shm staging time ratio: {:.2} (below 1: nvlink faster)",
+        times[0] / times[1]
+    );
 }
