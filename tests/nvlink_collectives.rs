@@ -17,6 +17,7 @@ use sncl::{Communicator, DataType, ReduceOp};
 
 #[test]
 fn nvlink_matrix_threads_2_3_4_ranks() {
+    let _serial = nvlink_common::serial();
     for n in [2, 3, 4] {
         let ranks = ranks(n);
         let before = transport_nvlink::device_bytes();
@@ -57,6 +58,7 @@ fn nvlink_matrix_threads_2_3_4_ranks() {
 /// naming that rank, and on that rank its device and the device error.
 #[test]
 fn nvlink_device_fault_fails_every_rank_naming_it() {
+    let _serial = nvlink_common::serial();
     let ranks = ranks(3);
     let count = 50_000;
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
@@ -114,6 +116,7 @@ fn nvlink_device_fault_fails_every_rank_naming_it() {
 /// measures the staging copies saved, not NVLink).
 #[test]
 fn nvlink_vs_shm_staging_timing() {
+    let _serial = nvlink_common::serial();
     use nvlink_common::{bind, config, Case};
     let count = 1 << 20; // 4 MiB of f32
     let case = Case {
@@ -179,5 +182,31 @@ fn nvlink_vs_shm_staging_timing() {
     eprintln!(
         "nvlink / shm staging time ratio: {:.2} (below 1: nvlink faster)",
         times[0] / times[1]
+    );
+}
+
+/// Several ranks on ONE device (how a single lent GPU runs multi-rank):
+/// allowed (logged at WARN when the ranks are processes), and correct.
+#[test]
+fn nvlink_two_ranks_on_one_device() {
+    let _serial = nvlink_common::serial();
+    use nvlink_common::{config, Rank};
+    let comms = Communicator::init_threads(2, config()).expect("init over nvlink");
+    let ranks: Vec<Rank> = comms
+        .into_iter()
+        .map(|comm| {
+            let dev = sncl::device::open(sncl::device::Backend::Emu, 0).expect("emu device 0");
+            comm.bind_device(dev.clone()).expect("bind_device");
+            let stream = dev.create_stream().expect("stream");
+            Rank { comm, dev, stream }
+        })
+        .collect();
+    let before = transport_nvlink::device_bytes();
+    let cases = cases(&[7, 20_011]);
+    let errs = run_all(&ranks, &cases);
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+    assert!(
+        transport_nvlink::device_bytes().0 > before.0,
+        "nothing went device to device"
     );
 }

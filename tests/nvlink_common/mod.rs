@@ -10,6 +10,16 @@ use half::bf16;
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
 use sncl::{Collective, Communicator, Config, DataType, DeviceOp, RawOp, ReduceOp};
 
+/// Tests of one binary that read the process-wide
+/// `transport_nvlink::device_bytes` counters hold this, so that another
+/// test's bytes do not count as theirs.
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds [`SERIAL`] (a test that failed while holding it does not matter).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn config() -> Config {
     Config {
         timeout: Duration::from_secs(30),
