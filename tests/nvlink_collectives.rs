@@ -210,3 +210,23 @@ fn nvlink_two_ranks_on_one_device() {
         "nothing went device to device"
     );
 }
+
+/// With `SNCL_CHECKSUM=1` host pieces carry and verify their CRC32C; device
+/// pieces, whose bytes never cross host memory, carry none and are not
+/// refused for it.
+#[test]
+fn nvlink_with_checksums() {
+    let _serial = nvlink_common::serial();
+    use nvlink_common::{bind, config};
+    let cfg = sncl::Config {
+        checksum: true,
+        ..config()
+    };
+    let ranks: Vec<_> = Communicator::init_threads(3, cfg)
+        .expect("init")
+        .into_iter()
+        .map(bind)
+        .collect();
+    let errs = run_all(&ranks, &cases(&[7, 20_011]));
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}
