@@ -36,12 +36,8 @@ fn nvlink_matrix_threads_2_3_4_ranks() {
         );
         for r in &ranks {
             let s = r.comm.stats();
-            let nv = s
-                .by_transport
-                .iter()
-                .find(|(k, _, _)| k == "nvlink")
-                .unwrap_or_else(|| panic!("rank {}: no nvlink bytes in {s:?}", r.comm.rank()));
-            assert!(nv.1 > 0 && nv.2 > 0, "rank {}: {nv:?}", r.comm.rank());
+            let nv = s.device_tier();
+            assert!(nv.0 > 0 && nv.1 > 0, "rank {}: {s:?}", r.comm.rank());
             assert_eq!(s.inter_sent, 0);
         }
         eprintln!(

@@ -35,9 +35,7 @@ use std::sync::Arc;
 use comm_core::transport::{Connection, ConsumeResult, DeviceLink, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{
-    Backend, Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, IpcHandle, StreamHandle,
-};
+use device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, StreamHandle};
 use transport_shm::{Segment, ShmConnection};
 
 mod board;
@@ -246,6 +244,9 @@ impl NvlinkConnection {
         else {
             return Ok(true);
         };
+        // Both sides decide from the two boards alone, so they agree: one
+        // backend, and peer access between the ordinals (CUDA reports
+        // cuDeviceCanAccessPeer symmetrically; the same ordinal always can).
         let usable = if theirs.backend != dev.backend() {
             tracing::info!(
                 rank = self.rank,
@@ -706,6 +707,3 @@ impl Connection for NvlinkConnection {
         Some(self)
     }
 }
-
-/// The IPC handle type boards carry (re-exported for setup code).
-pub type Handle = IpcHandle;
