@@ -1,6 +1,6 @@
 //! The `nvlink` transport on the emulated device, ranks as threads:
 //! all_reduce, all_gather, reduce_scatter and broadcast on device buffers
-//! with 2, 3 and 4 ranks, counts from 1 element to several inbox slots
+//! with 2, 3 and 4 ranks, counts from 0 elements to several inbox slots
 //! (odd ones included), f32 and bf16. Each device result is compared bit
 //! for bit with the same collective run by the same communicators on host
 //! buffers (which travel over the same connections' host FIFOs). Also:
@@ -21,7 +21,7 @@ fn nvlink_matrix_threads_2_3_4_ranks() {
     for n in [2, 3, 4] {
         let ranks = ranks(n);
         let before = transport_nvlink::device_bytes();
-        let cases = cases(&[1, 7, 2000, 20_011]);
+        let cases = cases(&[0, 1, 7, 2000, 20_011]);
         let errs = run_all(&ranks, &cases);
         assert!(
             errs.is_empty(),
