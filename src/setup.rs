@@ -17,6 +17,7 @@ use comm_core::{Config, Error, Result};
 
 use crate::comm::{Inner, InnerParts};
 
+mod nvlink;
 mod rdma;
 mod registry;
 mod shm;

@@ -54,6 +54,16 @@ impl Stats {
         }
     }
 
+    /// Bytes sent and received on the device tier: over `nvlink`
+    /// connections (device pieces device to device, and the host pieces of
+    /// host operations between the same ranks). `(0, 0)` without nvlink.
+    pub fn device_tier(&self) -> (u64, u64) {
+        self.by_transport
+            .iter()
+            .find(|(k, _, _)| k == "nvlink")
+            .map_or((0, 0), |(_, s, r)| (*s, *r))
+    }
+
     /// Adds `sent` / `received` bytes to transport `kind`'s counters.
     pub fn add_transport_bytes(&mut self, kind: &str, sent: u64, received: u64) {
         match self.by_transport.iter_mut().find(|(k, _, _)| k == kind) {
@@ -116,5 +126,20 @@ impl Stats {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_tier_is_the_nvlink_bytes() {
+        let mut s = Stats::default();
+        assert_eq!(s.device_tier(), (0, 0));
+        s.add_transport_bytes("shm", 5, 6);
+        s.add_transport_bytes("nvlink", 7, 8);
+        s.add_transport_bytes("nvlink", 1, 1);
+        assert_eq!(s.device_tier(), (8, 9));
     }
 }

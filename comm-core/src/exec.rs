@@ -15,6 +15,9 @@ use crate::wire::{Fingerprint, PieceHeader};
 
 pub use crate::mem::{Buffers, Memory};
 
+mod device;
+use device::{device_route, host_routed_sends, recv_device, send_device};
+
 /// Identity of one operation on one rank.
 #[derive(Clone, Copy, Debug)]
 pub struct OpContext {
@@ -179,13 +182,29 @@ pub fn execute<M: Memory>(
     let mut states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;
     let nsteps = sched.steps.len();
+    // Device memory: every device path publishes this side first (no
+    // waiting), so that no rank waits below for a peer that has not.
+    if let Some(queue) = bufs.device_queue() {
+        for c in conns.iter_mut().flatten() {
+            if let Some(link) = c.device_link() {
+                link.ready(queue).map_err(|e| in_op(ctx, e))?;
+            }
+        }
+    }
+    let mut staged_ops: Vec<Op> = Vec::new();
     for (k, step) in sched.steps.iter().enumerate() {
         for op in &step.ops {
             if let Op::Copy { src, dst } = *op {
                 bufs.copy(src, dst, esize)?;
             }
         }
-        bufs.prepare_sends(&step.ops, esize)?;
+        if bufs.device_queue().is_some() {
+            // Only sends that go through the host are staged there.
+            host_routed_sends(ctx, bufs, &step.ops, conns, abort, &mut staged_ops)?;
+            bufs.prepare_sends(&staged_ops, esize)?;
+        } else {
+            bufs.prepare_sends(&step.ops, esize)?;
+        }
         states.clear();
         states.resize(step.ops.len(), OpState::default());
         let mut waiter = Waiter::new(ctx.spin);
@@ -242,7 +261,7 @@ pub fn execute<M: Memory>(
             for op in &step.ops {
                 if let Op::Send { peer, .. } = op {
                     if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
-                        c.flush().map_err(|e| peer_failed(ctx, e))?;
+                        flush(ctx, c)?;
                     }
                 }
             }
@@ -301,7 +320,7 @@ pub fn execute<M: Memory>(
             for op in &step.ops {
                 if let Op::Send { peer, .. } = op {
                     if let Some(c) = conns.get_mut(*peer).and_then(|c| c.as_deref_mut()) {
-                        all &= c.flush().map_err(|e| peer_failed(ctx, e))?;
+                        all &= flush(ctx, c)?;
                     }
                 }
             }
@@ -349,6 +368,17 @@ pub fn execute<M: Memory>(
         }
     }
     Ok(())
+}
+
+/// Flushes a connection's buffered host pieces and its device path's
+/// unpublished pieces; `Ok(true)` when nothing is left.
+fn flush(ctx: &OpContext, c: &mut dyn Connection) -> Result<bool> {
+    let host = c.flush().map_err(|e| peer_failed(ctx, e))?;
+    let device = match c.device_link() {
+        Some(link) => link.flush_device().map_err(|e| in_op(ctx, e))?,
+        None => true,
+    };
+    Ok(host && device)
 }
 
 /// Logs what a waiting rank waits for: the operation, its sequence number,
@@ -486,6 +516,11 @@ fn send_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = src.len * esize;
+    match device_route(ctx, bufs, conn)? {
+        None => return Ok(0),
+        Some(true) => return send_device(ctx, bufs, conn, src, st),
+        Some(false) => {}
+    }
     let max = piece_limit(conn, esize);
     let mut moved = 0;
     let lend = bufs.pieces_outlive_step();
@@ -522,6 +557,50 @@ fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
     (conn.max_piece() / esize * esize).max(esize)
 }
 
+/// Checks a received piece's header against this operation (communicator,
+/// sequence number, fingerprint) and its length against the `expect`ed
+/// bytes at byte `done` of `total`.
+fn check_piece(
+    ctx: &OpContext,
+    peer: usize,
+    h: &PieceHeader,
+    len: usize,
+    expect: usize,
+    (done, total): (usize, usize),
+) -> Result<()> {
+    if h.comm_id != ctx.comm_id {
+        return Err(Error::CommMismatch {
+            rank: ctx.rank,
+            peer,
+            seq: ctx.seq,
+            op: ctx.fingerprint,
+            ours: ctx.comm_id,
+            theirs: h.comm_id,
+            their_seq: h.seq,
+        });
+    }
+    if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
+        return Err(Error::Mismatch {
+            rank: ctx.rank,
+            peer,
+            seq: ctx.seq,
+            ours: ctx.fingerprint,
+            their_seq: h.seq,
+            theirs: h.fingerprint,
+        });
+    }
+    if len != expect {
+        return Err(Error::InvalidArgument {
+            rank: ctx.rank,
+            op: ctx.fingerprint.collective.name(),
+            detail: format!(
+                "peer rank {peer} sent a piece of {len} bytes at byte {done} of {total} where {expect} were expected (counts differ across ranks?)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Consumes as many arrived pieces into `dst` as there are.
 fn recv_some<M: Memory>(
     ctx: &OpContext,
@@ -533,6 +612,11 @@ fn recv_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = dst.len * esize;
+    match device_route(ctx, bufs, conn)? {
+        None => return Ok(0),
+        Some(true) => return recv_device(ctx, bufs, conn, local, dst, st),
+        Some(false) => {}
+    }
     let max = piece_limit(conn, esize);
     let peer = conn.peer();
     let mut moved = 0;
@@ -540,37 +624,7 @@ fn recv_some<M: Memory>(
         let expect = max.min(total - st.done);
         let done = st.done;
         let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
-            if h.comm_id != ctx.comm_id {
-                return Err(Error::CommMismatch {
-                    rank: ctx.rank,
-                    peer,
-                    seq: ctx.seq,
-                    op: ctx.fingerprint,
-                    ours: ctx.comm_id,
-                    theirs: h.comm_id,
-                    their_seq: h.seq,
-                });
-            }
-            if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
-                return Err(Error::Mismatch {
-                    rank: ctx.rank,
-                    peer,
-                    seq: ctx.seq,
-                    ours: ctx.fingerprint,
-                    their_seq: h.seq,
-                    theirs: h.fingerprint,
-                });
-            }
-            if data.len() != expect {
-                return Err(Error::InvalidArgument {
-                    rank: ctx.rank,
-                    op: ctx.fingerprint.collective.name(),
-                    detail: format!(
-                        "peer rank {peer} sent a piece of {} bytes at byte {done} of {total} where {expect} were expected (counts differ across ranks?)",
-                        data.len()
-                    ),
-                });
-            }
+            check_piece(ctx, peer, h, data.len(), expect, (done, total))?;
             verify_checksum(ctx, peer, h, data, (done, total))?;
             match local {
                 None => bufs.write_at(dst, esize, done, data),

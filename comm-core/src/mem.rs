@@ -78,6 +78,47 @@ pub trait Memory {
 
     /// `region[i] /= divisor` (the last step of `Avg`).
     fn divide(&self, region: Region, dtype: DataType, divisor: usize) -> Result<()>;
+
+    /// Device memory only: the operation's device queue (its device and
+    /// stream), as an opaque value a transport with a device path
+    /// ([`crate::transport::DeviceLink`]) downcasts. Host memory: `None`,
+    /// and the other `device_*` methods are never called.
+    fn device_queue(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
+    /// Device memory only: the device address of bytes `at..at + len` of
+    /// region `r` (bounds-checked). `Ok(None)` where the memory cannot
+    /// name one (then the piece is staged through the host).
+    fn device_span(
+        &self,
+        _r: Region,
+        _esize: usize,
+        _at: usize,
+        _len: usize,
+    ) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    /// Device memory only: enqueues, on the operation's stream, the use of
+    /// a received piece of `len` bytes at device address `src` (a
+    /// transport's inbox): `dst[at..] = piece` when `local` is `None`,
+    /// else `dst[at..] = local[at..] op piece`. Returns `Ok(false)` where
+    /// this memory has no device path (the default).
+    #[allow(clippy::too_many_arguments)]
+    fn device_recv(
+        &self,
+        _local: Option<Region>,
+        _dst: Region,
+        _esize: usize,
+        _at: usize,
+        _src: u64,
+        _len: usize,
+        _dtype: DataType,
+        _op: ReduceOp,
+    ) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl Memory for Buffers {

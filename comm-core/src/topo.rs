@@ -1,5 +1,8 @@
 //! Topology: which ranks share a node, and the orders that keep rings and
-//! trees inside nodes as much as possible whatever the rank numbering.
+//! trees inside nodes as much as possible whatever the rank numbering,
+//! and the device tier the planner uses for device memory over `nvlink`.
+
+use crate::tune::{LinkCost, Shape};
 
 /// Placement of ranks on nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,9 +94,81 @@ impl Topology {
     }
 }
 
+/// Default cost of the device tier: version 1 of the `nvlink` transport,
+/// host-driven (per piece an event poll, a descriptor through host memory
+/// and a kernel launch: ~20 µs), over a link of ~100 GB/s (conservative for
+/// NVLink; a topology file's `intra.*` keys replace it).
+pub const NVLINK: LinkCost = LinkCost {
+    alpha_us: 20.0,
+    bytes_per_us: 100_000.0,
+};
+
+/// The planner's shape for an operation on device memory: where every
+/// intra-node pair of `rank_kinds` (the transport kind to each rank, as
+/// `Communicator::transports()` lists it; `rank` itself excluded) goes over
+/// `nvlink`, intra-node pieces move device to device, so the intra tier is
+/// the device tier: the topology file's `intra` section when it has one
+/// (`configured_intra`: a topology file of a GPU cluster describes its
+/// GPU links), else [`NVLINK`]. Otherwise (host memory, or a pair on
+/// `shm`/`tcp`, whose device pieces are staged through the host) `shape`
+/// is returned unchanged. Every rank of a node sees the same kinds (the
+/// choice is symmetric), so every rank plans the same way.
+pub fn device_shape(
+    shape: &Shape,
+    topo: &Topology,
+    rank: usize,
+    rank_kinds: &[&str],
+    configured_intra: Option<LinkCost>,
+) -> Shape {
+    let local_peers = || {
+        rank_kinds
+            .iter()
+            .enumerate()
+            .filter(move |&(p, _)| p != rank && p < topo.nranks() && topo.same_node(rank, p))
+    };
+    if local_peers().next().is_none() || !local_peers().all(|(_, k)| *k == "nvlink") {
+        return *shape;
+    }
+    Shape {
+        intra: configured_intra.unwrap_or(NVLINK),
+        ..*shape
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_ops_over_nvlink_plan_with_the_device_tier() {
+        let topo = Topology::from_node_of(vec![0, 0, 1, 1]);
+        let shape = Shape {
+            nranks: 4,
+            nnodes: 2,
+            max_local: 2,
+            intra: LinkCost::SHM,
+            inter: LinkCost::TCP,
+        };
+        let kinds = ["self", "nvlink", "tcp", "tcp"];
+        let d = device_shape(&shape, &topo, 0, &kinds, None);
+        assert_eq!(d.intra, NVLINK);
+        assert_eq!(d.inter, LinkCost::TCP);
+        let file = LinkCost {
+            alpha_us: 3.0,
+            bytes_per_us: 400_000.0,
+        };
+        assert_eq!(
+            device_shape(&shape, &topo, 0, &kinds, Some(file)).intra,
+            file
+        );
+        // A local pair on shm: device pieces are staged; nothing changes.
+        let kinds = ["self", "shm", "tcp", "tcp"];
+        assert_eq!(device_shape(&shape, &topo, 0, &kinds, None), shape);
+        // No local peer: nothing changes.
+        let alone = Topology::from_node_of(vec![0, 1]);
+        let two = Shape::flat(2, LinkCost::TCP);
+        assert_eq!(device_shape(&two, &alone, 0, &["self", "tcp"], None), two);
+    }
 
     #[test]
     fn round_robin_placement_gets_a_node_major_ring() {

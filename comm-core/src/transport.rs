@@ -163,6 +163,66 @@ pub trait Connection: Send {
 
     /// Short name for logs ("shm", "tcp").
     fn kind(&self) -> &'static str;
+
+    /// The connection's device-to-device path, if it has one (`nvlink`).
+    /// The default is none: pieces of device memory are staged through
+    /// host memory and travel as host pieces.
+    fn device_link(&mut self) -> Option<&mut dyn DeviceLink> {
+        None
+    }
+}
+
+/// A device-to-device path of a [`Connection`]: pieces of device memory go
+/// from the sender's memory into the receiver's device inbox without
+/// crossing the host; only their headers travel through host memory.
+///
+/// `device` is the operation's device queue as
+/// [`crate::mem::Memory::device_queue`] hands it out (an opaque value the
+/// transport downcasts to the type it knows; comm-core never looks
+/// inside). Addresses are device addresses as `u64`. Errors are
+/// [`crate::Error::Transport`] for what the peer did (gone, aborted,
+/// corrupt data), other errors for this rank's own failures (a device
+/// call).
+pub trait DeviceLink {
+    /// Whether device pieces of `device` go over this link to the peer:
+    /// `Ok(None)` while that is not decided yet (the peer has not
+    /// published its inbox: try again later, within the operation's
+    /// deadline), `Ok(Some(false))` when they cannot (another backend, no
+    /// peer access): the caller stages them through host memory instead.
+    /// Both sides of a pair decide the same way from what both published.
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, crate::Error>;
+
+    /// The largest payload of one device piece (both sides agree).
+    fn max_device_piece(&self) -> usize;
+
+    /// Tries to send one piece: `len` bytes at device address `src`
+    /// (`header.len == len`). `Ok(true)`: the copy into the peer's inbox
+    /// is enqueued on the operation's stream (after the work already
+    /// there); the header is published once the copy completes, during
+    /// later calls or [`Connection::flush`]. `Ok(false)`: no free inbox
+    /// slot now.
+    fn try_send_device(
+        &mut self,
+        device: &dyn std::any::Any,
+        header: &PieceHeader,
+        src: u64,
+    ) -> Result<bool, crate::Error>;
+
+    /// Publishes sent device pieces whose copies completed (and releases
+    /// inbox slots whose reading work completed). `Ok(true)` when no sent
+    /// piece is left unpublished. The executor calls it with
+    /// [`Connection::flush`] and drains it before a step ends.
+    fn flush_device(&mut self) -> Result<bool, crate::Error>;
+
+    /// If the next device piece has arrived, hands its header and its
+    /// inbox address to `consume`, which enqueues the work that reads it
+    /// on the operation's stream; the inbox slot is released once that
+    /// work completes. `Ok(false)`: nothing yet.
+    fn try_recv_device(
+        &mut self,
+        device: &dyn std::any::Any,
+        consume: &mut dyn FnMut(&PieceHeader, u64) -> ConsumeResult,
+    ) -> Result<bool, crate::Error>;
 }
 
 pub mod registry;

@@ -276,6 +276,14 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// `ptr` came from `ipc_import` here, is closed once, and no enqueued
     /// work still uses it.
     unsafe fn ipc_close(&self, ptr: DevicePtr) -> Result<()>;
+    /// Whether this device can map memory of device `peer` (same backend)
+    /// directly: `cuDeviceCanAccessPeer` on CUDA (always true for the
+    /// same ordinal); always true on `emu`.
+    fn can_access_peer(&self, peer: usize) -> Result<bool>;
+    /// Enables access from this device's context to device `peer`'s memory
+    /// (`cuCtxEnablePeerAccess`); nothing for the same ordinal, on `emu`,
+    /// or where it is already enabled.
+    fn enable_peer_access(&self, peer: usize) -> Result<()>;
 
     /// Enqueues a codec operation on device buffers ([`CodecOp`]: encode,
     /// with or without error feedback; decode or decode-and-add of one or

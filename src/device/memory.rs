@@ -175,6 +175,8 @@ pub(crate) struct DeviceMemory<'a> {
     staging: RefCell<&'a mut Staging>,
     /// Send regions of the current step and their offsets in send staging.
     staged: RefCell<Vec<(Region, usize)>>,
+    /// The device and stream, for transports with a device path.
+    queue: transport_nvlink::DeviceQueue,
 }
 
 impl<'a> DeviceMemory<'a> {
@@ -201,6 +203,10 @@ impl<'a> DeviceMemory<'a> {
             timeout,
             staging: RefCell::new(staging),
             staged: RefCell::new(Vec::new()),
+            queue: transport_nvlink::DeviceQueue {
+                dev: b.dev.clone(),
+                stream: b.stream,
+            },
         }
     }
 
@@ -605,6 +611,70 @@ impl Memory for DeviceMemory<'_> {
                 )
                 .map_err(|e| self.err("reducing a received piece", e))
         }
+    }
+
+    fn device_queue(&self) -> Option<&dyn std::any::Any> {
+        Some(&self.queue)
+    }
+
+    fn device_span(&self, r: Region, esize: usize, at: usize, len: usize) -> Result<Option<u64>> {
+        let (p, cap) = self.span(r, esize)?;
+        if at + len > cap {
+            return Err(self.invalid(format!("a piece beyond its region {r:?}")));
+        }
+        Ok(Some(p.add(at).0))
+    }
+
+    fn device_recv(
+        &self,
+        local: Option<Region>,
+        dst: Region,
+        esize: usize,
+        at: usize,
+        src: u64,
+        len: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        let (d, dlen) = self.span(dst, esize)?;
+        let stream = self.b.stream;
+        let piece = DevicePtr(src);
+        match local {
+            None => {
+                if at + len > dlen {
+                    return Err(self.invalid(format!("a piece beyond its region {dst:?}")));
+                }
+                // SAFETY: `d + at` is a live range of `len` bytes (checked);
+                // `piece` is the transport's inbox slot, which it keeps
+                // until this stream's work reading it has completed.
+                unsafe { self.dev().copy_d2d_async(d.add(at), piece, len, stream) }
+                    .map_err(|e| self.err("copying a received piece from the inbox", e))?;
+            }
+            Some(l) => {
+                let (lp, llen) = self.span(l, esize)?;
+                if at + len > llen.min(dlen) {
+                    return Err(self.invalid(format!("a piece beyond its region {dst:?}")));
+                }
+                // SAFETY: as above for `piece`; `lp + at` and `d + at` are
+                // live ranges of `len` bytes (checked); schedules never let
+                // a reduction's operand partially overlap its destination.
+                unsafe {
+                    self.dev().reduce_copy(
+                        stream,
+                        dtype,
+                        op,
+                        &[lp.add(at), piece],
+                        &[d.add(at)],
+                        len / esize,
+                    )
+                }
+                .map_err(|e| self.err("reducing a received piece from the inbox", e))?;
+            }
+        }
+        Ok(true)
     }
 
     fn divide(&self, region: Region, dtype: DataType, divisor: usize) -> Result<()> {

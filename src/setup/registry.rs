@@ -10,7 +10,7 @@ use comm_core::transport::registry::{SelfKind, TransportKind};
 pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
     &SelfKind,
     &super::shm::Shm,
-    // nvlink goes here, before rdma.
+    &super::nvlink::Nvlink,
     &super::rdma::Rdma,
     &super::tcp::Tcp,
 ];

@@ -520,6 +520,22 @@ impl Device for CudaDevice {
         unsafe { driver::ipc_close(self.ordinal, ptr.0) }
     }
 
+    fn can_access_peer(&self, peer: usize) -> Result<bool> {
+        if peer == self.ordinal {
+            return Ok(true);
+        }
+        self.bind()?;
+        driver::can_access_peer(self.ordinal, peer)
+    }
+
+    fn enable_peer_access(&self, peer: usize) -> Result<()> {
+        if peer == self.ordinal {
+            return Ok(());
+        }
+        self.bind()?;
+        driver::enable_peer_access(self.ordinal, peer)
+    }
+
     fn inject_fault(&self, what: &str) -> Result<()> {
         Err(DeviceError::Unsupported {
             what: format!("fault injection ({what}) on CUDA device {}", self.ordinal),

@@ -155,6 +155,30 @@ pub(crate) fn device_get(ordinal: usize) -> Result<CUdevice> {
     Ok(dev)
 }
 
+/// `cuDeviceCanAccessPeer` between ordinals `ordinal` and `peer`.
+pub(crate) fn can_access_peer(ordinal: usize, peer: usize) -> Result<bool> {
+    let (dev, peer_dev) = (device_get(ordinal)?, device_get(peer)?);
+    let mut can = 0;
+    // SAFETY: `can` is a live out-pointer; both devices came from cuDeviceGet.
+    check(ordinal, "cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(&mut can, dev, peer_dev)
+    })?;
+    Ok(can != 0)
+}
+
+/// `cuCtxEnablePeerAccess` from the current context to `peer`'s primary
+/// context (retained for the life of the process: peer access lasts as
+/// long as that context). Already enabled is success.
+pub(crate) fn enable_peer_access(ordinal: usize, peer: usize) -> Result<()> {
+    let peer_ctx = primary_retain(ordinal, device_get(peer)?)?;
+    // SAFETY: `peer_ctx` is a live retained primary context.
+    let r = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
+    if r == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check(ordinal, "cuCtxEnablePeerAccess", r)
+}
+
 pub(crate) fn device_name(ordinal: usize, dev: CUdevice) -> Result<String> {
     let mut buf = [0 as c_char; 256];
     // SAFETY: the buffer holds `len` bytes; the driver NUL-terminates.

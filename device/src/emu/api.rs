@@ -466,6 +466,15 @@ impl Device for Emu {
         self.after_release(r.map(drop).map_err(|d| self.invalid("ipc_close", d)))
     }
 
+    fn can_access_peer(&self, _peer: usize) -> Result<bool> {
+        self.check()?;
+        Ok(true)
+    }
+
+    fn enable_peer_access(&self, _peer: usize) -> Result<()> {
+        self.check()
+    }
+
     fn inject_fault(&self, what: &str) -> Result<()> {
         self.check()?;
         tracing::debug!(

@@ -261,3 +261,77 @@ fn fit_places_slots_in_a_ring() {
     );
     assert_eq!(fit(&busy, 129, 1024), None);
 }
+
+/// The device path the nvlink transport uses: `device_span` names where a
+/// region's bytes lie (and refuses a piece beyond its region), and
+/// `device_recv` copies or reduces a piece from another device range (a
+/// transport inbox) into the destination on the stream.
+#[test]
+fn device_span_and_device_recv() {
+    let b = binding();
+    let mut staging = Staging::default();
+    let n = 4096;
+    let local = DeviceBuffer::new(&b.dev, n).expect("local");
+    let recv = DeviceBuffer::new(&b.dev, n).expect("recv");
+    let inbox = DeviceBuffer::new(&b.dev, n).expect("inbox");
+    let (ones, piece) = (vec![1u8; n], pattern(3, n));
+    // SAFETY: the vectors outlive the synchronisation in `download`.
+    unsafe {
+        b.dev
+            .copy_h2d_async(local.ptr(), ones.as_ptr(), n, b.stream)
+            .expect("upload");
+        b.dev
+            .copy_h2d_async(inbox.ptr(), piece.as_ptr(), n, b.stream)
+            .expect("upload");
+    }
+    let mem = DeviceMemory::new(
+        &b,
+        &mut staging,
+        IDS,
+        (local.ptr(), n),
+        (recv.ptr(), n),
+        Duration::from_secs(20),
+    );
+    assert!(mem.device_queue().is_some());
+    let (l, d) = (
+        Region::new(BufId::Send, 0, n),
+        Region::new(BufId::Recv, 0, n),
+    );
+    assert_eq!(
+        mem.device_span(l, 1, 100, 10).expect("in bounds"),
+        Some(local.ptr().add(100).0)
+    );
+    let e = mem
+        .device_span(l, 1, n - 5, 10)
+        .expect_err("beyond the region");
+    assert!(e.to_string().contains("beyond its region"), "{e}");
+    let half = n / 2;
+    let src = inbox.ptr().0;
+    let sum = DataType::Uint8;
+    // First half: plain copy; second half: local + piece.
+    assert!(mem
+        .device_recv(None, d, 1, 0, src, half, sum, ReduceOp::Sum)
+        .expect("copy"));
+    assert!(mem
+        .device_recv(
+            Some(l),
+            d,
+            1,
+            half,
+            src + half as u64,
+            half,
+            sum,
+            ReduceOp::Sum
+        )
+        .expect("reduce"));
+    let e = mem
+        .device_recv(None, d, 1, n - 1, src, 2, sum, ReduceOp::Sum)
+        .expect_err("beyond the region");
+    assert!(e.to_string().contains("beyond its region"), "{e}");
+    mem.finish().expect("finish");
+    drop(mem);
+    let got = download(&b, &recv);
+    assert_eq!(got[..half], piece[..half]);
+    let want: Vec<u8> = piece[half..].iter().map(|x| x.wrapping_add(1)).collect();
+    assert_eq!(got[half..], want[..]);
+}

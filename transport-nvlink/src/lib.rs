@@ -1,0 +1,709 @@
+//! The `nvlink` transport: between two ranks of one node whose devices can
+//! reach each other (CUDA IPC and peer access over NVLink or PCIe; two
+//! processes on one device too), device pieces go device to device.
+//!
+//! Version 1, host-driven. Per direction, the receiver owns:
+//!
+//! * an **inbox** in device memory: `slots` slots of `slot_bytes`,
+//!   allocated on its bound device at its first device operation and
+//!   exported ([`device::Device::ipc_export`]);
+//! * a **board** (a one-slot [`Segment`] in host shared memory) where it
+//!   publishes the inbox: backend, ordinal, pid, geometry, IPC handle;
+//! * a **descriptor ring** (a [`Segment`] of `slots` small slots): one
+//!   entry per device piece, holding the piece's header. Its flow control
+//!   is the inbox's: entry `k` describes inbox slot `k % slots`, and the
+//!   receiver moves the ring's tail past `k` only once the work that read
+//!   the slot has completed on its stream (an event), so the sender never
+//!   overwrites a slot the receiver's device may still read.
+//!
+//! The sender enqueues the copy from its memory into the peer's mapped
+//! inbox slot on the operation's stream, records an event, and publishes
+//! the entry once the event is done (polled in later calls and in
+//! [`Connection::flush`], which the executor drains before a step ends).
+//! The receiver, on the entry, hands the header and the slot's address to
+//! the executor, which checks the header and enqueues the reduction (or
+//! copy) from the slot into its memory.
+//!
+//! Host pieces (operations on host memory, or device memory where the
+//! device path cannot be used) travel through an ordinary shared-memory
+//! FIFO ([`ShmConnection`]), so an `nvlink` connection carries every
+//! operation. Peer death is found as `shm` finds it (the peer's pid).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use comm_core::transport::{Connection, ConsumeResult, DeviceLink, TransportError};
+use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use comm_core::Error;
+use device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, StreamHandle};
+use transport_shm::{Segment, ShmConnection};
+
+mod board;
+pub use board::{Board, BOARD_BYTES};
+
+/// Name of the kind (`SNCL_TRANSPORT=nvlink`, stats, logs).
+pub const NAME: &str = "nvlink";
+
+/// Bytes of one descriptor-ring slot's payload (an encoded header).
+pub const RING_SLOT_BYTES: usize = 64;
+
+static DEVICE_SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static DEVICE_RECEIVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bytes this process has sent and received device to device over
+/// `nvlink` connections, all communicators together (diagnostics and
+/// tests; per-communicator bytes are in `Communicator::stats()` under
+/// the transport `nvlink`, host and device pieces together).
+pub fn device_bytes() -> (u64, u64) {
+    (
+        DEVICE_SENT.load(std::sync::atomic::Ordering::Relaxed),
+        DEVICE_RECEIVED.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
+/// The operation's device and stream, as the runtime's device memory hands
+/// it to the executor ([`comm_core::mem::Memory::device_queue`]).
+#[derive(Clone, Debug)]
+pub struct DeviceQueue {
+    /// The communicator's device.
+    pub dev: Arc<dyn Device>,
+    /// The stream the operation runs on.
+    pub stream: StreamHandle,
+}
+
+/// The shared-memory objects of one direction, created by its receiver.
+pub struct Inbound {
+    /// The descriptor ring.
+    pub ring: Segment,
+    /// The board.
+    pub board: Segment,
+}
+
+/// Inbox geometry of this side.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry {
+    /// Slots of the inbox (and entries of the ring).
+    pub slots: usize,
+    /// Bytes of one inbox slot (the largest device piece).
+    pub slot_bytes: usize,
+}
+
+/// The device side, once both boards are known.
+struct Active {
+    dev: Arc<dyn Device>,
+    /// This side's inbox (data from the peer).
+    inbox: DeviceBuffer,
+    /// The peer's inbox as mapped here, and whether we imported it.
+    peer_inbox: DevicePtr,
+    imported: bool,
+    peer_slots: u64,
+    peer_slot_bytes: usize,
+    /// Unused events.
+    free_events: Vec<EventHandle>,
+    /// Every event created here (destroyed on drop).
+    events: Vec<EventHandle>,
+    /// Sent pieces whose copies may still run: header and event (none
+    /// for empty pieces), oldest first.
+    send_pending: VecDeque<(PieceHeader, Option<EventHandle>)>,
+    /// Entries published to the peer's ring; copies enqueued.
+    published: u64,
+    enqueued: u64,
+    /// The peer's ring tail as last read.
+    acked: u64,
+    /// Received entries whose reading work may still run, oldest first.
+    recv_pending: VecDeque<Option<EventHandle>>,
+    /// Entries handed to the executor; released (tail); posted (head seen).
+    received: u64,
+    released: u64,
+    posted: u64,
+}
+
+enum LinkState {
+    /// Our board is not published yet.
+    Idle,
+    /// Ours is published (the inbox exists); the peer's not seen yet.
+    Published {
+        dev: Arc<dyn Device>,
+        inbox: DeviceBuffer,
+    },
+    /// Decided: device pieces go device to device (`Some`), or not.
+    Decided(Option<Box<Active>>),
+}
+
+/// An `nvlink` connection to one peer.
+pub struct NvlinkConnection {
+    rank: usize,
+    peer: usize,
+    host: ShmConnection,
+    inbound: Inbound,
+    /// The peer's ring and board (for data from this rank).
+    out_ring: Segment,
+    out_board: Segment,
+    geometry: Geometry,
+    comm_id: u64,
+    state: LinkState,
+}
+
+impl NvlinkConnection {
+    /// Joins the host FIFO pair with this side's inbound ring and board and
+    /// the peer's (opened with [`Segment::open`]).
+    pub fn new(
+        rank: usize,
+        peer: usize,
+        comm_id: u64,
+        host: ShmConnection,
+        inbound: Inbound,
+        (out_ring, out_board): (Segment, Segment),
+        geometry: Geometry,
+    ) -> NvlinkConnection {
+        NvlinkConnection {
+            rank,
+            peer,
+            host,
+            inbound,
+            out_ring,
+            out_board,
+            geometry,
+            comm_id,
+            state: LinkState::Idle,
+        }
+    }
+
+    fn device_err(&self, dev: &dyn Device, what: &str, e: DeviceError) -> Error {
+        Error::Device {
+            rank: self.rank,
+            op: "nvlink transport",
+            seq: None,
+            device: format!(
+                "{} device {} ({})",
+                dev.backend().name(),
+                dev.ordinal(),
+                dev.name()
+            ),
+            what: format!("{what} (link with peer rank {})", self.peer),
+            detail: e.to_string(),
+        }
+    }
+
+    fn peer_err(&self, source: TransportError) -> Error {
+        Error::Transport {
+            rank: self.rank,
+            source,
+        }
+    }
+
+    fn corrupt(&self, detail: String) -> Error {
+        self.peer_err(TransportError::Corrupt {
+            peer: self.peer,
+            detail,
+        })
+    }
+
+    /// Publishes this side's board: allocates and exports the inbox.
+    fn publish(&mut self, q: &DeviceQueue) -> Result<(), Error> {
+        let g = self.geometry;
+        let bytes = g.slots * g.slot_bytes;
+        let dev = &q.dev;
+        let inbox = DeviceBuffer::new(dev, bytes)
+            .map_err(|e| self.device_err(&**dev, "allocating the device inbox", e))?;
+        let handle = dev
+            .ipc_export(inbox.ptr())
+            .map_err(|e| self.device_err(&**dev, "exporting the device inbox", e))?;
+        let board = Board {
+            backend: dev.backend(),
+            ordinal: dev.ordinal(),
+            pid: std::process::id(),
+            slots: g.slots,
+            slot_bytes: g.slot_bytes,
+            addr: inbox.ptr().0,
+            handle,
+        };
+        board.publish(&self.inbound.board, self.comm_id);
+        tracing::debug!(
+            rank = self.rank,
+            peer = self.peer,
+            backend = dev.backend().name(),
+            ordinal = dev.ordinal(),
+            bytes,
+            "nvlink inbox published"
+        );
+        self.state = LinkState::Published {
+            dev: dev.clone(),
+            inbox,
+        };
+        Ok(())
+    }
+
+    /// Decides once the peer's board is there; `Ok(false)` while it is not.
+    fn decide(&mut self) -> Result<bool, Error> {
+        let Some(theirs) = Board::read(&self.out_board).map_err(|d| self.corrupt(d))? else {
+            return Ok(false);
+        };
+        let LinkState::Published { dev, inbox } =
+            std::mem::replace(&mut self.state, LinkState::Idle)
+        else {
+            return Ok(true);
+        };
+        // Both sides decide from the two boards alone, so they agree: one
+        // backend, and peer access between the ordinals (CUDA reports
+        // cuDeviceCanAccessPeer symmetrically; the same ordinal always can).
+        let usable = if theirs.backend != dev.backend() {
+            tracing::info!(
+                rank = self.rank,
+                peer = self.peer,
+                ours = dev.backend().name(),
+                theirs = theirs.backend.name(),
+                "nvlink: devices of different backends; device pieces are staged through the host"
+            );
+            false
+        } else {
+            match dev.can_access_peer(theirs.ordinal) {
+                Ok(true) => true,
+                Ok(false) => {
+                    tracing::info!(rank = self.rank, peer = self.peer, ordinal = dev.ordinal(),
+                        peer_ordinal = theirs.ordinal, "nvlink: no peer access between the devices; device pieces are staged through the host");
+                    false
+                }
+                Err(e) => return Err(self.device_err(&*dev, "querying peer access", e)),
+            }
+        };
+        if !usable {
+            self.state = LinkState::Decided(None);
+            drop(inbox);
+            return Ok(true);
+        }
+        if theirs.ordinal == dev.ordinal() && theirs.pid != std::process::id() {
+            tracing::warn!(rank = self.rank, peer = self.peer, backend = dev.backend().name(),
+                ordinal = dev.ordinal(),
+                "nvlink: this rank and its peer share one device (allowed; their work time-slices the device)");
+        }
+        dev.enable_peer_access(theirs.ordinal)
+            .map_err(|e| self.device_err(&*dev, "enabling peer access", e))?;
+        // CUDA cannot open its own process's IPC handle; within a process
+        // the address is valid as it is. The emulated device maps every
+        // allocation anew (its addresses are per device object).
+        let (peer_inbox, imported) =
+            if theirs.pid == std::process::id() && dev.backend() == Backend::Cuda {
+                (DevicePtr(theirs.addr), false)
+            } else {
+                let p = dev
+                    .ipc_import(&theirs.handle)
+                    .map_err(|e| self.device_err(&*dev, "opening the peer's device inbox", e))?;
+                (p, true)
+            };
+        if self.out_ring.slots() != theirs.slots as u64 {
+            return Err(self.corrupt(format!(
+                "the peer's board says {} inbox slots, its descriptor ring has {}",
+                theirs.slots,
+                self.out_ring.slots()
+            )));
+        }
+        tracing::debug!(
+            rank = self.rank,
+            peer = self.peer,
+            "nvlink device path ready"
+        );
+        self.state = LinkState::Decided(Some(Box::new(Active {
+            dev,
+            inbox,
+            peer_inbox,
+            imported,
+            peer_slots: theirs.slots as u64,
+            peer_slot_bytes: theirs.slot_bytes,
+            free_events: Vec::new(),
+            events: Vec::new(),
+            send_pending: VecDeque::new(),
+            published: self
+                .out_ring
+                .head()
+                .load(std::sync::atomic::Ordering::Acquire),
+            enqueued: self
+                .out_ring
+                .head()
+                .load(std::sync::atomic::Ordering::Acquire),
+            acked: self
+                .out_ring
+                .tail()
+                .load(std::sync::atomic::Ordering::Acquire),
+            recv_pending: VecDeque::new(),
+            received: self
+                .inbound
+                .ring
+                .tail()
+                .load(std::sync::atomic::Ordering::Acquire),
+            released: self
+                .inbound
+                .ring
+                .tail()
+                .load(std::sync::atomic::Ordering::Acquire),
+            posted: self
+                .inbound
+                .ring
+                .head()
+                .load(std::sync::atomic::Ordering::Acquire),
+        })));
+        Ok(true)
+    }
+
+    /// Publishes sent pieces whose copies completed and releases inbox
+    /// slots whose reading work completed.
+    fn progress(&mut self) -> Result<(), Error> {
+        let LinkState::Decided(Some(a)) = &mut self.state else {
+            return Ok(());
+        };
+        let dev = a.dev.clone();
+        let mut failed = None;
+        while let Some(&(h, ev)) = a.send_pending.front() {
+            if let Some(ev) = ev {
+                match dev.event_done(ev) {
+                    Ok(true) => a.free_events.push(ev),
+                    Ok(false) => break,
+                    Err(e) => {
+                        failed = Some(("copying a piece into the peer's inbox", e));
+                        break;
+                    }
+                }
+            }
+            let mut inner = [0u8; HEADER_BYTES];
+            h.encode(&mut inner);
+            let outer = PieceHeader {
+                checksum: None,
+                len: HEADER_BYTES as u32,
+                ..h
+            };
+            self.out_ring.write_slot(a.published, &outer, &inner);
+            a.published += 1;
+            self.out_ring
+                .head()
+                .store(a.published, std::sync::atomic::Ordering::Release);
+            a.send_pending.pop_front();
+        }
+        while failed.is_none() {
+            let Some(&ev) = a.recv_pending.front() else {
+                break;
+            };
+            if let Some(ev) = ev {
+                match dev.event_done(ev) {
+                    Ok(true) => a.free_events.push(ev),
+                    Ok(false) => break,
+                    Err(e) => {
+                        failed = Some(("reading a piece from the inbox", e));
+                        break;
+                    }
+                }
+            }
+            a.recv_pending.pop_front();
+            a.released += 1;
+            self.inbound
+                .ring
+                .tail()
+                .store(a.released, std::sync::atomic::Ordering::Release);
+        }
+        match failed {
+            Some((what, e)) => Err(self.device_err(&*dev, what, e)),
+            None => Ok(()),
+        }
+    }
+
+    fn aborted_by_peer(&self) -> Option<TransportError> {
+        let a = self
+            .inbound
+            .ring
+            .abort_by_sender()
+            .load(std::sync::atomic::Ordering::Acquire);
+        (a != 0).then(|| TransportError::PeerAborted {
+            peer: self.peer,
+            cause: (a != u64::MAX).then(|| (a - 1) as usize),
+        })
+    }
+
+    fn queue<'q>(&self, device: &'q dyn std::any::Any) -> Result<&'q DeviceQueue, Error> {
+        device
+            .downcast_ref::<DeviceQueue>()
+            .ok_or_else(|| Error::InvalidArgument {
+                rank: self.rank,
+                op: "nvlink transport",
+                detail: "the operation's device queue is not the device layer's".into(),
+            })
+    }
+
+    fn take_event(a: &mut Active) -> Result<EventHandle, DeviceError> {
+        if let Some(ev) = a.free_events.pop() {
+            return Ok(ev);
+        }
+        let ev = a.dev.create_event()?;
+        a.events.push(ev);
+        Ok(ev)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        for ev in self.events.drain(..) {
+            // SAFETY: created here on this device; destroyed once.
+            if let Err(e) = unsafe { self.dev.destroy_event(ev) } {
+                tracing::warn!(error = %e, "destroying an nvlink event failed");
+            }
+        }
+        if self.imported {
+            // SAFETY: imported once in `decide`; the communicator's work is
+            // complete or failed when its connections are dropped.
+            if let Err(e) = unsafe { self.dev.ipc_close(self.peer_inbox) } {
+                tracing::warn!(error = %e, "closing the peer's nvlink inbox failed");
+            }
+        }
+    }
+}
+
+impl DeviceLink for NvlinkConnection {
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+        let q = self.queue(device)?;
+        if matches!(self.state, LinkState::Idle) {
+            let q = q.clone();
+            self.publish(&q)?;
+        }
+        if matches!(self.state, LinkState::Published { .. }) && !self.decide()? {
+            if let Some(e) = self.aborted_by_peer() {
+                return Err(self.peer_err(e));
+            }
+            return Ok(None);
+        }
+        match &self.state {
+            LinkState::Decided(Some(a)) => {
+                if !Arc::ptr_eq(&a.dev, &q.dev)
+                    && (a.dev.backend(), a.dev.ordinal()) != (q.dev.backend(), q.dev.ordinal())
+                {
+                    return Err(Error::InvalidArgument {
+                        rank: self.rank,
+                        op: "nvlink transport",
+                        detail: format!(
+                            "the link with peer rank {} is set up on {} device {}; this operation runs on {} device {}",
+                            self.peer, a.dev.backend().name(), a.dev.ordinal(), q.dev.backend().name(), q.dev.ordinal()
+                        ),
+                    });
+                }
+                Ok(Some(true))
+            }
+            _ => Ok(Some(false)),
+        }
+    }
+
+    fn max_device_piece(&self) -> usize {
+        match &self.state {
+            LinkState::Decided(Some(a)) => a.peer_slot_bytes.min(self.geometry.slot_bytes),
+            _ => self.geometry.slot_bytes,
+        }
+    }
+
+    fn try_send_device(
+        &mut self,
+        device: &dyn std::any::Any,
+        header: &PieceHeader,
+        src: u64,
+    ) -> Result<bool, Error> {
+        let stream = self.queue(device)?.stream;
+        self.progress()?;
+        let peer = self.peer;
+        let aborted = self.aborted_by_peer();
+        let LinkState::Decided(Some(a)) = &mut self.state else {
+            return Err(Error::InvalidArgument {
+                rank: self.rank,
+                op: "nvlink transport",
+                detail: format!("no device path to peer rank {peer}"),
+            });
+        };
+        let len = header.len as usize;
+        if len > a.peer_slot_bytes {
+            let n = a.peer_slot_bytes;
+            return Err(Error::InvalidArgument {
+                rank: self.rank,
+                op: "nvlink transport",
+                detail: format!("a device piece of {len} bytes exceeds peer rank {peer}'s inbox slot of {n} bytes"),
+            });
+        }
+        if a.enqueued - a.acked >= a.peer_slots {
+            a.acked = self
+                .out_ring
+                .tail()
+                .load(std::sync::atomic::Ordering::Acquire);
+            if a.enqueued - a.acked >= a.peer_slots {
+                if let Some(e) = aborted {
+                    return Err(self.peer_err(e));
+                }
+                return Ok(false);
+            }
+        }
+        let ev = if len > 0 {
+            let slot = (a.enqueued % a.peer_slots) as usize;
+            let dst = a.peer_inbox.add(slot * a.peer_slot_bytes);
+            let dev = a.dev.clone();
+            // SAFETY: `dst` is a slot of the peer's mapped inbox (slot <
+            // slots, len <= slot bytes), free: the peer released it (its
+            // ring tail passed it) after the work reading it completed;
+            // `src` is a live range of the operation's memory
+            // (Memory::device_span checked it).
+            let r =
+                unsafe { dev.copy_d2d_async(dst, DevicePtr(src), len, stream) }.and_then(|()| {
+                    let ev = Self::take_event(a)?;
+                    dev.record_event(ev, stream).map(|()| ev)
+                });
+            match r {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    return Err(self.device_err(&*dev, "copying a piece into the peer's inbox", e))
+                }
+            }
+        } else {
+            None
+        };
+        a.send_pending.push_back((*header, ev));
+        a.enqueued += 1;
+        DEVICE_SENT.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    }
+
+    fn flush_device(&mut self) -> Result<bool, Error> {
+        self.progress()?;
+        let pending = match &self.state {
+            LinkState::Decided(Some(a)) => !a.send_pending.is_empty(),
+            _ => false,
+        };
+        if pending {
+            if let Some(e) = self.aborted_by_peer() {
+                return Err(self.peer_err(e));
+            }
+        }
+        Ok(!pending)
+    }
+
+    fn try_recv_device(
+        &mut self,
+        device: &dyn std::any::Any,
+        consume: &mut dyn FnMut(&PieceHeader, u64) -> ConsumeResult,
+    ) -> Result<bool, Error> {
+        let stream = self.queue(device)?.stream;
+        self.progress()?;
+        let aborted = self.aborted_by_peer();
+        let (rank, peer) = (self.rank, self.peer);
+        let LinkState::Decided(Some(a)) = &mut self.state else {
+            return Err(Error::InvalidArgument {
+                rank,
+                op: "nvlink transport",
+                detail: format!("no device path from peer rank {peer}"),
+            });
+        };
+        if a.received == a.posted {
+            a.posted = self
+                .inbound
+                .ring
+                .head()
+                .load(std::sync::atomic::Ordering::Acquire);
+            if a.received == a.posted {
+                if let Some(e) = aborted {
+                    return Err(Error::Transport { rank, source: e });
+                }
+                return Ok(false);
+            }
+        }
+        let corrupt = |detail: String| Error::Transport {
+            rank,
+            source: TransportError::Corrupt { peer, detail },
+        };
+        let (_, payload) = self
+            .inbound
+            .ring
+            .read_slot(a.received)
+            .map_err(|d| corrupt(format!("nvlink descriptor: {d}")))?;
+        let inner: &[u8; HEADER_BYTES] = payload
+            .get(..HEADER_BYTES)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| corrupt("nvlink descriptor shorter than a header".into()))?;
+        let h = PieceHeader::decode(inner)
+            .map_err(|e| corrupt(format!("nvlink descriptor: {}", e.0)))?;
+        let g = self.geometry;
+        if h.len as usize > g.slot_bytes {
+            return Err(corrupt(format!(
+                "nvlink descriptor of a {}-byte piece; inbox slots hold {}",
+                h.len, g.slot_bytes
+            )));
+        }
+        let slot = (a.received % g.slots as u64) as usize;
+        let src = a.inbox.ptr().add(slot * g.slot_bytes);
+        consume(&h, src.0)?;
+        let ev = if h.len > 0 {
+            let dev = a.dev.clone();
+            let r = Self::take_event(a).and_then(|ev| dev.record_event(ev, stream).map(|()| ev));
+            match r {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    let ordinal = dev.ordinal();
+                    return Err(Error::Device {
+                        rank,
+                        op: "nvlink transport",
+                        seq: None,
+                        device: format!("{} device {ordinal}", dev.backend().name()),
+                        what: format!(
+                            "recording an inbox slot's event (link with peer rank {peer})"
+                        ),
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        a.recv_pending.push_back(ev);
+        a.received += 1;
+        DEVICE_RECEIVED.fetch_add(h.len as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(true)
+    }
+}
+
+impl Connection for NvlinkConnection {
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    fn max_piece(&self) -> usize {
+        self.host.max_piece()
+    }
+
+    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        self.host.try_send(header, data)
+    }
+
+    fn try_recv(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+    ) -> Result<bool, Error> {
+        self.host.try_recv(consume)
+    }
+
+    fn flush(&mut self) -> Result<bool, TransportError> {
+        self.host.flush()
+    }
+
+    fn check_alive(&mut self) -> Result<(), TransportError> {
+        self.host.check_alive()?;
+        if let Some(e) = self.aborted_by_peer() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, cause: Option<usize>) {
+        self.host.abort(cause);
+        let w = cause.map(|c| c as u64 + 1).unwrap_or(u64::MAX);
+        self.out_ring
+            .abort_by_sender()
+            .store(w, std::sync::atomic::Ordering::Release);
+    }
+
+    fn kind(&self) -> &'static str {
+        NAME
+    }
+
+    fn device_link(&mut self) -> Option<&mut dyn DeviceLink> {
+        Some(self)
+    }
+}
