@@ -2,33 +2,47 @@
 # The device checks for a session that has the lent GPU machine (no Rust
 # toolchain there, no network). Two steps:
 #
-#   scripts/gpu-check.sh --prepare   here: builds stripped release binaries and
-#                                    test executables into target/gpu-check
-#                                    (what travels is limited to 64 MiB)
-#   scripts/gpu-check.sh             there (run with carry ["target/gpu-check"]):
-#                                    runs the sections below with the machine's
-#                                    own CUDA driver and NVRTC
+#   scripts/gpu-check.sh --prepare   here: builds stripped release binaries,
+#                                    test executables, libsncl and the C
+#                                    device test into target/gpu-check (what
+#                                    travels is limited to 64 MiB)
+#   scripts/gpu-check.sh [GROUP...]  there (run with carry ["target/gpu-check"]):
+#                                    runs the groups' sections with the
+#                                    machine's own CUDA driver and NVRTC
 #
-# Sections (each prints its result even if a later one fails; the whole run
-# stays under 5 minutes):
-#   1 probe       nvidia-smi, driver version, the CUDA backend's open()
-#   2 suite       the device test suite against the cuda backend
-#   3 kernels     every reduce kernel's output against the CPU kernels (the
+# Groups (default: device nvlink; each keeps within its own limit, so that
+# one call of both stays well under the 600 s a command may run):
+#   device (GPU buffers, kernels, codecs; 200 s):
+#     probe       nvidia-smi, driver version, the CUDA backend's open()
+#     suite       the device test suite against the cuda backend
+#     kernels     every reduce kernel's output against the CPU kernels (the
 #                 suite's reduce tests, listed on their own)
-#   4 bandwidth   reduce-copy kernels vs a device-to-device copy (>= 64 MiB),
+#     bandwidth   reduce-copy kernels vs a device-to-device copy (>= 64 MiB),
 #                 first-use compile+load, then load from the disk cache
-#   5 commbench   commbench all_reduce --np 2 --device cuda over shm staging
-#   6 codecs      every codec kernel's output vs the CPU codec (compress) on
+#     commbench   commbench all_reduce --np 2 --device cuda over shm staging
+#     codecs      every codec kernel's output vs the CPU codec (compress) on
 #                 the device: the codec suite (device/tests/codec_suite.rs)
-#   7 cudarc-slices  collectives on cudarc's CudaSlice (tests/cuda_slices.rs)
-#   8 compressed  commbench --device cuda --compress int8: compressed
+#     cudarc-slices  collectives on cudarc's CudaSlice (tests/cuda_slices.rs)
+#     compressed  commbench --device cuda --compress int8: compressed
 #                 all_reduce on device buffers, 2 processes, checked bit for
 #                 bit against the host form
-#   9 codec-bandwidth  codec encode/decode vs a device-to-device copy in the
+#     codec-bandwidth  codec encode/decode vs a device-to-device copy in the
 #                 same run (>= 64 MiB; bytes read + written), first-use compile
-# Exits non-zero when any section fails or prints a wrong value. Each
-# section's limit is cut to what is left of TOTAL_LIMIT (290 s), so the whole
-# run stays under 5 minutes.
+#   nvlink (transport-nvlink, the C ABI on device pointers; 240 s):
+#     nvlink-2 / nvlink-4  2 and 4 processes on the one GPU over the nvlink
+#                 transport (SNCL_TRANSPORT=nvlink): all_reduce, all_gather,
+#                 reduce_scatter, broadcast, checked, 8 B to 512 MiB; the
+#                 bound is printed by the d2d section (busbw target at
+#                 256 MiB, 2 ranks: >= 0.35 x the D2D copy rate)
+#     d2d         the device-to-device copy rate in the same run (bytes
+#                 copied / time, kernel_bandwidth's copy row)
+#     latency     8 B all_reduce, 2 processes, with MPS when
+#                 nvidia-cuda-mps-control is there (target <= 20 us)
+#     c-device    tests/c/c_abi_device_test.c on the cuda backend, 2 ranks
+#   torch (scripts/gpu-check-torch.sh: builds sncl_torch against that
+#     machine's torch from target/gpu-check/lib/libsncl.a; CUDA tensors,
+#     DDP parity with gloo; 280 s)
+# Exits non-zero when any section fails or prints a wrong value.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=target/gpu-check
@@ -64,7 +78,15 @@ prepare() {
     cp "$suite" "$OUT_DIR/device-suite"
     cp "$codecs" "$OUT_DIR/codec-suite"
     cp "$slices" "$OUT_DIR/cuda-slices"
+    # The C ABI test on device pointers, linked against the release
+    # libsncl.so that travels beside it.
+    cargo build --release --lib
+    cp target/release/libsncl.so "$OUT_DIR/"
+    cc -O2 -Wall -Werror -Iinclude -o "$OUT_DIR/c-device-test" tests/c/c_abi_device_test.c \
+        -L"$OUT_DIR" -lsncl -Wl,-rpath,'$ORIGIN'
     strip "$OUT_DIR"/*
+    # sncl_torch is built there from this archive (scripts/gpu-check-torch.sh).
+    scripts/gpu-check-torch.sh --prepare
     du -sh "$OUT_DIR"
     local kib
     kib=$(du -sk "$OUT_DIR" | cut -f1)
@@ -76,19 +98,26 @@ if [[ ${1:-} == --prepare ]]; then
     exit
 fi
 
-for exe in device-suite codec-suite codec_bandwidth cuda-slices; do
-    [[ -x $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
+GROUPS_WANTED=("$@")
+((${#GROUPS_WANTED[@]})) || GROUPS_WANTED=(device nvlink)
+for g in "${GROUPS_WANTED[@]}"; do
+    case $g in device | nvlink | torch) ;; *) echo "gpu-check: unknown group $g (device, nvlink, torch)" >&2; exit 2 ;; esac
 done
-TOTAL_LIMIT=290
+for exe in device-suite codec-suite codec_bandwidth cuda-slices commbench c-device-test libsncl.so; do
+    [[ -e $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
+done
 export SNCL_TEST_DEVICE=cuda SNCL_TEST_DEVICE_REQUIRED=1
 FAILED=()
+GROUP_END=0
+# section NAME LIMIT COMMAND...: runs COMMAND within LIMIT seconds, cut to
+# what is left of the group's budget.
 section() {
     local name=$1 limit=$2
     shift 2
-    local left=$((TOTAL_LIMIT - SECONDS))
+    local left=$((GROUP_END - SECONDS))
     ((limit < left)) || limit=$left
     if ((limit < 5)); then
-        echo "=== $name: skipped, the ${TOTAL_LIMIT} s budget is spent"
+        echo "=== $name: skipped, the group's budget is spent"
         FAILED+=("$name")
         return
     fi
@@ -100,20 +129,72 @@ section() {
     ((rc == 0)) || FAILED+=("$name")
 }
 
-section probe 30 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; ls /usr/local/cuda*/lib64/libnvrtc.so* /usr/lib/x86_64-linux-gnu/libnvrtc.so* 2>/dev/null; true'
-section suite 90 "$OUT_DIR/device-suite" --test-threads=1
-section kernels 60 "$OUT_DIR/device-suite" --test-threads=1 reduce
-CACHE=$(mktemp -d)
-section bandwidth 60 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/kernel_bandwidth" cuda 256 20
-section bandwidth-cached 30 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/kernel_bandwidth" cuda 64 5
-rm -rf "$CACHE"
-section commbench 60 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 256M -f 4 -c 1
-section codecs 60 "$OUT_DIR/codec-suite" --test-threads=1
-CACHE=$(mktemp -d)
-section cudarc-slices 30 "$OUT_DIR/cuda-slices" --test-threads=1
-section compressed 40 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 1M -e 64M -f 8 -c 1 --compress int8 --compress-scope flat
-section codec-bandwidth 60 env XDG_CACHE_HOME="$CACHE" "$OUT_DIR/codec_bandwidth" cuda 64 10
-rm -rf "$CACHE"
+group_device() {
+    GROUP_END=$((SECONDS + 200))
+    section probe 30 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; ls /usr/local/cuda*/lib64/libnvrtc.so* /usr/lib/x86_64-linux-gnu/libnvrtc.so* 2>/dev/null; true'
+    section suite 60 "$OUT_DIR/device-suite" --test-threads=1
+    section kernels 40 "$OUT_DIR/device-suite" --test-threads=1 reduce
+    local cache
+    cache=$(mktemp -d)
+    section bandwidth 40 env XDG_CACHE_HOME="$cache" "$OUT_DIR/kernel_bandwidth" cuda 256 20
+    section bandwidth-cached 20 env XDG_CACHE_HOME="$cache" "$OUT_DIR/kernel_bandwidth" cuda 64 5
+    rm -rf "$cache"
+    section commbench 40 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 256M -f 4 -c 1
+    section codecs 40 "$OUT_DIR/codec-suite" --test-threads=1
+    cache=$(mktemp -d)
+    section cudarc-slices 20 "$OUT_DIR/cuda-slices" --test-threads=1
+    section compressed 30 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 1M -e 64M -f 8 -c 1 --compress int8 --compress-scope flat
+    section codec-bandwidth 40 env XDG_CACHE_HOME="$cache" "$OUT_DIR/codec_bandwidth" cuda 64 10
+    rm -rf "$cache"
+}
+
+# Two ranks of the C device test on the cuda backend.
+c_device_ranks() {
+    local secret port pids=() rc=0
+    secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1; do
+        SNCL_TEST_C_BACKEND=cuda SNCL_RANK=$r SNCL_WORLD_SIZE=2 SNCL_ROOT=127.0.0.1:$port \
+            SNCL_SECRET=$secret "$OUT_DIR/c-device-test" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+}
+
+export -f c_device_ranks
+export OUT_DIR
+
+group_nvlink() {
+    GROUP_END=$((SECONDS + 240))
+    local ops=(all_reduce all_gather reduce_scatter broadcast)
+    for np in 2 4; do
+        section "nvlink-$np" 90 bash -c "for op in ${ops[*]}; do SNCL_TRANSPORT=nvlink $OUT_DIR/commbench \$op --np $np --device cuda -b 8 -e 512M -f 8 -n 5 -w 1 -c 1 || exit 1; done"
+    done
+    # The bound: a device-to-device copy in the same run (kernel_bandwidth's copy row).
+    local cache
+    cache=$(mktemp -d)
+    section d2d 30 env XDG_CACHE_HOME="$cache" "$OUT_DIR/kernel_bandwidth" cuda 256 10
+    rm -rf "$cache"
+    section nvlink-256M 30 env SNCL_TRANSPORT=nvlink "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 256M -e 256M -n 10 -w 2 -c 1
+    if command -v nvidia-cuda-mps-control >/dev/null; then
+        section latency-mps 30 bash -c "nvidia-cuda-mps-control -d && SNCL_TRANSPORT=nvlink $OUT_DIR/commbench all_reduce --np 2 --device cuda -b 8 -e 8 -n 200 -w 20; rc=\$?; echo quit | nvidia-cuda-mps-control; exit \$rc"
+    else
+        echo "=== latency-mps: skipped, nvidia-cuda-mps-control is not on this machine (ranks on one GPU time-slice)"
+    fi
+    section latency 30 env SNCL_TRANSPORT=nvlink "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 8 -n 200 -w 20
+    section c-device 40 bash -c c_device_ranks
+}
+
+group_torch() {
+    GROUP_END=$((SECONDS + 280))
+    section torch 280 env TOTAL_LIMIT=270 scripts/gpu-check-torch.sh
+}
+
+for g in "${GROUPS_WANTED[@]}"; do
+    echo "##### group $g"
+    "group_$g"
+done
 if ((${#FAILED[@]})); then
     echo "gpu-check: FAILED sections: ${FAILED[*]}"
     exit 1

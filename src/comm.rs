@@ -196,6 +196,10 @@ pub(crate) struct Inner {
     spin: std::time::Duration,
     pub topo: Topology,
     pub shape: Shape,
+    /// The shape device operations plan with: intra-node links at the
+    /// device tier where every rank's same-node pairs run over nvlink
+    /// ([`InnerParts::device_tier`]), else [`Inner::shape`].
+    pub device_shape: Shape,
     pub node_ids: Vec<String>,
     pub transports: Vec<&'static str>,
     pub state: Mutex<State>,
@@ -237,6 +241,10 @@ pub(crate) enum Standby {
 }
 
 pub(crate) struct InnerParts {
+    /// Whether device pieces between same-node ranks go device to device
+    /// on every rank (nvlink forced, or ready on every rank: decided from
+    /// the published records, so every rank plans alike).
+    pub device_tier: bool,
     pub rank: usize,
     pub nranks: usize,
     pub comm_id: u64,
@@ -268,6 +276,8 @@ impl Inner {
             }),
             inter: p.config.tiers.inter.unwrap_or(LinkCost::TCP),
         };
+        let device_shape =
+            comm_core::topo::device_shape(&shape, p.device_tier, p.config.tiers.intra);
         if p.rank == 0 {
             tracing::info!(
                 nodes = topo.nnodes(),
@@ -287,6 +297,7 @@ impl Inner {
             spin: spin_budget(&p.node_ids, p.rank),
             topo,
             shape,
+            device_shape,
             config: p.config,
             node_ids: p.node_ids,
             transports: p.transports,

@@ -259,6 +259,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         rank,
     )?;
     inter_tier_over_rdma(&mut config, &cards, rank);
+    let device_tier = everywhere(&config, &cards, "nvlink");
     // 3. Connect each kind's peers, in registry order on every rank.
     let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
     for (i, k) in registry::TRANSPORTS.iter().enumerate() {
@@ -327,6 +328,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         config,
         node_ids,
         transports,
+        device_tier,
         conns,
         store: Some(store),
         secret,
@@ -360,6 +362,19 @@ pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Resul
     Ok(())
 }
 
+/// Whether transport `kind` connects every pair it can on every rank:
+/// forced (`SNCL_TRANSPORT=kind`), or ready in every rank's published
+/// record (the registry then gives it every pair it accepts before the
+/// kinds after it). From the records alone, so every rank decides alike.
+fn everywhere(config: &Config, cards: &[RankCard], kind: &str) -> bool {
+    match config.transport.forced() {
+        Some(forced) => forced == kind,
+        None => cards
+            .iter()
+            .all(|c| matches!(c.state(kind), KindState::Ready(_))),
+    }
+}
+
 /// The planner's inter-node tier costs RDMA's where pairs on different
 /// nodes use the rdma transport: forced (`SNCL_TRANSPORT=rdma`), or every
 /// rank has it ready (the registry then gives rdma to every pair of
@@ -369,14 +384,7 @@ fn inter_tier_over_rdma(config: &mut Config, cards: &[RankCard], rank: usize) {
     if config.tiers.inter.is_some() {
         return;
     }
-    let rdma = kinds::TransportKind::name(&rdma::Rdma);
-    let over_rdma = match config.transport.forced() {
-        Some(kind) => kind == rdma,
-        None => cards
-            .iter()
-            .all(|c| matches!(c.state(rdma), KindState::Ready(_))),
-    };
-    if over_rdma {
+    if everywhere(config, cards, kinds::TransportKind::name(&rdma::Rdma)) {
         config.tiers.inter = Some(comm_core::tune::LinkCost::RDMA);
         if rank == 0 {
             tracing::debug!("planner: the inter-node tier is priced as RDMA");

@@ -103,30 +103,20 @@ pub const NVLINK: LinkCost = LinkCost {
     bytes_per_us: 100_000.0,
 };
 
-/// The planner's shape for an operation on device memory: where every
-/// intra-node pair of `rank_kinds` (the transport kind to each rank, as
-/// `Communicator::transports()` lists it; `rank` itself excluded) goes over
-/// `nvlink`, intra-node pieces move device to device, so the intra tier is
-/// the device tier: the topology file's `intra` section when it has one
-/// (`configured_intra`: a topology file of a GPU cluster describes its
-/// GPU links), else [`NVLINK`]. Otherwise (host memory, or a pair on
-/// `shm`/`tcp`, whose device pieces are staged through the host) `shape`
-/// is returned unchanged. Every rank of a node sees the same kinds (the
-/// choice is symmetric), so every rank plans the same way.
+/// The planner's shape for an operation on device memory. Where every
+/// same-node pair goes over `nvlink` on every rank (`nvlink_everywhere`:
+/// forced, or ready on every rank — decided from the published records, so
+/// every rank plans alike), intra-node pieces move device to device, so
+/// the intra tier is the device tier: the topology file's `intra` section
+/// when it has one (`configured_intra`: a topology file of a GPU cluster
+/// describes its GPU links), else [`NVLINK`]. Otherwise (device pieces
+/// staged through the host over shm/tcp) `shape` is returned unchanged.
 pub fn device_shape(
     shape: &Shape,
-    topo: &Topology,
-    rank: usize,
-    rank_kinds: &[&str],
+    nvlink_everywhere: bool,
     configured_intra: Option<LinkCost>,
 ) -> Shape {
-    let local_peers = || {
-        rank_kinds
-            .iter()
-            .enumerate()
-            .filter(move |&(p, _)| p != rank && p < topo.nranks() && topo.same_node(rank, p))
-    };
-    if local_peers().next().is_none() || !local_peers().all(|(_, k)| *k == "nvlink") {
+    if !nvlink_everywhere || shape.max_local < 2 {
         return *shape;
     }
     Shape {
@@ -141,7 +131,6 @@ mod tests {
 
     #[test]
     fn device_ops_over_nvlink_plan_with_the_device_tier() {
-        let topo = Topology::from_node_of(vec![0, 0, 1, 1]);
         let shape = Shape {
             nranks: 4,
             nnodes: 2,
@@ -149,25 +138,24 @@ mod tests {
             intra: LinkCost::SHM,
             inter: LinkCost::TCP,
         };
-        let kinds = ["self", "nvlink", "tcp", "tcp"];
-        let d = device_shape(&shape, &topo, 0, &kinds, None);
+        let d = device_shape(&shape, true, None);
         assert_eq!(d.intra, NVLINK);
         assert_eq!(d.inter, LinkCost::TCP);
         let file = LinkCost {
             alpha_us: 3.0,
             bytes_per_us: 400_000.0,
         };
-        assert_eq!(
-            device_shape(&shape, &topo, 0, &kinds, Some(file)).intra,
-            file
-        );
-        // A local pair on shm: device pieces are staged; nothing changes.
-        let kinds = ["self", "shm", "tcp", "tcp"];
-        assert_eq!(device_shape(&shape, &topo, 0, &kinds, None), shape);
-        // No local peer: nothing changes.
-        let alone = Topology::from_node_of(vec![0, 1]);
+        assert_eq!(device_shape(&shape, true, Some(file)).intra, file);
+        // Pairs staged through the host (shm/tcp somewhere): unchanged.
+        assert_eq!(device_shape(&shape, false, None), shape);
+        // One rank per node: no intra-node link to price.
         let two = Shape::flat(2, LinkCost::TCP);
-        assert_eq!(device_shape(&two, &alone, 0, &["self", "tcp"], None), two);
+        let alone = Shape {
+            nnodes: 2,
+            max_local: 1,
+            ..two
+        };
+        assert_eq!(device_shape(&alone, true, None), alone);
     }
 
     #[test]

@@ -397,7 +397,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
 }
 
 /// The transport kinds whose bytes `--stats` gathers from every rank.
-const STATS_TRANSPORTS: [&str; 3] = ["shm", "rdma", "tcp"];
+const STATS_TRANSPORTS: [&str; 4] = ["shm", "nvlink", "rdma", "tcp"];
 
 /// Every rank's counters, on rank 0 (other ranks get an empty list).
 fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<sncl::Stats>> {

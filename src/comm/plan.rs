@@ -14,12 +14,15 @@ use super::{Inner, RawOp, ShapeKey, State};
 impl Inner {
     /// The schedule of `op` with the algorithm the planner chose for it.
     /// Uniform-count schedules are cached per shape.
+    /// `device`: the buffers are device memory (planned with
+    /// [`Inner::device_shape`]).
     pub(super) fn schedule(
         &self,
         st: &mut State,
         op: &RawOp,
+        device: bool,
     ) -> Result<(Arc<Schedule>, Algorithm)> {
-        let plan = self.plan(op.coll, op.dtype, op.count)?;
+        let plan = self.plan(op.coll, op.dtype, op.count, device)?;
         let params = Params {
             nranks: self.nranks,
             rank: self.rank,
@@ -91,6 +94,7 @@ impl Inner {
         coll: Collective,
         dtype: DataType,
         count: usize,
+        device: bool,
     ) -> Result<tune::Plan> {
         let forced = self
             .forced
@@ -113,7 +117,11 @@ impl Inner {
         tune::choose_reducing(
             coll,
             forced,
-            &self.shape,
+            if device {
+                &self.device_shape
+            } else {
+                &self.shape
+            },
             count.saturating_mul(esize),
             esize,
             self.config.chunk_bytes,
@@ -128,7 +136,7 @@ impl Inner {
         dtype: DataType,
         count: usize,
     ) -> Result<&'static str> {
-        Ok(self.plan(coll, dtype, count)?.algo.name())
+        Ok(self.plan(coll, dtype, count, false)?.algo.name())
     }
 
     /// Forces (or releases) the algorithm of one collective; the name must

@@ -46,7 +46,7 @@ impl Inner {
             op
         };
         let fingerprint = Self::fingerprint(op);
-        let (sched, algo) = self.schedule(st, op)?;
+        let (sched, algo) = self.schedule(st, op, false)?;
         // Point-to-point groups involve only some ranks: they do not take a
         // collective sequence number (their pieces carry 0 and the
         // sendrecv fingerprint, so a mix-up with a collective is still
@@ -363,7 +363,7 @@ impl Inner {
             self.fail(st, &e);
             return Err(e);
         }
-        let (sched, algo) = self.schedule(st, op)?;
+        let (sched, algo) = self.schedule(st, op, true)?;
         if sched.steps.is_empty() {
             return Ok(());
         }
