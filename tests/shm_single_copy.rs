@@ -313,8 +313,22 @@ fn a_bad_setting_is_a_clear_init_error() {
 }
 
 #[test]
-fn threads_share_one_process_and_lend_too() {
-    // Ranks as threads read their own process's memory: still one path.
+fn all_collectives_under_auto() {
+    // `auto` (the default) lends only where reads are fast on this host:
+    // whichever it decides, the results are right.
+    let out = run(
+        "collectives",
+        2,
+        &[(CMA_ENV, "auto")],
+        Duration::from_secs(240),
+    );
+    check_all_ran(&out);
+}
+
+#[test]
+fn threads_share_one_process() {
+    // Ranks as threads (under the environment's setting, `auto` by
+    // default) read their own process's memory where they lend.
     let cfg = sncl::Config {
         transport: comm_core::config::TransportChoice::Shm,
         timeout: Duration::from_secs(60),

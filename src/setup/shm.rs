@@ -7,8 +7,10 @@
 //! lend), each rank reads every peer's word with `process_vm_readv` and
 //! publishes whether it can (`cma-ok/<peer>/<rank>`); a sender lends only to
 //! receivers that proved it. Settings (read by each rank from its own
-//! environment): `SNCL_SHM_CMA=0` turns single copy off, `1` (default)
-//! lets it on where it works; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
+//! environment): `SNCL_SHM_CMA=auto` (default) lets it on where it works
+//! and this host's cross-memory reads are about as fast as a copy
+//! ([`cma::read_speed`], measured once per process by each reader), `1`
+//! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
 //! piece lent (smaller ones go through the slots).
 
 use comm_core::bootstrap::Store;
@@ -19,30 +21,68 @@ use comm_core::transport::Connection;
 use comm_core::{Error, Result};
 use transport_shm::{cma, create_inbound, Segment, ShmConnection};
 
-/// Turns single copy (cross-memory attach) off with `0`; `1`, the default,
-/// uses it where the kernel permits.
+/// Single copy (cross-memory attach): `auto` (default) where the kernel
+/// permits it and it is fast here, `1` wherever permitted, `0` never.
 pub(crate) const CMA_ENV: &str = "SNCL_SHM_CMA";
 /// The smallest piece, in bytes, a sender lends instead of copying.
 pub(crate) const CMA_MIN_ENV: &str = "SNCL_SHM_CMA_MIN_BYTES";
 /// Default of [`CMA_MIN_ENV`], from the sweep in docs/PERF.md.
 pub(crate) const CMA_MIN_DEFAULT: usize = 64 << 10;
 
+/// Under `auto`, a reader accepts lent pieces only if its cross-memory
+/// reads run at least at this fraction of a plain copy's speed (below it
+/// the slot FIFO wins; see docs/PERF.md).
+pub(crate) const CMA_MIN_SPEED_RATIO: f64 = 0.75;
+
+/// Single-copy settings of this rank.
+#[derive(Clone, Copy)]
+struct CmaSettings {
+    /// The smallest piece lent.
+    min_bytes: usize,
+    /// `SNCL_SHM_CMA=1`: skip the speed check.
+    forced: bool,
+}
+
 /// The single-copy settings of this rank: `Ok(None)` when turned off.
-fn cma_settings(rank: usize) -> Result<Option<usize>> {
+fn cma_settings(rank: usize) -> Result<Option<CmaSettings>> {
     let bad = |var: &str, v: &str, expected: &str| {
         Error::Config(format!("rank {rank}: {var}={v:?}: expected {expected}"))
     };
-    match std::env::var(CMA_ENV).as_deref() {
-        Err(_) | Ok("1") => {}
+    let forced = match std::env::var(CMA_ENV).as_deref() {
+        Err(_) | Ok("auto") => false,
+        Ok("1") => true,
         Ok("0") => return Ok(None),
-        Ok(v) => return Err(bad(CMA_ENV, v, "0 (off) or 1 (on where permitted)")),
-    }
-    match std::env::var(CMA_MIN_ENV) {
-        Err(_) => Ok(Some(CMA_MIN_DEFAULT)),
+        Ok(v) => {
+            return Err(bad(
+                CMA_ENV,
+                v,
+                "auto (on where permitted and fast), 1 (on where permitted) or 0 (off)",
+            ))
+        }
+    };
+    let min_bytes = match std::env::var(CMA_MIN_ENV) {
+        Err(_) => CMA_MIN_DEFAULT,
         Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(bad(CMA_MIN_ENV, &v, "a positive number of bytes")),
+            Ok(n) if n > 0 => n,
+            _ => return Err(bad(CMA_MIN_ENV, &v, "a positive number of bytes")),
         },
+    };
+    Ok(Some(CmaSettings { min_bytes, forced }))
+}
+
+/// Under `auto`: whether this host's cross-memory reads are fast enough
+/// for lending to win; says why not.
+fn fast_enough() -> std::result::Result<(), String> {
+    match cma::read_speed() {
+        Some((cma, copy)) if cma >= CMA_MIN_SPEED_RATIO * copy => Ok(()),
+        Some((cma, copy)) => Err(format!(
+            "cross-memory reads run at {:.2} GB/s here against {:.2} GB/s for a copy \
+             (below {CMA_MIN_SPEED_RATIO} of it the slot FIFO is faster; {CMA_ENV}=1 forces \
+             single copy)",
+            cma / 1e9,
+            copy / 1e9
+        )),
+        None => Err("a cross-memory read of this process's own memory failed".into()),
     }
 }
 
@@ -125,18 +165,32 @@ impl PreparedTransport for Prepared {
     ) -> Result<Vec<Box<dyn Connection>>> {
         let rank = ctx.rank;
         // First publish what peers need to probe us, so that nobody waits.
-        let cma_min = match cma_settings(rank)? {
+        let settings = match cma_settings(rank)? {
             None => {
                 log_fallback_once(&format!("{CMA_ENV}=0"));
                 None
             }
-            Some(min) => match cma::allow_attach() {
-                Ok(()) => Some(min),
+            Some(s) => match cma::allow_attach() {
+                Ok(()) => Some(s),
                 Err(why) => {
                     log_fallback_once(&why);
                     None
                 }
             },
+        };
+        let cma_min = settings.map(|s| s.min_bytes);
+        // Whether this rank, as a reader, wants lent pieces: under `auto`
+        // only if its reads are fast (a peer may still read what it lends).
+        let reads_wanted = match settings {
+            Some(s) if !s.forced => match fast_enough() {
+                Ok(()) => true,
+                Err(why) => {
+                    log_fallback_once(&why);
+                    false
+                }
+            },
+            Some(_) => true,
+            None => false,
         };
         let probe = match cma_min {
             Some(_) => {
@@ -175,7 +229,7 @@ impl PreparedTransport for Prepared {
         for (p, seg) in inbound {
             let out = open_peer_segment(ctx.store, rank, p, ctx.remaining())?;
             let mut c = ShmConnection::new(rank, p, seg, out);
-            let readable = cma_min.is_some() && probe_peer(ctx, p, c.peer_pid())?;
+            let readable = reads_wanted && probe_peer(ctx, p, c.peer_pid())?;
             if readable {
                 c.enable_cma_reads();
             }
@@ -197,8 +251,8 @@ impl PreparedTransport for Prepared {
         if cma_min.is_some() {
             if lending < conns.len() {
                 log_fallback_once(&format!(
-                    "rank {rank}: {} of {} peers on this node cannot read this process's \
-                     memory (the probe failed)",
+                    "rank {rank}: {} of {} peers on this node do not read this process's \
+                     memory (the probe failed, or their reads are slow)",
                     conns.len() - lending,
                     conns.len()
                 ));
