@@ -183,7 +183,7 @@ impl ShmConnection {
             }));
         }
         if self.bounce.len() < len {
-            self.bounce.resize(self.outbound.slot_bytes().max(len), 0);
+            self.bounce.resize(self.inbound.slot_bytes().max(len), 0);
         }
         let pid = self.peer_pid;
         match cma::read_from(pid, address, &mut self.bounce[..len]) {
