@@ -1,5 +1,17 @@
 //! The `shm` transport kind: a FIFO of slots per direction in `/dev/shm`
-//! (transport-shm), between ranks of one node.
+//! (transport-shm), between ranks of one node, and single copy for large
+//! pieces by cross-memory attach where the kernel permits it.
+//!
+//! Single copy is agreed per direction at setup: every rank publishes the
+//! address of a probe word (`cma/<rank>`, empty when it cannot or may not
+//! lend), each rank reads every peer's word with `process_vm_readv` and
+//! publishes whether it can (`cma-ok/<peer>/<rank>`); a sender lends only to
+//! receivers that proved it. Settings (read by each rank from its own
+//! environment): `SNCL_SHM_CMA=auto` (default) lets it on where it works
+//! and this host's cross-memory reads are about as fast as a copy
+//! ([`cma::read_speed`], measured once per process by each reader), `1`
+//! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
+//! piece lent (smaller ones go through the slots).
 
 use comm_core::bootstrap::Store;
 use comm_core::transport::registry::{
@@ -7,7 +19,84 @@ use comm_core::transport::registry::{
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use transport_shm::{create_inbound, Segment, ShmConnection};
+use transport_shm::{cma, create_inbound, Segment, ShmConnection};
+
+/// Single copy (cross-memory attach): `auto` (default) where the kernel
+/// permits it and it is fast here, `1` wherever permitted, `0` never.
+pub(crate) const CMA_ENV: &str = "SNCL_SHM_CMA";
+/// The smallest piece, in bytes, a sender lends instead of copying.
+pub(crate) const CMA_MIN_ENV: &str = "SNCL_SHM_CMA_MIN_BYTES";
+/// Default of [`CMA_MIN_ENV`], from the sweep in docs/PERF.md.
+pub(crate) const CMA_MIN_DEFAULT: usize = 64 << 10;
+
+/// Under `auto`, a reader accepts lent pieces only if its cross-memory
+/// reads run at least at this fraction of a plain copy's speed (below it
+/// the slot FIFO wins; see docs/PERF.md).
+pub(crate) const CMA_MIN_SPEED_RATIO: f64 = 0.75;
+
+/// Single-copy settings of this rank.
+#[derive(Clone, Copy)]
+struct CmaSettings {
+    /// The smallest piece lent.
+    min_bytes: usize,
+    /// `SNCL_SHM_CMA=1`: skip the speed check.
+    forced: bool,
+}
+
+/// The single-copy settings of this rank: `Ok(None)` when turned off.
+fn cma_settings(rank: usize) -> Result<Option<CmaSettings>> {
+    let bad = |var: &str, v: &str, expected: &str| {
+        Error::Config(format!("rank {rank}: {var}={v:?}: expected {expected}"))
+    };
+    let forced = match std::env::var(CMA_ENV).as_deref() {
+        Err(_) | Ok("auto") => false,
+        Ok("1") => true,
+        Ok("0") => return Ok(None),
+        Ok(v) => {
+            return Err(bad(
+                CMA_ENV,
+                v,
+                "auto (on where permitted and fast), 1 (on where permitted) or 0 (off)",
+            ))
+        }
+    };
+    let min_bytes = match std::env::var(CMA_MIN_ENV) {
+        Err(_) => CMA_MIN_DEFAULT,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(bad(CMA_MIN_ENV, &v, "a positive number of bytes")),
+        },
+    };
+    Ok(Some(CmaSettings { min_bytes, forced }))
+}
+
+/// Under `auto`: whether this host's cross-memory reads are fast enough
+/// for lending to win; says why not.
+fn fast_enough() -> std::result::Result<(), String> {
+    match cma::read_speed() {
+        Some((cma, copy)) if cma >= CMA_MIN_SPEED_RATIO * copy => Ok(()),
+        Some((cma, copy)) => Err(format!(
+            "cross-memory reads run at {:.2} GB/s here against {:.2} GB/s for a copy \
+             (below {CMA_MIN_SPEED_RATIO} of it the slot FIFO is faster; {CMA_ENV}=1 forces \
+             single copy)",
+            cma / 1e9,
+            copy / 1e9
+        )),
+        None => Err("a cross-memory read of this process's own memory failed".into()),
+    }
+}
+
+/// Logs once per process why single copy is off.
+fn log_fallback_once(reason: &str) {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::info!(
+            reason,
+            "shared memory: single copy (cross-memory attach) is off, large pieces go \
+             through the slot FIFO"
+        );
+    });
+}
 
 /// Shared memory between ranks of one node.
 pub(crate) struct Shm;
@@ -75,6 +164,46 @@ impl PreparedTransport for Prepared {
         peers: &[usize],
     ) -> Result<Vec<Box<dyn Connection>>> {
         let rank = ctx.rank;
+        // First publish what peers need to probe us, so that nobody waits.
+        let settings = match cma_settings(rank)? {
+            None => {
+                log_fallback_once(&format!("{CMA_ENV}=0"));
+                None
+            }
+            Some(s) => match cma::allow_attach() {
+                Ok(()) => Some(s),
+                Err(why) => {
+                    log_fallback_once(&why);
+                    None
+                }
+            },
+        };
+        let cma_min = settings.map(|s| s.min_bytes);
+        // Whether this rank, as a reader, wants lent pieces: under `auto`
+        // only if its reads are fast (a peer may still read what it lends).
+        let reads_wanted = match settings {
+            Some(s) if !s.forced => match fast_enough() {
+                Ok(()) => true,
+                Err(why) => {
+                    log_fallback_once(&why);
+                    false
+                }
+            },
+            Some(_) => true,
+            None => false,
+        };
+        let probe = match cma_min {
+            Some(_) => {
+                let (address, value) = cma::probe_word().map_err(|e| Error::Io {
+                    rank,
+                    context: "drawing the shared-memory single-copy probe".into(),
+                    source: e,
+                })?;
+                [address.to_le_bytes(), value.to_le_bytes()].concat()
+            }
+            None => Vec::new(),
+        };
+        ctx.store.set(&format!("cma/{rank}"), &probe)?;
         let mut inbound = Vec::with_capacity(peers.len());
         for &p in peers {
             let (seg, name) = create_inbound(
@@ -96,12 +225,96 @@ impl PreparedTransport for Prepared {
             self.inbound_names.0.push(name);
             inbound.push((p, seg));
         }
-        let mut conns: Vec<Box<dyn Connection>> = Vec::with_capacity(peers.len());
+        let mut conns = Vec::with_capacity(peers.len());
         for (p, seg) in inbound {
             let out = open_peer_segment(ctx.store, rank, p, ctx.remaining())?;
-            conns.push(Box::new(ShmConnection::new(rank, p, seg, out)));
+            let mut c = ShmConnection::new(rank, p, seg, out);
+            let readable = reads_wanted && probe_peer(ctx, p, c.peer_pid())?;
+            if readable {
+                c.enable_cma_reads();
+            }
+            ctx.store
+                .set(&format!("cma-ok/{p}/{rank}"), &[u8::from(readable)])?;
+            conns.push(c);
         }
-        Ok(conns)
+        let mut lending = 0;
+        for c in &mut conns {
+            let p = c.peer();
+            let ok = ctx
+                .store
+                .get(&format!("cma-ok/{rank}/{p}"), ctx.remaining())?;
+            if let (Some(min), [1]) = (cma_min, ok.as_slice()) {
+                c.enable_lending(min);
+                lending += 1;
+            }
+        }
+        if cma_min.is_some() {
+            if lending < conns.len() {
+                log_fallback_once(&format!(
+                    "rank {rank}: {} of {} peers on this node do not read this process's \
+                     memory (the probe failed, or their reads are slow)",
+                    conns.len() - lending,
+                    conns.len()
+                ));
+            }
+            tracing::debug!(
+                rank,
+                lending,
+                peers = conns.len(),
+                min_bytes = cma_min,
+                "shared memory: single copy agreed"
+            );
+        }
+        Ok(conns
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn Connection>)
+            .collect())
+    }
+}
+
+/// Whether this rank can read peer `p`'s memory: reads the probe word `p`
+/// published (`cma/<p>`) in process `pid` and compares it. An empty entry
+/// (single copy off at `p`), a malformed one or a failed read answer no; only
+/// a store failure is an error.
+fn probe_peer(ctx: &SetupContext<'_>, p: usize, pid: u32) -> Result<bool> {
+    let raw = ctx.store.get(&format!("cma/{p}"), ctx.remaining())?;
+    if raw.is_empty() {
+        return Ok(false);
+    }
+    let Ok::<[u8; 16], _>(raw) = raw.as_slice().try_into() else {
+        tracing::warn!(
+            rank = ctx.rank,
+            peer = p,
+            len = raw.len(),
+            "shared memory: peer published a malformed single-copy probe (expected 16 bytes)"
+        );
+        return Ok(false);
+    };
+    let word = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
+    let (address, value) = (word(0), word(8));
+    let mut got = [0u8; 8];
+    match cma::read_from(pid, address, &mut got) {
+        Ok(()) if u64::from_ne_bytes(got) == value => Ok(true),
+        Ok(()) => {
+            tracing::info!(
+                rank = ctx.rank,
+                peer = p,
+                pid,
+                "shared memory: single-copy probe read a different value (another pid \
+                 namespace?)"
+            );
+            Ok(false)
+        }
+        Err(e) => {
+            tracing::info!(
+                rank = ctx.rank,
+                peer = p,
+                pid,
+                error = %e,
+                "shared memory: single-copy probe read failed"
+            );
+            Ok(false)
+        }
     }
 }
 

@@ -9,7 +9,17 @@
 //! barrier) the names are unlinked, so nothing is left behind even if a
 //! process crashes later. Segments left by a crash during init are found by
 //! [`cleanup_stale`] (their creator pid is gone) and removed.
+//!
+//! Single copy for large pieces: where cross-memory attach works (see
+//! [`cma`]), a sender may *lend* a piece ([`Connection::try_send_lent`]):
+//! it posts a descriptor (address, length) instead of copying the bytes,
+//! and the receiver reads them from the sender's memory into a cache-sized
+//! bounce buffer, hands them to the executor and releases the slot; the
+//! sender's `flush` reports done once every lent piece was released. The
+//! sender's copy into the slot and the receiver's read of it from memory
+//! disappear.
 
+pub mod cma;
 pub mod private_file;
 mod segment;
 
@@ -23,7 +33,7 @@ use comm_core::Error;
 pub use private_file::{check_name, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR};
 #[doc(hidden)]
 pub use segment::decode_slot_header;
-pub use segment::{cleanup_stale, pid_alive, Segment};
+pub use segment::{cleanup_stale, pid_alive, Segment, SlotData};
 
 // The configuration's bounds must fit the segment header's u32 geometry.
 const _: () = assert!(comm_core::config::MAX_SHM_SLOTS <= u32::MAX as usize);
@@ -75,7 +85,21 @@ pub struct ShmConnection {
     received: u64,
     posted: u64,
     peer_pid: u32,
+    /// Sender side: pieces of at least this many bytes are lent (None: never).
+    lend_min: Option<usize>,
+    /// Sender side: slots to be released before every lent piece was read.
+    lent_until: u64,
+    /// When `flush` last checked that the peer is alive.
+    last_alive_check: std::time::Instant,
+    /// Receiver side: whether the peer may lend (this side can read it).
+    cma_reads: bool,
+    /// Receiver side: lent pieces land here, one at a time.
+    bounce: Vec<u8>,
 }
+
+/// How often a sender waiting for its lent pieces to be read checks that
+/// the reader still lives.
+const ALIVE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl ShmConnection {
     /// Joins this rank's inbound segment from `peer` with the peer's inbound
@@ -92,6 +116,105 @@ impl ShmConnection {
             inbound,
             outbound,
             peer_pid,
+            lend_min: None,
+            lent_until: 0,
+            last_alive_check: std::time::Instant::now(),
+            cma_reads: false,
+            bounce: Vec::new(),
+        }
+    }
+
+    /// Sender side: lend pieces of at least `min_bytes` bytes (posted as
+    /// descriptors the peer reads with cross-memory attach) instead of
+    /// copying them. Only when the peer proved it can read this process's
+    /// memory (see `src/setup/shm.rs`).
+    pub fn enable_lending(&mut self, min_bytes: usize) {
+        self.lend_min = Some(min_bytes.max(1));
+    }
+
+    /// Receiver side: accept descriptors of lent pieces from the peer and
+    /// read them from its memory. Without this, a descriptor is an error.
+    pub fn enable_cma_reads(&mut self) {
+        self.cma_reads = true;
+    }
+
+    /// The peer's process id (it created this side's outbound segment).
+    pub fn peer_pid(&self) -> u32 {
+        self.peer_pid
+    }
+
+    /// Whether this side lends large pieces.
+    pub fn lends(&self) -> bool {
+        self.lend_min.is_some()
+    }
+
+    /// Waits for a free slot; `Ok(false)` when there is none now.
+    fn slot_free(&mut self) -> Result<bool, TransportError> {
+        let slots = self.outbound.slots();
+        if self.sent - self.acked >= slots {
+            self.acked = self.outbound.tail().load(Ordering::Acquire);
+            if self.sent - self.acked >= slots {
+                if let Some(e) = self.aborted_by_peer() {
+                    return Err(e);
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn transport_error(&self, source: TransportError) -> Error {
+        Error::Transport {
+            rank: self.rank,
+            source,
+        }
+    }
+
+    /// Reads a piece of `len` bytes the peer lent at `address` into the
+    /// bounce buffer.
+    fn read_lent(&mut self, seq: u64, address: u64, len: usize) -> Result<(), Error> {
+        if !self.cma_reads {
+            return Err(self.transport_error(TransportError::Corrupt {
+                peer: self.peer,
+                detail: format!(
+                    "peer lent a piece (seq {seq}) for a cross-memory read, but single copy \
+                     was not agreed for this direction"
+                ),
+            }));
+        }
+        if self.bounce.len() < len {
+            self.bounce.resize(self.inbound.slot_bytes().max(len), 0);
+        }
+        let pid = self.peer_pid;
+        match cma::read_from(pid, address, &mut self.bounce[..len]) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let gone = matches!(e.raw_os_error(), Some(libc::ESRCH))
+                    || (e.raw_os_error() == Some(libc::EFAULT) && !pid_alive(pid));
+                let source = if gone {
+                    TransportError::PeerGone {
+                        peer: self.peer,
+                        detail: format!(
+                            "process {pid} went away while this rank read {len} bytes it \
+                             lent (seq {seq}): {e}"
+                        ),
+                    }
+                } else if let Some(a) = self.aborted_by_peer() {
+                    a
+                } else {
+                    TransportError::Io {
+                        peer: self.peer,
+                        source: std::io::Error::new(
+                            e.kind(),
+                            format!(
+                                "cross-memory read of {len} bytes at {address:#x} lent by \
+                                 process {pid} (seq {seq}): {e}"
+                            ),
+                        ),
+                    }
+                };
+                Err(self.transport_error(source))
+            }
         }
     }
 
@@ -121,20 +244,54 @@ impl Connection for ShmConnection {
     }
 
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        let slots = self.outbound.slots();
-        if self.sent - self.acked >= slots {
-            self.acked = self.outbound.tail().load(Ordering::Acquire);
-            if self.sent - self.acked >= slots {
-                if let Some(e) = self.aborted_by_peer() {
-                    return Err(e);
-                }
-                return Ok(false);
-            }
+        if !self.slot_free()? {
+            return Ok(false);
         }
         self.outbound.write_slot(self.sent, header, data);
         self.sent += 1;
         self.outbound.head().store(self.sent, Ordering::Release);
         Ok(true)
+    }
+
+    unsafe fn try_send_lent(
+        &mut self,
+        header: &PieceHeader,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        let lend = self.lend_min.is_some_and(|m| data.len() >= m);
+        if !lend || data.len() > self.outbound.slot_bytes() {
+            return self.try_send(header, data);
+        }
+        if !self.slot_free()? {
+            return Ok(false);
+        }
+        // The caller promises `data` stays valid and unchanged until `flush`
+        // returns true, which it does only once the peer released this slot
+        // (after its read).
+        self.outbound
+            .write_lent(self.sent, header, data.as_ptr() as u64);
+        self.sent += 1;
+        self.lent_until = self.sent;
+        self.outbound.head().store(self.sent, Ordering::Release);
+        Ok(true)
+    }
+
+    fn flush(&mut self) -> Result<bool, TransportError> {
+        if self.acked >= self.lent_until {
+            return Ok(true);
+        }
+        self.acked = self.outbound.tail().load(Ordering::Acquire);
+        if self.acked >= self.lent_until {
+            return Ok(true);
+        }
+        // The executor does not probe liveness while it drains: a reader
+        // that died holding our lent pieces must not leave us waiting until
+        // the operation's timeout.
+        if self.last_alive_check.elapsed() >= ALIVE_CHECK_EVERY {
+            self.last_alive_check = std::time::Instant::now();
+            self.check_alive()?;
+        }
+        Ok(false)
     }
 
     fn try_recv(
@@ -153,17 +310,25 @@ impl Connection for ShmConnection {
                 return Ok(false);
             }
         }
-        let (h, data) = self
-            .inbound
-            .read_slot(self.received)
-            .map_err(|d| Error::Transport {
-                rank: self.rank,
-                source: TransportError::Corrupt {
-                    peer: self.peer,
-                    detail: d.to_string(),
-                },
-            })?;
-        consume(&h, data)?;
+        let (h, data) = self.inbound.read_slot(self.received).map_err(|d| {
+            self.transport_error(TransportError::Corrupt {
+                peer: self.peer,
+                detail: d.to_string(),
+            })
+        })?;
+        match data {
+            SlotData::Inline(data) => consume(&h, data)?,
+            SlotData::Lent(address) => {
+                let len = h.len as usize;
+                self.read_lent(h.seq, address, len)?;
+                // A sender whose operation failed may have reused the
+                // memory it lent: never hand on what was read after that.
+                if let Some(e) = self.aborted_by_peer() {
+                    return Err(self.transport_error(e));
+                }
+                consume(&h, &self.bounce[..len])?;
+            }
+        }
         self.received += 1;
         self.inbound.tail().store(self.received, Ordering::Release);
         Ok(true)
@@ -252,6 +417,87 @@ mod tests {
             .unwrap());
         let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
         assert!(e.contains("aborted") && e.contains("rank 5"), "{e}");
+    }
+
+    fn pair(slots: usize) -> (ShmConnection, ShmConnection) {
+        let id = std::process::id() as u64 ^ 0xc3a;
+        let (in0, n0) = create_inbound(id, 1, 0, slots, 4096).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, slots, 4096).unwrap();
+        let c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
+        let c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
+        c0.unlink();
+        c1.unlink();
+        (c0, c1)
+    }
+
+    fn drain(c: &mut ShmConnection) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        while c
+            .try_recv(&mut |h, d| {
+                assert_eq!(h.len as usize, d.len());
+                got.push(d.to_vec());
+                Ok(())
+            })
+            .unwrap()
+        {}
+        got
+    }
+
+    #[test]
+    fn lent_pieces_are_read_in_place_and_flush_waits_for_the_reader() {
+        let (mut c0, mut c1) = pair(4);
+        c0.enable_lending(1000);
+        c1.enable_cma_reads();
+        let big: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+        let small = [5u8; 999];
+        assert!(c0.flush().unwrap(), "nothing lent yet");
+        // SAFETY: `big` and `small` outlive the flush below and are not changed.
+        unsafe {
+            assert!(c0.try_send_lent(&hdr(big.len()), &big).unwrap());
+            assert!(c0.try_send_lent(&hdr(small.len()), &small).unwrap());
+            assert!(c0.try_send_lent(&hdr(10), &big[100..110]).unwrap());
+        }
+        assert!(!c0.flush().unwrap(), "the lent piece was not read yet");
+        let got = drain(&mut c1);
+        assert_eq!(
+            got,
+            vec![big.clone(), small.to_vec(), big[100..110].to_vec()]
+        );
+        assert!(c0.flush().unwrap(), "the reader released every lent piece");
+    }
+
+    #[test]
+    fn lending_off_copies_and_an_unagreed_descriptor_is_an_error() {
+        let (mut c0, mut c1) = pair(4);
+        let big = vec![9u8; 4096];
+        // SAFETY: `big` outlives the connection's use of it.
+        assert!(unsafe { c0.try_send_lent(&hdr(big.len()), &big) }.unwrap());
+        assert!(c0.flush().unwrap(), "a copied piece needs no flush");
+        assert_eq!(drain(&mut c1), vec![big.clone()]);
+        c0.enable_lending(1);
+        // SAFETY: as above.
+        assert!(unsafe { c0.try_send_lent(&hdr(big.len()), &big) }.unwrap());
+        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        assert!(
+            e.contains("single copy was not agreed") && e.contains("peer rank 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bad_lent_address_is_an_error_naming_the_peer() {
+        let (mut c0, mut c1) = pair(2);
+        c1.enable_cma_reads();
+        // A descriptor of an address not mapped in the sender (written as
+        // `try_send_lent` would, without lending invalid memory).
+        c0.outbound.write_lent(c0.sent, &hdr(64), 8);
+        c0.sent += 1;
+        c0.outbound.head().store(c0.sent, Ordering::Release);
+        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        assert!(
+            e.contains("peer rank 0") && e.contains("cross-memory read"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -32,6 +32,23 @@ const OFF_ABORT_BY_RECEIVER: usize = 3 * LINE + 8;
 const OFF_SENDER_PID: usize = 3 * LINE + 16;
 const OFF_SLOTS: usize = 4 * LINE;
 const SLOT_HEADER: usize = 64;
+// After the piece header, a slot header holds what the slot carries: 0 for
+// the payload itself, `LENT` for a descriptor of a lent piece whose address
+// in the sender follows.
+const SLOT_KIND: usize = HEADER_BYTES;
+const SLOT_ADDRESS: usize = HEADER_BYTES + 8;
+const LENT: u64 = 0x4c45_4e54_4c45_4e54; // "LENTLENT"
+const _: () = assert!(SLOT_ADDRESS + 8 <= SLOT_HEADER);
+
+/// What a published slot carries.
+#[derive(Debug)]
+pub enum SlotData<'a> {
+    /// The payload, in the slot.
+    Inline(&'a [u8]),
+    /// A descriptor: the sender lent `header.len` bytes at this address in
+    /// its own memory (read them with [`crate::cma::read_from`]).
+    Lent(u64),
+}
 
 /// A mapped FIFO.
 pub struct Segment {
@@ -269,31 +286,64 @@ impl Segment {
     /// is posted but not yet published by `head`).
     pub fn write_slot(&self, index: u64, header: &PieceHeader, data: &[u8]) {
         assert!(data.len() <= self.slot_bytes);
-        let mut h = [0u8; HEADER_BYTES];
-        header.encode(&mut h);
-        let p = self.slot_ptr(index);
-        // SAFETY: the slot is free (head - tail < slots, checked by the
-        // caller under acquire ordering), so the receiver is not reading it;
-        // header and payload fit in the slot (asserted above).
+        let p = self.write_slot_header(index, header, 0, 0);
+        // SAFETY: as in `write_slot_header`; the payload fits in the slot
+        // (asserted above).
         unsafe {
-            std::ptr::copy_nonoverlapping(h.as_ptr(), p, HEADER_BYTES);
             let dst = std::slice::from_raw_parts_mut(p.add(SLOT_HEADER), data.len());
             kernels::copy(dst, data);
         }
     }
 
-    /// Borrows slot `index` (published by `head`, not yet released by `tail`).
-    pub fn read_slot(&self, index: u64) -> Result<(PieceHeader, &[u8]), &'static str> {
+    /// Writes into slot `index` (owned by the caller, as in `write_slot`) a
+    /// descriptor of `header.len` bytes lent at `address` in this process.
+    pub fn write_lent(&self, index: u64, header: &PieceHeader, address: u64) {
+        assert!(header.len as usize <= self.slot_bytes);
+        self.write_slot_header(index, header, LENT, address);
+    }
+
+    fn write_slot_header(
+        &self,
+        index: u64,
+        header: &PieceHeader,
+        kind: u64,
+        address: u64,
+    ) -> *mut u8 {
+        let mut h = [0u8; SLOT_HEADER];
+        let (piece, rest) = h.split_at_mut(HEADER_BYTES);
+        header.encode(piece.try_into().expect("HEADER_BYTES"));
+        rest[..8].copy_from_slice(&kind.to_ne_bytes());
+        rest[8..16].copy_from_slice(&address.to_ne_bytes());
         let p = self.slot_ptr(index);
-        let mut h = [0u8; HEADER_BYTES];
+        // SAFETY: the slot is free (head - tail < slots, checked by the
+        // caller under acquire ordering), so the receiver is not reading it;
+        // the slot header lies inside the slot.
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, SLOT_HEADER) };
+        p
+    }
+
+    /// Borrows slot `index` (published by `head`, not yet released by `tail`).
+    pub fn read_slot(&self, index: u64) -> Result<(PieceHeader, SlotData<'_>), &'static str> {
+        let p = self.slot_ptr(index);
+        let mut h = [0u8; SLOT_HEADER];
         // SAFETY: the slot was published (acquire on head by the caller) and
         // the sender will not touch it until tail moves past it.
-        unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), HEADER_BYTES) };
-        let header = decode_slot_header(&h, self.slot_bytes)?;
-        let len = header.len as usize;
-        // SAFETY: as above; len fits in the slot.
-        let data = unsafe { std::slice::from_raw_parts(p.add(SLOT_HEADER), len) };
-        Ok((header, data))
+        unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), SLOT_HEADER) };
+        let header = decode_slot_header(
+            h[..HEADER_BYTES].try_into().expect("HEADER_BYTES"),
+            self.slot_bytes,
+        )?;
+        let word = |off: usize| u64::from_ne_bytes(h[off..off + 8].try_into().expect("8 bytes"));
+        match word(SLOT_KIND) {
+            0 => {
+                let len = header.len as usize;
+                // SAFETY: as above; len fits in the slot.
+                let data = unsafe { std::slice::from_raw_parts(p.add(SLOT_HEADER), len) };
+                Ok((header, SlotData::Inline(data)))
+            }
+            LENT => Ok((header, SlotData::Lent(word(SLOT_ADDRESS)))),
+            _ => Err("unknown slot kind"),
+        }
     }
 
     /// Number of slots.
