@@ -48,11 +48,12 @@ fn cma_settings(rank: usize) -> Result<Option<CmaSettings>> {
     let bad = |var: &str, v: &str, expected: &str| {
         Error::Config(format!("rank {rank}: {var}={v:?}: expected {expected}"))
     };
-    let forced = match std::env::var(CMA_ENV).as_deref() {
-        Err(_) | Ok("auto") => false,
-        Ok("1") => true,
-        Ok("0") => return Ok(None),
-        Ok(v) => {
+    let env = comm_core::settings::Environment::from_process()?;
+    let forced = match env.get(CMA_ENV).map(str::trim) {
+        None | Some("auto" | "") => false,
+        Some("1") => true,
+        Some("0") => return Ok(None),
+        Some(v) => {
             return Err(bad(
                 CMA_ENV,
                 v,
@@ -60,11 +61,15 @@ fn cma_settings(rank: usize) -> Result<Option<CmaSettings>> {
             ))
         }
     };
-    let min_bytes = match std::env::var(CMA_MIN_ENV) {
-        Err(_) => CMA_MIN_DEFAULT,
-        Ok(v) => match v.trim().parse::<usize>() {
+    let min_bytes = match env
+        .get(CMA_MIN_ENV)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        None => CMA_MIN_DEFAULT,
+        Some(v) => match v.parse::<usize>() {
             Ok(n) if n > 0 => n,
-            _ => return Err(bad(CMA_MIN_ENV, &v, "a positive number of bytes")),
+            _ => return Err(bad(CMA_MIN_ENV, v, "a positive number of bytes")),
         },
     };
     Ok(Some(CmaSettings { min_bytes, forced }))

@@ -111,7 +111,7 @@ impl Board {
             return Ok(None);
         }
         let (_, data) = seg
-            .read_slot(0)
+            .read_inline_slot(0)
             .map_err(|e| format!("the nvlink board: {e}"))?;
         Board::decode(data).map(Some)
     }

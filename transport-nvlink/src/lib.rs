@@ -612,7 +612,7 @@ impl DeviceLink for NvlinkConnection {
         let (_, payload) = self
             .inbound
             .ring
-            .read_slot(a.received)
+            .read_inline_slot(a.received)
             .map_err(|d| corrupt(format!("nvlink descriptor: {d}")))?;
         let inner: &[u8; HEADER_BYTES] = payload
             .get(..HEADER_BYTES)

@@ -346,6 +346,17 @@ impl Segment {
         }
     }
 
+    /// As [`Segment::read_slot`], for FIFOs that never carry lent pieces
+    /// (control rings): a descriptor is an error.
+    pub fn read_inline_slot(&self, index: u64) -> Result<(PieceHeader, &[u8]), &'static str> {
+        match self.read_slot(index)? {
+            (h, SlotData::Inline(data)) => Ok((h, data)),
+            (_, SlotData::Lent(_)) => {
+                Err("a lent-piece descriptor in a ring that carries bytes only")
+            }
+        }
+    }
+
     /// Number of slots.
     pub fn slots(&self) -> u64 {
         self.slots as u64

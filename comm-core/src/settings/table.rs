@@ -394,6 +394,18 @@ pub static SETTINGS: &[Setting] = &[
         Value("4096"),
         "user-buffer registrations (on demand) kept per RDMA connection, least recently used dropped first",
     ),
+    local(
+        "SNCL_SHM_CMA",
+        Values::Choice(&["auto", "1", "0"]),
+        Value("auto"),
+        "single-copy shared memory for large pieces (the receiver reads the sender's buffer with process_vm_readv): `auto` where the kernel permits it and this host's cross-memory reads run at >= 0.75 of a copy's speed (measured once per process), `1` wherever permitted, `0` never; Yama ptrace_scope >= 2 or a failed probe fall back to the slot FIFO (logged once)",
+    ),
+    local(
+        "SNCL_SHM_CMA_MIN_BYTES",
+        Values::Text("positive number of bytes"),
+        Value("65536"),
+        "smallest shared-memory piece a sender lends for a cross-memory read instead of copying it into a slot (a piece is at most SNCL_SHM_SLOT_BYTES)",
+    ),
     // Per process, read elsewhere.
     local(
         "SNCL_DEBUG",
