@@ -130,52 +130,20 @@ fn exchange(
     };
     recv[me * stride..(me + 1) * stride].copy_from_slice(own);
     let blocks: Vec<&mut [u8]> = recv.chunks_mut(stride).collect();
-    paced_exchange(
-        comm,
-        |j| {
-            if same_to_all {
+    comm.group(|g| {
+        for (j, block) in blocks.into_iter().enumerate() {
+            if j == me {
+                continue;
+            }
+            let out = if same_to_all {
                 &send[..stride]
             } else {
                 &send[j * stride..(j + 1) * stride]
-            }
-        },
-        blocks,
-    )
-}
-
-/// Sends `out(j)` to every other rank j and receives `blocks[j]` from it,
-/// one partner pair at a time: in round s (1..n) this rank sends to
-/// `me + s` and receives from `me - s` (mod n), each round waiting only for
-/// its own send to reach the transport and its own receive to land — two
-/// partners, no barrier. On a rate-limited cross-node link this keeps one
-/// flow per rank and direction in flight (with the socket buffer as the
-/// window) instead of n − 1 flows that overflow the link's queue and
-/// retransmit; the round trip it adds per round is small next to a part's
-/// transfer time on such a link. Moves the same bytes to the same places as
-/// one group with every peer.
-fn paced_exchange<'a>(
-    comm: &Communicator,
-    out: impl Fn(usize) -> &'a [u8],
-    blocks: Vec<&'a mut [u8]>,
-) -> Result<()> {
-    let n = comm.size();
-    let me = comm.rank();
-    let mut blocks: Vec<Option<&'a mut [u8]>> = blocks.into_iter().map(Some).collect();
-    for s in 1..n {
-        let to = (me + s) % n;
-        let from = (me + n - s) % n;
-        let block = blocks[from].take().ok_or_else(|| Error::InvalidArgument {
-            rank: me,
-            op: "all_reduce_compressed",
-            detail: format!("no receive block for rank {from} of {n}"),
-        })?;
-        let data = out(to);
-        comm.group(|g| {
-            g.send(data, to);
-            g.recv(block, from);
-        })?;
-    }
-    Ok(())
+            };
+            g.send(out, j);
+            g.recv(block, j);
+        }
+    })
 }
 
 fn bytes_err(comm: &Communicator, e: compress::CompressError) -> Error {
@@ -226,7 +194,14 @@ fn cross_tier(
                 chunks.push(head);
                 rest = tail;
             }
-            paced_exchange(comm, |_| &enc[..], chunks)?;
+            comm.group(|g| {
+                for (r, chunk) in chunks.into_iter().enumerate() {
+                    if r != me {
+                        g.send(&enc, r);
+                        g.recv(chunk, r);
+                    }
+                }
+            })?;
         }
         data.iter_mut().for_each(|x| *x = 0.0);
         for r in 0..n {
