@@ -257,9 +257,9 @@ pub struct TcpConnection {
     rank: usize,
     peer: usize,
     /// The largest piece accepted from the peer (the configured size).
+    accept_piece: usize,
+    /// The largest piece sent: `accept_piece` capped to [`BOUNCE_BYTES`].
     max_piece: usize,
-    /// The largest piece sent: `max_piece` capped to [`BOUNCE_BYTES`].
-    send_piece: usize,
     remote: SocketAddr,
     streams: Vec<Stream>,
     next_send: usize,
@@ -276,8 +276,8 @@ impl std::fmt::Debug for TcpConnection {
             .field("peer", &self.peer)
             .field("remote", &self.remote)
             .field("nsocks", &self.streams.len())
+            .field("accept_piece", &self.accept_piece)
             .field("max_piece", &self.max_piece)
-            .field("send_piece", &self.send_piece)
             .field("dead", &self.dead)
             .finish()
     }
@@ -320,8 +320,8 @@ impl TcpConnection {
         Ok(TcpConnection {
             rank,
             peer,
-            max_piece,
-            send_piece,
+            accept_piece: max_piece,
+            max_piece: send_piece,
             remote,
             streams,
             next_send: 0,
@@ -426,7 +426,7 @@ impl TcpConnection {
     /// Looks for an abort frame on a connection that is failing, discarding
     /// the pieces in front of it (nobody will consume them).
     fn find_abort(&mut self) -> Option<Option<usize>> {
-        let max_piece = self.max_piece;
+        let max_piece = self.accept_piece;
         let mut budget = ABORT_SCAN_LIMIT;
         for s in &mut self.streams {
             loop {
@@ -475,7 +475,7 @@ impl TcpConnection {
         self.progress()?;
         let i = self.next_recv;
         let n = self.streams.len();
-        let max_piece = self.max_piece;
+        let max_piece = self.accept_piece;
         let mut drained = false;
         loop {
             match self.streams[i].front(max_piece) {
@@ -518,7 +518,7 @@ impl Connection for TcpConnection {
     /// connection compute the same value, so the receiver's expected piece
     /// lengths match what the sender sends.
     fn max_piece(&self) -> usize {
-        self.send_piece
+        self.max_piece
     }
 
     /// Writes the piece straight to socket `k % nsocks`; a remainder the
@@ -527,7 +527,7 @@ impl Connection for TcpConnection {
     /// set to `data.len()`. A `data` longer than `max_piece` is an error.
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.check_usable()?;
-        if data.len() > self.send_piece {
+        if data.len() > self.max_piece {
             return Err(TransportError::Io {
                 peer: self.peer,
                 source: io::Error::new(
@@ -535,7 +535,7 @@ impl Connection for TcpConnection {
                     format!(
                         "piece of {} bytes exceeds the maximum piece size {}",
                         data.len(),
-                        self.send_piece
+                        self.max_piece
                     ),
                 ),
             });
@@ -611,7 +611,7 @@ impl Connection for TcpConnection {
         self.check_usable()?;
         let n = self.streams.len();
         let next = self.next_recv;
-        if !matches!(self.streams[next].front(self.max_piece), Front::Need(_)) {
+        if !matches!(self.streams[next].front(self.accept_piece), Front::Need(_)) {
             return Ok(());
         }
         for i in 0..n {
