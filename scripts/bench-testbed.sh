@@ -50,6 +50,18 @@
 #   BUILD=0                    1: run cargo build --release -p commbench even if the
 #                              binary exists
 #
+# Compressed mode (COMPRESSED=1): instead of the runs above, the compressed all_reduce on
+# the round-robin bed: for each of CREPS interleaved repetitions, uncompressed (--algo
+# hier) then --compress int8, fp16 and topk:0.01, f32 sum, -b CSIZE -e CSIZE -n CITERS
+# -w 1 -c 1 at CRATE, no --measure. Every rank runs under a wrapper that reads its
+# node namespace's TCP RetransSegs (/proc/net/snmp) before and after; local rank 0 of
+# each node reports the difference, and a run's retransmits are the sum over nodes.
+# Prints medians, speedups vs uncompressed (same repetition's runs) and retransmits
+# as markdown (also written to $DIR/compressed.md); targets int8 >= 3.0x,
+# fp16 >= 1.8x, top-k 1 % >= 8x. Environment: CRATE=100mbit CSIZE=16M CITERS=3
+# CREPS=5, BIN=commbench (target/release/commbench, built by testbed.sh if missing; a
+# path runs that binary instead and builds nothing).
+#
 # Exit status: 0 when every target passes, 1 when some target fails (the table is
 # written either way), 2 on a usage or set-up error or when a test-bed run fails
 # (the remaining runs still run and the table marks what is missing).
@@ -86,6 +98,97 @@ case $AG_PLACEMENT in
 esac
 [[ $(id -u) -eq 0 ]] || die "needs root (scripts/testbed.sh uses network namespaces and tc)"
 PYTHON=$(command -v python3) || die "python3 is needed to read the JSON results"
+
+# ---------------------------------------------------------------- compressed mode
+if [[ ${COMPRESSED:-0} == 1 ]]; then
+    CRATE=${CRATE:-100mbit}
+    CSIZE=${CSIZE:-16M}
+    CITERS=${CITERS:-3}
+    CREPS=${CREPS:-5}
+    CB=${BIN:-commbench}
+    mkdir -p "$DIR"
+    is_uint "$CREPS" && ((CREPS >= 1)) || die "CREPS must be a whole number >= 1"
+    is_uint "$CITERS" && ((CITERS >= 1)) || die "CITERS must be a whole number >= 1"
+    WRAP=$DIR/retrans-wrap.sh
+    cat >"$WRAP" <<'WRAPPER'
+#!/bin/sh
+# Runs "$@"; local rank 0 prints the node namespace's TCP RetransSegs delta.
+rs() { awk '/^Tcp:/ { n++; if (n == 2) print $13 }' /proc/net/snmp; }
+r0=$(rs)
+"$@"
+st=$?
+r1=$(rs)
+if [ "${SNCL_LOCAL_RANK:-0}" = 0 ]; then echo "# retrans $SNCL_NODE_ID $((r1 - r0))" >&2; fi
+exit $st
+WRAPPER
+    chmod +x "$WRAP"
+    CTSV=$DIR/compressed.tsv
+    : >"$CTSV"
+    for rep in $(seq 1 "$CREPS"); do
+        for codec in none int8 fp16 topk:0.01; do
+            if [[ $codec == none ]]; then extra=(--algo hier); else extra=(--compress "$codec"); fi
+            name=c$rep-${codec//[:.]/_}
+            logs=$DIR/logs/$name json=$DIR/$name.json
+            rm -rf "$logs" "$json"
+            cmd=(scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$CRATE"
+                --placement round-robin --timeout "$TIMEOUT" --keep-logs "$logs"
+                -- "$WRAP" "$CB" all_reduce -b "$CSIZE" -e "$CSIZE" -n "$CITERS" -w 1 -c 1
+                -d float -o sum "${extra[@]}" --json "$json")
+            note "# [$name] ${cmd[*]}"
+            st=0
+            "${cmd[@]}" >"$DIR/$name.stdout" 2>"$DIR/$name.stderr" || st=$?
+            rt=$(cat "$logs"/rank*.log "$DIR/$name.stderr" 2>/dev/null |
+                awk '/^# retrans/ { r[$3] = $4 } END { s = 0; for (k in r) s += r[k]; print s }')
+            printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$codec" "$st" "$json" "$rt" >>"$CTSV"
+            ((st == 0)) || note "# [$name] FAILED (exit $st, logs $logs)"
+        done
+    done
+    st=0
+    "$PYTHON" - "$CTSV" "$NODES" "$RPN" "$CRATE" "$CSIZE" "$CITERS" >"$DIR/compressed.md" <<'PY' || st=$?
+import json, os, statistics, sys, time
+tsv, N, L, rate, size, iters = sys.argv[1:]
+rows = {}
+for line in open(tsv):
+    rep, codec, st, jpath, rt = line.rstrip("\n").split("\t")
+    t = None
+    if st == "0":
+        try:
+            o = json.load(open(jpath))[0].get("oop") or {}
+            t = float(o.get("median_us") or o.get("time_us")) / 1e3
+        except (OSError, ValueError, IndexError, TypeError):
+            pass
+    rows.setdefault(rep, {})[codec] = (t, int(rt or 0))
+goal = {"int8": 3.0, "fp16": 1.8, "topk:0.01": 8.0}
+print("# compressed all_reduce, test bed %s nodes x %s ranks round-robin, %s, %s f32, -n %s"
+      % (N, L, rate, size, iters))
+print("")
+print("%s on %s (%d CPUs, load %s); %d interleaved repetitions; speedup = the same "
+      "repetition's uncompressed time / codec time, median over repetitions."
+      % (time.strftime("%Y-%m-%d %H:%M:%S %Z"), os.uname().nodename, os.cpu_count() or 0,
+         " ".join(open("/proc/loadavg").read().split()[:3]), len(rows)))
+print("")
+print("| codec | median time | speedup (median) | speedups | retransmits (median) | goal | result |")
+print("|---|---:|---:|---|---:|---|---|")
+ok = True
+for codec in ["none", "int8", "fp16", "topk:0.01"]:
+    ts = [r[codec][0] for r in rows.values() if r.get(codec, (None,))[0]]
+    rts = [r[codec][1] for r in rows.values() if codec in r]
+    sps = [r["none"][0] / r[codec][0] for r in rows.values()
+           if r.get(codec, (None,))[0] and r.get("none", (None,))[0]]
+    sp = statistics.median(sps) if sps else 0.0
+    g = goal.get(codec)
+    res = "" if g is None else ("PASS" if sp >= g else "FAIL")
+    ok &= g is None or sp >= g
+    print("| %s | %s | %.2fx | %s | %s | %s | %s |" % (
+        codec, "%.1f ms" % statistics.median(ts) if ts else "-", sp,
+        " ".join("%.2f" % x for x in sps), int(statistics.median(rts)) if rts else "-",
+        ">= %.1fx" % g if g else "", res))
+sys.exit(0 if ok else 1)
+PY
+    cat "$DIR/compressed.md"
+    note "# report written to $DIR/compressed.md"
+    exit "$st"
+fi
 
 # ---------------------------------------------------------------- build
 COMMBENCH=target/release/commbench

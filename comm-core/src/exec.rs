@@ -72,6 +72,16 @@ static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 /// core, then sleep, with a deadline. The communicator sets `spin` short
 /// when its node runs more ranks than it has cores, where a spinning waiter
 /// would steal the core from the rank it waits for.
+///
+/// Bounded under contention: a waiter that finds its core was taken while
+/// it spun or yielded (a clock gap, or a yield that returned late) treats
+/// the core as shared — by another rank, the application or an unrelated
+/// process — and, for this wait and the waits of the next
+/// [`Waiter::CONTENTION_MEMORY`] on this thread, spins at most
+/// [`Waiter::CONTENDED_SPIN`] and then sleeps instead of yielding. Yielding
+/// hands a busy core back only after the other task's time slice (ms),
+/// while a sleeper is woken with priority; spinning only burns the time
+/// slice of the rank being waited for. On a quiet core nothing changes.
 struct Waiter {
     idle: u32,
     waited: Duration,
@@ -80,12 +90,33 @@ struct Waiter {
     last_probe: Instant,
     /// The wait (since the last progress) at which the next hang report is due.
     next_report: Duration,
+    /// The previous clock read of this wait (gaps reveal preemption).
+    last_check: Instant,
+    /// The previous round slept (so the next clock gap says nothing).
+    slept: bool,
+    /// This wait runs on a shared core: short spin, then sleep.
+    contended: bool,
 }
 
 /// How often a waiting rank logs what it waits for (at INFO).
 pub const HANG_REPORT_EVERY: Duration = Duration::from_secs(10);
 
 impl Waiter {
+    /// The spin budget on a core found shared.
+    const CONTENDED_SPIN: Duration = Duration::from_micros(2);
+    /// A gap this long between two clock reads of a spinning or yielding
+    /// waiter (64 rounds of polling at most, microseconds each) means
+    /// another task ran on its core: time slices are a millisecond or more.
+    const PREEMPTED: Duration = Duration::from_millis(1);
+    /// A `sched_yield` that returns this late handed the core to another
+    /// task (on an idle core it returns within microseconds).
+    const YIELD_LATE: Duration = Duration::from_micros(200);
+    /// How long a thread keeps waiting as on a shared core after it last
+    /// found its core taken.
+    const CONTENTION_MEMORY: Duration = Duration::from_millis(250);
+    /// How long a yielding waiter spends yielding before it sleeps.
+    const YIELD_FOR: Duration = Duration::from_micros(200);
+
     /// No clock read here: most steps of small operations never wait.
     fn new(spin: Duration) -> Waiter {
         let epoch = *EPOCH.get_or_init(Instant::now);
@@ -96,7 +127,32 @@ impl Waiter {
             last_progress: epoch,
             last_probe: epoch,
             next_report: HANG_REPORT_EVERY,
+            last_check: epoch,
+            slept: false,
+            contended: false,
         }
+    }
+
+    /// When this thread last found its core taken while waiting (`set`
+    /// records a new finding).
+    fn last_contention(set: Option<Instant>) -> Option<Instant> {
+        thread_local! {
+            static LAST: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+        }
+        LAST.with(|l| {
+            if set.is_some() {
+                l.set(set);
+            }
+            l.get()
+        })
+    }
+
+    fn mark_contended(&mut self, now: Instant) {
+        if !self.contended {
+            tracing::trace!("waiter found its core shared; sleeping instead of spinning");
+        }
+        self.contended = true;
+        Waiter::last_contention(Some(now));
     }
 
     fn progressed(&mut self) {
@@ -112,27 +168,58 @@ impl Waiter {
     fn idle(&mut self) -> Option<Duration> {
         self.idle = self.idle.saturating_add(1);
         if self.idle == 1 {
-            self.last_progress = Instant::now();
-            self.last_probe = self.last_progress;
+            let now = Instant::now();
+            self.last_progress = now;
+            self.last_probe = now;
+            self.last_check = now;
+            self.slept = false;
+            self.contended = Waiter::last_contention(None)
+                .is_some_and(|t| now.duration_since(t) < Waiter::CONTENTION_MEMORY);
             return None;
         }
         if !self.idle.is_multiple_of(64) && self.idle < 1 << 30 {
             std::hint::spin_loop();
             return None;
         }
-        let waited = self.last_progress.elapsed();
-        if waited < self.spin {
+        let now = Instant::now();
+        if !self.slept && now.duration_since(self.last_check) >= Waiter::PREEMPTED {
+            self.mark_contended(now);
+        }
+        self.last_check = now;
+        self.slept = false;
+        let waited = now.duration_since(self.last_progress);
+        let spin = if self.contended {
+            self.spin.min(Waiter::CONTENDED_SPIN)
+        } else {
+            self.spin
+        };
+        if waited < spin {
             std::hint::spin_loop();
             return Some(waited);
         }
         // Past the spin budget, check the clock every round.
         self.idle = 1 << 30;
-        if waited < self.spin + Duration::from_micros(200) {
+        if !self.contended && waited < spin + Waiter::YIELD_FOR {
             std::thread::yield_now();
+            // A late return: another task had the core.
+            let back = Instant::now();
+            if back.duration_since(now) >= Waiter::YIELD_LATE {
+                self.mark_contended(back);
+            }
+            self.last_check = back;
         } else if waited < Duration::from_millis(20) {
-            std::thread::sleep(Duration::from_micros(50));
+            // On a shared core the shortest sleep (the timer slack, about
+            // 50 us) keeps small-message latency down; the wake-up still
+            // gets the core back ahead of a busy task.
+            std::thread::sleep(if self.contended {
+                Duration::from_micros(1)
+            } else {
+                Duration::from_micros(50)
+            });
+            self.slept = true;
         } else {
             std::thread::sleep(Duration::from_micros(200));
+            self.slept = true;
         }
         Some(waited)
     }

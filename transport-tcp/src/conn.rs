@@ -30,6 +30,14 @@ const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
 const ABORT_SCAN_LIMIT: usize = 64 << 20;
 /// How long dropping a connection may wait for its buffered bytes to leave.
 const DROP_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest piece this rank sends (and so the largest part of a receive
+/// buffer a piece fills): the bounce buffer a receive reads into and a
+/// reduction reads back. At 256 KiB the buffers of both sockets stay in a
+/// core's L2 cache between the kernel's copy into them and the reduction
+/// out of them, instead of spilling to the shared L3 as the 512 KiB default
+/// piece did. Larger `SNCL_TCP_PIECE_BYTES` values are capped to it for
+/// sending; receiving still accepts pieces up to the configured size.
+pub const BOUNCE_BYTES: usize = 256 * 1024;
 
 /// Why a connection can no longer be used (kept so that every later call
 /// reports the same failure).
@@ -248,6 +256,9 @@ fn is_gone(e: &io::Error) -> bool {
 pub struct TcpConnection {
     rank: usize,
     peer: usize,
+    /// The largest piece accepted from the peer (the configured size).
+    accept_piece: usize,
+    /// The largest piece sent: `accept_piece` capped to [`BOUNCE_BYTES`].
     max_piece: usize,
     remote: SocketAddr,
     streams: Vec<Stream>,
@@ -265,6 +276,7 @@ impl std::fmt::Debug for TcpConnection {
             .field("peer", &self.peer)
             .field("remote", &self.remote)
             .field("nsocks", &self.streams.len())
+            .field("accept_piece", &self.accept_piece)
             .field("max_piece", &self.max_piece)
             .field("dead", &self.dead)
             .finish()
@@ -295,10 +307,21 @@ impl TcpConnection {
                 Ok(Stream::new(s, max_piece))
             })
             .collect::<io::Result<Vec<_>>>()?;
+        let send_piece = max_piece.min(BOUNCE_BYTES);
+        if send_piece < max_piece {
+            tracing::debug!(
+                rank,
+                peer,
+                max_piece,
+                send_piece,
+                "tcp pieces capped to the cache-sized bounce buffer"
+            );
+        }
         Ok(TcpConnection {
             rank,
             peer,
-            max_piece,
+            accept_piece: max_piece,
+            max_piece: send_piece,
             remote,
             streams,
             next_send: 0,
@@ -322,6 +345,18 @@ impl TcpConnection {
     /// connected from).
     pub fn peer_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// Segments the kernel retransmitted on this connection's sockets so far
+    /// (`TCP_INFO`'s `tcpi_total_retrans`, summed); sockets whose counter
+    /// cannot be read count 0. Nonzero on a loss-free path means a queue
+    /// overflowed (too many concurrent flows on a rate-limited link).
+    pub fn retransmits(&self) -> u64 {
+        self.streams
+            .iter()
+            .filter_map(|s| sys::total_retransmits(s.sock.as_raw_fd()).ok())
+            .map(u64::from)
+            .sum()
     }
 
     /// Lets `try_send` copy up to `bytes` per socket into user space when the
@@ -391,7 +426,7 @@ impl TcpConnection {
     /// Looks for an abort frame on a connection that is failing, discarding
     /// the pieces in front of it (nobody will consume them).
     fn find_abort(&mut self) -> Option<Option<usize>> {
-        let max_piece = self.max_piece;
+        let max_piece = self.accept_piece;
         let mut budget = ABORT_SCAN_LIMIT;
         for s in &mut self.streams {
             loop {
@@ -440,7 +475,7 @@ impl TcpConnection {
         self.progress()?;
         let i = self.next_recv;
         let n = self.streams.len();
-        let max_piece = self.max_piece;
+        let max_piece = self.accept_piece;
         let mut drained = false;
         loop {
             match self.streams[i].front(max_piece) {
@@ -479,6 +514,9 @@ impl Connection for TcpConnection {
         self.peer
     }
 
+    /// The configured piece size capped to [`BOUNCE_BYTES`]: both ends of a
+    /// connection compute the same value, so the receiver's expected piece
+    /// lengths match what the sender sends.
     fn max_piece(&self) -> usize {
         self.max_piece
     }
@@ -573,7 +611,7 @@ impl Connection for TcpConnection {
         self.check_usable()?;
         let n = self.streams.len();
         let next = self.next_recv;
-        if !matches!(self.streams[next].front(self.max_piece), Front::Need(_)) {
+        if !matches!(self.streams[next].front(self.accept_piece), Front::Need(_)) {
             return Ok(());
         }
         for i in 0..n {
@@ -628,6 +666,16 @@ impl Connection for TcpConnection {
 
 impl Drop for TcpConnection {
     fn drop(&mut self) {
+        let retransmits = self.retransmits();
+        if retransmits > 0 {
+            tracing::debug!(
+                rank = self.rank,
+                peer = self.peer,
+                remote = %self.remote,
+                retransmits,
+                "tcp connection closing; segments retransmitted over its lifetime"
+            );
+        }
         if self.dead.is_some() {
             return;
         }

@@ -37,7 +37,7 @@ mod handshake;
 mod setup;
 mod sys;
 
-pub use conn::TcpConnection;
+pub use conn::{TcpConnection, BOUNCE_BYTES};
 pub use setup::{
     default_host_ipv4, interface_addr, TcpEndpoint, TcpSetup, MAX_NSOCKS, MAX_PIECE_LIMIT,
     SOCKET_BUFFER_BYTES,
@@ -45,5 +45,6 @@ pub use setup::{
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).
 pub const DEFAULT_NSOCKS: usize = 2;
-/// Default largest payload of one piece.
-pub const DEFAULT_MAX_PIECE: usize = 512 * 1024;
+/// Default largest payload of one piece: the cache-sized bounce buffer
+/// ([`BOUNCE_BYTES`]) a receive reads into and a reduction reads back.
+pub const DEFAULT_MAX_PIECE: usize = BOUNCE_BYTES;

@@ -157,11 +157,44 @@ pub(crate) fn cap_retransmission_timeout(fd: RawFd, max: Duration) -> io::Result
     }
 }
 
+/// The kernel's count of segments `fd` retransmitted over its lifetime
+/// (`TCP_INFO`'s `tcpi_total_retrans`).
+pub(crate) fn total_retransmits(fd: RawFd) -> io::Result<u32> {
+    // SAFETY: tcp_info is plain old data; all-zero bytes are a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `fd` is an open socket owned by the caller; `info` and `len`
+    // are live out-pointers and `len` holds the size of `info`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(info.tcpi_total_retrans)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd;
 
     use super::*;
+
+    #[test]
+    fn a_fresh_connection_has_no_retransmits_and_a_closed_fd_is_an_error() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        assert_eq!(total_retransmits(c.as_raw_fd()).expect("TCP_INFO"), 0);
+        let e = total_retransmits(-1).expect_err("fd -1 has no TCP_INFO");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+    }
 
     #[test]
     fn retransmission_timeout_cap_is_applied_where_the_kernel_has_it() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use comm_core::transport::{Connection, TransportError};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, Error, ReduceOp};
-use transport_tcp::{TcpConnection, TcpEndpoint, TcpSetup, DEFAULT_MAX_PIECE};
+use transport_tcp::{TcpConnection, TcpEndpoint, TcpSetup, BOUNCE_BYTES, DEFAULT_MAX_PIECE};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const SECRET: [u8; 16] = *b"0123456789abcdef";
@@ -189,6 +189,38 @@ fn ordered_mixed_pieces_three_ranks_three_sockets() {
 #[test]
 fn ordered_default_pieces_two_ranks() {
     run_exchange(2, 2, DEFAULT_MAX_PIECE, 60);
+}
+
+#[test]
+fn pieces_larger_than_the_bounce_buffer_are_capped() {
+    let mut ranks = mesh(2, 2, 4 * BOUNCE_BYTES);
+    let mut b = ranks.pop().unwrap();
+    let mut a = ranks.pop().unwrap();
+    assert_eq!(a[0].max_piece(), BOUNCE_BYTES);
+    assert_eq!(b[0].max_piece(), BOUNCE_BYTES);
+    let e = a[0]
+        .try_send(&header(1, 0), &vec![0u8; BOUNCE_BYTES + 1])
+        .expect_err("a piece above the cap is refused");
+    assert!(
+        e.to_string().contains("exceeds the maximum piece size"),
+        "{e}"
+    );
+    let piece: Vec<u8> = (0..BOUNCE_BYTES).map(|i| (i % 251) as u8).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !a[0].try_send(&header(1, 0), &piece).unwrap() {
+        assert!(Instant::now() < deadline, "send did not start");
+    }
+    let mut got = None;
+    while got.is_none() {
+        assert!(Instant::now() < deadline, "piece did not arrive");
+        a[0].flush().unwrap();
+        b[0].try_recv(&mut |_, p| {
+            got = Some(p.to_vec());
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert!(got.unwrap() == piece, "the capped piece arrived changed");
 }
 
 #[test]
