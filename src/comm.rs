@@ -382,6 +382,12 @@ impl Inner {
                 .collect(),
             wait_time: st.traffic.waited,
             busy_time: st.busy,
+            retransmits: st
+                .conns
+                .iter()
+                .flatten()
+                .filter_map(|c| c.retransmits())
+                .sum(),
             ..Default::default()
         };
         s.ops_by_collective.sort();

@@ -28,6 +28,10 @@ pub struct Stats {
     /// Bytes per transport kind (`shm`, `rdma`, `tcp`, ...), as
     /// `(kind, sent, received)`, in the order the kinds were first used.
     pub by_transport: Vec<(String, u64, u64)>,
+    /// TCP segments the kernel retransmitted on this communicator's
+    /// connections since they opened (`TCP_INFO`; other transports count
+    /// none). A rate-limited link that drops is visible here.
+    pub retransmits: u64,
 }
 
 impl Stats {
@@ -49,6 +53,7 @@ impl Stats {
         self.inter_sent += o.inter_sent;
         self.inter_received += o.inter_received;
         self.wait_time += o.wait_time;
+        self.retransmits += o.retransmits;
         for (kind, sent, received) in &o.by_transport {
             self.add_transport_bytes(kind, *sent, *received);
         }
@@ -113,6 +118,7 @@ impl Stats {
             inter_received: self.inter_received - earlier.inter_received,
             wait_time: self.wait_time.saturating_sub(earlier.wait_time),
             busy_time: self.busy_time.saturating_sub(earlier.busy_time),
+            retransmits: self.retransmits.saturating_sub(earlier.retransmits),
             by_transport: self
                 .by_transport
                 .iter()

@@ -164,6 +164,13 @@ pub trait Connection: Send {
     /// Short name for logs ("shm", "tcp").
     fn kind(&self) -> &'static str;
 
+    /// Segments the kernel retransmitted on this connection so far (TCP:
+    /// `tcpi_total_retrans` of its sockets); `None` where the transport
+    /// has no such count.
+    fn retransmits(&self) -> Option<u64> {
+        None
+    }
+
     /// The connection's device-to-device path, if it has one (`nvlink`).
     /// The default is none: pieces of device memory are staged through
     /// host memory and travel as host pieces.

@@ -410,6 +410,7 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
         mine.inter_received,
         mine.wait_time.as_nanos() as u64,
         mine.busy_time.as_nanos() as u64,
+        mine.retransmits,
     ];
     for kind in STATS_TRANSPORTS {
         let (s, r) = mine
@@ -441,9 +442,10 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
             by_transport: STATS_TRANSPORTS
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| c[7 + 2 * i] + c[8 + 2 * i] > 0)
-                .map(|(i, k)| (k.to_string(), c[7 + 2 * i], c[8 + 2 * i]))
+                .filter(|(i, _)| c[8 + 2 * i] + c[9 + 2 * i] > 0)
+                .map(|(i, k)| (k.to_string(), c[8 + 2 * i], c[9 + 2 * i]))
                 .collect(),
+            retransmits: c[7],
         })
         .collect())
 }
@@ -478,6 +480,10 @@ fn print_stats(all: &[sncl::Stats]) {
         .map(|(k, s, r)| format!("{k} {s} sent / {r} received"))
         .collect();
     println!("# bytes by transport: {}", kinds.join("; "));
+    println!(
+        "# TCP retransmitted segments (all ranks, since the connections opened): {}",
+        total.retransmits
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -536,6 +542,7 @@ fn stats_json(s: &sncl::Stats) -> String {
         "cross_tier_share": s.cross_tier_share(),
         "wait_us": s.wait_time.as_secs_f64() * 1e6,
         "busy_us": s.busy_time.as_secs_f64() * 1e6,
+        "retransmits": s.retransmits,
         "by_transport": s
             .by_transport
             .iter()

@@ -510,6 +510,10 @@ impl TcpConnection {
 }
 
 impl Connection for TcpConnection {
+    fn retransmits(&self) -> Option<u64> {
+        Some(TcpConnection::retransmits(self))
+    }
+
     fn peer(&self) -> usize {
         self.peer
     }
