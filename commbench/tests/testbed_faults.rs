@@ -37,10 +37,14 @@ struct Run {
 
 fn run_bed(fault: &str, bytes: &str, iters: &str, warmup: &str, timeout_ms: u64) -> Run {
     let root = repo_root();
+    // One directory per run: tests of this file run concurrently, some with
+    // the same fault.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let logs = std::env::temp_dir().join(format!(
-        "sncl-faults-{}-{}",
+        "sncl-faults-{}-{}-{}",
         fault.replace([':', '@', '+'], "_"),
-        std::process::id()
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&logs);
     let start = Instant::now();

@@ -37,6 +37,7 @@ pub const TARGETS: &[(&str, Target, bool)] = &[
     ("tcp_data", tcp_data, false),
     ("piece_header", piece_header, false),
     ("shm_slot_header", shm_slot_header, false),
+    ("nvlink_board", nvlink_board, false),
     ("topofile", topofile, false),
     ("unique_id", unique_id, false),
     ("settings_value", settings_value, false),
@@ -144,6 +145,26 @@ pub fn shm_slot_header(data: &[u8]) {
     if let Ok(h) = transport_shm::decode_slot_header(b, slot_bytes) {
         assert!(h.len as usize <= slot_bytes);
     }
+}
+
+/// The nvlink board a peer publishes (its device inbox: backend, ordinal,
+/// geometry, address, IPC handle): a decoded board has a valid geometry
+/// and survives its own encoding.
+pub fn nvlink_board(data: &[u8]) {
+    use transport_nvlink::{Board, BOARD_BYTES};
+    let mut b = [0u8; BOARD_BYTES];
+    let n = data.len().min(BOARD_BYTES);
+    b[..n].copy_from_slice(&data[..n]);
+    // Let the magic through often enough to reach the fields.
+    if data.first().is_some_and(|x| x & 1 == 0) {
+        b[0..4].copy_from_slice(b"NVLB");
+    }
+    if let Ok(board) = Board::decode(&b) {
+        assert!(board.slots > 0 && board.slot_bytes > 0);
+        assert!(board.slots.checked_mul(board.slot_bytes).is_some());
+        assert_eq!(Board::decode(&board.encode()), Ok(board));
+    }
+    let _ = Board::decode(data);
 }
 
 /// A topology file; a parsed one survives its own printing.
@@ -328,6 +349,18 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         }],
         "piece_header" => vec![header.to_vec()],
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
+        "nvlink_board" => vec![transport_nvlink::Board {
+            backend: device::Backend::Emu,
+            ordinal: 1,
+            pid: 4242,
+            token: 0x5eed_1234,
+            slots: 8,
+            slot_bytes: 1 << 20,
+            addr: 0x7f00_0000_0000,
+            handle: device::IpcHandle([7; 64]),
+        }
+        .encode()
+        .to_vec()],
         "topofile" => vec![
             b"intra.bandwidth = 20GB/s\ninter.bandwidth = 100mbit\ninter.latency = 5us\n".to_vec(),
             b"# nodes\nnode.0 = a\nnode.1 = b\nnodes = 2\nranks_per_node = 4\n".to_vec(),

@@ -53,6 +53,7 @@ decoder_props! {
     tcp_data: 32768,
     piece_header: 32768,
     shm_slot_header: 32768,
+    nvlink_board: 32768,
     topofile: 32768,
     unique_id: 32768,
     settings_value: 8192,

@@ -363,11 +363,14 @@ pub(super) fn free(addr: u64) -> R {
     };
     let d = device(ordinal)?;
     // Work on the default stream may still use it (NCCL's ncclMemFree
-    // also frees at once; the caller orders it): wait for that stream.
-    d.synchronize(d.default_stream)?;
+    // also frees at once; the caller orders it): wait for that stream. The
+    // memory is freed either way (it is out of the registry: a retry could
+    // not free it), and a failed wait is reported after.
+    let waited = d.synchronize(d.default_stream);
     // SAFETY: allocated by `alloc` on this device and removed from the
     // registry above, so freed once; the caller guarantees no other queued
     // work uses it (snclMemFree's contract).
     unsafe { d.dev.free(::device::DevicePtr(addr)) }
-        .map_err(|e| dev_error(&format!("freeing {addr:#x} on {}", d.label()), e))
+        .map_err(|e| dev_error(&format!("freeing {addr:#x} on {}", d.label()), e))?;
+    waited
 }

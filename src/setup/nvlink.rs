@@ -8,9 +8,11 @@
 //!
 //! * `SNCL_TRANSPORT=nvlink` forces it (any backend, the emulated device
 //!   included: that is how CI runs it);
-//! * otherwise it is ready where this process sees a CUDA device, with the
-//!   card `cuda`, and chosen before `shm` for ranks of one node that both
-//!   say `cuda`.
+//! * otherwise it is not chosen yet: boards name devices by ordinal, which
+//!   is per process (one GPU per rank through `CUDA_VISIBLE_DEVICES` makes
+//!   every rank's device 0), so a pair's decision could be wrong or differ
+//!   between its two ranks; automatic choice waits for boards that carry
+//!   the PCI bus id and both sides' verdicts.
 //!
 //! The device side connects lazily: at the first device operation on a
 //! pair, each side allocates its inbox on its bound device and publishes
@@ -48,19 +50,21 @@ impl TransportKind for Nvlink {
                 dir.display()
             )));
         }
-        let cuda = matches!(device::device_count(device::Backend::Cuda), Ok(n) if n > 0);
-        let forced = ctx.config.transport.forced() == Some(transport_nvlink::NAME);
-        let card = if cuda {
-            "cuda"
-        } else if forced {
-            "any"
-        } else {
+        // Not chosen automatically yet: the boards name devices by ordinal,
+        // which means something only inside one process (one GPU per rank
+        // through CUDA_VISIBLE_DEVICES makes every rank's device "0"), so
+        // the pair's decision could be wrong or differ between its ranks.
+        // Until boards carry the PCI bus id and both verdicts, the kind is
+        // used where it is forced, and device pieces are staged otherwise.
+        if ctx.config.transport.forced() != Some(transport_nvlink::NAME) {
             return Ok(Readiness::Unavailable(
-                "no CUDA device on this rank (SNCL_TRANSPORT=nvlink forces the kind for any \
-                 device backend)"
+                "not chosen automatically (devices are named by ordinal, which differs between \
+                 processes); SNCL_TRANSPORT=nvlink forces it"
                     .into(),
             ));
-        };
+        }
+        let cuda = matches!(device::device_count(device::Backend::Cuda), Ok(n) if n > 0);
+        let card = if cuda { "cuda" } else { "any" };
         transport_shm::cleanup_stale();
         Ok(Readiness::Ready(Box::new(Prepared {
             card,

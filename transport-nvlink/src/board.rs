@@ -20,8 +20,12 @@ pub struct Board {
     pub backend: Backend,
     /// The device's ordinal.
     pub ordinal: usize,
-    /// The receiver's process.
+    /// The receiver's process (for logs).
     pub pid: u32,
+    /// A random number of the receiver's process ([`process_token`]): pids
+    /// repeat across PID namespaces (containers sharing `/dev/shm`), this
+    /// does not, so "the same process" is decided by it.
+    pub token: u64,
     /// Inbox slots.
     pub slots: usize,
     /// Bytes per inbox slot.
@@ -30,6 +34,17 @@ pub struct Board {
     pub addr: u64,
     /// The inbox's IPC handle.
     pub handle: IpcHandle,
+}
+
+/// This process's random token (see [`Board::token`]), drawn once.
+pub fn process_token() -> u64 {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        let mut b = [0u8; 8];
+        // A failed draw leaves zeros: then pids decide, as before.
+        let _ = getrandom::fill(&mut b);
+        u64::from_le_bytes(b) | 1
+    })
 }
 
 fn header(comm_id: u64) -> PieceHeader {
@@ -49,7 +64,8 @@ fn header(comm_id: u64) -> PieceHeader {
 }
 
 impl Board {
-    fn encode(&self) -> [u8; BOARD_BYTES] {
+    /// The board's bytes as [`Board::publish`] writes them.
+    pub fn encode(&self) -> [u8; BOARD_BYTES] {
         let mut b = [0u8; BOARD_BYTES];
         b[0..4].copy_from_slice(&MAGIC);
         b[4] = match self.backend {
@@ -61,11 +77,14 @@ impl Board {
         b[20..28].copy_from_slice(&(self.slots as u64).to_le_bytes());
         b[28..36].copy_from_slice(&(self.slot_bytes as u64).to_le_bytes());
         b[36..44].copy_from_slice(&self.addr.to_le_bytes());
+        b[44..52].copy_from_slice(&self.token.to_le_bytes());
         b[64..128].copy_from_slice(&self.handle.0);
         b
     }
 
-    fn decode(b: &[u8]) -> Result<Board, String> {
+    /// Decodes a board a peer wrote (every field checked: the peer controls
+    /// these bytes).
+    pub fn decode(b: &[u8]) -> Result<Board, String> {
         if b.len() != BOARD_BYTES || b[0..4] != MAGIC {
             return Err("the nvlink board is not one (bad magic or length)".into());
         }
@@ -94,6 +113,7 @@ impl Board {
             slots,
             slot_bytes,
             addr: u64_at(36),
+            token: u64_at(44),
             handle: IpcHandle(handle),
         })
     }
@@ -127,6 +147,7 @@ mod tests {
             backend: Backend::Emu,
             ordinal: 3,
             pid: 77,
+            token: process_token(),
             slots: 8,
             slot_bytes: 1 << 20,
             addr: 0x4000_0000_0000_1000,
@@ -140,5 +161,8 @@ mod tests {
         bad[20..28].copy_from_slice(&0u64.to_le_bytes());
         assert!(Board::decode(&bad).unwrap_err().contains("geometry"));
         assert!(Board::decode(&[0; 16]).is_err());
+        // The token tells processes apart where pids repeat (containers).
+        assert_ne!(process_token(), 0);
+        assert_eq!(process_token(), process_token());
     }
 }

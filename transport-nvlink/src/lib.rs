@@ -128,6 +128,14 @@ enum LinkState {
     },
     /// Decided: device pieces go device to device (`Some`), or not.
     Decided(Option<Box<Active>>),
+    /// Deciding failed (a device call, a bad board): the error is
+    /// returned again; the inbox we published stays allocated until the
+    /// connection is dropped, since the peer may have mapped it.
+    Failed {
+        /// Held, not used: freed with the connection.
+        _inbox: DeviceBuffer,
+        error: String,
+    },
 }
 
 /// An `nvlink` connection to one peer.
@@ -142,6 +150,8 @@ pub struct NvlinkConnection {
     geometry: Geometry,
     comm_id: u64,
     state: LinkState,
+    /// An inbox published but not used (staged pair), kept until drop.
+    retired: Option<DeviceBuffer>,
 }
 
 impl NvlinkConnection {
@@ -166,6 +176,7 @@ impl NvlinkConnection {
             geometry,
             comm_id,
             state: LinkState::Idle,
+            retired: None,
         }
     }
 
@@ -213,6 +224,7 @@ impl NvlinkConnection {
             backend: dev.backend(),
             ordinal: dev.ordinal(),
             pid: std::process::id(),
+            token: board::process_token(),
             slots: g.slots,
             slot_bytes: g.slot_bytes,
             addr: inbox.ptr().0,
@@ -239,15 +251,50 @@ impl NvlinkConnection {
         let Some(theirs) = Board::read(&self.out_board).map_err(|d| self.corrupt(d))? else {
             return Ok(false);
         };
+        if let LinkState::Failed { error, .. } = &self.state {
+            return Err(self.corrupt(error.clone()));
+        }
         let LinkState::Published { dev, inbox } =
             std::mem::replace(&mut self.state, LinkState::Idle)
         else {
             return Ok(true);
         };
+        match self.decide_with(&theirs, &dev) {
+            Ok(Some((peer_inbox, imported))) => {
+                let active = self.active(dev, inbox, &theirs, peer_inbox, imported);
+                self.state = LinkState::Decided(Some(Box::new(active)));
+                Ok(true)
+            }
+            Ok(None) => {
+                // Staged. The peer decides alike from the same boards; our
+                // inbox stays allocated until the connection is dropped all
+                // the same, in case it mapped it.
+                self.retired = Some(inbox);
+                self.state = LinkState::Decided(None);
+                Ok(true)
+            }
+            Err(e) => {
+                self.state = LinkState::Failed {
+                    _inbox: inbox,
+                    error: e.to_string(),
+                };
+                Err(e)
+            }
+        }
+    }
+
+    /// The decision from the peer's board: `Ok(Some((peer inbox as mapped
+    /// here, whether imported)))` for the device path, `Ok(None)` to stage
+    /// device pieces through the host.
+    fn decide_with(
+        &self,
+        theirs: &Board,
+        dev: &Arc<dyn Device>,
+    ) -> Result<Option<(DevicePtr, bool)>, Error> {
         // Both sides decide from the two boards alone, so they agree: one
         // backend, and peer access between the ordinals (CUDA reports
         // cuDeviceCanAccessPeer symmetrically; the same ordinal always can).
-        let usable = if theirs.backend != dev.backend() {
+        if theirs.backend != dev.backend() {
             tracing::info!(
                 rank = self.rank,
                 peer = self.peer,
@@ -255,42 +302,17 @@ impl NvlinkConnection {
                 theirs = theirs.backend.name(),
                 "nvlink: devices of different backends; device pieces are staged through the host"
             );
-            false
-        } else {
-            match dev.can_access_peer(theirs.ordinal) {
-                Ok(true) => true,
-                Ok(false) => {
-                    tracing::info!(rank = self.rank, peer = self.peer, ordinal = dev.ordinal(),
-                        peer_ordinal = theirs.ordinal, "nvlink: no peer access between the devices; device pieces are staged through the host");
-                    false
-                }
-                Err(e) => return Err(self.device_err(&*dev, "querying peer access", e)),
+            return Ok(None);
+        }
+        match dev.can_access_peer(theirs.ordinal) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(rank = self.rank, peer = self.peer, ordinal = dev.ordinal(),
+                    peer_ordinal = theirs.ordinal, "nvlink: no peer access between the devices; device pieces are staged through the host");
+                return Ok(None);
             }
-        };
-        if !usable {
-            self.state = LinkState::Decided(None);
-            drop(inbox);
-            return Ok(true);
+            Err(e) => return Err(self.device_err(&**dev, "querying peer access", e)),
         }
-        if theirs.ordinal == dev.ordinal() && theirs.pid != std::process::id() {
-            tracing::warn!(rank = self.rank, peer = self.peer, backend = dev.backend().name(),
-                ordinal = dev.ordinal(),
-                "nvlink: this rank and its peer share one device (allowed; their work time-slices the device)");
-        }
-        dev.enable_peer_access(theirs.ordinal)
-            .map_err(|e| self.device_err(&*dev, "enabling peer access", e))?;
-        // CUDA cannot open its own process's IPC handle; within a process
-        // the address is valid as it is. The emulated device maps every
-        // allocation anew (its addresses are per device object).
-        let (peer_inbox, imported) =
-            if theirs.pid == std::process::id() && dev.backend() == Backend::Cuda {
-                (DevicePtr(theirs.addr), false)
-            } else {
-                let p = dev
-                    .ipc_import(&theirs.handle)
-                    .map_err(|e| self.device_err(&*dev, "opening the peer's device inbox", e))?;
-                (p, true)
-            };
         if self.out_ring.slots() != theirs.slots as u64 {
             return Err(self.corrupt(format!(
                 "the peer's board says {} inbox slots, its descriptor ring has {}",
@@ -298,12 +320,42 @@ impl NvlinkConnection {
                 self.out_ring.slots()
             )));
         }
+        let same_process = theirs.token == board::process_token();
+        if theirs.ordinal == dev.ordinal() && !same_process {
+            tracing::warn!(rank = self.rank, peer = self.peer, backend = dev.backend().name(),
+                ordinal = dev.ordinal(),
+                "nvlink: this rank and its peer share one device (allowed; their work time-slices the device)");
+        }
+        dev.enable_peer_access(theirs.ordinal)
+            .map_err(|e| self.device_err(&**dev, "enabling peer access", e))?;
+        // CUDA cannot open its own process's IPC handle; within a process
+        // the address is valid as it is. The emulated device maps every
+        // allocation anew (its addresses are per device object).
+        if same_process && dev.backend() == Backend::Cuda {
+            return Ok(Some((DevicePtr(theirs.addr), false)));
+        }
+        let p = dev
+            .ipc_import(&theirs.handle)
+            .map_err(|e| self.device_err(&**dev, "opening the peer's device inbox", e))?;
+        Ok(Some((p, true)))
+    }
+
+    /// The device path's state once decided.
+    fn active(
+        &self,
+        dev: Arc<dyn Device>,
+        inbox: DeviceBuffer,
+        theirs: &Board,
+        peer_inbox: DevicePtr,
+        imported: bool,
+    ) -> Active {
         tracing::debug!(
             rank = self.rank,
             peer = self.peer,
             "nvlink device path ready"
         );
-        self.state = LinkState::Decided(Some(Box::new(Active {
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
+        Active {
             dev,
             inbox,
             peer_inbox,
@@ -313,36 +365,14 @@ impl NvlinkConnection {
             free_events: Vec::new(),
             events: Vec::new(),
             send_pending: VecDeque::new(),
-            published: self
-                .out_ring
-                .head()
-                .load(std::sync::atomic::Ordering::Acquire),
-            enqueued: self
-                .out_ring
-                .head()
-                .load(std::sync::atomic::Ordering::Acquire),
-            acked: self
-                .out_ring
-                .tail()
-                .load(std::sync::atomic::Ordering::Acquire),
+            published: load(self.out_ring.head()),
+            enqueued: load(self.out_ring.head()),
+            acked: load(self.out_ring.tail()),
             recv_pending: VecDeque::new(),
-            received: self
-                .inbound
-                .ring
-                .tail()
-                .load(std::sync::atomic::Ordering::Acquire),
-            released: self
-                .inbound
-                .ring
-                .tail()
-                .load(std::sync::atomic::Ordering::Acquire),
-            posted: self
-                .inbound
-                .ring
-                .head()
-                .load(std::sync::atomic::Ordering::Acquire),
-        })));
-        Ok(true)
+            received: load(self.inbound.ring.tail()),
+            released: load(self.inbound.ring.tail()),
+            posted: load(self.inbound.ring.head()),
+        }
     }
 
     /// Publishes sent pieces whose copies completed and releases inbox
@@ -437,8 +467,34 @@ impl NvlinkConnection {
     }
 }
 
+/// How long dropping a connection waits for its copies and reductions
+/// still on the device (after a failed operation) before it unmaps and
+/// frees the memory they use.
+const DRAIN_ON_DROP: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for Active {
     fn drop(&mut self) {
+        // Work still queued (a failed operation leaves some) reads our
+        // inbox or writes the peer's: wait for it, bounded, before the
+        // memory goes away.
+        let deadline = std::time::Instant::now() + DRAIN_ON_DROP;
+        let pending: Vec<EventHandle> = self
+            .send_pending
+            .iter()
+            .filter_map(|(_, e)| *e)
+            .chain(self.recv_pending.iter().filter_map(|e| *e))
+            .collect();
+        for ev in pending {
+            while !matches!(self.dev.event_done(ev), Ok(true) | Err(_)) {
+                if std::time::Instant::now() >= deadline {
+                    tracing::warn!(
+                        "nvlink: device work of a dropped connection still runs after {DRAIN_ON_DROP:?}; freeing its memory anyway"
+                    );
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
         for ev in self.events.drain(..) {
             // SAFETY: created here on this device; destroyed once.
             if let Err(e) = unsafe { self.dev.destroy_event(ev) } {

@@ -465,8 +465,9 @@ impl Connection for RdmaConnection {
                     device = %self.device,
                     "registering a user buffer failed, sending through the staging copy from now on: {e}"
                 );
-                self.regs.clear(&mut *self.dev);
-                self.regs = RegCache::new(ZeroCopy::Off, 0);
+                // Registrations behind lent writes still in flight stay
+                // until nothing is in flight (`idle`).
+                self.regs.disable();
                 return self.try_send(header, data);
             }
         };

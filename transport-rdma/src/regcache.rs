@@ -126,11 +126,19 @@ impl RegCache {
         Ok(mr)
     }
 
+    /// Sends lent pieces through the staging copy from now on (a
+    /// registration failed); existing registrations are dropped by the
+    /// next [`RegCache::idle`], once the writes reading them completed.
+    pub(crate) fn disable(&mut self) {
+        self.mode = ZeroCopy::Off;
+    }
+
     /// Nothing lent is in flight: pinned registrations are dropped, on-demand
-    /// ones trimmed to the limit (least recently used first).
+    /// ones trimmed to the limit (least recently used first); after
+    /// [`RegCache::disable`], all of them.
     pub(crate) fn idle(&mut self, dev: &mut dyn Verbs) {
         match self.mode {
-            ZeroCopy::Off => {}
+            ZeroCopy::Off => self.clear(dev),
             ZeroCopy::Pinned => self.clear(dev),
             ZeroCopy::OnDemand => {
                 if self.registered <= self.limit {
