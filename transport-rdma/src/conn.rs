@@ -41,6 +41,8 @@ const LENT_TAG: u64 = 1 << 62;
 /// Pieces smaller than this are copied to staging even when lent (a
 /// registration lookup and a second work request cost more than the copy).
 pub const ZERO_COPY_MIN: usize = 64 << 10;
+/// How long an aborting connection waits for writes from lent buffers.
+const LENT_DRAIN: Duration = Duration::from_secs(2);
 /// How often [`Connection::check_alive`] probes the peer.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
@@ -352,6 +354,33 @@ impl RdmaConnection {
         (self.regs.made, self.regs.registered())
     }
 
+    /// After a failed operation: the buffers it lent go back to the
+    /// application, so wait (bounded by [`LENT_DRAIN`]) until the NIC has
+    /// read them — every payload write completed, or the connection broke
+    /// (a QP in error reads nothing more) — then drop per-step
+    /// registrations.
+    fn drain_lent(&mut self) {
+        let deadline = Instant::now() + LENT_DRAIN;
+        while self.lent_in_flight > 0 && self.broken.is_none() {
+            if self.progress().is_err() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if self.lent_in_flight > 0 && self.broken.is_none() {
+            tracing::warn!(
+                rank = self.rank,
+                peer = self.peer,
+                device = %self.device,
+                in_flight = self.lent_in_flight,
+                "RDMA writes from user buffers still in flight {LENT_DRAIN:?} after a failed operation"
+            );
+        } else {
+            self.lent_in_flight = 0;
+            self.regs.idle(&mut *self.dev);
+        }
+    }
+
     /// Checks a piece before it is sent.
     fn check_piece(&self, header: &PieceHeader, data: &[u8]) -> Result<(), TransportError> {
         if data.len() > self.max_piece() || header.len as usize != data.len() {
@@ -585,12 +614,12 @@ impl Connection for RdmaConnection {
     }
 
     fn abort(&mut self, cause: Option<usize>) {
-        if self.broken.is_some() || !self.sq_room(0, 0) {
-            return;
+        if self.broken.is_none() && self.sq_room(0, 0) {
+            let low = cause.map(|c| (c as u32 + 1) & IMM_LOW).unwrap_or(0);
+            let _ = self.post(0, self.control_wr((IMM_ABORT << 30) | low));
+            let _ = self.progress();
         }
-        let low = cause.map(|c| (c as u32 + 1) & IMM_LOW).unwrap_or(0);
-        let _ = self.post(0, self.control_wr((IMM_ABORT << 30) | low));
-        let _ = self.progress();
+        self.drain_lent();
     }
 
     fn kind(&self) -> &'static str {

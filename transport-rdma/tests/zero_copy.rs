@@ -117,3 +117,44 @@ fn the_registration_cache_stays_within_its_limit() {
         );
     }
 }
+
+#[test]
+fn an_abort_waits_for_lent_writes_then_returns() {
+    let (mut a, mut b) = pair(8, SLOT_BYTES, 1);
+    let buf = pattern(1 << 20, 4);
+    let mut sent = 0;
+    for (i, p) in buf.chunks(PIECE).enumerate() {
+        // SAFETY: `buf` outlives the abort below, which waits for the writes.
+        if unsafe { a.try_send_lent(&header(p.len(), i as u64 + 1), p) }.unwrap() {
+            sent += 1;
+        }
+    }
+    assert!(sent > 0);
+    let t = Instant::now();
+    a.abort(Some(0));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "abort took {:?}",
+        t.elapsed()
+    );
+    // Nothing lent is in flight any more: flush reports drained.
+    assert!(a.flush().unwrap_or(true));
+    // The pieces sent before the abort still arrive, then the abort shows.
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the abort never reached the receiver"
+        );
+        match b.try_recv(&mut |_, _| Ok(())) {
+            Ok(true) => got += 1,
+            Ok(false) => {}
+            Err(e) => {
+                assert!(e.to_string().contains("aborted"), "{e}");
+                break;
+            }
+        }
+    }
+    assert_eq!(got, sent);
+}
