@@ -364,40 +364,19 @@ pub fn execute<M: Memory>(
                 continue;
             }
             if let Some(waited) = waiter.idle() {
-                if aborted() {
-                    return Err(Error::Aborted {
-                        rank: ctx.rank,
-                        reason: Some(format!(
-                            "{} (seq {}) interrupted by abort while waiting on {:?}",
-                            ctx.fingerprint,
-                            ctx.seq,
-                            waiting_peers(step.ops.as_slice(), &states)
-                        )),
-                    });
-                }
-                if waited >= ctx.timeout {
-                    let waiting_on = waiting_peers(step.ops.as_slice(), &states);
-                    hang_report(ctx, (k, nsteps), &step.ops, &states, waited, true);
-                    return Err(Error::Timeout {
-                        rank: ctx.rank,
-                        op: ctx.fingerprint,
-                        seq: ctx.seq,
-                        waiting_on,
-                        timeout_ms: ctx.timeout.as_millis() as u64,
-                    });
+                let waiting_on = || waiting_peers(step.ops.as_slice(), &states);
+                let doing = || format!("waiting on {:?}", waiting_on());
+                if let Some(e) = wait_over(ctx, waited, aborted(), doing, waiting_on) {
+                    if matches!(e, Error::Timeout { .. }) {
+                        hang_report(ctx, (k, nsteps), &step.ops, &states, waited, true);
+                    }
+                    return Err(e);
                 }
                 if waited >= waiter.next_report {
                     waiter.next_report = waited + HANG_REPORT_EVERY;
                     hang_report(ctx, (k, nsteps), &step.ops, &states, waited, false);
                 }
-                if waiter.last_probe.elapsed() >= Duration::from_millis(100) {
-                    waiter.last_probe = Instant::now();
-                    for p in waiting_peers(step.ops.as_slice(), &states) {
-                        if let Some(c) = conns.get_mut(p).and_then(|c| c.as_deref_mut()) {
-                            c.check_alive().map_err(|e| peer_failed(ctx, e))?;
-                        }
-                    }
-                }
+                probe_peers(ctx, &mut waiter, conns, waiting_on)?;
             }
         }
         // Drain buffered sends before the step's data may be overwritten.
@@ -415,34 +394,22 @@ pub fn execute<M: Memory>(
                 break;
             }
             if let Some(waited) = waiter.idle() {
-                if aborted() {
-                    return Err(Error::Aborted {
-                        rank: ctx.rank,
-                        reason: Some(format!(
-                            "{} (seq {}) interrupted by abort while draining its sends",
-                            ctx.fingerprint, ctx.seq
-                        )),
-                    });
-                }
-                if waited >= ctx.timeout {
-                    let waiting_on: Vec<usize> = step.ops.iter().filter_map(|o| o.peer()).collect();
-                    tracing::error!(
-                        rank = ctx.rank,
-                        op = %ctx.fingerprint,
-                        seq = ctx.seq,
-                        step = k + 1,
-                        steps = nsteps,
-                        peers = ?waiting_on,
-                        since_progress_ms = waited.as_millis() as u64,
-                        "sncl hang: buffered sends not drained before the deadline"
-                    );
-                    return Err(Error::Timeout {
-                        rank: ctx.rank,
-                        op: ctx.fingerprint,
-                        seq: ctx.seq,
-                        waiting_on,
-                        timeout_ms: ctx.timeout.as_millis() as u64,
-                    });
+                let waiting_on = || step.ops.iter().filter_map(|o| o.peer()).collect();
+                let doing = || "draining its sends".to_string();
+                if let Some(e) = wait_over(ctx, waited, aborted(), doing, waiting_on) {
+                    if let Error::Timeout { waiting_on, .. } = &e {
+                        tracing::error!(
+                            rank = ctx.rank,
+                            op = %ctx.fingerprint,
+                            seq = ctx.seq,
+                            step = k + 1,
+                            steps = nsteps,
+                            peers = ?waiting_on,
+                            since_progress_ms = waited.as_millis() as u64,
+                            "sncl hang: buffered sends not drained before the deadline"
+                        );
+                    }
+                    return Err(e);
                 }
             }
         }
@@ -452,6 +419,58 @@ pub fn execute<M: Memory>(
                     bufs.divide(region, ctx.dtype, ctx.nranks)?;
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// What ends a wait that made no progress for `waited`: the
+/// communicator aborted (`Error::Aborted`, "interrupted by abort while
+/// `doing`"), or the deadline passed (`Error::Timeout` naming
+/// `waiting_on`); `None` while the wait goes on. The caller logs what it
+/// waited for before returning the error.
+fn wait_over(
+    ctx: &OpContext,
+    waited: Duration,
+    aborted: bool,
+    doing: impl FnOnce() -> String,
+    waiting_on: impl FnOnce() -> Vec<usize>,
+) -> Option<Error> {
+    if aborted {
+        return Some(Error::Aborted {
+            rank: ctx.rank,
+            reason: Some(format!(
+                "{} (seq {}) interrupted by abort while {}",
+                ctx.fingerprint,
+                ctx.seq,
+                doing()
+            )),
+        });
+    }
+    (waited >= ctx.timeout).then(|| Error::Timeout {
+        rank: ctx.rank,
+        op: ctx.fingerprint,
+        seq: ctx.seq,
+        waiting_on: waiting_on(),
+        timeout_ms: ctx.timeout.as_millis() as u64,
+    })
+}
+
+/// Every 100 ms of a wait, asks the connections to the awaited `peers`
+/// whether their peer is still alive (a dead one is an error naming it).
+fn probe_peers(
+    ctx: &OpContext,
+    waiter: &mut Waiter,
+    conns: &mut [Option<Box<dyn Connection>>],
+    peers: impl FnOnce() -> Vec<usize>,
+) -> Result<()> {
+    if waiter.last_probe.elapsed() < Duration::from_millis(100) {
+        return Ok(());
+    }
+    waiter.last_probe = Instant::now();
+    for p in peers() {
+        if let Some(c) = conns.get_mut(p).and_then(|c| c.as_deref_mut()) {
+            c.check_alive().map_err(|e| peer_failed(ctx, e))?;
         }
     }
     Ok(())

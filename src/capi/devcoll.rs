@@ -12,7 +12,7 @@ use super::devmem::{self, Dev, StreamArg, R};
 use super::error::CError;
 use super::exec::{self, Item};
 use crate::device::DeviceOp;
-use crate::{Collective, Communicator};
+use crate::Communicator;
 
 /// The buffers of an item, named for errors.
 pub(super) fn buffers(item: &Item) -> Vec<(&'static str, *const u8)> {
@@ -96,7 +96,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     if coll.premul.is_some() {
         return unsupported("a snclRedOpCreatePreMulSum operator");
     }
-    if raw.v.is_some() || !is_device_coll(raw.coll) {
+    if raw.v.is_some() || !crate::comm::Inner::runs_on_device(raw.coll) {
         return unsupported("this collective");
     }
     let (o, stream) = devmem::resolve_stream(stream, Some(d.dev.ordinal()))?;
@@ -138,19 +138,4 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     drop(ticket);
     shared.add_device_work(work);
     Ok(())
-}
-
-/// The collectives the device path runs.
-fn is_device_coll(c: Collective) -> bool {
-    matches!(
-        c,
-        Collective::AllReduce
-            | Collective::ReduceScatter
-            | Collective::AllGather
-            | Collective::Broadcast
-            | Collective::Reduce
-            | Collective::AllToAll
-            | Collective::Gather
-            | Collective::Scatter
-    )
 }

@@ -291,28 +291,33 @@ impl Inner {
 /// The device path (see [`crate::device`]): runs with the state held, in
 /// stream order, on the progress thread.
 impl Inner {
+    /// The collectives the device path runs.
+    pub(crate) fn runs_on_device(c: Collective) -> bool {
+        matches!(
+            c,
+            Collective::AllReduce
+                | Collective::ReduceScatter
+                | Collective::AllGather
+                | Collective::Broadcast
+                | Collective::Reduce
+                | Collective::AllToAll
+                | Collective::Gather
+                | Collective::Scatter
+        )
+    }
+
     /// Checks a device operation at enqueue (before it takes a ticket or a
     /// sequence number): as a host operation, plus the collectives the
     /// device path runs. Returns the extents (send, receive) in elements.
     pub(crate) fn validate_device(&self, op: &RawOp) -> Result<(usize, usize)> {
         let name = op.coll.name();
-        match op.coll {
-            Collective::AllReduce
-            | Collective::ReduceScatter
-            | Collective::AllGather
-            | Collective::Broadcast
-            | Collective::Reduce
-            | Collective::AllToAll
-            | Collective::Gather
-            | Collective::Scatter => {}
-            _ => {
-                return Err(self.invalid(
-                    name,
-                    "is not supported on device buffers (all_reduce, reduce_scatter, \
-                     all_gather, broadcast, reduce, alltoall, gather and scatter are)"
-                        .into(),
-                ))
-            }
+        if !Inner::runs_on_device(op.coll) {
+            return Err(self.invalid(
+                name,
+                "is not supported on device buffers (all_reduce, reduce_scatter, \
+                 all_gather, broadcast, reduce, alltoall, gather and scatter are)"
+                    .into(),
+            ));
         }
         self.validate(op)?;
         let n = self.nranks;

@@ -20,7 +20,6 @@
 //! devices have one backend and peer access, and stages device pieces
 //! through the host otherwise (still correct, logged at INFO).
 
-use comm_core::bootstrap::Store;
 use comm_core::transport::registry::{
     PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
@@ -28,6 +27,8 @@ use comm_core::transport::Connection;
 use comm_core::{Error, Result};
 use transport_nvlink::{Geometry, Inbound, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
 use transport_shm::{create_inbound, Segment, ShmConnection};
+
+use super::shm::{open_peer_segment, UnlinkOnDrop};
 
 /// A device inbox slot is this many shared-memory slots (default 8 ×
 /// 128 KiB = 1 MiB; `SNCL_SHM_SLOT_BYTES` scales it); it has
@@ -88,18 +89,6 @@ impl TransportKind for Nvlink {
             ));
         }
         Ok(())
-    }
-}
-
-/// Removes the names of this rank's segments when dropped (once every rank
-/// has connected, or on failure).
-struct UnlinkOnDrop(Vec<String>);
-
-impl Drop for UnlinkOnDrop {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = std::fs::remove_file(std::path::Path::new(transport_shm::SHM_DIR).join(name));
-        }
     }
 }
 
@@ -164,7 +153,10 @@ impl PreparedTransport for Prepared {
         }
         let mut conns: Vec<Box<dyn Connection>> = Vec::with_capacity(peers.len());
         for (p, host, inb) in inbound {
-            let open = |key: &str| open_peer(ctx.store, rank, p, key, ctx.remaining());
+            let open = |key: &str| {
+                let what = format!("nvlink {key}");
+                open_peer_segment(ctx.store, rank, p, (key, &what), ctx.remaining())
+            };
             let out_host = open("host")?;
             let out_ring = open("ring")?;
             let out_board = open("board")?;
@@ -181,28 +173,4 @@ impl PreparedTransport for Prepared {
         }
         Ok(conns)
     }
-}
-
-/// Opens the `key` segment peer rank `p` created for data from `rank`.
-fn open_peer(
-    kv: &dyn Store,
-    rank: usize,
-    p: usize,
-    key: &str,
-    timeout: std::time::Duration,
-) -> Result<Segment> {
-    let raw = kv.get(&format!("{rank}/{p}/{key}"), timeout)?;
-    let bad = |detail: String| Error::Bootstrap {
-        rank,
-        detail: format!(
-            "peer rank {p} published an invalid nvlink {key} segment name for data from rank \
-             {rank}: {detail}"
-        ),
-    };
-    let name = String::from_utf8(raw).map_err(|e| bad(format!("{:?}", e.as_bytes())))?;
-    transport_shm::check_name(&name).map_err(|e| bad(e.to_string()))?;
-    Segment::open(&name).map_err(io_err(
-        rank,
-        format!("opening nvlink {key} segment {name:?} that peer rank {p} created for data from rank {rank}"),
-    ))
 }

@@ -141,7 +141,7 @@ impl TransportKind for Shm {
 /// Removes the names of this rank's inbound segments when dropped: once
 /// every rank has connected (each peer has mapped them), or on failure
 /// (nobody will).
-struct UnlinkOnDrop(Vec<String>);
+pub(super) struct UnlinkOnDrop(pub(super) Vec<String>);
 
 impl Drop for UnlinkOnDrop {
     fn drop(&mut self) {
@@ -232,7 +232,8 @@ impl PreparedTransport for Prepared {
         }
         let mut conns = Vec::with_capacity(peers.len());
         for (p, seg) in inbound {
-            let out = open_peer_segment(ctx.store, rank, p, ctx.remaining())?;
+            let out =
+                open_peer_segment(ctx.store, rank, p, ("", "shared-memory"), ctx.remaining())?;
             let mut c = ShmConnection::new(rank, p, seg, out);
             let readable = reads_wanted && probe_peer(ctx, p, c.peer_pid())?;
             if readable {
@@ -324,20 +325,28 @@ fn probe_peer(ctx: &SetupContext<'_>, p: usize, pid: u32) -> Result<bool> {
 }
 
 /// Opens the segment peer rank `p` created for data from `rank`, under the
-/// name `p` published in the store. The name must be a plain segment name
-/// (no path) and the file a private one of this user; errors say which rank,
-/// which peer and what was wrong.
-fn open_peer_segment(
+/// name `p` published in the store at `<rank>/<p>` (with `/<key>` when
+/// `key` is not empty; `what` names the segment in errors:
+/// "shared-memory", "nvlink ring"). The name must be a plain segment name
+/// (no path) and the file a private one of this user; errors say which
+/// rank, which peer and what was wrong.
+pub(super) fn open_peer_segment(
     kv: &dyn Store,
     rank: usize,
     p: usize,
+    (key, what): (&str, &str),
     timeout: std::time::Duration,
 ) -> Result<Segment> {
-    let raw = kv.get(&format!("{rank}/{p}"), timeout)?;
+    let store_key = if key.is_empty() {
+        format!("{rank}/{p}")
+    } else {
+        format!("{rank}/{p}/{key}")
+    };
+    let raw = kv.get(&store_key, timeout)?;
     let name = String::from_utf8(raw).map_err(|e| Error::Bootstrap {
         rank,
         detail: format!(
-            "peer rank {p} published a shared-memory segment name (for data from rank {rank}) \
+            "peer rank {p} published a {what} segment name (for data from rank {rank}) \
              that is not UTF-8: {:?}",
             String::from_utf8_lossy(e.as_bytes())
         ),
@@ -345,7 +354,7 @@ fn open_peer_segment(
     transport_shm::check_name(&name).map_err(|e| Error::Bootstrap {
         rank,
         detail: format!(
-            "peer rank {p} published an invalid shared-memory segment name for data from \
+            "peer rank {p} published an invalid {what} segment name for data from \
              rank {rank}: {e}"
         ),
     })?;
@@ -359,7 +368,7 @@ fn open_peer_segment(
         Error::Io {
             rank,
             context: format!(
-                "opening shared-memory segment {name:?} that peer rank {p} created for data \
+                "opening {what} segment {name:?} that peer rank {p} created for data \
                  from rank {rank}{hint}"
             ),
             source: e,

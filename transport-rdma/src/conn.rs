@@ -381,6 +381,38 @@ impl RdmaConnection {
         }
     }
 
+    /// Copies the encoded `header` and `payload` into the next piece's
+    /// staging slot and writes them with immediate into the peer's slot on
+    /// QP `q`, announcing `announced` bytes (more than staged when a lent
+    /// piece's payload was written before, straight from its buffer).
+    fn post_staged(
+        &mut self,
+        q: usize,
+        header: &PieceHeader,
+        payload: &[u8],
+        announced: usize,
+    ) -> Result<bool, TransportError> {
+        let slot = (self.sent % self.slots as u64) as usize;
+        let off = slot * self.slot_bytes;
+        let mut h = [0u8; HEADER_BYTES];
+        header.encode(&mut h);
+        self.staging.write(off, &[&h, payload]);
+        let wr = SendWr {
+            wr_id: self.sent,
+            local: (
+                self.staging_mr.addr + off as u64,
+                (HEADER_BYTES + payload.len()) as u32,
+                self.staging_mr.lkey,
+            ),
+            remote_addr: self.remote_fifo.0 + off as u64,
+            rkey: self.remote_fifo.1,
+            imm: Some(imm_data(slot, announced)),
+        };
+        self.post(q, wr)?;
+        self.sent += 1;
+        Ok(true)
+    }
+
     /// Checks a piece before it is sent.
     fn check_piece(&self, header: &PieceHeader, data: &[u8]) -> Result<(), TransportError> {
         if data.len() > self.max_piece() || header.len as usize != data.len() {
@@ -439,26 +471,7 @@ impl Connection for RdmaConnection {
         if !self.sq_room(q, SQ_RESERVE) {
             return Ok(false);
         }
-        let slot = (self.sent % self.slots as u64) as usize;
-        let off = slot * self.slot_bytes;
-        let mut h = [0u8; HEADER_BYTES];
-        header.encode(&mut h);
-        self.staging.write(off, &[&h, data]);
-        let bytes = HEADER_BYTES + data.len();
-        let wr = SendWr {
-            wr_id: self.sent,
-            local: (
-                self.staging_mr.addr + off as u64,
-                bytes as u32,
-                self.staging_mr.lkey,
-            ),
-            remote_addr: self.remote_fifo.0 + off as u64,
-            rkey: self.remote_fifo.1,
-            imm: Some(imm_data(slot, bytes)),
-        };
-        self.post(q, wr)?;
-        self.sent += 1;
-        Ok(true)
+        self.post_staged(q, header, data, HEADER_BYTES + data.len())
     }
 
     unsafe fn try_send_lent(
@@ -500,11 +513,7 @@ impl Connection for RdmaConnection {
                 return self.try_send(header, data);
             }
         };
-        let slot = (self.sent % self.slots as u64) as usize;
-        let off = slot * self.slot_bytes;
-        let mut h = [0u8; HEADER_BYTES];
-        header.encode(&mut h);
-        self.staging.write(off, &[&h]);
+        let off = (self.sent % self.slots as u64) as usize * self.slot_bytes;
         let payload = SendWr {
             wr_id: LENT_TAG | self.sent,
             local: (addr, data.len() as u32, mr.lkey),
@@ -514,20 +523,7 @@ impl Connection for RdmaConnection {
         };
         self.post(q, payload)?;
         self.lent_in_flight += 1;
-        let head = SendWr {
-            wr_id: self.sent,
-            local: (
-                self.staging_mr.addr + off as u64,
-                HEADER_BYTES as u32,
-                self.staging_mr.lkey,
-            ),
-            remote_addr: self.remote_fifo.0 + off as u64,
-            rkey: self.remote_fifo.1,
-            imm: Some(imm_data(slot, HEADER_BYTES + data.len())),
-        };
-        self.post(q, head)?;
-        self.sent += 1;
-        Ok(true)
+        self.post_staged(q, header, &[], HEADER_BYTES + data.len())
     }
 
     fn try_recv(

@@ -3,9 +3,7 @@
 //! their headers cross host memory; the transport moves the bytes, the
 //! memory ([`Memory::device_recv`]) reduces or copies them on its stream.
 
-use std::time::{Duration, Instant};
-
-use super::{check_piece, in_op, peer_failed, AbortFlag, OpContext, OpState, Waiter};
+use super::{check_piece, in_op, probe_peers, wait_over, AbortFlag, OpContext, OpState, Waiter};
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::{Op, Region};
@@ -43,34 +41,16 @@ pub(super) fn host_routed_sends<M: Memory>(
             return Ok(());
         }
         if let Some(waited) = waiter.idle() {
-            if abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed)) {
-                return Err(Error::Aborted {
-                    rank: ctx.rank,
-                    reason: Some(format!(
-                        "{} (seq {}) interrupted by abort while waiting for the device paths of {undecided:?}",
-                        ctx.fingerprint, ctx.seq
-                    )),
-                });
-            }
-            if waited >= ctx.timeout {
-                tracing::error!(rank = ctx.rank, op = %ctx.fingerprint, seq = ctx.seq, peers = ?undecided,
-                    "sncl hang: peers never published their device inboxes");
-                return Err(Error::Timeout {
-                    rank: ctx.rank,
-                    op: ctx.fingerprint,
-                    seq: ctx.seq,
-                    waiting_on: undecided,
-                    timeout_ms: ctx.timeout.as_millis() as u64,
-                });
-            }
-            if waiter.last_probe.elapsed() >= Duration::from_millis(100) {
-                waiter.last_probe = Instant::now();
-                for p in &undecided {
-                    if let Some(c) = conns.get_mut(*p).and_then(|c| c.as_deref_mut()) {
-                        c.check_alive().map_err(|e| peer_failed(ctx, e))?;
-                    }
+            let aborted = abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed));
+            let doing = || format!("waiting for the device paths of {undecided:?}");
+            if let Some(e) = wait_over(ctx, waited, aborted, doing, || undecided.clone()) {
+                if matches!(e, Error::Timeout { .. }) {
+                    tracing::error!(rank = ctx.rank, op = %ctx.fingerprint, seq = ctx.seq, peers = ?undecided,
+                        "sncl hang: peers never published their device inboxes");
                 }
+                return Err(e);
             }
+            probe_peers(ctx, &mut waiter, conns, || undecided.clone())?;
         }
     }
 }
