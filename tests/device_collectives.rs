@@ -21,15 +21,16 @@
 //! faulted rank, its device), never a hang; the safe typed forms; argument
 //! errors.
 
+mod device_kit;
+
+use device_kit::{all_reduce_with_fault_on_rank_1, bind_rank, run_all, Case, Rank};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use comm_core::config::TransportChoice;
-use half::{bf16, f16};
-use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
-use sncl::{
-    Collective, Communicator, Config, DataType, DeviceOp, MemoryStore, RawOp, ReduceOp, Store,
-};
+use sncl::device::{self, Backend, DeviceBuffer, StreamHandle};
+use sncl::{Collective, Communicator, Config, DataType, MemoryStore, ReduceOp, Store};
 
 /// Whether `SNCL_TEST_FULL_MATRIX=1` asks for the full matrix.
 fn full_matrix() -> bool {
@@ -85,52 +86,6 @@ fn config(transport: TransportChoice) -> Config {
     }
 }
 
-/// Input element `i` of `rank` (small values: no overflow surprises, exact
-/// in f16/bf16, distinct across ranks).
-fn input(dtype: DataType, rank: usize, count: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(count * dtype.size());
-    for i in 0..count {
-        let v = ((rank * 31 + i * 7) % 23) as i64 - 11;
-        match dtype {
-            DataType::Float32 => out.extend((v as f32 * 0.75).to_le_bytes()),
-            DataType::Float64 => out.extend((v as f64 * 0.75).to_le_bytes()),
-            DataType::Int8 => out.push(v as i8 as u8),
-            DataType::Uint32 => out.extend(((rank * 1000 + i) as u32).to_le_bytes()),
-            DataType::Int64 => out.extend((v * 100_000 + i as i64).to_le_bytes()),
-            DataType::Uint64 => out.extend(((rank * 1000 + i * 3) as u64).to_le_bytes()),
-            DataType::Float16 => out.extend(f16::from_f32(v as f32 * 0.75).to_le_bytes()),
-            DataType::Bfloat16 => out.extend(bf16::from_f32(v as f32 * 0.75).to_le_bytes()),
-            DataType::Int32 => out.extend((v as i32 * 1000 + i as i32).to_le_bytes()),
-            DataType::Uint8 => out.push((rank * 37 + i * 11) as u8),
-            DataType::Float8e4m3 => out.push(kernels::F8E4M3::from_f32(v as f32 * 0.75).to_bits()),
-            DataType::Float8e5m2 => out.push(kernels::F8E5M2::from_f32(v as f32 * 0.75).to_bits()),
-        }
-    }
-    out
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    coll: Collective,
-    dtype: DataType,
-    op: ReduceOp,
-    root: usize,
-    count: usize,
-}
-
-/// (send, recv) elements on `rank` (NCCL's conventions).
-fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
-    let k = c.count;
-    match c.coll {
-        Collective::AllReduce => (k, k),
-        Collective::ReduceScatter => (n * k, k),
-        Collective::AllGather => (k, n * k),
-        Collective::Broadcast => (k, k),
-        Collective::Reduce => (k, if rank == c.root { k } else { 0 }),
-        other => panic!("no extents for {other:?}"),
-    }
-}
-
 fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
     let mut v = Vec::new();
     for &count in counts {
@@ -160,100 +115,8 @@ fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
     v
 }
 
-struct Rank {
-    comm: Communicator,
-    dev: Arc<dyn Device>,
-    stream: StreamHandle,
-}
-
 fn bind(comms: Vec<Communicator>) -> Vec<Rank> {
-    comms
-        .into_iter()
-        .map(|comm| {
-            let dev = device::open(Backend::Emu, comm.rank()).expect("emulated device");
-            comm.bind_device(dev.clone()).expect("bind_device");
-            let stream = dev.create_stream().expect("stream");
-            Rank { comm, dev, stream }
-        })
-        .collect()
-}
-
-/// Runs `case` on host buffers and on device buffers; returns a mismatch.
-fn run_case(r: &Rank, c: &Case) -> Result<(), String> {
-    let (n, rank) = (r.comm.size(), r.comm.rank());
-    let esize = c.dtype.size();
-    let (se, re) = extents(c, n, rank);
-    let send = input(c.dtype, rank, se);
-    let fill = vec![0xa5u8; re * esize];
-    // Host reference, same communicator and schedule.
-    let mut want = fill.clone();
-    let mut raw = RawOp::new(c.coll, c.dtype, c.count);
-    raw.op = c.op;
-    raw.root = c.root;
-    raw.send = send.as_ptr();
-    raw.recv = want.as_mut_ptr();
-    // SAFETY: both vectors cover the extents and outlive the call.
-    unsafe { r.comm.run_raw(&raw) }.map_err(|e| format!("host {c:?}: {e}"))?;
-    // Device: upload, collective, download, all ordered by the stream only.
-    let dsend = DeviceBuffer::new(&r.dev, send.len()).map_err(|e| e.to_string())?;
-    let drecv = DeviceBuffer::new(&r.dev, fill.len()).map_err(|e| e.to_string())?;
-    let mut got = vec![0u8; fill.len()];
-    // SAFETY: the host vectors outlive the stream synchronisation below;
-    // the device ranges are the buffers' own.
-    unsafe {
-        r.dev
-            .copy_h2d_async(dsend.ptr(), send.as_ptr(), send.len(), r.stream)
-            .map_err(|e| e.to_string())?;
-        r.dev
-            .copy_h2d_async(drecv.ptr(), fill.as_ptr(), fill.len(), r.stream)
-            .map_err(|e| e.to_string())?;
-    }
-    let mut d = DeviceOp::new(c.coll, c.dtype, c.count, dsend.ptr(), drecv.ptr(), r.stream);
-    d.op = c.op;
-    d.root = c.root;
-    // SAFETY: the buffers live until after `wait` below.
-    let work = unsafe { r.comm.enqueue_device(d) }.map_err(|e| format!("device {c:?}: {e}"))?;
-    // SAFETY: `got` outlives the synchronisation.
-    unsafe {
-        r.dev
-            .copy_d2h_async(got.as_mut_ptr(), drecv.ptr(), got.len(), r.stream)
-    }
-    .map_err(|e| e.to_string())?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    r.dev
-        .synchronize(r.stream, deadline)
-        .map_err(|e| format!("device {c:?}: stream: {e}"))?;
-    work.wait().map_err(|e| format!("device {c:?}: {e}"))?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-        return Err(format!(
-            "rank {rank}/{n} {c:?}: device result differs from the host's at byte {first} of {}",
-            got.len()
-        ));
-    }
-    Ok(())
-}
-
-fn run_all(ranks: &[Rank], cases: &[Case]) -> Vec<String> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter()
-            .map(|r| {
-                s.spawn(move || {
-                    let mut errs = Vec::new();
-                    for c in cases {
-                        if let Err(e) = run_case(r, c) {
-                            errs.push(e);
-                        }
-                    }
-                    errs
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .flat_map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    })
+    comms.into_iter().map(bind_rank).collect()
 }
 
 fn matrix(transport: TransportChoice, ns: &[usize]) {
@@ -337,37 +200,7 @@ fn large_counts_over_shm_and_tcp() {
 fn a_device_fault_fails_the_operation_on_every_rank() {
     let ranks = bind(Communicator::init_threads(3, config(TransportChoice::Auto)).expect("init"));
     let count = 5000;
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter()
-            .map(|r| {
-                s.spawn(move || {
-                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
-                    if r.comm.rank() == 1 {
-                        r.dev
-                            .inject_fault("injected by the test")
-                            .map_err(|e| e.to_string())?;
-                    }
-                    // SAFETY: `buf` lives until after `wait`.
-                    let w = unsafe {
-                        r.comm.all_reduce_device_raw(
-                            buf.ptr(),
-                            buf.ptr(),
-                            count,
-                            DataType::Float32,
-                            ReduceOp::Sum,
-                            r.stream,
-                        )
-                    }
-                    .map_err(|e| format!("enqueue: {e}"))?;
-                    w.wait().map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("no panic"))
-            .collect()
-    });
+    let results = all_reduce_with_fault_on_rank_1(&ranks, count, "injected by the test");
     for (rank, r) in results.iter().enumerate() {
         let e = r.as_ref().expect_err("every rank fails");
         eprintln!("rank {rank}: {e}");

@@ -8,10 +8,12 @@
 //! the bytes show in `stats()` under `nvlink`, and host operations over
 //! nvlink connections still work.
 
+mod device_kit;
 mod nvlink_common;
 
 use comm_core::config::TransportChoice;
-use nvlink_common::{cases, ranks, run_all};
+use device_kit::{all_reduce_device, all_reduce_with_fault_on_rank_1, bind_rank, run_all, Case};
+use nvlink_common::{cases, ranks};
 use sncl::device::DeviceBuffer;
 use sncl::{Communicator, DataType, ReduceOp};
 
@@ -57,37 +59,11 @@ fn nvlink_device_fault_fails_every_rank_naming_it() {
     let _serial = nvlink_common::serial();
     let ranks = ranks(3);
     let count = 50_000;
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter()
-            .map(|r| {
-                s.spawn(move || {
-                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
-                    if r.comm.rank() == 1 {
-                        r.dev
-                            .inject_fault("reduce kernel failed to compile (injected)")
-                            .map_err(|e| e.to_string())?;
-                    }
-                    // SAFETY: `buf` lives until after `wait`.
-                    let w = unsafe {
-                        r.comm.all_reduce_device_raw(
-                            buf.ptr(),
-                            buf.ptr(),
-                            count,
-                            DataType::Float32,
-                            ReduceOp::Sum,
-                            r.stream,
-                        )
-                    }
-                    .map_err(|e| format!("enqueue: {e}"))?;
-                    w.wait().map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("no panic"))
-            .collect()
-    });
+    let results = all_reduce_with_fault_on_rank_1(
+        &ranks,
+        count,
+        "reduce kernel failed to compile (injected)",
+    );
     for (rank, r) in results.iter().enumerate() {
         let e = r.as_ref().expect_err("every rank fails");
         eprintln!("rank {rank}: {e}");
@@ -113,12 +89,13 @@ fn nvlink_device_fault_fails_every_rank_naming_it() {
 #[test]
 fn nvlink_vs_shm_staging_timing() {
     let _serial = nvlink_common::serial();
-    use nvlink_common::{bind, config, Case};
+    use nvlink_common::{bind, config};
     let count = 1 << 20; // 4 MiB of f32
     let case = Case {
         coll: sncl::Collective::AllReduce,
         dtype: DataType::Float32,
         op: ReduceOp::Sum,
+        root: 0,
         count,
     };
     let mut times = Vec::new();
@@ -133,16 +110,7 @@ fn nvlink_vs_shm_staging_timing() {
         let ranks: Vec<_> = if transport == "nvlink" {
             comms.into_iter().map(bind).collect()
         } else {
-            comms
-                .into_iter()
-                .map(|comm| {
-                    let dev =
-                        sncl::device::open(sncl::device::Backend::Emu, comm.rank()).expect("emu");
-                    comm.bind_device(dev.clone()).expect("bind");
-                    let stream = dev.create_stream().expect("stream");
-                    nvlink_common::Rank { comm, dev, stream }
-                })
-                .collect()
+            comms.into_iter().map(bind_rank).collect()
         };
         // Warm up (inboxes, staging), then time device-only runs.
         let errs = run_all(&ranks, &[case]);
@@ -154,19 +122,7 @@ fn nvlink_vs_shm_staging_timing() {
                 s.spawn(move || {
                     let buf = DeviceBuffer::new(&r.dev, count * 4).expect("buffer");
                     for _ in 0..iters {
-                        // SAFETY: `buf` lives until after `wait`.
-                        let w = unsafe {
-                            r.comm.all_reduce_device_raw(
-                                buf.ptr(),
-                                buf.ptr(),
-                                count,
-                                DataType::Float32,
-                                ReduceOp::Sum,
-                                r.stream,
-                            )
-                        }
-                        .expect("enqueue");
-                        w.wait().expect("all_reduce");
+                        all_reduce_device(r, &buf, count).expect("all_reduce");
                     }
                 });
             }
@@ -186,7 +142,8 @@ fn nvlink_vs_shm_staging_timing() {
 #[test]
 fn nvlink_two_ranks_on_one_device() {
     let _serial = nvlink_common::serial();
-    use nvlink_common::{config, Rank};
+    use device_kit::Rank;
+    use nvlink_common::config;
     let comms = Communicator::init_threads(2, config()).expect("init over nvlink");
     let ranks: Vec<Rank> = comms
         .into_iter()

@@ -6,12 +6,14 @@
 //!
 //! The test binary runs itself as the ranks (`NVLINK_TEST_ROLE`).
 
+mod device_kit;
 mod nvlink_common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nvlink_common::{bind, cases, config, run_case};
+use device_kit::run_case;
+use nvlink_common::{bind, cases, config};
 use sncl::device::DeviceBuffer;
 use sncl::{Communicator, DataType, ReduceOp, UniqueId};
 
