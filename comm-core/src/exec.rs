@@ -65,6 +65,16 @@ struct OpState {
     finished: bool,
 }
 
+impl OpState {
+    /// Records `n` more bytes of the op's `total` moved; whether it is
+    /// finished now.
+    fn advance(&mut self, n: usize, total: usize) -> bool {
+        self.done += n;
+        self.finished = self.done == total;
+        self.finished
+    }
+}
+
 /// A fixed instant to initialise waiters without reading the clock.
 static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
@@ -650,10 +660,8 @@ fn send_some<M: Memory>(
         if !sent.map_err(|e| peer_failed(ctx, e))? {
             return Ok(moved);
         }
-        st.done += n;
         moved += n;
-        if st.done == total {
-            st.finished = true;
+        if st.advance(n, total) {
             return Ok(moved);
         }
     }
@@ -741,10 +749,8 @@ fn recv_some<M: Memory>(
         if !got {
             return Ok(moved);
         }
-        st.done += expect;
         moved += expect;
-        if st.done == total {
-            st.finished = true;
+        if st.advance(expect, total) {
             return Ok(moved);
         }
     }

@@ -7,7 +7,7 @@ use super::{check_piece, in_op, probe_peers, wait_over, AbortFlag, OpContext, Op
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::{Op, Region};
-use crate::transport::Connection;
+use crate::transport::{Connection, DeviceLink};
 use crate::wire::PieceHeader;
 
 /// Device memory: waits (within the deadline) until the route of every
@@ -86,14 +86,7 @@ pub(super) fn send_device<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = src.len * esize;
-    let queue = bufs
-        .device_queue()
-        .ok_or_else(|| no_device_path(ctx, conn.peer()))?;
-    let peer = conn.peer();
-    let link = conn
-        .device_link()
-        .ok_or_else(|| no_device_path(ctx, peer))?;
-    let max = (link.max_device_piece() / esize * esize).max(esize);
+    let (peer, queue, link, max) = device_parts(ctx, bufs, conn)?;
     let mut moved = 0;
     loop {
         let n = max.min(total - st.done);
@@ -113,13 +106,31 @@ pub(super) fn send_device<M: Memory>(
         {
             return Ok(moved);
         }
-        st.done += n;
         moved += n;
-        if st.done == total {
-            st.finished = true;
+        if st.advance(n, total) {
             return Ok(moved);
         }
     }
+}
+
+/// What a device piece needs: the peer, the operation's device queue,
+/// the connection's device link and the largest piece in whole elements.
+#[allow(clippy::type_complexity)]
+fn device_parts<'a, M: Memory>(
+    ctx: &OpContext,
+    bufs: &'a M,
+    conn: &'a mut dyn Connection,
+) -> Result<(usize, &'a dyn std::any::Any, &'a mut dyn DeviceLink, usize)> {
+    let esize = ctx.dtype.size();
+    let peer = conn.peer();
+    let queue = bufs
+        .device_queue()
+        .ok_or_else(|| no_device_path(ctx, peer))?;
+    let link = conn
+        .device_link()
+        .ok_or_else(|| no_device_path(ctx, peer))?;
+    let max = (link.max_device_piece() / esize * esize).max(esize);
+    Ok((peer, queue, link, max))
 }
 
 fn no_device_path(ctx: &OpContext, peer: usize) -> Error {
@@ -145,14 +156,7 @@ pub(super) fn recv_device<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = dst.len * esize;
-    let peer = conn.peer();
-    let queue = bufs
-        .device_queue()
-        .ok_or_else(|| no_device_path(ctx, peer))?;
-    let link = conn
-        .device_link()
-        .ok_or_else(|| no_device_path(ctx, peer))?;
-    let max = (link.max_device_piece() / esize * esize).max(esize);
+    let (peer, queue, link, max) = device_parts(ctx, bufs, conn)?;
     let mut moved = 0;
     loop {
         let expect = max.min(total - st.done);
@@ -170,10 +174,8 @@ pub(super) fn recv_device<M: Memory>(
         if !got {
             return Ok(moved);
         }
-        st.done += expect;
         moved += expect;
-        if st.done == total {
-            st.finished = true;
+        if st.advance(expect, total) {
             return Ok(moved);
         }
     }
