@@ -7,8 +7,12 @@
 //! Every step is enqueued on the caller's stream in order — encode, an
 //! all-to-all of encoded parts, the owner's decode-and-sum and re-encode, an
 //! all-gather of the reduced encodings, decode (top-k: encode, all-gather,
-//! decode-and-add) — and the call returns once the stream has run them
-//! (with the communicator's timeout as the deadline), like the host form.
+//! decode-and-add). [`Communicator::enqueue_all_reduce_compressed_device`]
+//! returns once they are enqueued, with a [`CompressedDeviceWork`] that
+//! owns the call's temporaries; its `wait` (or drop) waits for the stream
+//! (with the communicator's timeout as the deadline) and reports a peer's
+//! undecodable encoding. [`Communicator::all_reduce_compressed_device`] is
+//! both in one call, like the host form.
 //! Results are bit-identical to [`Communicator::all_reduce_compressed`] on
 //! the same data (the kernels are bit-identical to the `compress` crate and
 //! the operand order is the same); the error-feedback residual lives in
@@ -20,11 +24,12 @@
 //!
 //! Codecs: fp16, bf16, int8 (nearest and stochastic), top-k exact and
 //! sampled. Sampled top-k encodings vary in length: they are gathered at
-//! their largest size and their headers read back (one host round trip)
-//! before they are decoded.
+//! their largest size and decoded by their headers on the device
+//! ([`CodecOp::DecodeTopK`]), with no host round trip.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use comm_core::{DataType, Error, ReduceOp, Result};
 use compress::Codec;
@@ -83,13 +88,13 @@ impl DeviceFeedback {
 }
 
 /// One call's device context: the device, the caller's stream, the rank
-/// and the deadline; allocations made for the call live until it returns
-/// (after the stream has run everything that uses them).
-struct Ctx<'a> {
-    dev: &'a Arc<dyn Device>,
+/// and the timeout; allocations made for the call live until the stream
+/// has run everything that uses them ([`Ctx::finish`]).
+struct Ctx {
+    dev: Arc<dyn Device>,
     stream: StreamHandle,
     rank: usize,
-    deadline: Instant,
+    timeout: Duration,
     temps: Vec<DeviceBuffer>,
     works: Vec<RawWork>,
     /// Top-k decode workspaces, whose first u32 is the decode's status.
@@ -99,15 +104,60 @@ struct Ctx<'a> {
     zeros: Vec<Vec<u8>>,
 }
 
-impl Ctx<'_> {
+impl Ctx {
+    /// Waits for the enqueued collectives and the stream, then checks the
+    /// top-k decodes' statuses (the first error met is returned). The
+    /// temporaries may be freed after this returns.
+    fn finish(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut first = None;
+        // Every enqueued collective ends (or fails) before the stream is
+        // waited for and the temporaries are freed.
+        for w in self.works.drain(..) {
+            if let Err(e) = w.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        if let Err(e) = self.dev.synchronize(self.stream, deadline) {
+            first.get_or_insert(self.err("waiting for the stream", e));
+        }
+        self.zeros.clear();
+        if let Some(e) = first {
+            self.statuses.clear();
+            return Err(e);
+        }
+        for ws in std::mem::take(&mut self.statuses) {
+            let mut status = 0u32;
+            // SAFETY: `ws` is a live workspace of at least 4 bytes (a
+            // temporary of this context); `status` is a live u32 and the
+            // copy is synchronised below.
+            unsafe {
+                self.dev
+                    .copy_d2h_async((&mut status as *mut u32).cast(), ws, 4, self.stream)
+            }
+            .map_err(|e| self.err("reading a top-k decode status", e))?;
+            self.dev
+                .synchronize(self.stream, deadline)
+                .map_err(|e| self.err("reading a top-k decode status", e))?;
+            if let Some(why) = dcodec::decode_status(status) {
+                return Err(Error::InvalidArgument {
+                    rank: self.rank,
+                    op: OP,
+                    detail: format!("a peer's encoded data does not decode: {why}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn err(&self, what: &str, e: DeviceError) -> Error {
-        device_error(self.rank, self.dev, (OP, None), what, e)
+        device_error(self.rank, &self.dev, (OP, None), what, e)
     }
 
     /// A device buffer of `bytes` (at least 1), kept for the call; for
     /// buffers every byte of which is written before it is read or sent.
     fn alloc(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
-        let buf = DeviceBuffer::new(self.dev, bytes.max(1))
+        let buf = DeviceBuffer::new(&self.dev, bytes.max(1))
             .map_err(|e| self.err(&format!("allocating {what}"), e))?;
         let p = buf.ptr();
         self.temps.push(buf);
@@ -148,45 +198,53 @@ impl Ctx<'_> {
         unsafe { self.dev.codec(self.stream, op) }.map_err(|e| self.err(what, e))
     }
 
-    /// The byte lengths (4 + 8k) of the `n` top-k encodings gathered at
-    /// `all`, `stride` bytes apart, from their headers; waits for the
-    /// stream (the gather) first.
-    fn topk_lengths(&mut self, all: DevicePtr, stride: usize, n: usize) -> Result<Vec<usize>> {
-        let mut heads = vec![[0u8; 4]; n];
-        for (r, h) in heads.iter_mut().enumerate() {
-            // SAFETY: `all` holds n × stride bytes (stride ≥ 4); `h` lives
-            // until the synchronisation below.
-            unsafe {
-                self.dev
-                    .copy_d2h_async(h.as_mut_ptr(), all.add(r * stride), 4, self.stream)
-            }
-            .map_err(|e| self.err("reading the top-k headers", e))?;
-        }
-        self.dev
-            .synchronize(self.stream, self.deadline)
-            .map_err(|e| self.err("reading the top-k headers", e))?;
-        heads
-            .iter()
-            .enumerate()
-            .map(|(r, h)| {
-                let len = 4 + 8 * u32::from_le_bytes(*h) as usize;
-                if len > stride {
-                    return Err(Error::InvalidArgument {
-                        rank: self.rank,
-                        op: OP,
-                        detail: format!(
-                            "rank {r}'s top-k encoding claims {len} bytes, at most {stride} fit"
-                        ),
-                    });
-                }
-                Ok(len)
-            })
-            .collect()
-    }
-
     /// A workspace for one codec operation.
     fn workspace(&mut self, codec: &Codec, n: usize) -> Result<DevicePtr> {
         self.zeroed(dcodec::workspace_bytes(codec, n), "a codec workspace")
+    }
+}
+
+/// A compressed all-reduce on device buffers that is enqueued on its
+/// stream ([`Communicator::enqueue_all_reduce_compressed_device`]): it owns
+/// the call's device temporaries and the collectives it enqueued. [`wait`]
+/// (or dropping it, which logs what `wait` would return) waits for them and
+/// the stream, then checks that every peer's top-k encoding decoded; the
+/// result is in the buffer once it returns `Ok` (and, ordered on the
+/// stream, for any work enqueued after the call).
+///
+/// [`wait`]: CompressedDeviceWork::wait
+#[must_use = "dropping it waits for the stream; call wait() to see errors"]
+pub struct CompressedDeviceWork<'a> {
+    cx: Option<Ctx>,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+impl std::fmt::Debug for CompressedDeviceWork<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompressedDeviceWork")
+            .field("pending", &self.cx.is_some())
+            .finish()
+    }
+}
+
+impl CompressedDeviceWork<'_> {
+    /// Waits until the stream has run the all-reduce (the communicator's
+    /// timeout as the deadline) and reports its outcome.
+    pub fn wait(mut self) -> Result<()> {
+        match self.cx.take() {
+            Some(mut cx) => cx.finish(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for CompressedDeviceWork<'_> {
+    fn drop(&mut self) {
+        if let Some(mut cx) = self.cx.take() {
+            if let Err(e) = cx.finish() {
+                tracing::warn!(error = %e, "a compressed device all-reduce dropped unwaited failed");
+            }
+        }
     }
 }
 
@@ -211,6 +269,38 @@ impl Communicator {
         scope: CompressScope,
         stream: StreamHandle,
     ) -> Result<()> {
+        // SAFETY: the caller's contract, for longer than the work (waited
+        // for here).
+        unsafe {
+            self.enqueue_all_reduce_compressed_device_raw(
+                buf, count, op, codec, feedback, scope, stream,
+            )
+        }?
+        .wait()
+    }
+
+    /// [`Communicator::all_reduce_compressed_device_raw`] that returns once
+    /// every step is enqueued on `stream`, with the handle that completes
+    /// it.
+    /// Errors found while enqueueing are returned after what was enqueued
+    /// has run.
+    ///
+    /// # Safety
+    /// `buf` is a live device range of `count` f32 on the communicator's
+    /// device, and `feedback`'s residual is not used or dropped, until the
+    /// handle's `wait` returns or it is dropped; nothing unordered with
+    /// `stream` uses `buf` meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn enqueue_all_reduce_compressed_device_raw(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        op: ReduceOp,
+        codec: &Codec,
+        feedback: Option<&mut DeviceFeedback>,
+        scope: CompressScope,
+        stream: StreamHandle,
+    ) -> Result<CompressedDeviceWork<'static>> {
         let rank = self.rank();
         let invalid = |detail: String| Error::InvalidArgument {
             rank,
@@ -229,10 +319,10 @@ impl Communicator {
             )
         })?;
         let mut cx = Ctx {
-            dev: &dev,
+            dev: dev.clone(),
             stream,
             rank,
-            deadline: Instant::now() + self.inner.config.timeout,
+            timeout: self.inner.config.timeout,
             temps: Vec::new(),
             works: Vec::new(),
             statuses: Vec::new(),
@@ -300,42 +390,24 @@ impl Communicator {
             }
             Ok(())
         })();
-        // Every enqueued collective ends (or fails) before the stream is
-        // waited for and the temporaries are freed.
-        let mut first = result.err();
-        for w in cx.works.drain(..) {
-            if let Err(e) = w.wait() {
-                first.get_or_insert(e);
+        if let Err(e) = result {
+            // What was enqueued runs before the temporaries go; the first
+            // error is the one reported.
+            if let Err(later) = cx.finish() {
+                tracing::debug!(error = %later, "after a failed compressed device all-reduce");
             }
-        }
-        if let Err(e) = dev.synchronize(stream, cx.deadline) {
-            first.get_or_insert(cx.err("waiting for the stream", e));
-        }
-        if let Some(e) = first {
             return Err(e);
         }
-        for &ws in &cx.statuses {
-            let mut status = 0u32;
-            // SAFETY: `ws` is a live workspace of at least 4 bytes;
-            // `status` is a live u32 and the copy is synchronised below.
-            unsafe { dev.copy_d2h_async((&mut status as *mut u32).cast(), ws, 4, stream) }
-                .map_err(|e| cx.err("reading a top-k decode status", e))?;
-            dev.synchronize(stream, cx.deadline)
-                .map_err(|e| cx.err("reading a top-k decode status", e))?;
-            if let Some(why) = dcodec::decode_status(status) {
-                return Err(Error::InvalidArgument {
-                    rank,
-                    op: OP,
-                    detail: format!("a peer's encoded data does not decode: {why}"),
-                });
-            }
-        }
-        Ok(())
+        Ok(CompressedDeviceWork {
+            cx: Some(cx),
+            _borrows: PhantomData,
+        })
     }
 
     /// The safe form of [`Communicator::all_reduce_compressed_device_raw`]
     /// on `count` f32 of a [`DeviceBuffer`] of the bound device (the first
-    /// call binds the communicator to the buffer's device).
+    /// call binds the communicator to the buffer's device): returns when
+    /// the result is in `buf`.
     #[allow(clippy::too_many_arguments)]
     pub fn all_reduce_compressed_device(
         &self,
@@ -347,6 +419,25 @@ impl Communicator {
         scope: CompressScope,
         stream: StreamHandle,
     ) -> Result<()> {
+        self.enqueue_all_reduce_compressed_device(buf, count, op, codec, feedback, scope, stream)?
+            .wait()
+    }
+
+    /// [`Communicator::all_reduce_compressed_device`] that returns once the
+    /// steps are enqueued on `stream`, like the plain device collectives;
+    /// the handle borrows the buffer and the residual until it is waited
+    /// for (or dropped, which waits).
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_all_reduce_compressed_device<'a>(
+        &'a self,
+        buf: &'a mut DeviceBuffer,
+        count: usize,
+        op: ReduceOp,
+        codec: &Codec,
+        feedback: Option<&'a mut DeviceFeedback>,
+        scope: CompressScope,
+        stream: StreamHandle,
+    ) -> Result<CompressedDeviceWork<'a>> {
         let rank = self.rank();
         let invalid = |detail: String| Error::InvalidArgument {
             rank,
@@ -362,10 +453,11 @@ impl Communicator {
             )));
         }
         // SAFETY: `buf` is a live device buffer of the bound device holding
-        // at least `count` f32 (checked above), borrowed mutably for the
-        // call, which returns only after the stream has used it.
-        unsafe {
-            self.all_reduce_compressed_device_raw(
+        // at least `count` f32 (checked above); it and the residual stay
+        // borrowed mutably by the returned handle, which waits for the
+        // stream before it goes.
+        let mut work = unsafe {
+            self.enqueue_all_reduce_compressed_device_raw(
                 buf.ptr(),
                 count,
                 op,
@@ -374,14 +466,18 @@ impl Communicator {
                 scope,
                 stream,
             )
-        }
+        }?;
+        Ok(CompressedDeviceWork {
+            cx: work.cx.take(),
+            _borrows: PhantomData,
+        })
     }
 }
 
 /// Sums the `len` f32 at `data` over `comm` moving only encoded bytes (the
 /// device form of `compressed::cross_tier`).
 fn cross_tier(
-    cx: &mut Ctx<'_>,
+    cx: &mut Ctx,
     comm: &Communicator,
     data: DevicePtr,
     len: usize,
@@ -429,28 +525,34 @@ fn cross_tier(
         let w = unsafe { comm.all_gather_device_raw(enc, all, enc_len, DataType::Uint8, stream) }?;
         cx.works.push(w);
         // Exact top-k encodings are exactly `enc_len` long; sampled ones are
-        // at most that, their length is in their header (the count k):
-        // read the gathered headers (the one host round trip).
-        let lens: Vec<usize> = match codec {
-            Codec::TopK { sampled: true, .. } => cx.topk_lengths(all, enc_len, n)?,
-            _ => vec![enc_len; n],
-        };
+        // at most that, their length is in their header (the count k),
+        // which the decode kernels read on the device.
         cx.zero(data, len * 4, "the sum")?;
-        for (r, &actual) in lens.iter().enumerate() {
+        for r in 0..n {
             let ws = cx.workspace(codec, len)?;
             cx.statuses.push(ws);
-            cx.codec(
-                &CodecOp::Decode {
+            let src = all.add(r * enc_len);
+            let op = match codec {
+                Codec::TopK { sampled: true, .. } => CodecOp::DecodeTopK {
                     codec,
-                    srcs: &[all.add(r * enc_len)],
-                    enc_len: actual,
+                    src,
+                    max_len: enc_len,
                     n: len,
                     dst: data,
                     add: true,
                     workspace: ws,
                 },
-                "decoding top-k",
-            )?;
+                _ => CodecOp::Decode {
+                    codec,
+                    srcs: std::slice::from_ref(&src),
+                    enc_len,
+                    n: len,
+                    dst: data,
+                    add: true,
+                    workspace: ws,
+                },
+            };
+            cx.codec(&op, "decoding top-k")?;
         }
         return Ok(());
     }

@@ -214,3 +214,111 @@ fn bad_arguments_are_errors() {
         .expect_err("too short");
     assert!(e.to_string().contains("64 bytes"), "{e}");
 }
+
+#[test]
+fn enqueue_returns_before_the_stream_runs_it() {
+    // Each rank holds its stream with a value wait, enqueues, finds its
+    // buffer untouched (read on a second stream), releases the stream, and
+    // gets the host form's result from the handle.
+    let comms = ranks(3, 1, 93);
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || -> Vec<String> {
+                    let rank = c.rank();
+                    let dev = device::open(Backend::Emu, rank).expect("emu");
+                    let stream = dev.create_stream().expect("stream");
+                    let side = DevRank {
+                        dev: dev.clone(),
+                        stream: dev.create_stream().expect("stream"),
+                    };
+                    let d = DevRank { dev, stream };
+                    let flag = d.dev.alloc_pinned(4).expect("pinned");
+                    let flag_u32 = flag.as_ptr().cast::<u32>();
+                    // SAFETY: a live, aligned pinned u32 (see below).
+                    let flag_atomic = unsafe { std::sync::atomic::AtomicU32::from_ptr(flag_u32) };
+                    flag_atomic.store(0, std::sync::atomic::Ordering::Release);
+                    let mut errs = Vec::new();
+                    for (step, spec) in ["int8", "fp16", "topk-exact:0.05", "topk:0.05"]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let codec = Codec::parse(spec).unwrap();
+                        let data = input(rank, step, 3001);
+                        let mut host = data.clone();
+                        c.all_reduce_compressed(
+                            &mut host,
+                            ReduceOp::Sum,
+                            &codec,
+                            None,
+                            CompressScope::Flat,
+                        )
+                        .expect("host");
+                        let mut buf = upload(&d, &data);
+                        let go = step as u32 + 1;
+                        // SAFETY: `flag` is a live, aligned pinned u32 of this
+                        // device, freed after the last wait below.
+                        unsafe { d.dev.stream_wait_u32(d.stream, flag_u32, go) }.expect("hold");
+                        let ptr = buf.ptr();
+                        let t0 = Instant::now();
+                        let work = c
+                            .enqueue_all_reduce_compressed_device(
+                                &mut buf,
+                                3001,
+                                ReduceOp::Sum,
+                                &codec,
+                                None,
+                                CompressScope::Flat,
+                                d.stream,
+                            )
+                            .expect("enqueue");
+                        let took = t0.elapsed();
+                        let mut now = vec![0f32; 3001];
+                        // SAFETY: `buf` is live and `now` outlives the
+                        // synchronisation; the held stream has not run the
+                        // encode, and nothing on `side`'s stream writes it.
+                        unsafe {
+                            side.dev.copy_d2h_async(
+                                now.as_mut_ptr().cast(),
+                                ptr,
+                                3001 * 4,
+                                side.stream,
+                            )
+                        }
+                        .expect("d2h");
+                        side.dev
+                            .synchronize(side.stream, Instant::now() + Duration::from_secs(30))
+                            .expect("sync");
+                        if bits(&now) != bits(&data) {
+                            errs.push(format!(
+                                "rank {rank} {spec}: the buffer changed while the stream was held"
+                            ));
+                        }
+                        // The blocking form would wait out the 60 s timeout.
+                        if took > Duration::from_secs(20) {
+                            errs.push(format!("rank {rank} {spec}: enqueue took {took:?}"));
+                        }
+                        // A release store lets the stream go on.
+                        flag_atomic.store(go, std::sync::atomic::Ordering::Release);
+                        if let Err(e) = work.wait() {
+                            errs.push(format!("rank {rank} {spec}: {e}"));
+                            continue;
+                        }
+                        let got = download(&d, &buf, 3001);
+                        if bits(&got) != bits(&host) {
+                            errs.push(format!("rank {rank} {spec}: not the host form's result"));
+                        }
+                    }
+                    // SAFETY: allocated above with 4 bytes; the streams are idle.
+                    unsafe { d.dev.free_pinned(flag, 4) }.expect("free");
+                    errs
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}

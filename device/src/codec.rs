@@ -77,6 +77,28 @@ pub enum CodecOp<'a> {
         /// [`workspace_bytes`] of scratch (used by top-k only).
         workspace: DevicePtr,
     },
+    /// A top-k decode ([`CodecOp::Decode`] with one source) of an encoding
+    /// whose length its header gives (`4 + 8k`, at most `max_len` bytes):
+    /// a peer's sampled top-k encoding received at its largest size, decoded
+    /// without reading its header back to the host first. A header that
+    /// claims more than `max_len` bytes (or `k > n`, or bad indices) sets
+    /// the workspace's status and leaves `dst` untouched.
+    DecodeTopK {
+        /// A top-k codec (exact or sampled).
+        codec: &'a Codec,
+        /// The encoding.
+        src: DevicePtr,
+        /// Bytes readable at `src` (at least the 4-byte header).
+        max_len: usize,
+        /// Elements.
+        n: usize,
+        /// `n` f32, 4-byte aligned.
+        dst: DevicePtr,
+        /// Add to `dst` instead of overwriting it.
+        add: bool,
+        /// [`workspace_bytes`] of scratch; its first `u32` is the status.
+        workspace: DevicePtr,
+    },
     /// fp16/bf16: `dst = enc(dec(srcs[0]) + dec(srcs[1]) + ...)`, summed in
     /// f32 from +0 (as `decode_add` into zeros then `encode`); the f32 sum
     /// also to `sum` when given.
@@ -100,6 +122,7 @@ impl CodecOp<'_> {
         match self {
             CodecOp::Encode { codec, .. }
             | CodecOp::Decode { codec, .. }
+            | CodecOp::DecodeTopK { codec, .. }
             | CodecOp::DecodeSumEncode { codec, .. } => codec,
         }
     }
@@ -136,7 +159,7 @@ pub fn decode_status(status: u32) -> Option<String> {
     for (bit, text) in [
         (1, "shorter than the 4-byte header"),
         (2, "count k larger than the element count"),
-        (3, "length is not 4 + 8k"),
+        (3, "length is not 4 + 8k (or more than the bytes given)"),
         (4, "an index out of range"),
         (8, "indices not strictly ascending"),
     ] {
@@ -304,6 +327,34 @@ pub(crate) fn plan(
                 work,
             ))
         }
+        CodecOp::DecodeTopK {
+            codec,
+            src,
+            max_len,
+            n,
+            dst,
+            add,
+            workspace,
+        } => {
+            let mut dc = device_codec(ordinal, codec, n)?;
+            let (DeviceCodec::TopKExact { k } | DeviceCodec::TopKSampled { k }) = &mut dc else {
+                return Err(invalid(format!(
+                    "a decode sized by its header is for top-k, not {}",
+                    codec.name()
+                )));
+            };
+            // The most the length allows; the kernels read the header's.
+            *k = (max_len.saturating_sub(4) / 8) as u64;
+            let src = map(src, max_len, 1, "the encoded input")?;
+            let dst = map(dst, f32s(n)?, 4, "the output")?;
+            let work = map(workspace, 8, 8, "the workspace")?;
+            let mut plan =
+                cuda_codec::decode_plan(&dc, &[src], max_len as u64, n as u64, dst, add, work);
+            for l in &mut plan {
+                l.args.flags |= cuda_codec::FLAG_LEN_MAX;
+            }
+            Ok(plan)
+        }
         CodecOp::DecodeSumEncode {
             codec,
             srcs,
@@ -356,6 +407,70 @@ mod tests {
         assert!(decode_status(2).unwrap().contains("larger"));
         assert!(decode_status(12).unwrap().contains("ascending"));
         assert!(decode_status(12).unwrap().contains("range"));
+    }
+
+    /// A sampled top-k encoding given at its largest size decodes by its
+    /// header (as compress decodes the exact bytes); a header claiming more
+    /// than the bytes given is refused, the output untouched.
+    #[cfg(feature = "emu")]
+    #[test]
+    fn topk_decodes_sized_by_the_header() {
+        use crate::emu::codecs::{run_plan, PlanShape};
+        let n = 50_000;
+        let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 - 506.0).collect();
+        let codec = Codec::parse("topk:0.01").unwrap();
+        let mut enc = Vec::new();
+        codec.encode(&x, &mut enc);
+        let max_len = codec.max_encoded_len(n);
+        assert!(enc.len() < max_len, "the sampled encoding is shorter");
+        let mut want = vec![0f32; n];
+        codec.decode(&enc, n, &mut want).unwrap();
+        let mut given = vec![0xa5u8; max_len];
+        given[..enc.len()].copy_from_slice(&enc);
+        let mut work = [0u64; 1];
+        let run = |given: &[u8], out: &mut [f32], work: &mut [u64; 1]| {
+            let op = CodecOp::DecodeTopK {
+                codec: &codec,
+                src: DevicePtr(given.as_ptr() as u64),
+                max_len,
+                n,
+                dst: DevicePtr(out.as_mut_ptr() as u64),
+                add: false,
+                workspace: DevicePtr(work.as_mut_ptr() as u64),
+            };
+            let launches = plan(0, &op, |p, _, align, what| {
+                check_align(0, p, align, what)?;
+                Ok(p.0)
+            })
+            .unwrap();
+            // SAFETY: host memory of the sizes the plan uses: `given`
+            // max_len bytes, `out` n f32, `work` 8 bytes.
+            unsafe { run_plan(&launches, PlanShape::EMU) }.unwrap();
+            work[0] as u32
+        };
+        let mut got = vec![1f32; n];
+        assert_eq!(run(&given, &mut got, &mut work), 0);
+        assert_eq!(got, want);
+        let k = (max_len - 4) / 8 + 1;
+        given[..4].copy_from_slice(&(k as u32).to_le_bytes());
+        let mut kept = vec![1f32; n];
+        assert_eq!(run(&given, &mut kept, &mut work), 3);
+        assert!(kept.iter().all(|&v| v == 1.0));
+        let e = plan(
+            0,
+            &CodecOp::DecodeTopK {
+                codec: &Codec::Fp16,
+                src: DevicePtr(0),
+                max_len: 8,
+                n: 2,
+                dst: DevicePtr(0),
+                add: false,
+                workspace: DevicePtr(0),
+            },
+            |p, _, _, _| Ok(p.0),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("for top-k"), "{e}");
     }
 
     #[test]

@@ -12,26 +12,32 @@
 //              scale absmax/127, then one i8 per element;
 //   top-k:     u32 k, k x u32 indices (ascending), k x f32 values.
 //
-// Host-shim rule (sncl_host_emu.h runs every thread of a launch one after
-// the other): no shared memory, no barriers, no warp operations. Each
-// thread's work is independent inside one kernel; whatever needs a
-// cross-thread step (an int8 block's absmax, a top-k threshold, compaction
-// offsets) is split into a documented sequence of kernels on one stream.
-// "Single" kernels do their work on thread 0 of block 0 only. Global
-// atomics are plain read-modify-writes on the host (launches of one stream
-// never overlap).
+// Host-shim rules (sncl_host_emu.h): a plain kernel has no shared memory,
+// no barriers and no warp operations: the shim runs its threads one after
+// the other, so each thread's work is independent inside one kernel.
+// "Single" kernels do their work on thread 0 of block 0 only. Block
+// kernels (SNCL_FOR_EACH_CODEC_BLOCK_KERNEL) let a block's threads
+// cooperate through __shared__ memory and __syncthreads, written in
+// SNCL_EACH_THREAD phases (the shim's "Block kernels" rules); they are
+// launched with at most SNCL_CODEC_BLOCK_THREADS threads per block.
+// Whatever needs a step across blocks (a top-k threshold, compaction
+// offsets) is a documented sequence of kernels on one stream, or the last
+// block of a launch to finish does it (SNCL_TS_TICKET). Global atomics are
+// plain read-modify-writes on the host (launches of one stream never
+// overlap, and the shim runs blocks one after the other).
 //
 // Sequences (all on the stream, no host round trip):
 //   encode fp16/bf16:  encode_<f>
 //   decode fp16/bf16:  decode_<f>             (nsrcs inputs; add or overwrite)
 //   fused reduce:      decsum_encode_<f>      (sum of nsrcs decoded inputs in f32 from +0,
 //                                              re-encoded; optional f32 sum in aux)
-//   encode int8:       int8_stats, int8_quantize
+//   encode int8:       int8_encode            (one DRAM pass: a thread group per
+//                                              block, statistics then quantisation)
 //   decode int8:       int8_decode            (nsrcs inputs; add or overwrite)
-//   encode top-k:      topk_init, topk_zero, then for each radix select 4 x (topk_hist,
-//                      topk_hist_sum, topk_pick) and the counting passes topk_count,
-//                      topk_scan, topk_scan_groups, finally topk_write (compaction); sampled
-//                      top-k adds topk_sample and the topk_ctl_* decisions (see below)
+//   encode top-k:      topk_init, then for each radix select 4 x topk_hist and one
+//                      topk_count, finally topk_write (compaction); sampled top-k adds
+//                      topk_sample and two more selects and counts (see
+//                      sncl_codec_topk.cuh: 7 launches exact, 18 sampled)
 //   decode top-k:      topk_check_init, topk_check, topk_clear, topk_scatter
 //                      (validated: on bad input the status word work[0] is non-zero
 //                      and the output is untouched)
@@ -40,6 +46,16 @@
 #include "sncl_device.cuh"
 
 #define SNCL_CODEC_MAX_SRCS 8
+// The most threads a block kernel is launched with (its shared arrays).
+#define SNCL_CODEC_BLOCK_THREADS 256
+
+// Block kernels' phases (sncl_host_emu.h): every thread runs the braces.
+#ifndef SNCL_HOST_EMU
+#define SNCL_EACH_THREAD
+#define SNCL_UNROLL8 _Pragma("unroll 8")
+#else
+#define SNCL_UNROLL8
+#endif
 struct SnclCodecArgs {
   const void* src[SNCL_CODEC_MAX_SRCS];  // inputs: f32 (encode) or encoded bytes (decode)
   void* dst;                             // output: encoded bytes (encode) or f32 (decode)
@@ -82,6 +98,11 @@ __device__ __forceinline__ void sncl_codec_atomic_add(unsigned long long* p, uns
   *p += v;
 }
 __device__ __forceinline__ void sncl_codec_atomic_or(unsigned int* p, unsigned int v) { *p |= v; }
+__device__ __forceinline__ unsigned long long sncl_codec_ticket(unsigned long long* p) {
+  return (*p)++;
+}
+// Blocks run one after the other: every write is visible to the next.
+__device__ __forceinline__ void sncl_codec_fence() {}
 #else
 __device__ __forceinline__ float sncl_codec_rint(float y) {
   float r;
@@ -110,6 +131,15 @@ __device__ __forceinline__ void sncl_codec_atomic_add(unsigned long long* p, uns
 __device__ __forceinline__ void sncl_codec_atomic_or(unsigned int* p, unsigned int v) {
   asm volatile("red.or.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// *p += 1, returning the old value.
+__device__ __forceinline__ unsigned long long sncl_codec_ticket(unsigned long long* p) {
+  unsigned long long old;
+  asm volatile("atom.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(p) : "memory");
+  return old;
+}
+// This thread's global writes before the fence are seen by every thread of
+// the device before its writes after it (__threadfence).
+__device__ __forceinline__ void sncl_codec_fence() { asm volatile("membar.gl;" ::: "memory"); }
 #endif
 
 __device__ __forceinline__ unsigned long long sncl_codec_first() {
@@ -248,85 +278,160 @@ __device__ __forceinline__ unsigned char sncl_codec_q(float y, bool stochastic, 
 #define SNCL_INT8_TINY_BITS 0x0d800000u
 #define SNCL_INT8_INF_BITS 0x7f800000u
 
-// One thread per int8 block: work[2b] = absmax bits, work[2b + 1] = the
-// block's stochastic-rounding seed (compress::int8::block_seed).
-SNCL_CODEC_KERNEL(int8_stats) {
+// Elements of an int8 block per thread of its group (about).
+#define SNCL_INT8_PER_THREAD 8u
+
+// Threads per int8 block: a power of two, about one per
+// SNCL_INT8_PER_THREAD elements, at most the launch's block.
+__device__ __forceinline__ unsigned int sncl_int8_group(unsigned long long block) {
+  unsigned int g = 1;
+  while ((unsigned long long)g * 2 * SNCL_INT8_PER_THREAD <= block && g * 2 <= blockDim.x) g *= 2;
+  return g;
+}
+
+// Block kernel, one DRAM pass: each group of g threads owns an int8 block
+// (a CUDA block holds blockDim / g groups). Phase 1: every thread gathers
+// absmax, xor and wrapping sum of the bits of its elements (i = lo + l, lo
+// + l + g, ... : the group's loads are contiguous); a tree in shared
+// memory combines the group's (max, xor and wrapping add are associative
+// and commutative: any order gives compress's values). Phase 2: every
+// thread quantises its elements again, read back while they are still in
+// L1/L2, and thread 0 of the group writes the scale. The block's
+// stochastic-rounding seed is compress::int8::block_seed.
+SNCL_CODEC_KERNEL(int8_encode) {
+  __shared__ unsigned int sh_amax[SNCL_CODEC_BLOCK_THREADS];
+  __shared__ unsigned int sh_xor[SNCL_CODEC_BLOCK_THREADS];
+  __shared__ unsigned int sh_sum[SNCL_CODEC_BLOCK_THREADS];
   const float* s = (const float*)a.src[0];
-  unsigned int* w = (unsigned int*)a.work;
+  unsigned char* d = (unsigned char*)a.dst;
   const unsigned long long block = a.param;
-  if (block == 0) return;  // refused by the callers; no division by zero
+  // Refused by the callers (no division by zero, no shared overflow).
+  if (block == 0 || blockDim.x > SNCL_CODEC_BLOCK_THREADS) return;
+  const bool stochastic = (a.flags & SNCL_CODEC_STOCHASTIC) != 0;
+  const unsigned int g = sncl_int8_group(block);
+  const unsigned int used = blockDim.x / g * g;  // threads in whole groups
+  const unsigned long long per_round = (unsigned long long)gridDim.x * (blockDim.x / g);
   const unsigned long long nblocks = (a.n + block - 1) / block;
-  for (unsigned long long b = sncl_codec_first(); b < nblocks; b += sncl_codec_stride()) {
-    const unsigned long long lo = b * block;
-    const unsigned long long hi = lo + block < a.n ? lo + block : a.n;
-    unsigned int amax = 0, x = 0, sum = 0;
-    for (unsigned long long i = lo; i < hi; ++i) {
-      const unsigned int u = __float_as_uint(s[i]);
-      const unsigned int m = u & 0x7fffffffu;
-      amax = m > amax ? m : amax;
-      x ^= u;
-      sum += u;
+  for (unsigned long long b0 = (unsigned long long)blockIdx.x * (blockDim.x / g); b0 < nblocks;
+       b0 += per_round) {
+    SNCL_EACH_THREAD {
+      const unsigned int t = threadIdx.x;
+      const unsigned long long b = b0 + t / g;
+      unsigned int amax = 0, x = 0, sum = 0;
+      if (t < used && b < nblocks) {
+        const unsigned long long lo = b * block;
+        const unsigned long long hi = lo + block < a.n ? lo + block : a.n;
+        // Unrolled so that a thread's loads are in flight together.
+        SNCL_UNROLL8
+        for (unsigned long long i = lo + t % g; i < hi; i += g) {
+          const unsigned int u = __float_as_uint(s[i]);
+          const unsigned int m = u & 0x7fffffffu;
+          amax = m > amax ? m : amax;
+          x ^= u;
+          sum += u;
+        }
+      }
+      sh_amax[t] = amax;
+      sh_xor[t] = x;
+      sh_sum[t] = sum;
     }
-    w[2 * b] = amax;
-    w[2 * b + 1] = sncl_codec_hash32((sncl_codec_hash32(a.seed ^ x) + sum) ^ 0x632be5abu);
+    __syncthreads();
+    for (unsigned int h = g / 2; h > 0; h /= 2) {
+      SNCL_EACH_THREAD {
+        const unsigned int t = threadIdx.x;
+        if (t < used && t % g < h) {
+          sh_amax[t] = sh_amax[t + h] > sh_amax[t] ? sh_amax[t + h] : sh_amax[t];
+          sh_xor[t] ^= sh_xor[t + h];
+          sh_sum[t] += sh_sum[t + h];
+        }
+      }
+      __syncthreads();
+    }
+    SNCL_EACH_THREAD {
+      const unsigned int t = threadIdx.x;
+      const unsigned int l = t % g;
+      const unsigned long long b = b0 + t / g;
+      if (t < used && b < nblocks) {
+        const unsigned long long lo = b * block;
+        const unsigned long long hi = lo + block < a.n ? lo + block : a.n;
+        unsigned char* out = d + b * (block + 4);
+        const unsigned int amax = sh_amax[t - l];
+        const unsigned int seed =
+            sncl_codec_hash32((sncl_codec_hash32(a.seed ^ sh_xor[t - l]) + sh_sum[t - l]) ^
+                              0x632be5abu);
+        float scale;
+        if (amax == 0) {
+          scale = 0.0f;
+          for (unsigned long long i = lo + l; i < hi; i += g) out[4 + (i - lo)] = 0;
+        } else if (amax >= SNCL_INT8_INF_BITS) {
+          scale = __uint_as_float(0x7fc00000u);
+          for (unsigned long long i = lo + l; i < hi; i += g) out[4 + (i - lo)] = 0;
+        } else {
+          const float am = __uint_as_float(amax);
+          scale = __fdiv_rn(am, 127.0f);
+          const bool tiny = amax < SNCL_INT8_TINY_BITS;  // quantised in f64
+          const float inv = tiny ? 0.0f : __fdiv_rn(127.0f, am);
+          const double dinv = tiny ? __ddiv_rn(127.0, (double)am) : 0.0;
+          for (unsigned long long i = lo + l; i < hi; i += g) {
+            const float x = s[i];
+            const float y = tiny ? sncl_codec_d2f(__dmul_rn((double)x, dinv)) : __fmul_rn(x, inv);
+            const float u = stochastic ? sncl_codec_uniform(seed, (unsigned int)i) : 0.0f;
+            out[4 + (i - lo)] = sncl_codec_q(y, stochastic, u);
+          }
+        }
+        if (l == 0) sncl_codec_store_u32(out, __float_as_uint(scale));
+      }
+    }
+    __syncthreads();  // the next round's first phase overwrites the shared words
   }
 }
 
-// One thread per element: the i8 (and, for a block's first element, the
-// scale) from the block's stats.
-SNCL_CODEC_KERNEL(int8_quantize) {
-  const float* s = (const float*)a.src[0];
-  unsigned char* d = (unsigned char*)a.dst;
-  const unsigned int* w = (const unsigned int*)a.work;
-  const unsigned long long block = a.param;
-  if (block == 0) return;  // refused by the callers; no division by zero
-  const bool stochastic = (a.flags & SNCL_CODEC_STOCHASTIC) != 0;
-  for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
-    const unsigned long long b = i / block;
-    const unsigned long long j = i - b * block;
-    unsigned char* out = d + b * (block + 4);
-    const unsigned int amax = w[2 * b];
-    const float u = stochastic ? sncl_codec_uniform(w[2 * b + 1], (unsigned int)i) : 0.0f;
-    const float x = s[i];
-    float scale;
-    unsigned char q;
-    if (amax == 0) {
-      scale = 0.0f;
-      q = 0;
-    } else if (amax >= SNCL_INT8_INF_BITS) {
-      scale = __uint_as_float(0x7fc00000u);
-      q = 0;
-    } else {
-      const float am = __uint_as_float(amax);
-      scale = __fdiv_rn(am, 127.0f);
-      float y;
-      if (amax < SNCL_INT8_TINY_BITS) {
-        y = sncl_codec_d2f(__dmul_rn((double)x, __ddiv_rn(127.0, (double)am)));
-      } else {
-        y = __fmul_rn(x, __fdiv_rn(127.0f, am));
-      }
-      q = sncl_codec_q(y, stochastic, u);
-    }
-    out[4 + j] = q;
-    if (j == 0) sncl_codec_store_u32(out, __float_as_uint(scale));
-  }
+// One decoded int8 element: q times its block's scale.
+__device__ __forceinline__ float sncl_int8_value(signed char q, float scale) {
+  return sncl_float_prod((float)q, scale);
 }
 
 // dst[i] (= or +=) the sum of the nsrcs decoded inputs, left to right.
+// Packs of 4 elements per thread (a u32 of i8s per input, 16-byte f32 loads
+// and stores) when the block size is a multiple of 4 and every pointer
+// allows it (a pack then lies in one block), else element by element; the
+// arithmetic is the same either way. Without SNCL_CODEC_ADD dst is only
+// written.
 SNCL_CODEC_KERNEL(int8_decode) {
   float* d = (float*)a.dst;
   const unsigned long long block = a.param;
   if (block == 0) return;  // refused by the callers; no division by zero
-  for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
+  const bool add = (a.flags & SNCL_CODEC_ADD) != 0;
+  unsigned long long bits = ((unsigned long long)d & 15) | (block & 3);
+  for (int r = 0; r < a.nsrcs; ++r) bits |= (unsigned long long)a.src[r] & 3;
+  const unsigned long long np = bits == 0 ? a.n / 4 : 0;
+  for (unsigned long long p = sncl_codec_first(); p < np; p += sncl_codec_stride()) {
+    const unsigned long long b = 4 * p / block;
+    const unsigned long long off = b * (block + 4);
+    const unsigned long long j = 4 * p - b * block;
+    SnclF32x4 acc;
+    if (add) acc.u = ((const uint4*)d)[p];
+    for (int r = 0; r < a.nsrcs; ++r) {
+      const unsigned char* e = (const unsigned char*)a.src[r] + off;
+      const float scale = __uint_as_float(*(const unsigned int*)e);
+      const unsigned int q4 = *(const unsigned int*)(e + 4 + j);
+      for (int k = 0; k < 4; ++k) {
+        const float v = sncl_int8_value((signed char)(unsigned char)(q4 >> (8 * k)), scale);
+        acc.f[k] = (r == 0 && !add) ? v : sncl_float_sum(acc.f[k], v);
+      }
+    }
+    ((uint4*)d)[p] = acc.u;
+  }
+  for (unsigned long long i = 4 * np + sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
     const unsigned long long b = i / block;
     const unsigned long long off = b * (block + 4);
     const unsigned long long j = i - b * block;
-    float acc = d[i];
+    float acc = add ? d[i] : 0.0f;
     for (int r = 0; r < a.nsrcs; ++r) {
       const unsigned char* e = (const unsigned char*)a.src[r] + off;
       const float scale = __uint_as_float(sncl_codec_load_u32(e));
-      const float v = sncl_float_prod((float)(signed char)e[4 + j], scale);
-      acc = (r == 0 && !(a.flags & SNCL_CODEC_ADD)) ? v : sncl_float_sum(acc, v);
+      const float v = sncl_int8_value((signed char)e[4 + j], scale);
+      acc = (r == 0 && !add) ? v : sncl_float_sum(acc, v);
     }
     d[i] = acc;
   }
@@ -358,8 +463,8 @@ SNCL_CODEC_KERNEL(ef_residual) {
 // Every kernel, for the host launcher's table (X takes the short name).
 #define SNCL_FOR_EACH_CODEC_KERNEL(X)                                                    \
   X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)         \
-  X(decsum_encode_bf16) X(int8_stats) X(int8_quantize) X(int8_decode) X(topk_init)       \
-  X(topk_zero) X(topk_sample) X(topk_hist) X(topk_hist_sum) X(topk_pick)                 \
-  X(topk_ctl_select) X(topk_count) X(topk_scan) X(topk_scan_groups) X(topk_ctl_count)    \
-  X(topk_ctl_second) X(topk_ctl_recount) X(topk_write) X(topk_check_init) X(topk_check)  \
-  X(topk_clear) X(topk_scatter) X(ef_compensate) X(ef_residual)
+  X(decsum_encode_bf16) X(int8_decode) X(topk_init) X(topk_sample) X(topk_write)         \
+  X(topk_check_init) X(topk_check) X(topk_clear) X(topk_scatter) X(ef_compensate)        \
+  X(ef_residual)
+// The block kernels (launched with sncl_host_launch_blocks on the host).
+#define SNCL_FOR_EACH_CODEC_BLOCK_KERNEL(X) X(int8_encode) X(topk_hist) X(topk_count)

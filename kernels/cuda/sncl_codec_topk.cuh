@@ -10,6 +10,20 @@
 // One state machine in the workspace drives both selections; every top-k
 // kernel runs only in the modes of its launch's `when` mask (0: always), so
 // a plan is a fixed launch sequence and every decision stays on the device.
+// The steps that need every block's work (summing the histogram copies and
+// picking a digit, scanning the chunk counts, the decisions) run in the
+// last block of a launch to finish: each block takes a ticket
+// (SNCL_TS_TICKET) after a fence; the one that draws gridDim.x - 1 does
+// them and puts the ticket back to 0. So a radix select is 4 launches of
+// topk_hist and a count one launch of topk_count:
+//
+//   exact:   topk_init, 4 x topk_hist, topk_count, topk_write        (7)
+//   sampled: topk_init, topk_sample, 4 x topk_hist (SAMPLE), topk_count
+//            (SAMPLE), 4 x topk_hist (A, B), topk_count (RECOUNT), 4 x
+//            topk_hist (EXACT), topk_count (EXACT), topk_write       (18)
+//
+// A launch whose modes are not the current one returns at once in every
+// block (the mode changes only in the last block's steps).
 //
 // * exact (mode EXACT): radix select of the k-th largest key t (4 passes of
 //   8 bits over the keys |x| bits), then count per chunk the keys above t
@@ -27,8 +41,8 @@
 //   indices compress selects.
 //
 // Histograms are privatised: block b adds into copy b % SNCL_TOPK_HCOPIES
-// (global atomics on a few hot bins would otherwise serialise), then
-// topk_hist_sum adds the copies into copy 0 and clears the others.
+// (global atomics on a few hot bins would otherwise serialise), then the
+// last block adds the copies into copy 0 and clears the others.
 //
 // Workspace (u64 words): [0..16) state (see SNCL_TS_*), then
 // SNCL_TOPK_HCOPIES x 256 histogram bins; then u32 gt[nchunks], eq[nchunks], group_gt[ngroups],
@@ -43,6 +57,7 @@
 #define SNCL_TS_T 8       // sampled: the first threshold t
 #define SNCL_TS_P 9       // mode A: the prefix end p
 #define SNCL_TS_TOTAL 10  // the last count's total
+#define SNCL_TS_TICKET 11 // blocks of the running launch done so far
 
 #define SNCL_TM_EXACT 1u
 #define SNCL_TM_FINAL 2u
@@ -116,10 +131,15 @@ __device__ __forceinline__ unsigned long long sncl_codec_clamp(unsigned long lon
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
-// param = k, rank = the sample rank j (sampled), flags & SNCL_CODEC_SAMPLED.
+// The state (thread 0; param = k, rank = the sample rank j (sampled),
+// flags & SNCL_CODEC_SAMPLED) and every histogram copy cleared (one thread
+// per bin).
 SNCL_CODEC_KERNEL(topk_init) {
-  if (!sncl_codec_single()) return;
   SnclTopkWork w = sncl_topk_work(a);
+  for (unsigned long long i = sncl_codec_first(); i < 256 * SNCL_TOPK_HCOPIES;
+       i += sncl_codec_stride())
+    w.hist[i] = 0;
+  if (!sncl_codec_single()) return;
   for (int i = 0; i < 16; ++i) w.state[i] = 0;
   if (a.flags & SNCL_CODEC_SAMPLED) {
     w.state[SNCL_TS_MODE] = SNCL_TM_SAMPLE;
@@ -129,12 +149,21 @@ SNCL_CODEC_KERNEL(topk_init) {
   }
 }
 
-// Clears every histogram copy (one thread per bin).
-SNCL_CODEC_KERNEL(topk_zero) {
-  SnclTopkWork w = sncl_topk_work(a);
-  for (unsigned long long i = sncl_codec_first(); i < 256 * SNCL_TOPK_HCOPIES;
-       i += sncl_codec_stride())
-    w.hist[i] = 0;
+// Block kernels' tail: whether this block is the launch's last to finish
+// (uniform in the block). Every thread fences its global writes first, so
+// the last block sees every block's.
+__device__ __forceinline__ bool sncl_topk_last(SnclTopkWork& w, int* sh_last) {
+  sncl_codec_fence();
+  __syncthreads();
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) {
+      *sh_last = sncl_codec_ticket(&w.state[SNCL_TS_TICKET]) == gridDim.x - 1ull;
+    }
+  }
+  __syncthreads();
+  const bool last = *sh_last != 0;
+  if (last) sncl_codec_fence();
+  return last;
 }
 
 // The stratified sample: one thread per run (enc_len = runs m): 16 keys at
@@ -159,49 +188,9 @@ SNCL_CODEC_KERNEL(topk_sample) {
   }
 }
 
-// Histogram of digit `pass` (bits 24-8*pass .. +8) of the keys that match
-// the prefix so far: every key (EXACT), the sample (SAMPLE, B), or the keys
-// >= t before p (A).
-SNCL_CODEC_KERNEL(topk_hist) {
-  const float* s = (const float*)a.src[0];
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
-  const unsigned int mode = (unsigned int)w.state[SNCL_TS_MODE];
-  const unsigned int prefix = (unsigned int)w.state[SNCL_TS_PREFIX];
-  const unsigned int mask = (unsigned int)w.state[SNCL_TS_MASK];
-  const unsigned int shift = 24 - 8 * a.pass;
-  const bool sample = mode == SNCL_TM_SAMPLE || mode == SNCL_TM_B;
-  const unsigned long long end = sample ? a.enc_len * 16
-                                 : mode == SNCL_TM_A ? w.state[SNCL_TS_P]
-                                                     : a.n;
-  const unsigned int t = (unsigned int)w.state[SNCL_TS_T];
-  unsigned long long* hist = w.hist + 256 * (blockIdx.x % SNCL_TOPK_HCOPIES);
-  for (unsigned long long i = sncl_codec_first(); i < end; i += sncl_codec_stride()) {
-    const unsigned int key = sample ? w.sample[i] : sncl_codec_key(s[i]);
-    if (mode == SNCL_TM_A && key < t) continue;
-    if ((key & mask) == prefix) sncl_codec_atomic_add(&hist[(key >> shift) & 255u], 1);
-  }
-}
-
-// One thread per bin: copy 0 += the other copies, which are cleared.
-SNCL_CODEC_KERNEL(topk_hist_sum) {
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
-  for (unsigned long long b = sncl_codec_first(); b < 256; b += sncl_codec_stride()) {
-    unsigned long long sum = w.hist[b];
-    for (unsigned long long c = 1; c < SNCL_TOPK_HCOPIES; ++c) {
-      sum += w.hist[256 * c + b];
-      w.hist[256 * c + b] = 0;
-    }
-    w.hist[b] = sum;
-  }
-}
-
-// The digit of the wanted key; clears the histogram for the next pass.
-SNCL_CODEC_KERNEL(topk_pick) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+// The digit of the wanted key (copy 0 of the histogram, summed), which
+// is cleared for the next pass (sncl_topk_after_select's caller).
+__device__ __forceinline__ void sncl_topk_pick(const SnclCodecArgs& a, SnclTopkWork& w) {
   const unsigned int shift = 24 - 8 * a.pass;
   unsigned long long want = w.state[SNCL_TS_WANT];
   unsigned long long above = 0;
@@ -219,12 +208,70 @@ SNCL_CODEC_KERNEL(topk_pick) {
   w.state[SNCL_TS_MASK] |= 255ull << shift;
 }
 
+__device__ void sncl_topk_ctl_select(SnclTopkWork& w);
+__device__ void sncl_topk_ctl_second(const SnclCodecArgs& a, SnclTopkWork& w);
+
+// Block kernel: histogram of digit `pass` (bits 24-8*pass .. +8) of the
+// keys that match the prefix so far: every key (EXACT), the sample
+// (SAMPLE, B), or the keys >= t before p (A). The last block then sums the
+// copies into copy 0 (one thread per bin), picks the digit, and after pass
+// 3 takes the selection's decision: the compaction threshold (EXACT,
+// SAMPLE) or the second threshold's (A, B).
+SNCL_CODEC_KERNEL(topk_hist) {
+  __shared__ int sh_last;
+  const float* s = (const float*)a.src[0];
+  SnclTopkWork w = sncl_topk_work(a);
+  // Uniform in the launch; the block limit is the callers'.
+  if (!sncl_topk_on(a, w) || blockDim.x > SNCL_CODEC_BLOCK_THREADS) return;
+  const unsigned int mode = (unsigned int)w.state[SNCL_TS_MODE];
+  const unsigned int prefix = (unsigned int)w.state[SNCL_TS_PREFIX];
+  const unsigned int mask = (unsigned int)w.state[SNCL_TS_MASK];
+  const unsigned int shift = 24 - 8 * a.pass;
+  const bool sample = mode == SNCL_TM_SAMPLE || mode == SNCL_TM_B;
+  const unsigned long long end = sample ? a.enc_len * 16
+                                 : mode == SNCL_TM_A ? w.state[SNCL_TS_P]
+                                                     : a.n;
+  const unsigned int t = (unsigned int)w.state[SNCL_TS_T];
+  unsigned long long* hist = w.hist + 256 * (blockIdx.x % SNCL_TOPK_HCOPIES);
+  SNCL_EACH_THREAD {
+    for (unsigned long long i = sncl_codec_first(); i < end; i += sncl_codec_stride()) {
+      const unsigned int key = sample ? w.sample[i] : sncl_codec_key(s[i]);
+      if ((mode != SNCL_TM_A || key >= t) && (key & mask) == prefix)
+        sncl_codec_atomic_add(&hist[(key >> shift) & 255u], 1);
+    }
+  }
+  if (!sncl_topk_last(w, &sh_last)) return;
+  SNCL_EACH_THREAD {
+    for (unsigned int b = threadIdx.x; b < 256; b += blockDim.x) {
+      // Other blocks' counts: read past this SM's L1.
+      volatile unsigned long long* h = w.hist;
+      unsigned long long sum = h[b];
+      for (unsigned long long c = 1; c < SNCL_TOPK_HCOPIES; ++c) {
+        sum += h[256 * c + b];
+        h[256 * c + b] = 0;
+      }
+      h[b] = sum;
+    }
+  }
+  __syncthreads();
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) {
+      sncl_topk_pick(a, w);
+      if (a.pass == 3) {
+        if (mode == SNCL_TM_A || mode == SNCL_TM_B) {
+          sncl_topk_ctl_second(a, w);
+        } else {
+          sncl_topk_ctl_select(w);
+        }
+      }
+      w.state[SNCL_TS_TICKET] = 0;
+    }
+  }
+}
+
 // After the selection of the sample's j-th largest (SAMPLE) or of the exact
 // k-th largest (EXACT): the compaction threshold.
-SNCL_CODEC_KERNEL(topk_ctl_select) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+__device__ void sncl_topk_ctl_select(SnclTopkWork& w) {
   const unsigned long long t = w.state[SNCL_TS_PREFIX];
   w.state[SNCL_TS_THR] = t;
   if (w.state[SNCL_TS_MODE] == SNCL_TM_EXACT) {
@@ -234,73 +281,84 @@ SNCL_CODEC_KERNEL(topk_ctl_select) {
   }
 }
 
-// One thread per chunk: EXACT counts keys above THR and equal to it; the
-// other modes count keys >= THR (eq stays 0).
+__device__ void sncl_topk_ctl_count(const SnclCodecArgs& a, SnclTopkWork& w);
+__device__ void sncl_topk_ctl_recount(const SnclCodecArgs& a, SnclTopkWork& w);
+
+// Block kernel: one thread per chunk: EXACT counts keys above THR and
+// equal to it; the other modes count keys >= THR (eq stays 0). The last
+// block then scans: one thread per group of chunks (exclusive scan of the
+// group's counts in place, the group's totals to ggt/geq), then thread 0
+// the group totals (n / 65536 of them; the total count to TOTAL) and takes
+// the count's decision (SAMPLE, RECOUNT).
 SNCL_CODEC_KERNEL(topk_count) {
+  __shared__ int sh_last;
   const float* s = (const float*)a.src[0];
   SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+  // Uniform in the launch; the block limit is the callers'.
+  if (!sncl_topk_on(a, w) || blockDim.x > SNCL_CODEC_BLOCK_THREADS) return;
   const unsigned int t = (unsigned int)w.state[SNCL_TS_THR];
-  const bool exact = w.state[SNCL_TS_MODE] == SNCL_TM_EXACT;
-  for (unsigned long long c = sncl_codec_first(); c < w.nchunks; c += sncl_codec_stride()) {
-    const unsigned long long lo = c * SNCL_TOPK_CHUNK;
-    const unsigned long long hi = lo + SNCL_TOPK_CHUNK < a.n ? lo + SNCL_TOPK_CHUNK : a.n;
-    unsigned int gt = 0, eq = 0;
-    for (unsigned long long i = lo; i < hi; ++i) {
-      const unsigned int key = sncl_codec_key(s[i]);
-      gt += exact ? key > t : key >= t;
-      eq += exact && key == t;
-    }
-    w.gt[c] = gt;
-    w.eq[c] = eq;
-  }
-}
-
-// One thread per group of chunks: exclusive scan of the group's counts in
-// place, the group's totals to ggt/geq.
-SNCL_CODEC_KERNEL(topk_scan) {
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
-  for (unsigned long long g = sncl_codec_first(); g < w.ngroups; g += sncl_codec_stride()) {
-    const unsigned long long lo = g * SNCL_TOPK_GROUP;
-    const unsigned long long hi =
-        lo + SNCL_TOPK_GROUP < w.nchunks ? lo + SNCL_TOPK_GROUP : w.nchunks;
-    unsigned int gt = 0, eq = 0;
-    for (unsigned long long c = lo; c < hi; ++c) {
-      const unsigned int cg = w.gt[c], ce = w.eq[c];
+  const unsigned int mode = (unsigned int)w.state[SNCL_TS_MODE];
+  const bool exact = mode == SNCL_TM_EXACT;
+  SNCL_EACH_THREAD {
+    for (unsigned long long c = sncl_codec_first(); c < w.nchunks; c += sncl_codec_stride()) {
+      const unsigned long long lo = c * SNCL_TOPK_CHUNK;
+      const unsigned long long hi = lo + SNCL_TOPK_CHUNK < a.n ? lo + SNCL_TOPK_CHUNK : a.n;
+      unsigned int gt = 0, eq = 0;
+      for (unsigned long long i = lo; i < hi; ++i) {
+        const unsigned int key = sncl_codec_key(s[i]);
+        gt += exact ? key > t : key >= t;
+        eq += exact && key == t;
+      }
       w.gt[c] = gt;
       w.eq[c] = eq;
-      gt += cg;
-      eq += ce;
     }
-    w.ggt[g] = gt;
-    w.geq[g] = eq;
   }
-}
-
-// Exclusive scan of the group totals (one thread; n / 65536 groups); the
-// total count to TOTAL.
-SNCL_CODEC_KERNEL(topk_scan_groups) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
-  unsigned int gt = 0, eq = 0;
-  for (unsigned long long g = 0; g < w.ngroups; ++g) {
-    const unsigned int cg = w.ggt[g], ce = w.geq[g];
-    w.ggt[g] = gt;
-    w.geq[g] = eq;
-    gt += cg;
-    eq += ce;
+  if (!sncl_topk_last(w, &sh_last)) return;
+  SNCL_EACH_THREAD {
+    // Other blocks' counts: read past this SM's L1.
+    volatile unsigned int* cgt = w.gt;
+    volatile unsigned int* ceq = w.eq;
+    for (unsigned long long g = threadIdx.x; g < w.ngroups; g += blockDim.x) {
+      const unsigned long long lo = g * SNCL_TOPK_GROUP;
+      const unsigned long long hi =
+          lo + SNCL_TOPK_GROUP < w.nchunks ? lo + SNCL_TOPK_GROUP : w.nchunks;
+      unsigned int gt = 0, eq = 0;
+      for (unsigned long long c = lo; c < hi; ++c) {
+        const unsigned int cg = cgt[c], ce = ceq[c];
+        cgt[c] = gt;
+        ceq[c] = eq;
+        gt += cg;
+        eq += ce;
+      }
+      w.ggt[g] = gt;
+      w.geq[g] = eq;
+    }
   }
-  w.state[SNCL_TS_TOTAL] = gt;
+  __syncthreads();
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) {
+      unsigned int gt = 0, eq = 0;
+      for (unsigned long long g = 0; g < w.ngroups; ++g) {
+        const unsigned int cg = w.ggt[g], ce = w.geq[g];
+        w.ggt[g] = gt;
+        w.geq[g] = eq;
+        gt += cg;
+        eq += ce;
+      }
+      w.state[SNCL_TS_TOTAL] = gt;
+      if (mode == SNCL_TM_SAMPLE) {
+        sncl_topk_ctl_count(a, w);
+      } else if (mode == SNCL_TM_RECOUNT) {
+        sncl_topk_ctl_recount(a, w);
+      }
+      w.state[SNCL_TS_TICKET] = 0;
+    }
+  }
 }
 
 // SAMPLE, after counting c = #keys >= t: keep them, go exact, or prepare
 // the second threshold (A or B). rank = j, enc_len = runs (sample 16 m).
-SNCL_CODEC_KERNEL(topk_ctl_count) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+__device__ void sncl_topk_ctl_count(const SnclCodecArgs& a, SnclTopkWork& w) {
   const float* s = (const float*)a.src[0];
   const unsigned long long k = a.param, lo = (k + 1) / 2, hi = 2 * k, cap = 4 * k;
   const unsigned long long c = w.state[SNCL_TS_TOTAL];
@@ -350,10 +408,7 @@ SNCL_CODEC_KERNEL(topk_ctl_count) {
 
 // A or B, after selecting t2: recount with t2 when it is beyond t (A:
 // higher, B: lower), else exact.
-SNCL_CODEC_KERNEL(topk_ctl_second) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+__device__ void sncl_topk_ctl_second(const SnclCodecArgs& a, SnclTopkWork& w) {
   const unsigned long long t = w.state[SNCL_TS_T], t2 = w.state[SNCL_TS_PREFIX];
   const bool a_mode = w.state[SNCL_TS_MODE] == SNCL_TM_A;
   if (a_mode ? t2 <= t : t2 >= t) {
@@ -365,10 +420,7 @@ SNCL_CODEC_KERNEL(topk_ctl_second) {
 }
 
 // RECOUNT, after counting c2 = #keys >= t2: keep them, or exact.
-SNCL_CODEC_KERNEL(topk_ctl_recount) {
-  if (!sncl_codec_single()) return;
-  SnclTopkWork w = sncl_topk_work(a);
-  if (!sncl_topk_on(a, w)) return;
+__device__ void sncl_topk_ctl_recount(const SnclCodecArgs& a, SnclTopkWork& w) {
   const unsigned long long k = a.param, c = w.state[SNCL_TS_TOTAL];
   if (c >= (k + 1) / 2 && c <= 2 * k) {
     w.state[SNCL_TS_MODE] = SNCL_TM_FINAL;

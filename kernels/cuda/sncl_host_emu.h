@@ -8,6 +8,11 @@
 // handled by exactly one (block, thread), whatever the order. The built-in
 // index variables are thread_local, so host threads (the emulator's
 // streams) can run kernels at the same time.
+//
+// Block kernels (shared memory and barriers) are the exception: they are
+// launched with sncl_host_launch_blocks, which calls the kernel once per
+// block, and are written in phases (see "Block kernels" below) so that one
+// host call runs the whole block cooperatively.
 #ifndef SNCL_HOST_EMU_H
 #define SNCL_HOST_EMU_H
 
@@ -80,6 +85,55 @@ inline void sncl_host_launch(unsigned int grid, unsigned int block, Kernel kerne
       threadIdx = dim3{t, 0, 0};
       kernel();
     }
+  }
+}
+
+// ---- Block kernels ----------------------------------------------------------
+//
+// A kernel whose threads cooperate within a block is written as phases
+// separated by barriers:
+//
+//   __shared__ unsigned int part[N];
+//   for (...uniform loop...) {            // same trip count in every thread
+//     SNCL_EACH_THREAD { part[threadIdx.x] = ...; }
+//     __syncthreads();
+//     SNCL_EACH_THREAD { ... part[...] ...; }
+//     __syncthreads();
+//   }
+//
+// On the device SNCL_EACH_THREAD is nothing (every thread runs the braces)
+// and __syncthreads is the barrier. Here the kernel runs once per block:
+// SNCL_EACH_THREAD loops over the block's threads, so a phase has run in
+// every thread before the next starts, which is what the barrier
+// guarantees; __shared__ is nothing (a local of the one call is the
+// block's). Rules, which keep both readings the same: code outside a phase
+// is uniform (depends only on the arguments, blockIdx, blockDim, gridDim
+// and shared memory read after a barrier) and uses no threadIdx; what a
+// thread keeps from one phase to the next goes through shared memory; a
+// phase's body has no break, continue or return of its own (they would
+// leave the host's loop over threads).
+#define __shared__
+#define __syncthreads() ((void)0)
+#define SNCL_EACH_THREAD \
+  for (threadIdx.x = sncl_host_first_thread(); threadIdx.x < blockDim.x; ++threadIdx.x)
+
+// 0. A launch has at least one thread (the C entry points refuse empty
+// shapes); saying so lets the compiler see that every phase runs.
+inline unsigned int sncl_host_first_thread() {
+  if (blockDim.x == 0) __builtin_unreachable();
+  return 0;
+}
+
+// Runs `kernel()` once per block of a grid x block launch, in order, on
+// this OS thread; the kernel's phases visit the block's threads.
+template <typename Kernel>
+inline void sncl_host_launch_blocks(unsigned int grid, unsigned int block, Kernel kernel) {
+  gridDim = dim3{grid, 1, 1};
+  blockDim = dim3{block, 1, 1};
+  for (unsigned int b = 0; b < grid; ++b) {
+    blockIdx = dim3{b, 0, 0};
+    threadIdx = dim3{0, 0, 0};
+    kernel();
   }
 }
 

@@ -28,6 +28,18 @@ const TOPK_HEADER: &str = include_str!("../cuda/sncl_codec_topk.cuh");
 /// The most encoded inputs one decode (or fused decode-sum-encode) takes.
 pub const MAX_SRCS: usize = 8;
 
+/// The most threads per block a block kernel (shared memory and barriers:
+/// `int8_encode`, the fused top-k kernels) is launched with
+/// (`SNCL_CODEC_BLOCK_THREADS`); the CUDA backend's
+/// [`crate::cuda::BLOCK_THREADS`] is within it.
+pub const BLOCK_KERNEL_THREADS: u32 = 256;
+const _: () = assert!(crate::cuda::BLOCK_THREADS <= BLOCK_KERNEL_THREADS);
+
+/// Elements of an int8 block per thread of the group that owns it
+/// (`SNCL_INT8_PER_THREAD`): an int8 encode launch wants about
+/// `n / INT8_PER_THREAD` threads.
+pub const INT8_PER_THREAD: u64 = 8;
+
 /// Elements per top-k compaction chunk (`SNCL_TOPK_CHUNK`).
 pub const TOPK_CHUNK: u64 = 256;
 /// Chunks per top-k scan group (`SNCL_TOPK_GROUP`).
@@ -196,22 +208,12 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     for k in [
-        "int8_stats",
-        "int8_quantize",
+        "int8_encode",
         "int8_decode",
         "topk_init",
-        "topk_zero",
         "topk_sample",
         "topk_hist",
-        "topk_hist_sum",
-        "topk_pick",
-        "topk_ctl_select",
         "topk_count",
-        "topk_scan",
-        "topk_scan_groups",
-        "topk_ctl_count",
-        "topk_ctl_second",
-        "topk_ctl_recount",
         "topk_write",
         "topk_check_init",
         "topk_check",
@@ -235,11 +237,11 @@ fn topk_work(n: u64, sample_runs: u64) -> u64 {
 }
 
 /// Bytes of device workspace an encode (with or without feedback) or a
-/// decode of `n` elements needs (8-byte aligned; 0 for the casts).
+/// decode of `n` elements needs (8-byte aligned; 0 for the casts and int8).
 pub fn workspace_bytes(codec: &DeviceCodec, n: u64) -> u64 {
     match *codec {
         DeviceCodec::Fp16 | DeviceCodec::Bf16 => 0,
-        DeviceCodec::Int8 { block, .. } => 8 * n.div_ceil(block.max(1)),
+        DeviceCodec::Int8 { .. } => 0,
         DeviceCodec::TopKExact { .. } => topk_work(n, 0),
         DeviceCodec::TopKSampled { k } => topk_work(n, topk_sample(n, k).map_or(0, |(r, _)| r)),
     }
@@ -301,18 +303,21 @@ pub fn encode_plan(
             if stochastic {
                 a.flags = FLAG_STOCHASTIC;
             }
-            vec![
-                launch("int8_stats", a, Items::Many(n.div_ceil(block))),
-                launch("int8_quantize", a, Items::Many(n)),
-            ]
+            vec![launch(
+                "int8_encode",
+                a,
+                Items::Many(n.div_ceil(INT8_PER_THREAD)),
+            )]
         }
         DeviceCodec::TopKExact { k } => topk_plan(a, k, None),
         DeviceCodec::TopKSampled { k } => topk_plan(a, k, topk_sample(n, k)),
     }
 }
 
-/// Top-k encode: exact, or sampled with `(runs, j)` (see `sncl_codec.cu`
-/// for the modes each launch runs in).
+/// Top-k encode: exact, or sampled with `(runs, j)` (see
+/// `sncl_codec_topk.cuh` for the modes each launch runs in): 7 launches
+/// exact, 18 sampled (2 for `k = 0`). Each radix-select pass and each count
+/// is one launch whose last block to finish takes the cross-block steps.
 fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch> {
     let n = a.n;
     a.param = k;
@@ -321,51 +326,32 @@ fn topk_plan(mut a: CodecArgs, k: u64, sample: Option<(u64, u64)>) -> Vec<Launch
         a.enc_len = runs;
         a.rank = j;
     }
-    let mut v = vec![
-        launch("topk_init", a, Items::Single),
-        launch("topk_zero", a, Items::Many(256 * TOPK_HCOPIES)),
-    ];
+    let mut v = vec![launch("topk_init", a, Items::Many(256 * TOPK_HCOPIES))];
     if k == 0 {
         v.push(launch("topk_write", a, Items::Single));
         return v;
     }
     let chunks = n.div_ceil(TOPK_CHUNK);
-    let select = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32| {
+    // Keys a select's histograms visit: the sample (SAMPLE), else up to n.
+    let select = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32, keys: u64| {
         a.when = when;
         for pass in 0..4 {
             a.pass = pass;
-            v.push(launch("topk_hist", a, Items::Many(n)));
-            v.push(launch("topk_hist_sum", a, Items::Many(256)));
-            v.push(launch("topk_pick", a, Items::Single));
+            v.push(launch("topk_hist", a, Items::Many(keys)));
         }
     };
     let count = |v: &mut Vec<Launch>, mut a: CodecArgs, when: u32| {
         a.when = when;
         v.push(launch("topk_count", a, Items::Many(chunks)));
-        v.push(launch(
-            "topk_scan",
-            a,
-            Items::Many(chunks.div_ceil(TOPK_GROUP)),
-        ));
-        v.push(launch("topk_scan_groups", a, Items::Single));
-    };
-    let ctl = |v: &mut Vec<Launch>, mut a: CodecArgs, name: &str, when: u32| {
-        a.when = when;
-        v.push(launch(name, a, Items::Single));
     };
     if let Some((runs, _)) = sample {
         v.push(launch("topk_sample", a, Items::Many(runs)));
-        select(&mut v, a, mode::SAMPLE);
-        ctl(&mut v, a, "topk_ctl_select", mode::SAMPLE);
+        select(&mut v, a, mode::SAMPLE, 16 * runs);
         count(&mut v, a, mode::SAMPLE);
-        ctl(&mut v, a, "topk_ctl_count", mode::SAMPLE);
-        select(&mut v, a, mode::A | mode::B);
-        ctl(&mut v, a, "topk_ctl_second", mode::A | mode::B);
+        select(&mut v, a, mode::A | mode::B, n);
         count(&mut v, a, mode::RECOUNT);
-        ctl(&mut v, a, "topk_ctl_recount", mode::RECOUNT);
     }
-    select(&mut v, a, mode::EXACT);
-    ctl(&mut v, a, "topk_ctl_select", mode::EXACT);
+    select(&mut v, a, mode::EXACT, n);
     count(&mut v, a, mode::EXACT);
     v.push(launch("topk_write", a, Items::Many(chunks)));
     v
@@ -505,6 +491,10 @@ mod tests {
         assert!(CODEC_SOURCE.contains("#include \"sncl_codec_topk.cuh\""));
         assert!(!TOPK_HEADER.contains("#include"));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_MAX_SRCS {MAX_SRCS}")));
+        assert!(CODEC_SOURCE.contains(&format!(
+            "#define SNCL_CODEC_BLOCK_THREADS {BLOCK_KERNEL_THREADS}"
+        )));
+        assert!(CODEC_SOURCE.contains(&format!("#define SNCL_INT8_PER_THREAD {INT8_PER_THREAD}u")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_ADD {FLAG_ADD}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_STOCHASTIC {FLAG_STOCHASTIC}")));
         assert!(CODEC_SOURCE.contains(&format!("#define SNCL_CODEC_SAMPLED {FLAG_SAMPLED}")));
@@ -569,5 +559,22 @@ mod tests {
         assert_eq!(topk_work(1, 0), 8 * (16 + 256 * 64) + 8 + 8);
         assert_eq!(topk_sample(100_000, 1000), None);
         assert!(topk_sample(10_000_000, 100_000).is_some());
+    }
+
+    #[test]
+    fn codec_plans_take_few_launches() {
+        let enc = |c: DeviceCodec, n| encode_plan(&c, 1, 2, n, 0, 3).len();
+        let int8 = DeviceCodec::Int8 {
+            block: 256,
+            stochastic: true,
+        };
+        // One DRAM pass for int8; top-k's launches do not grow with n.
+        assert_eq!(enc(int8, 1 << 24), 1);
+        assert_eq!(enc(DeviceCodec::Fp16, 1 << 24), 1);
+        assert_eq!(enc(DeviceCodec::TopKExact { k: 1000 }, 1 << 24), 7);
+        let k = (1u64 << 24) / 100;
+        assert!(topk_sample(1 << 24, k).is_some());
+        assert_eq!(enc(DeviceCodec::TopKSampled { k }, 1 << 24), 18);
+        assert_eq!(enc(DeviceCodec::TopKSampled { k: 0 }, 1 << 24), 2);
     }
 }

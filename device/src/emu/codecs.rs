@@ -146,6 +146,36 @@ mod tests {
     }
 
     #[test]
+    fn block_kernels_refuse_more_threads_than_their_shared_arrays() {
+        let too_many = PlanShape {
+            threads: kernels::cuda_codec::BLOCK_KERNEL_THREADS + 1,
+            max_grid: 1,
+        };
+        let mut src = [1.0f32; 4];
+        let mut dst = [0u8; 8];
+        let l = Launch {
+            kernel: "sncl_codec_int8_encode".into(),
+            args: CodecArgs {
+                src: [src.as_mut_ptr() as u64; 8],
+                dst: dst.as_mut_ptr() as u64,
+                n: 4,
+                param: 4,
+                nsrcs: 1,
+                ..Default::default()
+            },
+            items: Items::Many(4),
+        };
+        // SAFETY: refused before anything runs (and the buffers would fit).
+        let r = unsafe { run_plan(std::slice::from_ref(&l), too_many) };
+        assert!(matches!(r, Err(HostKernelError::Launch { status: -2, .. })));
+        // SAFETY: 4 f32 in, 4 + 4 bytes out.
+        let r = unsafe { run_plan(&[l], PlanShape::EMU) };
+        assert_eq!(r, Ok(()));
+        assert_eq!(&dst[4..], &[127, 127, 127, 127]);
+        assert_eq!(&dst[..4], &(1.0f32 / 127.0).to_le_bytes());
+    }
+
+    #[test]
     fn unknown_kernel_is_an_error() {
         let l = Launch {
             kernel: "sncl_codec_nope".into(),
