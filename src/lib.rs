@@ -66,7 +66,7 @@ pub use bucket_device::DeviceBucketer;
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
-pub use compressed_device::DeviceFeedback;
+pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 
 pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
