@@ -21,6 +21,7 @@ mod check;
 mod plan;
 mod run;
 mod tagged;
+pub(crate) mod window;
 
 /// Variable counts of all_gatherv / alltoallv, in elements.
 /// all_gatherv uses only the receive side.
@@ -119,6 +120,9 @@ pub(crate) struct State {
     busy: std::time::Duration,
     /// Tagged messages that arrived before a receive asked for them.
     mailbox: tagged::Mailbox,
+    /// Bytes this rank's peers read from its windows and it read from
+    /// theirs (direct all-reduces), as (sent, received).
+    window_bytes: (u64, u64),
 }
 
 /// Ticket-based ordering: operations run in the order they took a ticket.
@@ -224,6 +228,8 @@ pub(crate) struct Inner {
     pub agrees: AtomicU64,
     /// The device this communicator is bound to (device collectives).
     pub device: std::sync::OnceLock<Arc<crate::device::Binding>>,
+    /// Windows allocated on this communicator (`alloc_window`).
+    pub windows: Mutex<window::Windows>,
 }
 
 /// A listening socket every rank opens at creation and publishes with its
@@ -311,6 +317,7 @@ impl Inner {
                 ops: HashMap::new(),
                 busy: std::time::Duration::ZERO,
                 mailbox: tagged::Mailbox::default(),
+                window_bytes: (0, 0),
             }),
             order: Order::new(),
             store: p.store,
@@ -327,6 +334,7 @@ impl Inner {
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
             device: std::sync::OnceLock::new(),
+            windows: Mutex::new(window::Windows::default()),
         }
     }
 
@@ -404,6 +412,11 @@ impl Inner {
             } else {
                 s.inter_received += b;
             }
+        }
+        s.intra_sent += st.window_bytes.0;
+        s.intra_received += st.window_bytes.1;
+        if st.window_bytes != (0, 0) {
+            s.add_transport_bytes("window", st.window_bytes.0, st.window_bytes.1);
         }
         for (p, kind) in self.transports.iter().enumerate() {
             let sent = st.traffic.sent.get(p).copied().unwrap_or(0);

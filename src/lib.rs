@@ -55,6 +55,7 @@ mod setup;
 mod shrink;
 mod split;
 mod stats;
+mod window;
 mod work;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -76,6 +77,7 @@ pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
 pub use stats::Stats;
+pub use window::Window;
 pub use work::{Group, RawWork, Scope, Work};
 
 use comm_core::bootstrap::{TcpStore, TcpStoreServer};

@@ -486,6 +486,42 @@ fn probe_peers(
     Ok(())
 }
 
+/// Waits until `pending` returns `None` (it names the first rank this rank
+/// still waits on), with the executor's backoff, deadline, abort and
+/// liveness probes: for protocols outside the step loop that wait on
+/// peers' flags in shared memory (windows). `doing` says what the wait is
+/// for in errors and logs.
+pub fn wait_on_ranks(
+    ctx: &OpContext,
+    conns: &mut [Option<Box<dyn Connection>>],
+    abort: Option<&AbortFlag>,
+    doing: &str,
+    mut pending: impl FnMut() -> Option<usize>,
+) -> Result<()> {
+    let mut waiter = Waiter::new(ctx.spin);
+    loop {
+        let Some(peer) = pending() else {
+            return Ok(());
+        };
+        let Some(waited) = waiter.idle() else {
+            continue;
+        };
+        let aborted = abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed));
+        if let Some(e) = wait_over(ctx, waited, aborted, || doing.to_string(), || vec![peer]) {
+            tracing::error!(
+                rank = ctx.rank,
+                seq = ctx.seq,
+                op = %ctx.fingerprint,
+                peer,
+                waited_ms = waited.as_millis() as u64,
+                "{doing}: gave up waiting"
+            );
+            return Err(e);
+        }
+        probe_peers(ctx, &mut waiter, conns, || vec![peer])?;
+    }
+}
+
 /// Flushes a connection's buffered host pieces and its device path's
 /// unpublished pieces; `Ok(true)` when nothing is left.
 fn flush(ctx: &OpContext, c: &mut dyn Connection) -> Result<bool> {

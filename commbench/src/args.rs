@@ -70,6 +70,12 @@ pub struct Args {
     /// (e.g. topk:0.01 keeps 1%). busbw is on the uncompressed size.
     #[arg(long = "compress")]
     pub compress: Option<String>,
+    /// Allocate the buffers in windows shared by the ranks of a node
+    /// (`Communicator::alloc_window`, as nccl-tests' registered buffers):
+    /// all_reduce over them runs directly (one copy) on a one-node job
+    /// (other collectives keep plain buffers).
+    #[arg(long = "window")]
+    pub window: bool,
     /// Where the codec applies: hier (cross-node phase only) or flat.
     #[arg(long = "compress-scope", default_value = "hier")]
     pub compress_scope: String,

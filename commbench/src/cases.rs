@@ -202,6 +202,9 @@ pub struct Case {
     pub check: bool,
     /// Codec and scope for a compressed all_reduce.
     pub compress: Option<(sncl::Codec, sncl::CompressScope)>,
+    /// Buffers in windows (`Communicator::alloc_window`), as nccl-tests'
+    /// registered buffers.
+    pub window: bool,
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
@@ -222,10 +225,48 @@ fn count_wrong<T: BenchElem>(got: &[T], want: &[T]) -> u64 {
     g.chunks(s).zip(w.chunks(s)).filter(|(a, b)| a != b).count() as u64
 }
 
+/// One buffer: plain memory, or a window the communicator shares.
+enum Buf<T: BenchElem> {
+    Plain(Vec<T>),
+    Window(sncl::Window<T>),
+}
+
+impl<T: BenchElem> std::ops::Deref for Buf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Buf::Plain(v) => v,
+            Buf::Window(w) => w,
+        }
+    }
+}
+
+impl<T: BenchElem> std::ops::DerefMut for Buf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Buf::Plain(v) => v,
+            Buf::Window(w) => w,
+        }
+    }
+}
+
+impl<T: BenchElem> Buf<T> {
+    /// `data` copied into a window when `window` (collective; every rank
+    /// passes the same length), else kept.
+    fn new(comm: &Communicator, data: Vec<T>, window: bool) -> Result<Buf<T>> {
+        if !window || data.is_empty() {
+            return Ok(Buf::Plain(data));
+        }
+        let mut w = comm.alloc_window::<T>(data.len())?;
+        w[..data.len()].copy_from_slice(&data);
+        Ok(Buf::Window(w))
+    }
+}
+
 /// Buffers of one case on one rank.
-struct Bufs<T> {
-    send: Vec<T>,
-    recv: Vec<T>,
+struct Bufs<T: BenchElem> {
+    send: Buf<T>,
+    recv: Buf<T>,
 }
 
 fn run_once<T: BenchElem>(
@@ -259,7 +300,7 @@ fn run_once<T: BenchElem>(
 
 /// Fills the buffers for one run (in place: the input goes where the
 /// collective reads it from).
-fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Bufs<T> {
+fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Result<Bufs<T>> {
     let (n, r, cnt) = (comm.size(), comm.rank(), c.count);
     // The extents and the in-place layout come from the operation's shape;
     // point-to-point moves `cnt` each way.
@@ -275,7 +316,12 @@ fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Bufs<
     if let Some(l) = layout {
         recv[l.input_at..l.input_at + send.len()].copy_from_slice(&send);
     }
-    Bufs { send, recv }
+    // Windows take the same length on every rank: all_reduce's buffers.
+    let window = c.window && c.bench == Bench::AllReduce;
+    Ok(Bufs {
+        send: Buf::new(comm, send, window)?,
+        recv: Buf::new(comm, recv, window)?,
+    })
 }
 
 fn expected<T: BenchElem>(
@@ -343,11 +389,11 @@ pub fn run_direction<T: BenchElem>(
     c: &Case,
     in_place: bool,
 ) -> Result<Timing> {
-    let mut b = prepare::<T>(comm, c, in_place);
+    let mut b = prepare::<T>(comm, c, in_place)?;
     let (mean, median, traffic) = time_loop(comm, c, || run_once(comm, c, &mut b, in_place))?;
     let mut wrong = [0u64];
     if c.check {
-        let mut b = prepare::<T>(comm, c, in_place);
+        let mut b = prepare::<T>(comm, c, in_place)?;
         run_once(comm, c, &mut b, in_place)?;
         if let Some((at, want)) = expected::<T>(comm, c, in_place) {
             wrong[0] = count_wrong(&b.recv[at..at + want.len()], &want);

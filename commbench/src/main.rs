@@ -261,6 +261,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         warmup: args.warmup,
                         check: args.check != 0,
                         compress,
+                        window: args.window,
                     };
                     let (oop, ip) = match &dev {
                         Some(d) => devbench::run_case(comm, d, &case)?,

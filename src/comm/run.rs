@@ -196,14 +196,20 @@ impl Inner {
             },
             started,
         );
-        let result = exec::execute(
-            sched,
-            &ctx,
-            mem,
-            &mut st.conns,
-            Some(&mut st.traffic),
-            Some(&self.abort_flag),
-        );
+        // Where windows are in use, every rank offers its buffers first and
+        // all decide alike whether the op runs directly over window memory.
+        let result = match self.window_decision(st, op, &ctx) {
+            Ok(Some(direct)) => self.run_direct(st, op, &ctx, &direct),
+            Ok(None) => exec::execute(
+                sched,
+                &ctx,
+                mem,
+                &mut st.conns,
+                Some(&mut st.traffic),
+                Some(&self.abort_flag),
+            ),
+            Err(e) => Err(e),
+        };
         let result = finish(result);
         let ended = std::time::Instant::now();
         st.busy += ended - started;

@@ -21,6 +21,7 @@
 
 pub mod cma;
 pub mod private_file;
+pub mod region;
 mod segment;
 
 use std::io;
