@@ -18,7 +18,10 @@ fn an_export_covers_its_allocation_and_holds_its_bytes() {
     let Some(ctx) = Ctx::new() else { return };
     let dev = &ctx.dev;
     if !dev.dmabuf_supported().expect("dmabuf_supported") {
-        eprintln!("skipped: {} device 0 does not export dma-bufs", dev.backend().name());
+        eprintln!(
+            "skipped: {} device 0 does not export dma-bufs",
+            dev.backend().name()
+        );
         return;
     }
     let bytes = 3 << 20;
@@ -31,10 +34,17 @@ fn an_export_covers_its_allocation_and_holds_its_bytes() {
     let inner = p.add(4096 + 5);
     let d = dev.dmabuf_export(inner, 1000).expect("export");
     assert!(d.base <= p, "the export starts at or before the allocation");
-    assert!(d.base.0 + d.len as u64 >= p.0 + bytes as u64, "and covers it");
+    assert!(
+        d.base.0 + d.len as u64 >= p.0 + bytes as u64,
+        "and covers it"
+    );
     let id = dev.allocation_id(inner).expect("id");
     assert_eq!(d.id, id);
-    assert_eq!(dev.allocation_id(p).expect("id"), id, "one allocation, one id");
+    assert_eq!(
+        dev.allocation_id(p).expect("id"),
+        id,
+        "one allocation, one id"
+    );
     let q = dev.alloc(4096).expect("alloc");
     assert_ne!(dev.allocation_id(q).expect("id"), id, "another allocation");
 
@@ -57,7 +67,9 @@ fn an_export_covers_its_allocation_and_holds_its_bytes() {
         dev.free(q).expect("free");
     }
     if dev.backend() == Backend::Emu {
-        let e = dev.allocation_id(p).expect_err("a freed allocation has no id");
+        let e = dev
+            .allocation_id(p)
+            .expect_err("a freed allocation has no id");
         assert!(e.to_string().contains("allocation_id"), "{e}");
         assert!(dev.dmabuf_export(p, 1).is_err());
     }

@@ -51,7 +51,10 @@ impl DevRegs {
             .allocation_id(DevicePtr(addr))
             .map_err(|e| format!("finding the allocation of device address {addr:#x}: {e}"))?;
         let covers = |e: &Entry| {
-            addr >= e.base && (addr - e.base).checked_add(len as u64).is_some_and(|end| end <= e.len as u64)
+            addr >= e.base
+                && (addr - e.base)
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= e.len as u64)
         };
         if let Some(i) = self.entries.iter().position(covers) {
             if self.entries[i].id == id {
@@ -103,8 +106,7 @@ impl DevRegs {
 
     /// Drops every registration (the connection goes away).
     pub(crate) fn clear(&mut self, verbs: &mut dyn Verbs) {
-        self.stale
-            .extend(self.entries.drain(..).map(|e| e.mr));
+        self.stale.extend(self.entries.drain(..).map(|e| e.mr));
         self.idle(verbs);
     }
 }

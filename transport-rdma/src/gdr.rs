@@ -60,7 +60,10 @@ static STAGED_LOGGED: AtomicBool = AtomicBool::new(false);
 /// (GPUDirect), all connections together (diagnostics and tests; the
 /// communicator's stats count them under the transport `rdma`).
 pub fn gdr_bytes() -> (u64, u64) {
-    (SENT.load(Ordering::Relaxed), RECEIVED.load(Ordering::Relaxed))
+    (
+        SENT.load(Ordering::Relaxed),
+        RECEIVED.load(Ordering::Relaxed),
+    )
 }
 
 /// What one side publishes in the peer's board.
@@ -111,7 +114,8 @@ impl Board {
         let (Some(addr), Some(rkey), Some(bytes), Some(n)) = (addr, rkey, bytes, n) else {
             return Err("the GPUDirect board is short".into());
         };
-        let rkey = u32::try_from(rkey).map_err(|_| format!("the GPUDirect board's rkey {rkey:#x} is not 32 bits"))?;
+        let rkey = u32::try_from(rkey)
+            .map_err(|_| format!("the GPUDirect board's rkey {rkey:#x} is not 32 bits"))?;
         let start = BOARD_WORDS * 8;
         let reason = usize::try_from(n)
             .ok()
@@ -171,9 +175,7 @@ enum State {
     /// Nothing published yet.
     Idle,
     /// Our board is written; the peer's not read yet.
-    Published {
-        local: Option<Inbox>,
-    },
+    Published { local: Option<Inbox> },
     /// Decided: device to device (`Some`), or staged.
     Decided(Option<Box<Active>>),
     /// `SNCL_IB_GDR=1` could not be met: the message, returned again.
@@ -300,7 +302,12 @@ fn queue_of(rank: usize, device: &dyn std::any::Any) -> Result<&DeviceQueue, Err
 }
 
 fn describe(dev: &dyn Device) -> String {
-    format!("{} device {} ({})", dev.backend().name(), dev.ordinal(), dev.name())
+    format!(
+        "{} device {} ({})",
+        dev.backend().name(),
+        dev.ordinal(),
+        dev.name()
+    )
 }
 
 impl RdmaConnection {
@@ -325,7 +332,10 @@ impl RdmaConnection {
             op: OP,
             seq: None,
             device: describe(dev),
-            what: format!("{what} (link with peer rank {} on {})", self.peer, self.device),
+            what: format!(
+                "{what} (link with peer rank {} on {})",
+                self.peer, self.device
+            ),
             detail: e.to_string(),
         }
     }
@@ -361,7 +371,12 @@ impl RdmaConnection {
                     describe(&**dev)
                 ))
             }
-            Err(e) => return Err(format!("asking {} for dma-buf support: {e}", describe(&**dev))),
+            Err(e) => {
+                return Err(format!(
+                    "asking {} for dma-buf support: {e}",
+                    describe(&**dev)
+                ))
+            }
         }
         if !self.dev.supports_dmabuf() {
             return Err(format!(
@@ -399,9 +414,9 @@ impl RdmaConnection {
         };
         let board = Board {
             yes: local.is_some(),
-            inbox: local
-                .as_ref()
-                .map_or((0, 0, 0), |i| (i.buf.ptr().0, i.mr.rkey, i.buf.bytes() as u64)),
+            inbox: local.as_ref().map_or((0, 0, 0), |i| {
+                (i.buf.ptr().0, i.mr.rkey, i.buf.bytes() as u64)
+            }),
             reason: reason.clone(),
         };
         let raw = board.encode();
@@ -447,7 +462,11 @@ impl RdmaConnection {
                         theirs.inbox.2
                     )));
                 }
-                tracing::debug!(rank = self.rank, peer = self.peer, "rdma GPUDirect path ready");
+                tracing::debug!(
+                    rank = self.rank,
+                    peer = self.peer,
+                    "rdma GPUDirect path ready"
+                );
                 self.gdr.state = State::Decided(Some(Box::new(Active {
                     inbox,
                     peer_inbox: (theirs.inbox.0, theirs.inbox.1),
@@ -470,7 +489,11 @@ impl RdmaConnection {
                         tracing::warn!("deregistering an unused GPUDirect inbox failed: {e}");
                     }
                 }
-                let peer_why = if theirs.yes { "ready".to_string() } else { theirs.reason.clone() };
+                let peer_why = if theirs.yes {
+                    "ready".to_string()
+                } else {
+                    theirs.reason.clone()
+                };
                 if self.gdr.setting == Some(true) {
                     let msg = format!(
                         "SNCL_IB_GDR=1 but peer rank {} cannot use GPUDirect RDMA: {peer_why}",
@@ -687,6 +710,9 @@ impl DeviceLink for RdmaConnection {
                     cause,
                 }));
             }
+        } else if let State::Decided(Some(a)) = &mut self.gdr.state {
+            // Nothing reads a registration now: drop stale ones.
+            a.regs.idle(&mut *self.dev);
         }
         Ok(!pending)
     }

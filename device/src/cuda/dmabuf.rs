@@ -23,7 +23,10 @@ const SYMBOLS: &[&str] = &[
 fn page() -> u64 {
     // SAFETY: getpagesize takes no arguments and only reads a constant.
     let p = unsafe { getpagesize() };
-    u64::try_from(p).ok().filter(|p| p.is_power_of_two()).unwrap_or(4096)
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
 }
 
 extern "C" {
@@ -110,7 +113,7 @@ pub(crate) fn export(ordinal: usize, p: CUdeviceptr, bytes: usize) -> Result<Dma
     let mut fd: std::ffi::c_int = -1;
     // SAFETY: `fd` is a live out-pointer of the handle type's size (an
     // int); the range is the page-aligned hull of a live allocation.
-    check(ordinal, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", unsafe {
+    let r = unsafe {
         sys::cuMemGetHandleForAddressRange(
             (&mut fd as *mut std::ffi::c_int).cast(),
             start,
@@ -118,7 +121,8 @@ pub(crate) fn export(ordinal: usize, p: CUdeviceptr, bytes: usize) -> Result<Dma
             sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
             0,
         )
-    })?;
+    };
+    check(ordinal, "cuMemGetHandleForAddressRange(DMA_BUF_FD)", r)?;
     if fd < 0 {
         return Err(unsupported(
             ordinal,

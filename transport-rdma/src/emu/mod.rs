@@ -422,7 +422,10 @@ impl Verbs for EmuVerbs {
             ));
         }
         if len == 0 || iova.checked_add(len as u64).is_none() {
-            return Err(call_err(op, format!("{len} bytes at iova {iova:#x} is not a region")));
+            return Err(call_err(
+                op,
+                format!("{len} bytes at iova {iova:#x} is not a region"),
+            ));
         }
         // The emulated NIC maps the dma-buf's file, as a NIC maps its
         // pages; peers find it by the name in the descriptor.

@@ -305,10 +305,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     // Past the end of the registration: remote access error (a fresh
     // pair: the failed QP is in ERROR).
     let (mut c, mut d) = pair();
-    let inbox2 = d
-        .dev
-        .reg_dmabuf_mr(file.as_fd(), 0, 4096, iova)
-        .unwrap();
+    let inbox2 = d.dev.reg_dmabuf_mr(file.as_fd(), 0, 4096, iova).unwrap();
     let over = SendWr {
         wr_id: 2,
         local: (c.mr.addr, 100, c.mr.lkey),
@@ -331,7 +328,10 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     e.dev.post_send(e.qp, &late).unwrap();
     assert_eq!(poll(&mut e)[0].status, WcStatus::REM_ACCESS_ERR);
     // Out of the dma-buf's bounds, or not a /dev/shm file: refused.
-    assert!(f.dev.reg_dmabuf_mr(file.as_fd(), 60 << 10, 8192, iova).is_err());
+    assert!(f
+        .dev
+        .reg_dmabuf_mr(file.as_fd(), 60 << 10, 8192, iova)
+        .is_err());
     let tmp = std::fs::File::open("/proc/self/status").unwrap();
     assert!(f.dev.reg_dmabuf_mr(tmp.as_fd(), 0, 10, iova).is_err());
     let _ = (std::fs::remove_file(path), std::fs::remove_file(spath));

@@ -368,9 +368,7 @@ impl Lib {
             ack_async_event: sym!(b"ibv_ack_async_event\0"),
             fork_init: sym!(b"ibv_fork_init\0"),
             // SAFETY: declared with verbs.h's signature; optional.
-            reg_dmabuf_mr: unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }
-                .ok()
-                .map(|s| *s),
+            reg_dmabuf_mr: unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s),
             _lib: lib,
         })
     }

@@ -338,7 +338,10 @@ impl Verbs for IbvVerbs {
         let Some(reg) = self.lib.reg_dmabuf_mr else {
             return Err(self.err(
                 "ibv_reg_dmabuf_mr",
-                format!("{} has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)", SONAME),
+                format!(
+                    "{} has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)",
+                    SONAME
+                ),
             ));
         };
         // SAFETY: `pd` is this context's protection domain; the dma-buf
