@@ -98,6 +98,13 @@ fn child(role: &str) {
                 }
                 run_case(&r, &c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
             }
+            // The last device operation's inbox credits go back once its
+            // reading work completes, possibly after the peer has
+            // finished: a host barrier before exiting keeps every peer
+            // there to take them (see docs/RDMA.md §3a).
+            r.comm
+                .barrier()
+                .unwrap_or_else(|e| panic!("rank {rank}: barrier: {e}"));
             let (sent, received) = transport_rdma::gdr_bytes();
             if role == "matrix" {
                 assert!(
@@ -129,6 +136,10 @@ fn child(role: &str) {
                 "rank {rank} names what is missing: {e}"
             );
             eprintln!("rank {rank}: required ok");
+            // Stay a moment, as a program reporting the error would: a
+            // process gone before its peer read its verdict is reported
+            // by the peer as gone instead (docs/RDMA.md §3a).
+            std::thread::sleep(Duration::from_millis(1500));
         }
         "death" => {
             let count = 4 << 20;

@@ -724,6 +724,10 @@ impl DeviceLink for RdmaConnection {
     ) -> Result<bool, Error> {
         let stream = queue_of(self.rank, device)?.stream;
         let progressed = self.progress();
+        // Sends on this connection move on too (as nvlink's do).
+        if progressed.is_ok() {
+            self.gdr_post_ready()?;
+        }
         let slot = (self.received % self.slots as u64) as usize;
         let Some(bytes) = self.arrived[slot] else {
             // Pieces that arrived before an error are still delivered.
