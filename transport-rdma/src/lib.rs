@@ -60,6 +60,7 @@ mod conn;
 mod devregs;
 pub mod emu;
 mod gdr;
+mod gdr_board;
 mod ibv;
 mod mem;
 mod regcache;
