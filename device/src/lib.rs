@@ -320,6 +320,68 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// emulated device answers from its address registry. The address is
     /// never dereferenced.
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind>;
+
+    // ---- dma-buf export (GPUDirect RDMA): the NIC registers device
+    // memory through a dma-buf file descriptor (`ibv_reg_dmabuf_mr`).
+    // The defaults answer "not supported", so a backend without them
+    // stages device pieces through host memory.
+
+    /// Whether this device exports its memory as dma-buf file descriptors
+    /// ([`Device::dmabuf_export`]): CUDA's
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (driver, kernel ≥ 5.12 and
+    /// GPU permitting) and the driver's `cuMemGetHandleForAddressRange`;
+    /// always on `emu`. The default is `false`.
+    fn dmabuf_supported(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Exports the device allocation that holds `ptr .. ptr + bytes` as a
+    /// dma-buf ([`DmaBuf`]: a file descriptor owned by the caller, and the
+    /// device address range it maps). CUDA rounds the allocation out to
+    /// host pages and calls `cuMemGetHandleForAddressRange(..,
+    /// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, ..)`; `emu` hands out the
+    /// allocation's shared-memory file. A range that is not inside one
+    /// live allocation is an error. The default answers
+    /// [`DeviceError::Unsupported`].
+    fn dmabuf_export(&self, ptr: DevicePtr, bytes: usize) -> Result<DmaBuf> {
+        let _ = (ptr, bytes);
+        Err(DeviceError::Unsupported {
+            what: format!("dma-buf export on {}", self.backend().name()),
+            why: "this backend does not export device memory as dma-buf".into(),
+        })
+    }
+
+    /// An identifier of the live allocation that holds `ptr`, never
+    /// reused for another allocation while the process lives (CUDA's
+    /// `CU_POINTER_ATTRIBUTE_BUFFER_ID`; the allocation id on `emu`): a
+    /// cached registration of an exported allocation is still right only
+    /// while this answers its [`DmaBuf::id`]. A freed address is an error.
+    fn allocation_id(&self, ptr: DevicePtr) -> Result<u64> {
+        let _ = ptr;
+        Err(DeviceError::Unsupported {
+            what: format!("allocation ids on {}", self.backend().name()),
+            why: "this backend does not export device memory as dma-buf".into(),
+        })
+    }
+}
+
+/// A device allocation exported as a dma-buf ([`Device::dmabuf_export`]):
+/// byte `offset` of the file `fd` holds device address `base`, and the
+/// export covers `len` bytes from there (page-aligned on CUDA). Closing
+/// `fd` (dropping this value) leaves the allocation as it is; a NIC
+/// registration made from it keeps its own reference.
+#[derive(Debug)]
+pub struct DmaBuf {
+    /// The dma-buf file descriptor.
+    pub fd: std::os::fd::OwnedFd,
+    /// Where `base` lies in the dma-buf.
+    pub offset: u64,
+    /// The first device address exported.
+    pub base: DevicePtr,
+    /// Bytes exported from `base`.
+    pub len: usize,
+    /// The allocation's [`Device::allocation_id`].
+    pub id: u64,
 }
 
 /// Opens device `ordinal` of `backend`.

@@ -24,20 +24,24 @@ use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
 const IMM_DATA: u32 = 0;
 const IMM_CREDIT: u32 = 1;
 const IMM_ABORT: u32 = 2;
+/// The peer wrote its GPUDirect board (`gdr.rs`) into ours.
+pub(crate) const IMM_BOARD: u32 = 3;
 const IMM_LOW: u32 = (1 << 30) - 1;
 /// Data immediates: slot in bits 29..22, bytes in 21..0.
 pub(crate) const MAX_SLOTS: usize = 256;
 /// The largest slot (header + payload) a data immediate can describe.
 pub(crate) const MAX_SLOT_BYTES: usize = (1 << 22) - 1;
 /// Send work requests kept free on each QP for credits, aborts and probes.
-const SQ_RESERVE: u32 = 4;
+pub(crate) const SQ_RESERVE: u32 = 4;
 /// Receive work requests carry this bit (and their QP index).
 pub(crate) const RECV_TAG: u64 = 1 << 63;
 /// The wr_id of credits, aborts and probes (data writes carry their piece
 /// number).
-const CONTROL_WR_ID: u64 = u64::MAX;
+pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
 /// Data writes of lent pieces carry this bit with their piece number.
 const LENT_TAG: u64 = 1 << 62;
+/// Payload writes of device pieces (GPUDirect) carry this bit.
+pub(crate) const GDR_TAG: u64 = 1 << 61;
 /// Pieces smaller than this are copied to staging even when lent (a
 /// registration lookup and a second work request cost more than the copy).
 pub const ZERO_COPY_MIN: usize = 64 << 10;
@@ -64,33 +68,40 @@ pub(crate) struct Parts {
     pub slots: usize,
     pub slot_bytes: usize,
     pub regs: RegCache,
+    /// The GPUDirect board (two pages: the peer's board, ours to send).
+    pub board: Mr,
+    pub remote_board: (u64, u32),
+    /// `SNCL_IB_GDR`.
+    pub gdr: Option<bool>,
 }
 
 /// An RDMA connection to one peer (both directions).
 pub struct RdmaConnection {
-    rank: usize,
-    peer: usize,
-    device: String,
-    dev: Box<dyn Verbs>,
+    pub(crate) rank: usize,
+    pub(crate) peer: usize,
+    pub(crate) device: String,
+    pub(crate) dev: Box<dyn Verbs>,
     cq: u32,
-    qps: Vec<u32>,
+    pub(crate) qps: Vec<u32>,
     sq_depth: u32,
     sq_outstanding: Vec<u32>,
     fifo_mr: Mr,
     staging_mr: Mr,
-    fifo: Buf,
+    pub(crate) fifo: Buf,
     staging: Buf,
     remote_fifo: (u64, u32),
-    slots: usize,
-    slot_bytes: usize,
-    sent: u64,
+    pub(crate) slots: usize,
+    pub(crate) slot_bytes: usize,
+    pub(crate) sent: u64,
     acked: u64,
-    received: u64,
+    pub(crate) received: u64,
     credited: u64,
     /// Per inbound slot: the bytes announced by its immediate, once arrived.
-    arrived: Vec<Option<usize>>,
-    peer_aborted: Option<Option<usize>>,
+    pub(crate) arrived: Vec<Option<usize>>,
+    pub(crate) peer_aborted: Option<Option<usize>>,
     broken: Option<(bool, String)>,
+    /// The device path (GPUDirect RDMA, `gdr.rs`).
+    pub(crate) gdr: crate::gdr::Gdr,
     last_probe: Instant,
     wcs: Vec<WorkCompletion>,
     /// User-buffer registrations for lent pieces.
@@ -105,6 +116,7 @@ impl RdmaConnection {
         // connection owns and drops last (after deregistering them); the
         // FIFO is written by the peer only in slots the protocol handed it.
         let (fifo, staging) = unsafe { (Buf::new(&p.fifo), Buf::new(&p.staging)) };
+        let gdr = crate::gdr::Gdr::new(p.gdr, p.board, p.remote_board);
         RdmaConnection {
             rank: p.rank,
             peer: p.peer,
@@ -131,6 +143,7 @@ impl RdmaConnection {
             wcs: Vec::with_capacity(64),
             regs: p.regs,
             lent_in_flight: 0,
+            gdr,
             dev: p.dev,
         }
     }
@@ -150,7 +163,7 @@ impl RdmaConnection {
         self.dev.inject(fault)
     }
 
-    fn error(&self) -> Option<TransportError> {
+    pub(crate) fn error(&self) -> Option<TransportError> {
         self.broken.as_ref().map(|(gone, detail)| {
             if *gone {
                 TransportError::PeerGone {
@@ -174,7 +187,7 @@ impl RdmaConnection {
         self.error().expect("just set")
     }
 
-    fn post(&mut self, q: usize, wr: SendWr) -> Result<(), TransportError> {
+    pub(crate) fn post(&mut self, q: usize, wr: SendWr) -> Result<(), TransportError> {
         let qpn = self.qps[q];
         if let Err(e) = self.dev.post_send(qpn, &wr) {
             let detail = format!(
@@ -188,10 +201,13 @@ impl RdmaConnection {
     }
 
     /// Polls the completion queue and the async events.
-    fn progress(&mut self) -> Result<(), TransportError> {
+    pub(crate) fn progress(&mut self) -> Result<(), TransportError> {
         if let Some(e) = self.error() {
             return Err(e);
         }
+        // Inbox slots of device pieces whose reading work completed: their
+        // credits go out below. A device error shows in the device calls.
+        let _ = self.gdr.release_done();
         while let Some(ev) = self.dev.poll_async_event() {
             if ev.is_fatal() {
                 let detail = format!(
@@ -262,6 +278,9 @@ impl RdmaConnection {
                 if wc.wr_id != CONTROL_WR_ID && wc.wr_id & LENT_TAG != 0 {
                     self.lent_in_flight = self.lent_in_flight.saturating_sub(1);
                 }
+                if wc.wr_id != CONTROL_WR_ID && wc.wr_id & GDR_TAG != 0 {
+                    self.gdr.in_flight = self.gdr.in_flight.saturating_sub(1);
+                }
             }
             WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
                 if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
@@ -307,6 +326,7 @@ impl RdmaConnection {
                     IMM_ABORT => {
                         self.peer_aborted = Some(low.checked_sub(1).map(|c| c as usize));
                     }
+                    IMM_BOARD => self.gdr.board_arrived = true,
                     _ => {
                         return Err(TransportError::Corrupt {
                             peer: self.peer,
@@ -320,16 +340,19 @@ impl RdmaConnection {
     }
 
     /// Room for one more send work request on QP `q` (keeping `reserve`).
-    fn sq_room(&self, q: usize, reserve: u32) -> bool {
+    pub(crate) fn sq_room(&self, q: usize, reserve: u32) -> bool {
         self.sq_outstanding[q] + reserve < self.sq_depth
     }
 
-    fn maybe_credit(&mut self) -> Result<(), TransportError> {
+    /// Credits consumed pieces; a device piece counts once the work that
+    /// reads its inbox slot has completed.
+    pub(crate) fn maybe_credit(&mut self) -> Result<(), TransportError> {
         let threshold = (self.slots as u64 / 2).max(1);
-        if self.received - self.credited >= threshold && self.sq_room(0, 1) {
-            let count = self.received as u32 & IMM_LOW;
+        let released = self.gdr.released(self.received);
+        if released - self.credited >= threshold && self.sq_room(0, 1) {
+            let count = released as u32 & IMM_LOW;
             self.post(0, self.control_wr((IMM_CREDIT << 30) | count))?;
-            self.credited = self.received;
+            self.credited = released;
         }
         Ok(())
     }
@@ -361,7 +384,7 @@ impl RdmaConnection {
     /// registrations.
     fn drain_lent(&mut self) {
         let deadline = Instant::now() + LENT_DRAIN;
-        while self.lent_in_flight > 0 && self.broken.is_none() {
+        while (self.lent_in_flight > 0 || self.gdr.in_flight > 0) && self.broken.is_none() {
             if self.progress().is_err() || Instant::now() >= deadline {
                 break;
             }
@@ -392,13 +415,28 @@ impl RdmaConnection {
         payload: &[u8],
         announced: usize,
     ) -> Result<bool, TransportError> {
-        let slot = (self.sent % self.slots as u64) as usize;
+        self.post_piece(q, self.sent, header, payload, announced)?;
+        self.sent += 1;
+        Ok(true)
+    }
+
+    /// [`RdmaConnection::post_staged`] for piece `k` (already counted in
+    /// `sent`: a device piece reserves its slot before its data is ready).
+    pub(crate) fn post_piece(
+        &mut self,
+        q: usize,
+        k: u64,
+        header: &PieceHeader,
+        payload: &[u8],
+        announced: usize,
+    ) -> Result<(), TransportError> {
+        let slot = (k % self.slots as u64) as usize;
         let off = slot * self.slot_bytes;
         let mut h = [0u8; HEADER_BYTES];
         header.encode(&mut h);
         self.staging.write(off, &[&h, payload]);
         let wr = SendWr {
-            wr_id: self.sent,
+            wr_id: k & !(LENT_TAG | GDR_TAG | RECV_TAG),
             local: (
                 self.staging_mr.addr + off as u64,
                 (HEADER_BYTES + payload.len()) as u32,
@@ -408,9 +446,7 @@ impl RdmaConnection {
             rkey: self.remote_fifo.1,
             imm: Some(imm_data(slot, announced)),
         };
-        self.post(q, wr)?;
-        self.sent += 1;
-        Ok(true)
+        self.post(q, wr)
     }
 
     /// Checks a piece before it is sent.
@@ -431,7 +467,7 @@ impl RdmaConnection {
 
     /// Whether the FIFO has a free slot for the next piece; an abort seen
     /// from the peer while it is full is an error.
-    fn fifo_room(&self) -> Result<bool, TransportError> {
+    pub(crate) fn fifo_room(&self) -> Result<bool, TransportError> {
         if self.sent - self.acked >= self.slots as u64 {
             if let Some(cause) = self.peer_aborted {
                 return Err(TransportError::PeerAborted {
@@ -444,7 +480,7 @@ impl RdmaConnection {
         Ok(true)
     }
 
-    fn transport_err(&self, source: TransportError) -> Error {
+    pub(crate) fn transport_err(&self, source: TransportError) -> Error {
         Error::Transport {
             rank: self.rank,
             source,
@@ -621,6 +657,10 @@ impl Connection for RdmaConnection {
     fn kind(&self) -> &'static str {
         "rdma"
     }
+
+    fn device_link(&mut self) -> Option<&mut dyn comm_core::transport::DeviceLink> {
+        Some(self)
+    }
 }
 
 impl Drop for RdmaConnection {
@@ -629,6 +669,7 @@ impl Drop for RdmaConnection {
             let _ = self.dev.modify_qp(*qpn, crate::verbs::QpTransition::Error);
         }
         self.regs.clear(&mut *self.dev);
+        self.gdr.clear(&mut *self.dev);
         let _ = self.dev.dereg_mr(&self.fifo_mr);
         let _ = self.dev.dereg_mr(&self.staging_mr);
     }

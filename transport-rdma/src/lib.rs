@@ -57,7 +57,10 @@
 #![warn(missing_docs)]
 
 mod conn;
+mod devregs;
 pub mod emu;
+mod gdr;
+mod gdr_board;
 mod ibv;
 mod mem;
 mod regcache;
@@ -69,6 +72,7 @@ pub mod verbs;
 
 pub use conn::{RdmaConnection, ZERO_COPY_MIN};
 pub use emu::EmuVerbs;
+pub use gdr::gdr_bytes;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use regcache::ZeroCopy;
 pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};

@@ -134,6 +134,10 @@ pub struct IbSettings {
     pub zero_copy: Option<bool>,
     /// `SNCL_IB_REG_CACHE_MB`: user-buffer registrations kept per connection.
     pub reg_cache_mb: usize,
+    /// `SNCL_IB_GDR`: `None` = auto (GPUDirect RDMA where both ranks of a
+    /// pair can), `Some(true)` = required, `Some(false)` = device pieces
+    /// always staged through host memory.
+    pub gdr: Option<bool>,
 }
 
 impl Default for IbSettings {
@@ -150,6 +154,7 @@ impl Default for IbSettings {
             qps_per_conn: 1,
             zero_copy: None,
             reg_cache_mb: DEFAULT_REG_CACHE_MB,
+            gdr: None,
         }
     }
 }
@@ -171,6 +176,18 @@ fn flag(env: &Environment, name: &str) -> Result<bool, Error> {
         None | Some("" | "0") => Ok(false),
         Some("1") => Ok(true),
         Some(other) => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
+    }
+}
+
+/// An `auto|0|1` setting: `None` for auto.
+fn auto_flag(env: &Environment, name: &str) -> Result<Option<bool>, Error> {
+    match env.get(name).map(str::trim) {
+        None | Some("" | "auto") => Ok(None),
+        Some("0") => Ok(Some(false)),
+        Some("1") => Ok(Some(true)),
+        Some(other) => Err(Error::Config(format!(
+            "{name}={other:?}: expected auto, 0 or 1"
+        ))),
     }
 }
 
@@ -205,16 +222,8 @@ impl IbSettings {
             traffic_class: byte("SNCL_IB_TC", 255, d.traffic_class)?,
             sl: byte("SNCL_IB_SL", 15, d.sl)?,
             qps_per_conn: qps,
-            zero_copy: match env.get("SNCL_IB_ZERO_COPY").map(str::trim) {
-                None | Some("" | "auto") => None,
-                Some("0") => Some(false),
-                Some("1") => Some(true),
-                Some(other) => {
-                    return Err(Error::Config(format!(
-                        "SNCL_IB_ZERO_COPY={other:?}: expected auto, 0 or 1"
-                    )))
-                }
-            },
+            zero_copy: auto_flag(env, "SNCL_IB_ZERO_COPY")?,
+            gdr: auto_flag(env, "SNCL_IB_GDR")?,
             reg_cache_mb: int(env, "SNCL_IB_REG_CACHE_MB", MAX_REG_CACHE_MB)?
                 .unwrap_or(DEFAULT_REG_CACHE_MB),
         })

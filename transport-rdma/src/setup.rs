@@ -178,6 +178,7 @@ struct Local {
     qps: Vec<(u32, u32)>,
     fifo: crate::verbs::Mr,
     staging: crate::verbs::Mr,
+    board: crate::verbs::Mr,
     regs: crate::regcache::RegCache,
 }
 
@@ -189,7 +190,7 @@ fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
     let p = l.dev.port();
     let qps: Vec<String> = l.qps.iter().map(|(q, s)| format!("{q}:{s}")).collect();
     format!(
-        "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nqps={}\n",
+        "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nboard={}:{}\nqps={}\n",
         p.name(),
         p.lid,
         hex(&p.gid),
@@ -198,6 +199,8 @@ fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
         setup.slot_bytes,
         l.fifo.addr,
         l.fifo.rkey,
+        l.board.addr,
+        l.board.rkey,
         qps.join(",")
     )
     .into_bytes()
@@ -210,6 +213,7 @@ struct Remote {
     gid: [u8; 16],
     mtu: u32,
     fifo: (u64, u32),
+    board: (u64, u32),
     qps: Vec<(u32, u32)>,
 }
 
@@ -258,10 +262,14 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
         *g = u8::from_str_radix(&gid_hex[2 * i..2 * i + 2], 16)
             .map_err(|_| bad("has a GID that is not hex".into()))?;
     }
-    let (addr, rkey) = get("fifo")?
-        .split_once(':')
-        .and_then(|(a, k)| Some((a.parse().ok()?, k.parse().ok()?)))
-        .ok_or_else(|| bad("has a bad fifo".into()))?;
+    let region = |k: &str| -> Result<(u64, u32), Error> {
+        get(k)?
+            .split_once(':')
+            .and_then(|(a, r)| Some((a.parse().ok()?, r.parse().ok()?)))
+            .ok_or_else(|| bad(format!("has a bad {k}")))
+    };
+    let (addr, rkey) = region("fifo")?;
+    let board = region("board")?;
     let qps = get("qps")?
         .split(',')
         .map(|q| {
@@ -287,6 +295,7 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
         gid,
         mtu: num("mtu")? as u32,
         fifo: (addr, rkey),
+        board,
         qps,
     })
 }
@@ -347,6 +356,7 @@ pub fn establish(
             .map_err(ve)?;
         let fifo = dev.alloc_mr(region).map_err(ve)?;
         let staging = dev.alloc_mr(region).map_err(ve)?;
+        let board = dev.alloc_mr(2 * crate::gdr::BOARD_BYTES).map_err(ve)?;
         let mut qps = Vec::with_capacity(nqps);
         for q in 0..nqps {
             let qpn = dev.create_qp(cq, sq_depth, rq_depth).map_err(ve)?;
@@ -365,6 +375,7 @@ pub fn establish(
             qps,
             fifo,
             staging,
+            board,
             regs: crate::regcache::RegCache::new(mode, s.reg_cache_mb << 20),
         };
         store.set(&key(me, peer), &encode(setup, &l))?;
@@ -440,6 +451,9 @@ pub fn establish(
                 slots: setup.slots,
                 slot_bytes: setup.slot_bytes,
                 regs: l.regs,
+                board: l.board,
+                remote_board: r.board,
+                gdr: s.gdr,
             })
         })
         .collect())

@@ -360,12 +360,39 @@ pub trait Verbs: Send {
     /// while a work request reading it is outstanding (the emulated
     /// provider reads it when the work request is posted).
     unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr>;
-    /// Deregisters a region from [`Verbs::reg_user_mr`] (the memory stays
-    /// the caller's).
+    /// Deregisters a region from [`Verbs::reg_user_mr`] or
+    /// [`Verbs::reg_dmabuf_mr`] (the memory stays the caller's).
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()>;
     /// Whether on-demand registration (ODP) works on this device: a
     /// registration made once stays valid for any later use of the range.
     fn supports_on_demand(&mut self) -> bool;
+    /// Whether [`Verbs::reg_dmabuf_mr`] is there: libibverbs exports
+    /// `ibv_reg_dmabuf_mr` (rdma-core 34 and newer; the NIC's driver and
+    /// the kernel, 5.12 or newer, decide whether a registration then
+    /// succeeds). Without it device memory is staged through host memory.
+    fn supports_dmabuf(&self) -> bool {
+        false
+    }
+    /// Registers `len` bytes from byte `offset` of the dma-buf `fd` (device
+    /// memory, GPUDirect RDMA), addressed by work requests and peers at
+    /// `iova`, with local write, remote write and local read access.
+    /// Deregistered with [`Verbs::dereg_user_mr`]; the registration keeps
+    /// its own reference to the memory, so `fd` may be closed afterwards.
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Mr> {
+        let _ = (fd, offset, len, iova);
+        Err(VerbsError::Call {
+            device: self.port().name(),
+            op: "ibv_reg_dmabuf_mr",
+            detail: "this verbs library has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)"
+                .into(),
+        })
+    }
     /// Creates a completion queue of `depth` entries; returns its handle.
     fn create_cq(&mut self, depth: usize) -> Result<u32>;
     /// Creates an RC queue pair on completion queue `cq` (both directions).

@@ -389,6 +389,12 @@ pub static SETTINGS: &[Setting] = &[
         "RDMA-write large host pieces straight from the user's buffer: auto = where the device registers on demand (ODP; the emulated provider does), 1 = also pin per step without ODP, 0 = always through the staging copy",
     ),
     local(
+        "SNCL_IB_GDR",
+        Values::Choice(&["auto", "0", "1"]),
+        Value("auto"),
+        "GPUDirect RDMA: device pieces go NIC to device memory (dma-buf registration) where both ranks of a pair can: auto = where the device exports dma-bufs and libibverbs has ibv_reg_dmabuf_mr, 1 = required (an error naming what is missing), 0 = always staged through host memory",
+    ),
+    local(
         "SNCL_IB_REG_CACHE_MB",
         range(0, 1 << 20, 1, "MiB"),
         Value("4096"),

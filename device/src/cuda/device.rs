@@ -546,4 +546,21 @@ impl Device for CudaDevice {
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind> {
         super::pointer::kind(self.ordinal, addr, || self.bind())
     }
+
+    // ---- dma-buf export (GPUDirect RDMA): see `dmabuf.rs`.
+
+    fn dmabuf_supported(&self) -> Result<bool> {
+        self.bind()?;
+        super::dmabuf::supported(self.ordinal, self.dev)
+    }
+
+    fn dmabuf_export(&self, ptr: DevicePtr, bytes: usize) -> Result<crate::DmaBuf> {
+        self.bind()?;
+        super::dmabuf::export(self.ordinal, ptr.0, bytes)
+    }
+
+    fn allocation_id(&self, ptr: DevicePtr) -> Result<u64> {
+        self.bind()?;
+        super::dmabuf::buffer_id(self.ordinal, ptr.0)
+    }
 }

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use crate::{Device, DeviceError, Result};
 
 mod device;
+mod dmabuf;
 mod driver;
 mod launch;
 pub(crate) mod nvrtc_lib;

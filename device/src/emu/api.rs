@@ -489,4 +489,39 @@ impl Device for Emu {
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind> {
         Ok(super::pointer::kind(self, addr))
     }
+
+    // ---- dma-buf export: the allocation's shared-memory file, so the
+    // emulated NIC (transport-rdma's EmuVerbs) of this or a peer process
+    // can map it.
+
+    fn dmabuf_supported(&self) -> Result<bool> {
+        self.check()?;
+        Ok(true)
+    }
+
+    fn dmabuf_export(&self, ptr: DevicePtr, bytes: usize) -> Result<crate::DmaBuf> {
+        self.check()?;
+        let call = "dmabuf_export";
+        let (base, id, region) = self
+            .memory
+            .holder(ptr, bytes)
+            .map_err(|d| self.invalid(call, d))?;
+        let fd = region
+            .map
+            .reopen()
+            .map_err(|e| self.invalid(call, format!("reopening {ptr:?}'s file: {e}")))?;
+        Ok(crate::DmaBuf {
+            fd,
+            offset: 0,
+            base,
+            len: region.map.len(),
+            id,
+        })
+    }
+
+    fn allocation_id(&self, ptr: DevicePtr) -> Result<u64> {
+        self.memory
+            .live_id(ptr)
+            .map_err(|d| self.invalid("allocation_id", d))
+    }
 }

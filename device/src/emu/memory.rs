@@ -186,6 +186,23 @@ impl Memory {
         })
     }
 
+    /// The allocation that holds `ptr .. ptr + bytes` (dma-buf export):
+    /// its start, its id and the region.
+    pub(super) fn holder(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+    ) -> Result<(DevicePtr, u64, Arc<Region>), String> {
+        let span = self.span(ptr, bytes)?;
+        let (id, offset) = split(ptr)?;
+        Ok((DevicePtr(ptr.0 - offset as u64), id, span.region))
+    }
+
+    /// The id of the live allocation that holds `ptr`.
+    pub(super) fn live_id(&self, ptr: DevicePtr) -> Result<u64, String> {
+        self.holder(ptr, 0).map(|(_, id, _)| id)
+    }
+
     /// Allocates `bytes` of zeroed pinned host memory.
     pub(super) fn alloc_pinned(&self, bytes: usize) -> Option<NonNull<u8>> {
         let layout = Layout::from_size_align(bytes.max(1), PINNED_ALIGN).ok()?;

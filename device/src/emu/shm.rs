@@ -142,6 +142,13 @@ impl ShmMap {
         self.len
     }
 
+    /// A new file descriptor of the allocation's file (what a dma-buf
+    /// export hands out on the emulated device).
+    pub(super) fn reopen(&self) -> io::Result<std::os::fd::OwnedFd> {
+        let (file, _) = transport_shm::private_file::open(&self.name)?;
+        Ok(file.into())
+    }
+
     /// The handle another process opens this mapping with.
     pub(super) fn handle(&self) -> IpcHandle {
         let mut h = [0u8; 64];

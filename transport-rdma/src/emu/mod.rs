@@ -44,7 +44,22 @@ struct LocalMr {
     /// registration ([`Verbs::reg_user_mr`]), which is only ever read
     /// locally, at the address it names.
     region: Option<Arc<LocalRegion>>,
+    /// A dma-buf registration ([`Verbs::reg_dmabuf_mr`]): the dma-buf's
+    /// file as mapped here, and where the region starts in it (`region`
+    /// is then its descriptor, with no bytes of its own).
+    dmabuf: Option<(Arc<memmap2::MmapRaw>, usize)>,
     mr: Mr,
+}
+
+/// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
+/// a verbs library without it is emulated by turning this off).
+static DMABUF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Test double: makes emulated devices of this process behave as a verbs
+/// library without `ibv_reg_dmabuf_mr` (`false`), so device memory is
+/// staged; `true` (the default) offers it.
+pub fn set_dmabuf_supported(on: bool) {
+    DMABUF.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 struct Qp {
@@ -86,6 +101,22 @@ fn call_err(op: &'static str, detail: String) -> VerbsError {
         device: format!("{EMU_DEVICE}:1"),
         op,
         detail,
+    }
+}
+
+/// The shared-memory file name behind an emulated dma-buf (the
+/// emulated device's allocations are files in `/dev/shm`).
+fn dmabuf_name(file: &std::fs::File) -> std::result::Result<String, String> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|e| format!("finding the dma-buf's file: {e}"))?;
+    match (link.parent(), link.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) if dir == std::path::Path::new("/dev/shm") => Ok(name.to_string()),
+        _ => Err(format!(
+            "the dma-buf is {} (the emulated NIC maps only emulated device memory, files in \
+             /dev/shm; a freed allocation's file is gone)",
+            link.display()
+        )),
     }
 }
 
@@ -272,10 +303,12 @@ impl EmuVerbs {
                         .is_some_and(|e| e <= m.mr.len as u64)
             })
             .ok_or(WcStatus::LOC_PROT_ERR)?;
-        let src = src
-            .region
-            .as_ref()
-            .map(|r| (Arc::clone(r), HEADER + (laddr - src.mr.addr) as usize));
+        let at = (laddr - src.mr.addr) as usize;
+        let src: Option<(&memmap2::MmapRaw, usize)> = match (&src.dmabuf, &src.region) {
+            (Some((map, start)), _) => Some((&**map, start + at)),
+            (None, Some(r)) => Some((&r.0.map, HEADER + at)),
+            (None, None) => None,
+        };
         let dst = match self.remote_mrs.entry((gid, rkey)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
@@ -284,9 +317,7 @@ impl EmuVerbs {
         };
         let dst_off = dst.offset(raddr, len).ok_or(WcStatus::REM_ACCESS_ERR)?;
         match src {
-            Some((region, src_off)) => {
-                mem::copy_between(&region.0.map, src_off, &dst.map, dst_off, len)
-            }
+            Some((map, src_off)) => mem::copy_between(map, src_off, &dst.map, dst_off, len),
             // SAFETY: a user registration, in bounds (checked above);
             // `reg_user_mr`'s contract keeps it mapped while work requests
             // reading it are outstanding, and this is one of them.
@@ -318,6 +349,7 @@ impl Verbs for EmuVerbs {
             lkey,
             LocalMr {
                 region: Some(Arc::new(region)),
+                dmabuf: None,
                 mr,
             },
         );
@@ -341,14 +373,23 @@ impl Verbs for EmuVerbs {
             lkey: key,
             rkey: 0,
         };
-        self.mrs.insert(key, LocalMr { region: None, mr });
+        self.mrs.insert(
+            key,
+            LocalMr {
+                region: None,
+                dmabuf: None,
+                mr,
+            },
+        );
         Ok(mr)
     }
 
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
         match self.mrs.get(&mr.lkey) {
-            Some(m) if m.region.is_none() && m.mr == *mr => {
-                self.mrs.remove(&mr.lkey);
+            Some(m) if (m.region.is_none() || m.dmabuf.is_some()) && m.mr == *mr => {
+                if let Some(r) = self.mrs.remove(&mr.lkey).and_then(|m| m.region) {
+                    r.invalidate();
+                }
                 Ok(())
             }
             _ => Err(call_err(
@@ -360,6 +401,73 @@ impl Verbs for EmuVerbs {
 
     fn supports_on_demand(&mut self) -> bool {
         true
+    }
+
+    fn supports_dmabuf(&self) -> bool {
+        DMABUF.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Mr> {
+        let op = "ibv_reg_dmabuf_mr";
+        if !self.supports_dmabuf() {
+            return Err(call_err(
+                op,
+                "this (emulated) verbs library has no ibv_reg_dmabuf_mr".into(),
+            ));
+        }
+        if len == 0 || iova.checked_add(len as u64).is_none() {
+            return Err(call_err(
+                op,
+                format!("{len} bytes at iova {iova:#x} is not a region"),
+            ));
+        }
+        // The emulated NIC maps the dma-buf's file, as a NIC maps its
+        // pages; peers find it by the name in the descriptor.
+        let file = std::fs::File::from(
+            fd.try_clone_to_owned()
+                .map_err(|e| call_err(op, format!("duplicating the dma-buf fd: {e}")))?,
+        );
+        let name = dmabuf_name(&file).map_err(|d| call_err(op, d))?;
+        let map = memmap2::MmapRaw::map_raw(&file)
+            .map_err(|e| call_err(op, format!("mapping the dma-buf: {e}")))?;
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|o| o.checked_add(len).is_some_and(|e| e <= map.len()))
+            .ok_or_else(|| {
+                call_err(
+                    op,
+                    format!(
+                        "{len} bytes at offset {offset} run past the dma-buf's {} bytes",
+                        map.len()
+                    ),
+                )
+            })?;
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        let (lkey, rkey) = (key, key | 1);
+        let desc = LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset))
+            .map_err(|e| call_err(op, e))?;
+        let mr = Mr {
+            addr: iova,
+            len,
+            lkey,
+            rkey,
+        };
+        self.mrs.insert(
+            lkey,
+            LocalMr {
+                region: Some(Arc::new(desc)),
+                dmabuf: Some((Arc::new(map), start)),
+                mr,
+            },
+        );
+        Ok(mr)
     }
 
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {

@@ -13,9 +13,15 @@ use crate::mem;
 use crate::verbs::QpState;
 
 /// Header page of a region file: magic, valid flag, base address, length,
-/// rkey (one word each); the region's bytes follow.
+/// rkey (one word each); the region's bytes follow (a dma-buf region's lie
+/// in another file, named in its header).
 pub(super) const HEADER: usize = 4096;
 const MAGIC: u64 = 0x534e_434c_4942_454d; // "SNCLIBEM"
+/// Header word 5 of a dma-buf registration's descriptor (words 6 and 7:
+/// offset in the backing file and the length of its name, which starts
+/// at byte [`NAME_AT`]).
+const DMABUF: u64 = 0x444d_4142_5546; // "DMABUF"
+const NAME_AT: usize = 64;
 /// QPs one emulated device can hold (the transport opens one device per
 /// peer with at most `MAX_QPS_PER_CONN` QPs).
 pub(super) const QP_SLOTS: usize = crate::settings::MAX_QPS_PER_CONN;
@@ -116,6 +122,42 @@ impl LocalRegion {
         Ok(LocalRegion(f))
     }
 
+    /// Creates the descriptor file of a dma-buf registration (`rkey`):
+    /// `len` bytes at work-request address `iova`, lying at byte `offset`
+    /// of the shared-memory file `backing` (the dma-buf's file, which a
+    /// writer maps as a NIC maps the dma-buf's pages). No bytes follow
+    /// the header.
+    pub fn create_dmabuf(
+        gid: &[u8; 16],
+        rkey: u32,
+        (iova, len): (u64, usize),
+        (backing, offset): (&str, u64),
+    ) -> Result<LocalRegion, String> {
+        if backing.len() > HEADER - NAME_AT {
+            return Err(format!("dma-buf file name {backing:?} is too long"));
+        }
+        let f = OwnedFile::create(&region_name(gid, rkey).expect("own GID"), HEADER)?;
+        // SAFETY: the header page is this process's fresh mapping of
+        // HEADER bytes; the name fits behind NAME_AT (checked above), and
+        // nobody reads it before the magic is published (Release below).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                backing.as_ptr(),
+                f.map.as_mut_ptr().add(NAME_AT),
+                backing.len(),
+            )
+        };
+        f.word(2).store(iova, Ordering::Relaxed);
+        f.word(3).store(len as u64, Ordering::Relaxed);
+        f.word(4).store(u64::from(rkey), Ordering::Relaxed);
+        f.word(5).store(DMABUF, Ordering::Relaxed);
+        f.word(6).store(offset, Ordering::Relaxed);
+        f.word(7).store(backing.len() as u64, Ordering::Relaxed);
+        f.word(1).store(1, Ordering::Relaxed);
+        f.word(0).store(MAGIC, Ordering::Release);
+        Ok(LocalRegion(f))
+    }
+
     /// The address work requests use.
     pub fn addr(&self) -> u64 {
         self.0.word(2).load(Ordering::Relaxed)
@@ -129,7 +171,14 @@ impl LocalRegion {
 
 /// A peer's region, mapped by a writer.
 pub(super) struct RemoteRegion {
+    /// The region's bytes: its own file, or a dma-buf region's backing
+    /// file.
     pub map: MmapRaw,
+    /// The dma-buf region's descriptor (the valid flag and rkey live
+    /// there); `None`: they are in `map`'s header.
+    desc: Option<MmapRaw>,
+    /// Where the region's first byte lies in `map`.
+    start: usize,
     base: u64,
     len: usize,
     rkey: u32,
@@ -144,24 +193,57 @@ impl RemoteRegion {
         }
         let base = mem::header_word(&map, 2).load(Ordering::Acquire);
         let len = mem::header_word(&map, 3).load(Ordering::Acquire) as usize;
+        if mem::header_word(&map, 5).load(Ordering::Acquire) == DMABUF {
+            return Self::open_dmabuf(map, base, len, rkey);
+        }
         (len <= map.len() - HEADER).then_some(RemoteRegion {
             map,
+            desc: None,
+            start: HEADER,
             base,
             len,
             rkey,
         })
     }
 
-    /// The file offset of `addr .. addr + len` if the region is still
-    /// registered under its rkey and holds that range.
+    /// A dma-buf registration: maps the backing file its descriptor names.
+    fn open_dmabuf(desc: MmapRaw, base: u64, len: usize, rkey: u32) -> Option<RemoteRegion> {
+        let offset = mem::header_word(&desc, 6).load(Ordering::Acquire);
+        let name_len = mem::header_word(&desc, 7).load(Ordering::Acquire) as usize;
+        if name_len == 0 || name_len > HEADER - NAME_AT || desc.len() < HEADER {
+            return None;
+        }
+        let mut name = vec![0u8; name_len];
+        // SAFETY: NAME_AT + name_len <= HEADER <= the mapping's length
+        // (checked above); the creator wrote the name before publishing
+        // the magic (read with Acquire by `open`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(desc.as_ptr().add(NAME_AT), name.as_mut_ptr(), name_len)
+        };
+        let name = String::from_utf8(name).ok()?;
+        let start = usize::try_from(offset).ok()?;
+        let (map, _) = open_map(Some(name), start.checked_add(len)?)?;
+        Some(RemoteRegion {
+            map,
+            desc: Some(desc),
+            start,
+            base,
+            len,
+            rkey,
+        })
+    }
+
+    /// The offset in [`RemoteRegion::map`] of `addr .. addr + len` if the
+    /// region is still registered under its rkey and holds that range.
     pub fn offset(&self, addr: u64, len: usize) -> Option<usize> {
-        let valid = mem::header_word(&self.map, 1).load(Ordering::Acquire) == 1
-            && mem::header_word(&self.map, 4).load(Ordering::Acquire) == u64::from(self.rkey);
+        let header = self.desc.as_ref().unwrap_or(&self.map);
+        let valid = mem::header_word(header, 1).load(Ordering::Acquire) == 1
+            && mem::header_word(header, 4).load(Ordering::Acquire) == u64::from(self.rkey);
         let inside = addr >= self.base
             && (addr - self.base)
                 .checked_add(len as u64)
                 .is_some_and(|end| end <= self.len as u64);
-        (valid && inside).then(|| HEADER + (addr - self.base) as usize)
+        (valid && inside).then(|| self.start + (addr - self.base) as usize)
     }
 }
 

@@ -237,3 +237,102 @@ fn port_down_raises_an_event_and_flushes_everything() {
     );
     assert_eq!(poll(&mut a)[0].status, WcStatus::WR_FLUSH_ERR);
 }
+
+/// A file in /dev/shm standing in for an emulated device allocation.
+fn device_file(len: usize) -> (std::fs::File, std::path::PathBuf) {
+    let token = transport_shm::private_file::random_token().unwrap();
+    let name = format!("sncl-emu-t{token:x}-{}", std::process::id());
+    transport_shm::private_file::create(&name, len).unwrap()
+}
+
+#[test]
+fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileExt;
+    let (mut a, mut b) = pair();
+    assert!(a.dev.supports_dmabuf());
+    // The receiver's "device memory": 64 KiB, registered from byte 4096 at
+    // a device-like iova.
+    let (file, path) = device_file(64 << 10);
+    let iova = 0x4000_0000_0000_0000u64;
+    let inbox = b
+        .dev
+        .reg_dmabuf_mr(file.as_fd(), 4096, 32 << 10, iova)
+        .unwrap();
+    assert_eq!((inbox.addr, inbox.len), (iova, 32 << 10));
+    // The sender's host buffer → the peer's device memory.
+    let data: Vec<u8> = (0..100u8).collect();
+    // SAFETY: the Side's own registered region.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a.mr.addr as *mut u8, 100) };
+    let wr = |raddr: u64, rkey: u32| SendWr {
+        wr_id: raddr,
+        local: (a.mr.addr, 100, a.mr.lkey),
+        remote_addr: raddr,
+        rkey,
+        imm: Some(7),
+    };
+    a.dev.post_send(a.qp, &wr(iova + 200, inbox.rkey)).unwrap();
+    assert_eq!(poll(&mut a)[0].status, WcStatus::SUCCESS);
+    let mut got = vec![0u8; 100];
+    file.read_exact_at(&mut got, 4096 + 200).unwrap();
+    assert_eq!(got, data, "the WRITE landed in the dma-buf");
+    b.dev.post_recv(b.qp, 1).unwrap();
+    assert_eq!(poll(&mut b)[0].imm, Some(7));
+
+    // A dma-buf registration as the source of a WRITE (device → peer).
+    let (sfile, spath) = device_file(8192);
+    sfile.write_all_at(&[9u8; 50], 100).unwrap();
+    let src = a.dev.reg_dmabuf_mr(sfile.as_fd(), 0, 8192, 0x7000).unwrap();
+    let from_dev = SendWr {
+        wr_id: 1,
+        local: (0x7000 + 100, 50, src.lkey),
+        remote_addr: iova,
+        rkey: inbox.rkey,
+        imm: None,
+    };
+    a.dev.post_send(a.qp, &from_dev).unwrap();
+    assert_eq!(poll(&mut a)[0].status, WcStatus::SUCCESS);
+    file.read_exact_at(&mut got[..50], 4096).unwrap();
+    assert_eq!(got[..50], [9u8; 50]);
+    // A source range past the registration: local protection error.
+    let bad_src = SendWr {
+        local: (0x7000 + 8190, 50, src.lkey),
+        ..from_dev
+    };
+    a.dev.post_send(a.qp, &bad_src).unwrap();
+    assert_eq!(poll(&mut a)[0].status, WcStatus::LOC_PROT_ERR);
+
+    // Past the end of the registration: remote access error (a fresh
+    // pair: the failed QP is in ERROR).
+    let (mut c, mut d) = pair();
+    let inbox2 = d.dev.reg_dmabuf_mr(file.as_fd(), 0, 4096, iova).unwrap();
+    let over = SendWr {
+        wr_id: 2,
+        local: (c.mr.addr, 100, c.mr.lkey),
+        remote_addr: iova + 4000,
+        rkey: inbox2.rkey,
+        imm: None,
+    };
+    c.dev.post_send(c.qp, &over).unwrap();
+    assert_eq!(poll(&mut c)[0].status, WcStatus::REM_ACCESS_ERR);
+    // Deregistered: the key no longer lets anything in.
+    let (mut e, mut f) = pair();
+    let inbox3 = f.dev.reg_dmabuf_mr(file.as_fd(), 0, 4096, iova).unwrap();
+    f.dev.dereg_user_mr(&inbox3).unwrap();
+    let late = SendWr {
+        remote_addr: iova,
+        rkey: inbox3.rkey,
+        local: (e.mr.addr, 10, e.mr.lkey),
+        ..over
+    };
+    e.dev.post_send(e.qp, &late).unwrap();
+    assert_eq!(poll(&mut e)[0].status, WcStatus::REM_ACCESS_ERR);
+    // Out of the dma-buf's bounds, or not a /dev/shm file: refused.
+    assert!(f
+        .dev
+        .reg_dmabuf_mr(file.as_fd(), 60 << 10, 8192, iova)
+        .is_err());
+    let tmp = std::fs::File::open("/proc/self/status").unwrap();
+    assert!(f.dev.reg_dmabuf_mr(tmp.as_fd(), 0, 10, iova).is_err());
+    let _ = (std::fs::remove_file(path), std::fs::remove_file(spath));
+}

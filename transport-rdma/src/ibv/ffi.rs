@@ -310,6 +310,11 @@ pub struct Lib {
     pub get_async_event: unsafe extern "C" fn(*mut Context, *mut AsyncEventRaw) -> c_int,
     pub ack_async_event: unsafe extern "C" fn(*mut AsyncEventRaw),
     pub fork_init: unsafe extern "C" fn() -> c_int,
+    /// `ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)`: rdma-core
+    /// 34 and newer; `None` in older libraries (no GPUDirect RDMA: device
+    /// memory is staged).
+    pub reg_dmabuf_mr:
+        Option<unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut MrHead>,
     _lib: libloading::Library,
 }
 
@@ -362,6 +367,8 @@ impl Lib {
             get_async_event: sym!(b"ibv_get_async_event\0"),
             ack_async_event: sym!(b"ibv_ack_async_event\0"),
             fork_init: sym!(b"ibv_fork_init\0"),
+            // SAFETY: declared with verbs.h's signature; optional.
+            reg_dmabuf_mr: unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s),
             _lib: lib,
         })
     }

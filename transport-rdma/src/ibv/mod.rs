@@ -323,6 +323,62 @@ impl Verbs for IbvVerbs {
         })
     }
 
+    fn supports_dmabuf(&self) -> bool {
+        self.lib.reg_dmabuf_mr.is_some()
+    }
+
+    fn reg_dmabuf_mr(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Mr> {
+        use std::os::fd::AsRawFd;
+        let Some(reg) = self.lib.reg_dmabuf_mr else {
+            return Err(self.err(
+                "ibv_reg_dmabuf_mr",
+                format!(
+                    "{} has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)",
+                    SONAME
+                ),
+            ));
+        };
+        // SAFETY: `pd` is this context's protection domain; the dma-buf
+        // fd is open for the call (the registration takes its own
+        // reference to the memory).
+        let mr = unsafe {
+            reg(
+                self.pd,
+                offset,
+                len,
+                iova,
+                fd.as_raw_fd(),
+                ffi::ACCESS_LOCAL_REMOTE_WRITE,
+            )
+        };
+        if mr.is_null() {
+            return Err(self.err(
+                "ibv_reg_dmabuf_mr",
+                format!(
+                    "registering {len} bytes of device memory (dma-buf, iova {iova:#x}) failed: {} \
+                     (GPUDirect RDMA needs a NIC driver with dma-buf support, e.g. mlx5, and \
+                     Linux 5.12 or newer; SNCL_IB_GDR=0 stages device memory instead)",
+                    errno()
+                ),
+            ));
+        }
+        // SAFETY: a registration returned by ibv_reg_dmabuf_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
+        Ok(Mr {
+            addr: iova,
+            len,
+            lkey,
+            rkey,
+        })
+    }
+
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
         if self.mrs.get(&mr.lkey).is_some_and(|r| r.mem.is_some()) {
             return Err(self.err(

@@ -1,0 +1,311 @@
+//! GPUDirect RDMA on the emulated device over emulated verbs, ranks as
+//! processes (`SNCL_TRANSPORT=rdma`, `SNCL_IB_EMULATE=1`): every
+//! collective on device buffers, bit-identical to the host result, with
+//! the bytes going device to device (`transport_rdma::gdr_bytes`); a peer
+//! killed in the middle of an operation is named within the deadline;
+//! `SNCL_IB_GDR=0` and a verbs library without `ibv_reg_dmabuf_mr` stay
+//! staged; `SNCL_IB_GDR=1` where a peer cannot is an error naming what
+//! is missing.
+//!
+//! The test binary runs itself as the ranks (`RDMA_GDR_ROLE`).
+
+mod device_kit;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use comm_core::config::TransportChoice;
+use device_kit::{bind_rank, run_case, Case, Rank};
+use sncl::device::DeviceBuffer;
+use sncl::{Collective, Communicator, DataType, ReduceOp, UniqueId};
+
+const ROLE: &str = "RDMA_GDR_ROLE";
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn cases(counts: &[usize]) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &count in counts {
+        for dtype in [DataType::Float32, DataType::Bfloat16] {
+            for coll in [
+                Collective::AllReduce,
+                Collective::ReduceScatter,
+                Collective::AllGather,
+                Collective::Broadcast,
+                Collective::Reduce,
+            ] {
+                let op = if coll == Collective::AllReduce && dtype == DataType::Bfloat16 {
+                    ReduceOp::Avg
+                } else {
+                    ReduceOp::Sum
+                };
+                v.push(Case {
+                    coll,
+                    dtype,
+                    op,
+                    root: 1,
+                    count,
+                });
+            }
+        }
+    }
+    v
+}
+
+fn join_comm() -> Rank {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
+    let rank: usize = var("RDMA_GDR_RANK").parse().expect("rank");
+    let n: usize = var("RDMA_GDR_N").parse().expect("n");
+    let id = UniqueId::from_hex(&var("RDMA_GDR_ID")).expect("unique id");
+    let cfg = sncl::Config {
+        timeout: TIMEOUT,
+        chunk_bytes: 4096,
+        transport: TransportChoice::parse("rdma").expect("a transport name"),
+        ..Default::default()
+    };
+    let comm = Communicator::init_rank_with_config(&id, rank, n, cfg).expect("init");
+    for (p, kind) in comm.transports().iter().enumerate() {
+        if p != comm.rank() {
+            assert_eq!(*kind, "rdma", "rank {rank} to {p}");
+        }
+    }
+    bind_rank(comm)
+}
+
+/// A child rank: plays its role; panics (non-zero exit) on a failure.
+fn child(role: &str) {
+    if role == "no-dmabuf"
+        || (role == "required" && std::env::var("RDMA_GDR_RANK").as_deref() == Ok("1"))
+    {
+        // A verbs library without ibv_reg_dmabuf_mr.
+        transport_rdma::emu::set_dmabuf_supported(false);
+    }
+    let r = join_comm();
+    let (rank, n) = (r.comm.rank(), r.comm.size());
+    match role {
+        "matrix" | "staged" | "no-dmabuf" => {
+            let counts: &[usize] = match (role, n) {
+                ("matrix", 2) => &[0, 1, 7, 20_011, 1_500_007],
+                ("matrix", _) => &[1, 20_011],
+                _ => &[7, 20_011],
+            };
+            for c in cases(counts) {
+                // The large count: all_reduce f32 only (it wraps the 4 MiB
+                // inboxes); the rest keeps CI time small.
+                if c.count > 100_000
+                    && (c.coll != Collective::AllReduce || c.dtype != DataType::Float32)
+                {
+                    continue;
+                }
+                run_case(&r, &c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+            }
+            // The last device operation's inbox credits go back once its
+            // reading work completes, possibly after the peer has
+            // finished: a host barrier before exiting keeps every peer
+            // there to take them (see docs/RDMA.md §3a).
+            r.comm
+                .barrier()
+                .unwrap_or_else(|e| panic!("rank {rank}: barrier: {e}"));
+            let (sent, received) = transport_rdma::gdr_bytes();
+            if role == "matrix" {
+                assert!(
+                    sent > 0 && received > 0,
+                    "rank {rank}: no byte went device to device ({sent}/{received})"
+                );
+            } else {
+                assert_eq!(
+                    (sent, received),
+                    (0, 0),
+                    "rank {rank}: {role} must stage device pieces"
+                );
+            }
+            eprintln!("rank {rank}/{n}: {role} ok, device to device {sent}/{received} bytes");
+        }
+        "required" => {
+            let c = Case {
+                coll: Collective::AllReduce,
+                dtype: DataType::Float32,
+                op: ReduceOp::Sum,
+                root: 0,
+                count: 1000,
+            };
+            let e = run_case(&r, &c).expect_err("SNCL_IB_GDR=1 with a peer that cannot");
+            eprintln!("rank {rank}: {e}");
+            assert!(e.contains("SNCL_IB_GDR=1"), "rank {rank}: {e}");
+            assert!(
+                e.contains("ibv_reg_dmabuf_mr"),
+                "rank {rank} names what is missing: {e}"
+            );
+            eprintln!("rank {rank}: required ok");
+            // Stay a moment, as a program reporting the error would: a
+            // process gone before its peer read its verdict is reported
+            // by the peer as gone instead (docs/RDMA.md §3a).
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        "death" => {
+            let count = 4 << 20;
+            let buf = DeviceBuffer::new(&r.dev, count * 4).expect("buffer");
+            for i in 0..2 {
+                let start = Instant::now();
+                // SAFETY: `buf` lives until the process exits.
+                let w = unsafe {
+                    r.comm.all_reduce_device_raw(
+                        buf.ptr(),
+                        buf.ptr(),
+                        count,
+                        DataType::Float32,
+                        ReduceOp::Sum,
+                        r.stream,
+                    )
+                }
+                .expect("enqueue");
+                if i == 1 && rank == n - 1 {
+                    std::thread::sleep(Duration::from_millis(30));
+                    eprintln!("rank {rank}: dying in the middle of the operation");
+                    std::process::exit(0);
+                }
+                let res = w.wait();
+                if i == 0 {
+                    res.expect("the first all_reduce");
+                    assert!(
+                        transport_rdma::gdr_bytes().0 > 0,
+                        "the first all_reduce went device to device"
+                    );
+                    continue;
+                }
+                let e = res
+                    .expect_err("the peer died: the operation fails")
+                    .to_string();
+                let took = start.elapsed();
+                eprintln!("rank {rank}: failed after {took:?}: {e}");
+                assert!(
+                    e.contains(&format!("rank {}", n - 1)),
+                    "does not name the dead peer: {e}"
+                );
+                assert!(took < TIMEOUT, "took {took:?}, the deadline is {TIMEOUT:?}");
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let id = UniqueId::new(format!("127.0.0.1:{port}").parse().expect("address")).expect("id");
+    let exe = std::env::current_exe().expect("test binary");
+    (0..n)
+        .map(|rank| {
+            Command::new(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE, role)
+                .env("RDMA_GDR_RANK", rank.to_string())
+                .env("RDMA_GDR_N", n.to_string())
+                .env("RDMA_GDR_ID", id.to_hex())
+                .env("SNCL_IB_EMULATE", "1")
+                .env("SNCL_IB_GDR", gdr)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawning a rank")
+        })
+        .collect()
+}
+
+/// Waits for every child, each on its own thread (a child that exits is
+/// reaped at once); returns (rank, success, output).
+fn join(children: Vec<Child>) -> Vec<(usize, bool, String)> {
+    let waiters: Vec<_> = children
+        .into_iter()
+        .map(|c| std::thread::spawn(move || c.wait_with_output().expect("waiting for a rank")))
+        .collect();
+    waiters
+        .into_iter()
+        .enumerate()
+        .map(|(rank, w)| {
+            let out = w.join().expect("waiter thread");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (rank, out.status.success(), text)
+        })
+        .collect()
+}
+
+fn run(n: usize, role: &str, test: &str, gdr: &str) {
+    let results = join(spawn(n, role, test, gdr));
+    for (rank, ok, text) in &results {
+        assert!(ok, "{role} n={n} rank {rank} failed:\n{text}");
+        assert!(
+            text.contains(&format!("{role} ok")),
+            "{role} n={n} rank {rank}:\n{text}"
+        );
+        for line in text.lines().filter(|l| l.starts_with("rank ")) {
+            eprintln!("  {line}");
+        }
+    }
+    eprintln!("{role} n={n}: every process ok");
+}
+
+#[test]
+fn gdr_collectives_2_3_4_processes_device_to_device() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    for n in [2, 3, 4] {
+        run(
+            n,
+            "matrix",
+            "gdr_collectives_2_3_4_processes_device_to_device",
+            "auto",
+        );
+    }
+}
+
+#[test]
+fn gdr_off_and_verbs_without_dmabuf_stay_staged() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    let test = "gdr_off_and_verbs_without_dmabuf_stay_staged";
+    run(2, "staged", test, "0");
+    run(2, "no-dmabuf", test, "auto");
+}
+
+#[test]
+fn gdr_required_where_a_peer_cannot_names_what_is_missing() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    run(
+        2,
+        "required",
+        "gdr_required_where_a_peer_cannot_names_what_is_missing",
+        "1",
+    );
+}
+
+#[test]
+fn gdr_peer_death_mid_operation_names_the_peer() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    let start = Instant::now();
+    let results = join(spawn(
+        3,
+        "death",
+        "gdr_peer_death_mid_operation_names_the_peer",
+        "auto",
+    ));
+    for (rank, ok, text) in &results {
+        assert!(ok, "rank {rank} failed:\n{text}");
+        if *rank < 2 {
+            assert!(text.contains("failed after"), "rank {rank}:\n{text}");
+        }
+        eprintln!("rank {rank}:\n{text}");
+    }
+    assert!(start.elapsed() < TIMEOUT + Duration::from_secs(10));
+}

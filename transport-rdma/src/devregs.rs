@@ -1,0 +1,112 @@
+//! Registrations of device memory as the source of RDMA WRITEs
+//! (GPUDirect RDMA): each exported allocation ([`Device::dmabuf_export`])
+//! is registered once ([`Verbs::reg_dmabuf_mr`]) and cached, as
+//! `regcache.rs` caches host memory. A cached registration is used only
+//! while the allocation that holds the address is still the one
+//! registered ([`Device::allocation_id`]): a freed and reallocated
+//! address registers anew. Stale and surplus registrations go when no
+//! write is in flight.
+
+use std::os::fd::AsFd;
+
+use device::{Device, DevicePtr};
+
+use crate::verbs::{Mr, Verbs};
+
+/// Registrations kept per connection (least recently used dropped first
+/// when nothing is in flight).
+const MAX_ENTRIES: usize = 64;
+
+struct Entry {
+    base: u64,
+    len: usize,
+    id: u64,
+    mr: Mr,
+    used: u64,
+}
+
+/// A connection's device-memory registrations.
+#[derive(Default)]
+pub(crate) struct DevRegs {
+    entries: Vec<Entry>,
+    /// Registrations no longer valid, dropped once nothing is in flight.
+    stale: Vec<Mr>,
+    clock: u64,
+    /// Registrations made so far (tests, diagnostics).
+    pub made: u64,
+}
+
+impl DevRegs {
+    /// The lkey that covers `addr .. addr + len` of `dev`'s memory,
+    /// registering the allocation that holds it when needed.
+    pub(crate) fn lookup(
+        &mut self,
+        dev: &dyn Device,
+        verbs: &mut dyn Verbs,
+        addr: u64,
+        len: usize,
+    ) -> Result<u32, String> {
+        self.clock += 1;
+        let id = dev
+            .allocation_id(DevicePtr(addr))
+            .map_err(|e| format!("finding the allocation of device address {addr:#x}: {e}"))?;
+        let covers = |e: &Entry| {
+            addr >= e.base
+                && (addr - e.base)
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= e.len as u64)
+        };
+        if let Some(i) = self.entries.iter().position(covers) {
+            if self.entries[i].id == id {
+                self.entries[i].used = self.clock;
+                return Ok(self.entries[i].mr.lkey);
+            }
+            // The allocation was freed and the address used again.
+            let old = self.entries.swap_remove(i);
+            self.stale.push(old.mr);
+        }
+        let d = dev
+            .dmabuf_export(DevicePtr(addr), len)
+            .map_err(|e| format!("exporting device memory at {addr:#x} as dma-buf: {e}"))?;
+        let mr = verbs
+            .reg_dmabuf_mr(d.fd.as_fd(), d.offset, d.len, d.base.0)
+            .map_err(|e| e.to_string())?;
+        self.made += 1;
+        self.entries.push(Entry {
+            base: d.base.0,
+            len: d.len,
+            id: d.id,
+            mr,
+            used: self.clock,
+        });
+        Ok(mr.lkey)
+    }
+
+    /// Nothing is in flight: drops stale registrations and trims to
+    /// [`MAX_ENTRIES`].
+    pub(crate) fn idle(&mut self, verbs: &mut dyn Verbs) {
+        for mr in self.stale.drain(..) {
+            if let Err(e) = verbs.dereg_user_mr(&mr) {
+                tracing::warn!("deregistering device memory failed: {e}");
+            }
+        }
+        while self.entries.len() > MAX_ENTRIES {
+            let (i, _) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.used)
+                .expect("not empty");
+            let e = self.entries.swap_remove(i);
+            if let Err(err) = verbs.dereg_user_mr(&e.mr) {
+                tracing::warn!("deregistering device memory failed: {err}");
+            }
+        }
+    }
+
+    /// Drops every registration (the connection goes away).
+    pub(crate) fn clear(&mut self, verbs: &mut dyn Verbs) {
+        self.stale.extend(self.entries.drain(..).map(|e| e.mr));
+        self.idle(verbs);
+    }
+}

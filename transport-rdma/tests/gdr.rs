@@ -1,0 +1,197 @@
+//! The GPUDirect device link of two connections (threads of one process,
+//! emulated verbs, emulated devices), driven directly: both sides decide
+//! alike, device pieces arrive byte for byte in the receiver's inbox and
+//! are read from there on its stream, inbox credits wrap the FIFO many
+//! times, source registrations are made once per allocation and reused,
+//! `SNCL_IB_GDR=0` stages the pair.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use comm_core::transport::{Connection, DeviceLink};
+use common::*;
+use device::{Backend, Device, DeviceBuffer};
+use transport_nvlink::DeviceQueue;
+use transport_rdma::{IbSettings, RdmaConnection};
+
+fn queue(ordinal: usize) -> DeviceQueue {
+    let dev = device::open(Backend::Emu, ordinal).expect("emulated device");
+    let stream = dev.create_stream().expect("stream");
+    DeviceQueue { dev, stream }
+}
+
+/// Calls `ready` on both sides until both have decided.
+fn decide(
+    a: &mut RdmaConnection,
+    qa: &DeviceQueue,
+    b: &mut RdmaConnection,
+    qb: &DeviceQueue,
+) -> (bool, bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut ra, mut rb) = (None, None);
+    while ra.is_none() || rb.is_none() {
+        assert!(Instant::now() < deadline, "the pair never decided");
+        if ra.is_none() {
+            ra = a.ready(qa).expect("ready a");
+        }
+        if rb.is_none() {
+            rb = b.ready(qb).expect("ready b");
+        }
+    }
+    (ra.unwrap(), rb.unwrap())
+}
+
+fn upload(q: &DeviceQueue, data: &[u8]) -> DeviceBuffer {
+    let buf = DeviceBuffer::new(&q.dev, data.len()).expect("alloc");
+    // SAFETY: `data` outlives the synchronisation below.
+    unsafe {
+        q.dev
+            .copy_h2d_async(buf.ptr(), data.as_ptr(), data.len(), q.stream)
+    }
+    .expect("h2d");
+    q.dev
+        .synchronize(q.stream, Instant::now() + Duration::from_secs(10))
+        .expect("sync");
+    buf
+}
+
+fn download(q: &DeviceQueue, buf: &DeviceBuffer) -> Vec<u8> {
+    let mut out = vec![0u8; buf.bytes()];
+    // SAFETY: `out` outlives the synchronisation below.
+    unsafe {
+        q.dev
+            .copy_d2h_async(out.as_mut_ptr(), buf.ptr(), out.len(), q.stream)
+    }
+    .expect("d2h");
+    q.dev
+        .synchronize(q.stream, Instant::now() + Duration::from_secs(10))
+        .expect("sync");
+    out
+}
+
+/// Sends `src` in pieces of `piece` bytes from `a` to `b`, which copies
+/// each from its inbox into `dst` on its stream.
+fn transfer(
+    (a, qa): (&mut RdmaConnection, &DeviceQueue),
+    (b, qb): (&mut RdmaConnection, &DeviceQueue),
+    src: &DeviceBuffer,
+    dst: &DeviceBuffer,
+    piece: usize,
+) {
+    let total = src.bytes();
+    let (mut sent, mut got) = (0usize, 0usize);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let dev_b: Arc<dyn Device> = qb.dev.clone();
+    while got < total {
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {sent}/{got} of {total}"
+        );
+        if sent < total {
+            let n = piece.min(total - sent);
+            if a.try_send_device(qa, &header(n, 1), src.ptr().0 + sent as u64)
+                .expect("send")
+            {
+                sent += n;
+            }
+        }
+        let at = got;
+        let mut consume = |h: &comm_core::wire::PieceHeader, inbox: u64| {
+            // SAFETY: the inbox slot holds `h.len` bytes until the event
+            // after this copy completes; `dst` has room.
+            unsafe {
+                dev_b.copy_d2d_async(
+                    dst.ptr().add(at),
+                    device::DevicePtr(inbox),
+                    h.len as usize,
+                    qb.stream,
+                )
+            }
+            .expect("d2d");
+            got += h.len as usize;
+            Ok(())
+        };
+        b.try_recv_device(qb, &mut consume).expect("recv");
+        // As the executor does while it waits: sent pieces move on.
+        a.flush_device().expect("flush");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.flush_device().expect("flush") {
+        assert!(Instant::now() < deadline, "flush_device never finished");
+    }
+}
+
+#[test]
+fn device_pieces_go_device_to_device_and_registrations_are_reused() {
+    let (mut a, mut b) = pair(4, 64 << 10, 1);
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
+    assert_eq!((a.gdr_active(), b.gdr_active()), (Some(true), Some(true)));
+    // 1 MiB + 5 in pieces of the largest size: the 4-slot inbox wraps
+    // about 16 times.
+    let n = (1 << 20) + 5;
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 % 251) as u8).collect();
+    let src = upload(&qa, &data);
+    let dst = DeviceBuffer::new(&qb.dev, n).expect("alloc");
+    let before = transport_rdma::gdr_bytes();
+    let max = a.max_device_piece();
+    transfer((&mut a, &qa), (&mut b, &qb), &src, &dst, max);
+    assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
+    let after = transport_rdma::gdr_bytes();
+    assert!(after.0 - before.0 >= n as u64 && after.1 - before.1 >= n as u64);
+    assert_eq!(
+        a.gdr_registrations(),
+        1,
+        "one registration for one allocation"
+    );
+    // The same buffer again (new contents): no new registration.
+    let data2: Vec<u8> = data.iter().map(|x| x ^ 0x5a).collect();
+    // SAFETY: as in `upload`.
+    unsafe {
+        qa.dev
+            .copy_h2d_async(src.ptr(), data2.as_ptr(), n, qa.stream)
+    }
+    .expect("h2d");
+    transfer((&mut a, &qa), (&mut b, &qb), &src, &dst, 7000);
+    assert_eq!(download(&qb, &dst), data2);
+    assert_eq!(a.gdr_registrations(), 1);
+    // Another allocation registers anew.
+    let src2 = upload(&qa, &data);
+    transfer((&mut a, &qa), (&mut b, &qb), &src2, &dst, max);
+    assert_eq!(download(&qb, &dst), data);
+    assert_eq!(a.gdr_registrations(), 2);
+    // Host pieces still travel on the same connection.
+    assert!(a.try_send(&header(3, 2), b"abc").unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut seen = Vec::new();
+    while seen.is_empty() {
+        assert!(Instant::now() < deadline);
+        b.try_recv(&mut |_, d| {
+            seen = d.to_vec();
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert_eq!(seen, b"abc");
+}
+
+#[test]
+fn gdr_off_stages_the_pair() {
+    // (One side off against the other's auto, and a verbs library without
+    // ibv_reg_dmabuf_mr, run as processes in tests/rdma_gdr.rs.)
+    let off = IbSettings {
+        gdr: Some(false),
+        ..settings(1)
+    };
+    let (mut a, mut b) = pair_with(4, 64 << 10, off);
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (false, false));
+    assert_eq!(a.gdr_active(), Some(false));
+    assert!(
+        a.try_send_device(&qa, &header(4, 1), 0).is_err(),
+        "no device path: an error"
+    );
+    assert_eq!(a.gdr_registrations(), 0);
+}
