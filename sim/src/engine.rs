@@ -21,7 +21,7 @@
 //! ranks into a handful of events. Tests compare it with step-by-step
 //! execution.
 
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use crate::model::{Cluster, Nic, BURST_PEAK_FACTOR};
 use crate::program::Program;
@@ -63,6 +63,8 @@ struct Flow {
     ver: u32,
     /// Component search stamp.
     seen: u32,
+    /// Rate being assigned by the current progressive filling (< 0: none yet).
+    fill_rate: f64,
 }
 
 impl Flow {
@@ -104,7 +106,8 @@ impl PartialOrd for Ev {
 impl Ord for Ev {
     /// Reversed: the earliest event (then the first queued) is the greatest.
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.t.total_cmp(&self.t).then(o.seq.cmp(&self.seq))
+        // Times are never negative, so their bits order as the times do.
+        (o.t.to_bits(), o.seq).cmp(&(self.t.to_bits(), self.seq))
     }
 }
 
@@ -148,7 +151,9 @@ struct Engine<'a> {
     sym: bool,
     agg: bool,
     ents: Vec<Ent>,
-    chans: HashMap<u64, Chan>,
+    /// Per receiving rank (shifted onto node 0's frame when symmetric): its
+    /// open channels by sending rank (a rank has few peers at a time).
+    chans: Vec<Vec<(u32, Chan)>>,
     /// Flow slots (free ones listed in `free`).
     flows: Vec<Flow>,
     free: Vec<u32>,
@@ -218,7 +223,7 @@ impl<'a> Engine<'a> {
             sym,
             agg: false,
             ents: vec![Ent::default(); e],
-            chans: HashMap::new(),
+            chans: (0..cl.nranks()).map(|_| Vec::new()).collect(),
             flows: Vec::new(),
             free: Vec::new(),
             on_res: vec![Vec::new(); nres],
@@ -537,7 +542,16 @@ impl<'a> Engine<'a> {
 
     fn post(&mut self, e: usize, peer: usize, bytes: f64, lat_mult: f64, send: bool) {
         let key = self.key(e, peer, send);
-        let ch = self.chans.entry(key).or_default();
+        let (s, d) = ((key >> 32) as usize, (key & 0xffff_ffff) as usize);
+        let list = &mut self.chans[d];
+        let at = match list.iter().position(|(x, _)| *x as usize == s) {
+            Some(at) => at,
+            None => {
+                list.push((s as u32, Chan::default()));
+                list.len() - 1
+            }
+        };
+        let ch = &mut list[at].1;
         if send {
             ch.sends.push_back((bytes, lat_mult));
         } else {
@@ -549,10 +563,8 @@ impl<'a> Engine<'a> {
         let (bytes, lat_mult) = ch.sends.pop_front().unwrap_or_default();
         let recv_ent = ch.recvs.pop_front().unwrap_or_default() as usize;
         if ch.sends.is_empty() && ch.recvs.is_empty() {
-            self.chans.remove(&key);
+            list.swap_remove(at);
         }
-        let s = (key >> 32) as usize;
-        let d = (key & 0xffff_ffff) as usize;
         let send_ent = self.ent_of(s);
         self.start_flow(send_ent, recv_ent, (s, d), bytes, lat_mult);
     }
@@ -608,6 +620,7 @@ impl<'a> Engine<'a> {
             live: false,
             ver: 0,
             seen: 0,
+            fill_rate: 0.0,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -684,7 +697,9 @@ impl<'a> Engine<'a> {
             };
             self.cnt[r] = self.on_res[r].len() as u32;
         }
-        let mut new_rate: HashMap<u32, f64> = HashMap::with_capacity(comp.len());
+        for &i in comp {
+            self.flows[i as usize].fill_rate = -1.0;
+        }
         let mut live: Vec<u32> = comp.to_vec();
         while !live.is_empty() {
             let mut share = f64::INFINITY;
@@ -709,7 +724,7 @@ impl<'a> Engine<'a> {
                 }
             }
             for &i in &hit {
-                new_rate.insert(i, share);
+                self.flows[i as usize].fill_rate = share;
                 let f = self.flows[i as usize];
                 for &r in f.res() {
                     let r = r as usize;
@@ -729,8 +744,8 @@ impl<'a> Engine<'a> {
         }
         let now = self.now;
         for &i in comp {
-            let rate = new_rate.get(&i).copied().unwrap_or(0.0);
             let f = &mut self.flows[i as usize];
+            let rate = f.fill_rate.max(0.0);
             f.remaining -= f.rate * (now - f.t0);
             f.t0 = now;
             if f.rate == rate && f.rate > 0.0 {
