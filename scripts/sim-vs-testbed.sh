@@ -10,7 +10,15 @@
 #   OPS="all_reduce all_gather reduce_scatter"
 #   ALGOS="hier,ring,flat-ring"
 #   MINB=4M MAXB=64M FACTOR=4      sizes
-#   ITERS=3 WARMUP=1               measured iterations per size
+#   ITERS=3 WARMUP=1               most measured / warm-up iterations per size
+#   BUDGET=1800                    seconds for the whole grid: after calibrating
+#                                  a config, each op is simulated first and its
+#                                  iterations are cut (to 1, without warm-up at
+#                                  the least) so that twice the predicted time
+#                                  fits the op's share of what is left; the
+#                                  table says how many ran (the full grid at
+#                                  100 Mbit/s gets 1 iteration of its largest
+#                                  sizes; a quiet machine is assumed)
 #   PLACEMENT=round-robin          or node-major
 #   COMMBENCH=target/release/commbench (built if missing)
 #   KEEP=DIR                       keep the JSON files in DIR
@@ -25,6 +33,7 @@ MINB=${MINB:-4M} MAXB=${MAXB:-64M} FACTOR=${FACTOR:-4}
 ITERS=${ITERS:-3} WARMUP=${WARMUP:-1}
 PLACEMENT=${PLACEMENT:-round-robin}
 BED_TIMEOUT=${BED_TIMEOUT:-1800}
+BUDGET=${BUDGET:-1800}
 COMMBENCH=${COMMBENCH:-$ROOT/target/release/commbench}
 [[ $(id -u) == 0 ]] || { echo "sim-vs-testbed: needs root (network namespaces, tc)" >&2; exit 2; }
 if [[ ! -x $COMMBENCH ]]; then
@@ -38,6 +47,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 start=$(date +%s)
+pairs_left=0
+for cfg in $CONFIGS; do for op in $OPS; do pairs_left=$((pairs_left + 1)); done; done
+echo "# start: load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, budget $BUDGET s" >&2
 for cfg in $CONFIGS; do
     shape=${cfg%%:*} rate=${cfg#*:}
     nodes=${shape%x*} rpn=${shape#*x}
@@ -48,19 +60,37 @@ for cfg in $CONFIGS; do
     "${bed[@]}" -- "$COMMBENCH" calibrate -o "$WORK/topo-$tag.txt" --size 8M -n 3 --burst "$burst" >"$WORK/cal-$tag.log" 2>&1 \
         || { cat "$WORK/cal-$tag.log" >&2; exit 1; }
     for op in $OPS; do
-        echo "# $tag: measuring $op ($(uptime | sed 's/.*load/load/'))" >&2
-        "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c 0 \
-            --algo "$ALGOS" --json "$WORK/meas-$tag-$op.json" >"$WORK/meas-$tag-$op.log" 2>&1 \
-            || { tail -20 "$WORK/meas-$tag-$op.log" >&2; exit 1; }
         "$COMMBENCH" sim "$op" --topo "$WORK/topo-$tag.txt" -b "$MINB" -e "$MAXB" -f "$FACTOR" \
             --algo "$ALGOS" --json "$WORK/sim-$tag-$op.json" >"$WORK/sim-$tag-$op.log"
+        pairs_left=$(( pairs_left - 1 ))
+        elapsed=$(( $(date +%s) - start ))
+        # Iterations that fit: 2 x the predicted time of (warm-up + measured)
+        # iterations of every algorithm and size within this op's share.
+        read -r iters warm < <(python3 - "$WORK/sim-$tag-$op.json" "$ITERS" "$WARMUP" \
+            "$(( (BUDGET - elapsed) / (pairs_left + 1) ))" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1])); iters, warm, share = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+one = 2.0 * sum(r["median_us"] for r in rows) / 1e6  # s per iteration of all sizes and algorithms
+while iters + warm > 1 and one * (iters + warm) > share:
+    if warm > 0: warm -= 1
+    else: iters -= 1
+print(iters, warm)
+PY
+        )
+        load=$(cut -d' ' -f1-3 /proc/loadavg)
+        echo "$iters $warm $load" >"$WORK/iters-$tag-$op.txt"
+        echo "# $tag: measuring $op, $iters iteration(s) + $warm warm-up (load $load; $elapsed s so far)" >&2
+        "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$iters" -w "$warm" -c 0 \
+            --algo "$ALGOS" --json "$WORK/meas-$tag-$op.json" >"$WORK/meas-$tag-$op.log" 2>&1 \
+            || { tail -20 "$WORK/meas-$tag-$op.log" >&2; exit 1; }
+        echo " $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/iters-$tag-$op.txt"
     done
 done
 python3 - "$WORK" "$CONFIGS" "$OPS" "$PLACEMENT" <<'PY'
 import json, os, sys
 work, configs, ops, placement = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
-print(f"| config | op | algo | size | measured median (ms) | predicted (ms) | predicted / measured |")
-print("|---|---|---|---:|---:|---:|---:|")
+print(f"| config | op | algo | size | iters | load (1/5/15 min, before; after) | measured median (ms) | predicted (ms) | predicted / measured |")
+print("|---|---|---|---:|---:|---|---:|---:|---:|")
 worst = 0.0; within = 0; total = 0
 for cfg in configs:
     shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"
@@ -76,7 +106,9 @@ for cfg in configs:
             if p is None: continue
             m = r["median_us"]; ratio = p / m; total += 1
             within += abs(ratio - 1) <= 0.15; worst = max(worst, abs(ratio - 1))
-            print(f"| {shape} {rate} {placement} | {op} | {r['algo']} | {r['size']>>20} MiB | {m/1e3:.1f} | {p/1e3:.1f} | {ratio:.3f} |")
+            it = open(f"{work}/iters-{tag}-{op}.txt").read().split()
+            load = f"{' '.join(it[2:5])}; {' '.join(it[5:8])}"
+            print(f"| {shape} {rate} {placement} | {op} | {r['algo']} | {r['size']>>20} MiB | {it[0]}+{it[1]} | {load} | {m/1e3:.1f} | {p/1e3:.1f} | {ratio:.3f} |")
 print(f"\n{within} of {total} rows within 15 %; worst deviation {worst*100:.1f} %")
 for cfg in configs:
     shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"

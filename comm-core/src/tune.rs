@@ -206,7 +206,8 @@ pub fn choose_reducing(
 /// `reduce_bytes_per_us`: a received piece is reduced as it arrives, so a
 /// reducing step takes `max(transfer, reduced bytes / speed)` after its
 /// latency, and this is the sum over the reducing steps on the critical
-/// path of `max(0, reduced / speed − transfer)`. Zero for collectives that
+/// path of `max(0, reduced / speed − transfer)`, plus `rd`'s local copies
+/// of the whole vector at the same speed. Zero for collectives that
 /// do not reduce, and for a speed that is not positive and finite. The
 /// simulator (`sim` crate) charges the same.
 pub fn reduce_cost(
@@ -241,8 +242,19 @@ pub fn reduce_cost(
             (nf - 1.0) * over(b / nf, b / nf, link.bytes_per_us)
         }
         (AllReduce | ReduceScatter, Hier) => hier_rs,
-        // log2 exchanges, plus the fold of a non-power-of-two count: l steps.
-        (AllReduce, Rd) => l * over(b, b, link.bytes_per_us),
+        // log2 exchanges, plus the fold of a non-power-of-two count: l
+        // steps; and local copies of all of S: the input into the output
+        // before the first exchange, and the last partial sum back from
+        // scratch after an odd number of exchanges (`algo::rd_all_reduce`).
+        (AllReduce, Rd) => {
+            let pow2 = if sh.nranks == 0 {
+                0
+            } else {
+                usize::BITS - 1 - sh.nranks.leading_zeros()
+            };
+            let copies = 1.0 + f64::from(pow2 % 2);
+            l * over(b, b, link.bytes_per_us) + copies * b / reduce_bytes_per_us
+        }
         (AllReduce | Reduce, Tree) => {
             let m = l.min(k).max(1.0) * b / k;
             (l + k - 1.0) * over(m, m, link.bytes_per_us)
@@ -302,6 +314,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.algo, Algorithm::Tree);
+    }
+
+    /// Issue 15, point 4 (docs/PERF.md §15): on 2 ranks rd was chosen at
+    /// every size while the ring was 1.8–2.5× faster from 256 KiB.
+    #[test]
+    fn two_ranks_pick_the_ring_from_256_kib() {
+        let c = Config::default();
+        for link in [LinkCost::SHM, LinkCost::TCP] {
+            let sh = Shape::flat(2, link);
+            for bytes in [256 << 10, 2 << 20, 16 << 20, 64 << 20] {
+                let p = plan(&c, Collective::AllReduce, &sh, bytes, 4).unwrap();
+                assert_eq!(p.algo, Algorithm::Ring, "{link:?} {bytes} B");
+            }
+            for bytes in [8, 64, 512] {
+                let p = plan(&c, Collective::AllReduce, &sh, bytes, 4).unwrap();
+                assert_eq!(p.algo, Algorithm::Rd, "{link:?} {bytes} B");
+            }
+        }
     }
 
     #[test]

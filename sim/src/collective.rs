@@ -60,6 +60,31 @@ fn alike(a: &Program, b: &Program, elem: f64) -> bool {
         })
 }
 
+/// `p` with every peer moved by `d` ranks (modulo `n`).
+fn shifted(p: &Program, d: i64, n: usize) -> Program {
+    if d == 0 {
+        return p.clone();
+    }
+    let n = n as i64;
+    Program {
+        runs: p
+            .runs
+            .iter()
+            .map(|run| crate::program::Run {
+                msgs: run
+                    .msgs
+                    .iter()
+                    .map(|m| crate::program::Msg {
+                        peer: (i64::from(m.peer) + d).rem_euclid(n) as u32,
+                        ..*m
+                    })
+                    .collect(),
+                ..run.clone()
+            })
+            .collect(),
+    }
+}
+
 /// Builds and runs the programs of one collective.
 struct Exec<'a> {
     cl: &'a Cluster,
@@ -195,6 +220,88 @@ impl Exec<'_> {
         Some(f)
     }
 
+    /// Trees over the identity order (node-major numbering): a rank's
+    /// schedule depends on its position only through its action at each
+    /// level (receive from `+2^l`, send to `−2^l`, idle — see
+    /// `algo/tree.rs`), so ranks with the same actions have the same
+    /// program with peers shifted by the difference of their ranks. Builds
+    /// one program per class and shifts it; checks the shift against built
+    /// programs of a few ranks (`None`, and every rank is built, when a
+    /// check fails or the order is not the identity).
+    fn tree_classes(
+        &self,
+        topo: &comm_core::topo::Topology,
+        build: &dyn Fn(usize) -> comm_core::schedule::Schedule,
+        elem: usize,
+        tolerance: f64,
+    ) -> Option<Vec<Program>> {
+        let n = self.cl.nranks();
+        if n < 4 || topo.ring_order().iter().enumerate().any(|(i, &x)| i != x) {
+            return None;
+        }
+        let levels = comm_core::algo::ceil_log2(n);
+        if levels > 60 {
+            return None;
+        }
+        // Two bits per level: reduce action, then broadcast action.
+        let key = |vr: usize| -> (u64, u64) {
+            let (mut red, mut bc) = (0u64, 0u64);
+            for l in 0..levels {
+                let m = 1usize << l;
+                let a = if vr & (m - 1) != 0 {
+                    0
+                } else if vr & m != 0 {
+                    1
+                } else if vr + m < n {
+                    2
+                } else {
+                    0
+                };
+                red |= a << (2 * l);
+                let bm = 1usize << (levels - 1 - l);
+                let b = if vr.is_multiple_of(2 * bm) {
+                    if vr + bm < n {
+                        1
+                    } else {
+                        0
+                    }
+                } else if vr.is_multiple_of(bm) {
+                    2
+                } else {
+                    0
+                };
+                bc |= b << (2 * l);
+            }
+            (red, bc)
+        };
+        let mut reps: std::collections::HashMap<(u64, u64), (usize, Program)> =
+            std::collections::HashMap::new();
+        let mut progs = Vec::with_capacity(n);
+        for r in 0..n {
+            let (rep, p) = reps
+                .entry(key(r))
+                .or_insert_with(|| (r, Program::from_schedule(&build(r), elem, tolerance)));
+            let d = r as i64 - *rep as i64;
+            progs.push(shifted(p, d, n));
+        }
+        let elemf = elem as f64;
+        for r in [1, 2, 3, n / 3, n / 2 + 1, n - 2, n - 1] {
+            if !alike(
+                &progs[r],
+                &Program::from_schedule(&build(r), elem, tolerance),
+                elemf,
+            ) {
+                tracing::debug!(
+                    rank = r,
+                    "sim: tree classes differ from the builder; building all"
+                );
+                return None;
+            }
+        }
+        tracing::debug!(classes = reps.len(), "sim: tree programs from classes");
+        Some(progs)
+    }
+
     /// Programs of every entity for `count` elements, then the engine.
     fn run(&self, count: usize, aggregate: bool) -> Result<engine::Outcome> {
         let topo = self.cl.topology();
@@ -211,6 +318,14 @@ impl Exec<'_> {
             progs = p;
         }
         let tree = self.tree_builder(&topo, count);
+        if progs.is_empty() {
+            if let Some(t) = &tree {
+                if let Some(p) = self.tree_classes(&topo, t, elem, tolerance) {
+                    total_steps = p.iter().map(Program::steps).sum();
+                    progs = p;
+                }
+            }
+        }
         for r in progs.len()..self.entities {
             let p = Params {
                 nranks: n,
@@ -507,7 +622,23 @@ fn simulate_with(
                 "{steps0} steps per rank x {entities} simulated ranks exceeds {MAX_TOTAL_STEPS}"
             )));
         }
-        ex.run(count, aggregate)?
+        // A large tree of a whole number of chunks up to 2 K1 is one of the
+        // extrapolation's runs: share it with the cache.
+        let key = (req.coll, req.elem, chunk, count, aggregate);
+        let shared = algo == Algorithm::Tree
+            && !symmetric
+            && total > extrapolate_above / 4
+            && count.is_multiple_of(chunk.max(1));
+        match cache.runs.get(&key) {
+            Some(o) if shared => o.clone(),
+            _ => {
+                let o = ex.run(count, aggregate)?;
+                if shared {
+                    cache.runs.insert(key, o.clone());
+                }
+                o
+            }
+        }
     };
     if !out.complete {
         return Err(err(

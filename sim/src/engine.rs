@@ -21,7 +21,7 @@
 //! ranks into a handful of events. Tests compare it with step-by-step
 //! execution.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
 use crate::model::{Cluster, Nic, BURST_PEAK_FACTOR};
 use crate::program::Program;
@@ -46,15 +46,69 @@ pub struct Outcome {
     pub complete: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Flow {
     res: [u32; 4],
     nres: u8,
+    /// Bytes left at `t0`.
     remaining: f64,
+    /// When `remaining` was last brought up to date.
+    t0: f64,
     rate: f64,
-    active_at: f64,
     src: u32,
     dst: u32,
+    /// Past its latency (counted on its resources).
+    live: bool,
+    /// Bumped whenever the flow's pending event becomes stale.
+    ver: u32,
+    /// Component search stamp.
+    seen: u32,
+    /// Rate being assigned by the current progressive filling (< 0: none yet).
+    fill_rate: f64,
+}
+
+impl Flow {
+    fn res(&self) -> &[u32] {
+        &self.res[..self.nres as usize]
+    }
+}
+
+/// What a queued event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum What {
+    /// A flow gets past its latency (`ver` must still match).
+    Activate(u32, u32),
+    /// A flow ends at its current rate (`ver` must still match).
+    Finish(u32, u32),
+    /// An entity's local work ends: `true` posts its messages, `false`
+    /// moves it to its next step.
+    Timer(u32, bool),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ev {
+    t: f64,
+    seq: u64,
+    what: What,
+}
+
+impl PartialEq for Ev {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Ev {}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ev {
+    /// Reversed: the earliest event (then the first queued) is the greatest.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Times are never negative, so their bits order as the times do.
+        (o.t.to_bits(), o.seq).cmp(&(self.t.to_bits(), self.seq))
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -97,11 +151,21 @@ struct Engine<'a> {
     sym: bool,
     agg: bool,
     ents: Vec<Ent>,
-    chans: HashMap<u64, Chan>,
+    /// Per receiving rank (shifted onto node 0's frame when symmetric): its
+    /// open channels by sending rank (a rank has few peers at a time).
+    chans: Vec<Vec<(u32, Chan)>>,
+    /// Flow slots (free ones listed in `free`).
     flows: Vec<Flow>,
-    /// (when, entity, what): `true` posts the entity's messages (its copies
-    /// are done), `false` moves it to its next step.
-    timers: Vec<(f64, u32, bool)>,
+    free: Vec<u32>,
+    /// Per resource: the live flows crossing it.
+    on_res: Vec<Vec<u32>>,
+    /// Resources whose flows changed since the last rate computation.
+    dirty_res: Vec<u32>,
+    /// Pending events (flow activations and ends, timers).
+    events: BinaryHeap<Ev>,
+    seq: u64,
+    stamp: u32,
+    res_seen: Vec<u32>,
     cap: Vec<f64>,
     bucket: Vec<bool>,
     has_bucket: bool,
@@ -159,9 +223,15 @@ impl<'a> Engine<'a> {
             sym,
             agg: false,
             ents: vec![Ent::default(); e],
-            chans: HashMap::new(),
+            chans: (0..cl.nranks()).map(|_| Vec::new()).collect(),
             flows: Vec::new(),
-            timers: Vec::new(),
+            free: Vec::new(),
+            on_res: vec![Vec::new(); nres],
+            dirty_res: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            stamp: 0,
+            res_seen: vec![0; nres],
             cap,
             bucket,
             has_bucket: burst,
@@ -211,18 +281,12 @@ impl<'a> Engine<'a> {
                 self.dirty = false;
             }
             let mut next = f64::INFINITY;
-            for f in &self.flows {
-                let t = if f.active_at > self.now {
-                    f.active_at
-                } else if f.rate > 0.0 {
-                    self.now + f.remaining / f.rate
-                } else {
-                    f64::INFINITY
-                };
-                next = next.min(t);
-            }
-            for &(t, _, _) in &self.timers {
-                next = next.min(t);
+            while let Some(ev) = self.events.peek() {
+                if self.valid(ev.what) {
+                    next = ev.t;
+                    break;
+                }
+                self.events.pop();
             }
             // `take`, not `filter`: without buckets skip the scan entirely.
             let nb = if self.has_bucket {
@@ -240,7 +304,7 @@ impl<'a> Engine<'a> {
                 break;
             }
             self.out.events += 1;
-            self.advance(next);
+            self.advance(next.max(self.now));
         }
         self.out.complete = self.ents.iter().all(|e| e.done);
         for (i, e) in self.ents.iter().enumerate() {
@@ -249,6 +313,27 @@ impl<'a> Engine<'a> {
         }
         self.out.time_us = self.ents.iter().map(|e| e.finish).fold(0.0, f64::max);
         self.out
+    }
+
+    /// Whether a queued event still stands (its flow was not re-rated or ended).
+    fn valid(&self, w: What) -> bool {
+        match w {
+            What::Activate(i, v) | What::Finish(i, v) => self.flows[i as usize].ver == v,
+            What::Timer(..) => true,
+        }
+    }
+
+    fn push_ev(&mut self, t: f64, what: What) {
+        self.seq += 1;
+        self.events.push(Ev {
+            t,
+            seq: self.seq,
+            what,
+        });
+    }
+
+    fn timer(&mut self, t: f64, e: usize, post: bool) {
+        self.push_ev(t, What::Timer(e as u32, post));
     }
 
     fn advance(&mut self, t: f64) {
@@ -269,47 +354,81 @@ impl<'a> Engine<'a> {
                 self.tokens[r] = if tk <= tol { 0.0 } else { tk };
             }
         }
-        let mut done: Vec<(u32, u32)> = Vec::new();
-        let mut i = 0;
-        while i < self.flows.len() {
-            let f = &mut self.flows[i];
-            if f.active_at <= self.now {
-                let fin = self.now + f.remaining / f.rate.max(1e-300);
-                f.remaining -= f.rate * dt;
-                if fin <= t + tol || f.remaining <= 1e-9 {
-                    done.push((f.src, f.dst));
-                    self.flows.swap_remove(i);
-                    self.dirty = true;
-                    continue;
-                }
-            } else if f.active_at <= t + tol {
-                self.dirty = true;
-                if f.remaining <= 0.0 {
-                    done.push((f.src, f.dst));
-                    self.flows.swap_remove(i);
-                    continue;
-                }
+        // Every event due by `t` (within the tolerance): flows first, then
+        // timers, as one batch.
+        let mut due: Vec<What> = Vec::new();
+        while let Some(ev) = self.events.peek() {
+            if ev.t > t + tol {
+                break;
             }
-            i += 1;
+            let w = ev.what;
+            self.events.pop();
+            if self.valid(w) {
+                due.push(w);
+            }
         }
         self.now = t;
+        let mut done: Vec<(u32, u32)> = Vec::new();
+        let mut timers: Vec<(u32, bool)> = Vec::new();
+        for w in due {
+            match w {
+                What::Finish(i, _) => done.push(self.end_flow(i)),
+                What::Activate(i, _) => {
+                    if self.flows[i as usize].remaining <= 0.0 {
+                        done.push(self.end_flow(i));
+                    } else {
+                        self.activate(i);
+                    }
+                }
+                What::Timer(e, post) => timers.push((e, post)),
+            }
+        }
         for (s, d) in done {
             self.op_done(s as usize);
             self.op_done(d as usize);
         }
-        let mut k = 0;
-        while k < self.timers.len() {
-            if self.timers[k].0 <= t + tol {
-                let (_, e, post) = self.timers.swap_remove(k);
-                if post {
-                    self.post_msgs(e as usize);
-                } else {
-                    self.next_step(e as usize);
-                }
+        for (e, post) in timers {
+            if post {
+                self.post_msgs(e as usize);
             } else {
-                k += 1;
+                self.next_step(e as usize);
             }
         }
+    }
+
+    /// A flow past its latency starts sharing its resources.
+    fn activate(&mut self, i: u32) {
+        let f = &mut self.flows[i as usize];
+        f.live = true;
+        f.t0 = self.now;
+        f.rate = 0.0;
+        f.ver = f.ver.wrapping_add(1);
+        let res = f.res;
+        for &r in &res[..f.nres as usize] {
+            self.on_res[r as usize].push(i);
+            self.dirty_res.push(r);
+        }
+        self.dirty = true;
+    }
+
+    /// Removes a finished flow; returns its (sender, receiver) entities.
+    fn end_flow(&mut self, i: u32) -> (u32, u32) {
+        let f = self.flows[i as usize];
+        if f.live {
+            for &r in f.res() {
+                let list = &mut self.on_res[r as usize];
+                if let Some(p) = list.iter().position(|&x| x == i) {
+                    list.swap_remove(p);
+                }
+                self.dirty_res.push(r);
+            }
+        }
+        let slot = &mut self.flows[i as usize];
+        slot.live = false;
+        slot.ver = slot.ver.wrapping_add(1);
+        self.free.push(i);
+        self.dirty = true;
+        (f.src, f.dst)
     }
 
     fn op_done(&mut self, e: usize) {
@@ -326,7 +445,7 @@ impl<'a> Engine<'a> {
         let reduce = self.local_us(run.reduce_bytes, run.repeat);
         let extra = reduce - (self.now - active_from).max(0.0);
         if extra > 0.0 {
-            self.timers.push((self.now + extra, e as u32, false));
+            self.timer(self.now + extra, e, false);
         } else {
             self.next_step(e);
         }
@@ -382,7 +501,7 @@ impl<'a> Engine<'a> {
                 // Nothing to overlap with: copies and reductions in turn.
                 let local = copy + self.local_us(run.reduce_bytes, run.repeat);
                 if local > 0.0 {
-                    self.timers.push((self.now + local, e as u32, false));
+                    self.timer(self.now + local, e, false);
                     return;
                 }
                 let ent = &mut self.ents[e];
@@ -395,7 +514,7 @@ impl<'a> Engine<'a> {
             }
             // The executor copies first, then moves the step's messages.
             if copy > 0.0 {
-                self.timers.push((self.now + copy, e as u32, true));
+                self.timer(self.now + copy, e, true);
             } else {
                 self.post_msgs(e);
             }
@@ -423,7 +542,16 @@ impl<'a> Engine<'a> {
 
     fn post(&mut self, e: usize, peer: usize, bytes: f64, lat_mult: f64, send: bool) {
         let key = self.key(e, peer, send);
-        let ch = self.chans.entry(key).or_default();
+        let (s, d) = ((key >> 32) as usize, (key & 0xffff_ffff) as usize);
+        let list = &mut self.chans[d];
+        let at = match list.iter().position(|(x, _)| *x as usize == s) {
+            Some(at) => at,
+            None => {
+                list.push((s as u32, Chan::default()));
+                list.len() - 1
+            }
+        };
+        let ch = &mut list[at].1;
         if send {
             ch.sends.push_back((bytes, lat_mult));
         } else {
@@ -435,10 +563,8 @@ impl<'a> Engine<'a> {
         let (bytes, lat_mult) = ch.sends.pop_front().unwrap_or_default();
         let recv_ent = ch.recvs.pop_front().unwrap_or_default() as usize;
         if ch.sends.is_empty() && ch.recvs.is_empty() {
-            self.chans.remove(&key);
+            list.swap_remove(at);
         }
-        let s = (key >> 32) as usize;
-        let d = (key & 0xffff_ffff) as usize;
         let send_ent = self.ent_of(s);
         self.start_flow(send_ent, recv_ent, (s, d), bytes, lat_mult);
     }
@@ -483,45 +609,101 @@ impl<'a> Engine<'a> {
             self.ents[x].last_start = self.now;
             self.ents[x].active_from = self.ents[x].active_from.max(active);
         }
-        self.flows.push(Flow {
+        let flow = Flow {
             res,
             nres: nres as u8,
             remaining: bytes,
+            t0: active,
             rate: 0.0,
-            active_at: self.now + lat * lat_mult,
             src: se as u32,
             dst: re as u32,
-        });
-        self.dirty = true;
+            live: false,
+            ver: 0,
+            seen: 0,
+            fill_rate: 0.0,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                let ver = self.flows[i as usize].ver.wrapping_add(1);
+                self.flows[i as usize] = Flow { ver, ..flow };
+                i
+            }
+            None => {
+                self.flows.push(flow);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        let v = self.flows[i as usize].ver;
+        self.push_ev(active, What::Activate(i, v));
     }
 
-    /// Max-min fair rates of the flows that are past their latency.
+    /// Max-min fair rates of the live flows. Max-min fairness splits over
+    /// the connected components of flows that share resources, so only the
+    /// components of resources that changed are recomputed (all of them
+    /// with token buckets, whose state changes without a flow changing).
     fn rates(&mut self) {
-        let now = self.now;
+        self.stamp = self.stamp.wrapping_add(1).max(1);
+        let stamp = self.stamp;
+        let mut stack: Vec<u32> = if self.has_bucket {
+            self.dirty_res.clear();
+            (0..self.on_res.len() as u32).collect()
+        } else {
+            std::mem::take(&mut self.dirty_res)
+        };
         let mut touched: Vec<u32> = Vec::new();
-        let mut live: Vec<usize> = Vec::new();
-        for (i, f) in self.flows.iter_mut().enumerate() {
-            f.rate = 0.0;
-            if f.active_at <= now + EPS * now.max(1.0) {
-                live.push(i);
-                for &r in &f.res[..f.nres as usize] {
-                    let r = r as usize;
-                    if self.cnt[r] == 0 {
-                        touched.push(r as u32);
-                        let peak = self.bucket[r] && self.tokens[r] > 0.0;
-                        self.rem[r] = if peak {
-                            self.cap[r] * BURST_PEAK_FACTOR
-                        } else {
-                            self.cap[r]
-                        };
+        let mut comp: Vec<u32> = Vec::new();
+        while let Some(r) = stack.pop() {
+            if self.res_seen[r as usize] == stamp {
+                continue;
+            }
+            self.res_seen[r as usize] = stamp;
+            touched.push(r);
+            for &i in &self.on_res[r as usize] {
+                let f = &mut self.flows[i as usize];
+                if f.seen != stamp {
+                    f.seen = stamp;
+                    comp.push(i);
+                    for &q in &f.res[..f.nres as usize] {
+                        if self.res_seen[q as usize] != stamp {
+                            stack.push(q);
+                        }
                     }
-                    self.cnt[r] += 1;
                 }
             }
         }
+        self.fill(&touched, &comp);
+        if !self.has_bucket {
+            return;
+        }
+        self.usage.fill(0.0);
+        for f in self.flows.iter().filter(|f| f.live) {
+            for &r in f.res() {
+                self.usage[r as usize] += f.rate;
+            }
+        }
+    }
+
+    /// Progressive filling over one set of components: `touched` holds every
+    /// resource of the flows `comp`; each flow's new rate is set, its bytes
+    /// brought up to date and its end queued.
+    fn fill(&mut self, touched: &[u32], comp: &[u32]) {
+        for &r in touched {
+            let r = r as usize;
+            let peak = self.bucket[r] && self.tokens[r] > 0.0;
+            self.rem[r] = if peak {
+                self.cap[r] * BURST_PEAK_FACTOR
+            } else {
+                self.cap[r]
+            };
+            self.cnt[r] = self.on_res[r].len() as u32;
+        }
+        for &i in comp {
+            self.flows[i as usize].fill_rate = -1.0;
+        }
+        let mut live: Vec<u32> = comp.to_vec();
         while !live.is_empty() {
             let mut share = f64::INFINITY;
-            for &r in &touched {
+            for &r in touched {
                 let r = r as usize;
                 if self.cnt[r] > 0 {
                     share = share.min(self.rem[r] / self.cnt[r] as f64);
@@ -529,44 +711,51 @@ impl<'a> Engine<'a> {
             }
             let lim = share * (1.0 + 1e-9);
             let mut keep = Vec::with_capacity(live.len());
+            let mut hit = Vec::new();
             for &i in &live {
-                let f = self.flows[i];
-                let hit = f.res[..f.nres as usize]
+                let f = &self.flows[i as usize];
+                if f.res()
                     .iter()
-                    .any(|&r| self.rem[r as usize] / self.cnt[r as usize] as f64 <= lim);
-                if hit {
-                    self.flows[i].rate = share;
+                    .any(|&r| self.rem[r as usize] / self.cnt[r as usize] as f64 <= lim)
+                {
+                    hit.push(i);
                 } else {
                     keep.push(i);
                 }
             }
-            for &i in &live {
-                if self.flows[i].rate > 0.0 {
-                    let f = self.flows[i];
-                    for &r in &f.res[..f.nres as usize] {
-                        let r = r as usize;
-                        if self.cnt[r] > 0 {
-                            self.rem[r] -= share;
-                            self.cnt[r] -= 1;
-                        }
+            for &i in &hit {
+                self.flows[i as usize].fill_rate = share;
+                let f = self.flows[i as usize];
+                for &r in f.res() {
+                    let r = r as usize;
+                    if self.cnt[r] > 0 {
+                        self.rem[r] -= share;
+                        self.cnt[r] -= 1;
                     }
                 }
             }
-            if keep.len() == live.len() {
+            if hit.is_empty() {
                 break;
             }
             live = keep;
         }
-        for &r in &touched {
+        for &r in touched {
             self.cnt[r as usize] = 0;
         }
-        if !self.has_bucket {
-            return;
-        }
-        self.usage.fill(0.0);
-        for f in &self.flows {
-            for &r in &f.res[..f.nres as usize] {
-                self.usage[r as usize] += f.rate;
+        let now = self.now;
+        for &i in comp {
+            let f = &mut self.flows[i as usize];
+            let rate = f.fill_rate.max(0.0);
+            f.remaining -= f.rate * (now - f.t0);
+            f.t0 = now;
+            if f.rate == rate && f.rate > 0.0 {
+                continue; // its queued end still stands
+            }
+            f.rate = rate;
+            f.ver = f.ver.wrapping_add(1);
+            let (v, rem) = (f.ver, f.remaining);
+            if rate > 0.0 {
+                self.push_ev(now + rem.max(0.0) / rate, What::Finish(i, v));
             }
         }
     }

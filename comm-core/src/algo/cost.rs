@@ -78,13 +78,27 @@ pub(super) fn tree_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     2.0 * (l + k - 1.0) * (link.alpha_us + l.min(k).max(1.0) * b / k / link.bytes_per_us)
 }
 
+/// How many times a one-way transfer of the same bytes an exchange of the
+/// whole vector takes in `rd`: each step sends all of S to the partner and
+/// receives all of S from it at once, unpipelined (rd has no chunks), and
+/// the executor's two directions through one pair's slot FIFOs (shm) or
+/// socket (tcp) do not overlap as the ring's alternating chunk-sized pieces
+/// do. Measured (docs/PERF.md §15, quiet machine, 2 ranks, same bytes per
+/// rank as the 2-rank ring): rd / ring time 1.8 at 256 KiB, 1.9 at 2 MiB,
+/// 2.1 at 16 MiB over shm, 2.5 at 16 MiB over tcp; the lower shm ratio is
+/// taken (tcp's extra is rd's two local copies of S, priced where a
+/// topology file gives the local speed).
+pub const RD_EXCHANGE_FACTOR: f64 = 2.0;
+
 /// Recursive doubling: ⌈log2 n⌉ full exchanges, two more to fold a
-/// non-power-of-two rank count.
+/// non-power-of-two rank count; each exchange's bytes cost
+/// [`RD_EXCHANGE_FACTOR`] × a one-way transfer.
 pub(super) fn rd_all_reduce(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
     let n = sh.nranks;
     let l = ceil_log2(n) as f64;
     let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
-    (l + extra) * sh.slowest().msg(bytes as f64)
+    let link = sh.slowest();
+    (l + extra) * (link.alpha_us + RD_EXCHANGE_FACTOR * bytes as f64 / link.bytes_per_us)
 }
 
 /// Pipelined binomial tree from / to the root: per step the root sends one

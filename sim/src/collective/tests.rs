@@ -616,3 +616,39 @@ fn tree_runs_are_shared_across_sizes() {
     simulate_cached(&other, &r, &mut cache).unwrap();
     assert_eq!(cache.cluster.as_ref(), Some(&other));
 }
+
+/// Trees' programs derived from one built program per class of ranks
+/// (`Exec::tree_classes`) are every rank's built program, for all three
+/// tree collectives, on counts of ranks that are and are not powers of two.
+#[test]
+fn tree_classes_match_every_built_program() {
+    for (nodes, rpn) in [(3, 7), (4, 4), (5, 13)] {
+        let cl = cluster(nodes, rpn);
+        let n = cl.nranks();
+        let topo = cl.topology();
+        for coll in [
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            let r = req(coll, Algorithm::Tree, 5 << 20, Frame::PerRank);
+            let (algo, chunk, count) = planned(&cl, &r).unwrap();
+            let ex = Exec {
+                cl: &cl,
+                req: &r,
+                algo,
+                chunk,
+                symmetric: false,
+                entities: n,
+            };
+            let t = ex.tree_builder(&topo, count).expect("tree fast path");
+            let progs = ex
+                .tree_classes(&topo, &*t, 4, -1.0)
+                .expect("identity order");
+            for (rank, p) in progs.iter().enumerate() {
+                let built = Program::from_schedule(&ex.build(rank, count).unwrap(), 4, -1.0);
+                assert_eq!(p, &built, "{} rank {rank} of {n}", coll.name());
+            }
+        }
+    }
+}
