@@ -320,6 +320,31 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// emulated device answers from its address registry. The address is
     /// never dereferenced.
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind>;
+
+    // --- Device identity across processes (nvlink's automatic choice) ---
+
+    /// The device's PCI bus id (`cuDeviceGetPCIBusId`, e.g.
+    /// `"0000:1B:00.0"`): unlike the ordinal, it names one device in every
+    /// process of the machine, whatever `CUDA_VISIBLE_DEVICES` says. The
+    /// emulated device answers a stable fake id per emulated device. The
+    /// default answers [`DeviceError::Unsupported`].
+    fn pci_bus_id(&self) -> Result<String> {
+        Err(DeviceError::Unsupported {
+            what: format!("the PCI bus id of {} device {}", self.backend().name(), self.ordinal()),
+            why: "this backend does not report one".into(),
+        })
+    }
+
+    /// The ordinal, in this process, of the device with PCI bus id `bus_id`
+    /// of this backend (`cuDeviceGetByPCIBusId`): `Ok(None)` where this
+    /// process cannot see that device (not in `CUDA_VISIBLE_DEVICES`, or an
+    /// id of no device). The default answers [`DeviceError::Unsupported`].
+    fn ordinal_of_pci_bus_id(&self, bus_id: &str) -> Result<Option<usize>> {
+        Err(DeviceError::Unsupported {
+            what: format!("finding device {bus_id:?} on {}", self.backend().name()),
+            why: "this backend does not map PCI bus ids".into(),
+        })
+    }
 }
 
 /// Opens device `ordinal` of `backend`.

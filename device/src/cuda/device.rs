@@ -546,4 +546,12 @@ impl Device for CudaDevice {
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind> {
         super::pointer::kind(self.ordinal, addr, || self.bind())
     }
+
+    fn pci_bus_id(&self) -> Result<String> {
+        driver::pci_bus_id(self.ordinal)
+    }
+
+    fn ordinal_of_pci_bus_id(&self, bus_id: &str) -> Result<Option<usize>> {
+        driver::ordinal_of_pci_bus_id(self.ordinal, bus_id)
+    }
 }
