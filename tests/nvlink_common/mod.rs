@@ -27,7 +27,9 @@ pub fn config() -> Config {
         // below take several slots and wrap the inbox.
         shm_slot_bytes: 4096,
         shm_slots: 4,
-        transport: TransportChoice::parse("nvlink").expect("a transport name"),
+        // Automatic choice: same-node pairs get nvlink without forcing it
+        // (`bind` checks they did).
+        transport: TransportChoice::Auto,
         ..Default::default()
     }
 }
