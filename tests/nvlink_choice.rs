@@ -139,12 +139,12 @@ fn required_where_it_cannot_is_an_error_naming_what_is_missing() {
     }
     let e0 = results[0].as_ref().unwrap_err();
     assert!(
-        e0.contains("this rank does not see the peer's device"),
+        e0.contains("this rank does not see the other rank's device"),
         "rank 0 names what it misses: {e0}"
     );
     let e1 = results[1].as_ref().unwrap_err();
     assert!(
-        e1.contains("peer rank 0 does not see the peer's device"),
+        e1.contains("peer rank 0 does not see the other rank's device"),
         "rank 1 names what rank 0 misses: {e1}"
     );
 }

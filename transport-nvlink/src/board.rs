@@ -185,10 +185,12 @@ impl Verdict {
     /// What the verdict says, for errors and logs.
     pub fn describe(self) -> &'static str {
         match self {
-            Verdict::Reach => "can reach the peer's device",
-            Verdict::NotVisible => "does not see the peer's device (not visible in its process)",
-            Verdict::NoPeerAccess => "has no peer access to the peer's device",
-            Verdict::OtherBackend => "has a device of another backend",
+            Verdict::Reach => "can reach the other rank's device",
+            Verdict::NotVisible => {
+                "does not see the other rank's device (not visible in its process)"
+            }
+            Verdict::NoPeerAccess => "has no peer access to the other rank's device",
+            Verdict::OtherBackend => "has a device of another backend than the other rank's",
             Verdict::Failed => "failed to decide (a device call or a bad board)",
         }
     }

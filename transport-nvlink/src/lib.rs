@@ -8,7 +8,9 @@
 //!   allocated on its bound device at its first device operation and
 //!   exported ([`device::Device::ipc_export`]);
 //! * a **board** (a one-slot [`Segment`] in host shared memory) where it
-//!   publishes the inbox: backend, ordinal, pid, geometry, IPC handle;
+//!   publishes the inbox (backend, PCI bus id, process, geometry, IPC
+//!   handle), then its [`Verdict`] on the pair once it has read the
+//!   peer's board; both sides use the AND of the two verdicts (`decide`);
 //! * a **descriptor ring** (a [`Segment`] of `slots` small slots): one
 //!   entry per device piece, holding the piece's header. Its flow control
 //!   is the inbox's: entry `k` describes inbox slot `k % slots`, and the
