@@ -330,7 +330,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// default answers [`DeviceError::Unsupported`].
     fn pci_bus_id(&self) -> Result<String> {
         Err(DeviceError::Unsupported {
-            what: format!("the PCI bus id of {} device {}", self.backend().name(), self.ordinal()),
+            what: format!(
+                "the PCI bus id of {} device {}",
+                self.backend().name(),
+                self.ordinal()
+            ),
             why: "this backend does not report one".into(),
         })
     }

@@ -143,10 +143,7 @@ impl PreparedTransport for Prepared {
             };
             let (ring, ring_name) = small(geometry.slots, RING_SLOT_BYTES, "descriptor ring")?;
             let (board, board_name) = small(1, BOARD_BYTES, "board")?;
-            for (key, name) in [
-                ("ring", &ring_name),
-                ("board", &board_name),
-            ] {
+            for (key, name) in [("ring", &ring_name), ("board", &board_name)] {
                 ctx.store
                     .set(&format!("{p}/{rank}/{key}"), name.as_bytes())?;
             }

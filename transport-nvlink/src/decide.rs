@@ -148,11 +148,7 @@ impl NvlinkConnection {
     }
 
     /// This side's verdict on the peer's device.
-    fn verdict(
-        &self,
-        theirs: &Board,
-        dev: &dyn Device,
-    ) -> Result<(Verdict, Option<usize>), Error> {
+    fn verdict(&self, theirs: &Board, dev: &dyn Device) -> Result<(Verdict, Option<usize>), Error> {
         if theirs.backend != dev.backend() {
             return Ok((Verdict::OtherBackend, None));
         }

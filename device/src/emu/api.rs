@@ -473,7 +473,10 @@ impl Device for Emu {
             (Some(a), Some(b)) => Ok(a == b || vis.peer_access),
             _ => Err(self.invalid(
                 "can_access_peer",
-                format!("no emulated device {peer} is visible here ({:?})", vis.visible),
+                format!(
+                    "no emulated device {peer} is visible here ({:?})",
+                    vis.visible
+                ),
             )),
         }
     }
