@@ -363,6 +363,35 @@ pub trait Device: Send + Sync + std::fmt::Debug {
             why: "this backend does not export device memory as dma-buf".into(),
         })
     }
+
+    // --- Device identity across processes (nvlink's automatic choice) ---
+
+    /// The device's PCI bus id (`cuDeviceGetPCIBusId`, e.g.
+    /// `"0000:1B:00.0"`): unlike the ordinal, it names one device in every
+    /// process of the machine, whatever `CUDA_VISIBLE_DEVICES` says. The
+    /// emulated device answers a stable fake id per emulated device. The
+    /// default answers [`DeviceError::Unsupported`].
+    fn pci_bus_id(&self) -> Result<String> {
+        Err(DeviceError::Unsupported {
+            what: format!(
+                "the PCI bus id of {} device {}",
+                self.backend().name(),
+                self.ordinal()
+            ),
+            why: "this backend does not report one".into(),
+        })
+    }
+
+    /// The ordinal, in this process, of the device with PCI bus id `bus_id`
+    /// of this backend (`cuDeviceGetByPCIBusId`): `Ok(None)` where this
+    /// process cannot see that device (not in `CUDA_VISIBLE_DEVICES`, or an
+    /// id of no device). The default answers [`DeviceError::Unsupported`].
+    fn ordinal_of_pci_bus_id(&self, bus_id: &str) -> Result<Option<usize>> {
+        Err(DeviceError::Unsupported {
+            what: format!("finding device {bus_id:?} on {}", self.backend().name()),
+            why: "this backend does not map PCI bus ids".into(),
+        })
+    }
 }
 
 /// A device allocation exported as a dma-buf ([`Device::dmabuf_export`]):
@@ -414,6 +443,25 @@ pub fn current_device(backend: Backend) -> Result<Option<usize>> {
         Backend::Cuda => cuda::current_device(),
         Backend::Emu => Ok(None),
     }
+}
+
+/// Whether this process may run device operations at all: a CUDA driver
+/// library loads (no device is touched: nothing is initialised), or an
+/// emulated device was opened. Transports that only pay off for device
+/// memory (nvlink) are offered only then, so a host-only run keeps its
+/// host transports' names.
+pub fn devices_possible() -> bool {
+    cuda::driver_present() || emu_opened()
+}
+
+#[cfg(feature = "emu")]
+fn emu_opened() -> bool {
+    emu::opened()
+}
+
+#[cfg(not(feature = "emu"))]
+fn emu_opened() -> bool {
+    false
 }
 
 #[cfg(feature = "emu")]

@@ -358,6 +358,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             slot_bytes: 1 << 20,
             addr: 0x7f00_0000_0000,
             handle: device::IpcHandle([7; 64]),
+            bus_id: "0000:E1:00.0".into(),
         }
         .encode()
         .to_vec()],

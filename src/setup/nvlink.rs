@@ -2,31 +2,34 @@
 //! to device between ranks of one node, host pieces through a
 //! shared-memory FIFO as with `shm`.
 //!
-//! When it is ready. Communicators bind their device after setup
-//! ([`crate::Communicator::bind_device`]), so setup cannot ask the bound
-//! device; the rule is:
+//! When it is ready (`SNCL_NVLINK`, per process; a pair uses the kind only
+//! where both ranks have it ready):
 //!
-//! * `SNCL_TRANSPORT=nvlink` forces it (any backend, the emulated device
-//!   included: that is how CI runs it);
-//! * otherwise it is not chosen yet: boards name devices by ordinal, which
-//!   is per process (one GPU per rank through `CUDA_VISIBLE_DEVICES` makes
-//!   every rank's device 0), so a pair's decision could be wrong or differ
-//!   between its two ranks; automatic choice waits for boards that carry
-//!   the PCI bus id and both sides' verdicts.
+//! * `auto` (default): for every pair of ranks on one node, ahead of `shm`,
+//!   where this process can run device operations at all (a CUDA driver
+//!   library loads, or an emulated device is open: `device::devices_possible`).
+//!   Host operations go through `shm`'s own connection (single copy
+//!   included), and nothing device-related happens until the first device
+//!   operation on the pair, so a host-only run costs nothing extra. At that
+//!   operation each side publishes its device (PCI bus id) and inbox, then
+//!   its verdict (it sees the peer's device, and has peer access or shares
+//!   it); both use the AND: device to device, else staged through the
+//!   host (logged at INFO);
+//! * `1`: as `auto`, but a pair that cannot go device to device fails its
+//!   first device operation with an error naming what is missing;
+//! * `0`: not used (device pieces between ranks of a node are staged over
+//!   `shm`).
 //!
-//! The device side connects lazily: at the first device operation on a
-//! pair, each side allocates its inbox on its bound device and publishes
-//! it on the pair's board; the pair then uses the device path when both
-//! devices have one backend and peer access, and stages device pieces
-//! through the host otherwise (still correct, logged at INFO).
+//! `SNCL_TRANSPORT=nvlink` forces the kind for every pair (`auto`'s
+//! decision, or `1`'s); with `SNCL_NVLINK=0` it is unavailable.
 
 use comm_core::transport::registry::{
     PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use transport_nvlink::{Geometry, Inbound, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
-use transport_shm::{create_inbound, Segment, ShmConnection};
+use transport_nvlink::{Geometry, Inbound, Mode, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
+use transport_shm::Segment;
 
 use super::shm::{open_peer_segment, UnlinkOnDrop};
 
@@ -44,31 +47,28 @@ impl TransportKind for Nvlink {
     }
 
     fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
-        let dir = std::path::Path::new(transport_shm::SHM_DIR);
-        if !dir.is_dir() {
-            return Ok(Readiness::Unavailable(format!(
-                "{} is not a directory on this host",
-                dir.display()
-            )));
-        }
-        // Not chosen automatically yet: the boards name devices by ordinal,
-        // which means something only inside one process (one GPU per rank
-        // through CUDA_VISIBLE_DEVICES makes every rank's device "0"), so
-        // the pair's decision could be wrong or differ between its ranks.
-        // Until boards carry the PCI bus id and both verdicts, the kind is
-        // used where it is forced, and device pieces are staged otherwise.
-        if ctx.config.transport.forced() != Some(transport_nvlink::NAME) {
+        let mode = match nvlink_mode(ctx.rank)? {
+            Some(m) => m,
+            None => return Ok(Readiness::Unavailable(format!("{NVLINK_ENV}=0"))),
+        };
+        // Only where device operations can happen at all: a host-only run
+        // keeps `shm` (and its name in stats and logs).
+        let forced = ctx.config.transport.forced() == Some(transport_nvlink::NAME);
+        if matches!(mode, Mode::Auto) && !forced && !device::devices_possible() {
             return Ok(Readiness::Unavailable(
-                "not chosen automatically (devices are named by ordinal, which differs between \
-                 processes); SNCL_TRANSPORT=nvlink forces it"
+                "no CUDA driver library loads and no emulated device is open in this process \
+                 (host-only: shm carries everything)"
                     .into(),
             ));
         }
-        let cuda = matches!(device::device_count(device::Backend::Cuda), Ok(n) if n > 0);
-        let card = if cuda { "cuda" } else { "any" };
-        transport_shm::cleanup_stale();
+        // Host pieces go through shm's connection: ready where shm is.
+        let shm = match super::shm::Shm.prepare(ctx)? {
+            Readiness::Ready(p) => p,
+            Readiness::Unavailable(why) => return Ok(Readiness::Unavailable(why)),
+        };
         Ok(Readiness::Ready(Box::new(Prepared {
-            card,
+            shm,
+            mode,
             names: UnlinkOnDrop(Vec::new()),
         })))
     }
@@ -81,20 +81,33 @@ impl TransportKind for Nvlink {
                 a.rank, a.node, b.rank, b.node
             ));
         }
-        let (ca, cb) = (a.card(self.name()), b.card(self.name()));
-        if ca.is_empty() || cb.is_empty() || (ca != cb && ca != "any" && cb != "any") {
-            return Err(format!(
-                "nvlink needs devices of one backend, and rank {} says {ca:?}, rank {} {cb:?}",
-                a.rank, b.rank
-            ));
-        }
+        // Devices are decided at the first device operation (see above).
         Ok(())
     }
 }
 
 struct Prepared {
-    card: &'static str,
+    /// `shm`'s prepared state: the host connections.
+    shm: Box<dyn PreparedTransport>,
+    mode: Mode,
     names: UnlinkOnDrop,
+}
+
+/// The setting: `SNCL_NVLINK=auto|1|0`.
+pub(crate) const NVLINK_ENV: &str = "SNCL_NVLINK";
+
+/// This rank's `SNCL_NVLINK`: `None` for `0`.
+fn nvlink_mode(rank: usize) -> Result<Option<Mode>> {
+    let env = comm_core::settings::Environment::from_process()?;
+    match env.get(NVLINK_ENV).map(str::trim) {
+        None | Some("auto" | "") => Ok(Some(Mode::Auto)),
+        Some("1") => Ok(Some(Mode::Required)),
+        Some("0") => Ok(None),
+        Some(v) => Err(Error::Config(format!(
+            "rank {rank}: {NVLINK_ENV}={v:?}: expected auto (device to device where both ranks \
+             can, else staged), 1 (device to device or an error) or 0 (not used)"
+        ))),
+    }
 }
 
 fn io_err(rank: usize, context: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -107,19 +120,24 @@ fn io_err(rank: usize, context: String) -> impl FnOnce(std::io::Error) -> Error 
 
 impl PreparedTransport for Prepared {
     fn card(&self) -> String {
-        self.card.to_string()
+        String::new()
     }
 
-    /// Per peer: creates the host FIFO, the descriptor ring and the board
-    /// for data from that peer, publishes their names under
-    /// `<peer>/<rank>/{host,ring,board}`, then opens the peers'.
+    /// Connects `shm`'s host connections, then per peer creates the
+    /// descriptor ring and the board for data from that peer, publishes
+    /// their names under `<peer>/<rank>/{ring,board}`, then opens the
+    /// peers'.
     fn connect(
         &mut self,
         ctx: &SetupContext<'_>,
-        _cards: &[RankCard],
+        cards: &[RankCard],
         peers: &[usize],
     ) -> Result<Vec<Box<dyn Connection>>> {
         let rank = ctx.rank;
+        // shm's keys (`<peer>/<rank>` and its probes) and ours
+        // (`<peer>/<rank>/{ring,board}`) share this kind's namespace
+        // without colliding.
+        let hosts = self.shm.connect(ctx, cards, peers)?;
         let cfg = ctx.config;
         let geometry = Geometry {
             slots: cfg.shm_slots,
@@ -128,10 +146,6 @@ impl PreparedTransport for Prepared {
         let mut inbound = Vec::with_capacity(peers.len());
         for &p in peers {
             let what = |w: &str| format!("creating the nvlink {w} segment for data from rank {p}");
-            let (host, host_name) =
-                create_inbound(ctx.comm_id, p, rank, cfg.shm_slots, cfg.shm_slot_bytes)
-                    .map_err(io_err(rank, what("host")))?;
-            self.names.0.push(host_name.clone());
             let mut small = |slots: usize, bytes: usize, w: &str| -> Result<(Segment, String)> {
                 let name = transport_shm::segment_name(ctx.comm_id, p, rank, 0, std::process::id())
                     .map_err(io_err(rank, what(w)))?;
@@ -141,34 +155,30 @@ impl PreparedTransport for Prepared {
             };
             let (ring, ring_name) = small(geometry.slots, RING_SLOT_BYTES, "descriptor ring")?;
             let (board, board_name) = small(1, BOARD_BYTES, "board")?;
-            for (key, name) in [
-                ("host", &host_name),
-                ("ring", &ring_name),
-                ("board", &board_name),
-            ] {
+            for (key, name) in [("ring", &ring_name), ("board", &board_name)] {
                 ctx.store
                     .set(&format!("{p}/{rank}/{key}"), name.as_bytes())?;
             }
-            inbound.push((p, host, Inbound { ring, board }));
+            inbound.push((p, Inbound { ring, board }));
         }
         let mut conns: Vec<Box<dyn Connection>> = Vec::with_capacity(peers.len());
-        for (p, host, inb) in inbound {
+        for ((p, inb), host) in inbound.into_iter().zip(hosts) {
             let open = |key: &str| {
                 let what = format!("nvlink {key}");
                 open_peer_segment(ctx.store, rank, p, (key, &what), ctx.remaining())
             };
-            let out_host = open("host")?;
             let out_ring = open("ring")?;
             let out_board = open("board")?;
-            let shm = ShmConnection::new(rank, p, host, out_host);
+            debug_assert_eq!(host.peer(), p);
             conns.push(Box::new(NvlinkConnection::new(
                 rank,
                 p,
                 ctx.comm_id,
-                shm,
+                host,
                 inb,
                 (out_ring, out_board),
                 geometry,
+                self.mode,
             )));
         }
         Ok(conns)

@@ -9,8 +9,10 @@ use comm_core::transport::registry::{SelfKind, TransportKind};
 /// Every transport kind this build has, most preferred first.
 pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
     &SelfKind,
-    &super::shm::Shm,
+    // Ahead of shm: it wraps shm's connection for host pieces and adds the
+    // device path between ranks of a node (SNCL_NVLINK=0 turns it off).
     &super::nvlink::Nvlink,
+    &super::shm::Shm,
     &super::rdma::Rdma,
     &super::tcp::Tcp,
 ];

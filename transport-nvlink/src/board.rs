@@ -1,6 +1,15 @@
 //! The board: where a receiver publishes its device inbox for its peer (a
-//! one-slot [`Segment`]; `head == 1` once published). The peer controls
-//! the bytes it reads, so [`Board::read`] checks every field.
+//! one-slot [`Segment`]; `head == 1` once published), and then its
+//! [`Verdict`] on the pair (the segment's `tail`, nonzero once published).
+//! The peer controls the bytes it reads, so [`Board::read`] checks every
+//! field.
+//!
+//! Devices are named by PCI bus id, not ordinal: an ordinal means something
+//! only inside one process (one GPU per rank through `CUDA_VISIBLE_DEVICES`
+//! makes every rank's device 0). Each side maps the peer's bus id to a
+//! device of its own, decides whether it can reach it and publishes that;
+//! both then use the AND of the two verdicts, so they decide alike and
+//! never wait on each other.
 
 use std::sync::atomic::Ordering;
 
@@ -10,16 +19,21 @@ use device::{Backend, IpcHandle};
 use transport_shm::Segment;
 
 /// Payload bytes of a board (the segment's slot size).
-pub const BOARD_BYTES: usize = 128;
+pub const BOARD_BYTES: usize = 192;
+/// Longest PCI bus id a board carries.
+const BUS_ID_BYTES: usize = 32;
 const MAGIC: [u8; 4] = *b"NVLB";
 
 /// What a receiver publishes about its inbox.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Board {
     /// The device's backend.
     pub backend: Backend,
-    /// The device's ordinal.
+    /// The device's ordinal in the receiver's process (for logs only).
     pub ordinal: usize,
+    /// The device's PCI bus id (empty where the device reports none: then
+    /// no peer can find it and the pair stages).
+    pub bus_id: String,
     /// The receiver's process (for logs).
     pub pid: u32,
     /// A random number of the receiver's process ([`process_token`]): pids
@@ -79,6 +93,9 @@ impl Board {
         b[36..44].copy_from_slice(&self.addr.to_le_bytes());
         b[44..52].copy_from_slice(&self.token.to_le_bytes());
         b[64..128].copy_from_slice(&self.handle.0);
+        let id = self.bus_id.as_bytes();
+        let n = id.len().min(BUS_ID_BYTES);
+        b[128..128 + n].copy_from_slice(&id[..n]);
         b
     }
 
@@ -106,10 +123,18 @@ impl Board {
         }
         let mut handle = [0u8; 64];
         handle.copy_from_slice(&b[64..128]);
+        let id = &b[128..128 + BUS_ID_BYTES];
+        let id = &id[..id.iter().position(|&c| c == 0).unwrap_or(BUS_ID_BYTES)];
+        let bus_id = std::str::from_utf8(id)
+            .ok()
+            .filter(|s| s.bytes().all(|c| c.is_ascii_graphic()))
+            .ok_or_else(|| format!("the nvlink board's PCI bus id {id:02x?} is not text"))?
+            .to_string();
         Ok(Board {
             backend,
             pid: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
             ordinal: to_usize(u64_at(12), "ordinal")?,
+            bus_id,
             slots,
             slot_bytes,
             addr: u64_at(36),
@@ -137,6 +162,59 @@ impl Board {
     }
 }
 
+/// One side's verdict on the pair, published after it has read the peer's
+/// board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// This side can map the peer's device memory (the same device, or
+    /// peer access between the two).
+    Reach = 1,
+    /// The peer's device is not visible in this process (not in its
+    /// `CUDA_VISIBLE_DEVICES`, or no bus id).
+    NotVisible = 2,
+    /// Visible, but without peer access from this side's device.
+    NoPeerAccess = 3,
+    /// The two devices are of different backends.
+    OtherBackend = 4,
+    /// Deciding failed on this side (a device call, a bad board); it
+    /// reports the error itself.
+    Failed = 5,
+}
+
+impl Verdict {
+    /// What the verdict says, for errors and logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::Reach => "can reach the other rank's device",
+            Verdict::NotVisible => {
+                "does not see the other rank's device (not visible in its process)"
+            }
+            Verdict::NoPeerAccess => "has no peer access to the other rank's device",
+            Verdict::OtherBackend => "has a device of another backend than the other rank's",
+            Verdict::Failed => "failed to decide (a device call or a bad board)",
+        }
+    }
+
+    /// Publishes this side's verdict on `seg` (this side's board, already
+    /// published).
+    pub fn publish(self, seg: &Segment) {
+        seg.tail().store(self as u64, Ordering::Release);
+    }
+
+    /// The peer's verdict on its board `seg`, once published.
+    pub fn read(seg: &Segment) -> Result<Option<Verdict>, String> {
+        Ok(Some(match seg.tail().load(Ordering::Acquire) {
+            0 => return Ok(None),
+            1 => Verdict::Reach,
+            2 => Verdict::NotVisible,
+            3 => Verdict::NoPeerAccess,
+            4 => Verdict::OtherBackend,
+            5 => Verdict::Failed,
+            x => return Err(format!("the nvlink board's verdict {x} is not one")),
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +224,7 @@ mod tests {
         let b = Board {
             backend: Backend::Emu,
             ordinal: 3,
+            bus_id: "0000:1B:00.0".into(),
             pid: 77,
             token: process_token(),
             slots: 8,
@@ -153,7 +232,7 @@ mod tests {
             addr: 0x4000_0000_0000_1000,
             handle: IpcHandle([7; 64]),
         };
-        assert_eq!(Board::decode(&b.encode()), Ok(b));
+        assert_eq!(Board::decode(&b.encode()), Ok(b.clone()));
         let mut bad = b.encode();
         bad[4] = 9;
         assert!(Board::decode(&bad).unwrap_err().contains("backend"));
@@ -161,6 +240,9 @@ mod tests {
         bad[20..28].copy_from_slice(&0u64.to_le_bytes());
         assert!(Board::decode(&bad).unwrap_err().contains("geometry"));
         assert!(Board::decode(&[0; 16]).is_err());
+        let mut bad = b.encode();
+        bad[130] = 0xff;
+        assert!(Board::decode(&bad).unwrap_err().contains("bus id"));
         // The token tells processes apart where pids repeat (containers).
         assert_ne!(process_token(), 0);
         assert_eq!(process_token(), process_token());

@@ -8,7 +8,9 @@
 //!   allocated on its bound device at its first device operation and
 //!   exported ([`device::Device::ipc_export`]);
 //! * a **board** (a one-slot [`Segment`] in host shared memory) where it
-//!   publishes the inbox: backend, ordinal, pid, geometry, IPC handle;
+//!   publishes the inbox (backend, PCI bus id, process, geometry, IPC
+//!   handle), then its [`Verdict`] on the pair once it has read the
+//!   peer's board; both sides use the AND of the two verdicts (`decide`);
 //! * a **descriptor ring** (a [`Segment`] of `slots` small slots): one
 //!   entry per device piece, holding the piece's header. Its flow control
 //!   is the inbox's: entry `k` describes inbox slot `k % slots`, and the
@@ -26,8 +28,9 @@
 //!
 //! Host pieces (operations on host memory, or device memory where the
 //! device path cannot be used) travel through an ordinary shared-memory
-//! FIFO ([`ShmConnection`]), so an `nvlink` connection carries every
-//! operation. Peer death is found as `shm` finds it (the peer's pid).
+//! FIFO (`shm`'s connection, single copy included), so an `nvlink`
+//! connection carries every operation and costs a host-only run nothing
+//! extra: nothing device-related happens before the first device operation. Peer death is found as `shm` finds it (the peer's pid).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,11 +38,23 @@ use std::sync::Arc;
 use comm_core::transport::{Connection, ConsumeResult, DeviceLink, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, StreamHandle};
-use transport_shm::{Segment, ShmConnection};
+use device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, StreamHandle};
+use transport_shm::Segment;
 
 mod board;
-pub use board::{Board, BOARD_BYTES};
+mod decide;
+pub use board::{Board, Verdict, BOARD_BYTES};
+
+/// Whether a pair must use the device path (`SNCL_NVLINK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Device to device where both sides can reach each other's device,
+    /// else device pieces are staged through the host (logged at INFO).
+    Auto,
+    /// Device to device, or the first device operation fails with an error
+    /// naming what is missing (`SNCL_NVLINK=1`).
+    Required,
+}
 
 /// Name of the kind (`SNCL_TRANSPORT=nvlink`, stats, logs).
 pub const NAME: &str = "nvlink";
@@ -126,6 +141,9 @@ enum LinkState {
         dev: Arc<dyn Device>,
         inbox: DeviceBuffer,
     },
+    /// The peer's board is read and our verdict published; the peer's
+    /// verdict not seen yet.
+    Judged(Box<decide::Judged>),
     /// Decided: device pieces go device to device (`Some`), or not.
     Decided(Option<Box<Active>>),
     /// Deciding failed (a device call, a bad board): the error is
@@ -142,29 +160,33 @@ enum LinkState {
 pub struct NvlinkConnection {
     rank: usize,
     peer: usize,
-    host: ShmConnection,
+    host: Box<dyn Connection>,
     inbound: Inbound,
     /// The peer's ring and board (for data from this rank).
     out_ring: Segment,
     out_board: Segment,
     geometry: Geometry,
     comm_id: u64,
+    mode: Mode,
     state: LinkState,
     /// An inbox published but not used (staged pair), kept until drop.
     retired: Option<DeviceBuffer>,
 }
 
 impl NvlinkConnection {
-    /// Joins the host FIFO pair with this side's inbound ring and board and
-    /// the peer's (opened with [`Segment::open`]).
+    /// Joins the host connection (a shared-memory one: `shm`'s, single copy
+    /// included) with this side's inbound ring and board and the peer's
+    /// (opened with [`Segment::open`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rank: usize,
         peer: usize,
         comm_id: u64,
-        host: ShmConnection,
+        host: Box<dyn Connection>,
         inbound: Inbound,
         (out_ring, out_board): (Segment, Segment),
         geometry: Geometry,
+        mode: Mode,
     ) -> NvlinkConnection {
         NvlinkConnection {
             rank,
@@ -175,6 +197,7 @@ impl NvlinkConnection {
             out_board,
             geometry,
             comm_id,
+            mode,
             state: LinkState::Idle,
             retired: None,
         }
@@ -220,9 +243,16 @@ impl NvlinkConnection {
         let handle = dev
             .ipc_export(inbox.ptr())
             .map_err(|e| self.device_err(&**dev, "exporting the device inbox", e))?;
+        // A device without a bus id is published with none: the peer cannot
+        // find it and says so (the pair stages, or fails where required).
+        let bus_id = dev.pci_bus_id().unwrap_or_else(|e| {
+            tracing::info!(rank = self.rank, error = %e, "nvlink: the device reports no PCI bus id");
+            String::new()
+        });
         let board = Board {
             backend: dev.backend(),
             ordinal: dev.ordinal(),
+            bus_id,
             pid: std::process::id(),
             token: board::process_token(),
             slots: g.slots,
@@ -244,100 +274,6 @@ impl NvlinkConnection {
             inbox,
         };
         Ok(())
-    }
-
-    /// Decides once the peer's board is there; `Ok(false)` while it is not.
-    fn decide(&mut self) -> Result<bool, Error> {
-        let Some(theirs) = Board::read(&self.out_board).map_err(|d| self.corrupt(d))? else {
-            return Ok(false);
-        };
-        if let LinkState::Failed { error, .. } = &self.state {
-            return Err(self.corrupt(error.clone()));
-        }
-        let LinkState::Published { dev, inbox } =
-            std::mem::replace(&mut self.state, LinkState::Idle)
-        else {
-            return Ok(true);
-        };
-        match self.decide_with(&theirs, &dev) {
-            Ok(Some((peer_inbox, imported))) => {
-                let active = self.active(dev, inbox, &theirs, peer_inbox, imported);
-                self.state = LinkState::Decided(Some(Box::new(active)));
-                Ok(true)
-            }
-            Ok(None) => {
-                // Staged. The peer decides alike from the same boards; our
-                // inbox stays allocated until the connection is dropped all
-                // the same, in case it mapped it.
-                self.retired = Some(inbox);
-                self.state = LinkState::Decided(None);
-                Ok(true)
-            }
-            Err(e) => {
-                self.state = LinkState::Failed {
-                    _inbox: inbox,
-                    error: e.to_string(),
-                };
-                Err(e)
-            }
-        }
-    }
-
-    /// The decision from the peer's board: `Ok(Some((peer inbox as mapped
-    /// here, whether imported)))` for the device path, `Ok(None)` to stage
-    /// device pieces through the host.
-    fn decide_with(
-        &self,
-        theirs: &Board,
-        dev: &Arc<dyn Device>,
-    ) -> Result<Option<(DevicePtr, bool)>, Error> {
-        // Both sides decide from the two boards alone, so they agree: one
-        // backend, and peer access between the ordinals (CUDA reports
-        // cuDeviceCanAccessPeer symmetrically; the same ordinal always can).
-        if theirs.backend != dev.backend() {
-            tracing::info!(
-                rank = self.rank,
-                peer = self.peer,
-                ours = dev.backend().name(),
-                theirs = theirs.backend.name(),
-                "nvlink: devices of different backends; device pieces are staged through the host"
-            );
-            return Ok(None);
-        }
-        match dev.can_access_peer(theirs.ordinal) {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::info!(rank = self.rank, peer = self.peer, ordinal = dev.ordinal(),
-                    peer_ordinal = theirs.ordinal, "nvlink: no peer access between the devices; device pieces are staged through the host");
-                return Ok(None);
-            }
-            Err(e) => return Err(self.device_err(&**dev, "querying peer access", e)),
-        }
-        if self.out_ring.slots() != theirs.slots as u64 {
-            return Err(self.corrupt(format!(
-                "the peer's board says {} inbox slots, its descriptor ring has {}",
-                theirs.slots,
-                self.out_ring.slots()
-            )));
-        }
-        let same_process = theirs.token == board::process_token();
-        if theirs.ordinal == dev.ordinal() && !same_process {
-            tracing::warn!(rank = self.rank, peer = self.peer, backend = dev.backend().name(),
-                ordinal = dev.ordinal(),
-                "nvlink: this rank and its peer share one device (allowed; their work time-slices the device)");
-        }
-        dev.enable_peer_access(theirs.ordinal)
-            .map_err(|e| self.device_err(&**dev, "enabling peer access", e))?;
-        // CUDA cannot open its own process's IPC handle; within a process
-        // the address is valid as it is. The emulated device maps every
-        // allocation anew (its addresses are per device object).
-        if same_process && dev.backend() == Backend::Cuda {
-            return Ok(Some((DevicePtr(theirs.addr), false)));
-        }
-        let p = dev
-            .ipc_import(&theirs.handle)
-            .map_err(|e| self.device_err(&**dev, "opening the peer's device inbox", e))?;
-        Ok(Some((p, true)))
     }
 
     /// The device path's state once decided.
@@ -518,7 +454,11 @@ impl DeviceLink for NvlinkConnection {
             let q = q.clone();
             self.publish(&q)?;
         }
-        if matches!(self.state, LinkState::Published { .. }) && !self.decide()? {
+        if matches!(
+            self.state,
+            LinkState::Published { .. } | LinkState::Judged(_)
+        ) && !self.decide()?
+        {
             if let Some(e) = self.aborted_by_peer() {
                 return Err(self.peer_err(e));
             }
@@ -726,6 +666,16 @@ impl Connection for NvlinkConnection {
 
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.host.try_send(header, data)
+    }
+
+    unsafe fn try_send_lent(
+        &mut self,
+        header: &PieceHeader,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        // SAFETY: the caller's promise (data valid until flush) is passed on
+        // unchanged to the host connection, whose flush this one returns.
+        unsafe { self.host.try_send_lent(header, data) }
     }
 
     fn try_recv(

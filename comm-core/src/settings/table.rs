@@ -412,6 +412,12 @@ pub static SETTINGS: &[Setting] = &[
         Value("65536"),
         "smallest shared-memory piece a sender lends for a cross-memory read instead of copying it into a slot (a piece is at most SNCL_SHM_SLOT_BYTES)",
     ),
+    local(
+        "SNCL_NVLINK",
+        Values::Choice(&["auto", "1", "0"]),
+        Value("auto"),
+        "the nvlink transport between ranks of one node (host pieces over shm's connection): `auto` goes device to device where both ranks see each other's device (by PCI bus id) with peer access or share it, else stages device pieces through the host; `1` fails the first device operation of a pair that cannot, naming what is missing; `0` leaves same-node pairs to shm",
+    ),
     // Per process, read elsewhere.
     local(
         "SNCL_DEBUG",

@@ -563,4 +563,12 @@ impl Device for CudaDevice {
         self.bind()?;
         super::dmabuf::buffer_id(self.ordinal, ptr.0)
     }
+
+    fn pci_bus_id(&self) -> Result<String> {
+        driver::pci_bus_id(self.ordinal)
+    }
+
+    fn ordinal_of_pci_bus_id(&self, bus_id: &str) -> Result<Option<usize>> {
+        driver::ordinal_of_pci_bus_id(self.ordinal, bus_id)
+    }
 }

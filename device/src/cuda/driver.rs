@@ -52,6 +52,8 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuEventQuery",
     "cuEventElapsedTime",
     "cuIpcGetMemHandle",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceGetByPCIBusId",
     "cuIpcOpenMemHandle_v2",
     "cuIpcCloseMemHandle",
     "cuModuleLoadData",
@@ -153,6 +155,41 @@ pub(crate) fn device_get(ordinal: usize) -> Result<CUdevice> {
         sys::cuDeviceGet(&mut dev, ord)
     })?;
     Ok(dev)
+}
+
+/// `cuDeviceGetPCIBusId` of device `ordinal` (`"0000:1B:00.0"`).
+pub(crate) fn pci_bus_id(ordinal: usize) -> Result<String> {
+    let dev = device_get(ordinal)?;
+    let mut buf = [0 as c_char; 64];
+    // SAFETY: `buf` is live and writable for its length, which is passed;
+    // the driver writes a NUL-terminated string of at most that length.
+    check(ordinal, "cuDeviceGetPCIBusId", unsafe {
+        sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev)
+    })?;
+    // SAFETY: NUL-terminated within `buf` (the driver's contract, and the
+    // last byte was zero before the call and 64 bytes exceed any id).
+    let id = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    Ok(id.to_string_lossy().into_owned())
+}
+
+/// `cuDeviceGetByPCIBusId`: the ordinal of the device with `bus_id` in this
+/// process, `None` where it is not visible here (`CUDA_ERROR_INVALID_DEVICE`
+/// or `CUDA_ERROR_INVALID_VALUE` for an id of no visible device).
+pub(crate) fn ordinal_of_pci_bus_id(ordinal: usize, bus_id: &str) -> Result<Option<usize>> {
+    let Ok(id) = std::ffi::CString::new(bus_id) else {
+        return Ok(None);
+    };
+    let mut dev: CUdevice = 0;
+    // SAFETY: `dev` is a live out-pointer; `id` is NUL-terminated.
+    let r = unsafe { sys::cuDeviceGetByPCIBusId(&mut dev, id.as_ptr()) };
+    if matches!(
+        r,
+        CUresult::CUDA_ERROR_INVALID_DEVICE | CUresult::CUDA_ERROR_INVALID_VALUE
+    ) {
+        return Ok(None);
+    }
+    check(ordinal, "cuDeviceGetByPCIBusId", r)?;
+    Ok(usize::try_from(dev).ok())
 }
 
 /// `cuDeviceCanAccessPeer` between ordinals `ordinal` and `peer`.

@@ -72,6 +72,11 @@ pub fn current_device() -> Result<Option<usize>> {
 
 /// Checks that the driver and NVRTC load, initialises the driver and
 /// checks its version and symbols; returns the number of devices.
+/// Whether a CUDA driver library loads (nothing is initialised).
+pub(crate) fn driver_present() -> bool {
+    driver::driver_present()
+}
+
 pub(crate) fn probe(ordinal: usize) -> Result<usize> {
     if !driver::driver_present() {
         let tried = cudarc::get_lib_name_candidates("cuda");

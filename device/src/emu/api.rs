@@ -466,9 +466,19 @@ impl Device for Emu {
         self.after_release(r.map(drop).map_err(|d| self.invalid("ipc_close", d)))
     }
 
-    fn can_access_peer(&self, _peer: usize) -> Result<bool> {
+    fn can_access_peer(&self, peer: usize) -> Result<bool> {
         self.check()?;
-        Ok(true)
+        let vis = &self.visibility;
+        match (vis.visible.get(self.ordinal), vis.visible.get(peer)) {
+            (Some(a), Some(b)) => Ok(a == b || vis.peer_access),
+            _ => Err(self.invalid(
+                "can_access_peer",
+                format!(
+                    "no emulated device {peer} is visible here ({:?})",
+                    vis.visible
+                ),
+            )),
+        }
     }
 
     fn enable_peer_access(&self, _peer: usize) -> Result<()> {
@@ -523,5 +533,18 @@ impl Device for Emu {
         self.memory
             .live_id(ptr)
             .map_err(|d| self.invalid("allocation_id", d))
+    }
+
+    fn pci_bus_id(&self) -> Result<String> {
+        self.check()?;
+        Ok(super::pci_bus_id_of(self.visibility.visible[self.ordinal]))
+    }
+
+    fn ordinal_of_pci_bus_id(&self, bus_id: &str) -> Result<Option<usize>> {
+        self.check()?;
+        let vis = &self.visibility.visible;
+        Ok(vis
+            .iter()
+            .position(|&p| super::pci_bus_id_of(p).eq_ignore_ascii_case(bus_id)))
     }
 }

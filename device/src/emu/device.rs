@@ -29,6 +29,8 @@ pub(super) struct Emu {
     pub(super) pending_fault: Mutex<Option<String>>,
     /// Workers of destroyed streams, joined when the device goes away.
     pub(super) retired: Mutex<Vec<JoinHandle<()>>>,
+    /// What this process sees of the emulated machine.
+    pub(super) visibility: super::Visibility,
 }
 
 impl Emu {
@@ -42,6 +44,7 @@ impl Emu {
             next_handle: AtomicU64::new(1),
             pending_fault: Mutex::default(),
             retired: Mutex::default(),
+            visibility: super::Visibility::default(),
         }
     }
 

@@ -30,6 +30,15 @@ use std::sync::Arc;
 
 use crate::{Device, DeviceError, Result};
 
+/// Set once this process opened an emulated device ([`opened`]).
+static OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process has opened an emulated device (so it may run
+/// device operations although no CUDA driver is present).
+pub fn opened() -> bool {
+    OPENED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How many emulated devices there are.
 pub const DEVICES: usize = 8;
 
@@ -44,5 +53,63 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
         });
     }
     tracing::debug!(ordinal, "opened an emulated device");
+    OPENED.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(Arc::new(device::Emu::new(ordinal)))
+}
+
+/// What one process sees of the emulated machine, as `CUDA_VISIBLE_DEVICES`
+/// and the topology decide it on CUDA (tests of nvlink's automatic choice).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Visibility {
+    /// `visible[i]` is the emulated device (below [`DEVICES`]) that ordinal
+    /// `i` names in this process; its PCI bus id is that device's.
+    pub visible: Vec<usize>,
+    /// Whether devices have peer access to each other (the same device
+    /// always has).
+    pub peer_access: bool,
+}
+
+impl Default for Visibility {
+    /// Every emulated device at its own ordinal, with peer access.
+    fn default() -> Self {
+        Visibility {
+            visible: (0..DEVICES).collect(),
+            peer_access: true,
+        }
+    }
+}
+
+/// The fake PCI bus id of emulated device `physical`: stable, one per
+/// emulated device, in CUDA's format.
+pub fn pci_bus_id_of(physical: usize) -> String {
+    format!("0000:{:02X}:00.0", 0xE0 + physical)
+}
+
+/// Opens ordinal `ordinal` of a process that sees the emulated devices as
+/// `vis` says (see [`Visibility`]); [`open`] is this with the default.
+pub fn open_with(ordinal: usize, vis: Visibility) -> Result<Arc<dyn Device>> {
+    let bad = |detail: String| DeviceError::InvalidArgument {
+        ordinal,
+        call: "open",
+        detail,
+    };
+    if vis.visible.iter().any(|&p| p >= DEVICES) {
+        return Err(bad(format!(
+            "visible devices {:?}: the emulated backend has devices 0 to {}",
+            vis.visible,
+            DEVICES - 1
+        )));
+    }
+    if ordinal >= vis.visible.len() {
+        return Err(bad(format!(
+            "this process sees {} emulated device(s) ({:?})",
+            vis.visible.len(),
+            vis.visible
+        )));
+    }
+    tracing::debug!(ordinal, ?vis, "opened an emulated device");
+    OPENED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut d = device::Emu::new(ordinal);
+    d.visibility = vis;
+    Ok(Arc::new(d))
 }
