@@ -184,7 +184,7 @@ pub fn piece_checksum(data: &[u8]) -> u32 {
 /// read for its CRC is still in the core's L1/L2 cache when the same pass
 /// copies or reduces it, so memory sees one pass over the data. A multiple
 /// of every element size.
-pub const CHECKSUM_BLOCK: usize = 16 << 10;
+pub const CHECKSUM_BLOCK: usize = 32 << 10;
 
 /// Extends the CRC32C `crc` (of the bytes before `data`) over `data`.
 pub fn checksum_append(crc: u32, data: &[u8]) -> u32 {
@@ -317,10 +317,21 @@ mod tests {
     /// lengths around the block size.
     #[test]
     fn copy_checksummed_copies_and_checksums_in_one_pass() {
-        for len in [0, 1, 4095, CHECKSUM_BLOCK, CHECKSUM_BLOCK + 1, 3 * CHECKSUM_BLOCK - 7] {
+        for len in [
+            0,
+            1,
+            4095,
+            CHECKSUM_BLOCK,
+            CHECKSUM_BLOCK + 1,
+            3 * CHECKSUM_BLOCK - 7,
+        ] {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
             let mut dst = vec![0u8; len];
-            assert_eq!(copy_checksummed(&mut dst, &src), piece_checksum(&src), "{len}");
+            assert_eq!(
+                copy_checksummed(&mut dst, &src),
+                piece_checksum(&src),
+                "{len}"
+            );
             assert_eq!(dst, src, "{len}");
         }
     }

@@ -57,9 +57,8 @@ impl Buf {
         // SAFETY: in bounds (checked above) of a mapping that `new`'s
         // contract keeps alive and only this owner writes; `src` is a
         // separate Rust slice, so the ranges do not overlap.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut((self.addr as *mut u8).add(off), src.len())
-        };
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut((self.addr as *mut u8).add(off), src.len()) };
         comm_core::wire::copy_checksummed(dst, src)
     }
 

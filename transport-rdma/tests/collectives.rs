@@ -119,7 +119,7 @@ fn run_case(
         // Every other case checksums its pieces (staged and lent: the
         // sender's copy or read computes the CRC32C, the receiver's use of
         // the piece verifies it).
-        checksum: seq % 2 == 0,
+        checksum: seq.is_multiple_of(2),
     };
     execute(&sched, &ctx, &bufs, conns, None, None)
         .map_err(|e| format!("{coll:?}/{algo:?} {dtype:?}: {e}"))?;

@@ -280,7 +280,8 @@ impl Connection for ShmConnection {
         // The caller promises `data` stays valid and unchanged until `flush`
         // returns true, which it does only once the peer released this slot
         // (after its read).
-        self.outbound.write_lent(self.sent, &h, data.as_ptr() as u64);
+        self.outbound
+            .write_lent(self.sent, &h, data.as_ptr() as u64);
         self.sent += 1;
         self.lent_until = self.sent;
         self.outbound.head().store(self.sent, Ordering::Release);

@@ -146,8 +146,7 @@ impl Stream {
             sock,
             out: Vec::new(),
             out_pos: 0,
-            inb: vec![0u8; HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD]
-                .into_boxed_slice(),
+            inb: vec![0u8; HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
         }

@@ -121,8 +121,7 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                     checksum: (k % 2 == 1).then_some(0),
                     ..header(k as u64 + 1, sizes[k])
                 };
-                if conn.try_send(&h, data).unwrap()
-                {
+                if conn.try_send(&h, data).unwrap() {
                     sent[c] += 1;
                 }
             }
