@@ -609,11 +609,12 @@ fn waiting_peers(ops: &[Op], states: &[OpState]) -> Vec<usize> {
     v
 }
 
-/// The header of a piece with payload `data` (its CRC32C when the
-/// operation checksums pieces).
+/// The header of a piece with payload `data`. When the operation
+/// checksums pieces it asks for a CRC32C, which the transport computes in
+/// the pass that copies the payload (see [`PieceHeader::checksum`]).
 fn header(ctx: &OpContext, data: &[u8]) -> PieceHeader {
     PieceHeader {
-        checksum: ctx.checksum.then(|| crate::wire::piece_checksum(data)),
+        checksum: ctx.checksum.then_some(0),
         comm_id: ctx.comm_id,
         seq: ctx.seq,
         fingerprint: ctx.fingerprint,
@@ -621,30 +622,34 @@ fn header(ctx: &OpContext, data: &[u8]) -> PieceHeader {
     }
 }
 
-/// Verifies a received piece's checksum (bytes `at..at + data.len()` of a
-/// message of `total` bytes from `peer`): a mismatch, or a missing checksum
-/// where this rank expects one, is corrupt data from that peer.
-fn verify_checksum(
+/// Uses a received piece (bytes `at..at + data.len()` of a message of
+/// `total` bytes from `peer`): writes it at `dst` (`local` is `None`) or
+/// reduces it with `local` into `dst`, verifying its checksum in the same
+/// pass. Host memory is written [`CHECKSUM_BLOCK`](crate::wire::CHECKSUM_BLOCK)
+/// bytes at a time, each block checksummed just before it is used, so the
+/// piece is read once; on a mismatch the piece has been written (the
+/// operation fails and its output is undefined, as after any error).
+/// Memory the host cannot write directly (device memory, staged) is
+/// verified first. A mismatch, or a missing checksum where this rank
+/// expects one, is corrupt data from that peer.
+#[allow(clippy::too_many_arguments)]
+fn use_piece<M: Memory>(
     ctx: &OpContext,
+    bufs: &M,
     peer: usize,
     h: &PieceHeader,
     data: &[u8],
+    (local, dst): (Option<Region>, Region),
     (at, total): (usize, usize),
 ) -> Result<()> {
+    let esize = ctx.dtype.size();
+    let put = |off: usize, part: &[u8]| match local {
+        None => bufs.write_at(dst, esize, at + off, part),
+        Some(l) => bufs.reduce_at(l, dst, esize, at + off, part, ctx.dtype, ctx.op),
+    };
     let corrupt = |detail: String| peer_failed(ctx, TransportError::Corrupt { peer, detail });
-    match h.checksum {
-        Some(want) => {
-            let got = crate::wire::piece_checksum(data);
-            if got != want {
-                return Err(corrupt(format!(
-                    "{} (seq {}): the piece at bytes {at}..{} of {total} has CRC32C {got:#010x}, \
-                     its sender computed {want:#010x} (the data changed in memory or on the link)",
-                    ctx.fingerprint,
-                    ctx.seq,
-                    at + data.len()
-                )));
-            }
-        }
+    let want = match h.checksum {
+        Some(want) => want,
         None if ctx.checksum => {
             return Err(corrupt(format!(
                 "{} (seq {}): the piece at bytes {at}.. of {total} carries no checksum and \
@@ -652,7 +657,31 @@ fn verify_checksum(
                 ctx.fingerprint, ctx.seq
             )))
         }
-        None => {}
+        None => return put(0, data),
+    };
+    let got = if bufs.device_queue().is_some() {
+        let got = crate::wire::piece_checksum(data);
+        if got == want {
+            put(0, data)?;
+        }
+        got
+    } else {
+        let block = (crate::wire::CHECKSUM_BLOCK / esize * esize).max(esize);
+        let mut crc = 0;
+        for (k, part) in data.chunks(block).enumerate() {
+            crc = crate::wire::checksum_append(crc, part);
+            put(k * block, part)?;
+        }
+        crc
+    };
+    if got != want {
+        return Err(corrupt(format!(
+            "{} (seq {}): the piece at bytes {at}..{} of {total} has CRC32C {got:#010x}, \
+             its sender computed {want:#010x} (the data changed in memory or on the link)",
+            ctx.fingerprint,
+            ctx.seq,
+            at + data.len()
+        )));
     }
     Ok(())
 }
@@ -775,11 +804,7 @@ fn recv_some<M: Memory>(
         let done = st.done;
         let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
             check_piece(ctx, peer, h, data.len(), expect, (done, total))?;
-            verify_checksum(ctx, peer, h, data, (done, total))?;
-            match local {
-                None => bufs.write_at(dst, esize, done, data),
-                Some(l) => bufs.reduce_at(l, dst, esize, done, data, ctx.dtype, ctx.op),
-            }
+            use_piece(ctx, bufs, peer, h, data, (local, dst), (done, total))
         };
         let got = conn.try_recv(&mut consume).map_err(|e| in_op(ctx, e))?;
         if !got {
@@ -841,6 +866,17 @@ mod tests {
         checksum: bool,
         sent: Option<u32>,
     ) -> Result<()> {
+        recv_len(8, (ours, theirs), their_fp, checksum, sent)
+    }
+
+    /// As [`recv_checked`], for a piece of `len` zeros.
+    fn recv_len(
+        len: usize,
+        (ours, theirs): (u64, u64),
+        their_fp: Fingerprint,
+        checksum: bool,
+        sent: Option<u32>,
+    ) -> Result<()> {
         let ctx = OpContext {
             rank: 0,
             nranks: 2,
@@ -856,9 +892,9 @@ mod tests {
         let mut sched = Schedule::new(2, 0);
         sched.push(vec![Op::Recv {
             peer: 1,
-            dst: Region::new(BufId::Peer(0), 0, 8),
+            dst: Region::new(BufId::Peer(0), 0, len),
         }]);
-        let mut dst = [0u8; 8];
+        let mut dst = vec![0u8; len];
         // SAFETY: `dst` outlives the execution and nothing else touches it;
         // the other buffers are empty.
         let bufs = unsafe {
@@ -877,7 +913,7 @@ mod tests {
             comm_id: theirs,
             seq: 3,
             fingerprint: their_fp,
-            len: 8,
+            len: len as u32,
         };
         let mut conns: Vec<Option<Box<dyn Connection>>> =
             vec![None, Some(Box::new(OnePiece { peer: 1, header }))];
@@ -923,6 +959,22 @@ mod tests {
         }
         let e = recv_checked(7, 7, fp, true, None).expect_err("a missing checksum fails");
         assert!(e.to_string().contains("SNCL_CHECKSUM"), "{e}");
+    }
+
+    /// A piece of several checksum blocks is verified as a whole while it
+    /// is written block by block.
+    #[test]
+    fn multi_block_pieces_are_verified_whole() {
+        let fp = sendrecv_fp();
+        let len = 2 * crate::wire::CHECKSUM_BLOCK + 5;
+        let good = crate::wire::piece_checksum(&vec![0u8; len]);
+        recv_len(len, (7, 7), fp, true, Some(good)).expect("a matching CRC32C passes");
+        let e = recv_len(len, (7, 7), fp, true, Some(good ^ 0x8000_0000))
+            .expect_err("a bad CRC32C fails");
+        assert!(
+            e.to_string().contains(&format!("bytes 0..{len} of {len}")),
+            "{e}"
+        );
     }
 
     #[test]

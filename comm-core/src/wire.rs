@@ -154,7 +154,18 @@ pub struct PieceHeader {
     /// Payload bytes of this piece.
     pub len: u32,
     /// CRC32C of the payload, when the sender checksums pieces
-    /// (`SNCL_CHECKSUM=1`); the receiver verifies it before using the data.
+    /// (`SNCL_CHECKSUM=1`).
+    ///
+    /// Sending: `Some(_)` asks the transport for a checksummed piece. The
+    /// transport computes the CRC32C itself, in the pass that already reads
+    /// the payload (its copy into a slot or staging buffer, block by block
+    /// with [`copy_checksummed`]; or just after the kernel copied the bytes,
+    /// while they are in cache), and sends that value: the one given here
+    /// is ignored. Receiving: the value the sender computed; the executor
+    /// verifies it in the pass that writes or reduces the payload
+    /// ([`CHECKSUM_BLOCK`] at a time), so an operation that fails on a
+    /// mismatch may have written part of the piece (its output is then
+    /// undefined, as after any failed operation).
     pub checksum: Option<u32>,
 }
 
@@ -167,6 +178,33 @@ const FLAG_CHECKSUM: u8 = 1;
 /// it (hardware-accelerated where the CPU has it).
 pub fn piece_checksum(data: &[u8]) -> u32 {
     crc32c::crc32c(data)
+}
+
+/// The block a checksumming pass works on: small enough that a block
+/// read for its CRC is still in the core's L1/L2 cache when the same pass
+/// copies or reduces it, so memory sees one pass over the data. A multiple
+/// of every element size.
+pub const CHECKSUM_BLOCK: usize = 32 << 10;
+
+/// Extends the CRC32C `crc` (of the bytes before `data`) over `data`.
+pub fn checksum_append(crc: u32, data: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, data)
+}
+
+/// Copies `src` into `dst` (equal lengths) and returns the CRC32C of the
+/// bytes, in one pass: each [`CHECKSUM_BLOCK`] is checksummed and then
+/// copied while it is in cache.
+pub fn copy_checksummed(dst: &mut [u8], src: &[u8]) -> u32 {
+    assert_eq!(dst.len(), src.len(), "copy_checksummed: lengths differ");
+    let mut crc = 0;
+    for (d, s) in dst
+        .chunks_mut(CHECKSUM_BLOCK)
+        .zip(src.chunks(CHECKSUM_BLOCK))
+    {
+        crc = crc32c::crc32c_append(crc, s);
+        kernels::copy(d, s);
+    }
+    crc
 }
 const HEADER_MAGIC: u32 = 0x534e_434c; // "SNCL"
 
@@ -269,6 +307,33 @@ mod tests {
     fn piece_checksum_is_crc32c() {
         assert_eq!(piece_checksum(b"123456789"), 0xe306_9283);
         assert_eq!(piece_checksum(b""), 0);
+        assert_eq!(
+            checksum_append(piece_checksum(b"1234"), b"56789"),
+            0xe306_9283
+        );
+    }
+
+    /// The blocked copy copies exactly and gives the CRC of the whole, at
+    /// lengths around the block size.
+    #[test]
+    fn copy_checksummed_copies_and_checksums_in_one_pass() {
+        for len in [
+            0,
+            1,
+            4095,
+            CHECKSUM_BLOCK,
+            CHECKSUM_BLOCK + 1,
+            3 * CHECKSUM_BLOCK - 7,
+        ] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let mut dst = vec![0u8; len];
+            assert_eq!(
+                copy_checksummed(&mut dst, &src),
+                piece_checksum(&src),
+                "{len}"
+            );
+            assert_eq!(dst, src, "{len}");
+        }
     }
 
     /// Every dtype (the fp8 ones included) travels as its NCCL value; a

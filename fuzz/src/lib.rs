@@ -30,7 +30,8 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target, bool)] = &[
     ("store_frame", store_frame, false),
     ("store_request", store_request, false),
-    ("store_client", store_client, true),
+    ("store_client", store_client, false),
+    ("store_client_socket", store_client_socket, true),
     ("tcp_greeting", tcp_greeting, false),
     ("tcp_hello", tcp_hello, false),
     ("tcp_ack", tcp_ack, false),
@@ -70,16 +71,36 @@ pub fn store_request(data: &[u8]) {
     }
 }
 
-/// A client talking to a root that sends `data[1..]` (after a correct
-/// handshake when `data[0]` is odd).
-pub fn store_client(data: &[u8]) {
-    static ROOT: OnceLock<FakeRoot> = OnceLock::new();
-    let root = ROOT.get_or_init(|| FakeRoot::start().expect("fake store root on loopback"));
-    let (authentic, bytes) = match data.split_first() {
+/// Whether the root is authentic (`data[0]` odd) and what it sends.
+fn root_script(data: &[u8]) -> (bool, &[u8]) {
+    match data.split_first() {
         Some((f, rest)) => (f & 1 == 1, rest),
         None => (false, data),
-    };
-    let _ = root.session(authentic, bytes);
+    }
+}
+
+/// A client talking to a root in memory that sends `data[1..]` (after a
+/// correct handshake when `data[0]` is odd): the client's handshake and
+/// request/response logic, with no socket per input.
+pub fn store_client(data: &[u8]) {
+    let (authentic, bytes) = root_script(data);
+    let _ = store_fuzzing::memory_session(authentic, bytes);
+}
+
+/// As [`store_client`], over a loopback socket to a fake root (the real
+/// socket path; one connection per input, so slow). Both paths must agree
+/// on whether the session succeeds.
+pub fn store_client_socket(data: &[u8]) {
+    static ROOT: OnceLock<FakeRoot> = OnceLock::new();
+    let root = ROOT.get_or_init(|| FakeRoot::start().expect("fake store root on loopback"));
+    let (authentic, bytes) = root_script(data);
+    let socket = root.session(authentic, bytes);
+    let memory = store_fuzzing::memory_session(authentic, bytes);
+    assert_eq!(
+        socket.is_ok(),
+        memory.is_ok(),
+        "socket and memory paths disagree: {socket:?} vs {memory:?}"
+    );
 }
 
 /// The acceptor's greeting as the connecting rank reads it.
@@ -115,8 +136,13 @@ pub fn tcp_data(data: &[u8]) {
     let max_piece = 1usize << (sel % 21);
     if let Ok(Some((h, total))) = tcp::data(rest, max_piece) {
         assert!(h.len as usize <= max_piece);
-        assert_eq!(total, HEADER_BYTES + h.len as usize);
+        // A checksummed piece's CRC32C is its 4-byte trailer.
+        let trailer = if h.checksum.is_some() { 4 } else { 0 };
+        assert_eq!(total, HEADER_BYTES + h.len as usize + trailer);
         assert!(total <= rest.len());
+        if let Some(crc) = h.checksum {
+            assert_eq!(crc.to_le_bytes(), rest[total - 4..total]);
+        }
     }
 }
 
@@ -275,9 +301,9 @@ pub fn capi_unique_id(data: &[u8]) {
 
 /// Valid inputs of each target, the mutating driver's starting corpus.
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
-    let header = {
+    let header_with = |checksum: Option<u32>| {
         let h = PieceHeader {
-            checksum: None,
+            checksum,
             comm_id: 0x5eed,
             seq: 3,
             len: 64,
@@ -293,6 +319,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         h.encode(&mut b);
         b
     };
+    let header = header_with(None);
     let frame = |body: &[u8]| {
         let mut v = (body.len() as u32).to_le_bytes().to_vec();
         v.extend_from_slice(body);
@@ -325,7 +352,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             },
             key(5, &7u64.to_le_bytes(), "n"),
         ],
-        "store_client" => vec![
+        "store_client" | "store_client_socket" => vec![
             [&[1u8][..], &frame(&[0])].concat(),
             [&[1u8][..], &frame(&[2, 1, 0, 0, 0, 1, 0, 0, 0, b'a'])].concat(),
             [&[1u8][..], &frame(&[0, 1, 0, 0, 0, 0, 0, 0, 0])].concat(),
@@ -341,12 +368,23 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             [&[0x13u8][..], &tcp::valid_hello(3, 3, 4, 8192, [2; 16])].concat(),
         ],
         "tcp_ack" => vec![tcp::valid_ack(&tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16])).to_vec()],
-        "tcp_data" => vec![[&[12u8][..], &header[..], &[0u8; 64]].concat(), {
-            let mut a = b"ABRT".to_vec();
-            a.extend_from_slice(&1u32.to_le_bytes());
-            a.resize(HEADER_BYTES, 0);
-            [&[12u8][..], &a[..]].concat()
-        }],
+        "tcp_data" => vec![
+            [&[12u8][..], &header[..], &[0u8; 64]].concat(),
+            // A checksummed frame: CRC32C field zero, the CRC in a trailer.
+            [
+                &[12u8][..],
+                &header_with(Some(0))[..],
+                &[0u8; 64],
+                &comm_core::wire::piece_checksum(&[0u8; 64]).to_le_bytes(),
+            ]
+            .concat(),
+            {
+                let mut a = b"ABRT".to_vec();
+                a.extend_from_slice(&1u32.to_le_bytes());
+                a.resize(HEADER_BYTES, 0);
+                [&[12u8][..], &a[..]].concat()
+            },
+        ],
         "piece_header" => vec![header.to_vec()],
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
         "nvlink_board" => vec![transport_nvlink::Board {

@@ -46,7 +46,8 @@ macro_rules! decoder_props {
 decoder_props! {
     store_frame: 32768,
     store_request: 32768,
-    store_client: 256,
+    store_client: 32768,
+    store_client_socket: 256,
     tcp_greeting: 32768,
     tcp_hello: 32768,
     tcp_ack: 32768,

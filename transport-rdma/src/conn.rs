@@ -404,10 +404,12 @@ impl RdmaConnection {
         }
     }
 
-    /// Copies the encoded `header` and `payload` into the next piece's
+    /// Copies `payload` and the encoded `header` into the next piece's
     /// staging slot and writes them with immediate into the peer's slot on
     /// QP `q`, announcing `announced` bytes (more than staged when a lent
-    /// piece's payload was written before, straight from its buffer).
+    /// piece's payload was written before, straight from its buffer). A
+    /// staged payload whose header asks for a checksum is checksummed in
+    /// its copy; a lent one's header carries its checksum already.
     fn post_staged(
         &mut self,
         q: usize,
@@ -432,9 +434,17 @@ impl RdmaConnection {
     ) -> Result<(), TransportError> {
         let slot = (k % self.slots as u64) as usize;
         let off = slot * self.slot_bytes;
+        let mut header = *header;
+        let staged_whole = announced == HEADER_BYTES + payload.len();
+        if header.checksum.is_some() && staged_whole {
+            let crc = self.staging.write_checksummed(off + HEADER_BYTES, payload);
+            header.checksum = Some(crc);
+        } else {
+            self.staging.write(off + HEADER_BYTES, &[payload]);
+        }
         let mut h = [0u8; HEADER_BYTES];
         header.encode(&mut h);
-        self.staging.write(off, &[&h, payload]);
+        self.staging.write(off, &[&h]);
         let wr = SendWr {
             wr_id: k & !(LENT_TAG | GDR_TAG | RECV_TAG),
             local: (
@@ -559,7 +569,13 @@ impl Connection for RdmaConnection {
         };
         self.post(q, payload)?;
         self.lent_in_flight += 1;
-        self.post_staged(q, header, &[], HEADER_BYTES + data.len())
+        // The NIC reads a lent payload; its checksum is this side's only
+        // read of it (the receiver verifies it as it uses the piece).
+        let mut h = *header;
+        if h.checksum.is_some() {
+            h.checksum = Some(comm_core::wire::piece_checksum(data));
+        }
+        self.post_staged(q, &h, &[], HEADER_BYTES + data.len())
     }
 
     fn try_recv(

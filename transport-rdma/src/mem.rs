@@ -50,6 +50,18 @@ impl Buf {
         }
     }
 
+    /// Copies `src` to `off` and returns its CRC32C, computed in the copy
+    /// ([`comm_core::wire::copy_checksummed`]).
+    pub(crate) fn write_checksummed(&mut self, off: usize, src: &[u8]) -> u32 {
+        self.check(off, src.len());
+        // SAFETY: in bounds (checked above) of a mapping that `new`'s
+        // contract keeps alive and only this owner writes; `src` is a
+        // separate Rust slice, so the ranges do not overlap.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut((self.addr as *mut u8).add(off), src.len()) };
+        comm_core::wire::copy_checksummed(dst, src)
+    }
+
     /// The bytes at `off .. off + len`.
     pub(crate) fn read(&self, off: usize, len: usize) -> &[u8] {
         self.check(off, len);

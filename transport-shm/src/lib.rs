@@ -18,6 +18,12 @@
 //! sender's `flush` reports done once every lent piece was released. The
 //! sender's copy into the slot and the receiver's read of it from memory
 //! disappear.
+//!
+//! Checksums (`SNCL_CHECKSUM=1`): the sender's copy into the slot computes
+//! the payload's CRC32C block by block as it copies, and writes it into the
+//! slot header after the payload; a lent piece is checksummed as it is
+//! posted (the sender's only read of it). The receiver's executor verifies
+//! it in the pass that reduces or copies the piece out of the slot.
 
 pub mod cma;
 pub mod private_file;
@@ -266,11 +272,17 @@ impl Connection for ShmConnection {
         if !self.slot_free()? {
             return Ok(false);
         }
+        // A lent piece is not copied on this side: its checksum is this
+        // side's only read of it (the reader's pass verifies it).
+        let mut h = *header;
+        if h.checksum.is_some() {
+            h.checksum = Some(comm_core::wire::piece_checksum(data));
+        }
         // The caller promises `data` stays valid and unchanged until `flush`
         // returns true, which it does only once the peer released this slot
         // (after its read).
         self.outbound
-            .write_lent(self.sent, header, data.as_ptr() as u64);
+            .write_lent(self.sent, &h, data.as_ptr() as u64);
         self.sent += 1;
         self.lent_until = self.sent;
         self.outbound.head().store(self.sent, Ordering::Release);
@@ -465,6 +477,37 @@ mod tests {
             vec![big.clone(), small.to_vec(), big[100..110].to_vec()]
         );
         assert!(c0.flush().unwrap(), "the reader released every lent piece");
+    }
+
+    /// A header asking for a checksum arrives with the CRC32C of the
+    /// payload, computed by the sender's copy (slot) or read (lent piece);
+    /// the value the caller put in is not what travels.
+    #[test]
+    fn checksummed_pieces_carry_the_crc_of_their_payload() {
+        let (mut c0, mut c1) = pair(4);
+        c0.enable_lending(2000);
+        c1.enable_cma_reads();
+        let big: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 1) as u8).collect();
+        let ask = PieceHeader {
+            checksum: Some(0xdead_beef),
+            ..hdr(big.len())
+        };
+        assert!(c0.try_send(&ask, &big).unwrap());
+        // SAFETY: `big` outlives the flush below and is not changed.
+        assert!(unsafe { c0.try_send_lent(&ask, &big) }.unwrap());
+        assert!(c0.try_send(&hdr(3), &big[..3]).unwrap());
+        let mut crcs = Vec::new();
+        while c1
+            .try_recv(&mut |h, d| {
+                assert_eq!(d, &big[..d.len()]);
+                crcs.push(h.checksum);
+                Ok(())
+            })
+            .unwrap()
+        {}
+        let want = Some(comm_core::wire::piece_checksum(&big));
+        assert_eq!(crcs, vec![want, want, None]);
+        assert!(c0.flush().unwrap());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use comm_core::wire::{copy_checksummed, PieceHeader, HEADER_BYTES};
 use memmap2::MmapMut;
 
 use crate::private_file::{self, check_name, PREFIX, SHM_DIR};
@@ -282,17 +282,23 @@ impl Segment {
         unsafe { (self.map.as_ptr() as *mut u8).add(off) }
     }
 
-    /// Writes header and payload into slot `index` (the caller owns it: it
-    /// is posted but not yet published by `head`).
+    /// Writes payload and header into slot `index` (the caller owns it: it
+    /// is posted but not yet published by `head`). A header that asks for
+    /// a checksum gets the CRC32C of `data`, computed in the copy itself
+    /// ([`copy_checksummed`]) and written into the header after it.
     pub fn write_slot(&self, index: u64, header: &PieceHeader, data: &[u8]) {
         assert!(data.len() <= self.slot_bytes);
-        let p = self.write_slot_header(index, header, 0, 0);
-        // SAFETY: as in `write_slot_header`; the payload fits in the slot
-        // (asserted above).
-        unsafe {
-            let dst = std::slice::from_raw_parts_mut(p.add(SLOT_HEADER), data.len());
-            kernels::copy(dst, data);
+        let p = self.slot_ptr(index);
+        // SAFETY: the slot is free (head - tail < slots, checked by the
+        // caller under acquire ordering), so the receiver is not reading
+        // it; the payload fits in the slot after its header (asserted above).
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.add(SLOT_HEADER), data.len()) };
+        let mut h = *header;
+        match h.checksum {
+            Some(_) => h.checksum = Some(copy_checksummed(dst, data)),
+            None => kernels::copy(dst, data),
         }
+        self.write_slot_header(index, &h, 0, 0);
     }
 
     /// Writes into slot `index` (owned by the caller, as in `write_slot`) a

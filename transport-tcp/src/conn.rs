@@ -17,7 +17,7 @@ use socket2::Socket;
 /// on a rate-limited link turned into a 10 s stall of one rank).
 const RTO_MAX: Duration = Duration::from_secs(1);
 
-use crate::frame::{self, ABORT_MAGIC};
+use crate::frame::{self, ABORT_MAGIC, TRAILER_BYTES};
 use crate::sys;
 
 /// Bytes a receive may read beyond the frame it completes (collects the next
@@ -76,13 +76,24 @@ fn front_of(avail: &[u8], max_piece: usize) -> Front {
             "piece of {} bytes exceeds the maximum piece size {max_piece}",
             hdr.len
         )),
-        Ok(hdr) => {
-            let total = HEADER_BYTES + hdr.len as usize;
-            if avail.len() >= total {
-                Front::Piece(hdr, total)
+        Ok(hdr) if hdr.checksum.is_some_and(|c| c != 0) => Front::Corrupt(
+            "a piece header carries a CRC32C; on tcp it travels in the frame's trailer".into(),
+        ),
+        Ok(mut hdr) => {
+            let trailer = if hdr.checksum.is_some() {
+                TRAILER_BYTES
             } else {
-                Front::Need(total)
+                0
+            };
+            let total = HEADER_BYTES + hdr.len as usize + trailer;
+            if avail.len() < total {
+                return Front::Need(total);
             }
+            if trailer > 0 {
+                let t = &avail[total - TRAILER_BYTES..total];
+                hdr.checksum = Some(u32::from_le_bytes(t.try_into().expect("4 bytes")));
+            }
+            Front::Piece(hdr, total)
         }
     }
 }
@@ -98,7 +109,10 @@ pub(crate) fn classify(
     match front_of(avail, max_piece) {
         Front::Piece(h, total) => Ok(Some((h, total))),
         Front::Need(n) => {
-            assert!(n <= HEADER_BYTES + max_piece, "asks for {n} bytes");
+            assert!(
+                n <= HEADER_BYTES + max_piece + TRAILER_BYTES,
+                "asks for {n} bytes"
+            );
             Ok(None)
         }
         Front::Abort(cause) => Err(format!("abort frame blaming {cause:?}")),
@@ -132,7 +146,7 @@ impl Stream {
             sock,
             out: Vec::new(),
             out_pos: 0,
-            inb: vec![0u8; HEADER_BYTES + max_piece + READAHEAD].into_boxed_slice(),
+            inb: vec![0u8; HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
         }
@@ -241,7 +255,7 @@ fn is_gone(e: &io::Error) -> bool {
 ///
 /// Piece `k` of the outgoing stream goes on socket `k % nsocks` and the peer
 /// reads piece `k` from that socket, so pieces arrive in send order while
-/// large messages are striped over all sockets. Every frame is a 40-byte
+/// large messages are striped over all sockets. Every frame is a 48-byte
 /// [`PieceHeader`] followed by `len` payload bytes; an abort frame
 /// (see [`Connection::abort`]) has its own first word and no payload.
 ///
@@ -481,7 +495,8 @@ impl TcpConnection {
             match self.streams[i].front(max_piece) {
                 Front::Piece(hdr, total) => {
                     let s = &self.streams[i];
-                    let payload = &s.inb[s.in_start + HEADER_BYTES..s.in_start + total];
+                    let at = s.in_start + HEADER_BYTES;
+                    let payload = &s.inb[at..at + hdr.len as usize];
                     if let Err(e) = consume(&hdr, payload) {
                         return Ok(Err(e));
                     }
@@ -547,11 +562,16 @@ impl Connection for TcpConnection {
         self.progress()?;
         let i = self.next_send;
         let nsocks = self.streams.len();
-        let frame_len = HEADER_BYTES + data.len();
+        let checksum = header.checksum.is_some();
+        let trailer_len = if checksum { TRAILER_BYTES } else { 0 };
+        let frame_len = HEADER_BYTES + data.len() + trailer_len;
         let mut hb = [0u8; HEADER_BYTES];
         let mut h = *header;
         h.len = data.len() as u32;
+        h.checksum = checksum.then_some(0);
         h.encode(&mut hb);
+        // The CRC32C of a payload the kernel (or the buffer) just read: in cache.
+        let trailer = |data: &[u8]| comm_core::wire::piece_checksum(data).to_le_bytes();
         let cap = self.send_cap;
         let s = &mut self.streams[i];
         let pending = s.pending();
@@ -560,12 +580,22 @@ impl Connection for TcpConnection {
                 return Ok(false);
             }
             s.append(&[&hb, data]);
+            if checksum {
+                s.append(&[&trailer(data)]);
+            }
             self.next_send = (i + 1) % nsocks;
             return Ok(true);
         }
+        // With a trailer to follow, the kernel may hold back a last partial
+        // segment of the payload so that the trailer joins it.
+        let flags = if checksum {
+            SEND_FLAGS | libc::MSG_MORE
+        } else {
+            SEND_FLAGS
+        };
         let written = loop {
             let bufs = [IoSlice::new(&hb), IoSlice::new(data)];
-            match s.sock.send_vectored_with_flags(&bufs, SEND_FLAGS) {
+            match s.sock.send_vectored_with_flags(&bufs, flags) {
                 Ok(n) => break Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(0),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -580,10 +610,17 @@ impl Connection for TcpConnection {
         if written == 0 && frame_len > cap {
             return Ok(false);
         }
+        let tail = if checksum { trailer(data) } else { [0; 4] };
+        let tail = &tail[..trailer_len];
         if written < HEADER_BYTES {
-            s.append(&[&hb[written..], data]);
-        } else if written < frame_len {
-            s.append(&[&data[written - HEADER_BYTES..]]);
+            s.append(&[&hb[written..], data, tail]);
+        } else if written < HEADER_BYTES + data.len() {
+            s.append(&[&data[written - HEADER_BYTES..], tail]);
+        } else if checksum {
+            s.append(&[tail]);
+            if let Err(e) = s.write_pending() {
+                return Err(self.io_failure(i, e, "send"));
+            }
         }
         self.next_send = (i + 1) % nsocks;
         Ok(true)

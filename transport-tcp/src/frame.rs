@@ -17,10 +17,15 @@
 //!   The secret never travels; each side proves it holds it over a nonce
 //!   the other side just drew, so a recorded hello (or greeting and ack)
 //!   replayed on a new connection fails authentication.
-//! * Data: every frame starts with 40 bytes. A piece frame is the
+//! * Data: every frame starts with 48 bytes. A piece frame is the
 //!   [`PieceHeader`](comm_core::wire::PieceHeader) (first word `"SNCL"`)
-//!   followed by `len` payload bytes. An abort frame has first word `"ABRT"`,
-//!   then a flag and the blamed rank, and no payload.
+//!   followed by `len` payload bytes; when the header's checksum flag is
+//!   set (`SNCL_CHECKSUM=1`), its CRC32C field is zero and the CRC32C of the
+//!   payload follows it in a 4-byte little-endian trailer (the sender
+//!   computes it after handing the payload to the kernel, while the bytes
+//!   are in cache, so only the pieces the kernel takes are checksummed).
+//!   An abort frame has first word `"ABRT"`, then a flag and the blamed
+//!   rank, and no payload.
 
 use comm_core::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 use comm_core::wire::HEADER_BYTES;
@@ -42,6 +47,8 @@ const HELLO_FIELDS: usize = 48;
 pub(crate) const HELLO_BYTES: usize = HELLO_FIELDS + NONCE_BYTES + DIGEST_BYTES;
 /// Encoded size of an ack.
 pub(crate) const ACK_BYTES: usize = DIGEST_BYTES;
+/// Bytes of a checksummed piece frame's CRC32C trailer.
+pub(crate) const TRAILER_BYTES: usize = 4;
 /// First word of an abort frame.
 pub(crate) const ABORT_MAGIC: u32 = u32::from_le_bytes(*b"ABRT");
 

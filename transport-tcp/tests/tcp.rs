@@ -116,10 +116,12 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                 let k = sent[c];
                 let data = &mut buf[..sizes[k]];
                 fill(data, seed(rank, peer, k));
-                if conn
-                    .try_send(&header(k as u64 + 1, sizes[k]), data)
-                    .unwrap()
-                {
+                // Every other piece asks for a checksum (a CRC32C trailer).
+                let h = PieceHeader {
+                    checksum: (k % 2 == 1).then_some(0),
+                    ..header(k as u64 + 1, sizes[k])
+                };
+                if conn.try_send(&h, data).unwrap() {
                     sent[c] += 1;
                 }
             }
@@ -133,6 +135,8 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                         assert_eq!(p.len(), sizes[k], "piece {k} size");
                         assert_eq!(h.fingerprint, header(0, 0).fingerprint);
                         assert!(check(p, seed(peer, rank, k)), "piece {k} content");
+                        let crc = comm_core::wire::piece_checksum(p);
+                        assert_eq!(h.checksum, (k % 2 == 1).then_some(crc), "piece {k}");
                         Ok(())
                     })
                     .unwrap();

@@ -16,8 +16,35 @@ use crate::{Error, Result};
 /// ([`TcpStore::with_io_timeout`]).
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The byte stream a store client talks over: its TCP socket to the root,
+/// or (fuzzing, [`super::fuzzing::memory_session`]) a scripted root in
+/// memory. The request/response logic sees only this.
+pub(super) trait Wire: Read + Write + Send {
+    /// Sets how long a read and a write may block (`TcpStream`'s timeouts).
+    fn set_timeouts(&mut self, read: Duration, write: Duration) -> io::Result<()>;
+    /// Shuts the stream down in both directions (after a failed exchange).
+    fn close(&mut self);
+    /// The local address of the stream.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+impl Wire for TcpStream {
+    fn set_timeouts(&mut self, read: Duration, write: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(read))?;
+        self.set_write_timeout(Some(write))
+    }
+
+    fn close(&mut self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        TcpStream::local_addr(self)
+    }
+}
+
 struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn Wire>,
     /// Why the connection is unusable (a failed exchange may leave a reply
     /// in flight, so the stream cannot be reused after one).
     broken: Option<String>,
@@ -47,7 +74,7 @@ impl std::fmt::Debug for TcpStore {
 }
 
 /// The outcome of one connection attempt.
-enum Attempt {
+pub(super) enum Attempt {
     /// Worth retrying until the deadline (refused, reset, ...).
     Retry(io::Error),
     /// Retrying cannot help (wrong secret, not an sncl store, ...).
@@ -153,10 +180,28 @@ impl TcpStore {
             .saturating_duration_since(Instant::now())
             .max(Duration::from_secs(1));
         stream
-            .set_read_timeout(Some(hs_timeout))
-            .and_then(|()| stream.set_write_timeout(Some(hs_timeout)))
+            .set_timeouts(hs_timeout, hs_timeout)
             .map_err(|e| io_fatal("setting timeouts", e))?;
+        Self::over(Box::new(stream), addr, secret, rank, hs_timeout)
+    }
 
+    /// Authenticates over `stream` (connected to the root at `addr`, with
+    /// read and write timeouts of `hs_timeout`) and wraps it: greeting,
+    /// proof, verdict and the root's proof, each checked.
+    pub(super) fn over(
+        mut stream: Box<dyn Wire>,
+        addr: SocketAddr,
+        secret: &[u8; 16],
+        rank: usize,
+        hs_timeout: Duration,
+    ) -> Result<TcpStore, Attempt> {
+        let io_fatal = |what: &str, e: io::Error| {
+            Attempt::Fatal(Error::Io {
+                rank,
+                context: format!("{what} on the connection to the sncl root at {addr}"),
+                source: e,
+            })
+        };
         let not_sncl = |why: String| {
             Attempt::Fatal(Error::Bootstrap {
                 rank,
@@ -290,8 +335,7 @@ impl TcpStore {
         }
         let read_timeout = wait.map_or(self.io_timeout, |w| w.saturating_add(self.io_timeout));
         let res = (|| {
-            conn.stream.set_read_timeout(Some(read_timeout))?;
-            conn.stream.set_write_timeout(Some(self.io_timeout))?;
+            conn.stream.set_timeouts(read_timeout, self.io_timeout)?;
             write_frame(&mut conn.stream, body)?;
             match read_frame(&mut conn.stream)? {
                 Some(r) if !r.is_empty() => Ok(r),
@@ -315,7 +359,7 @@ impl TcpStore {
                     _ => describe_io(&e),
                 };
                 conn.broken = Some(why.clone());
-                let _ = conn.stream.shutdown(Shutdown::Both);
+                conn.stream.close();
                 Err(Error::Io {
                     rank: self.rank,
                     context: format!(

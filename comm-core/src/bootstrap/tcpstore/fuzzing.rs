@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::client::{Attempt, Wire};
 use super::protocol::{self, *};
 use super::{server, TcpStore};
 use crate::bootstrap::Store;
 
-/// The secret of the fake root in [`client_session`].
+/// The secret of the fake roots ([`memory_session`], [`FakeRoot`]).
 const SECRET: [u8; 16] = *b"sncl-fuzz-secret";
 
 /// Reads one store frame from `bytes` (what the server and the client do
@@ -35,8 +36,124 @@ pub fn handle_request(frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
     server::handle_request_fresh(&f)
 }
 
+/// A store root in memory, as the client's [`Wire`]: it greets and answers
+/// the client's proof correctly (when `authentic`), then sends `script`
+/// and reaches end of stream; what the client writes is taken and dropped.
+/// Reads never block, so a session needs no deadline to end.
+struct ScriptedRoot {
+    authentic: bool,
+    /// The client's proof, until it is complete.
+    proof: Vec<u8>,
+    /// The bytes the client reads, from `pos`.
+    out: Vec<u8>,
+    pos: usize,
+    /// The bytes sent after the handshake (or instead of one).
+    script: Vec<u8>,
+}
+
+/// The server nonce of [`ScriptedRoot`]'s greeting.
+const SNONCE: [u8; NONCE] = [7; NONCE];
+
+impl ScriptedRoot {
+    fn new(authentic: bool, script: &[u8]) -> ScriptedRoot {
+        let mut out = Vec::new();
+        if authentic {
+            out.extend_from_slice(MAGIC);
+            out.extend_from_slice(&SNONCE);
+        } else {
+            out.extend_from_slice(script);
+        }
+        ScriptedRoot {
+            authentic,
+            proof: Vec::new(),
+            out,
+            pos: 0,
+            script: script.to_vec(),
+        }
+    }
+}
+
+impl Read for ScriptedRoot {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.out.len() - self.pos);
+        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl Write for ScriptedRoot {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.authentic && self.proof.len() < PROOF_BYTES {
+            let take = buf.len().min(PROOF_BYTES - self.proof.len());
+            self.proof.extend_from_slice(&buf[..take]);
+            if self.proof.len() == PROOF_BYTES {
+                let rank = u64::from_le_bytes(self.proof[8..16].try_into().expect("8 bytes"));
+                let cnonce = &self.proof[16..16 + NONCE];
+                self.out.push(AUTH_OK);
+                self.out
+                    .extend_from_slice(&server_mac(&SECRET, &SNONCE, cnonce, rank));
+                self.out.extend_from_slice(&self.script);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Wire for ScriptedRoot {
+    fn set_timeouts(&mut self, _read: Duration, _write: Duration) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        self.pos = self.out.len();
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+    }
+}
+
+/// What [`FakeRoot::session`] does, with the root in memory instead of on
+/// a loopback socket (no connection per input): the client's handshake and
+/// every store operation run against a root that sends `server_bytes`
+/// (after a correct handshake when `authentic`, else instead of one) and
+/// then ends the stream. Returns the first error the client reported.
+pub fn memory_session(authentic: bool, server_bytes: &[u8]) -> crate::Result<()> {
+    let root = SocketAddr::from((Ipv4Addr::LOCALHOST, 29500));
+    let wire = Box::new(ScriptedRoot::new(authentic, server_bytes));
+    let store = match TcpStore::over(wire, root, &SECRET, 1, Duration::from_secs(1)) {
+        Ok(s) => s,
+        Err(Attempt::Fatal(e)) => return Err(e),
+        Err(Attempt::Retry(source)) => {
+            return Err(crate::Error::Io {
+                rank: 1,
+                context: format!("handshake with the sncl root at {root}"),
+                source,
+            })
+        }
+    };
+    operations(&store.with_io_timeout(Duration::from_millis(500)))
+}
+
+/// Every store operation with a zero timeout; the first error.
+fn operations(store: &TcpStore) -> crate::Result<()> {
+    let zero = Duration::ZERO;
+    let r1 = store.try_get("k").map(drop);
+    let r2 = store.get("k", zero).map(drop);
+    let r3 = store.wait(&["a", "b"], zero);
+    let r4 = store.add("k", 1).map(drop);
+    let r5 = store.set("k", b"v");
+    r1.and(r2).and(r3).and(r4).and(r5)
+}
+
 /// A fake store root on loopback that answers every connection with fixed
-/// bytes, for [`FakeRoot::session`].
+/// bytes, for [`FakeRoot::session`] (the real socket path of
+/// [`memory_session`]).
 pub struct FakeRoot {
     addr: SocketAddr,
     script: Arc<std::sync::Mutex<(bool, Vec<u8>)>>,
@@ -123,13 +240,7 @@ impl FakeRoot {
         let deadline = Instant::now() + Duration::from_millis(5);
         let store = TcpStore::connect(self.addr, SECRET, 1, deadline)?
             .with_io_timeout(Duration::from_millis(500));
-        let zero = Duration::ZERO;
-        let r1 = store.try_get("k").map(drop);
-        let r2 = store.get("k", zero).map(drop);
-        let r3 = store.wait(&["a", "b"], zero);
-        let r4 = store.add("k", 1).map(drop);
-        let r5 = store.set("k", b"v");
-        r1.and(r2).and(r3).and(r4).and(r5)
+        operations(&store)
     }
 }
 
@@ -139,5 +250,42 @@ impl Drop for FakeRoot {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut v = (body.len() as u32).to_le_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// The in-memory root runs the client's real handshake and requests:
+    /// right replies to all five operations succeed; a short reply, a
+    /// wrong status and a non-store greeting fail, naming why.
+    #[test]
+    fn memory_session_runs_the_client_logic() {
+        let mut good = Vec::new();
+        for body in [
+            &[ST_OK, b'v'][..],
+            &[ST_OK],
+            &[ST_OK],
+            &[ST_OK, 1, 0, 0, 0, 0, 0, 0, 0],
+            &[ST_OK],
+        ] {
+            good.extend_from_slice(&frame(body));
+        }
+        memory_session(true, &good).expect("right replies are accepted");
+        let e = memory_session(true, &good[..good.len() - 1]).unwrap_err();
+        assert!(e.to_string().contains("store set of key 'k'"), "{e}");
+        let mut bad_add = good.clone();
+        bad_add[20] = 4; // the add reply's status byte: an unknown status
+        let e = memory_session(true, &bad_add).unwrap_err();
+        assert!(e.to_string().contains("unexpected reply"), "{e}");
+        let e = memory_session(false, b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
+        assert!(e.to_string().contains("not an sncl store"), "{e}");
     }
 }
