@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::protocol::{self, *};
 use super::{server, TcpStore};
-use crate::bootstrap::Store;
+use crate::Store;
 
 /// The secret of the fake root in [`client_session`].
 const SECRET: [u8; 16] = *b"sncl-fuzz-secret";
@@ -114,7 +114,7 @@ impl FakeRoot {
     /// instead of one), then runs every store operation with a zero timeout.
     /// Returns the first error the client reported, or `Ok` when everything
     /// was accepted.
-    pub fn session(&self, authentic: bool, server_bytes: &[u8]) -> crate::Result<()> {
+    pub fn session(&self, authentic: bool, server_bytes: &[u8]) -> comm_core::Result<()> {
         *self
             .script
             .lock()
