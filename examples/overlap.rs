@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use sncl::{BucketConfig, Bucketer, Communicator, Config, ReduceOp};
+use sncl::{BucketConfig, Bucketer, Communicator, Config, ConfigFromEnv, ReduceOp};
 
 struct Opts {
     layers: usize,

@@ -1,5 +1,5 @@
 //! Four ranks as threads all-reduce a vector and check the result.
-use sncl::{Communicator, Config, ReduceOp};
+use sncl::{Communicator, Config, ConfigFromEnv, ReduceOp};
 
 fn main() -> sncl::Result<()> {
     let n = 4;

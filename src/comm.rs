@@ -8,14 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use comm_core::algo::Algorithm;
-use comm_core::bootstrap::{Store, TcpStoreServer};
-use comm_core::exec;
 use comm_core::schedule::Schedule;
 use comm_core::topo::Topology;
 use comm_core::transport::Connection;
 use comm_core::tune::{LinkCost, Shape};
 use comm_core::wire::Collective;
 use comm_core::{Config, DataType, Error, ReduceOp, Result};
+use sncl_bootstrap::{Store, TcpStoreServer};
+use sncl_runtime::exec;
 
 mod check;
 mod plan;
@@ -215,7 +215,7 @@ pub(crate) struct Inner {
     abort_flag: exec::AbortFlag,
     abort_reason: Mutex<Option<String>>,
     /// The last operations, for hang diagnosis (`crate::flight`).
-    pub flight: comm_core::flight::FlightRecorder,
+    pub flight: sncl_runtime::flight::FlightRecorder,
     pub _server: Option<TcpStoreServer>,
     /// Peers this rank saw fail (named by a failed operation).
     pub failed: Mutex<std::collections::BTreeSet<usize>>,
@@ -268,7 +268,7 @@ pub(crate) struct InnerParts {
 
 impl Inner {
     pub fn new(p: InnerParts) -> Inner {
-        let flight = comm_core::flight::FlightRecorder::new(p.config.flight_recorder_entries);
+        let flight = sncl_runtime::flight::FlightRecorder::new(p.config.flight_recorder_entries);
         let topo = Topology::from_node_ids(&p.node_ids);
         let forced_tcp = p.config.transport == comm_core::config::TransportChoice::Tcp;
         let shape = Shape {

@@ -1,5 +1,5 @@
 //! The flight recorder's hooks on the communicator: dumps on failure, on
-//! abort and on demand (see `comm_core::flight` for the format).
+//! abort and on demand (see `sncl_runtime::flight` for the format).
 
 use std::path::PathBuf;
 

@@ -70,17 +70,17 @@ pub use compressed::CompressScope;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 
-pub use comm_core::bootstrap::{LaunchEnv, MemoryStore, Store, UniqueId};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
+pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, Store, UniqueId};
 pub use stats::Stats;
 pub use window::Window;
 pub use work::{Group, RawWork, Scope, Work};
 
-use comm_core::bootstrap::{TcpStore, TcpStoreServer};
+use sncl_bootstrap::{ReadEnvironment, TcpStore, TcpStoreServer};
 
 /// Stores started by [`Communicator::unique_id`] with port 0, waiting for
 /// this process's rank 0 to take them.

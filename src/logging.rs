@@ -15,6 +15,7 @@ pub fn init_logging() {
     INIT.call_once(|| {
         // A broken settings file is reported by the configuration that
         // follows; logging falls back to the environment alone.
+        use sncl_bootstrap::ReadEnvironment;
         let env = comm_core::settings::Environment::from_process()
             .unwrap_or_else(|_| comm_core::settings::Environment::process_variables());
         let level = match env

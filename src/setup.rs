@@ -8,12 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use comm_core::bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
 use comm_core::transport::registry::{
     self as kinds, KindState, PreparedTransport, RankCard, Readiness, SetupContext,
 };
 use comm_core::transport::Connection;
 use comm_core::{Config, Error, Result};
+use sncl_bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
 
 use crate::comm::{Inner, InnerParts};
 

@@ -18,8 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use comm_core::bootstrap::{PrefixStore, Store, TcpStore, TcpStoreServer};
 use comm_core::{Error, Result};
+use sncl_bootstrap::{PrefixStore, Store, TcpStore, TcpStoreServer};
 
 use crate::comm::{Inner, Standby};
 use crate::{setup, Communicator};

@@ -13,10 +13,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use comm_core::algo::Algorithm;
-use comm_core::bootstrap::TcpStore;
 use comm_core::config::TransportChoice;
 use rank_kit::*;
 use sncl::{Collective, Communicator, Config, DataType, Error, RawOp, ReduceOp, UniqueId};
+use sncl_bootstrap::TcpStore;
 
 // ---------------------------------------------------------------------------
 // (a) A rank dies during a long run of all_reduces.

@@ -194,19 +194,13 @@ pub const MAX_TCP_PIECE_BYTES: usize = 1 << 30;
 pub const TCP_PIECE_ALIGN: usize = 64;
 
 impl Config {
-    /// Defaults overlaid with the process environment and settings file
-    /// ([`Environment::from_process`]).
-    pub fn from_env() -> Result<Config> {
-        Config::from_environment(&Environment::from_process()?)
-    }
-
     /// Defaults overlaid with the settings of `env`; an error about a value
     /// from a settings file names its file and line.
     pub fn from_environment(env: &Environment) -> Result<Config> {
         Config::overlay(&env.getter(), &|name, e| env.annotate(name, e))
     }
 
-    /// Defaults overlaid with variables from `get` (testable form of [`Config::from_env`]).
+    /// Defaults overlaid with variables from `get` (the form without file origins).
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
         Config::overlay(get, &|_, e| e)
     }

@@ -1,24 +1,23 @@
 //! sncl core: data types and reduction operators, pure schedules for every
-//! collective with a symbolic checker, the planner, the executor that walks a
-//! schedule over [`transport::Connection`]s, configuration and bootstrap.
+//! collective with a symbolic checker, the planner, the transport and memory
+//! interfaces the executor (`sncl-runtime`) walks a schedule over, and the
+//! settings table with the typed configuration. The bootstrap (stores, unique id, launcher
+//! environment, the reading of the process environment) is `sncl-bootstrap`.
 
 pub mod algo;
-pub mod auth;
-pub mod bootstrap;
 pub mod check;
 pub mod error;
 pub mod schedule;
 pub mod settings;
 pub mod shape;
+pub mod store;
 pub mod transport;
 pub mod wire;
 
 pub use error::{Error, Result};
 pub use kernels::{DataType, ReduceOp};
 pub mod config;
-pub mod exec;
-pub mod flight;
-mod mem;
+pub mod mem;
 pub mod topo;
 pub mod topofile;
 pub mod tune;
@@ -34,3 +33,12 @@ pub use config::Config;
 /// that aborts the process. The design targets about 65 536 accelerators
 /// per job; this leaves 16× headroom.
 pub const MAX_RANKS: usize = 1 << 20;
+
+/// The flight recorder's bounds (the recorder itself, which reads the clock,
+/// is `sncl_runtime::flight`).
+pub mod flight {
+    /// Default of `SNCL_FLIGHT_RECORDER_ENTRIES`.
+    pub const DEFAULT_ENTRIES: usize = 1000;
+    /// Largest `SNCL_FLIGHT_RECORDER_ENTRIES`.
+    pub const MAX_ENTRIES: usize = 1 << 20;
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sncl::{Communicator, UniqueId};
+use sncl::{Communicator, ConfigFromEnv, UniqueId};
 
 use crate::args::Args;
 

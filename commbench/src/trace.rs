@@ -1,5 +1,5 @@
 //! `commbench trace FILES...`: reads the flight-recorder dumps of all ranks
-//! (`SNCL_DEBUG_DUMP_DIR`, format in `comm_core::flight`) and names the
+//! (`SNCL_DEBUG_DUMP_DIR`, format in `sncl_runtime::flight`) and names the
 //! rank(s) that did not reach the operation the others wait in.
 //!
 //! Per communicator: the stuck operation is the lowest sequence number any

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use comm_core::bootstrap::{LaunchEnv, Store, TcpStore};
+use sncl_bootstrap::{LaunchEnv, Store, TcpStore};
 
 /// A port below the ephemeral range, spread by pid, free right now.
 fn free_port() -> u16 {
@@ -382,7 +382,7 @@ fn rustix_is_root() -> bool {
 /// Authenticates to a store by hand (the protocol of
 /// `comm-core/src/bootstrap/tcpstore`), as a client that knows the secret.
 fn authenticate_raw(addr: SocketAddr, secret: &[u8; 16]) -> TcpStream {
-    use comm_core::auth::hmac_sha256;
+    use sncl_bootstrap::auth::hmac_sha256;
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut greeting = [0u8; 24];

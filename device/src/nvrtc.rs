@@ -216,8 +216,9 @@ pub(crate) fn cuda_roots() -> Vec<PathBuf> {
 }
 
 /// A non-empty variable of the process environment, read through sncl's
-/// one environment reader (`comm_core::settings`).
+/// one environment reader (`sncl_bootstrap::environment`).
 pub(crate) fn process_var(name: &str) -> Option<String> {
+    use sncl_bootstrap::ReadEnvironment;
     comm_core::settings::Environment::process_variables()
         .get(name)
         .filter(|v| !v.is_empty())

@@ -14,12 +14,12 @@ use std::ffi::{c_char, c_int, CString};
 use std::path::Path;
 use std::sync::OnceLock;
 
-use comm_core::bootstrap::store_fuzzing::{self, FakeRoot};
-use comm_core::bootstrap::{UniqueId, MAX_FRAME_BYTES, UNIQUE_ID_BYTES};
 use comm_core::settings::{Environment, SETTINGS};
 use comm_core::topofile::{parse_bandwidth, parse_latency_us, TierSpec};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Config;
+use sncl_bootstrap::store_fuzzing::{self, FakeRoot};
+use sncl_bootstrap::{UniqueId, MAX_FRAME_BYTES, UNIQUE_ID_BYTES};
 use transport_tcp::fuzzing as tcp;
 
 /// A fuzz target: feeds `data` to one decoder, panics on misbehaviour.

@@ -13,6 +13,7 @@ use ::device::{Backend, Device, PointerKind, StreamHandle};
 use super::error::CError;
 use super::stream::StreamShared;
 use super::types::{snclResult_t, snclStream, snclStream_t};
+use crate::ConfigFromEnv;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -4,6 +4,7 @@
 use std::ffi::{c_char, c_int, CStr};
 
 use comm_core::settings::{lookup, Environment};
+use sncl_bootstrap::ReadEnvironment;
 
 use super::error::{guard, CError};
 use super::types::snclResult_t;

@@ -2,8 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 
-use comm_core::bootstrap::{configured_secret, parse_host_port};
 use comm_core::settings::Environment;
+use sncl_bootstrap::ReadEnvironment;
+use sncl_bootstrap::{configured_secret, parse_host_port};
 
 use super::error::CError;
 use crate::UniqueId;

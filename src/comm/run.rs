@@ -2,10 +2,10 @@
 //! and scratch space, the executor, and what a failure does.
 
 use comm_core::algo::Algorithm;
-use comm_core::exec::{self, Buffers, OpContext};
 use comm_core::schedule::Schedule;
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, ReduceOp, Result};
+use sncl_runtime::exec::{self, Buffers, OpContext};
 
 use super::{Inner, RawOp, State};
 
@@ -184,7 +184,7 @@ impl Inner {
         *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();
         let flight_id = self.flight.start_at(
-            comm_core::flight::OpRecord {
+            sncl_runtime::flight::OpRecord {
                 seq,
                 op: op.coll.name(),
                 dtype: op.dtype.name(),

@@ -28,7 +28,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use comm_core::exec::{self, OpContext};
+use sncl_runtime::exec::{self, OpContext};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, Error, ReduceOp, Result};
 use transport_shm::region::{region_name, Region};

@@ -32,9 +32,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use ::device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, PinnedBuffer};
-use comm_core::exec::Memory;
 use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, Error, ReduceOp, Result};
+use sncl_runtime::exec::Memory;
 
 use super::Binding;
 

@@ -16,7 +16,7 @@
 //!   stream never hangs on a failed operation).
 //!
 //! The executor reaches device memory through [`DeviceMemory`], an
-//! implementation of `comm_core::exec::Memory` that keeps the data on the
+//! implementation of `sncl_runtime::exec::Memory` that keeps the data on the
 //! device (the host never dereferences a [`DevicePtr`]).
 //!
 //! The device layer's types are re-exported here: `sncl::device::open`,

@@ -13,6 +13,7 @@ use comm_core::transport::registry::{
 };
 use comm_core::transport::Connection;
 use comm_core::Result;
+use sncl_bootstrap::ReadEnvironment;
 use transport_rdma::{Availability, IbSettings, Provider, RdmaSetup};
 
 /// RDMA verbs between ranks (typically of different nodes).

@@ -13,12 +13,13 @@
 //! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
 //! piece lent (smaller ones go through the slots).
 
-use comm_core::bootstrap::Store;
+use comm_core::store::Store;
 use comm_core::transport::registry::{
     PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
+use sncl_bootstrap::ReadEnvironment;
 use transport_shm::{cma, create_inbound, Segment, ShmConnection};
 
 /// Single copy (cross-memory attach): `auto` (default) where the kernel

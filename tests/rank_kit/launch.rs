@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sncl::Config;
+use sncl::{Config, ConfigFromEnv};
 
 // ---------------------------------------------------------------------------
 // Ranks as processes: the test binary re-executes itself.

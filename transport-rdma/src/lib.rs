@@ -20,8 +20,9 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use comm_core::bootstrap::MemoryStore;
+//! use sncl_bootstrap::MemoryStore;
 //! use comm_core::settings::Environment;
+//! use sncl_bootstrap::ReadEnvironment;
 //! use comm_core::transport::Connection;
 //! use transport_rdma::{establish, log_skipped, probe, Availability, IbSettings, RdmaSetup};
 //!

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use comm_core::bootstrap::Store;
+use comm_core::store::Store;
 use comm_core::wire::HEADER_BYTES;
 use comm_core::Error;
 

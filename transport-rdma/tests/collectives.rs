@@ -8,12 +8,12 @@ mod common;
 use std::time::Duration;
 
 use comm_core::algo::{build, Algorithm, Params};
-use comm_core::exec::{execute, Buffers, OpContext};
 use comm_core::topo::Topology;
 use comm_core::transport::Connection;
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, ReduceOp};
 use common::*;
+use sncl_runtime::exec::{execute, Buffers, OpContext};
 use transport_rdma::{establish, Provider};
 
 const CASES: &[(Collective, Algorithm)] = &[
@@ -166,7 +166,7 @@ fn child() -> bool {
                 }
             }
         }
-        comm_core::bootstrap::store_barrier(&*store, "done", n, Duration::from_secs(30))
+        sncl_bootstrap::store_barrier(&*store, "done", n, Duration::from_secs(30))
             .map_err(|e| e.to_string())
     });
     match result {

@@ -42,7 +42,7 @@ fn run_child() -> bool {
                 Instant::now() + Duration::from_secs(30),
             )?;
             // Everyone has everything before anyone closes.
-            comm_core::bootstrap::store_barrier(&*store, "done", nranks, Duration::from_secs(20))
+            sncl_bootstrap::store_barrier(&*store, "done", nranks, Duration::from_secs(20))
                 .map_err(|e| e.to_string())
         });
     match result {
@@ -148,7 +148,7 @@ fn oversized_piece_is_an_error_not_a_panic() {
 
 #[test]
 fn mismatched_settings_are_refused_naming_the_peer() {
-    let store = comm_core::bootstrap::MemoryStore::new();
+    let store = sncl_bootstrap::MemoryStore::new();
     let s1 = store.for_rank(1);
     let t = std::thread::spawn(move || {
         let mut setup = rdma_setup(1, 4, 4096, 2);

@@ -27,8 +27,8 @@
 //!   An abort frame has first word `"ABRT"`, then a flag and the blamed
 //!   rank, and no payload.
 
-use comm_core::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 use comm_core::wire::HEADER_BYTES;
+use sncl_bootstrap::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 
 /// First word of a hello ("STCP" read as little-endian bytes).
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"STCP");

@@ -18,7 +18,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use comm_core::{auth, Error};
+use comm_core::Error;
+use sncl_bootstrap::auth;
 use socket2::Socket;
 
 use crate::frame::{Greeting, Hello, Nonce, GREETING_BYTES, HELLO_BYTES, PROTOCOL_VERSION};

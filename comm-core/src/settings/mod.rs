@@ -14,11 +14,11 @@
 //! overlays a settings file (see [`Environment`]); everything else receives
 //! values from an [`Environment`].
 
-mod environment;
 mod table;
+mod values;
 
-pub use environment::{Environment, Origin, SYSTEM_CONF_FILE, USER_CONF_FILE};
 pub use table::SETTINGS;
+pub use values::{Environment, Origin};
 
 use crate::config::Config;
 use crate::error::{Error, Result};

@@ -33,9 +33,9 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use super::Connection;
-use crate::bootstrap::Store;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::store::Store;
 
 /// What a kind's setup may use.
 pub struct SetupContext<'a> {
@@ -461,142 +461,6 @@ mod tests {
                 && e.contains("fast: ranks 0 and 2 are on different nodes"),
             "{e}"
         );
-    }
-
-    /// A kind shaped like RDMA: its card is a port id, and its connect
-    /// publishes per-pair information (a queue-pair number, a key) for
-    /// each peer, then reads each peer's for it, through its store
-    /// namespace.
-    struct PairwiseKind;
-
-    struct PairwisePrepared {
-        port: String,
-        seen: std::sync::Arc<std::sync::Mutex<Vec<(usize, String)>>>,
-    }
-
-    struct NoConnection(usize);
-
-    impl Connection for NoConnection {
-        fn peer(&self) -> usize {
-            self.0
-        }
-        fn max_piece(&self) -> usize {
-            1
-        }
-        fn try_send(
-            &mut self,
-            _: &crate::wire::PieceHeader,
-            _: &[u8],
-        ) -> std::result::Result<bool, super::super::TransportError> {
-            Ok(false)
-        }
-        fn try_recv(
-            &mut self,
-            _: &mut dyn FnMut(&crate::wire::PieceHeader, &[u8]) -> super::super::ConsumeResult,
-        ) -> Result<bool> {
-            Ok(false)
-        }
-        fn abort(&mut self, _: Option<usize>) {}
-        fn kind(&self) -> &'static str {
-            "pairwise"
-        }
-    }
-
-    impl TransportKind for PairwiseKind {
-        fn name(&self) -> &'static str {
-            "pairwise"
-        }
-        fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
-            Ok(Readiness::Ready(Box::new(PairwisePrepared {
-                port: format!("port{}", ctx.rank),
-                seen: Default::default(),
-            })))
-        }
-        fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String> {
-            match (a.card("pairwise"), b.card("pairwise")) {
-                (x, y) if x.starts_with("port") && y.starts_with("port") => Ok(()),
-                _ => Err("no port".into()),
-            }
-        }
-    }
-
-    impl PreparedTransport for PairwisePrepared {
-        fn card(&self) -> String {
-            self.port.clone()
-        }
-        fn connect(
-            &mut self,
-            ctx: &SetupContext<'_>,
-            cards: &[RankCard],
-            peers: &[usize],
-        ) -> Result<Vec<Box<dyn Connection>>> {
-            for &p in peers {
-                let qp = format!("qp {}->{p} via {}", ctx.rank, cards[p].card("pairwise"));
-                ctx.store.set(&format!("{}/{p}", ctx.rank), qp.as_bytes())?;
-            }
-            let mut out: Vec<Box<dyn Connection>> = Vec::new();
-            for &p in peers {
-                let b = ctx
-                    .store
-                    .get(&format!("{p}/{}", ctx.rank), ctx.remaining())?;
-                let mut seen = self.seen.lock().unwrap();
-                seen.push((p, String::from_utf8(b).unwrap()));
-                out.push(Box::new(NoConnection(p)));
-            }
-            Ok(out)
-        }
-    }
-
-    #[test]
-    fn a_kind_can_exchange_per_pair_information_through_its_store() {
-        use crate::bootstrap::{MemoryStore, PrefixStore};
-        let store = MemoryStore::new();
-        let n = 3;
-        let config = Config::default();
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let store = PrefixStore::new("sncl/x/pairwise", store.for_rank(rank));
-                let config = config.clone();
-                std::thread::spawn(move || {
-                    let ctx = SetupContext {
-                        rank,
-                        nranks: n,
-                        comm_id: 1,
-                        secret: [0; 16],
-                        config: &config,
-                        node: "n",
-                        ip: IpAddr::from([127, 0, 0, 1]),
-                        deadline: Instant::now() + Duration::from_secs(10),
-                        store: &store,
-                    };
-                    let Readiness::Ready(prepared) = PairwiseKind.prepare(&ctx).unwrap() else {
-                        panic!("pairwise is always ready")
-                    };
-                    assert_eq!(prepared.card(), format!("port{rank}"));
-                    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-                    let mut p = PairwisePrepared {
-                        port: prepared.card(),
-                        seen: seen.clone(),
-                    };
-                    let cards: Vec<RankCard> = (0..n)
-                        .map(|r| card(r, "n", &[("pairwise", ready(&format!("port{r}")))]))
-                        .collect();
-                    let chosen = choose(&[&SelfKind, &PairwiseKind], None, &cards, rank).unwrap();
-                    let peers: Vec<usize> = (0..n).filter(|&q| chosen[q] == "pairwise").collect();
-                    let conns = p.connect(&ctx, &cards, &peers).unwrap();
-                    assert_eq!(conns.len(), n - 1);
-                    let seen = seen.lock().unwrap().clone();
-                    assert_eq!(seen.len(), n - 1);
-                    (rank, seen)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (rank, seen) = h.join().unwrap();
-            for (p, info) in seen {
-                assert_eq!(info, format!("qp {p}->{rank} via port{rank}"));
-            }
-        }
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::device::{Backend, DeviceBuffer, PinnedBuffer};
-use comm_core::exec::Memory;
 use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, ReduceOp};
+use sncl_runtime::exec::Memory;
 
 use super::{DeviceMemory, OpIds, Staging, MAX_SEND_CHUNK, RING_BYTES};
 use crate::device::Binding;

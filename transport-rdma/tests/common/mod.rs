@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use comm_core::bootstrap::{MemoryStore, Store, TcpStore, TcpStoreServer};
 use comm_core::transport::Connection;
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, ReduceOp};
+use sncl_bootstrap::{MemoryStore, Store, TcpStore, TcpStoreServer};
 use transport_rdma::{establish, IbSettings, Provider, RdmaConnection, RdmaSetup};
 
 /// Set in a child's environment: the name of the test whose child body runs.

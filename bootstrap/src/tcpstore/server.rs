@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::protocol::*;
-use crate::bootstrap::store::{AddError, Shared, WaitOutcome};
-use crate::bootstrap::MemoryStore;
+use crate::store::{AddError, Shared, WaitOutcome};
+use crate::MemoryStore;
 
 /// Connections that may be in their handshake at the same time; a new one
 /// beyond this drops the oldest.
@@ -51,7 +51,7 @@ struct ServerInner {
 /// The rendezvous store server rank 0 runs (like c10d's `TCPStore` master).
 ///
 /// Every connection must first prove it knows the job secret (see the
-/// module docs of [`crate::bootstrap`]'s store protocol); a connection that
+/// module docs of [`crate`]'s store protocol); a connection that
 /// does not is refused, logged with `tracing::warn!` naming its address,
 /// and the server keeps serving the others. Dropping the server stops it:
 /// waiters are woken, connections are shut down and all threads are joined.

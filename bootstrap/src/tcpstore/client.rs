@@ -7,9 +7,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::*;
-use crate::bootstrap::store::quote_keys;
-use crate::bootstrap::Store;
-use crate::{Error, Result};
+use crate::store::quote_keys;
+use crate::Store;
+use comm_core::{Error, Result};
 
 /// Default client grace period for a reply beyond the operation's timeout;
 /// communicators use their `SNCL_TIMEOUT_MS` instead

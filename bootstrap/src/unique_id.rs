@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::auth::sha256;
-use crate::{Error, Result};
+use comm_core::{Error, Result};
 
 /// Size of [`UniqueId::to_bytes`], the same as `NCCL_UNIQUE_ID_BYTES`.
 pub const UNIQUE_ID_BYTES: usize = 128;

@@ -6,8 +6,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::unique_id::{decode_hex, UniqueId};
 use crate::auth::sha256_fields;
-use crate::settings::Environment;
-use crate::{Error, Result};
+use crate::environment::ReadEnvironment;
+use comm_core::settings::Environment;
+use comm_core::{Error, Result};
 
 /// Launcher name: rank and size came from `SNCL_RANK` / `SNCL_WORLD_SIZE`.
 pub const LAUNCHER_SNCL: &str = "sncl";
@@ -435,10 +436,10 @@ impl LaunchEnv {
                 "{size_name}=0: the world size must be at least 1"
             )));
         }
-        if world_size > crate::MAX_RANKS {
+        if world_size > comm_core::MAX_RANKS {
             return Err(Error::Config(format!(
                 "{size_name}={world_size} exceeds the {} ranks one sncl communicator supports",
-                crate::MAX_RANKS
+                comm_core::MAX_RANKS
             )));
         }
         if rank >= world_size {

@@ -1,36 +1,13 @@
-//! [`Environment`]: the only reader of the process environment.
+//! [`Environment`]: the values of the settings a process runs with, as a
+//! value. Reading them (the process environment, the settings file) is the
+//! bootstrap crate's (`sncl_bootstrap::environment`); this module holds no
+//! I/O.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::lookup;
 use crate::error::{Error, Result};
-
-/// The system-wide settings file, read when neither `SNCL_CONF_FILE` nor
-/// `~/.sncl.conf` applies.
-pub const SYSTEM_CONF_FILE: &str = "/etc/sncl.conf";
-/// The user's settings file, relative to `$HOME`.
-pub const USER_CONF_FILE: &str = ".sncl.conf";
-
-/// Prefixes of the variables [`Environment::from_process`] captures: sncl's
-/// own and the launchers' that [`crate::bootstrap::LaunchEnv`] reads.
-const PREFIXES: [&str; 5] = ["SNCL_", "OMPI_", "SLURM_", "TORCHELASTIC_", "PMIX_"];
-/// Other variables it captures (torchrun's, `HOME` for `~/.sncl.conf` and
-/// the kernel cache, and where CUDA is installed for the device layer).
-const NAMES: [&str; 11] = [
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "HOME",
-    "XDG_CACHE_HOME",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "LD_LIBRARY_PATH",
-];
 
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,24 +51,6 @@ impl std::fmt::Debug for Environment {
 }
 
 impl Environment {
-    /// Captures the process environment and overlays the settings file on
-    /// it (see [`Environment`]). The one place sncl reads its environment.
-    pub fn from_process() -> Result<Environment> {
-        Environment::process_variables().with_conf_file(Path::new(SYSTEM_CONF_FILE))
-    }
-
-    /// The process environment alone, without a settings file; for callers
-    /// that cannot report an error (logging set-up), falling back to it when
-    /// [`Environment::from_process`] fails.
-    pub fn process_variables() -> Environment {
-        let pairs = std::env::vars_os().filter_map(|(k, v)| {
-            let (k, v) = (k.into_string().ok()?, v.into_string().ok()?);
-            let wanted = PREFIXES.iter().any(|p| k.starts_with(p)) || NAMES.contains(&k.as_str());
-            wanted.then_some((k, v))
-        });
-        Environment::from_pairs(pairs)
-    }
-
     /// An environment holding `pairs` as process variables (tests, and
     /// programs that configure sncl without touching their environment).
     pub fn from_pairs<K: Into<String>, V: Into<String>>(
@@ -104,44 +63,6 @@ impl Environment {
                 .collect(),
             file: None,
         }
-    }
-
-    /// Overlays the settings file that applies (see [`Environment`]), with
-    /// `system` in place of `/etc/sncl.conf`.
-    pub fn with_conf_file(mut self, system: &Path) -> Result<Environment> {
-        let explicit = self.get("SNCL_CONF_FILE").filter(|p| !p.trim().is_empty());
-        let candidates: Vec<(PathBuf, bool)> = match explicit {
-            Some(p) => vec![(PathBuf::from(p.trim()), true)],
-            None => {
-                let mut c = Vec::new();
-                if let Some(home) = self.get("HOME").filter(|h| !h.is_empty()) {
-                    c.push((Path::new(home).join(USER_CONF_FILE), false));
-                }
-                c.push((system.to_path_buf(), false));
-                c
-            }
-        };
-        for (path, required) in candidates {
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    self.overlay_conf(&path, &text)?;
-                    return Ok(self);
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound && !required => continue,
-                Err(e) => {
-                    let how = if required {
-                        " (named by SNCL_CONF_FILE)"
-                    } else {
-                        ""
-                    };
-                    return Err(Error::Config(format!(
-                        "the sncl settings file {}{how} cannot be read: {e}",
-                        path.display()
-                    )));
-                }
-            }
-        }
-        Ok(self)
     }
 
     /// Overlays settings-file `text` (read from `path`): its values apply

@@ -90,7 +90,7 @@ pub fn nonce() -> std::io::Result<[u8; NONCE_BYTES]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::{LaunchEnv, UniqueId};
+    use crate::{LaunchEnv, UniqueId};
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()

@@ -1,7 +1,7 @@
 use super::protocol::*;
 use super::*;
-use crate::bootstrap::store_barrier;
-use crate::bootstrap::Store;
+use crate::store_barrier;
+use crate::Store;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -43,7 +43,7 @@ fn four_clients_barrier() {
                 }
                 assert_eq!(s.get("arrived", T).unwrap(), b"4");
                 store_barrier(&s, "b1", world, T).unwrap();
-                let ps = crate::bootstrap::PrefixStore::new("c", &s);
+                let ps = crate::PrefixStore::new("c", &s);
                 ps.set("x", &[0u8; 100_000]).unwrap();
                 assert_eq!(ps.get("x", T).unwrap().len(), 100_000);
             })

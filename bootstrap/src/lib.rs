@@ -9,6 +9,14 @@
 //! * [`UniqueId`]: root address + secret, 128 bytes like `ncclUniqueId`.
 //! * [`LaunchEnv`]: rank, world size, root and secret from torchrun, Open
 //!   MPI, Slurm or `SNCL_*` environment variables.
+//! * [`environment`]: the one reader of the process environment and the
+//!   settings files ([`ReadEnvironment`], [`ConfigFromEnv`]); comm-core's
+//!   settings table parses what it read.
+//! * [`auth`]: HMAC-SHA-256 / SHA-256 and nonces from the OS's entropy, for
+//!   the store's and the TCP transport's handshakes.
+
+pub mod auth;
+pub mod environment;
 
 mod env;
 mod store;
@@ -20,6 +28,7 @@ pub use env::{
     LAUNCHER_OPENMPI, LAUNCHER_SLURM, LAUNCHER_SNCL, LAUNCHER_TORCHRUN, SLURM_PORT_BASE,
     SLURM_PORT_RANGE,
 };
+pub use environment::{ConfigFromEnv, ReadEnvironment};
 pub use store::{store_barrier, MemoryStore, PrefixStore, Store};
 /// Entry points of the store decoders for the fuzz targets (`fuzz/`); not API.
 #[doc(hidden)]

@@ -20,10 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Default of `SNCL_FLIGHT_RECORDER_ENTRIES`.
-pub const DEFAULT_ENTRIES: usize = 1000;
-/// Largest `SNCL_FLIGHT_RECORDER_ENTRIES`.
-pub const MAX_ENTRIES: usize = 1 << 20;
+pub use comm_core::flight::{DEFAULT_ENTRIES, MAX_ENTRIES};
 
 /// What became of a recorded operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::client::{Attempt, Wire};
 use super::protocol::{self, *};
 use super::{server, TcpStore};
-use crate::bootstrap::Store;
+use crate::Store;
 
 /// The secret of the fake roots ([`memory_session`], [`FakeRoot`]).
 const SECRET: [u8; 16] = *b"sncl-fuzz-secret";
@@ -231,7 +231,7 @@ impl FakeRoot {
     /// instead of one), then runs every store operation with a zero timeout.
     /// Returns the first error the client reported, or `Ok` when everything
     /// was accepted.
-    pub fn session(&self, authentic: bool, server_bytes: &[u8]) -> crate::Result<()> {
+    pub fn session(&self, authentic: bool, server_bytes: &[u8]) -> comm_core::Result<()> {
         *self
             .script
             .lock()
