@@ -72,7 +72,7 @@ impl Communicator {
     /// span several nodes the window is shared within each node only and
     /// collectives over it run as usual.
     pub fn alloc_window<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        let bytes = len.checked_mul(T::DTYPE.size()).unwrap_or(usize::MAX);
+        let bytes = len.saturating_mul(T::DTYPE.size());
         let shared = self.inner.alloc_window(bytes)?;
         Ok(Window {
             shared,

@@ -28,9 +28,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use sncl_runtime::exec::{self, OpContext};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, Error, ReduceOp, Result};
+use sncl_runtime::exec::{self, OpContext};
 use transport_shm::region::{region_name, Region};
 
 use super::{Inner, RawOp, State};

@@ -28,6 +28,7 @@ use comm_core::transport::registry::{
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
+use sncl_bootstrap::ReadEnvironment;
 use transport_nvlink::{Geometry, Inbound, Mode, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
 use transport_shm::Segment;
 

@@ -123,14 +123,14 @@ impl Wire for ScriptedRoot {
 /// every store operation run against a root that sends `server_bytes`
 /// (after a correct handshake when `authentic`, else instead of one) and
 /// then ends the stream. Returns the first error the client reported.
-pub fn memory_session(authentic: bool, server_bytes: &[u8]) -> crate::Result<()> {
+pub fn memory_session(authentic: bool, server_bytes: &[u8]) -> comm_core::Result<()> {
     let root = SocketAddr::from((Ipv4Addr::LOCALHOST, 29500));
     let wire = Box::new(ScriptedRoot::new(authentic, server_bytes));
     let store = match TcpStore::over(wire, root, &SECRET, 1, Duration::from_secs(1)) {
         Ok(s) => s,
         Err(Attempt::Fatal(e)) => return Err(e),
         Err(Attempt::Retry(source)) => {
-            return Err(crate::Error::Io {
+            return Err(comm_core::Error::Io {
                 rank: 1,
                 context: format!("handshake with the sncl root at {root}"),
                 source,
@@ -141,7 +141,7 @@ pub fn memory_session(authentic: bool, server_bytes: &[u8]) -> crate::Result<()>
 }
 
 /// Every store operation with a zero timeout; the first error.
-fn operations(store: &TcpStore) -> crate::Result<()> {
+fn operations(store: &TcpStore) -> comm_core::Result<()> {
     let zero = Duration::ZERO;
     let r1 = store.try_get("k").map(drop);
     let r2 = store.get("k", zero).map(drop);
