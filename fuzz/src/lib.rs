@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Target, bool)] = &[
     ("piece_header", piece_header, false),
     ("shm_slot_header", shm_slot_header, false),
     ("nvlink_board", nvlink_board, false),
+    ("gdr_board", gdr_board, false),
     ("topofile", topofile, false),
     ("unique_id", unique_id, false),
     ("settings_value", settings_value, false),
@@ -171,6 +172,12 @@ pub fn shm_slot_header(data: &[u8]) {
     if let Ok(h) = transport_shm::decode_slot_header(b, slot_bytes) {
         assert!(h.len as usize <= slot_bytes);
     }
+}
+
+/// The GPUDirect verdict a peer writes into this side's board page: what
+/// decodes re-encodes with the same verdict and inbox.
+pub fn gdr_board(data: &[u8]) {
+    transport_rdma::fuzz_gdr_board(data);
 }
 
 /// The nvlink board a peer publishes (its device inbox: backend, ordinal,
@@ -387,6 +394,18 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         ],
         "piece_header" => vec![header.to_vec()],
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
+        "gdr_board" => vec![{
+            // magic "SNCLGDR1", yes, inbox address / rkey / bytes, no reason
+            let words: [u64; 6] = [
+                0x534e_434c_4744_5231,
+                1,
+                0x7f00_0000_0000,
+                0x1234,
+                4 << 20,
+                0,
+            ];
+            words.iter().flat_map(|w| w.to_le_bytes()).collect()
+        }],
         "nvlink_board" => vec![transport_nvlink::Board {
             backend: device::Backend::Emu,
             ordinal: 1,

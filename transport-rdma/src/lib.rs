@@ -74,6 +74,8 @@ pub mod verbs;
 pub use conn::{RdmaConnection, ZERO_COPY_MIN};
 pub use emu::EmuVerbs;
 pub use gdr::gdr_bytes;
+#[doc(hidden)]
+pub use gdr_board::fuzz_gdr_board;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use regcache::ZeroCopy;
 pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};

@@ -281,6 +281,10 @@ pub struct TcpConnection {
     /// Bytes `try_send` may buffer per socket beyond a partial write.
     send_cap: usize,
     dead: Option<Dead>,
+    /// The CRC32C of a piece whose send the socket refused (address,
+    /// length, sequence number, CRC): the executor retries that same piece
+    /// next, so the retry does not checksum it again.
+    refused_crc: Option<(usize, usize, u64, u32)>,
 }
 
 impl std::fmt::Debug for TcpConnection {
@@ -342,6 +346,7 @@ impl TcpConnection {
             next_recv: 0,
             send_cap: 0,
             dead: None,
+            refused_crc: None,
         })
     }
 
@@ -570,32 +575,31 @@ impl Connection for TcpConnection {
         h.len = data.len() as u32;
         h.checksum = checksum.then_some(0);
         h.encode(&mut hb);
-        // The CRC32C of a payload the kernel (or the buffer) just read: in cache.
-        let trailer = |data: &[u8]| comm_core::wire::piece_checksum(data).to_le_bytes();
         let cap = self.send_cap;
+        if self.streams[i].pending() > 0 && self.streams[i].pending() + frame_len > cap {
+            return Ok(false);
+        }
+        // The trailer's CRC32C, computed just before the kernel (or the
+        // pending buffer) copies the payload: pieces are at most
+        // BOUNCE_BYTES, so the copy reads them from cache, and the whole
+        // frame goes in one call (a trailer sent after the payload would
+        // hold back the frame's last segment or cost a second call).
+        let key = (data.as_ptr() as usize, data.len(), header.seq);
+        let crc = checksum.then(|| match self.refused_crc.take() {
+            Some((p, l, q, c)) if (p, l, q) == key => c,
+            _ => comm_core::wire::piece_checksum(data),
+        });
+        let tail = crc.unwrap_or(0).to_le_bytes();
+        let tail = &tail[..trailer_len];
         let s = &mut self.streams[i];
-        let pending = s.pending();
-        if pending > 0 {
-            if pending + frame_len > cap {
-                return Ok(false);
-            }
-            s.append(&[&hb, data]);
-            if checksum {
-                s.append(&[&trailer(data)]);
-            }
+        if s.pending() > 0 {
+            s.append(&[&hb, data, tail]);
             self.next_send = (i + 1) % nsocks;
             return Ok(true);
         }
-        // With a trailer to follow, the kernel may hold back a last partial
-        // segment of the payload so that the trailer joins it.
-        let flags = if checksum {
-            SEND_FLAGS | libc::MSG_MORE
-        } else {
-            SEND_FLAGS
-        };
         let written = loop {
-            let bufs = [IoSlice::new(&hb), IoSlice::new(data)];
-            match s.sock.send_vectored_with_flags(&bufs, flags) {
+            let bufs = [IoSlice::new(&hb), IoSlice::new(data), IoSlice::new(tail)];
+            match s.sock.send_vectored_with_flags(&bufs, SEND_FLAGS) {
                 Ok(n) => break Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(0),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -608,19 +612,15 @@ impl Connection for TcpConnection {
         };
         let s = &mut self.streams[i];
         if written == 0 && frame_len > cap {
+            self.refused_crc = crc.map(|c| (key.0, key.1, key.2, c));
             return Ok(false);
         }
-        let tail = if checksum { trailer(data) } else { [0; 4] };
-        let tail = &tail[..trailer_len];
         if written < HEADER_BYTES {
             s.append(&[&hb[written..], data, tail]);
         } else if written < HEADER_BYTES + data.len() {
             s.append(&[&data[written - HEADER_BYTES..], tail]);
-        } else if checksum {
-            s.append(&[tail]);
-            if let Err(e) = s.write_pending() {
-                return Err(self.io_failure(i, e, "send"));
-            }
+        } else if written < frame_len {
+            s.append(&[&tail[written - HEADER_BYTES - data.len()..]]);
         }
         self.next_send = (i + 1) % nsocks;
         Ok(true)
