@@ -166,18 +166,37 @@ impl Inner {
                 isize::MAX
             )));
         }
-        let mut w = self.windows_lock();
-        let id = w.next_id;
-        w.next_id += 1;
+        // In stream order: operations enqueued before the allocation run
+        // without it (as on every rank), later ones with it; the windows'
+        // own lock is not held while peers are awaited.
+        let ticket = self.ticket();
+        self.order.wait_turn(ticket);
+        let result = self.alloc_window_in_turn(bytes);
+        self.order.finish();
+        result
+    }
+
+    fn alloc_window_in_turn(&self, bytes: usize) -> Result<Arc<WindowShared>> {
+        let (id, need_control) = {
+            let mut w = self.windows_lock();
+            w.next_id += 1;
+            (w.next_id - 1, w.control.is_none())
+        };
         let local: Vec<usize> = (0..self.nranks)
             .filter(|&p| p != self.rank && self.node_ids[p] == self.node_ids[self.rank])
             .collect();
         let (own, peers) = self.share_region(&format!("{id}"), id, bytes, &local)?;
-        if w.control.is_none() {
+        let control = if need_control {
             let (own, peers) = self.share_region("control", u64::MAX, CONTROL_BYTES, &local)?;
-            w.control = Some(Arc::new(Control { own, peers }));
-        }
+            Some(Arc::new(Control { own, peers }))
+        } else {
+            None
+        };
         let shared = Arc::new(WindowShared { id, own, peers });
+        let mut w = self.windows_lock();
+        if control.is_some() {
+            w.control = control;
+        }
         w.live.retain(|l| l.strong_count() > 0);
         w.live.push(Arc::downgrade(&shared));
         tracing::debug!(rank = self.rank, window = id, bytes, "window allocated");
