@@ -116,6 +116,13 @@ pub trait Connection: Send {
 
     /// Tries to send one piece. `Ok(true)`: the bytes were taken (copied out;
     /// `data` may be reused). `Ok(false)`: no room now, try later.
+    ///
+    /// `header.checksum == Some(_)` asks for a checksummed piece
+    /// (`SNCL_CHECKSUM=1`): the value given is ignored, and the transport
+    /// computes the CRC32C of `data` in the pass that copies it
+    /// (`wire::copy_checksummed`) or just before the kernel copies it, and
+    /// sends that. A transport that forwarded the header unchanged would
+    /// send a wrong CRC, which the receiver refuses.
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError>;
 
     /// As [`Connection::try_send`], but the transport may *lend* `data`

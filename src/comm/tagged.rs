@@ -435,10 +435,9 @@ impl Inner {
             while first || off < data.len() {
                 let n = max.min(data.len() - off);
                 let h = PieceHeader {
-                    checksum: self
-                        .config
-                        .checksum
-                        .then(|| comm_core::wire::piece_checksum(&data[off..off + n])),
+                    // The transport computes the CRC in the pass that
+                    // copies the piece (`Connection::try_send`).
+                    checksum: self.config.checksum.then_some(0),
                     comm_id,
                     seq: 0,
                     fingerprint: fp,

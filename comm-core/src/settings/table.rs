@@ -175,9 +175,10 @@ pub static SETTINGS: &[Setting] = &[
         },
         values: Values::Choice(&["0", "1"]),
         default: Value("0"),
-        doc: "`1`: every piece of a collective carries the CRC32C of its payload and the receiver \
-              verifies it before use (corrupt data is an error naming the peer; costs one pass \
-              over the data on each side)",
+        doc: "`1`: every piece of a collective carries the CRC32C of its payload, computed in the \
+              pass that copies it, and the receiver verifies it while it uses the piece (corrupt \
+              data is an error naming the peer; the output is then undefined, as after any failed \
+              operation; costs the CRC's compute on each side, PERF §11b)",
         field: Field::Text {
             put: |c, v| {
                 c.checksum = match v.trim() {
