@@ -524,6 +524,7 @@ impl DeviceLink for RdmaConnection {
         }
         if matches!(self.gdr.state, State::Published { .. }) {
             if !self.gdr.board_arrived {
+                self.check_left().map_err(|e| self.te(e))?;
                 if let Some(cause) = self.peer_aborted {
                     return Err(self.te(TransportError::PeerAborted {
                         peer: self.peer,
@@ -574,6 +575,7 @@ impl DeviceLink for RdmaConnection {
     ) -> Result<bool, Error> {
         let stream = queue_of(self.rank, device)?.stream;
         self.progress().map_err(|e| self.te(e))?;
+        self.check_left().map_err(|e| self.te(e))?;
         self.gdr_post_ready()?;
         let len = header.len as usize;
         if len > self.dev_slot() {
@@ -640,6 +642,7 @@ impl DeviceLink for RdmaConnection {
         };
         let pending = queued || self.gdr.in_flight > 0;
         if pending {
+            self.check_left().map_err(|e| self.te(e))?;
             if let Some(cause) = self.peer_aborted {
                 return Err(self.te(TransportError::PeerAborted {
                     peer: self.peer,
@@ -668,6 +671,7 @@ impl DeviceLink for RdmaConnection {
         let Some(bytes) = self.arrived[slot] else {
             // Pieces that arrived before an error are still delivered.
             progressed.map_err(|e| self.te(e))?;
+            self.check_left().map_err(|e| self.te(e))?;
             if let Some(cause) = self.peer_aborted {
                 return Err(self.te(TransportError::PeerAborted {
                     peer: self.peer,
