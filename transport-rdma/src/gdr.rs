@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 use comm_core::transport::{ConsumeResult, DeviceLink, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{Device, DeviceBuffer, DeviceError, EventHandle};
-use transport_nvlink::DeviceQueue;
+use device::{Device, DeviceBuffer, DeviceError, DeviceQueue, EventHandle};
 
 use crate::conn::{RdmaConnection, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
 use crate::devregs::DevRegs;

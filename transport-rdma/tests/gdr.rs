@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use comm_core::transport::{Connection, DeviceLink};
 use common::*;
-use device::{Backend, Device, DeviceBuffer};
-use transport_nvlink::DeviceQueue;
+use device::{Backend, Device, DeviceBuffer, DeviceQueue};
 use transport_rdma::{IbSettings, RdmaConnection};
 
 fn queue(ordinal: usize) -> DeviceQueue {
