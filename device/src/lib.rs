@@ -494,6 +494,8 @@ pub use codec::CodecOp;
 mod checks;
 mod pointer;
 pub use pointer::PointerKind;
+mod queue;
+pub use queue::DeviceQueue;
 
 pub mod cuda;
 #[cfg(feature = "emu")]

@@ -6,6 +6,13 @@
 //! with the emulated provider (`SNCL_IB_EMULATE=1`, a test double that
 //! connects processes of one machine); elsewhere it declines with the
 //! reason (logged once at INFO) and pairs fall through to tcp.
+//!
+//! Which port, where a node has several (rails): the one nearest this
+//! process's GPU in the PCI tree, ties and unknown topology shared out by
+//! the rank's index among the ranks of its node (`transport_rdma::probe_for`).
+//! The port is chosen at connect, once every rank's node is known; the GPU
+//! is the CUDA device current on the setting-up thread, else the one device
+//! `CUDA_VISIBLE_DEVICES` leaves visible.
 
 use comm_core::settings::Environment;
 use comm_core::transport::registry::{
@@ -13,6 +20,7 @@ use comm_core::transport::registry::{
 };
 use comm_core::transport::Connection;
 use comm_core::Result;
+use device::Backend;
 use sncl_bootstrap::ReadEnvironment;
 use transport_rdma::{Availability, IbSettings, Provider, RdmaSetup};
 
@@ -33,18 +41,19 @@ impl TransportKind for Rdma {
         "rdma"
     }
 
-    fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
+    fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
         let env = Environment::from_process()?;
         let settings = IbSettings::from_env(&env)?;
-        // Ports are used as rails: rank r takes the (r mod ports)-th
-        // allowed ACTIVE port (no GPU proximity yet: the runtime does not
-        // know its GPU's PCI bus id here).
-        match transport_rdma::probe_for(&settings, ctx.rank, None) {
+        // Whether a port is usable at all; which one, at connect (the
+        // rank's index in its node is known once the cards are).
+        match transport_rdma::probe(&settings) {
             Availability::Unavailable(why) => {
                 transport_rdma::log_skipped(&why);
                 Ok(Readiness::Unavailable(why))
             }
             Availability::Ready(provider) => {
+                // (With several ports, the card names the first allowed;
+                // peers only check that it is a real device.)
                 let card = match &provider {
                     Provider::Emulated => emulated_card(),
                     other => format!("verbs:{other}"),
@@ -53,6 +62,7 @@ impl TransportKind for Rdma {
                     settings,
                     provider,
                     card,
+                    env,
                 })))
             }
         }
@@ -82,6 +92,47 @@ struct Prepared {
     settings: IbSettings,
     provider: Provider,
     card: String,
+    env: Environment,
+}
+
+/// This rank's index among the ranks of its node (`cards[p]` is rank `p`'s).
+fn local_rank(cards: &[RankCard], rank: usize, node: &str) -> usize {
+    cards
+        .iter()
+        .filter(|c| c.node == node && c.rank < rank)
+        .count()
+}
+
+/// Whether `CUDA_VISIBLE_DEVICES` leaves exactly one device visible (then
+/// it is ordinal 0 of this process).
+fn one_visible_device(env: &Environment) -> bool {
+    env.get("CUDA_VISIBLE_DEVICES").is_some_and(|v| {
+        // CUDA stops at the first invalid entry (`-1`, an empty one).
+        let valid = v
+            .split(',')
+            .map(str::trim)
+            .take_while(|id| !id.is_empty() && !id.starts_with('-'))
+            .count();
+        valid == 1
+    })
+}
+
+/// The PCI bus id of this process's CUDA device, where setup knows it: the
+/// device current on this thread, else the only one `CUDA_VISIBLE_DEVICES`
+/// leaves visible. `None` without CUDA.
+fn gpu_bus_id(env: &Environment) -> Option<String> {
+    let ordinal = match device::current_device(Backend::Cuda) {
+        Ok(Some(o)) => o,
+        _ if one_visible_device(env) => 0,
+        _ => return None,
+    };
+    match device::open(Backend::Cuda, ordinal).and_then(|d| d.pci_bus_id()) {
+        Ok(bus) => Some(bus),
+        Err(e) => {
+            tracing::debug!("rdma: the GPU's PCI bus id is unknown ({e}); ports by local rank");
+            None
+        }
+    }
 }
 
 impl PreparedTransport for Prepared {
@@ -92,12 +143,30 @@ impl PreparedTransport for Prepared {
     fn connect(
         &mut self,
         ctx: &SetupContext<'_>,
-        _cards: &[RankCard],
+        cards: &[RankCard],
         peers: &[usize],
     ) -> Result<Vec<Box<dyn Connection>>> {
         if peers.is_empty() {
             return Ok(Vec::new());
         }
+        let provider = match &self.provider {
+            Provider::Emulated => Provider::Emulated,
+            Provider::Device { .. } => {
+                let local = local_rank(cards, ctx.rank, ctx.node);
+                match transport_rdma::probe_for(&self.settings, local, || gpu_bus_id(&self.env)) {
+                    Availability::Ready(p) => p,
+                    // The ports changed since `prepare`: its choice.
+                    Availability::Unavailable(why) => {
+                        tracing::warn!(
+                            rank = ctx.rank,
+                            "rdma: choosing a port again: {why}; using {}",
+                            self.provider
+                        );
+                        self.provider.clone()
+                    }
+                }
+            }
+        };
         let setup = RdmaSetup {
             rank: ctx.rank,
             comm_id: ctx.comm_id,
@@ -107,10 +176,51 @@ impl PreparedTransport for Prepared {
             deadline: ctx.deadline,
         };
         Ok(
-            transport_rdma::establish(&setup, &self.provider, ctx.store, peers)?
+            transport_rdma::establish(&setup, &provider, ctx.store, peers)?
                 .into_iter()
                 .map(|c| Box::new(c) as Box<dyn Connection>)
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(rank: usize, node: &str) -> RankCard {
+        RankCard {
+            rank,
+            node: node.into(),
+            kinds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_local_rank_counts_lower_ranks_of_the_same_node() {
+        let cards = [
+            card(0, "a"),
+            card(1, "b"),
+            card(2, "a"),
+            card(3, "b"),
+            card(4, "a"),
+        ];
+        let local: Vec<usize> = cards
+            .iter()
+            .map(|c| local_rank(&cards, c.rank, &c.node))
+            .collect();
+        assert_eq!(local, [0, 0, 1, 1, 2]);
+    }
+
+    #[test]
+    fn one_visible_device_is_known_from_the_environment() {
+        let env = |v: &str| Environment::from_pairs([("CUDA_VISIBLE_DEVICES", v)]);
+        assert!(one_visible_device(&env("3")));
+        assert!(one_visible_device(&env(" GPU-8a3f0c1e ")));
+        assert!(one_visible_device(&env("2,-1,3")), "CUDA stops at -1");
+        for many_or_none in ["0,1", "", "-1", "-1,2"] {
+            assert!(!one_visible_device(&env(many_or_none)), "{many_or_none:?}");
+        }
+        assert!(!one_visible_device(&Environment::default()));
     }
 }

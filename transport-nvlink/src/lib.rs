@@ -38,7 +38,7 @@ use std::sync::Arc;
 use comm_core::transport::{Connection, ConsumeResult, DeviceLink, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, StreamHandle};
+use device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle};
 use transport_shm::Segment;
 
 mod board;
@@ -76,15 +76,9 @@ pub fn device_bytes() -> (u64, u64) {
     )
 }
 
-/// The operation's device and stream, as the runtime's device memory hands
-/// it to the executor ([`comm_core::mem::Memory::device_queue`]).
-#[derive(Clone, Debug)]
-pub struct DeviceQueue {
-    /// The communicator's device.
-    pub dev: Arc<dyn Device>,
-    /// The stream the operation runs on.
-    pub stream: StreamHandle,
-}
+/// The operation's device and stream (defined in the `device` crate, so
+/// that other device links need not depend on this one).
+pub use device::DeviceQueue;
 
 /// The shared-memory objects of one direction, created by its receiver.
 pub struct Inbound {

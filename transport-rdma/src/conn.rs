@@ -38,6 +38,9 @@ pub(crate) const RECV_TAG: u64 = 1 << 63;
 /// The wr_id of credits, aborts and probes (data writes carry their piece
 /// number).
 pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
+/// The wr_id of credits: a credit a peer that has left cannot take is not
+/// an error by itself (see [`RdmaConnection::peer_left`]).
+const CREDIT_WR_ID: u64 = u64::MAX - 1;
 /// Data writes of lent pieces carry this bit with their piece number.
 const LENT_TAG: u64 = 1 << 62;
 /// Payload writes of device pieces (GPUDirect) carry this bit.
@@ -49,6 +52,16 @@ pub const ZERO_COPY_MIN: usize = 64 << 10;
 const LENT_DRAIN: Duration = Duration::from_secs(2);
 /// How often [`Connection::check_alive`] probes the peer.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Credits, aborts, probes and boards (not a piece, not a receive).
+fn is_control(wr_id: u64) -> bool {
+    wr_id == CONTROL_WR_ID || wr_id == CREDIT_WR_ID
+}
+
+/// A receive work request's completion.
+fn is_recv(wr_id: u64) -> bool {
+    wr_id & RECV_TAG != 0 && !is_control(wr_id)
+}
 
 fn imm_data(slot: usize, bytes: usize) -> u32 {
     (IMM_DATA << 30) | ((slot as u32) << 22) | bytes as u32
@@ -100,6 +113,11 @@ pub struct RdmaConnection {
     pub(crate) arrived: Vec<Option<usize>>,
     pub(crate) peer_aborted: Option<Option<usize>>,
     broken: Option<(bool, String)>,
+    /// A credit could not be delivered because the peer has left (its QP
+    /// is gone) while nothing of this side was in flight: the peer may
+    /// simply have finished its last operation and exited. Not an error
+    /// until this side needs the peer again (the detail then names it).
+    peer_left: Option<String>,
     /// The device path (GPUDirect RDMA, `gdr.rs`).
     pub(crate) gdr: crate::gdr::Gdr,
     last_probe: Instant,
@@ -139,6 +157,7 @@ impl RdmaConnection {
             arrived: vec![None; p.slots],
             peer_aborted: None,
             broken: None,
+            peer_left: None,
             last_probe: Instant::now(),
             wcs: Vec::with_capacity(64),
             regs: p.regs,
@@ -156,6 +175,13 @@ impl RdmaConnection {
     /// The queue pair numbers, in striping order.
     pub fn qp_numbers(&self) -> &[u32] {
         &self.qps
+    }
+
+    /// Whether a credit found the peer gone: it has left, after its last
+    /// operation if this side asks nothing more of it (an error naming it
+    /// as soon as this side needs it again).
+    pub fn peer_left(&self) -> bool {
+        self.peer_left.is_some()
     }
 
     /// Injects a fault into this connection's provider (emulated only).
@@ -177,6 +203,26 @@ impl RdmaConnection {
                 }
             }
         })
+    }
+
+    /// An error naming the peer if it has left ([`RdmaConnection::peer_left`]):
+    /// called where this side needs the peer (to send, to receive, to know
+    /// it alive), so a peer that died in the middle of an operation is
+    /// still named.
+    pub(crate) fn check_left(&mut self) -> Result<(), TransportError> {
+        match self.peer_left.clone() {
+            Some(detail) => Err(self.fail(true, detail)),
+            None => Ok(()),
+        }
+    }
+
+    /// A credit write that failed because the peer has gone, with nothing
+    /// of this side in flight to it.
+    fn late_credit(&self, wc: &WorkCompletion) -> bool {
+        wc.wr_id == CREDIT_WR_ID
+            && wc.status == WcStatus::RETRY_EXC_ERR
+            && self.lent_in_flight == 0
+            && self.gdr.in_flight == 0
     }
 
     fn fail(&mut self, gone: bool, detail: String) -> TransportError {
@@ -231,9 +277,12 @@ impl RdmaConnection {
                 }
             };
             // The first error that is not a flush is the cause.
-            let cause = wcs
-                .iter()
-                .position(|w| w.status != WcStatus::SUCCESS && w.status != WcStatus::WR_FLUSH_ERR);
+            // A late credit (`peer_left`) is not one.
+            let cause = wcs.iter().position(|w| {
+                w.status != WcStatus::SUCCESS
+                    && w.status != WcStatus::WR_FLUSH_ERR
+                    && !self.late_credit(w)
+            });
             let handled = match cause {
                 Some(i) => self.handle(&wcs[i]),
                 None => wcs.iter().try_for_each(|wc| self.handle(wc)),
@@ -252,8 +301,38 @@ impl RdmaConnection {
             return Ok(());
         };
         if wc.status != WcStatus::SUCCESS {
+            // A credit the departed peer cannot take, and what the QP's
+            // error flushes after it (receives, control writes), wait for
+            // this side to need the peer (`check_left`); a flushed piece
+            // is data lost, an error.
+            let late = self.late_credit(wc);
+            let flushed = self.peer_left.is_some()
+                && wc.status == WcStatus::WR_FLUSH_ERR
+                && (is_control(wc.wr_id) || is_recv(wc.wr_id));
+            if late || flushed {
+                if !is_recv(wc.wr_id) {
+                    self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
+                }
+                if late && self.peer_left.is_none() {
+                    let detail = format!(
+                        "RDMA connection to peer rank {} on {}: the peer has gone (a credit to it \
+                         completed with: {}); this is an error only because this rank still \
+                         needed the peer",
+                        self.peer, self.device, wc.status
+                    );
+                    tracing::debug!(
+                        rank = self.rank,
+                        peer = self.peer,
+                        device = %self.device,
+                        "rdma: a credit could not be delivered: the peer has left (after its last \
+                         operation, if nothing more is asked of it)"
+                    );
+                    self.peer_left = Some(detail);
+                }
+                return Ok(());
+            }
             // The opcode of an error completion is undefined: the wr_id says.
-            let what = if wc.wr_id & RECV_TAG != 0 && wc.wr_id != CONTROL_WR_ID {
+            let what = if is_recv(wc.wr_id) {
                 "a receive"
             } else {
                 "an RDMA WRITE"
@@ -275,10 +354,10 @@ impl RdmaConnection {
         match wc.opcode {
             WcOpcode::RdmaWrite => {
                 self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
-                if wc.wr_id != CONTROL_WR_ID && wc.wr_id & LENT_TAG != 0 {
+                if !is_control(wc.wr_id) && wc.wr_id & LENT_TAG != 0 {
                     self.lent_in_flight = self.lent_in_flight.saturating_sub(1);
                 }
-                if wc.wr_id != CONTROL_WR_ID && wc.wr_id & GDR_TAG != 0 {
+                if !is_control(wc.wr_id) && wc.wr_id & GDR_TAG != 0 {
                     self.gdr.in_flight = self.gdr.in_flight.saturating_sub(1);
                 }
             }
@@ -345,13 +424,21 @@ impl RdmaConnection {
     }
 
     /// Credits consumed pieces; a device piece counts once the work that
-    /// reads its inbox slot has completed.
+    /// reads its inbox slot has completed. Nothing goes to a peer that has
+    /// left.
     pub(crate) fn maybe_credit(&mut self) -> Result<(), TransportError> {
+        if self.peer_left.is_some() {
+            return Ok(());
+        }
         let threshold = (self.slots as u64 / 2).max(1);
         let released = self.gdr.released(self.received);
         if released - self.credited >= threshold && self.sq_room(0, 1) {
             let count = released as u32 & IMM_LOW;
-            self.post(0, self.control_wr((IMM_CREDIT << 30) | count))?;
+            let wr = SendWr {
+                wr_id: CREDIT_WR_ID,
+                ..self.control_wr((IMM_CREDIT << 30) | count)
+            };
+            self.post(0, wr)?;
             self.credited = released;
         }
         Ok(())
@@ -509,6 +596,7 @@ impl Connection for RdmaConnection {
 
     fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.progress()?;
+        self.check_left()?;
         self.check_piece(header, data)?;
         if !self.fifo_room()? {
             return Ok(false);
@@ -529,6 +617,7 @@ impl Connection for RdmaConnection {
             return self.try_send(header, data);
         }
         self.progress()?;
+        self.check_left()?;
         self.check_piece(header, data)?;
         if !self.fifo_room()? {
             return Ok(false);
@@ -587,6 +676,7 @@ impl Connection for RdmaConnection {
         let Some(bytes) = self.arrived[slot] else {
             // Pieces that arrived before an error are still delivered.
             progressed.map_err(|e| self.transport_err(e))?;
+            self.check_left().map_err(|e| self.transport_err(e))?;
             if let Some(cause) = self.peer_aborted {
                 return Err(self.transport_err(TransportError::PeerAborted {
                     peer: self.peer,
@@ -622,6 +712,7 @@ impl Connection for RdmaConnection {
     fn flush(&mut self) -> Result<bool, TransportError> {
         self.progress()?;
         if self.lent_in_flight > 0 {
+            self.check_left()?;
             return Ok(false);
         }
         self.regs.idle(&mut *self.dev);
@@ -636,6 +727,7 @@ impl Connection for RdmaConnection {
             return Ok(());
         }
         progressed?;
+        self.check_left()?;
         if self.last_probe.elapsed() >= PROBE_EVERY {
             self.last_probe = Instant::now();
             // A zero-byte WRITE on every QP: the peer's NIC must answer it,
@@ -662,7 +754,7 @@ impl Connection for RdmaConnection {
     }
 
     fn abort(&mut self, cause: Option<usize>) {
-        if self.broken.is_none() && self.sq_room(0, 0) {
+        if self.broken.is_none() && self.peer_left.is_none() && self.sq_room(0, 0) {
             let low = cause.map(|c| (c as u32 + 1) & IMM_LOW).unwrap_or(0);
             let _ = self.post(0, self.control_wr((IMM_ABORT << 30) | low));
             let _ = self.progress();

@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 use comm_core::transport::{ConsumeResult, DeviceLink, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{Device, DeviceBuffer, DeviceError, EventHandle};
-use transport_nvlink::DeviceQueue;
+use device::{Device, DeviceBuffer, DeviceError, DeviceQueue, EventHandle};
 
 use crate::conn::{RdmaConnection, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
 use crate::devregs::DevRegs;
@@ -524,6 +523,7 @@ impl DeviceLink for RdmaConnection {
         }
         if matches!(self.gdr.state, State::Published { .. }) {
             if !self.gdr.board_arrived {
+                self.check_left().map_err(|e| self.te(e))?;
                 if let Some(cause) = self.peer_aborted {
                     return Err(self.te(TransportError::PeerAborted {
                         peer: self.peer,
@@ -574,6 +574,7 @@ impl DeviceLink for RdmaConnection {
     ) -> Result<bool, Error> {
         let stream = queue_of(self.rank, device)?.stream;
         self.progress().map_err(|e| self.te(e))?;
+        self.check_left().map_err(|e| self.te(e))?;
         self.gdr_post_ready()?;
         let len = header.len as usize;
         if len > self.dev_slot() {
@@ -640,6 +641,7 @@ impl DeviceLink for RdmaConnection {
         };
         let pending = queued || self.gdr.in_flight > 0;
         if pending {
+            self.check_left().map_err(|e| self.te(e))?;
             if let Some(cause) = self.peer_aborted {
                 return Err(self.te(TransportError::PeerAborted {
                     peer: self.peer,
@@ -668,6 +670,7 @@ impl DeviceLink for RdmaConnection {
         let Some(bytes) = self.arrived[slot] else {
             // Pieces that arrived before an error are still delivered.
             progressed.map_err(|e| self.te(e))?;
+            self.check_left().map_err(|e| self.te(e))?;
             if let Some(cause) = self.peer_aborted {
                 return Err(self.te(TransportError::PeerAborted {
                     peer: self.peer,

@@ -59,17 +59,20 @@ pub enum Availability {
 /// (the first ACTIVE port allowed; see [`probe_for`] to choose by GPU
 /// proximity and local rank).
 pub fn probe(settings: &IbSettings) -> Availability {
-    probe_for(settings, 0, None)
+    probe_for(settings, 0, || None)
 }
 
 /// [`probe`] for one rank of a node: among the ACTIVE ports allowed by
-/// `SNCL_IB_HCA`, the one nearest the GPU with PCI bus id `gpu_bus_id` (as
-/// `nvidia-smi` prints it), else the `local_rank`-th in turn, so the ranks
-/// of a node use the NICs as rails.
+/// `SNCL_IB_HCA`, the one nearest (fewest PCI hops in sysfs) the GPU with
+/// the PCI bus id `gpu_bus_id` answers (as `cuDeviceGetPCIBusId` or
+/// `nvidia-smi` print it), ties and unknown topology shared out by
+/// `local_rank` (the rank's index among the ranks of its node), so that the
+/// ranks of a node use the NICs as rails. `gpu_bus_id` is asked only where
+/// more than one port could serve.
 pub fn probe_for(
     settings: &IbSettings,
     local_rank: usize,
-    gpu_bus_id: Option<&str>,
+    gpu_bus_id: impl FnOnce() -> Option<String>,
 ) -> Availability {
     if settings.disable {
         return Availability::Unavailable("SNCL_IB_DISABLE=1".into());
@@ -101,13 +104,28 @@ pub fn probe_for(
         .filter(|p| p.active)
         .cloned()
         .collect();
-    let gpu = gpu_bus_id.and_then(crate::topo::pci_path);
-    let chosen = crate::topo::choose_port(
-        &usable,
-        local_rank,
-        gpu.as_deref(),
-        crate::topo::ib_device_pci_path,
-    );
+    let chosen = if usable.len() > 1 {
+        let gpu = gpu_bus_id();
+        let p = crate::topo::nearest_port(
+            &usable,
+            local_rank,
+            gpu.as_deref(),
+            &crate::topo::Sysfs::system(),
+        );
+        if let Some(p) = p {
+            tracing::debug!(
+                local_rank,
+                gpu = gpu.as_deref().unwrap_or("unknown"),
+                ports = usable.len(),
+                "rdma: using {}:{}",
+                p.device,
+                p.port
+            );
+        }
+        p
+    } else {
+        usable.first()
+    };
     match chosen {
         Some(p) => Availability::Ready(Provider::Device {
             device: p.device.clone(),

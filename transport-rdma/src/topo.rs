@@ -6,26 +6,57 @@ use std::path::{Path, PathBuf};
 
 use crate::ibv::DevicePort;
 
-/// Where sysfs lists RDMA devices.
-const IB_CLASS: &str = "/sys/class/infiniband";
-/// Where sysfs lists PCI devices by bus id.
-const PCI_DEVICES: &str = "/sys/bus/pci/devices";
-
-/// The PCI path of RDMA device `name` (`/sys/devices/pci0000:00/.../<bdf>`).
-pub fn ib_device_pci_path(name: &str) -> Option<PathBuf> {
-    std::fs::canonicalize(Path::new(IB_CLASS).join(name).join("device")).ok()
+/// Where sysfs is mounted: `/sys`, or a fake tree (tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sysfs {
+    root: PathBuf,
 }
 
-/// The PCI path of the PCI device with bus id `bdf` (e.g. a GPU's
-/// `0000:3b:00.0`, as `nvidia-smi --query-gpu=pci.bus_id` prints it).
+impl Sysfs {
+    /// The machine's sysfs, `/sys`.
+    pub fn system() -> Sysfs {
+        Sysfs::at("/sys")
+    }
+
+    /// A sysfs tree rooted at `root` (holding `class/infiniband/` and
+    /// `bus/pci/devices/`, whose entries link into `devices/`).
+    pub fn at(root: impl Into<PathBuf>) -> Sysfs {
+        Sysfs { root: root.into() }
+    }
+
+    /// The PCI path of RDMA device `name`
+    /// (`<root>/devices/pci0000:00/.../<bdf>`).
+    pub fn ib_device_pci_path(&self, name: &str) -> Option<PathBuf> {
+        let link = self.root.join("class/infiniband").join(name).join("device");
+        std::fs::canonicalize(link).ok()
+    }
+
+    /// The PCI path of the PCI device with bus id `bdf` (e.g. a GPU's
+    /// `0000:3b:00.0`, or `00000000:3B:00.0` as `nvidia-smi` and
+    /// `cuDeviceGetPCIBusId` print it).
+    pub fn pci_path(&self, bdf: &str) -> Option<PathBuf> {
+        let bdf = bdf.trim().to_ascii_lowercase();
+        // nvidia-smi prints an 8-digit domain (00000000:3B:00.0); sysfs 4.
+        let bdf = match bdf.split_once(':') {
+            Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]),
+            _ => bdf,
+        };
+        if bdf.is_empty() || bdf.contains('/') || bdf.starts_with('.') {
+            return None;
+        }
+        std::fs::canonicalize(self.root.join("bus/pci/devices").join(bdf)).ok()
+    }
+}
+
+/// The PCI path of RDMA device `name` in the machine's sysfs.
+pub fn ib_device_pci_path(name: &str) -> Option<PathBuf> {
+    Sysfs::system().ib_device_pci_path(name)
+}
+
+/// The PCI path of the PCI device with bus id `bdf` in the machine's sysfs
+/// (see [`Sysfs::pci_path`]).
 pub fn pci_path(bdf: &str) -> Option<PathBuf> {
-    let bdf = bdf.trim().to_ascii_lowercase();
-    // nvidia-smi prints an 8-digit domain (00000000:3B:00.0); sysfs 4.
-    let bdf = match bdf.split_once(':') {
-        Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]),
-        _ => bdf,
-    };
-    std::fs::canonicalize(Path::new(PCI_DEVICES).join(bdf)).ok()
+    Sysfs::system().pci_path(bdf)
 }
 
 /// Hops between two PCI paths: components not shared, both sides.
@@ -63,6 +94,22 @@ pub fn choose_port<'a>(
         }
     }
     Some(&ports[local_rank % ports.len()])
+}
+
+/// The rule of [`crate::probe_for`]: among `ports` (ACTIVE, allowed by
+/// `SNCL_IB_HCA`), the one nearest the GPU with PCI bus id `gpu_bus_id` in
+/// `sysfs` (fewest PCI hops; ties, and every port where the GPU or the NICs
+/// are not found, shared out by `local_rank`).
+pub fn nearest_port<'a>(
+    ports: &'a [DevicePort],
+    local_rank: usize,
+    gpu_bus_id: Option<&str>,
+    sysfs: &Sysfs,
+) -> Option<&'a DevicePort> {
+    let gpu = gpu_bus_id.and_then(|b| sysfs.pci_path(b));
+    choose_port(ports, local_rank, gpu.as_deref(), |n| {
+        sysfs.ib_device_pci_path(n)
+    })
 }
 
 #[cfg(test)]
@@ -117,5 +164,83 @@ mod tests {
         // Whatever this machine has, a malformed id is no path, not a panic.
         assert!(pci_path("not-a-bus-id").is_none());
         let _ = pci_path("00000000:3B:00.0");
+    }
+
+    /// A fake sysfs: a GPU and mlx5_1 under one PCI switch, mlx5_0 and
+    /// mlx5_2 on other root ports; removed on drop.
+    struct FakeSysfs(PathBuf);
+
+    impl FakeSysfs {
+        fn new(tag: &str) -> FakeSysfs {
+            let root = std::env::temp_dir().join(format!("sncl-topo-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            let dev = |p: &str| {
+                let d = root.join("devices").join(p);
+                std::fs::create_dir_all(&d).unwrap();
+                d
+            };
+            let gpu = dev("pci0000:3a/0000:3a:00.0/0000:3b:00.0/0000:3c:00.0");
+            let near = dev("pci0000:3a/0000:3a:00.0/0000:3b:00.0/0000:3d:00.0");
+            let far = dev("pci0000:17/0000:17:00.0/0000:18:00.0");
+            let far2 = dev("pci0000:85/0000:85:00.0/0000:86:00.0");
+            let bus = root.join("bus/pci/devices");
+            std::fs::create_dir_all(&bus).unwrap();
+            for (bdf, d) in [
+                ("0000:3c:00.0", &gpu),
+                ("0000:3d:00.0", &near),
+                ("0000:18:00.0", &far),
+                ("0000:86:00.0", &far2),
+            ] {
+                std::os::unix::fs::symlink(d, bus.join(bdf)).unwrap();
+            }
+            for (name, d) in [("mlx5_0", &far), ("mlx5_1", &near), ("mlx5_2", &far2)] {
+                let c = root.join("class/infiniband").join(name);
+                std::fs::create_dir_all(&c).unwrap();
+                std::os::unix::fs::symlink(d, c.join("device")).unwrap();
+            }
+            FakeSysfs(root)
+        }
+    }
+
+    impl Drop for FakeSysfs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_fake_sysfs_tree_picks_the_nic_under_the_gpus_switch() {
+        let fake = FakeSysfs::new("nearest");
+        let sysfs = Sysfs::at(&fake.0);
+        let ports = [port("mlx5_0"), port("mlx5_1"), port("mlx5_2")];
+        // As cuDeviceGetPCIBusId prints it, and as sysfs names it.
+        for bus in ["00000000:3C:00.0", "0000:3c:00.0"] {
+            for local_rank in 0..4 {
+                let p = nearest_port(&ports, local_rank, Some(bus), &sysfs).unwrap();
+                assert_eq!(p.device, "mlx5_1", "{bus}, local rank {local_rank}");
+            }
+        }
+        // Without mlx5_1 allowed, the two others are equally far: ties are
+        // shared out by local rank.
+        let others = [port("mlx5_0"), port("mlx5_2")];
+        let picks: Vec<&str> = (0..4)
+            .map(|r| {
+                let p = nearest_port(&others, r, Some("0000:3c:00.0"), &sysfs).unwrap();
+                p.device.as_str()
+            })
+            .collect();
+        assert_eq!(picks, ["mlx5_0", "mlx5_2", "mlx5_0", "mlx5_2"]);
+        // A GPU sysfs does not know, or none: spread by local rank.
+        for gpu in [Some("0000:99:00.0"), Some("../../etc"), None] {
+            let picks: Vec<&str> = (0..3)
+                .map(|r| {
+                    nearest_port(&ports, r, gpu, &sysfs)
+                        .unwrap()
+                        .device
+                        .as_str()
+                })
+                .collect();
+            assert_eq!(picks, ["mlx5_0", "mlx5_1", "mlx5_2"], "{gpu:?}");
+        }
     }
 }

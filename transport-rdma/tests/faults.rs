@@ -162,3 +162,37 @@ fn peer_process_gone() {
         transport_shm::cleanup_stale();
     }
 }
+
+#[test]
+fn a_credit_to_a_peer_that_left_is_no_error_until_the_peer_is_needed() {
+    for _ in 0..TRIALS {
+        // 4 slots: a credit goes back after 2 consumed pieces.
+        let (mut a, mut b) = pair(4, 4096, 1);
+        for i in 0..2 {
+            assert!(a.try_send(&header(3, i + 1), &[1, 2, 3]).unwrap());
+        }
+        // a's last operation is done on its side: it leaves.
+        drop(a);
+        let deadline = Instant::now() + DEADLINE;
+        let mut got = 0;
+        while got < 2 {
+            assert!(Instant::now() < deadline, "the pieces never arrived");
+            if b.try_recv(&mut |_, d| {
+                assert_eq!(d, [1, 2, 3]);
+                Ok(())
+            })
+            .expect("pieces that arrived are delivered")
+            {
+                got += 1;
+            }
+        }
+        // b's credit for them finds a gone; b's operation still ends well.
+        while !b.peer_left() {
+            assert!(Instant::now() < deadline, "the credit never failed");
+            b.flush().expect("a credit to a peer that left is no error");
+        }
+        assert!(b.flush().expect("still no error"));
+        // Needing the peer again is an error naming it.
+        expect_error(&mut b, 0, &["has gone"]);
+    }
+}

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use comm_core::transport::{Connection, DeviceLink};
 use common::*;
-use device::{Backend, Device, DeviceBuffer};
-use transport_nvlink::DeviceQueue;
+use device::{Backend, Device, DeviceBuffer, DeviceQueue};
 use transport_rdma::{IbSettings, RdmaConnection};
 
 fn queue(ordinal: usize) -> DeviceQueue {
@@ -194,4 +193,63 @@ fn gdr_off_stages_the_pair() {
         "no device path: an error"
     );
     assert_eq!(a.gdr_registrations(), 0);
+}
+
+#[test]
+fn a_late_inbox_credit_to_a_peer_that_left_is_no_error() {
+    // 4 slots: the credit for 2 device pieces goes back once the work
+    // reading them has completed, after the receive returned.
+    let (mut a, mut b) = pair(4, 64 << 10, 1);
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
+    let data: Vec<u8> = (0..2000).map(|i| (i % 251) as u8).collect();
+    let src = upload(&qa, &data);
+    let dst = DeviceBuffer::new(&qb.dev, data.len()).expect("alloc");
+    let dev_b: Arc<dyn Device> = qb.dev.clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut sent, mut got) = (0usize, 0usize);
+    while got < 2 {
+        assert!(Instant::now() < deadline, "stuck at {sent}/{got}");
+        if sent < 2
+            && a.try_send_device(&qa, &header(1000, 1), src.ptr().0 + sent as u64 * 1000)
+                .expect("send")
+        {
+            sent += 1;
+        }
+        let at = got * 1000;
+        let mut consume = |h: &comm_core::wire::PieceHeader, inbox: u64| {
+            // SAFETY: the inbox slot holds `h.len` bytes until the event
+            // after this copy completes; `dst` has room.
+            unsafe {
+                dev_b.copy_d2d_async(
+                    dst.ptr().add(at),
+                    device::DevicePtr(inbox),
+                    h.len as usize,
+                    qb.stream,
+                )
+            }
+            .expect("d2d");
+            Ok(())
+        };
+        if b.try_recv_device(&qb, &mut consume).expect("recv") {
+            got += 1;
+        }
+        a.flush_device().expect("flush");
+    }
+    while !a.flush_device().expect("flush") {
+        assert!(Instant::now() < deadline, "flush_device never finished");
+    }
+    // a finished and leaves before b's reading work released the slots.
+    drop(a);
+    while !b.peer_left() {
+        assert!(Instant::now() < deadline, "the late credit never went");
+        assert!(b.flush_device().expect("a late credit is no error"));
+        b.flush().expect("a late credit is no error");
+    }
+    assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
+    // Receiving from the departed peer again names it.
+    let e = b
+        .try_recv_device(&qb, &mut |_, _| Ok(()))
+        .expect_err("the peer is gone");
+    assert!(e.to_string().contains("peer rank 0"), "{e}");
 }
