@@ -118,7 +118,7 @@ fn forcing_an_unknown_or_self_transport_fails_clearly() {
     for r in init(2, 0x7e91_0004, warp, one_node) {
         let e = failure(r, "unknown transport must fail");
         assert!(
-            e.contains("SNCL_TRANSPORT=warp") && e.contains("self, shm, nvlink, rdma, tcp"),
+            e.contains("SNCL_TRANSPORT=warp") && e.contains("self, nvlink, shm, rdma, tcp"),
             "{e}"
         );
     }

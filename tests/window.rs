@@ -310,3 +310,58 @@ fn processes_run_direct_and_a_killed_peer_is_named() {
         );
     }
 }
+
+#[test]
+fn a_rank_with_nothing_to_exchange_still_offers() {
+    // alltoallv where rank 1 sends and receives nothing: its schedule is
+    // empty, yet ranks 0 and 2 wait for every rank's offer. Rank 1 then
+    // sends a point-to-point message (sequence 0, no offer) to rank 0,
+    // which receives it after its alltoallv: without rank 1's offer both
+    // would wait until the deadline.
+    let n = 3;
+    let cs = comms(n);
+    let start = Instant::now();
+    let got = on_ranks(&cs, |c| {
+        let r = c.rank();
+        let _w = c.alloc_window::<f32>(1024).unwrap();
+        let count = |a: usize, b: usize| if a == 1 || b == 1 { 0 } else { 1000 };
+        let send_counts: Vec<usize> = (0..n).map(|p| count(r, p)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|p| count(p, r)).collect();
+        let displs = |v: &[usize]| {
+            v.iter()
+                .scan(0, |a, &x| {
+                    let d = *a;
+                    *a += x;
+                    Some(d)
+                })
+                .collect::<Vec<_>>()
+        };
+        let (sd, rd) = (displs(&send_counts), displs(&recv_counts));
+        let send = vec![r as f32; send_counts.iter().sum()];
+        let mut recv = vec![0f32; recv_counts.iter().sum()];
+        c.alltoallv(&send, &send_counts, &sd, &mut recv, &recv_counts, &rd)
+            .unwrap();
+        match r {
+            1 => c.send(&[7f32; 16], 0).unwrap(),
+            0 => {
+                let mut m = [0f32; 16];
+                c.recv(&mut m, 1).unwrap();
+                assert_eq!(m, [7f32; 16]);
+            }
+            _ => {}
+        }
+        recv
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        start.elapsed()
+    );
+    // Ranks 0 and 2 receive 1000 elements from rank 0, then 1000 from rank 2.
+    for r in [0, 2] {
+        assert_eq!(got[r].len(), 2000, "rank {r}");
+        assert!(got[r][..1000].iter().all(|&x| x == 0.0), "rank {r}");
+        assert!(got[r][1000..].iter().all(|&x| x == 2.0), "rank {r}");
+    }
+    assert!(got[1].is_empty());
+}

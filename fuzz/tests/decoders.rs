@@ -55,6 +55,7 @@ decoder_props! {
     piece_header: 32768,
     shm_slot_header: 32768,
     nvlink_board: 32768,
+    gdr_board: 32768,
     topofile: 32768,
     unique_id: 32768,
     settings_value: 8192,

@@ -486,6 +486,21 @@ fn probe_peers(
     Ok(())
 }
 
+/// Asks the connections to `peers` once whether their peer is still alive
+/// and has not aborted (a dead or aborted one is an error naming it).
+pub fn check_peers(
+    ctx: &OpContext,
+    conns: &mut [Option<Box<dyn Connection>>],
+    peers: impl Iterator<Item = usize>,
+) -> Result<()> {
+    for p in peers {
+        if let Some(c) = conns.get_mut(p).and_then(|c| c.as_deref_mut()) {
+            c.check_alive().map_err(|e| peer_failed(ctx, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Waits until `pending` returns `None` (it names the first rank this rank
 /// still waits on), with the executor's backoff, deadline, abort and
 /// liveness probes: for protocols outside the step loop that wait on

@@ -63,8 +63,10 @@ impl Inner {
         };
         if sched.steps.is_empty() {
             // Nothing to exchange, but the peers (with the same arguments)
-            // count it too.
-            take_seq(st);
+            // count it too, and where windows are in use they wait for this
+            // rank's offer.
+            let seq = take_seq(st);
+            self.offer_nothing(seq);
             return Ok(());
         }
         let esize = op.dtype.size();

@@ -116,8 +116,8 @@ impl Control {
                 .as_ref()
                 .expect("a same-node peer's control record")
         };
-        // SAFETY: the region is page-aligned and CONTROL_BYTES (≥ 8 × 7)
-        // long, so the word is aligned and in bounds; shared words are
+        // SAFETY: the region is page-aligned and CONTROL_BYTES (≥ 8 words
+        // of 8 bytes) long, so the word is aligned and in bounds; shared words are
         // only accessed atomically, by this process and its peers.
         unsafe { &*(region.as_ptr().add(w as usize * 8) as *const AtomicU64) }
     }
@@ -172,6 +172,14 @@ impl Inner {
         let ticket = self.ticket();
         self.order.wait_turn(ticket);
         let result = self.alloc_window_in_turn(bytes);
+        if let Err(e) = &result {
+            // Ranks could now disagree on whether windows exist (one timed
+            // out where another got through), and would wait on each
+            // other's offers: the communicator is unusable, and its peers
+            // are told at once.
+            let mut st = self.lock();
+            self.fail(&mut st, e);
+        }
         self.order.finish();
         result
     }
@@ -359,6 +367,25 @@ impl Inner {
         Ok(direct.then_some(d))
     }
 
+    /// Publishes an offer without windows for collective `seq` that has
+    /// nothing to exchange on this rank (its peers may have work and wait
+    /// for every rank's offer); it does not wait for theirs.
+    pub(super) fn offer_nothing(&self, seq: u64) {
+        if self.nranks < 2 || self.topo.nnodes() != 1 || seq == 0 {
+            return;
+        }
+        let Some(control) = self.windows_lock().control.clone() else {
+            return;
+        };
+        let me = self.rank;
+        control
+            .word(me, me, Word::SendWindow)
+            .store(0, Ordering::Relaxed);
+        control
+            .word(me, me, Word::Offer)
+            .store(seq, Ordering::Release);
+    }
+
     /// Waits until every peer's `word` reached this op's sequence number.
     fn await_flag(
         &self,
@@ -503,7 +530,18 @@ impl Inner {
             &control,
             Word::Done,
             "waiting for peers to finish reading",
-        )
+        )?;
+        // A peer that gave up (timed out on this rank, or was aborted) after
+        // raising its flags may have handed its buffers back to its caller
+        // while this rank still copied from them: its abort reached the
+        // connections before that, so check them once more.
+        if self.abort_requested() {
+            return Err(Error::Aborted {
+                rank: me,
+                reason: Some(format!("{} (seq {}) aborted", ctx.fingerprint, ctx.seq)),
+            });
+        }
+        exec::check_peers(ctx, &mut st.conns, (0..n).filter(|&p| p != me))
     }
 
     fn await_one(

@@ -612,7 +612,10 @@ impl Connection for TcpConnection {
         };
         let s = &mut self.streams[i];
         if written == 0 && frame_len > cap {
-            self.refused_crc = crc.map(|c| (key.0, key.1, key.2, c));
+            // Collectives only: their pieces carry a sequence number, so a
+            // later operation on the same buffer cannot match the key
+            // (point-to-point and tagged pieces all carry 0).
+            self.refused_crc = crc.filter(|_| key.2 != 0).map(|c| (key.0, key.1, key.2, c));
             return Ok(false);
         }
         if written < HEADER_BYTES {
@@ -682,6 +685,7 @@ impl Connection for TcpConnection {
     /// writes what the kernel takes without waiting, then shuts down the
     /// sending side. Later calls report the connection as aborted locally.
     fn abort(&mut self, cause: Option<usize>) {
+        self.refused_crc = None;
         if self.dead.is_some() {
             return;
         }
