@@ -9,7 +9,7 @@
 #
 # Usage: scripts/compare-builds.sh target/old/commbench target/release/commbench
 # Environment: REPS=7, TRANSPORTS="shm tcp".
-set -euo pipefail
+set -eu
 old=${1:?old commbench binary}
 new=${2:?new commbench binary}
 reps=${REPS:-7}
@@ -20,8 +20,11 @@ points=("8 3000" "65536 500" "1048576 100" "67108864 5")
 # One run: prints the out-of-place column (time in us for 8 B, busbw GB/s else).
 one() {
     local bin=$1 transport=$2 size=$3 iters=$4
-    SNCL_TRANSPORT=$transport "$bin" all_reduce -b "$size" -e "$size" -n "$iters" -w 20 --np 2 2>/dev/null |
-        awk -v s="$size" '$1 == s { if (s == 8) print $6; else print $8; exit }'
+    # shm: the automatic choice (one node), which older binaries also understand
+    local force=SNCL_TRANSPORT=$transport
+    [ "$transport" = shm ] && force=SNCL_TRANSPORT_UNSET=1
+    env -u SNCL_TRANSPORT "$force" "$bin" all_reduce -b "$size" -e "$size" -n "$iters" -w 20 --np 2 2>/dev/null |
+        awk -v s="$size" '$1 == s && !done { if (s == 8) print $6; else print $8; done = 1 }' || true
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
