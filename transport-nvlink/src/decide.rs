@@ -191,9 +191,20 @@ impl NvlinkConnection {
         if same_process && dev.backend() == Backend::Cuda {
             return Ok((DevicePtr(j.theirs.addr), false));
         }
-        let p = dev
-            .ipc_import(&j.theirs.handle)
-            .map_err(|e| self.device_err(dev, "opening the peer's device inbox", e))?;
+        let p = dev.ipc_import(&j.theirs.handle).map_err(|e| {
+            // A peer that exited took its inbox with it: that is the peer's
+            // failure (named as such to every rank), not this device's.
+            if !transport_shm::pid_alive(j.theirs.pid) {
+                return self.peer_err(comm_core::transport::TransportError::PeerGone {
+                    peer: self.peer,
+                    detail: format!(
+                        "process {} exited before its device inbox was opened ({e})",
+                        j.theirs.pid
+                    ),
+                });
+            }
+            self.device_err(dev, "opening the peer's device inbox", e)
+        })?;
         Ok((p, true))
     }
 }
