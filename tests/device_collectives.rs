@@ -410,11 +410,15 @@ fn two_nodes(transport: TransportChoice) -> Vec<Communicator> {
 
 #[test]
 fn hier_all_reduce_on_device_buffers_two_nodes() {
+    // A process with an emulated device open can run device operations,
+    // so same-node pairs get nvlink (opened here so that the choice does
+    // not depend on which test of this binary ran first).
+    let _ = sncl::device::open(sncl::device::Backend::Emu, 0);
     for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
         let comms = two_nodes(transport);
         let kinds = comms[0].transports();
         let want = match transport {
-            TransportChoice::Auto => ["self", "shm", "tcp", "tcp"],
+            TransportChoice::Auto => ["self", "nvlink", "tcp", "tcp"],
             _ => ["self", "tcp", "tcp", "tcp"],
         };
         assert_eq!(kinds[1..], want[1..], "{transport:?}");
