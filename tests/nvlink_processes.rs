@@ -9,10 +9,10 @@
 mod device_kit;
 mod nvlink_common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use device_kit::run_case;
+use device_kit::{join_ranks as join, run_case, spawn_ranks};
 use nvlink_common::{bind, cases, config};
 use sncl::device::DeviceBuffer;
 use sncl::{Communicator, DataType, ReduceOp, UniqueId};
@@ -86,49 +86,7 @@ fn child(role: &str) {
 }
 
 fn spawn(n: usize, role: &str, test: &str) -> Vec<Child> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let id = UniqueId::new(format!("127.0.0.1:{port}").parse().expect("address")).expect("id");
-    let exe = std::env::current_exe().expect("test binary");
-    (0..n)
-        .map(|rank| {
-            Command::new(&exe)
-                .args([test, "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE, role)
-                .env("NVLINK_TEST_RANK", rank.to_string())
-                .env("NVLINK_TEST_N", n.to_string())
-                .env("NVLINK_TEST_ID", id.to_hex())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawning a rank")
-        })
-        .collect()
-}
-
-/// Waits for every child, each on its own thread so that a child that
-/// exits is reaped at once (a zombie still counts as a live process to
-/// the peers' liveness probes); returns (rank, success, output).
-fn join(children: Vec<Child>) -> Vec<(usize, bool, String)> {
-    let waiters: Vec<_> = children
-        .into_iter()
-        .map(|c| std::thread::spawn(move || c.wait_with_output().expect("waiting for a rank")))
-        .collect();
-    waiters
-        .into_iter()
-        .enumerate()
-        .map(|(rank, w)| {
-            let out = w.join().expect("waiter thread");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            (rank, out.status.success(), text)
-        })
-        .collect()
+    spawn_ranks(n, test, "NVLINK_TEST", &[(ROLE, role)])
 }
 
 #[test]

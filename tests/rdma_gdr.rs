@@ -11,44 +11,34 @@
 
 mod device_kit;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use comm_core::config::TransportChoice;
-use device_kit::{bind_rank, run_case, Case, Rank};
+use device_kit::{bind_rank, cases_of, join_ranks as join, run_case, spawn_ranks, Case, Rank};
 use sncl::device::DeviceBuffer;
 use sncl::{Collective, Communicator, DataType, ReduceOp, UniqueId};
 
 const ROLE: &str = "RDMA_GDR_ROLE";
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Every collective the device path runs, f32 and bf16.
 fn cases(counts: &[usize]) -> Vec<Case> {
-    let mut v = Vec::new();
-    for &count in counts {
-        for dtype in [DataType::Float32, DataType::Bfloat16] {
-            for coll in [
-                Collective::AllReduce,
-                Collective::ReduceScatter,
-                Collective::AllGather,
-                Collective::Broadcast,
-                Collective::Reduce,
-            ] {
-                let op = if coll == Collective::AllReduce && dtype == DataType::Bfloat16 {
-                    ReduceOp::Avg
-                } else {
-                    ReduceOp::Sum
-                };
-                v.push(Case {
-                    coll,
-                    dtype,
-                    op,
-                    root: 1,
-                    count,
-                });
-            }
-        }
-    }
-    v
+    cases_of(
+        &[
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ],
+        counts,
+    )
+}
+
+fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
+    let env = [(ROLE, role), ("SNCL_IB_EMULATE", "1"), ("SNCL_IB_GDR", gdr)];
+    spawn_ranks(n, test, "RDMA_GDR", &env)
 }
 
 fn join_comm() -> Rank {
@@ -183,53 +173,6 @@ fn child(role: &str) {
         }
         other => panic!("unknown role {other}"),
     }
-}
-
-fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let id = UniqueId::new(format!("127.0.0.1:{port}").parse().expect("address")).expect("id");
-    let exe = std::env::current_exe().expect("test binary");
-    (0..n)
-        .map(|rank| {
-            Command::new(&exe)
-                .args([test, "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE, role)
-                .env("RDMA_GDR_RANK", rank.to_string())
-                .env("RDMA_GDR_N", n.to_string())
-                .env("RDMA_GDR_ID", id.to_hex())
-                .env("SNCL_IB_EMULATE", "1")
-                .env("SNCL_IB_GDR", gdr)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawning a rank")
-        })
-        .collect()
-}
-
-/// Waits for every child, each on its own thread (a child that exits is
-/// reaped at once); returns (rank, success, output).
-fn join(children: Vec<Child>) -> Vec<(usize, bool, String)> {
-    let waiters: Vec<_> = children
-        .into_iter()
-        .map(|c| std::thread::spawn(move || c.wait_with_output().expect("waiting for a rank")))
-        .collect();
-    waiters
-        .into_iter()
-        .enumerate()
-        .map(|(rank, w)| {
-            let out = w.join().expect("waiter thread");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            (rank, out.status.success(), text)
-        })
-        .collect()
 }
 
 fn run(n: usize, role: &str, test: &str, gdr: &str) {

@@ -478,12 +478,7 @@ fn probe_peers(
         return Ok(());
     }
     waiter.last_probe = Instant::now();
-    for p in peers() {
-        if let Some(c) = conns.get_mut(p).and_then(|c| c.as_deref_mut()) {
-            c.check_alive().map_err(|e| peer_failed(ctx, e))?;
-        }
-    }
-    Ok(())
+    check_peers(ctx, conns, peers().into_iter())
 }
 
 /// Asks the connections to `peers` once whether their peer is still alive

@@ -192,3 +192,84 @@ pub fn all_reduce_with_fault_on_rank_1(
             .collect()
     })
 }
+
+/// f32 and bf16 cases of `colls` at each count: sum, and avg for bf16
+/// all_reduce; root 1 (taken modulo the rank count).
+pub fn cases_of(colls: &[Collective], counts: &[usize]) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &count in counts {
+        for dtype in [DataType::Float32, DataType::Bfloat16] {
+            for &coll in colls {
+                let op = if coll == Collective::AllReduce && dtype == DataType::Bfloat16 {
+                    ReduceOp::Avg
+                } else {
+                    ReduceOp::Sum
+                };
+                v.push(Case {
+                    coll,
+                    dtype,
+                    op,
+                    root: 1,
+                    count,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Re-executes this test binary as `n` ranks running test `test`, each
+/// with `env` plus `{prefix}_RANK`, `{prefix}_N` and `{prefix}_ID` (a
+/// fresh unique id on loopback), output piped.
+pub fn spawn_ranks(
+    n: usize,
+    test: &str,
+    prefix: &str,
+    env: &[(&str, &str)],
+) -> Vec<std::process::Child> {
+    use std::process::{Command, Stdio};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let id =
+        sncl::UniqueId::new(format!("127.0.0.1:{port}").parse().expect("address")).expect("id");
+    let exe = std::env::current_exe().expect("test binary");
+    (0..n)
+        .map(|rank| {
+            Command::new(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .envs(env.iter().copied())
+                .env(format!("{prefix}_RANK"), rank.to_string())
+                .env(format!("{prefix}_N"), n.to_string())
+                .env(format!("{prefix}_ID"), id.to_hex())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawning a rank")
+        })
+        .collect()
+}
+
+/// Waits for every child, each on its own thread so that a child that
+/// exits is reaped at once (a zombie still counts as a live process to
+/// the peers' liveness probes); returns (rank, success, output).
+pub fn join_ranks(children: Vec<std::process::Child>) -> Vec<(usize, bool, String)> {
+    let waiters: Vec<_> = children
+        .into_iter()
+        .map(|c| std::thread::spawn(move || c.wait_with_output().expect("waiting for a rank")))
+        .collect();
+    waiters
+        .into_iter()
+        .enumerate()
+        .map(|(rank, w)| {
+            let out = w.join().expect("waiter thread");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (rank, out.status.success(), text)
+        })
+        .collect()
+}

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use comm_core::config::TransportChoice;
-use sncl::{Collective, Communicator, Config, DataType, ReduceOp};
+use sncl::{Collective, Communicator, Config};
 
-use crate::device_kit::{bind_rank, Case, Rank};
+use crate::device_kit::{bind_rank, cases_of, Case, Rank};
 
 /// Tests of one binary that read the process-wide
 /// `transport_nvlink::device_bytes` counters hold this, so that another
@@ -54,30 +54,16 @@ pub fn bind(comm: Communicator) -> Rank {
     bind_rank(comm)
 }
 
+/// The nvlink tests' cases: all_reduce, reduce_scatter, all_gather and
+/// broadcast (see [`cases_of`]).
 pub fn cases(counts: &[usize]) -> Vec<Case> {
-    let mut v = Vec::new();
-    for &count in counts {
-        for dtype in [DataType::Float32, DataType::Bfloat16] {
-            for coll in [
-                Collective::AllReduce,
-                Collective::ReduceScatter,
-                Collective::AllGather,
-                Collective::Broadcast,
-            ] {
-                let op = if matches!(coll, Collective::AllReduce) && dtype == DataType::Bfloat16 {
-                    ReduceOp::Avg
-                } else {
-                    ReduceOp::Sum
-                };
-                v.push(Case {
-                    coll,
-                    dtype,
-                    op,
-                    root: 1,
-                    count,
-                });
-            }
-        }
-    }
-    v
+    cases_of(
+        &[
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::Broadcast,
+        ],
+        counts,
+    )
 }
