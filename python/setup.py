@@ -4,7 +4,7 @@ Install with the torch you will run it with (no build isolation, so the
 extension compiles against that torch's headers and C++ ABI; it is never
 shipped prebuilt):
 
-    cargo build --release                       # target/release/libsncl.a
+    cargo build --release -p sncl-capi          # target/release/libsncl.a
     pip install --no-build-isolation ./python
 
 libsncl is linked statically (target/release/libsncl.a, or $SNCL_LIB_DIR),
@@ -44,7 +44,7 @@ INC_DIR = pathlib.Path(os.environ.get("SNCL_INCLUDE_DIR", REPO / "include"))
 STATIC = LIB_DIR / "libsncl.a"
 HEADER = INC_DIR / "sncl.h"
 
-for f, hint in ((STATIC, "run `cargo build --release` or set SNCL_LIB_DIR"),
+for f, hint in ((STATIC, "run `cargo build --release -p sncl-capi` or set SNCL_LIB_DIR"),
                 (HEADER, "set SNCL_INCLUDE_DIR")):
     if not f.exists():
         raise SystemExit(f"sncl_torch: {f} not found ({hint})")

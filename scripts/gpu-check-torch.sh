@@ -47,7 +47,7 @@ say() { printf '[gpu-check-torch] %s\n' "$*"; }
 prepare() {
     set -e
     command -v cargo >/dev/null 2>&1 || { say "error: cargo is missing"; exit 2; }
-    cargo build --release --lib
+    cargo build --release -p sncl-capi
     local target=${CARGO_TARGET_DIR:-$ROOT/target}
     mkdir -p "$LIB_DIR"
     cp "$target/release/libsncl.a" "$LIB_DIR/libsncl.a"

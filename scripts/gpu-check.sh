@@ -38,7 +38,7 @@
 #                 copied / time, kernel_bandwidth's copy row)
 #     latency     8 B all_reduce, 2 processes, with MPS when
 #                 nvidia-cuda-mps-control is there (target <= 20 us)
-#     c-device    tests/c/c_abi_device_test.c on the cuda backend, 2 ranks
+#     c-device    capi/tests/c/c_abi_device_test.c on the cuda backend, 2 ranks
 #   torch (scripts/gpu-check-torch.sh: builds sncl_torch against that
 #     machine's torch from target/gpu-check/lib/libsncl.a; CUDA tensors,
 #     DDP parity with gloo; 280 s)
@@ -80,9 +80,9 @@ prepare() {
     cp "$slices" "$OUT_DIR/cuda-slices"
     # The C ABI test on device pointers, linked against the release
     # libsncl.so that travels beside it.
-    cargo build --release --lib
+    cargo build --release -p sncl-capi
     cp target/release/libsncl.so "$OUT_DIR/"
-    cc -O2 -Wall -Werror -Iinclude -o "$OUT_DIR/c-device-test" tests/c/c_abi_device_test.c \
+    cc -O2 -Wall -Werror -Iinclude -o "$OUT_DIR/c-device-test" capi/tests/c/c_abi_device_test.c \
         -L"$OUT_DIR" -lsncl -Wl,-rpath,'$ORIGIN'
     strip "$OUT_DIR"/*
     # sncl_torch is built there from this archive (scripts/gpu-check-torch.sh).

@@ -56,8 +56,8 @@ if [ -n "${SNCL_LIB_DIR:-}" ] && [ -f "$SNCL_LIB_DIR/libsncl.a" ]; then
     step "using the prebuilt $SNCL_LIB_DIR/libsncl.a"
 else
     command -v cargo >/dev/null 2>&1 || die "cargo is missing: install the Rust toolchain first"
-    step "building libsncl (cargo build --release --lib)"
-    cargo build --release --lib
+    step "building libsncl (cargo build --release -p sncl-capi)"
+    cargo build --release -p sncl-capi
     SNCL_LIB_DIR=$TARGET_DIR/release
 fi
 export SNCL_LIB_DIR

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use comm_core::algo::Algorithm;
 use comm_core::schedule::Schedule;
@@ -125,57 +125,6 @@ pub(crate) struct State {
     window_bytes: (u64, u64),
 }
 
-/// Ticket-based ordering: operations run in the order they took a ticket.
-struct Order {
-    next: Mutex<u64>,
-    turn: AtomicU64,
-    parked: AtomicU64,
-    park: Mutex<()>,
-    cv: Condvar,
-}
-
-impl Order {
-    fn new() -> Order {
-        Order {
-            next: Mutex::new(0),
-            turn: AtomicU64::new(0),
-            parked: AtomicU64::new(0),
-            park: Mutex::new(()),
-            cv: Condvar::new(),
-        }
-    }
-
-    fn wait_turn(&self, t: u64) {
-        for _ in 0..200 {
-            if self.turn.load(Ordering::Acquire) == t {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let mut g = self.park.lock().unwrap_or_else(|e| e.into_inner());
-        while self.turn.load(Ordering::SeqCst) != t {
-            g = self
-                .cv
-                .wait_timeout(g, std::time::Duration::from_millis(1))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        drop(g);
-        self.parked.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn finish(&self) {
-        self.turn.fetch_add(1, Ordering::SeqCst);
-        // Waiters re-check at least every millisecond, so a missed wake-up
-        // only delays; skip the lock when nobody is parked.
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            let _g = self.park.lock().unwrap_or_else(|e| e.into_inner());
-            self.cv.notify_all();
-        }
-    }
-}
-
 /// How long a waiting rank spins before yielding: long when this node has
 /// a core per local rank, short when ranks outnumber cores.
 fn spin_budget(node_ids: &[String], rank: usize) -> std::time::Duration {
@@ -207,7 +156,8 @@ pub(crate) struct Inner {
     pub node_ids: Vec<String>,
     pub transports: Vec<&'static str>,
     pub state: Mutex<State>,
-    order: Order,
+    /// Stream order: every operation takes a place when it is issued.
+    pub(crate) order: crate::order::IssueOrder,
     pub store: Option<Arc<dyn Store>>,
     pub secret: [u8; 16],
     pub local_ip: std::net::IpAddr,
@@ -319,7 +269,7 @@ impl Inner {
                 mailbox: tagged::Mailbox::default(),
                 window_bytes: (0, 0),
             }),
-            order: Order::new(),
+            order: crate::order::IssueOrder::new(),
             store: p.store,
             secret: p.secret,
             local_ip: p.local_ip,
@@ -350,10 +300,7 @@ impl Inner {
     /// Takes a place in the stream order and runs `f` with it before anyone
     /// else can take the next one (so queued work stays in ticket order).
     pub fn ticket_with<R>(&self, f: impl FnOnce(u64) -> R) -> R {
-        let mut n = self.order.next.lock().unwrap_or_else(|e| e.into_inner());
-        let t = *n;
-        *n += 1;
-        f(t)
+        self.order.take_with(f)
     }
 
     /// Runs `op` when its ticket's turn comes.

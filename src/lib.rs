@@ -38,9 +38,9 @@ struct RdmaDoctests;
 struct SecurityDoctests;
 
 mod api;
+pub mod binding;
 mod bucket;
 mod bucket_device;
-pub mod capi;
 mod comm;
 mod compressed;
 mod compressed_device;
@@ -51,6 +51,7 @@ pub use cudarc;
 mod element;
 mod flight;
 mod logging;
+mod order;
 mod setup;
 mod shrink;
 mod split;

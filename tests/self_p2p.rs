@@ -1,11 +1,11 @@
 //! Sends to and receives from the rank itself (NCCL allows them inside a
-//! group): blocking groups, raw non-blocking operations, the C ABI, and the
-//! errors for a transfer to self without its partner.
+//! group): blocking groups, raw non-blocking operations, and the errors for
+//! a transfer to self without its partner. (The C ABI's: sncl-capi's
+//! `c_abi_send_recv_to_self`.)
 
 use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
-use sncl::capi::*;
 use sncl::{Collective, Communicator, Config, DataType, Error, P2p, RawOp, ReduceOp};
 
 fn comms(n: usize) -> Vec<Communicator> {
@@ -138,62 +138,4 @@ fn raw_non_blocking_group_with_self() {
     let w = unsafe { c.enqueue_raw(op) };
     w.wait().unwrap();
     assert_eq!(got, out);
-}
-
-#[test]
-fn c_abi_send_recv_to_self() {
-    let mut comm = std::ptr::null_mut();
-    let t = snclDataType_t::snclFloat32 as c_int;
-    // SAFETY: valid handle storage and buffers that outlive every call.
-    unsafe {
-        assert_eq!(
-            snclCommInitAll(&mut comm, 1, std::ptr::null()),
-            snclResult_t::snclSuccess
-        );
-        let out: Vec<f32> = (0..100).map(|i| i as f32).collect();
-        let mut got = vec![0f32; 100];
-        assert_eq!(snclGroupStart(), snclResult_t::snclSuccess);
-        let s = snclSend(
-            out.as_ptr() as *const c_void,
-            100,
-            t,
-            0,
-            comm,
-            std::ptr::null_mut(),
-        );
-        let r = snclRecv(
-            got.as_mut_ptr() as *mut c_void,
-            100,
-            t,
-            0,
-            comm,
-            std::ptr::null_mut(),
-        );
-        assert_eq!(
-            (s, r),
-            (snclResult_t::snclSuccess, snclResult_t::snclSuccess)
-        );
-        assert_eq!(snclGroupEnd(), snclResult_t::snclSuccess);
-        assert_eq!(got, out);
-        // Outside a group a send to self has no partner: an argument error
-        // that leaves the communicator usable.
-        assert_eq!(
-            snclSend(
-                out.as_ptr() as *const c_void,
-                100,
-                t,
-                0,
-                comm,
-                std::ptr::null_mut()
-            ),
-            snclResult_t::snclInvalidArgument
-        );
-        let mut state = -1;
-        assert_eq!(
-            snclCommGetAsyncError(comm, &mut state),
-            snclResult_t::snclSuccess
-        );
-        assert_eq!(state, snclResult_t::snclSuccess as c_int);
-        assert_eq!(snclCommDestroy(comm), snclResult_t::snclSuccess);
-    }
 }

@@ -1,7 +1,8 @@
 //! Fuzz targets for every sncl decoder of bytes that come from outside the
 //! process: peers (store protocol, TCP handshake and data frames, shared
 //! memory slots), files and variables (topology file, settings), the unique
-//! id and the C ABI's string inputs.
+//! id. (The C ABI's string inputs: sncl-capi's unit tests, the one place
+//! the C functions can be called from Rust.)
 //!
 //! A target is a plain `fn(&[u8])`: it feeds the bytes to the decoder and
 //! panics only when the decoder misbehaves (panics itself, or breaks an
@@ -10,7 +11,6 @@
 //! runs them under proptest in the normal test suite and replays every
 //! crash ever found (`regressions/`). See docs/FUZZING.md.
 
-use std::ffi::{c_char, c_int, CString};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -44,8 +44,6 @@ pub const TARGETS: &[(&str, Target, bool)] = &[
     ("unique_id", unique_id, false),
     ("settings_value", settings_value, false),
     ("settings_file", settings_file, false),
-    ("capi_get_setting", capi_get_setting, false),
-    ("capi_unique_id", capi_unique_id, false),
 ];
 
 /// The target named `name`.
@@ -268,44 +266,6 @@ pub fn settings_file(data: &[u8]) {
     }
 }
 
-/// `snclGetSetting` with a name from the input and a buffer of
-/// `data[0] % 64` bytes.
-pub fn capi_get_setting(data: &[u8]) {
-    let (sel, rest) = data.split_first().map_or((0, data), |(s, r)| (*s, r));
-    let nul = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-    let name = CString::new(&rest[..nul]).expect("no NUL before nul");
-    let mut value = vec![0 as c_char; 64];
-    let size = (sel % 64) as usize;
-    let mut is_set: c_int = -1;
-    // SAFETY: name is NUL-terminated; value has 64 >= size writable bytes.
-    let r =
-        unsafe { sncl::capi::snclGetSetting(name.as_ptr(), value.as_mut_ptr(), size, &mut is_set) };
-    if r == sncl::capi::snclResult_t::snclSuccess {
-        assert!(is_set == 0 || is_set == 1);
-        assert!(comm_core::settings::lookup(name.to_str().expect("UTF-8")).is_some());
-    }
-}
-
-/// `snclCommInitRank` with unique-id bytes from the input that the decoder
-/// refuses (a valid id would start a real bootstrap): must be
-/// `snclInvalidArgument`, never a crash.
-pub fn capi_unique_id(data: &[u8]) {
-    let mut b = [0u8; UNIQUE_ID_BYTES];
-    let n = data.len().min(UNIQUE_ID_BYTES);
-    b[..n].copy_from_slice(&data[..n]);
-    if UniqueId::from_bytes(&b).is_ok() {
-        return;
-    }
-    let id = sncl::capi::snclUniqueId {
-        internal: b.map(|x| x as c_char),
-    };
-    let mut comm: sncl::capi::snclComm_t = std::ptr::null_mut();
-    // SAFETY: comm is writable storage for a handle.
-    let r = unsafe { sncl::capi::snclCommInitRank(&mut comm, 2, id, 0) };
-    assert_eq!(r, sncl::capi::snclResult_t::snclInvalidArgument);
-    assert!(comm.is_null());
-}
-
 /// Valid inputs of each target, the mutating driver's starting corpus.
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     let header_with = |checksum: Option<u32>| {
@@ -425,7 +385,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             b"inter.burst = 1MB\ninter.oversubscription = 2\nintra.reduce_bandwidth = 10GB/s\n"
                 .to_vec(),
         ],
-        "unique_id" | "capi_unique_id" => vec![uid.clone(), {
+        "unique_id" => vec![uid.clone(), {
             let id =
                 UniqueId::from_bytes(&uid.clone().try_into().expect("128 bytes")).expect("valid");
             id.to_hex().into_bytes()
@@ -437,10 +397,6 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "settings_file" => {
             vec![b"SNCL_NSOCKS=4\n# comment\nSNCL_ALGO = all_reduce:ring\n".to_vec()]
         }
-        "capi_get_setting" => SETTINGS
-            .iter()
-            .map(|s| [&[63u8][..], s.name.as_bytes()].concat())
-            .collect(),
         _ => vec![Vec::new()],
     }
 }

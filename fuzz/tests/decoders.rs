@@ -60,8 +60,6 @@ decoder_props! {
     unique_id: 32768,
     settings_value: 8192,
     settings_file: 8192,
-    capi_get_setting: 8192,
-    capi_unique_id: 8192,
 }
 
 #[test]

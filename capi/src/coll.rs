@@ -9,7 +9,7 @@ use super::comm::{CommShared, PreMul};
 use super::error::{guard, CError};
 use super::exec::{self, CollOp, Item};
 use super::types::*;
-use crate::{Collective, Communicator, DataType, RawOp, ReduceOp, VCounts};
+use sncl_rs::{Collective, Communicator, DataType, RawOp, ReduceOp, VCounts};
 
 /// Validates and issues an operation built by `f`.
 ///
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
             let spec = spec
                 .to_str()
                 .map_err(|_| CError::invalid("codec is not UTF-8"))?;
-            let codec = crate::Codec::parse(spec)
+            let codec = sncl_rs::Codec::parse(spec)
                 .map_err(|e| CError::invalid(format!("codec {spec:?}: {e}")))?;
             OpShape::new(Collective::AllReduce, dt, count, c.size())
                 .check()

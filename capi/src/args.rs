@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::comm::{CommShared, PreMul};
 use super::error::CError;
 use super::types::*;
-use crate::{Config, ConfigFromEnv, DataType, ReduceOp};
+use sncl_rs::{Config, ConfigFromEnv, DataType, ReduceOp};
 
 pub(super) type R<T = ()> = Result<T, CError>;
 

@@ -11,7 +11,7 @@ use super::error::{guard, CError};
 use super::exec;
 use super::types::*;
 use super::uid;
-use crate::{Communicator, Config, UniqueId};
+use sncl_rs::{Communicator, Config, UniqueId};
 
 fn init_job(shared: &CommShared, id: UniqueId, rank: usize, nranks: usize, cfg: Config) -> R {
     let _ = shared.route.set(id.root);
@@ -127,13 +127,13 @@ pub unsafe extern "C" fn snclCommInitAll(
 }
 
 fn split_job(
+    parent_shared: Arc<CommShared>,
     mut ticket: Ticket,
     color: c_int,
     key: c_int,
     child: Option<Arc<CommShared>>,
     timeout: Option<Duration>,
 ) -> R {
-    let parent_shared = ticket.comm().clone();
     let exchanged = (|| -> R<Option<(UniqueId, usize, usize, Config)>> {
         let parent = parent_shared.get()?;
         ticket.wait_turn();
@@ -232,12 +232,13 @@ pub unsafe extern "C" fn snclCommSplit(
             None => unsafe { newcomm.write(std::ptr::null_mut()) },
         };
         let ticket = parent.ticket();
+        let p = parent.clone();
         let timeout = opts.timeout;
         if !blocking {
             write(child.as_ref());
             let c = child.clone();
             spawn("sncl-split", move || {
-                let _ = split_job(ticket, color, key, c, timeout);
+                let _ = split_job(p, ticket, color, key, c, timeout);
             })?;
             return Ok(if child.is_some() {
                 snclResult_t::snclInProgress
@@ -251,12 +252,12 @@ pub unsafe extern "C" fn snclCommSplit(
                 c.defer_to_group_end();
             }
             exec::defer(Box::new(move || {
-                split_job(ticket, color, key, child, timeout)
+                split_job(p, ticket, color, key, child, timeout)
             }));
             return Ok(OK);
         }
         write(None);
-        split_job(ticket, color, key, child.clone(), timeout)?;
+        split_job(p, ticket, color, key, child.clone(), timeout)?;
         write(child.as_ref());
         Ok(OK)
     })

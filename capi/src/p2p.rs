@@ -7,7 +7,7 @@ use super::coll::issue;
 use super::error::guard;
 use super::exec::{self, Item};
 use super::types::*;
-use crate::Communicator;
+use sncl_rs::Communicator;
 
 fn p2p(
     c: &Communicator,

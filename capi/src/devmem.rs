@@ -13,7 +13,7 @@ use ::device::{Backend, Device, PointerKind, StreamHandle};
 use super::error::CError;
 use super::stream::StreamShared;
 use super::types::{snclResult_t, snclStream, snclStream_t};
-use crate::ConfigFromEnv;
+use sncl_rs::ConfigFromEnv;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -71,7 +71,7 @@ impl Dev {
 
     /// Waits for `stream` up to the settings' timeout.
     pub fn synchronize(&self, stream: StreamHandle) -> R {
-        let timeout = crate::Config::from_env().map_err(CError::from)?.timeout;
+        let timeout = sncl_rs::Config::from_env().map_err(CError::from)?.timeout;
         self.dev
             .synchronize(stream, Instant::now() + timeout)
             .map_err(|e| dev_error(&format!("synchronizing a stream of {}", self.label()), e))

@@ -11,8 +11,8 @@ use super::comm::CommShared;
 use super::devmem::{self, Dev, StreamArg, R};
 use super::error::CError;
 use super::exec::{self, Item};
-use crate::device::DeviceOp;
-use crate::Communicator;
+use sncl_rs::DeviceOp;
+use sncl_rs::Communicator;
 
 /// The buffers of an item, named for errors.
 pub(super) fn buffers(item: &Item) -> Vec<(&'static str, *const u8)> {
@@ -96,7 +96,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     if coll.premul.is_some() {
         return unsupported("a snclRedOpCreatePreMulSum operator");
     }
-    if raw.v.is_some() || !crate::comm::Inner::runs_on_device(raw.coll) {
+    if raw.v.is_some() || !sncl_rs::binding::runs_on_device(raw.coll) {
         return unsupported("this collective");
     }
     let (o, stream) = devmem::resolve_stream(stream, Some(d.dev.ordinal()))?;
@@ -114,8 +114,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
             d.label()
         )));
     }
-    c.bind_or_check(name, "the buffers", &d.dev)
-        .map_err(CError::from)?;
+    sncl_rs::binding::bind_or_check(c, name, "the buffers", &d.dev).map_err(CError::from)?;
     let mut op = DeviceOp::new(
         raw.coll,
         raw.dtype,

@@ -7,7 +7,7 @@ use sncl_bootstrap::ReadEnvironment;
 use sncl_bootstrap::{configured_secret, parse_host_port};
 
 use super::error::CError;
-use crate::UniqueId;
+use sncl_rs::UniqueId;
 
 /// The settings the unique-id rules read (environment and settings file).
 fn settings() -> Result<Environment, CError> {
@@ -59,7 +59,7 @@ pub(crate) fn new_unique_id() -> Result<UniqueId, CError> {
     // The store starts now on a free port (no window for another program
     // to take it before snclCommInitRank).
     let ip = host_ip(&env)?;
-    crate::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
+    sncl_rs::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
 }
 
 /// A unique id for a communicator whose rank 0 is this process, used by
@@ -84,7 +84,7 @@ pub(crate) fn split_unique_id(route: Option<SocketAddr>) -> Result<UniqueId, CEr
             Some(s.local_addr().ok()?.ip())
         })
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    crate::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
+    sncl_rs::Communicator::unique_id(SocketAddr::new(ip, 0)).map_err(CError::from)
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use super::error::CError;
 use super::types::snclResult_t;
-use crate::{Communicator, DataType, RawWork};
+use sncl_rs::binding::IssueOrder;
+pub(crate) use sncl_rs::binding::Ticket;
+use sncl_rs::{Communicator, DataType, RawWork};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -34,54 +36,6 @@ pub(crate) struct PreMul {
     pub scalar: Scalar,
 }
 
-/// Issue order of one communicator: every C call on it takes a ticket when
-/// it is issued and runs when the ticket's turn comes, so operations queued
-/// on streams, run by groups and run inline keep the order in which the
-/// application issued them (the same on every rank).
-#[derive(Default)]
-struct Order {
-    st: Mutex<(u64, u64)>,
-    cv: Condvar,
-}
-
-/// A place in a communicator's order. Dropping it (run or not) passes the
-/// turn on, after waiting for it, so a skipped operation never blocks the
-/// ones behind it.
-pub(crate) struct Ticket {
-    comm: Arc<CommShared>,
-    n: u64,
-    started: bool,
-}
-
-impl Ticket {
-    /// Waits until every operation issued before this one has finished.
-    pub fn wait_turn(&mut self) {
-        let o = &self.comm.order;
-        let mut g = lock(&o.st);
-        while g.1 != self.n {
-            g = o.cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        self.started = true;
-    }
-
-    /// The communicator.
-    pub fn comm(&self) -> &Arc<CommShared> {
-        &self.comm
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if !self.started {
-            self.wait_turn();
-        }
-        let o = &self.comm.order;
-        let mut g = lock(&o.st);
-        g.1 += 1;
-        o.cv.notify_all();
-    }
-}
-
 /// Everything a `snclComm` owns; operations in flight keep it alive.
 pub(crate) struct CommShared {
     state: Mutex<InitState>,
@@ -92,7 +46,12 @@ pub(crate) struct CommShared {
     pub route: OnceLock<SocketAddr>,
     /// Whether init and split on it block (`snclConfig_t::blocking`).
     pub blocking: bool,
-    order: Order,
+    /// Issue order: every C call on it takes a ticket when it is issued
+    /// and runs when the ticket's turn comes, so operations queued on
+    /// streams, run by groups and run inline keep the order in which the
+    /// application issued them (the same on every rank). Dropping a ticket
+    /// unrun passes its turn on.
+    order: Arc<IssueOrder>,
     redops: Mutex<Vec<Option<PreMul>>>,
     last_error: Mutex<Option<String>>,
     async_code: Mutex<Option<snclResult_t>>,
@@ -111,7 +70,7 @@ impl CommShared {
             comm: OnceLock::new(),
             route: OnceLock::new(),
             blocking,
-            order: Order::default(),
+            order: Arc::new(IssueOrder::new()),
             redops: Mutex::new(Vec::new()),
             last_error: Mutex::new(None),
             async_code: Mutex::new(None),
@@ -219,18 +178,8 @@ impl CommShared {
     }
 
     /// Takes the next place in the issue order.
-    pub fn ticket(self: &Arc<Self>) -> Ticket {
-        let n = {
-            let mut g = lock(&self.order.st);
-            let n = g.0;
-            g.0 += 1;
-            n
-        };
-        Ticket {
-            comm: self.clone(),
-            n,
-            started: false,
-        }
+    pub fn ticket(&self) -> Ticket {
+        self.order.ticket()
     }
 
     /// Records a failure of an operation on this communicator; a fatal one

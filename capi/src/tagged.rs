@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_void};
 use super::error::{guard, CError};
 use super::exec;
 use super::types::*;
-use crate::DataType;
+use sncl_rs::DataType;
 
 /// `snclRecvTagged`'s `peer` for "any rank" (sncl extension, as
 /// `MPI_ANY_SOURCE`).

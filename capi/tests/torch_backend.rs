@@ -20,7 +20,10 @@ fn torch_backend() {
         eprintln!("torch_backend: skipped (SNCL_SKIP_TORCH_TESTS={v:?})");
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The workspace root (this crate is capi/ in it).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("sncl-capi is a workspace member");
     let script = root.join("scripts/test-torch.sh");
     assert!(script.exists(), "{} is missing", script.display());
     let status = Command::new("bash")

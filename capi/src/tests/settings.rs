@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use sncl::capi::{snclGetSetting, snclResult_t};
+use crate::{snclGetSetting, snclResult_t};
 
 fn get(name: &CStr, size: usize) -> (snclResult_t, String, c_int) {
     let mut buf = vec![b'x' as c_char; size.max(1)];

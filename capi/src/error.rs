@@ -6,7 +6,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::types::snclResult_t;
-use crate::Error;
+use sncl_rs::Error;
 
 /// An error on its way to C: the code and the full text.
 #[derive(Clone, Debug)]

@@ -3,7 +3,7 @@
 use half::{bf16, f16};
 use kernels::{F8E4M3, F8E5M2};
 
-use crate::DataType;
+use sncl_rs::DataType;
 
 fn each<const N: usize>(buf: &mut [u8], f: impl Fn([u8; N]) -> [u8; N]) {
     for c in buf.chunks_exact_mut(N) {

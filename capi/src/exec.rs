@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use super::comm::{CommShared, PreMul, Scalar, Ticket};
 use super::error::{catch, CError};
 use super::stream::StreamShared;
-use crate::{
+use sncl_rs::{
     as_bytes_mut, Codec, Collective, Communicator, CompressScope, DataType, P2p, RawOp, ReduceOp,
 };
 
@@ -308,7 +308,7 @@ fn dispatch(batches: Vec<Batch>) -> Result<(), CError> {
 }
 
 fn run_batch(b: Batch, mut ticket: Ticket) -> Result<(), CError> {
-    let shared = ticket.comm().clone();
+    let shared = b.comm.clone();
     let r = (|| {
         let comm = shared.get()?;
         ticket.wait_turn();

@@ -1,5 +1,7 @@
 //! The C ABI: `libsncl` (cdylib and staticlib) with `include/sncl.h`,
-//! generated from this module by cbindgen.
+//! generated from this crate by cbindgen. It is built on the Rust API (the
+//! `sncl` crate, here `sncl_rs`): its raw operations and its
+//! [`sncl_rs::binding`] module.
 //!
 //! It mirrors NCCL's API with the prefix `sncl` in place of `nccl`: same
 //! function names, parameter lists, semantics and enum values, so a port is
@@ -93,8 +95,8 @@
 //!   API.
 //!
 //! Regenerate the header after changing anything here:
-//! `cargo test --test c_abi -- --ignored regenerate_header` (the test
-//! suite fails while `include/sncl.h` is stale).
+//! `cargo test -p sncl-capi --test c_abi -- --ignored regenerate_header`
+//! (the test suite fails while `include/sncl.h` is stale).
 
 #![allow(non_camel_case_types, non_snake_case)]
 
@@ -140,12 +142,11 @@ pub use streams::*;
 pub use tagged::*;
 pub use types::*;
 
+// In-process tests through the C functions (the crate has no rlib for
+// tests/ to link; tests/ holds the C programs).
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn handles_cross_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<super::comm::CommShared>();
-        send_sync::<super::stream::StreamShared>();
-    }
-}
+mod tests;
+// The workspace's shared test kits (tests/rank_kit, tests/fault_kit) name
+// the Rust API `sncl`, as the root crate's tests see it.
+#[cfg(test)]
+extern crate sncl_rs as sncl;
