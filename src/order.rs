@@ -179,7 +179,10 @@ mod tests {
         let d = std::thread::spawn(move || drop(skipped));
         std::thread::sleep(Duration::from_millis(20));
         assert!(!h.is_finished(), "ran before the tickets ahead of it");
-        assert!(!d.is_finished(), "passed on a turn that was not yet its own");
+        assert!(
+            !d.is_finished(),
+            "passed on a turn that was not yet its own"
+        );
         drop(first);
         d.join().unwrap();
         assert_eq!(h.join().unwrap(), 2);

@@ -3,7 +3,6 @@
 //! a transfer to self without its partner. (The C ABI's: sncl-capi's
 //! `c_abi_send_recv_to_self`.)
 
-use std::ffi::{c_int, c_void};
 use std::time::Duration;
 
 use sncl::{Collective, Communicator, Config, DataType, Error, P2p, RawOp, ReduceOp};

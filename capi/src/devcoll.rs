@@ -11,8 +11,8 @@ use super::comm::CommShared;
 use super::devmem::{self, Dev, StreamArg, R};
 use super::error::CError;
 use super::exec::{self, Item};
-use sncl_rs::DeviceOp;
 use sncl_rs::Communicator;
+use sncl_rs::DeviceOp;
 
 /// The buffers of an item, named for errors.
 pub(super) fn buffers(item: &Item) -> Vec<(&'static str, *const u8)> {

@@ -18,7 +18,9 @@ const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The workspace root (include/sncl.h, examples/c/).
 fn workspace() -> &'static Path {
-    Path::new(MANIFEST).parent().expect("the crate is a workspace member")
+    Path::new(MANIFEST)
+        .parent()
+        .expect("the crate is a workspace member")
 }
 
 fn generate_header() -> String {

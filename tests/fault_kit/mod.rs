@@ -145,4 +145,3 @@ pub fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
     }
     eprintln!("{mode}: {trials} of {trials} trials shrank to 7 ranks; slowest failure report {worst:?} after the kill");
 }
-
