@@ -92,7 +92,9 @@ pub struct RawOp {
     /// What the communicator's check established (shape, fingerprint,
     /// extents), kept from the check before the op took a ticket to the
     /// executor; re-established where the fields above no longer match it.
-    pub(crate) prepared: Option<check::Prepared>,
+    /// Boxed: queued jobs and C ABI items hold a `RawOp` beside smaller
+    /// variants.
+    pub(crate) prepared: Option<Box<check::Prepared>>,
 }
 
 // SAFETY: the raw pointers are lent by the caller until the operation

@@ -43,15 +43,19 @@ impl Inner {
     /// operation and what was expected; no sequence number is taken.
     pub(crate) fn prepare(&self, op: &mut RawOp) -> Result<Prepared> {
         let p = self.prepared(op)?;
-        op.prepared = Some(p);
+        op.prepared = Some(Box::new(p));
         Ok(p)
     }
 
     /// The op's [`Prepared`]: kept from [`Inner::prepare`], or established
     /// now (a raw op from the C ABI or [`crate::Communicator::run_raw`]).
     pub(super) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
-        if let Some(p) = op.prepared.filter(|p| p.describes(op, self.nranks)) {
-            return Ok(p);
+        if let Some(p) = op
+            .prepared
+            .as_deref()
+            .filter(|p| p.describes(op, self.nranks))
+        {
+            return Ok(*p);
         }
         let name = op.coll.name();
         let n = self.nranks;
