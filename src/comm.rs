@@ -37,7 +37,9 @@ pub struct VCounts {
     pub recv_displs: Vec<usize>,
 }
 
-/// One point-to-point transfer of a group (sizes in bytes).
+/// One point-to-point transfer of a group: `count` elements of `dtype`, as
+/// every other count (the transfers of one group may have different
+/// types; a send and its receive must have the same size in bytes).
 #[derive(Clone, Copy, Debug)]
 pub struct P2p {
     /// The other rank.
@@ -46,8 +48,18 @@ pub struct P2p {
     pub is_send: bool,
     /// The buffer.
     pub ptr: *mut u8,
-    /// Its length in bytes.
+    /// Its length in elements of `dtype`.
     pub count: usize,
+    /// The element type.
+    pub dtype: DataType,
+}
+
+impl P2p {
+    /// The buffer's length in bytes (checked addressable by the
+    /// communicator before the transfer runs).
+    pub fn bytes(&self) -> usize {
+        self.count.saturating_mul(self.dtype.size())
+    }
 }
 
 /// An operation on raw buffers, as the C ABI and framework bindings issue
@@ -74,8 +86,15 @@ pub struct RawOp {
     pub recv: *mut u8,
     /// Variable counts (all_gatherv, alltoallv).
     pub v: Option<VCounts>,
-    /// Transfers of a point-to-point group (`Collective::SendRecv`).
+    /// Transfers of a point-to-point group (`Collective::SendRecv`; the
+    /// group's `dtype` and `count` are not used: each transfer has its own).
     pub p2p: Vec<P2p>,
+    /// What the communicator's check established (shape, fingerprint,
+    /// extents), kept from the check before the op took a ticket to the
+    /// executor; re-established where the fields above no longer match it.
+    /// Boxed: queued jobs and C ABI items hold a `RawOp` beside smaller
+    /// variants.
+    pub(crate) prepared: Option<Box<check::Prepared>>,
 }
 
 // SAFETY: the raw pointers are lent by the caller until the operation
@@ -96,6 +115,7 @@ impl RawOp {
             recv: std::ptr::null_mut(),
             v: None,
             p2p: Vec::new(),
+            prepared: None,
         }
     }
 }
@@ -197,9 +217,9 @@ pub(crate) enum Standby {
 }
 
 pub(crate) struct InnerParts {
-    /// Whether device pieces between same-node ranks go device to device
-    /// on every rank (nvlink forced, or ready on every rank: decided from
-    /// the published records, so every rank plans alike).
+    /// Whether every pair of same-node ranks is given a transport kind
+    /// that moves device memory (`registry::every_local_pair_moves`:
+    /// decided from the published records, so every rank plans alike).
     pub device_tier: bool,
     pub rank: usize,
     pub nranks: usize,

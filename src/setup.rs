@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use comm_core::transport::registry::{
-    self as kinds, KindState, PreparedTransport, RankCard, Readiness, SetupContext,
+    self as kinds, KindState, MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext,
 };
 use comm_core::transport::Connection;
 use comm_core::{Config, Error, Result};
@@ -209,6 +209,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         node: &node,
         ip,
         deadline,
+        now: Instant::now,
         store: &kv,
     };
     fn ctx<'a>(
@@ -259,7 +260,15 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         rank,
     )?;
     inter_tier_over_rdma(&mut config, &cards, rank);
-    let device_tier = everywhere(&config, &cards, "nvlink");
+    // Device operations plan with the device tier where every pair of a
+    // node is given a kind that moves device memory (from the published
+    // records, so every rank plans alike).
+    let device_tier = kinds::every_local_pair_moves(
+        registry::TRANSPORTS,
+        config.transport.forced(),
+        &cards,
+        MemoryKind::Device,
+    );
     // 3. Connect each kind's peers, in registry order on every rank.
     let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
     for (i, k) in registry::TRANSPORTS.iter().enumerate() {
@@ -278,7 +287,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
             }
             continue;
         };
-        for c in prep.connect(&ctx(&base, &config, &kind_stores[i]), &cards, &peers)? {
+        for mut c in prep.connect(&ctx(&base, &config, &kind_stores[i]), &cards, &peers)? {
             let p = c.peer();
             if !peers.contains(&p) || conns[p].is_some() {
                 return Err(Error::Bootstrap {
@@ -289,6 +298,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
                     ),
                 });
             }
+            check_memory_kinds(rank, *k, &mut *c)?;
             conns[p] = Some(c);
         }
         if let Some(p) = peers.iter().find(|&&p| conns[p].is_none()) {
@@ -360,6 +370,43 @@ pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Resul
         });
     }
     Ok(())
+}
+
+/// A connection offers a device path exactly when its kind declares
+/// [`MemoryKind::Device`]: the executor sends device pieces device to
+/// device over a connection's path and stages them through host memory
+/// where it has none, so the declaration is what decides it.
+fn check_memory_kinds(
+    rank: usize,
+    kind: &dyn kinds::TransportKind,
+    c: &mut dyn Connection,
+) -> Result<()> {
+    let declared = kind.memory_kinds().contains(&MemoryKind::Device);
+    if c.device_link().is_some() == declared {
+        return Ok(());
+    }
+    let (declares, has) = if declared {
+        ("host and device memory", "no device path")
+    } else {
+        ("host memory only", "a device path")
+    };
+    Err(Error::Bootstrap {
+        rank,
+        detail: format!(
+            "transport {} declares {declares}, but its connection to peer rank {} has {has}",
+            kind.name(),
+            c.peer()
+        ),
+    })
+}
+
+/// The memory the transport kind `name` moves (empty for a name this
+/// build does not have).
+pub(crate) fn memory_kinds_of(name: &str) -> &'static [MemoryKind] {
+    registry::TRANSPORTS
+        .iter()
+        .find(|k| k.name() == name)
+        .map_or(&[], |k| k.memory_kinds())
 }
 
 /// Whether transport `kind` connects every pair it can on every rank:

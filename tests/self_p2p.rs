@@ -72,7 +72,7 @@ fn transfer_to_self_without_partner_is_rejected() {
             g.recv(&mut short, 0);
         }),
         "send",
-        "meets a receive of 64 bytes",
+        "meets a receive of 8 int64 elements (64 bytes)",
     );
     assert_invalid(c.send(&buf, 1), "send", "out of range");
     // Rejected before running: nothing was copied, the communicator works.
@@ -125,12 +125,14 @@ fn raw_non_blocking_group_with_self() {
             is_send: true,
             ptr: out.as_ptr() as *mut u8,
             count: out.len(),
+            dtype: DataType::Uint8,
         },
         P2p {
             peer: 0,
             is_send: false,
             ptr: got.as_mut_ptr(),
             count: got.len(),
+            dtype: DataType::Uint8,
         },
     ];
     // SAFETY: both buffers outlive the wait below.

@@ -1,11 +1,13 @@
 //! The transport registry: each peer pair gets the first kind (self, shm,
 //! tcp) that can connect it, both ranks agree, and `SNCL_TRANSPORT=<name>`
-//! forces one kind or fails naming what is missing.
+//! forces one kind or fails naming what is missing. Each kind declares the
+//! memory it moves (host; device too for self, nvlink and rdma).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use comm_core::config::TransportChoice;
+use comm_core::transport::registry::MemoryKind;
 use sncl::{Communicator, Config, MemoryStore, Store};
 
 /// `n` thread ranks, rank r on node `node(r)`.
@@ -146,4 +148,49 @@ fn malformed_names_are_refused_when_parsed() {
         TransportChoice::parse(" tcp ").unwrap(),
         TransportChoice::Tcp
     );
+}
+
+/// The memory each peer's kind moves: host for every kind; device too
+/// for `self` (the rank's own copies) and the kinds with a device path
+/// (`nvlink`, `rdma`); `shm` and `tcp` stage device pieces through host
+/// memory. Forcing tcp makes every other peer host-only.
+#[test]
+fn each_peer_kind_declares_the_memory_it_moves() {
+    const HOST: &[MemoryKind] = &[MemoryKind::Host];
+    const BOTH: &[MemoryKind] = &[MemoryKind::Host, MemoryKind::Device];
+    let declared = |kind: &str| match kind {
+        "self" | "nvlink" | "rdma" => BOTH,
+        "shm" | "tcp" => HOST,
+        other => panic!("unexpected kind {other}"),
+    };
+    for (id, choice) in [
+        (0x7e91_0007, TransportChoice::Auto),
+        (0x7e91_0008, TransportChoice::Tcp),
+    ] {
+        let comms: Vec<Communicator> = init(4, id, choice, two_nodes)
+            .into_iter()
+            .map(|c| c.unwrap())
+            .collect();
+        for c in &comms {
+            let mem = c.memory_kinds();
+            assert_eq!(mem.len(), 4);
+            for (p, kind) in c.transports().iter().enumerate() {
+                assert_eq!(
+                    mem[p],
+                    declared(kind),
+                    "rank {} peer {p} ({kind})",
+                    c.rank()
+                );
+                if choice == TransportChoice::Tcp && p != c.rank() {
+                    assert_eq!(mem[p], HOST);
+                }
+            }
+            assert_eq!(mem[c.rank()], BOTH, "self moves both");
+        }
+        std::thread::scope(|s| {
+            for c in &comms {
+                s.spawn(move || c.barrier().unwrap());
+            }
+        });
+    }
 }

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use comm_core::transport::registry::{
-    choose, KindState, PreparedTransport, RankCard, Readiness, SelfKind, SetupContext,
+    choose, KindState, MemoryKind, PreparedTransport, RankCard, Readiness, SelfKind, SetupContext,
     TransportKind,
 };
 use comm_core::transport::{Connection, ConsumeResult, TransportError};
@@ -68,6 +68,9 @@ impl TransportKind for PairwiseKind {
     fn name(&self) -> &'static str {
         "pairwise"
     }
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host]
+    }
     fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
         Ok(Readiness::Ready(Box::new(PairwisePrepared {
             port: format!("port{}", ctx.rank),
@@ -128,6 +131,7 @@ fn a_kind_can_exchange_per_pair_information_through_its_store() {
                     node: "n",
                     ip: IpAddr::from([127, 0, 0, 1]),
                     deadline: Instant::now() + Duration::from_secs(10),
+                    now: Instant::now,
                     store: &store,
                 };
                 let Readiness::Ready(prepared) = PairwiseKind.prepare(&ctx).unwrap() else {

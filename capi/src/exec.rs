@@ -38,7 +38,9 @@ pub(crate) enum Item {
         peer: usize,
         is_send: bool,
         ptr: usize,
-        bytes: usize,
+        /// Elements of `dtype`.
+        count: usize,
+        dtype: DataType,
     },
 }
 
@@ -131,12 +133,14 @@ impl Batch {
                 peer,
                 is_send,
                 ptr,
-                bytes,
+                count,
+                dtype,
             } => self.p2p.push(P2p {
                 peer,
                 is_send,
                 ptr: ptr as *mut u8,
-                count: bytes,
+                count,
+                dtype,
             }),
         }
     }
@@ -333,7 +337,7 @@ fn run_p2p(comm: &Communicator, p2p: &[P2p]) -> Result<(), CError> {
     // rely on it).
     let mut op = RawOp::new(Collective::SendRecv, DataType::Uint8, 0);
     op.p2p = p2p.to_vec();
-    // SAFETY: every buffer is lent by the caller for its byte count until
+    // SAFETY: every buffer is lent by the caller for its count until
     // the operation completes (snclSend / snclRecv's contract).
     unsafe { comm.run_raw(&op) }.map_err(CError::from)
 }

@@ -19,12 +19,13 @@ fn p2p(
 ) -> R<Item> {
     let dt = dtype_arg(datatype)?;
     let peer = rank_arg("peer", peer, c.size())?;
-    let bytes = span("count", count, 1, dt)? * dt.size();
+    span("count", count, 1, dt)?;
     Ok(Item::P2p {
         peer,
         is_send,
         ptr: ptr as usize,
-        bytes,
+        count,
+        dtype: dt,
     })
 }
 

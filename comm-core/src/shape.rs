@@ -4,13 +4,16 @@
 //! Rust API, the runtime's checks, the C ABI and commbench all read extents
 //! from here instead of working them out themselves.
 //!
+//! [`OpShape::fingerprint`] is what every piece of the operation carries
+//! on the wire, so peers that disagree on any of it find out.
+//!
 //! `count` is what NCCL's signatures count: the elements of one rank's
 //! block for the collectives whose buffers hold one block per rank
 //! ([`OpShape::per_rank`]: all-gather's `sendcount`, reduce-scatter's
 //! `recvcount`, all-to-all, gather and scatter), else of the whole buffer.
 
-use crate::wire::Collective;
-use crate::DataType;
+use crate::wire::{Collective, Fingerprint};
+use crate::{DataType, ReduceOp};
 
 /// Why an operation's shape is not acceptable. The texts are the ones users
 /// see inside the caller's error (which names the rank and the operation).
@@ -131,6 +134,35 @@ impl OpShape {
                 count: self.count,
                 mult,
             })
+    }
+
+    /// The fingerprint every piece of the operation carries, with the
+    /// reduction `op` (reducing collectives; `Sum` stands for none). The
+    /// count is 0 where the counts are per peer (the V collectives,
+    /// point-to-point groups) or there is none (barrier); the root is -1
+    /// for collectives without one.
+    pub fn fingerprint(&self, op: ReduceOp) -> Fingerprint {
+        Fingerprint {
+            collective: self.coll,
+            dtype: self.dtype,
+            op: if self.coll.is_reducing() {
+                op
+            } else {
+                ReduceOp::Sum
+            },
+            root: if self.coll.is_rooted() {
+                i32::try_from(self.root).unwrap_or(i32::MAX)
+            } else {
+                -1
+            },
+            count: match self.coll {
+                Collective::AllGatherV
+                | Collective::AllToAllV
+                | Collective::SendRecv
+                | Collective::Barrier => 0,
+                _ => self.count as u64,
+            },
+        }
     }
 
     fn all(&self) -> usize {
@@ -298,6 +330,18 @@ mod tests {
             g.check_buffers(0, 4, 0).unwrap_err().to_string(),
             "send has 4 elements, expected 3"
         );
+    }
+
+    #[test]
+    fn fingerprints_keep_what_peers_must_agree_on() {
+        let r = OpShape::new(Collective::Reduce, F32, 5, 4).with_root(2);
+        let f = r.fingerprint(ReduceOp::Max);
+        assert_eq!((f.root, f.count, f.op), (2, 5, ReduceOp::Max));
+        let a = OpShape::new(Collective::AllGather, F32, 5, 4).with_root(3);
+        let f = a.fingerprint(ReduceOp::Max);
+        assert_eq!((f.root, f.count, f.op), (-1, 5, ReduceOp::Sum));
+        let p = OpShape::new(Collective::SendRecv, DataType::Uint8, 7, 4);
+        assert_eq!(p.fingerprint(ReduceOp::Sum).count, 0);
     }
 
     #[test]

@@ -1,59 +1,133 @@
-//! Argument checks of an operation before it runs: roots, counts and
-//! buffers, self-transfers of point-to-point groups, and the extents the
-//! executor bounds its accesses by.
+//! Argument checks of an operation, once, before it takes a sequence
+//! number: roots, counts and buffers, self-transfers of point-to-point
+//! groups. What they establish — the operation's [`OpShape`], its
+//! fingerprint and this rank's buffer extents — is kept in the op
+//! ([`Prepared`]) and read by the planner and the executor, which derive
+//! none of it again.
 
 use comm_core::shape::{v_extent, OpShape};
-use comm_core::wire::Collective;
+use comm_core::wire::{Collective, Fingerprint};
 use comm_core::Result;
 
 use super::{Inner, P2p, RawOp};
 
+/// What [`Inner::prepare`] established about an operation on one
+/// communicator: carried in [`RawOp`] from the check to the executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    /// The shape (collective, dtype, count, ranks, root).
+    pub shape: OpShape,
+    /// What every piece of the operation carries.
+    pub fingerprint: Fingerprint,
+    /// Elements of the send buffer this rank reads.
+    pub send_elems: usize,
+    /// Elements of the receive buffer this rank writes.
+    pub recv_elems: usize,
+}
+
+impl Prepared {
+    /// Whether this still describes `op` on a communicator of `nranks`
+    /// (its scalar fields are public: a caller may have changed them).
+    fn describes(&self, op: &RawOp, nranks: usize) -> bool {
+        let s = &self.shape;
+        (s.coll, s.dtype, s.count, s.root, s.nranks)
+            == (op.coll, op.dtype, op.count, op.root, nranks)
+            && (!op.coll.is_reducing() || self.fingerprint.op == op.op)
+    }
+}
+
 impl Inner {
-    pub(super) fn validate(&self, op: &RawOp) -> Result<()> {
+    /// Checks `op` on this communicator and keeps what the check
+    /// established in it ([`RawOp::prepared`]): nothing of the operation is
+    /// derived again up to the executor. An error names this rank, the
+    /// operation and what was expected; no sequence number is taken.
+    pub(crate) fn prepare(&self, op: &mut RawOp) -> Result<Prepared> {
+        let p = self.prepared(op)?;
+        op.prepared = Some(Box::new(p));
+        Ok(p)
+    }
+
+    /// The op's [`Prepared`]: kept from [`Inner::prepare`], or established
+    /// now (a raw op from the C ABI or [`crate::Communicator::run_raw`]).
+    pub(super) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
+        if let Some(p) = op
+            .prepared
+            .as_deref()
+            .filter(|p| p.describes(op, self.nranks))
+        {
+            return Ok(*p);
+        }
         let name = op.coll.name();
         let n = self.nranks;
-        self.shape(op)
+        let shape = OpShape::new(op.coll, op.dtype, op.count, n).with_root(op.root);
+        shape
             .check()
             .map_err(|e| self.invalid(name, e.to_string()))?;
         if op.coll.is_reducing() {
             kernels::check_supported(op.dtype, op.op)
                 .map_err(|e| self.invalid(name, e.to_string()))?;
         }
-        if let Some(v) = &op.v {
-            for (what, c) in [
-                ("send counts", &v.send_counts),
-                ("send displacements", &v.send_displs),
-                ("receive counts", &v.recv_counts),
-                ("receive displacements", &v.recv_displs),
-            ] {
-                if c.len() != n && !(op.coll == Collective::AllGatherV && what.starts_with("send"))
-                {
-                    return Err(self.invalid(
-                        name,
-                        format!(
-                            "{what} have {} entries, expected one per rank ({n})",
-                            c.len()
-                        ),
-                    ));
-                }
-            }
-        }
+        let (send_elems, recv_elems) = match op.coll {
+            Collective::AllGatherV | Collective::AllToAllV => self.v_extents(op)?,
+            _ => (shape.send_elems(self.rank), shape.recv_elems(self.rank)),
+        };
         for p in &op.p2p {
+            let what = if p.is_send { "send" } else { "recv" };
             if p.peer >= n {
                 return Err(self.invalid(
-                    if p.is_send { "send" } else { "recv" },
+                    what,
                     format!("peer {} is out of range for {n} ranks", p.peer),
                 ));
             }
+            OpShape::new(Collective::SendRecv, p.dtype, p.count, n)
+                .check()
+                .map_err(|e| self.invalid(what, format!("with peer {}: {e}", p.peer)))?;
         }
-        self.validate_self_pairs(&op.p2p)
+        self.validate_self_pairs(&op.p2p)?;
+        Ok(Prepared {
+            shape,
+            fingerprint: shape.fingerprint(op.op),
+            send_elems,
+            recv_elems,
+        })
+    }
+
+    /// The variable counts' extents (send, receive) of an all_gatherv or
+    /// alltoallv on this rank, after checking there is one count and one
+    /// displacement per rank.
+    fn v_extents(&self, op: &RawOp) -> Result<(usize, usize)> {
+        let (name, n, r) = (op.coll.name(), self.nranks, self.rank);
+        let v =
+            op.v.as_ref()
+                .ok_or_else(|| self.invalid(name, "variable counts are missing".into()))?;
+        for (what, c) in [
+            ("send counts", &v.send_counts),
+            ("send displacements", &v.send_displs),
+            ("receive counts", &v.recv_counts),
+            ("receive displacements", &v.recv_displs),
+        ] {
+            if c.len() != n && !(op.coll == Collective::AllGatherV && what.starts_with("send")) {
+                return Err(self.invalid(
+                    name,
+                    format!(
+                        "{what} have {} entries, expected one per rank ({n})",
+                        c.len()
+                    ),
+                ));
+            }
+        }
+        let recv = v_extent(&v.recv_counts, &v.recv_displs);
+        Ok(match op.coll {
+            Collective::AllGatherV => (v.recv_counts[r], recv),
+            _ => (v_extent(&v.send_counts, &v.send_displs), recv),
+        })
     }
 
     /// Sends to this rank itself and receives from itself, paired in issue
     /// order: the k-th send to self feeds the k-th receive from self of the
     /// same group (as in NCCL). Without its partner in the group a transfer
     /// to self could never complete (NCCL would hang), so it is rejected.
-    pub(super) fn validate_self_pairs(&self, p2p: &[P2p]) -> Result<()> {
+    fn validate_self_pairs(&self, p2p: &[P2p]) -> Result<()> {
         let me = self.rank;
         let sends = p2p.iter().filter(|p| p.peer == me && p.is_send);
         let recvs = p2p.iter().filter(|p| p.peer == me && !p.is_send);
@@ -69,12 +143,18 @@ impl Inner {
             ));
         }
         for (s, r) in sends.zip(recvs) {
-            if s.count != r.count {
+            if s.bytes() != r.bytes() {
                 return Err(self.invalid(
                     "send",
                     format!(
-                        "a send of {} bytes to this rank ({me}) itself meets a receive of {} bytes",
-                        s.count, r.count
+                        "a send of {} {} elements ({} bytes) to this rank ({me}) itself meets \
+                         a receive of {} {} elements ({} bytes)",
+                        s.count,
+                        s.dtype.name(),
+                        s.bytes(),
+                        r.count,
+                        r.dtype.name(),
+                        r.bytes()
                     ),
                 ));
             }
@@ -86,29 +166,5 @@ impl Inner {
             }
         }
         Ok(())
-    }
-
-    /// The operation's shape on this communicator.
-    pub(super) fn shape(&self, op: &RawOp) -> OpShape {
-        OpShape::new(op.coll, op.dtype, op.count, self.nranks).with_root(op.root)
-    }
-
-    /// Input and output extents in elements for the executor's bounds:
-    /// [`OpShape`]'s, or the variable counts' for the V collectives.
-    pub(super) fn extents(&self, op: &RawOp) -> (usize, usize) {
-        let r = self.rank;
-        match (op.coll, &op.v) {
-            (Collective::AllGatherV, Some(v)) => {
-                (v.recv_counts[r], v_extent(&v.recv_counts, &v.recv_displs))
-            }
-            (Collective::AllToAllV, Some(v)) => (
-                v_extent(&v.send_counts, &v.send_displs),
-                v_extent(&v.recv_counts, &v.recv_displs),
-            ),
-            _ => {
-                let s = self.shape(op);
-                (s.send_elems(r), s.recv_elems(r))
-            }
-        }
     }
 }

@@ -60,7 +60,7 @@ impl Inner {
                     .map(|p| algo::Transfer {
                         peer: p.peer,
                         is_send: p.is_send,
-                        len: p.count,
+                        len: p.bytes(),
                     })
                     .collect();
                 let s = build(algo::Blocks::P2p(&transfers))?;

@@ -4,7 +4,7 @@
 use comm_core::algo::Algorithm;
 use comm_core::schedule::Schedule;
 use comm_core::wire::{Collective, Fingerprint};
-use comm_core::{Error, ReduceOp, Result};
+use comm_core::{Error, Result};
 use sncl_runtime::exec::{self, Buffers, OpContext};
 
 use super::{Inner, RawOp, State};
@@ -24,18 +24,30 @@ impl Inner {
         }
     }
 
-    /// Executes one operation now (the caller holds its turn).
+    /// Executes one operation now (the caller holds its turn). The op's
+    /// checks ([`Inner::prepare`]) come first, then the schedule and the
+    /// scratch space; the sequence number is taken only once nothing can
+    /// refuse the op any more, so a refused op leaves the numbering as it
+    /// was and the next op still matches the peers'.
     ///
     /// # Safety
     /// See [`Inner::run_ordered`].
     pub unsafe fn run(&self, op: &RawOp) -> Result<()> {
-        self.validate(op)?;
+        let prepared = self.prepared(op)?;
+        let esize = op.dtype.size();
+        let (send_elems, recv_elems) = (prepared.send_elems, prepared.recv_elems);
+        if (send_elems > 0 && op.send.is_null())
+            || (recv_elems > 0 && op.recv.is_null())
+            || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
+        {
+            return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
+        }
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
         let rest;
         let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank) {
-            // SAFETY: forwarded from the caller; validated above.
+            // SAFETY: forwarded from the caller; checked by `prepared`.
             rest = unsafe { self.copy_to_self(op) };
             if rest.p2p.is_empty() {
                 *st.ops.entry(op.coll).or_insert(0) += 1;
@@ -45,14 +57,11 @@ impl Inner {
         } else {
             op
         };
-        let fingerprint = Self::fingerprint(op);
         let (sched, algo) = self.schedule(st, op, false)?;
         // Point-to-point groups involve only some ranks: they do not take a
         // collective sequence number (their pieces carry 0 and the
         // sendrecv fingerprint, so a mix-up with a collective is still
-        // caught). A collective takes its number only once nothing can
-        // reject it any more, so a rejected call leaves the numbering as
-        // it was and the next call still matches the peers'.
+        // caught).
         let take_seq = |st: &mut State| {
             if op.coll == Collective::SendRecv {
                 0
@@ -68,14 +77,6 @@ impl Inner {
             let seq = take_seq(st);
             self.offer_nothing(seq);
             return Ok(());
-        }
-        let esize = op.dtype.size();
-        let (send_elems, recv_elems) = self.extents(op);
-        if (send_elems > 0 && op.send.is_null())
-            || (recv_elems > 0 && op.recv.is_null())
-            || op.p2p.iter().any(|p| p.count > 0 && p.ptr.is_null())
-        {
-            return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
         }
         let Some(scratch_bytes) = sched
             .scratch_elems
@@ -97,9 +98,9 @@ impl Inner {
             st.scratch.resize(scratch_bytes, 0);
         }
         let seq = take_seq(st);
-        // SAFETY: the caller lends send/recv for the counts that `extents`
-        // derives from; scratch is ours and sized above; p2p buffers are
-        // lent by the caller for their counts.
+        // SAFETY: the caller lends send/recv for the extents `prepared`
+        // derived from the counts; scratch is ours and sized above; p2p
+        // buffers are lent by the caller for their counts.
         let bufs = unsafe {
             let b = Buffers::new(
                 if send_elems == 0 {
@@ -117,43 +118,18 @@ impl Inner {
                 st.scratch.as_mut_ptr(),
                 scratch_bytes,
             );
-            b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.count * esize)).collect())
+            b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.bytes())).collect())
         };
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
         self.execute_op(
             st,
             op,
-            (seq, fingerprint),
+            (seq, prepared.fingerprint),
             (&sched, algo),
             &bufs,
             bytes,
             |r| r,
         )
-    }
-
-    /// The fingerprint every piece of `op` carries.
-    pub(super) fn fingerprint(op: &RawOp) -> Fingerprint {
-        Fingerprint {
-            collective: op.coll,
-            dtype: op.dtype,
-            op: if op.coll.is_reducing() {
-                op.op
-            } else {
-                ReduceOp::Sum
-            },
-            root: if op.coll.is_rooted() {
-                op.root as i32
-            } else {
-                -1
-            },
-            count: match op.coll {
-                Collective::AllGatherV
-                | Collective::AllToAllV
-                | Collective::SendRecv
-                | Collective::Barrier => 0,
-                _ => op.count as u64,
-            },
-        }
     }
 
     /// Runs a planned operation over `mem` (host buffers or device memory)
@@ -277,17 +253,18 @@ impl Inner {
     /// local copies; returns the group without them.
     ///
     /// # Safety
-    /// As [`Inner::run`]; `op` passed [`Inner::validate`].
+    /// As [`Inner::run`]; `op` passed [`Inner::prepare`].
     pub(super) unsafe fn copy_to_self(&self, op: &RawOp) -> RawOp {
         let me = self.rank;
         let sends = op.p2p.iter().filter(|p| p.peer == me && p.is_send);
         let recvs = op.p2p.iter().filter(|p| p.peer == me && !p.is_send);
         for (s, r) in sends.zip(recvs) {
-            if s.count > 0 {
-                // SAFETY: the caller lends both buffers for `count` bytes
-                // (checked equal and non-NULL by validate) until the group
-                // completes; `copy` allows them to overlap.
-                unsafe { std::ptr::copy(s.ptr as *const u8, r.ptr, s.count) };
+            if s.bytes() > 0 {
+                // SAFETY: the caller lends both buffers for their counts
+                // (checked the same size in bytes and non-NULL by
+                // `prepared`) until the group completes; `copy` allows them
+                // to overlap.
+                unsafe { std::ptr::copy(s.ptr as *const u8, r.ptr, s.bytes()) };
             }
         }
         let mut rest = op.clone();
@@ -315,9 +292,11 @@ impl Inner {
     }
 
     /// Checks a device operation at enqueue (before it takes a ticket or a
-    /// sequence number): as a host operation, plus the collectives the
-    /// device path runs. Returns the extents (send, receive) in elements.
-    pub(crate) fn validate_device(&self, op: &RawOp) -> Result<(usize, usize)> {
+    /// sequence number) and keeps the result in it ([`Inner::prepare`]):
+    /// as a host operation, plus the collectives the device path runs and
+    /// the device path's bound on `count × nranks`. Returns the extents
+    /// (send, receive) in elements.
+    pub(crate) fn validate_device(&self, op: &mut RawOp) -> Result<(usize, usize)> {
         let name = op.coll.name();
         if !Inner::runs_on_device(op.coll) {
             return Err(self.invalid(
@@ -327,7 +306,7 @@ impl Inner {
                     .into(),
             ));
         }
-        self.validate(op)?;
+        let p = self.prepare(op)?;
         let n = self.nranks;
         if op
             .count
@@ -343,7 +322,7 @@ impl Inner {
                 ),
             ));
         }
-        Ok(self.extents(op))
+        Ok((p.send_elems, p.recv_elems))
     }
 
     /// Runs a device operation when its ticket's turn comes.
@@ -376,12 +355,13 @@ impl Inner {
             self.fail(st, &e);
             return Err(e);
         }
+        let prepared = self.prepared(op)?;
         let (sched, algo) = self.schedule(st, op, true)?;
         if sched.steps.is_empty() {
             return Ok(());
         }
         let esize = op.dtype.size();
-        let (send_elems, recv_elems) = self.extents(op);
+        let (send_elems, recv_elems) = (prepared.send_elems, prepared.recv_elems);
         let scratch_bytes = sched.scratch_elems.saturating_mul(esize);
         let mut staging = binding.staging();
         if let Err(e) = staging.ensure_scratch(binding, scratch_bytes) {
@@ -405,11 +385,10 @@ impl Inner {
             self.config.timeout,
         );
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
-        let fingerprint = Self::fingerprint(op);
         self.execute_op(
             st,
             op,
-            (seq, fingerprint),
+            (seq, prepared.fingerprint),
             (&sched, algo),
             &mem,
             bytes,

@@ -225,7 +225,7 @@ impl Communicator {
         let mut raw = RawOp::new(op.coll, op.dtype, op.count);
         raw.op = op.op;
         raw.root = op.root;
-        let (send_elems, recv_elems) = inner.validate_device(&raw)?;
+        let (send_elems, recv_elems) = inner.validate_device(&mut raw)?;
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));
         }
@@ -477,7 +477,7 @@ impl<'scope> Scope<'scope, '_> {
         let mut raw = RawOp::new(coll, dtype, count);
         raw.op = op;
         raw.root = root;
-        let (se, re) = inner.validate_device(&raw)?;
+        let (se, re) = inner.validate_device(&mut raw)?;
         let esize = dtype.size();
         for (what, (_, bytes), elems) in [("send", send, se), ("receive", recv, re)] {
             if bytes < elems * esize {

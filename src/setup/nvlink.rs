@@ -24,7 +24,7 @@
 //! decision, or `1`'s); with `SNCL_NVLINK=0` it is unavailable.
 
 use comm_core::transport::registry::{
-    PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
+    MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
@@ -45,6 +45,13 @@ pub(crate) struct Nvlink;
 impl TransportKind for Nvlink {
     fn name(&self) -> &'static str {
         transport_nvlink::NAME
+    }
+
+    /// Device to device between the pair's devices where both reach each
+    /// other (peer access, or one device), else staged over its shm FIFO
+    /// (`SNCL_NVLINK=1`: an error instead); host pieces over that FIFO.
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
     }
 
     fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {

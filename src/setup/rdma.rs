@@ -16,7 +16,7 @@
 
 use comm_core::settings::Environment;
 use comm_core::transport::registry::{
-    PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
+    MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::Result;
@@ -39,6 +39,15 @@ fn emulated_card() -> String {
 impl TransportKind for Rdma {
     fn name(&self) -> &'static str {
         "rdma"
+    }
+
+    /// Device memory through the NIC (GPUDirect RDMA) where both sides
+    /// can take part — `SNCL_IB_GDR` is not 0, the device exports
+    /// dma-bufs, libibverbs has `ibv_reg_dmabuf_mr`, the inbox registers —
+    /// decided per pair at its first device operation; else device pieces
+    /// are staged through host memory (`SNCL_IB_GDR=1`: an error instead).
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
     }
 
     fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {

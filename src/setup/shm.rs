@@ -15,7 +15,7 @@
 
 use comm_core::store::Store;
 use comm_core::transport::registry::{
-    PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
+    MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
@@ -110,6 +110,10 @@ pub(crate) struct Shm;
 impl TransportKind for Shm {
     fn name(&self) -> &'static str {
         "shm"
+    }
+
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host]
     }
 
     fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use comm_core::transport::registry::{
-    PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
+    MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
@@ -26,6 +26,10 @@ fn address(c: &RankCard) -> std::result::Result<SocketAddr, String> {
 impl TransportKind for Tcp {
     fn name(&self) -> &'static str {
         "tcp"
+    }
+
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host]
     }
 
     /// Binds the listener peers of higher rank connect to; its address is

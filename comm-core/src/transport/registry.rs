@@ -55,6 +55,9 @@ pub struct SetupContext<'a> {
     pub ip: IpAddr,
     /// Every wait of the setup ends here with an error.
     pub deadline: Instant,
+    /// The clock [`SetupContext::deadline`] is measured by, handed in by
+    /// the caller (`Instant::now`; comm-core reads no clock itself).
+    pub now: fn() -> Instant,
     /// The store, under a namespace of this communicator and this kind
     /// (`sncl/<comm>/<kind>/`): keys a kind sets cannot collide with
     /// another kind's or the runtime's.
@@ -66,9 +69,42 @@ impl SetupContext<'_> {
     /// store request still says what it waited for).
     pub fn remaining(&self) -> Duration {
         self.deadline
-            .saturating_duration_since(Instant::now())
+            .saturating_duration_since((self.now)())
             .max(Duration::from_millis(1))
     }
+}
+
+/// Memory a transport kind's connections move between two ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// Host (CPU) memory, as byte slices: every kind moves it.
+    Host,
+    /// Device (GPU) memory, device to device: the kind's connections offer
+    /// a device path ([`super::Connection::device_link`]). Whether a pair
+    /// can use it is decided at its first device operation (the devices
+    /// must reach each other; GPUDirect must be available); where it
+    /// cannot, device pieces are staged through host memory, as they
+    /// always are over a kind that does not list `Device`.
+    Device,
+}
+
+impl MemoryKind {
+    /// The name in logs and errors (`host`, `device`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryKind::Host => "host",
+            MemoryKind::Device => "device",
+        }
+    }
+}
+
+/// Whether the kind named `name` in `kinds` moves `mem` (false for a name
+/// that is not there).
+pub fn moves(kinds: &[&dyn TransportKind], name: &str, mem: MemoryKind) -> bool {
+    kinds
+        .iter()
+        .find(|k| k.name() == name)
+        .is_some_and(|k| k.memory_kinds().contains(&mem))
 }
 
 /// A kind's state on one rank, as that rank published it.
@@ -129,6 +165,13 @@ pub trait TransportKind: Sync {
     /// init line): lower-case letters, digits, `-` or `_`.
     fn name(&self) -> &'static str;
 
+    /// The memory its connections move ([`MemoryKind`]): every kind lists
+    /// [`MemoryKind::Host`]; a kind lists [`MemoryKind::Device`] exactly
+    /// when its connections offer a device path (the setup checks each
+    /// connection against this, so the executor's choice — device to
+    /// device, or staged through host memory — follows the declaration).
+    fn memory_kinds(&self) -> &'static [MemoryKind];
+
     /// Checks this rank's requirements and readies the kind (an error here
     /// fails the setup: something that should work did not). `ctx.config`
     /// is still this process's own: the shared settings are agreed (rank
@@ -185,6 +228,11 @@ impl PreparedTransport for SelfPrepared {
 impl TransportKind for SelfKind {
     fn name(&self) -> &'static str {
         "self"
+    }
+
+    /// The executor copies within the rank's own memory, host or device.
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
     }
 
     fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
@@ -263,54 +311,87 @@ pub fn choose(
     };
     let mut out = Vec::with_capacity(cards.len());
     for peer in cards {
-        let (a, b) = if mine.rank <= peer.rank {
-            (mine, peer)
-        } else {
-            (peer, mine)
-        };
-        let accepts = |k: &dyn TransportKind| -> std::result::Result<(), String> {
-            for c in [a, b] {
-                if let KindState::Unavailable(why) = c.state(k.name()) {
-                    return Err(format!("rank {} cannot use {}: {why}", c.rank, k.name()));
-                }
-            }
-            k.can_connect(a, b)
-        };
         let chosen = match forced_kind {
             Some(k) if peer.rank != me => {
-                accepts(k).map_err(|why| {
+                accepts(k, mine, peer).map_err(|why| {
                     fail(format!(
                         "SNCL_TRANSPORT={} cannot connect rank {me} with peer rank {}: {why}",
                         k.name(),
                         peer.rank
                     ))
                 })?;
-                k.name()
+                k
             }
-            _ => {
-                let mut refusals = Vec::new();
-                let mut found = None;
-                for k in kinds {
-                    match accepts(*k) {
-                        Ok(()) => {
-                            found = Some(k.name());
-                            break;
-                        }
-                        Err(why) => refusals.push(format!("{}: {why}", k.name())),
-                    }
-                }
-                found.ok_or_else(|| {
-                    fail(format!(
-                        "no transport can connect rank {me} with peer rank {} ({})",
-                        peer.rank,
-                        refusals.join("; ")
-                    ))
-                })?
-            }
+            _ => first_accepting(kinds, mine, peer).map_err(|refusals| {
+                fail(format!(
+                    "no transport can connect rank {me} with peer rank {} ({refusals})",
+                    peer.rank
+                ))
+            })?,
         };
-        out.push(chosen);
+        out.push(chosen.name());
     }
     Ok(out)
+}
+
+/// Whether kind `k` can connect the ranks of cards `x` and `y` (in either
+/// order): ready on both, and its `can_connect` accepts the pair.
+fn accepts(k: &dyn TransportKind, x: &RankCard, y: &RankCard) -> std::result::Result<(), String> {
+    let (a, b) = if x.rank <= y.rank { (x, y) } else { (y, x) };
+    for c in [a, b] {
+        if let KindState::Unavailable(why) = c.state(k.name()) {
+            return Err(format!("rank {} cannot use {}: {why}", c.rank, k.name()));
+        }
+    }
+    k.can_connect(a, b)
+}
+
+/// The first kind in `kinds`' order that connects `x` and `y`, or every
+/// kind's refusal.
+fn first_accepting<'k>(
+    kinds: &[&'k dyn TransportKind],
+    x: &RankCard,
+    y: &RankCard,
+) -> std::result::Result<&'k dyn TransportKind, String> {
+    let mut refusals = Vec::new();
+    for k in kinds {
+        match accepts(*k, x, y) {
+            Ok(()) => return Ok(*k),
+            Err(why) => refusals.push(format!("{}: {why}", k.name())),
+        }
+    }
+    Err(refusals.join("; "))
+}
+
+/// Whether every pair of distinct ranks on one node gets a kind (as
+/// [`choose`] gives it on both ranks: the forced one, else the first that
+/// accepts) that moves `mem`. From the published cards alone, so every
+/// rank decides alike; false where a pair has no kind (the setup fails
+/// there anyway) or `forced` names no kind in `kinds`. The runtime plans
+/// device operations with the device tier where this holds for
+/// [`MemoryKind::Device`].
+pub fn every_local_pair_moves(
+    kinds: &[&dyn TransportKind],
+    forced: Option<&str>,
+    cards: &[RankCard],
+    mem: MemoryKind,
+) -> bool {
+    let forced_kind = match forced {
+        Some(name) => match kinds.iter().find(|k| k.name() == name) {
+            Some(k) => Some(*k),
+            None => return false,
+        },
+        None => None,
+    };
+    cards.iter().enumerate().all(|(i, a)| {
+        cards[i + 1..].iter().filter(|b| b.node == a.node).all(|b| {
+            let kind = match forced_kind {
+                Some(k) => accepts(k, a, b).map(|()| k),
+                None => first_accepting(kinds, a, b),
+            };
+            kind.is_ok_and(|k| k.memory_kinds().contains(&mem))
+        })
+    })
 }
 
 #[cfg(test)]
@@ -323,6 +404,9 @@ mod tests {
     impl TransportKind for SameNode {
         fn name(&self) -> &'static str {
             self.0
+        }
+        fn memory_kinds(&self) -> &'static [MemoryKind] {
+            &[MemoryKind::Host, MemoryKind::Device]
         }
         fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
             Ok(Readiness::Unavailable("not in tests".into()))
@@ -347,6 +431,9 @@ mod tests {
     impl TransportKind for Any {
         fn name(&self) -> &'static str {
             "any"
+        }
+        fn memory_kinds(&self) -> &'static [MemoryKind] {
+            &[MemoryKind::Host]
         }
         fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
             Ok(Readiness::Unavailable("not in tests".into()))
@@ -461,6 +548,30 @@ mod tests {
                 && e.contains("fast: ranks 0 and 2 are on different nodes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn device_memory_follows_the_kinds_chosen_within_each_node() {
+        let device = |kinds: &[&dyn TransportKind], forced, cards: &[RankCard]| {
+            every_local_pair_moves(kinds, forced, cards, MemoryKind::Device)
+        };
+        // Rank 3 shares node "a" but has no "fast": its pairs go over
+        // "any", which moves host memory only.
+        assert!(!device(&registry(), None, &world()));
+        let mut w = world();
+        w.truncate(3);
+        // Ranks 0 and 1 use "fast" (device too); rank 2 is alone on "b".
+        assert!(device(&registry(), None, &w));
+        assert!(!device(&registry(), Some("any"), &w));
+        assert!(!device(&registry(), Some("warp"), &w));
+        assert!(!device(&[&SelfKind, &Any], None, &w));
+        // No kind accepts a pair: no device tier (and the setup fails).
+        assert!(!device(&[&SelfKind, &FAST], None, &world()));
+        assert!(moves(&registry(), "fast", MemoryKind::Device));
+        assert!(moves(&registry(), "any", MemoryKind::Host));
+        assert!(!moves(&registry(), "any", MemoryKind::Device));
+        assert!(!moves(&registry(), "warp", MemoryKind::Host));
+        assert_eq!(MemoryKind::Device.name(), "device");
     }
 
     #[test]
