@@ -60,7 +60,11 @@
 # as markdown (also written to $DIR/compressed.md); targets int8 >= 3.0x,
 # fp16 >= 1.8x, top-k 1 % >= 8x. Environment: CRATE=100mbit CSIZE=16M CITERS=3
 # CREPS=5, BIN=commbench (target/release/commbench, built by testbed.sh if missing; a
-# path runs that binary instead and builds nothing).
+# path runs that binary instead and builds nothing). CPACING="off" is the list of
+# SNCL_TCP_PACING values each repetition runs every codec with (e.g. "off auto"; the
+# table has a block per value, speedups against the same value's uncompressed run);
+# when it names auto, `commbench calibrate` runs once on the bed first and every run
+# gets SNCL_TOPO_FILE=$DIR/topo.txt (auto paces to its inter.bandwidth).
 #
 # Exit status: 0 when every target passes, 1 when some target fails (the table is
 # written either way), 2 on a usage or set-up error or when a test-bed run fails
@@ -124,13 +128,25 @@ WRAPPER
     chmod +x "$WRAP"
     CTSV=$DIR/compressed.tsv
     : >"$CTSV"
+    CPACING=${CPACING:-off}
+    PENV=()
+    if [[ " $CPACING " == *" auto "* ]]; then
+        TOPO=$(cd "$DIR" && pwd)/topo.txt
+        note "# calibrating the bed for SNCL_TCP_PACING=auto: $TOPO"
+        scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$CRATE" \
+            --placement round-robin --timeout "$TIMEOUT" -- "$CB" calibrate -o "$TOPO" \
+            --size 8M -n 3 >"$DIR/calibrate.log" 2>&1 || die "calibration failed: $DIR/calibrate.log"
+        PENV=(SNCL_TOPO_FILE="$TOPO")
+    fi
     for rep in $(seq 1 "$CREPS"); do
+        for pace in $CPACING; do
         for codec in none int8 fp16 topk:0.01; do
             if [[ $codec == none ]]; then extra=(--algo hier); else extra=(--compress "$codec"); fi
-            name=c$rep-${codec//[:.]/_}
+            name=c$rep-$pace-${codec//[:.]/_}
             logs=$DIR/logs/$name json=$DIR/$name.json
             rm -rf "$logs" "$json"
-            cmd=(scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$CRATE"
+            cmd=(env "${PENV[@]}" SNCL_TCP_PACING="$pace"
+                scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$CRATE"
                 --placement round-robin --timeout "$TIMEOUT" --keep-logs "$logs"
                 -- "$WRAP" "$CB" all_reduce -b "$CSIZE" -e "$CSIZE" -n "$CITERS" -w 1 -c 1
                 -d float -o sum "${extra[@]}" --json "$json")
@@ -139,8 +155,9 @@ WRAPPER
             "${cmd[@]}" >"$DIR/$name.stdout" 2>"$DIR/$name.stderr" || st=$?
             rt=$(cat "$logs"/rank*.log "$DIR/$name.stderr" 2>/dev/null |
                 awk '/^# retrans/ { r[$3] = $4 } END { s = 0; for (k in r) s += r[k]; print s }')
-            printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$codec" "$st" "$json" "$rt" >>"$CTSV"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$codec" "$st" "$json" "$rt" "$pace" >>"$CTSV"
             ((st == 0)) || note "# [$name] FAILED (exit $st, logs $logs)"
+        done
         done
     done
     st=0
@@ -148,8 +165,11 @@ WRAPPER
 import json, os, statistics, sys, time
 tsv, N, L, rate, size, iters = sys.argv[1:]
 rows = {}
+paces = []
 for line in open(tsv):
-    rep, codec, st, jpath, rt = line.rstrip("\n").split("\t")
+    rep, codec, st, jpath, rt, pace = line.rstrip("\n").split("\t")
+    if pace not in paces:
+        paces.append(pace)
     t = None
     if st == "0":
         try:
@@ -157,7 +177,7 @@ for line in open(tsv):
             t = float(o.get("median_us") or o.get("time_us")) / 1e3
         except (OSError, ValueError, IndexError, TypeError):
             pass
-    rows.setdefault(rep, {})[codec] = (t, int(rt or 0))
+    rows.setdefault((pace, rep), {})[codec] = (t, int(rt or 0))
 goal = {"int8": 3.0, "fp16": 1.8, "topk:0.01": 8.0}
 print("# compressed all_reduce, test bed %s nodes x %s ranks round-robin, %s, %s f32, -n %s"
       % (N, L, rate, size, iters))
@@ -165,22 +185,24 @@ print("")
 print("%s on %s (%d CPUs, load %s); %d interleaved repetitions; speedup = the same "
       "repetition's uncompressed time / codec time, median over repetitions."
       % (time.strftime("%Y-%m-%d %H:%M:%S %Z"), os.uname().nodename, os.cpu_count() or 0,
-         " ".join(open("/proc/loadavg").read().split()[:3]), len(rows)))
+         " ".join(open("/proc/loadavg").read().split()[:3]), len({rep for _, rep in rows})))
 print("")
-print("| codec | median time | speedup (median) | speedups | retransmits (median) | goal | result |")
-print("|---|---:|---:|---|---:|---|---|")
+print("| SNCL_TCP_PACING | codec | median time | speedup (median) | speedups | retransmits (median) | goal | result |")
+print("|---|---|---:|---:|---|---:|---|---|")
 ok = True
-for codec in ["none", "int8", "fp16", "topk:0.01"]:
-    ts = [r[codec][0] for r in rows.values() if r.get(codec, (None,))[0]]
-    rts = [r[codec][1] for r in rows.values() if codec in r]
-    sps = [r["none"][0] / r[codec][0] for r in rows.values()
+for pace in paces:
+  prow = [r for (p, _), r in rows.items() if p == pace]
+  for codec in ["none", "int8", "fp16", "topk:0.01"]:
+    ts = [r[codec][0] for r in prow if r.get(codec, (None,))[0]]
+    rts = [r[codec][1] for r in prow if codec in r]
+    sps = [r["none"][0] / r[codec][0] for r in prow
            if r.get(codec, (None,))[0] and r.get("none", (None,))[0]]
     sp = statistics.median(sps) if sps else 0.0
     g = goal.get(codec)
     res = "" if g is None else ("PASS" if sp >= g else "FAIL")
     ok &= g is None or sp >= g
-    print("| %s | %s | %.2fx | %s | %s | %s | %s |" % (
-        codec, "%.1f ms" % statistics.median(ts) if ts else "-", sp,
+    print("| %s | %s | %s | %.2fx | %s | %s | %s | %s |" % (
+        pace, codec, "%.1f ms" % statistics.median(ts) if ts else "-", sp,
         " ".join("%.2f" % x for x in sps), int(statistics.median(rts)) if rts else "-",
         ">= %.1fx" % g if g else "", res))
 sys.exit(0 if ok else 1)

@@ -22,6 +22,11 @@
 #   PLACEMENT=round-robin          or node-major
 #   COMMBENCH=target/release/commbench (built if missing)
 #   KEEP=DIR                       keep the JSON files in DIR
+#   PACING=                        SNCL_TCP_PACING values to measure one after another
+#                                  per op (e.g. "off auto"); when set, the measured
+#                                  ranks also get SNCL_TOPO_FILE = the calibrated file
+#                                  (auto paces to its inter.bandwidth), and the table
+#                                  has one row per value; empty: neither is set
 #   BED_TIMEOUT=1800               seconds per measured op (testbed.sh --timeout;
 #                                  2x4 at 100 Mbit/s all_reduce needs > 600)
 set -euo pipefail
@@ -77,38 +82,51 @@ while iters + warm > 1 and one * (iters + warm) > share:
 print(iters, warm)
 PY
         )
-        load=$(cut -d' ' -f1-3 /proc/loadavg)
-        echo "$iters $warm $load" >"$WORK/iters-$tag-$op.txt"
-        echo "# $tag: measuring $op, $iters iteration(s) + $warm warm-up (load $load; $elapsed s so far)" >&2
-        "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$iters" -w "$warm" -c 0 \
-            --algo "$ALGOS" --json "$WORK/meas-$tag-$op.json" >"$WORK/meas-$tag-$op.log" 2>&1 \
-            || { tail -20 "$WORK/meas-$tag-$op.log" >&2; exit 1; }
-        echo " $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/iters-$tag-$op.txt"
+        for mode in ${PACING:--}; do
+            sfx=$op$([[ $mode == - ]] || echo "-pace_$mode")
+            envs=()
+            [[ $mode == - ]] || envs=(SNCL_TOPO_FILE="$WORK/topo-$tag.txt" SNCL_TCP_PACING="$mode")
+            load=$(cut -d' ' -f1-3 /proc/loadavg)
+            echo "$iters $warm $load" >"$WORK/iters-$tag-$sfx.txt"
+            echo "# $tag: measuring $op ${envs[*]}, $iters iteration(s) + $warm warm-up (load $load; $elapsed s so far)" >&2
+            env "${envs[@]}" "${bed[@]}" -- "$COMMBENCH" "$op" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$iters" -w "$warm" -c 0 \
+                --algo "$ALGOS" --stats --json "$WORK/meas-$tag-$sfx.json" >"$WORK/meas-$tag-$sfx.log" 2>&1 \
+                || { tail -20 "$WORK/meas-$tag-$sfx.log" >&2; exit 1; }
+            echo " $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/iters-$tag-$sfx.txt"
+        done
     done
 done
-python3 - "$WORK" "$CONFIGS" "$OPS" "$PLACEMENT" <<'PY'
-import json, os, sys
+python3 - "$WORK" "$CONFIGS" "$OPS" "$PLACEMENT" "${PACING:--}" <<'PY'
+import json, os, re, sys
 work, configs, ops, placement = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
-print(f"| config | op | algo | size | iters | load (1/5/15 min, before; after) | measured median (ms) | predicted (ms) | predicted / measured |")
-print("|---|---|---|---:|---:|---|---:|---:|---:|")
+modes = sys.argv[5].split()
+print(f"| config | op | SNCL_TCP_PACING | algo | size | iters | load (1/5/15 min, before; after) | measured median (ms) | predicted (ms) | predicted / measured | retransmits |")
+print("|---|---|---|---|---:|---:|---|---:|---:|---:|---:|")
 worst = 0.0; within = 0; total = 0
 for cfg in configs:
     shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"
-    for op in ops:
+    for op, mode in [(o, m) for o in ops for m in modes]:
+        sfx = op if mode == "-" else f"{op}-pace_{mode}"
         try:
-            meas = json.load(open(f"{work}/meas-{tag}-{op}.json"))
+            meas = json.load(open(f"{work}/meas-{tag}-{sfx}.json"))
             sim = json.load(open(f"{work}/sim-{tag}-{op}.json"))
         except OSError:
             continue
+        # commbench --stats: one retransmit line per --algo run, in order.
+        log = open(f"{work}/meas-{tag}-{sfx}.log", errors="replace").read()
+        rts = re.findall(r"# TCP retransmitted segments[^:]*: (\d+)", log)
+        algos = list(dict.fromkeys(r["algo"] for r in meas))
         pred = {(r["algo"], r["size"]): r["median_us"] for r in sim}
         for r in meas:
             p = pred.get((r["algo"], r["size"]))
             if p is None: continue
             m = r["median_us"]; ratio = p / m; total += 1
             within += abs(ratio - 1) <= 0.15; worst = max(worst, abs(ratio - 1))
-            it = open(f"{work}/iters-{tag}-{op}.txt").read().split()
+            it = open(f"{work}/iters-{tag}-{sfx}.txt").read().split()
             load = f"{' '.join(it[2:5])}; {' '.join(it[5:8])}"
-            print(f"| {shape} {rate} {placement} | {op} | {r['algo']} | {r['size']>>20} MiB | {it[0]}+{it[1]} | {load} | {m/1e3:.1f} | {p/1e3:.1f} | {ratio:.3f} |")
+            ai = algos.index(r["algo"])
+            rt = rts[ai] if len(rts) == len(algos) else (f"{rts[-1]} (all algos)" if rts else "-")
+            print(f"| {shape} {rate} {placement} | {op} | {mode} | {r['algo']} | {r['size']>>20} MiB | {it[0]}+{it[1]} | {load} | {m/1e3:.1f} | {p/1e3:.1f} | {ratio:.3f} | {rt} |")
 print(f"\n{within} of {total} rows within 15 %; worst deviation {worst*100:.1f} %")
 for cfg in configs:
     shape, rate = cfg.split(":"); tag = f"{shape}-{rate}"

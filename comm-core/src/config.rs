@@ -55,6 +55,51 @@ impl std::fmt::Display for TransportChoice {
     }
 }
 
+/// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`): each socket's
+/// kernel pacing rate (`SO_MAX_PACING_RATE`) is a share of the node link's
+/// rate, so that the flows a node starts together do not overflow the
+/// link's queue (transport-tcp's `socket_pacing_rate` computes the share).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TcpPacing {
+    /// No pacing (default): the congestion control alone.
+    Off,
+    /// The link rate is the topology's inter-node bandwidth
+    /// (`inter.bandwidth` of `SNCL_TOPO_FILE`, e.g. written by `commbench
+    /// calibrate`, or `SNCL_INTER_BW`); no pacing where none is configured.
+    Auto,
+    /// The node link's rate, in bytes per second.
+    Rate(f64),
+}
+
+impl TcpPacing {
+    /// Parses `off` (or empty), `auto`, or a bandwidth as the topology file
+    /// writes them (`100mbit`, `12.5MB/s`, `1gbit`, bytes per second).
+    pub fn parse(v: &str) -> Result<TcpPacing> {
+        match v.trim() {
+            "" | "off" | "0" => Ok(TcpPacing::Off),
+            "auto" => Ok(TcpPacing::Auto),
+            rate => crate::topofile::parse_bandwidth(rate)
+                .filter(|b| b.is_finite() && *b >= 1.0)
+                .map(TcpPacing::Rate)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "SNCL_TCP_PACING={rate:?} is not off, auto or a link rate such as 100mbit or 12.5MB/s"
+                    ))
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for TcpPacing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TcpPacing::Off => f.write_str("off"),
+            TcpPacing::Auto => f.write_str("auto"),
+            TcpPacing::Rate(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// A transport kind's name held inline (so that [`Config`] stays cheap to
 /// copy): 1 to [`crate::transport::MAX_TRANSPORT_NAME`] bytes of `a-z`,
 /// `0-9`, `-`, `_`.
@@ -137,6 +182,8 @@ pub struct Config {
     /// Pieces carry a CRC32C of their payload, verified on receipt
     /// (`SNCL_CHECKSUM=1`; every rank must agree).
     pub checksum: bool,
+    /// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`, default off).
+    pub tcp_pacing: TcpPacing,
 }
 
 impl Default for Config {
@@ -156,6 +203,7 @@ impl Default for Config {
             flight_recorder_entries: crate::flight::DEFAULT_ENTRIES,
             debug_dump_dir: None,
             checksum: false,
+            tcp_pacing: TcpPacing::Off,
         }
     }
 }

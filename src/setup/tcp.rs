@@ -72,12 +72,25 @@ impl PreparedTransport for Prepared {
             rank: ctx.rank,
             detail,
         };
+        // SNCL_TCP_PACING: sockets to other nodes share this node's link
+        // with the other ranks of the node.
+        let local_ranks = cards.iter().filter(|c| c.node == ctx.node).count();
+        let rate = transport_tcp::socket_pacing_rate(
+            ctx.config.tcp_pacing,
+            &ctx.config.tiers,
+            local_ranks,
+            ctx.config.nsocks,
+        );
         let mut addrs = Vec::with_capacity(peers.len());
+        let mut pacing = std::collections::BTreeMap::new();
         for &p in peers {
             let card = cards
                 .get(p)
                 .ok_or_else(|| bad(format!("peer rank {p} has no published record")))?;
             addrs.push((p, address(card).map_err(bad)?));
+            if let Some(rate) = rate.filter(|_| card.node != ctx.node) {
+                pacing.insert(p, rate);
+            }
         }
         let setup = TcpSetup {
             rank: ctx.rank,
@@ -86,6 +99,7 @@ impl PreparedTransport for Prepared {
             nsocks: ctx.config.nsocks,
             max_piece: ctx.config.tcp_piece_bytes,
             deadline: ctx.deadline,
+            pacing,
         };
         Ok(self
             .endpoint

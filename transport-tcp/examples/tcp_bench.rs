@@ -47,6 +47,7 @@ fn connect(ep: TcpEndpoint, rank: usize, peer: SocketAddr, nsocks: usize) -> Tcp
         nsocks,
         max_piece: PIECE,
         deadline: Instant::now() + Duration::from_secs(20),
+        pacing: Default::default(),
     };
     let mut c = ep
         .establish(&setup, &[(1 - rank, peer)])

@@ -366,6 +366,15 @@ impl TcpConnection {
         self.remote
     }
 
+    /// Each socket's kernel pacing cap in bytes per second
+    /// (`SO_MAX_PACING_RATE`; `u64::MAX`: not paced, 0: unreadable).
+    pub fn max_pacing_rates(&self) -> Vec<u64> {
+        self.streams
+            .iter()
+            .map(|s| sys::max_pacing_rate(s.sock.as_raw_fd()).unwrap_or(0))
+            .collect()
+    }
+
     /// Segments the kernel retransmitted on this connection's sockets so far
     /// (`TCP_INFO`'s `tcpi_total_retrans`, summed); sockets whose counter
     /// cannot be read count 0. Nonzero on a loss-free path means a queue

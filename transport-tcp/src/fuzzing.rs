@@ -46,6 +46,7 @@ pub fn hello(b: &[u8], nsocks: usize, max_piece: usize) -> Result<(usize, usize)
         nsocks,
         max_piece,
         deadline: Instant::now() + Duration::from_secs(1),
+        pacing: Default::default(),
     };
     let mut slots: Slots = BTreeMap::new();
     for peer in 1..4 {

@@ -21,6 +21,10 @@
 //! * data: 40-byte [`PieceHeader`](comm_core::wire::PieceHeader) + payload,
 //!   or a 40-byte abort frame (first word `"ABRT"`, blamed rank).
 //!
+//! Pacing (`SNCL_TCP_PACING`, off by default): [`TcpSetup::pacing`] caps
+//! the kernel pacing rate (`SO_MAX_PACING_RATE`) of the sockets to the
+//! listed peers, at [`socket_pacing_rate`]'s share of the node link.
+//!
 //! Driving a connection: poll `try_send` / `try_recv` / `flush` in a loop;
 //! `try_send` answers `Ok(false)` when the socket for the next piece is full
 //! and keeps at most the unsent remainder of one piece per socket in user
@@ -39,8 +43,8 @@ mod sys;
 
 pub use conn::{TcpConnection, BOUNCE_BYTES};
 pub use setup::{
-    default_host_ipv4, interface_addr, TcpEndpoint, TcpSetup, MAX_NSOCKS, MAX_PIECE_LIMIT,
-    SOCKET_BUFFER_BYTES,
+    default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, TcpSetup, MAX_NSOCKS,
+    MAX_PIECE_LIMIT, PACING_HEADROOM, SOCKET_BUFFER_BYTES,
 };
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).

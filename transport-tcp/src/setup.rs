@@ -8,6 +8,8 @@ use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use comm_core::config::TcpPacing;
+use comm_core::topofile::TierSpec;
 use comm_core::Error;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -49,6 +51,61 @@ pub struct TcpSetup {
     pub max_piece: usize,
     /// Every wait of the setup ends here with an error.
     pub deadline: Instant,
+    /// Peers whose sockets are paced, each with the pacing rate of one of
+    /// its sockets in bytes per second (see [`socket_pacing_rate`]); peers
+    /// not listed are not paced.
+    pub pacing: BTreeMap<usize, u64>,
+}
+
+/// Share of the link's rate that a node's paced sockets use together: the
+/// rest is headroom for the Ethernet, IP and TCP headers a link's rate
+/// counts and a socket's pacing rate does not (about 3 % at a 1500-byte
+/// MTU) and for the flows that are not paced (setup, stores).
+pub const PACING_HEADROOM: f64 = 0.95;
+
+/// The pacing rate (bytes per second) of each cross-node socket under
+/// `SNCL_TCP_PACING = pacing`, or `None` for no pacing.
+///
+/// The link rate is `pacing`'s own ([`TcpPacing::Rate`]) or, for
+/// [`TcpPacing::Auto`], the topology's inter-node bandwidth
+/// (`tiers.inter`; none configured: no pacing). A node's link is shared by
+/// its ranks (`local_ranks` of this communicator on the node, or the
+/// topology's `ranks_per_node` if larger), each with `nsocks` sockets per
+/// peer and one peer across at a time in ring-like exchanges, unless the
+/// topology says each rank has its own NIC (`inter.nic = rank`); so each
+/// socket gets `rate × PACING_HEADROOM / (sharing ranks × nsocks)`, at
+/// least 1 KB/s. Exchanges with several peers at once (the compressed
+/// all-reduce's) oversubscribe that share, but the kernel's small-queue
+/// limit follows the pacing rate, so each socket still keeps only a few
+/// packets queued below it.
+pub fn socket_pacing_rate(
+    pacing: TcpPacing,
+    tiers: &TierSpec,
+    local_ranks: usize,
+    nsocks: usize,
+) -> Option<u64> {
+    let link = match pacing {
+        TcpPacing::Off => return None,
+        TcpPacing::Rate(b) => b,
+        TcpPacing::Auto => tiers.inter?.bytes_per_us * 1e6,
+    };
+    if !(link.is_finite() && link > 0.0) {
+        return None;
+    }
+    let sharing = if tiers.cluster.nic.as_deref() == Some("rank") {
+        1
+    } else {
+        // A communicator split from a larger one sees only its own members;
+        // the topology's `ranks_per_node` counts all of the node's ranks.
+        tiers
+            .cluster
+            .ranks_per_node
+            .unwrap_or(0)
+            .max(local_ranks)
+            .max(1)
+    };
+    let per_socket = link * PACING_HEADROOM / (sharing * nsocks.max(1)) as f64;
+    Some((per_socket as u64).max(1000))
 }
 
 /// A listening TCP socket on an ephemeral port; peers of higher rank connect
@@ -352,6 +409,19 @@ impl TcpEndpoint {
                         .map(|a| a.expect("filled").sock)
                         .collect()
                 };
+                if let Some(&rate) = setup.pacing.get(&peer) {
+                    for (idx, s) in socks.iter().enumerate() {
+                        sys::set_max_pacing_rate(s.as_raw_fd(), rate).map_err(|e| Error::Io {
+                            rank: me,
+                            context: format!(
+                                "pacing socket {idx} to peer rank {peer} at {addr} to {rate} B/s \
+                                 (SO_MAX_PACING_RATE, SNCL_TCP_PACING)"
+                            ),
+                            source: e,
+                        })?;
+                    }
+                    tracing::debug!(rank = me, peer, rate, "tcp sockets paced (bytes/s each)");
+                }
                 TcpConnection::new(me, peer, max_piece, addr, socks).map_err(|e| Error::Io {
                     rank: me,
                     context: format!("configuring the TCP sockets to peer rank {peer} at {addr}"),
@@ -428,4 +498,73 @@ pub fn interface_addr(ifname: &str) -> io::Result<IpAddr> {
         io::ErrorKind::NotFound,
         format!("{what}; available interfaces: {available}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use comm_core::tune::LinkCost;
+
+    use super::*;
+
+    fn tiers(inter_bytes_per_s: Option<f64>, nic: Option<&str>) -> TierSpec {
+        let mut t = TierSpec {
+            inter: inter_bytes_per_s.map(|b| LinkCost {
+                alpha_us: 50.0,
+                bytes_per_us: b / 1e6,
+            }),
+            ..TierSpec::default()
+        };
+        t.cluster.nic = nic.map(str::to_owned);
+        t
+    }
+
+    #[test]
+    fn pacing_rate_is_the_link_share_of_one_socket() {
+        let none = tiers(None, None);
+        // 100 Mbit/s = 12.5 MB/s shared by 4 ranks x 2 sockets.
+        let r = socket_pacing_rate(TcpPacing::Rate(12.5e6), &none, 4, 2).expect("paced");
+        assert_eq!(r, (12.5e6 * PACING_HEADROOM / 8.0) as u64);
+        assert_eq!(r, 1_484_375);
+        // Off paces nothing, whatever the topology says.
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Off, &tiers(Some(1e9), None), 4, 2),
+            None
+        );
+        // Auto: the topology's inter bandwidth, or nothing without one.
+        assert_eq!(socket_pacing_rate(TcpPacing::Auto, &none, 4, 2), None);
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), None), 4, 2),
+            Some(1_484_375)
+        );
+        // A NIC per rank: the link is not shared by the node's ranks.
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("rank")), 4, 2),
+            Some(5_937_500)
+        );
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("node")), 4, 1),
+            Some(2_968_750)
+        );
+        // A split communicator (one rank per node) still shares the link
+        // with the node's other ranks when the topology counts them.
+        let mut split = tiers(Some(12.5e6), Some("node"));
+        split.cluster.ranks_per_node = Some(4);
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Auto, &split, 1, 2),
+            Some(1_484_375)
+        );
+        // Degenerate inputs: no division by zero, a floor of 1 KB/s.
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Rate(1e6), &none, 0, 0),
+            Some(950_000)
+        );
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Rate(10.0), &none, 64, 64),
+            Some(1000)
+        );
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Rate(f64::NAN), &none, 1, 1),
+            None
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The few OS calls the standard library and socket2 do not wrap: `poll(2)`
 //! (waiting on several sockets with a deadline) and `getifaddrs(3)`
-//! (interface addresses). All `unsafe` code of the crate lives here.
+//! (interface addresses), and the socket options they lack (retransmission
+//! timeout cap, pacing rate, `TCP_INFO`). All `unsafe` code of the crate lives here.
 
 use std::ffi::CStr;
 use std::io;
@@ -157,6 +158,60 @@ pub(crate) fn cap_retransmission_timeout(fd: RawFd, max: Duration) -> io::Result
     }
 }
 
+/// Caps the kernel's pacing rate of `fd` at `bytes_per_s`
+/// (`SO_MAX_PACING_RATE`, 64-bit form). Linux paces TCP itself when the
+/// option is set (since 4.13, no `fq` qdisc needed): the socket sends at most
+/// this rate, and TCP small queues keep about a millisecond of it queued
+/// below the socket.
+pub(crate) fn set_max_pacing_rate(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller; the option value is
+    // a live u64 and its size is passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_s as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `fd`'s `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`: not capped).
+pub(crate) fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: `fd` is an open socket owned by the caller; `v` and `len` are
+    // live out-pointers and `len` holds the size of `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize == std::mem::size_of::<u32>() {
+        // A kernel answering in the 32-bit form: ~0u32 means not capped.
+        let v32 = v as u32;
+        return Ok(if v32 == u32::MAX {
+            u64::MAX
+        } else {
+            u64::from(v32)
+        });
+    }
+    Ok(v)
+}
+
 /// The kernel's count of segments `fd` retransmitted over its lifetime
 /// (`TCP_INFO`'s `tcpi_total_retrans`).
 pub(crate) fn total_retransmits(fd: RawFd) -> io::Result<u32> {
@@ -193,6 +248,22 @@ mod tests {
         let c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         assert_eq!(total_retransmits(c.as_raw_fd()).expect("TCP_INFO"), 0);
         let e = total_retransmits(-1).expect_err("fd -1 has no TCP_INFO");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+    }
+
+    #[test]
+    fn pacing_rate_is_set_and_read_back() {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let fd = sock.as_raw_fd();
+        assert_eq!(
+            max_pacing_rate(fd).expect("read"),
+            u64::MAX,
+            "fresh socket is not capped"
+        );
+        set_max_pacing_rate(fd, 1_484_375).expect("SO_MAX_PACING_RATE");
+        assert_eq!(max_pacing_rate(fd).expect("read back"), 1_484_375);
+        let e = set_max_pacing_rate(-1, 1).expect_err("fd -1");
         assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
     }
 

@@ -27,6 +27,7 @@ fn setup(rank: usize) -> TcpSetup {
         nsocks: 1,
         max_piece: 4096,
         deadline: Instant::now() + Duration::from_secs(10),
+        pacing: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@ fn setup(rank: usize, nsocks: usize, max_piece: usize, timeout: Duration) -> Tcp
         nsocks,
         max_piece,
         deadline: Instant::now() + timeout,
+        pacing: Default::default(),
     }
 }
 

@@ -239,6 +239,24 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_TCP_PACING",
+        scope: Scope::Process,
+        values: Values::Text("off, auto, or the node link's rate: 100mbit, 12.5MB/s, ..."),
+        default: Value("off"),
+        doc: "kernel pacing (`SO_MAX_PACING_RATE`) of each cross-node TCP socket at the link's rate × 0.95 / \
+              (ranks of the node sharing the link × `SNCL_NSOCKS`), so that flows a node starts together do not \
+              overflow the link's queue; `auto` takes the rate from the topology's `inter.bandwidth` \
+              (`SNCL_TOPO_FILE`, `SNCL_INTER_BW`; `inter.nic = rank` means a NIC per rank, not shared) and \
+              paces nothing where none is configured",
+        field: Field::Text {
+            put: |c, v| {
+                c.tcp_pacing = crate::config::TcpPacing::parse(v)?;
+                Ok(())
+            },
+            show: |c| c.tcp_pacing.to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_SOCKET_IFNAME",
         scope: Scope::Process,
         values: Values::Text("network interface name"),

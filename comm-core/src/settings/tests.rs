@@ -95,3 +95,31 @@ fn debug_output_hides_values() {
     let d = format!("{env:?}");
     assert!(d.contains("SNCL_SECRET") && !d.contains("0011"), "{d}");
 }
+
+#[test]
+fn tcp_pacing_parses_off_auto_and_rates_and_refuses_the_rest() {
+    use crate::config::TcpPacing;
+    let s = SETTINGS
+        .iter()
+        .find(|s| s.name == "SNCL_TCP_PACING")
+        .expect("declared");
+    let mut c = Config::default();
+    assert_eq!(c.tcp_pacing, TcpPacing::Off);
+    for (raw, want) in [
+        ("auto", TcpPacing::Auto),
+        ("100mbit", TcpPacing::Rate(12.5e6)),
+        ("12.5MB/s", TcpPacing::Rate(12.5e6)),
+        ("1gbit", TcpPacing::Rate(125e6)),
+        ("off", TcpPacing::Off),
+    ] {
+        s.apply(&mut c, raw).unwrap();
+        assert_eq!(c.tcp_pacing, want, "{raw}");
+    }
+    for bad in ["fast", "-5mbit", "0.5", "mbit"] {
+        let e = s.apply(&mut c, bad).expect_err(bad).to_string();
+        assert!(
+            e.contains("SNCL_TCP_PACING") && e.contains(bad),
+            "{bad}: {e}"
+        );
+    }
+}
