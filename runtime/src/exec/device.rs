@@ -99,7 +99,7 @@ pub(super) fn send_device<M: Memory>(
             checksum: None,
             comm_id: ctx.comm_id,
             seq: ctx.seq,
-            fingerprint: ctx.fingerprint,
+            fingerprint: (st.done == 0).then_some(ctx.fingerprint),
             len: n as u32,
         };
         if !link

@@ -1,6 +1,6 @@
 //! Pieces on host paths: sending a region piece by piece, receiving and
-//! checking each piece's header (communicator, sequence number,
-//! fingerprint) and using its payload where the transport
+//! checking each piece's header (communicator, sequence number, the
+//! fingerprint once per message) and using its payload where the transport
 //! holds it (written or reduced straight from the receive slot, its CRC32C
 //! verified in the same pass).
 
@@ -23,15 +23,17 @@ pub(super) fn flush(ctx: &OpContext, c: &mut dyn Connection) -> Result<bool> {
     Ok(host && device)
 }
 
-/// The header of a piece with payload `data`. When the operation
-/// checksums pieces it asks for a CRC32C, which the transport computes in
-/// the pass that copies the payload (see [`PieceHeader::checksum`]).
-fn header(ctx: &OpContext, data: &[u8]) -> PieceHeader {
+/// The header of a piece with payload `data`; the `first` piece of a
+/// message carries the operation's fingerprint, the pieces after it a
+/// short header. When the operation checksums pieces it asks for a CRC32C,
+/// which the transport computes in the pass that copies the payload (see
+/// [`PieceHeader::checksum`]).
+fn header(ctx: &OpContext, first: bool, data: &[u8]) -> PieceHeader {
     PieceHeader {
         checksum: ctx.checksum.then_some(0),
         comm_id: ctx.comm_id,
         seq: ctx.seq,
-        fingerprint: ctx.fingerprint,
+        fingerprint: first.then_some(ctx.fingerprint),
         len: data.len() as u32,
     }
 }
@@ -121,15 +123,16 @@ pub(super) fn send_some<M: Memory>(
     let lend = bufs.pieces_outlive_step();
     loop {
         let n = max.min(total - st.done);
+        let first = st.done == 0;
         let sent = bufs.with_piece(src, esize, st.done, n, |b| {
             if lend {
                 // SAFETY: `pieces_outlive_step` promises `b` is the
                 // operation's own memory, unchanged until the step ends, and
                 // the step does not end (see the drain in `execute`) before every
                 // connection it sent on has flushed.
-                unsafe { conn.try_send_lent(&header(ctx, b), b) }
+                unsafe { conn.try_send_lent(&header(ctx, first, b), b) }
             } else {
-                conn.try_send(&header(ctx, b), b)
+                conn.try_send(&header(ctx, first, b), b)
             }
         })?;
         // Not staged yet (device memory): like no room now, try later.
@@ -150,9 +153,11 @@ fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
     (conn.max_piece() / esize * esize).max(esize)
 }
 
-/// Checks a received piece's header against this operation (communicator,
-/// sequence number, fingerprint) and its length against the `expect`ed
-/// bytes at byte `done` of `total`.
+/// Checks a received piece's header against this operation: communicator
+/// and sequence number on every piece, the fingerprint on the first piece
+/// of a message (byte `done` 0, which must carry it; a later piece that
+/// carries one too is checked as well), and its length against the
+/// `expect`ed bytes at byte `done` of `total`.
 pub(super) fn check_piece(
     ctx: &OpContext,
     peer: usize,
@@ -172,15 +177,37 @@ pub(super) fn check_piece(
             their_seq: h.seq,
         });
     }
-    if h.seq != ctx.seq || h.fingerprint != ctx.fingerprint {
-        return Err(Error::Mismatch {
-            rank: ctx.rank,
-            peer,
-            seq: ctx.seq,
-            ours: ctx.fingerprint,
-            their_seq: h.seq,
-            theirs: h.fingerprint,
-        });
+    match h.fingerprint {
+        Some(theirs) if h.seq != ctx.seq || theirs != ctx.fingerprint => {
+            return Err(Error::Mismatch {
+                rank: ctx.rank,
+                peer,
+                seq: ctx.seq,
+                ours: ctx.fingerprint,
+                their_seq: h.seq,
+                theirs,
+            });
+        }
+        None if done == 0 || h.seq != ctx.seq => {
+            return Err(Error::InvalidArgument {
+                rank: ctx.rank,
+                op: ctx.fingerprint.collective.name(),
+                detail: format!(
+                    "{} (seq {}): peer rank {peer} sent a continuation piece (its seq {}, no \
+                     fingerprint) of {len} bytes where this rank expects {} at byte {done} of \
+                     {total} (message sizes or operations differ across ranks?)",
+                    ctx.fingerprint,
+                    ctx.seq,
+                    h.seq,
+                    if done == 0 {
+                        "the first piece of a message"
+                    } else {
+                        "a piece of its own operation"
+                    }
+                ),
+            });
+        }
+        _ => {}
     }
     if len != expect {
         return Err(Error::InvalidArgument {

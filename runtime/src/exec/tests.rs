@@ -80,7 +80,7 @@ fn recv_len(
         checksum: sent,
         comm_id: theirs,
         seq: 3,
-        fingerprint: their_fp,
+        fingerprint: Some(their_fp),
         len: len as u32,
     };
     recv_pieces(&ctx, len, vec![header], 1 << 20)
@@ -217,4 +217,49 @@ fn recv_pieces(
     };
     let mut conns: Vec<Option<Box<dyn Connection>>> = vec![None, Some(Box::new(conn))];
     execute(&sched, ctx, &bufs, &mut conns, None, None)
+}
+
+/// The fingerprint travels once per message: a continuation piece without
+/// it is accepted; a first piece without it, a continuation of another
+/// operation, or a continuation with another fingerprint are refused.
+#[test]
+fn fingerprint_is_checked_once_per_message() {
+    let ctx = OpContext {
+        rank: 0,
+        nranks: 2,
+        comm_id: 7,
+        seq: 3,
+        fingerprint: sendrecv_fp(),
+        dtype: DataType::Uint8,
+        op: ReduceOp::Sum,
+        timeout: Duration::from_secs(5),
+        spin: Duration::ZERO,
+        checksum: false,
+    };
+    let piece = |seq: u64, fingerprint: Option<Fingerprint>| PieceHeader {
+        checksum: None,
+        comm_id: 7,
+        seq,
+        fingerprint,
+        len: 8,
+    };
+    let fp = Some(sendrecv_fp());
+    recv_pieces(&ctx, 16, vec![piece(3, fp), piece(3, None)], 8)
+        .expect("first piece with the fingerprint, then a short one");
+    recv_pieces(&ctx, 16, vec![piece(3, fp), piece(3, fp)], 8)
+        .expect("a fingerprint on every piece is fine too");
+    let e = recv_pieces(&ctx, 16, vec![piece(3, None), piece(3, None)], 8)
+        .expect_err("a first piece needs the fingerprint");
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("first piece"),
+        "{e}"
+    );
+    let e = recv_pieces(&ctx, 16, vec![piece(3, fp), piece(4, None)], 8)
+        .expect_err("a continuation of another operation");
+    assert!(e.to_string().contains("its seq 4"), "{e}");
+    let mut other = sendrecv_fp();
+    other.collective = Collective::AllReduce;
+    let e = recv_pieces(&ctx, 16, vec![piece(3, fp), piece(3, Some(other))], 8)
+        .expect_err("another fingerprint later in the message");
+    assert!(matches!(e, Error::Mismatch { peer: 1, .. }), "{e:?}");
 }
