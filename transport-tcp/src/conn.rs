@@ -464,7 +464,7 @@ impl TcpConnection {
             loop {
                 match s.front(max_piece) {
                     Front::Abort(cause) => return Some(cause),
-                    Front::Piece(_, total) => s.release(total),
+                    Front::Piece(_, _, total) => s.release(total),
                     Front::Need(need) => match s.fill(need) {
                         Ok(Fill::Read { n, .. }) if n < budget => budget -= n,
                         _ => break,
