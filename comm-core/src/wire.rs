@@ -1,6 +1,9 @@
 //! What travels with every piece of data: the communicator, the operation's
-//! sequence number and its fingerprint, so a receiver can tell a mismatched
-//! collective from a slow one.
+//! sequence number, the length and (when checksumming) the CRC32C; and,
+//! on the first piece of each message, the operation's fingerprint, so a
+//! receiver can tell a mismatched collective from a slow one. The receiver
+//! checks the fingerprint once per message and the sequence number on
+//! every piece; later pieces carry a short header ([`SHORT_HEADER_BYTES`]).
 
 use kernels::{DataType, ReduceOp};
 
@@ -109,8 +112,9 @@ impl Collective {
     }
 }
 
-/// What every rank must agree on for one operation. Compared piece by piece
-/// on receive; a difference is a mismatched collective.
+/// What every rank must agree on for one operation. Carried by the first
+/// piece of each message and compared on receive; a difference is a
+/// mismatched collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fingerprint {
     /// The collective.
@@ -149,8 +153,11 @@ pub struct PieceHeader {
     pub comm_id: u64,
     /// Sequence number of the operation on this communicator (starts at 1).
     pub seq: u64,
-    /// The operation's fingerprint.
-    pub fingerprint: Fingerprint,
+    /// The operation's fingerprint: on the first piece of each message
+    /// (the executor sends it where a send starts, and checks it where a
+    /// receive starts); `None` on the pieces after it, whose sequence
+    /// number ties them to the same operation.
+    pub fingerprint: Option<Fingerprint>,
     /// Payload bytes of this piece.
     pub len: u32,
     /// CRC32C of the payload, when the sender checksums pieces
@@ -169,10 +176,17 @@ pub struct PieceHeader {
     pub checksum: Option<u32>,
 }
 
-/// Encoded size of a [`PieceHeader`].
+/// Encoded size of a [`PieceHeader`] that carries a fingerprint: the
+/// largest, and the size of the fixed header area of slot transports
+/// (shared memory, RDMA, device inboxes).
 pub const HEADER_BYTES: usize = 48;
-/// Header flag (byte 27): bytes 40..44 hold the payload's CRC32C.
+/// Encoded size of a [`PieceHeader`] without a fingerprint: magic, len,
+/// comm_id, seq, flags and the CRC32C.
+pub const SHORT_HEADER_BYTES: usize = 32;
+/// Header flag (byte 24): bytes 28..32 hold the payload's CRC32C.
 const FLAG_CHECKSUM: u8 = 1;
+/// Header flag (byte 24): bytes 32..48 hold the fingerprint.
+const FLAG_FINGERPRINT: u8 = 2;
 
 /// The CRC32C (Castagnoli) of `data`, as [`PieceHeader::checksum`] carries
 /// it. The `crc-fast` crate folds with carry-less multiplication
@@ -222,56 +236,119 @@ const HEADER_MAGIC: u32 = 0x534e_434c; // "SNCL"
 pub struct HeaderError(pub &'static str);
 
 impl PieceHeader {
-    /// Writes the header into `out` (little endian).
-    pub fn encode(&self, out: &mut [u8; HEADER_BYTES]) {
+    /// The bytes [`Self::encode`] writes: [`HEADER_BYTES`] with a
+    /// fingerprint, [`SHORT_HEADER_BYTES`] without.
+    pub fn encoded_len(&self) -> usize {
+        if self.fingerprint.is_some() {
+            HEADER_BYTES
+        } else {
+            SHORT_HEADER_BYTES
+        }
+    }
+
+    /// Writes the header into `out` (little endian) and returns its
+    /// encoded length ([`Self::encoded_len`]); the rest of `out` is zeroed,
+    /// so a fixed header area decodes with [`Self::decode`].
+    ///
+    /// Layout: 0..4 magic `"SNCL"`, 4..8 len, 8..16 comm_id, 16..24 seq,
+    /// 24 flags (1: checksum, 2: fingerprint), 25..28 zero, 28..32 CRC32C
+    /// (zero without checksum); with a fingerprint 32 collective, 33 dtype,
+    /// 34 op, 35 zero, 36..40 root, 40..48 count.
+    pub fn encode(&self, out: &mut [u8; HEADER_BYTES]) -> usize {
         out[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
         out[4..8].copy_from_slice(&self.len.to_le_bytes());
         out[8..16].copy_from_slice(&self.comm_id.to_le_bytes());
         out[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        out[24] = self.fingerprint.collective as u8;
-        out[25] = self.fingerprint.dtype as u8;
-        out[26] = self.fingerprint.op as u8;
-        out[27] = if self.checksum.is_some() {
-            FLAG_CHECKSUM
-        } else {
-            0
-        };
-        out[28..32].copy_from_slice(&self.fingerprint.root.to_le_bytes());
-        out[32..40].copy_from_slice(&self.fingerprint.count.to_le_bytes());
-        out[40..44].copy_from_slice(&self.checksum.unwrap_or(0).to_le_bytes());
-        out[44..48].fill(0);
+        let mut flags = 0;
+        if self.checksum.is_some() {
+            flags |= FLAG_CHECKSUM;
+        }
+        if self.fingerprint.is_some() {
+            flags |= FLAG_FINGERPRINT;
+        }
+        out[24] = flags;
+        out[25..28].fill(0);
+        out[28..32].copy_from_slice(&self.checksum.unwrap_or(0).to_le_bytes());
+        match self.fingerprint {
+            Some(fp) => {
+                out[32] = fp.collective as u8;
+                out[33] = fp.dtype as u8;
+                out[34] = fp.op as u8;
+                out[35] = 0;
+                out[36..40].copy_from_slice(&fp.root.to_le_bytes());
+                out[40..48].copy_from_slice(&fp.count.to_le_bytes());
+                HEADER_BYTES
+            }
+            None => {
+                out[SHORT_HEADER_BYTES..].fill(0);
+                SHORT_HEADER_BYTES
+            }
+        }
     }
 
-    /// Reads a header, rejecting anything that is not one.
-    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<PieceHeader, HeaderError> {
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        if u32_at(0) != HEADER_MAGIC {
+    /// The encoded length of the header that starts with `b` (its magic
+    /// and flags), before the rest has arrived: for byte streams.
+    pub fn encoded_len_at(b: &[u8; SHORT_HEADER_BYTES]) -> Result<usize, HeaderError> {
+        if u32::from_le_bytes([b[0], b[1], b[2], b[3]]) != HEADER_MAGIC {
             return Err(HeaderError("bad magic"));
         }
-        let collective = Collective::from_u8(b[24]).ok_or(HeaderError("unknown collective"))?;
-        let dtype = DataType::from_u8(b[25]).ok_or(HeaderError("unknown dtype"))?;
-        let op = ReduceOp::from_u8(b[26]).ok_or(HeaderError("unknown reduce op"))?;
-        if b[27] & !FLAG_CHECKSUM != 0 {
+        if b[24] & !(FLAG_CHECKSUM | FLAG_FINGERPRINT) != 0 {
             return Err(HeaderError("unknown flags"));
         }
-        let has_checksum = b[27] & FLAG_CHECKSUM != 0;
-        if b[44..48] != [0; 4] || (!has_checksum && b[40..44] != [0; 4]) {
+        Ok(if b[24] & FLAG_FINGERPRINT != 0 {
+            HEADER_BYTES
+        } else {
+            SHORT_HEADER_BYTES
+        })
+    }
+
+    /// Reads a header from a fixed header area ([`HEADER_BYTES`], as
+    /// [`Self::encode`] fills it), rejecting anything that is not one; the
+    /// area after a short header must be zero.
+    pub fn decode(b: &[u8; HEADER_BYTES]) -> Result<PieceHeader, HeaderError> {
+        let (h, n) = PieceHeader::decode_prefix(b)?;
+        if b[n..].iter().any(|&x| x != 0) {
             return Err(HeaderError("reserved bytes are not zero"));
         }
-        Ok(PieceHeader {
-            checksum: has_checksum.then(|| u32_at(40)),
+        Ok(h)
+    }
+
+    /// Reads the header at the start of `b` (a byte stream: the payload may
+    /// follow); returns it with its encoded length. Never panics: bytes
+    /// that are not a whole header are an error.
+    pub fn decode_prefix(b: &[u8]) -> Result<(PieceHeader, usize), HeaderError> {
+        let short: &[u8; SHORT_HEADER_BYTES] =
+            b.first_chunk().ok_or(HeaderError("truncated header"))?;
+        let n = PieceHeader::encoded_len_at(short)?;
+        let b = b.get(..n).ok_or(HeaderError("truncated header"))?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | u64::from(u32_at(i + 4)) << 32;
+        let has_checksum = b[24] & FLAG_CHECKSUM != 0;
+        if b[25..28] != [0; 3] || (!has_checksum && u32_at(28) != 0) {
+            return Err(HeaderError("reserved bytes are not zero"));
+        }
+        let fingerprint = if n == HEADER_BYTES {
+            if b[35] != 0 {
+                return Err(HeaderError("reserved bytes are not zero"));
+            }
+            Some(Fingerprint {
+                collective: Collective::from_u8(b[32]).ok_or(HeaderError("unknown collective"))?,
+                dtype: DataType::from_u8(b[33]).ok_or(HeaderError("unknown dtype"))?,
+                op: ReduceOp::from_u8(b[34]).ok_or(HeaderError("unknown reduce op"))?,
+                root: u32_at(36) as i32,
+                count: u64_at(40),
+            })
+        } else {
+            None
+        };
+        let h = PieceHeader {
+            checksum: has_checksum.then(|| u32_at(28)),
             comm_id: u64_at(8),
             seq: u64_at(16),
             len: u32_at(4),
-            fingerprint: Fingerprint {
-                collective,
-                dtype,
-                op,
-                root: u32_at(28) as i32,
-                count: u64_at(32),
-            },
-        })
+            fingerprint,
+        };
+        Ok((h, n))
     }
 }
 
@@ -286,13 +363,13 @@ mod tests {
             comm_id: 0xdead_beef_1234,
             seq: 77,
             len: 4096,
-            fingerprint: Fingerprint {
+            fingerprint: Some(Fingerprint {
                 collective: Collective::Broadcast,
                 dtype: DataType::Bfloat16,
                 op: ReduceOp::Max,
                 root: 3,
                 count: 1_000_003,
-            },
+            }),
         };
         let mut b = [0u8; HEADER_BYTES];
         h.encode(&mut b);
@@ -306,8 +383,36 @@ mod tests {
         };
         c.encode(&mut b);
         assert_eq!(PieceHeader::decode(&b), Ok(c));
-        b[27] |= 2;
+        b[24] |= 4;
         assert_eq!(PieceHeader::decode(&b), Err(HeaderError("unknown flags")));
+        // Without a fingerprint: the short form, the rest of the area zero;
+        // from a stream, the bytes after it are the payload's.
+        let s = PieceHeader {
+            fingerprint: None,
+            ..c
+        };
+        assert_eq!(s.encode(&mut b), SHORT_HEADER_BYTES);
+        assert_eq!(
+            b[SHORT_HEADER_BYTES..],
+            [0; HEADER_BYTES - SHORT_HEADER_BYTES]
+        );
+        assert_eq!(PieceHeader::decode(&b), Ok(s));
+        b[40] = 9;
+        assert_eq!(PieceHeader::decode_prefix(&b), Ok((s, SHORT_HEADER_BYTES)));
+        assert!(PieceHeader::decode(&b).is_err());
+        assert_eq!(
+            PieceHeader::decode_prefix(&b[..SHORT_HEADER_BYTES - 1]),
+            Err(HeaderError("truncated header"))
+        );
+        c.encode(&mut b);
+        assert_eq!(
+            PieceHeader::decode_prefix(&b[..HEADER_BYTES - 1]),
+            Err(HeaderError("truncated header"))
+        );
+        assert_eq!(
+            PieceHeader::encoded_len_at(b.first_chunk().unwrap()),
+            Ok(HEADER_BYTES)
+        );
     }
 
     /// CRC32C's check value (RFC 3720, "123456789" → 0xE3069283).
@@ -373,17 +478,17 @@ mod tests {
                 comm_id: 1,
                 seq: 2,
                 len: 3,
-                fingerprint: Fingerprint {
+                fingerprint: Some(Fingerprint {
                     collective: Collective::AllReduce,
                     dtype,
                     op: ReduceOp::Sum,
                     root: 0,
                     count: 5,
-                },
+                }),
             };
             let mut b = [0u8; HEADER_BYTES];
             h.encode(&mut b);
-            assert_eq!(b[25], dtype as u8);
+            assert_eq!(b[33], dtype as u8);
             assert_eq!(PieceHeader::decode(&b), Ok(h));
         }
         assert_eq!(DataType::Float8e4m3 as u8, 10);
@@ -394,16 +499,16 @@ mod tests {
             comm_id: 1,
             seq: 2,
             len: 3,
-            fingerprint: Fingerprint {
+            fingerprint: Some(Fingerprint {
                 collective: Collective::AllReduce,
                 dtype: DataType::Float8e5m2,
                 op: ReduceOp::Sum,
                 root: 0,
                 count: 5,
-            },
+            }),
         }
         .encode(&mut b);
-        b[25] = DataType::ALL.len() as u8;
+        b[33] = DataType::ALL.len() as u8;
         assert_eq!(PieceHeader::decode(&b), Err(HeaderError("unknown dtype")));
     }
 }

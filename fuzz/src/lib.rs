@@ -137,7 +137,7 @@ pub fn tcp_data(data: &[u8]) {
         assert!(h.len as usize <= max_piece);
         // A checksummed piece's CRC32C is its 4-byte trailer.
         let trailer = if h.checksum.is_some() { 4 } else { 0 };
-        assert_eq!(total, HEADER_BYTES + h.len as usize + trailer);
+        assert_eq!(total, h.encoded_len() + h.len as usize + trailer);
         assert!(total <= rest.len());
         if let Some(crc) = h.checksum {
             assert_eq!(crc.to_le_bytes(), rest[total - 4..total]);
@@ -145,17 +145,28 @@ pub fn tcp_data(data: &[u8]) {
     }
 }
 
-/// A piece header: decodes, or not; a decoded one round-trips.
+/// A piece header, from a stream (any length: the short form without a
+/// fingerprint, the long one with it) and from a fixed header area: decodes,
+/// or not; a decoded one round-trips, and both readings agree.
 pub fn piece_header(data: &[u8]) {
+    if let Ok((h, n)) = PieceHeader::decode_prefix(data) {
+        assert_eq!(n, h.encoded_len());
+        assert!(n <= data.len());
+        let mut again = [0u8; HEADER_BYTES];
+        assert_eq!(h.encode(&mut again), n);
+        // Flags and reserved bytes are checked: a decoded header is exactly
+        // what encoding gives.
+        assert_eq!(data[..n], again[..n]);
+        assert_eq!(PieceHeader::decode(&again), Ok(h));
+    }
     let Some(b) = data.first_chunk::<HEADER_BYTES>() else {
         return;
     };
     if let Ok(h) = PieceHeader::decode(b) {
+        assert_eq!(PieceHeader::decode_prefix(b).map(|(d, _)| d), Ok(h));
         let mut again = [0u8; HEADER_BYTES];
         h.encode(&mut again);
-        assert_eq!(PieceHeader::decode(&again), Ok(h));
-        // Flags and reserved bytes are checked: a decoded header is exactly
-        // what encoding gives.
+        // The whole area: a short header's unused bytes must be zero.
         assert_eq!(*b, again);
     }
 }
@@ -274,19 +285,29 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
             comm_id: 0x5eed,
             seq: 3,
             len: 64,
-            fingerprint: comm_core::wire::Fingerprint {
+            fingerprint: Some(comm_core::wire::Fingerprint {
                 collective: comm_core::wire::Collective::AllReduce,
                 dtype: comm_core::DataType::Float32,
                 op: comm_core::ReduceOp::Sum,
                 root: -1,
                 count: 16,
-            },
+            }),
         };
         let mut b = [0u8; HEADER_BYTES];
         h.encode(&mut b);
         b
     };
     let header = header_with(None);
+    // The pieces after a message's first: no fingerprint, short header.
+    let short = {
+        let mut b = [0u8; HEADER_BYTES];
+        let h = PieceHeader {
+            fingerprint: None,
+            ..PieceHeader::decode(&header).expect("a valid header")
+        };
+        let n = h.encode(&mut b);
+        b[..n].to_vec()
+    };
     let frame = |body: &[u8]| {
         let mut v = (body.len() as u32).to_le_bytes().to_vec();
         v.extend_from_slice(body);
@@ -337,6 +358,8 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "tcp_ack" => vec![tcp::valid_ack(&tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16])).to_vec()],
         "tcp_data" => vec![
             [&[12u8][..], &header[..], &[0u8; 64]].concat(),
+            // A later piece of a message: the short header.
+            [&[12u8][..], &short[..], &[0u8; 64]].concat(),
             // A checksummed frame: CRC32C field zero, the CRC in a trailer.
             [
                 &[12u8][..],
@@ -352,7 +375,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
                 [&[12u8][..], &a[..]].concat()
             },
         ],
-        "piece_header" => vec![header.to_vec()],
+        "piece_header" => vec![header.to_vec(), short.clone()],
         "shm_slot_header" => vec![[&[10u8][..], &header[..]].concat()],
         "gdr_board" => vec![{
             // magic "SNCLGDR1", yes, inbox address / rkey / bytes, no reason

@@ -185,12 +185,12 @@ impl Mailbox {
         &mut self,
         me: usize,
         peer: usize,
-        h: &PieceHeader,
+        fp: Fingerprint,
         data: &[u8],
         target: &mut Option<Target<'_>>,
     ) -> Result<()> {
-        let tag = h.fingerprint.root;
-        let total = h.fingerprint.count as usize;
+        let tag = fp.root;
+        let total = fp.count as usize;
         let corrupt = |detail: String| Error::Transport {
             rank: me,
             source: comm_core::transport::TransportError::Corrupt { peer, detail },
@@ -294,17 +294,19 @@ impl Mailbox {
                         their_seq: h.seq,
                     });
                 }
-                if h.fingerprint.collective != Collective::Tagged {
+                // Every tagged piece carries its fingerprint; a collective's
+                // continuation pieces carry none.
+                let Some(fp) = h.fingerprint.filter(|f| f.collective == Collective::Tagged) else {
                     foreign = Some(h.fingerprint);
                     // Not ours: an error leaves the piece in the transport.
                     return Err(Error::Config(String::new()));
-                }
+                };
                 if let Some(want) = h.checksum {
                     let got = comm_core::wire::piece_checksum(data);
                     if got != want {
                         return Err(Error::PeerFailed {
                             rank: me,
-                            op: h.fingerprint,
+                            op: fp,
                             seq: 0,
                             failed_rank: Some(peer),
                             source: comm_core::transport::TransportError::Corrupt {
@@ -319,13 +321,13 @@ impl Mailbox {
                         });
                     }
                 }
-                self.accept(me, peer, h, data, target)
+                self.accept(me, peer, fp, data, target)
             });
             match r {
                 Ok(true) => moved = true,
                 Ok(false) => return Ok(moved),
                 Err(_) if foreign.is_some() => {
-                    let theirs = foreign.expect("checked");
+                    let theirs = foreign.flatten().unwrap_or(fingerprint(-1, 0));
                     if self.arriving.get(peer).copied().flatten().is_some() {
                         return Err(Error::Mismatch {
                             rank: me,
@@ -440,7 +442,7 @@ impl Inner {
                     checksum: self.config.checksum.then_some(0),
                     comm_id,
                     seq: 0,
-                    fingerprint: fp,
+                    fingerprint: Some(fp),
                     len: n as u32,
                 };
                 if conn.try_send(&h, &data[off..off + n]).map_err(failed)? {

@@ -65,13 +65,13 @@ fn header(comm_id: u64) -> PieceHeader {
     PieceHeader {
         comm_id,
         seq: 0,
-        fingerprint: Fingerprint {
+        fingerprint: Some(Fingerprint {
             collective: Collective::Barrier,
             dtype: DataType::Uint8,
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
-        },
+        }),
         len: BOARD_BYTES as u32,
         checksum: None,
     }

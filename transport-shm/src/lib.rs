@@ -387,13 +387,13 @@ mod tests {
             comm_id: 1,
             seq: 1,
             len: len as u32,
-            fingerprint: Fingerprint {
+            fingerprint: Some(Fingerprint {
                 collective: Collective::AllReduce,
                 dtype: DataType::Uint8,
                 op: ReduceOp::Sum,
                 root: -1,
                 count: 0,
-            },
+            }),
         }
     }
 

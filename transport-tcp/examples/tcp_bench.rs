@@ -29,13 +29,13 @@ fn header(seq: u64) -> PieceHeader {
         comm_id: 1,
         seq,
         len: 0,
-        fingerprint: Fingerprint {
+        fingerprint: Some(Fingerprint {
             collective: Collective::AllReduce,
             dtype: DataType::Float32,
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
-        },
+        }),
     }
 }
 

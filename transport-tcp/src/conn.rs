@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use comm_core::transport::{Connection, ConsumeResult, TransportError};
-use comm_core::wire::{PieceHeader, HEADER_BYTES};
+use comm_core::wire::{PieceHeader, HEADER_BYTES, SHORT_HEADER_BYTES};
 use socket2::Socket;
 
 /// The largest retransmission timeout of a data connection: after a link
@@ -52,8 +52,9 @@ enum Dead {
 
 /// What the front of a socket's receive buffer holds.
 enum Front {
-    /// A whole piece: its header and total frame length.
-    Piece(PieceHeader, usize),
+    /// A whole piece: its header, the header's encoded length (the
+    /// payload follows it) and the total frame length.
+    Piece(PieceHeader, usize, usize),
     /// An abort frame blaming this rank.
     Abort(Option<usize>),
     /// An incomplete frame that needs this many bytes in total.
@@ -64,13 +65,25 @@ enum Front {
 
 /// Classifies the first frame of the received bytes `avail`.
 fn front_of(avail: &[u8], max_piece: usize) -> Front {
-    let Some(h) = avail.first_chunk::<HEADER_BYTES>() else {
-        return Front::Need(HEADER_BYTES);
+    // Every frame is at least a short header long (an abort frame, a
+    // header with a fingerprint: HEADER_BYTES).
+    let Some(h) = avail.first_chunk::<SHORT_HEADER_BYTES>() else {
+        return Front::Need(SHORT_HEADER_BYTES);
     };
     if frame::first_word(h) == ABORT_MAGIC {
-        return Front::Abort(frame::decode_abort(h));
+        return match avail.first_chunk::<HEADER_BYTES>() {
+            Some(a) => Front::Abort(frame::decode_abort(a)),
+            None => Front::Need(HEADER_BYTES),
+        };
     }
-    match PieceHeader::decode(h) {
+    let hlen = match PieceHeader::encoded_len_at(h) {
+        Ok(n) => n,
+        Err(e) => return Front::Corrupt(e.to_string()),
+    };
+    if avail.len() < hlen {
+        return Front::Need(hlen);
+    }
+    match PieceHeader::decode_prefix(avail).map(|(h, _)| h) {
         Err(e) => Front::Corrupt(e.to_string()),
         Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
             "piece of {} bytes exceeds the maximum piece size {max_piece}",
@@ -85,7 +98,7 @@ fn front_of(avail: &[u8], max_piece: usize) -> Front {
             } else {
                 0
             };
-            let total = HEADER_BYTES + hdr.len as usize + trailer;
+            let total = hlen + hdr.len as usize + trailer;
             if avail.len() < total {
                 return Front::Need(total);
             }
@@ -93,7 +106,7 @@ fn front_of(avail: &[u8], max_piece: usize) -> Front {
                 let t = &avail[total - TRAILER_BYTES..total];
                 hdr.checksum = Some(u32::from_le_bytes(t.try_into().expect("4 bytes")));
             }
-            Front::Piece(hdr, total)
+            Front::Piece(hdr, hlen, total)
         }
     }
 }
@@ -107,7 +120,7 @@ pub(crate) fn classify(
     max_piece: usize,
 ) -> Result<Option<(PieceHeader, usize)>, String> {
     match front_of(avail, max_piece) {
-        Front::Piece(h, total) => Ok(Some((h, total))),
+        Front::Piece(h, _, total) => Ok(Some((h, total))),
         Front::Need(n) => {
             assert!(
                 n <= HEADER_BYTES + max_piece + TRAILER_BYTES,
@@ -460,7 +473,7 @@ impl TcpConnection {
             loop {
                 match s.front(max_piece) {
                     Front::Abort(cause) => return Some(cause),
-                    Front::Piece(_, total) => s.release(total),
+                    Front::Piece(_, _, total) => s.release(total),
                     Front::Need(need) => match s.fill(need) {
                         Ok(Fill::Read { n, .. }) if n < budget => budget -= n,
                         _ => break,
@@ -507,9 +520,9 @@ impl TcpConnection {
         let mut drained = false;
         loop {
             match self.streams[i].front(max_piece) {
-                Front::Piece(hdr, total) => {
+                Front::Piece(hdr, hlen, total) => {
                     let s = &self.streams[i];
-                    let at = s.in_start + HEADER_BYTES;
+                    let at = s.in_start + hlen;
                     let payload = &s.inb[at..at + hdr.len as usize];
                     if let Err(e) = consume(&hdr, payload) {
                         return Ok(Err(e));
@@ -578,12 +591,14 @@ impl Connection for TcpConnection {
         let nsocks = self.streams.len();
         let checksum = header.checksum.is_some();
         let trailer_len = if checksum { TRAILER_BYTES } else { 0 };
-        let frame_len = HEADER_BYTES + data.len() + trailer_len;
-        let mut hb = [0u8; HEADER_BYTES];
+        let mut hbuf = [0u8; HEADER_BYTES];
         let mut h = *header;
         h.len = data.len() as u32;
         h.checksum = checksum.then_some(0);
-        h.encode(&mut hb);
+        // A piece without a fingerprint sends the short header.
+        let hlen = h.encode(&mut hbuf);
+        let hb = &hbuf[..hlen];
+        let frame_len = hlen + data.len() + trailer_len;
         let cap = self.send_cap;
         if self.streams[i].pending() > 0 && self.streams[i].pending() + frame_len > cap {
             return Ok(false);
@@ -602,12 +617,12 @@ impl Connection for TcpConnection {
         let tail = &tail[..trailer_len];
         let s = &mut self.streams[i];
         if s.pending() > 0 {
-            s.append(&[&hb, data, tail]);
+            s.append(&[hb, data, tail]);
             self.next_send = (i + 1) % nsocks;
             return Ok(true);
         }
         let written = loop {
-            let bufs = [IoSlice::new(&hb), IoSlice::new(data), IoSlice::new(tail)];
+            let bufs = [IoSlice::new(hb), IoSlice::new(data), IoSlice::new(tail)];
             match s.sock.send_vectored_with_flags(&bufs, SEND_FLAGS) {
                 Ok(n) => break Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(0),
@@ -627,12 +642,12 @@ impl Connection for TcpConnection {
             self.refused_crc = crc.filter(|_| key.2 != 0).map(|c| (key.0, key.1, key.2, c));
             return Ok(false);
         }
-        if written < HEADER_BYTES {
+        if written < hlen {
             s.append(&[&hb[written..], data, tail]);
-        } else if written < HEADER_BYTES + data.len() {
-            s.append(&[&data[written - HEADER_BYTES..], tail]);
+        } else if written < hlen + data.len() {
+            s.append(&[&data[written - hlen..], tail]);
         } else if written < frame_len {
-            s.append(&[&tail[written - HEADER_BYTES - data.len()..]]);
+            s.append(&[&tail[written - hlen - data.len()..]]);
         }
         self.next_send = (i + 1) % nsocks;
         Ok(true)

@@ -17,17 +17,19 @@
 //!   The secret never travels; each side proves it holds it over a nonce
 //!   the other side just drew, so a recorded hello (or greeting and ack)
 //!   replayed on a new connection fails authentication.
-//! * Data: every frame starts with 48 bytes. A piece frame is the
-//!   [`PieceHeader`](comm_core::wire::PieceHeader) (first word `"SNCL"`)
-//!   followed by `len` payload bytes; when the header's checksum flag is
+//! * Data: every frame starts with at least 32 bytes. A piece frame is the
+//!   [`PieceHeader`](comm_core::wire::PieceHeader) (first word `"SNCL"`;
+//!   48 bytes on the first piece of a message, which carries the
+//!   operation's fingerprint, 32 on the pieces after it) followed by `len`
+//!   payload bytes; when the header's checksum flag is
 //!   set (`SNCL_CHECKSUM=1`), its CRC32C field is zero and the CRC32C of the
 //!   payload follows it in a 4-byte little-endian trailer (the sender
 //!   computes it after handing the payload to the kernel, while the bytes
 //!   are in cache, so only the pieces the kernel takes are checksummed).
-//!   An abort frame has first word `"ABRT"`, then a flag and the blamed
-//!   rank, and no payload.
+//!   An abort frame (48 bytes) has first word `"ABRT"`, then a flag and
+//!   the blamed rank, and no payload.
 
-use comm_core::wire::HEADER_BYTES;
+use comm_core::wire::{HEADER_BYTES, SHORT_HEADER_BYTES};
 use sncl_bootstrap::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 
 /// First word of a hello ("STCP" read as little-endian bytes).
@@ -250,9 +252,10 @@ pub(crate) fn decode_abort(b: &[u8; HEADER_BYTES]) -> Option<usize> {
     (flag == 1).then_some(cause as usize)
 }
 
-/// The first word of a frame.
-pub(crate) fn first_word(b: &[u8; HEADER_BYTES]) -> u32 {
-    u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"))
+/// The first word of a frame (of its first [`SHORT_HEADER_BYTES`], what
+/// every frame has).
+pub(crate) fn first_word(b: &[u8; SHORT_HEADER_BYTES]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
 #[cfg(test)]
@@ -321,7 +324,7 @@ mod tests {
     fn abort_round_trip() {
         for cause in [None, Some(0), Some(17)] {
             let b = encode_abort(cause);
-            assert_eq!(first_word(&b), ABORT_MAGIC);
+            assert_eq!(first_word(b.first_chunk().unwrap()), ABORT_MAGIC);
             assert_eq!(decode_abort(&b), cause);
         }
     }

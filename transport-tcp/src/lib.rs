@@ -18,8 +18,9 @@
 //!   it and answers with a 32-byte HMAC-SHA-256 ack over the fields and both
 //!   nonces. The secret never travels, and a recorded hello or ack replayed
 //!   on a new connection fails (details in `frame.rs`);
-//! * data: 40-byte [`PieceHeader`](comm_core::wire::PieceHeader) + payload,
-//!   or a 40-byte abort frame (first word `"ABRT"`, blamed rank).
+//! * data: [`PieceHeader`](comm_core::wire::PieceHeader) (48 bytes with the
+//!   fingerprint on a message's first piece, 32 after) + payload, or a
+//!   48-byte abort frame (first word `"ABRT"`, blamed rank).
 //!
 //! Pacing (`SNCL_TCP_PACING`, off by default): [`TcpSetup::pacing`] caps
 //! the kernel pacing rate (`SO_MAX_PACING_RATE`) of the sockets to the

@@ -57,13 +57,13 @@ fn header(seq: u64, len: usize) -> PieceHeader {
         comm_id: COMM,
         seq,
         len: len as u32,
-        fingerprint: Fingerprint {
+        fingerprint: Some(Fingerprint {
             collective: Collective::AllReduce,
             dtype: DataType::Float32,
             op: ReduceOp::Sum,
             root: -1,
             count: 12345,
-        },
+        }),
     }
 }
 
@@ -117,10 +117,13 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                 let k = sent[c];
                 let data = &mut buf[..sizes[k]];
                 fill(data, seed(rank, peer, k));
-                // Every other piece asks for a checksum (a CRC32C trailer).
+                // Every other piece asks for a checksum (a CRC32C trailer);
+                // every third goes without a fingerprint (a short header).
+                let full = header(k as u64 + 1, sizes[k]);
                 let h = PieceHeader {
                     checksum: (k % 2 == 1).then_some(0),
-                    ..header(k as u64 + 1, sizes[k])
+                    fingerprint: full.fingerprint.filter(|_| k % 3 != 2),
+                    ..full
                 };
                 if conn.try_send(&h, data).unwrap() {
                     sent[c] += 1;
@@ -134,7 +137,8 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                         assert_eq!(h.seq, k as u64 + 1, "rank {rank} from {peer}: out of order");
                         assert_eq!(h.len as usize, p.len());
                         assert_eq!(p.len(), sizes[k], "piece {k} size");
-                        assert_eq!(h.fingerprint, header(0, 0).fingerprint);
+                        let fp = header(0, 0).fingerprint.filter(|_| k % 3 != 2);
+                        assert_eq!(h.fingerprint, fp, "piece {k}");
                         assert!(check(p, seed(peer, rank, k)), "piece {k} content");
                         let crc = comm_core::wire::piece_checksum(p);
                         assert_eq!(h.checksum, (k % 2 == 1).then_some(crc), "piece {k}");

@@ -3,7 +3,9 @@
 //! their headers cross host memory; the transport moves the bytes, the
 //! memory ([`Memory::device_recv`]) reduces or copies them on its stream.
 
-use super::{check_piece, in_op, probe_peers, wait_over, AbortFlag, OpContext, OpState, Waiter};
+use super::piece::check_piece;
+use super::wait::{probe_peers, wait_over, Waiter};
+use super::{in_op, AbortFlag, OpContext, OpState};
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::{Op, Region};
@@ -97,7 +99,7 @@ pub(super) fn send_device<M: Memory>(
             checksum: None,
             comm_id: ctx.comm_id,
             seq: ctx.seq,
-            fingerprint: ctx.fingerprint,
+            fingerprint: (st.done == 0).then_some(ctx.fingerprint),
             len: n as u32,
         };
         if !link

@@ -58,13 +58,13 @@ pub fn header(len: usize, seq: u64) -> PieceHeader {
         comm_id: 0x5eed,
         seq,
         len: len as u32,
-        fingerprint: Fingerprint {
+        fingerprint: Some(Fingerprint {
             collective: Collective::SendRecv,
             dtype: DataType::Uint8,
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
-        },
+        }),
     }
 }
 
