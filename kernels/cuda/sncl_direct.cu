@@ -48,6 +48,11 @@
 #ifdef SNCL_HOST_EMU
 #include <sched.h>
 #include <time.h>
+#else
+// On the device every thread runs a phase (the host shim loops over them).
+#ifndef SNCL_EACH_THREAD
+#define SNCL_EACH_THREAD
+#endif
 #endif
 
 #define SNCL_DIRECT_MAX_RANKS 8
@@ -318,38 +323,54 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
 #endif
 
 #if SNCL_DIRECT_WANT(0)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, int8)
 #endif
 #if SNCL_DIRECT_WANT(1)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, uint8)
 #endif
 #if SNCL_DIRECT_WANT(2)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, int32)
 #endif
 #if SNCL_DIRECT_WANT(3)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, uint32)
 #endif
 #if SNCL_DIRECT_WANT(4)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, int64)
 #endif
 #if SNCL_DIRECT_WANT(5)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, uint64)
 #endif
 #if SNCL_DIRECT_WANT(6)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, half)
 #endif
 #if SNCL_DIRECT_WANT(7)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, float)
 #endif
 #if SNCL_DIRECT_WANT(8)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, double)
 #endif
 #if SNCL_DIRECT_WANT(9)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, bfloat16)
 #endif
 #if SNCL_DIRECT_WANT(10)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, f8e4m3)
 #endif
 #if SNCL_DIRECT_WANT(11)
+#define SNCL_DIRECT_EMITTED
 SNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, f8e5m2)
+#endif
+
+#if defined(SNCL_ONLY_DTYPE) && !defined(SNCL_DIRECT_EMITTED)
+#error "SNCL_ONLY_DTYPE names no dtype (expected 0 to 11, kernels::cuda::dtype_options)"
 #endif
