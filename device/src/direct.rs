@@ -79,9 +79,7 @@ impl DirectAllReduce<'_> {
         };
         let n = self.nranks();
         if !(2..=DIRECT_MAX_RANKS).contains(&n) {
-            return Err(bad(format!(
-                "{n} ranks: expected 2 to {DIRECT_MAX_RANKS}"
-            )));
+            return Err(bad(format!("{n} ranks: expected 2 to {DIRECT_MAX_RANKS}")));
         }
         if self.outputs.len() != n || self.flags.len() != n {
             return Err(bad(format!(
@@ -242,9 +240,21 @@ mod tests {
         );
         let err = |o: DirectAllReduce<'_>| o.check(0).unwrap_err().to_string();
         assert!(err(op(&two[..1], c)).contains("1 ranks"));
-        assert!(err(DirectAllReduce { rank: 2, ..op(&two, c) }).contains("rank 2"));
-        assert!(err(DirectAllReduce { epoch: 0, ..op(&two, c) }).contains("epoch 0"));
-        assert!(err(DirectAllReduce { grid: 65, ..op(&two, c) }).contains("grid 65"));
+        assert!(err(DirectAllReduce {
+            rank: 2,
+            ..op(&two, c)
+        })
+        .contains("rank 2"));
+        assert!(err(DirectAllReduce {
+            epoch: 0,
+            ..op(&two, c)
+        })
+        .contains("epoch 0"));
+        assert!(err(DirectAllReduce {
+            grid: 65,
+            ..op(&two, c)
+        })
+        .contains("grid 65"));
         assert!(err(DirectAllReduce {
             algo: DirectAlgo::OneShot,
             ..op(&two, c)

@@ -321,7 +321,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// of [`direct::FLAG_BYTES`]) and the control block is a live pinned
     /// allocation of [`direct::CONTROL_WORDS`] words, until the kernel ends;
     /// every rank launches the same operation with the same epoch.
-    unsafe fn direct_all_reduce(&self, stream: StreamHandle, op: &DirectAllReduce<'_>) -> Result<()> {
+    unsafe fn direct_all_reduce(
+        &self,
+        stream: StreamHandle,
+        op: &DirectAllReduce<'_>,
+    ) -> Result<()> {
         let _ = (stream, op);
         Err(DeviceError::Unsupported {
             what: format!("direct all-reduce on {}", self.backend().name()),

@@ -234,7 +234,8 @@ fn direct_kernels_compile_for_sm80_and_sm90_and_failures_are_clear() {
         for dtype in [DataType::Float32, DataType::Bfloat16] {
             let opts = kernels::cuda::dtype_options(dtype);
             let t = Instant::now();
-            let m = nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
+            let m =
+                nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
             eprintln!(
                 "direct {} {}: {:.0} ms, cubin {} bytes",
                 sm(arch),

@@ -12,11 +12,11 @@ use kernels::{DataType, ReduceOp};
 
 use super::driver;
 use super::launch::{self, Kernels, ReduceCopyArgs};
-use kernels::cuda::BLOCK_THREADS as BLOCK;
 use crate::{
     Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, PointerKind, Result,
     StreamHandle,
 };
+use kernels::cuda::BLOCK_THREADS as BLOCK;
 
 /// Page-locked host memory flags: portable (pinned for every context) and
 /// mapped (so `cuMemHostGetDevicePointer` works without relying on unified

@@ -324,11 +324,7 @@ mod ffi {
     ///
     /// # Safety
     /// As for [`super::direct`].
-    pub(super) unsafe fn direct(
-        name: &str,
-        args: &crate::direct::DirectArgs,
-        grid: u32,
-    ) -> i32 {
+    pub(super) unsafe fn direct(name: &str, args: &crate::direct::DirectArgs, grid: u32) -> i32 {
         let name = c_name(name);
         // SAFETY: `name` is NUL-terminated and outlives the call; the
         // caller vouches for the addresses in `args`; the C side copies
