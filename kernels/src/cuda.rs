@@ -199,8 +199,12 @@ mod tests {
             );
             assert!(direct_kernel(dtype, ReduceOp::Sum).is_some());
         }
-        assert!(DIRECT_SOURCE.contains(&format!("#define SNCL_DIRECT_MAX_RANKS {DIRECT_MAX_RANKS}\n")));
-        assert!(DIRECT_SOURCE.contains(&format!("#define SNCL_DIRECT_MAX_BLOCKS {DIRECT_MAX_BLOCKS}\n")));
+        assert!(DIRECT_SOURCE.contains(&format!(
+            "#define SNCL_DIRECT_MAX_RANKS {DIRECT_MAX_RANKS}\n"
+        )));
+        assert!(DIRECT_SOURCE.contains(&format!(
+            "#define SNCL_DIRECT_MAX_BLOCKS {DIRECT_MAX_BLOCKS}\n"
+        )));
         assert!(DIRECT_SOURCE.contains("#include \"sncl_device.cuh\"\n"));
         assert_eq!(
             direct_kernel(DataType::Float32, ReduceOp::Avg).as_deref(),
