@@ -363,3 +363,37 @@ fn direct_window_sizes_must_agree() {
         }
     });
 }
+
+/// One-shot out of place needs no scratch: a count past the in-place
+/// scratch (1 MiB) runs, and gives the host's bits.
+#[test]
+fn direct_one_shot_out_of_place_past_the_scratch() {
+    let _serial = nvlink_common::serial();
+    let ranks = nvlink_common::ranks(2);
+    let count = (1 << 18) + 5; // 1 MiB + 20 bytes of f32
+    let results: Vec<Result<DirectAlgo, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let a = r
+                        .comm
+                        .alloc_device_window(count * 4)
+                        .map_err(|e| e.to_string())?;
+                    let b = r
+                        .comm
+                        .alloc_device_window(count * 4)
+                        .map_err(|e| e.to_string())?;
+                    let k = (DataType::Float32, ReduceOp::Sum, count);
+                    window_case(r, (&a, Some(&b)), k, DirectChoice::OneShot)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for r in results {
+        assert_eq!(r, Ok(DirectAlgo::OneShot));
+    }
+}

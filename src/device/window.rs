@@ -415,7 +415,11 @@ impl DeviceWindow {
             inputs: &self.buffers,
             outputs: &out.buffers,
             flags: &self.flags,
-            scratch: self.scratch,
+            // Only one-shot in place folds through it (it holds at most
+            // SCRATCH_BYTES; checked by the caller).
+            scratch: self
+                .scratch
+                .filter(|_| algo == DirectAlgo::OneShot && out.id == self.id),
             control: self.control.as_ptr() as *mut u32,
             epoch,
             grid: direct::grid(dtype, count, block, max_blocks),
