@@ -16,6 +16,7 @@ fn main() {
     for file in [
         "sncl_host_launch.cpp",
         "sncl_reduce.cu",
+        "sncl_direct.cu",
         "sncl_host_codec.cpp",
         "sncl_codec.cu",
         "sncl_codec_topk.cuh",

@@ -39,6 +39,11 @@
 #     latency     8 B all_reduce, 2 processes, with MPS when
 #                 nvidia-cuda-mps-control is there (target <= 20 us)
 #     c-device    capi/tests/c/c_abi_device_test.c on the cuda backend, 2 ranks
+#     direct-256M nvlink version 2 (device windows, direct kernels): 2
+#                 processes on the one GPU, 256 MiB f32 all_reduce busbw of
+#                 v1 (copy engine), one-shot and two-shot, with the D2D copy
+#                 rate of the same run and each ratio (target: two-shot >=
+#                 0.35 x D2D; tests/nvlink_direct_bench.rs)
 #   torch (scripts/gpu-check-torch.sh: builds sncl_torch against that
 #     machine's torch from target/gpu-check/lib/libsncl.a; CUDA tensors,
 #     DDP parity with gloo; 280 s)
@@ -78,6 +83,11 @@ prepare() {
     cp "$suite" "$OUT_DIR/device-suite"
     cp "$codecs" "$OUT_DIR/codec-suite"
     cp "$slices" "$OUT_DIR/cuda-slices"
+    # nvlink version 2's measurement (section direct-256M).
+    local direct
+    direct=$(test_exe nvlink_direct_bench -p sncl)
+    [[ -n $direct ]] || { echo "gpu-check: the direct all-reduce bench did not build" >&2; exit 1; }
+    cp "$direct" "$OUT_DIR/direct-bench"
     # The C ABI test on device pointers, linked against the release
     # libsncl.so that travels beside it.
     cargo build --release -p sncl-capi
@@ -177,6 +187,7 @@ group_nvlink() {
     section d2d 30 env XDG_CACHE_HOME="$cache" "$OUT_DIR/kernel_bandwidth" cuda 256 10
     rm -rf "$cache"
     section nvlink-256M 30 env SNCL_TRANSPORT=nvlink "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 256M -e 256M -n 10 -w 2 -c 1
+    section direct-256M 60 env SNCL_TEST_DEVICE=cuda DIRECT_BENCH_MIB=256 "$OUT_DIR/direct-bench" direct_busbw --exact --nocapture --test-threads=1
     if command -v nvidia-cuda-mps-control >/dev/null; then
         section latency-mps 30 bash -c "nvidia-cuda-mps-control -d && SNCL_TRANSPORT=nvlink $OUT_DIR/commbench all_reduce --np 2 --device cuda -b 8 -e 8 -n 200 -w 20; rc=\$?; echo quit | nvidia-cuda-mps-control; exit \$rc"
     else

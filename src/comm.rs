@@ -336,6 +336,50 @@ impl Inner {
         r
     }
 
+    /// Runs `f` in stream order with the state held, as an operation that
+    /// is not a schedule (a device window's direct all-reduce,
+    /// `src/device/window.rs`): `f` gets the operation's context for
+    /// `fingerprint` and the abort flag; its failure aborts the
+    /// communicator as a failed collective's does.
+    pub(crate) fn run_in_turn<R>(
+        &self,
+        fingerprint: comm_core::wire::Fingerprint,
+        f: impl FnOnce(&mut State, &exec::OpContext, &exec::AbortFlag) -> Result<R>,
+    ) -> Result<R> {
+        let ticket = self.ticket();
+        self.order.wait_turn(ticket);
+        let mut st = self.lock();
+        let ctx = exec::OpContext {
+            rank: self.rank,
+            nranks: self.nranks,
+            comm_id: self.comm_id,
+            seq: st.seq,
+            fingerprint,
+            dtype: fingerprint.dtype,
+            op: fingerprint.op,
+            timeout: self.config.timeout,
+            spin: self.spin,
+            checksum: self.config.checksum,
+        };
+        self.finish_abort(&mut st);
+        let r = match &st.aborted {
+            Some(why) => Err(Error::Aborted {
+                rank: self.rank,
+                reason: Some(why.clone()),
+            }),
+            None => {
+                let r = f(&mut st, &ctx, &self.abort_flag);
+                if let Err(e) = &r {
+                    self.fail(&mut st, e);
+                }
+                r
+            }
+        };
+        drop(st);
+        self.order.finish();
+        r
+    }
+
     fn invalid(&self, op: &'static str, detail: String) -> Error {
         Error::InvalidArgument {
             rank: self.rank,

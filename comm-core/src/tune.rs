@@ -271,9 +271,72 @@ pub fn reduce_cost(
     }
 }
 
+/// The direct all-reduce kernels over registered device memory (nvlink
+/// version 2) that the planner chooses between by size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectKind {
+    /// Every rank reads every input whole: 2 flag rounds, (n + 1) S bytes
+    /// of traffic per rank.
+    OneShot,
+    /// Reduce-scatter then all-gather through the peers' buffers: 3 flag
+    /// rounds, S (1 + 1/n + 2 (n - 1)/n) bytes per rank.
+    TwoShot,
+}
+
+/// A flag round of the direct kernels (a system-scope store seen by a
+/// peer's polling block), µs: a few NVLink round trips.
+pub const DIRECT_ROUND_US: f64 = 3.0;
+
+/// Predicted µs of a direct all-reduce of `bytes` on `nranks` ranks whose
+/// memory moves at `link.bytes_per_us` per rank (the device tier's intra
+/// link; its alpha is the staged path's and not used here).
+pub fn predict_direct(kind: DirectKind, bytes: usize, nranks: usize, link: LinkCost) -> f64 {
+    let (s, n) = (bytes as f64, nranks.max(1) as f64);
+    let (rounds, traffic) = match kind {
+        DirectKind::OneShot => (2.0, (n + 1.0) * s),
+        DirectKind::TwoShot => (3.0, s * (1.0 + 1.0 / n + 2.0 * (n - 1.0) / n)),
+    };
+    rounds * DIRECT_ROUND_US + traffic / link.bytes_per_us.max(1e-9)
+}
+
+/// The cheaper direct all-reduce for `bytes` on `nranks` (one-shot for
+/// small messages, two-shot above the crossover: about 600 KB on 2 ranks
+/// at NVLink's 100 GB/s). Every rank computes the same.
+pub fn choose_direct(bytes: usize, nranks: usize, link: LinkCost) -> DirectKind {
+    let one = predict_direct(DirectKind::OneShot, bytes, nranks, link);
+    let two = predict_direct(DirectKind::TwoShot, bytes, nranks, link);
+    if one <= two {
+        DirectKind::OneShot
+    } else {
+        DirectKind::TwoShot
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direct_kinds_cross_over_by_size() {
+        let nv = crate::topo::NVLINK;
+        assert_eq!(choose_direct(8 << 10, 2, nv), DirectKind::OneShot);
+        assert_eq!(choose_direct(256 << 10, 2, nv), DirectKind::OneShot);
+        assert_eq!(choose_direct(4 << 20, 2, nv), DirectKind::TwoShot);
+        assert_eq!(choose_direct(256 << 20, 2, nv), DirectKind::TwoShot);
+        // More ranks: one-shot reads more, so two-shot wins sooner.
+        let cross = |n| {
+            (10..30)
+                .map(|k| 1usize << k)
+                .find(|&b| choose_direct(b, n, nv) == DirectKind::TwoShot)
+                .expect("a crossover")
+        };
+        assert!(cross(4) < cross(2), "{} {}", cross(4), cross(2));
+        // 2 ranks at 256 MiB: two-shot moves 2.5 S, one-shot 3 S (PERF §14).
+        let s = 256usize << 20;
+        let ratio = predict_direct(DirectKind::OneShot, s, 2, nv)
+            / predict_direct(DirectKind::TwoShot, s, 2, nv);
+        assert!((ratio - 1.2).abs() < 0.01, "{ratio}");
+    }
 
     #[test]
     fn small_messages_use_rd_large_use_ring() {

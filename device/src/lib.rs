@@ -307,6 +307,32 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Enqueues this rank's kernel of a direct all-reduce over IPC memory
+    /// ([`DirectAllReduce`]: one-shot or two-shot, reading the peers'
+    /// buffers through their mappings, synchronised by the flag areas). The
+    /// kernel waits on its peers' kernels: it ends once every peer has done
+    /// its share, or when the host sets the control block's abort word.
+    /// Bad arguments are errors before anything is enqueued. The default
+    /// answers [`DeviceError::Unsupported`].
+    ///
+    /// # Safety
+    /// Every address in `op` is a live range of this device or an open IPC
+    /// mapping (inputs, outputs and scratch of `count` elements, flag areas
+    /// of [`direct::FLAG_BYTES`]) and the control block is a live pinned
+    /// allocation of [`direct::CONTROL_WORDS`] words, until the kernel ends;
+    /// every rank launches the same operation with the same epoch.
+    unsafe fn direct_all_reduce(
+        &self,
+        stream: StreamHandle,
+        op: &DirectAllReduce<'_>,
+    ) -> Result<()> {
+        let _ = (stream, op);
+        Err(DeviceError::Unsupported {
+            what: format!("direct all-reduce on {}", self.backend().name()),
+            why: "this backend has no direct all-reduce kernels".into(),
+        })
+    }
+
     /// Test double only: makes the next enqueued operation on this device
     /// fail with [`DeviceError::Fault`] carrying `what`. The CUDA backend
     /// answers [`DeviceError::Unsupported`].
@@ -491,6 +517,8 @@ mod buffer;
 pub use buffer::{DeviceBuffer, PinnedBuffer};
 pub mod codec;
 pub use codec::CodecOp;
+pub mod direct;
+pub use direct::DirectAllReduce;
 mod checks;
 mod pointer;
 pub use pointer::PointerKind;

@@ -219,6 +219,50 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     }
 }
 
+/// The direct all-reduce source (nvlink version 2) compiles for sm_80 and
+/// sm_90, one dtype at a time as the CUDA backend loads it, with exactly
+/// that dtype's kernels and no spills; a bad dtype option is a compile
+/// error whose log says why (what a kernel compile failure looks like).
+#[test]
+fn direct_kernels_compile_for_sm80_and_sm90_and_failures_are_clear() {
+    if !in_child("direct_kernels_compile_for_sm80_and_sm90_and_failures_are_clear") {
+        return;
+    }
+    let src = kernels::cuda::DIRECT_SOURCE;
+    let headers = kernels::cuda::HEADERS;
+    for arch in ARCHES {
+        for dtype in [DataType::Float32, DataType::Bfloat16] {
+            let opts = kernels::cuda::dtype_options(dtype);
+            let t = Instant::now();
+            let m =
+                nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
+            eprintln!(
+                "direct {} {}: {:.0} ms, cubin {} bytes",
+                sm(arch),
+                dtype.name(),
+                t.elapsed().as_secs_f64() * 1e3,
+                m.cubin.as_ref().map_or(0, Vec::len)
+            );
+            assert!(m.cubin.is_some(), "no CUBIN for {}", sm(arch));
+            let want: std::collections::BTreeSet<String> = kernels::ReduceOp::ALL
+                .into_iter()
+                .filter(|&op| op != kernels::ReduceOp::Avg)
+                .filter_map(|op| kernels::cuda::direct_kernel(dtype, op))
+                .collect();
+            assert_eq!(entries(&m.ptx), want, "{}", dtype.name());
+            ptxas_check(&m.ptx, arch, "sncl_direct");
+        }
+    }
+    let bad = ["-DSNCL_ONLY_DTYPE=12".to_string()];
+    match nvrtc::compile_with(src, headers, ARCHES[1], &bad) {
+        Err(e @ DeviceError::Compile { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("names no dtype"), "{text}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
+
 #[test]
 fn spill_counts_are_parsed() {
     let log = "ptxas info    : Used 30 registers, used 1 barriers, 16 bytes spill stores, 0 bytes spill loads\n\

@@ -7,6 +7,7 @@
 #endif
 
 #include "sncl_reduce.cu"
+#include "sncl_direct.cu"
 
 #include <cstring>
 
@@ -14,10 +15,15 @@ namespace {
 
 typedef void (*SnclReduceCopyFn)(SnclReduceCopyArgs);
 typedef void (*SnclDivideFn)(void*, unsigned long long, unsigned long long);
+typedef void (*SnclDirectFn)(SnclDirectArgs);
 
 struct ReduceEntry {
   const char* name;
   SnclReduceCopyFn fn;
+};
+struct DirectEntry {
+  const char* name;
+  SnclDirectFn fn;
 };
 struct DivideEntry {
   const char* name;
@@ -29,6 +35,10 @@ struct DivideEntry {
 
 const ReduceEntry kReduceKernels[] = {SNCL_FOR_EACH_REDUCE_KERNEL(SNCL_REDUCE_ENTRY)};
 const DivideEntry kDivideKernels[] = {SNCL_FOR_EACH_DTYPE(SNCL_DIVIDE_ENTRY)};
+
+#define SNCL_DIRECT_ENTRY(dt, op) \
+  {"sncl_direct_all_reduce_" #dt "_" #op, &sncl_direct_all_reduce_##dt##_##op},
+const DirectEntry kDirectKernels[] = {SNCL_FOR_EACH_DIRECT_KERNEL(SNCL_DIRECT_ENTRY)};
 
 template <typename Entry, unsigned long N>
 auto find(const Entry (&table)[N], const char* name) -> decltype(table[0].fn) {
@@ -68,6 +78,28 @@ int sncl_host_divide(const char* name, void* data, unsigned long long count,
   if (fn == nullptr) return -1;
   if (grid == 0 || block == 0) return -2;
   sncl_host_launch(grid, block, [&] { fn(data, count, divisor); });
+  return 0;
+}
+
+// sizeof(SnclDirectArgs), for the caller's layout check.
+unsigned long long sncl_host_direct_args_size(void) { return sizeof(SnclDirectArgs); }
+
+// Runs direct all-reduce kernel `name` over a grid x block launch (blocks
+// one after the other, each block's phases over its threads; the kernel
+// waits on its peers' processes through the flags). Returns 0, -1 for an
+// unknown kernel, -2 for a bad launch shape or bad arguments.
+int sncl_host_direct(const char* name, const SnclDirectArgs* args, unsigned int grid,
+                     unsigned int block) {
+  const SnclDirectFn fn = find(kDirectKernels, name);
+  if (fn == nullptr) return -1;
+  if (grid == 0 || grid > SNCL_DIRECT_MAX_BLOCKS || block == 0 || args->nranks < 2 ||
+      args->nranks > SNCL_DIRECT_MAX_RANKS || args->rank < 0 || args->rank >= args->nranks ||
+      (args->algo != 1 && args->algo != 2) || args->epoch == 0 ||
+      (args->algo == 1 && args->in_place && args->scratch == nullptr)) {
+    return -2;
+  }
+  const SnclDirectArgs a = *args;
+  sncl_host_launch_blocks(grid, block, [&] { fn(a); });
   return 0;
 }
 

@@ -19,6 +19,51 @@ pub const REDUCE_SOURCE: &str = include_str!("../cuda/sncl_reduce.cu");
 pub const HEADERS: &[(&str, &str)] =
     &[("sncl_device.cuh", include_str!("../cuda/sncl_device.cuh"))];
 
+/// The direct all-reduce kernels' translation unit (nvlink version 2:
+/// one-shot and two-shot over peers' IPC buffers; see
+/// `kernels/cuda/sncl_direct.cu`). It includes only [`HEADERS`] and takes
+/// [`dtype_options`] as [`REDUCE_SOURCE`] does.
+pub const DIRECT_SOURCE: &str = include_str!("../cuda/sncl_direct.cu");
+
+/// The most ranks of one direct all-reduce (`SNCL_DIRECT_MAX_RANKS`).
+pub const DIRECT_MAX_RANKS: usize = 8;
+
+/// The most blocks of one direct all-reduce launch, and the `u64`
+/// counters of a rank's flag area (`SNCL_DIRECT_MAX_BLOCKS`).
+pub const DIRECT_MAX_BLOCKS: usize = 64;
+
+/// Which direct all-reduce a kernel runs (`SnclDirectArgs::algo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DirectAlgo {
+    /// Every rank reads every input whole and folds them (small messages).
+    OneShot = 1,
+    /// Rank r folds slice r, then every rank copies the other slices
+    /// (medium and large messages).
+    TwoShot = 2,
+}
+
+impl DirectAlgo {
+    /// `"oneshot"` or `"twoshot"` (settings, logs, benchmarks).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DirectAlgo::OneShot => "oneshot",
+            DirectAlgo::TwoShot => "twoshot",
+        }
+    }
+}
+
+/// The direct all-reduce kernel for `dtype` and `op`: `None` for the
+/// bitwise ops (not offered); avg maps to the sum kernel (then a divide).
+pub fn direct_kernel(dtype: DataType, op: ReduceOp) -> Option<String> {
+    let op = match op {
+        ReduceOp::Avg => ReduceOp::Sum,
+        ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => op,
+        _ => return None,
+    };
+    op.supports(dtype)
+        .then(|| format!("sncl_direct_all_reduce_{}_{}", dtype.name(), op.name()))
+}
+
 /// The most sources or destinations of one reduce-copy.
 pub const MAX_ARGS: usize = 8;
 
@@ -130,6 +175,42 @@ mod tests {
             !REDUCE_SOURCE.contains("#include <"),
             "NVRTC gets no include path"
         );
+    }
+
+    /// The direct source's per-dtype blocks use [`dtype_options`]'s
+    /// numbers, its limits are the Rust side's, and it includes only
+    /// [`HEADERS`] outside the host shim.
+    #[test]
+    fn direct_source_matches_the_rust_side() {
+        for dtype in DataType::ALL {
+            let n = dtype as u8;
+            let guard = format!("#if SNCL_DIRECT_WANT({n})\n");
+            let start = DIRECT_SOURCE
+                .find(&guard)
+                .unwrap_or_else(|| panic!("no {guard:?}"));
+            let block = &DIRECT_SOURCE[start + guard.len()..];
+            let block = &block[..block.find("#endif").expect("the block ends")];
+            assert_eq!(
+                block.trim(),
+                format!(
+                    "#define SNCL_DIRECT_EMITTED\nSNCL_DIRECT_OPS(SNCL_DEFINE_DIRECT_KERNEL, {})",
+                    dtype.name()
+                )
+            );
+            assert!(direct_kernel(dtype, ReduceOp::Sum).is_some());
+        }
+        assert!(DIRECT_SOURCE.contains(&format!(
+            "#define SNCL_DIRECT_MAX_RANKS {DIRECT_MAX_RANKS}\n"
+        )));
+        assert!(DIRECT_SOURCE.contains(&format!(
+            "#define SNCL_DIRECT_MAX_BLOCKS {DIRECT_MAX_BLOCKS}\n"
+        )));
+        assert!(DIRECT_SOURCE.contains("#include \"sncl_device.cuh\"\n"));
+        assert_eq!(
+            direct_kernel(DataType::Float32, ReduceOp::Avg).as_deref(),
+            Some("sncl_direct_all_reduce_float_sum")
+        );
+        assert_eq!(direct_kernel(DataType::Int32, ReduceOp::BitAnd), None);
     }
 
     #[test]

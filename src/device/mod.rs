@@ -39,9 +39,11 @@ mod api;
 #[cfg(feature = "cuda")]
 mod cudarc_slices;
 mod memory;
+mod window;
 
 pub use api::DeviceOp;
 pub(crate) use memory::{DeviceMemory, OpIds, Staging};
+pub use window::{DeviceWindow, DirectAlgo, DirectChoice};
 
 /// A communicator's device: the device, the operations' internal stream,
 /// the pinned flag callers' streams wait on, and staging reused across

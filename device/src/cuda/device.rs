@@ -16,6 +16,7 @@ use crate::{
     Arch, Backend, Device, DeviceError, DevicePtr, EventHandle, IpcHandle, PointerKind, Result,
     StreamHandle,
 };
+use kernels::cuda::BLOCK_THREADS as BLOCK;
 
 /// Page-locked host memory flags: portable (pinned for every context) and
 /// mapped (so `cuMemHostGetDevicePointer` works without relying on unified
@@ -36,8 +37,8 @@ pub struct CudaDevice {
     name: String,
     arch: Arch,
     sm_count: u32,
-    /// The loaded module of each dtype used so far.
-    kernels: Mutex<HashMap<DataType, Kernels>>,
+    /// The loaded module of each source and dtype used so far.
+    kernels: Mutex<HashMap<(Source, DataType), Kernels>>,
     /// The codec module (`kernels::cuda_codec::CODEC_SOURCE`), compiled
     /// and loaded on the first [`Device::codec`].
     codec: Mutex<Option<Kernels>>,
@@ -62,6 +63,18 @@ impl std::fmt::Debug for CudaDevice {
             .finish()
     }
 }
+
+/// Which kernel source a module was compiled from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Source {
+    /// `kernels::cuda::REDUCE_SOURCE`: reduce-copy and divide.
+    Reduce,
+    /// `kernels::cuda::DIRECT_SOURCE`: the direct all-reduce.
+    Direct,
+}
+
+/// Threads a block of the direct all-reduce kernels.
+const DIRECT_BLOCK: u32 = crate::direct::launch_limits(crate::Backend::Cuda).0;
 
 fn stream(s: StreamHandle) -> CUstream {
     s.0 as usize as CUstream
@@ -150,9 +163,10 @@ impl CudaDevice {
     /// As for [`driver::launch`].
     unsafe fn launch(
         &self,
+        source: Source,
         dtype: DataType,
         name: &str,
-        grid: u32,
+        (grid, block): (u32, u32),
         s: StreamHandle,
         params: &mut [*mut c_void],
     ) -> Result<()> {
@@ -162,11 +176,15 @@ impl CudaDevice {
                 ordinal: self.ordinal,
                 detail: "the kernel table's lock was poisoned by a panic".into(),
             })?;
-            let table = match guard.entry(dtype) {
+            let table = match guard.entry((source, dtype)) {
                 std::collections::hash_map::Entry::Occupied(k) => k.into_mut(),
                 std::collections::hash_map::Entry::Vacant(slot) => {
+                    let text = match source {
+                        Source::Reduce => kernels::cuda::REDUCE_SOURCE,
+                        Source::Direct => kernels::cuda::DIRECT_SOURCE,
+                    };
                     let module = crate::nvrtc::compile_with(
-                        kernels::cuda::REDUCE_SOURCE,
+                        text,
                         kernels::cuda::HEADERS,
                         self.arch,
                         &kernels::cuda::dtype_options(dtype),
@@ -175,6 +193,7 @@ impl CudaDevice {
                     tracing::debug!(
                         ordinal = self.ordinal,
                         dtype = dtype.name(),
+                        ?source,
                         target = %module.target,
                         "kernels loaded"
                     );
@@ -183,7 +202,6 @@ impl CudaDevice {
             };
             table.function(self.ordinal, name)?
         };
-        let block = kernels::cuda::BLOCK_THREADS;
         // SAFETY: the caller's contract; `f` belongs to this context.
         unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), params) }
     }
@@ -251,13 +269,13 @@ impl Drop for CudaDevice {
         // A poisoned table still holds loaded modules: unload them too.
         let table = self.kernels.get_mut().unwrap_or_else(|p| p.into_inner());
         let modules = std::mem::take(table);
-        for (dtype, k) in modules {
+        for ((source, dtype), k) in modules {
             // SAFETY: the module is this device's and unloaded once (taken
             // out of the table); every owner of work on it has synchronised
             // before dropping the device (it outlives its buffers and
             // streams by the trait's contract).
             if let Err(e) = unsafe { driver::module_unload(self.ordinal, k.module) } {
-                tracing::warn!(dtype = dtype.name(), error = %e, "unloading the sncl kernels");
+                tracing::warn!(dtype = dtype.name(), ?source, error = %e, "unloading the sncl kernels");
             }
         }
         let codec = self.codec.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -461,7 +479,7 @@ impl Device for CudaDevice {
         let mut params = [launch::param(&mut args)];
         // SAFETY: one parameter, the ABI struct by value; the pointers in it
         // are the caller's live ranges of `count` elements.
-        unsafe { self.launch(dtype, &name, grid, s, &mut params) }
+        unsafe { self.launch(Source::Reduce, dtype, &name, (grid, BLOCK), s, &mut params) }
     }
 
     unsafe fn divide(
@@ -489,7 +507,35 @@ impl Device for CudaDevice {
         // SAFETY: three parameters matching `sncl_divide_<dtype>(void*,
         // unsigned long long, unsigned long long)`; `data` is the caller's
         // live range of `count` elements.
-        unsafe { self.launch(dtype, &name, grid, s, &mut params) }
+        unsafe { self.launch(Source::Reduce, dtype, &name, (grid, BLOCK), s, &mut params) }
+    }
+
+    unsafe fn direct_all_reduce(
+        &self,
+        s: StreamHandle,
+        op: &crate::DirectAllReduce<'_>,
+    ) -> Result<()> {
+        let name = op.check(self.ordinal)?;
+        if op.count == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let control = driver::host_device_ptr(self.ordinal, op.control.cast())?;
+        let mut args = crate::direct::DirectArgs::new(op, |p| p.0, control);
+        let mut params = [launch::param(&mut args)];
+        // SAFETY: one parameter, the ABI struct by value; the caller's
+        // contract covers every address in it. The grid (at most
+        // DIRECT_MAX_BLOCKS blocks) stays co-resident with the peers'.
+        unsafe {
+            self.launch(
+                Source::Direct,
+                op.dtype,
+                &name,
+                (op.grid, DIRECT_BLOCK),
+                s,
+                &mut params,
+            )
+        }
     }
 
     unsafe fn codec(&self, s: StreamHandle, op: &crate::CodecOp<'_>) -> Result<()> {

@@ -377,6 +377,48 @@ impl Device for Emu {
         self.enqueue(call, stream, op)
     }
 
+    unsafe fn direct_all_reduce(
+        &self,
+        stream: StreamHandle,
+        op: &crate::DirectAllReduce<'_>,
+    ) -> Result<()> {
+        let call = "direct_all_reduce";
+        let kernel = op.check(self.ordinal)?;
+        let bytes = self.elements(call, op.dtype, op.count)?;
+        let mut keep = Vec::new();
+        let mut host = |p: DevicePtr, len: usize| -> Result<u64> {
+            let span = self.span(call, p, len)?;
+            let at = span.host() as u64;
+            keep.push(span);
+            Ok(at)
+        };
+        let flag_bytes = crate::direct::FLAG_BYTES;
+        let mut args = crate::direct::DirectArgs::new(op, |_| 0, 0);
+        for r in 0..op.nranks() {
+            args.inputs[r] = host(op.inputs[r], bytes)?;
+            args.outputs[r] = host(op.outputs[r], bytes)?;
+            args.flags[r] = host(op.flags[r], flag_bytes)?;
+        }
+        if let Some(s) = op.scratch {
+            args.scratch = host(s, bytes)?;
+        }
+        let last = op.control as usize + 4 * (crate::direct::CONTROL_WORDS - 1);
+        let control = self
+            .memory
+            .pinned_u32(op.control as usize)
+            .and_then(|c| self.memory.pinned_u32(last).map(|_| c))
+            .map_err(|d| self.invalid(call, format!("the control block: {d}")))?;
+        args.control = op.control as u64;
+        let op = Op::Direct {
+            kernel,
+            args: Box::new(args),
+            grid: op.grid,
+            _keep: keep,
+            _control: control,
+        };
+        self.enqueue(call, stream, op)
+    }
+
     unsafe fn divide(
         &self,
         stream: StreamHandle,

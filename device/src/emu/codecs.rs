@@ -89,7 +89,11 @@ mod ffi {
         let c = *C_SIZE.get_or_init(|| unsafe { sncl_host_codec_args_size() });
         let rust = std::mem::size_of::<CodecArgs>();
         if c != rust as u64 {
-            return Err(HostKernelError::AbiMismatch { c, rust });
+            return Err(HostKernelError::AbiMismatch {
+                what: "SnclCodecArgs",
+                c,
+                rust,
+            });
         }
         Ok(())
     }

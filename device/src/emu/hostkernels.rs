@@ -34,10 +34,10 @@ pub enum HostKernelError {
     },
     /// The C++ compiler laid out `SnclReduceCopyArgs` differently from the
     /// Rust side (a build problem; nothing can be launched).
-    #[error(
-        "host kernels: SnclReduceCopyArgs is {c} bytes in C++ but {rust} in Rust (expected 144)"
-    )]
+    #[error("host kernels: {what} is {c} bytes in C++ but {rust} in Rust")]
     AbiMismatch {
+        /// The struct (`SnclReduceCopyArgs`, `SnclDirectArgs`).
+        what: &'static str,
         /// The C++ size.
         c: u64,
         /// The Rust size.
@@ -227,13 +227,39 @@ pub(crate) unsafe fn divide(dtype: DataType, data: *mut u8, count: usize, diviso
     }
 }
 
+/// Runs this rank's direct all-reduce kernel `kernel` (named by
+/// [`cuda::direct_kernel`]) over `grid` blocks of [`cuda::BLOCK_THREADS`]
+/// with `args` holding host addresses. It returns when every peer process
+/// has done its share, or when the control block's abort word is set.
+///
+/// # Safety
+/// Every address in `args` is valid host memory of the sizes the kernel
+/// uses (checked by the emulated device against its allocations) for the
+/// whole call.
+pub(crate) unsafe fn direct(
+    kernel: &str,
+    args: &crate::direct::DirectArgs,
+    grid: u32,
+) -> Result<(), HostKernelError> {
+    ffi::check_direct_abi()?;
+    // SAFETY: forwarded from the caller.
+    let status = unsafe { ffi::direct(kernel, args, grid) };
+    if status != 0 {
+        return Err(HostKernelError::Launch {
+            kernel: kernel.to_string(),
+            status,
+        });
+    }
+    Ok(())
+}
+
 /// The C entry points of `kernels/cuda/sncl_host_launch.cpp`.
 mod ffi {
     use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CString};
 
     use std::sync::OnceLock;
 
-    use super::{HostKernelError, LaunchShape};
+    use super::{cuda, HostKernelError, LaunchShape};
     use crate::MAX_REDUCE_ARGS;
 
     /// `SnclReduceCopyArgs` of `kernels/cuda/sncl_reduce.cu`.
@@ -267,6 +293,45 @@ mod ffi {
         ) -> c_int;
     }
 
+    extern "C" {
+        fn sncl_host_direct_args_size() -> c_ulonglong;
+        fn sncl_host_direct(
+            name: *const c_char,
+            args: *const crate::direct::DirectArgs,
+            grid: c_uint,
+            block: c_uint,
+        ) -> c_int;
+    }
+
+    /// Checks (once) that the C++ side's `SnclDirectArgs` has the Rust
+    /// side's size.
+    pub(super) fn check_direct_abi() -> Result<(), HostKernelError> {
+        static C_SIZE: OnceLock<u64> = OnceLock::new();
+        // SAFETY: a pure function of the C side with no arguments.
+        let c = *C_SIZE.get_or_init(|| unsafe { sncl_host_direct_args_size() });
+        let rust = crate::direct::DIRECT_ARGS_BYTES;
+        if c != rust as u64 {
+            return Err(HostKernelError::AbiMismatch {
+                what: "SnclDirectArgs",
+                c,
+                rust,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs direct kernel `name`; the C status (0 = ran).
+    ///
+    /// # Safety
+    /// As for [`super::direct`].
+    pub(super) unsafe fn direct(name: &str, args: &crate::direct::DirectArgs, grid: u32) -> i32 {
+        let name = c_name(name);
+        // SAFETY: `name` is NUL-terminated and outlives the call; the
+        // caller vouches for the addresses in `args`; the C side copies
+        // `args` and keeps no pointer after it returns.
+        unsafe { sncl_host_direct(name.as_ptr(), args, grid, cuda::BLOCK_THREADS) }
+    }
+
     fn c_name(name: &str) -> CString {
         // Kernel names are built from fixed ASCII identifiers.
         CString::new(name).unwrap_or_default()
@@ -280,7 +345,11 @@ mod ffi {
         let c = *C_SIZE.get_or_init(|| unsafe { sncl_host_reduce_copy_args_size() });
         let rust = std::mem::size_of::<ReduceCopyArgs>();
         if c != rust as u64 {
-            return Err(HostKernelError::AbiMismatch { c, rust });
+            return Err(HostKernelError::AbiMismatch {
+                what: "SnclReduceCopyArgs",
+                c,
+                rust,
+            });
         }
         Ok(())
     }
@@ -333,6 +402,7 @@ mod tests {
     #[test]
     fn args_layout_matches_the_cpp_side() {
         assert_eq!(ffi::check_abi(), Ok(()));
+        assert_eq!(ffi::check_direct_abi(), Ok(()));
     }
 
     #[test]

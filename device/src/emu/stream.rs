@@ -113,6 +113,15 @@ pub(super) enum Op {
         event: Arc<Event>,
         generation: u64,
     },
+    /// A direct all-reduce kernel: `args` holds host addresses inside the
+    /// spans of `_keep` and the pinned block of `_control`.
+    Direct {
+        kernel: String,
+        args: Box<crate::direct::DirectArgs>,
+        grid: u32,
+        _keep: Vec<Span>,
+        _control: Arc<Pinned>,
+    },
     /// An injected fault: makes the device faulted when it runs.
     Fault {
         what: String,
@@ -166,6 +175,15 @@ impl Op {
                     unsafe { super::codecs::run_plan(&launches, super::codecs::PlanShape::EMU) };
                 if let Err(e) = r {
                     tracing::error!(error = %e, "emulated codec not run");
+                }
+            }
+            Op::Direct {
+                kernel, args, grid, ..
+            } => {
+                // SAFETY: every address was bounds-checked at enqueue
+                // against a span (or the pinned block) this op keeps alive.
+                if let Err(e) = unsafe { super::hostkernels::direct(&kernel, &args, grid) } {
+                    tracing::error!(error = %e, "emulated direct all-reduce not run");
                 }
             }
             Op::WriteU32 { addr, value, .. } => {

@@ -1,0 +1,282 @@
+//! The direct all-reduce (nvlink version 2): one kernel per rank reads its
+//! peers' buffers where they lie (CUDA IPC mappings; the emulated device's
+//! shared memory), synchronised by epoch counters in IPC memory
+//! (`kernels/cuda/sncl_direct.cu` has the protocol). [`DirectAllReduce`]
+//! describes one launch; [`crate::Device::direct_all_reduce`] enqueues it.
+//!
+//! The host's side of a deadline: the kernel polls an abort word in pinned
+//! host memory ([`CONTROL_WORDS`] words: abort, the peer it waits on + 1,
+//! aborted) that the host sets when it gives up.
+
+pub use kernels::cuda::DirectAlgo;
+use kernels::cuda::{DIRECT_MAX_BLOCKS, DIRECT_MAX_RANKS};
+use kernels::{DataType, ReduceOp};
+
+use crate::{DeviceError, DevicePtr, Result};
+
+/// Bytes of one rank's flag area (IPC device memory, zero at creation).
+pub const FLAG_BYTES: usize = DIRECT_MAX_BLOCKS * 8;
+
+/// `u32` words of the pinned control block: `[0]` abort (the host sets it
+/// to 1), `[1]` the peer the kernel waits on long + 1 (0: none), `[2]` 1
+/// once the kernel gave up, `[3]` unused.
+pub const CONTROL_WORDS: usize = 4;
+
+/// One direct all-reduce launch. Every rank launches its own with the same
+/// `algo`, `dtype`, `op`, `count`, `epoch` and `grid`.
+#[derive(Clone, Copy, Debug)]
+pub struct DirectAllReduce<'a> {
+    /// One-shot or two-shot.
+    pub algo: DirectAlgo,
+    /// Element type.
+    pub dtype: DataType,
+    /// Sum, prod, max or min (avg: sum here, then [`crate::Device::divide`]).
+    pub op: ReduceOp,
+    /// Elements of every input and output.
+    pub count: usize,
+    /// This rank.
+    pub rank: usize,
+    /// Every rank's input, as this process addresses it (its own, and the
+    /// peers' IPC mappings), in rank order.
+    pub inputs: &'a [DevicePtr],
+    /// Every rank's output likewise (two-shot reads the peers'; one-shot
+    /// only writes `outputs[rank]`).
+    pub outputs: &'a [DevicePtr],
+    /// Every rank's flag area ([`FLAG_BYTES`]) likewise.
+    pub flags: &'a [DevicePtr],
+    /// One-shot in place (`outputs[rank] == inputs[rank]`): `count`
+    /// elements of this rank's memory the sum goes through.
+    pub scratch: Option<DevicePtr>,
+    /// The pinned control block ([`CONTROL_WORDS`] words from
+    /// [`crate::Device::alloc_pinned`]).
+    pub control: *mut u32,
+    /// The operation's number on these flags: from 1, one more per
+    /// operation, the same on every rank.
+    pub epoch: u64,
+    /// Blocks of the launch (1 to `DIRECT_MAX_BLOCKS`), the same on every
+    /// rank ([`grid`]).
+    pub grid: u32,
+}
+
+impl DirectAllReduce<'_> {
+    /// Ranks of the operation.
+    pub fn nranks(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Whether the output is the input (in place).
+    pub fn in_place(&self) -> bool {
+        self.outputs.get(self.rank) == self.inputs.get(self.rank)
+    }
+
+    /// Checks what every backend needs (before anything is enqueued) and
+    /// names the kernel.
+    pub(crate) fn check(&self, ordinal: usize) -> Result<String> {
+        let bad = |detail: String| DeviceError::InvalidArgument {
+            ordinal,
+            call: "direct_all_reduce",
+            detail,
+        };
+        let n = self.nranks();
+        if !(2..=DIRECT_MAX_RANKS).contains(&n) {
+            return Err(bad(format!("{n} ranks: expected 2 to {DIRECT_MAX_RANKS}")));
+        }
+        if self.outputs.len() != n || self.flags.len() != n {
+            return Err(bad(format!(
+                "{n} inputs but {} outputs and {} flag areas: expected one of each per rank",
+                self.outputs.len(),
+                self.flags.len()
+            )));
+        }
+        if self.rank >= n {
+            return Err(bad(format!("rank {} of {n} ranks", self.rank)));
+        }
+        if self.epoch == 0 || self.epoch >= u64::MAX / 4 {
+            return Err(bad(format!("epoch {}: expected 1 or more", self.epoch)));
+        }
+        if self.grid == 0 || self.grid as usize > DIRECT_MAX_BLOCKS {
+            return Err(bad(format!(
+                "grid {}: expected 1 to {DIRECT_MAX_BLOCKS} blocks",
+                self.grid
+            )));
+        }
+        if self.control.is_null() || !(self.control as usize).is_multiple_of(4) {
+            return Err(bad(format!(
+                "control block {:p}: expected an aligned pinned allocation",
+                self.control
+            )));
+        }
+        if self.algo == DirectAlgo::OneShot && self.in_place() && self.scratch.is_none() {
+            return Err(bad(
+                "one-shot in place needs a scratch buffer of count elements".into(),
+            ));
+        }
+        let bits = self
+            .inputs
+            .iter()
+            .chain(self.outputs)
+            .chain(self.scratch.iter())
+            .fold(0u64, |b, p| b | p.0);
+        let align = self.dtype.size() as u64;
+        if bits % align != 0 {
+            return Err(bad(format!(
+                "a buffer is not aligned to its {}-byte {} elements",
+                align,
+                self.dtype.name()
+            )));
+        }
+        kernels::cuda::direct_kernel(self.dtype, self.op).ok_or_else(|| {
+            bad(format!(
+                "{} {}: the direct kernels reduce with sum, prod, max, min or avg",
+                self.dtype.name(),
+                self.op.name()
+            ))
+        })
+    }
+}
+
+/// The grid of a direct all-reduce of `count` elements of `dtype` with
+/// `block` threads a block: a block per `block` 16-byte packs, at most
+/// `max_blocks` (the emulated device's host threads want few; a GPU's
+/// co-resident limit, see docs/PERF.md §14). A function of its arguments
+/// only, so every rank launches the same grid.
+pub fn grid(dtype: DataType, count: usize, block: u32, max_blocks: u32) -> u32 {
+    let packs = count.saturating_mul(dtype.size()).div_ceil(16);
+    let cap = max_blocks.clamp(1, DIRECT_MAX_BLOCKS as u32) as usize;
+    packs.div_ceil(block.max(1) as usize).clamp(1, cap) as u32
+}
+
+/// The launch shape a backend runs the direct kernels with: (threads a
+/// block, the most blocks). CUDA: 512 threads and 32 blocks, few enough
+/// that every rank's kernel stays resident beside its peers' (each block
+/// waits on its peers' blocks); the emulated device: its host kernels'
+/// 256 threads and 4 blocks (every block is a round of flag waits).
+pub const fn launch_limits(backend: crate::Backend) -> (u32, u32) {
+    match backend {
+        crate::Backend::Cuda => (512, 32),
+        crate::Backend::Emu => (kernels::cuda::BLOCK_THREADS, 4),
+    }
+}
+
+/// Rust mirror of the kernels' `SnclDirectArgs`, with addresses as the
+/// backend sees them (device addresses on CUDA, host addresses on `emu`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DirectArgs {
+    pub(crate) inputs: [u64; DIRECT_MAX_RANKS],
+    pub(crate) outputs: [u64; DIRECT_MAX_RANKS],
+    pub(crate) flags: [u64; DIRECT_MAX_RANKS],
+    pub(crate) scratch: u64,
+    pub(crate) control: u64,
+    pub(crate) count: u64,
+    pub(crate) epoch: u64,
+    pub(crate) rank: i32,
+    pub(crate) nranks: i32,
+    pub(crate) algo: i32,
+    pub(crate) in_place: i32,
+}
+
+/// `SnclDirectArgs`' size: 3 x 8 pointers, 4 words of 8 bytes, 4 of 4.
+pub(crate) const DIRECT_ARGS_BYTES: usize = 3 * DIRECT_MAX_RANKS * 8 + 4 * 8 + 4 * 4;
+const _: () = assert!(std::mem::size_of::<DirectArgs>() == DIRECT_ARGS_BYTES);
+
+impl DirectArgs {
+    /// The struct for `op` (checked), translating every address with `at`
+    /// (what the kernel dereferences) and the control block with `ctl`.
+    pub(crate) fn new(
+        op: &DirectAllReduce<'_>,
+        mut at: impl FnMut(DevicePtr) -> u64,
+        control: u64,
+    ) -> DirectArgs {
+        let mut a = DirectArgs {
+            scratch: op.scratch.map_or(0, &mut at),
+            control,
+            count: op.count as u64,
+            epoch: op.epoch,
+            rank: op.rank as i32,
+            nranks: op.nranks() as i32,
+            algo: op.algo as i32,
+            in_place: i32::from(op.in_place()),
+            ..Default::default()
+        };
+        for r in 0..op.nranks() {
+            a.inputs[r] = at(op.inputs[r]);
+            a.outputs[r] = at(op.outputs[r]);
+            a.flags[r] = at(op.flags[r]);
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op<'a>(ptrs: &'a [DevicePtr], control: *mut u32) -> DirectAllReduce<'a> {
+        DirectAllReduce {
+            algo: DirectAlgo::TwoShot,
+            dtype: DataType::Float32,
+            op: ReduceOp::Sum,
+            count: 100,
+            rank: 1,
+            inputs: ptrs,
+            outputs: ptrs,
+            flags: ptrs,
+            scratch: None,
+            control,
+            epoch: 1,
+            grid: 2,
+        }
+    }
+
+    #[test]
+    fn bad_launches_are_refused_naming_the_problem() {
+        let mut ctl = [0u32; CONTROL_WORDS];
+        let c = ctl.as_mut_ptr();
+        let two = [DevicePtr(0x1000), DevicePtr(0x2000)];
+        assert_eq!(
+            op(&two, c).check(0).unwrap(),
+            "sncl_direct_all_reduce_float_sum"
+        );
+        let err = |o: DirectAllReduce<'_>| o.check(0).unwrap_err().to_string();
+        assert!(err(op(&two[..1], c)).contains("1 ranks"));
+        assert!(err(DirectAllReduce {
+            rank: 2,
+            ..op(&two, c)
+        })
+        .contains("rank 2"));
+        assert!(err(DirectAllReduce {
+            epoch: 0,
+            ..op(&two, c)
+        })
+        .contains("epoch 0"));
+        assert!(err(DirectAllReduce {
+            grid: 65,
+            ..op(&two, c)
+        })
+        .contains("grid 65"));
+        assert!(err(DirectAllReduce {
+            algo: DirectAlgo::OneShot,
+            ..op(&two, c)
+        })
+        .contains("scratch"));
+        assert!(err(DirectAllReduce {
+            op: ReduceOp::BitOr,
+            dtype: DataType::Int32,
+            ..op(&two, c)
+        })
+        .contains("bor"));
+        let odd = [DevicePtr(0x1000), DevicePtr(0x2002)];
+        assert!(err(op(&odd, c)).contains("aligned"));
+        assert!(err(op(&two, std::ptr::null_mut())).contains("control"));
+    }
+
+    #[test]
+    fn grids_depend_only_on_the_arguments() {
+        assert_eq!(grid(DataType::Float32, 0, 256, 16), 1);
+        assert_eq!(grid(DataType::Float32, 1024, 256, 16), 1);
+        assert_eq!(grid(DataType::Float32, 1025, 256, 16), 2);
+        assert_eq!(grid(DataType::Float32, 1 << 30, 256, 16), 16);
+        assert_eq!(grid(DataType::Float32, 1 << 30, 512, 1000), 64);
+    }
+}

@@ -1,0 +1,532 @@
+//! Device windows (nvlink version 2): device memory that every rank of a
+//! one-node communicator maps into its peers (CUDA IPC; the emulated
+//! device's shared memory in CI), so an all-reduce over it runs as one
+//! kernel per rank that reads the peers' buffers directly
+//! (`kernels/cuda/sncl_direct.cu`): one-shot for small messages, two-shot
+//! (reduce-scatter then all-gather through the peers' buffers) above the
+//! planner's crossover (`comm_core::tune::choose_direct`), as TensorRT-LLM,
+//! vLLM and PyTorch's symmetric memory do. Buffers that are not in windows
+//! keep version 1 (copy-engine transfers into the peers' inboxes).
+//!
+//! A window is allocated collectively ([`Communicator::alloc_device_window`]):
+//! each rank allocates the buffer and a flag area, exports both, publishes
+//! the handles in the store, opens every peer's, and waits until every peer
+//! opened its own. An all-reduce ([`DeviceWindow::all_reduce`]) takes its
+//! turn in the communicator's stream order, launches the kernel on the
+//! communicator's stream after the caller's stream's work, and waits for it
+//! with the communicator's deadline, its abort and its liveness probes; on
+//! a failure it sets the kernel's abort word (the kernel stops polling its
+//! peers' flags), names the peer the kernel waited on, and aborts the
+//! communicator so every peer fails fast. A window whose operation failed
+//! refuses later ones (its epoch counters may be out of step).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use ::device::direct::DirectAlgo;
+use ::device::direct::{self, DirectAllReduce, CONTROL_WORDS, FLAG_BYTES};
+use comm_core::tune::{choose_direct, DirectKind};
+use comm_core::wire::{Collective, Fingerprint};
+use comm_core::{DataType, Error, ReduceOp, Result};
+use sncl_runtime::exec;
+
+use super::{device_error, Binding, DevicePtr, EventHandle, PinnedBuffer, StreamHandle};
+use crate::comm::Inner;
+use crate::Communicator;
+
+/// A rank's store record: buffer handle, flag-area handle, window bytes.
+const RECORD: usize = 64 + 64 + 8;
+
+/// One-shot in place folds through a scratch buffer of this many bytes at
+/// most (one-shot only pays off well below it).
+const SCRATCH_BYTES: usize = 1 << 20;
+
+/// How a window's all-reduce runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DirectChoice {
+    /// The planner's choice by size (`comm_core::tune::choose_direct`).
+    #[default]
+    Auto,
+    /// One-shot (tests and benchmarks).
+    OneShot,
+    /// Two-shot (tests and benchmarks).
+    TwoShot,
+}
+
+/// Device memory of `bytes` bytes on every rank of a one-node
+/// communicator, mapped by every peer (see the module docs). Write and read
+/// it with device copies at [`DeviceWindow::ptr`].
+pub struct DeviceWindow {
+    inner: Arc<Inner>,
+    binding: Arc<Binding>,
+    id: u64,
+    bytes: usize,
+    /// Every rank's buffer and flag area as this process addresses them.
+    buffers: Vec<DevicePtr>,
+    flags: Vec<DevicePtr>,
+    scratch: Option<DevicePtr>,
+    control: PinnedBuffer,
+    /// "After the caller's stream" and "done" (created at allocation).
+    events: Vec<EventHandle>,
+    epoch: Mutex<u64>,
+    broken: AtomicBool,
+}
+
+impl std::fmt::Debug for DeviceWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceWindow")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes)
+            .field("rank", &self.inner.rank)
+            .finish()
+    }
+}
+
+/// Window ids per communicator and rank (the same sequence on every rank:
+/// windows are allocated collectively; ranks may share a process).
+fn next_id(comm_id: u64, rank: usize) -> u64 {
+    static IDS: Mutex<Option<HashMap<(u64, usize), u64>>> = Mutex::new(None);
+    let mut g = IDS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = g
+        .get_or_insert_with(HashMap::new)
+        .entry((comm_id, rank))
+        .or_insert(0);
+    *n += 1;
+    *n
+}
+
+impl Communicator {
+    /// Allocates a device window of `bytes` bytes on every rank
+    /// (collective: every rank calls it with the same size, in the same
+    /// order). Needs a bound device, 2 to 8 ranks, all on one node, and a
+    /// backend with IPC and the direct kernels.
+    pub fn alloc_device_window(&self, bytes: usize) -> Result<DeviceWindow> {
+        let inner = &self.inner;
+        let bad = |detail: String| Error::InvalidArgument {
+            rank: inner.rank,
+            op: "alloc_device_window",
+            detail,
+        };
+        let binding = inner
+            .device
+            .get()
+            .cloned()
+            .ok_or_else(|| bad("no device is bound (call bind_device first)".into()))?;
+        let n = inner.nranks;
+        if !(2..=kernels::cuda::DIRECT_MAX_RANKS).contains(&n) || inner.topo.nnodes() != 1 {
+            return Err(bad(format!(
+                "device windows need 2 to {} ranks on one node; this communicator has {n} \
+                 ranks on {} nodes",
+                kernels::cuda::DIRECT_MAX_RANKS,
+                inner.topo.nnodes()
+            )));
+        }
+        if bytes == 0 || bytes > isize::MAX as usize {
+            return Err(bad(format!("a window needs 1 or more bytes, not {bytes}")));
+        }
+        let fp = Fingerprint {
+            collective: Collective::AllReduce,
+            dtype: DataType::Uint8,
+            op: ReduceOp::Sum,
+            root: -1,
+            count: bytes as u64,
+        };
+        let id = next_id(inner.comm_id, inner.rank);
+        inner.run_in_turn(fp, |_, _, _| open_window(inner, &binding, id, bytes))
+    }
+}
+
+/// Allocates, exports, publishes and opens (see the module docs).
+fn open_window(
+    inner: &Arc<Inner>,
+    binding: &Arc<Binding>,
+    id: u64,
+    bytes: usize,
+) -> Result<DeviceWindow> {
+    let (me, n) = (inner.rank, inner.nranks);
+    let dev = &binding.dev;
+    let fail = |what: &str, e| device_error(me, dev, ("alloc_device_window", None), what, e);
+    let control = PinnedBuffer::new(dev, CONTROL_WORDS * 4)
+        .map_err(|e| fail("allocating the control block", e))?;
+    let mut w = DeviceWindow {
+        inner: inner.clone(),
+        binding: binding.clone(),
+        id,
+        bytes,
+        buffers: vec![DevicePtr(0); n],
+        flags: vec![DevicePtr(0); n],
+        scratch: None,
+        control,
+        events: Vec::new(),
+        epoch: Mutex::new(0),
+        broken: AtomicBool::new(true),
+    };
+    // From here `w`'s Drop frees whatever was made.
+    for _ in 0..2 {
+        let e = dev
+            .create_event()
+            .map_err(|e| fail("creating an event", e))?;
+        w.events.push(e);
+    }
+    w.buffers[me] = dev
+        .alloc(bytes)
+        .map_err(|e| fail("allocating the window", e))?;
+    w.flags[me] = dev
+        .alloc(FLAG_BYTES)
+        .map_err(|e| fail("allocating the flag area", e))?;
+    let scratch = bytes.min(SCRATCH_BYTES);
+    w.scratch = Some(
+        dev.alloc(scratch)
+            .map_err(|e| fail("allocating scratch", e))?,
+    );
+    // Flags start at 0 (epochs count from 1): copy zeros in.
+    let zeros = PinnedBuffer::new(dev, FLAG_BYTES).map_err(|e| fail("allocating zeros", e))?;
+    // SAFETY: `zeros` is FLAG_BYTES of pinned memory of ours that no
+    // device work uses yet; it lives until the synchronize below, and the
+    // flag area is a live FLAG_BYTES allocation.
+    unsafe { std::ptr::write_bytes(zeros.as_ptr(), 0, FLAG_BYTES) };
+    // SAFETY: as above.
+    unsafe { dev.copy_h2d_async(w.flags[me], zeros.as_ptr(), FLAG_BYTES, binding.stream) }
+        .and_then(|()| {
+            let deadline = Instant::now() + inner.config.timeout;
+            dev.synchronize(binding.stream, deadline)
+        })
+        .map_err(|e| fail("zeroing the flag area", e))?;
+    let mut handle = [0u8; RECORD];
+    let buf_h = dev
+        .ipc_export(w.buffers[me])
+        .map_err(|e| fail("exporting the window", e))?;
+    let flag_h = dev
+        .ipc_export(w.flags[me])
+        .map_err(|e| fail("exporting the flag area", e))?;
+    handle[..64].copy_from_slice(&buf_h.0);
+    handle[64..128].copy_from_slice(&flag_h.0);
+    handle[128..].copy_from_slice(&(bytes as u64).to_le_bytes());
+    let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
+        rank: me,
+        op: "alloc_device_window",
+        detail: "this communicator has no store to exchange IPC handles through".into(),
+    })?;
+    let key = |what: &str, r: usize| format!("dwindow/{:x}/{id}/{what}/{r}", inner.comm_id);
+    let timeout = inner.config.timeout;
+    store.set(&key("handles", me), &handle)?;
+    for p in (0..n).filter(|&p| p != me) {
+        let raw = store.get(&key("handles", p), timeout)?;
+        let theirs = (raw.len() == RECORD).then(|| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&raw[128..]);
+            u64::from_le_bytes(b)
+        });
+        if theirs != Some(bytes as u64) {
+            return Err(Error::InvalidArgument {
+                rank: me,
+                op: "alloc_device_window",
+                detail: format!(
+                    "peer rank {p} allocated window {id} with {} bytes, this rank with {bytes} \
+                     (every rank must allocate the same size)",
+                    theirs.map_or_else(|| "an unreadable record of".to_string(), |t| t.to_string())
+                ),
+            });
+        }
+        let mut h = ::device::IpcHandle([0; 64]);
+        h.0.copy_from_slice(&raw[..64]);
+        let open = |h: &::device::IpcHandle, what: &str| {
+            dev.ipc_import(h)
+                .map_err(|e| fail(&format!("opening peer rank {p}'s {what}"), e))
+        };
+        w.buffers[p] = open(&h, "window")?;
+        h.0.copy_from_slice(&raw[64..128]);
+        w.flags[p] = open(&h, "flag area")?;
+    }
+    store.set(&key("opened", me), b"1")?;
+    for p in (0..n).filter(|&p| p != me) {
+        store.get(&key("opened", p), timeout)?;
+    }
+    w.broken.store(false, Ordering::Release);
+    tracing::debug!(rank = me, window = id, bytes, "device window allocated");
+    Ok(w)
+}
+
+impl DeviceWindow {
+    /// This rank's buffer (device memory of [`DeviceWindow::len`] bytes).
+    pub fn ptr(&self) -> DevicePtr {
+        self.buffers[self.inner.rank]
+    }
+
+    /// Bytes in the window.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the window is empty (never: windows hold 1 byte or more).
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// The window's id on its communicator (the same on every rank).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The direct kernel [`DeviceWindow::all_reduce`] runs for `count`
+    /// elements of `dtype` with `choice` (before its one-shot-in-place
+    /// scratch limit: above it, two-shot).
+    pub fn kind_for(&self, dtype: DataType, count: usize, choice: DirectChoice) -> DirectAlgo {
+        let bytes = count.saturating_mul(dtype.size());
+        match choice {
+            DirectChoice::OneShot => DirectAlgo::OneShot,
+            DirectChoice::TwoShot => DirectAlgo::TwoShot,
+            DirectChoice::Auto => {
+                let link = self.inner.device_shape.intra;
+                match choose_direct(bytes, self.inner.nranks, link) {
+                    DirectKind::OneShot => DirectAlgo::OneShot,
+                    DirectKind::TwoShot => DirectAlgo::TwoShot,
+                }
+            }
+        }
+    }
+
+    /// All-reduces the first `count` elements of `dtype` of every rank's
+    /// window, into `output`'s (another window of this communicator) or in
+    /// place (`None`), with the direct kernel `choice` names (collective:
+    /// every rank calls it with the same arguments). It runs after the work
+    /// enqueued on `stream` so far and returns when the result is in
+    /// place; a failure (a peer that died or never came, the deadline, the
+    /// communicator's abort) is an error naming the peer, and aborts the
+    /// communicator.
+    pub fn all_reduce(
+        &self,
+        output: Option<&DeviceWindow>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        choice: DirectChoice,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let me = inner.rank;
+        let bad = |detail: String| Error::InvalidArgument {
+            rank: me,
+            op: "device window all_reduce",
+            detail,
+        };
+        let bytes = count
+            .checked_mul(dtype.size())
+            .filter(|&b| b <= self.bytes)
+            .ok_or_else(|| {
+                bad(format!(
+                    "{count} {} elements do not fit window {}'s {} bytes",
+                    dtype.name(),
+                    self.id,
+                    self.bytes
+                ))
+            })?;
+        let out = output.unwrap_or(self);
+        if !Arc::ptr_eq(&out.inner, inner) || bytes > out.bytes {
+            return Err(bad(format!(
+                "the output window {} must be of this communicator and hold {bytes} bytes",
+                out.id
+            )));
+        }
+        if let Some(w) = [self, out]
+            .into_iter()
+            .find(|w| w.broken.load(Ordering::Acquire))
+        {
+            return Err(bad(format!(
+                "window {} is unusable after a failed operation",
+                w.id
+            )));
+        }
+        if kernels::cuda::direct_kernel(dtype, op).is_none() {
+            return Err(bad(format!(
+                "{} {}: the direct kernels reduce with sum, prod, max, min or avg",
+                dtype.name(),
+                op.name()
+            )));
+        }
+        let mut algo = self.kind_for(dtype, count, choice);
+        let in_place = output.is_none() || out.id == self.id;
+        if algo == DirectAlgo::OneShot && in_place && bytes > SCRATCH_BYTES {
+            if choice == DirectChoice::OneShot {
+                return Err(bad(format!(
+                    "one-shot in place folds through {SCRATCH_BYTES} bytes of scratch; \
+                     {bytes} bytes need two-shot"
+                )));
+            }
+            algo = DirectAlgo::TwoShot;
+        }
+        let fp = Fingerprint {
+            collective: Collective::AllReduce,
+            dtype,
+            op,
+            root: -1,
+            count: count as u64,
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        inner.run_in_turn(fp, |st, ctx, abort| {
+            let r = self.run(st, ctx, abort, (out, algo), (count, dtype, op), stream);
+            if r.is_err() {
+                self.broken.store(true, Ordering::Release);
+                out.broken.store(true, Ordering::Release);
+            }
+            r
+        })
+    }
+
+    /// The operation in its turn (see [`DeviceWindow::all_reduce`]).
+    fn run(
+        &self,
+        st: &mut crate::comm::State,
+        ctx: &exec::OpContext,
+        abort: &exec::AbortFlag,
+        (out, algo): (&DeviceWindow, DirectAlgo),
+        (count, dtype, op): (usize, DataType, ReduceOp),
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let (me, n) = (self.inner.rank, self.inner.nranks);
+        let dev = &self.binding.dev;
+        let ours = self.binding.stream;
+        let seq = Some(ctx.seq);
+        let fail = |what: &str, e| device_error(me, dev, ("all_reduce", seq), what, e);
+        let epoch = {
+            let mut e = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+            *e += 1;
+            *e
+        };
+        let words = self.control_words();
+        for w in words {
+            w.store(0, Ordering::Release);
+        }
+        let (after, done) = (self.events[0], self.events[1]);
+        dev.record_event(after, stream)
+            .and_then(|()| dev.stream_wait_event(ours, after))
+            .map_err(|e| fail("ordering after the caller's stream", e))?;
+        let (block, max_blocks) = direct::launch_limits(dev.backend());
+        let launch = DirectAllReduce {
+            algo,
+            dtype,
+            op,
+            count,
+            rank: me,
+            inputs: &self.buffers,
+            outputs: &out.buffers,
+            flags: &self.flags,
+            // Only one-shot in place folds through it (it holds at most
+            // SCRATCH_BYTES; checked by the caller).
+            scratch: self
+                .scratch
+                .filter(|_| algo == DirectAlgo::OneShot && out.id == self.id),
+            control: self.control.as_ptr() as *mut u32,
+            epoch,
+            grid: direct::grid(dtype, count, block, max_blocks),
+        };
+        // SAFETY: every buffer is a live allocation or open IPC mapping of
+        // at least `count` elements (checked against both windows' sizes),
+        // the flag areas are FLAG_BYTES, scratch holds SCRATCH_BYTES or the
+        // window (one-shot in place is refused above that), the control
+        // block is CONTROL_WORDS pinned words; all live as long as `self`
+        // and `out`, which outlive the wait below (or the abort's
+        // synchronize). Every rank runs the same epoch (collective calls).
+        unsafe { dev.direct_all_reduce(ours, &launch) }
+            .map_err(|e| fail("launching the direct all-reduce", e))?;
+        if op == ReduceOp::Avg {
+            // SAFETY: the output holds `count` elements (checked).
+            unsafe { dev.divide(ours, dtype, out.buffers[me], count, n) }
+                .map_err(|e| fail("enqueueing avg's divide", e))?;
+        }
+        dev.record_event(done, ours)
+            .map_err(|e| fail("recording completion", e))?;
+        let mut device_failed = None;
+        let doing = format!("direct all-reduce ({}, epoch {epoch})", algo.name());
+        let waited = exec::wait_on_ranks(ctx, &mut st.conns, Some(abort), &doing, || {
+            match dev.event_done(done) {
+                Ok(true) => None,
+                Ok(false) => {
+                    let p = words[1].load(Ordering::Acquire) as usize;
+                    Some(if (1..=n).contains(&p) {
+                        p - 1
+                    } else {
+                        (me + 1) % n
+                    })
+                }
+                Err(e) => {
+                    device_failed = Some(e);
+                    None
+                }
+            }
+        });
+        if let Some(e) = device_failed {
+            self.stop_kernel();
+            return Err(fail("running the direct all-reduce", e));
+        }
+        if let Err(e) = waited {
+            self.stop_kernel();
+            return Err(e);
+        }
+        if words[2].load(Ordering::Acquire) != 0 {
+            return Err(Error::InvalidArgument {
+                rank: me,
+                op: "all_reduce",
+                detail: "the direct kernel stopped at an abort this rank did not set".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The control block's words (see `device::direct::CONTROL_WORDS`).
+    fn control_words(&self) -> &[AtomicU32; CONTROL_WORDS] {
+        // SAFETY: the pinned block is CONTROL_WORDS u32 words, aligned
+        // (PinnedBuffer allocations are page-aligned), alive with `self`;
+        // the kernel and the host only access it atomically / volatile.
+        unsafe { &*(self.control.as_ptr() as *const [AtomicU32; CONTROL_WORDS]) }
+    }
+
+    /// Sets the abort word and waits (briefly) for the kernel to stop.
+    fn stop_kernel(&self) {
+        self.control_words()[0].store(1, Ordering::Release);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        if let Err(e) = self.binding.dev.synchronize(self.binding.stream, deadline) {
+            tracing::warn!(rank = self.inner.rank, window = self.id, error = %e,
+                "the direct kernel did not stop after its abort");
+        }
+    }
+}
+
+impl Drop for DeviceWindow {
+    fn drop(&mut self) {
+        let dev = &self.binding.dev;
+        let me = self.inner.rank;
+        // A kernel still running (an abandoned operation) stops first.
+        if !self.events.is_empty() {
+            self.stop_kernel();
+        }
+        for (p, (&b, &f)) in self.buffers.iter().zip(&self.flags).enumerate() {
+            for ptr in [b, f].into_iter().filter(|p| p.0 != 0) {
+                // SAFETY: from alloc (own) or ipc_import (peers'), released
+                // once here; the stream is synchronised above.
+                let r = unsafe {
+                    if p == me {
+                        dev.free(ptr)
+                    } else {
+                        dev.ipc_close(ptr)
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::warn!(rank = me, peer = p, error = %e, "releasing a device window");
+                }
+            }
+        }
+        if let Some(s) = self.scratch {
+            // SAFETY: from alloc, freed once, no work pending.
+            let _ = unsafe { dev.free(s) };
+        }
+        for &e in &self.events {
+            // SAFETY: created here, destroyed once.
+            let _ = unsafe { dev.destroy_event(e) };
+        }
+    }
+}
