@@ -37,6 +37,11 @@
 #   --burst SIZE                tbf burst in tc units (default: 2*rate/HZ rounded up to a
 #                               power of two, at least 64kb: 1gbit -> 1mb, 100mbit -> 128kb)
 #   --latency TIME              tbf latency (queue limit) (default 20ms)
+#   --host-latency TIME         tbf latency of each node's own upload (eth0) only
+#                               (default: --latency). A host queues about 1,000
+#                               packets and is pushed back by its NIC; a shallow
+#                               queue there drops the sender's own bursts
+#                               (docs/PERF.md section 3, fourth and fifth runs)
 #   --no-limit                  no tc qdiscs (plain veth speed)
 #   --measure                   measure TCP goodput of one node link (node 1 -> node 0,
 #                               through the switch and both tbf limits) before COMMAND;
@@ -77,6 +82,7 @@ PLACEMENT=node-major
 RATE=1gbit
 BURST=
 LATENCY=20ms
+HOST_LATENCY=
 LIMIT=1
 MEASURE=0
 MEASURE_SECS=2
@@ -99,6 +105,7 @@ while [[ $# -gt 0 ]]; do
         --rate) need_arg "$@"; RATE=$2; shift 2 ;;
         --burst) need_arg "$@"; BURST=$2; shift 2 ;;
         --latency) need_arg "$@"; LATENCY=$2; shift 2 ;;
+        --host-latency) need_arg "$@"; HOST_LATENCY=$2; shift 2 ;;
         --no-limit) LIMIT=0; shift ;;
         --measure) MEASURE=1; shift ;;
         --measure-seconds) need_arg "$@"; MEASURE_SECS=$2; shift 2 ;;
@@ -110,7 +117,7 @@ while [[ $# -gt 0 ]]; do
         --cleanup-stale) CLEANUP_STALE=1; shift ;;
         -q | --quiet) QUIET=1; shift ;;
         -h | --help) usage; exit 0 ;;
-        --nodes=* | --ranks-per-node=* | --placement=* | --rate=* | --burst=* | --latency=* | \
+        --nodes=* | --ranks-per-node=* | --placement=* | --rate=* | --burst=* | --latency=* | --host-latency=* | \
             --measure-seconds=* | --port=* | --timeout=* | --fail-grace=* | --keep-logs=* | --fault=*)
             set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
         --) shift; CMD=("$@"); break ;;
@@ -372,7 +379,7 @@ for ((i = 0; i < NODES; i++)); do
     ip -n "$ns" addr add "$(node_ip "$i")/16" dev eth0
     ip -n "$SW" link set "v$i" master br0
     if ((LIMIT)); then
-        tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst "$BURST" latency "$LATENCY"
+        tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst "$BURST" latency "${HOST_LATENCY:-$LATENCY}"
         tc -n "$SW" qdisc add dev "v$i" root tbf rate "$RATE" burst "$BURST" latency "$LATENCY"
     fi
     ip -n "$SW" link set "v$i" up
@@ -393,7 +400,7 @@ ROOT_ADDR=$(node_ip "${RANK_NODE[0]}"):$PORT
 
 if ((!QUIET)); then
     if ((LIMIT)); then
-        shape="rate $RATE ($(awk -v b="$RATE_BPS" 'BEGIN{printf "%.1f MB/s", b/1e6}')), burst $BURST, latency $LATENCY, on both ends of every link"
+        shape="rate $RATE ($(awk -v b="$RATE_BPS" 'BEGIN{printf "%.1f MB/s", b/1e6}')), burst $BURST, latency $LATENCY (node upload ${HOST_LATENCY:-$LATENCY}), on both ends of every link"
     else
         shape="no rate limit"
     fi
