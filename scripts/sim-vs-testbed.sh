@@ -27,6 +27,8 @@
 #                                  ranks also get SNCL_TOPO_FILE = the calibrated file
 #                                  (auto paces to its inter.bandwidth), and the table
 #                                  has one row per value; empty: neither is set
+#   BED_ARGS=                      more scripts/testbed.sh options for every bed, e.g.
+#                                  "--host-latency 200ms" (a host-sized upload queue)
 #   BED_TIMEOUT=1800               seconds per measured op (testbed.sh --timeout;
 #                                  2x4 at 100 Mbit/s all_reduce needs > 600)
 set -euo pipefail
@@ -59,7 +61,8 @@ for cfg in $CONFIGS; do
     shape=${cfg%%:*} rate=${cfg#*:}
     nodes=${shape%x*} rpn=${shape#*x}
     tag="${shape}-${rate}"
-    bed=("$ROOT/scripts/testbed.sh" --nodes "$nodes" --ranks-per-node "$rpn" --rate "$rate" --placement "$PLACEMENT" --timeout "$BED_TIMEOUT")
+    # shellcheck disable=SC2206 # BED_ARGS is a list of words on purpose
+    bed=("$ROOT/scripts/testbed.sh" --nodes "$nodes" --ranks-per-node "$rpn" --rate "$rate" --placement "$PLACEMENT" --timeout "$BED_TIMEOUT" ${BED_ARGS:-})
     burst=$( [[ $rate == 100mbit ]] && echo 128K || echo 1M )
     echo "# $tag: calibrating ($(uptime | sed 's/.*load/load/'))" >&2
     "${bed[@]}" -- "$COMMBENCH" calibrate -o "$WORK/topo-$tag.txt" --size 8M -n 3 --burst "$burst" >"$WORK/cal-$tag.log" 2>&1 \
