@@ -52,11 +52,19 @@ pub trait ReadEnvironment: Sized {
     /// Overlays the settings file that applies (see [`Environment`]), with
     /// `system` in place of `/etc/sncl.conf`.
     fn with_conf_file(self, system: &Path) -> Result<Self>;
+
+    /// Reads the topology file `SNCL_TOPO_FILE` names (from the environment
+    /// or the settings file), if any, and attaches its text
+    /// ([`Environment::set_topo_text`]); an unreadable file is an error
+    /// naming it.
+    fn with_topo_file(self) -> Result<Self>;
 }
 
 impl ReadEnvironment for Environment {
     fn from_process() -> Result<Environment> {
-        Environment::process_variables().with_conf_file(Path::new(SYSTEM_CONF_FILE))
+        Environment::process_variables()
+            .with_conf_file(Path::new(SYSTEM_CONF_FILE))?
+            .with_topo_file()
     }
 
     fn process_variables() -> Environment {
@@ -101,6 +109,21 @@ impl ReadEnvironment for Environment {
                 }
             }
         }
+        Ok(self)
+    }
+
+    fn with_topo_file(mut self) -> Result<Environment> {
+        let Some(path) = self.get("SNCL_TOPO_FILE").filter(|p| !p.is_empty()) else {
+            return Ok(self);
+        };
+        let path = path.to_owned();
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            self.annotate(
+                "SNCL_TOPO_FILE",
+                Error::Config(format!("SNCL_TOPO_FILE={path}: {e}")),
+            )
+        })?;
+        self.set_topo_text(text);
         Ok(self)
     }
 }

@@ -139,3 +139,45 @@ fn conf_file_errors_name_file_and_line() {
     std::fs::create_dir_all(&dir).unwrap();
     assert!(load(&[], &dir).is_err());
 }
+
+/// The topology file is read here, by the environment's reader, and parsed by
+/// comm-core's settings from the attached text (comm-core reads no files);
+/// `SNCL_TOPO_FILE` may come from the settings file too.
+#[test]
+fn topology_file_is_read_by_the_environment_reader() {
+    let s = Scratch::new("topo");
+    let topo = s.file("topo", "inter.bandwidth = 1gbit\ninter.latency = 50us\n");
+    let conf = s.file("sncl.conf", &format!("SNCL_TOPO_FILE={}\n", topo.display()));
+    let env = load(
+        &[("SNCL_CONF_FILE", conf.to_str().unwrap())],
+        Path::new("/nonexistent"),
+    )
+    .and_then(|e| e.with_topo_file())
+    .unwrap();
+    let c = Config::from_environment(&env).unwrap();
+    let inter = c.tiers.inter.expect("inter tier from the file");
+    assert_eq!((inter.alpha_us, inter.bytes_per_us), (50.0, 125.0));
+
+    // Named but never read (the pure form): an error, not the built-in tiers.
+    let unread = Environment::from_pairs([("SNCL_TOPO_FILE", topo.to_str().unwrap())]);
+    let e = Config::from_environment(&unread).unwrap_err().to_string();
+    assert!(e.contains("not read"), "{e}");
+
+    // A file that does not exist: the error names it and where it was set.
+    let missing = s.0.join("missing");
+    let conf = s.file(
+        "bad.conf",
+        &format!("SNCL_TOPO_FILE={}\n", missing.display()),
+    );
+    let e = load(
+        &[("SNCL_CONF_FILE", conf.to_str().unwrap())],
+        Path::new("/nonexistent"),
+    )
+    .and_then(|e| e.with_topo_file())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(missing.to_str().unwrap()) && e.contains("bad.conf:1"),
+        "{e}"
+    );
+}

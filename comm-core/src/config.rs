@@ -245,16 +245,19 @@ impl Config {
     /// Defaults overlaid with the settings of `env`; an error about a value
     /// from a settings file names its file and line.
     pub fn from_environment(env: &Environment) -> Result<Config> {
-        Config::overlay(&env.getter(), &|name, e| env.annotate(name, e))
+        Config::overlay(&env.getter(), env.topo_text(), &|name, e| {
+            env.annotate(name, e)
+        })
     }
 
     /// Defaults overlaid with variables from `get` (the form without file origins).
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
-        Config::overlay(get, &|_, e| e)
+        Config::overlay(get, None, &|_, e| e)
     }
 
     fn overlay(
         get: &dyn Fn(&str) -> Option<String>,
+        topo_text: Option<&str>,
         annotate: &dyn Fn(&str, Error) -> Error,
     ) -> Result<Config> {
         let mut c = Config::default();
@@ -263,7 +266,7 @@ impl Config {
                 s.apply(&mut c, &v).map_err(|e| annotate(s.name, e))?;
             }
         }
-        c.tiers = crate::topofile::TierSpec::from_vars(get)?;
+        c.tiers = crate::topofile::TierSpec::from_vars(get, topo_text)?;
         // Ranges are checked above; this adds the checks across settings.
         c.validate()?;
         Ok(c)

@@ -148,13 +148,24 @@ fn link(bw: Option<f64>, lat: Option<f64>, default: LinkCost) -> Option<LinkCost
 }
 
 impl TierSpec {
-    /// Reads `SNCL_TOPO_FILE` (if set) and overlays the `SNCL_*_BW` / `_LAT` variables.
-    pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<TierSpec> {
+    /// The topology file's text `topo_text` (that of the file
+    /// `SNCL_TOPO_FILE` names, read by the caller: comm-core reads no files)
+    /// with the `SNCL_*_BW` / `_LAT` variables overlaid. `SNCL_TOPO_FILE`
+    /// set without its text is an error rather than a silent default.
+    pub fn from_vars(
+        get: &dyn Fn(&str) -> Option<String>,
+        topo_text: Option<&str>,
+    ) -> Result<TierSpec> {
         let mut kv: Vec<(String, String)> = Vec::new();
         if let Some(path) = get("SNCL_TOPO_FILE").filter(|p| !p.is_empty()) {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| Error::Config(format!("SNCL_TOPO_FILE={path}: {e}")))?;
-            kv = key_values(&text, &path)?;
+            let text = topo_text.ok_or_else(|| {
+                Error::Config(format!(
+                    "SNCL_TOPO_FILE={path}: the file was not read (comm-core reads no files: \
+                     build the settings with sncl_bootstrap::ReadEnvironment::from_process, \
+                     or attach the text with Environment::set_topo_text)"
+                ))
+            })?;
+            kv = key_values(text, &path)?;
         }
         for (var, key) in [
             ("SNCL_INTRA_BW", "intra.bandwidth"),
@@ -167,13 +178,6 @@ impl TierSpec {
             }
         }
         TierSpec::from_pairs(kv)
-    }
-
-    /// Reads a topology file (format in the module documentation).
-    pub fn from_file(path: &str) -> Result<TierSpec> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("topology file {path}: {e}")))?;
-        TierSpec::parse(&text, path)
     }
 
     /// Parses the text of a topology file; `origin` names it in errors.
@@ -327,16 +331,19 @@ mod tests {
 
     #[test]
     fn file_and_env() {
-        let dir = std::env::temp_dir().join(format!("sncl-topo-{}", std::process::id()));
-        std::fs::write(&dir, "# test\nintra.bandwidth = 10GB/s\ninter.bandwidth=1gbit # link\ninter.latency = 50us\nnode.3 = b\n").unwrap();
-        let path = dir.to_string_lossy().to_string();
-        let s = TierSpec::from_vars(&|k| match k {
-            "SNCL_TOPO_FILE" => Some(path.clone()),
+        let text = "# test\nintra.bandwidth = 10GB/s\ninter.bandwidth=1gbit # link\ninter.latency = 50us\nnode.3 = b\n";
+        let vars = |k: &str| match k {
+            "SNCL_TOPO_FILE" => Some("/somewhere/topo".to_string()),
             "SNCL_INTRA_LAT" => Some("2us".into()),
             _ => None,
-        })
-        .unwrap();
-        let _ = std::fs::remove_file(&dir);
+        };
+        // The file named but its text not attached: an error naming it.
+        let e = TierSpec::from_vars(&vars, None).unwrap_err().to_string();
+        assert!(
+            e.contains("SNCL_TOPO_FILE=/somewhere/topo") && e.contains("not read"),
+            "{e}"
+        );
+        let s = TierSpec::from_vars(&vars, Some(text)).unwrap();
         assert_eq!(
             s.intra,
             Some(LinkCost {
@@ -353,7 +360,10 @@ mod tests {
         );
         assert_eq!(s.node_of(3), Some("b"));
         assert_eq!(s.node_of(2), None);
-        let e = TierSpec::from_vars(&|k| (k == "SNCL_INTER_BW").then(|| "quick".to_string()));
+        let e = TierSpec::from_vars(
+            &|k| (k == "SNCL_INTER_BW").then(|| "quick".to_string()),
+            None,
+        );
         assert!(e.is_err());
     }
 

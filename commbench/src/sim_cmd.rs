@@ -59,7 +59,11 @@ impl ClusterArgs {
     /// The cluster these flags (and the file) describe.
     pub fn cluster(&self) -> Result<Cluster, String> {
         let mut spec = match &self.topo {
-            Some(p) => TierSpec::from_file(p).map_err(|e| e.to_string())?,
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).map_err(|e| format!("topology file {p}: {e}"))?;
+                TierSpec::parse(&text, p).map_err(|e| e.to_string())?
+            }
             None => TierSpec::default(),
         };
         if let Some(s) = &self.intra {

@@ -38,6 +38,9 @@ pub enum Origin {
 pub struct Environment {
     vars: BTreeMap<String, (String, Origin)>,
     file: Option<PathBuf>,
+    /// The text of the topology file `SNCL_TOPO_FILE` names, once the
+    /// reader of the environment has read it (comm-core reads no files).
+    topo_text: Option<String>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -46,6 +49,7 @@ impl std::fmt::Debug for Environment {
         f.debug_struct("Environment")
             .field("names", &self.vars.keys().collect::<Vec<_>>())
             .field("file", &self.file)
+            .field("topo_text", &self.topo_text.as_ref().map(String::len))
             .finish()
     }
 }
@@ -62,7 +66,21 @@ impl Environment {
                 .map(|(k, v)| (k.into(), (v.into(), Origin::Environment)))
                 .collect(),
             file: None,
+            topo_text: None,
         }
+    }
+
+    /// Attaches the text of the topology file that `SNCL_TOPO_FILE` names
+    /// (read by the caller: `sncl_bootstrap::ReadEnvironment` does it). The
+    /// settings then parse it with the `SNCL_*_BW` / `_LAT` variables on top.
+    pub fn set_topo_text(&mut self, text: String) {
+        self.topo_text = Some(text);
+    }
+
+    /// The attached topology-file text, if any (see
+    /// [`Environment::set_topo_text`]).
+    pub fn topo_text(&self) -> Option<&str> {
+        self.topo_text.as_deref()
     }
 
     /// Overlays settings-file `text` (read from `path`): its values apply
