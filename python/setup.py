@@ -129,6 +129,8 @@ ext = CppExtension(
     extra_link_args=[
         "-Wl,--exclude-libs,ALL",
         "-Wl,--gc-sections",
+        # a debug-profile libsncl.a carries ~200 MB of DWARF the module never uses
+        "-Wl,--strip-debug",
         # what the Rust staticlib needs (rustc --print native-static-libs)
         "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-ldl", "-lm",
     ],

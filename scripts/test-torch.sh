@@ -8,6 +8,8 @@
 #   scripts/test-torch.sh ops ddp    # only these tests (ops ddp fsdp hook world1 exit gloo_parity
 #                                    #   cuda ddp_cuda)
 #   scripts/test-torch.sh --setup-only   # stop once the backend is installed
+#   scripts/test-torch.sh --venv-only    # only the virtualenv with torch (no libsncl, no
+#                                        #   backend): .ci/run starts it early, in the background
 #
 # Environment:
 #   TORCH_VENV     the virtualenv (default: target/torch-venv; target/ is
@@ -37,8 +39,12 @@ TORCH_VENV=${TORCH_VENV:-$ROOT/target/torch-venv}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 NPROC=${NPROC:-4}
 SETUP_ONLY=0
+VENV_ONLY=0
 if [ "${1:-}" = "--setup-only" ]; then
     SETUP_ONLY=1
+    shift
+elif [ "${1:-}" = "--venv-only" ]; then
+    VENV_ONLY=1
     shift
 fi
 TESTS=("$@")
@@ -52,7 +58,9 @@ die() { printf '[test-torch] error: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- libsncl
 TARGET_DIR=${CARGO_TARGET_DIR:-${CARGO_BUILD_TARGET_DIR:-$ROOT/target}}
-if [ -n "${SNCL_LIB_DIR:-}" ] && [ -f "$SNCL_LIB_DIR/libsncl.a" ]; then
+if [ $VENV_ONLY -eq 1 ]; then
+    :
+elif [ -n "${SNCL_LIB_DIR:-}" ] && [ -f "$SNCL_LIB_DIR/libsncl.a" ]; then
     step "using the prebuilt $SNCL_LIB_DIR/libsncl.a"
 else
     command -v cargo >/dev/null 2>&1 || die "cargo is missing: install the Rust toolchain first"
@@ -60,10 +68,20 @@ else
     cargo build --release -p sncl-capi
     SNCL_LIB_DIR=$TARGET_DIR/release
 fi
-export SNCL_LIB_DIR
-[ -f "$SNCL_LIB_DIR/libsncl.a" ] || die "$SNCL_LIB_DIR/libsncl.a is missing after the build"
+if [ $VENV_ONLY -eq 0 ]; then
+    export SNCL_LIB_DIR
+    [ -f "$SNCL_LIB_DIR/libsncl.a" ] || die "$SNCL_LIB_DIR/libsncl.a is missing after the build"
+fi
 
 # ---------------------------------------------------------------- virtualenv
+# One installer at a time (.ci/run may have started one in the background):
+# the lock is held until this script exits; a second run waits for it, then
+# finds torch installed.
+mkdir -p "$(dirname "$TORCH_VENV")"
+exec 9>"$TORCH_VENV.lock"
+if command -v flock >/dev/null 2>&1; then
+    flock -w 1800 9 || die "waited 30 minutes for $TORCH_VENV.lock (another installer still running?)"
+fi
 if [ ! -x "$TORCH_VENV/bin/python" ]; then
     PY=${PYTHON:-}
     if [ -z "$PY" ]; then
@@ -113,6 +131,9 @@ if ! have_torch; then
     have_torch || die "torch==$TORCH_VERSION does not import after installing it"
 fi
 step "torch $("$VPY" -c 'import torch; print(torch.__version__)') in $TORCH_VENV"
+if [ $VENV_ONLY -eq 1 ]; then
+    exit 0
+fi
 
 # ---------------------------------------------------------------- the backend
 step "building and installing the sncl backend (pip install --no-build-isolation ./python)"

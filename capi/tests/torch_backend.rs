@@ -8,8 +8,13 @@
 //! be (pip cannot reach the package index, or there is no Python 3.10+ with
 //! venv: the script exits 77), or when `SNCL_SKIP_TORCH_TESTS` is set. Otherwise it runs for real and fails when
 //! any torch test fails.
+//!
+//! The backend links the `libsncl.a` that cargo built beside this test (the
+//! same profile, already up to date: cargo builds the package's library
+//! before its tests), so the test does not build a second, release libsncl
+//! (minutes on a fresh machine). `SNCL_LIB_DIR` set by the caller wins.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SKIP: i32 = 77;
@@ -26,9 +31,15 @@ fn torch_backend() {
         .expect("sncl-capi is a workspace member");
     let script = root.join("scripts/test-torch.sh");
     assert!(script.exists(), "{} is missing", script.display());
-    let status = Command::new("bash")
-        .arg(&script)
-        .current_dir(root)
+    let mut command = Command::new("bash");
+    command.arg(&script).current_dir(root);
+    if std::env::var_os("SNCL_LIB_DIR").is_none() {
+        if let Some(dir) = profile_dir_with_libsncl() {
+            eprintln!("torch_backend: linking {}/libsncl.a", dir.display());
+            command.env("SNCL_LIB_DIR", dir);
+        }
+    }
+    let status = command
         .status()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
     match status.code() {
@@ -42,4 +53,13 @@ fn torch_backend() {
         }
         None => panic!("scripts/test-torch.sh was killed by a signal"),
     }
+}
+
+/// The profile directory this test binary was built into
+/// (`target/<profile>/deps/torch_backend-*` → `target/<profile>`), if cargo
+/// left a `libsncl.a` there.
+fn profile_dir_with_libsncl() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?;
+    dir.join("libsncl.a").is_file().then(|| dir.to_path_buf())
 }
