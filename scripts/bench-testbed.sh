@@ -49,6 +49,11 @@
 #   OUT=$DIR/results.md        the markdown report
 #   BUILD=0                    1: run cargo build --release -p commbench even if the
 #                              binary exists
+#   CALIBRATE=1                run `commbench calibrate` on the bed (round-robin) once
+#                              before the runs and give every run SNCL_TOPO_FILE=
+#                              $DIR/topo.txt, so the planner's default prices the tiers
+#                              this bed has (without it the planner uses its built-in
+#                              tiers, 8x faster than a 1 Gbit/s bed); 0: the built-in ones
 #
 # Compressed mode (COMPRESSED=1): instead of the runs above, the compressed all_reduce on
 # the round-robin bed: for each of CREPS interleaved repetitions, uncompressed (--algo
@@ -224,6 +229,18 @@ mkdir -p "$DIR" "$(dirname "$OUT")"
 MANIFEST=$DIR/manifest.tsv
 : >"$MANIFEST"
 
+# ---------------------------------------------------------------- calibration
+RUN_ENV=()
+if [[ ${CALIBRATE:-1} == 1 && ${COMPRESSED:-0} != 1 ]]; then
+    TOPO=$(cd "$DIR" && pwd)/topo.txt
+    note "# calibrating the bed (commbench calibrate): $TOPO"
+    scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$RATE" \
+        --placement round-robin --timeout "$TIMEOUT" -- commbench calibrate -o "$TOPO" \
+        --size 8M -n 3 >"$DIR/calibrate.log" 2>&1 || die "calibration failed: $DIR/calibrate.log"
+    grep -E '^(intra|inter)\.' "$TOPO" | sed 's/^/#   /' >&2 || true
+    RUN_ENV=(SNCL_TOPO_FILE="$TOPO")
+fi
+
 # ---------------------------------------------------------------- runs
 RUN_FAILED=0
 
@@ -235,7 +252,8 @@ run() {
     shift 3
     local json=$DIR/$name.json logs=$DIR/logs/$name
     local so=$DIR/$name.stdout se=$DIR/$name.stderr
-    local cmd=(scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$RATE"
+    local cmd=(env "${RUN_ENV[@]}"
+        scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$RATE"
         --placement "$placement" --measure --measure-seconds "$MEASURE_SECONDS"
         --timeout "$TIMEOUT" --keep-logs "$logs"
         -- commbench "$op" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 -d float -o sum
