@@ -5,8 +5,15 @@
 //! grid of collectives, sizes, element sizes, chunks, topologies, tiers and
 //! forced algorithms.
 //!
-//! Two deliberate changes since the freeze, and only those are allowed
-//! ([`expected`]). The second (issue 15, point 4): `rd`'s exchanges of the
+//! Three deliberate changes since the freeze, and only those are allowed
+//! ([`expected`]). The third (issue 15, point 1 of the test-bed goodput):
+//! `algo::hier_all_gather` / `hier_reduce_scatter` are pipelined over pieces
+//! of `chunk` bytes of every block, as the hier all-reduce is over its
+//! blocks (unpipelined, their few large cross-node steps left links idle
+//! while two rings shared a node link: 0.85 of the goodput bound at
+//! 1 Gbit/s, docs/PERF.md §16), and each piece pays every step's latency;
+//! so unforced all-gathers and reduce-scatters move away from hier where
+//! the pieces' latencies make it dearer. The second (issue 15, point 4): `rd`'s exchanges of the
 //! whole vector cost `RD_EXCHANGE_FACTOR` (2) × a one-way transfer of its
 //! bytes — measured in docs/PERF.md §15, where the planner picked rd for a
 //! 2-rank all-reduce at every size while ring / flat-ring were 1.8–2.5×
@@ -163,6 +170,17 @@ fn hier_all_reduce_blocked(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
         + 2.0 * (nn - 1.0) * (blocks * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us)
 }
 
+/// The frozen formula of the hierarchical reduce-scatter / all-gather,
+/// pipelined over pieces of `chunk` bytes of each rank's block: every piece
+/// pays each step's latency.
+fn hier_one_pass_pieced(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
+    let b = bytes as f64;
+    let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
+    let pieces = (bytes.div_ceil(sh.nranks.max(1)).div_ceil(chunk.max(1))).max(1) as f64;
+    (ll - 1.0) * (pieces * sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us)
+        + (nn - 1.0) * (pieces * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us)
+}
+
 /// The frozen rd all-reduce with its exchanges priced at
 /// `comm_core::algo::cost::RD_EXCHANGE_FACTOR` (2) × a one-way transfer
 /// (see the module documentation).
@@ -198,7 +216,8 @@ fn expected(
     elem_size: usize,
 ) -> Result<(Algorithm, usize), ()> {
     let old = frozen::plan(forced, chunk_bytes, coll, sh, bytes, elem_size);
-    if forced.is_some() || coll != Collective::AllReduce {
+    let one_pass = matches!(coll, Collective::AllGather | Collective::ReduceScatter);
+    if forced.is_some() || !(coll == Collective::AllReduce || one_pass) {
         return old;
     }
     let hier_useful = sh.nnodes > 1 && sh.max_local > 1;
@@ -207,7 +226,11 @@ fn expected(
         if a == Algorithm::FlatRing || (a == Algorithm::Hier && !hier_useful) {
             continue;
         }
-        let t = if a == Algorithm::Hier {
+        let t = if a == Algorithm::Hier && one_pass {
+            hier_one_pass_pieced(sh, bytes, chunk_bytes)
+        } else if one_pass {
+            frozen::predict(coll, a, sh, bytes, chunk_bytes)
+        } else if a == Algorithm::Hier {
             hier_all_reduce_blocked(sh, bytes, chunk_bytes)
         } else if a == Algorithm::Tree {
             tree_all_reduce_concurrent(sh, bytes, chunk_bytes)
@@ -313,13 +336,21 @@ fn table_planner_chooses_what_the_old_planner_chose() {
                             let old = expected(forced, chunk_bytes, coll, &sh, bytes, elem_size);
                             if old != frozen {
                                 // Only unforced all-reduces move, and only
-                                // away from hier, tree or rd (all got dearer).
+                                // away from hier, tree or rd (all got dearer);
+                                // and unforced all-gathers / reduce-scatters
+                                // away from hier (pipelined: a latency per piece).
+                                let one_pass = matches!(
+                                    coll,
+                                    Collective::AllGather | Collective::ReduceScatter
+                                );
                                 assert!(
                                     matches!(
                                         frozen,
                                         Ok((Algorithm::Hier | Algorithm::Tree | Algorithm::Rd, _))
                                     ) && frozen.map(|p| p.0) != old.map(|p| p.0)
-                                        && coll == Collective::AllReduce
+                                        && (coll == Collective::AllReduce
+                                            || (one_pass
+                                                && matches!(frozen, Ok((Algorithm::Hier, _)))))
                                         && forced.is_none(),
                                     "unexpected change {frozen:?} -> {old:?}"
                                 );

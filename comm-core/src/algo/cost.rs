@@ -58,11 +58,16 @@ pub(super) fn ring_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
     (nf - 1.0) * sh.slowest().msg(bytes as f64 / nf)
 }
 
-/// Hierarchical reduce-scatter / all-gather: an intra and a cross phase.
-pub(super) fn hier_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
+/// Hierarchical reduce-scatter / all-gather: an intra and a cross phase,
+/// pipelined over pieces of `chunk` bytes of each rank's block (`bytes` is
+/// the whole vector, `nranks` blocks): every piece pays each step's latency.
+pub(super) fn hier_one_pass(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     let b = bytes as f64;
     let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
-    (ll - 1.0) * sh.intra.msg(b / ll) + (nn - 1.0) * sh.inter.msg(b / nn)
+    let block = bytes.div_ceil(sh.nranks.max(1));
+    let pieces = block.div_ceil(chunk.max(1)).max(1) as f64;
+    (ll - 1.0) * (pieces * sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us)
+        + (nn - 1.0) * (pieces * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us)
 }
 
 /// Pipelined binomial-tree all-reduce: reduce then broadcast, `l + k − 1`

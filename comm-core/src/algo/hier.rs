@@ -76,10 +76,34 @@ pub fn hier_all_reduce(t: &Topology, r: usize, count: usize, chunk: usize) -> Sc
     s
 }
 
+/// Piece `i` (of `chunk` elements) of every part in `parts`: a block of
+/// `count` elements at `o` gives `(o + i·chunk, the rest up to chunk)`.
+fn piece_of(parts: &[Vec<Part>], i: usize, chunk: usize, count: usize) -> Vec<Vec<Part>> {
+    let at = i * chunk;
+    let len = chunk.min(count.saturating_sub(at));
+    parts
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|&(o, l)| if l > 0 { (o + at, len) } else { (o, 0) })
+                .collect()
+        })
+        .collect()
+}
+
+/// How many pieces of `chunk` elements a block of `count` takes (≥ 1).
+fn pieces(count: usize, chunk: usize) -> usize {
+    count.div_ceil(chunk.max(1)).max(1)
+}
+
 /// Hierarchical all-gather: each rank's block goes once to every other node
 /// (along the cross-node group of its local index), then blocks spread
 /// inside each node. Rank i's `count` elements land at `i × count`.
-pub fn hier_all_gather(t: &Topology, r: usize, count: usize) -> Schedule {
+/// Pipelined over pieces of `chunk` elements of every block: piece i crosses
+/// the nodes, then spreads inside the node, while piece i + 1 is already on
+/// its way, so no cross-node link idles between phases or between the
+/// steps of the several cross-node rings that share it.
+pub fn hier_all_gather(t: &Topology, r: usize, count: usize, chunk: usize) -> Schedule {
     let n = t.nranks();
     let mut s = Schedule::new(n, r);
     let k = t.node_of[r];
@@ -92,37 +116,53 @@ pub fn hier_all_gather(t: &Topology, r: usize, count: usize) -> Schedule {
     if count == 0 {
         return s;
     }
-    // Cross-node: for local index j, the owners of j carry the blocks of the
-    // ranks with local index j around the nodes.
     let block_of = |kk: usize, j: usize| -> Part {
         match t.nodes[kk].get(j) {
             Some(&x) => (x * count, count),
             None => (0, 0),
         }
     };
-    if t.nnodes() > 1 {
-        for j in 0..nshards {
-            if owner(t, k, j) != r {
-                continue;
-            }
-            let group = shard_group(t, j);
-            let parts: Vec<Vec<Part>> = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
-            push_ring_all_gather_multi(&mut s, &group, &parts, BufId::Recv);
-        }
-    }
+    // Cross-node: for local index j, the owners of j carry the blocks of the
+    // ranks with local index j around the nodes.
+    let cross: Vec<(Vec<usize>, Vec<Vec<Part>>)> = if t.nnodes() > 1 {
+        (0..nshards)
+            .filter(|&j| owner(t, k, j) == r)
+            .map(|j| {
+                let parts = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
+                (shard_group(t, j), parts)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Inside the node: position p holds every block of local index j ≡ p (mod L)
     // from every node.
     let l = node.len();
-    let mut parts: Vec<Vec<Part>> = vec![Vec::new(); l];
+    let mut local: Vec<Vec<Part>> = vec![Vec::new(); l];
     for j in 0..nshards {
         for kk in 0..t.nnodes() {
             let b = block_of(kk, j);
             if b.1 > 0 {
-                parts[j % l].push(b);
+                local[j % l].push(b);
             }
         }
     }
-    push_ring_all_gather_multi(&mut s, node, &parts, BufId::Recv);
+    for i in 0..pieces(count, chunk) {
+        for (group, parts) in &cross {
+            push_ring_all_gather_multi(
+                &mut s,
+                group,
+                &piece_of(parts, i, chunk, count),
+                BufId::Recv,
+            );
+        }
+        push_ring_all_gather_multi(
+            &mut s,
+            node,
+            &piece_of(&local, i, chunk, count),
+            BufId::Recv,
+        );
+    }
     s
 }
 
@@ -130,7 +170,9 @@ pub fn hier_all_gather(t: &Topology, r: usize, count: usize) -> Schedule {
 /// elements per rank; rank r receives block r reduced over all ranks.
 /// Partial sums of every block are first reduced inside the node onto the
 /// local owner of the block's local index, then reduced across nodes.
-pub fn hier_reduce_scatter(t: &Topology, r: usize, count: usize) -> Schedule {
+/// Pipelined over pieces of `chunk` elements of every block, as
+/// [`hier_all_gather`].
+pub fn hier_reduce_scatter(t: &Topology, r: usize, count: usize, chunk: usize) -> Schedule {
     let n = t.nranks();
     let mut s = Schedule::new(n, r);
     let k = t.node_of[r];
@@ -146,31 +188,38 @@ pub fn hier_reduce_scatter(t: &Topology, r: usize, count: usize) -> Schedule {
             None => (0, 0),
         }
     };
-    let multi_node = t.nnodes() > 1;
     // Intra-node: reduce every block onto the owner of its local index.
-    let mut parts: Vec<Vec<Part>> = vec![Vec::new(); l];
+    let mut local: Vec<Vec<Part>> = vec![Vec::new(); l];
     for j in 0..nshards {
         for kk in 0..t.nnodes() {
             let b = block_of(kk, j);
             if b.1 > 0 {
-                parts[j % l].push(b);
+                local[j % l].push(b);
             }
         }
     }
-    push_ring_reduce_scatter_multi(&mut s, node, &parts, BufId::Send, BufId::Scratch, false);
     // Across nodes: for each local index j this rank owns, reduce-scatter
     // the blocks of index j among the owners, each node keeping its own.
-    if multi_node {
-        for j in 0..nshards {
-            if owner(t, k, j) != r {
-                continue;
-            }
-            let group = shard_group(t, j);
-            let parts: Vec<Vec<Part>> = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
+    let cross: Vec<(Vec<usize>, Vec<Vec<Part>>)> = if t.nnodes() > 1 {
+        (0..nshards)
+            .filter(|&j| owner(t, k, j) == r)
+            .map(|j| {
+                let parts = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
+                (shard_group(t, j), parts)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for i in 0..pieces(count, chunk) {
+        let here = piece_of(&local, i, chunk, count);
+        push_ring_reduce_scatter_multi(&mut s, node, &here, BufId::Send, BufId::Scratch, false);
+        for (group, parts) in &cross {
+            let there = piece_of(parts, i, chunk, count);
             push_ring_reduce_scatter_multi(
                 &mut s,
-                &group,
-                &parts,
+                group,
+                &there,
                 BufId::Scratch,
                 BufId::Scratch,
                 false,

@@ -119,11 +119,11 @@ pub const ALGORITHMS: &[Row] = &[
     def(AllReduce, FlatRing, |i| ring_all_reduce_ordered(&identity(i), i.p.rank, i.p.count, i.p.chunk), cost::ring_all_reduce, FORCED),
     // reduce_scatter
     def(ReduceScatter, Ring, |i| ring_reduce_scatter_ordered(&ring(i.topo), i.p.rank, i.p.count, i.p.chunk), cost::ring_one_pass, ANY),
-    def(ReduceScatter, Hier, |i| hier_reduce_scatter(i.topo, i.p.rank, i.p.count), cost::hier_one_pass, MULTI_NODE),
+    def(ReduceScatter, Hier, |i| hier_reduce_scatter(i.topo, i.p.rank, i.p.count, i.p.chunk), cost::hier_one_pass, MULTI_NODE),
     def(ReduceScatter, FlatRing, |i| ring_reduce_scatter_ordered(&identity(i), i.p.rank, i.p.count, i.p.chunk), cost::ring_one_pass, FORCED),
     // all_gather
     def(AllGather, Ring, |i| all_gatherv(i, &ring(i.topo)), cost::ring_one_pass, ANY),
-    def(AllGather, Hier, |i| hier_all_gather(i.topo, i.p.rank, i.p.count), cost::hier_one_pass, MULTI_NODE),
+    def(AllGather, Hier, |i| hier_all_gather(i.topo, i.p.rank, i.p.count, i.p.chunk), cost::hier_one_pass, MULTI_NODE),
     def(AllGather, FlatRing, |i| all_gatherv(i, &identity(i)), cost::ring_one_pass, FORCED),
     // all_gatherv
     def(AllGatherV, Ring, |i| all_gatherv(i, &ring(i.topo)), cost::unmodelled, ANY),
