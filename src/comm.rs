@@ -3,12 +3,10 @@
 //! were enqueued (stream order). Blocking calls run inline on the caller's
 //! thread; non-blocking ones run on a per-communicator progress thread.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use comm_core::algo::Algorithm;
-use comm_core::schedule::Schedule;
 use comm_core::topo::Topology;
 use comm_core::transport::Connection;
 use comm_core::tune::{LinkCost, Shape};
@@ -89,12 +87,11 @@ pub struct RawOp {
     /// Transfers of a point-to-point group (`Collective::SendRecv`; the
     /// group's `dtype` and `count` are not used: each transfer has its own).
     pub p2p: Vec<P2p>,
-    /// What the communicator's check established (shape, fingerprint,
-    /// extents), kept from the check before the op took a ticket to the
-    /// executor; re-established where the fields above no longer match it.
-    /// Boxed: queued jobs and C ABI items hold a `RawOp` beside smaller
-    /// variants.
-    pub(crate) prepared: Option<Box<check::Prepared>>,
+    /// The communicator's mark that the op passed its checks, kept from
+    /// the check before the op took a ticket to the executor; checked again
+    /// where the fields above no longer match it. Inline (not boxed): a box
+    /// cost an allocation and a free per operation (docs/PERF.md §7).
+    pub(crate) prepared: Option<check::Checked>,
 }
 
 // SAFETY: the raw pointers are lent by the caller until the operation
@@ -120,23 +117,15 @@ impl RawOp {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct ShapeKey {
-    coll: Collective,
-    algo: Algorithm,
-    count: usize,
-    root: usize,
-    chunk: usize,
-}
-
 pub(crate) struct State {
     pub conns: Vec<Option<Box<dyn Connection>>>,
     seq: u64,
     scratch: Vec<u8>,
-    cache: HashMap<ShapeKey, Arc<Schedule>>,
+    /// The memoised plans and schedules of uniform-count operations.
+    plans: plan::PlanMemo,
     aborted: Option<String>,
     traffic: exec::Traffic,
-    ops: HashMap<Collective, u64>,
+    ops: plan::FxHashMap<Collective, u64>,
     busy: std::time::Duration,
     /// Tagged messages that arrived before a receive asked for them.
     mailbox: tagged::Mailbox,
@@ -166,6 +155,9 @@ pub(crate) struct Inner {
     pub comm_id: u64,
     pub config: Config,
     forced: Mutex<Vec<(Collective, Algorithm)>>,
+    /// Bumped by every change of `forced`: the plan memo is valid for one
+    /// value of it.
+    forced_epoch: AtomicU64,
     spin: std::time::Duration,
     pub topo: Topology,
     pub shape: Shape,
@@ -270,6 +262,7 @@ impl Inner {
             nranks: p.nranks,
             comm_id: p.comm_id,
             forced: Mutex::new(p.config.algo.clone()),
+            forced_epoch: AtomicU64::new(0),
             spin: spin_budget(&p.node_ids, p.rank),
             topo,
             shape,
@@ -281,10 +274,10 @@ impl Inner {
                 conns: p.conns,
                 seq: 0,
                 scratch: Vec::new(),
-                cache: HashMap::new(),
+                plans: plan::PlanMemo::default(),
                 aborted: None,
                 traffic: exec::Traffic::default(),
-                ops: HashMap::new(),
+                ops: plan::FxHashMap::default(),
                 busy: std::time::Duration::ZERO,
                 mailbox: tagged::Mailbox::default(),
                 window_bytes: (0, 0),

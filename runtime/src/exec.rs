@@ -69,6 +69,9 @@ pub struct Traffic {
     pub waited: Duration,
 }
 
+/// Ops of one step whose progress is kept on the stack ([`execute`]).
+const INLINE_STATES: usize = 16;
+
 #[derive(Clone, Copy, Default)]
 struct OpState {
     done: usize,
@@ -126,7 +129,11 @@ pub fn execute<M: Memory>(
 ) -> Result<()> {
     let aborted = || abort.is_some_and(|a| a.load(std::sync::atomic::Ordering::Relaxed));
     let esize = ctx.dtype.size();
-    let mut states: Vec<OpState> = Vec::new();
+    // Per-op progress of the current step: on the stack for the usual few
+    // ops a step has (a vector cost a malloc and a free per operation,
+    // docs/PERF.md §7), on the heap beyond.
+    let mut inline_states = [OpState::default(); INLINE_STATES];
+    let mut heap_states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;
     let nsteps = sched.steps.len();
     // Device memory: every device path publishes this side first (no
@@ -152,8 +159,14 @@ pub fn execute<M: Memory>(
         } else {
             bufs.prepare_sends(&step.ops, esize)?;
         }
-        states.clear();
-        states.resize(step.ops.len(), OpState::default());
+        let states: &mut [OpState] = match inline_states.get_mut(..step.ops.len()) {
+            Some(s) => s,
+            None => {
+                heap_states.resize(step.ops.len(), OpState::default());
+                &mut heap_states[..]
+            }
+        };
+        states.fill(OpState::default());
         let mut waiter = Waiter::new(ctx.spin);
         loop {
             let mut progressed = false;
@@ -224,17 +237,17 @@ pub fn execute<M: Memory>(
                 continue;
             }
             if let Some(waited) = waiter.idle() {
-                let waiting_on = || waiting_peers(step.ops.as_slice(), &states);
+                let waiting_on = || waiting_peers(step.ops.as_slice(), states);
                 let doing = || format!("waiting on {:?}", waiting_on());
                 if let Some(e) = wait_over(ctx, waited, aborted(), doing, waiting_on) {
                     if matches!(e, Error::Timeout { .. }) {
-                        hang_report(ctx, (k, nsteps), &step.ops, &states, waited, true);
+                        hang_report(ctx, (k, nsteps), &step.ops, states, waited, true);
                     }
                     return Err(e);
                 }
                 if waited >= waiter.next_report {
                     waiter.next_report = waited + HANG_REPORT_EVERY;
-                    hang_report(ctx, (k, nsteps), &step.ops, &states, waited, false);
+                    hang_report(ctx, (k, nsteps), &step.ops, states, waited, false);
                 }
                 probe_peers(ctx, &mut waiter, conns, waiting_on)?;
             }

@@ -1,18 +1,18 @@
 //! Argument checks of an operation, once, before it takes a sequence
 //! number: roots, counts and buffers, self-transfers of point-to-point
-//! groups. What they establish — the operation's [`OpShape`], its
-//! fingerprint and this rank's buffer extents — is kept in the op
-//! ([`Prepared`]) and read by the planner and the executor, which derive
-//! none of it again.
+//! groups. An op that passed them is marked ([`Checked`]), and the planner
+//! and the executor do not check it again; what the checks establish — the
+//! operation's [`OpShape`], its fingerprint and this rank's buffer extents
+//! ([`Prepared`]) — is arithmetic on the op's fields.
 
 use comm_core::shape::{v_extent, OpShape};
 use comm_core::wire::{Collective, Fingerprint};
-use comm_core::Result;
+use comm_core::{DataType, ReduceOp, Result};
 
 use super::{Inner, P2p, RawOp};
 
 /// What [`Inner::prepare`] established about an operation on one
-/// communicator: carried in [`RawOp`] from the check to the executor.
+/// communicator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Prepared {
     /// The shape (collective, dtype, count, ranks, root).
@@ -25,41 +25,81 @@ pub(crate) struct Prepared {
     pub recv_elems: usize,
 }
 
-impl Prepared {
-    /// Whether this still describes `op` on a communicator of `nranks`
-    /// (its scalar fields are public: a caller may have changed them).
-    fn describes(&self, op: &RawOp, nranks: usize) -> bool {
-        let s = &self.shape;
-        (s.coll, s.dtype, s.count, s.root, s.nranks)
-            == (op.coll, op.dtype, op.count, op.root, nranks)
-            && (!op.coll.is_reducing() || self.fingerprint.op == op.op)
+/// The mark [`Inner::prepare`] leaves in a [`RawOp`] that passed the
+/// checks: the fields they read, to see that they still describe the op.
+/// Everything else of [`Prepared`] is arithmetic on these, derived again
+/// without the checks. Inline and small (16 bytes): a boxed [`Prepared`]
+/// cost a malloc and a free per operation (docs/PERF.md §7), and a
+/// [`RawOp`] sits beside smaller variants in queued jobs and C ABI items
+/// (a larger mark trips clippy's `large_enum_variant` there). Root and
+/// ranks beyond `u16` leave no mark: such ops are checked every time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Checked {
+    count: usize,
+    root: u16,
+    nranks: u16,
+    coll: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+}
+
+impl Checked {
+    /// The mark of `op` on a communicator of `nranks` (`None` where a field
+    /// does not fit: such an op is checked every time).
+    fn of(op: &RawOp, nranks: usize) -> Option<Checked> {
+        Some(Checked {
+            count: op.count,
+            root: u16::try_from(op.root).ok()?,
+            nranks: u16::try_from(nranks).ok()?,
+            coll: op.coll,
+            dtype: op.dtype,
+            // The reduction only matters where the collective reduces.
+            op: if op.coll.is_reducing() {
+                op.op
+            } else {
+                ReduceOp::Sum
+            },
+        })
     }
 }
 
 impl Inner {
-    /// Checks `op` on this communicator and keeps what the check
-    /// established in it ([`RawOp::prepared`]): nothing of the operation is
-    /// derived again up to the executor. An error names this rank, the
-    /// operation and what was expected; no sequence number is taken.
+    /// Checks `op` on this communicator and marks it checked
+    /// ([`RawOp::prepared`]): the checks do not run again up to the
+    /// executor. An error names this rank, the operation and what was
+    /// expected; no sequence number is taken.
     pub(crate) fn prepare(&self, op: &mut RawOp) -> Result<Prepared> {
         let p = self.prepared(op)?;
-        op.prepared = Some(Box::new(p));
+        op.prepared = Checked::of(op, self.nranks);
         Ok(p)
     }
 
-    /// The op's [`Prepared`]: kept from [`Inner::prepare`], or established
-    /// now (a raw op from the C ABI or [`crate::Communicator::run_raw`]).
+    /// The op's [`Prepared`]: without the checks where [`Inner::prepare`]
+    /// marked it and the mark still describes it, else checked now (a raw
+    /// op from the C ABI or [`crate::Communicator::run_raw`]).
     pub(super) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
-        if let Some(p) = op
-            .prepared
-            .as_deref()
-            .filter(|p| p.describes(op, self.nranks))
-        {
-            return Ok(*p);
-        }
-        let name = op.coll.name();
         let n = self.nranks;
         let shape = OpShape::new(op.coll, op.dtype, op.count, n).with_root(op.root);
+        let checked = op.prepared.is_some() && op.prepared == Checked::of(op, n);
+        if !checked {
+            self.check(op, &shape)?;
+        }
+        let (send_elems, recv_elems) = match op.coll {
+            Collective::AllGatherV | Collective::AllToAllV => self.v_extents(op)?,
+            _ => (shape.send_elems(self.rank), shape.recv_elems(self.rank)),
+        };
+        Ok(Prepared {
+            shape,
+            fingerprint: shape.fingerprint(op.op),
+            send_elems,
+            recv_elems,
+        })
+    }
+
+    /// The checks of `op` (of `shape`) that [`Inner::prepared`] runs once.
+    fn check(&self, op: &RawOp, shape: &OpShape) -> Result<()> {
+        let name = op.coll.name();
+        let n = self.nranks;
         shape
             .check()
             .map_err(|e| self.invalid(name, e.to_string()))?;
@@ -67,10 +107,6 @@ impl Inner {
             kernels::check_supported(op.dtype, op.op)
                 .map_err(|e| self.invalid(name, e.to_string()))?;
         }
-        let (send_elems, recv_elems) = match op.coll {
-            Collective::AllGatherV | Collective::AllToAllV => self.v_extents(op)?,
-            _ => (shape.send_elems(self.rank), shape.recv_elems(self.rank)),
-        };
         for p in &op.p2p {
             let what = if p.is_send { "send" } else { "recv" };
             if p.peer >= n {
@@ -83,13 +119,7 @@ impl Inner {
                 .check()
                 .map_err(|e| self.invalid(what, format!("with peer {}: {e}", p.peer)))?;
         }
-        self.validate_self_pairs(&op.p2p)?;
-        Ok(Prepared {
-            shape,
-            fingerprint: shape.fingerprint(op.op),
-            send_elems,
-            recv_elems,
-        })
+        self.validate_self_pairs(&op.p2p)
     }
 
     /// The variable counts' extents (send, receive) of an all_gatherv or

@@ -1,6 +1,9 @@
 //! Planning: the schedule of an operation (cached per shape) and the
 //! algorithm the planner picks, or the one forced.
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use comm_core::algo::{self, Algorithm, Params};
@@ -9,16 +12,115 @@ use comm_core::tune;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, Result};
 
-use super::{Inner, RawOp, ShapeKey, State};
+use super::{Inner, RawOp, State};
+
+/// A small, fast hasher for the per-communicator maps keyed by a few
+/// integers (the plan memo, the per-collective counts): FxHash's multiply
+/// and rotate, not DoS-resistant (the keys are the program's own
+/// operation shapes, not outside input).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i.into());
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// What the planner's choice and an operation's schedule depend on beyond
+/// the communicator's fixed inputs (topology, tier costs, chunk size,
+/// reduction speed: set at creation; a shrink builds a new communicator)
+/// and the forced algorithms (a change clears the memo, see
+/// [`Inner::force_algorithm`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct PlanKey {
+    coll: Collective,
+    esize: usize,
+    count: usize,
+    root: usize,
+    device: bool,
+}
+
+/// The memoised plans of uniform-count operations: key → (schedule,
+/// algorithm), as [`Inner::schedule`] would build them afresh.
+#[derive(Default)]
+pub(crate) struct PlanMemo {
+    plans: FxHashMap<PlanKey, (Arc<Schedule>, Algorithm)>,
+    /// [`Inner::forced_epoch`] when `plans` was last valid.
+    epoch: u64,
+}
+
+/// At most this many memoised plans; beyond it the memo starts over.
+const MEMO_ENTRIES: usize = 256;
 
 impl Inner {
     /// The schedule of `op` with the algorithm the planner chose for it.
-    /// Uniform-count schedules are cached per shape.
+    /// Uniform-count operations are memoised per [`PlanKey`]: the planner's
+    /// cost functions and the schedule's construction run once per shape.
     /// `device`: the buffers are device memory (planned with
     /// [`Inner::device_shape`]).
     pub(super) fn schedule(
         &self,
         st: &mut State,
+        op: &RawOp,
+        device: bool,
+    ) -> Result<(Arc<Schedule>, Algorithm)> {
+        if matches!(
+            op.coll,
+            Collective::AllGatherV | Collective::AllToAllV | Collective::SendRecv
+        ) {
+            return self.schedule_fresh(op, device);
+        }
+        let epoch = self.forced_epoch.load(Ordering::Acquire);
+        let memo = &mut st.plans;
+        if memo.epoch != epoch {
+            memo.plans.clear();
+            memo.epoch = epoch;
+        }
+        let key = PlanKey {
+            coll: op.coll,
+            esize: op.dtype.size(),
+            count: op.count,
+            root: op.root,
+            device,
+        };
+        if let Some((s, a)) = memo.plans.get(&key) {
+            return Ok((s.clone(), *a));
+        }
+        let planned = self.schedule_fresh(op, device)?;
+        if memo.plans.len() >= MEMO_ENTRIES {
+            memo.plans.clear();
+        }
+        memo.plans.insert(key, planned.clone());
+        Ok(planned)
+    }
+
+    /// The schedule of `op` and its algorithm, planned and built now.
+    pub(super) fn schedule_fresh(
+        &self,
         op: &RawOp,
         device: bool,
     ) -> Result<(Arc<Schedule>, Algorithm)> {
@@ -39,7 +141,7 @@ impl Inner {
             algo::build_input(op.coll, plan.algo, &input)
                 .ok_or_else(|| Error::Config(algo::unavailable(op.coll, plan.algo)))
         };
-        match op.coll {
+        let s = match op.coll {
             Collective::AllGatherV | Collective::AllToAllV => {
                 let v = op.v.as_ref().ok_or_else(|| {
                     self.invalid(op.coll.name(), "variable counts are missing".into())
@@ -50,8 +152,7 @@ impl Inner {
                     recv_counts: &v.recv_counts,
                     recv_displs: &v.recv_displs,
                 };
-                let s = build(algo::Blocks::Var(counts))?;
-                return Ok((Arc::new(s), plan.algo));
+                build(algo::Blocks::Var(counts))?
             }
             Collective::SendRecv => {
                 let transfers: Vec<algo::Transfer> = op
@@ -63,27 +164,11 @@ impl Inner {
                         len: p.bytes(),
                     })
                     .collect();
-                let s = build(algo::Blocks::P2p(&transfers))?;
-                return Ok((Arc::new(s), plan.algo));
+                build(algo::Blocks::P2p(&transfers))?
             }
-            _ => {}
-        }
-        let key = ShapeKey {
-            coll: op.coll,
-            algo: plan.algo,
-            count: op.count,
-            root: op.root,
-            chunk: plan.chunk_elems,
+            _ => build(algo::Blocks::Uniform)?,
         };
-        if let Some(s) = st.cache.get(&key) {
-            return Ok((s.clone(), plan.algo));
-        }
-        let s = Arc::new(build(algo::Blocks::Uniform)?);
-        if st.cache.len() > 256 {
-            st.cache.clear();
-        }
-        st.cache.insert(key, s.clone());
-        Ok((s, plan.algo))
+        Ok((Arc::new(s), plan.algo))
     }
 
     /// The planner's choice for `coll` over `count` elements of `dtype`,
@@ -152,6 +237,127 @@ impl Inner {
         let mut f = self.forced.lock().unwrap_or_else(|e| e.into_inner());
         f.retain(|(c, _)| *c != coll);
         f.extend(chosen.map(|a| (coll, a)));
+        // Every memoised plan may have been the planner's choice where one
+        // is forced now (or the forced one): the next operation starts over.
+        self.forced_epoch.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::InnerParts;
+
+    /// A communicator of `nranks` ranks over `nnodes` nodes as rank `rank`
+    /// sees it, without connections: enough to plan.
+    fn inner(nranks: usize, nnodes: usize, rank: usize) -> Inner {
+        Inner::new(InnerParts {
+            device_tier: false,
+            rank,
+            nranks,
+            comm_id: 1,
+            config: comm_core::Config::default(),
+            node_ids: (0..nranks).map(|r| format!("n{}", r % nnodes)).collect(),
+            transports: vec!["shm"; nranks],
+            conns: (0..nranks).map(|_| None).collect(),
+            store: None,
+            secret: [0; 16],
+            local_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            server: None,
+            standby: None,
+            standby_addrs: vec![None; nranks],
+        })
+    }
+
+    const UNIFORM: [Collective; 8] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::Gather,
+        Collective::Scatter,
+    ];
+
+    /// Counts from 0 to 64 Mi elements: powers of two, their neighbours,
+    /// and counts that do not divide by the ranks.
+    fn counts() -> Vec<usize> {
+        let mut v = vec![0, 1, 2, 3, 5, 7, 1000, 12_345];
+        for k in 1..=26 {
+            let p = 1usize << k;
+            v.extend([p - 1, p, p + 1]);
+        }
+        v
+    }
+
+    /// The memo returns exactly what the planner and the schedule builder
+    /// return afresh (the simulator runs the same table and relies on
+    /// it), on its first use of a key and on every later one.
+    #[test]
+    fn memoised_plans_are_the_fresh_plans() {
+        let mut checked = 0;
+        for (nranks, nnodes) in [(2, 1), (3, 1), (4, 1), (8, 4), (6, 2)] {
+            for rank in [0, nranks - 1] {
+                let c = inner(nranks, nnodes, rank);
+                let mut st = c.lock();
+                for coll in UNIFORM {
+                    for dtype in [DataType::Float32, DataType::Float64, DataType::Float16] {
+                        for count in counts() {
+                            for device in [false, true] {
+                                let mut op = RawOp::new(coll, dtype, count);
+                                op.root = nranks - 1;
+                                let fresh = c.schedule_fresh(&op, device).unwrap();
+                                let planned = c.plan(coll, dtype, count, device).unwrap();
+                                assert_eq!(fresh.1, planned.algo);
+                                for _ in 0..2 {
+                                    let (s, a) = c.schedule(&mut st, &op, device).unwrap();
+                                    assert_eq!(a, fresh.1, "{coll:?} {dtype:?} {count} {nranks}");
+                                    assert_eq!(*s, *fresh.0, "{coll:?} {dtype:?} {count} {nranks}");
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+    }
+
+    /// Forcing an algorithm (and releasing it) takes effect on the next
+    /// operation although its shape is memoised.
+    #[test]
+    fn forcing_an_algorithm_starts_the_memo_over() {
+        let c = inner(4, 1, 0);
+        let mut st = c.lock();
+        let op = RawOp::new(Collective::AllReduce, DataType::Float32, 2);
+        let algo = |st: &mut State| c.schedule(st, &op, false).unwrap().1;
+        assert_eq!(algo(&mut st), Algorithm::Rd);
+        assert_eq!(algo(&mut st), Algorithm::Rd);
+        c.force_algorithm(Collective::AllReduce, Some("ring"))
+            .unwrap();
+        assert_eq!(algo(&mut st), Algorithm::Ring);
+        let ring = c.schedule(&mut st, &op, false).unwrap().0;
+        assert_eq!(*ring, *c.schedule_fresh(&op, false).unwrap().0);
+        // Forcing another collective leaves this one's choice as it was.
+        c.force_algorithm(Collective::Broadcast, Some("ring"))
+            .unwrap();
+        assert_eq!(algo(&mut st), Algorithm::Ring);
+        c.force_algorithm(Collective::AllReduce, None).unwrap();
+        assert_eq!(algo(&mut st), Algorithm::Rd);
+    }
+
+    /// The memo stays bounded whatever the variety of shapes.
+    #[test]
+    fn the_memo_stays_bounded() {
+        let c = inner(2, 1, 0);
+        let mut st = c.lock();
+        for count in 0..3 * MEMO_ENTRIES {
+            let op = RawOp::new(Collective::AllReduce, DataType::Float32, count);
+            c.schedule(&mut st, &op, false).unwrap();
+            assert!(st.plans.plans.len() <= MEMO_ENTRIES);
+        }
     }
 }

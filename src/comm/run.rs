@@ -189,10 +189,10 @@ impl Inner {
             Err(e) => Err(e),
         };
         let result = finish(result);
-        let ended = std::time::Instant::now();
-        st.busy += ended - started;
+        let took = started.elapsed();
+        st.busy += took;
         self.flight
-            .finish_at(flight_id, ended, result.as_ref().err().map(|e| e as _));
+            .finish_after(flight_id, took, result.as_ref().err().map(|e| e as _));
         match &result {
             Err(e) if !self.abort_requested() => self.fail(st, e),
             // Stopped by (or finished despite) an abort from another thread:
