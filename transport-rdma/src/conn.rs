@@ -12,7 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, ConsumeResult, Outgoing, Payload, Space, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 
@@ -548,14 +549,14 @@ impl RdmaConnection {
 
     /// Checks a piece before it is sent.
     fn check_piece(&self, header: &PieceHeader, data: &[u8]) -> Result<(), TransportError> {
-        if data.len() > self.max_piece() || header.len as usize != data.len() {
+        if data.len() > self.max_piece(MemoryKind::Host) || header.len as usize != data.len() {
             return Err(TransportError::Corrupt {
                 peer: self.peer,
                 detail: format!(
                     "refusing to send a piece of {} bytes (header says {}, largest {})",
                     data.len(),
                     header.len,
-                    self.max_piece()
+                    self.max_piece(MemoryKind::Host)
                 ),
             });
         }
@@ -585,16 +586,21 @@ impl RdmaConnection {
     }
 }
 
-impl Connection for RdmaConnection {
-    fn peer(&self) -> usize {
-        self.peer
+impl RdmaConnection {
+    /// Whether no lent write is in flight (registrations behind them are
+    /// dropped once none is).
+    fn flush_host(&mut self) -> Result<bool, TransportError> {
+        self.progress()?;
+        if self.lent_in_flight > 0 {
+            self.check_left()?;
+            return Ok(false);
+        }
+        self.regs.idle(&mut *self.dev);
+        Ok(!self.dev.needs_progress())
     }
 
-    fn max_piece(&self) -> usize {
-        self.slot_bytes - HEADER_BYTES
-    }
-
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+    /// Sends a host piece through the staging copy.
+    fn send_host(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.progress()?;
         self.check_left()?;
         self.check_piece(header, data)?;
@@ -608,13 +614,19 @@ impl Connection for RdmaConnection {
         self.post_staged(q, header, data, HEADER_BYTES + data.len())
     }
 
-    unsafe fn try_send_lent(
+    /// Sends a lent host piece: RDMA-written from the user's buffer where
+    /// zero copy is on and the piece is large enough, else staged.
+    ///
+    /// # Safety
+    /// As [`Outgoing::lent`]: `data` stays valid and unchanged until
+    /// `flush` returns true (or the operation failed).
+    unsafe fn send_lent(
         &mut self,
         header: &PieceHeader,
         data: &[u8],
     ) -> Result<bool, TransportError> {
         if self.regs.mode() == ZeroCopy::Off || data.len() < ZERO_COPY_MIN {
-            return self.try_send(header, data);
+            return self.send_host(header, data);
         }
         self.progress()?;
         self.check_left()?;
@@ -630,7 +642,7 @@ impl Connection for RdmaConnection {
             return Ok(false);
         }
         let addr = data.as_ptr() as u64;
-        // SAFETY: `try_send_lent`'s contract keeps `data` mapped and
+        // SAFETY: this function's contract keeps `data` mapped and
         // unchanged until `flush` returns true, which it does only once no
         // lent write is in flight.
         let mr = match unsafe { self.regs.lookup(&mut *self.dev, addr, data.len()) } {
@@ -645,7 +657,7 @@ impl Connection for RdmaConnection {
                 // Registrations behind lent writes still in flight stay
                 // until nothing is in flight (`idle`).
                 self.regs.disable();
-                return self.try_send(header, data);
+                return self.send_host(header, data);
             }
         };
         let off = (self.sent % self.slots as u64) as usize * self.slot_bytes;
@@ -666,11 +678,50 @@ impl Connection for RdmaConnection {
         }
         self.post_staged(q, &h, &[], HEADER_BYTES + data.len())
     }
+}
+
+impl Connection for RdmaConnection {
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
+    }
+
+    fn max_piece(&self, kind: MemoryKind) -> usize {
+        match kind {
+            MemoryKind::Host => self.slot_bytes - HEADER_BYTES,
+            MemoryKind::Device => self.dev_slot(),
+        }
+    }
+
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+        self.gdr_ready(device)
+    }
+
+    /// Host pieces go through the staging copy, or (lent, `SNCL_IB_ZERO_COPY`)
+    /// straight from the registered user buffer; device regions over
+    /// GPUDirect RDMA ([`crate::gdr`]).
+    fn try_post_send(&mut self, header: &PieceHeader, piece: Outgoing<'_>) -> Result<bool, Error> {
+        let r = match piece.payload() {
+            Payload::Device(region) => return self.gdr_send(header, region),
+            // SAFETY: `Outgoing::lent`'s contract: `data` stays mapped and
+            // unchanged until `flush` returns true.
+            Payload::Host(data) if piece.is_lent() => unsafe { self.send_lent(header, data) },
+            Payload::Host(data) => self.send_host(header, data),
+        };
+        r.map_err(|e| self.transport_err(e))
+    }
 
     fn try_recv(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
+        if let Space::Device(queue) = space {
+            return self.gdr_recv(queue, consume);
+        }
         let progressed = self.progress();
         let slot = (self.received % self.slots as u64) as usize;
         let Some(bytes) = self.arrived[slot] else {
@@ -700,7 +751,10 @@ impl Connection for RdmaConnection {
                 bytes - HEADER_BYTES
             ))));
         }
-        consume(&h, self.fifo.read(off + HEADER_BYTES, h.len as usize))?;
+        consume(
+            &h,
+            Payload::Host(self.fifo.read(off + HEADER_BYTES, h.len as usize)),
+        )?;
         self.arrived[slot] = None;
         self.received += 1;
         if self.broken.is_none() {
@@ -709,14 +763,12 @@ impl Connection for RdmaConnection {
         Ok(true)
     }
 
-    fn flush(&mut self) -> Result<bool, TransportError> {
-        self.progress()?;
-        if self.lent_in_flight > 0 {
-            self.check_left()?;
-            return Ok(false);
-        }
-        self.regs.idle(&mut *self.dev);
-        Ok(!self.dev.needs_progress())
+    /// Host pieces: lent writes completed; device pieces: their payload
+    /// writes completed ([`crate::gdr`]).
+    fn flush(&mut self) -> Result<bool, Error> {
+        let host = self.flush_host().map_err(|e| self.transport_err(e))?;
+        let device = self.gdr_flush()?;
+        Ok(host && device)
     }
 
     fn check_alive(&mut self) -> Result<(), TransportError> {
@@ -764,10 +816,6 @@ impl Connection for RdmaConnection {
 
     fn kind(&self) -> &'static str {
         "rdma"
-    }
-
-    fn device_link(&mut self) -> Option<&mut dyn comm_core::transport::DeviceLink> {
-        Some(self)
     }
 }
 
