@@ -541,9 +541,8 @@ mod tests {
         };
         assert!(c0.try_post_send(&ask, Outgoing::copied(&big)).unwrap());
         // SAFETY: `big` outlives the flush below and is not changed.
-        assert!(c0
-            .try_post_send(&ask, unsafe { Outgoing::lent(&big) })
-            .unwrap());
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&ask, lent).unwrap());
         assert!(c0
             .try_post_send(&hdr(3), Outgoing::copied(&big[..3]))
             .unwrap());
@@ -567,16 +566,14 @@ mod tests {
         let (mut c0, mut c1) = pair(4);
         let big = vec![9u8; 4096];
         // SAFETY: `big` outlives the connection's use of it.
-        assert!(c0
-            .try_post_send(&hdr(big.len()), unsafe { Outgoing::lent(&big) })
-            .unwrap());
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&hdr(big.len()), lent).unwrap());
         assert!(c0.flush().unwrap(), "a copied piece needs no flush");
         assert_eq!(drain(&mut c1), vec![big.clone()]);
         c0.enable_lending(1);
         // SAFETY: as above.
-        assert!(c0
-            .try_post_send(&hdr(big.len()), unsafe { Outgoing::lent(&big) })
-            .unwrap());
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&hdr(big.len()), lent).unwrap());
         let e = c1
             .try_recv(Space::Host, &mut |_, _| Ok(()))
             .unwrap_err()
