@@ -597,6 +597,12 @@ impl TcpConnection {
         Ok(true)
     }
 
+    /// Device memory asked of this host-only connection (`what`: posted,
+    /// received).
+    fn host_only(&self, what: &str) -> comm_core::Error {
+        unsupported_memory(self.rank, self, MemoryKind::Device, what)
+    }
+
     /// What the peer did, as this rank reports it.
     fn error(&self, source: TransportError) -> comm_core::Error {
         comm_core::Error::Transport {
@@ -672,12 +678,7 @@ impl Connection for TcpConnection {
         piece: Outgoing<'_>,
     ) -> Result<bool, comm_core::Error> {
         let Payload::Host(data) = piece.payload() else {
-            return Err(unsupported_memory(
-                self.rank,
-                self,
-                MemoryKind::Device,
-                "posted",
-            ));
+            return Err(self.host_only("posted"));
         };
         self.send_host(header, data).map_err(|e| self.error(e))
     }
@@ -688,12 +689,7 @@ impl Connection for TcpConnection {
         consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, comm_core::Error> {
         if let Space::Device(_) = space {
-            return Err(unsupported_memory(
-                self.rank,
-                self,
-                MemoryKind::Device,
-                "received",
-            ));
+            return Err(self.host_only("received"));
         }
         self.recv_inner(consume)
             .unwrap_or_else(|e| Err(self.error(e)))
