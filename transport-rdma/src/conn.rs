@@ -574,7 +574,7 @@ impl Connection for RdmaConnection {
 
     /// Host pieces go through the staging copy, or (lent, `SNCL_IB_ZERO_COPY`)
     /// straight from the registered user buffer; device regions over
-    /// GPUDirect RDMA ([`crate::gdr`]).
+    /// GPUDirect RDMA (`gdr.rs`).
     fn try_post_send(&mut self, header: &PieceHeader, piece: Outgoing<'_>) -> Result<bool, Error> {
         let r = match piece.payload() {
             Payload::Device(region) => return self.gdr_send(header, region),
@@ -636,7 +636,7 @@ impl Connection for RdmaConnection {
     }
 
     /// Host pieces: lent writes completed; device pieces: their payload
-    /// writes completed ([`crate::gdr`]).
+    /// writes completed (`gdr.rs`).
     fn flush(&mut self) -> Result<bool, Error> {
         let host = self.flush_host().map_err(|e| self.transport_err(e))?;
         let device = self.gdr_flush()?;
