@@ -372,28 +372,28 @@ pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Resul
     Ok(())
 }
 
-/// A connection offers a device path exactly when its kind declares
-/// [`MemoryKind::Device`]: the executor sends device pieces device to
-/// device over a connection's path and stages them through host memory
-/// where it has none, so the declaration is what decides it.
+/// A connection moves device memory exactly when its kind declares
+/// [`MemoryKind::Device`]: the executor posts device regions to a
+/// connection that moves them and stages device pieces through host
+/// memory where it does not, so the declaration is what decides it.
 fn check_memory_kinds(
     rank: usize,
     kind: &dyn kinds::TransportKind,
     c: &mut dyn Connection,
 ) -> Result<()> {
     let declared = kind.memory_kinds().contains(&MemoryKind::Device);
-    if c.device_link().is_some() == declared {
+    if c.memory_kinds().contains(&MemoryKind::Device) == declared {
         return Ok(());
     }
     let (declares, has) = if declared {
-        ("host and device memory", "no device path")
+        ("host and device memory", "host memory only")
     } else {
-        ("host memory only", "a device path")
+        ("host memory only", "device memory too")
     };
     Err(Error::Bootstrap {
         rank,
         detail: format!(
-            "transport {} declares {declares}, but its connection to peer rank {} has {has}",
+            "transport {} declares {declares}, but its connection to peer rank {} moves {has}",
             kind.name(),
             c.peer()
         ),

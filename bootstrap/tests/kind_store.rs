@@ -9,7 +9,7 @@ use comm_core::transport::registry::{
     choose, KindState, MemoryKind, PreparedTransport, RankCard, Readiness, SelfKind, SetupContext,
     TransportKind,
 };
-use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::transport::{Connection, ConsumeResult, Outgoing, Payload, Space};
 use comm_core::wire::PieceHeader;
 use comm_core::{Config, Result};
 use sncl_bootstrap::{MemoryStore, PrefixStore};
@@ -46,15 +46,16 @@ impl Connection for NoConnection {
     fn peer(&self) -> usize {
         self.0
     }
-    fn max_piece(&self) -> usize {
+    fn max_piece(&self, _: MemoryKind) -> usize {
         1
     }
-    fn try_send(&mut self, _: &PieceHeader, _: &[u8]) -> std::result::Result<bool, TransportError> {
+    fn try_post_send(&mut self, _: &PieceHeader, _: Outgoing<'_>) -> Result<bool> {
         Ok(false)
     }
     fn try_recv(
         &mut self,
-        _: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        _: Space<'_>,
+        _: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool> {
         Ok(false)
     }

@@ -54,7 +54,7 @@ pub trait Memory {
     /// Whether the slices [`Memory::with_piece`] hands out are the
     /// operation's memory itself, valid and unchanged until the step ends,
     /// so that a transport may lend them instead of copying
-    /// ([`crate::transport::Connection::try_send_lent`]). Host buffers: yes.
+    /// ([`crate::transport::Outgoing::lent`]). Host buffers: yes.
     /// Staged memory (device) answers no: its staging slots are reused.
     fn pieces_outlive_step(&self) -> bool {
         false
@@ -81,7 +81,7 @@ pub trait Memory {
 
     /// Device memory only: the operation's device queue (its device and
     /// stream), as an opaque value a transport with a device path
-    /// ([`crate::transport::DeviceLink`]) downcasts. Host memory: `None`,
+    /// ([`crate::transport::DeviceRegion::queue`]) downcasts. Host memory: `None`,
     /// and the other `device_*` methods are never called.
     fn device_queue(&self) -> Option<&dyn std::any::Any> {
         None

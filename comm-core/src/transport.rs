@@ -1,9 +1,14 @@
 //! The one narrow, non-blocking interface every transport implements
 //! (shape taken from NCCL's net plugin: try to send, try to receive, "not now"
-//! is an answer). Transports only move bytes; ordering, matching and flow of
-//! operations live in the executor.
+//! is an answer), on regions: a sender posts a piece's [`Payload`] — host
+//! bytes or a device region — and flushes until its posted pieces complete;
+//! a receiver is handed each arrived piece's payload where the transport
+//! holds it. Transports only move bytes; ordering, matching and flow of
+//! operations, and every copy and reduction ([`crate::mem::Memory`]), live
+//! in the executor.
 
 use crate::wire::PieceHeader;
+use registry::MemoryKind;
 
 /// Why a transport could not move a piece.
 #[derive(Debug, thiserror::Error)]
@@ -102,61 +107,257 @@ impl AbortCause {
 /// Result of handing a received piece to the executor's consumer.
 pub type ConsumeResult = Result<(), crate::Error>;
 
-/// One directed-pair connection (both directions) to one peer.
+/// A range of device memory a piece lies in, with the operation's device
+/// queue as [`crate::mem::Memory::device_queue`] hands it out (an opaque
+/// value the transport downcasts to the type it knows; comm-core never
+/// looks inside). The transport finds its own registration of the range
+/// (rdma caches them per allocation), so none travels here.
+#[derive(Clone, Copy)]
+pub struct DeviceRegion<'a> {
+    /// The operation's device queue: device work the transport enqueues
+    /// (a copy, an event) goes on its stream, after the work already there.
+    pub queue: &'a dyn std::any::Any,
+    /// The device address of the first byte.
+    pub addr: u64,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl std::fmt::Debug for DeviceRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceRegion({:#x}, {} bytes)", self.addr, self.len)
+    }
+}
+
+/// The bytes of one piece, where they lie: what a sender posts and what a
+/// receiver is handed.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Host memory. Received: a slice of the transport's receive slot (no
+    /// copy: a reduction reads straight from it).
+    Host(&'a [u8]),
+    /// Device memory. Received: the transport's device inbox slot, which
+    /// the consumer reads with work it enqueues on the region's queue; the
+    /// slot is released once that work completes.
+    Device(DeviceRegion<'a>),
+}
+
+impl<'a> Payload<'a> {
+    /// The memory the bytes lie in.
+    pub fn kind(&self) -> MemoryKind {
+        match self {
+            Payload::Host(_) => MemoryKind::Host,
+            Payload::Device(_) => MemoryKind::Device,
+        }
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Host(b) => b.len(),
+            Payload::Device(r) => r.len,
+        }
+    }
+
+    /// Whether the piece has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, if they lie in host memory.
+    pub fn host(self) -> Option<&'a [u8]> {
+        match self {
+            Payload::Host(b) => Some(b),
+            Payload::Device(_) => None,
+        }
+    }
+}
+
+/// A piece posted for sending ([`Connection::try_post_send`]): its payload
+/// and whether the transport may keep referring to it after taking it.
+#[derive(Clone, Copy, Debug)]
+pub struct Outgoing<'a> {
+    payload: Payload<'a>,
+    lent: bool,
+}
+
+impl<'a> Outgoing<'a> {
+    /// Host bytes the transport copies out before it reports them taken
+    /// (`data` may be reused at once).
+    pub fn copied(data: &'a [u8]) -> Self {
+        Outgoing {
+            payload: Payload::Host(data),
+            lent: false,
+        }
+    }
+
+    /// Host bytes the transport may *lend* instead of copying: after it
+    /// took them it may keep referring to them (a single-copy transport
+    /// lets the receiver read them where they lie) until
+    /// [`Connection::flush`] returns `Ok(true)`. The executor lends only
+    /// memory whose pieces outlive the step
+    /// ([`crate::mem::Memory::pieces_outlive_step`]) and drains `flush`
+    /// before a step ends. A transport that does not lend copies them.
+    ///
+    /// # Safety
+    /// `data` stays valid for reads and unchanged until the connection it
+    /// is posted to returns `Ok(true)` from `flush`, or until the operation
+    /// fails (after which the transport must not read it in this process).
+    pub unsafe fn lent(data: &'a [u8]) -> Self {
+        Outgoing {
+            payload: Payload::Host(data),
+            lent: true,
+        }
+    }
+
+    /// Device memory. The transport reads it after taking it, with work
+    /// on the region's queue (after the work already there that produced
+    /// it); the piece is complete once [`Connection::flush`] returns
+    /// `Ok(true)`, and the caller keeps the region unchanged until then.
+    pub fn device(region: DeviceRegion<'a>) -> Self {
+        Outgoing {
+            payload: Payload::Device(region),
+            lent: true,
+        }
+    }
+
+    /// The bytes posted.
+    pub fn payload(&self) -> Payload<'a> {
+        self.payload
+    }
+
+    /// Whether the transport may keep referring to the bytes until `flush`
+    /// (always for device memory).
+    pub fn is_lent(&self) -> bool {
+        self.lent
+    }
+}
+
+/// The memory a receive (or a readiness query) is about: host memory, or
+/// device memory of the operation whose device queue this is.
+#[derive(Clone, Copy)]
+pub enum Space<'a> {
+    /// Host memory: pieces arrive as host bytes.
+    Host,
+    /// Device memory of this queue's operation: pieces arrive in the
+    /// transport's device inbox.
+    Device(&'a dyn std::any::Any),
+}
+
+impl Space<'_> {
+    /// The memory kind.
+    pub fn kind(&self) -> MemoryKind {
+        match self {
+            Space::Host => MemoryKind::Host,
+            Space::Device(_) => MemoryKind::Device,
+        }
+    }
+}
+
+/// The error of a connection asked to move memory its transport does not
+/// (`what`: "posted", "received"): the setup's check against
+/// [`registry::TransportKind::memory_kinds`] keeps the executor from it,
+/// so this is a guard, not a path.
+pub fn unsupported_memory(
+    rank: usize,
+    conn: &dyn Connection,
+    kind: MemoryKind,
+    what: &str,
+) -> crate::Error {
+    let moves: Vec<&str> = conn.memory_kinds().iter().map(|k| k.name()).collect();
+    crate::Error::InvalidArgument {
+        rank,
+        op: "a transport",
+        detail: format!(
+            "transport {} moves {} memory only; a {} piece was {what} on its connection with \
+             peer rank {}",
+            conn.kind(),
+            moves.join(" and "),
+            kind.name(),
+            conn.peer()
+        ),
+    }
+}
+
+/// One directed-pair connection (both directions) to one peer: sends and
+/// receives are posted on regions of the memory kinds the transport moves
+/// ([`Connection::memory_kinds`]), completions are reported by
+/// [`Connection::flush`].
 ///
-/// Pieces are delivered in the order they were sent. A piece never exceeds
-/// [`Connection::max_piece`] bytes; both sides derive piece boundaries from
-/// the same lengths, so headers only confirm them.
+/// Pieces are delivered in the order they were sent, per memory kind (an
+/// operation's pieces with one peer are all of one kind). A piece never
+/// exceeds [`Connection::max_piece`] bytes of its kind; both sides derive
+/// piece boundaries from the same lengths, so headers only confirm them.
+/// Errors are [`crate::Error::Transport`] for what the peer did (gone,
+/// aborted, corrupt data) and other errors for this rank's own failures
+/// (a device call, memory the transport does not move).
 pub trait Connection: Send {
     /// The peer's rank.
     fn peer(&self) -> usize;
 
-    /// The largest payload of one piece.
-    fn max_piece(&self) -> usize;
-
-    /// Tries to send one piece. `Ok(true)`: the bytes were taken (copied out;
-    /// `data` may be reused). `Ok(false)`: no room now, try later.
-    ///
-    /// `header.checksum == Some(_)` asks for a checksummed piece
-    /// (`SNCL_CHECKSUM=1`): the value given is ignored, and the transport
-    /// computes the CRC32C of `data` in the pass that copies it
-    /// (`wire::copy_checksummed`) or just before the kernel copies it, and
-    /// sends that. A transport that forwarded the header unchanged would
-    /// send a wrong CRC, which the receiver refuses.
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError>;
-
-    /// As [`Connection::try_send`], but the transport may *lend* `data`
-    /// instead of copying it: after `Ok(true)` it may keep referring to the
-    /// bytes (a single-copy transport lets the receiver read them where
-    /// they lie) until [`Connection::flush`] returns `Ok(true)`. The
-    /// executor calls this only for memory whose pieces outlive the step
-    /// ([`crate::mem::Memory::pieces_outlive_step`]) and drains `flush`
-    /// before a step ends. The default copies, as `try_send`.
-    ///
-    /// # Safety
-    /// `data` stays valid for reads and unchanged until this connection's
-    /// `flush` returns `Ok(true)`, or until the operation fails (after which
-    /// the transport must not read it in this process).
-    unsafe fn try_send_lent(
-        &mut self,
-        header: &PieceHeader,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        self.try_send(header, data)
+    /// The memory this connection moves: [`MemoryKind::Host`], and
+    /// [`MemoryKind::Device`] where it has a device path (the setup checks
+    /// this against its kind's [`registry::TransportKind::memory_kinds`]).
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host]
     }
 
-    /// If the next piece has arrived, hands it to `consume` as a borrowed
-    /// slice (no copy: a reduction may read straight from the slot) and
-    /// releases it afterwards; returns `Ok(true)`. `Ok(false)`: nothing yet.
-    /// An error from `consume` is passed through and the piece is not released.
-    fn try_recv(
+    /// The largest payload of one piece of memory `kind` (both sides agree).
+    fn max_piece(&self, kind: MemoryKind) -> usize;
+
+    /// Whether device pieces of the operation with `device` queue go over
+    /// this connection device to device: `Ok(None)` while that is not
+    /// decided yet (the peer has not published its side: try again later,
+    /// within the operation's deadline), `Ok(Some(false))` when they
+    /// cannot (no device path, another backend, no peer access): the
+    /// caller stages them through host memory and posts them as host
+    /// pieces. Both sides of a pair decide the same way from what both
+    /// published. The default (host only): `Ok(Some(false))`.
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, crate::Error> {
+        let _ = device;
+        Ok(Some(false))
+    }
+
+    /// Tries to post one piece (`header.len == piece.payload().len()`).
+    /// `Ok(true)`: taken — host bytes copied out, unless lent
+    /// ([`Outgoing::lent`]); device bytes: their copy is enqueued. The
+    /// piece completes during later calls or [`Connection::flush`].
+    /// `Ok(false)`: no room now, try later. A payload of memory the
+    /// transport does not move is an error ([`unsupported_memory`]).
+    ///
+    /// `header.checksum == Some(_)` asks for a checksummed piece
+    /// (`SNCL_CHECKSUM=1`, host pieces): the value given is ignored, and
+    /// the transport computes the CRC32C of the payload in the pass that
+    /// copies it (`wire::copy_checksummed`), just before the kernel copies
+    /// it, or (lent) as it posts it, and sends that. A transport that
+    /// forwarded the header unchanged would send a wrong CRC, which the
+    /// receiver refuses.
+    fn try_post_send(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        header: &PieceHeader,
+        piece: Outgoing<'_>,
     ) -> Result<bool, crate::Error>;
 
-    /// Moves any bytes this side has buffered (TCP). Returns `Ok(true)` when
-    /// nothing is left buffered. Called by the executor while it waits.
-    fn flush(&mut self) -> Result<bool, TransportError> {
+    /// If the next piece of memory `space` has arrived, hands it to
+    /// `consume` — host: a borrowed slice of the receive slot (no copy: a
+    /// reduction may read straight from it), released afterwards; device:
+    /// the inbox slot's region, released once the work `consume` enqueued
+    /// on the queue completes — and returns `Ok(true)`. `Ok(false)`:
+    /// nothing yet. An error from `consume` is passed through and the
+    /// piece is not released.
+    fn try_recv(
+        &mut self,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
+    ) -> Result<bool, crate::Error>;
+
+    /// Completes posted sends: moves what this side buffered (TCP),
+    /// publishes device pieces whose copies completed, releases what the
+    /// peer is done with. `Ok(true)` when every piece posted so far is
+    /// complete (no lent bytes or device region is referred to any more).
+    /// The executor calls it while it waits and drains it before a step
+    /// ends.
+    fn flush(&mut self) -> Result<bool, crate::Error> {
         Ok(true)
     }
 
@@ -177,66 +378,6 @@ pub trait Connection: Send {
     fn retransmits(&self) -> Option<u64> {
         None
     }
-
-    /// The connection's device-to-device path, if it has one (`nvlink`).
-    /// The default is none: pieces of device memory are staged through
-    /// host memory and travel as host pieces.
-    fn device_link(&mut self) -> Option<&mut dyn DeviceLink> {
-        None
-    }
-}
-
-/// A device-to-device path of a [`Connection`]: pieces of device memory go
-/// from the sender's memory into the receiver's device inbox without
-/// crossing the host; only their headers travel through host memory.
-///
-/// `device` is the operation's device queue as
-/// [`crate::mem::Memory::device_queue`] hands it out (an opaque value the
-/// transport downcasts to the type it knows; comm-core never looks
-/// inside). Addresses are device addresses as `u64`. Errors are
-/// [`crate::Error::Transport`] for what the peer did (gone, aborted,
-/// corrupt data), other errors for this rank's own failures (a device
-/// call).
-pub trait DeviceLink {
-    /// Whether device pieces of `device` go over this link to the peer:
-    /// `Ok(None)` while that is not decided yet (the peer has not
-    /// published its inbox: try again later, within the operation's
-    /// deadline), `Ok(Some(false))` when they cannot (another backend, no
-    /// peer access): the caller stages them through host memory instead.
-    /// Both sides of a pair decide the same way from what both published.
-    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, crate::Error>;
-
-    /// The largest payload of one device piece (both sides agree).
-    fn max_device_piece(&self) -> usize;
-
-    /// Tries to send one piece: `len` bytes at device address `src`
-    /// (`header.len == len`). `Ok(true)`: the copy into the peer's inbox
-    /// is enqueued on the operation's stream (after the work already
-    /// there); the header is published once the copy completes, during
-    /// later calls or [`Connection::flush`]. `Ok(false)`: no free inbox
-    /// slot now.
-    fn try_send_device(
-        &mut self,
-        device: &dyn std::any::Any,
-        header: &PieceHeader,
-        src: u64,
-    ) -> Result<bool, crate::Error>;
-
-    /// Publishes sent device pieces whose copies completed (and releases
-    /// inbox slots whose reading work completed). `Ok(true)` when no sent
-    /// piece is left unpublished. The executor calls it with
-    /// [`Connection::flush`] and drains it before a step ends.
-    fn flush_device(&mut self) -> Result<bool, crate::Error>;
-
-    /// If the next device piece has arrived, hands its header and its
-    /// inbox address to `consume`, which enqueues the work that reads it
-    /// on the operation's stream; the inbox slot is released once that
-    /// work completes. `Ok(false)`: nothing yet.
-    fn try_recv_device(
-        &mut self,
-        device: &dyn std::any::Any,
-        consume: &mut dyn FnMut(&PieceHeader, u64) -> ConsumeResult,
-    ) -> Result<bool, crate::Error>;
 }
 
 pub mod registry;

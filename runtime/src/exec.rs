@@ -6,8 +6,8 @@
 
 //!
 //! Its parts: `wait` (backoff, deadlines, liveness probes, hang reports),
-//! `piece` (host pieces: send, receive, check, use), `device` (the
-//! device-to-device path).
+//! `piece` (pieces: send, receive, check, use), `device` (device routes
+//! and device pieces).
 
 use std::time::Duration;
 
@@ -140,9 +140,7 @@ pub fn execute<M: Memory>(
     // waiting), so that no rank waits below for a peer that has not.
     if let Some(queue) = bufs.device_queue() {
         for c in conns.iter_mut().flatten() {
-            if let Some(link) = c.device_link() {
-                link.ready(queue).map_err(|e| in_op(ctx, e))?;
-            }
+            c.ready(queue).map_err(|e| in_op(ctx, e))?;
         }
     }
     let mut staged_ops: Vec<Op> = Vec::new();

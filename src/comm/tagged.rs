@@ -41,7 +41,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, Outgoing, Payload, Space};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, Error, ReduceOp, Result};
 
@@ -282,7 +283,18 @@ impl Mailbox {
         let mut moved = false;
         loop {
             let mut foreign = None;
-            let r = conn.try_recv(&mut |h: &PieceHeader, data: &[u8]| {
+            let r = conn.try_recv(Space::Host, &mut |h: &PieceHeader, p: Payload<'_>| {
+                // Tagged messages are host memory, received as host bytes.
+                let Some(data) = p.host() else {
+                    return Err(Error::InvalidArgument {
+                        rank: me,
+                        op: "recv_tagged",
+                        detail: format!(
+                            "the connection with peer rank {peer} handed a device piece to a \
+                             host receive"
+                        ),
+                    });
+                };
                 if h.comm_id != comm_id {
                     return Err(Error::CommMismatch {
                         rank: me,
@@ -423,14 +435,7 @@ impl Inner {
                     op: "send_tagged",
                     detail: format!("no connection to rank {peer}"),
                 })?;
-            let max = conn.max_piece().max(1);
-            let failed = |source| Error::PeerFailed {
-                rank: me,
-                op: fp,
-                seq: 0,
-                failed_rank: Some(peer),
-                source,
-            };
+            let max = conn.max_piece(MemoryKind::Host).max(1);
             let mut off = 0;
             let mut first = true;
             let mut backoff = Backoff::new();
@@ -438,14 +443,18 @@ impl Inner {
                 let n = max.min(data.len() - off);
                 let h = PieceHeader {
                     // The transport computes the CRC in the pass that
-                    // copies the piece (`Connection::try_send`).
+                    // copies the piece (`Connection::try_post_send`).
                     checksum: self.config.checksum.then_some(0),
                     comm_id,
                     seq: 0,
                     fingerprint: Some(fp),
                     len: n as u32,
                 };
-                if conn.try_send(&h, &data[off..off + n]).map_err(failed)? {
+                let piece = Outgoing::copied(&data[off..off + n]);
+                if conn
+                    .try_post_send(&h, piece)
+                    .map_err(|e| self.in_tagged(fp, e))?
+                {
                     off += n;
                     first = false;
                     backoff.progressed();
@@ -455,7 +464,7 @@ impl Inner {
                 let moved = mailbox
                     .pump(me, comm_id, conn, &mut None)
                     .map_err(|e| self.in_tagged(fp, e))?;
-                conn.flush().map_err(failed)?;
+                conn.flush().map_err(|e| self.in_tagged(fp, e))?;
                 if moved {
                     backoff.progressed();
                 } else if self.wait_once(&mut backoff, fp, &[peer])? {
@@ -464,7 +473,7 @@ impl Inner {
             }
             // Push out what the transport buffered (TCP).
             let mut backoff = Backoff::new();
-            while !conn.flush().map_err(failed)? {
+            while !conn.flush().map_err(|e| self.in_tagged(fp, e))? {
                 if mailbox
                     .pump(me, comm_id, conn, &mut None)
                     .map_err(|e| self.in_tagged(fp, e))?

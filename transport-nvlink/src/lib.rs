@@ -35,7 +35,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use comm_core::transport::{Connection, ConsumeResult, DeviceLink, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{
+    Connection, ConsumeResult, DeviceRegion, Outgoing, Payload, Space, TransportError,
+};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 use device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle};
@@ -441,8 +444,10 @@ impl Drop for Active {
     }
 }
 
-impl DeviceLink for NvlinkConnection {
-    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+/// The device side of the [`Connection`] methods.
+impl NvlinkConnection {
+    /// [`Connection::ready`]: publishes this side, decides the pair's path.
+    fn device_ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
         let q = self.queue(device)?;
         if matches!(self.state, LinkState::Idle) {
             let q = q.clone();
@@ -485,13 +490,15 @@ impl DeviceLink for NvlinkConnection {
         }
     }
 
-    fn try_send_device(
+    /// [`Connection::try_post_send`] of a device region: a device-to-device
+    /// copy into the peer's inbox slot, enqueued on the region's stream.
+    fn send_device(
         &mut self,
-        device: &dyn std::any::Any,
         header: &PieceHeader,
-        src: u64,
+        region: DeviceRegion<'_>,
     ) -> Result<bool, Error> {
-        let stream = self.queue(device)?.stream;
+        let stream = self.queue(region.queue)?.stream;
+        let src = region.addr;
         self.progress()?;
         let peer = self.peer;
         let aborted = self.aborted_by_peer();
@@ -552,6 +559,8 @@ impl DeviceLink for NvlinkConnection {
         Ok(true)
     }
 
+    /// The device half of [`Connection::flush`]: publishes the headers of
+    /// pieces whose copies completed.
     fn flush_device(&mut self) -> Result<bool, Error> {
         self.progress()?;
         let pending = match &self.state {
@@ -566,10 +575,12 @@ impl DeviceLink for NvlinkConnection {
         Ok(!pending)
     }
 
-    fn try_recv_device(
+    /// [`Connection::try_recv`] of a device piece: handed over as the inbox
+    /// slot's region.
+    fn recv_device(
         &mut self,
         device: &dyn std::any::Any,
-        consume: &mut dyn FnMut(&PieceHeader, u64) -> ConsumeResult,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
         let stream = self.queue(device)?.stream;
         self.progress()?;
@@ -619,7 +630,12 @@ impl DeviceLink for NvlinkConnection {
         }
         let slot = (a.received % g.slots as u64) as usize;
         let src = a.inbox.ptr().add(slot * g.slot_bytes);
-        consume(&h, src.0)?;
+        let region = DeviceRegion {
+            queue: device,
+            addr: src.0,
+            len: h.len as usize,
+        };
+        consume(&h, Payload::Device(region))?;
         let ev = if h.len > 0 {
             let dev = a.dev.clone();
             let r = Self::take_event(a).and_then(|ev| dev.record_event(ev, stream).map(|()| ev));
@@ -654,33 +670,45 @@ impl Connection for NvlinkConnection {
         self.peer
     }
 
-    fn max_piece(&self) -> usize {
-        self.host.max_piece()
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
     }
 
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        self.host.try_send(header, data)
+    fn max_piece(&self, kind: MemoryKind) -> usize {
+        match kind {
+            MemoryKind::Host => self.host.max_piece(kind),
+            MemoryKind::Device => self.max_device_piece(),
+        }
     }
 
-    unsafe fn try_send_lent(
-        &mut self,
-        header: &PieceHeader,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        // SAFETY: the caller's promise (data valid until flush) is passed on
-        // unchanged to the host connection, whose flush this one returns.
-        unsafe { self.host.try_send_lent(header, data) }
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+        self.device_ready(device)
+    }
+
+    /// Host pieces (lent ones included) go over the host connection,
+    /// device regions into the peer's device inbox.
+    fn try_post_send(&mut self, header: &PieceHeader, piece: Outgoing<'_>) -> Result<bool, Error> {
+        match piece.payload() {
+            Payload::Host(_) => self.host.try_post_send(header, piece),
+            Payload::Device(region) => self.send_device(header, region),
+        }
     }
 
     fn try_recv(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
-        self.host.try_recv(consume)
+        match space {
+            Space::Host => self.host.try_recv(space, consume),
+            Space::Device(queue) => self.recv_device(queue, consume),
+        }
     }
 
-    fn flush(&mut self) -> Result<bool, TransportError> {
-        self.host.flush()
+    fn flush(&mut self) -> Result<bool, Error> {
+        let host = self.host.flush()?;
+        let device = self.flush_device()?;
+        Ok(host && device)
     }
 
     fn check_alive(&mut self) -> Result<(), TransportError> {
@@ -701,9 +729,5 @@ impl Connection for NvlinkConnection {
 
     fn kind(&self) -> &'static str {
         NAME
-    }
-
-    fn device_link(&mut self) -> Option<&mut dyn DeviceLink> {
-        Some(self)
     }
 }

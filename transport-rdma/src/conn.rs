@@ -12,7 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, ConsumeResult, Outgoing, Payload, Space, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 
@@ -42,7 +43,7 @@ pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
 /// an error by itself (see [`RdmaConnection::peer_left`]).
 const CREDIT_WR_ID: u64 = u64::MAX - 1;
 /// Data writes of lent pieces carry this bit with their piece number.
-const LENT_TAG: u64 = 1 << 62;
+pub(crate) const LENT_TAG: u64 = 1 << 62;
 /// Payload writes of device pieces (GPUDirect) carry this bit.
 pub(crate) const GDR_TAG: u64 = 1 << 61;
 /// Pieces smaller than this are copied to staging even when lent (a
@@ -102,7 +103,7 @@ pub struct RdmaConnection {
     staging_mr: Mr,
     pub(crate) fifo: Buf,
     staging: Buf,
-    remote_fifo: (u64, u32),
+    pub(crate) remote_fifo: (u64, u32),
     pub(crate) slots: usize,
     pub(crate) slot_bytes: usize,
     pub(crate) sent: u64,
@@ -123,9 +124,9 @@ pub struct RdmaConnection {
     last_probe: Instant,
     wcs: Vec<WorkCompletion>,
     /// User-buffer registrations for lent pieces.
-    regs: RegCache,
+    pub(crate) regs: RegCache,
     /// Lent pieces whose data write has not completed yet.
-    lent_in_flight: u64,
+    pub(crate) lent_in_flight: u64,
 }
 
 impl RdmaConnection {
@@ -491,24 +492,6 @@ impl RdmaConnection {
         }
     }
 
-    /// Copies `payload` and the encoded `header` into the next piece's
-    /// staging slot and writes them with immediate into the peer's slot on
-    /// QP `q`, announcing `announced` bytes (more than staged when a lent
-    /// piece's payload was written before, straight from its buffer). A
-    /// staged payload whose header asks for a checksum is checksummed in
-    /// its copy; a lent one's header carries its checksum already.
-    fn post_staged(
-        &mut self,
-        q: usize,
-        header: &PieceHeader,
-        payload: &[u8],
-        announced: usize,
-    ) -> Result<bool, TransportError> {
-        self.post_piece(q, self.sent, header, payload, announced)?;
-        self.sent += 1;
-        Ok(true)
-    }
-
     /// [`RdmaConnection::post_staged`] for piece `k` (already counted in
     /// `sent`: a device piece reserves its slot before its data is ready).
     pub(crate) fn post_piece(
@@ -546,22 +529,6 @@ impl RdmaConnection {
         self.post(q, wr)
     }
 
-    /// Checks a piece before it is sent.
-    fn check_piece(&self, header: &PieceHeader, data: &[u8]) -> Result<(), TransportError> {
-        if data.len() > self.max_piece() || header.len as usize != data.len() {
-            return Err(TransportError::Corrupt {
-                peer: self.peer,
-                detail: format!(
-                    "refusing to send a piece of {} bytes (header says {}, largest {})",
-                    data.len(),
-                    header.len,
-                    self.max_piece()
-                ),
-            });
-        }
-        Ok(())
-    }
-
     /// Whether the FIFO has a free slot for the next piece; an abort seen
     /// from the peer while it is full is an error.
     pub(crate) fn fifo_room(&self) -> Result<bool, TransportError> {
@@ -590,87 +557,43 @@ impl Connection for RdmaConnection {
         self.peer
     }
 
-    fn max_piece(&self) -> usize {
-        self.slot_bytes - HEADER_BYTES
+    fn memory_kinds(&self) -> &'static [MemoryKind] {
+        &[MemoryKind::Host, MemoryKind::Device]
     }
 
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        self.progress()?;
-        self.check_left()?;
-        self.check_piece(header, data)?;
-        if !self.fifo_room()? {
-            return Ok(false);
+    fn max_piece(&self, kind: MemoryKind) -> usize {
+        match kind {
+            MemoryKind::Host => self.slot_bytes - HEADER_BYTES,
+            MemoryKind::Device => self.dev_slot(),
         }
-        let q = (self.sent % self.qps.len() as u64) as usize;
-        if !self.sq_room(q, SQ_RESERVE) {
-            return Ok(false);
-        }
-        self.post_staged(q, header, data, HEADER_BYTES + data.len())
     }
 
-    unsafe fn try_send_lent(
-        &mut self,
-        header: &PieceHeader,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        if self.regs.mode() == ZeroCopy::Off || data.len() < ZERO_COPY_MIN {
-            return self.try_send(header, data);
-        }
-        self.progress()?;
-        self.check_left()?;
-        self.check_piece(header, data)?;
-        if !self.fifo_room()? {
-            return Ok(false);
-        }
-        let q = (self.sent % self.qps.len() as u64) as usize;
-        // Two work requests: the payload from the user's buffer, then the
-        // header with the immediate (RC keeps them in order, so the
-        // receiver's completion for the second covers the first).
-        if !self.sq_room(q, SQ_RESERVE + 1) {
-            return Ok(false);
-        }
-        let addr = data.as_ptr() as u64;
-        // SAFETY: `try_send_lent`'s contract keeps `data` mapped and
-        // unchanged until `flush` returns true, which it does only once no
-        // lent write is in flight.
-        let mr = match unsafe { self.regs.lookup(&mut *self.dev, addr, data.len()) } {
-            Ok(mr) => mr,
-            Err(e) => {
-                tracing::warn!(
-                    rank = self.rank,
-                    peer = self.peer,
-                    device = %self.device,
-                    "registering a user buffer failed, sending through the staging copy from now on: {e}"
-                );
-                // Registrations behind lent writes still in flight stay
-                // until nothing is in flight (`idle`).
-                self.regs.disable();
-                return self.try_send(header, data);
-            }
+    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+        self.gdr_ready(device)
+    }
+
+    /// Host pieces go through the staging copy, or (lent, `SNCL_IB_ZERO_COPY`)
+    /// straight from the registered user buffer; device regions over
+    /// GPUDirect RDMA (`gdr.rs`).
+    fn try_post_send(&mut self, header: &PieceHeader, piece: Outgoing<'_>) -> Result<bool, Error> {
+        let r = match piece.payload() {
+            Payload::Device(region) => return self.gdr_send(header, region),
+            // SAFETY: `Outgoing::lent`'s contract: `data` stays mapped and
+            // unchanged until `flush` returns true.
+            Payload::Host(data) if piece.is_lent() => unsafe { self.send_lent(header, data) },
+            Payload::Host(data) => self.send_host(header, data),
         };
-        let off = (self.sent % self.slots as u64) as usize * self.slot_bytes;
-        let payload = SendWr {
-            wr_id: LENT_TAG | self.sent,
-            local: (addr, data.len() as u32, mr.lkey),
-            remote_addr: self.remote_fifo.0 + (off + HEADER_BYTES) as u64,
-            rkey: self.remote_fifo.1,
-            imm: None,
-        };
-        self.post(q, payload)?;
-        self.lent_in_flight += 1;
-        // The NIC reads a lent payload; its checksum is this side's only
-        // read of it (the receiver verifies it as it uses the piece).
-        let mut h = *header;
-        if h.checksum.is_some() {
-            h.checksum = Some(comm_core::wire::piece_checksum(data));
-        }
-        self.post_staged(q, &h, &[], HEADER_BYTES + data.len())
+        r.map_err(|e| self.transport_err(e))
     }
 
     fn try_recv(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
+        if let Space::Device(queue) = space {
+            return self.gdr_recv(queue, consume);
+        }
         let progressed = self.progress();
         let slot = (self.received % self.slots as u64) as usize;
         let Some(bytes) = self.arrived[slot] else {
@@ -700,7 +623,10 @@ impl Connection for RdmaConnection {
                 bytes - HEADER_BYTES
             ))));
         }
-        consume(&h, self.fifo.read(off + HEADER_BYTES, h.len as usize))?;
+        consume(
+            &h,
+            Payload::Host(self.fifo.read(off + HEADER_BYTES, h.len as usize)),
+        )?;
         self.arrived[slot] = None;
         self.received += 1;
         if self.broken.is_none() {
@@ -709,14 +635,12 @@ impl Connection for RdmaConnection {
         Ok(true)
     }
 
-    fn flush(&mut self) -> Result<bool, TransportError> {
-        self.progress()?;
-        if self.lent_in_flight > 0 {
-            self.check_left()?;
-            return Ok(false);
-        }
-        self.regs.idle(&mut *self.dev);
-        Ok(!self.dev.needs_progress())
+    /// Host pieces: lent writes completed; device pieces: their payload
+    /// writes completed (`gdr.rs`).
+    fn flush(&mut self) -> Result<bool, Error> {
+        let host = self.flush_host().map_err(|e| self.transport_err(e))?;
+        let device = self.gdr_flush()?;
+        Ok(host && device)
     }
 
     fn check_alive(&mut self) -> Result<(), TransportError> {
@@ -764,10 +688,6 @@ impl Connection for RdmaConnection {
 
     fn kind(&self) -> &'static str {
         "rdma"
-    }
-
-    fn device_link(&mut self) -> Option<&mut dyn comm_core::transport::DeviceLink> {
-        Some(self)
     }
 }
 

@@ -1,4 +1,4 @@
-//! GPUDirect RDMA: the device path ([`DeviceLink`]) of an
+//! GPUDirect RDMA: the device regions ([`Payload::Device`]) of an
 //! [`RdmaConnection`]. Device pieces go from the sender's device memory
 //! through the NIC into the receiver's device inbox; only their headers
 //! cross host memory.
@@ -21,7 +21,7 @@
 //!   RDMA-WRITTEN into the peer's inbox slot `k % slots`, then the header
 //!   (from staging) WRITE_WITH_IMM into its FIFO slot on the same QP (RC
 //!   ordering: the receiver's completion covers both). The piece is sent
-//!   when the payload write completes ([`DeviceLink::flush_device`]).
+//!   when the payload write completes (`Connection::flush`).
 //! * **Receiving.** The header is checked as for host pieces; the
 //!   executor enqueues the reduction or copy from the inbox slot on its
 //!   stream; the slot's credit goes back once an event after that work
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{ConsumeResult, DeviceLink, TransportError};
+use comm_core::transport::{ConsumeResult, DeviceRegion, Payload, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 use device::{Device, DeviceBuffer, DeviceError, DeviceQueue, EventHandle};
@@ -286,7 +286,7 @@ impl RdmaConnection {
         })
     }
 
-    fn dev_slot(&self) -> usize {
+    pub(crate) fn dev_slot(&self) -> usize {
         self.slot_bytes - HEADER_BYTES
     }
 
@@ -514,8 +514,10 @@ impl RdmaConnection {
     }
 }
 
-impl DeviceLink for RdmaConnection {
-    fn ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
+/// The device side of [`comm_core::transport::Connection`]'s methods.
+impl RdmaConnection {
+    /// `Connection::ready`: decides the pair's GPUDirect path.
+    pub(crate) fn gdr_ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
         let q = queue_of(self.rank, device)?.clone();
         self.progress().map_err(|e| self.te(e))?;
         if matches!(self.gdr.state, State::Idle) && !self.gdr_publish(&q)? {
@@ -562,17 +564,14 @@ impl DeviceLink for RdmaConnection {
         }
     }
 
-    fn max_device_piece(&self) -> usize {
-        self.dev_slot()
-    }
-
-    fn try_send_device(
+    /// `Connection::try_post_send` of a device region.
+    pub(crate) fn gdr_send(
         &mut self,
-        device: &dyn std::any::Any,
         header: &PieceHeader,
-        src: u64,
+        region: DeviceRegion<'_>,
     ) -> Result<bool, Error> {
-        let stream = queue_of(self.rank, device)?.stream;
+        let stream = queue_of(self.rank, region.queue)?.stream;
+        let src = region.addr;
         self.progress().map_err(|e| self.te(e))?;
         self.check_left().map_err(|e| self.te(e))?;
         self.gdr_post_ready()?;
@@ -632,7 +631,12 @@ impl DeviceLink for RdmaConnection {
         Ok(true)
     }
 
-    fn flush_device(&mut self) -> Result<bool, Error> {
+    /// The device half of `Connection::flush`: `Ok(true)` when no device
+    /// piece is queued or its payload write in flight.
+    pub(crate) fn gdr_flush(&mut self) -> Result<bool, Error> {
+        if !matches!(self.gdr.state, State::Decided(Some(_))) && self.gdr.in_flight == 0 {
+            return Ok(true);
+        }
         self.progress().map_err(|e| self.te(e))?;
         self.gdr_post_ready()?;
         let queued = match &self.gdr.state {
@@ -655,10 +659,12 @@ impl DeviceLink for RdmaConnection {
         Ok(!pending)
     }
 
-    fn try_recv_device(
+    /// `Connection::try_recv` of a device piece: handed over as the inbox
+    /// slot's region.
+    pub(crate) fn gdr_recv(
         &mut self,
         device: &dyn std::any::Any,
-        consume: &mut dyn FnMut(&PieceHeader, u64) -> ConsumeResult,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
         let stream = queue_of(self.rank, device)?.stream;
         let progressed = self.progress();
@@ -704,7 +710,12 @@ impl DeviceLink for RdmaConnection {
             return Err(self.no_path());
         };
         let src = a.inbox.buf.ptr().add(slot * dev_slot);
-        consume(&h, src.0)?;
+        let region = DeviceRegion {
+            queue: device,
+            addr: src.0,
+            len: h.len as usize,
+        };
+        consume(&h, Payload::Device(region))?;
         let ev = if h.len > 0 {
             let dev = a.inbox.dev.clone();
             match a

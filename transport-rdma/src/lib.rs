@@ -64,6 +64,7 @@ mod gdr;
 mod gdr_board;
 mod ibv;
 mod mem;
+mod post;
 mod regcache;
 mod settings;
 mod setup;

@@ -1,5 +1,5 @@
 //! Registrations of user buffers, so that a lent piece
-//! ([`comm_core::transport::Connection::try_send_lent`]) is RDMA-written
+//! ([`comm_core::transport::Outgoing::lent`]) is RDMA-written
 //! straight from where it lies instead of being copied into the
 //! transport's registered staging area first.
 //!

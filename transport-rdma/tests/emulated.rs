@@ -7,7 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::wire::HEADER_BYTES;
 use common::*;
 use transport_rdma::{establish, probe, Availability, IbSettings, Provider};
@@ -93,20 +94,25 @@ fn a_full_fifo_refuses_until_credits_return() {
     let slots = 4;
     let (mut a, mut b) = pair(slots, 4096, 2);
     assert_eq!(a.kind(), "rdma");
-    assert_eq!(a.max_piece(), 4096 - HEADER_BYTES);
+    assert_eq!(a.max_piece(MemoryKind::Host), 4096 - HEADER_BYTES);
     let data = vec![3u8; 100];
     for i in 0..slots {
-        assert!(a.try_send(&header(100, i as u64 + 1), &data).unwrap());
+        assert!(a
+            .try_post_send(&header(100, i as u64 + 1), Outgoing::copied(&data))
+            .unwrap());
     }
     // The receiver has not consumed anything: no credit, the FIFO is full.
     for _ in 0..50 {
-        assert!(!a.try_send(&header(100, 99), &data).unwrap());
+        assert!(!a
+            .try_post_send(&header(100, 99), Outgoing::copied(&data))
+            .unwrap());
         b.flush().unwrap();
     }
     // Consume half: a credit comes back and exactly that many slots free up.
     for i in 0..slots / 2 {
         assert!(b
-            .try_recv(&mut |h, d| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!((h.seq, d), (i as u64 + 1, data.as_slice()));
                 Ok(())
             })
@@ -116,17 +122,23 @@ fn a_full_fifo_refuses_until_credits_return() {
     let mut more = 0;
     while more < slots / 2 {
         assert!(Instant::now() < deadline, "credits never arrived");
-        if a.try_send(&header(100, (slots + more) as u64 + 1), &data)
-            .unwrap()
+        if a.try_post_send(
+            &header(100, (slots + more) as u64 + 1),
+            Outgoing::copied(&data),
+        )
+        .unwrap()
         {
             more += 1;
         }
     }
-    assert!(!a.try_send(&header(100, 99), &data).unwrap());
+    assert!(!a
+        .try_post_send(&header(100, 99), Outgoing::copied(&data))
+        .unwrap());
     // Everything arrives in order.
     let mut seqs = Vec::new();
     while b
-        .try_recv(&mut |h, _| {
+        .try_recv(Space::Host, &mut |h, p| {
+            let _ = p.host().expect("a host piece");
             seqs.push(h.seq);
             Ok(())
         })
@@ -140,7 +152,7 @@ fn oversized_piece_is_an_error_not_a_panic() {
     let (mut a, _b) = pair(2, 4096, 1);
     let big = vec![0u8; 4096];
     let e = a
-        .try_send(&header(big.len(), 1), &big)
+        .try_post_send(&header(big.len(), 1), Outgoing::copied(&big))
         .unwrap_err()
         .to_string();
     assert!(e.contains("peer rank 1") && e.contains("largest"), "{e}");

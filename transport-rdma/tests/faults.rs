@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::{Connection, Outgoing, Space};
 use common::*;
 use transport_rdma::verbs::Fault;
 use transport_rdma::{establish, Provider, RdmaConnection};
@@ -21,7 +21,7 @@ fn wait_for_error(c: &mut RdmaConnection) -> Result<(String, Duration), String> 
         if start.elapsed() > DEADLINE {
             return Err(format!("no error within {DEADLINE:?}"));
         }
-        if let Err(e) = c.try_recv(&mut |_, _| Ok(())) {
+        if let Err(e) = c.try_recv(Space::Host, &mut |_, _| Ok(())) {
             return Ok((e.to_string(), start.elapsed()));
         }
         if let Err(e) = c.check_alive() {
@@ -75,12 +75,15 @@ fn port_down_is_an_error_on_both_sides() {
 #[test]
 fn pieces_before_an_error_are_still_delivered() {
     let (mut a, mut b) = pair(4, 4096, 1);
-    assert!(a.try_send(&header(3, 1), &[1, 2, 3]).unwrap());
+    assert!(a
+        .try_post_send(&header(3, 1), Outgoing::copied(&[1, 2, 3]))
+        .unwrap());
     // Let the piece arrive, then break b's QP.
     let deadline = Instant::now() + DEADLINE;
     while b.check_alive().is_ok() && Instant::now() < deadline {
         let mut got = None;
-        if b.try_recv(&mut |_, d| {
+        if b.try_recv(Space::Host, &mut |_, p| {
+            let d = p.host().expect("a host piece");
             got = Some(d.to_vec());
             Ok(())
         })
@@ -169,7 +172,9 @@ fn a_credit_to_a_peer_that_left_is_no_error_until_the_peer_is_needed() {
         // 4 slots: a credit goes back after 2 consumed pieces.
         let (mut a, mut b) = pair(4, 4096, 1);
         for i in 0..2 {
-            assert!(a.try_send(&header(3, i + 1), &[1, 2, 3]).unwrap());
+            assert!(a
+                .try_post_send(&header(3, i + 1), Outgoing::copied(&[1, 2, 3]))
+                .unwrap());
         }
         // a's last operation is done on its side: it leaves.
         drop(a);
@@ -177,7 +182,8 @@ fn a_credit_to_a_peer_that_left_is_no_error_until_the_peer_is_needed() {
         let mut got = 0;
         while got < 2 {
             assert!(Instant::now() < deadline, "the pieces never arrived");
-            if b.try_recv(&mut |_, d| {
+            if b.try_recv(Space::Host, &mut |_, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(d, [1, 2, 3]);
                 Ok(())
             })

@@ -10,7 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{Connection, DeviceLink};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, DeviceRegion, Outgoing, Payload, Space};
 use common::*;
 use device::{Backend, Device, DeviceBuffer, DeviceQueue};
 use transport_rdma::{IbSettings, RdmaConnection};
@@ -70,6 +71,15 @@ fn download(q: &DeviceQueue, buf: &DeviceBuffer) -> Vec<u8> {
     out
 }
 
+/// A device piece of `len` bytes at `addr` on `q`'s device.
+fn device_piece(q: &DeviceQueue, addr: u64, len: usize) -> Outgoing<'_> {
+    Outgoing::device(DeviceRegion {
+        queue: q,
+        addr,
+        len,
+    })
+}
+
 /// Sends `src` in pieces of `piece` bytes from `a` to `b`, which copies
 /// each from its inbox into `dst` on its stream.
 fn transfer(
@@ -90,20 +100,26 @@ fn transfer(
         );
         if sent < total {
             let n = piece.min(total - sent);
-            if a.try_send_device(qa, &header(n, 1), src.ptr().0 + sent as u64)
-                .expect("send")
+            if a.try_post_send(
+                &header(n, 1),
+                device_piece(qa, src.ptr().0 + sent as u64, n),
+            )
+            .expect("send")
             {
                 sent += n;
             }
         }
         let at = got;
-        let mut consume = |h: &comm_core::wire::PieceHeader, inbox: u64| {
+        let mut consume = |h: &comm_core::wire::PieceHeader, p: Payload<'_>| {
+            let Payload::Device(inbox) = p else {
+                panic!("a host piece where a device piece was expected")
+            };
             // SAFETY: the inbox slot holds `h.len` bytes until the event
             // after this copy completes; `dst` has room.
             unsafe {
                 dev_b.copy_d2d_async(
                     dst.ptr().add(at),
-                    device::DevicePtr(inbox),
+                    device::DevicePtr(inbox.addr),
                     h.len as usize,
                     qb.stream,
                 )
@@ -112,13 +128,13 @@ fn transfer(
             got += h.len as usize;
             Ok(())
         };
-        b.try_recv_device(qb, &mut consume).expect("recv");
+        b.try_recv(Space::Device(qb), &mut consume).expect("recv");
         // As the executor does while it waits: sent pieces move on.
-        a.flush_device().expect("flush");
+        a.flush().expect("flush");
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.flush_device().expect("flush") {
-        assert!(Instant::now() < deadline, "flush_device never finished");
+    while !a.flush().expect("flush") {
+        assert!(Instant::now() < deadline, "flush never finished");
     }
 }
 
@@ -135,7 +151,7 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
     let src = upload(&qa, &data);
     let dst = DeviceBuffer::new(&qb.dev, n).expect("alloc");
     let before = transport_rdma::gdr_bytes();
-    let max = a.max_device_piece();
+    let max = a.max_piece(MemoryKind::Device);
     transfer((&mut a, &qa), (&mut b, &qb), &src, &dst, max);
     assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
     let after = transport_rdma::gdr_bytes();
@@ -162,12 +178,15 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
     assert_eq!(download(&qb, &dst), data);
     assert_eq!(a.gdr_registrations(), 2);
     // Host pieces still travel on the same connection.
-    assert!(a.try_send(&header(3, 2), b"abc").unwrap());
+    assert!(a
+        .try_post_send(&header(3, 2), Outgoing::copied(b"abc"))
+        .unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut seen = Vec::new();
     while seen.is_empty() {
         assert!(Instant::now() < deadline);
-        b.try_recv(&mut |_, d| {
+        b.try_recv(Space::Host, &mut |_, p| {
+            let d = p.host().expect("a host piece");
             seen = d.to_vec();
             Ok(())
         })
@@ -189,7 +208,8 @@ fn gdr_off_stages_the_pair() {
     assert_eq!(decide(&mut a, &qa, &mut b, &qb), (false, false));
     assert_eq!(a.gdr_active(), Some(false));
     assert!(
-        a.try_send_device(&qa, &header(4, 1), 0).is_err(),
+        a.try_post_send(&header(4, 1), device_piece(&qa, 0, 4))
+            .is_err(),
         "no device path: an error"
     );
     assert_eq!(a.gdr_registrations(), 0);
@@ -211,19 +231,25 @@ fn a_late_inbox_credit_to_a_peer_that_left_is_no_error() {
     while got < 2 {
         assert!(Instant::now() < deadline, "stuck at {sent}/{got}");
         if sent < 2
-            && a.try_send_device(&qa, &header(1000, 1), src.ptr().0 + sent as u64 * 1000)
-                .expect("send")
+            && a.try_post_send(
+                &header(1000, 1),
+                device_piece(&qa, src.ptr().0 + sent as u64 * 1000, 1000),
+            )
+            .expect("send")
         {
             sent += 1;
         }
         let at = got * 1000;
-        let mut consume = |h: &comm_core::wire::PieceHeader, inbox: u64| {
+        let mut consume = |h: &comm_core::wire::PieceHeader, p: Payload<'_>| {
+            let Payload::Device(inbox) = p else {
+                panic!("a host piece where a device piece was expected")
+            };
             // SAFETY: the inbox slot holds `h.len` bytes until the event
             // after this copy completes; `dst` has room.
             unsafe {
                 dev_b.copy_d2d_async(
                     dst.ptr().add(at),
-                    device::DevicePtr(inbox),
+                    device::DevicePtr(inbox.addr),
                     h.len as usize,
                     qb.stream,
                 )
@@ -231,25 +257,24 @@ fn a_late_inbox_credit_to_a_peer_that_left_is_no_error() {
             .expect("d2d");
             Ok(())
         };
-        if b.try_recv_device(&qb, &mut consume).expect("recv") {
+        if b.try_recv(Space::Device(&qb), &mut consume).expect("recv") {
             got += 1;
         }
-        a.flush_device().expect("flush");
+        a.flush().expect("flush");
     }
-    while !a.flush_device().expect("flush") {
-        assert!(Instant::now() < deadline, "flush_device never finished");
+    while !a.flush().expect("flush") {
+        assert!(Instant::now() < deadline, "flush never finished");
     }
     // a finished and leaves before b's reading work released the slots.
     drop(a);
     while !b.peer_left() {
         assert!(Instant::now() < deadline, "the late credit never went");
-        assert!(b.flush_device().expect("a late credit is no error"));
         b.flush().expect("a late credit is no error");
     }
     assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
     // Receiving from the departed peer again names it.
     let e = b
-        .try_recv_device(&qb, &mut |_, _| Ok(()))
+        .try_recv(Space::Device(&qb), &mut |_, _| Ok(()))
         .expect_err("the peer is gone");
     assert!(e.to_string().contains("peer rank 0"), "{e}");
 }

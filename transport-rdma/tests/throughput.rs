@@ -8,14 +8,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, Outgoing, Space};
 use common::*;
 use transport_shm::{create_inbound, Segment, ShmConnection};
 
 const TOTAL: usize = 64 << 20;
 
 fn transfer(mut tx: Box<dyn Connection>, mut rx: Box<dyn Connection>) -> Duration {
-    let piece = tx.max_piece().min(rx.max_piece());
+    let piece = tx
+        .max_piece(MemoryKind::Host)
+        .min(rx.max_piece(MemoryKind::Host));
     let n = TOTAL.div_ceil(piece);
     let src = vec![0x5au8; piece];
     let start = Instant::now();
@@ -24,7 +27,10 @@ fn transfer(mut tx: Box<dyn Connection>, mut rx: Box<dyn Connection>) -> Duratio
         let mut sent = 0;
         while sent < n {
             assert!(Instant::now() < deadline, "sender stuck");
-            if tx.try_send(&header(piece, sent as u64 + 1), &src).unwrap() {
+            if tx
+                .try_post_send(&header(piece, sent as u64 + 1), Outgoing::copied(&src))
+                .unwrap()
+            {
                 sent += 1;
             } else {
                 std::hint::spin_loop();
@@ -39,7 +45,8 @@ fn transfer(mut tx: Box<dyn Connection>, mut rx: Box<dyn Connection>) -> Duratio
         assert!(Instant::now() < deadline, "receiver stuck");
         let off = got * piece;
         let more = rx
-            .try_recv(&mut |_, d| {
+            .try_recv(Space::Host, &mut |_, p| {
+                let d = p.host().expect("a host piece");
                 dst[off..off + d.len()].copy_from_slice(d);
                 Ok(())
             })

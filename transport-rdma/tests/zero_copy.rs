@@ -1,4 +1,4 @@
-//! Lent pieces (`Connection::try_send_lent`) are RDMA-written straight from
+//! Lent pieces (`Outgoing::lent`) are RDMA-written straight from
 //! the user's buffer through a registration cache (emulated verbs, which
 //! register on demand): data arrives intact, one registration serves every
 //! piece of a buffer and later operations on it, `flush` holds the buffer
@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::wire::HEADER_BYTES;
 use common::*;
 use transport_rdma::{IbSettings, RdmaConnection, ZeroCopy};
@@ -32,12 +32,17 @@ fn send_lent(a: &mut RdmaConnection, b: &mut RdmaConnection, buf: &[u8], seq0: u
             let p = pieces[sent];
             // SAFETY: `buf` is borrowed, unchanged, until `a.flush()` is
             // true below.
-            if unsafe { a.try_send_lent(&header(p.len(), seq0 + sent as u64), p) }.unwrap() {
+            if a.try_post_send(&header(p.len(), seq0 + sent as u64), unsafe {
+                Outgoing::lent(p)
+            })
+            .unwrap()
+            {
                 sent += 1;
             }
         }
         while b
-            .try_recv(&mut |h, d| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(h.seq, seq0 + got as u64);
                 assert!(d == pieces[got], "piece {got} differs");
                 Ok(())
@@ -125,7 +130,9 @@ fn an_abort_waits_for_lent_writes_then_returns() {
     let mut sent = 0;
     for (i, p) in buf.chunks(PIECE).enumerate() {
         // SAFETY: `buf` outlives the abort below, which waits for the writes.
-        if unsafe { a.try_send_lent(&header(p.len(), i as u64 + 1), p) }.unwrap() {
+        if a.try_post_send(&header(p.len(), i as u64 + 1), unsafe { Outgoing::lent(p) })
+            .unwrap()
+        {
             sent += 1;
         }
     }
@@ -147,7 +154,7 @@ fn an_abort_waits_for_lent_writes_then_returns() {
             Instant::now() < deadline,
             "the abort never reached the receiver"
         );
-        match b.try_recv(&mut |_, _| Ok(())) {
+        match b.try_recv(Space::Host, &mut |_, _| Ok(())) {
             Ok(true) => got += 1,
             Ok(false) => {}
             Err(e) => {

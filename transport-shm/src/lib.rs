@@ -11,7 +11,7 @@
 //! [`cleanup_stale`] (their creator pid is gone) and removed.
 //!
 //! Single copy for large pieces: where cross-memory attach works (see
-//! [`cma`]), a sender may *lend* a piece ([`Connection::try_send_lent`]):
+//! [`cma`]), a sender may *lend* a piece ([`Outgoing::lent`]):
 //! it posts a descriptor (address, length) instead of copying the bytes,
 //! and the receiver reads them from the sender's memory into a cache-sized
 //! bounce buffer, hands them to the executor and releases the slot; the
@@ -33,7 +33,10 @@ mod segment;
 use std::io;
 use std::sync::atomic::Ordering;
 
-use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{
+    unsupported_memory, Connection, ConsumeResult, Outgoing, Payload, Space, TransportError,
+};
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
@@ -230,6 +233,44 @@ impl ShmConnection {
         self.inbound.unlink();
     }
 
+    /// Copies a piece into the next slot.
+    fn send_copy(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        if !self.slot_free()? {
+            return Ok(false);
+        }
+        self.outbound.write_slot(self.sent, header, data);
+        self.sent += 1;
+        self.outbound.head().store(self.sent, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Lends a piece (posts its address) where lending is on and the piece
+    /// is large enough, else copies it. The caller promises (see
+    /// [`Outgoing::lent`]) that `data` stays valid and unchanged until
+    /// `flush` returns true, which it does only once the peer released
+    /// this slot (after its read).
+    fn send_lent(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+        let lend = self.lend_min.is_some_and(|m| data.len() >= m);
+        if !lend || data.len() > self.outbound.slot_bytes() {
+            return self.send_copy(header, data);
+        }
+        if !self.slot_free()? {
+            return Ok(false);
+        }
+        // A lent piece is not copied on this side: its checksum is this
+        // side's only read of it (the reader's pass verifies it).
+        let mut h = *header;
+        if h.checksum.is_some() {
+            h.checksum = Some(comm_core::wire::piece_checksum(data));
+        }
+        self.outbound
+            .write_lent(self.sent, &h, data.as_ptr() as u64);
+        self.sent += 1;
+        self.lent_until = self.sent;
+        self.outbound.head().store(self.sent, Ordering::Release);
+        Ok(true)
+    }
+
     fn aborted_by_peer(&self) -> Option<TransportError> {
         let a = self.inbound.abort_by_sender().load(Ordering::Acquire);
         let b = self.outbound.abort_by_receiver().load(Ordering::Acquire);
@@ -246,50 +287,30 @@ impl Connection for ShmConnection {
         self.peer
     }
 
-    fn max_piece(&self) -> usize {
+    fn max_piece(&self, _kind: MemoryKind) -> usize {
         self.outbound.slot_bytes()
     }
 
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        if !self.slot_free()? {
-            return Ok(false);
-        }
-        self.outbound.write_slot(self.sent, header, data);
-        self.sent += 1;
-        self.outbound.head().store(self.sent, Ordering::Release);
-        Ok(true)
+    /// Host pieces only (shm moves host memory): copied into the next
+    /// slot, or lent (single copy, where agreed).
+    fn try_post_send(&mut self, header: &PieceHeader, piece: Outgoing<'_>) -> Result<bool, Error> {
+        let Payload::Host(data) = piece.payload() else {
+            return Err(unsupported_memory(
+                self.rank,
+                self,
+                MemoryKind::Device,
+                "posted",
+            ));
+        };
+        let r = if piece.is_lent() {
+            self.send_lent(header, data)
+        } else {
+            self.send_copy(header, data)
+        };
+        r.map_err(|e| self.transport_error(e))
     }
 
-    unsafe fn try_send_lent(
-        &mut self,
-        header: &PieceHeader,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        let lend = self.lend_min.is_some_and(|m| data.len() >= m);
-        if !lend || data.len() > self.outbound.slot_bytes() {
-            return self.try_send(header, data);
-        }
-        if !self.slot_free()? {
-            return Ok(false);
-        }
-        // A lent piece is not copied on this side: its checksum is this
-        // side's only read of it (the reader's pass verifies it).
-        let mut h = *header;
-        if h.checksum.is_some() {
-            h.checksum = Some(comm_core::wire::piece_checksum(data));
-        }
-        // The caller promises `data` stays valid and unchanged until `flush`
-        // returns true, which it does only once the peer released this slot
-        // (after its read).
-        self.outbound
-            .write_lent(self.sent, &h, data.as_ptr() as u64);
-        self.sent += 1;
-        self.lent_until = self.sent;
-        self.outbound.head().store(self.sent, Ordering::Release);
-        Ok(true)
-    }
-
-    fn flush(&mut self) -> Result<bool, TransportError> {
+    fn flush(&mut self) -> Result<bool, Error> {
         if self.acked >= self.lent_until {
             return Ok(true);
         }
@@ -302,15 +323,24 @@ impl Connection for ShmConnection {
         // the operation's timeout.
         if self.last_alive_check.elapsed() >= ALIVE_CHECK_EVERY {
             self.last_alive_check = std::time::Instant::now();
-            self.check_alive()?;
+            self.check_alive().map_err(|e| self.transport_error(e))?;
         }
         Ok(false)
     }
 
     fn try_recv(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
     ) -> Result<bool, Error> {
+        if let Space::Device(_) = space {
+            return Err(unsupported_memory(
+                self.rank,
+                self,
+                MemoryKind::Device,
+                "received",
+            ));
+        }
         if self.received == self.posted {
             self.posted = self.inbound.head().load(Ordering::Acquire);
             if self.received == self.posted {
@@ -330,7 +360,7 @@ impl Connection for ShmConnection {
             })
         })?;
         match data {
-            SlotData::Inline(data) => consume(&h, data)?,
+            SlotData::Inline(data) => consume(&h, Payload::Host(data))?,
             SlotData::Lent(address) => {
                 let len = h.len as usize;
                 self.read_lent(h.seq, address, len)?;
@@ -339,7 +369,7 @@ impl Connection for ShmConnection {
                 if let Some(e) = self.aborted_by_peer() {
                     return Err(self.transport_error(e));
                 }
-                consume(&h, &self.bounce[..len])?;
+                consume(&h, Payload::Host(&self.bounce[..len]))?;
             }
         }
         self.received += 1;
@@ -406,12 +436,18 @@ mod tests {
         let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
         c0.unlink();
         c1.unlink();
-        assert!(c0.try_send(&hdr(3), &[1, 2, 3]).unwrap());
-        assert!(c0.try_send(&hdr(0), &[]).unwrap());
-        assert!(!c0.try_send(&hdr(1), &[9]).unwrap(), "two slots only");
+        assert!(c0
+            .try_post_send(&hdr(3), Outgoing::copied(&[1, 2, 3]))
+            .unwrap());
+        assert!(c0.try_post_send(&hdr(0), Outgoing::copied(&[])).unwrap());
+        assert!(
+            !c0.try_post_send(&hdr(1), Outgoing::copied(&[9])).unwrap(),
+            "two slots only"
+        );
         let mut got = Vec::new();
         while c1
-            .try_recv(&mut |h, d| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(h.len as usize, d.len());
                 got.push(d.to_vec());
                 Ok(())
@@ -419,16 +455,20 @@ mod tests {
             .unwrap()
         {}
         assert_eq!(got, vec![vec![1, 2, 3], vec![]]);
-        assert!(c0.try_send(&hdr(1), &[9]).unwrap());
+        assert!(c0.try_post_send(&hdr(1), Outgoing::copied(&[9])).unwrap());
         c0.abort(Some(5));
         // Pending data is still delivered, then the abort shows.
         assert!(c1
-            .try_recv(&mut |_, d| {
+            .try_recv(Space::Host, &mut |_, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(d, &[9]);
                 Ok(())
             })
             .unwrap());
-        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        let e = c1
+            .try_recv(Space::Host, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("aborted") && e.contains("rank 5"), "{e}");
     }
 
@@ -446,7 +486,8 @@ mod tests {
     fn drain(c: &mut ShmConnection) -> Vec<Vec<u8>> {
         let mut got = Vec::new();
         while c
-            .try_recv(&mut |h, d| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(h.len as usize, d.len());
                 got.push(d.to_vec());
                 Ok(())
@@ -466,9 +507,15 @@ mod tests {
         assert!(c0.flush().unwrap(), "nothing lent yet");
         // SAFETY: `big` and `small` outlive the flush below and are not changed.
         unsafe {
-            assert!(c0.try_send_lent(&hdr(big.len()), &big).unwrap());
-            assert!(c0.try_send_lent(&hdr(small.len()), &small).unwrap());
-            assert!(c0.try_send_lent(&hdr(10), &big[100..110]).unwrap());
+            assert!(c0
+                .try_post_send(&hdr(big.len()), Outgoing::lent(&big))
+                .unwrap());
+            assert!(c0
+                .try_post_send(&hdr(small.len()), Outgoing::lent(&small))
+                .unwrap());
+            assert!(c0
+                .try_post_send(&hdr(10), Outgoing::lent(&big[100..110]))
+                .unwrap());
         }
         assert!(!c0.flush().unwrap(), "the lent piece was not read yet");
         let got = drain(&mut c1);
@@ -492,13 +539,17 @@ mod tests {
             checksum: Some(0xdead_beef),
             ..hdr(big.len())
         };
-        assert!(c0.try_send(&ask, &big).unwrap());
+        assert!(c0.try_post_send(&ask, Outgoing::copied(&big)).unwrap());
         // SAFETY: `big` outlives the flush below and is not changed.
-        assert!(unsafe { c0.try_send_lent(&ask, &big) }.unwrap());
-        assert!(c0.try_send(&hdr(3), &big[..3]).unwrap());
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&ask, lent).unwrap());
+        assert!(c0
+            .try_post_send(&hdr(3), Outgoing::copied(&big[..3]))
+            .unwrap());
         let mut crcs = Vec::new();
         while c1
-            .try_recv(&mut |h, d| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(d, &big[..d.len()]);
                 crcs.push(h.checksum);
                 Ok(())
@@ -515,13 +566,18 @@ mod tests {
         let (mut c0, mut c1) = pair(4);
         let big = vec![9u8; 4096];
         // SAFETY: `big` outlives the connection's use of it.
-        assert!(unsafe { c0.try_send_lent(&hdr(big.len()), &big) }.unwrap());
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&hdr(big.len()), lent).unwrap());
         assert!(c0.flush().unwrap(), "a copied piece needs no flush");
         assert_eq!(drain(&mut c1), vec![big.clone()]);
         c0.enable_lending(1);
         // SAFETY: as above.
-        assert!(unsafe { c0.try_send_lent(&hdr(big.len()), &big) }.unwrap());
-        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        let lent = unsafe { Outgoing::lent(&big) };
+        assert!(c0.try_post_send(&hdr(big.len()), lent).unwrap());
+        let e = c1
+            .try_recv(Space::Host, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("single copy was not agreed") && e.contains("peer rank 0"),
             "{e}"
@@ -533,11 +589,14 @@ mod tests {
         let (mut c0, mut c1) = pair(2);
         c1.enable_cma_reads();
         // A descriptor of an address not mapped in the sender (written as
-        // `try_send_lent` would, without lending invalid memory).
+        // a lent `try_post_send` would, without lending invalid memory).
         c0.outbound.write_lent(c0.sent, &hdr(64), 8);
         c0.sent += 1;
         c0.outbound.head().store(c0.sent, Ordering::Release);
-        let e = c1.try_recv(&mut |_, _| Ok(())).unwrap_err().to_string();
+        let e = c1
+            .try_recv(Space::Host, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("peer rank 0") && e.contains("cross-memory read"),
             "{e}"
@@ -553,18 +612,61 @@ mod tests {
         let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
         c0.unlink();
         c1.unlink();
-        assert!(c0.try_send(&hdr(2), &[4, 2]).unwrap());
+        assert!(c0
+            .try_post_send(&hdr(2), Outgoing::copied(&[4, 2]))
+            .unwrap());
         // The sender's process is gone (pid 0x7ffffffe does not exist).
         c1.peer_pid = 0x7fff_fffe;
         c1.check_alive().expect("its last piece is still unread");
         assert!(c1
-            .try_recv(&mut |_, d| {
+            .try_recv(Space::Host, &mut |_, p| {
+                let d = p.host().expect("a host piece");
                 assert_eq!(d, &[4, 2]);
                 Ok(())
             })
             .unwrap());
         let e = c1.check_alive().unwrap_err().to_string();
         assert!(e.contains("rank 0 is gone"), "{e}");
+    }
+
+    /// shm moves host memory only: a device region posted or a device
+    /// receive asked for is an error naming the transport, the peer and
+    /// the memory kind (the setup keeps the executor from both).
+    #[test]
+    fn device_memory_is_refused_naming_transport_peer_and_kind() {
+        let (mut c0, mut c1) = pair(2);
+        assert_eq!(c0.memory_kinds(), &[MemoryKind::Host]);
+        let queue = ();
+        let region = comm_core::transport::DeviceRegion {
+            queue: &queue,
+            addr: 0x1000,
+            len: 8,
+        };
+        let e = c0
+            .try_post_send(&hdr(8), Outgoing::device(region))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("transport shm moves host memory only")
+                && e.contains("a device piece was posted")
+                && e.contains("peer rank 1"),
+            "{e}"
+        );
+        let e = c1
+            .try_recv(Space::Device(&queue), &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("transport shm")
+                && e.contains("device piece was received")
+                && e.contains("peer rank 0"),
+            "{e}"
+        );
+        assert_eq!(
+            c0.ready(&queue).unwrap(),
+            Some(false),
+            "staged through the host"
+        );
     }
 
     #[test]

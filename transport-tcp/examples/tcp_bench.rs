@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, ReduceOp};
 use transport_tcp::{TcpConnection, TcpEndpoint, TcpSetup, DEFAULT_MAX_PIECE};
@@ -68,12 +68,15 @@ fn bidir(c: &mut TcpConnection, bytes: usize) -> f64 {
     while sent < bytes || recvd < bytes || !c.flush().unwrap() {
         if sent < bytes {
             let n = PIECE.min(bytes - sent);
-            if c.try_send(&header(1), &data[..n]).unwrap() {
+            if c.try_post_send(&header(1), Outgoing::copied(&data[..n]))
+                .unwrap()
+            {
                 sent += n;
             }
         }
         if recvd < bytes {
-            c.try_recv(&mut |_, p| {
+            c.try_recv(Space::Host, &mut |_, p| {
+                let p = p.host().expect("a host piece");
                 recvd += p.len();
                 Ok(())
             })
@@ -108,7 +111,9 @@ fn allreduce(c: &mut TcpConnection, rank: usize, buf: &mut [f32]) -> f64 {
                 range(&mine, sent - npieces)
             };
             let bytes = as_bytes(&buf[r]);
-            if c.try_send(&header(1), bytes).unwrap() {
+            if c.try_post_send(&header(1), Outgoing::copied(bytes))
+                .unwrap()
+            {
                 sent += 1;
             }
         }
@@ -120,7 +125,8 @@ fn allreduce(c: &mut TcpConnection, rank: usize, buf: &mut [f32]) -> f64 {
             };
             let reduce = recvd < npieces;
             let dst = &mut buf[r];
-            if c.try_recv(&mut |_, p| {
+            if c.try_recv(Space::Host, &mut |_, p| {
+                let p = p.host().expect("a host piece");
                 let src = p
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes(b.try_into().unwrap()));

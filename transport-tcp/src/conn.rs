@@ -7,7 +7,10 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{Connection, ConsumeResult, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{
+    unsupported_memory, Connection, ConsumeResult, Outgoing, Payload, Space, TransportError,
+};
 use comm_core::wire::{PieceHeader, HEADER_BYTES, SHORT_HEADER_BYTES};
 use socket2::Socket;
 
@@ -143,7 +146,7 @@ enum Fill {
 /// One socket with its outgoing remainder and its receive buffer.
 struct Stream {
     sock: Socket,
-    /// Bytes accepted by `try_send` that the kernel has not taken yet.
+    /// Bytes accepted by `try_post_send` that the kernel has not taken yet.
     out: Vec<u8>,
     /// How much of `out` is already written.
     out_pos: usize,
@@ -274,7 +277,7 @@ fn is_gone(e: &io::Error) -> bool {
 ///
 /// Back-pressure: a piece is written straight to the socket; only a
 /// remainder the kernel did not take is copied into a per-socket buffer, and
-/// [`Connection::try_send`] answers `Ok(false)` while that socket still has
+/// [`Connection::try_post_send`] answers `Ok(false)` while that socket still has
 /// a remainder (or the kernel takes nothing). Call [`Connection::flush`]
 /// while waiting so remainders keep moving.
 ///
@@ -291,7 +294,7 @@ pub struct TcpConnection {
     streams: Vec<Stream>,
     next_send: usize,
     next_recv: usize,
-    /// Bytes `try_send` may buffer per socket beyond a partial write.
+    /// Bytes `try_post_send` may buffer per socket beyond a partial write.
     send_cap: usize,
     dead: Option<Dead>,
     /// The CRC32C of a piece whose send the socket refused (address,
@@ -400,7 +403,7 @@ impl TcpConnection {
             .sum()
     }
 
-    /// Lets `try_send` copy up to `bytes` per socket into user space when the
+    /// Lets `try_post_send` copy up to `bytes` per socket into user space when the
     /// kernel's socket buffer is full (default 0: only the remainder of a
     /// partial write is kept, the kernel buffer does the queueing).
     pub fn set_send_buffer_limit(&mut self, bytes: usize) {
@@ -508,70 +511,11 @@ impl TcpConnection {
         }
     }
 
-    fn recv_inner(
-        &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
-    ) -> Result<Result<bool, comm_core::Error>, TransportError> {
-        self.check_usable()?;
-        self.progress()?;
-        let i = self.next_recv;
-        let n = self.streams.len();
-        let max_piece = self.accept_piece;
-        let mut drained = false;
-        loop {
-            match self.streams[i].front(max_piece) {
-                Front::Piece(hdr, hlen, total) => {
-                    let s = &self.streams[i];
-                    let at = s.in_start + hlen;
-                    let payload = &s.inb[at..at + hdr.len as usize];
-                    if let Err(e) = consume(&hdr, payload) {
-                        return Ok(Err(e));
-                    }
-                    self.streams[i].release(total);
-                    self.next_recv = (i + 1) % n;
-                    return Ok(Ok(true));
-                }
-                Front::Abort(cause) => return Err(self.die(Dead::Aborted(cause))),
-                Front::Corrupt(detail) => {
-                    return Err(self.die(Dead::Corrupt(format!("socket {i} of {n}: {detail}"))))
-                }
-                Front::Need(_) if drained => return Ok(Ok(false)),
-                Front::Need(need) => match self.streams[i].fill(need) {
-                    Ok(Fill::Read { short, .. }) => drained = short,
-                    Ok(Fill::WouldBlock) => return Ok(Ok(false)),
-                    Ok(Fill::Eof) => {
-                        return Err(self.gone(format!(
-                            "connection closed by the peer (EOF on socket {i} of {n})"
-                        )))
-                    }
-                    Err(e) => return Err(self.io_failure(i, e, "receive")),
-                },
-            }
-        }
-    }
-}
-
-impl Connection for TcpConnection {
-    fn retransmits(&self) -> Option<u64> {
-        Some(TcpConnection::retransmits(self))
-    }
-
-    fn peer(&self) -> usize {
-        self.peer
-    }
-
-    /// The configured piece size capped to [`BOUNCE_BYTES`]: both ends of a
-    /// connection compute the same value, so the receiver's expected piece
-    /// lengths match what the sender sends.
-    fn max_piece(&self) -> usize {
-        self.max_piece
-    }
-
     /// Writes the piece straight to socket `k % nsocks`; a remainder the
     /// kernel does not take is buffered. `Ok(false)` while that socket still
     /// has buffered bytes or the kernel takes nothing. The header's `len` is
     /// set to `data.len()`. A `data` longer than `max_piece` is an error.
-    fn try_send(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
+    fn send_host(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
         self.check_usable()?;
         if data.len() > self.max_piece {
             return Err(TransportError::Io {
@@ -653,22 +597,107 @@ impl Connection for TcpConnection {
         Ok(true)
     }
 
-    fn try_recv(
-        &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> ConsumeResult,
-    ) -> Result<bool, comm_core::Error> {
-        match self.recv_inner(consume) {
-            Ok(r) => r,
-            Err(source) => Err(comm_core::Error::Transport {
-                rank: self.rank,
-                source,
-            }),
+    /// Device memory asked of this host-only connection (`what`: posted,
+    /// received).
+    fn host_only(&self, what: &str) -> comm_core::Error {
+        unsupported_memory(self.rank, self, MemoryKind::Device, what)
+    }
+
+    /// What the peer did, as this rank reports it.
+    fn error(&self, source: TransportError) -> comm_core::Error {
+        comm_core::Error::Transport {
+            rank: self.rank,
+            source,
         }
     }
 
-    fn flush(&mut self) -> Result<bool, TransportError> {
+    fn recv_inner(
+        &mut self,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
+    ) -> Result<Result<bool, comm_core::Error>, TransportError> {
         self.check_usable()?;
-        self.progress()
+        self.progress()?;
+        let i = self.next_recv;
+        let n = self.streams.len();
+        let max_piece = self.accept_piece;
+        let mut drained = false;
+        loop {
+            match self.streams[i].front(max_piece) {
+                Front::Piece(hdr, hlen, total) => {
+                    let s = &self.streams[i];
+                    let at = s.in_start + hlen;
+                    let payload = &s.inb[at..at + hdr.len as usize];
+                    if let Err(e) = consume(&hdr, Payload::Host(payload)) {
+                        return Ok(Err(e));
+                    }
+                    self.streams[i].release(total);
+                    self.next_recv = (i + 1) % n;
+                    return Ok(Ok(true));
+                }
+                Front::Abort(cause) => return Err(self.die(Dead::Aborted(cause))),
+                Front::Corrupt(detail) => {
+                    return Err(self.die(Dead::Corrupt(format!("socket {i} of {n}: {detail}"))))
+                }
+                Front::Need(_) if drained => return Ok(Ok(false)),
+                Front::Need(need) => match self.streams[i].fill(need) {
+                    Ok(Fill::Read { short, .. }) => drained = short,
+                    Ok(Fill::WouldBlock) => return Ok(Ok(false)),
+                    Ok(Fill::Eof) => {
+                        return Err(self.gone(format!(
+                            "connection closed by the peer (EOF on socket {i} of {n})"
+                        )))
+                    }
+                    Err(e) => return Err(self.io_failure(i, e, "receive")),
+                },
+            }
+        }
+    }
+}
+
+impl Connection for TcpConnection {
+    fn retransmits(&self) -> Option<u64> {
+        Some(TcpConnection::retransmits(self))
+    }
+
+    fn peer(&self) -> usize {
+        self.peer
+    }
+
+    /// The configured piece size capped to [`BOUNCE_BYTES`]: both ends of a
+    /// connection compute the same value, so the receiver's expected piece
+    /// lengths match what the sender sends.
+    fn max_piece(&self, _kind: MemoryKind) -> usize {
+        self.max_piece
+    }
+
+    /// Host pieces only (tcp moves host memory): see
+    /// `send_host`. A lent piece is copied like any other.
+    fn try_post_send(
+        &mut self,
+        header: &PieceHeader,
+        piece: Outgoing<'_>,
+    ) -> Result<bool, comm_core::Error> {
+        let Payload::Host(data) = piece.payload() else {
+            return Err(self.host_only("posted"));
+        };
+        self.send_host(header, data).map_err(|e| self.error(e))
+    }
+
+    fn try_recv(
+        &mut self,
+        space: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> ConsumeResult,
+    ) -> Result<bool, comm_core::Error> {
+        if let Space::Device(_) = space {
+            return Err(self.host_only("received"));
+        }
+        self.recv_inner(consume)
+            .unwrap_or_else(|e| Err(self.error(e)))
+    }
+
+    fn flush(&mut self) -> Result<bool, comm_core::Error> {
+        let r = self.check_usable().and_then(|()| self.progress());
+        r.map_err(|e| self.error(e))
     }
 
     /// Peeks the sockets for errors, and the socket carrying the next

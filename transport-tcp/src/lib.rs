@@ -26,8 +26,8 @@
 //! the kernel pacing rate (`SO_MAX_PACING_RATE`) of the sockets to the
 //! listed peers, at [`socket_pacing_rate`]'s share of the node link.
 //!
-//! Driving a connection: poll `try_send` / `try_recv` / `flush` in a loop;
-//! `try_send` answers `Ok(false)` when the socket for the next piece is full
+//! Driving a connection: poll `try_post_send` / `try_recv` / `flush` in a
+//! loop (host pieces only); `try_post_send` answers `Ok(false)` when the socket for the next piece is full
 //! and keeps at most the unsent remainder of one piece per socket in user
 //! space, which only `flush` (or the next call) pushes out, so keep calling
 //! `flush` until it returns `Ok(true)` before treating sends as done.

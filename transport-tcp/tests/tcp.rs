@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use comm_core::transport::{Connection, TransportError};
+use comm_core::transport::registry::MemoryKind;
+use comm_core::transport::{Connection, Outgoing, Space, TransportError};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, Error, ReduceOp};
 use transport_tcp::{TcpConnection, TcpEndpoint, TcpSetup, BOUNCE_BYTES, DEFAULT_MAX_PIECE};
@@ -104,7 +105,7 @@ fn sizes(count: usize, max_piece: usize) -> Vec<usize> {
 /// Sends `sizes` to every peer and receives the same from each, all at
 /// once, checking order, headers and content.
 fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
-    let max = conns[0].max_piece();
+    let max = conns[0].max_piece(MemoryKind::Host);
     let mut buf = vec![0u8; max];
     let mut sent = vec![0usize; conns.len()];
     let mut recvd = vec![0usize; conns.len()];
@@ -125,7 +126,7 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
                     fingerprint: full.fingerprint.filter(|_| k % 3 != 2),
                     ..full
                 };
-                if conn.try_send(&h, data).unwrap() {
+                if conn.try_post_send(&h, Outgoing::copied(data)).unwrap() {
                     sent[c] += 1;
                 }
             }
@@ -133,7 +134,8 @@ fn exchange(rank: usize, conns: &mut [TcpConnection], sizes: &[usize]) {
             if recvd[c] < sizes.len() {
                 let k = recvd[c];
                 let got = conn
-                    .try_recv(&mut |h, p| {
+                    .try_recv(Space::Host, &mut |h, p| {
+                        let p = p.host().expect("a host piece");
                         assert_eq!(h.seq, k as u64 + 1, "rank {rank} from {peer}: out of order");
                         assert_eq!(h.len as usize, p.len());
                         assert_eq!(p.len(), sizes[k], "piece {k} size");
@@ -205,10 +207,13 @@ fn pieces_larger_than_the_bounce_buffer_are_capped() {
     let mut ranks = mesh(2, 2, 4 * BOUNCE_BYTES);
     let mut b = ranks.pop().unwrap();
     let mut a = ranks.pop().unwrap();
-    assert_eq!(a[0].max_piece(), BOUNCE_BYTES);
-    assert_eq!(b[0].max_piece(), BOUNCE_BYTES);
+    assert_eq!(a[0].max_piece(MemoryKind::Host), BOUNCE_BYTES);
+    assert_eq!(b[0].max_piece(MemoryKind::Host), BOUNCE_BYTES);
     let e = a[0]
-        .try_send(&header(1, 0), &vec![0u8; BOUNCE_BYTES + 1])
+        .try_post_send(
+            &header(1, 0),
+            Outgoing::copied(&vec![0u8; BOUNCE_BYTES + 1]),
+        )
         .expect_err("a piece above the cap is refused");
     assert!(
         e.to_string().contains("exceeds the maximum piece size"),
@@ -216,14 +221,18 @@ fn pieces_larger_than_the_bounce_buffer_are_capped() {
     );
     let piece: Vec<u8> = (0..BOUNCE_BYTES).map(|i| (i % 251) as u8).collect();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !a[0].try_send(&header(1, 0), &piece).unwrap() {
+    while !a[0]
+        .try_post_send(&header(1, 0), Outgoing::copied(&piece))
+        .unwrap()
+    {
         assert!(Instant::now() < deadline, "send did not start");
     }
     let mut got = None;
     while got.is_none() {
         assert!(Instant::now() < deadline, "piece did not arrive");
         a[0].flush().unwrap();
-        b[0].try_recv(&mut |_, p| {
+        b[0].try_recv(Space::Host, &mut |_, p| {
+            let p = p.host().expect("a host piece");
             got = Some(p.to_vec());
             Ok(())
         })
@@ -237,12 +246,18 @@ fn consume_error_keeps_the_piece() {
     let mut ranks = mesh(2, 2, 1024);
     let mut b = ranks.pop().unwrap();
     let mut a = ranks.pop().unwrap();
-    assert!(a[0].try_send(&header(1, 3), b"abc").unwrap());
-    assert!(a[0].try_send(&header(2, 2), b"de").unwrap());
+    assert!(a[0]
+        .try_post_send(&header(1, 3), Outgoing::copied(b"abc"))
+        .unwrap());
+    assert!(a[0]
+        .try_post_send(&header(2, 2), Outgoing::copied(b"de"))
+        .unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut failures = 0;
     loop {
-        let r = b[0].try_recv(&mut |_, _| Err(Error::Config("not now".into())));
+        let r = b[0].try_recv(Space::Host, &mut |_, _| {
+            Err(Error::Config("not now".into()))
+        });
         match r {
             Ok(false) => assert!(Instant::now() < deadline),
             Err(Error::Config(_)) => {
@@ -256,7 +271,8 @@ fn consume_error_keeps_the_piece() {
     }
     let mut seen = Vec::new();
     while seen.len() < 2 {
-        b[0].try_recv(&mut |h, p| {
+        b[0].try_recv(Space::Host, &mut |h, p| {
+            let p = p.host().expect("a host piece");
             seen.push((h.seq, p.to_vec()));
             Ok(())
         })
@@ -343,12 +359,15 @@ fn refuses_wrong_secret_comm_id_and_garbage_then_accepts_the_real_peer() {
     assert!(logs.contains(&junk_addr.to_string()), "{logs}");
 
     // The real pair works.
-    assert!(conns1[0].try_send(&header(1, 5), b"hello").unwrap());
+    assert!(conns1[0]
+        .try_post_send(&header(1, 5), Outgoing::copied(b"hello"))
+        .unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = None;
     while got.is_none() {
         conns0[0]
-            .try_recv(&mut |h, p| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let p = p.host().expect("a host piece");
                 got = Some((h.seq, p.to_vec()));
                 Ok(())
             })
@@ -379,7 +398,7 @@ fn mismatched_nsocks_is_reported_on_both_sides() {
 fn recv_error(conn: &mut TcpConnection) -> TransportError {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match conn.try_recv(&mut |_, _| Ok(())) {
+        match conn.try_recv(Space::Host, &mut |_, _| Ok(())) {
             Ok(_) => assert!(Instant::now() < deadline, "no error within 5 s"),
             Err(Error::Transport { rank, source }) => {
                 assert_eq!(rank, 0);
@@ -405,7 +424,9 @@ fn dropped_peer_is_peer_gone() {
         conns[0].check_alive(),
         Err(TransportError::PeerGone { peer: 1, .. })
     ));
-    assert!(conns[0].try_send(&header(1, 1), b"x").is_err());
+    assert!(conns[0]
+        .try_post_send(&header(1, 1), Outgoing::copied(b"x"))
+        .is_err());
 }
 
 #[test]
@@ -432,15 +453,18 @@ fn abort_frame_is_peer_aborted_with_cause() {
         let mut conns0 = ranks.pop().unwrap();
         for k in 0..5u64 {
             assert!(conns1[0]
-                .try_send(&header(k + 1, 100), &[k as u8; 100])
+                .try_post_send(&header(k + 1, 100), Outgoing::copied(&[k as u8; 100]))
                 .unwrap());
         }
         conns1[0].abort(cause);
-        assert!(conns1[0].try_send(&header(6, 1), b"x").is_err());
+        assert!(conns1[0]
+            .try_post_send(&header(6, 1), Outgoing::copied(b"x"))
+            .is_err());
         drop(conns1); // like a process exiting after its abort
         let mut seqs = Vec::new();
         let e = loop {
-            match conns0[0].try_recv(&mut |h, p| {
+            match conns0[0].try_recv(Space::Host, &mut |h, p| {
+                let p = p.host().expect("a host piece");
                 assert_eq!(p, &[(h.seq - 1) as u8; 100][..]);
                 seqs.push(h.seq);
                 Ok(())
@@ -532,12 +556,16 @@ fn throughput_64mib_each_direction() {
                     let data = vec![0xa5u8; DEFAULT_MAX_PIECE];
                     let (mut sent, mut recvd, mut k) = (0, 0, 0u64);
                     while sent < TOTAL || recvd < TOTAL || !c.flush().unwrap() {
-                        if sent < TOTAL && c.try_send(&header(k + 1, data.len()), &data).unwrap() {
+                        if sent < TOTAL
+                            && c.try_post_send(&header(k + 1, data.len()), Outgoing::copied(&data))
+                                .unwrap()
+                        {
                             sent += data.len();
                             k += 1;
                         }
                         if recvd < TOTAL {
-                            c.try_recv(&mut |_, p| {
+                            c.try_recv(Space::Host, &mut |_, p| {
+                                let p = p.host().expect("a host piece");
                                 recvd += p.len();
                                 Ok(())
                             })
@@ -567,9 +595,10 @@ fn sending_to_a_dropped_peer_fails() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let data = [1u8; 4096];
     let e = loop {
-        match conns[0].try_send(&header(1, data.len()), &data) {
+        match conns[0].try_post_send(&header(1, data.len()), Outgoing::copied(&data)) {
             Ok(_) => assert!(Instant::now() < deadline, "sends kept succeeding"),
-            Err(e) => break e,
+            Err(Error::Transport { source, .. }) => break source,
+            Err(e) => panic!("unexpected error {e}"),
         }
         thread::sleep(Duration::from_micros(100));
     };
@@ -588,7 +617,10 @@ fn abort_is_seen_by_a_sender_whose_peer_stopped_reading() {
     let data = vec![2u8; 64 * 1024];
     let mut full = 0;
     while full < 100 {
-        if conns0[0].try_send(&header(1, data.len()), &data).unwrap() {
+        if conns0[0]
+            .try_post_send(&header(1, data.len()), Outgoing::copied(&data))
+            .unwrap()
+        {
             full = 0;
         } else {
             full += 1;
@@ -600,10 +632,11 @@ fn abort_is_seen_by_a_sender_whose_peer_stopped_reading() {
     let e = loop {
         let r = conns0[0]
             .flush()
-            .and_then(|_| conns0[0].try_send(&header(1, data.len()), &data));
+            .and_then(|_| conns0[0].try_post_send(&header(1, data.len()), Outgoing::copied(&data)));
         match r {
             Ok(_) => assert!(Instant::now() < deadline, "no error within 5 s"),
-            Err(e) => break e,
+            Err(Error::Transport { source, .. }) => break source,
+            Err(e) => panic!("unexpected error {e}"),
         }
     };
     assert!(
@@ -639,17 +672,23 @@ fn ipv6_loopback_if_available() {
 
 /// One piece each way on one thread.
 fn exchange_pair(a: &mut TcpConnection, b: &mut TcpConnection) {
-    assert!(a.try_send(&header(1, 3), b"a2b").unwrap());
-    assert!(b.try_send(&header(1, 3), b"b2a").unwrap());
+    assert!(a
+        .try_post_send(&header(1, 3), Outgoing::copied(b"a2b"))
+        .unwrap());
+    assert!(b
+        .try_post_send(&header(1, 3), Outgoing::copied(b"b2a"))
+        .unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     while got_a.is_empty() || got_b.is_empty() {
-        a.try_recv(&mut |_, p| {
+        a.try_recv(Space::Host, &mut |_, p| {
+            let p = p.host().expect("a host piece");
             got_a = p.to_vec();
             Ok(())
         })
         .unwrap();
-        b.try_recv(&mut |_, p| {
+        b.try_recv(Space::Host, &mut |_, p| {
+            let p = p.host().expect("a host piece");
             got_b = p.to_vec();
             Ok(())
         })
@@ -667,7 +706,9 @@ fn check_alive_does_not_fail_a_peer_that_finished_cleanly() {
     let mut conns1 = ranks.pop().unwrap();
     let mut conns0 = ranks.pop().unwrap();
     for k in 1..=3u64 {
-        assert!(conns1[0].try_send(&header(k, 10), &[k as u8; 10]).unwrap());
+        assert!(conns1[0]
+            .try_post_send(&header(k, 10), Outgoing::copied(&[k as u8; 10]))
+            .unwrap());
     }
     drop(conns1);
     thread::sleep(Duration::from_millis(50));
@@ -676,7 +717,8 @@ fn check_alive_does_not_fail_a_peer_that_finished_cleanly() {
     while got < 3 {
         conns0[0].check_alive().unwrap();
         if conns0[0]
-            .try_recv(&mut |h, p| {
+            .try_recv(Space::Host, &mut |h, p| {
+                let p = p.host().expect("a host piece");
                 assert_eq!(p, &[h.seq as u8; 10][..]);
                 Ok(())
             })

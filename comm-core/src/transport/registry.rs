@@ -79,8 +79,8 @@ impl SetupContext<'_> {
 pub enum MemoryKind {
     /// Host (CPU) memory, as byte slices: every kind moves it.
     Host,
-    /// Device (GPU) memory, device to device: the kind's connections offer
-    /// a device path ([`super::Connection::device_link`]). Whether a pair
+    /// Device (GPU) memory, device to device: the kind's connections take
+    /// device regions ([`super::Payload::Device`]). Whether a pair
     /// can use it is decided at its first device operation (the devices
     /// must reach each other; GPUDirect must be available); where it
     /// cannot, device pieces are staged through host memory, as they
@@ -167,8 +167,8 @@ pub trait TransportKind: Sync {
 
     /// The memory its connections move ([`MemoryKind`]): every kind lists
     /// [`MemoryKind::Host`]; a kind lists [`MemoryKind::Device`] exactly
-    /// when its connections offer a device path (the setup checks each
-    /// connection against this, so the executor's choice — device to
+    /// when its connections move device regions (the setup checks each
+    /// connection's [`Connection::memory_kinds`] against this, so the executor's choice — device to
     /// device, or staged through host memory — follows the declaration).
     fn memory_kinds(&self) -> &'static [MemoryKind];
 

@@ -1,40 +1,38 @@
-//! Pieces on host paths: sending a region piece by piece, receiving and
-//! checking each piece's header (communicator, sequence number, the
-//! fingerprint once per message) and using its payload where the transport
-//! holds it (written or reduced straight from the receive slot, its CRC32C
-//! verified in the same pass).
+//! Pieces: sending a region piece by piece, receiving and checking each
+//! piece's header (communicator, sequence number, the fingerprint once per
+//! message) and using its payload where the transport holds it — host
+//! pieces written or reduced straight from the receive slot, their CRC32C
+//! verified in the same pass; device pieces from the device inbox
+//! ([`super::device`]). One loop for both: the connection's
+//! [`Space`] decides which payloads it posts and is handed.
 
-use super::device::{device_route, recv_device, send_device};
+use super::device::{device_region, route, use_device_piece};
 use super::{in_op, peer_failed, OpContext, OpState};
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::Region;
-use crate::transport::{Connection, TransportError};
+use crate::transport::{Connection, Outgoing, Payload, Space, TransportError};
 use crate::wire::PieceHeader;
 
-/// Flushes a connection's buffered host pieces and its device path's
-/// unpublished pieces; `Ok(true)` when nothing is left.
+/// Completes a connection's posted pieces (buffered host bytes, lent
+/// pieces, device copies); `Ok(true)` when nothing is left.
 pub(super) fn flush(ctx: &OpContext, c: &mut dyn Connection) -> Result<bool> {
-    let host = c.flush().map_err(|e| peer_failed(ctx, e))?;
-    let device = match c.device_link() {
-        Some(link) => link.flush_device().map_err(|e| in_op(ctx, e))?,
-        None => true,
-    };
-    Ok(host && device)
+    c.flush().map_err(|e| in_op(ctx, e))
 }
 
-/// The header of a piece with payload `data`; the `first` piece of a
-/// message carries the operation's fingerprint, the pieces after it a
-/// short header. When the operation checksums pieces it asks for a CRC32C,
-/// which the transport computes in the pass that copies the payload (see
-/// [`PieceHeader::checksum`]).
-fn header(ctx: &OpContext, first: bool, data: &[u8]) -> PieceHeader {
+/// The header of a piece of `len` bytes; the `first` piece of a message
+/// carries the operation's fingerprint, the pieces after it a short
+/// header. A host piece of an operation that checksums pieces asks for a
+/// CRC32C, which the transport computes in the pass that copies the
+/// payload (see [`PieceHeader::checksum`]); device pieces carry none
+/// (their bytes never cross host memory; `SNCL_CHECKSUM` covers what does).
+fn header(ctx: &OpContext, first: bool, len: usize, checksum: bool) -> PieceHeader {
     PieceHeader {
-        checksum: ctx.checksum.then_some(0),
+        checksum: checksum.then_some(0),
         comm_id: ctx.comm_id,
         seq: ctx.seq,
         fingerprint: first.then_some(ctx.fingerprint),
-        len: data.len() as u32,
+        len: len as u32,
     }
 }
 
@@ -103,7 +101,7 @@ fn use_piece<M: Memory>(
 }
 
 /// Pushes as many pieces of `src` as the connection takes now and the
-/// memory has ready (staged, for device memory).
+/// memory has ready (staged, for device memory going through the host).
 pub(super) fn send_some<M: Memory>(
     ctx: &OpContext,
     bufs: &M,
@@ -113,33 +111,42 @@ pub(super) fn send_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = src.len * esize;
-    match device_route(ctx, bufs, conn)? {
-        None => return Ok(0),
-        Some(true) => return send_device(ctx, bufs, conn, src, st),
-        Some(false) => {}
-    }
-    let max = piece_limit(conn, esize);
+    let Some(space) = route(ctx, bufs, conn)? else {
+        return Ok(0);
+    };
+    let max = piece_limit(conn, space, esize);
     let mut moved = 0;
     let lend = bufs.pieces_outlive_step();
     loop {
         let n = max.min(total - st.done);
         let first = st.done == 0;
-        let sent = bufs.with_piece(src, esize, st.done, n, |b| {
-            if lend {
-                // SAFETY: `pieces_outlive_step` promises `b` is the
-                // operation's own memory, unchanged until the step ends, and
-                // the step does not end (see the drain in `execute`) before every
-                // connection it sent on has flushed.
-                unsafe { conn.try_send_lent(&header(ctx, first, b), b) }
-            } else {
-                conn.try_send(&header(ctx, first, b), b)
+        let sent = match space {
+            Space::Device(queue) => {
+                let region = device_region(ctx, bufs, conn.peer(), queue, src, (st.done, n))?;
+                conn.try_post_send(&header(ctx, first, n, false), Outgoing::device(region))
             }
-        })?;
-        // Not staged yet (device memory): like no room now, try later.
-        let Some(sent) = sent else {
-            return Ok(moved);
+            Space::Host => {
+                let sent = bufs.with_piece(src, esize, st.done, n, |b| {
+                    let piece = if lend {
+                        // SAFETY: `pieces_outlive_step` promises `b` is the
+                        // operation's own memory, unchanged until the step
+                        // ends, and the step does not end (see the drain in
+                        // `execute`) before every connection it sent on has
+                        // flushed.
+                        unsafe { Outgoing::lent(b) }
+                    } else {
+                        Outgoing::copied(b)
+                    };
+                    conn.try_post_send(&header(ctx, first, b.len(), ctx.checksum), piece)
+                })?;
+                // Not staged yet (device memory): like no room now, try later.
+                let Some(sent) = sent else {
+                    return Ok(moved);
+                };
+                sent
+            }
         };
-        if !sent.map_err(|e| peer_failed(ctx, e))? {
+        if !sent.map_err(|e| in_op(ctx, e))? {
             return Ok(moved);
         }
         moved += n;
@@ -149,8 +156,9 @@ pub(super) fn send_some<M: Memory>(
     }
 }
 
-fn piece_limit(conn: &dyn Connection, esize: usize) -> usize {
-    (conn.max_piece() / esize * esize).max(esize)
+/// The largest piece over `conn` in `space`, in whole elements.
+fn piece_limit(conn: &dyn Connection, space: Space<'_>, esize: usize) -> usize {
+    (conn.max_piece(space.kind()) / esize * esize).max(esize)
 }
 
 /// Checks a received piece's header against this operation: communicator
@@ -232,22 +240,29 @@ pub(super) fn recv_some<M: Memory>(
 ) -> Result<usize> {
     let esize = ctx.dtype.size();
     let total = dst.len * esize;
-    match device_route(ctx, bufs, conn)? {
-        None => return Ok(0),
-        Some(true) => return recv_device(ctx, bufs, conn, local, dst, st),
-        Some(false) => {}
-    }
-    let max = piece_limit(conn, esize);
+    let Some(space) = route(ctx, bufs, conn)? else {
+        return Ok(0);
+    };
+    let max = piece_limit(conn, space, esize);
     let peer = conn.peer();
     let mut moved = 0;
     loop {
         let expect = max.min(total - st.done);
         let done = st.done;
-        let mut consume = |h: &PieceHeader, data: &[u8]| -> Result<()> {
-            check_piece(ctx, peer, h, data.len(), expect, (done, total))?;
-            use_piece(ctx, bufs, peer, h, data, (local, dst), (done, total))
+        let mut consume = |h: &PieceHeader, payload: Payload<'_>| -> Result<()> {
+            check_piece(ctx, peer, h, payload.len(), expect, (done, total))?;
+            match payload {
+                Payload::Host(data) => {
+                    use_piece(ctx, bufs, peer, h, data, (local, dst), (done, total))
+                }
+                Payload::Device(region) => {
+                    use_device_piece(ctx, bufs, peer, region, (local, dst), done)
+                }
+            }
         };
-        let got = conn.try_recv(&mut consume).map_err(|e| in_op(ctx, e))?;
+        let got = conn
+            .try_recv(space, &mut consume)
+            .map_err(|e| in_op(ctx, e))?;
         if !got {
             return Ok(moved);
         }

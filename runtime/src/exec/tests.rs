@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::schedule::{BufId, Region};
+use crate::transport::registry::MemoryKind;
+use crate::transport::{Outgoing, Payload, Space};
 use crate::wire::{Collective, PieceHeader};
 
 /// Delivers pieces with the given headers, in order, each once; sends are
@@ -17,21 +19,22 @@ impl Connection for OnePiece {
     fn peer(&self) -> usize {
         self.peer
     }
-    fn max_piece(&self) -> usize {
+    fn max_piece(&self, _: MemoryKind) -> usize {
         self.max_piece
     }
-    fn try_send(&mut self, _: &PieceHeader, _: &[u8]) -> Result<bool, TransportError> {
+    fn try_post_send(&mut self, _: &PieceHeader, _: Outgoing<'_>) -> Result<bool> {
         Ok(true)
     }
     fn try_recv(
         &mut self,
-        consume: &mut dyn FnMut(&PieceHeader, &[u8]) -> crate::transport::ConsumeResult,
+        _: Space<'_>,
+        consume: &mut dyn FnMut(&PieceHeader, Payload<'_>) -> crate::transport::ConsumeResult,
     ) -> Result<bool> {
         let Some(header) = self.headers.pop_front() else {
             return Ok(false);
         };
         let data = vec![0u8; header.len as usize];
-        consume(&header, &data)?;
+        consume(&header, Payload::Host(&data))?;
         Ok(true)
     }
     fn abort(&mut self, _: Option<usize>) {}

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use comm_core::transport::Connection;
+use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, ReduceOp};
 use sncl_bootstrap::{MemoryStore, Store, TcpStore, TcpStoreServer};
@@ -121,7 +121,8 @@ pub fn exchange(
             while sent[c] < sizes.len() {
                 let i = sent[c];
                 let data = payload(me, peer, i, sizes[i]);
-                match conn.try_send(&header(data.len(), i as u64 + 1), &data) {
+                match conn.try_post_send(&header(data.len(), i as u64 + 1), Outgoing::copied(&data))
+                {
                     Ok(true) => sent[c] += 1,
                     Ok(false) => break,
                     Err(e) => return Err(format!("rank {me}: send to {peer}: {e}")),
@@ -130,7 +131,8 @@ pub fn exchange(
             loop {
                 let i = got[c];
                 let mut bad = None;
-                let r = conn.try_recv(&mut |h, d| {
+                let r = conn.try_recv(Space::Host, &mut |h, p| {
+                    let d = p.host().expect("a host piece");
                     let want = payload(peer, me, i, sizes.get(i).copied().unwrap_or(0));
                     if h.seq != i as u64 + 1 || d != want.as_slice() {
                         bad = Some(format!(
