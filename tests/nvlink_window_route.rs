@@ -21,6 +21,7 @@ use sncl::device::{DeviceBuffer, DevicePtr};
 use sncl::{Collective, Communicator, DataType, RawOp, ReduceOp, UniqueId};
 
 const ROLE: &str = "ROUTE_TEST_ROLE";
+const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One all-reduce of `count` elements from `send` into `recv` (device
 /// addresses) through the queued device path; checks the result against
@@ -217,19 +218,57 @@ fn route(r: &Rank) -> Result<(), String> {
     Ok(())
 }
 
+/// One all-reduce in a window completes; in the next, the last rank is
+/// SIGKILLed instead of offering: its peers, waiting for its offer, fail
+/// within the deadline naming it.
+fn death(r: &Rank, timeout: Duration) {
+    let (rank, n) = (r.comm.rank(), r.comm.size());
+    let count = 10_000;
+    let a = r.comm.alloc_device_window(count * 4).expect("window");
+    let p = a.ptr();
+    let f32sum = (DataType::Float32, ReduceOp::Sum, count);
+    case(r, (p, p), f32sum, true, "before the death").unwrap_or_else(|e| panic!("{e}"));
+    if rank == n - 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        std::thread::sleep(Duration::from_secs(60));
+        unreachable!("SIGKILL did not end the process");
+    }
+    let start = Instant::now();
+    // SAFETY: the window holds `count` f32; waited for.
+    let e = unsafe {
+        r.comm
+            .all_reduce_device_raw(p, p, count, DataType::Float32, ReduceOp::Sum, r.stream)
+            .and_then(|w| w.wait())
+    }
+    .expect_err("the peer died")
+    .to_string();
+    let took = start.elapsed();
+    eprintln!("rank {rank}: failed after {took:?}: {e}");
+    assert!(
+        e.contains(&format!("rank {}", n - 1)),
+        "does not name the dead peer: {e}"
+    );
+    assert!(took < timeout, "took {took:?}, the deadline is {timeout:?}");
+}
+
 fn child(role: &str) {
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
     let rank: usize = var("ROUTE_TEST_RANK").parse().expect("rank");
     let n: usize = var("ROUTE_TEST_N").parse().expect("n");
     let id = UniqueId::from_hex(&var("ROUTE_TEST_ID")).expect("unique id");
     let cfg = sncl::Config {
-        timeout: Duration::from_secs(20),
+        timeout: TIMEOUT,
         ..config()
     };
     let comm = Communicator::init_rank_with_config(&id, rank, n, cfg).expect("init");
     let r = bind(comm);
     match role {
         "route" => route(&r).unwrap_or_else(|e| panic!("{e}")),
+        "death" => death(&r, TIMEOUT),
         other => panic!("unknown role {other}"),
     }
 }
@@ -243,7 +282,7 @@ fn device_all_reduce_in_windows_runs_direct_else_falls_back() {
         let start = Instant::now();
         let test = "device_all_reduce_in_windows_runs_direct_else_falls_back";
         let results = join(spawn_ranks(n, test, "ROUTE_TEST", &[(ROLE, "route")]));
-        for (rank, ok, text) in results.iter().filter(|r| !r.1) {
+        for (rank, _, text) in results.iter().filter(|r| !r.1) {
             eprintln!("n={n} rank {rank} failed:\n{text}");
         }
         for (rank, ok, text) in &results {
@@ -254,4 +293,25 @@ fn device_all_reduce_in_windows_runs_direct_else_falls_back() {
         }
         eprintln!("n={n}: every process ok in {:?}", start.elapsed());
     }
+}
+
+#[test]
+fn peer_killed_before_its_offer_is_named() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    let start = Instant::now();
+    let test = "peer_killed_before_its_offer_is_named";
+    let results = join(spawn_ranks(3, test, "ROUTE_TEST", &[(ROLE, "death")]));
+    for (rank, ok, text) in &results {
+        if *rank < 2 {
+            assert!(ok, "rank {rank} failed:\n{text}");
+            let line = text.lines().find(|l| l.contains("failed after"));
+            let line = line.unwrap_or_else(|| panic!("rank {rank}:\n{text}"));
+            eprintln!("{line}");
+        } else {
+            assert!(!ok, "rank 2 was killed");
+        }
+    }
+    assert!(start.elapsed() < TIMEOUT + Duration::from_secs(15));
 }

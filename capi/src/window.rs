@@ -206,10 +206,11 @@ pub unsafe extern "C" fn snclCommWindowDeregister(
             let t = win as usize;
             let entry = {
                 let mut w = windows();
-                match w.get(&t) {
-                    Some(e) if e.comm == me => w.remove(&t),
-                    Some(_) => None,
-                    None => None,
+                let ours = w.get(&t).is_some_and(|e| e.comm == me);
+                if ours {
+                    w.remove(&t)
+                } else {
+                    None
                 }
             };
             let Some(entry) = entry else {
