@@ -76,6 +76,19 @@ struct CUstream_st;
 #define SNCL_SHRINK_ABORT 1
 
 /**
+ * `snclCommWindowRegister` flag: any offsets (as NCCL's
+ * `NCCL_WIN_DEFAULT`); all-reduces run directly only where every rank's
+ * buffers are at the same offsets anyway.
+ */
+#define SNCL_WIN_DEFAULT 0
+
+/**
+ * `snclCommWindowRegister` flag: the caller keeps offsets equal on every
+ * rank (as NCCL's `NCCL_WIN_COLL_SYMMETRIC`).
+ */
+#define SNCL_WIN_COLL_SYMMETRIC 1
+
+/**
  * `snclRecvTagged`'s `peer` for "any rank" (sncl extension, as
  * `MPI_ANY_SOURCE`).
  */
@@ -293,6 +306,12 @@ typedef enum {
 typedef struct snclComm snclComm;
 
 /**
+ * A registered window (opaque; `snclWindow_t` points to none: it is a
+ * token).
+ */
+typedef struct snclWindow snclWindow;
+
+/**
  * What every rank of a new communicator needs: where rank 0's rendezvous
  * store listens and the job's secret. Made by `snclGetUniqueId` and passed
  * unchanged (128 bytes) to every rank, like `ncclUniqueId`.
@@ -429,6 +448,11 @@ typedef struct {
  *   it, and later work there runs after it, as with NCCL.
  */
 typedef struct CUstream_st *snclStream_t;
+
+/**
+ * Handle to a registered window, like `ncclWindow_t`.
+ */
+typedef snclWindow *snclWindow_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1042,6 +1066,52 @@ snclResult_t snclMemcpy(void *dst, const void *src, size_t bytes);
  * `stream` points to writable storage for a handle.
  */
 snclResult_t snclDeviceStreamCreate(snclStream_t *stream);
+
+/**
+ * Registers `size` bytes at `buff` as a window of `comm` (collective:
+ * every rank calls it with the same size, in the same order, as NCCL's
+ * `ncclCommWindowRegister`) and writes its handle to `*win`. `buff` must
+ * be the start of a `snclMemAlloc` allocation of at least `size` bytes
+ * (device memory ready for IPC). `winFlags`: `SNCL_WIN_DEFAULT` or
+ * `SNCL_WIN_COLL_SYMMETRIC`. `snclAllReduce` on device pointers inside the
+ * window, at the same offset on every rank, then reads the peers' buffers
+ * directly (one-shot or two-shot kernel); other operations are unchanged.
+ * Size 0, a range not at the start of a `snclMemAlloc` allocation, or one
+ * overlapping a registered window are `snclInvalidArgument` (before
+ * anything collective happens). Deregister before `snclMemFree` and
+ * before destroying the communicator.
+ *
+ * # Safety
+ * `comm` is a live handle; `win` points to writable storage for a handle.
+ */
+snclResult_t snclCommWindowRegister(snclComm_t comm,
+                                    void *buff,
+                                    size_t size,
+                                    snclWindow_t *win,
+                                    int winFlags);
+
+/**
+ * Deregisters a window of `comm` (collective, as NCCL's
+ * `ncclCommWindowDeregister`: every rank calls it in the same order; no
+ * rank releases its mappings before every rank has reached it). A handle
+ * that is not a live window of `comm` (deregistered already, another
+ * communicator's, NULL) is `snclInvalidArgument`.
+ *
+ * # Safety
+ * `comm` is a live handle.
+ */
+snclResult_t snclCommWindowDeregister(snclComm_t comm, snclWindow_t win);
+
+/**
+ * Writes how many all-reduces ran the direct (nvlink version 2) kernels
+ * on this rank of `comm` so far, one-shot and two-shot (sncl extension;
+ * tests and benchmarks see whether the window path was taken).
+ *
+ * # Safety
+ * `comm` is a live handle; `oneShot` and `twoShot` point to writable
+ * storage.
+ */
+snclResult_t snclCommDirectCount(snclComm_t comm, uint64_t *oneShot, uint64_t *twoShot);
 
 /**
  * Writes the value of setting `name` (an `SNCL_*` variable declared in

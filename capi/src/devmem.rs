@@ -338,9 +338,10 @@ pub(super) unsafe fn stream_arg(h: snclStream_t) -> StreamArg {
     StreamArg::Device(StreamHandle(h as u64))
 }
 
-/// The allocations of `snclMemAlloc`, by address, with their device.
-fn allocs() -> MutexGuard<'static, HashMap<u64, usize>> {
-    static ALLOCS: OnceLock<Mutex<HashMap<u64, usize>>> = OnceLock::new();
+/// The allocations of `snclMemAlloc`, by address, with their device and
+/// size.
+fn allocs() -> MutexGuard<'static, HashMap<u64, (usize, usize)>> {
+    static ALLOCS: OnceLock<Mutex<HashMap<u64, (usize, usize)>>> = OnceLock::new();
     lock(ALLOCS.get_or_init(Mutex::default))
 }
 
@@ -351,13 +352,27 @@ pub(super) fn alloc(bytes: usize) -> R<u64> {
         .dev
         .alloc(bytes)
         .map_err(|e| dev_error(&format!("allocating {bytes} bytes on {}", d.label()), e))?;
-    allocs().insert(p.0, d.dev.ordinal());
+    allocs().insert(p.0, (d.dev.ordinal(), bytes));
     Ok(p.0)
+}
+
+/// The live `snclMemAlloc` allocation holding `addr`: (start, bytes).
+pub(super) fn allocation_of(addr: u64) -> Option<(u64, usize)> {
+    allocs()
+        .iter()
+        .find(|(&start, &(_, bytes))| addr >= start && addr - start < bytes.max(1) as u64)
+        .map(|(&start, &(_, bytes))| (start, bytes))
 }
 
 /// Frees an allocation of [`alloc`].
 pub(super) fn free(addr: u64) -> R {
-    let Some(ordinal) = allocs().remove(&addr) else {
+    if let Some(win) = super::window::holding(addr) {
+        return Err(CError::usage(format!(
+            "{addr:#x} is registered in window {win:#x} (snclCommWindowRegister); deregister it \
+             with snclCommWindowDeregister before snclMemFree"
+        )));
+    }
+    let Some((ordinal, _)) = allocs().remove(&addr) else {
         return Err(CError::invalid(format!(
             "{addr:#x} is not an allocation of snclMemAlloc (or was freed already)"
         )));

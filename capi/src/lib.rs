@@ -117,6 +117,7 @@ mod p2p;
 mod streams;
 // Device memory, the current device and device streams (extensions):
 mod memory;
+mod window;
 
 mod args;
 mod comm;
@@ -141,6 +142,7 @@ pub use shrink::*;
 pub use streams::*;
 pub use tagged::*;
 pub use types::*;
+pub use window::*;
 
 // In-process tests through the C functions (the crate has no rlib for
 // tests/ to link; tests/ holds the C programs).

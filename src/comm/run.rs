@@ -355,6 +355,14 @@ impl Inner {
             self.fail(st, &e);
             return Err(e);
         }
+        // nvlink version 2: an all-reduce over device windows that every
+        // rank offers alike runs the direct kernel (src/device/offer.rs).
+        let turn = (st.seq + 1, self.spin, &self.abort_flag);
+        if let Some(r) = self.run_device_window(st, job, turn) {
+            st.seq += 1;
+            *st.ops.entry(op.coll).or_insert(0) += 1;
+            return r.inspect_err(|e| self.fail(st, e));
+        }
         let prepared = self.prepared(op)?;
         let (sched, algo) = self.schedule(st, op, true)?;
         if sched.steps.is_empty() {

@@ -22,7 +22,7 @@
 //! The device layer's types are re-exported here: `sncl::device::open`,
 //! `sncl::device::DeviceBuffer`, ...
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,12 @@ mod api;
 #[cfg(feature = "cuda")]
 mod cudarc_slices;
 mod memory;
+mod offer;
 mod window;
 
 pub use api::DeviceOp;
 pub(crate) use memory::{DeviceMemory, OpIds, Staging};
+pub use offer::DirectCounts;
 pub use window::{DeviceWindow, DirectAlgo, DirectChoice};
 
 /// A communicator's device: the device, the operations' internal stream,
@@ -57,6 +59,10 @@ pub(crate) struct Binding {
     /// The value the next operation's callers wait for.
     next_flag: AtomicU32,
     staging: Mutex<Staging>,
+    /// Live device windows and the offer records (`offer.rs`).
+    windows: Mutex<offer::Registry>,
+    /// Direct all-reduces run: one-shot, two-shot.
+    direct: [AtomicU64; 2],
 }
 
 impl std::fmt::Debug for Binding {
@@ -93,6 +99,8 @@ impl Binding {
             next_flag: AtomicU32::new(1),
             stream,
             staging: Mutex::new(Staging::default()),
+            windows: Mutex::new(offer::Registry::default()),
+            direct: Default::default(),
             dev,
         })
     }
@@ -107,6 +115,23 @@ impl Binding {
     /// Lets callers' streams waiting for `value` (or less) go on.
     fn release(&self, value: u32) {
         self.flag().fetch_max(value, Ordering::Release);
+    }
+
+    pub(crate) fn registry(&self) -> MutexGuard<'_, offer::Registry> {
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a direct all-reduce that completed.
+    pub(crate) fn count_direct(&self, algo: DirectAlgo) {
+        let i = usize::from(algo == DirectAlgo::TwoShot);
+        self.direct[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn direct_counts(&self) -> DirectCounts {
+        DirectCounts {
+            one_shot: self.direct[0].load(Ordering::Relaxed),
+            two_shot: self.direct[1].load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn staging(&self) -> MutexGuard<'_, Staging> {

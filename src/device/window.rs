@@ -57,31 +57,59 @@ pub enum DirectChoice {
 
 /// Device memory of `bytes` bytes on every rank of a one-node
 /// communicator, mapped by every peer (see the module docs). Write and read
-/// it with device copies at [`DeviceWindow::ptr`].
+/// it with device copies at [`DeviceWindow::ptr`]. Device all-reduces
+/// ([`Communicator::all_reduce_device_raw`], the typed forms) whose buffers
+/// lie in windows at the same offsets on every rank run the direct kernel
+/// too (`src/device/offer.rs`).
 pub struct DeviceWindow {
+    core: Arc<WindowCore>,
+}
+
+/// A window's state, shared with the communicator's registry of live
+/// windows (which holds it weakly) and with operations running over it.
+pub(crate) struct WindowCore {
     inner: Arc<Inner>,
     binding: Arc<Binding>,
-    id: u64,
-    bytes: usize,
+    pub(crate) id: u64,
+    pub(crate) bytes: usize,
     /// Every rank's buffer and flag area as this process addresses them.
-    buffers: Vec<DevicePtr>,
+    pub(crate) buffers: Vec<DevicePtr>,
     flags: Vec<DevicePtr>,
     scratch: Option<DevicePtr>,
     control: PinnedBuffer,
     /// "After the caller's stream" and "done" (created at allocation).
     events: Vec<EventHandle>,
     epoch: Mutex<u64>,
-    broken: AtomicBool,
+    pub(crate) broken: AtomicBool,
+    /// This rank's buffer was allocated here (freed on drop), not lent by
+    /// the caller ([`Communicator::register_device_window`]).
+    owned: bool,
 }
 
 impl std::fmt::Debug for DeviceWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceWindow")
-            .field("id", &self.id)
-            .field("bytes", &self.bytes)
-            .field("rank", &self.inner.rank)
+            .field("id", &self.core.id)
+            .field("bytes", &self.core.bytes)
+            .field("rank", &self.core.inner.rank)
             .finish()
     }
+}
+
+/// One direct all-reduce over windows: input and output window with the
+/// offsets of the buffers in them (the same on every rank), the kernel,
+/// and what it reduces.
+pub(crate) struct DirectRun<'a> {
+    pub send: (&'a WindowCore, usize),
+    pub recv: (&'a WindowCore, usize),
+    pub algo: DirectAlgo,
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    /// The caller's stream to order after on the device (the explicit
+    /// window API); `None` where the host already waited for it (queued
+    /// device operations).
+    pub after: Option<StreamHandle>,
 }
 
 /// Window ids per communicator and rank (the same sequence on every rank:
@@ -103,10 +131,48 @@ impl Communicator {
     /// order). Needs a bound device, 2 to 8 ranks, all on one node, and a
     /// backend with IPC and the direct kernels.
     pub fn alloc_device_window(&self, bytes: usize) -> Result<DeviceWindow> {
+        self.open_device_window("alloc_device_window", bytes, None)
+    }
+
+    /// Makes a window of the caller's device memory: `bytes` bytes at
+    /// `ptr`, which must be the start of an allocation of the bound device
+    /// that can be exported for IPC (`snclMemAlloc`'s, [`Device::alloc`]'s;
+    /// NCCL's `ncclCommWindowRegister`). Collective, as
+    /// [`Communicator::alloc_device_window`]; every rank registers the same
+    /// size. A range that overlaps a live window of this communicator is
+    /// refused before anything collective happens.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + bytes` is live device memory of the bound device, and
+    /// stays so until the window is dropped or closed; peers read and write
+    /// it during the all-reduces over it.
+    ///
+    /// [`Device::alloc`]: ::device::Device::alloc
+    pub unsafe fn register_device_window(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+    ) -> Result<DeviceWindow> {
+        if ptr.0 == 0 {
+            return Err(Error::InvalidArgument {
+                rank: self.inner.rank,
+                op: "register_device_window",
+                detail: "the buffer is NULL".into(),
+            });
+        }
+        self.open_device_window("register_device_window", bytes, Some(ptr))
+    }
+
+    fn open_device_window(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        lent: Option<DevicePtr>,
+    ) -> Result<DeviceWindow> {
         let inner = &self.inner;
         let bad = |detail: String| Error::InvalidArgument {
             rank: inner.rank,
-            op: "alloc_device_window",
+            op,
             detail,
         };
         let binding = inner
@@ -126,6 +192,14 @@ impl Communicator {
         if bytes == 0 || bytes > isize::MAX as usize {
             return Err(bad(format!("a window needs 1 or more bytes, not {bytes}")));
         }
+        if let Some(ptr) = lent {
+            if let Some((id, start, len)) = binding.registry().overlapping(ptr, bytes) {
+                return Err(bad(format!(
+                    "{bytes} bytes at {ptr:?} overlap window {id} ({len} bytes at {start:?}); \
+                     windows of a communicator do not overlap"
+                )));
+            }
+        }
         let fp = Fingerprint {
             collective: Collective::AllReduce,
             dtype: DataType::Uint8,
@@ -134,23 +208,31 @@ impl Communicator {
             count: bytes as u64,
         };
         let id = next_id(inner.comm_id, inner.rank);
-        inner.run_in_turn(fp, |_, _, _| open_window(inner, &binding, id, bytes))
+        let core = inner.run_in_turn(fp, |_, _, _| {
+            let core = open_window(inner, &binding, (id, op), bytes, lent)?;
+            super::offer::ensure_control(inner, &binding)?;
+            Ok(Arc::new(core))
+        })?;
+        binding.registry().add(&core);
+        Ok(DeviceWindow { core })
     }
 }
 
-/// Allocates, exports, publishes and opens (see the module docs).
+/// Allocates (or takes the lent buffer), exports, publishes and opens (see
+/// the module docs).
 fn open_window(
     inner: &Arc<Inner>,
     binding: &Arc<Binding>,
-    id: u64,
+    (id, op): (u64, &'static str),
     bytes: usize,
-) -> Result<DeviceWindow> {
+    lent: Option<DevicePtr>,
+) -> Result<WindowCore> {
     let (me, n) = (inner.rank, inner.nranks);
     let dev = &binding.dev;
-    let fail = |what: &str, e| device_error(me, dev, ("alloc_device_window", None), what, e);
+    let fail = |what: &str, e| device_error(me, dev, (op, None), what, e);
     let control = PinnedBuffer::new(dev, CONTROL_WORDS * 4)
         .map_err(|e| fail("allocating the control block", e))?;
-    let mut w = DeviceWindow {
+    let mut w = WindowCore {
         inner: inner.clone(),
         binding: binding.clone(),
         id,
@@ -162,6 +244,7 @@ fn open_window(
         events: Vec::new(),
         epoch: Mutex::new(0),
         broken: AtomicBool::new(true),
+        owned: lent.is_none(),
     };
     // From here `w`'s Drop frees whatever was made.
     for _ in 0..2 {
@@ -170,9 +253,12 @@ fn open_window(
             .map_err(|e| fail("creating an event", e))?;
         w.events.push(e);
     }
-    w.buffers[me] = dev
-        .alloc(bytes)
-        .map_err(|e| fail("allocating the window", e))?;
+    w.buffers[me] = match lent {
+        Some(p) => p,
+        None => dev
+            .alloc(bytes)
+            .map_err(|e| fail("allocating the window", e))?,
+    };
     w.flags[me] = dev
         .alloc(FLAG_BYTES)
         .map_err(|e| fail("allocating the flag area", e))?;
@@ -195,9 +281,14 @@ fn open_window(
         })
         .map_err(|e| fail("zeroing the flag area", e))?;
     let mut handle = [0u8; RECORD];
-    let buf_h = dev
-        .ipc_export(w.buffers[me])
-        .map_err(|e| fail("exporting the window", e))?;
+    let buf_h = dev.ipc_export(w.buffers[me]).map_err(|e| {
+        let what = if lent.is_some() {
+            "exporting the registered buffer (it must be the start of an allocation)"
+        } else {
+            "exporting the window"
+        };
+        fail(what, e)
+    })?;
     let flag_h = dev
         .ipc_export(w.flags[me])
         .map_err(|e| fail("exporting the flag area", e))?;
@@ -206,7 +297,7 @@ fn open_window(
     handle[128..].copy_from_slice(&(bytes as u64).to_le_bytes());
     let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
         rank: me,
-        op: "alloc_device_window",
+        op,
         detail: "this communicator has no store to exchange IPC handles through".into(),
     })?;
     let key = |what: &str, r: usize| format!("dwindow/{:x}/{id}/{what}/{r}", inner.comm_id);
@@ -222,10 +313,10 @@ fn open_window(
         if theirs != Some(bytes as u64) {
             return Err(Error::InvalidArgument {
                 rank: me,
-                op: "alloc_device_window",
+                op,
                 detail: format!(
-                    "peer rank {p} allocated window {id} with {} bytes, this rank with {bytes} \
-                     (every rank must allocate the same size)",
+                    "peer rank {p} made window {id} with {} bytes, this rank with {bytes} \
+                     (every rank must give the same size)",
                     theirs.map_or_else(|| "an unreadable record of".to_string(), |t| t.to_string())
                 ),
             });
@@ -245,47 +336,75 @@ fn open_window(
         store.get(&key("opened", p), timeout)?;
     }
     w.broken.store(false, Ordering::Release);
-    tracing::debug!(rank = me, window = id, bytes, "device window allocated");
+    tracing::debug!(
+        rank = me,
+        window = id,
+        bytes,
+        lent = lent.is_some(),
+        "device window made"
+    );
     Ok(w)
 }
 
 impl DeviceWindow {
     /// This rank's buffer (device memory of [`DeviceWindow::len`] bytes).
     pub fn ptr(&self) -> DevicePtr {
-        self.buffers[self.inner.rank]
+        self.core.buffers[self.core.inner.rank]
     }
 
     /// Bytes in the window.
     pub fn len(&self) -> usize {
-        self.bytes
+        self.core.bytes
     }
 
     /// Whether the window is empty (never: windows hold 1 byte or more).
     pub fn is_empty(&self) -> bool {
-        self.bytes == 0
+        self.core.bytes == 0
     }
 
     /// The window's id on its communicator (the same on every rank).
     pub fn id(&self) -> u64 {
-        self.id
+        self.core.id
     }
 
     /// The direct kernel [`DeviceWindow::all_reduce`] runs for `count`
     /// elements of `dtype` with `choice` (before its one-shot-in-place
     /// scratch limit: above it, two-shot).
     pub fn kind_for(&self, dtype: DataType, count: usize, choice: DirectChoice) -> DirectAlgo {
-        let bytes = count.saturating_mul(dtype.size());
         match choice {
             DirectChoice::OneShot => DirectAlgo::OneShot,
             DirectChoice::TwoShot => DirectAlgo::TwoShot,
-            DirectChoice::Auto => {
-                let link = self.inner.device_shape.intra;
-                match choose_direct(bytes, self.inner.nranks, link) {
-                    DirectKind::OneShot => DirectAlgo::OneShot,
-                    DirectKind::TwoShot => DirectAlgo::TwoShot,
-                }
-            }
+            DirectChoice::Auto => auto_kind(&self.core.inner, dtype, count),
         }
+    }
+
+    /// Closes the window on every rank (collective, in stream order): no
+    /// rank releases its buffer or its mappings before every rank has
+    /// reached the close, so no peer still reads them. Dropping a window
+    /// instead releases this rank's part at once.
+    pub fn close(self) -> Result<()> {
+        let core = &self.core;
+        let inner = &core.inner;
+        let fp = Fingerprint {
+            collective: Collective::Barrier,
+            dtype: DataType::Uint8,
+            op: ReduceOp::Sum,
+            root: -1,
+            count: core.id,
+        };
+        inner.run_in_turn(fp, |_, _, _| {
+            let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
+                rank: inner.rank,
+                op: "close_device_window",
+                detail: "this communicator has no store".into(),
+            })?;
+            let key = |r: usize| format!("dwindow/{:x}/{}/closed/{r}", inner.comm_id, core.id);
+            store.set(&key(inner.rank), b"1")?;
+            for p in (0..inner.nranks).filter(|&p| p != inner.rank) {
+                store.get(&key(p), inner.config.timeout)?;
+            }
+            Ok(())
+        })
     }
 
     /// All-reduces the first `count` elements of `dtype` of every rank's
@@ -305,7 +424,8 @@ impl DeviceWindow {
         choice: DirectChoice,
         stream: StreamHandle,
     ) -> Result<()> {
-        let inner = &self.inner;
+        let core = &*self.core;
+        let inner = &core.inner;
         let me = inner.rank;
         let bad = |detail: String| Error::InvalidArgument {
             rank: me,
@@ -314,23 +434,23 @@ impl DeviceWindow {
         };
         let bytes = count
             .checked_mul(dtype.size())
-            .filter(|&b| b <= self.bytes)
+            .filter(|&b| b <= core.bytes)
             .ok_or_else(|| {
                 bad(format!(
                     "{count} {} elements do not fit window {}'s {} bytes",
                     dtype.name(),
-                    self.id,
-                    self.bytes
+                    core.id,
+                    core.bytes
                 ))
             })?;
-        let out = output.unwrap_or(self);
+        let out = output.map_or(core, |o| &*o.core);
         if !Arc::ptr_eq(&out.inner, inner) || bytes > out.bytes {
             return Err(bad(format!(
                 "the output window {} must be of this communicator and hold {bytes} bytes",
                 out.id
             )));
         }
-        if let Some(w) = [self, out]
+        if let Some(w) = [core, out]
             .into_iter()
             .find(|w| w.broken.load(Ordering::Acquire))
         {
@@ -346,17 +466,17 @@ impl DeviceWindow {
                 op.name()
             )));
         }
-        let mut algo = self.kind_for(dtype, count, choice);
-        let in_place = output.is_none() || out.id == self.id;
-        if algo == DirectAlgo::OneShot && in_place && bytes > SCRATCH_BYTES {
-            if choice == DirectChoice::OneShot {
+        let in_place = out.id == core.id;
+        let algo = match fit_scratch(self.kind_for(dtype, count, choice), in_place, bytes) {
+            Some(a) => a,
+            None if choice == DirectChoice::OneShot => {
                 return Err(bad(format!(
                     "one-shot in place folds through {SCRATCH_BYTES} bytes of scratch; \
                      {bytes} bytes need two-shot"
-                )));
+                )))
             }
-            algo = DirectAlgo::TwoShot;
-        }
+            None => DirectAlgo::TwoShot,
+        };
         let fp = Fingerprint {
             collective: Collective::AllReduce,
             dtype,
@@ -367,31 +487,76 @@ impl DeviceWindow {
         if count == 0 {
             return Ok(());
         }
-        inner.run_in_turn(fp, |st, ctx, abort| {
-            let r = self.run(st, ctx, abort, (out, algo), (count, dtype, op), stream);
-            if r.is_err() {
-                self.broken.store(true, Ordering::Release);
-                out.broken.store(true, Ordering::Release);
-            }
-            r
-        })
+        let run = DirectRun {
+            send: (core, 0),
+            recv: (out, 0),
+            algo,
+            count,
+            dtype,
+            op,
+            after: Some(stream),
+        };
+        inner.run_in_turn(fp, |st, ctx, abort| core.run_direct(st, ctx, abort, &run))
+    }
+}
+
+/// The planner's direct kernel for `count` elements of `dtype`.
+pub(crate) fn auto_kind(inner: &Inner, dtype: DataType, count: usize) -> DirectAlgo {
+    let bytes = count.saturating_mul(dtype.size());
+    match choose_direct(bytes, inner.nranks, inner.device_shape.intra) {
+        DirectKind::OneShot => DirectAlgo::OneShot,
+        DirectKind::TwoShot => DirectAlgo::TwoShot,
+    }
+}
+
+/// `algo` where it fits the scratch (one-shot in place folds through
+/// [`SCRATCH_BYTES`]); `None` where it does not.
+pub(crate) fn fit_scratch(algo: DirectAlgo, in_place: bool, bytes: usize) -> Option<DirectAlgo> {
+    (algo == DirectAlgo::TwoShot || !in_place || bytes <= SCRATCH_BYTES).then_some(algo)
+}
+
+impl WindowCore {
+    /// This rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.inner.rank
     }
 
-    /// The operation in its turn (see [`DeviceWindow::all_reduce`]).
-    fn run(
+    /// Runs `run` (whose input window is `self`) in its turn: launches the
+    /// kernel on the communicator's stream and waits for it with the
+    /// communicator's deadline, abort and liveness probes. A failure marks
+    /// both windows unusable.
+    pub(crate) fn run_direct(
         &self,
         st: &mut crate::comm::State,
         ctx: &exec::OpContext,
         abort: &exec::AbortFlag,
-        (out, algo): (&DeviceWindow, DirectAlgo),
-        (count, dtype, op): (usize, DataType, ReduceOp),
-        stream: StreamHandle,
+        run: &DirectRun<'_>,
+    ) -> Result<()> {
+        let r = self.launch_and_wait(st, ctx, abort, run);
+        match &r {
+            Ok(()) => self.binding.count_direct(run.algo),
+            Err(_) => {
+                self.broken.store(true, Ordering::Release);
+                run.recv.0.broken.store(true, Ordering::Release);
+            }
+        }
+        r
+    }
+
+    fn launch_and_wait(
+        &self,
+        st: &mut crate::comm::State,
+        ctx: &exec::OpContext,
+        abort: &exec::AbortFlag,
+        run: &DirectRun<'_>,
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
         let dev = &self.binding.dev;
         let ours = self.binding.stream;
         let seq = Some(ctx.seq);
         let fail = |what: &str, e| device_error(me, dev, ("all_reduce", seq), what, e);
+        let (algo, count, dtype, op) = (run.algo, run.count, run.dtype, run.op);
+        let ((input, in_off), (out, out_off)) = (run.send, run.recv);
         let epoch = {
             let mut e = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
             *e += 1;
@@ -402,9 +567,14 @@ impl DeviceWindow {
             w.store(0, Ordering::Release);
         }
         let (after, done) = (self.events[0], self.events[1]);
-        dev.record_event(after, stream)
-            .and_then(|()| dev.stream_wait_event(ours, after))
-            .map_err(|e| fail("ordering after the caller's stream", e))?;
+        if let Some(stream) = run.after {
+            dev.record_event(after, stream)
+                .and_then(|()| dev.stream_wait_event(ours, after))
+                .map_err(|e| fail("ordering after the caller's stream", e))?;
+        }
+        let inputs: Vec<DevicePtr> = input.buffers.iter().map(|p| p.add(in_off)).collect();
+        let outputs: Vec<DevicePtr> = out.buffers.iter().map(|p| p.add(out_off)).collect();
+        let in_place = input.id == out.id && in_off == out_off;
         let (block, max_blocks) = direct::launch_limits(dev.backend());
         let launch = DirectAllReduce {
             algo,
@@ -412,30 +582,31 @@ impl DeviceWindow {
             op,
             count,
             rank: me,
-            inputs: &self.buffers,
-            outputs: &out.buffers,
+            inputs: &inputs,
+            outputs: &outputs,
             flags: &self.flags,
             // Only one-shot in place folds through it (it holds at most
-            // SCRATCH_BYTES; checked by the caller).
+            // SCRATCH_BYTES; checked by the callers).
             scratch: self
                 .scratch
-                .filter(|_| algo == DirectAlgo::OneShot && out.id == self.id),
+                .filter(|_| algo == DirectAlgo::OneShot && in_place),
             control: self.control.as_ptr() as *mut u32,
             epoch,
             grid: direct::grid(dtype, count, block, max_blocks),
         };
-        // SAFETY: every buffer is a live allocation or open IPC mapping of
-        // at least `count` elements (checked against both windows' sizes),
-        // the flag areas are FLAG_BYTES, scratch holds SCRATCH_BYTES or the
-        // window (one-shot in place is refused above that), the control
-        // block is CONTROL_WORDS pinned words; all live as long as `self`
-        // and `out`, which outlive the wait below (or the abort's
-        // synchronize). Every rank runs the same epoch (collective calls).
+        // SAFETY: every buffer is a live allocation or open IPC mapping
+        // holding `count` elements from its offset (checked against both
+        // windows' sizes by the callers; the windows live as long as
+        // `run`'s borrows, which outlive the wait below or the abort's
+        // synchronize), the flag areas are FLAG_BYTES, scratch holds
+        // SCRATCH_BYTES or the window (one-shot in place is refused above
+        // that), the control block is CONTROL_WORDS pinned words. Every
+        // rank runs the same epoch (collective calls, or agreed offers).
         unsafe { dev.direct_all_reduce(ours, &launch) }
             .map_err(|e| fail("launching the direct all-reduce", e))?;
         if op == ReduceOp::Avg {
             // SAFETY: the output holds `count` elements (checked).
-            unsafe { dev.divide(ours, dtype, out.buffers[me], count, n) }
+            unsafe { dev.divide(ours, dtype, outputs[me], count, n) }
                 .map_err(|e| fail("enqueueing avg's divide", e))?;
         }
         dev.record_event(done, ours)
@@ -496,7 +667,7 @@ impl DeviceWindow {
     }
 }
 
-impl Drop for DeviceWindow {
+impl Drop for WindowCore {
     fn drop(&mut self) {
         let dev = &self.binding.dev;
         let me = self.inner.rank;
@@ -505,7 +676,9 @@ impl Drop for DeviceWindow {
             self.stop_kernel();
         }
         for (p, (&b, &f)) in self.buffers.iter().zip(&self.flags).enumerate() {
-            for ptr in [b, f].into_iter().filter(|p| p.0 != 0) {
+            // A lent buffer stays the caller's.
+            let own_buffer = (p != me || self.owned).then_some(b);
+            for ptr in own_buffer.into_iter().chain([f]).filter(|p| p.0 != 0) {
                 // SAFETY: from alloc (own) or ipc_import (peers'), released
                 // once here; the stream is synchronised above.
                 let r = unsafe {

@@ -231,6 +231,70 @@ static void check_errors(snclComm_t comm) {
   CHECK(snclMemFree(d));
 }
 
+/* Window registration (snclCommWindowRegister, as NCCL 2.27's): all_reduce
+ * inside the window, at the same offset on every rank, runs the direct
+ * kernel (snclCommDirectCount counts it); outside it, version 1; bad input
+ * is refused with a clear error. */
+static void check_windows(snclComm_t comm, snclStream_t stream) {
+  const size_t n = 5000;
+  const size_t bytes = 2 * n * sizeof(float) + 256;
+  void *buf = to_device(NULL, bytes);
+  snclWindow_t win = NULL, w2 = NULL;
+  CHECK(snclCommWindowRegister(comm, buf, bytes, &win, SNCL_WIN_COLL_SYMMETRIC));
+  EXPECT(win != NULL, "no window handle");
+  uint64_t one0 = 0, two0 = 0, one1 = 0, two1 = 0;
+  CHECK(snclCommDirectCount(comm, &one0, &two0));
+  float *h = mine(n);
+  char *in = (char *)buf + 64, *out = in + n * sizeof(float);
+  /* in place, on a device stream */
+  CHECK(snclMemcpy(in, h, n * sizeof(float)));
+  CHECK(snclAllReduce(in, in, n, snclFloat, snclSum, comm, stream));
+  CHECK(snclStreamSynchronize(stream));
+  float *got = from_device(in, n);
+  for (size_t i = 0; i < n; i++)
+    EXPECT(got[i] == sum_of(i), "window all_reduce in place [%zu] = %g, expected %g", i, got[i],
+           sum_of(i));
+  free(got);
+  /* out of place within the window, on the NULL stream */
+  CHECK(snclMemcpy(in, h, n * sizeof(float)));
+  CHECK(snclAllReduce(in, out, n, snclFloat, snclSum, comm, NULL));
+  got = from_device(out, n);
+  for (size_t i = 0; i < n; i++)
+    EXPECT(got[i] == sum_of(i), "window all_reduce out of place [%zu] = %g, expected %g", i,
+           got[i], sum_of(i));
+  free(got);
+  CHECK(snclCommDirectCount(comm, &one1, &two1));
+  EXPECT(one1 + two1 == one0 + two0 + 2, "direct kernels %llu+%llu -> %llu+%llu, expected 2 more",
+         (unsigned long long)one0, (unsigned long long)two0, (unsigned long long)one1,
+         (unsigned long long)two1);
+  /* outside the window: version 1, still right */
+  check_all_reduce(comm, stream, 1000, 1);
+  CHECK(snclCommDirectCount(comm, &one0, &two0));
+  EXPECT(one0 + two0 == one1 + two1, "an all_reduce outside the window ran directly");
+
+  /* bad input: nothing collective happens, the communicator stays usable */
+  void *other = to_device(NULL, 4096);
+  EXPECT_ERROR(snclCommWindowRegister(comm, other, 0, &w2, SNCL_WIN_DEFAULT), snclInvalidArgument,
+               "size is 0");
+  EXPECT_ERROR(snclCommWindowRegister(comm, (char *)buf + 128, 64, &w2, SNCL_WIN_DEFAULT),
+               snclInvalidArgument, "overlap");
+  EXPECT_ERROR(snclCommWindowRegister(comm, (char *)other + 64, 64, &w2, SNCL_WIN_DEFAULT),
+               snclInvalidArgument, "not the start");
+  EXPECT_ERROR(snclCommWindowRegister(comm, other, 8192, &w2, SNCL_WIN_DEFAULT),
+               snclInvalidArgument, "not the start");
+  EXPECT_ERROR(snclCommWindowRegister(comm, other, 64, &w2, 7), snclInvalidArgument, "winFlags");
+  EXPECT_ERROR(snclCommWindowRegister(comm, other, 64, NULL, SNCL_WIN_DEFAULT),
+               snclInvalidArgument, "win is NULL");
+  EXPECT_ERROR(snclMemFree(buf), snclInvalidUsage, "snclCommWindowDeregister");
+  CHECK(snclCommWindowDeregister(comm, win));
+  EXPECT_ERROR(snclCommWindowDeregister(comm, win), snclInvalidArgument, "deregistered already");
+  EXPECT(strstr(snclGetLastError(comm), "deregistered already") != NULL,
+         "the communicator's last error: %s", snclGetLastError(comm));
+  CHECK(snclMemFree(other));
+  CHECK(snclMemFree(buf));
+  free(h);
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -276,6 +340,7 @@ int main(void) {
   check_gather_scatter(comm, stream);
   check_rooted(comm, stream);
   check_errors(comm);
+  check_windows(comm, stream);
   /* still usable after the rejected calls */
   check_all_reduce(comm, stream, 4096, 1);
 

@@ -1,0 +1,356 @@
+//! Ordinary device all-reduces over device windows (nvlink version 2
+//! reached from [`crate::Communicator::all_reduce_device_raw`], the typed
+//! forms and the C ABI's `snclAllReduce`).
+//!
+//! Once a communicator has device windows (the first window's allocation
+//! also shares a control record per rank, in host shared memory: all ranks
+//! of a window are on one node), every queued device collective starts
+//! with an offer, in its turn: each rank writes the operation's fingerprint
+//! and, for an all-reduce whose input and output lie in live windows of
+//! this communicator, the windows and offsets, then reads every peer's
+//! offer of the same number. All ranks read the same offers, so they
+//! decide alike: an all-reduce whose buffers lie at the same offsets of the
+//! same windows on every rank (input and output the same bytes or
+//! disjoint, offsets aligned to the element, a reduction the direct
+//! kernels have) runs the direct kernel, one-shot or two-shot as
+//! `comm_core::tune::choose_direct` says; anything else, on every rank,
+//! takes version 1. A rank whose buffer is not in a window offers nothing,
+//! so every rank falls back; a rank that never offers is waited for with
+//! the communicator's deadline, abort and liveness probes.
+//!
+//! Records have two slots, by the offer number's parity: a rank may write
+//! offer k + 1 while a slower peer still reads offer k, but not offer k + 2
+//! (that waits for every peer's offer k + 1, which each makes after
+//! reading offer k).
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use comm_core::wire::{Collective, Fingerprint};
+use comm_core::{Error, Result};
+use sncl_runtime::exec::{self, AbortFlag, OpContext};
+use transport_shm::region::{region_name, Region};
+
+use super::window::{auto_kind, fit_scratch, DirectRun, WindowCore};
+use super::{Binding, DeviceJob, DevicePtr, DirectAlgo};
+use crate::comm::{Inner, State};
+use crate::Communicator;
+
+/// Bytes of a rank's offer record (a page).
+const RECORD_BYTES: usize = 4096;
+
+/// The id the record regions are named with (host windows count from 0
+/// and name their control records `u64::MAX`).
+const REGION_ID: u64 = u64::MAX - 1;
+
+/// Words of an offer slot: fingerprint hash, input window id + 1 (0: no
+/// window), input offset, output window id + 1, output offset.
+const SLOT_WORDS: usize = 5;
+
+/// What a rank offers for one operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Offer {
+    fingerprint: u64,
+    send_win: u64,
+    send_off: u64,
+    recv_win: u64,
+    recv_off: u64,
+}
+
+impl Offer {
+    fn words(self) -> [u64; SLOT_WORDS] {
+        [
+            self.fingerprint,
+            self.send_win,
+            self.send_off,
+            self.recv_win,
+            self.recv_off,
+        ]
+    }
+}
+
+/// Every rank's offer record: word 0 the latest offer number, then two
+/// slots of [`SLOT_WORDS`].
+pub(crate) struct Records {
+    own: Region,
+    peers: Vec<Option<Region>>,
+}
+
+impl Records {
+    fn word(&self, r: usize, me: usize, i: usize) -> &AtomicU64 {
+        let region = if r == me {
+            &self.own
+        } else {
+            self.peers[r]
+                .as_ref()
+                .expect("every peer's record is mapped (windows need one node)")
+        };
+        debug_assert!(i < 1 + 2 * SLOT_WORDS);
+        // SAFETY: the region is page-aligned and RECORD_BYTES long (more
+        // than the 11 words used), so the word is aligned and in bounds;
+        // the words are only accessed atomically, here and by the peers.
+        unsafe { &*(region.as_ptr().add(i * 8) as *const AtomicU64) }
+    }
+
+    fn slot(number: u64, k: usize) -> usize {
+        1 + (number % 2) as usize * SLOT_WORDS + k
+    }
+}
+
+/// A communicator's live device windows (held weakly: dropping a window
+/// removes it), its offer records, and how many offers it made.
+#[derive(Default)]
+pub(crate) struct Registry {
+    records: Option<Arc<Records>>,
+    live: Vec<Weak<WindowCore>>,
+    offers: u64,
+}
+
+impl Registry {
+    /// Adds a window just made.
+    pub(crate) fn add(&mut self, w: &Arc<WindowCore>) {
+        self.live.retain(|l| l.strong_count() > 0);
+        self.live.push(Arc::downgrade(w));
+    }
+
+    /// A live window whose buffer on this rank overlaps `bytes` bytes at
+    /// `ptr`: (id, start, length).
+    pub(crate) fn overlapping(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+    ) -> Option<(u64, DevicePtr, usize)> {
+        let (lo, hi) = (ptr.0, ptr.0.saturating_add(bytes as u64));
+        self.live.iter().filter_map(Weak::upgrade).find_map(|w| {
+            let start = w.buffers[w.rank()];
+            let end = start.0 + w.bytes as u64;
+            (lo < end && start.0 < hi).then_some((w.id, start, w.bytes))
+        })
+    }
+
+    /// The usable live window holding `bytes` bytes at `ptr`, and the
+    /// offset.
+    fn locate(&self, ptr: DevicePtr, bytes: usize) -> Option<(Arc<WindowCore>, usize)> {
+        self.live.iter().filter_map(Weak::upgrade).find_map(|w| {
+            let off = ptr.0.checked_sub(w.buffers[w.rank()].0)? as usize;
+            let fits = off.checked_add(bytes)? <= w.bytes;
+            (fits && !w.broken.load(Ordering::Acquire)).then_some((w, off))
+        })
+    }
+}
+
+/// Shares this rank's offer record with its peers once (the first window's
+/// allocation, in its turn, on every rank).
+pub(crate) fn ensure_control(inner: &Inner, binding: &Binding) -> Result<()> {
+    if binding.registry().records.is_some() {
+        return Ok(());
+    }
+    let me = inner.rank;
+    let io = |context: String, source: std::io::Error| Error::Io {
+        rank: me,
+        context,
+        source,
+    };
+    let name = region_name(inner.comm_id, REGION_ID, me)
+        .map_err(|e| io("naming the device offer record".into(), e))?;
+    let own = Region::create(&name, RECORD_BYTES)
+        .map_err(|e| io(format!("creating the device offer record {name:?}"), e))?;
+    let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
+        rank: me,
+        op: "alloc_device_window",
+        detail: "this communicator has no store to share offer records through".into(),
+    })?;
+    let key = |what: &str, r: usize| format!("dwindow/{:x}/offers/{what}/{r}", inner.comm_id);
+    let timeout = inner.config.timeout;
+    let mut peers: Vec<Option<Region>> = (0..inner.nranks).map(|_| None).collect();
+    let shared = (|| {
+        store.set(&key("name", me), name.as_bytes())?;
+        for p in (0..inner.nranks).filter(|&p| p != me) {
+            let raw = store.get(&key("name", p), timeout)?;
+            let peer = String::from_utf8(raw)
+                .ok()
+                .filter(|n| transport_shm::check_name(n).is_ok())
+                .ok_or_else(|| Error::InvalidArgument {
+                    rank: me,
+                    op: "alloc_device_window",
+                    detail: format!("peer rank {p} published an invalid offer record name"),
+                })?;
+            let region = Region::open(&peer, RECORD_BYTES)
+                .map_err(|e| io(format!("mapping peer rank {p}'s device offer record"), e))?;
+            peers[p] = Some(region);
+        }
+        store.set(&key("mapped", me), b"1")?;
+        for p in (0..inner.nranks).filter(|&p| p != me) {
+            store.get(&key("mapped", p), timeout)?;
+        }
+        Ok(())
+    })();
+    own.unlink();
+    shared?;
+    binding.registry().records = Some(Arc::new(Records { own, peers }));
+    Ok(())
+}
+
+fn fingerprint_hash(f: &Fingerprint) -> u64 {
+    // SipHash with fixed keys: the same value on every rank of one build.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    f.hash(&mut h);
+    h.finish() | 1
+}
+
+/// The turn a queued device operation runs in, as the caller of
+/// [`Inner::run_device_window`] knows it: the sequence number the
+/// operation takes if it runs here, the waiters' spin and the abort flag.
+pub(crate) type Turn<'a> = (u64, std::time::Duration, &'a AbortFlag);
+
+impl Inner {
+    /// Offers `job`'s buffers where this communicator has device windows
+    /// and runs it directly when every rank's offer agrees (see the module
+    /// docs). `None`: the usual path (also where no offer was due);
+    /// `Some`: the operation ran here, or the offer failed (the caller
+    /// fails the communicator then).
+    pub(crate) fn run_device_window(
+        &self,
+        st: &mut State,
+        job: &DeviceJob,
+        (seq, spin, abort): Turn<'_>,
+    ) -> Option<Result<()>> {
+        let binding = self.device.get()?;
+        let op = &job.raw;
+        let fingerprint = Fingerprint {
+            collective: op.coll,
+            dtype: op.dtype,
+            op: op.op,
+            root: if op.coll == Collective::AllReduce {
+                -1
+            } else {
+                op.root as i32
+            },
+            count: op.count as u64,
+        };
+        let bytes = op.count.saturating_mul(op.dtype.size());
+        let (records, number, windows) = {
+            let mut reg = binding.registry();
+            let records = reg.records.clone()?;
+            reg.offers += 1;
+            let windows = (op.coll == Collective::AllReduce && bytes > 0)
+                .then(|| Some((reg.locate(job.send, bytes)?, reg.locate(job.recv, bytes)?)))
+                .flatten();
+            (records, reg.offers, windows)
+        };
+        let mut mine = Offer {
+            fingerprint: fingerprint_hash(&fingerprint),
+            ..Offer::default()
+        };
+        if let Some(((sw, so), (rw, ro))) = &windows {
+            mine.send_win = sw.id + 1;
+            mine.send_off = *so as u64;
+            mine.recv_win = rw.id + 1;
+            mine.recv_off = *ro as u64;
+        }
+        let me = self.rank;
+        for (k, v) in mine.words().into_iter().enumerate() {
+            records
+                .word(me, me, Records::slot(number, k))
+                .store(v, Ordering::Relaxed);
+        }
+        records.word(me, me, 0).store(number, Ordering::Release);
+        let ctx = OpContext {
+            rank: me,
+            nranks: self.nranks,
+            comm_id: self.comm_id,
+            seq,
+            fingerprint,
+            dtype: op.dtype,
+            op: op.op,
+            timeout: self.config.timeout,
+            spin,
+            checksum: self.config.checksum,
+        };
+        let mut next = 0;
+        let waited = exec::wait_on_ranks(
+            &ctx,
+            &mut st.conns,
+            Some(abort),
+            "waiting for device window offers",
+            || {
+                while next < self.nranks {
+                    if next != me && records.word(next, me, 0).load(Ordering::Acquire) < number {
+                        return Some(next);
+                    }
+                    next += 1;
+                }
+                None
+            },
+        );
+        if let Err(e) = waited {
+            return Some(Err(e));
+        }
+        let ((sw, so), (rw, ro)) = windows?;
+        let agreed = (0..self.nranks).all(|r| {
+            let theirs: Vec<u64> = (0..SLOT_WORDS)
+                .map(|k| {
+                    records
+                        .word(r, me, Records::slot(number, k))
+                        .load(Ordering::Relaxed)
+                })
+                .collect();
+            theirs == mine.words()
+        });
+        let esize = op.dtype.size();
+        // Input and output either the same bytes (in place) or disjoint.
+        let in_place = sw.id == rw.id && so == ro;
+        let overlapping = sw.id == rw.id && !in_place && so.abs_diff(ro) < bytes;
+        let direct = agreed
+            && !overlapping
+            && so % esize == 0
+            && ro % esize == 0
+            && kernels::cuda::direct_kernel(op.dtype, op.op).is_some();
+        tracing::trace!(
+            rank = me,
+            offer = number,
+            direct,
+            "device window offers read"
+        );
+        if !direct {
+            return None;
+        }
+        let algo = fit_scratch(auto_kind(self, op.dtype, op.count), in_place, bytes)
+            .unwrap_or(DirectAlgo::TwoShot);
+        let run = DirectRun {
+            send: (&sw, so),
+            recv: (&rw, ro),
+            algo,
+            count: op.count,
+            dtype: op.dtype,
+            op: op.op,
+            // `run_device` waited for the caller's stream before the offer.
+            after: None,
+        };
+        Some(sw.run_direct(st, &ctx, abort, &run))
+    }
+}
+
+/// How many all-reduces ran the direct kernels on this rank (device
+/// windows' own all-reduces and ordinary device all-reduces routed to
+/// them), by kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectCounts {
+    /// One-shot kernels run.
+    pub one_shot: u64,
+    /// Two-shot kernels run.
+    pub two_shot: u64,
+}
+
+impl Communicator {
+    /// The direct (nvlink version 2) all-reduces this rank ran so far
+    /// (zero without a bound device).
+    pub fn direct_all_reduces(&self) -> DirectCounts {
+        self.inner
+            .device
+            .get()
+            .map(|b| b.direct_counts())
+            .unwrap_or_default()
+    }
+}
