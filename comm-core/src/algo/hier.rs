@@ -96,6 +96,51 @@ fn pieces(count: usize, chunk: usize) -> usize {
     count.div_ceil(chunk.max(1)).max(1)
 }
 
+/// Block `(offset, len)` of the rank with local index `j` on node `kk`, for
+/// blocks of `count` elements at `rank × count` (empty where node `kk` has
+/// no local index `j`).
+fn block_of(t: &Topology, kk: usize, j: usize, count: usize) -> Part {
+    match t.nodes[kk].get(j) {
+        Some(&x) => (x * count, count),
+        None => (0, 0),
+    }
+}
+
+/// The cross-node rings rank `r` takes part in, one per local index j it
+/// owns: the group of j's owners and, node by node, the block of the rank
+/// with local index j (none on a single node).
+fn cross_node_blocks(t: &Topology, r: usize, count: usize) -> Vec<(Vec<usize>, Vec<Vec<Part>>)> {
+    if t.nnodes() <= 1 {
+        return Vec::new();
+    }
+    let k = t.node_of[r];
+    (0..max_local(t))
+        .filter(|&j| owner(t, k, j) == r)
+        .map(|j| {
+            let parts = (0..t.nnodes())
+                .map(|kk| vec![block_of(t, kk, j, count)])
+                .collect();
+            (shard_group(t, j), parts)
+        })
+        .collect()
+}
+
+/// Inside node `k`: position p holds every node's block of each local index
+/// j ≡ p (mod L).
+fn node_blocks(t: &Topology, k: usize, count: usize) -> Vec<Vec<Part>> {
+    let l = t.nodes[k].len();
+    let mut local: Vec<Vec<Part>> = vec![Vec::new(); l];
+    for j in 0..max_local(t) {
+        for kk in 0..t.nnodes() {
+            let b = block_of(t, kk, j, count);
+            if b.1 > 0 {
+                local[j % l].push(b);
+            }
+        }
+    }
+    local
+}
+
 /// Hierarchical all-gather: each rank's block goes once to every other node
 /// (along the cross-node group of its local index), then blocks spread
 /// inside each node. Rank i's `count` elements land at `i × count`.
@@ -108,7 +153,6 @@ pub fn hier_all_gather(t: &Topology, r: usize, count: usize, chunk: usize) -> Sc
     let mut s = Schedule::new(n, r);
     let k = t.node_of[r];
     let node = &t.nodes[k];
-    let nshards = max_local(t);
     s.push(vec![Op::Copy {
         src: Region::new(BufId::Send, 0, count),
         dst: Region::new(BufId::Recv, r * count, count),
@@ -116,37 +160,11 @@ pub fn hier_all_gather(t: &Topology, r: usize, count: usize, chunk: usize) -> Sc
     if count == 0 {
         return s;
     }
-    let block_of = |kk: usize, j: usize| -> Part {
-        match t.nodes[kk].get(j) {
-            Some(&x) => (x * count, count),
-            None => (0, 0),
-        }
-    };
     // Cross-node: for local index j, the owners of j carry the blocks of the
-    // ranks with local index j around the nodes.
-    let cross: Vec<(Vec<usize>, Vec<Vec<Part>>)> = if t.nnodes() > 1 {
-        (0..nshards)
-            .filter(|&j| owner(t, k, j) == r)
-            .map(|j| {
-                let parts = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
-                (shard_group(t, j), parts)
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    // Inside the node: position p holds every block of local index j ≡ p (mod L)
-    // from every node.
-    let l = node.len();
-    let mut local: Vec<Vec<Part>> = vec![Vec::new(); l];
-    for j in 0..nshards {
-        for kk in 0..t.nnodes() {
-            let b = block_of(kk, j);
-            if b.1 > 0 {
-                local[j % l].push(b);
-            }
-        }
-    }
+    // ranks with local index j around the nodes. Inside the node: position p
+    // holds every block of local index j ≡ p (mod L) from every node.
+    let cross = cross_node_blocks(t, r, count);
+    let local = node_blocks(t, k, count);
     for i in 0..pieces(count, chunk) {
         for (group, parts) in &cross {
             push_ring_all_gather_multi(
@@ -177,40 +195,14 @@ pub fn hier_reduce_scatter(t: &Topology, r: usize, count: usize, chunk: usize) -
     let mut s = Schedule::new(n, r);
     let k = t.node_of[r];
     let node = &t.nodes[k];
-    let nshards = max_local(t);
-    let l = node.len();
     if count == 0 {
         return s;
     }
-    let block_of = |kk: usize, j: usize| -> Part {
-        match t.nodes[kk].get(j) {
-            Some(&x) => (x * count, count),
-            None => (0, 0),
-        }
-    };
     // Intra-node: reduce every block onto the owner of its local index.
-    let mut local: Vec<Vec<Part>> = vec![Vec::new(); l];
-    for j in 0..nshards {
-        for kk in 0..t.nnodes() {
-            let b = block_of(kk, j);
-            if b.1 > 0 {
-                local[j % l].push(b);
-            }
-        }
-    }
+    let local = node_blocks(t, k, count);
     // Across nodes: for each local index j this rank owns, reduce-scatter
     // the blocks of index j among the owners, each node keeping its own.
-    let cross: Vec<(Vec<usize>, Vec<Vec<Part>>)> = if t.nnodes() > 1 {
-        (0..nshards)
-            .filter(|&j| owner(t, k, j) == r)
-            .map(|j| {
-                let parts = (0..t.nnodes()).map(|kk| vec![block_of(kk, j)]).collect();
-                (shard_group(t, j), parts)
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let cross = cross_node_blocks(t, r, count);
     for i in 0..pieces(count, chunk) {
         let here = piece_of(&local, i, chunk, count);
         push_ring_reduce_scatter_multi(&mut s, node, &here, BufId::Send, BufId::Scratch, false);
