@@ -329,6 +329,30 @@ impl Inner {
         r
     }
 
+    /// What the executor and its waits need of one operation: this rank,
+    /// the communicator, `seq`, the `fingerprint` (its dtype), the reduction
+    /// `op`, the deadline, the waiters' `spin` and the checksum setting.
+    pub(crate) fn op_context(
+        &self,
+        seq: u64,
+        fingerprint: comm_core::wire::Fingerprint,
+        op: comm_core::ReduceOp,
+        spin: std::time::Duration,
+    ) -> exec::OpContext {
+        exec::OpContext {
+            rank: self.rank,
+            nranks: self.nranks,
+            comm_id: self.comm_id,
+            seq,
+            fingerprint,
+            dtype: fingerprint.dtype,
+            op,
+            timeout: self.config.timeout,
+            spin,
+            checksum: self.config.checksum,
+        }
+    }
+
     /// Runs `f` in stream order with the state held, as an operation that
     /// is not a schedule (a device window's direct all-reduce,
     /// `src/device/window.rs`): `f` gets the operation's context for
@@ -342,18 +366,7 @@ impl Inner {
         let ticket = self.ticket();
         self.order.wait_turn(ticket);
         let mut st = self.lock();
-        let ctx = exec::OpContext {
-            rank: self.rank,
-            nranks: self.nranks,
-            comm_id: self.comm_id,
-            seq: st.seq,
-            fingerprint,
-            dtype: fingerprint.dtype,
-            op: fingerprint.op,
-            timeout: self.config.timeout,
-            spin: self.spin,
-            checksum: self.config.checksum,
-        };
+        let ctx = self.op_context(st.seq, fingerprint, fingerprint.op, self.spin);
         self.finish_abort(&mut st);
         let r = match &st.aborted {
             Some(why) => Err(Error::Aborted {

@@ -5,7 +5,7 @@ use comm_core::algo::Algorithm;
 use comm_core::schedule::Schedule;
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, Result};
-use sncl_runtime::exec::{self, Buffers, OpContext};
+use sncl_runtime::exec::{self, Buffers};
 
 use super::{Inner, RawOp, State};
 
@@ -147,18 +147,7 @@ impl Inner {
         bytes: u64,
         finish: impl FnOnce(Result<()>) -> Result<()>,
     ) -> Result<()> {
-        let ctx = OpContext {
-            rank: self.rank,
-            nranks: self.nranks,
-            comm_id: self.comm_id,
-            seq,
-            fingerprint,
-            dtype: op.dtype,
-            op: op.op,
-            timeout: self.config.timeout,
-            spin: self.spin,
-            checksum: self.config.checksum,
-        };
+        let ctx = self.op_context(seq, fingerprint, op.op, self.spin);
         *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();
         let flight_id = self.flight.start_at(
@@ -355,15 +344,15 @@ impl Inner {
             self.fail(st, &e);
             return Err(e);
         }
+        let prepared = self.prepared(op)?;
         // nvlink version 2: an all-reduce over device windows that every
         // rank offers alike runs the direct kernel (src/device/offer.rs).
         let turn = (st.seq + 1, self.spin, &self.abort_flag);
-        if let Some(r) = self.run_device_window(st, job, turn) {
+        if let Some(r) = self.run_device_window(st, job, prepared.fingerprint, turn) {
             st.seq += 1;
             *st.ops.entry(op.coll).or_insert(0) += 1;
             return r.inspect_err(|e| self.fail(st, e));
         }
-        let prepared = self.prepared(op)?;
         let (sched, algo) = self.schedule(st, op, true)?;
         if sched.steps.is_empty() {
             return Ok(());

@@ -29,7 +29,7 @@ use std::sync::{Arc, Weak};
 
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, Result};
-use sncl_runtime::exec::{self, AbortFlag, OpContext};
+use sncl_runtime::exec::{self, AbortFlag};
 use transport_shm::region::{region_name, Region};
 
 use super::window::{auto_kind, fit_scratch, DirectRun, WindowCore};
@@ -214,21 +214,11 @@ impl Inner {
         &self,
         st: &mut State,
         job: &DeviceJob,
+        fingerprint: Fingerprint,
         (seq, spin, abort): Turn<'_>,
     ) -> Option<Result<()>> {
         let binding = self.device.get()?;
         let op = &job.raw;
-        let fingerprint = Fingerprint {
-            collective: op.coll,
-            dtype: op.dtype,
-            op: op.op,
-            root: if op.coll == Collective::AllReduce {
-                -1
-            } else {
-                op.root as i32
-            },
-            count: op.count as u64,
-        };
         let bytes = op.count.saturating_mul(op.dtype.size());
         let (records, number, windows) = {
             let mut reg = binding.registry();
@@ -256,18 +246,7 @@ impl Inner {
                 .store(v, Ordering::Relaxed);
         }
         records.word(me, me, 0).store(number, Ordering::Release);
-        let ctx = OpContext {
-            rank: me,
-            nranks: self.nranks,
-            comm_id: self.comm_id,
-            seq,
-            fingerprint,
-            dtype: op.dtype,
-            op: op.op,
-            timeout: self.config.timeout,
-            spin,
-            checksum: self.config.checksum,
-        };
+        let ctx = self.op_context(seq, fingerprint, op.op, spin);
         let mut next = 0;
         let waited = exec::wait_on_ranks(
             &ctx,
