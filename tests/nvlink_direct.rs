@@ -22,10 +22,12 @@ mod nvlink_common;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use device_kit::{input, join_ranks as join, spawn_ranks, Rank};
+use device_kit::{
+    assert_names_dead_peer, input, join_ranks as join, spawn_ranks, spawned_rank, Rank,
+};
 use nvlink_common::{bind, config};
 use sncl::device::{DeviceWindow, DirectAlgo, DirectChoice};
-use sncl::{Collective, Communicator, DataType, RawOp, ReduceOp, UniqueId};
+use sncl::{Collective, Communicator, DataType, RawOp, ReduceOp};
 
 const ROLE: &str = "DIRECT_TEST_ROLE";
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -139,10 +141,7 @@ fn matrix(r: &Rank) {
 /// A child rank: joins the communicator named in the environment and
 /// plays its role; panics (non-zero exit) on a failure.
 fn child(role: &str) {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let rank: usize = var("DIRECT_TEST_RANK").parse().expect("rank");
-    let n: usize = var("DIRECT_TEST_N").parse().expect("n");
-    let id = UniqueId::from_hex(&var("DIRECT_TEST_ID")).expect("unique id");
+    let (rank, n, id) = spawned_rank("DIRECT_TEST");
     let cfg = sncl::Config {
         timeout: TIMEOUT,
         ..config()
@@ -184,12 +183,7 @@ fn child(role: &str) {
                     .expect_err("the peer died: the operation fails")
                     .to_string();
                 let took = start.elapsed();
-                eprintln!("rank {rank}: failed after {took:?}: {e}");
-                assert!(
-                    e.contains(&format!("rank {}", n - 1)),
-                    "does not name the dead peer: {e}"
-                );
-                assert!(took < TIMEOUT, "took {took:?}, the deadline is {TIMEOUT:?}");
+                assert_names_dead_peer(rank, &e, n - 1, took, TIMEOUT);
             }
         }
         other => panic!("unknown role {other}"),

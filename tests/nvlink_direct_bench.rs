@@ -15,9 +15,9 @@ mod device_kit;
 
 use std::time::{Duration, Instant};
 
-use device_kit::{join_ranks, spawn_ranks};
+use device_kit::{join_ranks, spawn_ranks, spawned_rank};
 use sncl::device::{self, Backend, DeviceWindow, DirectChoice};
-use sncl::{Communicator, DataType, ReduceOp, UniqueId};
+use sncl::{Communicator, DataType, ReduceOp};
 
 const ROLE: &str = "DIRECT_BENCH_ROLE";
 
@@ -50,10 +50,7 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn child() {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let rank: usize = var("DIRECT_BENCH_RANK").parse().expect("rank");
-    let n: usize = var("DIRECT_BENCH_N").parse().expect("n");
-    let id = UniqueId::from_hex(&var("DIRECT_BENCH_ID")).expect("unique id");
+    let (rank, n, id) = spawned_rank("DIRECT_BENCH");
     let be = backend();
     // Every rank on device 0 (emu: each process its own emulated device 0).
     let dev = device::open(be, 0).expect("device 0");

@@ -12,10 +12,10 @@ mod nvlink_common;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use device_kit::{join_ranks as join, run_case, spawn_ranks};
+use device_kit::{assert_names_dead_peer, join_ranks as join, run_case, spawn_ranks, spawned_rank};
 use nvlink_common::{bind, cases, config};
 use sncl::device::DeviceBuffer;
-use sncl::{Communicator, DataType, ReduceOp, UniqueId};
+use sncl::{Communicator, DataType, ReduceOp};
 
 const ROLE: &str = "NVLINK_TEST_ROLE";
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -23,10 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// A child rank: joins the communicator named in the environment and
 /// plays its role; panics (non-zero exit) on a failure.
 fn child(role: &str) {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let rank: usize = var("NVLINK_TEST_RANK").parse().expect("rank");
-    let n: usize = var("NVLINK_TEST_N").parse().expect("n");
-    let id = UniqueId::from_hex(&var("NVLINK_TEST_ID")).expect("unique id");
+    let (rank, n, id) = spawned_rank("NVLINK_TEST");
     let cfg = sncl::Config {
         timeout: TIMEOUT,
         ..config()
@@ -73,12 +70,7 @@ fn child(role: &str) {
                     .expect_err("the peer died: the operation fails")
                     .to_string();
                 let took = start.elapsed();
-                eprintln!("rank {rank}: failed after {took:?}: {e}");
-                assert!(
-                    e.contains(&format!("rank {}", n - 1)),
-                    "does not name the dead peer: {e}"
-                );
-                assert!(took < TIMEOUT, "took {took:?}, the deadline is {TIMEOUT:?}");
+                assert_names_dead_peer(rank, &e, n - 1, took, TIMEOUT);
             }
         }
         other => panic!("unknown role {other}"),

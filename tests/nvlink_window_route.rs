@@ -15,10 +15,12 @@ mod nvlink_common;
 
 use std::time::{Duration, Instant};
 
-use device_kit::{input, join_ranks as join, spawn_ranks, Rank};
+use device_kit::{
+    assert_names_dead_peer, input, join_ranks as join, spawn_ranks, spawned_rank, Rank,
+};
 use nvlink_common::{bind, config};
 use sncl::device::{DeviceBuffer, DevicePtr};
-use sncl::{Collective, Communicator, DataType, RawOp, ReduceOp, UniqueId};
+use sncl::{Collective, Communicator, DataType, RawOp, ReduceOp};
 
 const ROLE: &str = "ROUTE_TEST_ROLE";
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -247,19 +249,11 @@ fn death(r: &Rank, timeout: Duration) {
     .expect_err("the peer died")
     .to_string();
     let took = start.elapsed();
-    eprintln!("rank {rank}: failed after {took:?}: {e}");
-    assert!(
-        e.contains(&format!("rank {}", n - 1)),
-        "does not name the dead peer: {e}"
-    );
-    assert!(took < timeout, "took {took:?}, the deadline is {timeout:?}");
+    assert_names_dead_peer(rank, &e, n - 1, took, timeout);
 }
 
 fn child(role: &str) {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let rank: usize = var("ROUTE_TEST_RANK").parse().expect("rank");
-    let n: usize = var("ROUTE_TEST_N").parse().expect("n");
-    let id = UniqueId::from_hex(&var("ROUTE_TEST_ID")).expect("unique id");
+    let (rank, n, id) = spawned_rank("ROUTE_TEST");
     let cfg = sncl::Config {
         timeout: TIMEOUT,
         ..config()

@@ -15,9 +15,12 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use comm_core::config::TransportChoice;
-use device_kit::{bind_rank, cases_of, join_ranks as join, run_case, spawn_ranks, Case, Rank};
+use device_kit::{
+    assert_names_dead_peer, bind_rank, cases_of, join_ranks as join, run_case, spawn_ranks,
+    spawned_rank, Case, Rank,
+};
 use sncl::device::DeviceBuffer;
-use sncl::{Collective, Communicator, DataType, ReduceOp, UniqueId};
+use sncl::{Collective, Communicator, DataType, ReduceOp};
 
 const ROLE: &str = "RDMA_GDR_ROLE";
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -42,10 +45,7 @@ fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
 }
 
 fn join_comm() -> Rank {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let rank: usize = var("RDMA_GDR_RANK").parse().expect("rank");
-    let n: usize = var("RDMA_GDR_N").parse().expect("n");
-    let id = UniqueId::from_hex(&var("RDMA_GDR_ID")).expect("unique id");
+    let (rank, n, id) = spawned_rank("RDMA_GDR");
     let cfg = sncl::Config {
         timeout: TIMEOUT,
         chunk_bytes: 4096,
@@ -163,12 +163,7 @@ fn child(role: &str) {
                     .expect_err("the peer died: the operation fails")
                     .to_string();
                 let took = start.elapsed();
-                eprintln!("rank {rank}: failed after {took:?}: {e}");
-                assert!(
-                    e.contains(&format!("rank {}", n - 1)),
-                    "does not name the dead peer: {e}"
-                );
-                assert!(took < TIMEOUT, "took {took:?}, the deadline is {TIMEOUT:?}");
+                assert_names_dead_peer(rank, &e, n - 1, took, TIMEOUT);
             }
         }
         other => panic!("unknown role {other}"),

@@ -273,3 +273,33 @@ pub fn join_ranks(children: Vec<std::process::Child>) -> Vec<(usize, bool, Strin
         })
         .collect()
 }
+
+/// The child side of [`spawn_ranks`]: this rank's `{prefix}_RANK`, the
+/// world size `{prefix}_N` and the unique id `{prefix}_ID`.
+pub fn spawned_rank(prefix: &str) -> (usize, usize, sncl::UniqueId) {
+    let var = |k: String| std::env::var(&k).unwrap_or_else(|_| panic!("{k} unset"));
+    let rank = var(format!("{prefix}_RANK")).parse().expect("rank");
+    let n = var(format!("{prefix}_N")).parse().expect("n");
+    let id = sncl::UniqueId::from_hex(&var(format!("{prefix}_ID"))).expect("unique id");
+    (rank, n, id)
+}
+
+/// A survivor's check after peer `dead` was killed mid-operation: the
+/// error `e` names the dead peer, and came within `deadline` (`took`).
+pub fn assert_names_dead_peer(
+    rank: usize,
+    e: &str,
+    dead: usize,
+    took: Duration,
+    deadline: Duration,
+) {
+    eprintln!("rank {rank}: failed after {took:?}: {e}");
+    assert!(
+        e.contains(&format!("rank {dead}")),
+        "does not name the dead peer: {e}"
+    );
+    assert!(
+        took < deadline,
+        "took {took:?}, the deadline is {deadline:?}"
+    );
+}
