@@ -1,8 +1,6 @@
 //! Planning: the schedule of an operation (cached per shape) and the
 //! algorithm the planner picks, or the one forced.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,41 +12,10 @@ use comm_core::{DataType, Error, Result};
 
 use super::{Inner, RawOp, State};
 
-/// A small, fast hasher for the per-communicator maps keyed by a few
-/// integers (the plan memo, the per-collective counts): FxHash's multiply
-/// and rotate, not DoS-resistant (the keys are the program's own
-/// operation shapes, not outside input).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FxHasher(u64);
-
-impl std::hash::Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i.into());
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A `HashMap` with [`FxHasher`].
-pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// The per-communicator maps keyed by a few integers (the plan memo, the
+/// per-collective counts) hash with FxHash: fast, not DoS-resistant (the
+/// keys are the program's own operation shapes, not outside input).
+pub(crate) use rustc_hash::FxHashMap;
 
 /// What the planner's choice and an operation's schedule depend on beyond
 /// the communicator's fixed inputs (topology, tier costs, chunk size,
