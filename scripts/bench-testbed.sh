@@ -115,6 +115,13 @@ if [[ ${COMPRESSED:-0} == 1 ]]; then
     CITERS=${CITERS:-3}
     CREPS=${CREPS:-5}
     CB=${BIN:-commbench}
+    if [[ $CB == commbench ]]; then
+        # The retransmit wrapper is the command's first word, so testbed.sh does not
+        # resolve `commbench` here: use (and build if missing) the release binary.
+        CB=$ROOT/target/release/commbench
+        [[ -x $CB ]] || (cd "$ROOT" && cargo build --release -p commbench) >&2 ||
+            die "cargo build failed"
+    fi
     mkdir -p "$DIR"
     is_uint "$CREPS" && ((CREPS >= 1)) || die "CREPS must be a whole number >= 1"
     is_uint "$CITERS" && ((CITERS >= 1)) || die "CITERS must be a whole number >= 1"
