@@ -13,10 +13,13 @@
 //! the cross-node group; top-k: `Σ_r b(x_r)` (the largest magnitude each rank
 //! left in its residual), and with error feedback nothing is lost over time.
 
+use comm_core::config::TcpPacing;
 use comm_core::{Error, ReduceOp, Result};
 use compress::{Codec, ErrorFeedback};
 
 use crate::Communicator;
+
+mod dense;
 
 /// Where the codec applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +55,21 @@ impl Communicator {
         let topo = &self.inner.topo;
         let uniform = topo.nodes.iter().all(|n| n.len() == topo.nodes[0].len());
         let built = if uniform && topo.nnodes() > 1 && topo.nodes[0].len() > 1 {
-            let (node, replicas) = self.split_2d()?;
+            let (nodes, local) = (topo.nnodes(), topo.nodes[0].len());
+            // The exchange sends to every other node at once: pace each of
+            // its sockets at that share of the node link (SNCL_COMPRESS_PACING).
+            let (node, replicas) = self.split_2d_configured(|c| {
+                match c.compress_pacing {
+                    TcpPacing::Off => {}
+                    // No link rate configured: SNCL_TCP_PACING decides.
+                    TcpPacing::Auto if c.tiers.inter.is_none() => {}
+                    paced => c.tcp_pacing = paced,
+                }
+                c.tcp_flows_per_rank = nodes - 1;
+                // The replica communicator has one rank per node; the link
+                // is shared by all of the node's ranks.
+                c.tiers.cluster.ranks_per_node.get_or_insert(local);
+            })?;
             Some(Box::new(Layout { node, replicas }))
         } else {
             None
@@ -96,11 +113,19 @@ impl Communicator {
                 full[..buf.len()].copy_from_slice(buf);
                 let mut shard = vec![0f32; padded / local];
                 l.node.reduce_scatter(&full, &mut shard, ReduceOp::Sum)?;
-                cross_tier(&l.replicas, &mut shard, codec, feedback)?;
+                // Top-k's small exchange goes through this communicator's
+                // unpaced sockets (pacing only delays what a queue absorbs).
+                let topo = &self.inner.topo;
+                let local = topo.local_rank(self.rank());
+                let via: Vec<usize> = topo.nodes.iter().map(|n| n[local]).collect();
+                cross_tier(&l.replicas, (self, &via), &mut shard, codec, feedback)?;
                 l.node.all_gather(&shard, &mut full)?;
                 buf.copy_from_slice(&full[..buf.len()]);
             }
-            None => cross_tier(self, buf, codec, feedback)?,
+            None => {
+                let all: Vec<usize> = (0..self.size()).collect();
+                cross_tier(self, (self, &all), buf, codec, feedback)?
+            }
         }
         if op == ReduceOp::Avg {
             let n = self.size() as f32;
@@ -110,38 +135,21 @@ impl Communicator {
     }
 }
 
-/// Direct exchange in one group: block j of `send` (or all of `send` when
-/// `same_to_all`) goes to rank j; block j of `recv` comes from rank j.
-fn exchange(
-    comm: &Communicator,
-    send: &[u8],
-    recv: &mut [u8],
-    stride: usize,
-    same_to_all: bool,
-) -> Result<()> {
+/// Direct exchange in one group: block j of `send` goes to rank j; block j
+/// of `recv` comes from rank j (this rank's own block is copied).
+fn exchange(comm: &Communicator, send: &[u8], recv: &mut [u8], stride: usize) -> Result<()> {
     let me = comm.rank();
     if stride == 0 {
         return Ok(());
     }
-    let own = if same_to_all {
-        &send[..stride]
-    } else {
-        &send[me * stride..(me + 1) * stride]
-    };
-    recv[me * stride..(me + 1) * stride].copy_from_slice(own);
+    recv[me * stride..(me + 1) * stride].copy_from_slice(&send[me * stride..(me + 1) * stride]);
     let blocks: Vec<&mut [u8]> = recv.chunks_mut(stride).collect();
     comm.group(|g| {
         for (j, block) in blocks.into_iter().enumerate() {
-            if j == me {
-                continue;
+            if j != me {
+                g.send(&send[j * stride..(j + 1) * stride], j);
+                g.recv(block, j);
             }
-            let out = if same_to_all {
-                &send[..stride]
-            } else {
-                &send[j * stride..(j + 1) * stride]
-            };
-            g.send(out, j);
-            g.recv(block, j);
         }
     })
 }
@@ -154,9 +162,12 @@ fn bytes_err(comm: &Communicator, e: compress::CompressError) -> Error {
     }
 }
 
-/// Sums `data` over `comm` moving only encoded bytes.
+/// Sums `data` over `comm` moving only encoded bytes. Top-k's exchange
+/// goes through `via` (a communicator and the rank there of each member of
+/// `comm`), the dense codecs' through `comm`.
 fn cross_tier(
     comm: &Communicator,
+    via: (&Communicator, &[usize]),
     data: &mut [f32],
     codec: &Codec,
     feedback: Option<&mut ErrorFeedback>,
@@ -194,11 +205,12 @@ fn cross_tier(
                 chunks.push(head);
                 rest = tail;
             }
-            comm.group(|g| {
+            let (group_comm, ranks) = via;
+            group_comm.group(|g| {
                 for (r, chunk) in chunks.into_iter().enumerate() {
                     if r != me {
-                        g.send(&enc, r);
-                        g.recv(chunk, r);
+                        g.send(&enc, ranks[r]);
+                        g.recv(chunk, ranks[r]);
                     }
                 }
             })?;
@@ -211,70 +223,6 @@ fn cross_tier(
         }
         return Ok(());
     }
-    // Dense: part j of every rank goes to rank j (all-to-all of encoded parts).
-    let len = data.len();
-    let part = len.div_ceil(n);
-    let bounds = |j: usize| (j * part).min(len)..((j + 1) * part).min(len);
-    let stride = codec.max_encoded_len(part);
-    // Each part is encoded once; with error feedback the residual is what
-    // decoding those same bytes gives back short of the compensated data.
-    let mut ef = ef;
-    if let Some(f) = ef.as_deref_mut() {
-        f.compensate(data);
-    }
-    let mut send = vec![0u8; stride * n];
-    let mut tmp = Vec::new();
-    for j in 0..n {
-        let b = bounds(j);
-        codec.encode(&data[b], &mut tmp);
-        send[j * stride..j * stride + tmp.len()].copy_from_slice(&tmp);
-    }
-    if let Some(f) = ef {
-        let mut decoded = vec![0f32; len];
-        for j in 0..n {
-            let b = bounds(j);
-            let enc_len = codec.max_encoded_len(b.len());
-            codec
-                .decode(
-                    &send[j * stride..j * stride + enc_len],
-                    b.len(),
-                    &mut decoded[b],
-                )
-                .map_err(|e| bytes_err(comm, e))?;
-        }
-        f.update(data, &decoded);
-    }
-    // One step with every peer at once: on a slow, high-latency tier a
-    // pairwise schedule would pay the round trip N-1 times.
-    let mut recv = vec![0u8; stride * n];
-    exchange(comm, &send, &mut recv, stride, false)?;
-    let me = comm.rank();
-    let mine = bounds(me);
-    let mut acc = vec![0f32; mine.len()];
-    let enc_len = codec.max_encoded_len(mine.len());
-    for r in 0..n {
-        codec
-            .decode_add(
-                &recv[r * stride..r * stride + enc_len],
-                mine.len(),
-                &mut acc,
-            )
-            .map_err(|e| bytes_err(comm, e))?;
-    }
-    // Re-encode the reduced part and all-gather it; every rank (the owner
-    // too) decodes the same bytes, so results are identical everywhere.
-    codec.encode(&acc, &mut tmp);
-    let mut own = vec![0u8; stride];
-    own[..tmp.len()].copy_from_slice(&tmp);
-    let mut gathered = vec![0u8; stride * n];
-    exchange(comm, &own, &mut gathered, stride, true)?;
-    for j in 0..n {
-        let b = bounds(j);
-        let m = b.len();
-        let enc_len = codec.max_encoded_len(m);
-        codec
-            .decode(&gathered[j * stride..j * stride + enc_len], m, &mut data[b])
-            .map_err(|e| bytes_err(comm, e))?;
-    }
-    Ok(())
+    // Dense: part j of every rank goes to rank j, pipelined (dense.rs).
+    dense::exchange_dense(comm, data, codec, ef)
 }

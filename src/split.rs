@@ -32,6 +32,17 @@ impl Communicator {
     /// takes part without joining any (like `NCCL_SPLIT_NOCOLOR`). Every
     /// rank must call it, in the same order relative to other operations.
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        self.split_configured(color, key, |_| {})
+    }
+
+    /// [`Communicator::split`] with `adjust` applied to the new
+    /// communicator's configuration (a copy of this one's) before it connects.
+    pub(crate) fn split_configured(
+        &self,
+        color: Option<u32>,
+        key: i64,
+        adjust: impl FnOnce(&mut comm_core::Config),
+    ) -> Result<Option<Communicator>> {
         let (n, r) = (self.size(), self.rank());
         let mine = [color.map_or(-1, i64::from), key];
         let mut all = vec![0i64; 2 * n];
@@ -53,6 +64,7 @@ impl Communicator {
         let comm_id = child_id(self.comm_id(), split, i64::from(color));
         let mut config = self.inner.config.clone();
         config.node_id = Some(self.inner.node_ids[r].clone());
+        adjust(&mut config);
         let inner = setup::build(setup::SetupArgs {
             store: Arc::clone(&store),
             rank: new_rank,
@@ -72,6 +84,15 @@ impl Communicator {
     /// gradients then go `node` reduce-scatter → `replicas` all-reduce →
     /// `node` all-gather.
     pub fn split_2d(&self) -> Result<(Communicator, Communicator)> {
+        self.split_2d_configured(|_| {})
+    }
+
+    /// [`Communicator::split_2d`] with `adjust_replicas` applied to the
+    /// replica communicator's configuration.
+    pub(crate) fn split_2d_configured(
+        &self,
+        adjust_replicas: impl FnOnce(&mut comm_core::Config),
+    ) -> Result<(Communicator, Communicator)> {
         let topo = &self.inner.topo;
         let r = self.rank();
         let node = topo.node_of[r];
@@ -80,7 +101,7 @@ impl Communicator {
             .split(Some(node as u32), r as i64)?
             .expect("has a color");
         let inter = self
-            .split(Some(local as u32), node as i64)?
+            .split_configured(Some(local as u32), node as i64, adjust_replicas)?
             .expect("has a color");
         Ok((intra, inter))
     }

@@ -75,6 +75,11 @@ impl TcpPacing {
     /// Parses `off` (or empty), `auto`, or a bandwidth as the topology file
     /// writes them (`100mbit`, `12.5MB/s`, `1gbit`, bytes per second).
     pub fn parse(v: &str) -> Result<TcpPacing> {
+        Self::parse_setting("SNCL_TCP_PACING", v)
+    }
+
+    /// [`TcpPacing::parse`] for the setting `name` (named in the error).
+    pub fn parse_setting(name: &str, v: &str) -> Result<TcpPacing> {
         match v.trim() {
             "" | "off" | "0" => Ok(TcpPacing::Off),
             "auto" => Ok(TcpPacing::Auto),
@@ -83,7 +88,7 @@ impl TcpPacing {
                 .map(TcpPacing::Rate)
                 .ok_or_else(|| {
                     Error::Config(format!(
-                        "SNCL_TCP_PACING={rate:?} is not off, auto or a link rate such as 100mbit or 12.5MB/s"
+                        "{name}={rate:?} is not off, auto or a link rate such as 100mbit or 12.5MB/s"
                     ))
                 }),
         }
@@ -184,6 +189,17 @@ pub struct Config {
     pub checksum: bool,
     /// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`, default off).
     pub tcp_pacing: TcpPacing,
+    /// Pacing of the compressed all-reduce's cross-node exchange
+    /// (`SNCL_COMPRESS_PACING`, default auto): it sends to every other node
+    /// at once, so its sockets get the share of
+    /// [`Config::tcp_flows_per_rank`] flows per rank; `Off` leaves that
+    /// communicator to `tcp_pacing`.
+    pub compress_pacing: TcpPacing,
+    /// Cross-node peers each rank of this communicator sends to at once
+    /// (not a setting): 1 for rings and trees (the default); the compressed
+    /// all-reduce's replica communicator sets the number of other nodes,
+    /// which divides each socket's pacing share.
+    pub tcp_flows_per_rank: usize,
 }
 
 impl Default for Config {
@@ -204,6 +220,8 @@ impl Default for Config {
             debug_dump_dir: None,
             checksum: false,
             tcp_pacing: TcpPacing::Off,
+            compress_pacing: TcpPacing::Auto,
+            tcp_flows_per_rank: 1,
         }
     }
 }

@@ -75,6 +75,37 @@ impl ErrorFeedback {
         }
     }
 
+    /// `residual[offset..offset + n] = compensated - decoded` for slices of
+    /// `n` elements: [`ErrorFeedback::update`] of a part of the tensor (a
+    /// pipelined exchange encodes it piece by piece).
+    ///
+    /// # Panics
+    /// If the slices' lengths differ or the range lies outside the tensor.
+    pub fn update_range(&mut self, offset: usize, compensated: &[f32], decoded: &[f32]) {
+        assert_eq!(
+            compensated.len(),
+            decoded.len(),
+            "error feedback: compensated and decoded slices differ in length"
+        );
+        let end = offset
+            .checked_add(compensated.len())
+            .filter(|&e| e <= self.residual.len())
+            .unwrap_or_else(|| {
+                panic!(
+                    "error feedback: range {offset}..+{} outside a tensor of {} elements",
+                    compensated.len(),
+                    self.residual.len()
+                )
+            });
+        for ((r, c), d) in self.residual[offset..end]
+            .iter_mut()
+            .zip(compensated)
+            .zip(decoded)
+        {
+            *r = *c - *d;
+        }
+    }
+
     /// One step: adds the residual to `grad` (which is left compensated),
     /// encodes it into `out`, decodes that locally (exactly what a receiver
     /// decodes) and keeps `compensated - decoded` as the new residual.
@@ -106,5 +137,32 @@ impl ErrorFeedback {
             self.residual.len(),
             "error feedback: slice length differs from the tensor's"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorFeedback;
+
+    #[test]
+    fn update_range_sets_that_range_as_update_does_the_whole() {
+        let comp = [1.0f32, 2.0, 3.0, 4.0, 5.0];
+        let dec = [0.5f32, 2.0, 2.5, 4.25, 6.0];
+        let mut whole = ErrorFeedback::new(5);
+        whole.update(&comp, &dec);
+        let mut parts = ErrorFeedback::new(5);
+        parts.update_range(0, &comp[..2], &dec[..2]);
+        parts.update_range(2, &comp[2..], &dec[2..]);
+        assert_eq!(parts, whole);
+        // A range touches only its own elements.
+        let mut one = ErrorFeedback::new(5);
+        one.update_range(3, &comp[3..4], &dec[3..4]);
+        assert_eq!(one.residual(), &[0.0, 0.0, 0.0, -0.25, 0.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a tensor of 5 elements")]
+    fn update_range_outside_the_tensor_panics_with_the_range() {
+        ErrorFeedback::new(5).update_range(4, &[1.0, 2.0], &[1.0, 2.0]);
     }
 }

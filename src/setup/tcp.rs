@@ -73,13 +73,15 @@ impl PreparedTransport for Prepared {
             detail,
         };
         // SNCL_TCP_PACING: sockets to other nodes share this node's link
-        // with the other ranks of the node.
+        // with the other ranks of the node (and, where this communicator
+        // sends to several nodes at once, with each other).
         let local_ranks = cards.iter().filter(|c| c.node == ctx.node).count();
         let rate = transport_tcp::socket_pacing_rate(
             ctx.config.tcp_pacing,
             &ctx.config.tiers,
             local_ranks,
             ctx.config.nsocks,
+            ctx.config.tcp_flows_per_rank,
         );
         let mut addrs = Vec::with_capacity(peers.len());
         let mut pacing = std::collections::BTreeMap::new();

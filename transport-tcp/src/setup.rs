@@ -71,18 +71,19 @@ pub const PACING_HEADROOM: f64 = 0.95;
 /// (`tiers.inter`; none configured: no pacing). A node's link is shared by
 /// its ranks (`local_ranks` of this communicator on the node, or the
 /// topology's `ranks_per_node` if larger), each with `nsocks` sockets per
-/// peer and one peer across at a time in ring-like exchanges, unless the
-/// topology says each rank has its own NIC (`inter.nic = rank`); so each
-/// socket gets `rate × PACING_HEADROOM / (sharing ranks × nsocks)`, at
-/// least 1 KB/s. Exchanges with several peers at once (the compressed
-/// all-reduce's) oversubscribe that share, but the kernel's small-queue
-/// limit follows the pacing rate, so each socket still keeps only a few
-/// packets queued below it.
+/// peer and `flows_per_rank` peers across at once (1 in ring-like
+/// exchanges; the compressed all-reduce's exchange sends to every other
+/// node), unless the topology says each rank has its own NIC
+/// (`inter.nic = rank`); so each socket gets `rate × PACING_HEADROOM /
+/// (sharing ranks × flows_per_rank × nsocks)`, at least 1 KB/s. The
+/// kernel's small-queue limit follows the pacing rate, so each socket
+/// keeps only a few packets queued below it.
 pub fn socket_pacing_rate(
     pacing: TcpPacing,
     tiers: &TierSpec,
     local_ranks: usize,
     nsocks: usize,
+    flows_per_rank: usize,
 ) -> Option<u64> {
     let link = match pacing {
         TcpPacing::Off => return None,
@@ -104,7 +105,8 @@ pub fn socket_pacing_rate(
             .max(local_ranks)
             .max(1)
     };
-    let per_socket = link * PACING_HEADROOM / (sharing * nsocks.max(1)) as f64;
+    let flows = sharing * flows_per_rank.max(1) * nsocks.max(1);
+    let per_socket = link * PACING_HEADROOM / flows as f64;
     Some((per_socket as u64).max(1000))
 }
 
@@ -522,27 +524,27 @@ mod tests {
     fn pacing_rate_is_the_link_share_of_one_socket() {
         let none = tiers(None, None);
         // 100 Mbit/s = 12.5 MB/s shared by 4 ranks x 2 sockets.
-        let r = socket_pacing_rate(TcpPacing::Rate(12.5e6), &none, 4, 2).expect("paced");
+        let r = socket_pacing_rate(TcpPacing::Rate(12.5e6), &none, 4, 2, 1).expect("paced");
         assert_eq!(r, (12.5e6 * PACING_HEADROOM / 8.0) as u64);
         assert_eq!(r, 1_484_375);
         // Off paces nothing, whatever the topology says.
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Off, &tiers(Some(1e9), None), 4, 2),
+            socket_pacing_rate(TcpPacing::Off, &tiers(Some(1e9), None), 4, 2, 1),
             None
         );
         // Auto: the topology's inter bandwidth, or nothing without one.
-        assert_eq!(socket_pacing_rate(TcpPacing::Auto, &none, 4, 2), None);
+        assert_eq!(socket_pacing_rate(TcpPacing::Auto, &none, 4, 2, 1), None);
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), None), 4, 2),
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), None), 4, 2, 1),
             Some(1_484_375)
         );
         // A NIC per rank: the link is not shared by the node's ranks.
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("rank")), 4, 2),
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("rank")), 4, 2, 1),
             Some(5_937_500)
         );
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("node")), 4, 1),
+            socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("node")), 4, 1, 1),
             Some(2_968_750)
         );
         // A split communicator (one rank per node) still shares the link
@@ -550,20 +552,26 @@ mod tests {
         let mut split = tiers(Some(12.5e6), Some("node"));
         split.cluster.ranks_per_node = Some(4);
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Auto, &split, 1, 2),
+            socket_pacing_rate(TcpPacing::Auto, &split, 1, 2, 1),
             Some(1_484_375)
+        );
+        // An exchange with 3 other nodes at once (the compressed
+        // all-reduce): each socket gets a third of the single-flow share.
+        assert_eq!(
+            socket_pacing_rate(TcpPacing::Rate(12.5e6), &none, 4, 2, 3),
+            Some(1_484_375 / 3)
         );
         // Degenerate inputs: no division by zero, a floor of 1 KB/s.
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Rate(1e6), &none, 0, 0),
+            socket_pacing_rate(TcpPacing::Rate(1e6), &none, 0, 0, 1),
             Some(950_000)
         );
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Rate(10.0), &none, 64, 64),
+            socket_pacing_rate(TcpPacing::Rate(10.0), &none, 64, 64, 1),
             Some(1000)
         );
         assert_eq!(
-            socket_pacing_rate(TcpPacing::Rate(f64::NAN), &none, 1, 1),
+            socket_pacing_rate(TcpPacing::Rate(f64::NAN), &none, 1, 1, 1),
             None
         );
     }

@@ -33,17 +33,37 @@ pub(super) fn ring_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
 /// `max_local × chunk` bytes one after another, each an intra-node ring
 /// reduce-scatter, a cross-node ring all-reduce of the block's shards and an
 /// intra-node ring all-gather. Every block pays every step's latency (the
-/// blocks are not pipelined against each other); the bytes are the same as
-/// one pass over the whole buffer. The cross-node term charges the node's
-/// shards of a step, `block / nnodes`, to one inter link (a NIC per node;
-/// with a NIC per rank the simulator's time is lower).
+/// blocks are not pipelined against each other) except where the node's
+/// other cross-node rings cover it ([`shared_link_latency`]); the bytes are
+/// the same as one pass over the whole buffer. The cross-node term charges
+/// the node's shards of a step, `block / nnodes`, to one inter link (a NIC
+/// per node; with a NIC per rank the simulator's time is lower).
 pub(super) fn hier_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     let b = bytes as f64;
     let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
     let blocks = hier_blocks(sh, bytes, chunk);
     let intra = 2.0 * (ll - 1.0) * (blocks * sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us);
-    let inter = 2.0 * (nn - 1.0) * (blocks * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us);
+    // A ring's step moves its shard of the block, chunk / nnodes bytes.
+    let shard = chunk.min(bytes.div_ceil(sh.max_local.max(1)));
+    let ring_step = shard as f64 / nn / sh.inter.bytes_per_us;
+    let latency = shared_link_latency(sh.inter.alpha_us, blocks, sh.max_local, ring_step);
+    let inter = 2.0 * (nn - 1.0) * (latency + b / nn / sh.inter.bytes_per_us);
     intra + inter
+}
+
+/// The latency one cross-node ring step costs over `pieces` pieces when
+/// the node's `local` ranks each run such a ring at once on the node's
+/// link, a piece's transfer taking `transfer` µs: the first piece pays
+/// `alpha` in full; each later one only what the other rings' transfers,
+/// `(local − 1) × transfer`, do not cover while this ring waits (they keep
+/// the link busy). With one rank per node, or pieces too small to cover
+/// it, every piece pays `alpha`, as an unshared ring does. Measured: at
+/// 4 × 2 on the 1 Gbit/s bed the forced hier all-reduce reached 0.997 of
+/// the goodput bound while the per-piece formula priced 205 ms of latency
+/// on top (docs/PERF.md §16); the simulator, whose rings share links, agrees.
+pub(super) fn shared_link_latency(alpha: f64, pieces: f64, local: usize, transfer: f64) -> f64 {
+    let covered = (local.max(1) - 1) as f64 * transfer;
+    alpha + (pieces - 1.0).max(0.0) * (alpha - covered).max(0.0)
 }
 
 /// Blocks of `algo::hier_all_reduce`: `bytes` in pieces of `max_local ×
@@ -60,14 +80,17 @@ pub(super) fn ring_one_pass(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
 
 /// Hierarchical reduce-scatter / all-gather: an intra and a cross phase,
 /// pipelined over pieces of `chunk` bytes of each rank's block (`bytes` is
-/// the whole vector, `nranks` blocks): every piece pays each step's latency.
+/// the whole vector, `nranks` blocks): every piece pays each intra step's
+/// latency and the cross-node steps' latency as [`shared_link_latency`] says.
 pub(super) fn hier_one_pass(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
     let b = bytes as f64;
     let (nn, ll) = (sh.nnodes as f64, sh.max_local as f64);
     let block = bytes.div_ceil(sh.nranks.max(1));
     let pieces = block.div_ceil(chunk.max(1)).max(1) as f64;
+    let ring_step = chunk.min(block) as f64 / sh.inter.bytes_per_us;
+    let latency = shared_link_latency(sh.inter.alpha_us, pieces, sh.max_local, ring_step);
     (ll - 1.0) * (pieces * sh.intra.alpha_us + b / ll / sh.intra.bytes_per_us)
-        + (nn - 1.0) * (pieces * sh.inter.alpha_us + b / nn / sh.inter.bytes_per_us)
+        + (nn - 1.0) * (latency + b / nn / sh.inter.bytes_per_us)
 }
 
 /// Pipelined binomial-tree all-reduce: reduce then broadcast, `l + k − 1`

@@ -257,6 +257,25 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_COMPRESS_PACING",
+        scope: Scope::Process,
+        values: Values::Text("auto, off, or the node link's rate: 100mbit, 12.5MB/s, ..."),
+        default: Value("auto"),
+        doc: "kernel pacing of the compressed all-reduce's cross-node exchange, which sends to every other \
+              node at once: each of its sockets at the link's rate × 0.95 / (ranks of the node × (nodes − 1) \
+              × `SNCL_NSOCKS`), so the exchange fills the link without overflowing its queue (PERF §13); \
+              `auto` takes the rate from the topology's `inter.bandwidth` (as `SNCL_TCP_PACING=auto`) and \
+              paces nothing where none is configured; `off` leaves those sockets to `SNCL_TCP_PACING`",
+        field: Field::Text {
+            put: |c, v| {
+                c.compress_pacing =
+                    crate::config::TcpPacing::parse_setting("SNCL_COMPRESS_PACING", v)?;
+                Ok(())
+            },
+            show: |c| c.compress_pacing.to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_SOCKET_IFNAME",
         scope: Scope::Process,
         values: Values::Text("network interface name"),

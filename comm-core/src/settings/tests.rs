@@ -123,3 +123,33 @@ fn tcp_pacing_parses_off_auto_and_rates_and_refuses_the_rest() {
         );
     }
 }
+
+#[test]
+fn compress_pacing_defaults_to_auto_parses_like_tcp_pacing_and_names_itself() {
+    use crate::config::TcpPacing;
+    let s = SETTINGS
+        .iter()
+        .find(|s| s.name == "SNCL_COMPRESS_PACING")
+        .expect("declared");
+    let mut c = Config::default();
+    assert_eq!(c.compress_pacing, TcpPacing::Auto);
+    assert_eq!(c.tcp_flows_per_rank, 1);
+    for (raw, want) in [
+        ("off", TcpPacing::Off),
+        ("100mbit", TcpPacing::Rate(12.5e6)),
+        ("auto", TcpPacing::Auto),
+    ] {
+        s.apply(&mut c, raw).unwrap();
+        assert_eq!(c.compress_pacing, want, "{raw}");
+        assert_eq!(
+            c.tcp_pacing,
+            TcpPacing::Off,
+            "{raw}: SNCL_TCP_PACING untouched"
+        );
+    }
+    let e = s.apply(&mut c, "fast").expect_err("fast").to_string();
+    assert!(
+        e.contains("SNCL_COMPRESS_PACING") && e.contains("fast") && !e.contains("SNCL_TCP_PACING"),
+        "{e}"
+    );
+}
