@@ -68,8 +68,10 @@
 # path runs that binary instead and builds nothing). CPACING="off" is the list of
 # SNCL_TCP_PACING values each repetition runs every codec with (e.g. "off auto"; the
 # table has a block per value, speedups against the same value's uncompressed run);
-# when it names auto, `commbench calibrate` runs once on the bed first and every run
-# gets SNCL_TOPO_FILE=$DIR/topo.txt (auto paces to its inter.bandwidth).
+# with CALIBRATE=1 (the default) or when it names auto, `commbench calibrate` runs
+# once on the bed first and every run gets SNCL_TOPO_FILE=$DIR/topo.txt (auto paces
+# to its inter.bandwidth; the compressed exchange's own pacing, SNCL_COMPRESS_PACING
+# = auto by default, needs it too).
 #
 # Exit status: 0 when every target passes, 1 when some target fails (the table is
 # written either way), 2 on a usage or set-up error or when a test-bed run fails
@@ -142,9 +144,9 @@ WRAPPER
     : >"$CTSV"
     CPACING=${CPACING:-off}
     PENV=()
-    if [[ " $CPACING " == *" auto "* ]]; then
+    if [[ " $CPACING " == *" auto "* || ${CALIBRATE:-1} == 1 ]]; then
         TOPO=$(cd "$DIR" && pwd)/topo.txt
-        note "# calibrating the bed for SNCL_TCP_PACING=auto: $TOPO"
+        note "# calibrating the bed (SNCL_TOPO_FILE for the runs): $TOPO"
         scripts/testbed.sh --nodes "$NODES" --ranks-per-node "$RPN" --rate "$CRATE" \
             --placement round-robin --timeout "$TIMEOUT" -- "$CB" calibrate -o "$TOPO" \
             --size 8M -n 3 >"$DIR/calibrate.log" 2>&1 || die "calibration failed: $DIR/calibrate.log"

@@ -66,6 +66,9 @@ impl Communicator {
                     paced => c.tcp_pacing = paced,
                 }
                 c.tcp_flows_per_rank = nodes - 1;
+                // One socket per peer: a round's message to a peer is often
+                // one piece, which would leave a second socket's share idle.
+                c.nsocks = 1;
                 // The replica communicator has one rank per node; the link
                 // is shared by all of the node's ranks.
                 c.tiers.cluster.ranks_per_node.get_or_insert(local);
@@ -113,19 +116,11 @@ impl Communicator {
                 full[..buf.len()].copy_from_slice(buf);
                 let mut shard = vec![0f32; padded / local];
                 l.node.reduce_scatter(&full, &mut shard, ReduceOp::Sum)?;
-                // Top-k's small exchange goes through this communicator's
-                // unpaced sockets (pacing only delays what a queue absorbs).
-                let topo = &self.inner.topo;
-                let local = topo.local_rank(self.rank());
-                let via: Vec<usize> = topo.nodes.iter().map(|n| n[local]).collect();
-                cross_tier(&l.replicas, (self, &via), &mut shard, codec, feedback)?;
+                cross_tier(&l.replicas, &mut shard, codec, feedback)?;
                 l.node.all_gather(&shard, &mut full)?;
                 buf.copy_from_slice(&full[..buf.len()]);
             }
-            None => {
-                let all: Vec<usize> = (0..self.size()).collect();
-                cross_tier(self, (self, &all), buf, codec, feedback)?
-            }
+            None => cross_tier(self, buf, codec, feedback)?,
         }
         if op == ReduceOp::Avg {
             let n = self.size() as f32;
@@ -162,12 +157,9 @@ fn bytes_err(comm: &Communicator, e: compress::CompressError) -> Error {
     }
 }
 
-/// Sums `data` over `comm` moving only encoded bytes. Top-k's exchange
-/// goes through `via` (a communicator and the rank there of each member of
-/// `comm`), the dense codecs' through `comm`.
+/// Sums `data` over `comm` moving only encoded bytes.
 fn cross_tier(
     comm: &Communicator,
-    via: (&Communicator, &[usize]),
     data: &mut [f32],
     codec: &Codec,
     feedback: Option<&mut ErrorFeedback>,
@@ -205,12 +197,11 @@ fn cross_tier(
                 chunks.push(head);
                 rest = tail;
             }
-            let (group_comm, ranks) = via;
-            group_comm.group(|g| {
+            comm.group(|g| {
                 for (r, chunk) in chunks.into_iter().enumerate() {
                     if r != me {
-                        g.send(&enc, ranks[r]);
-                        g.recv(chunk, ranks[r]);
+                        g.send(&enc, r);
+                        g.recv(chunk, r);
                     }
                 }
             })?;

@@ -44,8 +44,8 @@ mod sys;
 
 pub use conn::{TcpConnection, BOUNCE_BYTES};
 pub use setup::{
-    default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, TcpSetup, MAX_NSOCKS,
-    MAX_PIECE_LIMIT, PACING_HEADROOM, SOCKET_BUFFER_BYTES,
+    default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, TcpSetup, GOODPUT_HEADROOM,
+    MAX_NSOCKS, MAX_PIECE_LIMIT, PACING_HEADROOM, SOCKET_BUFFER_BYTES,
 };
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).

@@ -63,18 +63,29 @@ pub struct TcpSetup {
 /// MTU) and for the flows that are not paced (setup, stores).
 pub const PACING_HEADROOM: f64 = 0.95;
 
+/// The share of a *measured goodput* (the topology's `inter.bandwidth`, as
+/// `commbench calibrate` writes it: TCP payload bytes per second, already
+/// net of the headers) that a node's paced sockets use together under
+/// `auto`: all of it. The pacing rate counts IP and TCP headers (≈ 3.5 %
+/// at a 1500-byte MTU), so the wire still runs about that much below the
+/// link's rate. Measured (docs/PERF.md §13, compressed exchange at
+/// 100 Mbit/s): 0.95 of the goodput left fp16 at 1.75× where all of it
+/// gave 1.84×, without retransmits.
+pub const GOODPUT_HEADROOM: f64 = 1.0;
+
 /// The pacing rate (bytes per second) of each cross-node socket under
 /// `SNCL_TCP_PACING = pacing`, or `None` for no pacing.
 ///
-/// The link rate is `pacing`'s own ([`TcpPacing::Rate`]) or, for
-/// [`TcpPacing::Auto`], the topology's inter-node bandwidth
-/// (`tiers.inter`; none configured: no pacing). A node's link is shared by
+/// The link rate is `pacing`'s own ([`TcpPacing::Rate`], a link's rate,
+/// used at [`PACING_HEADROOM`]) or, for [`TcpPacing::Auto`], the
+/// topology's inter-node bandwidth (`tiers.inter`, a measured goodput, used
+/// at [`GOODPUT_HEADROOM`]; none configured: no pacing). A node's link is shared by
 /// its ranks (`local_ranks` of this communicator on the node, or the
 /// topology's `ranks_per_node` if larger), each with `nsocks` sockets per
 /// peer and `flows_per_rank` peers across at once (1 in ring-like
 /// exchanges; the compressed all-reduce's exchange sends to every other
 /// node), unless the topology says each rank has its own NIC
-/// (`inter.nic = rank`); so each socket gets `rate × PACING_HEADROOM /
+/// (`inter.nic = rank`); so each socket gets `rate × headroom /
 /// (sharing ranks × flows_per_rank × nsocks)`, at least 1 KB/s. The
 /// kernel's small-queue limit follows the pacing rate, so each socket
 /// keeps only a few packets queued below it.
@@ -85,10 +96,10 @@ pub fn socket_pacing_rate(
     nsocks: usize,
     flows_per_rank: usize,
 ) -> Option<u64> {
-    let link = match pacing {
+    let (link, headroom) = match pacing {
         TcpPacing::Off => return None,
-        TcpPacing::Rate(b) => b,
-        TcpPacing::Auto => tiers.inter?.bytes_per_us * 1e6,
+        TcpPacing::Rate(b) => (b, PACING_HEADROOM),
+        TcpPacing::Auto => (tiers.inter?.bytes_per_us * 1e6, GOODPUT_HEADROOM),
     };
     if !(link.is_finite() && link > 0.0) {
         return None;
@@ -106,7 +117,7 @@ pub fn socket_pacing_rate(
             .max(1)
     };
     let flows = sharing * flows_per_rank.max(1) * nsocks.max(1);
-    let per_socket = link * PACING_HEADROOM / flows as f64;
+    let per_socket = link * headroom / flows as f64;
     Some((per_socket as u64).max(1000))
 }
 
@@ -532,20 +543,22 @@ mod tests {
             socket_pacing_rate(TcpPacing::Off, &tiers(Some(1e9), None), 4, 2, 1),
             None
         );
-        // Auto: the topology's inter bandwidth, or nothing without one.
+        // Auto: the topology's inter bandwidth (a measured goodput, used
+        // whole), or nothing without one.
+        assert_eq!(GOODPUT_HEADROOM, 1.0);
         assert_eq!(socket_pacing_rate(TcpPacing::Auto, &none, 4, 2, 1), None);
         assert_eq!(
             socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), None), 4, 2, 1),
-            Some(1_484_375)
+            Some(1_562_500)
         );
         // A NIC per rank: the link is not shared by the node's ranks.
         assert_eq!(
             socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("rank")), 4, 2, 1),
-            Some(5_937_500)
+            Some(6_250_000)
         );
         assert_eq!(
             socket_pacing_rate(TcpPacing::Auto, &tiers(Some(12.5e6), Some("node")), 4, 1, 1),
-            Some(2_968_750)
+            Some(3_125_000)
         );
         // A split communicator (one rank per node) still shares the link
         // with the node's other ranks when the topology counts them.
@@ -553,7 +566,7 @@ mod tests {
         split.cluster.ranks_per_node = Some(4);
         assert_eq!(
             socket_pacing_rate(TcpPacing::Auto, &split, 1, 2, 1),
-            Some(1_484_375)
+            Some(1_562_500)
         );
         // An exchange with 3 other nodes at once (the compressed
         // all-reduce): each socket gets a third of the single-flow share.
