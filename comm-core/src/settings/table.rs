@@ -246,8 +246,9 @@ pub static SETTINGS: &[Setting] = &[
         doc: "kernel pacing (`SO_MAX_PACING_RATE`) of each cross-node TCP socket at the link's rate × 0.95 / \
               (ranks of the node sharing the link × `SNCL_NSOCKS`), so that flows a node starts together do not \
               overflow the link's queue; `auto` takes the rate from the topology's `inter.bandwidth` \
-              (`SNCL_TOPO_FILE`, `SNCL_INTER_BW`; `inter.nic = rank` means a NIC per rank, not shared) and \
-              paces nothing where none is configured",
+              (`SNCL_TOPO_FILE`, `SNCL_INTER_BW`; `inter.nic = rank` means a NIC per rank, not shared), a \
+              measured goodput already net of headers, used whole instead of × 0.95, and paces nothing where \
+              none is configured",
         field: Field::Text {
             put: |c, v| {
                 c.tcp_pacing = crate::config::TcpPacing::parse(v)?;
@@ -262,10 +263,11 @@ pub static SETTINGS: &[Setting] = &[
         values: Values::Text("auto, off, or the node link's rate: 100mbit, 12.5MB/s, ..."),
         default: Value("auto"),
         doc: "kernel pacing of the compressed all-reduce's cross-node exchange, which sends to every other \
-              node at once: each of its sockets at the link's rate × 0.95 / (ranks of the node × (nodes − 1) \
-              × `SNCL_NSOCKS`), so the exchange fills the link without overflowing its queue (PERF §13); \
-              `auto` takes the rate from the topology's `inter.bandwidth` (as `SNCL_TCP_PACING=auto`) and \
-              paces nothing where none is configured; `off` leaves those sockets to `SNCL_TCP_PACING`",
+              node at once over one socket per peer: each socket at the link's rate / (ranks of the node × \
+              (nodes − 1)), so the exchange fills the link without overflowing its queue (PERF §13); a rate \
+              given here is used at 0.95 (headers), `auto` (default) uses the topology's `inter.bandwidth` \
+              (a measured goodput) whole and paces nothing where none is configured; `off` leaves those \
+              sockets to `SNCL_TCP_PACING`",
         field: Field::Text {
             put: |c, v| {
                 c.compress_pacing =
