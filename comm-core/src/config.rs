@@ -162,7 +162,7 @@ pub struct Config {
     pub algo: Vec<(Collective, Algorithm)>,
     /// Pipeline chunk in bytes (`SNCL_CHUNK_BYTES`, default 256 KiB).
     pub chunk_bytes: usize,
-    /// Sockets per TCP peer (`SNCL_NSOCKS`, default 2).
+    /// Sockets per TCP peer (`SNCL_NSOCKS`, default 1).
     pub nsocks: usize,
     /// Transport selection (`SNCL_TRANSPORT=auto|<name>`).
     pub transport: TransportChoice,
@@ -208,7 +208,7 @@ impl Default for Config {
             timeout: Duration::from_millis(300_000),
             algo: Vec::new(),
             chunk_bytes: 256 << 10,
-            nsocks: 2,
+            nsocks: 1,
             transport: TransportChoice::Auto,
             socket_ifname: None,
             shm_slot_bytes: 128 << 10,

@@ -49,7 +49,7 @@ pub use setup::{
 };
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).
-pub const DEFAULT_NSOCKS: usize = 2;
+pub const DEFAULT_NSOCKS: usize = 1;
 /// Default largest payload of one piece: the cache-sized bounce buffer
 /// ([`BOUNCE_BYTES`]) a receive reads into and a reduction reads back.
 pub const DEFAULT_MAX_PIECE: usize = BOUNCE_BYTES;

@@ -230,8 +230,11 @@ pub static SETTINGS: &[Setting] = &[
         name: "SNCL_NSOCKS",
         scope: Scope::Process,
         values: range(MIN_NSOCKS, MAX_NSOCKS, 1, "sockets"),
-        default: Value("2"),
-        doc: "TCP sockets per peer",
+        default: Value("1"),
+        doc: "TCP sockets per peer; a message's pieces alternate over them. One flow per peer is the default: \
+              two made hier reduce-scatter and all-gather 1.2–1.4× slower on a 100 Mbit/s test bed (several \
+              flows per peer wait on each other's stragglers each step) and were level at 1 Gbit/s and on \
+              loopback (PERF §3, ninth run)",
         field: Field::Int {
             name: "nsocks",
             get: |c| c.nsocks,

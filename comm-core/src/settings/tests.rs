@@ -86,7 +86,7 @@ fn tables_list_every_setting() {
         assert!(help.contains(&format!("\n{}\n", s.name)), "{}", s.name);
     }
     assert_eq!(md.lines().count(), SETTINGS.len() + 2);
-    assert!(md.contains("| `SNCL_NSOCKS` | 1..=64 sockets | 2 | per process |"));
+    assert!(md.contains("| `SNCL_NSOCKS` | 1..=64 sockets | 1 | per process |"));
 }
 
 #[test]
