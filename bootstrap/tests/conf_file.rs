@@ -65,7 +65,7 @@ fn conf_file_precedence() {
     std::fs::write(home.join(USER_CONF_FILE), "SNCL_SHM_SLOTS=4\n").unwrap();
     let env = load(&[("HOME", home_s)], &system).unwrap();
     let c = Config::from_environment(&env).unwrap();
-    assert_eq!((c.shm_slots, c.nsocks), (4, 2));
+    assert_eq!((c.shm_slots, c.nsocks), (4, 1));
 
     // SNCL_CONF_FILE wins over both.
     let named = s.file("named.conf", "SNCL_TRANSPORT=tcp\n");

@@ -201,7 +201,11 @@ impl ShmConnection {
             Err(e) => {
                 let gone = matches!(e.raw_os_error(), Some(libc::ESRCH))
                     || (e.raw_os_error() == Some(libc::EFAULT) && !pid_alive(pid));
-                let source = if gone {
+                // A peer that aborted (and published why) before it exited
+                // passes its cause on: blame the cause, not the messenger.
+                let source = if let Some(a) = self.aborted_by_peer() {
+                    a
+                } else if gone {
                     TransportError::PeerGone {
                         peer: self.peer,
                         detail: format!(
@@ -209,8 +213,6 @@ impl ShmConnection {
                              lent (seq {seq}): {e}"
                         ),
                     }
-                } else if let Some(a) = self.aborted_by_peer() {
-                    a
                 } else {
                     TransportError::Io {
                         peer: self.peer,
