@@ -131,27 +131,20 @@ pub(super) fn exchange_dense(
         &mut tmp,
         &mut decoded,
     );
-    // The owner's re-encoded sub-chunk s goes out in round s + 2.
-    let mut reduced: Vec<Vec<u8>> = vec![Vec::new(); cuts.rounds];
     let mut prev_recv: Option<Vec<u8>> = None;
     let mut acc = Vec::new();
     for s in 0..cuts.rounds + 2 {
         let lay = layout(s);
-        if s >= 2 {
-            // Second phase: the owner's reduced sub-chunk s − 2 to everyone.
-            let own = &reduced[s - 2];
-            for j in 0..n {
-                let at = j * lay.block() + lay.first;
-                send[at..at + own.len()].copy_from_slice(own);
-            }
-        }
         let mut recv = vec![0u8; n * lay.block()];
         let next = layout(s + 1);
         let mut send_next = vec![0u8; n * next.block()];
         // Work to overlap with round s: encode round s + 1's first phase,
-        // reduce what round s − 1 brought, decode round s − 1's second phase.
-        let overlap =
-            lay.block() > 0 && (s + 1 < cuts.rounds || (1..=cuts.rounds).contains(&s) || s >= 3);
+        // reduce what round s − 1 brought (its second phase goes out in
+        // round s + 1), decode round s − 1's second phase.
+        let encodes = s + 1 < cuts.rounds;
+        let reduces = (1..=cuts.rounds).contains(&s);
+        let decodes = s >= 3;
+        let overlap = lay.block() > 0 && (encodes || reduces || decodes);
         let (posted, work) = std::thread::scope(|sc| {
             let (send, recv) = (&send, &mut recv);
             let block = lay.block();
@@ -161,7 +154,7 @@ pub(super) fn exchange_dense(
                 Posted::Done(exchange(comm, send, recv, block))
             };
             let work = (|| -> Result<()> {
-                if s + 1 < cuts.rounds {
+                if encodes {
                     encode_first(
                         codec,
                         &cuts,
@@ -174,19 +167,19 @@ pub(super) fn exchange_dense(
                         &mut decoded,
                     );
                 }
-                if let Some(prev) = prev_recv.as_deref() {
-                    let pl = layout(s - 1);
-                    if s - 1 < cuts.rounds {
-                        let mine = cuts.range(me, s - 1);
-                        reduce_sub(comm, codec, prev, pl, mine.len(), &mut acc)?;
-                        codec.encode(&acc, &mut tmp);
-                        let mut bytes = vec![0u8; sub_bytes];
-                        bytes[..tmp.len()].copy_from_slice(&tmp);
-                        reduced[s - 1] = bytes;
+                let prev = prev_recv.as_deref().unwrap_or_default();
+                if reduces {
+                    // The owner's reduced sub-chunk s − 1, to everyone.
+                    let mine = cuts.range(me, s - 1);
+                    reduce_sub(comm, codec, prev, layout(s - 1), mine.len(), &mut acc)?;
+                    codec.encode(&acc, &mut tmp);
+                    for j in 0..n {
+                        let at = j * next.block() + next.first;
+                        send_next[at..at + tmp.len()].copy_from_slice(&tmp);
                     }
-                    if s >= 3 {
-                        decode_second(comm, codec, &cuts, prev, pl, s - 3, data)?;
-                    }
+                }
+                if decodes {
+                    decode_second(comm, codec, &cuts, prev, layout(s - 1), s - 3, data)?;
                 }
                 Ok(())
             })();
