@@ -16,8 +16,12 @@ Local configurations: shm2, shm4, tcp2, tcp4 (SNCL_TRANSPORT=shm/tcp, --np 2/4);
 sizes 8 B to 64 MiB by factors of 8; ops all_reduce, all_gather,
 reduce_scatter, broadcast. The test bed (scripts/testbed.sh, 4 nodes x 2
 ranks, --rate, default 1gbit) runs all_reduce at 64 KiB, 1 MiB and 16 MiB.
-Output: a table on stdout, and --out FILE (markdown). Exit status 0; 1 when
-a run failed or reported wrong values.
+Before a configuration's runs, `commbench calibrate` measures its tier (on
+one node: `--np N` over the configuration's transport; on the bed: across
+nodes too) and every run of it gets SNCL_TOPO_FILE, so the planner prices
+the algorithms with this machine's constants; --no-calibrate keeps the
+built-in defaults. Output: a table on stdout, and --out FILE (markdown).
+Exit status 0; 1 when a run failed or reported wrong values.
 """
 
 import argparse
@@ -75,12 +79,32 @@ def run_commbench(cmd, env, timeout):
     return out
 
 
+def calibrate(cmd, env, topo, timeout, failures, what):
+    """Runs `commbench calibrate` (cmd) writing topo; returns the env for the
+    runs (with SNCL_TOPO_FILE) or env unchanged when it failed."""
+    try:
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=timeout)
+        if r.returncode != 0 or not os.path.exists(topo):
+            raise RuntimeError(f"exit {r.returncode}: {r.stderr[-600:]}")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        failures.append(f"{what} calibrate: {e}")
+        return env
+    tiers = [ln for ln in r.stdout.splitlines() if ln.startswith(("intra.", "inter."))]
+    print(f"# {what} calibrated: {' '.join(tiers)}", file=sys.stderr, flush=True)
+    return dict(env, SNCL_TOPO_FILE=topo)
+
+
 def sweep_local(args, failures):
     results = []  # (config, op, size, default_algo, {variant: [times]})
     sizes = "-b 8 -e 64M -f 8".split()
     for cfg in args.configs:
         transport, np_ = CONFIGS[cfg]
         env = dict(os.environ, SNCL_TRANSPORT=transport)
+        if args.calibrate:
+            topo = os.path.join(args.workdir, f"topo-{cfg}.txt")
+            cmd = [COMMBENCH, "calibrate", "--np", str(np_), "-o", topo, "--size", "8M", "-n", "5"]
+            env = calibrate(cmd, env, topo, args.timeout, failures, cfg)
         for op in args.ops:
             variants = ["default"] + FORCED[op]
             times = {}
@@ -114,21 +138,26 @@ def sweep_testbed(args, failures):
     variants = ["default"] + FORCED_MULTINODE["all_reduce"]
     times = {}
     default_algo = {}
+    bed = [os.path.join(ROOT, "scripts", "testbed.sh"),
+           "--nodes", "4", "--ranks-per-node", "2", "--rate", args.rate, "--"]
+    env = dict(os.environ)
+    if args.calibrate:
+        topo = os.path.join(args.workdir, "topo-bed.txt")
+        env = calibrate(bed + ["commbench", "calibrate", "-o", topo, "--size", "8M", "-n", "3"],
+                        env, topo, args.timeout, failures, "test bed")
     for rep in range(args.reps):
         k = rep % len(variants)
         for v in variants[k:] + variants[:k]:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                 path = f.name
-            cmd = [
-                os.path.join(ROOT, "scripts", "testbed.sh"),
-                "--nodes", "4", "--ranks-per-node", "2", "--rate", args.rate, "--",
+            cmd = bed + [
                 "commbench", "all_reduce", "-b", "64K", "-e", "16M", "-f", "16",
                 "-n", str(args.iters), "-w", "2", "--json", path,
             ]
             if v != "default":
                 cmd += ["--algo", v]
             try:
-                r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    text=True, timeout=args.timeout)
                 if r.returncode != 0:
                     raise RuntimeError(f"exit {r.returncode}: {r.stderr[-600:]}")
@@ -181,7 +210,10 @@ def main():
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per commbench run")
     ap.add_argument("--out", help="markdown table to this file")
+    ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="price algorithms with the built-in constants (no commbench calibrate)")
     args = ap.parse_args()
+    args.workdir = tempfile.mkdtemp(prefix="sweep-planner-")
     if not os.access(COMMBENCH, os.X_OK):
         subprocess.run(["cargo", "build", "--release", "-p", "commbench"], cwd=ROOT, check=True)
     start = time.time()
@@ -203,6 +235,8 @@ def main():
         misses += not ok
         mark = ("yes (same algorithm)" if dalgo == best and ratio > 1.10 else "yes") if ok else "NO"
         lines.append(f"| {cfg} | {op} | {size} | {dalgo} | {d:.1f} | {best} | {b:.1f} | {ratio:.2f} | {mark} |")
+    if args.calibrate:
+        lines.append(f"\nCalibrated topology files (SNCL_TOPO_FILE of each configuration's runs): {args.workdir}")
     lines.append(f"\n{misses} point(s) where the default is more than 10 % slower than the best forced algorithm beyond the spread; {time.time() - start:.0f} s")
     text = "\n".join(lines)
     print(text)

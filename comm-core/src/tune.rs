@@ -243,16 +243,16 @@ pub fn reduce_cost(
         }
         (AllReduce | ReduceScatter, Hier) => hier_rs,
         // log2 exchanges, plus the fold of a non-power-of-two count: l
-        // steps; and local copies of all of S: the input into the output
-        // before the first exchange, and the last partial sum back from
-        // scratch after an odd number of exchanges (`algo::rd_all_reduce`).
+        // steps; and a local copy of all of S, the last partial sum back
+        // from scratch, after an odd number of exchanges
+        // (`algo::rd_all_reduce`).
         (AllReduce, Rd) => {
-            let pow2 = if sh.nranks == 0 {
+            let exchanges = if sh.nranks == 0 {
                 0
             } else {
                 usize::BITS - 1 - sh.nranks.leading_zeros()
             };
-            let copies = 1.0 + f64::from(pow2 % 2);
+            let copies = f64::from(exchanges % 2);
             l * over(b, b, link.bytes_per_us) + copies * b / reduce_bytes_per_us
         }
         (AllReduce | Reduce, Tree) => {

@@ -3,7 +3,8 @@
 //! `comm_core::topofile`) that the planner (`SNCL_TOPO_FILE`), `commbench
 //! sim` and `commbench plan` (`--topo`) read.
 //!
-//! Run it as every rank of a job (like a measured `commbench` run). Rank 0
+//! Run it as every rank of a job (like a measured `commbench` run), or on
+//! one node as `commbench calibrate --np N` (the intra tier only). Rank 0
 //! ping-pongs with one rank of its own node (intra) and one of another node
 //! (inter): bandwidth is the slope between two message sizes, latency the
 //! per-message intercept of that fit (at least half the round trip of 8
@@ -43,6 +44,11 @@ pub struct CalibrateArgs {
     /// Token-bucket burst of the node links to record (bytes; not measured).
     #[arg(long = "burst", value_parser = parse_size)]
     pub burst: Option<usize>,
+    /// Launch N local ranks as processes (as `commbench --np`): calibrates
+    /// this node's tier over the transport the ranks use (shared memory, or
+    /// TCP over loopback with `SNCL_TRANSPORT=tcp`).
+    #[arg(long = "np")]
+    pub np: Option<usize>,
 }
 
 /// Runs `commbench calibrate` with `argv` (without the program name).
@@ -54,6 +60,9 @@ pub fn main(argv: Vec<String>) -> ExitCode {
     if a.size < 2 || a.iters == 0 {
         eprintln!("commbench calibrate: --size must be >= 2 bytes and -n >= 1");
         return ExitCode::from(2);
+    }
+    if let Some(np) = a.np {
+        return crate::launch::launch_local(np, |c| run(&a, c).map(|()| true));
     }
     match Communicator::from_env().and_then(|c| run(&a, &c)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -113,6 +122,8 @@ fn fit(
     let small = pingpong(comm, a, b, 8, iters)?;
     let half = pingpong(comm, a, b, size / 2, iters)?;
     let full = pingpong(comm, a, b, size, iters)?;
+    // Only `a` measured (the others hold zeros): only it reports.
+    let speaks = comm.rank() == a;
     let slope = (full - half) / (size - size / 2) as f64; // µs per byte
                                                           // Per-message cost of large messages: the fit's intercept less the
                                                           // small acknowledgement's one-way time (TCP ramp-up after the idle gap
@@ -123,9 +134,9 @@ fn fit(
         // back to the full message's time less the small round trip, so the
         // file never says an infinite bandwidth.
         let bw = size as f64 / (full - small / 2.0).max(1e-3);
-        eprintln!(
+        speaks.then(|| eprintln!(
             "# calibrate: ranks {a} -> {b}: {full:.1} us for {size} B is not above {half:.1} us for half of it (noise); bandwidth from the full message"
-        );
+        ));
         return Ok(LinkCost {
             alpha_us: (small / 2.0).max(0.0),
             bytes_per_us: bw,
@@ -137,14 +148,14 @@ fn fit(
     // Beyond INTERCEPT_MAX_RATIO x the half round trip, trust the latter.
     let half_rtt = (small / 2.0).max(0.0);
     let alpha = if intercept > INTERCEPT_MAX_RATIO * half_rtt.max(1.0) {
-        eprintln!(
+        speaks.then(|| eprintln!(
             "# calibrate: ranks {a} -> {b}: fit intercept {intercept:.1} us > {INTERCEPT_MAX_RATIO} x half round trip {half_rtt:.1} us; using the half round trip"
-        );
+        ));
         half_rtt
     } else {
         intercept.max(half_rtt)
     };
-    eprintln!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us");
+    speaks.then(|| eprintln!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us"));
     Ok(LinkCost {
         alpha_us: alpha,
         bytes_per_us: 1.0 / slope,

@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use sncl::{Communicator, ConfigFromEnv, UniqueId};
 
-use crate::args::Args;
-
 fn strip_np(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut skip = false;
@@ -158,7 +156,10 @@ impl Watch {
 
 /// Runs `np` ranks: 1..np as processes, 0 here; the exit code is the worst
 /// of theirs.
-pub fn launch_local(np: usize, args: &Args, notes: &[String]) -> ExitCode {
+pub fn launch_local(
+    np: usize,
+    rank0: impl FnOnce(&Communicator) -> sncl::Result<bool>,
+) -> ExitCode {
     if np == 0 {
         eprintln!("commbench: --np must be at least 1");
         return ExitCode::from(2);
@@ -233,9 +234,7 @@ pub fn launch_local(np: usize, args: &Args, notes: &[String]) -> ExitCode {
         let watch = watch.clone();
         std::thread::spawn(move || watch.wait())
     };
-    let own = crate::outcome(
-        Communicator::init_rank(&id, 0, np).and_then(|comm| crate::run(args, &comm, notes)),
-    );
+    let own = crate::outcome(Communicator::init_rank(&id, 0, np).and_then(|comm| rank0(&comm)));
     watch.rank0_done.store(true, Ordering::SeqCst);
     watch.start_clock();
     let theirs = watcher.join().unwrap_or(1);

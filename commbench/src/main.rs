@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(np) = args.np {
-        return launch::launch_local(np, &args, &notes);
+        return launch::launch_local(np, |comm| run(&args, comm, &notes));
     }
     ExitCode::from(outcome(
         Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),

@@ -29,26 +29,27 @@ pub fn rd_all_reduce(n: usize, r: usize, count: usize) -> Schedule {
     }
     let newrank = if r < 2 * rem { r / 2 } else { r - rem };
     let real = |nr: usize| if nr < rem { nr * 2 + 1 } else { nr + rem };
+    // Where the partial sum lies: the input itself until the first
+    // exchange (no copy into the output first), or the output of the fold.
+    let mut cur = BufId::Send;
     if r < 2 * rem {
         s.push(vec![Op::RecvReduce {
             peer: r - 1,
             local: all(BufId::Send),
             dst: all(BufId::Recv),
         }]);
-    } else {
-        s.push(vec![Op::Copy {
-            src: all(BufId::Send),
-            dst: all(BufId::Recv),
-        }]);
+        cur = BufId::Recv;
     }
-    let mut cur = BufId::Recv;
     let mut mask = 1;
     while mask < pow2 {
         let partner = real(newrank ^ mask);
-        let other = if cur == BufId::Recv {
-            BufId::Scratch
-        } else {
+        // An exchange reads `cur` while it writes: never into the output
+        // from the input (they are one buffer in place), so the sums
+        // alternate scratch, output, scratch, ...
+        let other = if cur == BufId::Scratch {
             BufId::Recv
+        } else {
+            BufId::Scratch
         };
         let mut ops = vec![
             Op::Send {
@@ -68,16 +69,17 @@ pub fn rd_all_reduce(n: usize, r: usize, count: usize) -> Schedule {
         }
         s.push(ops);
     }
-    if pow2 == 1 {
-        s.push(vec![Op::Finalize {
-            region: all(BufId::Recv),
-        }]);
-    }
     let mut tail = Vec::new();
     if cur != BufId::Recv {
         tail.push(Op::Copy {
             src: all(cur),
             dst: all(BufId::Recv),
+        });
+    }
+    if pow2 == 1 {
+        // One rank: the copy runs first in the step, then the finalize.
+        tail.push(Op::Finalize {
+            region: all(BufId::Recv),
         });
     }
     if r < 2 * rem {
