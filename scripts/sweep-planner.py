@@ -115,7 +115,7 @@ def sweep_local(args, failures):
                 # same algorithm forced (rd at 64 B on shm2).
                 k = rep % len(variants)
                 for v in variants[k:] + variants[:k]:
-                    cmd = [COMMBENCH, op, *sizes, "-n", str(args.iters), "-w", "2", "--np", str(np_)]
+                    cmd = [COMMBENCH, op, *sizes, "-n", str(args.iters), "-w", str(args.warmup), "--np", str(np_)]
                     if v != "default":
                         cmd += ["--algo", v]
                     try:
@@ -152,7 +152,7 @@ def sweep_testbed(args, failures):
                 path = f.name
             cmd = bed + [
                 "commbench", "all_reduce", "-b", "64K", "-e", "16M", "-f", "16",
-                "-n", str(args.iters), "-w", "2", "--json", path,
+                "-n", str(args.iters), "-w", str(args.warmup), "--json", path,
             ]
             if v != "default":
                 cmd += ["--algo", v]
@@ -204,6 +204,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=10,
+                    help="warm-up operations per size: a size's first 5-10 out-of-place rd "
+                         "operations on 2 ranks run 3-4x slower than the rest (docs/PERF.md §16)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--ops", nargs="+", default=list(FORCED), choices=list(FORCED))
     ap.add_argument("--testbed", action="store_true", help="also the 4 x 2 test bed (root)")

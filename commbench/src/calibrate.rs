@@ -191,6 +191,53 @@ fn local_reduce_rate(comm: &Communicator, size: usize, iters: usize) -> sncl::Re
     Ok((comm.rank() == 0).then_some((REDUCE_PASSES * len * 4) as f64 / t))
 }
 
+/// Latency of one step of a collective inside a node, µs: an 8-byte ring
+/// all-reduce (2 (m − 1) steps) among the m ranks of each node, all nodes
+/// at once, after [`STEP_WARMUP`] operations; median over `iters` batches
+/// of [`STEP_BATCH`] operations, on rank 0 (`None` elsewhere, and where
+/// rank 0's node has one rank). Unlike the ping-pong between two ranks
+/// while the others wait, every rank is busy, as in a collective: where a
+/// node runs more ranks than cores, each step waits for the scheduler
+/// (measured on 2 cores, 4 ranks over TCP: 30–50 µs a step against a
+/// 3 µs ping-pong), which the planner must price to choose between a ring
+/// and recursive doubling.
+fn collective_step_latency(
+    comm: &Communicator,
+    topo: &comm_core::topo::Topology,
+    iters: usize,
+) -> sncl::Result<Option<f64>> {
+    let node = topo.node_of[comm.rank()];
+    let Some(local) = comm.split(Some(node as u32), comm.rank() as i64)? else {
+        return Ok(None);
+    };
+    let m = local.size();
+    if m < 2 {
+        return Ok(None);
+    }
+    local.force_algorithm(sncl::Collective::AllReduce, Some("ring"))?;
+    let mut v = [1.0f32; 2];
+    for _ in 0..STEP_WARMUP {
+        local.all_reduce_in_place(&mut v, sncl::ReduceOp::Max)?;
+    }
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        comm.barrier()?;
+        let t = Instant::now();
+        for _ in 0..STEP_BATCH {
+            local.all_reduce_in_place(&mut v, sncl::ReduceOp::Max)?;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e6 / (STEP_BATCH * 2 * (m - 1)) as f64);
+    }
+    comm.barrier()?;
+    Ok((comm.rank() == 0).then(|| median(times)))
+}
+
+/// Operations before the step latency is timed (a new size's first few
+/// operations run slower; see docs/PERF.md §16).
+const STEP_WARMUP: usize = 20;
+/// Operations per timed batch of the step latency.
+const STEP_BATCH: usize = 50;
+
 /// Largest accepted ratio of the fit's intercept to the 8-byte half round trip.
 const INTERCEPT_MAX_RATIO: f64 = 8.0;
 
@@ -206,10 +253,20 @@ fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
     let intra_peer = local0.get(1).copied();
     let other = (0..topo.nnodes()).find(|&k| k != my_node);
     let inter_peer = other.map(|k| topo.nodes[k][0]);
-    let intra = match intra_peer {
+    let mut intra = match intra_peer {
         Some(p) => Some(fit(comm, 0, p, a.size, a.iters)?),
         None => None,
     };
+    let step = collective_step_latency(comm, &topo, a.iters)?;
+    if let (Some(l), Some(step)) = (intra.as_mut(), step) {
+        if comm.rank() == 0 {
+            eprintln!(
+                "# calibrate: a step of an 8-byte ring all-reduce on each node: {step:.1} us (ping-pong latency {:.1} us); the larger is intra.latency",
+                l.alpha_us
+            );
+        }
+        l.alpha_us = l.alpha_us.max(step);
+    }
     let inter = match inter_peer {
         Some(p) => Some(fit(comm, 0, p, a.size, a.iters)?),
         None => None,
