@@ -232,8 +232,8 @@ fn collective_step_latency(
     Ok((comm.rank() == 0).then(|| median(times)))
 }
 
-/// Operations before the step latency is timed (a new size's first few
-/// operations run slower; see docs/PERF.md §16).
+/// Operations before the step latency is timed (connections and caches
+/// warm).
 const STEP_WARMUP: usize = 20;
 /// Operations per timed batch of the step latency.
 const STEP_BATCH: usize = 50;
