@@ -134,9 +134,11 @@ fn fit(
         // back to the full message's time less the small round trip, so the
         // file never says an infinite bandwidth.
         let bw = size as f64 / (full - small / 2.0).max(1e-3);
-        speaks.then(|| eprintln!(
-            "# calibrate: ranks {a} -> {b}: {full:.1} us for {size} B is not above {half:.1} us for half of it (noise); bandwidth from the full message"
-        ));
+        if speaks {
+            note(&format!(
+                "# calibrate: ranks {a} -> {b}: {full:.1} us for {size} B is not above {half:.1} us for half of it (noise); bandwidth from the full message"
+            ));
+        }
         return Ok(LinkCost {
             alpha_us: (small / 2.0).max(0.0),
             bytes_per_us: bw,
@@ -148,14 +150,18 @@ fn fit(
     // Beyond INTERCEPT_MAX_RATIO x the half round trip, trust the latter.
     let half_rtt = (small / 2.0).max(0.0);
     let alpha = if intercept > INTERCEPT_MAX_RATIO * half_rtt.max(1.0) {
-        speaks.then(|| eprintln!(
-            "# calibrate: ranks {a} -> {b}: fit intercept {intercept:.1} us > {INTERCEPT_MAX_RATIO} x half round trip {half_rtt:.1} us; using the half round trip"
-        ));
+        if speaks {
+            note(&format!(
+                "# calibrate: ranks {a} -> {b}: fit intercept {intercept:.1} us > {INTERCEPT_MAX_RATIO} x half round trip {half_rtt:.1} us; using the half round trip"
+            ));
+        }
         half_rtt
     } else {
         intercept.max(half_rtt)
     };
-    speaks.then(|| eprintln!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us"));
+    if speaks {
+        note(&format!("# calibrate: ranks {a} -> {b}: half round trip {half_rtt:.1} us, fit intercept {intercept:.1} us"));
+    }
     Ok(LinkCost {
         alpha_us: alpha,
         bytes_per_us: 1.0 / slope,
@@ -238,6 +244,15 @@ const STEP_WARMUP: usize = 20;
 /// Operations per timed batch of the step latency.
 const STEP_BATCH: usize = 50;
 
+/// Writes one diagnostic line to stderr in a single write, so that the
+/// lines of ranks sharing the launcher's stderr (`--np`) do not interleave.
+fn note(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(format!("{line}\n").as_bytes());
+}
+
 /// Largest accepted ratio of the fit's intercept to the 8-byte half round trip.
 const INTERCEPT_MAX_RATIO: f64 = 8.0;
 
@@ -260,10 +275,10 @@ fn run(a: &CalibrateArgs, comm: &Communicator) -> sncl::Result<()> {
     let step = collective_step_latency(comm, &topo, a.iters)?;
     if let (Some(l), Some(step)) = (intra.as_mut(), step) {
         if comm.rank() == 0 {
-            eprintln!(
+            note(&format!(
                 "# calibrate: a step of an 8-byte ring all-reduce on each node: {step:.1} us (ping-pong latency {:.1} us); the larger is intra.latency",
                 l.alpha_us
-            );
+            ));
         }
         l.alpha_us = l.alpha_us.max(step);
     }
