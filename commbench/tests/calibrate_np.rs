@@ -4,12 +4,7 @@
 
 use std::process::Command;
 
-fn value(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .find(|(k, _)| k.trim() == key)
-        .map(|(_, v)| v.trim().to_string())
-}
+use comm_core::topofile::TierSpec;
 
 #[test]
 fn calibrate_np_writes_the_intra_tier_of_one_node() {
@@ -34,22 +29,16 @@ fn calibrate_np_writes_the_intra_tier_of_one_node() {
         );
         let text = std::fs::read_to_string(&path).expect("the topology file");
         let _ = std::fs::remove_file(&path);
-        let latency = value(&text, "intra.latency").expect("intra.latency");
-        let us: f64 = latency
-            .strip_suffix("us")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("intra.latency = {latency:?}"));
+        // Read as the planner reads it (SNCL_TOPO_FILE).
+        let spec = TierSpec::parse(&text, "calibrate --np output")
+            .unwrap_or_else(|e| panic!("{transport}: {e}\n{text}"));
+        let intra = spec.intra.expect("intra.latency and intra.bandwidth");
+        let us = intra.alpha_us;
         assert!(us > 0.0 && us < 1e5, "{transport}: intra.latency {us} us");
-        let bw: f64 = value(&text, "intra.bandwidth")
-            .and_then(|v| v.parse().ok())
-            .expect("intra.bandwidth");
+        let bw = intra.bytes_per_us * 1e6;
         assert!(bw > 1e6, "{transport}: intra.bandwidth {bw} B/s");
-        assert_eq!(value(&text, "nodes").as_deref(), Some("1"), "{text}");
-        assert_eq!(
-            value(&text, "ranks_per_node").as_deref(),
-            Some("2"),
-            "{text}"
-        );
+        assert_eq!(spec.cluster.nodes, Some(1), "{text}");
+        assert_eq!(spec.cluster.ranks_per_node, Some(2), "{text}");
         assert!(
             !text.contains("inter."),
             "{transport}: an inter tier on one node:\n{text}"
