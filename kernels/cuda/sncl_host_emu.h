@@ -137,4 +137,17 @@ inline void sncl_host_launch_blocks(unsigned int grid, unsigned int block, Kerne
   }
 }
 
+// Runs `kernel()` for block `b` alone of a grid x block launch on this OS
+// thread (the strict driver model runs the blocks of one launch on threads
+// of their own, as co-resident blocks run on a GPU).
+template <typename Kernel>
+inline void sncl_host_launch_one_block(unsigned int grid, unsigned int block, unsigned int b,
+                                       Kernel kernel) {
+  gridDim = dim3{grid, 1, 1};
+  blockDim = dim3{block, 1, 1};
+  blockIdx = dim3{b, 0, 0};
+  threadIdx = dim3{0, 0, 0};
+  kernel();
+}
+
 #endif  // SNCL_HOST_EMU_H

@@ -88,18 +88,34 @@ unsigned long long sncl_host_direct_args_size(void) { return sizeof(SnclDirectAr
 // one after the other, each block's phases over its threads; the kernel
 // waits on its peers' processes through the flags). Returns 0, -1 for an
 // unknown kernel, -2 for a bad launch shape or bad arguments.
+static bool sncl_host_direct_args_ok(const SnclDirectArgs* args, unsigned int grid,
+                                     unsigned int block) {
+  return !(grid == 0 || grid > SNCL_DIRECT_MAX_BLOCKS || block == 0 || args->nranks < 2 ||
+           args->nranks > SNCL_DIRECT_MAX_RANKS || args->rank < 0 ||
+           args->rank >= args->nranks || (args->algo != 1 && args->algo != 2) ||
+           args->epoch == 0 || (args->algo == 1 && args->in_place && args->scratch == nullptr));
+}
+
 int sncl_host_direct(const char* name, const SnclDirectArgs* args, unsigned int grid,
                      unsigned int block) {
   const SnclDirectFn fn = find(kDirectKernels, name);
   if (fn == nullptr) return -1;
-  if (grid == 0 || grid > SNCL_DIRECT_MAX_BLOCKS || block == 0 || args->nranks < 2 ||
-      args->nranks > SNCL_DIRECT_MAX_RANKS || args->rank < 0 || args->rank >= args->nranks ||
-      (args->algo != 1 && args->algo != 2) || args->epoch == 0 ||
-      (args->algo == 1 && args->in_place && args->scratch == nullptr)) {
-    return -2;
-  }
+  if (!sncl_host_direct_args_ok(args, grid, block)) return -2;
   const SnclDirectArgs a = *args;
   sncl_host_launch_blocks(grid, block, [&] { fn(a); });
+  return 0;
+}
+
+// Runs block `b` alone of direct all-reduce kernel `name` (the strict driver
+// model runs each block on a thread of its own). Returns as sncl_host_direct,
+// and -2 also for b >= grid.
+int sncl_host_direct_block(const char* name, const SnclDirectArgs* args, unsigned int grid,
+                           unsigned int block, unsigned int b) {
+  const SnclDirectFn fn = find(kDirectKernels, name);
+  if (fn == nullptr) return -1;
+  if (!sncl_host_direct_args_ok(args, grid, block) || b >= grid) return -2;
+  const SnclDirectArgs a = *args;
+  sncl_host_launch_one_block(grid, block, b, [&] { fn(a); });
   return 0;
 }
 
