@@ -418,3 +418,15 @@ fn run_blocks(st: &Stream, l: &Launch) -> i32 {
     });
     statuses.into_iter().find(|s| *s != 0).unwrap_or(0)
 }
+
+/// Holds device `device`'s time slice for this process until the guard
+/// drops, as a running kernel does (tests of the no-MPS rule).
+pub fn hold_time_slice(device: usize) -> impl Drop {
+    let (h, s) = crate::stream::STREAMS.insert_with(|h| {
+        let ctx = context::current().expect("a current context");
+        Arc::new(crate::stream::Stream::for_context(h, &ctx))
+    });
+    let _ = crate::stream::STREAMS.remove(h);
+    let _ = device;
+    take_slice(&s)
+}

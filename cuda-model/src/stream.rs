@@ -170,6 +170,17 @@ impl Stream {
         }
     }
 
+    /// A blocking stream of `ctx` not registered with it (tests).
+    pub fn for_context(handle: u64, ctx: &Context) -> Stream {
+        Stream::new(
+            handle,
+            ctx,
+            Kind::User {
+                non_blocking: false,
+            },
+        )
+    }
+
     /// A name for reports: `stream 0x5e0000000010 (non-blocking, device 0)`.
     pub fn label(&self) -> String {
         let kind = match self.kind {
