@@ -20,10 +20,8 @@ fn calls_without_a_current_context_fail() {
         assert_eq!(r, CUDA_ERROR_INVALID_CONTEXT);
         let mut s = std::ptr::null_mut();
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { cuStreamCreate(&mut s, 0) },
-            CUDA_ERROR_INVALID_CONTEXT
-        );
+        let r = unsafe { cuStreamCreate(&mut s, 0) };
+        assert_eq!(r, CUDA_ERROR_INVALID_CONTEXT);
         // Push / pop: the pushed context is current until popped.
         let mut ctx = std::ptr::null_mut();
         // SAFETY: live out-pointers; the context came from the driver.
@@ -303,11 +301,10 @@ fn ipc_handles_name_whole_allocations_and_refuse_their_own_process() {
         .iter()
         .map(|b| format!("{:02x}", *b as u8))
         .collect();
-    // SAFETY: `base` holds 64 KiB; pageable source, synchronous copy.
     let data: Vec<u8> = (0..1u32 << 16).map(|i| (i % 251) as u8).collect();
-    ok("fill", unsafe {
-        cuMemcpyHtoD_v2(base, data.as_ptr().cast(), data.len())
-    });
+    // SAFETY: `base` holds 64 KiB; pageable source, synchronous copy.
+    let r = unsafe { cuMemcpyHtoD_v2(base, data.as_ptr().cast(), data.len()) };
+    ok("fill", r);
     let (o, _) = run_child("ipc_child_opens", &[("IPC_HANDLE", &hex)]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
@@ -560,8 +557,8 @@ fn kernels_run_the_host_build_by_name() {
             "a function of an unloaded module"
         );
     }
-    for i in 0..n {
-        assert_eq!(out[i], 1.5 * i as f32, "element {i}");
+    for (i, v) in out.iter().enumerate() {
+        assert_eq!(*v, 1.5 * i as f32, "element {i}");
     }
 }
 
