@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/driver_env.rs"]
+mod driver_env;
+
+use driver_env::{cuda_include, manifest_dir, model_library};
+
 /// The wall-clock limit of one program run.
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -26,11 +31,6 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// The crate's directory.
-fn manifest_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Whether `cc` runs; the reason when not.
 fn find_cc() -> Result<(), String> {
     match Command::new("cc").arg("--version").output() {
@@ -38,52 +38,6 @@ fn find_cc() -> Result<(), String> {
         Ok(o) => Err(format!("`cc --version` failed: {}", o.status)),
         Err(e) => Err(format!("no C compiler `cc`: {e}")),
     }
-}
-
-/// The directory holding `cuda.h`, from `scripts/cuda-wheels.sh`.
-fn cuda_include() -> Result<PathBuf, String> {
-    let script = manifest_dir().join("../scripts/cuda-wheels.sh");
-    let o = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    if !o.status.success() {
-        return Err(format!("{} failed: {}", script.display(), o.status));
-    }
-    let text = String::from_utf8_lossy(&o.stdout);
-    let dir = text
-        .lines()
-        .find_map(|l| l.strip_prefix("CUDA_INCLUDE="))
-        .map(PathBuf::from)
-        .ok_or_else(|| format!("{} printed no CUDA_INCLUDE=", script.display()))?;
-    if !dir.join("cuda.h").is_file() {
-        return Err(format!("no cuda.h in {}", dir.display()));
-    }
-    Ok(dir)
-}
-
-/// The model's cdylib: `target/<profile>/libcuda_model.so` (or its copy
-/// in `deps/`), found from this test binary's path,
-/// `target/<profile>/deps/c_programs-HASH`.
-fn model_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let deps = exe.parent().expect("the test binary's directory");
-    let profile = deps.parent().expect("the target profile directory");
-    let candidates = [
-        profile.join("libcuda_model.so"),
-        deps.join("libcuda_model.so"),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "the model's cdylib is missing (looked for {:?}); build it with \
-                 `cargo build -p cuda-model`",
-                candidates
-            )
-        })
 }
 
 /// Builds `tests/c/<name>.c` into a fresh directory for `test` (tests run

@@ -569,7 +569,8 @@ fn kernels_of_two_processes_do_not_overlap_without_mps() {
         setup();
         // Hold the device's time slice as a running kernel does, 1.5 s.
         let hold = cuda_model::launch::hold_time_slice(0);
-        std::thread::sleep(Duration::from_millis(1500));
+        println!("\nholding the time slice");
+        std::thread::sleep(Duration::from_millis(3000));
         drop(hold);
         return;
     }
@@ -579,10 +580,17 @@ fn kernels_of_two_processes_do_not_overlap_without_mps() {
             .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, NAME)
             .env("CUDA_MODEL_MPS", mps)
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("spawn");
-        std::thread::sleep(Duration::from_millis(500));
+        // Start the timed kernel once the holder holds the slice.
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            holder.stdout.take().expect("piped"),
+        ));
+        assert!(
+            lines.any(|l| l.map(|l| l.contains("holding")).unwrap_or(false)),
+            "the holder never took the time slice"
+        );
         let (o, took) = run_child("timed_kernel", &[("CUDA_MODEL_MPS", mps)]);
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(holder.wait().expect("wait").success());
