@@ -273,8 +273,3 @@ pub fn destroy(graph: u64) -> Res<()> {
 pub fn exec_destroy(exec: u64) -> Res<()> {
     EXECS.remove(exec).map(|_| ())
 }
-
-/// The number of operations in a graph (tests).
-pub fn len(graph: u64) -> Res<usize> {
-    Ok(GRAPHS.get(graph)?.ops.len())
-}

@@ -310,6 +310,7 @@ fn ipc_handles_name_whole_allocations_and_refuse_their_own_process() {
 }
 
 #[test]
+#[ignore = "the child process of ipc_handles_name_whole_allocations_and_refuse_their_own_process"]
 fn ipc_child_opens() {
     if !is_child("ipc_child_opens") {
         return; // run by the test above, in a process of its own
@@ -577,7 +578,13 @@ fn kernels_of_two_processes_do_not_overlap_without_mps() {
     for (mps, overlap) in [("0", false), ("1", true)] {
         let exe = std::env::current_exe().expect("exe");
         let mut holder = std::process::Command::new(exe)
-            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                NAME,
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                "--include-ignored",
+            ])
             .env(CHILD, NAME)
             .env("CUDA_MODEL_MPS", mps)
             .stdout(std::process::Stdio::piped())
@@ -613,6 +620,7 @@ fn kernels_of_two_processes_do_not_overlap_without_mps() {
 }
 
 #[test]
+#[ignore = "the child process of kernels_of_two_processes_do_not_overlap_without_mps"]
 fn timed_kernel() {
     if !is_child("timed_kernel") {
         return; // run by the test above

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_uint, c_void};
 use cudarc::driver::sys::CUipcMemHandle;
 
 use super::{h, out, ptr, run};
-use crate::memory::{self, Kind};
+use crate::memory;
 use crate::stream::{self, Op, Stream};
 use crate::{context, ipc, report, sync, CUresult, Res};
 
@@ -622,12 +622,4 @@ pub unsafe extern "C" fn cuIpcCloseMemHandle(p: u64) -> CUresult {
         report::event("ipc_closes");
         Ok(())
     })
-}
-
-/// Whether `p` is device memory the model knows (tests).
-pub fn is_device(p: u64) -> bool {
-    matches!(
-        memory::find(p).map(|r| r.kind),
-        Some(Kind::Device { .. } | Kind::Ipc { .. })
-    )
 }

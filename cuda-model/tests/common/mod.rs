@@ -113,10 +113,16 @@ pub fn is_child(name: &str) -> bool {
 pub fn run_child(name: &str, env: &[(&str, &str)]) -> (Output, Duration) {
     let exe = std::env::current_exe().expect("the test binary");
     let mut cmd = Command::new(exe);
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, name)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.args([
+        name,
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .env(CHILD, name)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -133,6 +139,11 @@ pub fn run_child(name: &str, env: &[(&str, &str)]) -> (Output, Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("child output");
+    // A child that ran no test (a filtered-out name) must not pass for one.
+    if out.status.success() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("1 passed"), "the child ran no test {name}: {text}");
+    }
     (out, start.elapsed())
 }
 
