@@ -142,7 +142,10 @@ pub fn run_child(name: &str, env: &[(&str, &str)]) -> (Output, Duration) {
     // A child that ran no test (a filtered-out name) must not pass for one.
     if out.status.success() {
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("1 passed"), "the child ran no test {name}: {text}");
+        assert!(
+            text.contains("1 passed"),
+            "the child ran no test {name}: {text}"
+        );
     }
     (out, start.elapsed())
 }
