@@ -152,14 +152,18 @@ pub fn elapsed(start: u64, end: u64) -> Res<f32> {
     if a.flags & DISABLE_TIMING != 0 || b.flags & DISABLE_TIMING != 0 {
         return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
     }
-    let when = |e: &Event| -> Res<Instant> {
-        let r = lock(&e.last)
+    // cuda.h, cuEventElapsedTime: "If cuEventRecord() has not been called
+    // on either event then CUDA_ERROR_INVALID_HANDLE is returned. If
+    // cuEventRecord() has been called on both events but one or both of
+    // them has not yet been completed ... CUDA_ERROR_NOT_READY".
+    let record = |e: &Event| {
+        lock(&e.last)
             .clone()
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-        let at = *lock(&r.at);
-        at.ok_or(CUresult::CUDA_ERROR_NOT_READY)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
     };
-    let (ta, tb) = (when(&a)?, when(&b)?);
+    let (ra, rb) = (record(&a)?, record(&b)?);
+    let when = |r: &Record| -> Res<Instant> { lock(&r.at).ok_or(CUresult::CUDA_ERROR_NOT_READY) };
+    let (ta, tb) = (when(&ra)?, when(&rb)?);
     let ms = if tb >= ta {
         (tb - ta).as_secs_f64() * 1e3
     } else {

@@ -155,6 +155,25 @@ fn allocation_and_free_synchronise_the_device() {
         // SAFETY: a live out-pointer.
         unsafe { cuMemHostAlloc(&mut p, 64, 2) }
     });
+    let mut pinned = std::ptr::null_mut();
+    // SAFETY: a live out-pointer.
+    ok("cuMemHostAlloc", unsafe {
+        cuMemHostAlloc(&mut pinned, 64, 0)
+    });
+    let pinned = pinned as usize;
+    // SAFETY: from cuMemHostAlloc, freed once.
+    blocks_until_released("cuMemFreeHost", move || unsafe {
+        cuMemFreeHost(pinned as *mut _)
+    });
+    let page = Box::leak(vec![0u8; 8192].into_boxed_slice()).as_mut_ptr() as usize;
+    // SAFETY: 8 KiB of live memory, registered once then unregistered once.
+    blocks_until_released("cuMemHostRegister", move || unsafe {
+        cuMemHostRegister_v2(page as *mut _, 8192, 0)
+    });
+    // SAFETY: as above.
+    blocks_until_released("cuMemHostUnregister", move || unsafe {
+        cuMemHostUnregister(page as *mut _)
+    });
     // SAFETY: no arguments.
     blocks_until_released("cuCtxSynchronize", || unsafe { cuCtxSynchronize() });
 }
@@ -405,6 +424,15 @@ fn pointer_attributes_describe_known_memory_only() {
 
 #[test]
 fn captures_record_work_and_forbid_unsafe_calls() {
+    // A GLOBAL capture refuses unsafe calls of every thread of the process
+    // (and is invalidated by them): alone in a child, not beside the
+    // other tests.
+    let name = "captures_record_work_and_forbid_unsafe_calls";
+    if !is_child(name) {
+        let (o, _) = run_child(name, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        return;
+    }
     setup();
     let s = stream(true);
     let (w, d) = host_word();
