@@ -53,6 +53,10 @@ pub struct Args {
     /// Launch N local ranks as processes.
     #[arg(long = "np")]
     pub np: Option<usize>,
+    /// Run N ranks as threads of this one process (one communicator per
+    /// thread, as nccl-tests' -t with one process); excludes --np.
+    #[arg(short = 't', long = "threads", conflicts_with = "np")]
+    pub threads: Option<usize>,
     // Help generated from the algorithm table (see `algo_help`).
     #[arg(long = "algo", help = algo_help())]
     pub algo: Option<String>,

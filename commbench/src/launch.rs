@@ -154,6 +154,43 @@ impl Watch {
     }
 }
 
+/// Runs `threads` ranks as threads of this process (each with its own
+/// communicator, `Communicator::init_threads`); the exit code is the worst
+/// of theirs. A rank that fails makes its peers fail at their deadline.
+pub fn launch_threads(
+    threads: usize,
+    rank: impl Fn(&Communicator) -> sncl::Result<bool> + Sync,
+) -> ExitCode {
+    if threads == 0 || threads > comm_core::MAX_RANKS {
+        eprintln!(
+            "commbench: --threads must be 1 to {} ranks",
+            comm_core::MAX_RANKS
+        );
+        return ExitCode::from(2);
+    }
+    let comms = match sncl::Config::from_env()
+        .and_then(|config| Communicator::init_threads(threads, config))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("commbench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let rank = &rank;
+    let worst = std::thread::scope(|scope| {
+        let runs: Vec<_> = comms
+            .iter()
+            .map(|comm| scope.spawn(move || crate::outcome(rank(comm))))
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or(1))
+            .max()
+            .unwrap_or(0)
+    });
+    ExitCode::from(worst)
+}
+
 /// Runs `np` ranks: 1..np as processes, 0 here; the exit code is the worst
 /// of theirs.
 pub fn launch_local(

@@ -1,8 +1,9 @@
 //! commbench: nccl-tests-style benchmark for sncl.
 //!
 //! `commbench all_reduce -b 8 -e 64M -f 2 --np 4` launches 4 local ranks as
-//! processes; without `--np` it runs as one rank of a job started by
-//! torchrun, mpirun, srun or `SNCL_*` variables.
+//! processes, `--threads 4` as threads of one process; without either it
+//! runs as one rank of a job started by torchrun, mpirun, srun or `SNCL_*`
+//! variables.
 
 mod args;
 mod calibrate;
@@ -93,6 +94,9 @@ fn main() -> ExitCode {
     }
     if let Some(np) = args.np {
         return launch::launch_local(np, |comm| run(&args, comm, &notes));
+    }
+    if let Some(threads) = args.threads {
+        return launch::launch_threads(threads, |comm| run(&args, comm, &notes));
     }
     ExitCode::from(outcome(
         Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),

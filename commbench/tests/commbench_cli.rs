@@ -71,6 +71,32 @@ fn sweep_skips_inapplicable_pairs_with_a_comment() {
 }
 
 #[test]
+fn ranks_as_threads_of_one_process() {
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "--threads",
+        "3",
+        "-b",
+        "8",
+        "-e",
+        "4K",
+        "-f",
+        "8",
+        "-n",
+        "2",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("3 ranks"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    assert_eq!(rows, 4, "rows of 8 B, 64 B, 512 B and 4 KiB: {out}");
+    let (code, _, err) = commbench(&["all_reduce", "--threads", "2", "--np", "2"]);
+    assert_eq!(code, Some(2), "--threads with --np: {err}");
+}
+
+#[test]
 fn sendrecv_on_one_rank() {
     let (code, out, err) = commbench(&[
         "sendrecv", "--np", "1", "-b", "8", "-e", "1M", "-f", "4", "-n", "3",
