@@ -181,9 +181,9 @@ pub(crate) struct Inner {
     pub _server: Option<TcpStoreServer>,
     /// Peers this rank saw fail (named by a failed operation).
     pub failed: Mutex<std::collections::BTreeSet<usize>>,
-    /// Where every rank's standby listener listens (see [`Standby`]).
+    /// Where every rank's standby store listens (see [`Standby`]).
     pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
-    /// This rank's standby listener, and the store it became.
+    /// This rank's standby store (gone once a shrunk communicator took it).
     pub standby: Mutex<Standby>,
     /// Shrinks and agreements started on this communicator.
     pub shrinks: AtomicU64,
@@ -194,15 +194,14 @@ pub(crate) struct Inner {
     pub windows: Mutex<window::Windows>,
 }
 
-/// A listening socket every rank opens at creation and publishes with its
-/// connection info, so that a survivor can serve a new rendezvous store
-/// after a failure (the parent's store may have died with rank 0) at an
-/// address every rank already knows: nothing is exchanged after the loss.
-/// Connections wait in its backlog until the store serves them.
+/// A store every rank serves from creation and publishes with its
+/// connection info, so that after a failure (the parent's store may have
+/// died with rank 0) the survivors agree and rendezvous at addresses every
+/// rank already knows: nothing is exchanged after the loss. Serving from
+/// the start (not only once recovery begins) keeps a live rank answering
+/// while strangers fill its backlog.
 pub(crate) enum Standby {
-    /// Not yet needed.
-    Listening(std::net::TcpListener),
-    /// Serving a store (started by `agree_on_failed` or `shrink`).
+    /// Serving.
     Serving(TcpStoreServer),
     /// Handed to a shrunk communicator (or never had one).
     Gone,
@@ -224,7 +223,7 @@ pub(crate) struct InnerParts {
     pub secret: [u8; 16],
     pub local_ip: std::net::IpAddr,
     pub server: Option<TcpStoreServer>,
-    pub standby: Option<std::net::TcpListener>,
+    pub standby: Option<TcpStoreServer>,
     pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
 }
 
@@ -293,7 +292,7 @@ impl Inner {
             _server: p.server,
             failed: Mutex::new(Default::default()),
             standby_addrs: p.standby_addrs,
-            standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Listening)),
+            standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Serving)),
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
             device: std::sync::OnceLock::new(),

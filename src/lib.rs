@@ -48,6 +48,7 @@ pub mod device;
 /// The cudarc crate sncl's `cuda` feature works with (same version).
 #[cfg(feature = "cuda")]
 pub use cudarc;
+mod agree;
 mod element;
 mod flight;
 mod logging;

@@ -45,7 +45,7 @@ pub fn node_identity(config: &Config) -> String {
 struct RankInfo {
     card: RankCard,
     digest: String,
-    /// The standby listener (see `crate::comm::Standby`); a record without
+    /// The standby store's address (see `crate::comm::Standby`); a record without
     /// one (an older writer) leaves it out.
     standby: Option<SocketAddr>,
 }
@@ -182,18 +182,17 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         })?,
         None => local_ip,
     };
-    // The standby listener: where this rank would serve a new store for a
-    // shrink (see `crate::comm::Standby`).
-    let standby = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::Io {
+    // The standby store: served from creation on, so that recovery
+    // (agree_on_failed, shrink) finds every live rank answering, however
+    // many strangers connect (the server's handshakes are bounded and the
+    // oldest unauthenticated connection is dropped first); see
+    // `crate::comm::Standby`.
+    let standby = TcpStoreServer::start(SocketAddr::new(ip, 0), secret).map_err(|e| Error::Io {
         rank,
-        context: format!("binding the standby store listener on {ip}"),
+        context: format!("starting the standby store on {ip}"),
         source: e,
     })?;
-    let standby_addr = standby.local_addr().map_err(|e| Error::Io {
-        rank,
-        context: "reading the standby store listener's address".into(),
-        source: e,
-    })?;
+    let standby_addr = standby.local_addr();
     // Each kind's store namespace, and the context its setup sees.
     let kind_stores: Vec<PrefixStore<Arc<dyn Store>>> = registry::TRANSPORTS
         .iter()

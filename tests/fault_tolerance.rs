@@ -194,14 +194,10 @@ fn abort_unblocks_a_stuck_all_reduce_processes() {
 // ---------------------------------------------------------------------------
 // Kill one of 8, agree, shrink, all_reduce.
 
-/// Child side (Rust API): all_reduce until the failure, then
-/// agree_on_failed, shrink and one checked all_reduce on the survivors.
-#[test]
-fn child_shrink() {
-    if mode().as_deref() != Some("shrink") {
-        return;
-    }
-    let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
+/// A child rank's all_reduces until one fails: `READY rank R` after the
+/// first, `SNCL-ERROR rank R ...` at the failure (the parent waits for
+/// both).
+fn all_reduce_until_a_failure(c: &Communicator) {
     let r = c.rank();
     let mut v = vec![1f32; 1 << 14];
     let mut i = 0u64;
@@ -218,6 +214,20 @@ fn child_shrink() {
         assert!(start.elapsed() < Duration::from_secs(30), "no failure");
     };
     eprintln!("SNCL-ERROR rank {r} after {i} operations: {err}");
+}
+
+/// Child side (Rust API): all_reduce until the failure, then
+/// agree_on_failed, shrink and one checked all_reduce on the survivors.
+#[test]
+fn child_shrink() {
+    if mode().as_deref() != Some("shrink") {
+        return;
+    }
+    let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
+    let r = c.rank();
+    let standby = c.standby_store_addr().expect("a standby store");
+    eprintln!("STANDBY rank {r} {standby}");
+    all_reduce_until_a_failure(&c);
     let failed = c.agree_on_failed().unwrap_or_else(|e| panic!("agree: {e}"));
     assert_eq!(failed, vec![victim()], "rank {r}: agreed failed set");
     let s = c.shrink(&failed).unwrap_or_else(|e| panic!("shrink: {e}"));
@@ -230,6 +240,130 @@ fn child_shrink() {
 #[test]
 fn killed_rank_then_shrink_twenty_trials() {
     kill_and_shrink("child_shrink", "shrink", 20);
+}
+
+/// 128 idle connections on every rank's standby store (a full listen
+/// backlog, had the store not served it): the survivors still agree.
+/// `SNCL_TEST_FLOOD=4096` for the long form (the test process needs a
+/// descriptor per connection).
+#[test]
+fn killed_rank_then_shrink_under_a_connection_flood() {
+    kill_and_shrink_under(
+        "child_shrink",
+        "shrink",
+        20,
+        Attack::Flood(
+            std::env::var("SNCL_TEST_FLOOD").map_or(128, |v| v.parse().expect("SNCL_TEST_FLOOD")),
+        ),
+    );
+}
+
+/// The coordinator stopped for a second (under the timeout) right after
+/// the kill: slow is not dead, the survivors wait for it and agree.
+#[test]
+fn killed_rank_then_shrink_with_a_slow_coordinator() {
+    kill_and_shrink_under("child_shrink", "shrink", 8, Attack::Stop(1000));
+}
+
+/// Child side of the second-failure test: all_reduce until the first
+/// failure, then one agreement, printed (`AGREED [..]` or `AGREE-ERROR`).
+#[test]
+fn child_agree() {
+    if mode().as_deref() != Some("agree") {
+        return;
+    }
+    let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
+    all_reduce_until_a_failure(&c);
+    match c.agree_on_failed() {
+        Ok(set) => println!("AGREED {set:?}"),
+        Err(e) => println!("AGREE-ERROR {e}"),
+    }
+    // A survivor goes on (to shrink) rather than exit: a slower survivor
+    // may still be agreeing and reads the decision from the others.
+    std::thread::sleep(Duration::from_millis(TIMEOUT_MS));
+}
+
+/// A second rank dies while the survivors agree on the first (the
+/// coordinator in half the trials): every survivor returns the same set,
+/// or every survivor an error — never two answers.
+#[test]
+fn a_second_failure_during_agreement_gives_one_answer() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 8;
+    for trial in 0..10 {
+        let first = 3 + trial % 4;
+        // The coordinator (rank 0) in even trials, another rank in odd.
+        let second = if trial % 2 == 0 { 0 } else { 1 };
+        let delay = Duration::from_millis([0, 5, 20, 60, 150, 300][trial % 6]);
+        let env = [
+            (MODE_ENV, "agree".to_string()),
+            ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+            ("SNCL_ALGO", "all_reduce:ring".to_string()),
+            (
+                "SNCL_TRANSPORT",
+                if trial % 2 == 0 { "auto" } else { "tcp" }.to_string(),
+            ),
+        ];
+        let what =
+            format!("trial {trial}: rank {first} killed, then rank {second} after {delay:?}");
+        let mut ranks = spawn_job("child_agree", n, &env);
+        let ready = Instant::now() + Duration::from_secs(20);
+        for rp in ranks.iter_mut() {
+            assert!(
+                rp.wait_line("READY", ready),
+                "{what}: rank {} never got going",
+                rp.rank
+            );
+        }
+        ranks[first].child.kill().expect("SIGKILL");
+        let _ = ranks[first].child.wait();
+        let seen = Instant::now() + Duration::from_secs(10);
+        let watcher = (0..n)
+            .find(|k| *k != first && *k != second)
+            .expect("a survivor");
+        assert!(
+            ranks[watcher].wait_line("SNCL-ERROR", seen),
+            "{what}: no failure seen"
+        );
+        std::thread::sleep(delay);
+        ranks[second].child.kill().expect("SIGKILL");
+        let _ = ranks[second].child.wait();
+        assert!(
+            wait_all(&mut ranks, Instant::now() + Duration::from_secs(30)),
+            "{what}: a rank hung"
+        );
+        let answers: Vec<(usize, String)> = ranks
+            .iter_mut()
+            .filter(|rp| rp.rank != first && rp.rank != second)
+            .map(|rp| {
+                let text = rp.text();
+                let answer = text
+                    .lines()
+                    .find_map(|l| {
+                        // libtest may print "test child_agree ... " first.
+                        l.split_once("AGREED ")
+                            .map(|(_, set)| set.trim().to_string())
+                            .or_else(|| l.contains("AGREE-ERROR").then(|| "error".to_string()))
+                    })
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{what}: rank {} gave no answer:\n{}",
+                            rp.rank,
+                            tail(&text, 12)
+                        )
+                    });
+                (rp.rank, answer)
+            })
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> =
+            answers.iter().map(|(_, a)| a).collect();
+        eprintln!("{what}: {answers:?}");
+        assert_eq!(
+            distinct.len(),
+            1,
+            "{what}: the survivors answered differently: {answers:?}"
+        );
+    }
 }
 
 #[test]

@@ -74,6 +74,68 @@ pub fn check_shrunk(
 }
 
 pub fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
+    kill_and_shrink_under(child, mode, trials, Attack::None);
+}
+
+/// What else happens to a job while its survivors agree and shrink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attack {
+    /// Nothing: one rank is killed.
+    None,
+    /// This many idle TCP connections are held on every rank's standby
+    /// store from before the kill to the end (the child prints
+    /// `STANDBY rank R ADDR`).
+    Flood(usize),
+    /// The lowest survivor (the coordinator) is stopped (SIGSTOP) for this
+    /// many milliseconds right after the kill: slow, not dead.
+    Stop(u64),
+}
+
+/// The standby store address rank `rp` printed (`STANDBY rank R ADDR`).
+fn standby_addr(rp: &RankProc) -> std::net::SocketAddr {
+    let text = rp.text_so_far();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("STANDBY rank {} ", rp.rank)))
+        .and_then(|a| a.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "rank {} printed no standby address:\n{}",
+                rp.rank,
+                tail(&text, 10)
+            )
+        })
+}
+
+/// Holds `n` idle connections to every rank's standby store.
+fn flood(ranks: &[RankProc], n: usize) -> Vec<std::net::TcpStream> {
+    let mut held = Vec::new();
+    for rp in ranks.iter() {
+        let addr = standby_addr(rp);
+        for _ in 0..n {
+            if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                held.push(s);
+            }
+        }
+    }
+    eprintln!(
+        "flood: {} idle connections held on {} standby stores",
+        held.len(),
+        ranks.len()
+    );
+    held
+}
+
+/// Sends signal `sig` (`STOP`, `CONT`) to rank `rp`'s process.
+pub fn signal(rp: &RankProc, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([format!("-{sig}"), rp.child.id().to_string()])
+        .status()
+        .expect("kill(1)");
+    assert!(st.success(), "SIG{sig} to rank {}", rp.rank);
+}
+
+/// [`kill_and_shrink`] while `attack` happens.
+pub fn kill_and_shrink_under(child: &str, mode: &str, trials: usize, attack: Attack) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 8;
     let limit = Duration::from_millis(TIMEOUT_MS) + Duration::from_secs(2);
@@ -105,11 +167,21 @@ pub fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
                 panic!("{what}: rank {k} never got going:\n{}", tail(&text, 20));
             }
         }
+        let held = match attack {
+            Attack::Flood(n) => flood(&ranks, n),
+            _ => Vec::new(),
+        };
         std::thread::sleep(Duration::from_millis(50));
         ranks[v].child.kill().expect("SIGKILL");
         let died = Instant::now();
         // Reap it: a zombie still looks alive to a liveness check by pid.
         let _ = ranks[v].child.wait();
+        if let Attack::Stop(ms) = attack {
+            let coordinator = usize::from(v == 0);
+            signal(&ranks[coordinator], "STOP");
+            std::thread::sleep(Duration::from_millis(ms));
+            signal(&ranks[coordinator], "CONT");
+        }
         let mut problems = Vec::new();
         let mut slowest = Duration::ZERO;
         for rp in ranks.iter_mut().filter(|rp| rp.rank != v) {
@@ -124,6 +196,7 @@ pub fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
         }
         worst = worst.max(slowest);
         let all = wait_all(&mut ranks, Instant::now() + Duration::from_secs(20));
+        drop(held);
         eprintln!(
             "{what}: every survivor reported within {slowest:?}; shrunk in {:?}",
             died.elapsed()
@@ -143,5 +216,5 @@ pub fn kill_and_shrink(child: &str, mode: &str, trials: usize) {
         assert!(all || !problems.is_empty(), "{what}: a rank hung");
         assert!(problems.is_empty(), "{what}:\n{}", problems.join("\n"));
     }
-    eprintln!("{mode}: {trials} of {trials} trials shrank to 7 ranks; slowest failure report {worst:?} after the kill");
+    eprintln!("{mode} ({attack:?}): {trials} of {trials} trials shrank to 7 ranks; slowest failure report {worst:?} after the kill");
 }

@@ -198,6 +198,11 @@ impl RankProc {
         }
     }
 
+    /// The output so far (the process may still run).
+    pub fn text_so_far(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
     /// The whole output, once the process has exited and its pipes closed.
     pub fn text(&mut self) -> String {
         for h in self.readers.drain(..) {

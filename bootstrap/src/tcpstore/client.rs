@@ -315,6 +315,18 @@ impl TcpStore {
         self.root
     }
 
+    /// Whether the connection failed (a lost or timed-out reply): every
+    /// later request fails at once, so a caller that wants to go on must
+    /// connect again. A `get` that only waited past its own timeout does
+    /// not break the connection.
+    pub fn is_broken(&self) -> bool {
+        self.conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .broken
+            .is_some()
+    }
+
     /// The rank this store reports in errors.
     pub fn rank(&self) -> usize {
         self.rank
