@@ -84,15 +84,21 @@ pub(super) fn world_arg(what: &str, n: c_int) -> R<usize> {
     }
 }
 
-/// Checks that `count × mult` elements of `dtype` are addressable.
+/// Checks that `count × mult` elements of `dtype` are at most
+/// `comm_core::shape::MAX_MESSAGE_BYTES`.
 pub(super) fn span(what: &str, count: usize, mult: usize, dtype: DataType) -> R<usize> {
     count
         .checked_mul(mult)
         .filter(|e| {
             e.checked_mul(dtype.size())
-                .is_some_and(|b| b <= isize::MAX as usize)
+                .is_some_and(|b| b <= comm_core::shape::MAX_MESSAGE_BYTES)
         })
-        .ok_or_else(|| CError::invalid(format!("{what} of {count} × {mult} elements is too large")))
+        .ok_or_else(|| {
+            CError::invalid(format!(
+                "{what} of {count} × {mult} elements is too large: one operation moves at most {} bytes per buffer",
+                comm_core::shape::MAX_MESSAGE_BYTES
+            ))
+        })
 }
 
 /// Copies `n` counts from a C array.

@@ -52,8 +52,13 @@ unsafe fn common(
         .ok_or_else(|| CError::invalid(format!("unknown datatype {datatype}")))?;
     let bytes = count
         .checked_mul(dt.size())
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| CError::invalid(format!("{what} of {count} elements is too large")))?;
+        .filter(|&b| b <= comm_core::shape::MAX_MESSAGE_BYTES)
+        .ok_or_else(|| {
+            CError::invalid(format!(
+                "{what} of {count} elements is too large: one operation moves at most {} bytes",
+                comm_core::shape::MAX_MESSAGE_BYTES
+            ))
+        })?;
     if bytes > 0 && buf.is_null() {
         return Err(CError::invalid(format!("{what}: the buffer is NULL")));
     }

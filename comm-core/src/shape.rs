@@ -17,6 +17,13 @@ use crate::{DataType, ReduceOp};
 
 /// Why an operation's shape is not acceptable. The texts are the ones users
 /// see inside the caller's error (which names the rank and the operation).
+/// The largest buffer one operation reads or writes, in bytes (512 GiB:
+/// more than any accelerator's memory). A larger count is refused before
+/// anything is planned or allocated, so a wrong count (a corrupted
+/// argument, an element count passed as bytes twice over) is an error, not
+/// gigabytes of schedule.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 39;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
     /// A rooted collective's root is not a rank of the communicator.
@@ -27,8 +34,9 @@ pub enum ShapeError {
         /// Ranks in the communicator.
         nranks: usize,
     },
-    /// A buffer of `count × mult` elements would not be addressable.
-    #[error("{what} of {count} × {mult} elements is too large")]
+    /// A buffer of `count × mult` elements would exceed
+    /// [`MAX_MESSAGE_BYTES`] (or not be addressable).
+    #[error("{what} of {count} × {mult} elements is too large: one operation moves at most {MAX_MESSAGE_BYTES} bytes (512 GiB) per buffer")]
     TooLarge {
         /// The count's name ([`OpShape::count_name`]).
         what: &'static str,
@@ -127,7 +135,7 @@ impl OpShape {
         self.count
             .checked_mul(mult)
             .and_then(|e| e.checked_mul(self.dtype.size()))
-            .filter(|&b| b <= isize::MAX as usize)
+            .filter(|&b| b <= MAX_MESSAGE_BYTES)
             .map(|_| ())
             .ok_or(ShapeError::TooLarge {
                 what: self.count_name(),
@@ -318,8 +326,17 @@ mod tests {
         let big = OpShape::new(Collective::AllGather, F32, usize::MAX / 8, 4);
         assert_eq!(
             big.check().unwrap_err().to_string(),
-            format!("sendcount of {} × 4 elements is too large", usize::MAX / 8)
+            format!(
+                "sendcount of {} × 4 elements is too large: one operation moves at most \
+                 {MAX_MESSAGE_BYTES} bytes (512 GiB) per buffer",
+                usize::MAX / 8
+            )
         );
+        // The largest message passes; one element more does not.
+        let at_max = OpShape::new(Collective::AllReduce, F32, MAX_MESSAGE_BYTES / 4, 4);
+        at_max.check().unwrap();
+        let past = OpShape::new(Collective::AllReduce, F32, MAX_MESSAGE_BYTES / 4 + 1, 4);
+        assert!(past.check().is_err());
         let g = OpShape::new(Collective::Gather, F32, 3, 2).with_root(1);
         g.check_buffers(0, 3, 999).unwrap();
         assert_eq!(

@@ -169,7 +169,10 @@ pub fn choose_reducing(
     reduce_bytes_per_us: Option<f64>,
 ) -> Result<Plan> {
     let red = reduce_bytes_per_us.unwrap_or(0.0);
-    let chunk_elems = (chunk_bytes / elem_size.max(1)).max(1);
+    // The schedule's chunk; the costs below keep pricing the configured
+    // one (they differ only past MAX_PIPELINE_CHUNKS chunks, where the
+    // per-chunk latency no longer decides between algorithms).
+    let chunk_elems = (pipeline_chunk_bytes(bytes, chunk_bytes) / elem_size.max(1)).max(1);
     if let Some(a) = forced {
         return match algo::row(coll, a) {
             Some(_) => Ok(Plan {
@@ -199,6 +202,19 @@ pub fn choose_reducing(
         ))
     })?;
     Ok(Plan { algo, chunk_elems })
+}
+
+/// Pieces an operation's buffer is cut into for pipelining, at most: a
+/// schedule's steps (and its memory) grow with the pieces, so a larger
+/// operation gets larger pieces instead of more of them. Thousands of
+/// pieces pipeline as well as millions.
+pub const MAX_PIPELINE_CHUNKS: usize = 4096;
+
+/// The pipeline chunk of an operation of `bytes`: `chunk_bytes`
+/// (`SNCL_CHUNK_BYTES`), grown so that the buffer makes at most
+/// [`MAX_PIPELINE_CHUNKS`] chunks.
+pub fn pipeline_chunk_bytes(bytes: usize, chunk_bytes: usize) -> usize {
+    chunk_bytes.max(bytes.div_ceil(MAX_PIPELINE_CHUNKS))
 }
 
 /// Time in µs that local reductions add to `algo`'s cost for `coll`

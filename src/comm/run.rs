@@ -301,13 +301,14 @@ impl Inner {
             .count
             .checked_mul(n)
             .and_then(|e| e.checked_mul(op.dtype.size()))
-            .is_none_or(|b| b > isize::MAX as usize)
+            .is_none_or(|b| b > comm_core::shape::MAX_MESSAGE_BYTES)
         {
             return Err(self.invalid(
                 name,
                 format!(
-                    "{} elements × {n} ranks are more than memory can address",
-                    op.count
+                    "{} elements × {n} ranks are more than one operation moves ({} bytes)",
+                    op.count,
+                    comm_core::shape::MAX_MESSAGE_BYTES
                 ),
             ));
         }

@@ -317,6 +317,52 @@ fn bad_arguments_are_reported() {
     }
 }
 
+/// Resident memory of this process, in bytes.
+fn resident_bytes() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// A count whose buffer exceeds the largest message (512 GiB) is an
+/// argument error at once, before any schedule is planned (an int8
+/// all-reduce of 2^44 elements used to build its schedule in memory
+/// proportional to the count until the process aborted).
+#[test]
+fn huge_counts_are_refused_before_anything_is_planned() {
+    let int8 = snclDataType_t::snclInt8 as c_int;
+    let mut comm = std::ptr::null_mut();
+    let mut buf = [0u8; 64];
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    // SAFETY: handle storage for one communicator; a live 64-byte buffer
+    // the refused calls never touch.
+    unsafe {
+        ok(snclCommInitAll(&mut comm, 1, std::ptr::null()));
+        for log2 in [40u32, 44, 62] {
+            let count = 1usize << log2;
+            let (before, t) = (resident_bytes(), Instant::now());
+            let r = snclAllReduce(p, p, count, int8, SUM, comm, std::ptr::null_mut());
+            assert_eq!(r, snclInvalidArgument, "count 2^{log2}");
+            let msg = CStr::from_ptr(snclGetLastError(comm))
+                .to_string_lossy()
+                .into_owned();
+            assert!(
+                msg.contains(&count.to_string())
+                    && msg.contains(&comm_core::shape::MAX_MESSAGE_BYTES.to_string()),
+                "{msg}"
+            );
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            let grew = resident_bytes().saturating_sub(before);
+            assert!(
+                grew < 10 << 20,
+                "count 2^{log2}: resident memory grew {grew} bytes"
+            );
+        }
+        ok(snclCommDestroy(comm));
+    }
+}
+
 /// A huge rank count is an argument error before anything is allocated
 /// for the ranks (it used to abort the process in setup). Rank 0 with a
 /// reachable root gets as far as setup without the check.

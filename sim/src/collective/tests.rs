@@ -385,7 +385,9 @@ fn planner_hier_fix_picks_the_faster_algorithm() {
             t.time_us / 1e3
         );
         slowest = slowest.max(t.time_us);
-        assert!(chosen.time_us < t.time_us / 4.0);
+        // Twice as fast at least (four times before pipelines were capped
+        // at MAX_PIPELINE_CHUNKS pieces, which sped hier and tree up more).
+        assert!(chosen.time_us < t.time_us / 2.0);
     }
     assert_eq!(chosen.algo, Algorithm::Ring);
 
