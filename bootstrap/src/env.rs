@@ -65,8 +65,9 @@ pub const SLURM_PORT_RANGE: u64 = 20000;
 /// count above 1) is an error: the other hosts could never reach it.
 ///
 /// **Secret**: `SNCL_SECRET` (32 hex digits) if set, else the contents of
-/// the file `SNCL_SECRET_FILE` (32 hex digits; the file must not be
-/// readable by group or others). Otherwise it is derived
+/// the file `SNCL_SECRET_FILE` (32 hex digits; a regular file of this
+/// user, not readable by group or others); an all-zero secret is refused.
+/// Otherwise it is derived
 /// deterministically, so every rank computes the same value, from the
 /// launcher name, the world size, the root address and the launcher's job
 /// identity: `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT`,
@@ -76,8 +77,10 @@ pub const SLURM_PORT_RANGE: u64 = 20000;
 /// ranks of an earlier torchrun restart) apart; it is **not a security
 /// boundary**, since anyone who can read the job's environment can compute
 /// it. Set `SNCL_SECRET` or `SNCL_SECRET_FILE` (the same random value on
-/// every rank) for that; rank 0 logs one warning when the secret is derived
-/// from a missing or public identity ([`SecretSource::Derived`]).
+/// every rank) for that; rank 0 logs one warning whenever the secret is
+/// derived ([`SecretSource::Derived`]): every job identity is public (a
+/// torchrun run id is on torchrun's command line, readable from /proc by
+/// every local user).
 #[derive(Clone, PartialEq, Eq)]
 pub struct LaunchEnv {
     /// This process's rank.
@@ -201,13 +204,9 @@ pub enum SecretSource {
     Variable,
     /// The file named by `SNCL_SECRET_FILE`.
     File,
-    /// Derived from the launcher's job identity (see [`LaunchEnv`]);
-    /// `guessable` when that identity is missing or public (so the job is
-    /// not authenticated against other local users or hosts).
-    Derived {
-        /// Whether an outsider can compute it.
-        guessable: bool,
-    },
+    /// Derived from the launcher's job identity (see [`LaunchEnv`]): not
+    /// authentication, since every job identity is public to local users.
+    Derived,
 }
 
 /// The lowest number of hosts the launcher says the job spans, when it says.
@@ -251,6 +250,7 @@ pub fn configured_secret(
                  `openssl rand -hex 16` and give the same value to every rank"
             ))
         })?;
+        check_secret_strength(&secret, "SNCL_SECRET")?;
         return Ok(Some((secret, SecretSource::Variable)));
     }
     match var("SNCL_SECRET_FILE") {
@@ -259,34 +259,40 @@ pub fn configured_secret(
     }
 }
 
-/// Reads a secret file: 32 hex digits, readable by its owner only.
-fn read_secret_file(path: &str) -> Result<[u8; 16]> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| Error::Config(format!("SNCL_SECRET_FILE={path:?} cannot be read: {e}")))?;
-    let mode = meta.permissions().mode();
-    if mode & 0o077 != 0 {
+/// Refuses a secret anyone could guess: all zero bytes.
+fn check_secret_strength(secret: &[u8; 16], from: &str) -> Result<()> {
+    if secret.iter().all(|&b| b == 0) {
         return Err(Error::Config(format!(
-            "SNCL_SECRET_FILE={path:?} is readable by other users (mode {:o}); \
-             restrict it with `chmod 600 {path}`",
-            mode & 0o777
+            "{from} is all zeros, which any process could guess; generate one with e.g. \
+             `openssl rand -hex 16`"
         )));
     }
+    Ok(())
+}
+
+/// Reads a secret file: a regular file of this user, readable by its
+/// owner only, holding 32 hex digits (not all zero).
+fn read_secret_file(path: &str) -> Result<[u8; 16]> {
+    let what = format!("SNCL_SECRET_FILE={path:?}");
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Error::Config(format!("{what} cannot be read: {e}")))?;
+    crate::environment::check_private_file(&what, std::path::Path::new(path), &meta)?;
     if meta.len() > 4096 {
         return Err(Error::Config(format!(
-            "SNCL_SECRET_FILE={path:?} holds {} bytes; it should hold 32 hex digits",
+            "{what} holds {} bytes; it should hold 32 hex digits",
             meta.len()
         )));
     }
     let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Config(format!("SNCL_SECRET_FILE={path:?} cannot be read: {e}")))?;
+        .map_err(|e| Error::Config(format!("{what} cannot be read: {e}")))?;
     let mut secret = [0u8; 16];
     decode_hex(text.trim(), &mut secret).map_err(|e| {
         Error::Config(format!(
-            "SNCL_SECRET_FILE={path:?} does not hold 32 hex digits ({e}); write one with e.g. \
+            "{what} does not hold 32 hex digits ({e}); write one with e.g. \
              `openssl rand -hex 16 > {path}`"
         ))
     })?;
+    check_secret_strength(&secret, &what)?;
     Ok(secret)
 }
 
@@ -575,12 +581,11 @@ impl LaunchEnv {
             let d = sha256_fields(&fields);
             let mut secret = [0u8; 16];
             secret.copy_from_slice(&d[..16]);
-            // Only a torchrun run id chosen at random (long, not the
-            // default "none") is unknown to outsiders; Slurm and Open MPI
-            // job ids are public to every user of the cluster.
-            let guessable = !(launcher == LAUNCHER_TORCHRUN
-                && var("TORCHELASTIC_RUN_ID").is_some_and(|id| id != "none" && id.len() >= 16));
-            if guessable && rank == 0 {
+            // Every job identity is public: Slurm and Open MPI job ids to
+            // every user of the cluster, and a torchrun run id, however
+            // random, to every local user (it is on torchrun's command
+            // line, in /proc/PID/cmdline).
+            if rank == 0 {
                 tracing::warn!(
                     "sncl: this job is not authenticated: without SNCL_SECRET or \
                      SNCL_SECRET_FILE its secret is derived from public facts (launcher \
@@ -590,7 +595,7 @@ impl LaunchEnv {
                      (see docs/SECURITY.md)"
                 );
             }
-            (secret, SecretSource::Derived { guessable })
+            (secret, SecretSource::Derived)
         };
         let env = LaunchEnv {
             rank,
@@ -911,7 +916,7 @@ mod tests {
             ("SNCL_ROOT", "127.0.0.1:29500"),
         ];
         let e = env(&base).unwrap();
-        assert_eq!(e.secret_source, SecretSource::Derived { guessable: true });
+        assert_eq!(e.secret_source, SecretSource::Derived);
         let mut with = base.to_vec();
         with.push(("SNCL_SECRET", "000102030405060708090a0b0c0d0e0f"));
         assert_eq!(env(&with).unwrap().secret_source, SecretSource::Variable);
@@ -941,7 +946,8 @@ mod tests {
         assert!(m.contains("32 hex digits"), "{m}");
         std::fs::remove_dir_all(&dir).unwrap();
 
-        // torchrun with a long random run id is not guessable; "none" is.
+        // A torchrun run id is on torchrun's command line: never secret,
+        // however long and random.
         let tr = |id: &'static str| {
             env(&[
                 ("RANK", "0"),
@@ -953,11 +959,65 @@ mod tests {
             .unwrap()
             .secret_source
         };
-        assert_eq!(tr("none"), SecretSource::Derived { guessable: true });
+        assert_eq!(tr("none"), SecretSource::Derived);
         assert_eq!(
             tr("8d7c5e0b-5d1c-4b8e-9a51-0f4f3a2b1c0d"),
-            SecretSource::Derived { guessable: false }
+            SecretSource::Derived
         );
+    }
+
+    /// Secrets anyone could guess or swap: all zeros, a FIFO (whose read
+    /// would block init past every deadline), a directory.
+    #[test]
+    fn weak_or_odd_secrets_are_refused() {
+        let base = [
+            ("SNCL_RANK", "0"),
+            ("SNCL_WORLD_SIZE", "2"),
+            ("SNCL_ROOT", "127.0.0.1:29500"),
+        ];
+        let mut with = base.to_vec();
+        with.push(("SNCL_SECRET", "00000000000000000000000000000000"));
+        let m = err(&with);
+        assert!(m.contains("all zeros"), "{m}");
+        let dir = std::env::temp_dir().join(format!("sncl-secret-odd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let zeros = dir.join("zeros");
+        std::fs::write(&zeros, "00000000000000000000000000000000\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&zeros, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(made, "mkfifo");
+        for (path, want) in [
+            (&zeros, "all zeros"),
+            (&fifo, "not a regular file"),
+            (&dir, "not a regular file"),
+        ] {
+            let mut with = base.to_vec();
+            with.push(("SNCL_SECRET_FILE", path.to_str().unwrap()));
+            let t = std::time::Instant::now();
+            let m = err(&with);
+            assert!(m.contains(want), "{}: {m}", path.display());
+            assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        }
+        // Another user's file (here uid 65534's), however private.
+        let theirs = dir.join("theirs");
+        std::fs::write(&theirs, "00112233445566778899aabbccddeeff\n").unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let mut with = base.to_vec();
+            with.push(("SNCL_SECRET_FILE", theirs.to_str().unwrap()));
+            let m = err(&with);
+            assert!(m.contains("owned by uid 65534"), "{m}");
+        } else {
+            eprintln!("skipping the other-owner case: giving a file away needs root");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

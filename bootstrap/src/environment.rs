@@ -60,6 +60,42 @@ pub trait ReadEnvironment: Sized {
     fn with_topo_file(self) -> Result<Self>;
 }
 
+/// Whether a settings file's text sets `SNCL_SECRET`.
+fn names_the_secret(text: &str) -> bool {
+    text.lines()
+        .filter_map(|l| l.trim().split_once('='))
+        .any(|(name, _)| name.trim() == "SNCL_SECRET")
+}
+
+/// Checks that a file holding a secret (`what` names it in errors) is a
+/// regular file owned by this user and readable by nobody else: a FIFO
+/// would block the read past every deadline, another user's file could be
+/// swapped, a file others can read leaks the secret.
+pub(crate) fn check_private_file(what: &str, path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.file_type().is_file() {
+        return Err(Error::Config(format!(
+            "{what} is not a regular file (a FIFO, device or directory cannot hold a secret)"
+        )));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(Error::Config(format!(
+            "{what} is owned by uid {}, not by this user (uid {me}); a secret must be in a file of \
+             the user who runs the job",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(Error::Config(format!(
+            "{what} is readable by other users (mode {mode:o}); restrict it with `chmod 600 {}`",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 impl ReadEnvironment for Environment {
     fn from_process() -> Result<Environment> {
         Environment::process_variables()
@@ -92,6 +128,15 @@ impl ReadEnvironment for Environment {
         for (path, required) in candidates {
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
+                    if names_the_secret(&text) {
+                        let what = format!(
+                            "the sncl settings file {}, which sets SNCL_SECRET,",
+                            path.display()
+                        );
+                        let meta = std::fs::metadata(&path)
+                            .map_err(|e| Error::Config(format!("{what} cannot be read: {e}")))?;
+                        check_private_file(&what, &path, &meta)?;
+                    }
                     self.overlay_conf(&path, &text)?;
                     return Ok(self);
                 }

@@ -181,3 +181,38 @@ fn topology_file_is_read_by_the_environment_reader() {
         "{e}"
     );
 }
+
+/// A settings file that sets `SNCL_SECRET` must be as private as a secret
+/// file: mode 0600 or stricter and owned by this user (a 0644 one was
+/// accepted without a word while a 0644 secret file was refused).
+#[test]
+fn a_settings_file_with_the_secret_must_be_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("secret");
+    let secret = "SNCL_SECRET=00112233445566778899aabbccddeeff\n";
+    let system = s.0.join("absent.conf");
+    let named = s.file("job.conf", secret);
+    let vars = [("SNCL_CONF_FILE", named.to_str().unwrap())];
+    std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = load(&vars, &system).unwrap_err().to_string();
+    assert!(
+        e.contains("SNCL_SECRET")
+            && e.contains("readable by other users")
+            && e.contains("chmod 600"),
+        "{e}"
+    );
+    std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let env = load(&vars, &system).unwrap();
+    assert_eq!(
+        env.get("SNCL_SECRET"),
+        Some("00112233445566778899aabbccddeeff")
+    );
+    // Without the secret, the mode of a settings file does not matter;
+    // SNCL_SECRET_FILE is not SNCL_SECRET.
+    let plain = s.file(
+        "plain.conf",
+        "SNCL_SECRET_FILE=/nonexistent\nSNCL_NSOCKS=2\n",
+    );
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    load(&[("SNCL_CONF_FILE", plain.to_str().unwrap())], &system).unwrap();
+}

@@ -11,6 +11,7 @@ pub mod schedule;
 pub mod settings;
 pub mod shape;
 pub mod store;
+pub mod throttle;
 pub mod transport;
 pub mod wire;
 

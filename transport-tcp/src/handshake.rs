@@ -18,6 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use comm_core::throttle::LogThrottle;
 use comm_core::Error;
 use sncl_bootstrap::auth;
 use socket2::Socket;
@@ -269,9 +270,20 @@ pub(crate) fn run(
     let mut refused = 0usize;
     let mut pending: Vec<Pending> = Vec::new();
     let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    let mut throttle = LogThrottle::new(Duration::from_secs(10));
     let mut refuse = |remote: &SocketAddr, reason: &str| {
         refused += 1;
-        tracing::warn!(rank = me, %remote, "refused TCP connection: {reason}");
+        // One line per source and kind of refusal (the reason up to its
+        // first ':') per 10 s: strangers must not flood the log.
+        let kind = reason.split(':').next().unwrap_or(reason).to_owned();
+        if let Some(held) = throttle.admit((remote.ip(), kind), Instant::now()) {
+            let more = if held > 0 {
+                format!(" ({held} more from {} in the last 10 s)", remote.ip())
+            } else {
+                String::new()
+            };
+            tracing::warn!(rank = me, %remote, "refused TCP connection: {reason}{more}");
+        }
     };
     loop {
         // Take every connection waiting in the backlog and greet it.

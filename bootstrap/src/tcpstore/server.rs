@@ -9,12 +9,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use comm_core::throttle::LogThrottle;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::protocol::*;
@@ -299,17 +300,40 @@ impl Pending {
     }
 }
 
-fn log_refusal(peer: SocketAddr, refusal: Refusal) {
+/// How often a stranger's refused connections are logged: one line per
+/// source address per window, with the count held back.
+pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
+
+fn log_refusal(
+    peer: SocketAddr,
+    refusal: Refusal,
+    throttle: &mut LogThrottle<(IpAddr, &'static str)>,
+) {
+    let mut warn = |kind: &'static str, what: String| {
+        if let Some(held) = throttle.admit((peer.ip(), kind), Instant::now()) {
+            let more = if held > 0 {
+                format!(
+                    " ({held} more from {} in the last {} s)",
+                    peer.ip(),
+                    REFUSAL_LOG_WINDOW.as_secs()
+                )
+            } else {
+                String::new()
+            };
+            tracing::warn!(%peer, "sncl store: refused connection from {peer}: {what}{more}");
+        }
+    };
     match refusal {
-        Refusal::NotSncl => tracing::warn!(
-            %peer,
-            "sncl store: refused connection from {peer}: it did not speak the sncl store protocol"
+        Refusal::NotSncl => warn(
+            "protocol",
+            "it did not speak the sncl store protocol".into(),
         ),
-        Refusal::WrongSecret(r) => tracing::warn!(
-            %peer,
-            "sncl store: refused connection from {peer}: it (claiming rank {r}) does not know \
-             this job's secret; it belongs to another job or was given a different unique id / \
-             SNCL_SECRET"
+        Refusal::WrongSecret(r) => warn(
+            "secret",
+            format!(
+                "it (claiming rank {r}) does not know this job's secret; it belongs to another \
+                 job or was given a different unique id / SNCL_SECRET"
+            ),
         ),
         Refusal::Closed(got) => tracing::debug!(
             %peer,
@@ -330,6 +354,7 @@ fn timespec(d: Duration) -> Timespec {
 
 fn accept_loop(listener: &TcpListener, inner: &Arc<ServerInner>) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut refusals = LogThrottle::new(REFUSAL_LOG_WINDOW);
     while !inner.shutdown.load(Ordering::SeqCst) {
         let now = Instant::now();
         pending.retain(|p| {
@@ -388,7 +413,7 @@ fn accept_loop(listener: &TcpListener, inner: &Arc<ServerInner>) {
                 }
                 Progress::Refused(why) => {
                     let p = pending.remove(i).expect("index in range");
-                    log_refusal(p.peer, why);
+                    log_refusal(p.peer, why, &mut refusals);
                 }
             }
         }
