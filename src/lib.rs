@@ -22,6 +22,9 @@ struct ArchitectureDoctests;
 #[doc = include_str!("../docs/COST.md")]
 struct CostDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/CUDA-MODEL.md")]
+struct CudaModelDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/FAULTS.md")]
 struct FaultsDoctests;
 #[cfg(doctest)]

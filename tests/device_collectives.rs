@@ -23,13 +23,13 @@
 
 mod device_kit;
 
-use device_kit::{all_reduce_with_fault_on_rank_1, bind_rank, run_all, Case, Rank};
+use device_kit::{all_reduce_with_fault_on_rank_1, bind_rank, run_all, test_backend, Case, Rank};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use comm_core::config::TransportChoice;
-use sncl::device::{self, Backend, DeviceBuffer, StreamHandle};
+use sncl::device::{self, DeviceBuffer, StreamHandle};
 use sncl::{Collective, Communicator, Config, DataType, MemoryStore, ReduceOp, Store};
 
 /// Whether `SNCL_TEST_FULL_MATRIX=1` asks for the full matrix.
@@ -302,7 +302,7 @@ fn safe_typed_forms_and_argument_errors() {
     assert!(errs.is_empty(), "{}", errs.join("\n"));
     // Without a bound device.
     let comms = Communicator::init_threads(1, config(TransportChoice::Auto)).expect("init");
-    let dev = device::open(Backend::Emu, 0).expect("emu");
+    let dev = device::open(test_backend(), 0).expect("a device");
     let buf = DeviceBuffer::new(&dev, 16).expect("alloc");
     // SAFETY: rejected before anything runs.
     let e = unsafe {
@@ -413,7 +413,7 @@ fn hier_all_reduce_on_device_buffers_two_nodes() {
     // A process with an emulated device open can run device operations,
     // so same-node pairs get nvlink (opened here so that the choice does
     // not depend on which test of this binary ran first).
-    let _ = sncl::device::open(sncl::device::Backend::Emu, 0);
+    let _ = sncl::device::open(test_backend(), 0);
     for transport in [TransportChoice::Auto, TransportChoice::Tcp] {
         let comms = two_nodes(transport);
         let kinds = comms[0].transports();

@@ -63,9 +63,26 @@ pub struct Rank {
     pub stream: StreamHandle,
 }
 
-/// Binds `comm` to emulated device `rank` with a stream of its own.
+/// The backend the device suites run on: the emulated device by default;
+/// `SNCL_TEST_DEVICE=cuda` runs them on the `cuda` backend — on a GPU, or
+/// on the strict CUDA driver model (`SNCL_TEST_DEVICE=cuda
+/// scripts/cuda-model.sh target/debug/deps/device_collectives-*`;
+/// docs/CUDA-MODEL.md says what that does today).
+pub fn test_backend() -> Backend {
+    match std::env::var("SNCL_TEST_DEVICE").as_deref() {
+        Err(_) | Ok("") | Ok("emu") => Backend::Emu,
+        Ok("cuda") => Backend::Cuda,
+        Ok(other) => panic!("SNCL_TEST_DEVICE={other}: expected emu or cuda"),
+    }
+}
+
+/// Binds `comm` to device `rank` of [`test_backend`] (device 0 where the
+/// machine has fewer) with a stream of its own.
 pub fn bind_rank(comm: Communicator) -> Rank {
-    let dev = device::open(Backend::Emu, comm.rank()).expect("emulated device");
+    let backend = test_backend();
+    let dev = device::open(backend, comm.rank())
+        .or_else(|_| device::open(backend, 0))
+        .unwrap_or_else(|e| panic!("{} device for rank {}: {e}", backend.name(), comm.rank()));
     comm.bind_device(dev.clone()).expect("bind_device");
     let stream = dev.create_stream().expect("stream");
     Rank { comm, dev, stream }

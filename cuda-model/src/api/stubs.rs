@@ -60,3 +60,29 @@ unsupported!(
     cuCtxGetLimit,
     cuGetProcAddress_v2,
 );
+
+/// `cuGetExportTable` (undocumented; NVRTC 13 looks it up in whatever
+/// `libcuda.so.1` the loader finds, and dereferences the table it gets
+/// without checking): no table, `CUDA_ERROR_NOT_SUPPORTED`, logged once.
+/// Without this symbol NVRTC compiled small kernels but crashed on
+/// sncl's (a null dereference in `nvrtcCompileProgram`) whenever the model
+/// was on the loader's path.
+///
+/// # Safety
+/// `table` is null or points at writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetExportTable(
+    table: *mut *const std::ffi::c_void,
+    _id: *const std::ffi::c_void,
+) -> CUresult {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::log_line("cuGetExportTable is not modelled: CUDA_ERROR_NOT_SUPPORTED");
+    }
+    if !table.is_null() {
+        // SAFETY: the caller's contract: storage for one pointer.
+        unsafe { *table = std::ptr::null() };
+    }
+    crate::report::call("cuGetExportTable", CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    CUresult::CUDA_ERROR_NOT_SUPPORTED
+}
