@@ -26,7 +26,14 @@
 //!   deciding anything it looks for a decision already made: a live rank
 //!   that neither reports nor refuses has returned, and its standby store
 //!   holds the decision, which the new coordinator adopts unchanged. So a
-//!   round's answer never changes once any rank has returned it.
+//!   round's answer never changes once any rank has returned it. Where it
+//!   cannot read a rank (gone, or silent) after a predecessor died during
+//!   the round, it fails the round instead of deciding.
+//!
+//! Assumed: a refused connection means the process is gone. A firewall
+//! that *rejects* (rather than drops) connections to a live rank's standby
+//! port breaks that assumption; keep the job's ports open between its
+//! ranks (docs/FAULTS.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpStream};
@@ -124,31 +131,47 @@ impl Round<'_> {
         }
     }
 
-    fn probe(&self, r: usize) -> Probe {
-        self.inner.standby_addr(r).map_or(Probe::Gone, probe)
+    /// Probes rank `r`'s standby store (a rank without a published address
+    /// is an error, never taken for a dead one).
+    fn probe(&self, r: usize) -> Result<Probe> {
+        Ok(probe(self.inner.standby_addr(r)?))
     }
 
-    /// Connects to rank `c`'s standby store within `wait`; `None` when it
-    /// is gone. Retries timeouts (a flooded or stopped rank) until the
-    /// round's deadline.
+    /// The client end of a connection to a standby store: replies may take
+    /// as long as the communicator's timeout (a loaded coordinator is slow,
+    /// not dead).
+    fn client(&self, s: TcpStore) -> PrefixStore<Arc<TcpStore>> {
+        let io = self.inner.config.timeout.max(POLL * 4);
+        PrefixStore::new(self.prefix.clone(), Arc::new(s.with_io_timeout(io)))
+    }
+
+    /// Connects to rank `c`'s standby store; `None` when it is gone. Retries
+    /// timeouts (a flooded or stopped rank), with a pause between attempts,
+    /// until the round's deadline.
     fn connect(&self, c: usize) -> Result<Option<PrefixStore<Arc<TcpStore>>>> {
+        let mut last = String::from("no attempt finished");
         loop {
-            match self.probe(c) {
-                Probe::Gone => return Ok(None),
-                Probe::Alive | Probe::Unknown => {}
+            if self.probe(c)? == Probe::Gone {
+                return Ok(None);
             }
             let now = Instant::now();
             if now >= self.deadline {
                 return Err(self.error(format!(
-                    "rank {c}, the lowest rank not known to be gone, did not answer within \
-                     the round's deadline; no decision was taken"
+                    "rank {c} (standby store {}), the lowest rank not known to be gone, did not \
+                     answer within the round's deadline ({} ms from its start; last attempt: \
+                     {last}); no decision was taken",
+                    self.inner
+                        .standby_addr(c)
+                        .map_or("unknown".into(), |a| a.to_string()),
+                    (self.inner.config.timeout * 2).as_millis()
                 )));
             }
             let slice = (now + Duration::from_secs(2)).min(self.deadline);
-            if let Ok(s) = self.inner.connect_standby(c, self.me, slice) {
-                let s = Arc::new(s.with_io_timeout(POLL * 4));
-                return Ok(Some(PrefixStore::new(self.prefix.clone(), s)));
+            match self.inner.connect_standby(c, self.me, slice) {
+                Ok(s) => return Ok(Some(self.client(s))),
+                Err(e) => last = e.to_string(),
             }
+            std::thread::sleep(POLL);
         }
     }
 
@@ -161,10 +184,13 @@ impl Round<'_> {
         let report = format!("report/{}", self.me);
         let mut reported = false;
         loop {
+            let started = Instant::now();
             if !reported && kv.set(&report, &encode_set(&self.seen)).is_ok() {
                 reported = true;
             }
             if reported {
+                // A healthy connection waits here (the server holds the
+                // request up to POLL); a dead coordinator breaks it at once.
                 if let Ok(b) = kv.get("decided", POLL) {
                     return Ok(Outcome::Decided(decode_set(
                         self.me,
@@ -176,19 +202,25 @@ impl Round<'_> {
             }
             if Instant::now() >= self.deadline {
                 return Err(self.error(format!(
-                    "rank {c} (the coordinator) decided nothing within the round's deadline"
+                    "rank {c} (the coordinator) decided nothing within the round's deadline \
+                     ({} ms; this rank's report {}; ranks found gone: {:?})",
+                    (self.inner.config.timeout * 2).as_millis(),
+                    if reported {
+                        "was delivered"
+                    } else {
+                        "could not be delivered"
+                    },
+                    self.gone
                 )));
-            }
-            if self.probe(c) == Probe::Gone {
-                return Ok(Outcome::CoordinatorGone);
             }
             if broken(&kv) {
                 match self.connect(c)? {
                     Some(again) => kv = again,
                     None => return Ok(Outcome::CoordinatorGone),
                 }
-            }
-            if !reported {
+            } else if started.elapsed() < POLL / 2 {
+                // An answer that was neither the decision nor a wait
+                // (a refused request): do not spin.
                 std::thread::sleep(POLL);
             }
         }
@@ -205,14 +237,26 @@ impl Round<'_> {
         let mut pending: BTreeSet<usize> = (0..n)
             .filter(|r| *r != me && !self.gone.contains(r))
             .collect();
+        // Ranks some survivor saw fail before the round (this rank, or a
+        // reporter): dead before anyone could coordinate.
+        let mut seen_before: BTreeSet<usize> = self.seen.clone();
         let mut failed: BTreeSet<usize> = self.gone.clone();
-        failed.extend(&self.seen);
+        // Ranks counted failed without being read: gone, or silent.
+        let mut unread: BTreeSet<usize> = BTreeSet::new();
         let mut peers: BTreeMap<usize, PrefixStore<Arc<TcpStore>>> = BTreeMap::new();
         let mut probed: BTreeMap<usize, Instant> = BTreeMap::new();
-        while !pending.is_empty() {
+        'collect: while !pending.is_empty() {
             for r in pending.clone() {
-                if let Some(b) = own.try_get(&format!("report/{r}"))? {
-                    failed.extend(decode_set(me, r, n, &b)?);
+                if Instant::now() >= until {
+                    break 'collect;
+                }
+                if let Some(b) = own
+                    .try_get(&format!("report/{r}"))
+                    .map_err(|e| self.error(format!("reading rank {r}'s report: {e}")))?
+                {
+                    let theirs = decode_set(me, r, n, &b)?;
+                    seen_before.extend(&theirs);
+                    failed.extend(theirs);
                     pending.remove(&r);
                     continue;
                 }
@@ -222,9 +266,9 @@ impl Round<'_> {
                     continue;
                 }
                 probed.insert(r, Instant::now());
-                match self.probe(r) {
+                match self.probe(r)? {
                     Probe::Gone => {
-                        failed.insert(r);
+                        unread.insert(r);
                         pending.remove(&r);
                     }
                     Probe::Unknown => {}
@@ -243,19 +287,33 @@ impl Round<'_> {
                     }
                 }
             }
-            if Instant::now() >= until {
-                for r in &pending {
-                    tracing::warn!(
-                        rank = me,
-                        peer = *r,
-                        "agree_on_failed: rank {r} did not report in time; counted as failed"
-                    );
-                }
-                failed.extend(std::mem::take(&mut pending));
-                break;
-            }
             std::thread::sleep(Duration::from_millis(10));
         }
+        for r in &pending {
+            tracing::warn!(
+                rank = me,
+                peer = *r,
+                "agree_on_failed: rank {r} did not report in time; counted as failed"
+            );
+        }
+        unread.extend(std::mem::take(&mut pending));
+        failed.extend(&self.seen);
+        // A rank below this one that died during the round (nobody saw it
+        // fail before) may have coordinated and decided; a rank this one
+        // could not read may have returned that decision and gone on. Then
+        // excluding it could contradict an answer already given: fail the
+        // round instead (every rank still waiting fails with it).
+        let predecessor = self.gone.iter().any(|g| !seen_before.contains(g));
+        let unexplained: Vec<usize> = unread.difference(&seen_before).copied().collect();
+        if predecessor && !unexplained.is_empty() {
+            return Err(self.error(format!(
+                "rank(s) {:?} below this one died during the round and may have decided; rank(s) \
+                 {unexplained:?} neither reported nor showed a decision, so this rank cannot \
+                 decide without risking a second answer",
+                self.gone.difference(&seen_before).collect::<Vec<_>>()
+            )));
+        }
+        failed.extend(unread);
         Ok(failed)
     }
 
@@ -269,13 +327,13 @@ impl Round<'_> {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 let short = (Instant::now() + PROBE_WAIT).min(self.deadline);
-                let Ok(s) = self.inner.connect_standby(r, self.me, short) else {
-                    return Ok(None);
-                };
-                e.insert(PrefixStore::new(
-                    self.prefix.clone(),
-                    Arc::new(s.with_io_timeout(POLL * 4)),
-                ))
+                match self.inner.connect_standby(r, self.me, short) {
+                    Ok(s) => e.insert(self.client(s)),
+                    Err(err) => {
+                        tracing::debug!(rank = self.me, peer = r, error = %err, "agree_on_failed: cannot read rank {r}'s decision yet");
+                        return Ok(None);
+                    }
+                }
             }
         };
         match kv.try_get("decided") {
@@ -328,17 +386,16 @@ impl Communicator {
             gone: BTreeSet::new(),
             deadline: Instant::now() + inner.config.timeout * 2,
         };
-        let decided = loop {
+        let (decided, by) = loop {
             // This rank never counts itself gone, so a candidate is left.
             let c = (0..inner.nranks)
                 .find(|r| !round.gone.contains(r))
                 .unwrap_or(me);
             if c == me {
-                let d = round.coordinate(&own)?;
-                break d;
+                break (round.coordinate(&own)?, me);
             }
             match round.follow(c)? {
-                Outcome::Decided(d) => break d,
+                Outcome::Decided(d) => break (d, c),
                 Outcome::CoordinatorGone => {
                     tracing::info!(
                         rank = me,
@@ -353,7 +410,8 @@ impl Communicator {
         own.set("decided", &encode_set(&decided))?;
         if decided.contains(&me) {
             return Err(round.error(format!(
-                "the survivors counted this rank as failed ({decided:?})"
+                "rank {by} (the coordinator) counted this rank as failed ({decided:?}): it \
+                 reported too late, or a survivor saw it fail"
             )));
         }
         tracing::info!(rank = me, failed = ?decided, "agree_on_failed: agreed");
