@@ -27,8 +27,12 @@ use crate::frame::{Greeting, Hello, Nonce, GREETING_BYTES, HELLO_BYTES, PROTOCOL
 use crate::setup::{write_all_deadline, TcpSetup};
 use crate::sys::{self, PollFd};
 
-/// Connections that may wait for their hello at the same time.
+/// Connections that may wait for their hello at the same time; a new one
+/// beyond this drops the one that has waited longest (a stranger's idle
+/// connections must not keep a late rank out).
 const MAX_PENDING: usize = 4096;
+/// How long an accepted connection has to send its whole hello.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 
 /// An accepted socket whose hello passed every check.
 pub(crate) struct Accepted {
@@ -72,6 +76,8 @@ impl Outgoing {
 struct Pending {
     sock: Socket,
     remote: SocketAddr,
+    /// When it was accepted.
+    since: Instant,
     server_nonce: Nonce,
     buf: [u8; HELLO_BYTES],
     got: usize,
@@ -292,8 +298,15 @@ pub(crate) fn run(
                 Ok((sock, addr)) => {
                     let remote = addr.as_socket().unwrap_or(unknown);
                     if pending.len() >= MAX_PENDING {
-                        refuse(&remote, "too many connections waiting to say hello");
-                        continue;
+                        let oldest = (0..pending.len())
+                            .min_by_key(|&i| pending[i].since)
+                            .expect("pending is full");
+                        let old = pending.swap_remove(oldest);
+                        refuse(
+                            &old.remote,
+                            "dropped: the longest waiting of too many connections that have not \
+                             said hello",
+                        );
                     }
                     if let Err(e) = sock.set_nonblocking(true) {
                         refuse(&remote, &format!("cannot configure the socket: {e}"));
@@ -312,6 +325,7 @@ pub(crate) fn run(
                         Ok(GREETING_BYTES) => pending.push(Pending {
                             sock,
                             remote,
+                            since: Instant::now(),
                             server_nonce,
                             buf: [0; HELLO_BYTES],
                             got: 0,
@@ -369,6 +383,14 @@ pub(crate) fn run(
                     None
                 }
                 Err(e) => Some(Err(format!("error reading its hello: {e}"))),
+            };
+            let outcome = match outcome {
+                None if p.since.elapsed() > HELLO_DEADLINE => Some(Err(format!(
+                    "no complete hello within {} s ({} of {HELLO_BYTES} bytes)",
+                    HELLO_DEADLINE.as_secs(),
+                    p.got
+                ))),
+                other => other,
             };
             match outcome {
                 None => k += 1,

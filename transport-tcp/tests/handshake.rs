@@ -251,3 +251,37 @@ fn an_acceptor_with_another_secret_is_refused_by_the_connector() {
     assert!(d0.contains("timed out") && d0.contains("rank 1"), "{d0}");
     assert!(d0.contains("refused 1 connection"), "{d0}");
 }
+
+/// More idle connections than may wait for a hello (4,096) reach rank 0's
+/// listener before rank 1: the longest-waiting stranger is dropped for
+/// each newcomer, so rank 1 still gets in (it used to be refused: "too
+/// many connections waiting to say hello", and the setup failed).
+#[test]
+fn idle_strangers_beyond_the_pending_bound_do_not_keep_a_rank_out() {
+    let ep0 = TcpEndpoint::bind(LOCALHOST).unwrap();
+    let ep1 = TcpEndpoint::bind(LOCALHOST).unwrap();
+    let (addr0, addr1) = (ep0.local_addr(), ep1.local_addr());
+    let strangers = 4096 + 512;
+    let rank0 = thread::spawn(move || ep0.establish(&setup(0), &[(1, addr1)]));
+    let mut held = Vec::with_capacity(strangers);
+    for _ in 0..strangers {
+        match TcpStream::connect_timeout(&addr0, Duration::from_secs(2)) {
+            Ok(s) => held.push(s),
+            Err(e) => panic!("stranger {} could not connect: {e}", held.len()),
+        }
+    }
+    // Let rank 0 take them all before rank 1 arrives.
+    thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let conns1 = ep1
+        .establish(&setup(1), &[(0, addr0)])
+        .expect("rank 1 joins");
+    let conns0 = rank0.join().unwrap().expect("rank 0 completes");
+    eprintln!(
+        "{} idle strangers held; rank 1 joined in {:?}",
+        held.len(),
+        t.elapsed()
+    );
+    assert_eq!((conns0.len(), conns1.len()), (1, 1));
+    drop(held);
+}
