@@ -26,6 +26,22 @@ impl<K: Eq + Hash + Clone> LogThrottle<K> {
         }
     }
 
+    /// [`Self::admit`] for a line about a stranger at `from`: `Some` with
+    /// the text to append to the line (empty, or how many lines from `from`
+    /// were held back in the window), `None` to hold this one back.
+    pub fn admit_note(
+        &mut self,
+        source: K,
+        from: std::net::IpAddr,
+        now: Instant,
+    ) -> Option<String> {
+        let window = self.window.as_secs();
+        self.admit(source, now).map(|held| match held {
+            0 => String::new(),
+            n => format!(" ({n} more from {from} in the last {window} s)"),
+        })
+    }
+
     /// Whether to write a line about `source` at `now`: `Some(held)` with
     /// the lines held back since its last one (write it, mentioning them),
     /// `None` to hold this one back.
@@ -70,6 +86,14 @@ mod tests {
         assert_eq!(t.admit("b", t0), Some(0), "another source is not held back");
         assert_eq!(t.admit("a", t0 + Duration::from_secs(10)), Some(199));
         assert_eq!(t.admit("a", t0 + Duration::from_secs(11)), None);
+        let ip = std::net::IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(t.admit_note("c", ip, t0), Some(String::new()));
+        assert_eq!(t.admit_note("c", ip, t0), None);
+        assert_eq!(
+            t.admit_note("c", ip, t0 + Duration::from_secs(10))
+                .as_deref(),
+            Some(" (1 more from 10.0.0.1 in the last 10 s)")
+        );
     }
 
     #[test]

@@ -238,10 +238,15 @@ fn expected(
     bytes: usize,
     elem_size: usize,
 ) -> Result<(Algorithm, usize), ()> {
-    // The same algorithm; the chunk grown past MAX_PIPELINE_CHUNKS pieces
-    // (stop 27: schedules stay bounded for any count).
-    let chunk = (tune::pipeline_chunk_bytes(bytes, chunk_bytes) / elem_size.max(1)).max(1);
+    let chunk = pipeline_chunk_elems(bytes, chunk_bytes, elem_size);
     expected_algorithm(forced, chunk_bytes, coll, sh, bytes, elem_size).map(|(a, _)| (a, chunk))
+}
+
+/// The chunk in elements a plan carries: the configured one, grown past
+/// MAX_PIPELINE_CHUNKS pieces (stop 27: schedules stay bounded for any
+/// count); the frozen planner predates that.
+fn pipeline_chunk_elems(bytes: usize, chunk_bytes: usize, elem_size: usize) -> usize {
+    (tune::pipeline_chunk_bytes(bytes, chunk_bytes) / elem_size.max(1)).max(1)
 }
 
 fn expected_algorithm(
@@ -368,9 +373,7 @@ fn table_planner_chooses_what_the_old_planner_chose() {
                     for bytes in sizes() {
                         let bytes = bytes / elem_size * elem_size;
                         for forced in std::iter::once(None).chain(ALGOS.map(Some)) {
-                            let capped = (tune::pipeline_chunk_bytes(bytes, chunk_bytes)
-                                / elem_size.max(1))
-                            .max(1);
+                            let capped = pipeline_chunk_elems(bytes, chunk_bytes, elem_size);
                             let frozen =
                                 frozen::plan(forced, chunk_bytes, coll, &sh, bytes, elem_size)
                                     .map(|(a, _)| (a, capped));

@@ -282,12 +282,7 @@ pub(crate) fn run(
         // One line per source and kind of refusal (the reason up to its
         // first ':') per 10 s: strangers must not flood the log.
         let kind = reason.split(':').next().unwrap_or(reason).to_owned();
-        if let Some(held) = throttle.admit((remote.ip(), kind), Instant::now()) {
-            let more = if held > 0 {
-                format!(" ({held} more from {} in the last 10 s)", remote.ip())
-            } else {
-                String::new()
-            };
+        if let Some(more) = throttle.admit_note((remote.ip(), kind), remote.ip(), Instant::now()) {
             tracing::warn!(rank = me, %remote, "refused TCP connection: {reason}{more}");
         }
     };

@@ -310,16 +310,7 @@ fn log_refusal(
     throttle: &mut LogThrottle<(IpAddr, &'static str)>,
 ) {
     let mut warn = |kind: &'static str, what: String| {
-        if let Some(held) = throttle.admit((peer.ip(), kind), Instant::now()) {
-            let more = if held > 0 {
-                format!(
-                    " ({held} more from {} in the last {} s)",
-                    peer.ip(),
-                    REFUSAL_LOG_WINDOW.as_secs()
-                )
-            } else {
-                String::new()
-            };
+        if let Some(more) = throttle.admit_note((peer.ip(), kind), peer.ip(), Instant::now()) {
             tracing::warn!(%peer, "sncl store: refused connection from {peer}: {what}{more}");
         }
     };
