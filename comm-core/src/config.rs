@@ -200,6 +200,10 @@ pub struct Config {
     /// all-reduce's replica communicator sets the number of other nodes,
     /// which divides each socket's pacing share.
     pub tcp_flows_per_rank: usize,
+    /// The size of each of a device binding's staging buffers, and so of a
+    /// device collective's segments (`SNCL_DEVICE_STAGING_BYTES`, default
+    /// 4 MiB; every rank must agree).
+    pub device_staging_bytes: usize,
 }
 
 impl Default for Config {
@@ -222,6 +226,7 @@ impl Default for Config {
             tcp_pacing: TcpPacing::Off,
             compress_pacing: TcpPacing::Auto,
             tcp_flows_per_rank: 1,
+            device_staging_bytes: 4 << 20,
         }
     }
 }
@@ -239,6 +244,12 @@ pub const MIN_NSOCKS: usize = 1;
 /// Most `SNCL_NSOCKS`; equals transport-tcp's `MAX_NSOCKS` (checked by a
 /// test of the `sncl` crate, which sees both).
 pub const MAX_NSOCKS: usize = 64;
+/// Smallest `SNCL_DEVICE_STAGING_BYTES` (64 KiB).
+pub const MIN_DEVICE_STAGING_BYTES: usize = 64 << 10;
+/// Largest `SNCL_DEVICE_STAGING_BYTES` (1 GiB).
+pub const MAX_DEVICE_STAGING_BYTES: usize = 1 << 30;
+/// `SNCL_DEVICE_STAGING_BYTES` is rounded down to a multiple of this.
+pub const DEVICE_STAGING_ALIGN: usize = 256;
 /// Smallest `SNCL_SHM_SLOT_BYTES`.
 pub const MIN_SHM_SLOT_BYTES: usize = 4096;
 /// Largest `SNCL_SHM_SLOT_BYTES` (64 MiB; the segment header stores it as u32).
@@ -503,7 +514,13 @@ mod tests {
     fn validate_uses_the_same_bounds() {
         assert!(Config::default().validate().is_ok());
         type Tweak = fn(&mut Config);
-        let bad: [(&str, Tweak); 10] = [
+        let bad: [(&str, Tweak); 12] = [
+            ("SNCL_DEVICE_STAGING_BYTES", |c| {
+                c.device_staging_bytes = 4096
+            }),
+            ("SNCL_DEVICE_STAGING_BYTES", |c| {
+                c.device_staging_bytes = (1 << 20) + 1
+            }),
             ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 1 << 32),
             ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 64),
             ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 4096 + 1),

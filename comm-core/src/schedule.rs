@@ -176,6 +176,55 @@ impl Schedule {
     }
 }
 
+/// What running a schedule over memory the host cannot read needs beside
+/// the operation's buffers, in elements ([`Schedule::staging_needs`]).
+/// For every algorithm of the collectives the device path runs, each need
+/// is at most the operation's footprint (the larger of its send and receive
+/// extents): `tests/staging_needs.rs` walks them, and the device path sizes
+/// the staging it allocates at bind by that bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StagingNeeds {
+    /// Scratch elements ([`Schedule::scratch_elems`]).
+    pub scratch: usize,
+    /// The most elements one step sends, each distinct region counted once
+    /// (what its send staging holds at a time).
+    pub step_sends: usize,
+    /// The longest region any op reads or writes (a received piece, or a
+    /// copy between overlapping regions, never exceeds it).
+    pub region: usize,
+}
+
+impl Schedule {
+    /// The staging this schedule needs (see [`StagingNeeds`]).
+    pub fn staging_needs(&self) -> StagingNeeds {
+        let mut needs = StagingNeeds {
+            scratch: self.scratch_elems,
+            ..StagingNeeds::default()
+        };
+        let mut sent: Vec<Region> = Vec::new();
+        for step in &self.steps {
+            sent.clear();
+            for op in &step.ops {
+                let longest = match *op {
+                    Op::Send { src, .. } => {
+                        if !sent.contains(&src) {
+                            sent.push(src);
+                        }
+                        src.len
+                    }
+                    Op::Recv { dst, .. } | Op::Finalize { region: dst } => dst.len,
+                    Op::RecvReduce { local, dst, .. } => local.len.max(dst.len),
+                    Op::Copy { src, dst } => src.len.max(dst.len),
+                };
+                needs.region = needs.region.max(longest);
+            }
+            let step_sends = sent.iter().map(|r| r.len).sum();
+            needs.step_sends = needs.step_sends.max(step_sends);
+        }
+        needs
+    }
+}
+
 /// Splits `count` elements into `parts` nearly equal contiguous chunks:
 /// returns `(offset, len)` of chunk `i` (the first `count % parts` chunks are
 /// one longer).

@@ -333,6 +333,17 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Loads every kernel this device's collectives and codecs can launch
+    /// (every module, every function looked up) now, so that no operation
+    /// loads one later: under CUDA's lazy loading (the default) a
+    /// function's first lookup may synchronise the device (Programming
+    /// Guide, "Lazy Loading"), which deadlocks while a stream waits on the
+    /// host. Modules come from the NVRTC disk cache after the first
+    /// compile. Backends without modules do nothing (the default).
+    fn load_kernels(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Test double only: makes the next enqueued operation on this device
     /// fail with [`DeviceError::Fault`] carrying `what`. The CUDA backend
     /// answers [`DeviceError::Unsupported`].

@@ -121,6 +121,7 @@ impl Inner {
             b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.bytes())).collect())
         };
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
+        *st.ops.entry(op.coll).or_insert(0) += 1;
         self.execute_op(
             st,
             op,
@@ -133,7 +134,8 @@ impl Inner {
     }
 
     /// Runs a planned operation over `mem` (host buffers or device memory)
-    /// with the state held: accounting, the flight recorder, the executor,
+    /// with the state held (the caller counts the operation): the flight
+    /// recorder, the executor,
     /// `finish` (device memory waits for its device work there), and on a
     /// failure aborts the communicator so every peer fails fast.
     #[allow(clippy::too_many_arguments)]
@@ -148,7 +150,6 @@ impl Inner {
         finish: impl FnOnce(Result<()>) -> Result<()>,
     ) -> Result<()> {
         let ctx = self.op_context(seq, fingerprint, op.op, self.spin);
-        *st.ops.entry(op.coll).or_insert(0) += 1;
         let started = std::time::Instant::now();
         let flight_id = self.flight.start_at(
             sncl_runtime::flight::OpRecord {
@@ -354,48 +355,134 @@ impl Inner {
             *st.ops.entry(op.coll).or_insert(0) += 1;
             return r.inspect_err(|e| self.fail(st, e));
         }
-        let (sched, algo) = self.schedule(st, op, true)?;
-        if sched.steps.is_empty() {
-            return Ok(());
-        }
         let esize = op.dtype.size();
-        let (send_elems, recv_elems) = (prepared.send_elems, prepared.recv_elems);
-        let scratch_bytes = sched.scratch_elems.saturating_mul(esize);
         let mut staging = binding.staging();
-        if let Err(e) = staging.ensure_scratch(binding, scratch_bytes) {
-            let e = binding.error(self.rank, op.coll.name(), None, "allocating scratch", e);
-            self.fail(st, &e);
-            return Err(e);
-        }
-        // The sequence number is taken only now, after every check.
-        st.seq += 1;
-        let seq = st.seq;
-        let mem = crate::device::DeviceMemory::new(
-            binding,
-            &mut staging,
-            crate::device::OpIds {
-                rank: self.rank,
-                op: op.coll.name(),
-                seq,
-            },
-            (job.send, send_elems * esize),
-            (job.recv, recv_elems * esize),
-            self.config.timeout,
-        );
-        let bytes = (send_elems.max(recv_elems) * esize) as u64;
-        self.execute_op(
-            st,
-            op,
-            (seq, prepared.fingerprint),
-            (&sched, algo),
-            &mem,
-            bytes,
-            |r| {
-                // The result must be on the device (and the staging free) before
-                // the caller's stream goes on, also after a failure.
-                let done = mem.finish();
-                r.and(done)
-            },
+        let segments = crate::device::Segments::cut(
+            op.coll,
+            (op.count, esize, self.nranks),
+            (prepared.send_elems, prepared.recv_elems),
+            staging.bytes(),
         )
+        .map_err(|detail| self.invalid(op.coll.name(), detail))
+        .inspect_err(|e| self.fail(st, e))?;
+        let caller = (job.send, job.recv);
+        let segment_buffers = staging.segment_buffers();
+        let mut ran = false;
+        let mut scattered = false;
+        for i in 0..segments.len() {
+            let (_, len) = segments.bounds(i);
+            let mut sub = RawOp::new(op.coll, op.dtype, len);
+            sub.op = op.op;
+            sub.root = op.root;
+            let (sched, algo) = self.schedule(st, &sub, true)?;
+            if sched.steps.is_empty() {
+                continue;
+            }
+            let part = self.prepared(&sub)?;
+            let scratch_bytes = sched.scratch_elems.saturating_mul(esize);
+            if scratch_bytes > staging.bytes() {
+                let e = self.invalid(
+                    op.coll.name(),
+                    format!(
+                        "the {} schedule needs {scratch_bytes} bytes of scratch, more than the \
+                         {}-byte device staging (a segment's needs stay within its footprint: \
+                         comm-core/tests/staging_needs.rs)",
+                        algo.name(),
+                        staging.bytes()
+                    ),
+                );
+                self.fail(st, &e);
+                return Err(e);
+            }
+            let (send, recv) = segments.buffers(i, caller, segment_buffers);
+            let gathers = segments.gather_sends(i, job.send, segment_buffers.0);
+            if let Err(e) = copy_on_stream(binding, &gathers) {
+                let e = binding.error(self.rank, op.coll.name(), None, "gathering a segment", e);
+                self.fail(st, &e);
+                return Err(e);
+            }
+            // The sequence number is taken only now, after every check.
+            st.seq += 1;
+            let seq = st.seq;
+            if !ran {
+                *st.ops.entry(op.coll).or_insert(0) += 1;
+                ran = true;
+            }
+            let mem = crate::device::DeviceMemory::new(
+                binding,
+                &mut staging,
+                crate::device::OpIds {
+                    rank: self.rank,
+                    op: op.coll.name(),
+                    seq,
+                },
+                (send, part.send_elems * esize),
+                (recv, part.recv_elems * esize),
+                self.config.timeout,
+            );
+            let bytes = (part.send_elems.max(part.recv_elems) * esize) as u64;
+            self.execute_op(
+                st,
+                &sub,
+                (seq, part.fingerprint),
+                (&sched, algo),
+                &mem,
+                bytes,
+                |r| {
+                    // The result must be on the device (and the staging
+                    // free) before the caller's stream goes on, also after
+                    // a failure.
+                    let done = mem.finish();
+                    r.and(done)
+                },
+            )?;
+            drop(mem);
+            let scatters = segments.scatter_recvs(i, job.recv, segment_buffers.1);
+            scattered |= !scatters.is_empty();
+            if let Err(e) = copy_on_stream(binding, &scatters) {
+                let e = binding.error(
+                    self.rank,
+                    op.coll.name(),
+                    Some(seq),
+                    "scattering a segment",
+                    e,
+                );
+                self.fail(st, &e);
+                return Err(e);
+            }
+        }
+        if scattered {
+            // The last segment's scatter copies, before the caller's stream
+            // goes on.
+            let deadline = std::time::Instant::now() + self.config.timeout;
+            if let Err(e) = binding.dev.synchronize(binding.stream, deadline) {
+                let e = binding.error(
+                    self.rank,
+                    op.coll.name(),
+                    Some(st.seq),
+                    "scattering the last segment",
+                    e,
+                );
+                self.fail(st, &e);
+                return Err(e);
+            }
+        }
+        Ok(())
     }
+}
+
+/// Enqueues device-to-device `copies` (destination, source, bytes) on the
+/// binding's stream.
+fn copy_on_stream(
+    b: &crate::device::Binding,
+    copies: &[(::device::DevicePtr, ::device::DevicePtr, usize)],
+) -> std::result::Result<(), ::device::DeviceError> {
+    for &(dst, src, bytes) in copies {
+        // SAFETY: `Segments` derives both ranges from the caller's live
+        // device buffers (extents checked at enqueue) and the staging's
+        // segment buffers (a segment's footprint fits them); the stream
+        // orders them with the segment's own work.
+        unsafe { b.dev.copy_d2d_async(dst, src, bytes, b.stream)? };
+    }
+    Ok(())
 }

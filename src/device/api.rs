@@ -71,8 +71,17 @@ fn same_device(a: &Arc<dyn Device>, b: &Arc<dyn Device>) -> bool {
 impl Communicator {
     /// Binds this communicator to `device` (once; a communicator uses one
     /// device). Creates the stream its device collectives run on and a
-    /// pinned flag callers' streams wait on. Device collectives need a
-    /// bound device; host collectives are unaffected.
+    /// pinned flag callers' streams wait on, loads every kernel and
+    /// allocates the staging (`SNCL_DEVICE_STAGING_BYTES`), so that no
+    /// device collective loads, allocates or frees (each may synchronise
+    /// the device). Device collectives need a bound device; host
+    /// collectives are unaffected.
+    ///
+    /// Ranks bind independently (from one thread in turn, or each from its
+    /// own); the first device collective of each rank starts with a host
+    /// barrier, so no rank parks a stream on its first device collective
+    /// while another rank of the same process still loads or allocates
+    /// here (both synchronise a shared device).
     ///
     /// ```no_run
     /// # let comm = sncl::Communicator::from_env()?;
@@ -93,7 +102,11 @@ impl Communicator {
                 ),
             });
         }
-        let binding = Arc::new(Binding::new(device, inner.rank)?);
+        let binding = Arc::new(Binding::new(
+            device,
+            inner.rank,
+            inner.config.device_staging_bytes,
+        )?);
         tracing::info!(
             rank = inner.rank,
             backend = binding.dev.backend().name(),
@@ -228,6 +241,12 @@ impl Communicator {
         let (send_elems, recv_elems) = inner.validate_device(&mut raw)?;
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));
+        }
+        if !b.peers_bound.load(Ordering::Acquire) {
+            // Every rank has bound (loaded and allocated) before any rank
+            // parks a stream: see `bind_device`.
+            self.barrier()?;
+            b.peers_bound.store(true, Ordering::Release);
         }
         // A device failure from here on is not an argument error: the
         // operation is queued anyway and fails on every rank (its peers

@@ -25,10 +25,12 @@
 //! Everything runs on the communicator's internal stream, in order, so a
 //! step's send staging sees the previous steps' reductions. The host waits
 //! for the whole stream only at the end of the operation
-//! ([`DeviceMemory::finish`]) and before it reallocates staging.
+//! ([`DeviceMemory::finish`]). Staging is allocated once, at device bind
+//! ([`Staging::new`]); an operation never allocates or frees.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, PinnedBuffer};
@@ -38,8 +40,6 @@ use sncl_runtime::exec::Memory;
 
 use super::Binding;
 
-/// The receive ring's initial size (grown to the largest piece).
-const RING_BYTES: usize = 4 << 20;
 /// Ring slots start at multiples of this (alignment for any element).
 const SLOT_ALIGN: usize = 256;
 /// The first send-staging chunk of a step: small, so the first piece can
@@ -58,15 +58,23 @@ struct Slot {
 }
 
 /// Pinned and device staging of a communicator, and the events that
-/// pipeline it, reused across operations (allocating pinned memory is
-/// slow). Its in-flight state outlives a failed operation, so the next one
-/// still never overwrites what the device may read.
-#[derive(Default)]
+/// pipeline it, allocated once at device bind and reused by every
+/// operation: nothing is allocated or freed inside an operation (both
+/// synchronise a CUDA device, which deadlocks while a caller's stream waits
+/// on the host). Every buffer holds [`Staging::bytes`], the device segment
+/// size (`SNCL_DEVICE_STAGING_BYTES`); operations run in segments whose
+/// staging fits (`src/device/segment.rs`). Its in-flight state outlives a
+/// failed operation, so the next one still never overwrites what the
+/// device may read.
 pub(crate) struct Staging {
-    send_host: Option<PinnedBuffer>,
-    ring_host: Option<PinnedBuffer>,
-    ring_dev: Option<DeviceBuffer>,
-    scratch: Option<DeviceBuffer>,
+    send_host: PinnedBuffer,
+    ring_host: PinnedBuffer,
+    ring_dev: DeviceBuffer,
+    scratch: DeviceBuffer,
+    /// A segment's send and receive blocks, gathered contiguously where the
+    /// caller's blocks are strided (`src/device/segment.rs`).
+    segment_send: DeviceBuffer,
+    segment_recv: DeviceBuffer,
     /// Every event created here (destroyed by [`Staging::release`]).
     events: Vec<EventHandle>,
     /// Events recorded for nothing the host still waits on.
@@ -78,14 +86,6 @@ pub(crate) struct Staging {
     send_done: usize,
     /// Ring slots the device may still read, oldest first.
     ring_busy: VecDeque<Slot>,
-}
-
-fn cap_pinned(b: &Option<PinnedBuffer>) -> usize {
-    b.as_ref().map_or(0, PinnedBuffer::bytes)
-}
-
-fn cap_dev(b: &Option<DeviceBuffer>) -> usize {
-    b.as_ref().map_or(0, DeviceBuffer::bytes)
 }
 
 /// Where a slot of `n` bytes fits in a ring of `cap` bytes given its busy
@@ -113,14 +113,34 @@ fn fit(busy: &VecDeque<Slot>, n: usize, cap: usize) -> Option<usize> {
 }
 
 impl Staging {
-    /// Makes the device scratch at least `bytes` long. Only between
-    /// operations (no enqueued work uses the old one).
-    pub(crate) fn ensure_scratch(&mut self, b: &Binding, bytes: usize) -> ::device::Result<()> {
-        if cap_dev(&self.scratch) < bytes {
-            self.scratch = None;
-            self.scratch = Some(DeviceBuffer::new(&b.dev, bytes)?);
-        }
-        Ok(())
+    /// Allocates every staging buffer, `bytes` long (rounded up to a
+    /// multiple of [`SLOT_ALIGN`]), on `dev`: at device bind, before any
+    /// operation.
+    pub(crate) fn new(dev: &Arc<dyn Device>, bytes: usize) -> ::device::Result<Staging> {
+        let bytes = bytes.next_multiple_of(SLOT_ALIGN).max(SLOT_ALIGN);
+        Ok(Staging {
+            send_host: PinnedBuffer::new(dev, bytes)?,
+            ring_host: PinnedBuffer::new(dev, bytes)?,
+            ring_dev: DeviceBuffer::new(dev, bytes)?,
+            scratch: DeviceBuffer::new(dev, bytes)?,
+            segment_send: DeviceBuffer::new(dev, bytes)?,
+            segment_recv: DeviceBuffer::new(dev, bytes)?,
+            events: Vec::new(),
+            free_events: Vec::new(),
+            send_chunks: Vec::new(),
+            send_done: 0,
+            ring_busy: VecDeque::new(),
+        })
+    }
+
+    /// The size of every staging buffer in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.scratch.bytes()
+    }
+
+    /// The segment buffers (send, receive), each [`Staging::bytes`] long.
+    pub(crate) fn segment_buffers(&self) -> (DevicePtr, DevicePtr) {
+        (self.segment_send.ptr(), self.segment_recv.ptr())
     }
 
     /// An event for the next record (from the pool, else a new one).
@@ -140,12 +160,13 @@ impl Staging {
         self.send_done = self.send_chunks.len();
     }
 
-    /// Frees the staging and destroys its events. Only after the stream
-    /// was synchronised (at unbind).
+    /// Destroys the staging's events (the buffers go with the value). Only
+    /// after the stream was synchronised (at unbind).
     pub(crate) fn release(&mut self, dev: &dyn Device) {
-        let events = std::mem::take(&mut self.events);
-        *self = Staging::default();
-        for ev in events {
+        self.free_events.clear();
+        self.send_chunks.clear();
+        self.ring_busy.clear();
+        for ev in std::mem::take(&mut self.events) {
             // SAFETY: created by `take_event` on this device, destroyed once
             // here; the stream that recorded it was synchronised.
             if let Err(e) = unsafe { dev.destroy_event(ev) } {
@@ -181,7 +202,7 @@ pub(crate) struct DeviceMemory<'a> {
 
 impl<'a> DeviceMemory<'a> {
     /// `send` and `recv` are the caller's device ranges (address, bytes);
-    /// the scratch is `staging`'s (see [`Staging::ensure_scratch`]).
+    /// the scratch is `staging`'s.
     pub(crate) fn new(
         b: &'a Binding,
         staging: &'a mut Staging,
@@ -190,10 +211,7 @@ impl<'a> DeviceMemory<'a> {
         recv: (DevicePtr, usize),
         timeout: Duration,
     ) -> DeviceMemory<'a> {
-        let scratch = staging
-            .scratch
-            .as_ref()
-            .map_or((DevicePtr(0), 0), |s| (s.ptr(), s.bytes()));
+        let scratch = (staging.scratch.ptr(), staging.scratch.bytes());
         DeviceMemory {
             b,
             ids,
@@ -309,35 +327,18 @@ impl<'a> DeviceMemory<'a> {
 
     /// A free slot of `n` bytes (`n > 0`) in the receive ring (pinned and
     /// device twins at the same offset): reclaims slots whose events are
-    /// done, waits until about half the ring is free while none fits, grows the ring (after
-    /// a synchronisation) when `n` exceeds it. The caller fills the slot
-    /// and then calls [`DeviceMemory::ring_commit`].
+    /// done, and waits until about half the ring is free while none fits.
+    /// A piece longer than the ring is an error (segments keep every piece
+    /// within it, `src/device/segment.rs`). The caller fills the slot and
+    /// then calls [`DeviceMemory::ring_commit`].
     fn ring_slot(&self, n: usize) -> Result<usize> {
-        let cap = {
-            let st = self.staging.borrow();
-            cap_pinned(&st.ring_host).min(cap_dev(&st.ring_dev))
-        };
+        let cap = self.staging.borrow().ring_host.bytes();
         if n > cap {
-            if !self.staging.borrow().ring_busy.is_empty() {
-                self.sync("waiting for received pieces before growing the ring")?;
-            }
-            let bytes = n.max(RING_BYTES).next_multiple_of(SLOT_ALIGN);
-            let mut st = self.staging.borrow_mut();
-            st.ring_host = None;
-            st.ring_dev = None;
-            st.ring_host = Some(
-                PinnedBuffer::new(&self.b.dev, bytes)
-                    .map_err(|e| self.err("allocating the pinned receive ring", e))?,
-            );
-            st.ring_dev = Some(
-                DeviceBuffer::new(&self.b.dev, bytes)
-                    .map_err(|e| self.err("allocating the device receive ring", e))?,
-            );
+            return Err(self.invalid(format!(
+                "a piece of {n} bytes is longer than the {cap}-byte receive ring \
+                 (SNCL_DEVICE_STAGING_BYTES); the operation's segments should keep it shorter"
+            )));
         }
-        let cap = {
-            let st = self.staging.borrow();
-            cap_pinned(&st.ring_host).min(cap_dev(&st.ring_dev))
-        };
         loop {
             let target = {
                 let mut st = self.staging.borrow_mut();
@@ -381,7 +382,7 @@ impl<'a> DeviceMemory<'a> {
     /// the slot's pinned address.
     fn fill_slot(&self, at: usize, data: &[u8]) -> *const u8 {
         let st = self.staging.borrow();
-        let ring = st.ring_host.as_ref().expect("ring allocated by ring_slot");
+        let ring = &st.ring_host;
         // SAFETY: `at + data.len()` is inside the ring (ring_slot checked);
         // the slot is free (no enqueued copy reads it: its event is done or
         // it was never used), and only this raw range is written, not the
@@ -395,7 +396,7 @@ impl<'a> DeviceMemory<'a> {
 
     fn ring_dev(&self, at: usize) -> DevicePtr {
         let st = self.staging.borrow();
-        st.ring_dev.as_ref().expect("ring allocated").ptr().add(at)
+        st.ring_dev.ptr().add(at)
     }
 }
 
@@ -459,20 +460,15 @@ impl Memory for DeviceMemory<'_> {
         if staged.is_empty() {
             return Ok(());
         }
-        if cap_pinned(&self.staging.borrow().send_host) < total {
-            if self.staging.borrow().send_host.is_some() {
-                // Copies of a failed operation may still write the old one.
-                self.sync("waiting for the stream before growing send staging")?;
-            }
-            let mut st = self.staging.borrow_mut();
-            st.send_host = None;
-            st.send_host = Some(
-                PinnedBuffer::new(&self.b.dev, total.max(RING_BYTES))
-                    .map_err(|e| self.err("allocating pinned send staging", e))?,
-            );
+        let cap = self.staging.borrow().send_host.bytes();
+        if total > cap {
+            return Err(self.invalid(format!(
+                "a step sends {total} bytes, more than the {cap}-byte send staging \
+                 (SNCL_DEVICE_STAGING_BYTES); the operation's segments should keep it within"
+            )));
         }
         let mut st = self.staging.borrow_mut();
-        let host = st.send_host.as_ref().expect("allocated above").as_ptr();
+        let host = st.send_host.as_ptr();
         let mut chunk = FIRST_SEND_CHUNK;
         for &(r, at) in staged.iter() {
             let (src, len) = self.span(r, esize)?;
@@ -536,7 +532,7 @@ impl Memory for DeviceMemory<'_> {
             }
             st.send_done = i + 1;
         }
-        let host = st.send_host.as_ref().expect("staged regions have staging");
+        let host = &st.send_host;
         // SAFETY: `start..end` is inside the staging (the region was staged
         // at `base` with `r.len * esize` bytes); the copies that wrote it
         // are complete and nothing writes it again during this step, while

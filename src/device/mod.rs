@@ -40,11 +40,13 @@ mod api;
 mod cudarc_slices;
 mod memory;
 mod offer;
+mod segment;
 mod window;
 
 pub use api::DeviceOp;
 pub(crate) use memory::{DeviceMemory, OpIds, Staging};
 pub use offer::DirectCounts;
+pub(crate) use segment::Segments;
 pub use window::{DeviceWindow, DirectAlgo, DirectChoice};
 
 /// A communicator's device: the device, the operations' internal stream,
@@ -58,6 +60,9 @@ pub(crate) struct Binding {
     flag: PinnedBuffer,
     /// The value the next operation's callers wait for.
     next_flag: AtomicU32,
+    /// Every rank of the communicator has bound its device (the barrier
+    /// at this rank's first device collective passed).
+    pub(crate) peers_bound: AtomicBool,
     staging: Mutex<Staging>,
     /// Live device windows and the offer records (`offer.rs`).
     windows: Mutex<offer::Registry>,
@@ -75,10 +80,17 @@ impl std::fmt::Debug for Binding {
 }
 
 impl Binding {
-    /// Creates the internal stream and the flag on `dev`.
-    pub(crate) fn new(dev: Arc<dyn Device>, rank: usize) -> Result<Binding> {
+    /// Creates the internal stream and the flag on `dev`, loads every
+    /// kernel and allocates the staging (`staging_bytes` per buffer): after
+    /// this, no operation loads, allocates or frees (each may synchronise
+    /// the device).
+    pub(crate) fn new(dev: Arc<dyn Device>, rank: usize, staging_bytes: usize) -> Result<Binding> {
         let fail =
             |what: &str, e: DeviceError| device_error(rank, &dev, ("bind_device", None), what, e);
+        dev.load_kernels()
+            .map_err(|e| fail("loading the kernels", e))?;
+        let staging =
+            Staging::new(&dev, staging_bytes).map_err(|e| fail("allocating the staging", e))?;
         let flag =
             PinnedBuffer::new(&dev, 64).map_err(|e| fail("allocating the stream flag", e))?;
         if !(flag.as_ptr() as usize).is_multiple_of(std::mem::align_of::<AtomicU32>()) {
@@ -97,8 +109,9 @@ impl Binding {
         Ok(Binding {
             flag,
             next_flag: AtomicU32::new(1),
+            peers_bound: AtomicBool::new(false),
             stream,
-            staging: Mutex::new(Staging::default()),
+            staging: Mutex::new(staging),
             windows: Mutex::new(offer::Registry::default()),
             direct: Default::default(),
             dev,
@@ -112,9 +125,11 @@ impl Binding {
         unsafe { AtomicU32::from_ptr(self.flag.as_ptr() as *mut u32) }
     }
 
-    /// Lets callers' streams waiting for `value` (or less) go on.
+    /// Lets callers' streams waiting for `value` (or an earlier value) go
+    /// on. Values compare cyclically, as the driver's `GEQ` wait does
+    /// (`(int32_t)(*addr - value) >= 0`), so they wrap past 2^32.
     fn release(&self, value: u32) {
-        self.flag().fetch_max(value, Ordering::Release);
+        release_cyclic(self.flag(), value);
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, offer::Registry> {
@@ -168,8 +183,22 @@ impl Drop for Binding {
         if let Err(e) = unsafe { self.dev.destroy_stream(self.stream) } {
             tracing::warn!(error = %e, "destroying the collectives' stream failed");
         }
-        // Never leave a caller's stream waiting.
-        self.release(u32::MAX);
+        // Never leave a caller's stream waiting: release the last value
+        // handed out (a larger one, e.g. u32::MAX, would not pass a cyclic
+        // wait for a value more than 2^31 before it).
+        self.release(self.next_flag.load(Ordering::Relaxed).wrapping_sub(1));
+    }
+}
+
+/// Raises `word` to `value` unless it is already at or cyclically past it
+/// (`value - word`, as a signed 32-bit difference, not positive).
+fn release_cyclic(word: &AtomicU32, value: u32) {
+    let mut cur = word.load(Ordering::Relaxed);
+    while (value.wrapping_sub(cur) as i32) > 0 {
+        match word.compare_exchange_weak(cur, value, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
     }
 }
 
@@ -293,5 +322,67 @@ pub(crate) fn run_job(inner: &Inner, ticket: u64, mut job: DeviceJob, state: &Wo
                 b.release(job.flag_value);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_is_cyclic_across_the_wrap() {
+        let word = AtomicU32::new(u32::MAX - 1);
+        release_cyclic(&word, u32::MAX);
+        assert_eq!(word.load(Ordering::Relaxed), u32::MAX);
+        // Past the wrap: 0 and 3 come after u32::MAX.
+        release_cyclic(&word, 3);
+        assert_eq!(word.load(Ordering::Relaxed), 3);
+        // An older value never lowers it, also across the wrap.
+        release_cyclic(&word, u32::MAX);
+        assert_eq!(word.load(Ordering::Relaxed), 3);
+        release_cyclic(&word, 2);
+        assert_eq!(word.load(Ordering::Relaxed), 3);
+        // u32::MAX does not pass a wait for 5 (the driver's GEQ), which is
+        // why a binding releases its last value, not u32::MAX, at drop.
+        let passes = |word: u32, value: u32| (word.wrapping_sub(value) as i32) >= 0;
+        assert!(!passes(u32::MAX, 5));
+        assert!(passes(3, u32::MAX));
+    }
+
+    /// The binding's flag handed out across the 2^32 wrap: each caller-side
+    /// wait parks the stream until its value is released, then passes
+    /// (the emulated device's wait compares cyclically, as the driver's).
+    #[test]
+    fn stream_waits_pass_across_the_wrap() {
+        let dev = ::device::open(Backend::Emu, 0).expect("emulated device");
+        let b = Binding::new(dev, 0, 1 << 16).expect("binding");
+        // As after 2^32 - 3 operations: the word holds the last released
+        // value, the next one handed out is one more.
+        b.next_flag.store(u32::MAX - 2, Ordering::Relaxed);
+        b.flag().store(u32::MAX - 3, Ordering::Relaxed);
+        let event = b.dev.create_event().expect("event");
+        for _ in 0..5 {
+            let value = b.next_flag.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the flag lives as long as `b`, which outlives the
+            // synchronisation below.
+            unsafe {
+                b.dev
+                    .stream_wait_u32(b.stream, b.flag.as_ptr() as *const u32, value)
+            }
+            .expect("wait");
+            b.dev.record_event(event, b.stream).expect("record");
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(
+                !b.dev.event_done(event).expect("query"),
+                "the stream ran past an unreleased wait for {value}"
+            );
+            b.release(value);
+            b.dev
+                .synchronize(b.stream, Instant::now() + Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("released {value}, yet the stream is parked: {e}"));
+        }
+        assert_eq!(b.next_flag.load(Ordering::Relaxed), 2);
+        // SAFETY: recorded on a synchronised stream; not used again.
+        unsafe { b.dev.destroy_event(event) }.expect("destroy");
     }
 }

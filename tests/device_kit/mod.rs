@@ -53,6 +53,9 @@ pub fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
         Collective::AllGather => (k, n * k),
         Collective::Broadcast => (k, k),
         Collective::Reduce => (k, if rank == c.root % n { k } else { 0 }),
+        Collective::AllToAll => (n * k, n * k),
+        Collective::Gather => (k, if rank == c.root % n { n * k } else { 0 }),
+        Collective::Scatter => (if rank == c.root % n { n * k } else { 0 }, k),
         other => panic!("no extents for {other:?}"),
     }
 }

@@ -3,15 +3,16 @@
 //! Order matters twice: it is the order of the README's table and of
 //! `commbench --help-env`, and the shared settings appear in the agreement
 //! digest in this order (`algo`, `chunk`, `slot`, `slots`, `piece`,
-//! `transport`: the digest's wire format, unchanged).
+//! `checksum`, `transport`, `device_staging`: the digest's wire format).
 
 use std::time::Duration;
 
 use super::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
-    parse_algo, TransportChoice, MAX_CHUNK_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES,
-    MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
-    MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
+    parse_algo, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES, MAX_DEVICE_STAGING_BYTES,
+    MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS,
+    MIN_CHUNK_BYTES, MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES,
+    MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
 
 const fn launch(
@@ -211,6 +212,28 @@ pub static SETTINGS: &[Setting] = &[
                 Ok(())
             },
             show: |c| c.transport.to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_DEVICE_STAGING_BYTES",
+        scope: Scope::Shared {
+            digest_key: "device_staging",
+        },
+        values: range(
+            MIN_DEVICE_STAGING_BYTES,
+            MAX_DEVICE_STAGING_BYTES,
+            DEVICE_STAGING_ALIGN,
+            "bytes",
+        ),
+        default: Value("4194304"),
+        doc: "device path: the size of each staging buffer a communicator allocates when it binds \
+              a device (send staging and receive ring in pinned memory, scratch and two segment \
+              buffers on the device: six of them); a device collective runs in segments of at \
+              most this many bytes per buffer, and nothing is allocated inside an operation",
+        field: Field::Int {
+            name: "device_staging_bytes",
+            get: |c| c.device_staging_bytes,
+            put: |c, v| c.device_staging_bytes = v,
         },
     },
     // Per process.

@@ -46,12 +46,15 @@ fn declared_defaults_are_the_config_defaults() {
 
 /// The digest's wire format (`key=value;...` in table order). `checksum`
 /// joined with SNCL_CHECKSUM, in the same change that grew the piece header
-/// to 48 bytes, so builds before it do not interoperate with this one anyway.
+/// to 48 bytes, so builds before it do not interoperate with this one anyway;
+/// `device_staging` joined with SNCL_DEVICE_STAGING_BYTES (the device path's
+/// segments, which every rank must cut alike).
 #[test]
 fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
-        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;transport=auto"
+        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;transport=auto;\
+         device_staging=4194304"
     );
     let c = Config::from_vars(&|k| match k {
         "SNCL_ALGO" => Some("all_reduce:tree;reduce:ring".into()),
@@ -62,7 +65,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         checksum=0;transport=tcp"
+         checksum=0;transport=tcp;device_staging=4194304"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses
@@ -73,6 +76,9 @@ fn digest_wire_format() {
     b.adopt_digest("checksum=1").unwrap();
     assert!(b.checksum);
     assert!(b.adopt_digest("checksum=yes").is_err());
+    b.adopt_digest("device_staging=65536").unwrap();
+    assert_eq!(b.device_staging_bytes, 65536);
+    assert!(b.adopt_digest("device_staging=4096").is_err());
     let e = b.adopt_digest("colour=blue").unwrap_err().to_string();
     assert!(e.contains("colour"), "{e}");
 }

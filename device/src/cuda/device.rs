@@ -171,39 +171,73 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         self.bind()?;
-        let f = {
-            let mut guard = self.kernels.lock().map_err(|_| DeviceError::Fault {
-                ordinal: self.ordinal,
-                detail: "the kernel table's lock was poisoned by a panic".into(),
-            })?;
-            let table = match guard.entry((source, dtype)) {
-                std::collections::hash_map::Entry::Occupied(k) => k.into_mut(),
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    let text = match source {
-                        Source::Reduce => kernels::cuda::REDUCE_SOURCE,
-                        Source::Direct => kernels::cuda::DIRECT_SOURCE,
-                    };
-                    let module = crate::nvrtc::compile_with(
-                        text,
-                        kernels::cuda::HEADERS,
-                        self.arch,
-                        &kernels::cuda::dtype_options(dtype),
-                    )?;
-                    let m = driver::module_load(self.ordinal, &launch::image(&module))?;
-                    tracing::debug!(
-                        ordinal = self.ordinal,
-                        dtype = dtype.name(),
-                        ?source,
-                        target = %module.target,
-                        "kernels loaded"
-                    );
-                    slot.insert(Kernels::new(m))
-                }
-            };
-            table.function(self.ordinal, name)?
-        };
+        let f = self.with_module(source, dtype, |k| k.function(self.ordinal, name))?;
         // SAFETY: the caller's contract; `f` belongs to this context.
         unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), params) }
+    }
+
+    /// Runs `f` on the loaded module of `source` for `dtype`, compiling
+    /// (or reading from the NVRTC cache) and loading it first if needed.
+    /// The context is current on the calling thread.
+    fn with_module<R>(
+        &self,
+        source: Source,
+        dtype: DataType,
+        f: impl FnOnce(&mut Kernels) -> Result<R>,
+    ) -> Result<R> {
+        let mut guard = self.kernels.lock().map_err(|_| DeviceError::Fault {
+            ordinal: self.ordinal,
+            detail: "the kernel table's lock was poisoned by a panic".into(),
+        })?;
+        let table = match guard.entry((source, dtype)) {
+            std::collections::hash_map::Entry::Occupied(k) => k.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let text = match source {
+                    Source::Reduce => kernels::cuda::REDUCE_SOURCE,
+                    Source::Direct => kernels::cuda::DIRECT_SOURCE,
+                };
+                let module = crate::nvrtc::compile_with(
+                    text,
+                    kernels::cuda::HEADERS,
+                    self.arch,
+                    &kernels::cuda::dtype_options(dtype),
+                )?;
+                let m = driver::module_load(self.ordinal, &launch::image(&module))?;
+                tracing::debug!(
+                    ordinal = self.ordinal,
+                    dtype = dtype.name(),
+                    ?source,
+                    target = %module.target,
+                    "kernels loaded"
+                );
+                slot.insert(Kernels::new(m))
+            }
+        };
+        f(table)
+    }
+
+    /// Runs `f` on the loaded codec module, compiling and loading it first
+    /// if needed. The context is current on the calling thread.
+    fn with_codec_module<R>(&self, f: impl FnOnce(&mut Kernels) -> Result<R>) -> Result<R> {
+        let mut guard = self.codec.lock().map_err(|_| DeviceError::Fault {
+            ordinal: self.ordinal,
+            detail: "the codec kernel table's lock was poisoned by a panic".into(),
+        })?;
+        let table = match guard.as_mut() {
+            Some(t) => t,
+            None => {
+                let module = crate::nvrtc::compile_with(
+                    kernels::cuda_codec::CODEC_SOURCE,
+                    &kernels::cuda_codec::codec_headers(),
+                    self.arch,
+                    &[],
+                )?;
+                let m = driver::module_load(self.ordinal, &launch::image(&module))?;
+                tracing::debug!(ordinal = self.ordinal, target = %module.target, "codec kernels loaded");
+                guard.insert(Kernels::new(m))
+            }
+        };
+        f(table)
     }
 }
 
@@ -223,40 +257,43 @@ impl CudaDevice {
             return Ok(());
         }
         self.bind()?;
-        let mut guard = self.codec.lock().map_err(|_| DeviceError::Fault {
-            ordinal: self.ordinal,
-            detail: "the codec kernel table's lock was poisoned by a panic".into(),
-        })?;
-        let table = match guard.as_mut() {
-            Some(t) => t,
-            None => {
-                let module = crate::nvrtc::compile_with(
-                    kernels::cuda_codec::CODEC_SOURCE,
-                    &kernels::cuda_codec::codec_headers(),
-                    self.arch,
-                    &[],
-                )?;
-                let m = driver::module_load(self.ordinal, &launch::image(&module))?;
-                tracing::debug!(ordinal = self.ordinal, target = %module.target, "codec kernels loaded");
-                guard.insert(Kernels::new(m))
+        self.with_codec_module(|table| {
+            let block = kernels::cuda::BLOCK_THREADS;
+            for l in launches.iter_mut() {
+                let f = table.function(self.ordinal, &l.kernel)?;
+                let grid = match l.items {
+                    kernels::cuda_codec::Items::Single => 1,
+                    kernels::cuda_codec::Items::Many(m) => {
+                        m.div_ceil(u64::from(block))
+                            .clamp(1, u64::from(self.sm_count) * 8) as u32
+                    }
+                };
+                let mut params = [launch::param(&mut l.args)];
+                // SAFETY: one parameter, `SnclCodecArgs` by value (CodecArgs is
+                // its repr(C) mirror); the caller vouches for its addresses.
+                unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), &mut params)? };
             }
+            Ok(())
+        })
+    }
+
+    /// Every kernel name of `source` for `dtype` (see
+    /// [`Device::load_kernels`]).
+    fn kernel_names(source: Source, dtype: DataType) -> Vec<String> {
+        let mut names: Vec<String> = match source {
+            Source::Reduce => kernels::cuda::reduce_copy_kernels()
+                .filter(|(d, _, _)| *d == dtype)
+                .map(|(_, _, name)| name)
+                .chain([kernels::cuda::divide_kernel(dtype)])
+                .collect(),
+            Source::Direct => ReduceOp::ALL
+                .into_iter()
+                .filter_map(|op| kernels::cuda::direct_kernel(dtype, op))
+                .collect(),
         };
-        let block = kernels::cuda::BLOCK_THREADS;
-        for l in launches.iter_mut() {
-            let f = table.function(self.ordinal, &l.kernel)?;
-            let grid = match l.items {
-                kernels::cuda_codec::Items::Single => 1,
-                kernels::cuda_codec::Items::Many(m) => {
-                    m.div_ceil(u64::from(block))
-                        .clamp(1, u64::from(self.sm_count) * 8) as u32
-                }
-            };
-            let mut params = [launch::param(&mut l.args)];
-            // SAFETY: one parameter, `SnclCodecArgs` by value (CodecArgs is
-            // its repr(C) mirror); the caller vouches for its addresses.
-            unsafe { driver::launch(self.ordinal, f, grid, block, stream(s), &mut params)? };
-        }
-        Ok(())
+        names.sort();
+        names.dedup();
+        names
     }
 }
 
@@ -580,6 +617,42 @@ impl Device for CudaDevice {
         }
         self.bind()?;
         driver::enable_peer_access(self.ordinal, peer)
+    }
+
+    fn load_kernels(&self) -> Result<()> {
+        self.bind()?;
+        let started = std::time::Instant::now();
+        let mut functions = 0;
+        for dtype in DataType::ALL {
+            for source in [Source::Reduce, Source::Direct] {
+                let names = CudaDevice::kernel_names(source, dtype);
+                if names.is_empty() {
+                    continue;
+                }
+                self.with_module(source, dtype, |k| {
+                    for name in &names {
+                        k.function(self.ordinal, name)?;
+                    }
+                    Ok(())
+                })?;
+                functions += names.len();
+            }
+        }
+        let codec = kernels::cuda_codec::kernel_names();
+        self.with_codec_module(|k| {
+            for name in &codec {
+                k.function(self.ordinal, name)?;
+            }
+            Ok(())
+        })?;
+        functions += codec.len();
+        tracing::info!(
+            ordinal = self.ordinal,
+            functions,
+            ms = started.elapsed().as_millis() as u64,
+            "every sncl kernel loaded"
+        );
+        Ok(())
     }
 
     fn inject_fault(&self, what: &str) -> Result<()> {

@@ -196,7 +196,10 @@ impl Op {
             Op::WaitU32 { addr, value, .. } => {
                 // SAFETY: as for WriteU32.
                 let word = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
-                return poll(dev, || word.load(Ordering::Acquire) >= value);
+                // Cyclic, as the driver's GEQ: `(int32_t)(*addr - value) >= 0`.
+                return poll(dev, || {
+                    (word.load(Ordering::Acquire).wrapping_sub(value) as i32) >= 0
+                });
             }
             Op::Record { event, generation } => event.complete(generation),
             Op::WaitEvent { event, generation } => {

@@ -12,12 +12,19 @@ use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, ReduceOp};
 use sncl_runtime::exec::Memory;
 
-use super::{DeviceMemory, OpIds, Staging, MAX_SEND_CHUNK, RING_BYTES};
+use super::{DeviceMemory, OpIds, Staging, MAX_SEND_CHUNK};
 use crate::device::Binding;
+
+/// The staging size these tests use.
+const RING_BYTES: usize = 4 << 20;
 
 fn binding() -> Binding {
     let dev = ::device::open(Backend::Emu, 0).expect("emulated device");
-    Binding::new(dev, 0).expect("binding")
+    Binding::new(dev, 0, RING_BYTES).expect("binding")
+}
+
+fn staging(b: &Binding) -> Staging {
+    Staging::new(&b.dev, RING_BYTES).expect("staging")
 }
 
 const IDS: OpIds = OpIds {
@@ -90,7 +97,7 @@ fn download(b: &Binding, buf: &DeviceBuffer) -> Vec<u8> {
 /// piece lands intact (plain receive, or reduced with a local region).
 fn ring_holds_slots_until_copied(reduce: bool) {
     let b = binding();
-    let mut staging = Staging::default();
+    let mut staging = staging(&b);
     let piece = 512 << 10;
     let pieces = 3 * RING_BYTES / piece;
     let bytes = pieces * piece;
@@ -170,7 +177,7 @@ fn ring_never_overwrites_a_slot_a_reduction_may_read() {
 #[test]
 fn sends_are_staged_in_chunks_without_blocking() {
     let b = binding();
-    let mut staging = Staging::default();
+    let mut staging = staging(&b);
     let bytes = 3 * MAX_SEND_CHUNK + 12345;
     let send = DeviceBuffer::new(&b.dev, bytes).expect("send");
     let data = pattern(5, bytes);
@@ -269,7 +276,7 @@ fn fit_places_slots_in_a_ring() {
 #[test]
 fn device_span_and_device_recv() {
     let b = binding();
-    let mut staging = Staging::default();
+    let mut staging = staging(&b);
     let n = 4096;
     let local = DeviceBuffer::new(&b.dev, n).expect("local");
     let recv = DeviceBuffer::new(&b.dev, n).expect("recv");
