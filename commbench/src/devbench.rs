@@ -46,14 +46,21 @@ impl Where {
     }
 }
 
-/// One rank's device: opened, bound to `comm`, with a stream.
+/// One rank's device: opened, bound to `comm`, with a stream and the
+/// benchmark's two buffers, allocated once for the largest case (as
+/// nccl-tests does): allocating or freeing synchronises a CUDA device, and
+/// with ranks as threads of one process, a rank allocating while another
+/// rank's stream waits for the collective both are in is a deadlock.
 pub struct Dev {
     pub dev: Arc<dyn Device>,
     stream: StreamHandle,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
 }
 
 impl Dev {
-    pub fn open(comm: &Communicator, backend: Backend) -> Result<Dev> {
+    /// `max_bytes`: the most either buffer of any case holds.
+    pub fn open(comm: &Communicator, backend: Backend, max_bytes: usize) -> Result<Dev> {
         let rank = comm.rank();
         let err = |e: device::DeviceError| sncl::Error::InvalidArgument {
             rank,
@@ -71,7 +78,15 @@ impl Dev {
             .map_err(err)?;
         comm.bind_device(dev.clone())?;
         let stream = dev.create_stream().map_err(err)?;
-        Ok(Dev { dev, stream })
+        let bytes = max_bytes.max(256);
+        let send = DeviceBuffer::new(&dev, bytes).map_err(err)?;
+        let recv = DeviceBuffer::new(&dev, bytes).map_err(err)?;
+        Ok(Dev {
+            dev,
+            stream,
+            send,
+            recv,
+        })
     }
 
     pub fn describe(&self) -> String {
@@ -98,58 +113,63 @@ fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
 /// copy of the input, restored before each call); with `-c`, counts the
 /// elements that differ from the host form's result on the same input
 /// (the device codecs are bit-identical to the host's).
-fn run_compressed(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
+fn run_compressed(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
     let (codec, scope) = c.compress.as_ref().expect("compressed case");
     let (n, rank) = (comm.size(), comm.rank());
+    let described = d.describe();
     let fail = |what: &str, e: device::DeviceError| sncl::Error::InvalidArgument {
         rank,
         op: "all_reduce_compressed",
-        detail: format!("{what} on {}: {e}", d.describe()),
+        detail: format!("{what} on {described}: {e}"),
     };
     let input = input_bytes(sncl::DataType::Float32, rank, c.count, c.op);
-    let bytes = input.len().max(4);
-    let pristine = DeviceBuffer::new(&d.dev, bytes).map_err(|e| fail("alloc", e))?;
-    let mut buf = DeviceBuffer::new(&d.dev, bytes).map_err(|e| fail("alloc", e))?;
-    // SAFETY: `input` lives until the stream is synchronised below.
-    unsafe {
-        d.dev
-            .copy_h2d_async(pristine.ptr(), input.as_ptr(), input.len(), d.stream)
+    let fits = |b: &DeviceBuffer| input.len() <= b.bytes();
+    if !fits(&d.send) || !fits(&d.recv) {
+        return Err(fail(
+            "sizing",
+            device::DeviceError::InvalidArgument {
+                ordinal: d.dev.ordinal(),
+                call: "commbench",
+                detail: format!("{} bytes exceed the benchmark's buffers", input.len()),
+            },
+        ));
     }
-    .map_err(|e| fail("upload", e))?;
+    let Dev {
+        dev,
+        stream,
+        send: pristine,
+        recv: buf,
+    } = d;
+    let (dev, stream) = (&*dev, *stream);
+    // SAFETY: `input` lives until the stream is synchronised below.
+    unsafe { dev.copy_h2d_async(pristine.ptr(), input.as_ptr(), input.len(), stream) }
+        .map_err(|e| fail("upload", e))?;
     let deadline = || Instant::now() + Duration::from_secs(600);
-    d.dev
-        .synchronize(d.stream, deadline())
+    dev.synchronize(stream, deadline())
         .map_err(|e| fail("synchronize", e))?;
     let once = |buf: &mut DeviceBuffer| -> Result<()> {
         // SAFETY: both buffers hold `input.len()` bytes and outlive the
         // call, which synchronises the stream before it returns.
-        unsafe {
-            d.dev
-                .copy_d2d_async(buf.ptr(), pristine.ptr(), input.len(), d.stream)
-        }
-        .map_err(|e| fail("restore the input", e))?;
-        comm.all_reduce_compressed_device(buf, c.count, c.op, codec, None, *scope, d.stream)
+        unsafe { dev.copy_d2d_async(buf.ptr(), pristine.ptr(), input.len(), stream) }
+            .map_err(|e| fail("restore the input", e))?;
+        comm.all_reduce_compressed_device(buf, c.count, c.op, codec, None, *scope, stream)
     };
     for _ in 0..c.warmup {
-        once(&mut buf)?;
+        once(buf)?;
     }
     let t0 = Instant::now();
     for _ in 0..c.iters {
-        once(&mut buf)?;
+        once(buf)?;
     }
     let us = t0.elapsed().as_secs_f64() * 1e6 / c.iters.max(1) as f64;
     let mut wrong = 0u64;
     if c.check {
-        once(&mut buf)?;
+        once(buf)?;
         let mut got = vec![0f32; c.count];
         // SAFETY: `got` lives until the synchronisation below.
-        unsafe {
-            d.dev
-                .copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), c.count * 4, d.stream)
-        }
-        .map_err(|e| fail("download", e))?;
-        d.dev
-            .synchronize(d.stream, deadline())
+        unsafe { dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), c.count * 4, stream) }
+            .map_err(|e| fail("download", e))?;
+        dev.synchronize(stream, deadline())
             .map_err(|e| fail("synchronize", e))?;
         let mut want: Vec<f32> = input
             .chunks_exact(4)
@@ -177,7 +197,7 @@ fn run_compressed(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Opt
 }
 
 /// Runs a case on device buffers; (timing, no in-place row).
-pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
+pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, Option<Timing>)> {
     if c.compress.is_some() {
         return run_compressed(comm, d, c);
     }
@@ -191,8 +211,21 @@ pub fn run_case(comm: &Communicator, d: &Dev, c: &Case) -> Result<(Timing, Optio
     let esize = c.dtype.size();
     let (se, re) = extents(c, n, rank);
     let send = input_bytes(c.dtype, rank, se, c.op);
-    let dsend = DeviceBuffer::new(&d.dev, send.len()).map_err(|e| fail("alloc", e))?;
-    let drecv = DeviceBuffer::new(&d.dev, re * esize).map_err(|e| fail("alloc", e))?;
+    if send.len() > d.send.bytes() || re * esize > d.recv.bytes() {
+        return Err(fail(
+            "sizing",
+            device::DeviceError::InvalidArgument {
+                ordinal: d.dev.ordinal(),
+                call: "commbench",
+                detail: format!(
+                    "{} and {} bytes exceed the benchmark's buffers",
+                    send.len(),
+                    re * esize
+                ),
+            },
+        ));
+    }
+    let (dsend, drecv) = (&d.send, &d.recv);
     // SAFETY: `send` lives until the stream is synchronised below.
     unsafe {
         d.dev

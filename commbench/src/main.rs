@@ -189,9 +189,14 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             detail,
         }
     })?;
-    let dev = match place {
+    let sizes = args.sizes();
+    let mut dev = match place {
         devbench::Where::Host => None,
-        devbench::Where::Device(b) => Some(devbench::Dev::open(comm, b)?),
+        // The largest size, for every rank's blocks (all_gather's receive).
+        devbench::Where::Device(b) => {
+            let largest = sizes.iter().copied().max().unwrap_or(0);
+            Some(devbench::Dev::open(comm, b, largest.saturating_mul(n))?)
+        }
     };
     let out = rank == 0;
     if out {
@@ -227,7 +232,6 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     let mut any_wrong = false;
     let mut bw_sum = 0.0;
     let mut bw_rows = 0usize;
-    let sizes = args.sizes();
     let started = Instant::now();
     let mut last_progress = Instant::now();
     for algo in &algos {
@@ -267,7 +271,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         compress,
                         window: args.window,
                     };
-                    let (oop, ip) = match &dev {
+                    let (oop, ip) = match &mut dev {
                         Some(d) => devbench::run_case(comm, d, &case)?,
                         None => cases::run_case(comm, &case)?,
                     };

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
@@ -220,6 +221,42 @@ impl Communicator {
         self.inner.device.get().map(|b| b.dev.clone())
     }
 
+    /// Before this rank's first device collective, on the caller's thread:
+    /// every connection with a device path (nvlink) allocates and exports
+    /// its device inbox; a host barrier; then every connection maps its
+    /// peer's inbox. After it, no operation allocates or opens IPC
+    /// mappings, and no rank parks a stream before every rank has bound
+    /// and allocated (allocation synchronises a device that ranks of one
+    /// process share).
+    fn join_peers_on_device(&self, b: &Binding) -> Result<()> {
+        let inner = &self.inner;
+        let queue = ::device::DeviceQueue {
+            dev: b.dev.clone(),
+            stream: b.stream,
+        };
+        let connect = |wait: bool| -> Result<()> {
+            let deadline = Instant::now() + inner.config.timeout;
+            let mut st = inner.lock();
+            for c in st.conns.iter_mut().flatten() {
+                while c.ready(&queue)?.is_none() && wait {
+                    if Instant::now() >= deadline {
+                        let e = DeviceError::Timeout {
+                            ordinal: b.dev.ordinal(),
+                            what: format!("peer rank {}'s device inbox", c.peer()),
+                            ms: inner.config.timeout.as_millis() as u64,
+                        };
+                        return Err(b.error(inner.rank, "bind_device", None, "connecting", e));
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            Ok(())
+        };
+        connect(false)?;
+        self.barrier()?;
+        connect(true)
+    }
+
     /// Checks `op` now (nothing is queued and no sequence number is taken
     /// when it is rejected) and returns what builds its job in stream order.
     fn prepare_device(&self, op: DeviceOp) -> Result<impl FnOnce(u64) -> JobKind> {
@@ -243,9 +280,7 @@ impl Communicator {
             return Err(invalid("a device buffer is NULL".into()));
         }
         if !b.peers_bound.load(Ordering::Acquire) {
-            // Every rank has bound (loaded and allocated) before any rank
-            // parks a stream: see `bind_device`.
-            self.barrier()?;
+            self.join_peers_on_device(&b)?;
             b.peers_bound.store(true, Ordering::Release);
         }
         // A device failure from here on is not an argument error: the
