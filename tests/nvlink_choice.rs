@@ -45,7 +45,7 @@ fn pair(ords: [usize; 2], vis: [Visibility; 2]) -> Vec<Rank> {
             let dev = open_with(ord, vis).expect("emulated device");
             comm.bind_device(dev.clone()).expect("bind_device");
             let stream = dev.create_stream().expect("stream");
-            Rank { comm, dev, stream }
+            Rank::new(comm, dev, stream)
         })
         .collect()
 }

@@ -151,7 +151,7 @@ fn nvlink_two_ranks_on_one_device() {
             let dev = sncl::device::open(sncl::device::Backend::Emu, 0).expect("emu device 0");
             comm.bind_device(dev.clone()).expect("bind_device");
             let stream = dev.create_stream().expect("stream");
-            Rank { comm, dev, stream }
+            Rank::new(comm, dev, stream)
         })
         .collect();
     let before = transport_nvlink::device_bytes();

@@ -43,14 +43,30 @@ thread_local! {
     static TID: i64 = watch::tid();
 }
 
+/// The calling thread's name as the OS knows it (`pthread_getname_np`):
+/// this library has its own copy of Rust's std, which does not know the
+/// names the program's std gave its threads, but the OS does (up to 15
+/// bytes).
+fn os_thread_name() -> Option<String> {
+    let mut buf = [0u8; 64];
+    // SAFETY: `buf` is writable for its length, which is passed; the call
+    // writes a NUL-terminated name of at most 16 bytes into it.
+    let rc = unsafe {
+        libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
 fn with_thread(f: impl FnOnce(&mut Thread)) {
     let tid = TID.with(|t| *t);
     let mut map = lock(threads());
     let t = map.entry(tid).or_insert_with(|| Thread {
-        name: std::thread::current()
-            .name()
-            .unwrap_or("unnamed")
-            .to_string(),
+        name: os_thread_name().unwrap_or_else(|| "unnamed".into()),
         ..Thread::default()
     });
     f(t);

@@ -1,16 +1,13 @@
-//! sncl's current device path on the model: `commbench all_reduce --device
-//! cuda --np 2` with every rule on. Today it deadlocks at its first
-//! operation (docs/CUDA-MODEL.md, finding 1): the work thread grows the
-//! scratch buffer (`cuMemAlloc`, device-synchronising) while the caller's
-//! stream is parked on the host-released `cuStreamWaitValue32` of the
-//! prepare step. This test pins that finding — the model must report it as
-//! a deadlock naming `cuMemAlloc` — and is to be turned into "completes
-//! with correct results" by the device-path issue ("The device path,
-//! NCCL-style"), which the model exists to accept.
-//!
-//! The root crate's device suite (`tests/device_collectives.rs`) is pinned
-//! the same way: with `SNCL_TEST_DEVICE=cuda` its two- and three-rank TCP
-//! matrix ends in the same deadlock.
+//! sncl's device path on the model, every rule on: `commbench all_reduce
+//! --device cuda` as 2 processes and as 2 threads of one process, and the
+//! root crate's device suite (`tests/device_collectives.rs`) on the `cuda`
+//! backend, complete with correct results; no `cuda-model: deadlock` or
+//! `stall`; and the model's counters show that sncl's progress threads
+//! (`sncl-progress-N`, where operations run) never allocate, free, load a
+//! module or open an IPC mapping (the callers' threads do, at bind and
+//! before the first collective), and that no synchronising call was made
+//! while a stream was parked. Until stop 28 these runs deadlocked in their
+//! first operation (docs/CUDA-MODEL.md, findings 1 and 2).
 //!
 //! Skips, printing why, when commbench or the suite has not been built (the
 //! README's test command builds the whole workspace first) or NVRTC is
@@ -50,11 +47,7 @@ fn suite(name: &str) -> Option<PathBuf> {
 /// Runs `program args` on the model (every rule on, deadlocks reported
 /// after 2 s); its exit status and stderr. `None` (printed) when NVRTC is
 /// unavailable.
-fn on_the_model(
-    program: &PathBuf,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Option<(std::process::ExitStatus, String)> {
+fn on_the_model(program: &PathBuf, args: &[&str], env: &[(&str, &str)], name: &str) -> Option<Run> {
     let nvrtc = match driver_env::wheel_dir("NVRTC_LIB_DIR", "libnvrtc.so.13") {
         Ok(d) => d,
         Err(why) => {
@@ -65,7 +58,10 @@ fn on_the_model(
     let include = driver_env::cuda_include().ok();
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("device-path-lib");
     let lib = driver_env::model_lib_dir(&tmp);
-    let report = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("device-path-%p.json");
+    let reports = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("device-path-{name}"));
+    let _ = std::fs::remove_dir_all(&reports);
+    std::fs::create_dir_all(&reports).expect("the report directory");
+    let report = reports.join("%p.json");
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env(
@@ -85,10 +81,10 @@ fn on_the_model(
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn the program");
     while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(90) {
+        if start.elapsed() > Duration::from_secs(240) {
             let _ = child.kill();
             panic!(
-                "{} on the model neither finished nor was stopped by the model in 90 s",
+                "{} on the model neither finished nor was stopped by the model in 240 s",
                 program.display()
             );
         }
@@ -96,51 +92,145 @@ fn on_the_model(
     }
     let out = child.wait_with_output().expect("output");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("{err}");
-    Some((out.status, err))
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}\n{err}");
+    let reports = std::fs::read_dir(&reports)
+        .expect("the report directory")
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).expect("a report");
+            serde_json::from_str(&text).expect("a JSON report")
+        })
+        .collect();
+    Some(Run {
+        status: out.status,
+        stdout,
+        stderr: err,
+        reports,
+    })
 }
 
-/// The known deadlock: scratch growth (`cuMemAlloc`) inside an operation.
-fn assert_first_operation_deadlocks(what: &str, status: std::process::ExitStatus, err: &str) {
-    assert!(
-        err.contains("cuda-model: deadlock") && err.contains("cuMemAlloc"),
-        "{what}: the known deadlock (scratch growth inside the operation) did not reproduce; \
-         if the device path was fixed, turn this test into a correctness check. \
-         status {status:?}, stderr:\n{err}"
-    );
-    assert!(!status.success(), "{what}: a deadlocked job must fail");
+/// What a run on the model left: exit status, output, the model's reports
+/// (one per process).
+struct Run {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+    reports: Vec<serde_json::Value>,
 }
 
-#[test]
-fn current_device_path_deadlocks_in_its_first_operation() {
+impl Run {
+    /// The run succeeded, the model reported no hang, and every report
+    /// (at least `processes`) says: sncl's progress threads ran kernels
+    /// and never allocated, freed, loaded modules or opened IPC mappings;
+    /// nothing synchronising ran while a stream was parked.
+    fn assert_clean(&self, what: &str, processes: usize) {
+        assert!(
+            !self.stderr.contains("cuda-model: deadlock")
+                && !self.stderr.contains("cuda-model: stall"),
+            "{what}: the model reported a hang:\n{}",
+            self.stderr
+        );
+        assert!(
+            self.status.success(),
+            "{what}: status {:?}\n{}",
+            self.status,
+            self.stderr
+        );
+        assert!(
+            self.reports.len() >= processes,
+            "{what}: {} reports for {processes} processes",
+            self.reports.len()
+        );
+        let mut progress_launches = 0;
+        for r in &self.reports {
+            let pid = r["pid"].as_u64().expect("pid");
+            for t in r["threads"].as_array().expect("threads") {
+                let (tid, name) = (&t["tid"], t["name"].as_str().unwrap_or(""));
+                let events = &t["events"];
+                let count = |k: &str| events[k].as_u64().unwrap_or(0);
+                assert!(
+                    t["synchronising_calls_while_parked"]
+                        .as_object()
+                        .is_none_or(|m| m.is_empty()),
+                    "{what}: process {pid} thread {tid} ({name}) made synchronising calls while \
+                     a stream was parked: {t}"
+                );
+                if !name.starts_with("sncl-progress") {
+                    continue;
+                }
+                progress_launches += count("launches");
+                for k in [
+                    "allocations",
+                    "frees",
+                    "host_allocations",
+                    "host_frees",
+                    "module_loads",
+                    "function_loads",
+                    "ipc_opens",
+                ] {
+                    assert_eq!(
+                        count(k),
+                        0,
+                        "{what}: process {pid} progress thread {tid} ({name}) has {k}: {events}"
+                    );
+                }
+            }
+        }
+        assert!(
+            progress_launches > 0,
+            "{what}: no progress thread launched a kernel"
+        );
+    }
+}
+
+fn commbench_on_the_model(extra: &[&str], processes: usize, name: &str) {
     let Some(bench) = commbench() else {
         eprintln!(
             "skipped: commbench is not built next to this test (run the workspace build first)"
         );
         return;
     };
-    let args = [
+    let mut args = vec![
         "all_reduce",
         "--device",
         "cuda",
-        "--np",
-        "2",
         "-b",
         "8",
         "-e",
+        "1M",
+        "-f",
         "8",
         "-n",
-        "2",
+        "3",
         "-w",
         "1",
+        "-c",
+        "1",
     ];
-    if let Some((status, err)) = on_the_model(&bench, &args, &[]) {
-        assert_first_operation_deadlocks("commbench --device cuda --np 2", status, &err);
+    args.extend_from_slice(extra);
+    if let Some(run) = on_the_model(&bench, &args, &[], name) {
+        run.assert_clean(&format!("commbench {}", extra.join(" ")), processes);
+        assert!(
+            run.stdout.contains("Out of bounds values : 0 OK"),
+            "commbench {extra:?}: wrong results:\n{}",
+            run.stdout
+        );
     }
 }
 
 #[test]
-fn device_suite_on_the_cuda_backend_deadlocks_in_its_first_operation() {
+fn commbench_all_reduce_on_device_as_two_processes() {
+    commbench_on_the_model(&["--np", "2"], 2, "np2");
+}
+
+#[test]
+fn commbench_all_reduce_on_device_as_two_threads_of_one_process() {
+    commbench_on_the_model(&["--threads", "2"], 1, "threads2");
+}
+
+#[test]
+fn device_suite_on_the_cuda_backend() {
     let Some(bin) = suite("device_collectives") else {
         eprintln!(
             "skipped: tests/device_collectives.rs is not built next to this test (run the \
@@ -148,8 +238,8 @@ fn device_suite_on_the_cuda_backend_deadlocks_in_its_first_operation() {
         );
         return;
     };
-    let args = ["--exact", "matrix_tcp_2_and_3_ranks", "--test-threads=1"];
-    if let Some((status, err)) = on_the_model(&bin, &args, &[("SNCL_TEST_DEVICE", "cuda")]) {
-        assert_first_operation_deadlocks("device_collectives on the cuda backend", status, &err);
+    let args = ["--test-threads=1"];
+    if let Some(run) = on_the_model(&bin, &args, &[("SNCL_TEST_DEVICE", "cuda")], "suite") {
+        run.assert_clean("device_collectives on the cuda backend", 1);
     }
 }

@@ -60,10 +60,38 @@ pub fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
     }
 }
 
+/// The most bytes either buffer of one case holds (the large-count cases:
+/// 1,000,003 elements × 4 ranks × 8 bytes fit).
+pub const CASE_BUFFER_BYTES: usize = 40 << 20;
+
+/// One rank: its communicator, bound device, stream, and the send and
+/// receive buffers every case uses, allocated once ([`Rank::new`]):
+/// allocating synchronises a CUDA device, and with ranks as threads of one
+/// process on one device, a rank allocating while another rank's stream
+/// waits in the collective both are in is a deadlock (NCCL's rule too:
+/// allocate before the collectives).
 pub struct Rank {
     pub comm: Communicator,
     pub dev: Arc<dyn Device>,
     pub stream: StreamHandle,
+    pub send: DeviceBuffer,
+    pub recv: DeviceBuffer,
+}
+
+impl Rank {
+    /// A rank on `dev` (which `comm` is bound to) with a stream, and its
+    /// case buffers.
+    pub fn new(comm: Communicator, dev: Arc<dyn Device>, stream: StreamHandle) -> Rank {
+        let alloc = || DeviceBuffer::new(&dev, CASE_BUFFER_BYTES).expect("the case buffers");
+        let (send, recv) = (alloc(), alloc());
+        Rank {
+            comm,
+            dev,
+            stream,
+            send,
+            recv,
+        }
+    }
 }
 
 /// The backend the device suites run on: the emulated device by default;
@@ -88,7 +116,7 @@ pub fn bind_rank(comm: Communicator) -> Rank {
         .unwrap_or_else(|e| panic!("{} device for rank {}: {e}", backend.name(), comm.rank()));
     comm.bind_device(dev.clone()).expect("bind_device");
     let stream = dev.create_stream().expect("stream");
-    Rank { comm, dev, stream }
+    Rank::new(comm, dev, stream)
 }
 
 /// Runs `case` on host buffers and on device buffers; returns a mismatch.
@@ -108,8 +136,12 @@ pub fn run_case(r: &Rank, c: &Case) -> Result<(), String> {
     // SAFETY: both vectors cover the extents and outlive the call.
     unsafe { r.comm.run_raw(&raw) }.map_err(|e| format!("host {c:?}: {e}"))?;
     // Device: upload, collective, download, all ordered by the stream only.
-    let dsend = DeviceBuffer::new(&r.dev, send.len()).map_err(|e| e.to_string())?;
-    let drecv = DeviceBuffer::new(&r.dev, fill.len()).map_err(|e| e.to_string())?;
+    if send.len().max(fill.len()) > CASE_BUFFER_BYTES {
+        return Err(format!(
+            "{c:?}: larger than the kit's {CASE_BUFFER_BYTES}-byte buffers"
+        ));
+    }
+    let (dsend, drecv) = (&r.send, &r.recv);
     let mut got = vec![0u8; fill.len()];
     // SAFETY: the host vectors outlive the stream synchronisation below;
     // the device ranges are the buffers' own.
@@ -199,11 +231,11 @@ pub fn all_reduce_with_fault_on_rank_1(
             .iter()
             .map(|r| {
                 s.spawn(move || {
-                    let buf = DeviceBuffer::new(&r.dev, count * 4).map_err(|e| e.to_string())?;
+                    assert!(count * 4 <= CASE_BUFFER_BYTES);
                     if r.comm.rank() == 1 {
                         r.dev.inject_fault(fault).map_err(|e| e.to_string())?;
                     }
-                    all_reduce_device(r, &buf, count)
+                    all_reduce_device(r, &r.send, count)
                 })
             })
             .collect();
