@@ -240,6 +240,10 @@ fn direct_peer_killed_mid_operation_is_named() {
 /// device faults at the direct kernel's launch.
 #[test]
 fn direct_launch_failure_fails_every_rank_naming_it() {
+    if device_kit::test_backend() != sncl::device::Backend::Emu {
+        eprintln!("skipped: faults are injected through the emulated device only");
+        return;
+    }
     let _serial = nvlink_common::serial();
     let ranks = nvlink_common::ranks(3);
     let count = 5000;

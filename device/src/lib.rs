@@ -333,6 +333,18 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Whether kernels of different processes may run on this device at
+    /// the same time (MPS). Without it, a kernel that spins on a flag
+    /// another process's kernel sets waits for a kernel that cannot start
+    /// until it ends (MPS guide: "A kernel from one CUDA context cannot
+    /// execute concurrently with a kernel from another CUDA context").
+    /// CUDA: `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` (false where the driver does
+    /// not know it); the default, for the emulated device whose processes
+    /// each run kernels on threads of their own: true.
+    fn mps_enabled(&self) -> bool {
+        true
+    }
+
     /// Loads every kernel this device's collectives and codecs can launch
     /// (every module, every function looked up) now, so that no operation
     /// loads one later: under CUDA's lazy loading (the default) a

@@ -135,7 +135,7 @@ impl Registry {
         self.live.iter().filter_map(Weak::upgrade).find_map(|w| {
             let off = ptr.0.checked_sub(w.buffers[w.rank()].0)? as usize;
             let fits = off.checked_add(bytes)? <= w.bytes;
-            (fits && !w.broken.load(Ordering::Acquire)).then_some((w, off))
+            (fits && !w.broken.load(Ordering::Acquire) && w.no_direct.is_none()).then_some((w, off))
         })
     }
 }

@@ -36,8 +36,13 @@ use super::{device_error, Binding, DevicePtr, EventHandle, PinnedBuffer, StreamH
 use crate::comm::Inner;
 use crate::Communicator;
 
-/// A rank's store record: buffer handle, flag-area handle, window bytes.
-const RECORD: usize = 64 + 64 + 8;
+/// A rank's store record: buffer handle, flag-area handle, window bytes,
+/// process token, buffer address, flag-area address (the addresses are
+/// used as they are by ranks of the same process: CUDA cannot open an IPC
+/// handle its own process exported), a key of its device (a hash of the
+/// PCI bus id) and whether that device runs kernels of several processes
+/// at once (MPS).
+const RECORD: usize = 64 + 64 + 8 + 8 + 8 + 8 + 8 + 8;
 
 /// One-shot in place folds through a scratch buffer of this many bytes at
 /// most (one-shot only pays off well below it).
@@ -84,6 +89,14 @@ pub(crate) struct WindowCore {
     /// This rank's buffer was allocated here (freed on drop), not lent by
     /// the caller ([`Communicator::register_device_window`]).
     owned: bool,
+    /// Per rank: its buffer and flag area were opened from IPC handles
+    /// (closed on drop); a peer of this process is addressed directly.
+    imported: Vec<bool>,
+    /// Why the direct kernels cannot run over this window (every rank
+    /// decides alike from every rank's record): two ranks of different
+    /// processes share a device without MPS, so a kernel would spin on a
+    /// kernel that cannot start. `None`: they can.
+    pub(crate) no_direct: Option<String>,
 }
 
 impl std::fmt::Debug for DeviceWindow {
@@ -245,6 +258,8 @@ fn open_window(
         epoch: Mutex::new(0),
         broken: AtomicBool::new(true),
         owned: lent.is_none(),
+        imported: vec![false; n],
+        no_direct: None,
     };
     // From here `w`'s Drop frees whatever was made.
     for _ in 0..2 {
@@ -294,7 +309,16 @@ fn open_window(
         .map_err(|e| fail("exporting the flag area", e))?;
     handle[..64].copy_from_slice(&buf_h.0);
     handle[64..128].copy_from_slice(&flag_h.0);
-    handle[128..].copy_from_slice(&(bytes as u64).to_le_bytes());
+    let token = transport_nvlink::process_token();
+    handle[128..136].copy_from_slice(&(bytes as u64).to_le_bytes());
+    handle[136..144].copy_from_slice(&token.to_le_bytes());
+    handle[144..152].copy_from_slice(&w.buffers[me].0.to_le_bytes());
+    handle[152..160].copy_from_slice(&w.flags[me].0.to_le_bytes());
+    let device_key = device_key(&**dev);
+    handle[160..168].copy_from_slice(&device_key.to_le_bytes());
+    handle[168..176].copy_from_slice(&u64::from(dev.mps_enabled()).to_le_bytes());
+    // (process, device, MPS) of every rank, for the direct-path verdict.
+    let mut placement = vec![(token, device_key, dev.mps_enabled()); n];
     let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
         rank: me,
         op,
@@ -305,11 +329,12 @@ fn open_window(
     store.set(&key("handles", me), &handle)?;
     for p in (0..n).filter(|&p| p != me) {
         let raw = store.get(&key("handles", p), timeout)?;
-        let theirs = (raw.len() == RECORD).then(|| {
+        let word = |at: usize| {
             let mut b = [0u8; 8];
-            b.copy_from_slice(&raw[128..]);
+            b.copy_from_slice(&raw[at..at + 8]);
             u64::from_le_bytes(b)
-        });
+        };
+        let theirs = (raw.len() == RECORD).then(|| word(128));
         if theirs != Some(bytes as u64) {
             return Err(Error::InvalidArgument {
                 rank: me,
@@ -321,6 +346,14 @@ fn open_window(
                 ),
             });
         }
+        placement[p] = (word(136), word(160), word(168) != 0);
+        if word(136) == token && dev.backend() == ::device::Backend::Cuda {
+            // A rank of this process: its addresses are valid here.
+            w.buffers[p] = DevicePtr(word(144));
+            w.flags[p] = DevicePtr(word(152));
+            continue;
+        }
+        w.imported[p] = true;
         let mut h = ::device::IpcHandle([0; 64]);
         h.0.copy_from_slice(&raw[..64]);
         let open = |h: &::device::IpcHandle, what: &str| {
@@ -330,6 +363,14 @@ fn open_window(
         w.buffers[p] = open(&h, "window")?;
         h.0.copy_from_slice(&raw[64..128]);
         w.flags[p] = open(&h, "flag area")?;
+    }
+    w.no_direct = shared_without_mps(&placement, |a, b| inner.topo.same_node(a, b));
+    if let Some(why) = &w.no_direct {
+        tracing::info!(
+            rank = me,
+            window = id,
+            "{why}: the direct kernels are off for this window"
+        );
     }
     store.set(&key("opened", me), b"1")?;
     for p in (0..n).filter(|&p| p != me) {
@@ -459,6 +500,12 @@ impl DeviceWindow {
                 w.id
             )));
         }
+        if let Some(why) = [core, out].into_iter().find_map(|w| w.no_direct.as_ref()) {
+            return Err(bad(format!(
+                "{why}: the direct kernels would spin on a kernel that cannot start (enable MPS, \
+                 or use the device collectives, which do not spin)"
+            )));
+        }
         if kernels::cuda::direct_kernel(dtype, op).is_none() {
             return Err(bad(format!(
                 "{} {}: the direct kernels reduce with sum, prod, max, min or avg",
@@ -501,6 +548,39 @@ impl DeviceWindow {
 }
 
 /// The planner's direct kernel for `count` elements of `dtype`.
+/// A key of `dev` that ranks of every process compute alike: a hash of its
+/// PCI bus id (its backend and ordinal where it has none).
+fn device_key(dev: &dyn ::device::Device) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match dev.pci_bus_id() {
+        Ok(id) => id.to_ascii_lowercase().hash(&mut h),
+        Err(_) => (dev.backend().name(), dev.ordinal()).hash(&mut h),
+    }
+    h.finish()
+}
+
+/// Given every rank's (process token, device key, MPS), why direct kernels
+/// cannot run: two ranks of different processes on one device (same node,
+/// same bus id) without MPS (their kernels time-slice the device, so one
+/// rank's kernel would spin on a kernel that cannot start). `None` where
+/// nothing forbids them.
+fn shared_without_mps(
+    placement: &[(u64, u64, bool)],
+    same_node: impl Fn(usize, usize) -> bool,
+) -> Option<String> {
+    for (a, &(pa, da, ma)) in placement.iter().enumerate() {
+        for (b, &(pb, db, mb)) in placement.iter().enumerate().skip(a + 1) {
+            if pa != pb && da == db && same_node(a, b) && !(ma && mb) {
+                return Some(format!(
+                    "ranks {a} and {b} share a device from different processes without MPS"
+                ));
+            }
+        }
+    }
+    None
+}
+
 pub(crate) fn auto_kind(inner: &Inner, dtype: DataType, count: usize) -> DirectAlgo {
     let bytes = count.saturating_mul(dtype.size());
     match choose_direct(bytes, inner.nranks, inner.device_shape.intra) {
@@ -676,11 +756,16 @@ impl Drop for WindowCore {
             self.stop_kernel();
         }
         for (p, (&b, &f)) in self.buffers.iter().zip(&self.flags).enumerate() {
+            if p != me && !self.imported[p] {
+                // A rank of this process owns (and frees) its memory.
+                continue;
+            }
             // A lent buffer stays the caller's.
             let own_buffer = (p != me || self.owned).then_some(b);
             for ptr in own_buffer.into_iter().chain([f]).filter(|p| p.0 != 0) {
-                // SAFETY: from alloc (own) or ipc_import (peers'), released
-                // once here; the stream is synchronised above.
+                // SAFETY: from alloc (own) or ipc_import (peers' of other
+                // processes), released once here; the stream is
+                // synchronised above.
                 let r = unsafe {
                     if p == me {
                         dev.free(ptr)
@@ -701,5 +786,35 @@ impl Drop for WindowCore {
             // SAFETY: created here, destroyed once.
             let _ = unsafe { dev.destroy_event(e) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_without_mps;
+
+    #[test]
+    fn direct_kernels_are_off_only_for_processes_sharing_a_device_without_mps() {
+        let all_one_node = |_: usize, _: usize| true;
+        // Threads of one process on one device: on.
+        assert_eq!(shared_without_mps(&[(1, 7, false); 4], all_one_node), None);
+        // Two processes, one device, no MPS: off, naming the ranks.
+        let two = [(1, 7, false), (2, 7, false)];
+        let why = shared_without_mps(&two, all_one_node).expect("off");
+        assert!(
+            why.contains("ranks 0 and 1") && why.contains("MPS"),
+            "{why}"
+        );
+        // With MPS on both: on. One device each: on.
+        assert_eq!(
+            shared_without_mps(&[(1, 7, true), (2, 7, true)], all_one_node),
+            None
+        );
+        assert_eq!(
+            shared_without_mps(&[(1, 7, false), (2, 8, false)], all_one_node),
+            None
+        );
+        // The same bus id on two nodes is two devices.
+        assert_eq!(shared_without_mps(&two, |_, _| false), None);
     }
 }

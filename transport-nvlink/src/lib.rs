@@ -46,7 +46,7 @@ use transport_shm::Segment;
 
 mod board;
 mod decide;
-pub use board::{Board, Verdict, BOARD_BYTES};
+pub use board::{process_token, Board, Verdict, BOARD_BYTES};
 
 /// Whether a pair must use the device path (`SNCL_NVLINK`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

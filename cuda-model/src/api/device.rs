@@ -144,6 +144,11 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c
         if attr == A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID as c_int {
             value += d as c_int;
         }
+        // cuda.h: "Indicates if contexts created on this device will be
+        // shared via MPS" (CUDA_MODEL_MPS).
+        if attr == A::CU_DEVICE_ATTRIBUTE_MPS_ENABLED as c_int {
+            value = c_int::from(crate::config::get().mps);
+        }
         out(v, value)
     })
 }

@@ -619,6 +619,11 @@ impl Device for CudaDevice {
         driver::enable_peer_access(self.ordinal, peer)
     }
 
+    fn mps_enabled(&self) -> bool {
+        let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED;
+        driver::attribute(self.ordinal, self.dev, attr).is_ok_and(|v| v != 0)
+    }
+
     fn load_kernels(&self) -> Result<()> {
         self.bind()?;
         let started = std::time::Instant::now();
