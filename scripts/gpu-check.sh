@@ -10,8 +10,23 @@
 #                                    runs the groups' sections with the
 #                                    machine's own CUDA driver and NVRTC
 #
-# Groups (default: device nvlink; each keeps within its own limit, so that
-# one call of both stays well under the 600 s a command may run):
+# Groups (default: basics device nvlink; each keeps within its own limit, so
+# that one call stays well under the 600 s a command may run):
+#   basics (first; at most 120 s; the other groups run only if it passes):
+#     env         locates NVRTC (the system's, CUDA_HOME's, or a Python
+#                 environment's nvidia/*/lib, torch's included) and puts it on
+#                 the loader's path; prints the driver, the module loading
+#                 mode (CUDA_MODULE_LOADING) and whether MPS runs
+#     threads-2   commbench all_reduce --device cuda --threads 2 (two ranks as
+#                 threads of one process on the one GPU, no MPS needed),
+#                 8 B to 64 MiB, checked, SNCL_TIMEOUT_MS=15000: the device
+#                 path's first contact (it deadlocked on the strict driver
+#                 model until stop 28; this is the same run on a GPU)
+#     np-2        the same as 2 processes (time-sliced without MPS: slower,
+#                 must still complete)
+#     capture     one CUDA graph capture and replay of sncl collectives: not
+#                 implemented yet (capture is refused with an error), printed
+#                 as skipped
 #   device (GPU buffers, kernels, codecs; 200 s):
 #     probe       nvidia-smi, driver version, the CUDA backend's open()
 #     suite       the device test suite against the cuda backend
@@ -109,15 +124,16 @@ if [[ ${1:-} == --prepare ]]; then
 fi
 
 GROUPS_WANTED=("$@")
-((${#GROUPS_WANTED[@]})) || GROUPS_WANTED=(device nvlink)
+((${#GROUPS_WANTED[@]})) || GROUPS_WANTED=(basics device nvlink)
 for g in "${GROUPS_WANTED[@]}"; do
-    case $g in device | nvlink | torch) ;; *) echo "gpu-check: unknown group $g (device, nvlink, torch)" >&2; exit 2 ;; esac
+    case $g in basics | device | nvlink | torch) ;; *) echo "gpu-check: unknown group $g (basics, device, nvlink, torch)" >&2; exit 2 ;; esac
 done
 for exe in device-suite codec-suite codec_bandwidth cuda-slices commbench c-device-test libsncl.so; do
     [[ -e $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
 done
 export SNCL_TEST_DEVICE=cuda SNCL_TEST_DEVICE_REQUIRED=1
 FAILED=()
+SUMMARY=()
 GROUP_END=0
 # section NAME LIMIT COMMAND...: runs COMMAND within LIMIT seconds, cut to
 # what is left of the group's budget.
@@ -136,7 +152,49 @@ section() {
     timeout "$limit" "$@" 2>&1
     local rc=$?
     echo "=== $name: exit $rc after $((SECONDS - start)) s"
+    SUMMARY+=("$name: exit $rc, $((SECONDS - start)) s")
     ((rc == 0)) || FAILED+=("$name")
+}
+
+# Puts the first directory holding libnvrtc.so.13 or .12 on LD_LIBRARY_PATH:
+# the system's CUDA, CUDA_HOME, then any Python environment's nvidia/*/lib
+# (the NVRTC wheels, which torch's CUDA wheels bring).
+find_nvrtc() {
+    local d sites
+    sites=$(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+    # shellcheck disable=SC2086 # word splitting and globbing wanted
+    for d in ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu \
+        $(for s in $sites /opt/torch/.venv/lib/python3*/site-packages; do ls -d "$s"/nvidia/*/lib 2>/dev/null; done); do
+        if ls "$d"/libnvrtc.so.1[23]* >/dev/null 2>&1; then
+            export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            echo "NVRTC: $d"
+            return 0
+        fi
+    done
+    echo "NVRTC: not found (the device path compiles its kernels with it)"
+    return 1
+}
+
+basics_env() {
+    find_nvrtc || return 1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so the driver default: LAZY since 12.2}"
+    if pgrep -x nvidia-cuda-mps-server >/dev/null 2>&1 || pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1; then
+        echo "MPS: running"
+    else
+        echo "MPS: not running (processes on one GPU time-slice; sncl's direct kernels stay off across processes)"
+    fi
+}
+
+group_basics() {
+    GROUP_END=$((SECONDS + 120))
+    section env 15 basics_env
+    # NVRTC's directory must reach the later sections too.
+    find_nvrtc >/dev/null || true
+    section threads-2 45 env SNCL_TIMEOUT_MS=15000 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    section np-2 45 env SNCL_TIMEOUT_MS=15000 "$OUT_DIR/commbench" all_reduce --device cuda --np 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    echo "=== capture: skipped, capturing sncl collectives into a CUDA graph is not implemented yet (refused at enqueue)"
+    SUMMARY+=("capture: skipped (not implemented)")
 }
 
 group_device() {
@@ -205,7 +263,13 @@ group_torch() {
 for g in "${GROUPS_WANTED[@]}"; do
     echo "##### group $g"
     "group_$g"
+    if [[ $g == basics ]] && ((${#FAILED[@]})); then
+        echo "gpu-check: the basics failed (${FAILED[*]}); the other groups are not run"
+        break
+    fi
 done
+echo "##### summary"
+printf '%s\n' "${SUMMARY[@]}"
 if ((${#FAILED[@]})); then
     echo "gpu-check: FAILED sections: ${FAILED[*]}"
     exit 1

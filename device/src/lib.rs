@@ -216,9 +216,10 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         value: u32,
     ) -> Result<()>;
     /// Enqueues a wait: the stream does not run past this point until the
-    /// `u32` at `addr` is `>= value` (wrapping comparison is not used). The
-    /// host writes it (with a release store) to let the stream go on. No
-    /// CUDA callback thread blocks.
+    /// `u32` at `addr` is at or past `value` in the driver's cyclic sense,
+    /// `(int32_t)(*addr - value) >= 0` (`CU_STREAM_WAIT_VALUE_GEQ`), so
+    /// values may wrap past 2^32. The host writes it (with a release store)
+    /// to let the stream go on. No CUDA callback thread blocks.
     ///
     /// # Safety
     /// As for [`Device::stream_write_u32`].

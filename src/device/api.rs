@@ -303,7 +303,7 @@ impl Communicator {
         // What the caller's stream holds now runs before the collective.
         let created = match enqueue_error {
             Some(_) => Ok(None),
-            None => b.dev.create_event().map(Some),
+            None => b.take_event().map(Some),
         };
         let event = match created {
             Ok(None) => None,

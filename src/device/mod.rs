@@ -63,6 +63,10 @@ pub(crate) struct Binding {
     /// Every rank of the communicator has bound its device (the barrier
     /// at this rank's first device collective passed).
     pub(crate) peers_bound: AtomicBool,
+    /// Events that operations recorded on callers' streams, done with and
+    /// reused (one fewer driver call per collective on the caller's
+    /// thread); destroyed with the binding.
+    events: Mutex<Vec<EventHandle>>,
     staging: Mutex<Staging>,
     /// Live device windows and the offer records (`offer.rs`).
     windows: Mutex<offer::Registry>,
@@ -110,6 +114,7 @@ impl Binding {
             flag,
             next_flag: AtomicU32::new(1),
             peers_bound: AtomicBool::new(false),
+            events: Mutex::new(Vec::new()),
             stream,
             staging: Mutex::new(staging),
             windows: Mutex::new(offer::Registry::default()),
@@ -130,6 +135,24 @@ impl Binding {
     /// (`(int32_t)(*addr - value) >= 0`), so they wrap past 2^32.
     fn release(&self, value: u32) {
         release_cyclic(self.flag(), value);
+    }
+
+    /// An event for a caller's stream: a reused one, else a new one.
+    pub(crate) fn take_event(&self) -> ::device::Result<EventHandle> {
+        let reused = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match reused {
+            Some(ev) => Ok(ev),
+            None => self.dev.create_event(),
+        }
+    }
+
+    /// Gives back an event of [`Binding::take_event`] whose record the
+    /// progress thread no longer waits on.
+    pub(crate) fn give_back_event(&self, ev: EventHandle) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ev);
     }
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, offer::Registry> {
@@ -178,6 +201,18 @@ impl Drop for Binding {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .release(&*self.dev);
+        for ev in self
+            .events
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            // SAFETY: created by `take_event` on this device, destroyed
+            // once here; no operation uses it any more.
+            if let Err(e) = unsafe { self.dev.destroy_event(ev) } {
+                tracing::warn!(error = %e, "destroying a collective's event failed");
+            }
+        }
         // SAFETY: created in `new`, destroyed once here; every operation
         // that enqueued on it has completed (the worker joined first).
         if let Err(e) = unsafe { self.dev.destroy_stream(self.stream) } {
@@ -304,10 +339,10 @@ pub(crate) fn run_job(inner: &Inner, ticket: u64, mut job: DeviceJob, state: &Wo
     let r = inner.run_ordered_device(ticket, &mut job);
     let binding = inner.device.get();
     if let (Some(b), Some(ev)) = (binding, job.event) {
-        // SAFETY: created at enqueue for this job only; not used after this.
-        if let Err(e) = unsafe { b.dev.destroy_event(ev) } {
-            tracing::warn!(error = %e, "destroying a collective's event failed");
-        }
+        // Taken at enqueue for this job only; recording it again for a
+        // later job is allowed even if this record were pending
+        // (`cuEventRecord` overwrites what the event captured).
+        b.give_back_event(ev);
     }
     match r {
         Ok(()) => {

@@ -42,6 +42,10 @@ pub struct CudaDevice {
     /// The codec module (`kernels::cuda_codec::CODEC_SOURCE`), compiled
     /// and loaded on the first [`Device::codec`].
     codec: Mutex<Option<Kernels>>,
+    /// Live pinned allocations of [`Device::alloc_pinned`]: host base ->
+    /// (bytes, device address), so that stream memory operations on them
+    /// need no `cuMemHostGetDevicePointer` per call.
+    pinned: Mutex<std::collections::BTreeMap<usize, (usize, u64)>>,
 }
 
 // SAFETY: the raw handles (context, module, functions) are driver objects
@@ -148,12 +152,31 @@ impl CudaDevice {
             sm_count: sms.max(1) as u32,
             kernels: Mutex::new(HashMap::new()),
             codec: Mutex::new(None),
+            pinned: Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 
     /// Makes this device's context current on the calling thread.
     fn bind(&self) -> Result<()> {
         driver::set_current(self.ordinal, self.ctx)
+    }
+
+    /// The device address of host address `p`: from the table of pinned
+    /// allocations made here, else asked of the driver.
+    fn device_address(&self, p: *mut c_void) -> Result<u64> {
+        let addr = p as usize;
+        let known = self
+            .pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .range(..=addr)
+            .next_back()
+            .filter(|(&base, &(bytes, _))| addr < base + bytes)
+            .map(|(&base, &(_, dev))| dev + (addr - base) as u64);
+        match known {
+            Some(d) => Ok(d),
+            None => driver::host_device_ptr(self.ordinal, p),
+        }
     }
 
     /// Launches kernel `name` of `dtype` with `params`, compiling and
@@ -362,15 +385,25 @@ impl Device for CudaDevice {
     fn alloc_pinned(&self, bytes: usize) -> Result<NonNull<u8>> {
         self.bind()?;
         let p = driver::host_alloc(self.ordinal, bytes.max(1), PINNED_FLAGS)?;
-        NonNull::new(p.cast()).ok_or_else(|| DeviceError::Call {
+        let p = NonNull::new(p.cast::<u8>()).ok_or_else(|| DeviceError::Call {
             ordinal: self.ordinal,
             call: "cuMemHostAlloc",
             detail: "returned success and a null pointer".into(),
-        })
+        })?;
+        let dev = driver::host_device_ptr(self.ordinal, p.as_ptr().cast())?;
+        self.pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(p.as_ptr() as usize, (bytes.max(1), dev));
+        Ok(p)
     }
 
     unsafe fn free_pinned(&self, ptr: NonNull<u8>, _bytes: usize) -> Result<()> {
         self.bind()?;
+        self.pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ptr.as_ptr() as usize));
         // SAFETY: the caller's contract (from `alloc_pinned`, freed once).
         unsafe { driver::host_free(self.ordinal, ptr.as_ptr().cast()) }
     }
@@ -485,14 +518,14 @@ impl Device for CudaDevice {
 
     unsafe fn stream_write_u32(&self, s: StreamHandle, addr: *mut u32, value: u32) -> Result<()> {
         self.bind()?;
-        let dptr = driver::host_device_ptr(self.ordinal, addr.cast())?;
+        let dptr = self.device_address(addr.cast())?;
         // SAFETY: `dptr` maps the caller's live pinned word.
         unsafe { driver::stream_write(self.ordinal, stream(s), dptr, value) }
     }
 
     unsafe fn stream_wait_u32(&self, s: StreamHandle, addr: *const u32, value: u32) -> Result<()> {
         self.bind()?;
-        let dptr = driver::host_device_ptr(self.ordinal, addr.cast_mut().cast())?;
+        let dptr = self.device_address(addr.cast_mut().cast())?;
         // SAFETY: `dptr` maps the caller's live pinned word.
         unsafe { driver::stream_wait_geq(self.ordinal, stream(s), dptr, value) }
     }
@@ -557,7 +590,7 @@ impl Device for CudaDevice {
             return Ok(());
         }
         self.bind()?;
-        let control = driver::host_device_ptr(self.ordinal, op.control.cast())?;
+        let control = self.device_address(op.control.cast())?;
         let mut args = crate::direct::DirectArgs::new(op, |p| p.0, control);
         let mut params = [launch::param(&mut args)];
         // SAFETY: one parameter, the ABI struct by value; the caller's
