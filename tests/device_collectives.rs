@@ -440,6 +440,13 @@ fn processes_via_commbench_device_emu() {
         let args = ["all_reduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "2"];
         let more = ["-d", "float,bf16,int32", "-o", "sum,max", "--np", "3"];
         commbench_ok(&bin, &[&args[..], &more[..]].concat(), "auto");
+        // The collectives commbench --device refused before stop 28.
+        for coll in ["alltoall", "gather", "scatter"] {
+            let args = [
+                coll, "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-r", "1",
+            ];
+            commbench_ok(&bin, &[&args[..], &["--np", "3"][..]].concat(), "auto");
+        }
         return;
     }
     let colls = [
@@ -448,6 +455,9 @@ fn processes_via_commbench_device_emu() {
         "all_gather",
         "broadcast",
         "reduce",
+        "alltoall",
+        "gather",
+        "scatter",
     ];
     for transport in ["auto", "tcp"] {
         for np in ["1", "2", "3", "4"] {

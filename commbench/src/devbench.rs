@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
-use sncl::{Collective, Communicator, DeviceOp, RawOp, Result};
+use sncl::{Communicator, DeviceOp, RawOp, Result};
 
 use crate::cases::{input_bytes, Case, Timing};
 
@@ -99,14 +99,12 @@ impl Dev {
     }
 }
 
+/// This rank's (send, receive) extents in elements, as the host cases
+/// and the communicator's checks compute them.
 fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
-    let k = c.count;
-    match c.bench.collective() {
-        Collective::ReduceScatter => (n * k, k),
-        Collective::AllGather => (k, n * k),
-        Collective::Reduce => (k, if rank == c.root { k } else { 0 }),
-        _ => (k, k),
-    }
+    let shape =
+        comm_core::shape::OpShape::new(c.bench.collective(), c.dtype, c.count, n).with_root(c.root);
+    (shape.send_elems(rank), shape.recv_elems(rank))
 }
 
 /// Times a compressed all_reduce on device buffers (in place on a device
