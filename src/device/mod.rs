@@ -15,6 +15,14 @@
 //!   the result is on the device, or after a failure was marked (so a
 //!   stream never hangs on a failed operation).
 //!
+//! Nothing inside an operation allocates, frees, loads a module or opens
+//! an IPC mapping (each may synchronise the device, which deadlocks while
+//! a caller's stream waits on the host): binding loads every kernel and
+//! allocates the staging (`SNCL_DEVICE_STAGING_BYTES` per buffer; larger
+//! operations run in segments, `segment.rs`), and a rank's first device
+//! collective publishes and maps the device links' inboxes around a host
+//! barrier, on the caller's thread.
+//!
 //! The executor reaches device memory through [`DeviceMemory`], an
 //! implementation of `sncl_runtime::exec::Memory` that keeps the data on the
 //! device (the host never dereferences a [`DevicePtr`]).
