@@ -122,16 +122,6 @@ fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
 /// every rank, over shared memory and TCP.
 #[test]
 fn segments_match_the_host_path() {
-    const MORE: [Collective; 8] = [
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllToAll,
-        Collective::Gather,
-        Collective::Scatter,
-    ];
     for (transport, n) in [(TransportChoice::Auto, 3), (TransportChoice::Tcp, 2)] {
         let cfg = Config {
             device_staging_bytes: 64 << 10,
@@ -146,7 +136,7 @@ fn segments_match_the_host_path() {
             (DataType::Float32, 40001),
             (DataType::Bfloat16, 9999),
         ] {
-            for coll in MORE {
+            for coll in Collective::UNIFORM {
                 for op in [ReduceOp::Sum, ReduceOp::Avg] {
                     let reducing = matches!(
                         coll,
@@ -165,19 +155,23 @@ fn segments_match_the_host_path() {
                 }
             }
         }
-        let errs = run_all(&ranks, &cases);
-        assert!(
-            errs.is_empty(),
-            "{transport:?} n={n}: {} failure(s):\n{}",
-            errs.len(),
-            errs[..errs.len().min(20)].join("\n")
-        );
+        assert_all_ok(&format!("{transport:?} n={n}"), run_all(&ranks, &cases));
         let stats = ranks[0].comm.stats();
         eprintln!(
             "{transport:?} n={n}: {} segmented cases ok; {stats:?}",
             cases.len()
         );
     }
+}
+
+/// Fails with the first 20 of `errs` (cases that failed on some rank).
+fn assert_all_ok(what: &str, errs: Vec<String>) {
+    assert!(
+        errs.is_empty(),
+        "{what}: {} failure(s):\n{}",
+        errs.len(),
+        errs[..errs.len().min(20)].join("\n")
+    );
 }
 
 fn bind(comms: Vec<Communicator>) -> Vec<Rank> {
@@ -188,13 +182,7 @@ fn matrix(transport: TransportChoice, ns: &[usize]) {
     for &n in ns {
         let ranks = bind(Communicator::init_threads(n, config(transport)).expect("init"));
         let cases = cases(n, &[0, 1, 7, 2000]);
-        let errs = run_all(&ranks, &cases);
-        assert!(
-            errs.is_empty(),
-            "{transport:?} n={n}: {} failure(s):\n{}",
-            errs.len(),
-            errs[..errs.len().min(20)].join("\n")
-        );
+        assert_all_ok(&format!("{transport:?} n={n}"), run_all(&ranks, &cases));
         eprintln!(
             "{transport:?} n={n}: {} cases ok on every rank",
             cases.len()

@@ -61,6 +61,19 @@ impl Collective {
         }
     }
 
+    /// The collectives with one count per rank block (no variable counts,
+    /// no point-to-point, no barrier): the ones the device path runs.
+    pub const UNIFORM: [Collective; 8] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::Gather,
+        Collective::Scatter,
+    ];
+
     /// Every collective.
     pub const ALL: [Collective; 13] = [
         Collective::AllReduce,

@@ -12,17 +12,6 @@ use comm_core::schedule::StagingNeeds;
 use comm_core::topo::Topology;
 use comm_core::wire::Collective;
 
-const DEVICE_COLLECTIVES: [Collective; 8] = [
-    Collective::AllReduce,
-    Collective::ReduceScatter,
-    Collective::AllGather,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllToAll,
-    Collective::Gather,
-    Collective::Scatter,
-];
-
 fn footprint(coll: Collective, n: usize, count: usize) -> usize {
     match coll {
         Collective::AllReduce | Collective::Broadcast | Collective::Reduce => count,
@@ -34,7 +23,7 @@ fn footprint(coll: Collective, n: usize, count: usize) -> usize {
 fn every_algorithm_needs_at_most_its_footprint() {
     let mut worst = [0f64; 3];
     let mut checked = 0;
-    for coll in DEVICE_COLLECTIVES {
+    for coll in Collective::UNIFORM {
         for row in algo::rows(coll) {
             for n in [2usize, 3, 4, 5, 8, 16] {
                 let topos = [

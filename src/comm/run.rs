@@ -268,17 +268,7 @@ impl Inner {
 impl Inner {
     /// The collectives the device path runs.
     pub(crate) fn runs_on_device(c: Collective) -> bool {
-        matches!(
-            c,
-            Collective::AllReduce
-                | Collective::ReduceScatter
-                | Collective::AllGather
-                | Collective::Broadcast
-                | Collective::Reduce
-                | Collective::AllToAll
-                | Collective::Gather
-                | Collective::Scatter
-        )
+        Collective::UNIFORM.contains(&c)
     }
 
     /// Checks a device operation at enqueue (before it takes a ticket or a
