@@ -164,6 +164,90 @@ fn segments_match_the_host_path() {
     }
 }
 
+/// A device collective's buffers are checked before anything is enqueued:
+/// host memory, another device's memory, a freed allocation and one too
+/// short for the count are each an `InvalidArgument` naming the buffer,
+/// and a good call still runs after them.
+#[test]
+fn bad_device_buffers_are_refused_before_anything_is_enqueued() {
+    let r = bind(Communicator::init_threads(1, config(TransportChoice::Auto)).expect("init"))
+        .pop()
+        .expect("one rank");
+    let run = |send: u64, recv: u64, count: usize| {
+        // SAFETY: refused before anything runs, or run on live buffers
+        // (the last call) and waited for.
+        unsafe {
+            r.comm.all_reduce_device_raw(
+                device::DevicePtr(send),
+                device::DevicePtr(recv),
+                count,
+                DataType::Float32,
+                ReduceOp::Sum,
+                r.stream,
+            )
+        }
+        .and_then(|w| w.wait())
+    };
+    let good = r.send.ptr().0;
+    let refused = |send: u64, recv: u64, count: usize, what: &str, why: &str| {
+        let e = run(send, recv, count).expect_err(why).to_string();
+        assert!(
+            e.contains(what) && e.contains("invalid argument"),
+            "{why}: {e}"
+        );
+        eprintln!("{why}: {e}");
+    };
+    let host = vec![0f32; 64];
+    refused(
+        host.as_ptr() as u64,
+        good,
+        64,
+        "send buffer",
+        "host memory as the send buffer",
+    );
+    refused(
+        good,
+        host.as_ptr() as u64,
+        64,
+        "receive buffer",
+        "host memory as the receive buffer",
+    );
+    let freed = {
+        let b = DeviceBuffer::new(&r.dev, 256).expect("alloc");
+        b.ptr().0
+    };
+    refused(freed, good, 64, "send buffer", "a freed allocation");
+    let short = DeviceBuffer::new(&r.dev, 16).expect("alloc");
+    refused(
+        short.ptr().0,
+        good,
+        8,
+        "send buffer",
+        "16 bytes for 8 floats",
+    );
+    refused(
+        good,
+        short.ptr().add(8).0,
+        4,
+        "receive buffer",
+        "8 bytes left for 4 floats",
+    );
+    match device::open(test_backend(), 1) {
+        Ok(other) => {
+            let theirs = DeviceBuffer::new(&other, 256).expect("alloc");
+            refused(
+                good,
+                theirs.ptr().0,
+                64,
+                "receive buffer",
+                "another device's memory",
+            );
+        }
+        Err(e) => eprintln!("no second device ({e}): another device's memory not tried"),
+    }
+    run(good, good, 64).expect("good buffers still run");
+}
+
 /// Fails with the first 20 of `errs` (cases that failed on some rank).
 fn assert_all_ok(what: &str, errs: Vec<String>) {
     assert!(

@@ -60,6 +60,13 @@ impl Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DevicePtr(pub u64);
 
+/// `{:#x}`: the address in hex, on one line (messages).
+impl std::fmt::LowerHex for DevicePtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
 impl DevicePtr {
     /// The address `bytes` further on.
     pub const fn add(self, bytes: usize) -> DevicePtr {
@@ -370,6 +377,20 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// emulated device answers from its address registry. The address is
     /// never dereferenced.
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind>;
+
+    /// The live allocation of this device that holds `addr`: its base and
+    /// length in bytes, so that a collective's arguments can be checked
+    /// before anything is enqueued. [`DeviceError::InvalidArgument`] says
+    /// what `addr` is instead (host memory, another device's memory, not a
+    /// live allocation); [`DeviceError::Unsupported`] (the default): this
+    /// backend cannot tell, and nothing is checked.
+    fn allocation_range(&self, addr: u64) -> Result<(DevicePtr, usize)> {
+        let _ = addr;
+        Err(DeviceError::Unsupported {
+            what: format!("allocation ranges on {}", self.backend().name()),
+            why: "this backend does not look pointers up".into(),
+        })
+    }
 
     // ---- dma-buf export (GPUDirect RDMA): the NIC registers device
     // memory through a dma-buf file descriptor (`ibv_reg_dmabuf_mr`).

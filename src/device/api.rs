@@ -279,6 +279,15 @@ impl Communicator {
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));
         }
+        let esize = op.dtype.size();
+        for (what, ptr, elems) in [
+            ("send buffer", op.send, send_elems),
+            ("receive buffer", op.recv, recv_elems),
+        ] {
+            if elems > 0 {
+                b.check_buffer((rank, name), what, ptr.0, elems * esize)?;
+            }
+        }
         if !b.peers_bound.load(Ordering::Acquire) {
             self.join_peers_on_device(&b)?;
             b.peers_bound.store(true, Ordering::Release);

@@ -57,6 +57,9 @@ pub use offer::DirectCounts;
 pub(crate) use segment::Segments;
 pub use window::{DeviceWindow, DirectAlgo, DirectChoice};
 
+/// How many checked allocations a binding remembers.
+const CHECKED_ALLOCATIONS: usize = 64;
+
 /// A communicator's device: the device, the operations' internal stream,
 /// the pinned flag callers' streams wait on, and staging reused across
 /// operations.
@@ -75,6 +78,10 @@ pub(crate) struct Binding {
     /// reused (one fewer driver call per collective on the caller's
     /// thread); destroyed with the binding.
     events: Mutex<Vec<EventHandle>>,
+    /// Device allocations (base, end) that collectives' buffers were
+    /// checked against ([`Binding::check_buffer`]), newest last, at most
+    /// [`CHECKED_ALLOCATIONS`].
+    checked: Mutex<Vec<(u64, u64)>>,
     staging: Mutex<Staging>,
     /// Live device windows and the offer records (`offer.rs`).
     windows: Mutex<offer::Registry>,
@@ -123,6 +130,7 @@ impl Binding {
             next_flag: AtomicU32::new(1),
             peers_bound: AtomicBool::new(false),
             events: Mutex::new(Vec::new()),
+            checked: Mutex::new(Vec::new()),
             stream,
             staging: Mutex::new(staging),
             windows: Mutex::new(offer::Registry::default()),
@@ -143,6 +151,51 @@ impl Binding {
     /// (`(int32_t)(*addr - value) >= 0`), so they wrap past 2^32.
     fn release(&self, value: u32) {
         release_cyclic(self.flag(), value);
+    }
+
+    /// Checks that `bytes` at `addr` (a collective's `what`, e.g. "send
+    /// buffer") lie in one live allocation of this binding's device, before
+    /// anything is enqueued: host memory, another device's memory, a freed
+    /// or too short allocation are an `InvalidArgument` naming `what`.
+    /// Each allocation is looked up once (about three driver calls) and
+    /// remembered; an allocation freed and replaced at the same address by
+    /// a shorter one is not seen again. Backends that cannot look pointers
+    /// up check nothing here (the emulated device checks every access).
+    pub(crate) fn check_buffer(
+        &self,
+        (rank, op): (usize, &'static str),
+        what: &str,
+        addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let end = addr.saturating_add(bytes as u64);
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.iter().any(|&(b, e)| b <= addr && end <= e) {
+            return Ok(());
+        }
+        let invalid = |detail: String| Error::InvalidArgument { rank, op, detail };
+        let (base, len) = match self.dev.allocation_range(addr) {
+            Ok(r) => r,
+            Err(DeviceError::Unsupported { .. }) => return Ok(()),
+            Err(DeviceError::InvalidArgument { detail, .. }) => {
+                return Err(invalid(format!("the {what} is not usable: {detail}")))
+            }
+            Err(e) => return Err(self.error(rank, op, None, &format!("checking the {what}"), e)),
+        };
+        let alloc_end = base.0 + len as u64;
+        if end > alloc_end {
+            return Err(invalid(format!(
+                "the {what} at {addr:#x} needs {bytes} bytes, but its allocation ({:#x}, {len} \
+                 bytes) ends {} bytes after it",
+                base.0,
+                alloc_end - addr
+            )));
+        }
+        if checked.len() == CHECKED_ALLOCATIONS {
+            checked.remove(0);
+        }
+        checked.push((base.0, alloc_end));
+        Ok(())
     }
 
     /// An event for a caller's stream: a reused one, else a new one.

@@ -652,6 +652,30 @@ impl Device for CudaDevice {
         driver::enable_peer_access(self.ordinal, peer)
     }
 
+    fn allocation_range(&self, addr: u64) -> Result<(DevicePtr, usize)> {
+        let not_ours = |detail: String| DeviceError::InvalidArgument {
+            ordinal: self.ordinal,
+            call: "allocation_range",
+            detail,
+        };
+        match self.pointer_kind(addr)? {
+            PointerKind::Device { ordinal } if ordinal == self.ordinal => {
+                self.bind()?;
+                driver::address_range(self.ordinal, addr)
+                    .map(|(base, bytes)| (DevicePtr(base), bytes))
+            }
+            PointerKind::Device { ordinal } => Err(not_ours(format!(
+                "{addr:#x} is memory of device {ordinal}, not of device {}",
+                self.ordinal
+            ))),
+            PointerKind::Host => Err(not_ours(format!(
+                "{addr:#x} is host memory (or freed device memory, which the driver cannot tell \
+                 apart), not device memory"
+            ))),
+            PointerKind::Stale { detail } => Err(not_ours(detail)),
+        }
+    }
+
     fn mps_enabled(&self) -> bool {
         let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED;
         driver::attribute(self.ordinal, self.dev, attr).is_ok_and(|v| v != 0)

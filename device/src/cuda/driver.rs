@@ -300,6 +300,16 @@ pub(crate) unsafe fn host_free(ordinal: usize, p: *mut c_void) -> Result<()> {
 
 /// The device address of pinned host memory at `p` (which may point inside
 /// an allocation).
+/// The allocation holding device address `p`: (base, bytes).
+pub(crate) fn address_range(ordinal: usize, p: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: both out-pointers are live; the driver only looks `p` up.
+    check(ordinal, "cuMemGetAddressRange", unsafe {
+        sys::cuMemGetAddressRange_v2(&mut base, &mut size, p)
+    })?;
+    Ok((base, size))
+}
+
 pub(crate) fn host_device_ptr(ordinal: usize, p: *mut c_void) -> Result<CUdeviceptr> {
     let mut d = 0;
     // SAFETY: `d` is a live out-pointer; the driver only looks `p` up.

@@ -542,6 +542,19 @@ impl Device for Emu {
         Ok(super::pointer::kind(self, addr))
     }
 
+    fn allocation_range(&self, addr: u64) -> Result<(DevicePtr, usize)> {
+        self.check()?;
+        let call = "allocation_range";
+        if let PointerKind::Host = super::pointer::kind(self, addr) {
+            return Err(self.invalid(call, format!("{addr:#x} is host memory, not device memory")));
+        }
+        let (base, _, region) = self
+            .memory
+            .holder(DevicePtr(addr), 0)
+            .map_err(|d| self.invalid(call, d))?;
+        Ok((base, region.map.len()))
+    }
+
     // ---- dma-buf export: the allocation's shared-memory file, so the
     // emulated NIC (transport-rdma's EmuVerbs) of this or a peer process
     // can map it.

@@ -110,7 +110,7 @@ pub(super) fn split(ptr: DevicePtr) -> Result<(u64, usize), String> {
     match rel {
         Some(rel) => Ok((rel >> ID_SHIFT, (rel & (MAX_ALLOC as u64 - 1)) as usize)),
         None => Err(format!(
-            "{ptr:#x?} is not an emulated device address (expected one from alloc or ipc_import)"
+            "{ptr:#x} is not an emulated device address (expected one from alloc or ipc_import)"
         )),
     }
 }
@@ -137,14 +137,14 @@ impl Memory {
                 Ok(regions.remove(&id).expect("looked up above"))
             }
             Some(_) if offset != 0 => Err(format!(
-                "{ptr:#x?} is {offset} bytes into an allocation; expected its start"
+                "{ptr:#x} is {offset} bytes into an allocation; expected its start"
             )),
             Some(r) => Err(format!(
-                "{ptr:#x?} is an allocation from {:?}, not from {origin:?}",
+                "{ptr:#x} is an allocation from {:?}, not from {origin:?}",
                 r.origin
             )),
             None => Err(format!(
-                "{ptr:#x?} is not a live allocation of this device (freed, or from another \
+                "{ptr:#x} is not a live allocation of this device (freed, or from another \
                  device)"
             )),
         }
@@ -157,9 +157,9 @@ impl Memory {
         match region {
             Some(r) if offset == 0 => Ok(r),
             Some(_) => Err(format!(
-                "{ptr:#x?} is {offset} bytes into an allocation; expected its start"
+                "{ptr:#x} is {offset} bytes into an allocation; expected its start"
             )),
-            None => Err(format!("{ptr:#x?} is not a live allocation of this device")),
+            None => Err(format!("{ptr:#x} is not a live allocation of this device")),
         }
     }
 
@@ -168,14 +168,14 @@ impl Memory {
         let (id, offset) = split(ptr)?;
         let Some(region) = lock(&self.regions).get(&id).cloned() else {
             return Err(format!(
-                "{ptr:#x?} is not inside a live allocation of this device (freed, or from \
+                "{ptr:#x} is not inside a live allocation of this device (freed, or from \
                  another device)"
             ));
         };
         let len = region.map.len();
         if offset.checked_add(bytes).is_none_or(|end| end > len) {
             return Err(format!(
-                "{bytes} bytes at {ptr:#x?} (offset {offset}) run past the end of its \
+                "{bytes} bytes at {ptr:#x} (offset {offset}) run past the end of its \
                  {len}-byte allocation"
             ));
         }
