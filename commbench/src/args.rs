@@ -50,9 +50,14 @@ pub struct Args {
     /// Root rank for rooted collectives.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Launch N local ranks as processes.
+    /// Launch N local ranks as processes (at most 8 per core without
+    /// --oversubscribe). The job ends within 2 s of the first rank that
+    /// fails, naming it and its last error line.
     #[arg(long = "np")]
     pub np: Option<usize>,
+    /// Allow --np above 8 ranks per core (as mpirun's --oversubscribe).
+    #[arg(long = "oversubscribe")]
+    pub oversubscribe: bool,
     /// Run N ranks as threads of this one process (one communicator per
     /// thread, as nccl-tests' -t with one process); excludes --np.
     #[arg(short = 't', long = "threads", conflicts_with = "np")]

@@ -71,51 +71,95 @@ fn code_of(st: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + st.signal().unwrap_or(libc::SIGKILL))
 }
 
+/// How long the other ranks get, once a rank failed, to report their own
+/// errors before the job is ended (torchrun and mpirun end a job at its
+/// first failed rank).
+const FAIL_GRACE: Duration = Duration::from_secs(2);
+
+/// A rank's process and the last line it wrote to stderr (forwarded to
+/// this process's stderr as it comes).
+struct RankProcess {
+    rank: usize,
+    child: Option<Child>,
+    last_line: Arc<Mutex<String>>,
+}
+
 /// The ranks 1..N, watched from a thread while rank 0 runs here.
 struct Watch {
-    children: Mutex<Vec<(usize, Option<Child>)>>,
-    /// When the first rank (any, rank 0 included) failed or rank 0 ended.
-    clock: Mutex<Option<Instant>>,
+    children: Mutex<Vec<RankProcess>>,
+    /// When the first rank (any, rank 0 included) failed, or rank 0 ended,
+    /// and how long the others get from then.
+    clock: Mutex<Option<(Instant, Duration)>>,
     rank0_done: AtomicBool,
-    grace: Duration,
+    /// The ranks' own deadline plus a margin: what the others get after
+    /// rank 0 ended well (they may still be finishing normally).
+    done_grace: Duration,
 }
 
 impl Watch {
-    fn start_clock(&self) {
-        self.clock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(Instant::now);
+    fn start_clock(&self, grace: Duration) {
+        let mut clock = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match *clock {
+            // A failure shortens a clock that a good end started.
+            Some((t, g)) if t + g <= now + grace => {}
+            _ => *clock = Some((now, grace)),
+        }
     }
 
-    /// Waits for every child; the worst exit code. Once a rank has failed,
-    /// or rank 0 has ended, the others get the sncl deadline plus a margin
-    /// to finish or report their own errors, then they are stopped (and,
-    /// if rank 0 is still running, the whole launcher).
+    /// Rank 0 (this process) ended with `code`.
+    fn rank0_ended(&self, code: u8) {
+        if code == 0 {
+            self.start_clock(self.done_grace);
+        } else {
+            eprintln!("commbench: rank 0 failed (exit status {code}); ending the job");
+            self.start_clock(FAIL_GRACE);
+        }
+        self.rank0_done.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits for every child; the worst exit code. Once a rank has failed
+    /// the others get [`FAIL_GRACE`] to report their own errors, once rank
+    /// 0 has ended well the sncl deadline plus a margin; then they are
+    /// stopped (and, if rank 0 is still running, the whole launcher).
     fn wait(&self) -> i32 {
         let mut worst = 0;
         loop {
             let mut alive = 0;
             let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
-            for (r, slot) in children.iter_mut() {
-                let Some(c) = slot else { continue };
+            for p in children.iter_mut() {
+                let Some(c) = &mut p.child else { continue };
                 match c.try_wait() {
                     Ok(Some(st)) => {
                         let code = code_of(st);
                         if code != 0 {
-                            self.start_clock();
-                            if st.code().is_none() {
-                                eprintln!("commbench: rank {r} was killed by a signal");
-                            }
+                            let how = match st.code() {
+                                Some(c) => format!("exited with status {c}"),
+                                None => format!(
+                                    "was killed by signal {}",
+                                    st.signal().unwrap_or(libc::SIGKILL)
+                                ),
+                            };
+                            let last = p.last_line.lock().unwrap_or_else(|e| e.into_inner());
+                            eprintln!(
+                                "commbench: rank {} {how}; its last error line: {}; ending the job",
+                                p.rank,
+                                if last.is_empty() {
+                                    "(none)"
+                                } else {
+                                    last.as_str()
+                                }
+                            );
+                            self.start_clock(FAIL_GRACE);
                         }
                         worst = worst.max(code);
-                        *slot = None;
+                        p.child = None;
                     }
                     Ok(None) => alive += 1,
                     Err(e) => {
-                        eprintln!("commbench: cannot wait for rank {r}: {e}");
+                        eprintln!("commbench: cannot wait for rank {}: {e}", p.rank);
                         worst = worst.max(1);
-                        *slot = None;
+                        p.child = None;
                     }
                 }
             }
@@ -127,17 +171,18 @@ impl Watch {
                 .clock
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .is_some_and(|t| t.elapsed() > self.grace);
+                .is_some_and(|(t, grace)| t.elapsed() > grace);
             if expired {
-                for (r, slot) in children.iter_mut() {
-                    if let Some(c) = slot {
+                for p in children.iter_mut() {
+                    if let Some(c) = &mut p.child {
                         eprintln!(
-                            "commbench: stopping rank {r}, still running after another rank failed or finished"
+                            "commbench: stopping rank {}, still running after another rank failed or finished",
+                            p.rank
                         );
                         let _ = c.kill();
                         let _ = c.wait();
                         worst = worst.max(1);
-                        *slot = None;
+                        p.child = None;
                     }
                 }
                 if !rank0_done {
@@ -152,6 +197,26 @@ impl Watch {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Forwards `child`'s stderr to this process's stderr line by line and
+/// keeps its last non-empty line.
+fn forward_stderr(child: &mut Child) -> Arc<Mutex<String>> {
+    let last = Arc::new(Mutex::new(String::new()));
+    if let Some(err) = child.stderr.take() {
+        let keep = last.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                if !line.trim().is_empty() {
+                    *keep.lock().unwrap_or_else(|e| e.into_inner()) = line;
+                }
+            }
+        });
+    }
+    last
 }
 
 /// Runs `threads` ranks as threads of this process (each with its own
@@ -189,6 +254,25 @@ pub fn launch_threads(
             .unwrap_or(0)
     });
     ExitCode::from(worst)
+}
+
+/// Ranks per core `--np` allows without `--oversubscribe` (the test
+/// machines run 4 ranks on 2 cores; 8 per core is far past what helps).
+pub const RANKS_PER_CORE: usize = 8;
+
+/// Refuses `np` local processes above [`RANKS_PER_CORE`] per core of this
+/// machine unless `oversubscribe`, as mpirun refuses more processes than
+/// slots without its `--oversubscribe`.
+pub fn check_subscription(np: usize, oversubscribe: bool) -> Result<(), String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let most = cores * RANKS_PER_CORE;
+    if np > most && !oversubscribe {
+        return Err(format!(
+            "--np {np} is more than {RANKS_PER_CORE} ranks per core on this machine's {cores} \
+             core(s) ({most}); pass --oversubscribe to start them anyway"
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `np` ranks: 1..np as processes, 0 here; the exit code is the worst
@@ -235,7 +319,7 @@ pub fn launch_local(
         children: Mutex::new(Vec::new()),
         clock: Mutex::new(None),
         rank0_done: AtomicBool::new(false),
-        grace: timeout + Duration::from_secs(5),
+        done_grace: timeout + Duration::from_secs(5),
     });
     for r in 1..np {
         let mut cmd = Command::new(&exe);
@@ -246,19 +330,27 @@ pub fn launch_local(
             .env("SNCL_SECRET", &secret)
             .env("SNCL_LOCAL_RANK", r.to_string())
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         die_with_launcher(&mut cmd);
         match cmd.spawn() {
-            Ok(c) => watch
-                .children
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((r, Some(c))),
+            Ok(mut c) => {
+                let last_line = forward_stderr(&mut c);
+                watch
+                    .children
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(RankProcess {
+                        rank: r,
+                        child: Some(c),
+                        last_line,
+                    })
+            }
             Err(e) => {
                 eprintln!("commbench: cannot start rank {r}: {e}");
                 let mut children = watch.children.lock().unwrap_or_else(|e| e.into_inner());
-                for (_, c) in children.iter_mut() {
-                    if let Some(c) = c {
+                for p in children.iter_mut() {
+                    if let Some(c) = &mut p.child {
                         let _ = c.kill();
                         let _ = c.wait();
                     }
@@ -272,8 +364,7 @@ pub fn launch_local(
         std::thread::spawn(move || watch.wait())
     };
     let own = crate::outcome(Communicator::init_rank(&id, 0, np).and_then(|comm| rank0(&comm)));
-    watch.rank0_done.store(true, Ordering::SeqCst);
-    watch.start_clock();
+    watch.rank0_ended(own);
     let theirs = watcher.join().unwrap_or(1);
     ExitCode::from(i32::from(own).max(theirs).clamp(0, 255) as u8)
 }

@@ -85,6 +85,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(np) = args.np {
+        if let Err(e) = launch::check_subscription(np, args.oversubscribe) {
+            eprintln!("commbench: {e}");
+            return ExitCode::from(2);
+        }
         return launch::launch_local(np, |comm| run(&args, comm, &notes));
     }
     if let Some(threads) = args.threads {

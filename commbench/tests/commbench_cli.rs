@@ -197,3 +197,107 @@ fn ranks_die_with_their_launcher() {
         "rank processes {left:?} outlived their launcher by 5 s"
     );
 }
+
+/// A rank that fails at startup ends the whole job at once, as torchrun and
+/// mpirun do: with a network interface that does not exist, every rank
+/// fails; the launcher exits non-zero within a few seconds (not at the
+/// ranks' 30 s deadline), names a failed rank and leaves no process.
+#[test]
+fn a_failed_rank_ends_the_job_within_seconds() {
+    let start = Instant::now();
+    let o = Command::new(BIN)
+        .args(["all_reduce", "--np", "4", "-b", "8", "-e", "8"])
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .env("SNCL_SOCKET_IFNAME", "eth99")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running commbench");
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the job took {took:?}:\n{err}"
+    );
+    assert!(
+        err.contains("rank 0 failed") || err.contains("its last error line"),
+        "names the failed rank: {err}"
+    );
+    assert!(
+        err.contains("eth99"),
+        "the ranks' error reached the log: {err}"
+    );
+}
+
+/// A rank killed mid-run: the launcher names it and its signal and ends
+/// the job within a few seconds, leaving no rank behind.
+#[test]
+fn a_killed_rank_ends_the_job_naming_it() {
+    if !std::path::Path::new("/proc/self/task").exists() {
+        eprintln!("skipped: no /proc to find the rank processes");
+        return;
+    }
+    let launcher = Command::new(BIN)
+        .args([
+            "all_reduce",
+            "--np",
+            "3",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "1000000000",
+            "-c",
+            "0",
+        ])
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting commbench");
+    let pid = launcher.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ranks = children_of(pid);
+    while ranks.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        ranks = children_of(pid);
+    }
+    assert_eq!(ranks.len(), 2, "--np 3 starts ranks 1 and 2: {ranks:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let killed_at = Instant::now();
+    // SAFETY: kill(2) on a pid this test started (through the launcher).
+    unsafe { libc::kill(ranks[1] as libc::pid_t, libc::SIGKILL) };
+    let o = launcher.wait_with_output().expect("the launcher's end");
+    let took = killed_at.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        took < Duration::from_secs(5),
+        "ended {took:?} after the kill:\n{err}"
+    );
+    assert!(
+        err.contains("was killed by signal 9"),
+        "names the signal: {err}"
+    );
+    let left: Vec<u32> = ranks.into_iter().filter(|&p| running(p)).collect();
+    for &p in &left {
+        // SAFETY: kill(2) on a pid this test started (through the launcher).
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "rank processes {left:?} outlived the job");
+}
+
+/// `--np` above 8 ranks per core is refused before anything starts unless
+/// `--oversubscribe` (as mpirun's).
+#[test]
+fn oversubscription_needs_its_flag() {
+    let (code, out, err) = commbench(&["all_reduce", "--np", "100000", "-b", "8", "-e", "8"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("--oversubscribe") && err.contains("per core"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "nothing may run: {out}");
+}
