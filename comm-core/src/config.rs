@@ -274,6 +274,7 @@ impl Config {
     /// Defaults overlaid with the settings of `env`; an error about a value
     /// from a settings file names its file and line.
     pub fn from_environment(env: &Environment) -> Result<Config> {
+        warn_unknown_names(env);
         Config::overlay(&env.getter(), env.topo_text(), &|name, e| {
             env.annotate(name, e)
         })
@@ -356,6 +357,29 @@ impl Config {
             s.apply_from(self, &format!("rank 0's {k}"), v)?;
         }
         self.validate()
+    }
+}
+
+/// One WARN per process for each `SNCL_*` variable no setting declares,
+/// with the nearest declared name ([`Environment::unknown_names`]).
+fn warn_unknown_names(env: &Environment) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let unknown = env.unknown_names();
+    if unknown.is_empty() {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, nearest) in unknown {
+        if warned.iter().any(|w| w == name) {
+            continue;
+        }
+        warned.push(name.to_string());
+        match nearest {
+            Some(n) => tracing::warn!("{name} is not an sncl setting (ignored); did you mean {n}?"),
+            None => tracing::warn!(
+                "{name} is not an sncl setting (ignored); `commbench --help-env` lists them"
+            ),
+        }
     }
 }
 

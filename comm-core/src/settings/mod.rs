@@ -249,6 +249,20 @@ pub fn lookup(name: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.name == name)
 }
 
+/// Variables of the `SNCL_` prefix that test harnesses use; never settings.
+pub const TEST_PREFIX: &str = "SNCL_TEST_";
+
+/// The declared setting nearest to `name` (a likely typo: at most 3 edits
+/// away), if any.
+pub fn nearest(name: &str) -> Option<&'static str> {
+    SETTINGS
+        .iter()
+        .map(|s| (strsim::levenshtein(name, s.name), s.name))
+        .filter(|&(d, _)| d <= 3)
+        .min()
+        .map(|(_, n)| n)
+}
+
 /// The shared setting whose digest key is `key`.
 pub(crate) fn by_digest_key(key: &str) -> Option<&'static Setting> {
     SETTINGS

@@ -159,3 +159,29 @@ fn compress_pacing_defaults_to_auto_parses_like_tcp_pacing_and_names_itself() {
         "{e}"
     );
 }
+
+/// A mistyped `SNCL_*` variable is named with the nearest setting; test
+/// harness variables and other programs' variables are not.
+#[test]
+fn unknown_sncl_variables_are_named_with_the_nearest_setting() {
+    let env = Environment::from_pairs([
+        ("SNCL_ALOG", "all_reduce:ring"),
+        ("SNCL_TIMEOUTMS", "5"),
+        ("SNCL_FROBNICATE", "1"),
+        ("SNCL_TEST_DEVICE", "cuda"),
+        ("SNCL_ALGO", "all_reduce:ring"),
+        ("NCCL_ALGO", "Ring"),
+    ]);
+    let mut unknown = env.unknown_names();
+    unknown.sort();
+    assert_eq!(
+        unknown,
+        vec![
+            ("SNCL_ALOG", Some("SNCL_ALGO")),
+            ("SNCL_FROBNICATE", None),
+            ("SNCL_TIMEOUTMS", Some("SNCL_TIMEOUT_MS")),
+        ]
+    );
+    // Still only a warning: the configuration builds.
+    Config::from_environment(&env).expect("unknown names are not errors");
+}

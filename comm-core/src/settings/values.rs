@@ -70,6 +70,25 @@ impl Environment {
         }
     }
 
+    /// Variables of the environment (not of a settings file, which refuses
+    /// unknown names itself) with the `SNCL_` prefix that no setting
+    /// declares, each with the nearest declared name: typos such as
+    /// `SNCL_ALOG`, which would otherwise be ignored without a word.
+    /// Test harness variables (`SNCL_TEST_*`) are not settings and not
+    /// listed.
+    pub fn unknown_names(&self) -> Vec<(&str, Option<&'static str>)> {
+        self.vars
+            .iter()
+            .filter(|(k, (_, origin))| {
+                matches!(origin, Origin::Environment)
+                    && k.starts_with("SNCL_")
+                    && !k.starts_with(super::TEST_PREFIX)
+                    && super::lookup(k).is_none()
+            })
+            .map(|(k, _)| (k.as_str(), super::nearest(k)))
+            .collect()
+    }
+
     /// Attaches the text of the topology file that `SNCL_TOPO_FILE` names
     /// (read by the caller: `sncl_bootstrap::ReadEnvironment` does it). The
     /// settings then parse it with the `SNCL_*_BW` / `_LAT` variables on top.
