@@ -158,7 +158,7 @@ pub(crate) struct Inner {
     /// Bumped by every change of `forced`: the plan memo is valid for one
     /// value of it.
     forced_epoch: AtomicU64,
-    spin: std::time::Duration,
+    pub(crate) spin: std::time::Duration,
     pub topo: Topology,
     pub shape: Shape,
     /// The shape device operations plan with: intra-node links at the
@@ -174,7 +174,7 @@ pub(crate) struct Inner {
     pub secret: [u8; 16],
     pub local_ip: std::net::IpAddr,
     pub splits: AtomicU64,
-    abort_flag: exec::AbortFlag,
+    pub(crate) abort_flag: exec::AbortFlag,
     abort_reason: Mutex<Option<String>>,
     /// The last operations, for hang diagnosis (`crate::flight`).
     pub flight: sncl_runtime::flight::FlightRecorder,

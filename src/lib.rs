@@ -130,6 +130,9 @@ pub struct Communicator {
     inner: Arc<comm::Inner>,
     worker: work::Worker,
     layout: std::sync::OnceLock<Option<Box<compressed::Layout>>>,
+    /// The device kernel path's internal window, once the first device
+    /// collective opened it (`None` inside: not available here).
+    lane: std::sync::OnceLock<Option<Arc<device::WindowCore>>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -149,6 +152,7 @@ impl Communicator {
             worker: work::Worker::new(inner.clone()),
             inner,
             layout: std::sync::OnceLock::new(),
+            lane: std::sync::OnceLock::new(),
         }
     }
 

@@ -77,6 +77,7 @@ impl WorkState {
 pub(crate) enum JobKind {
     Host(RawOp),
     Device(Box<crate::device::DeviceJob>),
+    Lane(Box<crate::device::LaneJob>),
 }
 
 struct Job {
@@ -125,6 +126,9 @@ impl Worker {
                             }
                             JobKind::Device(d) => {
                                 crate::device::run_job(&inner, job.ticket, *d, &job.state)
+                            }
+                            JobKind::Lane(l) => {
+                                crate::device::run_lane_job(&inner, job.ticket, *l, &job.state)
                             }
                         }
                     }

@@ -248,6 +248,49 @@ fn bad_device_buffers_are_refused_before_anything_is_enqueued() {
     run(good, good, 64).expect("good buffers still run");
 }
 
+/// The kernel path (`SNCL_DEVICE_LANE_BYTES`): where every pair of thread
+/// ranks goes device to device (an emulated device open before init, so
+/// nvlink is offered), small all-reduces run as kernels on the callers'
+/// streams; they give the host path's results (small integers: every
+/// order of the sum is exact), larger ones and fp8 stay host-driven, and
+/// with the setting at 0 nothing takes the kernel path.
+#[test]
+fn small_all_reduces_take_the_kernel_path() {
+    let _ = device::open(device::Backend::Emu, 0);
+    for (lane, n) in [(256 << 10, 3), (0, 2)] {
+        let cfg = Config {
+            device_lane_bytes: lane,
+            ..config(TransportChoice::Auto)
+        };
+        let ranks = bind(Communicator::init_threads(n, cfg).expect("init"));
+        let mut cases = Vec::new();
+        for (dtype, count) in [
+            (DataType::Float32, 1),
+            (DataType::Float32, 2000),
+            (DataType::Bfloat16, 777),
+            (DataType::Float32, 100_000),
+            (DataType::Float8e4m3, 64),
+        ] {
+            for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+                if kernels::check_supported(dtype, op).is_ok() {
+                    cases.push(Case {
+                        coll: Collective::AllReduce,
+                        dtype,
+                        op,
+                        root: 0,
+                        count,
+                    });
+                }
+            }
+        }
+        assert_all_ok(&format!("lane {lane} n={n}"), run_all(&ranks, &cases));
+        let ran = ranks[0].comm.direct_all_reduces().kernel_path;
+        // f32 × 1 and × 2000 and bf16 × 777, with 3 ops each: 9.
+        let want = if lane == 0 { 0 } else { 9 };
+        assert_eq!(ran, want, "lane {lane}: kernel-path all-reduces");
+    }
+}
+
 /// Fails with the first 20 of `errs` (cases that failed on some rank).
 fn assert_all_ok(what: &str, errs: Vec<String>) {
     assert!(

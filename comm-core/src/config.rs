@@ -204,6 +204,10 @@ pub struct Config {
     /// device collective's segments (`SNCL_DEVICE_STAGING_BYTES`, default
     /// 4 MiB; every rank must agree).
     pub device_staging_bytes: usize,
+    /// The largest all-reduce the device kernel path runs, and the size of
+    /// its internal window (`SNCL_DEVICE_LANE_BYTES`, default 256 KiB; 0:
+    /// off; every rank must agree).
+    pub device_lane_bytes: usize,
 }
 
 impl Default for Config {
@@ -227,6 +231,7 @@ impl Default for Config {
             compress_pacing: TcpPacing::Auto,
             tcp_flows_per_rank: 1,
             device_staging_bytes: 4 << 20,
+            device_lane_bytes: 256 << 10,
         }
     }
 }
@@ -248,7 +253,11 @@ pub const MAX_NSOCKS: usize = 64;
 pub const MIN_DEVICE_STAGING_BYTES: usize = 64 << 10;
 /// Largest `SNCL_DEVICE_STAGING_BYTES` (1 GiB).
 pub const MAX_DEVICE_STAGING_BYTES: usize = 1 << 30;
-/// `SNCL_DEVICE_STAGING_BYTES` is rounded down to a multiple of this.
+/// Largest `SNCL_DEVICE_LANE_BYTES` (64 MiB: one-shot reads every rank's
+/// whole input, a latency path).
+pub const MAX_DEVICE_LANE_BYTES: usize = 64 << 20;
+/// `SNCL_DEVICE_STAGING_BYTES` and `SNCL_DEVICE_LANE_BYTES` are rounded
+/// down to a multiple of this.
 pub const DEVICE_STAGING_ALIGN: usize = 256;
 /// Smallest `SNCL_SHM_SLOT_BYTES`.
 pub const MIN_SHM_SLOT_BYTES: usize = 4096;

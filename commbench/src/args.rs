@@ -85,6 +85,10 @@ pub struct Args {
     /// (other collectives keep plain buffers).
     #[arg(long = "window")]
     pub window: bool,
+    /// nccl-tests' -G: capture the timed iterations into a CUDA graph and
+    /// launch it this many times (--device cuda; 0: eager launches).
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
+    pub cudagraph: usize,
     /// Where the codec applies: hier (cross-node phase only) or flat.
     #[arg(long = "compress-scope", default_value = "hier")]
     pub compress_scope: String,

@@ -205,6 +205,8 @@ pub struct Case {
     /// Buffers in windows (`Communicator::alloc_window`), as nccl-tests'
     /// registered buffers.
     pub window: bool,
+    /// CUDA graph launches of the captured timed iterations (`-G`; 0: none).
+    pub graph_launches: usize,
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {

@@ -247,6 +247,21 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
     for _ in 0..c.warmup {
         run()?;
     }
+    let graph = if c.graph_launches > 0 {
+        let captured = crate::graph::capture(d.stream, || {
+            for _ in 0..c.iters {
+                run().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+        Some(captured.map_err(|e| sncl::Error::InvalidArgument {
+            rank,
+            op: name,
+            detail: format!("capturing {} iterations into a CUDA graph: {e}", c.iters),
+        })?)
+    } else {
+        None
+    };
     let (start, end) = (
         d.dev.create_event().map_err(|e| fail("event", e))?,
         d.dev.create_event().map_err(|e| fail("event", e))?,
@@ -255,10 +270,26 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
         .record_event(start, d.stream)
         .map_err(|e| fail("event", e))?;
     let mut works = Vec::with_capacity(c.iters);
-    for _ in 0..c.iters {
-        // SAFETY: the buffers live until every handle is waited for below.
-        works.push(unsafe { comm.enqueue_device(op) }?);
-    }
+    let launches = match &graph {
+        Some(g) => {
+            for _ in 0..c.graph_launches {
+                g.launch(d.stream)
+                    .map_err(|e| sncl::Error::InvalidArgument {
+                        rank,
+                        op: name,
+                        detail: e,
+                    })?;
+            }
+            c.graph_launches * c.iters
+        }
+        None => {
+            for _ in 0..c.iters {
+                // SAFETY: the buffers live until every handle is waited for below.
+                works.push(unsafe { comm.enqueue_device(op) }?);
+            }
+            c.iters
+        }
+    };
     d.dev
         .record_event(end, d.stream)
         .map_err(|e| fail("event", e))?;
@@ -308,7 +339,7 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
     comm.all_reduce(
         &[
             wrong,
-            (ms as f64 * 1e3 / c.iters.max(1) as f64 * 1e3) as u64,
+            (ms as f64 * 1e3 / launches.max(1) as f64 * 1e3) as u64,
         ],
         &mut sum,
         sncl::ReduceOp::Sum,

@@ -9,6 +9,7 @@ mod args;
 mod calibrate;
 mod cases;
 mod devbench;
+mod graph;
 mod launch;
 mod plan_cmd;
 mod plot;
@@ -76,6 +77,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.cudagraph > 0 && place != devbench::Where::Device(sncl::device::Backend::Cuda) {
+        eprintln!("commbench: -G (CUDA graphs) needs --device cuda");
+        return ExitCode::from(2);
+    }
     if place != devbench::Where::Host && bench == Bench::SendRecv {
         eprintln!(
             "commbench: --device {} runs every collective but sendrecv (point-to-point \
@@ -266,6 +271,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         check: args.check != 0,
                         compress,
                         window: args.window,
+                        graph_launches: args.cudagraph,
                     };
                     let (oop, ip) = match &mut dev {
                         Some(d) => devbench::run_case(comm, d, &case)?,

@@ -51,7 +51,11 @@ pub struct DirectAllReduce<'a> {
     /// [`crate::Device::alloc_pinned`]).
     pub control: *mut u32,
     /// The operation's number on these flags: from 1, one more per
-    /// operation, the same on every rank.
+    /// operation, the same on every rank. 0: each block derives it on the
+    /// device, one more than the epoch its own flag says it completed, so
+    /// that a launch replayed from a CUDA graph runs the next epoch; every
+    /// operation on these flags must then use 0 and the same grid on every
+    /// rank.
     pub epoch: u64,
     /// Blocks of the launch (1 to `DIRECT_MAX_BLOCKS`), the same on every
     /// rank ([`grid`]).
@@ -91,8 +95,11 @@ impl DirectAllReduce<'_> {
         if self.rank >= n {
             return Err(bad(format!("rank {} of {n} ranks", self.rank)));
         }
-        if self.epoch == 0 || self.epoch >= u64::MAX / 4 {
-            return Err(bad(format!("epoch {}: expected 1 or more", self.epoch)));
+        if self.epoch >= u64::MAX / 4 {
+            return Err(bad(format!(
+                "epoch {}: expected less than 2^62 (0: derived on the device)",
+                self.epoch
+            )));
         }
         if self.grid == 0 || self.grid as usize > DIRECT_MAX_BLOCKS {
             return Err(bad(format!(
@@ -245,11 +252,19 @@ mod tests {
             ..op(&two, c)
         })
         .contains("rank 2"));
-        assert!(err(DirectAllReduce {
+        // Epoch 0 is derived on the device; 2^62 and beyond overflow the
+        // flags' 4 * epoch + phase.
+        assert!(DirectAllReduce {
             epoch: 0,
             ..op(&two, c)
+        }
+        .check(0)
+        .is_ok());
+        assert!(err(DirectAllReduce {
+            epoch: u64::MAX / 4,
+            ..op(&two, c)
         })
-        .contains("epoch 0"));
+        .contains("2^62"));
         assert!(err(DirectAllReduce {
             grid: 65,
             ..op(&two, c)

@@ -260,7 +260,17 @@ template <typename Op>
 __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
   typedef typename Op::T T;
   __shared__ int gave_up;
-  const unsigned long long e4 = a.epoch * 4;
+  __shared__ unsigned long long epoch;
+  // Epoch 0: derived on the device, one more than the last this block
+  // completed (its own counter holds 4 * e + 3 after epoch e, 0 before the
+  // first): every launch of a captured graph then runs the next epoch.
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) {
+      epoch = a.epoch != 0 ? a.epoch : sncl_flag_load(a.flags[a.rank] + blockIdx.x) / 4 + 1;
+    }
+  }
+  __syncthreads();
+  const unsigned long long e4 = epoch * 4;
   const bool packed = sncl_direct_packed(a);
   const int me = a.rank;
   // Inputs ready everywhere.

@@ -192,9 +192,33 @@ impl Inner {
         result
     }
 
+    /// In an operation's turn (the caller holds it), with the state held:
+    /// refuses on an aborted communicator, else takes the next sequence
+    /// number, counts a `coll` and runs `f` with the operation's context;
+    /// a failure fails the communicator. For operations whose data moves
+    /// outside the executor (the device kernel path's watch).
+    pub(crate) fn run_counted(
+        &self,
+        coll: Collective,
+        fingerprint: Fingerprint,
+        f: impl FnOnce(&mut State, &exec::OpContext, &exec::AbortFlag) -> Result<()>,
+    ) -> Result<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.check_not_aborted(st)?;
+        st.seq += 1;
+        *st.ops.entry(coll).or_insert(0) += 1;
+        let ctx = self.op_context(st.seq, fingerprint, fingerprint.op, self.spin);
+        let r = f(st, &ctx, &self.abort_flag);
+        if let Err(e) = &r {
+            self.fail(st, e);
+        }
+        r
+    }
+
     /// After a failed operation: logs it and aborts every connection, so
     /// every peer fails fast and names the rank blamed.
-    pub(super) fn fail(&self, st: &mut State, e: &Error) {
+    pub(crate) fn fail(&self, st: &mut State, e: &Error) {
         tracing::error!(rank = self.rank, error = %e, "operation failed; aborting the communicator");
         // A dead peer is named as failed; a timeout does not prove the
         // awaited peer is the culprit (it may wait on another), so it is

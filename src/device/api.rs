@@ -228,17 +228,28 @@ impl Communicator {
     /// mappings, and no rank parks a stream before every rank has bound
     /// and allocated (allocation synchronises a device that ranks of one
     /// process share).
-    fn join_peers_on_device(&self, b: &Binding) -> Result<()> {
+    fn join_peers_on_device(&self, b: &Arc<Binding>) -> Result<()> {
         let inner = &self.inner;
         let queue = ::device::DeviceQueue {
             dev: b.dev.clone(),
             stream: b.stream,
         };
-        let connect = |wait: bool| -> Result<()> {
+        // Whether every peer's connection goes device to device (the
+        // kernel path reads peers' memory directly, so it needs all).
+        let mut every_peer_direct = true;
+        let mut connect = |wait: bool| -> Result<()> {
             let deadline = Instant::now() + inner.config.timeout;
             let mut st = inner.lock();
             for c in st.conns.iter_mut().flatten() {
-                while c.ready(&queue)?.is_none() && wait {
+                loop {
+                    let ready = c.ready(&queue)?;
+                    if !wait {
+                        break;
+                    }
+                    if let Some(direct) = ready {
+                        every_peer_direct &= direct;
+                        break;
+                    }
                     if Instant::now() >= deadline {
                         let e = DeviceError::Timeout {
                             ordinal: b.dev.ordinal(),
@@ -254,12 +265,23 @@ impl Communicator {
         };
         connect(false)?;
         self.barrier()?;
-        connect(true)
+        connect(true)?;
+        // Every rank decides alike whether to open the kernel path: only
+        // where every pair of ranks goes device to device.
+        let mut all_direct = [u8::from(every_peer_direct && inner.nranks > 1)];
+        self.all_reduce_in_place(&mut all_direct, ReduceOp::Min)?;
+        let lane = if all_direct[0] == 1 {
+            super::WindowCore::open_lane(&self.inner, b)?
+        } else {
+            None
+        };
+        let _ = self.lane.set(lane);
+        Ok(())
     }
 
     /// Checks `op` now (nothing is queued and no sequence number is taken
     /// when it is rejected) and returns what builds its job in stream order.
-    fn prepare_device(&self, op: DeviceOp) -> Result<impl FnOnce(u64) -> JobKind> {
+    fn prepare_device(&self, op: DeviceOp) -> Result<Box<dyn FnOnce(u64) -> JobKind>> {
         let inner = &self.inner;
         let (rank, name) = (inner.rank, op.coll.name());
         let invalid = |detail: String| Error::InvalidArgument {
@@ -292,6 +314,9 @@ impl Communicator {
             self.join_peers_on_device(&b)?;
             b.peers_bound.store(true, Ordering::Release);
         }
+        if let Some(lane) = self.lane_for(&op) {
+            return Ok(self.prepare_lane(&b, op, lane));
+        }
         // A device failure from here on is not an argument error: the
         // operation is queued anyway and fails on every rank (its peers
         // must not wait for it until their deadline).
@@ -299,11 +324,12 @@ impl Communicator {
         match b.dev.is_capturing(op.stream) {
             Ok(false) => {}
             Ok(true) => {
-                return Err(invalid(
-                    "the caller's stream is being captured into a CUDA graph; device collectives \
-                     under stream capture are not supported"
-                        .into(),
-                ))
+                return Err(invalid(format!(
+                    "the caller's stream is being captured into a CUDA graph; under capture only \
+                     all-reduces of types of 2 or more bytes up to SNCL_DEVICE_LANE_BYTES ({} \
+                     bytes; the kernel path, on 2 to 8 ranks of one node) are supported",
+                    inner.config.device_lane_bytes
+                )))
             }
             Err(e) => {
                 enqueue_error = Some(b.error(rank, name, None, "checking the caller's stream", e))
@@ -331,7 +357,7 @@ impl Communicator {
                 None
             }
         };
-        Ok(move |_ticket| {
+        Ok(Box::new(move |_ticket| {
             // Values follow the stream order (this runs under the ticket lock).
             let flag_value = b.next_flag.fetch_add(1, Ordering::Relaxed);
             if enqueue_error.is_none() {
@@ -353,6 +379,73 @@ impl Communicator {
                 recv: op.recv,
                 event,
                 flag_value,
+                enqueue_error,
+            }))
+        }))
+    }
+
+    /// The kernel path's lane, where `op` runs on it (see
+    /// `window/lane.rs`): an all-reduce the lane takes, on a communicator
+    /// whose lane opened. Every rank answers alike for the same call.
+    fn lane_for(&self, op: &DeviceOp) -> Option<Arc<super::WindowCore>> {
+        let lane = self.lane.get()?.as_ref()?;
+        (op.coll == Collective::AllReduce && lane.lane_takes(op.dtype, op.op, op.count))
+            .then(|| lane.clone())
+    }
+
+    /// `op` on the lane: in its turn, the copy, kernel and divide go on the
+    /// caller's stream (also under stream capture, where nothing is
+    /// watched), and the progress thread watches the completion event.
+    fn prepare_lane(
+        &self,
+        b: &Arc<Binding>,
+        op: DeviceOp,
+        lane: Arc<super::WindowCore>,
+    ) -> Box<dyn FnOnce(u64) -> JobKind> {
+        let (rank, name) = (self.inner.rank, op.coll.name());
+        let mut enqueue_error = None;
+        let done = match b.dev.is_capturing(op.stream) {
+            Ok(true) => None,
+            Ok(false) => match b.take_event() {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    enqueue_error = Some(b.error(rank, name, None, "creating an event", e));
+                    None
+                }
+            },
+            Err(e) => {
+                enqueue_error = Some(b.error(rank, name, None, "checking the caller's stream", e));
+                None
+            }
+        };
+        let fingerprint = comm_core::wire::Fingerprint {
+            collective: Collective::AllReduce,
+            dtype: op.dtype,
+            op: op.op,
+            root: -1,
+            count: op.count as u64,
+        };
+        Box::new(move |_ticket| {
+            if enqueue_error.is_none() {
+                // SAFETY: the caller's contract (`enqueue_device`): the
+                // buffers hold the extents until the stream completes the
+                // work; checked against their allocations above.
+                let r = unsafe {
+                    lane.enqueue_lane(
+                        op.stream,
+                        (op.send, op.recv),
+                        op.count,
+                        op.dtype,
+                        op.op,
+                        done,
+                    )
+                };
+                enqueue_error = r.err();
+            }
+            JobKind::Lane(Box::new(super::LaneJob {
+                lane,
+                fingerprint,
+                done,
                 enqueue_error,
             }))
         })

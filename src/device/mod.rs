@@ -55,6 +55,7 @@ pub use api::DeviceOp;
 pub(crate) use memory::{DeviceMemory, OpIds, Staging};
 pub use offer::DirectCounts;
 pub(crate) use segment::Segments;
+pub(crate) use window::WindowCore;
 pub use window::{DeviceWindow, DirectAlgo, DirectChoice};
 
 /// How many checked allocations a binding remembers.
@@ -85,8 +86,8 @@ pub(crate) struct Binding {
     staging: Mutex<Staging>,
     /// Live device windows and the offer records (`offer.rs`).
     windows: Mutex<offer::Registry>,
-    /// Direct all-reduces run: one-shot, two-shot.
-    direct: [AtomicU64; 2],
+    /// Direct all-reduces run: one-shot, two-shot, on the kernel path.
+    direct: [AtomicU64; 3],
 }
 
 impl std::fmt::Debug for Binding {
@@ -230,6 +231,7 @@ impl Binding {
         DirectCounts {
             one_shot: self.direct[0].load(Ordering::Relaxed),
             two_shot: self.direct[1].load(Ordering::Relaxed),
+            kernel_path: self.direct[2].load(Ordering::Relaxed),
         }
     }
 
@@ -391,6 +393,44 @@ impl DeviceJob {
             }
         }
     }
+}
+
+/// A lane all-reduce (`window/lane.rs`) already on the caller's stream:
+/// the progress thread watches it in its turn.
+pub(crate) struct LaneJob {
+    pub lane: Arc<WindowCore>,
+    pub fingerprint: comm_core::wire::Fingerprint,
+    /// Recorded after its kernels; `None` under stream capture (nothing to
+    /// watch: the work runs at each replay).
+    pub done: Option<EventHandle>,
+    /// Enqueueing on the caller's stream failed: the operation fails (and
+    /// with it the communicator, so that the peers' kernels stop).
+    pub enqueue_error: Option<Error>,
+}
+
+/// Watches a lane job in its turn and completes its work handle.
+pub(crate) fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &WorkState) {
+    inner.order.wait_turn(ticket);
+    let r = match (job.enqueue_error, job.done) {
+        (Some(e), _) => {
+            let mut st = inner.lock();
+            inner.fail(&mut st, &e);
+            Err(e)
+        }
+        (None, Some(done)) => {
+            let r = job.lane.watch_lane(inner, job.fingerprint, done);
+            if let (Ok(()), Some(b)) = (&r, inner.device.get()) {
+                b.direct[2].fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        }
+        (None, None) => Ok(()),
+    };
+    inner.order.finish();
+    if let (Some(b), Some(ev)) = (inner.device.get(), job.done) {
+        b.give_back_event(ev);
+    }
+    state.complete(r);
 }
 
 /// Runs a device job on the progress thread and releases the caller's

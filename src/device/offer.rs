@@ -320,6 +320,10 @@ pub struct DirectCounts {
     pub one_shot: u64,
     /// Two-shot kernels run.
     pub two_shot: u64,
+    /// Device all-reduces the kernel path ran on callers' streams
+    /// (`SNCL_DEVICE_LANE_BYTES`), watched to completion (launches replayed
+    /// from a CUDA graph are not counted).
+    pub kernel_path: u64,
 }
 
 impl Communicator {

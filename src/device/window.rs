@@ -295,6 +295,10 @@ fn open_window(
             dev.synchronize(binding.stream, deadline)
         })
         .map_err(|e| fail("zeroing the flag area", e))?;
+    // Freed now, before this rank publishes: freeing synchronises the
+    // device, and once every rank has published, a peer thread of this
+    // process may already run a kernel that spins on this rank.
+    drop(zeros);
     let mut handle = [0u8; RECORD];
     let buf_h = dev.ipc_export(w.buffers[me]).map_err(|e| {
         let what = if lent.is_some() {
@@ -691,9 +695,28 @@ impl WindowCore {
         }
         dev.record_event(done, ours)
             .map_err(|e| fail("recording completion", e))?;
-        let mut device_failed = None;
         let doing = format!("direct all-reduce ({}, epoch {epoch})", algo.name());
-        let waited = exec::wait_on_ranks(ctx, &mut st.conns, Some(abort), &doing, || {
+        self.wait_kernel(st, ctx, abort, done, &doing)
+    }
+
+    /// Waits until `done` (recorded after a direct kernel) completes, with
+    /// the communicator's deadline, abort and liveness probes, naming the
+    /// peer the kernel waits on; at a failure, stops the kernel (its abort
+    /// word) and fails.
+    pub(crate) fn wait_kernel(
+        &self,
+        st: &mut crate::comm::State,
+        ctx: &exec::OpContext,
+        abort: &exec::AbortFlag,
+        done: EventHandle,
+        doing: &str,
+    ) -> Result<()> {
+        let (me, n) = (self.inner.rank, self.inner.nranks);
+        let dev = &self.binding.dev;
+        let fail = |what: &str, e| device_error(me, dev, ("all_reduce", Some(ctx.seq)), what, e);
+        let words = self.control_words();
+        let mut device_failed = None;
+        let waited = exec::wait_on_ranks(ctx, &mut st.conns, Some(abort), doing, || {
             match dev.event_done(done) {
                 Ok(true) => None,
                 Ok(false) => {
@@ -788,6 +811,8 @@ impl Drop for WindowCore {
         }
     }
 }
+
+mod lane;
 
 #[cfg(test)]
 mod tests {

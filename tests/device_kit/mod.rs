@@ -232,6 +232,9 @@ pub fn all_reduce_with_fault_on_rank_1(
             .map(|r| {
                 s.spawn(move || {
                     assert!(count * 4 <= CASE_BUFFER_BYTES);
+                    // A first operation sets the device links and the
+                    // kernel path up, so the fault hits the measured one.
+                    all_reduce_device(r, &r.send, 1)?;
                     if r.comm.rank() == 1 {
                         r.dev.inject_fault(fault).map_err(|e| e.to_string())?;
                     }

@@ -34,6 +34,10 @@ pub fn config() -> Config {
         // Automatic choice: same-node pairs get nvlink without forcing it
         // (`bind` checks they did).
         transport: TransportChoice::Auto,
+        // These tests are about the nvlink transport's device pieces: the
+        // kernel path, which moves small all-reduces past it, stays off
+        // (device_collectives covers it).
+        device_lane_bytes: 0,
         ..Default::default()
     }
 }

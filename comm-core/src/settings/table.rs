@@ -3,16 +3,17 @@
 //! Order matters twice: it is the order of the README's table and of
 //! `commbench --help-env`, and the shared settings appear in the agreement
 //! digest in this order (`algo`, `chunk`, `slot`, `slots`, `piece`,
-//! `checksum`, `transport`, `device_staging`: the digest's wire format).
+//! `checksum`, `transport`, `device_staging`, `device_lane`: the digest's wire
+//! format).
 
 use std::time::Duration;
 
 use super::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
-    parse_algo, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES, MAX_DEVICE_STAGING_BYTES,
-    MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS,
-    MIN_CHUNK_BYTES, MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES,
-    MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
+    parse_algo, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES, MAX_DEVICE_LANE_BYTES,
+    MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES,
+    MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
+    MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
 
 const fn launch(
@@ -234,6 +235,24 @@ pub static SETTINGS: &[Setting] = &[
             name: "device_staging_bytes",
             get: |c| c.device_staging_bytes,
             put: |c, v| c.device_staging_bytes = v,
+        },
+    },
+    Setting {
+        name: "SNCL_DEVICE_LANE_BYTES",
+        scope: Scope::Shared {
+            digest_key: "device_lane",
+        },
+        values: range(0, MAX_DEVICE_LANE_BYTES, DEVICE_STAGING_ALIGN, "bytes"),
+        default: Value("262144"),
+        doc: "device path: all-reduces of 2-byte or wider types up to this many bytes run as \
+              kernels on the caller's stream (the one-shot direct kernel over an internal \
+              window of this size, opened at the first device collective where 2 to 8 ranks \
+              share a node and no two processes share a device without MPS; capturable in \
+              CUDA graphs); 0: every device collective stays on the host-driven path",
+        field: Field::Int {
+            name: "device_lane_bytes",
+            get: |c| c.device_lane_bytes,
+            put: |c, v| c.device_lane_bytes = v,
         },
     },
     // Per process.

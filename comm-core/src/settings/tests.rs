@@ -54,7 +54,7 @@ fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
         "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;transport=auto;\
-         device_staging=4194304"
+         device_staging=4194304;device_lane=262144"
     );
     let c = Config::from_vars(&|k| match k {
         "SNCL_ALGO" => Some("all_reduce:tree;reduce:ring".into()),
@@ -65,7 +65,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         checksum=0;transport=tcp;device_staging=4194304"
+         checksum=0;transport=tcp;device_staging=4194304;device_lane=262144"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses
