@@ -15,6 +15,10 @@
 //!   the result is on the device, or after a failure was marked (so a
 //!   stream never hangs on a failed operation).
 //!
+//! Small all-reduces take the kernel path instead (`window/lane.rs`): kernels
+//! on the caller's stream with no host-released wait, capturable into CUDA
+//! graphs; the progress thread only watches them.
+//!
 //! Nothing inside an operation allocates, frees, loads a module or opens
 //! an IPC mapping (each may synchronise the device, which deadlocks while
 //! a caller's stream waits on the host): binding loads every kernel and

@@ -213,21 +213,25 @@ impl Communicator {
                 )));
             }
         }
-        let fp = Fingerprint {
-            collective: Collective::AllReduce,
-            dtype: DataType::Uint8,
-            op: ReduceOp::Sum,
-            root: -1,
-            count: bytes as u64,
-        };
         let id = next_id(inner.comm_id, inner.rank);
-        let core = inner.run_in_turn(fp, |_, _, _| {
+        let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
             let core = open_window(inner, &binding, (id, op), bytes, lent)?;
             super::offer::ensure_control(inner, &binding)?;
             Ok(Arc::new(core))
         })?;
         binding.registry().add(&core);
         Ok(DeviceWindow { core })
+    }
+}
+
+/// What opening a window of `bytes` takes its turn as (its failures name it).
+fn opening_fingerprint(bytes: usize) -> Fingerprint {
+    Fingerprint {
+        collective: Collective::AllReduce,
+        dtype: DataType::Uint8,
+        op: ReduceOp::Sum,
+        root: -1,
+        count: bytes as u64,
     }
 }
 
@@ -552,39 +556,6 @@ impl DeviceWindow {
 }
 
 /// The planner's direct kernel for `count` elements of `dtype`.
-/// A key of `dev` that ranks of every process compute alike: a hash of its
-/// PCI bus id (its backend and ordinal where it has none).
-fn device_key(dev: &dyn ::device::Device) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    match dev.pci_bus_id() {
-        Ok(id) => id.to_ascii_lowercase().hash(&mut h),
-        Err(_) => (dev.backend().name(), dev.ordinal()).hash(&mut h),
-    }
-    h.finish()
-}
-
-/// Given every rank's (process token, device key, MPS), why direct kernels
-/// cannot run: two ranks of different processes on one device (same node,
-/// same bus id) without MPS (their kernels time-slice the device, so one
-/// rank's kernel would spin on a kernel that cannot start). `None` where
-/// nothing forbids them.
-fn shared_without_mps(
-    placement: &[(u64, u64, bool)],
-    same_node: impl Fn(usize, usize) -> bool,
-) -> Option<String> {
-    for (a, &(pa, da, ma)) in placement.iter().enumerate() {
-        for (b, &(pb, db, mb)) in placement.iter().enumerate().skip(a + 1) {
-            if pa != pb && da == db && same_node(a, b) && !(ma && mb) {
-                return Some(format!(
-                    "ranks {a} and {b} share a device from different processes without MPS"
-                ));
-            }
-        }
-    }
-    None
-}
-
 pub(crate) fn auto_kind(inner: &Inner, dtype: DataType, count: usize) -> DirectAlgo {
     let bytes = count.saturating_mul(dtype.size());
     match choose_direct(bytes, inner.nranks, inner.device_shape.intra) {
@@ -813,33 +784,5 @@ impl Drop for WindowCore {
 }
 
 mod lane;
-
-#[cfg(test)]
-mod tests {
-    use super::shared_without_mps;
-
-    #[test]
-    fn direct_kernels_are_off_only_for_processes_sharing_a_device_without_mps() {
-        let all_one_node = |_: usize, _: usize| true;
-        // Threads of one process on one device: on.
-        assert_eq!(shared_without_mps(&[(1, 7, false); 4], all_one_node), None);
-        // Two processes, one device, no MPS: off, naming the ranks.
-        let two = [(1, 7, false), (2, 7, false)];
-        let why = shared_without_mps(&two, all_one_node).expect("off");
-        assert!(
-            why.contains("ranks 0 and 1") && why.contains("MPS"),
-            "{why}"
-        );
-        // With MPS on both: on. One device each: on.
-        assert_eq!(
-            shared_without_mps(&[(1, 7, true), (2, 7, true)], all_one_node),
-            None
-        );
-        assert_eq!(
-            shared_without_mps(&[(1, 7, false), (2, 8, false)], all_one_node),
-            None
-        );
-        // The same bus id on two nodes is two devices.
-        assert_eq!(shared_without_mps(&two, |_, _| false), None);
-    }
-}
+mod placement;
+use placement::{device_key, shared_without_mps};

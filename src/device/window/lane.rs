@@ -31,7 +31,10 @@ use ::device::direct::{self, DirectAlgo, DirectAllReduce};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, ReduceOp, Result};
 
-use super::{device_error, next_id, open_window, Binding, DevicePtr, EventHandle, WindowCore};
+use super::{
+    device_error, next_id, open_window, opening_fingerprint, Binding, DevicePtr, EventHandle,
+    WindowCore,
+};
 use crate::comm::Inner;
 
 impl WindowCore {
@@ -51,15 +54,8 @@ impl WindowCore {
         {
             return Ok(None);
         }
-        let fp = Fingerprint {
-            collective: Collective::AllReduce,
-            dtype: DataType::Uint8,
-            op: ReduceOp::Sum,
-            root: -1,
-            count: bytes as u64,
-        };
         let id = next_id(inner.comm_id, inner.rank);
-        let core = inner.run_in_turn(fp, |_, _, _| {
+        let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
             open_window(inner, binding, (id, "device collective lane"), bytes, None)
         })?;
         if let Some(why) = &core.no_direct {

@@ -1,0 +1,66 @@
+//! Where each rank of a window runs: a key of its device that every
+//! process computes alike, and whether two processes share a device
+//! without MPS (then the direct kernels, which spin on each other, are off).
+
+/// A key of `dev` that ranks of every process compute alike: a hash of its
+/// PCI bus id (its backend and ordinal where it has none).
+pub(super) fn device_key(dev: &dyn ::device::Device) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match dev.pci_bus_id() {
+        Ok(id) => id.to_ascii_lowercase().hash(&mut h),
+        Err(_) => (dev.backend().name(), dev.ordinal()).hash(&mut h),
+    }
+    h.finish()
+}
+
+/// Given every rank's (process token, device key, MPS), why direct kernels
+/// cannot run: two ranks of different processes on one device (same node,
+/// same bus id) without MPS (their kernels time-slice the device, so one
+/// rank's kernel would spin on a kernel that cannot start). `None` where
+/// nothing forbids them.
+pub(super) fn shared_without_mps(
+    placement: &[(u64, u64, bool)],
+    same_node: impl Fn(usize, usize) -> bool,
+) -> Option<String> {
+    for (a, &(pa, da, ma)) in placement.iter().enumerate() {
+        for (b, &(pb, db, mb)) in placement.iter().enumerate().skip(a + 1) {
+            if pa != pb && da == db && same_node(a, b) && !(ma && mb) {
+                return Some(format!(
+                    "ranks {a} and {b} share a device from different processes without MPS"
+                ));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_without_mps;
+
+    #[test]
+    fn direct_kernels_are_off_only_for_processes_sharing_a_device_without_mps() {
+        let all_one_node = |_: usize, _: usize| true;
+        // Threads of one process on one device: on.
+        assert_eq!(shared_without_mps(&[(1, 7, false); 4], all_one_node), None);
+        // Two processes, one device, no MPS: off, naming the ranks.
+        let two = [(1, 7, false), (2, 7, false)];
+        let why = shared_without_mps(&two, all_one_node).expect("off");
+        assert!(
+            why.contains("ranks 0 and 1") && why.contains("MPS"),
+            "{why}"
+        );
+        // With MPS on both: on. One device each: on.
+        assert_eq!(
+            shared_without_mps(&[(1, 7, true), (2, 7, true)], all_one_node),
+            None
+        );
+        assert_eq!(
+            shared_without_mps(&[(1, 7, false), (2, 8, false)], all_one_node),
+            None
+        );
+        // The same bus id on two nodes is two devices.
+        assert_eq!(shared_without_mps(&two, |_, _| false), None);
+    }
+}
