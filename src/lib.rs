@@ -412,6 +412,10 @@ impl Communicator {
     /// deadline. Never waits for the running operation. See docs/FAULTS.md.
     pub fn abort(&self) {
         self.inner.abort("aborted by the application");
+        // Kernel-path kernels (a captured graph's included) stop waiting.
+        if let Some(Some(lane)) = self.lane.get() {
+            lane.stop_lane_kernels();
+        }
     }
 
     /// The error that aborted the communicator, if any (like

@@ -291,6 +291,114 @@ fn small_all_reduces_take_the_kernel_path() {
     }
 }
 
+/// Kernel-path all-reduces on two streams run in issue order: with rank
+/// 0's first stream held back (a value wait the test releases later), an
+/// all-reduce issued on it and then one on a second stream both give their
+/// own sums on every rank (unordered, rank 0's second would meet rank 1's
+/// first, and overwrite the lane buffer its first has not read yet).
+#[test]
+fn kernel_path_orders_all_reduces_across_streams() {
+    if test_backend() != device::Backend::Emu {
+        eprintln!("skipped: the stream gate is a pinned word of the emulated device's");
+        return;
+    }
+    let _ = device::open(device::Backend::Emu, 0);
+    let ranks = bind(Communicator::init_threads(2, config(TransportChoice::Auto)).expect("init"));
+    let count = 1000;
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<(), String> {
+                    let dev = &r.dev;
+                    let other = dev.create_stream().map_err(|e| e.to_string())?;
+                    let gate = device::PinnedBuffer::new(dev, 64).map_err(|e| e.to_string())?;
+                    let word = gate.as_ptr() as *mut u32;
+                    // Rank 0's first stream only: the ranks then reach
+                    // the two all-reduces in different orders on their
+                    // devices, which the lane must not pair up wrongly.
+                    // SAFETY: 64 pinned bytes owned by `gate`, which
+                    // outlives every use of the stream below.
+                    unsafe {
+                        word.write_volatile(u32::from(r.comm.rank() != 0));
+                        dev.stream_wait_u32(r.stream, word, 1)
+                    }
+                    .map_err(|e| e.to_string())?;
+                    let (a, b) = (r.send.ptr(), r.recv.ptr());
+                    let fill = |p: device::DevicePtr, v: f32, s: StreamHandle| {
+                        let host = vec![v; count];
+                        // SAFETY: `host` lives until the stream is synced
+                        // (the copy is staged at once on the emulated
+                        // device for a pageable source).
+                        unsafe { dev.copy_h2d_async(p, host.as_ptr().cast(), count * 4, s) }
+                            .and_then(|()| {
+                                dev.synchronize(
+                                    s,
+                                    std::time::Instant::now() + Duration::from_secs(30),
+                                )
+                            })
+                            .map_err(|e| e.to_string())
+                    };
+                    fill(b.add(4 * count), 10.0, other)?;
+                    // A on the held stream (its input written after the
+                    // gate, by the stream itself: filled now, read later).
+                    fill(a, 1.0, other)?;
+                    let run = |p: device::DevicePtr, s: StreamHandle| {
+                        // SAFETY: both ranges live until the waits below.
+                        unsafe {
+                            r.comm.all_reduce_device_raw(
+                                p,
+                                p,
+                                count,
+                                DataType::Float32,
+                                ReduceOp::Sum,
+                                s,
+                            )
+                        }
+                        .map_err(|e| e.to_string())
+                    };
+                    let wa = run(a, r.stream)?;
+                    let wb = run(b.add(4 * count), other)?;
+                    std::thread::sleep(Duration::from_millis(100));
+                    // SAFETY: as above; the device only reads the word.
+                    unsafe { std::sync::atomic::AtomicU32::from_ptr(word) }
+                        .store(1, std::sync::atomic::Ordering::Release);
+                    wa.wait().map_err(|e| e.to_string())?;
+                    wb.wait().map_err(|e| e.to_string())?;
+                    let got = |p: device::DevicePtr| -> Result<Vec<f32>, String> {
+                        let mut out = vec![0f32; count];
+                        // SAFETY: `out` lives until the synchronize.
+                        unsafe { dev.copy_d2h_async(out.as_mut_ptr().cast(), p, count * 4, other) }
+                            .and_then(|()| {
+                                dev.synchronize(
+                                    other,
+                                    std::time::Instant::now() + Duration::from_secs(30),
+                                )
+                            })
+                            .map_err(|e| e.to_string())?;
+                        Ok(out)
+                    };
+                    let (ga, gb) = (got(a)?, got(b.add(4 * count))?);
+                    if ga.iter().any(|&x| x != 2.0) || gb.iter().any(|&x| x != 20.0) {
+                        return Err(format!(
+                            "rank {}: first all-reduce gave {}, second {} (expected 2 and 20)",
+                            r.comm.rank(),
+                            ga[0],
+                            gb[0]
+                        ));
+                    }
+                    assert_eq!(r.comm.direct_all_reduces().kernel_path, 2);
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("no panic").err())
+            .collect()
+    });
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}
+
 /// Fails with the first 20 of `errs` (cases that failed on some rank).
 fn assert_all_ok(what: &str, errs: Vec<String>) {
     assert!(

@@ -41,8 +41,12 @@ pub fn capture(
     let ended = check("cuStreamEndCapture", unsafe {
         sys::cuStreamEndCapture(s, &mut graph)
     });
-    recorded?;
     ended?;
+    if let Err(e) = recorded {
+        // SAFETY: created by the capture above, destroyed once.
+        unsafe { sys::cuGraphDestroy(graph) };
+        return Err(e);
+    }
     let mut exec: CUgraphExec = std::ptr::null_mut();
     // SAFETY: `graph` was just captured; `exec` is a live out-pointer.
     let made = check("cuGraphInstantiate", unsafe {

@@ -82,6 +82,8 @@ struct RankProcess {
     rank: usize,
     child: Option<Child>,
     last_line: Arc<Mutex<String>>,
+    /// The thread forwarding its stderr (done once the pipe is drained).
+    forwarder: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The ranks 1..N, watched from a thread while rank 0 runs here.
@@ -132,6 +134,14 @@ impl Watch {
                 match c.try_wait() {
                     Ok(Some(st)) => {
                         let code = code_of(st);
+                        // Its last lines first (the pipe drains right
+                        // after the exit; bounded).
+                        if let Some(f) = p.forwarder.take() {
+                            let until = Instant::now() + Duration::from_millis(500);
+                            while !f.is_finished() && Instant::now() < until {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                        }
                         if code != 0 {
                             let how = match st.code() {
                                 Some(c) => format!("exited with status {c}"),
@@ -200,12 +210,13 @@ impl Watch {
 }
 
 /// Forwards `child`'s stderr to this process's stderr line by line and
-/// keeps its last non-empty line.
-fn forward_stderr(child: &mut Child) -> Arc<Mutex<String>> {
+/// keeps its last non-empty line; the forwarding thread, if one started.
+fn forward_stderr(child: &mut Child) -> (Arc<Mutex<String>>, Option<std::thread::JoinHandle<()>>) {
     let last = Arc::new(Mutex::new(String::new()));
+    let mut forwarder = None;
     if let Some(err) = child.stderr.take() {
         let keep = last.clone();
-        std::thread::spawn(move || {
+        forwarder = Some(std::thread::spawn(move || {
             use std::io::BufRead;
             for line in std::io::BufReader::new(err).lines() {
                 let Ok(line) = line else { break };
@@ -214,9 +225,9 @@ fn forward_stderr(child: &mut Child) -> Arc<Mutex<String>> {
                     *keep.lock().unwrap_or_else(|e| e.into_inner()) = line;
                 }
             }
-        });
+        }));
     }
-    last
+    (last, forwarder)
 }
 
 /// Runs `threads` ranks as threads of this process (each with its own
@@ -335,7 +346,7 @@ pub fn launch_local(
         die_with_launcher(&mut cmd);
         match cmd.spawn() {
             Ok(mut c) => {
-                let last_line = forward_stderr(&mut c);
+                let (last_line, forwarder) = forward_stderr(&mut c);
                 watch
                     .children
                     .lock()
@@ -344,6 +355,7 @@ pub fn launch_local(
                         rank: r,
                         child: Some(c),
                         last_line,
+                        forwarder,
                     })
             }
             Err(e) => {

@@ -311,8 +311,20 @@ impl Communicator {
             }
         }
         if !b.peers_bound.load(Ordering::Acquire) {
-            self.join_peers_on_device(&b)?;
-            b.peers_bound.store(true, Ordering::Release);
+            if b.dev.is_capturing(op.stream).unwrap_or(false) {
+                return Err(invalid(
+                    "the first device collective of a communicator sets its device links up \
+                     (allocations, a barrier) and cannot be captured into a CUDA graph; run one \
+                     device collective before capturing"
+                        .into(),
+                ));
+            }
+            // One thread joins; another calling at the same time waits.
+            let _joining = b.joining.lock().unwrap_or_else(|e| e.into_inner());
+            if !b.peers_bound.load(Ordering::Acquire) {
+                self.join_peers_on_device(&b)?;
+                b.peers_bound.store(true, Ordering::Release);
+            }
         }
         if let Some(lane) = self.lane_for(&op) {
             return Ok(self.prepare_lane(&b, op, lane));
@@ -389,7 +401,15 @@ impl Communicator {
     /// whose lane opened. Every rank answers alike for the same call.
     fn lane_for(&self, op: &DeviceOp) -> Option<Arc<super::WindowCore>> {
         let lane = self.lane.get()?.as_ref()?;
-        (op.coll == Collective::AllReduce && lane.lane_takes(op.dtype, op.op, op.count))
+        // Users' windows come first: once a window exists, every device
+        // all-reduce offers (and runs directly where the buffers are in
+        // one), on every rank alike.
+        let windows = self
+            .inner
+            .device
+            .get()
+            .is_some_and(|b| b.registry().offers_windows());
+        (op.coll == Collective::AllReduce && !windows && lane.lane_takes(op.dtype, op.op, op.count))
             .then(|| lane.clone())
     }
 

@@ -79,6 +79,8 @@ pub(crate) struct Binding {
     /// Every rank of the communicator has bound its device (the barrier
     /// at this rank's first device collective passed).
     pub(crate) peers_bound: AtomicBool,
+    /// Held while the first device collective joins the peers.
+    pub(crate) joining: Mutex<()>,
     /// Events that operations recorded on callers' streams, done with and
     /// reused (one fewer driver call per collective on the caller's
     /// thread); destroyed with the binding.
@@ -134,6 +136,7 @@ impl Binding {
             flag,
             next_flag: AtomicU32::new(1),
             peers_bound: AtomicBool::new(false),
+            joining: Mutex::new(()),
             events: Mutex::new(Vec::new()),
             checked: Mutex::new(Vec::new()),
             stream,
@@ -187,11 +190,24 @@ impl Binding {
             }
             Err(e) => return Err(self.error(rank, op, None, &format!("checking the {what}"), e)),
         };
-        let alloc_end = base.0 + len as u64;
+        let mut alloc_end = base.0 + len as u64;
+        // Memory mapped in chunks (cuMemCreate + cuMemMap, PyTorch's
+        // expandable segments) answers one chunk per range: follow
+        // contiguous ranges to the buffer's end.
+        let mut chunks = 0;
+        while end > alloc_end && chunks < 4096 {
+            match self.dev.allocation_range(alloc_end) {
+                Ok((next, next_len)) if next.0 == alloc_end && next_len > 0 => {
+                    alloc_end += next_len as u64;
+                    chunks += 1;
+                }
+                _ => break,
+            }
+        }
         if end > alloc_end {
             return Err(invalid(format!(
-                "the {what} at {addr:#x} needs {bytes} bytes, but its allocation ({:#x}, {len} \
-                 bytes) ends {} bytes after it",
+                "the {what} at {addr:#x} needs {bytes} bytes, but its allocation (from {:#x}) \
+                 ends {} bytes after it",
                 base.0,
                 alloc_end - addr
             )));
@@ -417,12 +433,20 @@ pub(crate) fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &Wor
     inner.order.wait_turn(ticket);
     let r = match (job.enqueue_error, job.done) {
         (Some(e), _) => {
+            // The kernel may be on the stream already (a later enqueue step
+            // failed): stop it, so the caller's stream goes on.
+            job.lane.stop_lane_kernels();
             let mut st = inner.lock();
             inner.fail(&mut st, &e);
             Err(e)
         }
         (None, Some(done)) => {
             let r = job.lane.watch_lane(inner, job.fingerprint, done);
+            if r.is_err() {
+                // Also when the communicator had failed before this turn:
+                // the kernel waits on peers that will not come.
+                job.lane.stop_lane_kernels();
+            }
             if let (Ok(()), Some(b)) = (&r, inner.device.get()) {
                 b.direct[2].fetch_add(1, Ordering::Relaxed);
             }

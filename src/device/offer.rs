@@ -108,6 +108,13 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    /// Whether this communicator ever opened a window (its offer records
+    /// exist from then on, and every device collective offers): the same
+    /// answer on every rank, since opening is collective and ordered.
+    pub(crate) fn offers_windows(&self) -> bool {
+        self.records.is_some()
+    }
+
     /// Adds a window just made.
     pub(crate) fn add(&mut self, w: &Arc<WindowCore>) {
         self.live.retain(|l| l.strong_count() > 0);

@@ -92,6 +92,10 @@ pub(crate) struct WindowCore {
     /// Per rank: its buffer and flag area were opened from IPC handles
     /// (closed on drop); a peer of this process is addressed directly.
     imported: Vec<bool>,
+    /// The kernel path only: the stream of the last lane operation; the
+    /// next one on another stream waits for it (`events[0]` recorded after
+    /// it), so lane operations run in issue order on any streams.
+    lane_last: Mutex<Option<StreamHandle>>,
     /// Why the direct kernels cannot run over this window (every rank
     /// decides alike from every rank's record): two ranks of different
     /// processes share a device without MPS, so a kernel would spin on a
@@ -264,6 +268,7 @@ fn open_window(
         owned: lent.is_none(),
         imported: vec![false; n],
         no_direct: None,
+        lane_last: Mutex::new(None),
     };
     // From here `w`'s Drop frees whatever was made.
     for _ in 0..2 {

@@ -390,7 +390,14 @@ impl Device for CudaDevice {
             call: "cuMemHostAlloc",
             detail: "returned success and a null pointer".into(),
         })?;
-        let dev = driver::host_device_ptr(self.ordinal, p.as_ptr().cast())?;
+        let dev = match driver::host_device_ptr(self.ordinal, p.as_ptr().cast()) {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: allocated just above, not handed out, freed once.
+                let _ = unsafe { driver::host_free(self.ordinal, p.as_ptr().cast()) };
+                return Err(e);
+            }
+        };
         self.pinned
             .lock()
             .unwrap_or_else(|e| e.into_inner())

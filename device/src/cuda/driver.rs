@@ -298,8 +298,6 @@ pub(crate) unsafe fn host_free(ordinal: usize, p: *mut c_void) -> Result<()> {
     check(ordinal, "cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) })
 }
 
-/// The device address of pinned host memory at `p` (which may point inside
-/// an allocation).
 /// The allocation holding device address `p`: (base, bytes).
 pub(crate) fn address_range(ordinal: usize, p: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
     let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
@@ -310,6 +308,8 @@ pub(crate) fn address_range(ordinal: usize, p: CUdeviceptr) -> Result<(CUdevicep
     Ok((base, size))
 }
 
+/// The device address of pinned host memory at `p` (which may point inside
+/// an allocation).
 pub(crate) fn host_device_ptr(ordinal: usize, p: *mut c_void) -> Result<CUdeviceptr> {
     let mut d = 0;
     // SAFETY: `d` is a live out-pointer; the driver only looks `p` up.

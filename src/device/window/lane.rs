@@ -78,7 +78,17 @@ impl WindowCore {
         dtype.size() >= 2
             && (1..=self.bytes).contains(&bytes)
             && kernels::cuda::direct_kernel(dtype, op).is_some()
-            && !self.broken.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sets the lane kernels' abort word: every lane kernel running or
+    /// still to run on any stream (a captured graph's too) gives up at its
+    /// next wait and ends, so no caller's stream waits on peers that will
+    /// not come. The communicator has failed or aborted by then; a lane
+    /// operation after it fails before anything is enqueued.
+    pub(crate) fn stop_lane_kernels(&self) {
+        self.broken
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.control_words()[0].store(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Enqueues an all-reduce of `count` elements from `send` to `recv`
@@ -104,11 +114,22 @@ impl WindowCore {
         let dev = &self.binding.dev;
         let fail = |what: &str, e| device_error(me, dev, ("all_reduce", None), what, e);
         let bytes = count * dtype.size();
+        // Lane operations run in issue order whatever their streams: one on
+        // another stream than the last waits for it (not under capture,
+        // where `done` is None: a graph's launches are ordered by its
+        // stream).
+        let mut last = self.lane_last.lock().unwrap_or_else(|e| e.into_inner());
+        let order = self.events[0];
+        if done.is_some() && last.is_some_and(|s| s != stream) {
+            dev.stream_wait_event(stream, order)
+                .map_err(|e| fail("ordering after the previous lane all-reduce", e))?;
+        }
         // SAFETY: the caller's `send` holds `bytes`; the lane buffer holds
-        // at least that (lane_takes), and no kernel of this rank
-        // reads it now: the previous lane kernel on any stream of this
-        // rank ended only after every peer had read it (its phase 3), and
-        // this copy is ordered after the caller's earlier work.
+        // at least that (lane_takes), and no kernel of this rank reads it
+        // now: the previous lane kernel (ordered before this copy, on this
+        // stream or through `order`) ended only after every peer had read
+        // it (its phase 3), and this copy is ordered after the caller's
+        // earlier work.
         unsafe { dev.copy_d2d_async(self.buffers[me], send, bytes, stream) }
             .map_err(|e| fail("copying the input into the lane", e))?;
         let mut outputs = self.buffers.clone();
@@ -143,7 +164,9 @@ impl WindowCore {
         }
         if let Some(ev) = done {
             dev.record_event(ev, stream)
+                .and_then(|()| dev.record_event(order, stream))
                 .map_err(|e| fail("recording the lane all-reduce's completion", e))?;
+            *last = Some(stream);
         }
         Ok(())
     }
