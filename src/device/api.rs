@@ -263,8 +263,12 @@ impl Communicator {
             }
             Ok(())
         };
-        connect(false)?;
+        // A rank whose own side fails (e.g. a required device path it
+        // cannot have) still passes the barrier, so its peers read the
+        // verdict it published and fail naming the cause, not its absence.
+        let published = connect(false);
         self.barrier()?;
+        published?;
         connect(true)?;
         // Every rank decides alike whether to open the kernel path: only
         // where every pair of ranks goes device to device.

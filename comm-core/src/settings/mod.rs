@@ -252,23 +252,6 @@ pub fn lookup(name: &str) -> Option<&'static Setting> {
 /// Variables of the `SNCL_` prefix that test harnesses use; never settings.
 pub const TEST_PREFIX: &str = "SNCL_TEST_";
 
-/// `SNCL_*` variables that are not settings of the library but are read
-/// by sncl's own tools (the PyTorch backend's build, test harnesses):
-/// known, so not warned about.
-pub const NOT_SETTINGS: &[&str] = &[
-    "SNCL_LIB_DIR",
-    "SNCL_INCLUDE_DIR",
-    "SNCL_CUDA_INCLUDE_DIR",
-    "SNCL_TORCH_CUDA",
-    "SNCL_SKIP_TORCH_TESTS",
-    "SNCL_FT_MODE",
-    "SNCL_FT_VICTIM",
-    "SNCL_DEVICE_SUITE_IPC_CHILD",
-    "SNCL_NVRTC_TEST_CHILD",
-    "SNCL_NVRTC_TEST_PTXAS",
-    "SNCL_FLIGHT_TEST_DIR",
-];
-
 /// The declared setting nearest to `name` (a likely typo: at most 3 edits
 /// away), if any.
 pub fn nearest(name: &str) -> Option<&'static str> {

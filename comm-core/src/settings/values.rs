@@ -83,7 +83,6 @@ impl Environment {
                 matches!(origin, Origin::Environment)
                     && k.starts_with("SNCL_")
                     && !k.starts_with(super::TEST_PREFIX)
-                    && !super::NOT_SETTINGS.contains(&k.as_str())
                     && super::lookup(k).is_none()
             })
             .map(|(k, _)| (k.as_str(), super::nearest(k)))
