@@ -135,6 +135,18 @@ fn running(pid: u32) -> bool {
     !matches!(state, Some("Z" | "X") | None)
 }
 
+/// The launcher `pid`'s rank processes once `want` of them run (or what
+/// runs after 30 s).
+fn wait_for_ranks(pid: u32, want: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ranks = children_of(pid);
+    while ranks.len() < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        ranks = children_of(pid);
+    }
+    ranks
+}
+
 #[test]
 fn ranks_die_with_their_launcher() {
     if !std::path::Path::new("/proc/self/task").exists() {
@@ -161,12 +173,7 @@ fn ranks_die_with_their_launcher() {
         .spawn()
         .expect("starting commbench");
     let pid = launcher.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ranks = children_of(pid);
-    while ranks.len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        ranks = children_of(pid);
-    }
+    let ranks = wait_for_ranks(pid, 2);
     // Rank 0 runs in the launcher itself (it holds the rendezvous port).
     assert_eq!(ranks.len(), 2, "--np 3 starts ranks 1 and 2: {ranks:?}");
     // Let them get into the timed loop.
@@ -258,12 +265,7 @@ fn a_killed_rank_ends_the_job_naming_it() {
         .spawn()
         .expect("starting commbench");
     let pid = launcher.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ranks = children_of(pid);
-    while ranks.len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        ranks = children_of(pid);
-    }
+    let ranks = wait_for_ranks(pid, 2);
     assert_eq!(ranks.len(), 2, "--np 3 starts ranks 1 and 2: {ranks:?}");
     std::thread::sleep(Duration::from_millis(500));
     let killed_at = Instant::now();

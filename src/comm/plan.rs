@@ -237,17 +237,6 @@ mod tests {
         })
     }
 
-    const UNIFORM: [Collective; 8] = [
-        Collective::AllReduce,
-        Collective::ReduceScatter,
-        Collective::AllGather,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllToAll,
-        Collective::Gather,
-        Collective::Scatter,
-    ];
-
     /// Counts from 0 to 64 Mi elements: powers of two, their neighbours,
     /// and counts that do not divide by the ranks.
     fn counts() -> Vec<usize> {
@@ -269,7 +258,7 @@ mod tests {
             for rank in [0, nranks - 1] {
                 let c = inner(nranks, nnodes, rank);
                 let mut st = c.lock();
-                for coll in UNIFORM {
+                for coll in Collective::UNIFORM {
                     for dtype in [DataType::Float32, DataType::Float64, DataType::Float16] {
                         for count in counts() {
                             for device in [false, true] {
