@@ -187,6 +187,12 @@ pub struct Config {
     /// Pieces carry a CRC32C of their payload, verified on receipt
     /// (`SNCL_CHECKSUM=1`; every rank must agree).
     pub checksum: bool,
+    /// Rooted collectives (broadcast, reduce, gather, scatter) first check
+    /// that every rank passed the same root, count, type and reduction, in
+    /// ⌈log2 n⌉ empty exchanges, so that a disagreement fails every rank in
+    /// that operation before any data moves (`SNCL_CHECK_ROOTS`, default on;
+    /// every rank must agree).
+    pub check_roots: bool,
     /// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`, default off).
     pub tcp_pacing: TcpPacing,
     /// Pacing of the compressed all-reduce's cross-node exchange
@@ -227,6 +233,7 @@ impl Default for Config {
             flight_recorder_entries: crate::flight::DEFAULT_ENTRIES,
             debug_dump_dir: None,
             checksum: false,
+            check_roots: true,
             tcp_pacing: TcpPacing::Off,
             compress_pacing: TcpPacing::Auto,
             tcp_flows_per_rank: 1,

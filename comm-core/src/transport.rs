@@ -61,26 +61,39 @@ pub enum AbortCause {
     /// itself wait on another. Survivors name it; they do not count it as
     /// failed.
     Suspect(usize),
+    /// The aborting rank found that this rank called a different operation
+    /// (collective, root, count, type or reduction differ): nobody failed,
+    /// the ranks' arguments disagree. Survivors name it; they do not count
+    /// it as failed.
+    Mismatch(usize),
 }
 
 impl AbortCause {
     /// Bit marking a suspect in the encoded form.
     const SUSPECT: usize = 1 << 28;
+    /// Bit marking a mismatch in the encoded form.
+    const MISMATCH: usize = 1 << 27;
+    /// The rank's bits in the encoded form.
+    const RANK: usize = Self::MISMATCH - 1;
 
     /// The encoded form for [`crate::transport::Connection::abort`].
     pub fn encode(self) -> usize {
         match self {
-            AbortCause::Failed(r) => r & (Self::SUSPECT - 1),
-            AbortCause::Suspect(r) => (r & (Self::SUSPECT - 1)) | Self::SUSPECT,
+            AbortCause::Failed(r) => r & Self::RANK,
+            AbortCause::Suspect(r) => (r & Self::RANK) | Self::SUSPECT,
+            AbortCause::Mismatch(r) => (r & Self::RANK) | Self::MISMATCH,
         }
     }
 
     /// Decodes a cause received in an abort notice.
     pub fn decode(raw: usize) -> AbortCause {
+        let rank = raw & Self::RANK;
         if raw & Self::SUSPECT != 0 {
-            AbortCause::Suspect(raw & !Self::SUSPECT)
+            AbortCause::Suspect(rank)
+        } else if raw & Self::MISMATCH != 0 {
+            AbortCause::Mismatch(rank)
         } else {
-            AbortCause::Failed(raw)
+            AbortCause::Failed(rank)
         }
     }
 
@@ -98,6 +111,10 @@ impl AbortCause {
             Some(AbortCause::Failed(r)) => format!("rank {r} failed"),
             Some(AbortCause::Suspect(r)) => format!(
                 "rank {r} is unreachable or stuck: the aborting rank timed out waiting on it"
+            ),
+            Some(AbortCause::Mismatch(r)) => format!(
+                "the ranks called different operations: rank {r}'s collective, root, count, type \
+                 or reduction differs from the aborting rank's (both are named in their errors)"
             ),
             None => "unknown".into(),
         }
@@ -391,8 +408,12 @@ mod tests {
 
     #[test]
     fn abort_causes_round_trip_and_only_failures_count() {
-        for r in [0usize, 1, 7, 65_663, (1 << 28) - 1] {
-            for c in [AbortCause::Failed(r), AbortCause::Suspect(r)] {
+        for r in [0usize, 1, 7, 65_663, (1 << 27) - 1] {
+            for c in [
+                AbortCause::Failed(r),
+                AbortCause::Suspect(r),
+                AbortCause::Mismatch(r),
+            ] {
                 assert_eq!(AbortCause::decode(c.encode()), c);
                 // Every transport carries at least 30 bits (RDMA: rank + 1).
                 assert!(c.encode() + 1 < 1 << 30);
@@ -403,6 +424,9 @@ mod tests {
             let s = AbortCause::Suspect(r).encode();
             assert_eq!(AbortCause::failed_rank(Some(s)), None);
             assert!(AbortCause::describe(Some(s)).contains(&format!("rank {r} is unreachable")));
+            let m = AbortCause::Mismatch(r).encode();
+            assert_eq!(AbortCause::failed_rank(Some(m)), None);
+            assert!(AbortCause::describe(Some(m)).contains(&format!("rank {r}'s collective, root")));
         }
         assert_eq!(AbortCause::describe(None), "unknown");
     }

@@ -47,6 +47,21 @@ fn p2p_pattern(n: usize, r: usize, count: usize) -> Vec<Transfer> {
 }
 
 fn run(row: &Row, topo: &Topology, count: usize, root: usize, chunk: usize, in_place: bool) {
+    // Rooted collectives with and without their argument check.
+    for check_roots in [true, false] {
+        if check_roots || row.coll.is_rooted() {
+            run_checked(row, topo, (count, root, chunk), in_place, check_roots);
+        }
+    }
+}
+
+fn run_checked(
+    row: &Row,
+    topo: &Topology,
+    (count, root, chunk): (usize, usize, usize),
+    in_place: bool,
+    check_roots: bool,
+) {
     let (coll, algo) = (row.coll, row.algo);
     let n = topo.nranks();
     let scheds: Vec<_> = (0..n)
@@ -66,6 +81,7 @@ fn run(row: &Row, topo: &Topology, count: usize, root: usize, chunk: usize, in_p
                 } else {
                     Blocks::Uniform
                 },
+                check_roots,
             };
             algo::build_input(coll, algo, &input).expect("the table's row builds")
         })
@@ -73,7 +89,7 @@ fn run(row: &Row, topo: &Topology, count: usize, root: usize, chunk: usize, in_p
     let (bufs, expect) = expectation(coll, n, count, root, in_place);
     if let Err(e) = check(&scheds, &*bufs, &*expect) {
         panic!(
-            "{} / {} failed: n={n} nodes={:?} count={count} root={root} chunk={chunk} in_place={in_place}: {e}",
+            "{} / {} failed: n={n} nodes={:?} count={count} root={root} chunk={chunk} in_place={in_place} check_roots={check_roots}: {e}",
             coll.name(),
             algo.name(),
             topo.node_of
@@ -266,6 +282,7 @@ fn build_var(
         },
         topo,
         blocks: Blocks::Var(v),
+        check_roots: true,
     };
     algo::build_input(row.coll, row.algo, &input).expect("the table's row builds")
 }
@@ -405,6 +422,7 @@ fn checker_catches_a_broken_p2p_group() {
                     },
                     topo: &topo,
                     blocks: Blocks::P2p(&t),
+                    check_roots: true,
                 };
                 algo::build_input(row.coll, row.algo, &input).expect("builds")
             })
@@ -443,4 +461,52 @@ fn hierarchical_on_uneven_supernodes_up_to_64_nodes_of_16() {
     }
     // The topology-aware ring crosses each node boundary once.
     assert_eq!(topo.crossings(&topo.ring_order()), 64);
+}
+
+/// Rooted collectives start with ⌈log2 n⌉ empty exchanges that do not
+/// depend on the root (so ranks that disagree on it still meet there);
+/// `check_roots: false` (SNCL_CHECK_ROOTS=0) builds the row's schedule alone;
+/// unrooted collectives never get them.
+#[test]
+fn rooted_schedules_start_with_a_root_independent_check() {
+    let topo = Topology::single_node(6);
+    for row in algo::ALGORITHMS {
+        for rank in 0..6 {
+            let build = |root: usize, check_roots: bool| {
+                let input = Input {
+                    p: Params {
+                        nranks: 6,
+                        rank,
+                        count: 8,
+                        root,
+                        chunk: 4,
+                    },
+                    topo: &topo,
+                    blocks: Blocks::Uniform,
+                    check_roots,
+                };
+                algo::build_input(row.coll, row.algo, &input).expect("builds")
+            };
+            let (checked, plain) = (build(1, true), build(1, false));
+            if !row.coll.is_rooted() {
+                assert_eq!(checked, plain, "{:?}", row.coll);
+                continue;
+            }
+            assert_eq!(checked.steps.len(), plain.steps.len() + 3, "{:?}", row.coll);
+            assert_eq!(checked.steps[3..], plain.steps[..], "{:?}", row.coll);
+            // The same first steps whatever the root.
+            assert_eq!(
+                checked.steps[..3],
+                build(4, true).steps[..3],
+                "{:?}",
+                row.coll
+            );
+            assert_eq!(
+                checked.steps[..3],
+                algo::barrier(6, rank).steps[..],
+                "{:?}",
+                row.coll
+            );
+        }
+    }
 }

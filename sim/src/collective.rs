@@ -192,7 +192,9 @@ impl Exec<'_> {
         topo: &comm_core::topo::Topology,
         count: usize,
     ) -> Option<Box<dyn Fn(usize) -> comm_core::schedule::Schedule + 'b>> {
-        use comm_core::algo::{tree_all_reduce, tree_broadcast, tree_reduce};
+        use comm_core::algo::{
+            arguments_checked_first as checked, tree_all_reduce, tree_broadcast, tree_reduce,
+        };
         if self.algo != Algorithm::Tree || self.entities < 2 {
             return None;
         }
@@ -204,8 +206,12 @@ impl Exec<'_> {
             .collect();
         let f: Box<dyn Fn(usize) -> comm_core::schedule::Schedule + 'b> = match self.req.coll {
             Collective::AllReduce => Box::new(move |r| tree_all_reduce(n, r, &order, count, chunk)),
-            Collective::Broadcast => Box::new(move |r| tree_broadcast(n, r, &rooted, count, chunk)),
-            Collective::Reduce => Box::new(move |r| tree_reduce(n, r, &rooted, count, chunk)),
+            Collective::Broadcast => {
+                Box::new(move |r| checked(tree_broadcast(n, r, &rooted, count, chunk)))
+            }
+            Collective::Reduce => {
+                Box::new(move |r| checked(tree_reduce(n, r, &rooted, count, chunk)))
+            }
             _ => return None,
         };
         for r in [0, 1, n - 1] {

@@ -104,6 +104,7 @@ impl Inner {
                 p: params,
                 topo: &self.topo,
                 blocks,
+                check_roots: self.config.check_roots,
             };
             algo::build_input(op.coll, plan.algo, &input)
                 .ok_or_else(|| Error::Config(algo::unavailable(op.coll, plan.algo)))

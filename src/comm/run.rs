@@ -230,6 +230,8 @@ impl Inner {
             Error::Timeout { waiting_on, .. } => {
                 waiting_on.first().map(|&r| AbortCause::Suspect(r).encode())
             }
+            // Arguments that differ: nobody failed; peers name the rank.
+            Error::Mismatch { peer, .. } => Some(AbortCause::Mismatch(*peer).encode()),
             // Passed on from a peer: keep its verdict (possibly none).
             Error::PeerFailed {
                 source: TransportError::PeerAborted { cause, .. },

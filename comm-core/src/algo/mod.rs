@@ -196,11 +196,15 @@ pub struct Input<'a> {
     pub topo: &'a Topology,
     /// Variable counts or transfers, where the collective has them.
     pub blocks: Blocks<'a>,
+    /// Rooted collectives start with the ranks' argument check
+    /// ([`arguments_checked_first`]; `SNCL_CHECK_ROOTS`).
+    pub check_roots: bool,
 }
 
 /// Builds the schedule of a uniform-count collective with `algo` for ranks
-/// placed as `topo` says. Returns `None` when the algorithm does not
-/// implement the collective.
+/// placed as `topo` says, rooted ones with their argument check (the
+/// default). Returns `None` when the algorithm does not implement the
+/// collective.
 pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> Option<Schedule> {
     build_input(
         coll,
@@ -209,6 +213,7 @@ pub fn build(coll: Collective, algo: Algorithm, p: &Params, topo: &Topology) -> 
             p: *p,
             topo,
             blocks: Blocks::Uniform,
+            check_roots: true,
         },
     )
 }
@@ -219,7 +224,30 @@ pub fn build_input(coll: Collective, algo: Algorithm, input: &Input<'_>) -> Opti
     let row = table::row(coll, algo)?;
     let mut input = *input;
     input.p.chunk = input.p.chunk.max(1);
-    Some((row.build)(&input))
+    let schedule = (row.build)(&input);
+    Some(if coll.is_rooted() && input.check_roots {
+        arguments_checked_first(schedule)
+    } else {
+        schedule
+    })
+}
+
+/// A rooted collective's schedule behind a dissemination exchange of empty
+/// messages, which does not depend on the root: every message's first piece
+/// carries the operation's fingerprint (root included) and the receiver
+/// compares it with its own, and after ⌈log2 n⌉ rounds every rank has heard,
+/// directly or through ranks that would have failed and aborted instead of
+/// passing on, from every other. So ranks that disagree on the root (or the
+/// count, type or collective) fail on every rank in this operation, before
+/// any data reaches a user buffer — where without it a rank that believes it
+/// is the root only sends and returns, and ranks that each wait for the
+/// other's data wait until the timeout. The cost, ⌈log2 n⌉ empty hops, is
+/// paid by rooted collectives only.
+pub fn arguments_checked_first(schedule: Schedule) -> Schedule {
+    let mut checked = barrier(schedule.nranks, schedule.rank);
+    checked.steps.extend(schedule.steps);
+    checked.scratch_elems = schedule.scratch_elems;
+    checked
 }
 
 /// Prefix sums: the displacement of each block when blocks are packed.

@@ -198,6 +198,34 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_CHECK_ROOTS",
+        scope: Scope::Shared {
+            digest_key: "check_roots",
+        },
+        values: Values::Choice(&["0", "1"]),
+        default: Value("1"),
+        doc: "`1`: broadcast, reduce, gather and scatter start with ⌈log2 n⌉ empty exchanges that \
+              compare every rank's root, count, type and reduction, so ranks that disagree fail \
+              on every rank in that operation, naming both roots, before any data moves; `0`: \
+              no exchange (one hop less at 2 ranks; a disagreement is then found only by the \
+              ranks that receive, or at the timeout; PERF §17)",
+        field: Field::Text {
+            put: |c, v| {
+                c.check_roots = match v.trim() {
+                    "0" => false,
+                    "1" => true,
+                    other => {
+                        return Err(crate::Error::Config(format!(
+                            "SNCL_CHECK_ROOTS={other:?}: expected 0 or 1"
+                        )))
+                    }
+                };
+                Ok(())
+            },
+            show: |c| u8::from(c.check_roots).to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_TRANSPORT",
         scope: Scope::Shared {
             digest_key: "transport",
