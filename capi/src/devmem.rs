@@ -364,14 +364,9 @@ pub(super) fn allocation_of(addr: u64) -> Option<(u64, usize)> {
         .map(|(&start, &(_, bytes))| (start, bytes))
 }
 
-/// Frees an allocation of [`alloc`].
+/// Frees an allocation of [`alloc`] (the caller checked that no window
+/// holds it: `snclMemFree`).
 pub(super) fn free(addr: u64) -> R {
-    if let Some(win) = super::window::holding(addr) {
-        return Err(CError::usage(format!(
-            "{addr:#x} is registered in window {win:#x} (snclCommWindowRegister); deregister it \
-             with snclCommWindowDeregister before snclMemFree"
-        )));
-    }
     let Some((ordinal, _)) = allocs().remove(&addr) else {
         return Err(CError::invalid(format!(
             "{addr:#x} is not an allocation of snclMemAlloc (or was freed already)"

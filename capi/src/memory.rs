@@ -104,7 +104,14 @@ pub unsafe extern "C" fn snclMemFree(ptr: *mut c_void) -> snclResult_t {
         if ptr.is_null() {
             return Ok(OK);
         }
-        devmem::free(ptr as u64).map(|_| OK)
+        let addr = ptr as u64;
+        if let Some(win) = super::window::holding(addr) {
+            return Err(CError::usage(format!(
+                "{addr:#x} is registered in window {win:#x} (snclCommWindowRegister); deregister \
+                 it with snclCommWindowDeregister before snclMemFree"
+            )));
+        }
+        devmem::free(addr).map(|_| OK)
     })
 }
 

@@ -599,7 +599,10 @@ pub(crate) fn decode_int8(enc: &[u8], block: usize, out: &mut [f32], add: bool) 
 
 // -------------------------------------------------------------------- top-k
 
-/// Vector [`crate::topk::collect_ge_scalar`]; `None` without AVX2.
+/// The vector part of top-k's `collect_ge`: whole 32-element groups from
+/// `from`; returns where it stopped (after the element that filled `idx`,
+/// or the first element of the tail the caller finishes); `None` without
+/// AVX2.
 pub(crate) fn collect_ge(
     src: &[f32],
     from: usize,
@@ -657,7 +660,7 @@ unsafe fn collect_ge_avx2(
         }
         i += 32;
     }
-    crate::topk::collect_ge_scalar(src, i, t, idx, max)
+    i
 }
 
 #[cfg(test)]
@@ -755,6 +758,8 @@ mod tests {
             let mut a = vec![7];
             let mut b = vec![7];
             if let Some(pa) = super::collect_ge(&v, from, t, &mut a, max) {
+                // The caller finishes the tail (topk::collect_ge).
+                let pa = topk::collect_ge_scalar(&v, pa, t, &mut a, max);
                 let pb = topk::collect_ge_scalar(&v, from, t, &mut b, max);
                 prop_assert_eq!((pa, a), (pb, b));
             }

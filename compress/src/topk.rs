@@ -147,9 +147,15 @@ fn cut_to_k(src: &[f32], cands: &[u32], k: usize) -> Vec<u32> {
 /// order, stopping once `idx.len() == max`. Returns the index after the
 /// last element examined (`src.len()` when it went through).
 fn collect_ge(src: &[f32], from: usize, t: u32, idx: &mut Vec<u32>, max: usize) -> usize {
+    #[allow(unused_mut)]
+    let mut from = from;
     #[cfg(target_arch = "x86_64")]
     if let Some(p) = crate::simd::collect_ge(src, from, t, idx, max) {
-        return p;
+        if idx.len() >= max {
+            return p;
+        }
+        // The vector part went through whole groups; the tail is scalar.
+        from = p;
     }
     collect_ge_scalar(src, from, t, idx, max)
 }

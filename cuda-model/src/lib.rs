@@ -39,6 +39,7 @@ pub mod context;
 pub mod event;
 pub mod graph;
 pub mod handles;
+pub mod host_kernels;
 pub mod ipc;
 pub mod launch;
 pub mod memops;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Loading;
 use crate::handles::{lock, Table};
-use crate::launch::Family;
+use crate::host_kernels::Family;
 use crate::{config, context, report, sync, CUresult, Res};
 
 /// A loaded module.

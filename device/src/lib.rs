@@ -568,6 +568,7 @@ mod checks;
 mod pointer;
 pub use pointer::PointerKind;
 mod queue;
+mod toolkit_paths;
 pub use queue::DeviceQueue;
 
 pub mod cuda;

@@ -29,6 +29,7 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use crate::cuda::nvrtc_lib::{self, Nvrtc};
+use crate::toolkit_paths::{cuda_roots, process_var};
 use crate::{Arch, DeviceError, Result};
 
 /// The environment variable naming the directory with the CUDA headers
@@ -202,27 +203,6 @@ fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
         .into_iter()
         .find(|d| d.join("cuda_fp16.h").exists())
         .map(|d| d.canonicalize().unwrap_or(d))
-}
-
-/// Where a CUDA toolkit may be installed, in the order sncl looks:
-/// `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`.
-pub(crate) fn cuda_roots() -> Vec<PathBuf> {
-    ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(|v| process_var(v))
-        .map(PathBuf::from)
-        .chain(std::iter::once(PathBuf::from("/usr/local/cuda")))
-        .collect()
-}
-
-/// A non-empty variable of the process environment, read through sncl's
-/// one environment reader (`sncl_bootstrap::environment`).
-pub(crate) fn process_var(name: &str) -> Option<String> {
-    use sncl_bootstrap::ReadEnvironment;
-    comm_core::settings::Environment::process_variables()
-        .get(name)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
 }
 
 /// The cache key: SHA-256 over every input, each length-prefixed.

@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use compress::{Codec, ErrorFeedback};
 
-use super::{bytes_err, exchange};
+use super::exchange::{bytes_err, exchange};
 use crate::{Communicator, Result};
 
 /// Elements of one part a round carries at most (512 KiB of f32): large

@@ -10,7 +10,7 @@ use comm_core::wire::PieceHeader;
 
 use crate::frame::{self, Greeting, Hello, ACK_BYTES, GREETING_BYTES, HELLO_BYTES};
 use crate::handshake::{judge, Slots, Verdict};
-use crate::setup::TcpSetup;
+use crate::params::TcpSetup;
 
 /// The secret the fuzzed handshake checks against.
 pub const SECRET: [u8; 16] = *b"sncl-fuzz-secret";

@@ -23,8 +23,9 @@ use comm_core::Error;
 use sncl_bootstrap::auth;
 use socket2::Socket;
 
+use crate::deadline_io::write_all_deadline;
 use crate::frame::{Greeting, Hello, Nonce, GREETING_BYTES, HELLO_BYTES, PROTOCOL_VERSION};
-use crate::setup::{write_all_deadline, TcpSetup};
+use crate::params::TcpSetup;
 use crate::sys::{self, PollFd};
 
 /// Connections that may wait for their hello at the same time; a new one

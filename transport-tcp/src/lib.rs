@@ -35,16 +35,19 @@
 #![warn(missing_docs)]
 
 mod conn;
+mod deadline_io;
 mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod params;
 mod setup;
 mod sys;
 
 pub use conn::{TcpConnection, BOUNCE_BYTES};
+pub use params::TcpSetup;
 pub use setup::{
-    default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, TcpSetup, GOODPUT_HEADROOM,
+    default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, GOODPUT_HEADROOM,
     MAX_NSOCKS, MAX_PIECE_LIMIT, PACING_HEADROOM, SOCKET_BUFFER_BYTES,
 };
 

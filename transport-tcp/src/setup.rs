@@ -2,7 +2,7 @@
 //! connects every pair of ranks with `nsocks` authenticated sockets.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
@@ -14,9 +14,11 @@ use comm_core::Error;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::conn::TcpConnection;
+use crate::deadline_io::{read_exact_deadline, write_all_deadline};
 use crate::frame::{self, ACK_BYTES};
 use crate::handshake::{self, Outgoing, Slots};
-use crate::sys::{self, PollFd};
+use crate::params::TcpSetup;
+use crate::sys;
 
 /// Requested size of every socket's kernel send and receive buffer. Applied
 /// only where the system allows it (`net.core.{w,r}mem_max`); otherwise the
@@ -32,30 +34,6 @@ const BACKLOG: i32 = 1024;
 /// First and last pause between connection attempts to a peer not yet listening.
 const RETRY_MIN: Duration = Duration::from_millis(5);
 const RETRY_MAX: Duration = Duration::from_millis(100);
-
-/// What [`TcpEndpoint::establish`] needs to know about this rank and its
-/// communicator. Every rank must use the same `comm_id`, `secret`, `nsocks`
-/// and `max_piece`.
-#[derive(Clone, Debug)]
-pub struct TcpSetup {
-    /// This rank.
-    pub rank: usize,
-    /// The communicator's id (carried in every hello and piece header).
-    pub comm_id: u64,
-    /// Shared secret; a connection must prove it knows it (the secret itself
-    /// never travels).
-    pub secret: [u8; 16],
-    /// Sockets per peer (`SNCL_NSOCKS`, default [`DEFAULT_NSOCKS`](crate::DEFAULT_NSOCKS)).
-    pub nsocks: usize,
-    /// The largest payload of one piece (default [`DEFAULT_MAX_PIECE`](crate::DEFAULT_MAX_PIECE)).
-    pub max_piece: usize,
-    /// Every wait of the setup ends here with an error.
-    pub deadline: Instant,
-    /// Peers whose sockets are paced, each with the pacing rate of one of
-    /// its sockets in bytes per second (see [`socket_pacing_rate`]); peers
-    /// not listed are not paced.
-    pub pacing: BTreeMap<usize, u64>,
-}
 
 /// Share of the link's rate that a node's paced sockets use together: the
 /// rest is headroom for the Ethernet, IP and TCP headers a link's rate
@@ -178,46 +156,6 @@ fn new_socket(addr: &SocketAddr) -> io::Result<Socket> {
     )?;
     tune_buffers(&sock);
     Ok(sock)
-}
-
-/// Waits until `sock` is readable (or writable) or the deadline passes.
-fn wait(sock: &Socket, read: bool, deadline: Instant) -> io::Result<()> {
-    let now = Instant::now();
-    if now >= deadline {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
-    }
-    let mut fds = [PollFd::new(sock.as_raw_fd(), read)];
-    sys::poll(&mut fds, deadline - now)?;
-    Ok(())
-}
-
-/// Writes all of `buf` to the non-blocking `sock` by the deadline.
-pub(crate) fn write_all_deadline(sock: &Socket, buf: &[u8], deadline: Instant) -> io::Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match sock.send_with_flags(&buf[off..], libc::MSG_NOSIGNAL) {
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(sock, false, deadline)?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Reads exactly `buf.len()` bytes from the non-blocking `sock` by the deadline.
-fn read_exact_deadline(sock: &Socket, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        match (&*sock).read(&mut buf[off..]) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(sock, true, deadline)?,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Connects to `addr`, retrying while nobody listens there yet, until the

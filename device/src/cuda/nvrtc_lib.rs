@@ -87,7 +87,7 @@ pub(crate) fn get() -> Result<&'static Nvrtc> {
 /// The files to try, in order.
 fn candidates() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = NAMES.iter().map(PathBuf::from).collect();
-    for root in crate::nvrtc::cuda_roots() {
+    for root in crate::toolkit_paths::cuda_roots() {
         for sub in ["lib64", "lib"] {
             for name in NAMES {
                 out.push(root.join(sub).join(name));
@@ -178,7 +178,7 @@ impl Nvrtc {
             return self.path.parent().map(Path::to_path_buf);
         }
         let name = self.path.file_name()?;
-        let paths = crate::nvrtc::process_var("LD_LIBRARY_PATH")?;
+        let paths = crate::toolkit_paths::process_var("LD_LIBRARY_PATH")?;
         std::env::split_paths(&paths).find(|d| d.join(name).exists())
     }
 
