@@ -5,7 +5,8 @@
 //! only shrink: a new circle, or a known one that grew, fails; one that
 //! shrank or vanished fails until the list says so. A file's imports are the items
 //! it names through `use` and through paths in its code (`crate::…`,
-//! `super::…`, a child module's or an imported module's name), each
+//! `super::…`, a child module's or an imported module's name; `use
+//! child::item`; inside an inline `mod name { … }`, relative to it), each
 //! resolved to the file that defines the item — through `pub use`
 //! re-exports — so a parent that only declares its children is not tied to
 //! them. Test-only modules (`#[cfg(test)]`) and test, bench and example
@@ -259,7 +260,7 @@ fn module_tree(root: &Path) -> Vec<File> {
                 _ => {}
             }
         }
-        let uses = use_bindings(&toks, &module);
+        let uses = use_bindings(&toks, &module, &children);
         files.push(File {
             path,
             module,
@@ -280,10 +281,45 @@ fn path_attribute(src: &str) -> Option<String> {
     Some(rest[q1 + 1..q1 + 1 + q2].to_string())
 }
 
+/// For each token of a file, the inline modules (`mod name { … }`) it sits
+/// in, outermost first: `super::` and `self::` inside them are relative to
+/// them, not to the file's module.
+fn inline_modules(toks: &[Tok]) -> Vec<Vec<String>> {
+    let mut out = Vec::with_capacity(toks.len());
+    let mut stack: Vec<(String, i32)> = Vec::new();
+    let mut depth = 0i32;
+    for (k, t) in toks.iter().enumerate() {
+        match t {
+            Tok::Punct('{') => {
+                depth += 1;
+                if k >= 2 && ident(toks.get(k - 2)) == Some("mod") {
+                    if let Some(name) = ident(toks.get(k - 1)) {
+                        stack.push((name.to_string(), depth));
+                    }
+                }
+            }
+            Tok::Punct('}') => {
+                if stack.last().is_some_and(|(_, d)| *d == depth) {
+                    stack.pop();
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+        out.push(stack.iter().map(|(n, _)| n.clone()).collect());
+    }
+    out
+}
+
 /// Every `use` of a file, expanded: (local name, absolute path, is_pub).
 /// Paths start with the crate (`crate`), or with an external crate's name.
-fn use_bindings(toks: &[Tok], module: &[String]) -> Vec<(String, Vec<String>, bool)> {
+fn use_bindings(
+    toks: &[Tok],
+    module: &[String],
+    children: &BTreeSet<String>,
+) -> Vec<(String, Vec<String>, bool)> {
     let mut out = Vec::new();
+    let inline = inline_modules(toks);
     let mut k = 0;
     while k < toks.len() {
         if ident(toks.get(k)) != Some("use") {
@@ -298,7 +334,24 @@ fn use_bindings(toks: &[Tok], module: &[String]) -> Vec<(String, Vec<String>, bo
         while end < toks.len() && toks[end] != Tok::Punct(';') {
             end += 1;
         }
-        expand(&toks[start..end], &mut Vec::new(), module, is_pub, &mut out);
+        let within = [module, &inline[k][..]].concat();
+        let mut found = Vec::new();
+        expand(
+            &toks[start..end],
+            &mut Vec::new(),
+            &within,
+            is_pub,
+            &mut found,
+        );
+        // `use child::item` names a child module of this file's module
+        // (paths relative to the module, as in the 2018 edition).
+        for (_, path, _) in &mut found {
+            let first = path.first().map(String::as_str).unwrap_or("");
+            if first != "crate" && inline[k].is_empty() && children.contains(first) {
+                *path = [vec!["crate".to_string()], within.clone(), path.clone()].concat();
+            }
+        }
+        out.extend(found);
         k = end;
     }
     out
@@ -484,6 +537,7 @@ impl Crate {
             // Paths in the code: crate::, super::, self::, or through a
             // child module or a module bound by `use`.
             let toks = &f.toks;
+            let inline = inline_modules(toks);
             let mut k = 0;
             while k < toks.len() {
                 let starts_path = toks.get(k + 1) == Some(&Tok::PathSep)
@@ -502,7 +556,9 @@ impl Crate {
                     j += 2;
                 }
                 let head = match first {
-                    "crate" | "super" | "self" => Some(absolute(&segs, &f.module)),
+                    "crate" | "super" | "self" => {
+                        Some(absolute(&segs, &[&f.module[..], &inline[k][..]].concat()))
+                    }
                     _ if f.children.contains(first) => {
                         let mut m = f.module.clone();
                         m.extend(segs.iter().cloned());
@@ -634,28 +690,6 @@ fn package(dir: &Path) -> (String, Vec<String>) {
 /// "Circles"), each as its files, sorted.
 const KNOWN_CIRCLES: &[&[&str]] = &[
     &[
-        "capi/src/comm.rs",
-        "capi/src/error.rs",
-        "capi/src/stream.rs",
-        "capi/src/types.rs",
-    ],
-    &[
-        "comm-core/src/algo/cost.rs",
-        "comm-core/src/algo/mod.rs",
-        "comm-core/src/algo/table.rs",
-        "comm-core/src/config.rs",
-        "comm-core/src/error.rs",
-        "comm-core/src/settings/mod.rs",
-        "comm-core/src/settings/table.rs",
-        "comm-core/src/store.rs",
-        "comm-core/src/topo.rs",
-        "comm-core/src/topofile.rs",
-        "comm-core/src/transport.rs",
-        "comm-core/src/transport/registry.rs",
-        "comm-core/src/tune.rs",
-    ],
-    &["compress/src/int8.rs", "compress/src/simd.rs"],
-    &[
         "cuda-model/src/context.rs",
         "cuda-model/src/event.rs",
         "cuda-model/src/graph.rs",
@@ -665,19 +699,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "cuda-model/src/sync.rs",
         "cuda-model/src/watch.rs",
     ],
-    &["device/src/cuda/device.rs", "device/src/cuda/mod.rs"],
-    &[
-        "device/src/emu/codecs.rs",
-        "device/src/emu/device.rs",
-        "device/src/emu/hostkernels.rs",
-        "device/src/emu/mod.rs",
-        "device/src/emu/stream.rs",
-    ],
-    &[
-        "runtime/src/exec.rs",
-        "runtime/src/exec/device.rs",
-        "runtime/src/exec/wait.rs",
-    ],
     &[
         "src/comm.rs",
         "src/comm/check.rs",
@@ -685,15 +706,11 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "src/comm/tagged.rs",
         "src/comm/window.rs",
         "src/device/api.rs",
+        "src/device/memory.rs",
         "src/device/mod.rs",
         "src/device/offer.rs",
         "src/device/window.rs",
         "src/work.rs",
-    ],
-    &[
-        "transport-rdma/src/conn.rs",
-        "transport-rdma/src/gdr.rs",
-        "transport-rdma/src/gdr_board.rs",
     ],
 ];
 

@@ -4,6 +4,7 @@ use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::args::*;
+use super::comm::snclComm_t;
 use super::error::{self, guard, CError};
 use super::types::*;
 use super::uid;

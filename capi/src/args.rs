@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::comm::{CommShared, PreMul};
+use super::comm::{snclComm, snclComm_t, CommShared, PreMul};
 use super::error::CError;
 use super::types::*;
 use sncl_rs::{Config, ConfigFromEnv, DataType, ReduceOp};

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 use comm_core::shape::OpShape;
 
 use super::args::*;
-use super::comm::{CommShared, PreMul};
+use super::comm::{snclComm_t, CommShared, PreMul};
 use super::error::{guard, CError};
 use super::exec::{self, CollOp, Item};
 use super::types::*;

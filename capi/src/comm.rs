@@ -29,6 +29,14 @@ pub(crate) enum Scalar {
     Pointer(usize),
 }
 
+/// A communicator (opaque). `snclComm_t` points to one.
+pub struct snclComm {
+    pub(crate) shared: Arc<CommShared>,
+}
+
+/// Handle to a communicator, like `ncclComm_t`.
+pub type snclComm_t = *mut snclComm;
+
 /// A custom operator made by `snclRedOpCreatePreMulSum`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PreMul {

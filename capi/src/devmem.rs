@@ -11,8 +11,9 @@ use std::time::Instant;
 use ::device::{Backend, Device, PointerKind, StreamHandle};
 
 use super::error::CError;
+use super::stream::snclStream;
 use super::stream::StreamShared;
-use super::types::{snclResult_t, snclStream, snclStream_t};
+use super::types::{snclResult_t, snclStream_t};
 use sncl_rs::ConfigFromEnv;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::*;
-use super::comm::{CommShared, PreMul, Scalar, Ticket};
+use super::comm::{snclComm_t, CommShared, PreMul, Scalar, Ticket};
 use super::error::{guard, CError};
 use super::exec;
 use super::types::*;

@@ -134,6 +134,7 @@ mod uid;
 
 pub use api::*;
 pub use coll::*;
+pub use comm::{snclComm, snclComm_t};
 pub use init::*;
 pub use memory::*;
 pub use p2p::*;

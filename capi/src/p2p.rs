@@ -4,6 +4,7 @@ use std::ffi::{c_int, c_void};
 
 use super::args::*;
 use super::coll::issue;
+use super::comm::snclComm_t;
 use super::error::guard;
 use super::exec::{self, Item};
 use super::types::*;

@@ -4,7 +4,7 @@
 use std::ffi::c_int;
 
 use super::args::*;
-use super::comm::CommShared;
+use super::comm::{snclComm_t, CommShared};
 use super::error::{guard, CError};
 use super::types::*;
 

@@ -5,7 +5,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crossbeam::channel::{unbounded, Sender};
 
 use super::error::{catch, CError};
-use super::types::{snclResult_t, snclStream};
+use super::types::snclResult_t;
+
+/// A host stream made by `snclStreamCreate` (opaque; C sees it only as a
+/// `snclStream_t`).
+pub(crate) struct snclStream {
+    pub(crate) shared: Arc<StreamShared>,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
+}
 
 /// Work queued on a stream.
 pub(crate) type Task = Box<dyn FnOnce() -> Result<(), CError> + Send>;

@@ -5,6 +5,7 @@ use super::args::*;
 use super::devmem::{self, StreamArg};
 use super::error::{guard, CError};
 use super::stream;
+use super::stream::snclStream;
 use super::types::*;
 
 /// Creates a host stream: a thread that runs the operations queued on it in

@@ -6,6 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::comm::snclComm_t;
 use super::error::{guard, CError};
 use super::exec;
 use super::types::*;

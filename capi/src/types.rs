@@ -209,21 +209,6 @@ pub struct snclConfig_t {
     pub timeoutMs: c_int,
 }
 
-/// A communicator (opaque). `snclComm_t` points to one.
-pub struct snclComm {
-    pub(crate) shared: std::sync::Arc<super::comm::CommShared>,
-}
-
-/// Handle to a communicator, like `ncclComm_t`.
-pub type snclComm_t = *mut snclComm;
-
-/// A host stream made by `snclStreamCreate` (opaque; C sees it only as a
-/// `snclStream_t`).
-pub(crate) struct snclStream {
-    pub(crate) shared: std::sync::Arc<super::stream::StreamShared>,
-    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
-}
-
 /// CUDA's stream structure, never defined: `cudaStream_t` and the driver's
 /// `CUstream` are both `struct CUstream_st *`, so either converts to a
 /// `snclStream_t` without a cast (the header only forward-declares it and

@@ -20,7 +20,7 @@ use sncl_rs::device::DeviceWindow;
 
 use super::args::comm_arg;
 use super::args::OK;
-use super::comm::CommShared;
+use super::comm::{snclComm_t, CommShared};
 use super::devmem::{self, R};
 use super::error::{guard, CError};
 use super::types::*;

@@ -2,7 +2,7 @@
 //! trees inside nodes as much as possible whatever the rank numbering,
 //! and the device tier the planner uses for device memory over `nvlink`.
 
-use crate::tune::{LinkCost, Shape};
+use crate::cluster::{LinkCost, Shape};
 
 /// Placement of ranks on nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,8 +26,8 @@
 //!
 //! `commbench calibrate` writes this format; [`TierSpec::to_text`] renders it.
 
+use crate::cluster::LinkCost;
 use crate::error::{Error, Result};
-use crate::tune::LinkCost;
 
 /// What the configuration says about the tiers and placement.
 #[derive(Clone, Debug, Default, PartialEq)]

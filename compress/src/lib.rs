@@ -41,6 +41,7 @@
 mod dense;
 mod feedback;
 mod int8;
+mod int8_math;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 mod topk;

@@ -22,7 +22,7 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-use crate::int8::{self, BlockKind};
+use crate::int8_math::{self as int8, BlockKind};
 use core::arch::x86_64::*;
 use core::ptr;
 

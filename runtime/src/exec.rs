@@ -11,52 +11,24 @@
 
 use std::time::Duration;
 
-use kernels::{DataType, ReduceOp};
+use kernels::ReduceOp;
 
 use crate::error::{Error, Result};
 use crate::schedule::{Op, Schedule};
-use crate::transport::{Connection, TransportError};
-use crate::wire::Fingerprint;
+use crate::transport::Connection;
 
 pub use crate::mem::{Buffers, Memory};
 
+mod context;
 mod device;
 mod piece;
 mod wait;
+use context::{in_op, OpState};
+pub use context::{AbortFlag, OpContext};
 use device::host_routed_sends;
 use piece::{flush, recv_some, send_some};
 pub use wait::{check_peers, wait_on_ranks, HANG_REPORT_EVERY};
 use wait::{hang_report, probe_peers, wait_over, waiting_peers, Waiter};
-
-/// Identity of one operation on one rank.
-#[derive(Clone, Copy, Debug)]
-pub struct OpContext {
-    /// This rank.
-    pub rank: usize,
-    /// Ranks in the communicator.
-    pub nranks: usize,
-    /// Communicator id carried in every piece.
-    pub comm_id: u64,
-    /// Sequence number of the operation.
-    pub seq: u64,
-    /// Fingerprint every piece must carry.
-    pub fingerprint: Fingerprint,
-    /// Element type.
-    pub dtype: DataType,
-    /// Reduction operator (for reducing ops).
-    pub op: ReduceOp,
-    /// Deadline without progress.
-    pub timeout: Duration,
-    /// How long a waiter spins before it yields the core.
-    pub spin: Duration,
-    /// Pieces carry the CRC32C of their payload and received pieces are
-    /// verified before use (`SNCL_CHECKSUM=1`).
-    pub checksum: bool,
-}
-
-/// Set from any thread to make the running operation give up at its next
-/// wait (the communicator's abort).
-pub type AbortFlag = std::sync::atomic::AtomicBool;
 
 /// Bytes moved by one execution, per peer.
 #[derive(Clone, Debug, Default)]
@@ -71,48 +43,6 @@ pub struct Traffic {
 
 /// Ops of one step whose progress is kept on the stack ([`execute`]).
 const INLINE_STATES: usize = 16;
-
-#[derive(Clone, Copy, Default)]
-struct OpState {
-    done: usize,
-    finished: bool,
-}
-
-impl OpState {
-    /// Records `n` more bytes of the op's `total` moved; whether it is
-    /// finished now.
-    fn advance(&mut self, n: usize, total: usize) -> bool {
-        self.done += n;
-        self.finished = self.done == total;
-        self.finished
-    }
-}
-
-fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
-    let failed_rank = match &source {
-        TransportError::PeerGone { peer, .. } => Some(*peer),
-        // The aborting peer only passes the failure on; blame its cause
-        // (a suspect is named in the message, not counted as failed).
-        TransportError::PeerAborted { cause, .. } => {
-            crate::transport::AbortCause::failed_rank(*cause)
-        }
-        TransportError::Corrupt { peer, .. } | TransportError::Io { peer, .. } => Some(*peer),
-    };
-    Error::PeerFailed {
-        rank: ctx.rank,
-        op: ctx.fingerprint,
-        seq: ctx.seq,
-        failed_rank,
-        source,
-    }
-}
-
-fn in_op(ctx: &OpContext, e: Error) -> Error {
-    match e {
-        Error::Transport { source, .. } => peer_failed(ctx, source),
-        other => other,
-    }
-}
 
 /// Runs `sched` to completion.
 ///

@@ -2,7 +2,8 @@
 //! other's registered board page (`gdr.rs`): magic, yes/no, the inbox's
 //! address, rkey and size, and the reason when it cannot.
 
-use crate::gdr::BOARD_BYTES;
+/// Bytes of one board (a page): the peer's, then ours to send.
+pub(crate) const BOARD_BYTES: usize = 4096;
 
 const BOARD_MAGIC: u64 = 0x534e_434c_4744_5231; // "SNCLGDR1"
 const BOARD_WORDS: usize = 6;

@@ -374,7 +374,9 @@ pub fn establish(
             .map_err(ve)?;
         let fifo = dev.alloc_mr(region).map_err(ve)?;
         let staging = dev.alloc_mr(region).map_err(ve)?;
-        let board = dev.alloc_mr(2 * crate::gdr::BOARD_BYTES).map_err(ve)?;
+        let board = dev
+            .alloc_mr(2 * crate::gdr_board::BOARD_BYTES)
+            .map_err(ve)?;
         let mut qps = Vec::with_capacity(nqps);
         for q in 0..nqps {
             let qpn = dev.create_qp(cq, sq_depth, rq_depth).map_err(ve)?;

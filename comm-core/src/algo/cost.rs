@@ -4,7 +4,7 @@
 //! slowest tier on every step; hierarchical ones pay each tier for its phase.
 
 use super::ceil_log2;
-use crate::tune::Shape;
+use crate::cluster::Shape;
 
 /// The signature of every cost function in the table.
 pub type CostFn = fn(sh: &Shape, bytes: usize, chunk: usize) -> f64;

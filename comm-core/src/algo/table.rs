@@ -11,9 +11,9 @@ use super::{
     ring_all_gatherv_ordered, ring_all_reduce_ordered, ring_reduce_scatter_ordered, scatter,
     tree_all_reduce, tree_broadcast, tree_reduce, Algorithm, Blocks, Input,
 };
+use crate::cluster::Shape;
 use crate::schedule::Schedule;
 use crate::topo::Topology;
-use crate::tune::Shape;
 use crate::wire::Collective;
 
 /// A condition on the communicator's shape under which the planner may
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn constraints_gate_the_planner() {
-        let flat = Shape::flat(8, crate::tune::LinkCost::SHM);
+        let flat = Shape::flat(8, crate::cluster::LinkCost::SHM);
         let two_tier = Shape {
             nnodes: 4,
             max_local: 2,

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{DefaultValue, Field, IntRange, Scope, Setting, Values};
+use super::row::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
     parse_algo, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES, MAX_DEVICE_LANE_BYTES,
     MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES,
@@ -557,3 +557,29 @@ pub static SETTINGS: &[Setting] = &[
         "settings file (lines `NAME=value`, `#` comments); the environment wins over it",
     ),
 ];
+
+/// The setting named `name`, if declared.
+pub fn lookup(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+/// Variables of the `SNCL_` prefix that test harnesses use; never settings.
+pub const TEST_PREFIX: &str = "SNCL_TEST_";
+
+/// The declared setting nearest to `name` (a likely typo: at most 3 edits
+/// away), if any.
+pub fn nearest(name: &str) -> Option<&'static str> {
+    SETTINGS
+        .iter()
+        .map(|s| (strsim::levenshtein(name, s.name), s.name))
+        .filter(|&(d, _)| d <= 3)
+        .min()
+        .map(|(_, n)| n)
+}
+
+/// The shared setting whose digest key is `key`.
+pub(crate) fn by_digest_key(key: &str) -> Option<&'static Setting> {
+    SETTINGS
+        .iter()
+        .find(|s| matches!(s.scope, Scope::Shared { digest_key } if digest_key == key))
+}

@@ -1,6 +1,7 @@
 use std::collections::HashSet;
 
 use super::*;
+use crate::config::Config;
 
 #[test]
 fn names_and_digest_keys_are_unique() {

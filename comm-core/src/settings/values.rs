@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::lookup;
+use super::table::{lookup, nearest, TEST_PREFIX};
 use crate::error::{Error, Result};
 
 /// Where a value came from.
@@ -82,10 +82,10 @@ impl Environment {
             .filter(|(k, (_, origin))| {
                 matches!(origin, Origin::Environment)
                     && k.starts_with("SNCL_")
-                    && !k.starts_with(super::TEST_PREFIX)
-                    && super::lookup(k).is_none()
+                    && !k.starts_with(TEST_PREFIX)
+                    && lookup(k).is_none()
             })
-            .map(|(k, _)| (k.as_str(), super::nearest(k)))
+            .map(|(k, _)| (k.as_str(), nearest(k)))
             .collect()
     }
 

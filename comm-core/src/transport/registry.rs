@@ -33,6 +33,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use super::Connection;
+pub use super::{check_name, MemoryKind};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -71,30 +72,6 @@ impl SetupContext<'_> {
         self.deadline
             .saturating_duration_since((self.now)())
             .max(Duration::from_millis(1))
-    }
-}
-
-/// Memory a transport kind's connections move between two ranks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemoryKind {
-    /// Host (CPU) memory, as byte slices: every kind moves it.
-    Host,
-    /// Device (GPU) memory, device to device: the kind's connections take
-    /// device regions ([`super::Payload::Device`]). Whether a pair
-    /// can use it is decided at its first device operation (the devices
-    /// must reach each other; GPUDirect must be available); where it
-    /// cannot, device pieces are staged through host memory, as they
-    /// always are over a kind that does not list `Device`.
-    Device,
-}
-
-impl MemoryKind {
-    /// The name in logs and errors (`host`, `device`).
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryKind::Host => "host",
-            MemoryKind::Device => "device",
-        }
     }
 }
 
@@ -249,27 +226,6 @@ impl TransportKind for SelfKind {
             ))
         }
     }
-}
-
-/// Checks a transport name's form (`SNCL_TRANSPORT`, a kind's
-/// [`TransportKind::name`]).
-pub fn check_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty() || name.len() > super::MAX_TRANSPORT_NAME {
-        return Err(format!(
-            "a transport name has 1 to {} characters, got {}",
-            super::MAX_TRANSPORT_NAME,
-            name.len()
-        ));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-    {
-        return Err(format!(
-            "transport name {name:?} may hold only a-z, 0-9, '-' and '_'"
-        ));
-    }
-    Ok(())
 }
 
 /// Gives every peer of rank `me` a kind: for `p == me` the first kind that

@@ -92,7 +92,7 @@ impl CudaDevice {
     /// Opens device `ordinal` with its primary context (see
     /// [`crate::cuda::open`] for the errors).
     pub fn open(ordinal: usize) -> Result<CudaDevice> {
-        super::probe(ordinal)?;
+        super::probe::probe(ordinal)?;
         let dev = driver::device_get(ordinal)?;
         let ctx = driver::primary_retain(ordinal, dev)?;
         match CudaDevice::with_context(ordinal, dev, ctx, None) {
@@ -110,7 +110,7 @@ impl CudaDevice {
     /// alive; the same probes as [`CudaDevice::open`] run first.
     pub fn from_context(ctx: Arc<CudaContext>) -> Result<CudaDevice> {
         let ordinal = ctx.ordinal();
-        super::probe(ordinal)?;
+        super::probe::probe(ordinal)?;
         let (dev, raw) = (ctx.cu_device(), ctx.cu_ctx());
         CudaDevice::with_context(ordinal, dev, raw, Some(ctx))
     }

@@ -4,11 +4,11 @@
 //! # Loading
 //!
 //! Nothing CUDA is linked: [`open`] probes for the driver library
-//! ([`DeviceError::NoDriver`]), then NVRTC ([`DeviceError::NoNvrtc`]), runs
+//! ([`DeviceError::NoDriver`](crate::DeviceError::NoDriver)), then NVRTC ([`DeviceError::NoNvrtc`](crate::DeviceError::NoNvrtc)), runs
 //! `cuInit`, checks the driver version (12.0 or newer, else
-//! [`DeviceError::DriverTooOld`]), checks that the driver exports every
+//! [`DeviceError::DriverTooOld`](crate::DeviceError::DriverTooOld)), checks that the driver exports every
 //! symbol the backend calls, and finds the device
-//! ([`DeviceError::NoDevice`]). It never panics.
+//! ([`DeviceError::NoDevice`](crate::DeviceError::NoDevice)). It never panics.
 //!
 //! cudarc is built with its `cuda-12080` bindings: they name every call the
 //! backend makes by a symbol that CUDA 12.0 and newer drivers (13.x
@@ -33,11 +33,11 @@
 //! CUDA 12 drivers support 32-bit stream memory operations on every device
 //! (the old `CAN_USE_STREAM_MEM_OPS` attribute now reports only the legacy
 //! v1 API); where a driver still refuses them, the calls answer
-//! [`DeviceError::Unsupported`].
+//! [`DeviceError::Unsupported`](crate::DeviceError::Unsupported).
 
 use std::sync::Arc;
 
-use crate::{Device, DeviceError, Result};
+use crate::{Device, Result};
 
 mod device;
 mod dmabuf;
@@ -45,11 +45,11 @@ mod driver;
 mod launch;
 pub(crate) mod nvrtc_lib;
 pub mod pointer;
+mod probe;
 
 pub use device::CudaDevice;
-
-/// The oldest driver the backend supports (CUDA 12.0).
-pub const MIN_DRIVER_VERSION: i32 = 12000;
+use probe::probe;
+pub use probe::MIN_DRIVER_VERSION;
 
 /// Opens CUDA device `ordinal` with its primary context.
 pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
@@ -57,7 +57,7 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
 }
 
 /// The number of CUDA devices; the same errors as [`open`] where CUDA is not
-/// usable ([`DeviceError::NoDevice`] where the driver sees none).
+/// usable ([`DeviceError::NoDevice`](crate::DeviceError::NoDevice) where the driver sees none).
 pub fn device_count() -> Result<usize> {
     probe(0)
 }
@@ -70,53 +70,15 @@ pub fn current_device() -> Result<Option<usize>> {
     driver::current_context_device()
 }
 
-/// Checks that the driver and NVRTC load, initialises the driver and
-/// checks its version and symbols; returns the number of devices.
 /// Whether a CUDA driver library loads (nothing is initialised).
 pub(crate) fn driver_present() -> bool {
     driver::driver_present()
 }
 
-pub(crate) fn probe(ordinal: usize) -> Result<usize> {
-    if !driver::driver_present() {
-        let tried = cudarc::get_lib_name_candidates("cuda");
-        return Err(DeviceError::NoDriver {
-            detail: format!("tried {}", tried.join(", ")),
-        });
-    }
-    nvrtc_lib::get()?;
-    let r = driver::init();
-    if r == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE {
-        return Err(DeviceError::NoDevice { ordinal, count: 0 });
-    }
-    driver::check(ordinal, "cuInit", r)?;
-    let found = driver::driver_version(ordinal)?;
-    if found < MIN_DRIVER_VERSION {
-        return Err(DeviceError::DriverTooOld {
-            found,
-            needed: MIN_DRIVER_VERSION,
-        });
-    }
-    let missing = driver::missing_symbols();
-    if !missing.is_empty() {
-        return Err(DeviceError::NoDriver {
-            detail: format!(
-                "the driver library (version {found}) lacks {}",
-                missing.join(", ")
-            ),
-        });
-    }
-    let count = driver::device_count(ordinal)?;
-    if ordinal >= count {
-        return Err(DeviceError::NoDevice { ordinal, count });
-    }
-    Ok(count)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Backend;
+    use crate::{Backend, DeviceError};
 
     #[test]
     fn open_without_cuda_says_cuda_is_missing() {

@@ -30,7 +30,7 @@ pub(super) struct Emu {
     /// Workers of destroyed streams, joined when the device goes away.
     pub(super) retired: Mutex<Vec<JoinHandle<()>>>,
     /// What this process sees of the emulated machine.
-    pub(super) visibility: super::Visibility,
+    pub(super) visibility: super::visibility::Visibility,
 }
 
 impl Emu {
@@ -44,7 +44,7 @@ impl Emu {
             next_handle: AtomicU64::new(1),
             pending_fault: Mutex::default(),
             retired: Mutex::default(),
-            visibility: super::Visibility::default(),
+            visibility: super::visibility::Visibility::default(),
         }
     }
 

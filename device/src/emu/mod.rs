@@ -25,6 +25,9 @@ mod memory;
 mod pointer;
 mod shm;
 mod stream;
+mod visibility;
+
+pub use visibility::{pci_bus_id_of, Visibility, DEVICES};
 
 use std::sync::Arc;
 
@@ -39,9 +42,6 @@ pub fn opened() -> bool {
     OPENED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// How many emulated devices there are.
-pub const DEVICES: usize = 8;
-
 /// Opens emulated device `ordinal` (below [`DEVICES`]): a new device object
 /// with its own memory, streams and events.
 pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
@@ -55,34 +55,6 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Device>> {
     tracing::debug!(ordinal, "opened an emulated device");
     OPENED.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(Arc::new(device::Emu::new(ordinal)))
-}
-
-/// What one process sees of the emulated machine, as `CUDA_VISIBLE_DEVICES`
-/// and the topology decide it on CUDA (tests of nvlink's automatic choice).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Visibility {
-    /// `visible[i]` is the emulated device (below [`DEVICES`]) that ordinal
-    /// `i` names in this process; its PCI bus id is that device's.
-    pub visible: Vec<usize>,
-    /// Whether devices have peer access to each other (the same device
-    /// always has).
-    pub peer_access: bool,
-}
-
-impl Default for Visibility {
-    /// Every emulated device at its own ordinal, with peer access.
-    fn default() -> Self {
-        Visibility {
-            visible: (0..DEVICES).collect(),
-            peer_access: true,
-        }
-    }
-}
-
-/// The fake PCI bus id of emulated device `physical`: stable, one per
-/// emulated device, in CUDA's format.
-pub fn pci_bus_id_of(physical: usize) -> String {
-    format!("0000:{:02X}:00.0", 0xE0 + physical)
 }
 
 /// Opens ordinal `ordinal` of a process that sees the emulated devices as

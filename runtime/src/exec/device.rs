@@ -5,8 +5,8 @@
 //! on its stream. Where a connection does not move device memory the
 //! pieces are staged through the host and travel as host pieces.
 
+use super::context::{in_op, AbortFlag, OpContext};
 use super::wait::{probe_peers, wait_over, Waiter};
-use super::{in_op, AbortFlag, OpContext};
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::{Op, Region};

@@ -6,8 +6,8 @@
 //! ([`super::device`]). One loop for both: the connection's
 //! [`Space`] decides which payloads it posts and is handed.
 
+use super::context::{in_op, peer_failed, OpContext, OpState};
 use super::device::{device_region, route, use_device_piece};
-use super::{in_op, peer_failed, OpContext, OpState};
 use crate::error::{Error, Result};
 use crate::mem::Memory;
 use crate::schedule::Region;

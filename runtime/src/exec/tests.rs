@@ -5,7 +5,8 @@ use super::*;
 use crate::schedule::{BufId, Region};
 use crate::transport::registry::MemoryKind;
 use crate::transport::{Outgoing, Payload, Space};
-use crate::wire::{Collective, PieceHeader};
+use crate::wire::{Collective, Fingerprint, PieceHeader};
+use kernels::DataType;
 
 /// Delivers pieces with the given headers, in order, each once; sends are
 /// swallowed.

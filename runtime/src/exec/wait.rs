@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{peer_failed, AbortFlag, OpContext, OpState};
+use super::context::{peer_failed, AbortFlag, OpContext, OpState};
 use crate::error::{Error, Result};
 use crate::schedule::Op;
 use crate::transport::Connection;
