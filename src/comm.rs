@@ -11,124 +11,34 @@ use comm_core::topo::Topology;
 use comm_core::transport::Connection;
 use comm_core::tune::{LinkCost, Shape};
 use comm_core::wire::Collective;
-use comm_core::{Config, DataType, Error, ReduceOp, Result};
+use comm_core::{Config, Error, Result};
 use sncl_bootstrap::{Store, TcpStoreServer};
 use sncl_runtime::exec;
 
 mod check;
+mod mailbox;
+mod memo;
+mod op;
 mod plan;
 mod run;
 mod tagged;
 pub(crate) mod window;
+pub(crate) mod windows;
 
-/// Variable counts of all_gatherv / alltoallv, in elements.
-/// all_gatherv uses only the receive side.
-#[derive(Clone, Debug, Default)]
-pub struct VCounts {
-    /// Elements sent to each rank.
-    pub send_counts: Vec<usize>,
-    /// Where each rank's block starts in the input.
-    pub send_displs: Vec<usize>,
-    /// Elements received from each rank.
-    pub recv_counts: Vec<usize>,
-    /// Where each rank's block lands in the output.
-    pub recv_displs: Vec<usize>,
-}
-
-/// One point-to-point transfer of a group: `count` elements of `dtype`, as
-/// every other count (the transfers of one group may have different
-/// types; a send and its receive must have the same size in bytes).
-#[derive(Clone, Copy, Debug)]
-pub struct P2p {
-    /// The other rank.
-    pub peer: usize,
-    /// Send (true) or receive (false).
-    pub is_send: bool,
-    /// The buffer.
-    pub ptr: *mut u8,
-    /// Its length in elements of `dtype`.
-    pub count: usize,
-    /// The element type.
-    pub dtype: DataType,
-}
-
-impl P2p {
-    /// The buffer's length in bytes (checked addressable by the
-    /// communicator before the transfer runs).
-    pub fn bytes(&self) -> usize {
-        self.count.saturating_mul(self.dtype.size())
-    }
-}
-
-/// An operation on raw buffers, as the C ABI and framework bindings issue
-/// them. Counts follow NCCL's conventions per collective (`count` is the
-/// per-rank block for all_gather, reduce_scatter, alltoall, gather and
-/// scatter). In place: `send == recv` (all_reduce, broadcast, reduce), `send
-/// == recv + rank × count` (all_gather), `recv == send + rank × count`
-/// (reduce_scatter).
-#[derive(Clone, Debug)]
-pub struct RawOp {
-    /// The collective.
-    pub coll: Collective,
-    /// Element type.
-    pub dtype: DataType,
-    /// Reduction (reducing collectives).
-    pub op: ReduceOp,
-    /// Root (rooted collectives).
-    pub root: usize,
-    /// Element count (see above).
-    pub count: usize,
-    /// Input.
-    pub send: *const u8,
-    /// Output.
-    pub recv: *mut u8,
-    /// Variable counts (all_gatherv, alltoallv).
-    pub v: Option<VCounts>,
-    /// Transfers of a point-to-point group (`Collective::SendRecv`; the
-    /// group's `dtype` and `count` are not used: each transfer has its own).
-    pub p2p: Vec<P2p>,
-    /// The communicator's mark that the op passed its checks, kept from
-    /// the check before the op took a ticket to the executor; checked again
-    /// where the fields above no longer match it. Inline (not boxed): a box
-    /// cost an allocation and a free per operation (docs/PERF.md §7).
-    pub(crate) prepared: Option<check::Checked>,
-}
-
-// SAFETY: the raw pointers are lent by the caller until the operation
-// completes (the typed API's borrows and scopes enforce it); only one thread
-// executes the operation.
-unsafe impl Send for RawOp {}
-
-impl RawOp {
-    /// An op with null buffers, `Sum` and root 0; fill in the rest.
-    pub fn new(coll: Collective, dtype: DataType, count: usize) -> RawOp {
-        RawOp {
-            coll,
-            dtype,
-            op: ReduceOp::Sum,
-            root: 0,
-            count,
-            send: std::ptr::null(),
-            recv: std::ptr::null_mut(),
-            v: None,
-            p2p: Vec::new(),
-            prepared: None,
-        }
-    }
-}
+pub use op::{P2p, RawOp, VCounts};
 
 pub(crate) struct State {
     pub conns: Vec<Option<Box<dyn Connection>>>,
     seq: u64,
     scratch: Vec<u8>,
     /// The memoised plans and schedules of uniform-count operations.
-    plans: plan::PlanMemo,
+    plans: memo::PlanMemo,
     aborted: Option<String>,
     traffic: exec::Traffic,
-    ops: plan::FxHashMap<Collective, u64>,
+    ops: memo::FxHashMap<Collective, u64>,
     busy: std::time::Duration,
     /// Tagged messages that arrived before a receive asked for them.
-    mailbox: tagged::Mailbox,
+    mailbox: mailbox::Mailbox,
     /// Bytes this rank's peers read from its windows and it read from
     /// theirs (direct all-reduces), as (sent, received).
     window_bytes: (u64, u64),
@@ -191,7 +101,7 @@ pub(crate) struct Inner {
     /// The device this communicator is bound to (device collectives).
     pub device: std::sync::OnceLock<Arc<crate::device::Binding>>,
     /// Windows allocated on this communicator (`alloc_window`).
-    pub windows: Mutex<window::Windows>,
+    pub windows: Mutex<windows::Windows>,
 }
 
 /// A store every rank serves from creation and publishes with its
@@ -273,12 +183,12 @@ impl Inner {
                 conns: p.conns,
                 seq: 0,
                 scratch: Vec::new(),
-                plans: plan::PlanMemo::default(),
+                plans: memo::PlanMemo::default(),
                 aborted: None,
                 traffic: exec::Traffic::default(),
-                ops: plan::FxHashMap::default(),
+                ops: memo::FxHashMap::default(),
                 busy: std::time::Duration::ZERO,
-                mailbox: tagged::Mailbox::default(),
+                mailbox: mailbox::Mailbox::default(),
                 window_bytes: (0, 0),
             }),
             order: crate::order::IssueOrder::new(),
@@ -296,7 +206,7 @@ impl Inner {
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
             device: std::sync::OnceLock::new(),
-            windows: Mutex::new(window::Windows::default()),
+            windows: Mutex::new(windows::Windows::default()),
         }
     }
 

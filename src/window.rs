@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::comm::window::WindowShared;
+use crate::comm::windows::WindowShared;
 use crate::{Communicator, Element, Result};
 
 /// A buffer of `len` elements in shared memory, allocated collectively by

@@ -699,12 +699,11 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "cuda-model/src/sync.rs",
         "cuda-model/src/watch.rs",
     ],
+    // The type cycle Inner -> Binding -> Registry -> WindowCore -> Inner
+    // (a window holds its communicator; the binding lists its windows):
+    // breaking it needs the narrow interface of issue 29 item 3.
     &[
         "src/comm.rs",
-        "src/comm/check.rs",
-        "src/comm/plan.rs",
-        "src/comm/tagged.rs",
-        "src/comm/window.rs",
         "src/device/api.rs",
         "src/device/memory.rs",
         "src/device/mod.rs",

@@ -6,62 +6,11 @@
 //! ([`Prepared`]) — is arithmetic on the op's fields.
 
 use comm_core::shape::{v_extent, OpShape};
-use comm_core::wire::{Collective, Fingerprint};
-use comm_core::{DataType, ReduceOp, Result};
+use comm_core::wire::Collective;
+use comm_core::Result;
 
+use super::op::{Checked, Prepared};
 use super::{Inner, P2p, RawOp};
-
-/// What [`Inner::prepare`] established about an operation on one
-/// communicator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Prepared {
-    /// The shape (collective, dtype, count, ranks, root).
-    pub shape: OpShape,
-    /// What every piece of the operation carries.
-    pub fingerprint: Fingerprint,
-    /// Elements of the send buffer this rank reads.
-    pub send_elems: usize,
-    /// Elements of the receive buffer this rank writes.
-    pub recv_elems: usize,
-}
-
-/// The mark [`Inner::prepare`] leaves in a [`RawOp`] that passed the
-/// checks: the fields they read, to see that they still describe the op.
-/// Everything else of [`Prepared`] is arithmetic on these, derived again
-/// without the checks. Inline and small (16 bytes): a boxed [`Prepared`]
-/// cost a malloc and a free per operation (docs/PERF.md §7), and a
-/// [`RawOp`] sits beside smaller variants in queued jobs and C ABI items
-/// (a larger mark trips clippy's `large_enum_variant` there). Root and
-/// ranks beyond `u16` leave no mark: such ops are checked every time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Checked {
-    count: usize,
-    root: u16,
-    nranks: u16,
-    coll: Collective,
-    dtype: DataType,
-    op: ReduceOp,
-}
-
-impl Checked {
-    /// The mark of `op` on a communicator of `nranks` (`None` where a field
-    /// does not fit: such an op is checked every time).
-    fn of(op: &RawOp, nranks: usize) -> Option<Checked> {
-        Some(Checked {
-            count: op.count,
-            root: u16::try_from(op.root).ok()?,
-            nranks: u16::try_from(nranks).ok()?,
-            coll: op.coll,
-            dtype: op.dtype,
-            // The reduction only matters where the collective reduces.
-            op: if op.coll.is_reducing() {
-                op.op
-            } else {
-                ReduceOp::Sum
-            },
-        })
-    }
-}
 
 impl Inner {
     /// Checks `op` on this communicator and marks it checked

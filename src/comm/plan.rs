@@ -10,38 +10,8 @@ use comm_core::tune;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, Result};
 
+use super::memo::{PlanKey, MEMO_ENTRIES};
 use super::{Inner, RawOp, State};
-
-/// The per-communicator maps keyed by a few integers (the plan memo, the
-/// per-collective counts) hash with FxHash: fast, not DoS-resistant (the
-/// keys are the program's own operation shapes, not outside input).
-pub(crate) use rustc_hash::FxHashMap;
-
-/// What the planner's choice and an operation's schedule depend on beyond
-/// the communicator's fixed inputs (topology, tier costs, chunk size,
-/// reduction speed: set at creation; a shrink builds a new communicator)
-/// and the forced algorithms (a change clears the memo, see
-/// [`Inner::force_algorithm`]).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct PlanKey {
-    coll: Collective,
-    esize: usize,
-    count: usize,
-    root: usize,
-    device: bool,
-}
-
-/// The memoised plans of uniform-count operations: key → (schedule,
-/// algorithm), as [`Inner::schedule`] would build them afresh.
-#[derive(Default)]
-pub(crate) struct PlanMemo {
-    plans: FxHashMap<PlanKey, (Arc<Schedule>, Algorithm)>,
-    /// [`Inner::forced_epoch`] when `plans` was last valid.
-    epoch: u64,
-}
-
-/// At most this many memoised plans; beyond it the memo starts over.
-const MEMO_ENTRIES: usize = 256;
 
 impl Inner {
     /// The schedule of `op` with the algorithm the planner chose for it.
