@@ -93,7 +93,7 @@ mod tests {
     use crate::{LaunchEnv, UniqueId};
 
     fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
+        hex::encode(b)
     }
 
     #[test]

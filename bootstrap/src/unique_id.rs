@@ -132,7 +132,7 @@ impl UniqueId {
 
     /// [`UniqueId::to_bytes`] as 256 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        self.to_bytes().iter().map(|x| format!("{x:02x}")).collect()
+        hex::encode(self.to_bytes())
     }
 
     /// Parses [`UniqueId::to_hex`] (either case, surrounding whitespace
@@ -177,18 +177,10 @@ pub(crate) fn decode_hex(s: &str, out: &mut [u8]) -> std::result::Result<(), Str
             s.len()
         ));
     }
-    let digit = |c: u8| -> std::result::Result<u8, String> {
-        match c {
-            b'0'..=b'9' => Ok(c - b'0'),
-            b'a'..=b'f' => Ok(c - b'a' + 10),
-            b'A'..=b'F' => Ok(c - b'A' + 10),
-            _ => Err(format!("{:?} is not a hex digit", c as char)),
-        }
-    };
-    for (o, pair) in out.iter_mut().zip(s.as_bytes().chunks_exact(2)) {
-        *o = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
-    Ok(())
+    hex::decode_to_slice(s, out).map_err(|e| match e {
+        hex::FromHexError::InvalidHexCharacter { c, .. } => format!("{c:?} is not a hex digit"),
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]

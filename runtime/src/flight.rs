@@ -17,7 +17,6 @@
 //! Times are microseconds since the Unix epoch.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -410,34 +409,34 @@ impl FlightRecorder {
     /// The dump as JSON lines (header first).
     pub fn to_json_lines(&self, rank: usize, nranks: usize, comm_id: u64, reason: &str) -> String {
         let entries = self.snapshot();
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{{\"sncl_flight_recorder\":1,\"rank\":{rank},\"nranks\":{nranks},\"comm_id\":\"{comm_id:016x}\",\"reason\":{},\"dumped_at_us\":{},\"capacity\":{},\"entries\":{}}}",
-            json_str(reason),
-            self.now_us(),
-            self.capacity,
-            entries.len()
-        );
+        let header = DumpHeader {
+            sncl_flight_recorder: 1,
+            rank,
+            nranks,
+            comm_id: format!("{comm_id:016x}"),
+            reason,
+            dumped_at_us: self.now_us(),
+            capacity: self.capacity,
+            entries: entries.len(),
+        };
+        let mut s = json_line(&header);
         for e in &entries {
             let r = &e.record;
-            let _ = writeln!(
-                s,
-                "{{\"id\":{},\"seq\":{},\"op\":{},\"dtype\":{},\"reduce\":{},\"count\":{},\"bytes\":{},\"root\":{},\"algo\":{},\"start_us\":{},\"end_us\":{},\"state\":\"{}\",\"error\":{}}}",
-                e.id,
-                r.seq,
-                json_str(r.op),
-                json_str(r.dtype),
-                json_str(r.reduce),
-                r.count,
-                r.bytes,
-                r.root,
-                json_str(r.algo),
-                e.start_us,
-                e.end_us.map_or("null".to_string(), |t| t.to_string()),
-                e.state.name(),
-                e.error.as_deref().map_or("null".to_string(), json_str),
-            );
+            s += &json_line(&DumpEntry {
+                id: e.id,
+                seq: r.seq,
+                op: r.op,
+                dtype: r.dtype,
+                reduce: r.reduce,
+                count: r.count,
+                bytes: r.bytes,
+                root: r.root,
+                algo: r.algo,
+                start_us: e.start_us,
+                end_us: e.end_us,
+                state: e.state.name(),
+                error: e.error.as_deref(),
+            });
         }
         s
     }
@@ -484,25 +483,43 @@ pub fn dump_file_name(comm_id: u64, rank: usize) -> String {
     format!("sncl-flight-{comm_id:016x}-rank{rank}.jsonl")
 }
 
-/// `s` as a JSON string literal.
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// The first line of a dump (field order is the format's).
+#[derive(serde::Serialize)]
+struct DumpHeader<'a> {
+    sncl_flight_recorder: u32,
+    rank: usize,
+    nranks: usize,
+    comm_id: String,
+    reason: &'a str,
+    dumped_at_us: u64,
+    capacity: usize,
+    entries: usize,
+}
+
+/// One entry's line of a dump.
+#[derive(serde::Serialize)]
+struct DumpEntry<'a> {
+    id: u64,
+    seq: u64,
+    op: &'a str,
+    dtype: &'a str,
+    reduce: &'a str,
+    count: u64,
+    bytes: u64,
+    root: i64,
+    algo: &'a str,
+    start_us: u64,
+    end_us: Option<u64>,
+    state: &'a str,
+    error: Option<&'a str>,
+}
+
+/// `v` as one line of JSON.
+fn json_line<T: serde::Serialize>(v: &T) -> String {
+    // Serialising these structs (strings, integers, options) cannot fail.
+    let mut line = serde_json::to_string(v).unwrap_or_default();
+    line.push('\n');
+    line
 }
 
 #[cfg(test)]

@@ -200,10 +200,6 @@ struct Local {
     regs: crate::regcache::RegCache,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
     let p = l.dev.port();
     let qps: Vec<String> = l.qps.iter().map(|(q, s)| format!("{q}:{s}")).collect();
@@ -211,7 +207,7 @@ fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
         "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nboard={}:{}\nqps={}\n",
         p.name(),
         p.lid,
-        hex(&p.gid),
+        hex::encode(p.gid),
         p.mtu,
         setup.slots,
         setup.slot_bytes,
@@ -276,10 +272,7 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
     if gid_hex.len() != 32 {
         return Err(bad("has a GID that is not 16 bytes".into()));
     }
-    for (i, g) in gid.iter_mut().enumerate() {
-        *g = u8::from_str_radix(&gid_hex[2 * i..2 * i + 2], 16)
-            .map_err(|_| bad("has a GID that is not hex".into()))?;
-    }
+    hex::decode_to_slice(gid_hex, &mut gid).map_err(|_| bad("has a GID that is not hex".into()))?;
     let region = |k: &str| -> Result<(u64, u32), Error> {
         get(k)?
             .split_once(':')
