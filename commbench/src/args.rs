@@ -101,6 +101,11 @@ pub struct Args {
     /// Draw bus bandwidth against size per algorithm into FILE.svg (rank 0).
     #[arg(long = "plot")]
     pub plot: Option<String>,
+    /// Every rank dumps its flight recorder (its last
+    /// SNCL_FLIGHT_RECORDER_ENTRIES operations) to SNCL_DEBUG_DUMP_DIR at
+    /// the end of the run, for `commbench trace DIR --chrome out.json`.
+    #[arg(long = "flight-dump")]
+    pub flight_dump: bool,
 }
 
 /// `--algo`'s help: the algorithms of every collective commbench runs, from

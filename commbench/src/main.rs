@@ -8,6 +8,7 @@
 mod args;
 mod calibrate;
 mod cases;
+mod chrome;
 mod devbench;
 mod graph;
 mod launch;
@@ -69,6 +70,22 @@ fn main() -> ExitCode {
     if let Err(e) = args.algos(bench.collective()) {
         eprintln!("commbench: {e}");
         return ExitCode::from(2);
+    }
+    if args.flight_dump {
+        use sncl::ConfigFromEnv;
+        match sncl::Config::from_env() {
+            Ok(c) if c.debug_dump_dir.is_some() => {}
+            Ok(_) => {
+                eprintln!(
+                    "commbench: --flight-dump needs SNCL_DEBUG_DUMP_DIR (the directory the ranks dump to)"
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("commbench: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     let place = match devbench::Where::choose(args.device.as_deref()) {
         Ok(p) => p,
@@ -403,6 +420,9 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                 source: e,
             })?;
         }
+    }
+    if args.flight_dump {
+        comm.dump_flight_recorder()?;
     }
     Ok(!any_wrong)
 }

@@ -30,6 +30,14 @@ pub struct TraceEntry {
     pub state: String,
     /// The error of a failed one.
     pub error: Option<String>,
+    /// Algorithm (empty in dumps that lack it).
+    pub algo: String,
+    /// Bytes of the operation.
+    pub bytes: u64,
+    /// Start, µs since the Unix epoch (dumps of older builds lack it).
+    pub start_us: Option<u64>,
+    /// End, µs since the Unix epoch; `None` while running.
+    pub end_us: Option<u64>,
 }
 
 impl TraceEntry {
@@ -66,6 +74,8 @@ pub struct Dump {
     pub comm_id: String,
     /// Why it was dumped.
     pub reason: String,
+    /// When, µs since the Unix epoch.
+    pub dumped_at_us: Option<u64>,
     /// Operations, oldest first.
     pub entries: Vec<TraceEntry>,
 }
@@ -114,6 +124,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
         nranks: as_u64(&h, "nranks", path, 1)? as usize,
         comm_id: as_str(&h, "comm_id", path, 1)?,
         reason: as_str(&h, "reason", path, 1).unwrap_or_default(),
+        dumped_at_us: h.get("dumped_at_us").and_then(Value::as_u64),
         entries: Vec::new(),
     };
     if d.rank >= d.nranks {
@@ -136,6 +147,14 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
             root: field(&v, "root", path, n)?.as_i64().unwrap_or(-1),
             state: as_str(&v, "state", path, n)?,
             error: v.get("error").and_then(Value::as_str).map(str::to_string),
+            algo: v
+                .get("algo")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            bytes: v.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+            start_us: v.get("start_us").and_then(Value::as_u64),
+            end_us: v.get("end_us").and_then(Value::as_u64),
         });
     }
     Ok(d)
@@ -314,13 +333,32 @@ pub fn report(dumps: &[Dump]) -> (String, Vec<Verdict>) {
     (out, verdicts)
 }
 
-/// `commbench trace FILES...`.
+/// `commbench trace [--chrome OUT] FILES...`.
 pub fn main(argv: Vec<String>) -> ExitCode {
-    let files: Vec<String> = argv.into_iter().skip(1).collect();
-    if files.is_empty() || files.iter().any(|f| f == "-h" || f == "--help") {
-        eprintln!(
-            "usage: commbench trace FILES...  (flight-recorder dumps of SNCL_DEBUG_DUMP_DIR, or the directory)"
-        );
+    let usage = "usage: commbench trace [--chrome OUT.json] FILES...  (flight-recorder dumps of \
+                 SNCL_DEBUG_DUMP_DIR, or the directory; --chrome also writes a Chrome/Perfetto \
+                 trace, one track per rank, openable in ui.perfetto.dev)";
+    let mut files = Vec::new();
+    let mut chrome_out: Option<String> = None;
+    let mut args = argv.into_iter().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-h" | "--help" => {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            }
+            "--chrome" => match args.next() {
+                Some(out) => chrome_out = Some(out),
+                None => {
+                    eprintln!("commbench trace: --chrome needs a file name\n{usage}");
+                    return ExitCode::from(2);
+                }
+            },
+            _ => files.push(a),
+        }
+    }
+    if files.is_empty() {
+        eprintln!("{usage}");
         return ExitCode::from(2);
     }
     match read_dumps(&files) {
@@ -329,8 +367,19 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             ExitCode::from(2)
         }
         Ok(dumps) => {
-            let (text, _) = report(&dumps);
+            let (text, verdicts) = report(&dumps);
             print!("{text}");
+            if let Some(out) = chrome_out {
+                let trace = crate::chrome::chrome_trace(&dumps, &verdicts);
+                let written = serde_json::to_string(&trace)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| std::fs::write(&out, t).map_err(|e| e.to_string()));
+                if let Err(e) = written {
+                    eprintln!("commbench trace: cannot write {out}: {e}");
+                    return ExitCode::from(1);
+                }
+                println!("chrome trace: {out} (open in ui.perfetto.dev or chrome://tracing)");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

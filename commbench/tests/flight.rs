@@ -211,3 +211,106 @@ fn abort_dumps_and_on_demand_needs_a_directory() {
         .expect_err("no directory set");
     assert!(e.to_string().contains("SNCL_DEBUG_DUMP_DIR"), "{e}");
 }
+
+/// A 4-rank commbench run dumps every rank's flight recorder at its end
+/// (`--flight-dump`), and `commbench trace --chrome` turns the dumps into a
+/// Chrome/Perfetto trace whose tracks match them: one thread track per
+/// rank, one slice per recorded operation in the same order, with the
+/// recorded start, end and arguments. Without SNCL_DEBUG_DUMP_DIR the flag
+/// is refused before any rank starts.
+#[test]
+fn four_rank_run_becomes_a_chrome_trace_matching_the_dumps() {
+    let dir = std::env::temp_dir().join(format!("sncl-chrome-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dump dir");
+    let refused = Command::new(BIN)
+        .args([
+            "all_reduce",
+            "--np",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "--flight-dump",
+        ])
+        .env_remove("SNCL_DEBUG_DUMP_DIR")
+        .output()
+        .expect("commbench");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs SNCL_DEBUG_DUMP_DIR"),
+        "{refused:?}"
+    );
+    let run = Command::new(BIN)
+        .args([
+            "all_reduce",
+            "--np",
+            "4",
+            "--oversubscribe",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+        ])
+        .args(["-f", "8", "-n", "3", "-w", "1", "--flight-dump"])
+        .env("SNCL_DEBUG_DUMP_DIR", &dir)
+        .stdout(Stdio::null())
+        .output()
+        .expect("commbench run");
+    assert!(run.status.success(), "{run:?}");
+    let out = dir.join("trace.json");
+    let trace = Command::new(BIN)
+        .arg("trace")
+        .arg("--chrome")
+        .arg(&out)
+        .arg(&dir)
+        .output()
+        .expect("commbench trace");
+    assert!(trace.status.success(), "{trace:?}");
+    let text = std::fs::read_to_string(&out).expect("the trace file");
+    let t: serde_json::Value = serde_json::from_str(&text).expect("a JSON trace");
+    let events = t["traceEvents"].as_array().expect("traceEvents");
+    let mut dumps = 0;
+    for entry in std::fs::read_dir(&dir).expect("dir") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".jsonl") {
+            continue;
+        }
+        dumps += 1;
+        let text = std::fs::read_to_string(&path).expect("dump");
+        let mut lines = text.lines();
+        let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let rank = header["rank"].as_u64().unwrap();
+        let recorded: Vec<serde_json::Value> =
+            lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+        let slices: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["tid"].as_u64() == Some(rank))
+            .collect();
+        assert!(!recorded.is_empty(), "rank {rank} recorded nothing");
+        assert_eq!(slices.len(), recorded.len(), "rank {rank}");
+        let t0 = t["otherData"]["t0_us"].as_u64().unwrap();
+        for (s, r) in slices.iter().zip(&recorded) {
+            assert_eq!(s["name"], r["op"], "rank {rank}");
+            assert_eq!(s["args"]["seq"], r["seq"], "rank {rank}");
+            assert_eq!(s["args"]["bytes"], r["bytes"], "rank {rank}");
+            let start = r["start_us"].as_u64().unwrap();
+            assert_eq!(s["ts"].as_u64().unwrap(), start - t0, "rank {rank}");
+            assert_eq!(
+                s["dur"].as_u64().unwrap(),
+                r["end_us"].as_u64().unwrap() - start,
+                "rank {rank}"
+            );
+        }
+        assert!(
+            events.iter().any(|e| e["name"] == "thread_name"
+                && e["tid"].as_u64() == Some(rank)
+                && e["args"]["name"] == format!("rank {rank}")),
+            "rank {rank} has no named track"
+        );
+    }
+    assert_eq!(dumps, 4, "one dump per rank");
+    let _ = std::fs::remove_dir_all(&dir);
+}

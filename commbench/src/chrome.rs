@@ -1,0 +1,210 @@
+//! `commbench trace --chrome OUT`: the flight-recorder dumps of every rank
+//! as a Chrome trace (the JSON object format of the Trace Event Format,
+//! which ui.perfetto.dev and chrome://tracing open).
+//!
+//! One process per communicator, one thread track per rank; each recorded
+//! operation is a complete slice (`"ph": "X"`) from its start to its end —
+//! to the dump's time while it was still running — named by the collective,
+//! with its sequence number, type, count, bytes, root, algorithm, state and
+//! error as arguments. A failed operation adds an instant event at its end;
+//! the ranks `commbench trace` names (behind the stuck operation, or
+//! running another one under its number) get an instant event saying so at
+//! their dump's time. Times are microseconds from the earliest start in
+//! the dumps (the absolute origin is in `otherData.t0_us`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::trace::{Dump, TraceEntry, Verdict};
+
+/// The Chrome trace of `dumps`, with the instant events of `verdicts`
+/// (from [`crate::trace::report`] over the same dumps).
+pub fn chrome_trace(dumps: &[Dump], verdicts: &[Verdict]) -> Value {
+    let t0 = dumps
+        .iter()
+        .flat_map(|d| d.entries.iter().filter_map(|e| e.start_us))
+        .min()
+        .unwrap_or(0);
+    let rel = |us: u64| us.saturating_sub(t0);
+    let mut pids: BTreeMap<&str, usize> = BTreeMap::new();
+    for d in dumps {
+        let next = pids.len() + 1;
+        pids.entry(d.comm_id.as_str()).or_insert(next);
+    }
+    let mut events = Vec::new();
+    let mut untimed = 0usize;
+    for (id, &pid) in &pids {
+        let nranks = dumps
+            .iter()
+            .filter(|d| d.comm_id == *id)
+            .map(|d| d.nranks)
+            .max()
+            .unwrap_or(0);
+        events.push(json!({
+            "ph": "M", "name": "process_name", "pid": pid,
+            "args": {"name": format!("communicator {id} ({nranks} ranks)")}
+        }));
+    }
+    for d in dumps {
+        let pid = pids[d.comm_id.as_str()];
+        events.push(json!({
+            "ph": "M", "name": "thread_name", "pid": pid, "tid": d.rank,
+            "args": {"name": format!("rank {}", d.rank)}
+        }));
+        events.push(json!({
+            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": d.rank,
+            "args": {"sort_index": d.rank}
+        }));
+        for e in &d.entries {
+            let Some(start) = e.start_us else {
+                untimed += 1;
+                continue;
+            };
+            let end = e.end_us.or(d.dumped_at_us).unwrap_or(start).max(start);
+            events.push(json!({
+                "ph": "X",
+                "name": e.op,
+                "cat": if e.seq == 0 { "p2p" } else { "collective" },
+                "pid": pid,
+                "tid": d.rank,
+                "ts": rel(start),
+                "dur": end - start,
+                "args": slice_args(e),
+            }));
+            if e.state == "failed" {
+                events.push(json!({
+                    "ph": "i", "s": "t", "name": format!("{} failed", e.op),
+                    "cat": "error", "pid": pid, "tid": d.rank, "ts": rel(end),
+                    "args": {"seq": e.seq, "error": e.error},
+                }));
+            }
+        }
+    }
+    for v in verdicts {
+        let Some(stuck) = &v.stuck else { continue };
+        let Some(&pid) = pids.get(v.comm_id.as_str()) else {
+            continue;
+        };
+        let named = v
+            .behind
+            .iter()
+            .map(|&r| (r, format!("did not reach {} seq {}", stuck.op, stuck.seq)))
+            .chain(v.diverged.iter().map(|&r| {
+                (
+                    r,
+                    format!("runs another operation as seq {} ({})", stuck.seq, stuck.op),
+                )
+            }));
+        for (rank, what) in named {
+            let at = dumps
+                .iter()
+                .find(|d| d.comm_id == v.comm_id && d.rank == rank)
+                .and_then(|d| d.dumped_at_us.or(last_time(&d.entries)))
+                .unwrap_or(t0);
+            events.push(json!({
+                "ph": "i", "s": "t", "name": what, "cat": "verdict",
+                "pid": pid, "tid": rank, "ts": rel(at),
+            }));
+        }
+    }
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "source": "sncl flight recorder (commbench trace --chrome)",
+            "t0_us": t0,
+            "entries_without_times": untimed,
+        },
+    })
+}
+
+/// The arguments shown with an operation's slice.
+fn slice_args(e: &TraceEntry) -> Value {
+    let mut args = json!({
+        "seq": e.seq,
+        "dtype": e.dtype,
+        "count": e.count,
+        "bytes": e.bytes,
+        "algo": e.algo,
+        "state": e.state,
+    });
+    if e.root >= 0 {
+        args["root"] = json!(e.root);
+    }
+    if let Some(err) = &e.error {
+        args["error"] = json!(err);
+    }
+    args
+}
+
+/// The latest start or end among `entries`.
+fn last_time(entries: &[TraceEntry]) -> Option<u64> {
+    entries.iter().filter_map(|e| e.end_us.or(e.start_us)).max()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::trace::{parse_dump, report};
+
+    fn dump(rank: usize, lines: &[&str]) -> Dump {
+        let mut text = format!(
+            "{{\"sncl_flight_recorder\":1,\"rank\":{rank},\"nranks\":2,\"comm_id\":\"00000000000000aa\",\"reason\":\"t\",\"dumped_at_us\":1000900}}\n"
+        );
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        parse_dump(Path::new("x"), &text).unwrap()
+    }
+
+    fn op(seq: u64, start: u64, end: Option<u64>, state: &str) -> String {
+        format!(
+            "{{\"id\":{seq},\"seq\":{seq},\"op\":\"all_reduce\",\"dtype\":\"f32\",\"reduce\":\"sum\",\"count\":4,\"bytes\":16,\"root\":-1,\"algo\":\"ring\",\"start_us\":{start},\"end_us\":{},\"state\":\"{state}\",\"error\":null}}",
+            end.map_or("null".to_string(), |e| e.to_string())
+        )
+    }
+
+    #[test]
+    fn one_track_per_rank_with_a_slice_per_entry_and_the_verdict() {
+        let d = [
+            dump(
+                0,
+                &[
+                    &op(1, 1_000_000, Some(1_000_100), "completed"),
+                    &op(2, 1_000_200, None, "running"),
+                ],
+            ),
+            dump(1, &[&op(1, 1_000_050, Some(1_000_120), "completed")]),
+        ];
+        let (_, verdicts) = report(&d);
+        let t = chrome_trace(&d, &verdicts);
+        let ev = t["traceEvents"].as_array().unwrap();
+        let slices: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), 3);
+        assert_eq!(slices[0]["tid"], 0);
+        assert_eq!(slices[0]["ts"], 0);
+        assert_eq!(slices[0]["dur"], 100);
+        assert_eq!(slices[0]["args"]["algo"], "ring");
+        // Still running at the dump: the slice ends at the dump's time.
+        assert_eq!(slices[1]["ts"], 200);
+        assert_eq!(slices[1]["dur"], 700);
+        assert_eq!(slices[2]["tid"], 1);
+        assert_eq!(slices[2]["ts"], 50);
+        let names: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| &e["args"]["name"])
+            .collect();
+        assert_eq!(names, ["rank 0", "rank 1"]);
+        // Rank 1 never started seq 2: the verdict is on its track.
+        let verdict: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "verdict").collect();
+        assert_eq!(verdict.len(), 1);
+        assert_eq!(verdict[0]["tid"], 1);
+        assert_eq!(verdict[0]["name"], "did not reach all_reduce seq 2");
+        assert_eq!(verdict[0]["ts"], 900);
+    }
+}
