@@ -29,16 +29,23 @@ pub fn node_identity(config: &Config) -> String {
     if let Some(id) = &config.node_id {
         return id.clone();
     }
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
     format!(
         "{}/{}",
-        read("/proc/sys/kernel/hostname"),
-        read("/proc/sys/kernel/random/boot_id")
+        host_name(),
+        proc_text("/proc/sys/kernel/random/boot_id")
     )
+}
+
+/// This host's name (empty where the kernel does not say).
+pub(crate) fn host_name() -> String {
+    proc_text("/proc/sys/kernel/hostname")
+}
+
+/// A kernel value from /proc, trimmed (empty where unreadable).
+fn proc_text(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// One rank's published record.

@@ -20,7 +20,7 @@ pub const USER_CONF_FILE: &str = ".sncl.conf";
 const PREFIXES: [&str; 5] = ["SNCL_", "OMPI_", "SLURM_", "TORCHELASTIC_", "PMIX_"];
 /// Other variables it captures (torchrun's, `HOME` for `~/.sncl.conf` and
 /// the kernel cache, and where CUDA is installed for the device layer).
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 13] = [
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -32,6 +32,8 @@ const NAMES: [&str; 12] = [
     "CUDA_HOME",
     "CUDA_PATH",
     "LD_LIBRARY_PATH",
+    // The log filter of `tracing`'s EnvFilter (sncl's logging set-up).
+    "RUST_LOG",
     // Which GPU a rank sees (its NIC is the one nearest that GPU).
     "CUDA_VISIBLE_DEVICES",
 ];

@@ -536,7 +536,19 @@ pub static SETTINGS: &[Setting] = &[
         "SNCL_DEBUG",
         Values::Choice(&["ERROR", "WARN", "INFO", "DEBUG", "TRACE", "OFF"]),
         Value("WARN"),
-        "level of sncl's log on stderr (C ABI, commbench); any other value means WARN",
+        "level of sncl's log on stderr (C ABI, commbench); any other value means WARN; `RUST_LOG`, when set, wins over it",
+    ),
+    local(
+        "SNCL_DEBUG_SUBSYS",
+        Values::Text("comma-separated INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, ALL; a leading ^ excludes the list"),
+        Unset("ALL"),
+        "subsystems whose messages above WARN `SNCL_DEBUG` shows (as `NCCL_DEBUG_SUBSYS`); warnings and errors are always shown",
+    ),
+    local(
+        "SNCL_DEBUG_FILE",
+        Values::Text("path; %h: host name, %p: process id"),
+        Unset("none: stderr"),
+        "file the log goes to instead of stderr (created mode 0600, appended to), as `NCCL_DEBUG_FILE`",
     ),
     local(
         "SNCL_TORCH_INLINE",
