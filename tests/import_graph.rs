@@ -18,6 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+mod workspace;
+use workspace::{members, package, workspace};
+
 /// One token of Rust source with comments and literals removed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Tok {
@@ -641,49 +644,6 @@ fn circles(n: usize, arrows: &BTreeMap<(usize, usize), BTreeSet<String>>) -> Vec
         }
     }
     t.out
-}
-
-fn workspace() -> PathBuf {
-    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()))
-}
-
-/// The workspace's member directories, from its Cargo.toml.
-fn members(root: &Path) -> Vec<PathBuf> {
-    let toml = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
-    let line = toml
-        .lines()
-        .find(|l| l.starts_with("members"))
-        .expect("members");
-    line.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(|m| root.join(m))
-        .collect()
-}
-
-/// A crate's package name and the workspace crates it depends on (normal
-/// and build dependencies).
-fn package(dir: &Path) -> (String, Vec<String>) {
-    let toml = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
-    let mut name = String::new();
-    let mut deps = Vec::new();
-    let mut section = String::new();
-    for line in toml.lines() {
-        let l = line.trim();
-        if l.starts_with('[') {
-            section = l.trim_matches(|c| c == '[' || c == ']').to_string();
-            continue;
-        }
-        let key = l.split(['=', '.']).next().unwrap_or("").trim();
-        if section == "package" && key == "name" {
-            name = l.split('"').nth(1).unwrap_or("").to_string();
-        }
-        let counted = section == "dependencies" || section == "build-dependencies";
-        if counted && (l.contains("path =") || l.contains("workspace = true")) && !key.is_empty() {
-            deps.push(key.to_string());
-        }
-    }
-    (name, deps)
 }
 
 /// The circles between files that remain to be broken (docs/ARCHITECTURE.md,

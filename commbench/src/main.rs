@@ -17,6 +17,7 @@ mod plot;
 mod sim_cmd;
 mod soak;
 mod trace;
+mod trace_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
         Some("sim") => return sim_cmd::main(argv[1..].to_vec()),
         Some("plan") => return plan_cmd::main(argv[1..].to_vec()),
         Some("calibrate") => return calibrate::main(argv[1..].to_vec()),
-        Some("trace") => return trace::main(argv[1..].to_vec()),
+        Some("trace") => return trace_cmd::main(argv[1..].to_vec()),
         Some("soak") => return soak::main(argv[1..].to_vec()),
         _ => {}
     }
