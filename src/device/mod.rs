@@ -27,7 +27,7 @@
 //! collective publishes and maps the device links' inboxes around a host
 //! barrier, on the caller's thread.
 //!
-//! The executor reaches device memory through [`DeviceMemory`], an
+//! The executor reaches device memory through `DeviceMemory` (`memory.rs`), an
 //! implementation of `sncl_runtime::exec::Memory` that keeps the data on the
 //! device (the host never dereferences a [`DevicePtr`]).
 //!

@@ -1,5 +1,5 @@
 //! The small verbs interface the transport uses, with two providers: the
-//! real one over libibverbs ([`crate::ibv`]) and the emulated one
+//! real one over libibverbs (`ibv.rs`) and the emulated one
 //! ([`crate::emu`], `SNCL_IB_EMULATE=1`). Names and numbers follow
 //! `<infiniband/verbs.h>` so that statuses read the same on both.
 

@@ -50,7 +50,7 @@ struct Conn {
     broken: Option<String>,
 }
 
-/// A rank's connection to the [`TcpStoreServer`]; implements [`Store`].
+/// A rank's connection to the [`TcpStoreServer`](crate::TcpStoreServer); implements [`Store`].
 ///
 /// Requests from several threads are serialized over the one connection.
 /// After an I/O failure (dead root, reply timeout) the connection is marked

@@ -9,8 +9,9 @@
 //! from it.
 //!
 //! The process environment is read in exactly one place,
-//! [`Environment::from_process`]: it captures the `SNCL_*` variables (plus
-//! the launcher variables [`crate::bootstrap::LaunchEnv`] needs) once and
+//! `sncl_bootstrap::ReadEnvironment::from_process`: it captures the
+//! `SNCL_*` variables (plus the launcher variables `sncl_bootstrap::LaunchEnv`
+//! needs) once and
 //! overlays a settings file (see [`Environment`]); everything else receives
 //! values from an [`Environment`].
 

@@ -2,7 +2,7 @@
 //! between processes of one machine, with the semantics that matter.
 //!
 //! * Every registered region is a private shared-memory file with a header
-//!   (magic, valid flag, base address, length, rkey; see [`shared`]). A
+//!   (magic, valid flag, base address, length, rkey; see `shared.rs`). A
 //!   peer's RDMA WRITE maps the file and copies into it after checking the
 //!   rkey, the valid flag and the bounds: anything else completes with a
 //!   remote access error and moves the QP to ERROR, as hardware does. Local
