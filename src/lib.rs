@@ -75,6 +75,7 @@ pub use compressed::CompressScope;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 
+pub use comm_core::config::{NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};

@@ -3,40 +3,33 @@
 //! (`device::emu::open_with`): devices are matched by PCI bus id, not
 //! ordinal; each side publishes its verdict and both use the AND; forced
 //! `SNCL_NVLINK=1` where the device path cannot be used is an error naming
-//! what is missing; `SNCL_NVLINK=0` leaves same-node pairs to shm.
+//! what is missing; `SNCL_NVLINK=0` leaves same-node pairs to shm. The mode
+//! is set through `Config::nvlink`, as `SNCL_NVLINK` sets it.
 
 mod device_kit;
 mod nvlink_common;
 
 use device::emu::{open_with, Visibility};
 use device_kit::{run_case, Case, Rank};
-use sncl::{Collective, Communicator, DataType, ReduceOp};
 
-/// Holds the serial lock, sets `SNCL_NVLINK` for the communicators created
-/// while it lives (setup reads it), and removes it on drop.
-struct NvlinkEnv(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+use sncl::{Collective, Communicator, Config, DataType, NvlinkMode, ReduceOp};
 
-impl NvlinkEnv {
-    fn set(value: Option<&str>) -> NvlinkEnv {
-        let g = nvlink_common::serial();
-        match value {
-            Some(v) => std::env::set_var("SNCL_NVLINK", v),
-            None => std::env::remove_var("SNCL_NVLINK"),
-        }
-        NvlinkEnv(g)
+/// The tests' configuration with `SNCL_NVLINK` = `mode` (None: unset),
+/// parsed as the environment's value would be; the serial lock, held while
+/// the returned guard lives, keeps the emulated devices to one test.
+fn nvlink_config(mode: Option<&str>) -> (Config, std::sync::MutexGuard<'static, ()>) {
+    let guard = nvlink_common::serial();
+    let mut config = nvlink_common::config();
+    if let Some(m) = mode {
+        config.nvlink.mode = NvlinkMode::parse("SNCL_NVLINK", m).expect("a valid mode");
     }
-}
-
-impl Drop for NvlinkEnv {
-    fn drop(&mut self) {
-        std::env::remove_var("SNCL_NVLINK");
-    }
+    (config, guard)
 }
 
 /// Two thread ranks over nvlink (automatic), rank r bound to ordinal
 /// `ords[r]` of a process that sees `vis[r]`.
-fn pair(ords: [usize; 2], vis: [Visibility; 2]) -> Vec<Rank> {
-    let comms = Communicator::init_threads(2, nvlink_common::config()).expect("init");
+fn pair(config: Config, ords: [usize; 2], vis: [Visibility; 2]) -> Vec<Rank> {
+    let comms = Communicator::init_threads(2, config).expect("init");
     comms
         .into_iter()
         .zip(ords.into_iter().zip(vis))
@@ -93,8 +86,8 @@ fn device_bytes_moved(ranks: &[Rank], c: Case) -> u64 {
 /// bus id) and go device to device.
 #[test]
 fn one_device_under_different_ordinals_goes_device_to_device() {
-    let _env = NvlinkEnv::set(None);
-    let ranks = pair([0, 1], [vis(&[3, 5], false), vis(&[5, 3], false)]);
+    let (config, _serial) = nvlink_config(None);
+    let ranks = pair(config, [0, 1], [vis(&[3, 5], false), vis(&[5, 3], false)]);
     let moved = device_bytes_moved(&ranks, all_reduce(20_011));
     assert!(moved > 0, "nothing went device to device");
 }
@@ -104,8 +97,8 @@ fn one_device_under_different_ordinals_goes_device_to_device() {
 /// say otherwise, and both ranks stage.
 #[test]
 fn same_ordinal_of_different_devices_without_peer_access_stages() {
-    let _env = NvlinkEnv::set(None);
-    let ranks = pair([0, 0], [vis(&[3], false), vis(&[5], false)]);
+    let (config, _serial) = nvlink_config(None);
+    let ranks = pair(config, [0, 0], [vis(&[3], false), vis(&[5], false)]);
     assert_eq!(device_bytes_moved(&ranks, all_reduce(20_011)), 0);
     // Decided once: later operations stage as well, and stay correct.
     assert_eq!(device_bytes_moved(&ranks, all_reduce(7)), 0);
@@ -116,16 +109,16 @@ fn same_ordinal_of_different_devices_without_peer_access_stages() {
 /// verdicts, both stage (and neither waits on the other).
 #[test]
 fn one_side_unable_both_stage() {
-    let _env = NvlinkEnv::set(None);
-    let ranks = pair([0, 1], [vis(&[0], true), vis(&[0, 1], true)]);
+    let (config, _serial) = nvlink_config(None);
+    let ranks = pair(config, [0, 1], [vis(&[0], true), vis(&[0, 1], true)]);
     assert_eq!(device_bytes_moved(&ranks, all_reduce(20_011)), 0);
 }
 
 /// Different devices with peer access: device to device.
 #[test]
 fn peer_access_between_devices_goes_device_to_device() {
-    let _env = NvlinkEnv::set(None);
-    let ranks = pair([0, 1], [vis(&[0, 1], true), vis(&[0, 1], true)]);
+    let (config, _serial) = nvlink_config(None);
+    let ranks = pair(config, [0, 1], [vis(&[0, 1], true), vis(&[0, 1], true)]);
     assert!(device_bytes_moved(&ranks, all_reduce(20_011)) > 0);
 }
 
@@ -134,8 +127,8 @@ fn peer_access_between_devices_goes_device_to_device() {
 /// missing on which rank.
 #[test]
 fn required_where_it_cannot_is_an_error_naming_what_is_missing() {
-    let _env = NvlinkEnv::set(Some("1"));
-    let ranks = pair([0, 1], [vis(&[0], true), vis(&[0, 1], true)]);
+    let (config, _serial) = nvlink_config(Some("1"));
+    let ranks = pair(config, [0, 1], [vis(&[0], true), vis(&[0, 1], true)]);
     let results = run(&ranks, all_reduce(1000));
     for (rank, r) in results.iter().enumerate() {
         let e = r.as_ref().expect_err("the device path is required");
@@ -157,18 +150,17 @@ fn required_where_it_cannot_is_an_error_naming_what_is_missing() {
 /// `SNCL_NVLINK=0`: same-node pairs use shm, and device pieces are staged.
 #[test]
 fn off_leaves_same_node_pairs_to_shm() {
-    let _env = NvlinkEnv::set(Some("0"));
-    let comms = Communicator::init_threads(2, nvlink_common::config()).expect("init");
+    let (config, _serial) = nvlink_config(Some("0"));
+    let comms = Communicator::init_threads(2, config).expect("init");
     for c in &comms {
         assert_eq!(c.transports()[1 - c.rank()], "shm");
     }
 }
 
-/// A bad value is a clear setup error.
+/// A bad value is a clear configuration error, before any setup.
 #[test]
-fn bad_value_is_a_setup_error() {
-    let _env = NvlinkEnv::set(Some("yes"));
-    let e = match Communicator::init_threads(2, nvlink_common::config()) {
+fn bad_value_is_a_config_error() {
+    let e = match Config::from_vars(&|k| (k == "SNCL_NVLINK").then(|| "yes".to_string())) {
         Ok(_) => panic!("SNCL_NVLINK=yes must be refused"),
         Err(e) => e.to_string(),
     };
@@ -180,8 +172,8 @@ fn bad_value_is_a_setup_error() {
 /// operation: no device is even bound here).
 #[test]
 fn host_only_runs_over_nvlink_touch_no_device() {
-    let _env = NvlinkEnv::set(None);
-    let comms = Communicator::init_threads(3, nvlink_common::config()).expect("init");
+    let (config, _serial) = nvlink_config(None);
+    let comms = Communicator::init_threads(3, config).expect("init");
     let before = transport_nvlink::device_bytes();
     std::thread::scope(|s| {
         for c in &comms {

@@ -8,6 +8,12 @@ use crate::algo::Algorithm;
 use crate::error::{Error, Result};
 use crate::wire::Collective;
 
+mod transport_settings;
+pub use transport_settings::{
+    NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy, DEFAULT_SINGLE_COPY_MIN_BYTES,
+    MAX_SINGLE_COPY_MIN_BYTES,
+};
+
 /// Which transport connects ranks: per pair the first kind of the
 /// runtime's registry that can (`auto`), or one named kind between every
 /// pair of distinct ranks (`SNCL_TRANSPORT=<name>`; see
@@ -213,6 +219,10 @@ pub struct Config {
     /// its internal window (`SNCL_DEVICE_LANE_BYTES`, default 256 KiB; 0:
     /// off; every rank must agree).
     pub device_lane_bytes: usize,
+    /// The shared-memory transport's own settings (`SNCL_SHM_CMA*`).
+    pub shm: ShmSettings,
+    /// The nvlink transport's own settings (`SNCL_NVLINK`).
+    pub nvlink: NvlinkSettings,
 }
 
 impl Default for Config {
@@ -238,6 +248,8 @@ impl Default for Config {
             tcp_flows_per_rank: 1,
             device_staging_bytes: 4 << 20,
             device_lane_bytes: 256 << 10,
+            shm: ShmSettings::default(),
+            nvlink: NvlinkSettings::default(),
         }
     }
 }

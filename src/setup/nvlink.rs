@@ -23,12 +23,12 @@
 //! `SNCL_TRANSPORT=nvlink` forces the kind for every pair (`auto`'s
 //! decision, or `1`'s); with `SNCL_NVLINK=0` it is unavailable.
 
+use comm_core::config::{NvlinkMode, NvlinkSettings};
 use comm_core::transport::registry::{
     MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use sncl_bootstrap::ReadEnvironment;
 use transport_nvlink::{Geometry, Inbound, Mode, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
 use transport_shm::Segment;
 
@@ -55,7 +55,7 @@ impl TransportKind for Nvlink {
     }
 
     fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
-        let mode = match nvlink_mode(ctx.rank)? {
+        let mode = match nvlink_mode(&ctx.config.nvlink) {
             Some(m) => m,
             None => return Ok(Readiness::Unavailable(format!("{NVLINK_ENV}=0"))),
         };
@@ -101,20 +101,16 @@ struct Prepared {
     names: UnlinkOnDrop,
 }
 
-/// The setting: `SNCL_NVLINK=auto|1|0`.
+/// The setting that turns the transport on or off (`Config::nvlink`),
+/// named in logs.
 pub(crate) const NVLINK_ENV: &str = "SNCL_NVLINK";
 
-/// This rank's `SNCL_NVLINK`: `None` for `0`.
-fn nvlink_mode(rank: usize) -> Result<Option<Mode>> {
-    let env = comm_core::settings::Environment::from_process()?;
-    match env.get(NVLINK_ENV).map(str::trim) {
-        None | Some("auto" | "") => Ok(Some(Mode::Auto)),
-        Some("1") => Ok(Some(Mode::Required)),
-        Some("0") => Ok(None),
-        Some(v) => Err(Error::Config(format!(
-            "rank {rank}: {NVLINK_ENV}={v:?}: expected auto (device to device where both ranks \
-             can, else staged), 1 (device to device or an error) or 0 (not used)"
-        ))),
+/// This rank's `SNCL_NVLINK` as the transport's mode: `None` for off.
+fn nvlink_mode(settings: &NvlinkSettings) -> Option<Mode> {
+    match settings.mode {
+        NvlinkMode::Auto => Some(Mode::Auto),
+        NvlinkMode::Required => Some(Mode::Required),
+        NvlinkMode::Off => None,
     }
 }
 

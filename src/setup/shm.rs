@@ -13,22 +13,18 @@
 //! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
 //! piece lent (smaller ones go through the slots).
 
+use comm_core::config::{ShmSettings, SingleCopy};
 use comm_core::store::Store;
 use comm_core::transport::registry::{
     MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use sncl_bootstrap::ReadEnvironment;
 use transport_shm::{cma, create_inbound, Segment, ShmConnection};
 
-/// Single copy (cross-memory attach): `auto` (default) where the kernel
-/// permits it and it is fast here, `1` wherever permitted, `0` never.
+/// The setting that turns single copy (cross-memory attach) on or off
+/// (`Config::shm`), named in logs.
 pub(crate) const CMA_ENV: &str = "SNCL_SHM_CMA";
-/// The smallest piece, in bytes, a sender lends instead of copying.
-pub(crate) const CMA_MIN_ENV: &str = "SNCL_SHM_CMA_MIN_BYTES";
-/// Default of [`CMA_MIN_ENV`], from the sweep in docs/PERF.md.
-pub(crate) const CMA_MIN_DEFAULT: usize = 64 << 10;
 
 /// Under `auto`, a reader accepts lent pieces only if its cross-memory
 /// reads run at least at this fraction of a plain copy's speed (below it
@@ -44,36 +40,18 @@ struct CmaSettings {
     forced: bool,
 }
 
-/// The single-copy settings of this rank: `Ok(None)` when turned off.
-fn cma_settings(rank: usize) -> Result<Option<CmaSettings>> {
-    let bad = |var: &str, v: &str, expected: &str| {
-        Error::Config(format!("rank {rank}: {var}={v:?}: expected {expected}"))
+/// The single-copy settings of this rank (`Config::shm`): `None` when
+/// turned off.
+fn cma_settings(shm: &ShmSettings) -> Option<CmaSettings> {
+    let forced = match shm.single_copy {
+        SingleCopy::Off => return None,
+        SingleCopy::Auto => false,
+        SingleCopy::On => true,
     };
-    let env = comm_core::settings::Environment::from_process()?;
-    let forced = match env.get(CMA_ENV).map(str::trim) {
-        None | Some("auto" | "") => false,
-        Some("1") => true,
-        Some("0") => return Ok(None),
-        Some(v) => {
-            return Err(bad(
-                CMA_ENV,
-                v,
-                "auto (on where permitted and fast), 1 (on where permitted) or 0 (off)",
-            ))
-        }
-    };
-    let min_bytes = match env
-        .get(CMA_MIN_ENV)
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-    {
-        None => CMA_MIN_DEFAULT,
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => return Err(bad(CMA_MIN_ENV, v, "a positive number of bytes")),
-        },
-    };
-    Ok(Some(CmaSettings { min_bytes, forced }))
+    Some(CmaSettings {
+        min_bytes: shm.single_copy_min_bytes,
+        forced,
+    })
 }
 
 /// Under `auto`: whether this host's cross-memory reads are fast enough
@@ -175,7 +153,7 @@ impl PreparedTransport for Prepared {
     ) -> Result<Vec<Box<dyn Connection>>> {
         let rank = ctx.rank;
         // First publish what peers need to probe us, so that nobody waits.
-        let settings = match cma_settings(rank)? {
+        let settings = match cma_settings(&ctx.config.shm) {
             None => {
                 log_fallback_once(&format!("{CMA_ENV}=0"));
                 None

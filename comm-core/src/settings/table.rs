@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use super::row::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
-    parse_algo, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES, MAX_DEVICE_LANE_BYTES,
-    MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES, MAX_TCP_PIECE_BYTES,
-    MAX_TIMEOUT_MS, MIN_CHUNK_BYTES, MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS,
-    MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
+    parse_algo, NvlinkMode, SingleCopy, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES,
+    MAX_DEVICE_LANE_BYTES, MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES,
+    MAX_SINGLE_COPY_MIN_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES,
+    MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES,
+    MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
 
 const fn launch(
@@ -513,24 +514,46 @@ pub static SETTINGS: &[Setting] = &[
         Value("4096"),
         "user-buffer registrations (on demand) kept per RDMA connection, least recently used dropped first",
     ),
-    local(
-        "SNCL_SHM_CMA",
-        Values::Choice(&["auto", "1", "0"]),
-        Value("auto"),
-        "single-copy shared memory for large pieces (the receiver reads the sender's buffer with process_vm_readv): `auto` where the kernel permits it and this host's cross-memory reads run at >= 0.75 of a copy's speed (measured once per process), `1` wherever permitted, `0` never; Yama ptrace_scope >= 2 or a failed probe fall back to the slot FIFO (logged once)",
-    ),
-    local(
-        "SNCL_SHM_CMA_MIN_BYTES",
-        Values::Text("positive number of bytes"),
-        Value("65536"),
-        "smallest shared-memory piece a sender lends for a cross-memory read instead of copying it into a slot (a piece is at most SNCL_SHM_SLOT_BYTES)",
-    ),
-    local(
-        "SNCL_NVLINK",
-        Values::Choice(&["auto", "1", "0"]),
-        Value("auto"),
-        "the nvlink transport between ranks of one node (host pieces over shm's connection): `auto` goes device to device where both ranks see each other's device (by PCI bus id) with peer access or share it, else stages device pieces through the host; `1` fails the first device operation of a pair that cannot, naming what is missing; `0` leaves same-node pairs to shm",
-    ),
+    Setting {
+        name: "SNCL_SHM_CMA",
+        scope: Scope::Process,
+        values: Values::Choice(&["auto", "1", "0"]),
+        default: Value("auto"),
+        doc: "single-copy shared memory for large pieces (the receiver reads the sender's buffer with process_vm_readv): `auto` where the kernel permits it and this host's cross-memory reads run at >= 0.75 of a copy's speed (measured once per process), `1` wherever permitted, `0` never; Yama ptrace_scope >= 2 or a failed probe fall back to the slot FIFO (logged once)",
+        field: Field::Text {
+            put: |c, v| {
+                c.shm.single_copy = SingleCopy::parse("SNCL_SHM_CMA", v)?;
+                Ok(())
+            },
+            show: |c| c.shm.single_copy.to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_SHM_CMA_MIN_BYTES",
+        scope: Scope::Process,
+        values: range(1, MAX_SINGLE_COPY_MIN_BYTES, 1, "bytes"),
+        default: Value("65536"),
+        doc: "smallest shared-memory piece a sender lends for a cross-memory read instead of copying it into a slot (a piece is at most SNCL_SHM_SLOT_BYTES)",
+        field: Field::Int {
+            name: "shm.single_copy_min_bytes",
+            get: |c| c.shm.single_copy_min_bytes,
+            put: |c, v| c.shm.single_copy_min_bytes = v,
+        },
+    },
+    Setting {
+        name: "SNCL_NVLINK",
+        scope: Scope::Process,
+        values: Values::Choice(&["auto", "1", "0"]),
+        default: Value("auto"),
+        doc: "the nvlink transport between ranks of one node (host pieces over shm's connection): `auto` goes device to device where both ranks see each other's device (by PCI bus id) with peer access or share it, else stages device pieces through the host; `1` fails the first device operation of a pair that cannot, naming what is missing; `0` leaves same-node pairs to shm",
+        field: Field::Text {
+            put: |c, v| {
+                c.nvlink.mode = NvlinkMode::parse("SNCL_NVLINK", v)?;
+                Ok(())
+            },
+            show: |c| c.nvlink.mode.to_string(),
+        },
+    },
     // Per process, read elsewhere.
     local(
         "SNCL_DEBUG",

@@ -189,3 +189,34 @@ fn unknown_sncl_variables_are_named_with_the_nearest_setting() {
     // Still only a warning: the configuration builds.
     Config::from_environment(&env).expect("unknown names are not errors");
 }
+
+/// The shm and nvlink transports' settings are Config fields like the rest:
+/// parsed once (environment or settings file), settable in code, and a bad
+/// value fails at Config construction naming the setting.
+#[test]
+fn transport_parts_parse_into_config() {
+    use crate::config::{NvlinkMode, SingleCopy};
+    let d = Config::default();
+    assert_eq!(d.shm.single_copy, SingleCopy::Auto);
+    assert_eq!(d.shm.single_copy_min_bytes, 65536);
+    assert_eq!(d.nvlink.mode, NvlinkMode::Auto);
+    let c = Config::from_vars(&|k| match k {
+        "SNCL_SHM_CMA" => Some("0".into()),
+        "SNCL_SHM_CMA_MIN_BYTES" => Some("4096".into()),
+        "SNCL_NVLINK" => Some("1".into()),
+        _ => None,
+    })
+    .unwrap();
+    assert_eq!(c.shm.single_copy, SingleCopy::Off);
+    assert_eq!(c.shm.single_copy_min_bytes, 4096);
+    assert_eq!(c.nvlink.mode, NvlinkMode::Required);
+    for (var, value) in [
+        ("SNCL_SHM_CMA", "maybe"),
+        ("SNCL_SHM_CMA_MIN_BYTES", "0"),
+        ("SNCL_SHM_CMA_MIN_BYTES", "lots"),
+        ("SNCL_NVLINK", "yes"),
+    ] {
+        let e = Config::from_vars(&|k| (k == var).then(|| value.to_string())).unwrap_err();
+        assert!(e.to_string().contains(var), "{var}={value}: {e}");
+    }
+}
