@@ -46,11 +46,12 @@ fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
 
 fn join_comm() -> Rank {
     let (rank, n, id) = spawned_rank("RDMA_GDR");
+    // The SNCL_IB_* settings of the environment spawn() set.
     let cfg = sncl::Config {
         timeout: TIMEOUT,
         chunk_bytes: 4096,
         transport: TransportChoice::parse("rdma").expect("a transport name"),
-        ..Default::default()
+        ..<sncl::Config as sncl::ConfigFromEnv>::from_env().expect("the settings")
     };
     let comm = Communicator::init_rank_with_config(&id, rank, n, cfg).expect("init");
     for (p, kind) in comm.transports().iter().enumerate() {

@@ -1,5 +1,5 @@
 //! The rdma kind in the runtime's registry, on the emulated provider
-//! (`SNCL_IB_EMULATE=1`, set for this test binary only): across "nodes" it
+//! (`Config::ib.emulate`, as `SNCL_IB_EMULATE=1` sets it): across "nodes" it
 //! is chosen before tcp, within a node shm stays first, `SNCL_TRANSPORT=rdma`
 //! forces it between every pair; collectives over it are exact.
 
@@ -14,13 +14,14 @@ fn init(n: usize, comm_id: u64, transport: TransportChoice) -> Vec<Communicator>
     let hs: Vec<_> = (0..n)
         .map(|r| {
             let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
-            let cfg = Config {
+            let mut cfg = Config {
                 // Two ranks per "node": shm inside, rdma across.
                 node_id: Some(format!("rdma-node{}", r / 2)),
                 transport,
                 timeout: Duration::from_secs(30),
                 ..Config::default()
             };
+            cfg.ib.emulate = true;
             std::thread::spawn(move || Communicator::init_with_store(store, r, n, comm_id, cfg))
         })
         .collect();
@@ -56,9 +57,6 @@ fn check_collectives(comms: &[Communicator]) {
 
 #[test]
 fn rdma_between_nodes_shm_within_and_forced_everywhere() {
-    // SAFETY-free in edition 2021; this binary has one test, set before
-    // any thread reads the environment.
-    std::env::set_var("SNCL_IB_EMULATE", "1");
     let comms = init(4, 0x5d3a_0001, TransportChoice::Auto);
     for c in &comms {
         let r = c.rank();

@@ -8,7 +8,12 @@ use crate::algo::Algorithm;
 use crate::error::{Error, Result};
 use crate::wire::Collective;
 
+mod ib_settings;
 mod transport_settings;
+pub use ib_settings::{
+    HcaEntry, HcaFilter, IbSettings, DEFAULT_REG_CACHE_MB, DEFAULT_RETRY_CNT, DEFAULT_TIMEOUT,
+    MAX_QPS_PER_CONN, MAX_REG_CACHE_MB,
+};
 pub use transport_settings::{
     NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy, DEFAULT_SINGLE_COPY_MIN_BYTES,
     MAX_SINGLE_COPY_MIN_BYTES,
@@ -223,6 +228,8 @@ pub struct Config {
     pub shm: ShmSettings,
     /// The nvlink transport's own settings (`SNCL_NVLINK`).
     pub nvlink: NvlinkSettings,
+    /// The RDMA transport's own settings (`SNCL_IB_*`).
+    pub ib: IbSettings,
 }
 
 impl Default for Config {
@@ -250,6 +257,7 @@ impl Default for Config {
             device_lane_bytes: 256 << 10,
             shm: ShmSettings::default(),
             nvlink: NvlinkSettings::default(),
+            ib: IbSettings::default(),
         }
     }
 }

@@ -50,9 +50,11 @@ impl TransportKind for Rdma {
         &[MemoryKind::Host, MemoryKind::Device]
     }
 
-    fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
+    fn prepare(&self, ctx: &SetupContext<'_>) -> Result<Readiness> {
+        let settings = ctx.config.ib.clone();
+        // Which GPU this process sees (its NIC is the one nearest it): not a
+        // setting, the launcher's CUDA_VISIBLE_DEVICES.
         let env = Environment::from_process()?;
-        let settings = IbSettings::from_env(&env)?;
         // Whether a port is usable at all; which one, at connect (the
         // rank's index in its node is known once the cards are).
         match transport_rdma::probe(&settings) {

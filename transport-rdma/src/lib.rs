@@ -11,7 +11,8 @@
 //!   QP states, key and bounds checks, completion order, immediates, CQ
 //!   overflow and fault injection: the transport's tests run on it.
 //!
-//! Use: [`IbSettings::from_env`], then [`probe`] once per process (an
+//! Use: the configuration's [`IbSettings`] (`Config::ib`, parsed from the
+//! `SNCL_IB_*` settings), then [`probe`] once per process (an
 //! [`Availability::Unavailable`] reason goes to [`log_skipped`]: one INFO
 //! line), then [`establish`] with the bootstrap store and the peers; each
 //! [`RdmaConnection`] implements the executor's
@@ -21,16 +22,14 @@
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use sncl_bootstrap::MemoryStore;
-//! use comm_core::settings::Environment;
-//! use sncl_bootstrap::ReadEnvironment;
+//! use sncl_bootstrap::ConfigFromEnv;
 //! use comm_core::transport::Connection;
 //! use transport_rdma::{establish, log_skipped, probe, Availability, IbSettings, RdmaSetup};
 //!
 //! # fn main() -> Result<(), comm_core::Error> {
 //! # let (rank, nranks, comm_id, store) = (0, 2, 7u64, MemoryStore::new());
 //! # let rdma_peers = vec![1usize];
-//! let env = Environment::from_process()?;
-//! let ib = IbSettings::from_env(&env)?;
+//! let ib: IbSettings = comm_core::Config::from_env()?.ib;
 //! let provider = match probe(&ib) {
 //!     Availability::Ready(p) => p,
 //!     Availability::Unavailable(why) => {
@@ -66,12 +65,12 @@ mod ibv;
 mod mem;
 mod post;
 mod regcache;
-mod settings;
 mod setup;
 mod sys;
 pub mod topo;
 pub mod verbs;
 
+pub use comm_core::config::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use conn::{RdmaConnection, ZERO_COPY_MIN};
 pub use emu::EmuVerbs;
 pub use gdr::gdr_bytes;
@@ -79,7 +78,6 @@ pub use gdr::gdr_bytes;
 pub use gdr_board::fuzz_gdr_board;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use regcache::ZeroCopy;
-pub use settings::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use setup::{
     establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,
     DEFAULT_SLOT_BYTES,

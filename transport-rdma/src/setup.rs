@@ -10,8 +10,8 @@ use comm_core::Error;
 use crate::conn::{Parts, RdmaConnection, MAX_SLOTS, MAX_SLOT_BYTES};
 use crate::emu::EmuVerbs;
 use crate::ibv::{self, IbvVerbs};
-use crate::settings::IbSettings;
 use crate::verbs::{PathAttrs, QpAddress, QpTransition, Verbs};
+use crate::IbSettings;
 
 /// Default FIFO slots per direction.
 pub const DEFAULT_SLOTS: usize = 8;

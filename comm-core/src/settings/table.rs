@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use super::row::{DefaultValue, Field, IntRange, Scope, Setting, Values};
 use crate::config::{
-    parse_algo, NvlinkMode, SingleCopy, TransportChoice, DEVICE_STAGING_ALIGN, MAX_CHUNK_BYTES,
-    MAX_DEVICE_LANE_BYTES, MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS, MAX_SHM_SLOT_BYTES,
-    MAX_SINGLE_COPY_MIN_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS, MIN_CHUNK_BYTES,
-    MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES, MIN_TCP_PIECE_BYTES,
-    MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
+    parse_algo, HcaFilter, NvlinkMode, SingleCopy, TransportChoice, DEVICE_STAGING_ALIGN,
+    MAX_CHUNK_BYTES, MAX_DEVICE_LANE_BYTES, MAX_DEVICE_STAGING_BYTES, MAX_NSOCKS, MAX_SHM_SLOTS,
+    MAX_SHM_SLOT_BYTES, MAX_SINGLE_COPY_MIN_BYTES, MAX_TCP_PIECE_BYTES, MAX_TIMEOUT_MS,
+    MIN_CHUNK_BYTES, MIN_DEVICE_STAGING_BYTES, MIN_NSOCKS, MIN_SHM_SLOTS, MIN_SHM_SLOT_BYTES,
+    MIN_TCP_PIECE_BYTES, MIN_TIMEOUT_MS, SHM_SLOT_ALIGN, TCP_PIECE_ALIGN,
 };
 
 const fn launch(
@@ -441,79 +441,164 @@ pub static SETTINGS: &[Setting] = &[
         Unset("built-in TCP cost"),
         "inter-node latency for the planner",
     ),
-    // Per process, read by `IbSettings` (transport-rdma/src/settings.rs).
-    local(
-        "SNCL_IB_DISABLE",
-        Values::Choice(&["0", "1"]),
-        Value("0"),
-        "`1`: never use RDMA (the transport is skipped with one INFO line)",
-    ),
-    local(
-        "SNCL_IB_EMULATE",
-        Values::Choice(&["0", "1"]),
-        Value("0"),
-        "`1`: run the RDMA transport on emulated verbs between processes of one machine (CI, machines without a NIC)",
-    ),
-    local(
-        "SNCL_IB_HCA",
-        Values::Text("NCCL syntax: `mlx5_0:1,mlx5_1:1`; `^` excludes, `=` matches names exactly"),
-        Unset("every device, the first ACTIVE port"),
-        "RDMA devices and ports to use",
-    ),
-    local(
-        "SNCL_IB_GID_INDEX",
-        range(0, 255, 1, "index"),
-        Value("0"),
-        "GID table index (RoCE v2: see `show_gids`)",
-    ),
-    local(
-        "SNCL_IB_TIMEOUT",
-        range(0, 31, 1, "exponent"),
-        Value("20"),
-        "RDMA ACK timeout, 4.096 µs × 2^value per retry",
-    ),
-    local(
-        "SNCL_IB_RETRY_CNT",
-        range(0, 7, 1, "retries"),
-        Value("7"),
-        "RDMA transport retries before a work request fails",
-    ),
-    local(
-        "SNCL_IB_TC",
-        range(0, 255, 1, "traffic class"),
-        Value("0"),
-        "RDMA traffic class (RoCE: DSCP << 2)",
-    ),
-    local(
-        "SNCL_IB_SL",
-        range(0, 15, 1, "service level"),
-        Value("0"),
-        "InfiniBand service level",
-    ),
-    local(
-        "SNCL_IB_QPS_PER_CONN",
-        range(1, 16, 1, "queue pairs"),
-        Value("1"),
-        "RC queue pairs per peer; pieces stripe over them (every rank must use the same value)",
-    ),
-    local(
-        "SNCL_IB_ZERO_COPY",
-        Values::Choice(&["auto", "0", "1"]),
-        Value("auto"),
-        "RDMA-write large host pieces straight from the user's buffer: auto = where the device registers on demand (ODP; the emulated provider does), 1 = also pin per step without ODP, 0 = always through the staging copy",
-    ),
-    local(
-        "SNCL_IB_GDR",
-        Values::Choice(&["auto", "0", "1"]),
-        Value("auto"),
-        "GPUDirect RDMA: device pieces go NIC to device memory (dma-buf registration) where both ranks of a pair can: auto = where the device exports dma-bufs and libibverbs has ibv_reg_dmabuf_mr, 1 = required (an error naming what is missing), 0 = always staged through host memory",
-    ),
-    local(
-        "SNCL_IB_REG_CACHE_MB",
-        range(0, 1 << 20, 1, "MiB"),
-        Value("4096"),
-        "user-buffer registrations (on demand) kept per RDMA connection, least recently used dropped first",
-    ),
+    // Per process: the RDMA transport's part of Config (`Config::ib`).
+    Setting {
+        name: "SNCL_IB_DISABLE",
+        scope: Scope::Process,
+        values: Values::Choice(&["0", "1"]),
+        default: Value("0"),
+        doc: "`1`: never use RDMA (the transport is skipped with one INFO line)",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.disable = zero_or_one("SNCL_IB_DISABLE", v)?;
+                Ok(())
+            },
+            show: |c| u8::from(c.ib.disable).to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_IB_EMULATE",
+        scope: Scope::Process,
+        values: Values::Choice(&["0", "1"]),
+        default: Value("0"),
+        doc: "`1`: run the RDMA transport on emulated verbs between processes of one machine (CI, machines without a NIC)",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.emulate = zero_or_one("SNCL_IB_EMULATE", v)?;
+                Ok(())
+            },
+            show: |c| u8::from(c.ib.emulate).to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_IB_HCA",
+        scope: Scope::Process,
+        values: Values::Text("NCCL syntax: `mlx5_0:1,mlx5_1:1`; `^` excludes, `=` matches names exactly"),
+        default: Unset("every device, the first ACTIVE port"),
+        doc: "RDMA devices and ports to use",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.hca = Some(v)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(HcaFilter::parse)
+                    .transpose()?;
+                Ok(())
+            },
+            show: |c| c.ib.hca.as_ref().map(HcaFilter::to_string).unwrap_or_default(),
+        },
+    },
+    Setting {
+        name: "SNCL_IB_GID_INDEX",
+        scope: Scope::Process,
+        values: range(0, 255, 1, "index"),
+        default: Value("0"),
+        doc: "GID table index (RoCE v2: see `show_gids`)",
+        field: Field::Int {
+            name: "ib.gid_index",
+            get: |c| c.ib.gid_index as usize,
+            put: |c, v| c.ib.gid_index = v as u8,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_TIMEOUT",
+        scope: Scope::Process,
+        values: range(0, 31, 1, "exponent"),
+        default: Value("20"),
+        doc: "RDMA ACK timeout, 4.096 µs × 2^value per retry",
+        field: Field::Int {
+            name: "ib.timeout",
+            get: |c| c.ib.timeout as usize,
+            put: |c, v| c.ib.timeout = v as u8,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_RETRY_CNT",
+        scope: Scope::Process,
+        values: range(0, 7, 1, "retries"),
+        default: Value("7"),
+        doc: "RDMA transport retries before a work request fails",
+        field: Field::Int {
+            name: "ib.retry_cnt",
+            get: |c| c.ib.retry_cnt as usize,
+            put: |c, v| c.ib.retry_cnt = v as u8,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_TC",
+        scope: Scope::Process,
+        values: range(0, 255, 1, "traffic class"),
+        default: Value("0"),
+        doc: "RDMA traffic class (RoCE: DSCP << 2)",
+        field: Field::Int {
+            name: "ib.traffic_class",
+            get: |c| c.ib.traffic_class as usize,
+            put: |c, v| c.ib.traffic_class = v as u8,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_SL",
+        scope: Scope::Process,
+        values: range(0, 15, 1, "service level"),
+        default: Value("0"),
+        doc: "InfiniBand service level",
+        field: Field::Int {
+            name: "ib.sl",
+            get: |c| c.ib.sl as usize,
+            put: |c, v| c.ib.sl = v as u8,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_QPS_PER_CONN",
+        scope: Scope::Process,
+        values: range(1, 16, 1, "queue pairs"),
+        default: Value("1"),
+        doc: "RC queue pairs per peer; pieces stripe over them (every rank must use the same value)",
+        field: Field::Int {
+            name: "ib.qps_per_conn",
+            get: |c| c.ib.qps_per_conn,
+            put: |c, v| c.ib.qps_per_conn = v,
+        },
+    },
+    Setting {
+        name: "SNCL_IB_ZERO_COPY",
+        scope: Scope::Process,
+        values: Values::Choice(&["auto", "0", "1"]),
+        default: Value("auto"),
+        doc: "RDMA-write large host pieces straight from the user's buffer: auto = where the device registers on demand (ODP; the emulated provider does), 1 = also pin per step without ODP, 0 = always through the staging copy",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.zero_copy = auto_zero_or_one("SNCL_IB_ZERO_COPY", v)?;
+                Ok(())
+            },
+            show: |c| c.ib.zero_copy.map_or("auto".into(), |b| u8::from(b).to_string()),
+        },
+    },
+    Setting {
+        name: "SNCL_IB_GDR",
+        scope: Scope::Process,
+        values: Values::Choice(&["auto", "0", "1"]),
+        default: Value("auto"),
+        doc: "GPUDirect RDMA: device pieces go NIC to device memory (dma-buf registration) where both ranks of a pair can: auto = where the device exports dma-bufs and libibverbs has ibv_reg_dmabuf_mr, 1 = required (an error naming what is missing), 0 = always staged through host memory",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.gdr = auto_zero_or_one("SNCL_IB_GDR", v)?;
+                Ok(())
+            },
+            show: |c| c.ib.gdr.map_or("auto".into(), |b| u8::from(b).to_string()),
+        },
+    },
+    Setting {
+        name: "SNCL_IB_REG_CACHE_MB",
+        scope: Scope::Process,
+        values: range(0, 1 << 20, 1, "MiB"),
+        default: Value("4096"),
+        doc: "user-buffer registrations (on demand) kept per RDMA connection, least recently used dropped first",
+        field: Field::Int {
+            name: "ib.reg_cache_mb",
+            get: |c| c.ib.reg_cache_mb,
+            put: |c, v| c.ib.reg_cache_mb = v,
+        },
+    },
     Setting {
         name: "SNCL_SHM_CMA",
         scope: Scope::Process,
@@ -617,4 +702,27 @@ pub(crate) fn by_digest_key(key: &str) -> Option<&'static Setting> {
     SETTINGS
         .iter()
         .find(|s| matches!(s.scope, Scope::Shared { digest_key } if digest_key == key))
+}
+
+/// A `0|1` setting's value.
+fn zero_or_one(name: &str, v: &str) -> crate::Result<bool> {
+    match v.trim() {
+        "" | "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(crate::Error::Config(format!(
+            "{name}={other:?}: expected 0 or 1"
+        ))),
+    }
+}
+
+/// An `auto|0|1` setting's value: `None` for auto.
+fn auto_zero_or_one(name: &str, v: &str) -> crate::Result<Option<bool>> {
+    match v.trim() {
+        "" | "auto" => Ok(None),
+        "0" => Ok(Some(false)),
+        "1" => Ok(Some(true)),
+        other => Err(crate::Error::Config(format!(
+            "{name}={other:?}: expected auto, 0 or 1"
+        ))),
+    }
 }

@@ -220,3 +220,43 @@ fn transport_parts_parse_into_config() {
         assert!(e.to_string().contains(var), "{var}={value}: {e}");
     }
 }
+
+/// The RDMA transport's settings parse into `Config::ib` (formerly read by
+/// transport-rdma from the environment), with the same ranges and errors.
+#[test]
+fn ib_settings_parse_and_reject() {
+    let c = Config::from_vars(&|k| {
+        match k {
+            "SNCL_IB_QPS_PER_CONN" => Some("4"),
+            "SNCL_IB_EMULATE" => Some("1"),
+            "SNCL_IB_TC" => Some("106"),
+            "SNCL_IB_HCA" => Some("^mlx5_2"),
+            "SNCL_IB_GDR" => Some("0"),
+            _ => None,
+        }
+        .map(str::to_string)
+    })
+    .unwrap();
+    let ib = &c.ib;
+    assert_eq!(
+        (ib.qps_per_conn, ib.emulate, ib.traffic_class),
+        (4, true, 106)
+    );
+    assert!(ib.hca.as_ref().unwrap().exclude);
+    assert_eq!((ib.gdr, ib.zero_copy, ib.retry_cnt), (Some(false), None, 7));
+    assert_eq!(Config::default().ib, crate::config::IbSettings::default());
+    for (k, v) in [
+        ("SNCL_IB_QPS_PER_CONN", "0"),
+        ("SNCL_IB_QPS_PER_CONN", "17"),
+        ("SNCL_IB_RETRY_CNT", "8"),
+        ("SNCL_IB_SL", "x"),
+        ("SNCL_IB_DISABLE", "yes"),
+        ("SNCL_IB_ZERO_COPY", "maybe"),
+        ("SNCL_IB_HCA", "mlx5_0:0"),
+    ] {
+        let e = Config::from_vars(&|name| (name == k).then(|| v.to_string()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(k), "{k}={v}: {e}");
+    }
+}

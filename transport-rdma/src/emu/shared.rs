@@ -24,7 +24,7 @@ const DMABUF: u64 = 0x444d_4142_5546; // "DMABUF"
 const NAME_AT: usize = 64;
 /// QPs one emulated device can hold (the transport opens one device per
 /// peer with at most `MAX_QPS_PER_CONN` QPs).
-pub(super) const QP_SLOTS: usize = crate::settings::MAX_QPS_PER_CONN;
+pub(super) const QP_SLOTS: usize = crate::MAX_QPS_PER_CONN;
 /// Messages a QP's inbound ring holds (more than the transport's largest
 /// FIFO, 256 slots, plus credits and an abort).
 const RING: usize = 512;

@@ -1,8 +1,8 @@
-//! The `SNCL_IB_*` settings (declared in comm-core's settings table, read
-//! from an [`Environment`]).
+//! The RDMA transport's settings (`SNCL_IB_*`, as NCCL's `NCCL_IB_*`), a
+//! part of [`Config`](crate::Config): parsed by the settings table with the
+//! rest of the configuration, settable in code, read by `transport-rdma`.
 
-use comm_core::settings::Environment;
-use comm_core::Error;
+use crate::error::Error;
 
 /// Default `SNCL_IB_TIMEOUT` (4.096 µs × 2^20 ≈ 4.3 s per retry, as NCCL).
 pub const DEFAULT_TIMEOUT: u8 = 20;
@@ -107,6 +107,27 @@ impl HcaFilter {
     }
 }
 
+impl std::fmt::Display for HcaFilter {
+    /// NCCL's syntax, as [`HcaFilter::parse`] reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.exclude {
+            f.write_str("^")?;
+        }
+        if self.exact {
+            f.write_str("=")?;
+        }
+        let items: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| match e.port {
+                Some(p) => format!("{}:{p}", e.name),
+                None => e.name.clone(),
+            })
+            .collect();
+        f.write_str(&items.join(","))
+    }
+}
+
 /// Every `SNCL_IB_*` setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IbSettings {
@@ -159,77 +180,6 @@ impl Default for IbSettings {
     }
 }
 
-fn int(env: &Environment, name: &str, max: usize) -> Result<Option<usize>, Error> {
-    let Some(raw) = env.get(name).map(str::trim).filter(|r| !r.is_empty()) else {
-        return Ok(None);
-    };
-    match raw.parse::<usize>() {
-        Ok(v) if v <= max => Ok(Some(v)),
-        _ => Err(Error::Config(format!(
-            "{name}={raw:?} is not an integer in range (allowed: 0..={max})"
-        ))),
-    }
-}
-
-fn flag(env: &Environment, name: &str) -> Result<bool, Error> {
-    match env.get(name).map(str::trim) {
-        None | Some("" | "0") => Ok(false),
-        Some("1") => Ok(true),
-        Some(other) => Err(Error::Config(format!("{name}={other:?}: expected 0 or 1"))),
-    }
-}
-
-/// An `auto|0|1` setting: `None` for auto.
-fn auto_flag(env: &Environment, name: &str) -> Result<Option<bool>, Error> {
-    match env.get(name).map(str::trim) {
-        None | Some("" | "auto") => Ok(None),
-        Some("0") => Ok(Some(false)),
-        Some("1") => Ok(Some(true)),
-        Some(other) => Err(Error::Config(format!(
-            "{name}={other:?}: expected auto, 0 or 1"
-        ))),
-    }
-}
-
-impl IbSettings {
-    /// Reads the settings from `env`; a bad value is an error naming the
-    /// variable and what is allowed.
-    pub fn from_env(env: &Environment) -> Result<IbSettings, Error> {
-        let d = IbSettings::default();
-        let byte = |name: &str, max: usize, default: u8| -> Result<u8, Error> {
-            Ok(int(env, name, max)?.map(|v| v as u8).unwrap_or(default))
-        };
-        let qps = match int(env, "SNCL_IB_QPS_PER_CONN", MAX_QPS_PER_CONN)? {
-            Some(0) => {
-                return Err(Error::Config(format!(
-                    "SNCL_IB_QPS_PER_CONN=0 is out of range (allowed: 1..={MAX_QPS_PER_CONN})"
-                )))
-            }
-            Some(n) => n,
-            None => d.qps_per_conn,
-        };
-        Ok(IbSettings {
-            disable: flag(env, "SNCL_IB_DISABLE")?,
-            emulate: flag(env, "SNCL_IB_EMULATE")?,
-            hca: env
-                .get("SNCL_IB_HCA")
-                .filter(|v| !v.trim().is_empty())
-                .map(HcaFilter::parse)
-                .transpose()?,
-            gid_index: byte("SNCL_IB_GID_INDEX", 255, d.gid_index)?,
-            timeout: byte("SNCL_IB_TIMEOUT", 31, d.timeout)?,
-            retry_cnt: byte("SNCL_IB_RETRY_CNT", 7, d.retry_cnt)?,
-            traffic_class: byte("SNCL_IB_TC", 255, d.traffic_class)?,
-            sl: byte("SNCL_IB_SL", 15, d.sl)?,
-            qps_per_conn: qps,
-            zero_copy: auto_flag(env, "SNCL_IB_ZERO_COPY")?,
-            gdr: auto_flag(env, "SNCL_IB_GDR")?,
-            reg_cache_mb: int(env, "SNCL_IB_REG_CACHE_MB", MAX_REG_CACHE_MB)?
-                .unwrap_or(DEFAULT_REG_CACHE_MB),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,34 +194,12 @@ mod tests {
         assert!(f.allows("mlx5_1", 1) && !f.allows("mlx5_10", 1));
         let f = HcaFilter::parse("^mlx5_0").unwrap();
         assert!(!f.allows("mlx5_0", 1) && f.allows("mlx5_1", 1));
+        for text in ["^=mlx5_0:1,mlx5_1", "mlx5_2"] {
+            assert_eq!(HcaFilter::parse(text).unwrap().to_string(), text);
+        }
         for bad in ["", "^", "mlx5_0:x", "mlx5_0:0", "a b"] {
             let e = HcaFilter::parse(bad).unwrap_err().to_string();
             assert!(e.contains("SNCL_IB_HCA"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn settings_parse_and_reject() {
-        let env = Environment::from_pairs([
-            ("SNCL_IB_QPS_PER_CONN", "4"),
-            ("SNCL_IB_EMULATE", "1"),
-            ("SNCL_IB_TC", "106"),
-            ("SNCL_IB_HCA", "^mlx5_2"),
-        ]);
-        let s = IbSettings::from_env(&env).unwrap();
-        assert_eq!((s.qps_per_conn, s.emulate, s.traffic_class), (4, true, 106));
-        assert!(s.hca.unwrap().exclude);
-        for (k, v) in [
-            ("SNCL_IB_QPS_PER_CONN", "0"),
-            ("SNCL_IB_QPS_PER_CONN", "17"),
-            ("SNCL_IB_RETRY_CNT", "8"),
-            ("SNCL_IB_SL", "x"),
-            ("SNCL_IB_DISABLE", "yes"),
-        ] {
-            let e = IbSettings::from_env(&Environment::from_pairs([(k, v)]))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(k), "{k}={v}: {e}");
         }
     }
 }
