@@ -27,22 +27,13 @@ pub(crate) const SUBSYSTEMS: &[(&str, &[&str])] = &[
         ],
     ),
     ("COLL", &["sncl::comm", "sncl_runtime", "sncl::work"]),
-    (
-        "P2P",
-        &[
-            "sncl::comm::tagged",
-            "transport_nvlink",
-            "sncl::setup::nvlink",
-        ],
-    ),
-    ("SHM", &["transport_shm", "sncl::setup::shm"]),
+    ("P2P", &["sncl::comm::tagged", "transport_nvlink"]),
+    ("SHM", &["transport_shm"]),
     (
         "NET",
         &[
             "transport_tcp",
             "transport_rdma",
-            "sncl::setup::tcp",
-            "sncl::setup::rdma",
             "sncl_bootstrap::tcpstore",
         ],
     ),
@@ -232,11 +223,11 @@ mod tests {
         assert_eq!(
             filter_directives("info", Some("init,shm")).unwrap(),
             "warn,sncl::setup=info,sncl_bootstrap=info,sncl::shrink=info,sncl::agree=info,\
-             sncl::split=info,transport_shm=info,sncl::setup::shm=info"
+             sncl::split=info,transport_shm=info"
         );
         assert_eq!(
             filter_directives("debug", Some("^SHM")).unwrap(),
-            "debug,transport_shm=warn,sncl::setup::shm=warn"
+            "debug,transport_shm=warn"
         );
         // Nothing to narrow at WARN.
         assert_eq!(filter_directives("warn", Some("NET")).unwrap(), "warn");

@@ -17,11 +17,7 @@ use sncl_bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
 
 use crate::comm::{Inner, InnerParts};
 
-mod nvlink;
-mod rdma;
 mod registry;
-mod shm;
-mod tcp;
 
 /// This host's identity: `SNCL_NODE_ID`, else hostname + boot id (network
 /// namespaces share both, so test beds must set `SNCL_NODE_ID`).
@@ -437,7 +433,11 @@ fn inter_tier_over_rdma(config: &mut Config, cards: &[RankCard], rank: usize) {
     if config.tiers.inter.is_some() {
         return;
     }
-    if everywhere(config, cards, kinds::TransportKind::name(&rdma::Rdma)) {
+    if everywhere(
+        config,
+        cards,
+        kinds::TransportKind::name(&transport_rdma::RdmaKind),
+    ) {
         config.tiers.inter = Some(comm_core::tune::LinkCost::RDMA);
         if rank == 0 {
             tracing::debug!("planner: the inter-node tier is priced as RDMA");

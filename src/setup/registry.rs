@@ -1,8 +1,7 @@
 //! THE list of transport kinds, in order of preference: each peer pair gets
 //! the first kind that is ready on both ranks and accepts the pair (see
-//! [`comm_core::transport::registry`]). A new transport is one
-//! [`TransportKind`] implementation (in its own crate, or a file beside
-//! this one) and one line here.
+//! [`comm_core::transport::registry`]). A new transport is one crate with
+//! its [`TransportKind`] (setup, settings, connection) and one line here.
 
 use comm_core::transport::registry::{SelfKind, TransportKind};
 
@@ -11,10 +10,10 @@ pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
     &SelfKind,
     // Ahead of shm: it wraps shm's connection for host pieces and adds the
     // device path between ranks of a node (SNCL_NVLINK=0 turns it off).
-    &super::nvlink::Nvlink,
-    &super::shm::Shm,
-    &super::rdma::Rdma,
-    &super::tcp::Tcp,
+    &transport_nvlink::NvlinkKind,
+    &transport_shm::ShmKind,
+    &transport_rdma::RdmaKind,
+    &transport_tcp::TcpKind,
 ];
 
 #[cfg(test)]

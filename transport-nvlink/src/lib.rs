@@ -46,7 +46,9 @@ use transport_shm::Segment;
 
 mod board;
 mod decide;
+mod kind;
 pub use board::{process_token, Board, Verdict, BOARD_BYTES};
+pub use kind::NvlinkKind;
 
 /// Whether a pair must use the device path (`SNCL_NVLINK`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -62,6 +62,7 @@ pub mod emu;
 mod gdr;
 mod gdr_board;
 mod ibv;
+mod kind;
 mod mem;
 mod post;
 mod regcache;
@@ -77,6 +78,7 @@ pub use gdr::gdr_bytes;
 #[doc(hidden)]
 pub use gdr_board::fuzz_gdr_board;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};
+pub use kind::RdmaKind;
 pub use regcache::ZeroCopy;
 pub use setup::{
     establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,

@@ -26,6 +26,7 @@
 //! it in the pass that reduces or copies the piece out of the slot.
 
 pub mod cma;
+mod kind;
 pub mod private_file;
 pub mod region;
 mod segment;
@@ -40,8 +41,9 @@ use comm_core::transport::{
 use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
-pub use private_file::{check_name, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR};
 #[doc(hidden)]
+pub use kind::{open_peer_segment, ShmKind, UnlinkOnDrop};
+pub use private_file::{check_name, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR};
 pub use segment::decode_slot_header;
 pub use segment::{cleanup_stale, pid_alive, Segment, SlotData};
 

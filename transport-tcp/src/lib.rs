@@ -40,11 +40,13 @@ mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod kind;
 mod params;
 mod setup;
 mod sys;
 
 pub use conn::{TcpConnection, BOUNCE_BYTES};
+pub use kind::TcpKind;
 pub use params::TcpSetup;
 pub use setup::{
     default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, GOODPUT_HEADROOM,

@@ -3,15 +3,15 @@
 
 use std::net::SocketAddr;
 
+use crate::{TcpEndpoint, TcpSetup};
 use comm_core::transport::registry::{
     MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use transport_tcp::{TcpEndpoint, TcpSetup};
 
 /// TCP between any two ranks.
-pub(crate) struct Tcp;
+pub struct TcpKind;
 
 fn address(c: &RankCard) -> std::result::Result<SocketAddr, String> {
     let card = c.card("tcp");
@@ -23,7 +23,7 @@ fn address(c: &RankCard) -> std::result::Result<SocketAddr, String> {
     })
 }
 
-impl TransportKind for Tcp {
+impl TransportKind for TcpKind {
     fn name(&self) -> &'static str {
         "tcp"
     }
@@ -76,7 +76,7 @@ impl PreparedTransport for Prepared {
         // with the other ranks of the node (and, where this communicator
         // sends to several nodes at once, with each other).
         let local_ranks = cards.iter().filter(|c| c.node == ctx.node).count();
-        let rate = transport_tcp::socket_pacing_rate(
+        let rate = crate::socket_pacing_rate(
             ctx.config.tcp_pacing,
             &ctx.config.tiers,
             local_ranks,

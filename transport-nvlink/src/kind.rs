@@ -23,16 +23,16 @@
 //! `SNCL_TRANSPORT=nvlink` forces the kind for every pair (`auto`'s
 //! decision, or `1`'s); with `SNCL_NVLINK=0` it is unavailable.
 
+use crate::{Geometry, Inbound, Mode, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
 use comm_core::config::{NvlinkMode, NvlinkSettings};
 use comm_core::transport::registry::{
     MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use transport_nvlink::{Geometry, Inbound, Mode, NvlinkConnection, BOARD_BYTES, RING_SLOT_BYTES};
 use transport_shm::Segment;
 
-use super::shm::{open_peer_segment, UnlinkOnDrop};
+use transport_shm::{open_peer_segment, ShmKind, UnlinkOnDrop};
 
 /// A device inbox slot is this many shared-memory slots (default 8 ×
 /// 128 KiB = 1 MiB; `SNCL_SHM_SLOT_BYTES` scales it); it has
@@ -40,11 +40,11 @@ use super::shm::{open_peer_segment, UnlinkOnDrop};
 pub(crate) const SLOT_FACTOR: usize = 8;
 
 /// Devices of one node through CUDA IPC / peer access.
-pub(crate) struct Nvlink;
+pub struct NvlinkKind;
 
-impl TransportKind for Nvlink {
+impl TransportKind for NvlinkKind {
     fn name(&self) -> &'static str {
-        transport_nvlink::NAME
+        crate::NAME
     }
 
     /// Device to device between the pair's devices where both reach each
@@ -61,7 +61,7 @@ impl TransportKind for Nvlink {
         };
         // Only where device operations can happen at all: a host-only run
         // keeps `shm` (and its name in stats and logs).
-        let forced = ctx.config.transport.forced() == Some(transport_nvlink::NAME);
+        let forced = ctx.config.transport.forced() == Some(crate::NAME);
         if matches!(mode, Mode::Auto) && !forced && !device::devices_possible() {
             return Ok(Readiness::Unavailable(
                 "no CUDA driver library loads and no emulated device is open in this process \
@@ -70,7 +70,7 @@ impl TransportKind for Nvlink {
             ));
         }
         // Host pieces go through shm's connection: ready where shm is.
-        let shm = match super::shm::Shm.prepare(ctx)? {
+        let shm = match ShmKind.prepare(ctx)? {
             Readiness::Ready(p) => p,
             Readiness::Unavailable(why) => return Ok(Readiness::Unavailable(why)),
         };

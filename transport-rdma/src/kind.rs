@@ -9,11 +9,12 @@
 //!
 //! Which port, where a node has several (rails): the one nearest this
 //! process's GPU in the PCI tree, ties and unknown topology shared out by
-//! the rank's index among the ranks of its node (`transport_rdma::probe_for`).
+//! the rank's index among the ranks of its node (`crate::probe_for`).
 //! The port is chosen at connect, once every rank's node is known; the GPU
 //! is the CUDA device current on the setting-up thread, else the one device
 //! `CUDA_VISIBLE_DEVICES` leaves visible.
 
+use crate::{Availability, IbSettings, Provider, RdmaSetup};
 use comm_core::settings::Environment;
 use comm_core::transport::registry::{
     MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext, TransportKind,
@@ -22,10 +23,9 @@ use comm_core::transport::Connection;
 use comm_core::Result;
 use device::Backend;
 use sncl_bootstrap::ReadEnvironment;
-use transport_rdma::{Availability, IbSettings, Provider, RdmaSetup};
 
 /// RDMA verbs between ranks (typically of different nodes).
-pub(crate) struct Rdma;
+pub struct RdmaKind;
 
 /// The card of the emulated provider: it connects only processes of one
 /// machine (its memory is shared memory), told apart by the boot id.
@@ -36,7 +36,7 @@ fn emulated_card() -> String {
     format!("emulated@{boot}")
 }
 
-impl TransportKind for Rdma {
+impl TransportKind for RdmaKind {
     fn name(&self) -> &'static str {
         "rdma"
     }
@@ -57,9 +57,9 @@ impl TransportKind for Rdma {
         let env = Environment::from_process()?;
         // Whether a port is usable at all; which one, at connect (the
         // rank's index in its node is known once the cards are).
-        match transport_rdma::probe(&settings) {
+        match crate::probe(&settings) {
             Availability::Unavailable(why) => {
-                transport_rdma::log_skipped(&why);
+                crate::log_skipped(&why);
                 Ok(Readiness::Unavailable(why))
             }
             Availability::Ready(provider) => {
@@ -164,7 +164,7 @@ impl PreparedTransport for Prepared {
             Provider::Emulated => Provider::Emulated,
             Provider::Device { .. } => {
                 let local = local_rank(cards, ctx.rank, ctx.node);
-                match transport_rdma::probe_for(&self.settings, local, || gpu_bus_id(&self.env)) {
+                match crate::probe_for(&self.settings, local, || gpu_bus_id(&self.env)) {
                     Availability::Ready(p) => p,
                     // The ports changed since `prepare`: its choice.
                     Availability::Unavailable(why) => {
@@ -182,16 +182,14 @@ impl PreparedTransport for Prepared {
             rank: ctx.rank,
             comm_id: ctx.comm_id,
             settings: self.settings.clone(),
-            slots: transport_rdma::DEFAULT_SLOTS,
-            slot_bytes: transport_rdma::DEFAULT_SLOT_BYTES,
+            slots: crate::DEFAULT_SLOTS,
+            slot_bytes: crate::DEFAULT_SLOT_BYTES,
             deadline: ctx.deadline,
         };
-        Ok(
-            transport_rdma::establish(&setup, &provider, ctx.store, peers)?
-                .into_iter()
-                .map(|c| Box::new(c) as Box<dyn Connection>)
-                .collect(),
-        )
+        Ok(crate::establish(&setup, &provider, ctx.store, peers)?
+            .into_iter()
+            .map(|c| Box::new(c) as Box<dyn Connection>)
+            .collect())
     }
 }
 

@@ -13,6 +13,7 @@
 //! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
 //! piece lent (smaller ones go through the slots).
 
+use crate::{cma, create_inbound, Segment, ShmConnection};
 use comm_core::config::{ShmSettings, SingleCopy};
 use comm_core::store::Store;
 use comm_core::transport::registry::{
@@ -20,7 +21,6 @@ use comm_core::transport::registry::{
 };
 use comm_core::transport::Connection;
 use comm_core::{Error, Result};
-use transport_shm::{cma, create_inbound, Segment, ShmConnection};
 
 /// The setting that turns single copy (cross-memory attach) on or off
 /// (`Config::shm`), named in logs.
@@ -83,9 +83,9 @@ fn log_fallback_once(reason: &str) {
 }
 
 /// Shared memory between ranks of one node.
-pub(crate) struct Shm;
+pub struct ShmKind;
 
-impl TransportKind for Shm {
+impl TransportKind for ShmKind {
     fn name(&self) -> &'static str {
         "shm"
     }
@@ -95,14 +95,14 @@ impl TransportKind for Shm {
     }
 
     fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
-        let dir = std::path::Path::new(transport_shm::SHM_DIR);
+        let dir = std::path::Path::new(crate::SHM_DIR);
         if !dir.is_dir() {
             return Ok(Readiness::Unavailable(format!(
                 "{} is not a directory on this host",
                 dir.display()
             )));
         }
-        transport_shm::cleanup_stale();
+        crate::cleanup_stale();
         Ok(Readiness::Ready(Box::new(Prepared {
             inbound_names: UnlinkOnDrop(Vec::new()),
         })))
@@ -124,12 +124,12 @@ impl TransportKind for Shm {
 /// Removes the names of this rank's inbound segments when dropped: once
 /// every rank has connected (each peer has mapped them), or on failure
 /// (nobody will).
-pub(super) struct UnlinkOnDrop(pub(super) Vec<String>);
+pub struct UnlinkOnDrop(pub Vec<String>);
 
 impl Drop for UnlinkOnDrop {
     fn drop(&mut self) {
         for name in &self.0 {
-            let _ = std::fs::remove_file(std::path::Path::new(transport_shm::SHM_DIR).join(name));
+            let _ = std::fs::remove_file(std::path::Path::new(crate::SHM_DIR).join(name));
         }
     }
 }
@@ -205,7 +205,7 @@ impl PreparedTransport for Prepared {
                 rank,
                 context: format!(
                     "creating shared-memory segment for data from rank {p} in {}",
-                    transport_shm::SHM_DIR
+                    crate::SHM_DIR
                 ),
                 source: e,
             })?;
@@ -313,7 +313,7 @@ fn probe_peer(ctx: &SetupContext<'_>, p: usize, pid: u32) -> Result<bool> {
 /// "shared-memory", "nvlink ring"). The name must be a plain segment name
 /// (no path) and the file a private one of this user; errors say which
 /// rank, which peer and what was wrong.
-pub(super) fn open_peer_segment(
+pub fn open_peer_segment(
     kv: &dyn Store,
     rank: usize,
     p: usize,
@@ -334,7 +334,7 @@ pub(super) fn open_peer_segment(
             String::from_utf8_lossy(e.as_bytes())
         ),
     })?;
-    transport_shm::check_name(&name).map_err(|e| Error::Bootstrap {
+    crate::check_name(&name).map_err(|e| Error::Bootstrap {
         rank,
         detail: format!(
             "peer rank {p} published an invalid {what} segment name for data from \
