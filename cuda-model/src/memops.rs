@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::memory;
-use crate::stream::{Op, State, Stream};
+use crate::stream::{Op, PassesNow, State, Stream};
 use crate::{watch, CUresult, Res};
 
 /// The comparison of a wait.
@@ -129,12 +129,21 @@ pub fn park(st: &Stream, addr: u64, value: u64, test: Test, wide: bool, host: bo
     }
     let since = Instant::now();
     let label = format!("{test:?} {value}").to_uppercase();
+    let passes_now = PassesNow(Arc::new(move || {
+        let cur = read(addr, wide);
+        if wide {
+            passes64(test, cur, value)
+        } else {
+            passes32(test, cur as u32, value as u32)
+        }
+    }));
     st.set_state(State::WaitingValue {
         addr,
         test: label.clone(),
         seen: cur,
         host,
         since,
+        passes_now: passes_now.clone(),
     });
     let mut spins = 0u32;
     loop {
@@ -148,6 +157,7 @@ pub fn park(st: &Stream, addr: u64, value: u64, test: Test, wide: bool, host: bo
                 seen: cur,
                 host,
                 since,
+                passes_now: passes_now.clone(),
             });
         }
         if ok(cur) {

@@ -70,11 +70,24 @@ pub enum State {
         host: bool,
         /// When the wait began.
         since: Instant,
+        /// Whether the word passes the comparison now (it may have been
+        /// written since the worker last read it).
+        passes_now: PassesNow,
     },
     /// Waiting for other streams' work (events, legacy-stream order).
     WaitingDeps(String),
     /// A kernel waiting for the device (time slice or resident blocks).
     WaitingDevice(String),
+}
+
+/// Reads a waited word and says whether it passes the wait's comparison.
+#[derive(Clone)]
+pub struct PassesNow(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for PassesNow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PassesNow({})", (self.0)())
+    }
 }
 
 /// A dependency an operation waits for before it runs.

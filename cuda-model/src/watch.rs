@@ -96,10 +96,17 @@ pub fn blocked(call: &'static str, on: Vec<(Arc<Stream>, u64)>) -> BlockedGuard 
 
 /// Whether some stream of the process is parked on a stream memory wait
 /// now (counted against synchronising calls made meanwhile).
+///
+/// A stream counts as parked while its wait's word does not pass: a wait
+/// whose word was written before the call (the worker has not read it
+/// again yet) lets the device go on — "work ordered after the operation
+/// will block until the given condition on the memory is satisfied"
+/// (cuStreamWaitValue32, CUDA Driver API) — so a synchronising call then
+/// waits for it and does not deadlock, on the device as here.
 pub fn some_stream_parked() -> bool {
     all_streams()
         .iter()
-        .any(|s| matches!(s.state(), State::WaitingValue { .. }))
+        .any(|s| matches!(s.state(), State::WaitingValue { passes_now, .. } if !(passes_now.0)()))
 }
 
 fn all_streams() -> Vec<Arc<Stream>> {
@@ -213,6 +220,7 @@ fn describe(text: &mut String, blocked: &[Blocked]) {
                 seen,
                 host,
                 since,
+                ..
             } => format!(
                 "parked on a stream memory wait at {addr:#x} ({} memory) for {test}, word is {seen}, for {:.1} s",
                 if host { "host" } else { "device" },

@@ -692,3 +692,49 @@ fn timed_kernel() {
     }
     println!("\nkernel-ms {}", start.elapsed().as_millis());
 }
+
+/// A synchronising call made after the word of a parked wait was written,
+/// before the stream's worker read it again, does not count against the
+/// wait: the device passes the wait and the call returns, on a GPU as
+/// here. 200 rounds of release-then-allocate-and-free: the report names no
+/// synchronising call while parked (before the model read the word at the
+/// call, most rounds did).
+#[test]
+fn a_call_after_the_release_is_not_made_while_parked() {
+    const NAME: &str = "a_call_after_the_release_is_not_made_while_parked";
+    if !is_child(NAME) {
+        let dir = std::env::temp_dir().join(format!("cm-released-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("report dir");
+        let report = dir.join("r-%p.json");
+        let (o, _) = run_child(NAME, &[("CUDA_MODEL_REPORT", report.to_str().unwrap())]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut frees = 0;
+        for e in std::fs::read_dir(&dir).expect("reports") {
+            let text = std::fs::read_to_string(e.expect("entry").path()).expect("report");
+            let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            for t in v["threads"].as_array().expect("threads") {
+                let parked = &t["synchronising_calls_while_parked"];
+                assert!(
+                    parked.as_object().is_none_or(|m| m.is_empty()),
+                    "calls counted as made while parked: {parked}"
+                );
+                frees += t["apis"]["cuMemFree"]["calls"].as_u64().unwrap_or(0);
+            }
+        }
+        assert_eq!(frees, 200, "the child's frees are in the report");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    setup();
+    let s = stream(true);
+    for _ in 0..200 {
+        let (w, d) = host_word();
+        park(s, d, 1);
+        w.store(1, Ordering::SeqCst);
+        let p = alloc(64);
+        // SAFETY: `p` came from cuMemAlloc and is freed once.
+        ok("cuMemFree", unsafe { cuMemFree_v2(p) });
+    }
+    assert!(eventually(Duration::from_secs(5), || idle(s)));
+}
