@@ -161,7 +161,10 @@ fn run_c_ranks(exe: &Path, transport: &str, n: usize) {
     let secret: String = (0..32)
         .map(|i| char::from_digit((port as u32 * 7 + i * 13) % 16, 16).unwrap())
         .collect();
-    let dir = scratch(&format!("c_abi_{transport}"));
+    // Per program as well: two tests run their programs over the same
+    // transport at once, and would truncate each other's output files.
+    let program = exe.file_stem().and_then(|s| s.to_str()).unwrap_or("c");
+    let dir = scratch(&format!("{program}_{transport}"));
     std::fs::create_dir_all(&dir).unwrap();
     let start = Instant::now();
     let mut children: Vec<Child> = (0..n)
