@@ -35,12 +35,16 @@ pub struct Args {
     /// Timed iterations per size.
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
-    /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
+    /// Warm-up iterations per size (nccl-tests' default, 5).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
     /// Check results (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
+    /// nccl-tests' GPUs per thread: sncl binds one device per rank, so 1
+    /// (run more ranks, --np or -t, for more devices).
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ngpus: usize,
     /// Data type: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2 (or f32, bf16, ...), or all.
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub dtype: String,
@@ -173,7 +177,19 @@ impl Args {
     /// every reduction applying to every data type. With `-o all` or `-d
     /// all` the pairs that do not apply are skipped instead; the returned
     /// lines (nccl-tests comments) say which.
-    pub fn check(&self, reduces: bool) -> Result<Vec<String>, String> {
+    pub fn check(&self, bench: Bench) -> Result<Vec<String>, String> {
+        self.check_sweep()?;
+        self.check_compress(bench)?;
+        if let (true, Some(n)) = (bench.rooted(), self.np.or(self.threads)) {
+            if self.root >= n {
+                return Err(format!(
+                    "-r {}: the root must be a rank of the job, 0 to {}",
+                    self.root,
+                    n.saturating_sub(1)
+                ));
+            }
+        }
+        let reduces = bench.reduces();
         if self.minbytes > self.maxbytes {
             return Err(format!(
                 "-b {} bytes (minimum size) is larger than -e {} bytes (maximum size)",
@@ -209,6 +225,78 @@ impl Args {
             ));
         }
         Ok(notes)
+    }
+
+    /// The flags of the sweep itself, as nccl-tests reads them.
+    fn check_sweep(&self) -> Result<(), String> {
+        if self.ngpus != 1 {
+            return Err(format!(
+                "-g {}: sncl binds one device per rank; run {} ranks (--np or -t) for {} devices",
+                self.ngpus, self.ngpus, self.ngpus
+            ));
+        }
+        if self.check > 1 {
+            return Err(format!("-c {}: expected 0 (no check) or 1", self.check));
+        }
+        if self.iters == 0 {
+            return Err("-n 0: at least one timed iteration (-n 1 or more)".into());
+        }
+        let sweeps = self.minbytes < self.maxbytes;
+        match self.stepfactor {
+            Some(f) if !(f.is_finite() && f > 1.0) && sweeps => Err(format!(
+                "-f {f}: the size factor must be above 1 (-b {} to -e {} would never end)",
+                self.minbytes, self.maxbytes
+            )),
+            None if self.stepbytes == 0 && sweeps => {
+                Err("-i 0: the size increment must be at least 1 byte (or use -f)".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `--compress` applies to a float all-reduce with sum or avg, with a
+    /// codec and scope that parse.
+    fn check_compress(&self, bench: Bench) -> Result<(), String> {
+        let Some(spec) = &self.compress else {
+            return Ok(());
+        };
+        let float_sum = self.dtypes()? == [DataType::Float32]
+            && self
+                .ops()?
+                .iter()
+                .all(|o| matches!(o, ReduceOp::Sum | ReduceOp::Avg));
+        if bench != Bench::AllReduce || !float_sum {
+            return Err(format!(
+                "--compress {spec} applies to all_reduce of float with sum or avg (got {} -d {} -o {})",
+                self.op, self.dtype, self.redop
+            ));
+        }
+        sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
+        match self.compress_scope.as_str() {
+            "hier" | "flat" => Ok(()),
+            other => Err(format!("--compress-scope {other}: expected hier or flat")),
+        }
+    }
+
+    /// nccl-tests' parameter line (`# nThread 1 nGpus 1 minBytes ...`),
+    /// so that a log says how to reproduce itself.
+    pub fn parameter_line(&self) -> String {
+        let step = match self.stepfactor {
+            Some(f) => format!("{f}(factor)"),
+            None => format!("{}(bytes)", self.stepbytes),
+        };
+        format!(
+            "# nThread {} nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} \
+             agg iters: 1 validation: {} graph: {}",
+            self.threads.unwrap_or(1),
+            self.ngpus,
+            self.minbytes,
+            self.maxbytes,
+            self.warmup,
+            self.iters,
+            self.check,
+            self.cudagraph
+        )
     }
 
     /// The algorithms `--algo` forces for `coll`, in order (`[None]`, the
@@ -256,9 +344,57 @@ mod tests {
 
     #[test]
     fn min_above_max_is_an_error_naming_both() {
-        let e = args(&["-b", "2K", "-e", "1K"]).check(true).unwrap_err();
+        let e = args(&["-b", "2K", "-e", "1K"])
+            .check(Bench::AllReduce)
+            .unwrap_err();
         assert!(e.contains("2048") && e.contains("1024"), "{e}");
-        assert_eq!(args(&["-b", "1K", "-e", "1K"]).check(true), Ok(vec![]));
+        assert_eq!(
+            args(&["-b", "1K", "-e", "1K"]).check(Bench::AllReduce),
+            Ok(vec![])
+        );
+    }
+
+    /// nccl-tests' flags that make no sweep, or no sense on sncl, are
+    /// refused before any rank starts, naming the flag and what it takes.
+    #[test]
+    fn nonsense_values_are_refused_naming_the_flag() {
+        for (flags, want) in [
+            (&["-f", "1", "-b", "8", "-e", "64"][..], "-f 1"),
+            (&["-f", "0.5", "-b", "8", "-e", "64"], "-f 0.5"),
+            (&["-i", "0", "-b", "8", "-e", "64"], "-i 0"),
+            (&["-n", "0"], "-n 0"),
+            (&["-c", "2"], "-c 2"),
+            (&["-g", "2"], "-g 2"),
+            (&["--compress", "int8", "-d", "half"], "--compress int8"),
+            (&["--compress", "zstd"], "--compress zstd"),
+            (
+                &["--compress", "int8", "--compress-scope", "x"],
+                "--compress-scope x",
+            ),
+        ] {
+            let e = args(flags).check(Bench::AllReduce).unwrap_err();
+            assert!(e.starts_with(want), "{flags:?}: {e}");
+        }
+        // A root outside the job, for rooted collectives only.
+        let e = args(&["--np", "4", "-r", "4"])
+            .check(Bench::Broadcast)
+            .unwrap_err();
+        assert!(e.contains("0 to 3"), "{e}");
+        assert!(args(&["--np", "4", "-r", "4"])
+            .check(Bench::AllReduce)
+            .is_ok());
+        // One size needs no step; nccl-tests' README line is accepted.
+        assert!(args(&["-f", "1", "-b", "8", "-e", "8"])
+            .check(Bench::AllReduce)
+            .is_ok());
+        let readme = args(&["-b", "8", "-e", "128M", "-f", "2", "-g", "1"]);
+        assert!(readme.check(Bench::AllReduce).is_ok());
+        assert_eq!(readme.warmup, 5, "nccl-tests' default warm-up");
+        assert_eq!(
+            readme.parameter_line(),
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 \
+             iters: 20 agg iters: 1 validation: 1 graph: 0"
+        );
     }
 
     #[test]
@@ -302,27 +438,32 @@ mod tests {
     #[test]
     fn inapplicable_reductions() {
         let e = args(&["-o", "bxor", "-d", "float"])
-            .check(true)
+            .check(Bench::AllReduce)
             .unwrap_err();
         assert!(e.contains("bxor") && e.contains("float"), "{e}");
         let e = args(&["-o", "sum,band", "-d", "int32,half"])
-            .check(true)
+            .check(Bench::AllReduce)
             .unwrap_err();
         assert!(e.contains("band") && e.contains("half"), "{e}");
         // Not reducing: the reduction is not used.
         assert_eq!(
-            args(&["-o", "bxor", "-d", "float"]).check(false),
+            args(&["-o", "bxor", "-d", "float"]).check(Bench::AllGather),
             Ok(vec![])
         );
         // A sweep skips the pairs, one line per reduction.
-        let notes = args(&["-o", "bxor", "-d", "all"]).check(true).unwrap();
+        let notes = args(&["-o", "bxor", "-d", "all"])
+            .check(Bench::AllReduce)
+            .unwrap();
         assert_eq!(notes.len(), 1);
         assert!(notes[0].starts_with('#'), "{notes:?}");
         for t in ["bxor", "half", "float", "double", "bfloat16"] {
             assert!(notes[0].contains(t), "{notes:?}");
         }
         assert!(!notes[0].contains("int32"), "{notes:?}");
-        assert_eq!(args(&["-o", "all", "-d", "all"]).check(true), Ok(vec![]));
+        assert_eq!(
+            args(&["-o", "all", "-d", "all"]).check(Bench::AllReduce),
+            Ok(vec![])
+        );
     }
 
     #[test]
@@ -332,11 +473,11 @@ mod tests {
             Ok(vec![DataType::Float8e4m3, DataType::Float8e5m2])
         );
         assert_eq!(
-            args(&["-o", "sum,min,max", "-d", "f8e4m3,f8e5m2"]).check(true),
+            args(&["-o", "sum,min,max", "-d", "f8e4m3,f8e5m2"]).check(Bench::AllReduce),
             Ok(vec![])
         );
         let e = args(&["-o", "band", "-d", "f8e5m2"])
-            .check(true)
+            .check(Bench::AllReduce)
             .unwrap_err();
         assert!(e.contains("band") && e.contains("f8e5m2"), "{e}");
     }

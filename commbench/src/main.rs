@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let notes = match args.check(bench.reduces()) {
+    let notes = match args.check(bench) {
         Ok(notes) => notes,
         Err(e) => {
             eprintln!("commbench: {e}");
@@ -162,6 +162,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             detail,
         })?;
     let root = if bench.rooted() { args.root } else { 0 };
+    // The flags were checked before launch (Args::check).
     let compress = match &args.compress {
         None => None,
         Some(spec) => {
@@ -170,16 +171,6 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                 op: "commbench",
                 detail,
             };
-            if bench != Bench::AllReduce
-                || dtypes != [DataType::Float32]
-                || ops
-                    .iter()
-                    .any(|o| !matches!(o, ReduceOp::Sum | ReduceOp::Avg))
-            {
-                return Err(bad(
-                    "--compress applies to all_reduce of float with sum or avg".into(),
-                ));
-            }
             let codec =
                 sncl::Codec::parse(spec).map_err(|e| bad(format!("--compress {spec}: {e}")))?;
             let scope = match args.compress_scope.as_str() {
@@ -237,6 +228,17 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        println!("{}", args.parameter_line());
+    }
+    // nccl-tests' per-rank lines: pid, host and device of every rank.
+    let line = rank_line(rank, dev.as_ref().map(|d| d.describe()));
+    let lines = gather_lines(comm, &line)?;
+    if out {
+        println!("#");
+        println!("# Using devices");
+        for l in &lines {
+            println!("{l}");
+        }
         for line in notes {
             println!("{line}");
         }
@@ -401,8 +403,16 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     if out {
         println!(
             "# Out of bounds values : {} {}",
-            if any_wrong { "some" } else { "0" },
-            if any_wrong { "FAILED" } else { "OK" }
+            match (args.check, any_wrong) {
+                (0, _) => "N/A",
+                (_, true) => "some",
+                _ => "0",
+            },
+            match (args.check, any_wrong) {
+                (0, _) => "(not checked: -c 0)",
+                (_, true) => "FAILED",
+                _ => "OK",
+            }
         );
         println!(
             "# Avg bus bandwidth    : {:.4}",
@@ -426,6 +436,35 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
         comm.dump_flight_recorder()?;
     }
     Ok(!any_wrong)
+}
+
+/// Bytes of one rank's line in the gathered header.
+const RANK_LINE_BYTES: usize = 160;
+
+/// This rank's header line, as nccl-tests prints it.
+fn rank_line(rank: usize, device: Option<String>) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "#  Rank {rank:2} Group  0 Pid {:6} on {host:>10} device {}",
+        std::process::id(),
+        device.unwrap_or_else(|| "host".into())
+    )
+}
+
+/// Every rank's `line`, in rank order (an all-gather of fixed-size lines).
+fn gather_lines(comm: &Communicator, line: &str) -> sncl::Result<Vec<String>> {
+    let mut mine = [b' '; RANK_LINE_BYTES];
+    let bytes = line.as_bytes();
+    let n = bytes.len().min(RANK_LINE_BYTES);
+    mine[..n].copy_from_slice(&bytes[..n]);
+    let mut all = vec![0u8; RANK_LINE_BYTES * comm.size()];
+    comm.all_gather(&mine, &mut all)?;
+    Ok(all
+        .chunks(RANK_LINE_BYTES)
+        .map(|c| String::from_utf8_lossy(c).trim_end().to_string())
+        .collect())
 }
 
 /// The transport kinds whose bytes `--stats` gathers from every rank.

@@ -303,3 +303,65 @@ fn oversubscription_needs_its_flag() {
     );
     assert!(out.is_empty(), "nothing may run: {out}");
 }
+
+/// A command line copied from nccl-tests' README runs as it is, and the
+/// log carries nccl-tests' header lines: the parameters (so it can be
+/// reproduced from itself) and one line per rank with its pid, host and
+/// device. Nonsense values are refused before any rank starts (exit 2, one
+/// line naming the flag), and an unchecked run says N/A, not OK.
+#[test]
+fn nccl_tests_readme_line_runs_with_its_header() {
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "--np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "128M",
+        "-f",
+        "2",
+        "-g",
+        "1",
+        "-n",
+        "2",
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 \
+             iters: 2 agg iters: 1 validation: 1 graph: 0"
+        ),
+        "{out}"
+    );
+    for rank in 0..2 {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("#  Rank {rank:2} Group  0 Pid"))
+                    && l.contains("device host")),
+            "rank {rank}'s line: {out}"
+        );
+    }
+    // 8 B to 128 MiB by 2: 25 sizes.
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+    assert_eq!(rows.count(), 25, "{out}");
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    let started = Instant::now();
+    let (code, out, err) =
+        commbench(&["all_reduce", "--np", "2", "-b", "8", "-e", "64", "-f", "1"]);
+    assert_eq!(code, Some(2), "{out}\n{err}");
+    assert!(
+        err.starts_with("commbench: -f 1: the size factor must be above 1"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("# sncl commbench"),
+        "refused after launch: {out}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (code, out, _) = commbench(&["all_reduce", "--np", "2", "-b", "8", "-e", "8", "-c", "0"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("# Out of bounds values : N/A"), "{out}");
+}
