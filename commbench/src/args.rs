@@ -69,9 +69,42 @@ pub struct Args {
     // Help generated from the algorithm table (see `algo_help`).
     #[arg(long = "algo", help = algo_help())]
     pub algo: Option<String>,
-    /// Write the rows as JSON to FILE (rank 0).
-    #[arg(long = "json")]
+    /// Write the rows as JSON to FILE (rank 0; nccl-tests' -J).
+    #[arg(short = 'J', long = "json", visible_alias = "output_file")]
     pub json: Option<String>,
+    /// nccl-tests' -a: a size's time from the ranks' times: 0 rank 0's, 1
+    /// the average (default), 2 the minimum, 3 the maximum (host buffers).
+    #[arg(short = 'a', long = "average", default_value_t = 1)]
+    pub average: u8,
+    /// nccl-tests' -m: operations per timed iteration, issued back to back
+    /// (the time printed is per operation; host buffers).
+    #[arg(short = 'm', long = "agg_iters", default_value_t = 1)]
+    pub agg_iters: usize,
+    /// nccl-tests' -N: run the whole sweep this many times, each printed.
+    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
+    pub run_cycles: usize,
+    /// nccl-tests' -T: seconds an operation waits for a silent peer before
+    /// it fails (sets SNCL_TIMEOUT_MS for every rank).
+    #[arg(short = 'T', long = "timeout")]
+    pub timeout_s: Option<u64>,
+    /// nccl-tests' -p (0/1): sncl's ranks initialise in parallel either way.
+    #[arg(short = 'p', long = "parallel_init", default_value_t = 0)]
+    pub parallel_init: u8,
+    /// nccl-tests' -z (0/1): host collectives return once complete either
+    /// way; device runs time stream-ordered launches, so only 0 there.
+    #[arg(short = 'z', long = "blocking", default_value_t = 0)]
+    pub blocking: u8,
+    /// nccl-tests' -R (0/1/2): 1 or 2 allocates the buffers in windows, as
+    /// --window does (sncl's registered buffers).
+    #[arg(short = 'R', long = "local_register", default_value_t = 0)]
+    pub local_register: u8,
+    /// nccl-tests' -C: refused (sncl reports wall time; see --help).
+    #[arg(short = 'C', long = "report_cputime", default_value_t = 0)]
+    pub report_cputime: u8,
+    /// nccl-tests' -S: refused (every operation's start and end are in the
+    /// flight recorder: --flight-dump).
+    #[arg(short = 'S', long = "report_timestamps", default_value_t = 0)]
+    pub report_timestamps: u8,
     /// Print per-tier traffic of the benchmarked operations (intra- and
     /// inter-node bytes, the cross-tier share, op counts, wait time).
     #[arg(long = "stats")]
@@ -241,6 +274,47 @@ impl Args {
         if self.iters == 0 {
             return Err("-n 0: at least one timed iteration (-n 1 or more)".into());
         }
+        let zero_one = [
+            ("-p", self.parallel_init),
+            ("-z", self.blocking),
+            ("-C", self.report_cputime),
+            ("-S", self.report_timestamps),
+        ];
+        if let Some((flag, v)) = zero_one.iter().find(|(_, v)| *v > 1) {
+            return Err(format!("{flag} {v}: expected 0 or 1"));
+        }
+        if self.average > 3 {
+            return Err(format!(
+                "-a {}: expected 0 (rank 0's time), 1 (average), 2 (minimum) or 3 (maximum)",
+                self.average
+            ));
+        }
+        if self.local_register > 2 {
+            return Err(format!("-R {}: expected 0, 1 or 2", self.local_register));
+        }
+        if self.agg_iters == 0 {
+            return Err("-m 0: at least one operation per iteration".into());
+        }
+        if self.run_cycles == 0 {
+            return Err("-N 0: nccl-tests runs forever with it; give a number of cycles".into());
+        }
+        if self.timeout_s == Some(0) {
+            return Err("-T 0: the timeout is at least 1 second".into());
+        }
+        if self.report_cputime != 0 {
+            return Err(
+                "-C 1: sncl reports wall time only (a waiting rank spins, so its CPU \
+                        time is its wall time)"
+                    .into(),
+            );
+        }
+        if self.report_timestamps != 0 {
+            return Err(
+                "-S 1: no timestamp column; every operation's start and end are in \
+                        the flight recorder (--flight-dump, then commbench trace --chrome)"
+                    .into(),
+            );
+        }
         let sweeps = self.minbytes < self.maxbytes;
         match self.stepfactor {
             Some(f) if !(f.is_finite() && f > 1.0) && sweeps => Err(format!(
@@ -287,13 +361,14 @@ impl Args {
         };
         format!(
             "# nThread {} nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} \
-             agg iters: 1 validation: {} graph: {}",
+             agg iters: {} validation: {} graph: {}",
             self.threads.unwrap_or(1),
             self.ngpus,
             self.minbytes,
             self.maxbytes,
             self.warmup,
             self.iters,
+            self.agg_iters,
             self.check,
             self.cudagraph
         )
@@ -371,6 +446,14 @@ mod tests {
                 &["--compress", "int8", "--compress-scope", "x"],
                 "--compress-scope x",
             ),
+            (&["-N", "0"], "-N 0"),
+            (&["-m", "0"], "-m 0"),
+            (&["-a", "4"], "-a 4"),
+            (&["-T", "0"], "-T 0"),
+            (&["-R", "3"], "-R 3"),
+            (&["-p", "2"], "-p 2"),
+            (&["-C", "1"], "-C 1"),
+            (&["-S", "1"], "-S 1"),
         ] {
             let e = args(flags).check(Bench::AllReduce).unwrap_err();
             assert!(e.starts_with(want), "{flags:?}: {e}");

@@ -207,6 +207,11 @@ pub struct Case {
     pub window: bool,
     /// CUDA graph launches of the captured timed iterations (`-G`; 0: none).
     pub graph_launches: usize,
+    /// Operations per timed iteration (`-m`).
+    pub agg: usize,
+    /// How a size's time comes from the ranks' times (`-a`: 0 rank 0's,
+    /// 1 average, 2 minimum, 3 maximum).
+    pub average: u8,
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
@@ -353,9 +358,10 @@ fn expected<T: BenchElem>(
     })
 }
 
-/// Warm-up, barrier, then `iters` back-to-back runs of `op`: returns the
-/// mean per op averaged over ranks, the median over iterations of the
-/// slowest rank's time, and this rank's traffic during the timed runs.
+/// Warm-up, barrier, then `iters` iterations of `agg` back-to-back runs of
+/// `op`: returns the mean per op combined over ranks as `-a` says (the
+/// average by default), the median over iterations of the slowest rank's
+/// time per op, and this rank's traffic during the timed runs.
 fn time_loop(
     comm: &Communicator,
     c: &Case,
@@ -369,20 +375,38 @@ fn time_loop(
     let mut per_iter = vec![0f64; c.iters];
     let start = Instant::now();
     let mut last = start;
+    let agg = c.agg.max(1);
     for t in per_iter.iter_mut() {
-        op()?;
+        for _ in 0..agg {
+            op()?;
+        }
         let now = Instant::now();
-        *t = (now - last).as_secs_f64() * 1e6;
+        *t = (now - last).as_secs_f64() * 1e6 / agg as f64;
         last = now;
     }
     let total_us = start.elapsed().as_secs_f64() * 1e6;
     let traffic = comm.stats().since(&before);
-    let mut mean = [total_us / c.iters.max(1) as f64];
-    comm.all_reduce_in_place(&mut mean, ReduceOp::Sum)?;
+    let mean = combine_ranks(comm, total_us / (c.iters.max(1) * agg) as f64, c.average)?;
     comm.all_reduce_in_place(&mut per_iter, ReduceOp::Max)?;
     per_iter.sort_by(|a, b| a.total_cmp(b));
     let median = per_iter.get(per_iter.len() / 2).copied().unwrap_or(0.0);
-    Ok((mean[0] / comm.size() as f64, median, traffic))
+    Ok((mean, median, traffic))
+}
+
+/// This rank's time `us` combined with the other ranks' as nccl-tests' `-a`
+/// says: 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum.
+fn combine_ranks(comm: &Communicator, us: f64, average: u8) -> Result<f64> {
+    let mut v = [us];
+    match average {
+        0 => comm.broadcast(&mut v, 0)?,
+        2 => comm.all_reduce_in_place(&mut v, ReduceOp::Min)?,
+        3 => comm.all_reduce_in_place(&mut v, ReduceOp::Max)?,
+        _ => {
+            comm.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+            v[0] /= comm.size() as f64;
+        }
+    }
+    Ok(v[0])
 }
 
 /// Times one direction (out of place or in place) and checks it.

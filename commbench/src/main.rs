@@ -99,6 +99,31 @@ fn main() -> ExitCode {
         eprintln!("commbench: -G (CUDA graphs) needs --device cuda");
         return ExitCode::from(2);
     }
+    if place != devbench::Where::Host {
+        let host_only = [
+            (
+                args.average != 1,
+                "-a (device runs report the average over ranks)",
+            ),
+            (
+                args.agg_iters != 1,
+                "-m (device runs time one operation per launch)",
+            ),
+            (
+                args.blocking != 0,
+                "-z 1 (device runs time stream-ordered launches)",
+            ),
+        ];
+        if let Some((_, what)) = host_only.iter().find(|(on, _)| *on) {
+            eprintln!("commbench: {what} applies to host buffers; drop it or use --device host");
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(secs) = args.timeout_s {
+        // Every rank reads it: threads of this process and --np children
+        // (before any thread or rank starts).
+        std::env::set_var("SNCL_TIMEOUT_MS", (secs.saturating_mul(1000)).to_string());
+    }
     if place != devbench::Where::Host && bench == Bench::SendRecv {
         eprintln!(
             "commbench: --device {} runs every collective but sendrecv (point-to-point \
@@ -255,12 +280,20 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     let mut bw_rows = 0usize;
     let started = Instant::now();
     let mut last_progress = Instant::now();
-    for algo in &algos {
+    for (cycle, algo) in (0..args.run_cycles).flat_map(|c| algos.iter().map(move |a| (c, a))) {
+        if out && args.run_cycles > 1 && algo == &algos[0] {
+            println!("# cycle {} of {}", cycle + 1, args.run_cycles);
+        }
         if algo.is_some() || args.algo.is_some() {
             comm.force_algorithm(bench.collective(), algo.map(Algorithm::name))?;
         }
+        let name = algo.map_or("default", Algorithm::name);
         series.push(plot::Series {
-            label: algo.map_or("default", Algorithm::name).to_string(),
+            label: if args.run_cycles > 1 {
+                format!("{name} (cycle {})", cycle + 1)
+            } else {
+                name.to_string()
+            },
             points: Vec::new(),
         });
         for (si, &size) in sizes.iter().enumerate() {
@@ -290,8 +323,10 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         warmup: args.warmup,
                         check: args.check != 0,
                         compress,
-                        window: args.window,
+                        window: args.window || args.local_register > 0,
                         graph_launches: args.cudagraph,
+                        agg: args.agg_iters,
+                        average: args.average,
                     };
                     let (oop, ip) = match &mut dev {
                         Some(d) => devbench::run_case(comm, d, &case)?,

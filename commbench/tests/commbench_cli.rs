@@ -364,4 +364,35 @@ fn nccl_tests_readme_line_runs_with_its_header() {
     let (code, out, _) = commbench(&["all_reduce", "--np", "2", "-b", "8", "-e", "8", "-c", "0"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("# Out of bounds values : N/A"), "{out}");
+    // -N cycles, -m aggregation, -a minimum, -T timeout, -J JSON.
+    let json = std::env::temp_dir().join(format!("commbench-J-{}.json", std::process::id()));
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "--np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-N",
+        "2",
+        "-m",
+        "3",
+        "-a",
+        "2",
+        "-T",
+        "20",
+        "-J",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("agg iters: 3"), "{out}");
+    assert!(out.contains("# cycle 2 of 2"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+    assert_eq!(rows.count(), 2, "one row per cycle: {out}");
+    let text = std::fs::read_to_string(&json).expect("-J wrote the rows");
+    assert!(text.trim_start().starts_with('['), "{text}");
+    let _ = std::fs::remove_file(&json);
 }
