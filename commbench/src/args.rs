@@ -6,9 +6,18 @@ use sncl::{Collective, DataType, ReduceOp};
 
 use crate::cases::Bench;
 
+/// The subcommands, dispatched before these flags are parsed (each has its
+/// own `--help`).
+const SUBCOMMANDS: &str = "Subcommands (each with its own --help):
+  commbench sim OP ...        predicted time, bandwidth and cross-tier share, by simulation
+  commbench plan ...          a training step's communication cost per parallel dimension
+  commbench calibrate -o F    measure this machine's tiers into a topology file
+  commbench trace DIR         name the rank a hung job waits for; --chrome OUT: a Perfetto trace
+  commbench soak ...          long runs that watch memory, descriptors and threads";
+
 /// nccl-tests-style benchmark of sncl collectives.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "commbench", version, about)]
+#[command(name = "commbench", version, about, after_help = SUBCOMMANDS)]
 pub struct Args {
     /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall, gather, scatter or sendrecv
     #[arg(

@@ -30,7 +30,7 @@ use crate::args::parse_size;
 
 /// `commbench calibrate -o FILE`.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "commbench calibrate")]
+#[command(name = "commbench calibrate", bin_name = "commbench calibrate")]
 pub struct CalibrateArgs {
     /// Topology file to write (rank 0).
     #[arg(short = 'o', long = "output", default_value = "sncl-topo.txt")]

@@ -10,7 +10,7 @@ use crate::sim_cmd::ClusterArgs;
 /// Per global step: bytes per parallel dimension and tier, predicted and
 /// exposed time, utilisation and the cost of the waiting (docs/COST.md).
 #[derive(Parser, Debug, Clone)]
-#[command(name = "commbench plan")]
+#[command(name = "commbench plan", bin_name = "commbench plan")]
 pub struct PlanArgs {
     /// Model parameters (e.g. 70e9).
     #[arg(long = "params")]

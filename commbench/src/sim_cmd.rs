@@ -104,7 +104,7 @@ impl ClusterArgs {
 /// `commbench sim OP ...`: predicted time, algbw, busbw and cross-tier share
 /// per size and algorithm.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "commbench sim")]
+#[command(name = "commbench sim", bin_name = "commbench sim")]
 pub struct SimArgs {
     /// all_reduce, reduce_scatter, all_gather, broadcast or reduce
     pub op: String,

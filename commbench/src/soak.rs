@@ -18,7 +18,7 @@ use crate::args::parse_size;
 
 /// Options of `commbench soak`.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "commbench soak")]
+#[command(name = "commbench soak", bin_name = "commbench soak")]
 pub struct SoakArgs {
     /// Small all-reduces.
     #[arg(long = "small", default_value_t = 100_000)]

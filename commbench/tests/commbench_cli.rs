@@ -396,3 +396,19 @@ fn nccl_tests_readme_line_runs_with_its_header() {
     assert!(text.trim_start().starts_with('['), "{text}");
     let _ = std::fs::remove_file(&json);
 }
+
+/// `commbench --help` names every subcommand, each of which answers its own
+/// `--help` naming itself as `commbench <sub>`.
+#[test]
+fn help_lists_the_subcommands() {
+    let (code, out, _) = commbench(&["--help"]);
+    assert_eq!(code, Some(0));
+    for sub in ["sim", "plan", "calibrate", "trace", "soak"] {
+        assert!(out.contains(&format!("commbench {sub}")), "{sub}: {out}");
+        let (_, o, e) = commbench(&[sub, "--help"]);
+        assert!(
+            format!("{o}{e}").contains(&format!("commbench {sub}")),
+            "{sub} --help: {o}{e}"
+        );
+    }
+}
