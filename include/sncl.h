@@ -536,6 +536,24 @@ snclResult_t snclCommInitRankConfig(snclComm_t *comm,
 snclResult_t snclCommInitRank(snclComm_t *comm, int nranks, snclUniqueId commId, int rank);
 
 /**
+ * Creates this rank's communicator from `nId` unique ids (NCCL's
+ * `ncclCommInitRankScalable`, which spreads its bootstrap over several
+ * roots). sncl's bootstrap has one root: every id must be well formed,
+ * and the first one is used, so every rank must pass the same first id;
+ * otherwise as `snclCommInitRankConfig` (blocking, non-blocking, groups).
+ *
+ * # Safety
+ * `newcomm` points to writable storage for a handle; `commIds` points to
+ * `nId` ids; `config` is NULL or an initialized `snclConfig_t`.
+ */
+snclResult_t snclCommInitRankScalable(snclComm_t *newcomm,
+                                      int nranks,
+                                      int myrank,
+                                      int nId,
+                                      snclUniqueId *commIds,
+                                      snclConfig_t *config);
+
+/**
  * Creates `ndev` communicators of one clique in this process, rank i in
  * `comm[i]` (NCCL's `ncclCommInitAll`). `devlist` is ignored (host memory)
  * and may be NULL. Drive the ranks from one thread with groups, or from a
@@ -622,6 +640,17 @@ snclResult_t snclCommCount(snclComm_t comm, int *count);
  * `comm` is a live handle; `rank` points to a writable int.
  */
 snclResult_t snclCommUserRank(snclComm_t comm, int *rank);
+
+/**
+ * Writes the device `comm`'s device collectives use (NCCL's
+ * `ncclCommCuDevice`): the device bound by its first device collective,
+ * else the calling thread's current device (`snclSetDevice`'s, else the
+ * current CUDA context's, else 0).
+ *
+ * # Safety
+ * `comm` is a live handle; `device` points to a writable int.
+ */
+snclResult_t snclCommCuDevice(snclComm_t comm, int *device);
 
 /**
  * Creates a reduction operator for collectives on `comm` with `datatype`:

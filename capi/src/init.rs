@@ -98,6 +98,49 @@ pub unsafe extern "C" fn snclCommInitRank(
     unsafe { snclCommInitRankConfig(comm, nranks, commId, rank, std::ptr::null_mut()) }
 }
 
+/// Creates this rank's communicator from `nId` unique ids (NCCL's
+/// `ncclCommInitRankScalable`, which spreads its bootstrap over several
+/// roots). sncl's bootstrap has one root: every id must be well formed,
+/// and the first one is used, so every rank must pass the same first id;
+/// otherwise as `snclCommInitRankConfig` (blocking, non-blocking, groups).
+///
+/// # Safety
+/// `newcomm` points to writable storage for a handle; `commIds` points to
+/// `nId` ids; `config` is NULL or an initialized `snclConfig_t`.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommInitRankScalable(
+    newcomm: *mut snclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut snclUniqueId,
+    config: *mut snclConfig_t,
+) -> snclResult_t {
+    let first = guard(|| {
+        if commIds.is_null() {
+            return Err(CError::invalid("commIds is NULL"));
+        }
+        let n = world_arg("nranks", nranks)?;
+        if nId < 1 || nId as usize > n {
+            return Err(CError::invalid(format!(
+                "nId {nId}: expected 1 to nranks ({n}) unique ids"
+            )));
+        }
+        // SAFETY: the caller provides `nId` ids at `commIds`.
+        let ids = unsafe { std::slice::from_raw_parts(commIds, nId as usize) };
+        for (i, id) in ids.iter().enumerate() {
+            UniqueId::from_bytes(&id.internal.map(|x| x as u8))
+                .map_err(|e| CError::invalid(format!("commIds[{i}]: {e}")))?;
+        }
+        Ok(OK)
+    });
+    if first != OK {
+        return first;
+    }
+    // SAFETY: checked above: at least one id; the rest forwarded.
+    unsafe { snclCommInitRankConfig(newcomm, nranks, *commIds, myrank, config) }
+}
+
 /// Creates `ndev` communicators of one clique in this process, rank i in
 /// `comm[i]` (NCCL's `ncclCommInitAll`). `devlist` is ignored (host memory)
 /// and may be NULL. Drive the ranks from one thread with groups, or from a
@@ -388,6 +431,31 @@ pub unsafe extern "C" fn snclCommUserRank(comm: snclComm_t, rank: *mut c_int) ->
         let r = shared.get()?.rank() as c_int;
         // SAFETY: checked non-NULL; the caller provides storage.
         unsafe { rank.write(r) };
+        Ok(OK)
+    })
+}
+
+/// Writes the device `comm`'s device collectives use (NCCL's
+/// `ncclCommCuDevice`): the device bound by its first device collective,
+/// else the calling thread's current device (`snclSetDevice`'s, else the
+/// current CUDA context's, else 0).
+///
+/// # Safety
+/// `comm` is a live handle; `device` points to a writable int.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommCuDevice(comm: snclComm_t, device: *mut c_int) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        if device.is_null() {
+            return Err(CError::invalid("device is NULL"));
+        }
+        let ordinal = match shared.get()?.bound_device() {
+            Some(d) => d.ordinal(),
+            None => super::devmem::current()?,
+        };
+        // SAFETY: checked non-NULL; the caller provides storage.
+        unsafe { device.write(ordinal as c_int) };
         Ok(OK)
     })
 }

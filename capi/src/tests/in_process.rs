@@ -617,3 +617,71 @@ fn c_abi_send_recv_to_self() {
         assert_eq!(snclCommDestroy(comm), snclResult_t::snclSuccess);
     }
 }
+
+/// `snclCommInitRankScalable` (NCCL's several-root init) on sncl's one
+/// root: every rank passes the same ids, the first is the rendezvous, and
+/// every id is checked; bad counts and NULL are refused.
+#[test]
+fn init_rank_scalable_uses_the_first_id() {
+    let n = 3;
+    let ids = [
+        id_at(SocketAddr::from(([127, 0, 0, 1], free_port()))),
+        id_at(SocketAddr::from(([127, 0, 0, 1], free_port()))),
+    ];
+    let comms: Vec<usize> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let mut ids = ids;
+                s.spawn(move || {
+                    let mut c = std::ptr::null_mut();
+                    // SAFETY: valid out-pointer and two ids.
+                    ok(unsafe {
+                        snclCommInitRankScalable(
+                            &mut c,
+                            n as c_int,
+                            r as c_int,
+                            2,
+                            ids.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        )
+                    });
+                    c as usize
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank")).collect()
+    });
+    let comms: Vec<snclComm_t> = comms.into_iter().map(|c| c as snclComm_t).collect();
+    // SAFETY: live handles of one communicator, destroyed once.
+    unsafe {
+        grouped_all_reduce(&comms);
+        for c in comms {
+            ok(snclCommDestroy(c));
+        }
+    }
+    let mut ids = ids;
+    let mut bad = ids[1];
+    bad.internal[0] ^= 0x55;
+    let mut with_bad = [ids[0], bad];
+    let mut c = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; nothing is created.
+    unsafe {
+        for n_id in [0, 4] {
+            let r = snclCommInitRankScalable(
+                &mut c,
+                3,
+                0,
+                n_id,
+                ids.as_mut_ptr(),
+                std::ptr::null_mut(),
+            );
+            assert_eq!(r, snclInvalidArgument, "nId {n_id}");
+        }
+        let r =
+            snclCommInitRankScalable(&mut c, 3, 0, 1, std::ptr::null_mut(), std::ptr::null_mut());
+        assert_eq!(r, snclInvalidArgument);
+        let r =
+            snclCommInitRankScalable(&mut c, 3, 0, 2, with_bad.as_mut_ptr(), std::ptr::null_mut());
+        assert_eq!(r, snclInvalidArgument, "a corrupt second id");
+    }
+}

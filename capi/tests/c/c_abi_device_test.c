@@ -330,9 +330,19 @@ int main(void) {
   snclComm_t comm;
   CHECK(snclCommInitRankConfig(&comm, nranks, id, rank, &cfg));
 
+  /* ncclCommCuDevice: the thread's current device before any device
+     collective, the bound one after (both device 0 here). */
+  int cu_device = -1;
+  CHECK(snclCommCuDevice(comm, &cu_device));
+  EXPECT(cu_device == 0, "snclCommCuDevice before: %d", cu_device);
+  EXPECT(snclCommCuDevice(comm, NULL) == snclInvalidArgument, "NULL device accepted");
+
   snclStream_t stream;
   CHECK(snclDeviceStreamCreate(&stream));
   check_all_reduce(comm, NULL, 1000, 0);
+  cu_device = -1;
+  CHECK(snclCommCuDevice(comm, &cu_device));
+  EXPECT(cu_device == 0, "snclCommCuDevice after: %d", cu_device);
   check_all_reduce(comm, stream, 1000, 1);
   check_all_reduce(comm, stream, 100003, 0);
   check_all_reduce(comm, NULL, 0, 0);
