@@ -29,6 +29,7 @@ const SELF_ABORT_ENV: &str = "SNCL_TEST_SELF_ABORT";
 /// 60 s (exit 0). With `SNCL_TEST_SELF_ABORT=r`, rank r aborts its own
 /// process after 20 operations.
 #[test]
+#[ignore = "a child process's entry point, run by its parent test"]
 fn child_loop() {
     if !is_child() || std::env::var(MODE_ENV).as_deref() != Ok("loop") {
         return;

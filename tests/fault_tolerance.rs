@@ -109,6 +109,7 @@ fn abort_unblocks_a_stuck_all_reduce_threads() {
 /// that rank 1 never joins, a second thread aborts it; rank 1 then finds
 /// its own all_reduce failed naming rank 0.
 #[test]
+#[ignore = "a child process's entry point, run by its parent test"]
 fn child_abort() {
     if mode().as_deref() != Some("abort") {
         return;
@@ -219,6 +220,7 @@ fn all_reduce_until_a_failure(c: &Communicator) {
 /// Child side (Rust API): all_reduce until the failure, then
 /// agree_on_failed, shrink and one checked all_reduce on the survivors.
 #[test]
+#[ignore = "a child process's entry point, run by its parent test"]
 fn child_shrink() {
     if mode().as_deref() != Some("shrink") {
         return;
@@ -268,6 +270,7 @@ fn killed_rank_then_shrink_with_a_slow_coordinator() {
 /// Child side of the second-failure test: all_reduce until the first
 /// failure, then one agreement, printed (`AGREED [..]` or `AGREE-ERROR`).
 #[test]
+#[ignore = "a child process's entry point, run by its parent test"]
 fn child_agree() {
     if mode().as_deref() != Some("agree") {
         return;

@@ -19,6 +19,7 @@ const TIMEOUT_MS: u64 = 10_800;
 
 /// Child side: runs the scenario with dumps in `$SNCL_FLIGHT_TEST_DIR`.
 #[test]
+#[ignore = "a child process's entry point, run by its parent test"]
 fn child_skipping_rank() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
@@ -74,7 +75,12 @@ fn skipping_rank_is_named_by_hang_reports_dumps_and_trace() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     let exe = std::env::current_exe().expect("current exe");
     let out = Command::new(exe)
-        .args(["--exact", "child_skipping_rank", "--nocapture"])
+        .args([
+            "--exact",
+            "child_skipping_rank",
+            "--nocapture",
+            "--include-ignored",
+        ])
         .env(CHILD_ENV, &dir)
         .env("SNCL_DEBUG", "INFO")
         .stdin(Stdio::null())

@@ -132,7 +132,16 @@ pub fn spawn_job_per_rank(
     (0..n)
         .map(|rank| {
             let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", test, "--nocapture", "--test-threads", "1"]);
+            // Child entry points are #[ignore]d (not reported as passing
+            // tests of their own); the child runs its one anyway.
+            cmd.args([
+                "--exact",
+                test,
+                "--nocapture",
+                "--test-threads",
+                "1",
+                "--include-ignored",
+            ]);
             for v in SCRUB {
                 cmd.env_remove(v);
             }
