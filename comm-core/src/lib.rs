@@ -14,6 +14,7 @@ pub mod shape;
 pub mod store;
 pub mod throttle;
 pub mod transport;
+pub mod units;
 pub mod wire;
 
 pub use error::{Error, Result};

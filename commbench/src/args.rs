@@ -171,18 +171,11 @@ pub fn algo_help() -> String {
     )
 }
 
-/// Parses "8", "64K", "16M", "1G" (powers of 1024).
+/// Parses "8", "64K", "16M", "1G" (powers of 1024), as every byte-valued
+/// setting does (`comm_core::units::parse_bytes`).
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>()
-        .map(|n| n * mul)
-        .map_err(|_| format!("{s:?} is not a size (e.g. 8, 64K, 16M, 1G)"))
+    comm_core::units::parse_bytes(s)
+        .ok_or_else(|| format!("{:?} is not a size (e.g. 8, 64K, 16M, 1G)", s.trim()))
 }
 
 impl Args {

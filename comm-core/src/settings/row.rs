@@ -62,7 +62,13 @@ impl IntRange {
     /// Parses a value from `source` (a variable name, or rank 0's shared
     /// settings) and rounds it down to the multiple.
     pub fn parse(&self, source: &str, raw: &str) -> Result<usize> {
-        let n: usize = raw.trim().parse().map_err(|_| {
+        // Byte counts take the workspace's suffixes (64K, 4M, 1G).
+        let parsed = if self.unit == "bytes" {
+            crate::units::parse_bytes(raw)
+        } else {
+            raw.trim().parse().ok()
+        };
+        let n: usize = parsed.ok_or_else(|| {
             Error::Config(format!(
                 "{source}={raw:?} is not an integer in range ({})",
                 self.allowed()
@@ -106,6 +112,9 @@ impl Values {
         match self {
             Values::Int(r) => {
                 let mut s = format!("{}..={} {}", r.min, r.max, r.unit);
+                if r.unit == "bytes" {
+                    s.push_str(" (K, M, G suffixes)");
+                }
                 if r.multiple > 1 {
                     s.push_str(&format!(" (rounded down to a multiple of {})", r.multiple));
                 }

@@ -260,3 +260,27 @@ fn ib_settings_parse_and_reject() {
         assert!(e.contains(k), "{k}={v}: {e}");
     }
 }
+
+/// Byte-valued settings take the size suffixes commbench takes (one parser,
+/// `crate::units::parse_bytes`); other integers do not.
+#[test]
+fn byte_settings_take_size_suffixes() {
+    let c = Config::from_vars(&|k| {
+        match k {
+            "SNCL_CHUNK_BYTES" => Some("256K"),
+            "SNCL_DEVICE_STAGING_BYTES" => Some("8M"),
+            _ => None,
+        }
+        .map(str::to_string)
+    })
+    .unwrap();
+    assert_eq!(
+        (c.chunk_bytes, c.device_staging_bytes),
+        (256 << 10, 8 << 20)
+    );
+    let e = Config::from_vars(&|k| (k == "SNCL_NSOCKS").then(|| "2K".to_string())).unwrap_err();
+    assert!(e.to_string().contains("SNCL_NSOCKS"), "{e}");
+    let e =
+        Config::from_vars(&|k| (k == "SNCL_CHUNK_BYTES").then(|| "1.5M".to_string())).unwrap_err();
+    assert!(e.to_string().contains("SNCL_CHUNK_BYTES"), "{e}");
+}
