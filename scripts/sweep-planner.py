@@ -217,7 +217,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10,
                     help="warm-up operations per size (the sweep judges steady state; until "
                          "shm segments were mapped in whole at setup, a size's first pass "
-                         "through the slots ran 3-4x slower, docs/PERF.md §16)")
+                         "through the slots ran 3-4x slower, docs/perf-notes/NOTEBOOK.md §16)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--ops", nargs="+", default=list(FORCED), choices=list(FORCED))
     ap.add_argument("--testbed", action="store_true", help="also the 4 x 2 test bed (root)")

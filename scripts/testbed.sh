@@ -41,7 +41,7 @@
 #                               (default: --latency). A host queues about 1,000
 #                               packets and is pushed back by its NIC; a shallow
 #                               queue there drops the sender's own bursts
-#                               (docs/PERF.md section 3, fourth and fifth runs)
+#                               (docs/perf-notes/NOTEBOOK.md section 3, fourth and fifth runs)
 #   --no-limit                  no tc qdiscs (plain veth speed)
 #   --measure                   measure TCP goodput of one node link (node 1 -> node 0,
 #                               through the switch and both tbf limits) before COMMAND;

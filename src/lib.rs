@@ -34,6 +34,9 @@ struct FuzzingDoctests;
 #[doc = include_str!("../docs/PERF.md")]
 struct PerfDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/perf-notes/NOTEBOOK.md")]
+struct PerfNotebookDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/RDMA.md")]
 struct RdmaDoctests;
 #[cfg(doctest)]

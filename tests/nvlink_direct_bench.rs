@@ -3,7 +3,7 @@
 //! `DIRECT_BENCH_MIB` MiB (default 4 on the emulated device; 256 on the GPU)
 //! by version 1 (copy engine into the peer's inbox, reduce kernel), one-shot
 //! (out of place: in place needs scratch) and two-shot (in place, the
-//! registered-buffer case PERF §14 sizes), with the device-to-device copy
+//! registered-buffer case docs/perf-notes/NOTEBOOK.md §14 sizes), with the device-to-device copy
 //! rate of the same run and each busbw as a fraction of it (target on an
 //! H200: two-shot >= 0.35).
 //!

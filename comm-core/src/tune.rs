@@ -274,7 +274,7 @@ mod tests {
                 .expect("a crossover")
         };
         assert!(cross(4) < cross(2), "{} {}", cross(4), cross(2));
-        // 2 ranks at 256 MiB: two-shot moves 2.5 S, one-shot 3 S (PERF §14).
+        // 2 ranks at 256 MiB: two-shot moves 2.5 S, one-shot 3 S (docs/perf-notes/NOTEBOOK.md §14).
         let s = 256usize << 20;
         let ratio = predict_direct(DirectKind::OneShot, s, 2, nv)
             / predict_direct(DirectKind::TwoShot, s, 2, nv);
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(p.algo, Algorithm::Tree);
     }
 
-    /// Issue 15, point 4 (docs/PERF.md §15): on 2 ranks rd was chosen at
+    /// Issue 15, point 4 (docs/perf-notes/NOTEBOOK.md §15): on 2 ranks rd was chosen at
     /// every size while the ring was 1.8–2.5× faster from 256 KiB.
     #[test]
     fn two_ranks_pick_the_ring_from_256_kib() {

@@ -205,7 +205,7 @@ const FLAG_FINGERPRINT: u8 = 2;
 /// it. The `crc-fast` crate folds with carry-less multiplication
 /// (PCLMULQDQ / VPCLMULQDQ, chosen at run time): 2.0-2.5x the `crc32c`
 /// crate's SSE4.2 `crc32` instruction path on this project's x86 machines
-/// (docs/PERF.md §11b), and the checksum's cost is its compute.
+/// (docs/perf-notes/NOTEBOOK.md §11b), and the checksum's cost is its compute.
 pub fn piece_checksum(data: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(data)
 }

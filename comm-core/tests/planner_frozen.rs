@@ -20,11 +20,11 @@
 //! of `chunk` bytes of every block, as the hier all-reduce is over its
 //! blocks (unpipelined, their few large cross-node steps left links idle
 //! while two rings shared a node link: 0.85 of the goodput bound at
-//! 1 Gbit/s, docs/PERF.md §16), and each piece pays every step's latency;
+//! 1 Gbit/s, docs/perf-notes/NOTEBOOK.md §16), and each piece pays every step's latency;
 //! so unforced all-gathers and reduce-scatters move away from hier where
 //! the pieces' latencies make it dearer. The second (issue 15, point 4): `rd`'s exchanges of the
 //! whole vector cost `RD_EXCHANGE_FACTOR` (2) × a one-way transfer of its
-//! bytes — measured in docs/PERF.md §15, where the planner picked rd for a
+//! bytes — measured in docs/perf-notes/NOTEBOOK.md §15, where the planner picked rd for a
 //! 2-rank all-reduce at every size while ring / flat-ring were 1.8–2.5×
 //! faster from 256 KiB (shm and tcp): rd sends and receives all of S at
 //! once, unpipelined, through one pair's FIFOs, and the two directions do

@@ -145,7 +145,7 @@ impl DirectAllReduce<'_> {
 /// The grid of a direct all-reduce of `count` elements of `dtype` with
 /// `block` threads a block: a block per `block` 16-byte packs, at most
 /// `max_blocks` (the emulated device's host threads want few; a GPU's
-/// co-resident limit, see docs/PERF.md §14). A function of its arguments
+/// co-resident limit, see docs/perf-notes/NOTEBOOK.md §14). A function of its arguments
 /// only, so every rank launches the same grid.
 pub fn grid(dtype: DataType, count: usize, block: u32, max_blocks: u32) -> u32 {
     let packs = count.saturating_mul(dtype.size()).div_ceil(16);

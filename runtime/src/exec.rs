@@ -61,7 +61,7 @@ pub fn execute<M: Memory>(
     let esize = ctx.dtype.size();
     // Per-op progress of the current step: on the stack for the usual few
     // ops a step has (a vector cost a malloc and a free per operation,
-    // docs/PERF.md §7), on the heap beyond.
+    // docs/perf-notes/NOTEBOOK.md §7), on the heap beyond.
     let mut inline_states = [OpState::default(); INLINE_STATES];
     let mut heap_states: Vec<OpState> = Vec::new();
     let mut traffic = traffic;

@@ -75,7 +75,7 @@ pub struct RawOp {
     /// The communicator's mark that the op passed its checks, kept from
     /// the check before the op took a ticket to the executor; checked again
     /// where the fields above no longer match it. Inline (not boxed): a box
-    /// cost an allocation and a free per operation (docs/PERF.md §7).
+    /// cost an allocation and a free per operation (docs/perf-notes/NOTEBOOK.md §7).
     pub(crate) prepared: Option<Checked>,
 }
 
@@ -120,7 +120,7 @@ pub(crate) struct Prepared {
 /// checks: the fields they read, to see that they still describe the op.
 /// Everything else of [`Prepared`] is arithmetic on these, derived again
 /// without the checks. Inline and small (16 bytes): a boxed [`Prepared`]
-/// cost a malloc and a free per operation (docs/PERF.md §7), and a
+/// cost a malloc and a free per operation (docs/perf-notes/NOTEBOOK.md §7), and a
 /// [`RawOp`] sits beside smaller variants in queued jobs and C ABI items
 /// (a larger mark trips clippy's `large_enum_variant` there). Root and
 /// ranks beyond `u16` leave no mark: such ops are checked every time.

@@ -96,7 +96,7 @@ pub fn read_from(pid: u32, address: u64, out: &mut [u8]) -> io::Result<()> {
 /// copy), lending loses to the slot FIFO, and the setup leaves it off
 /// unless forced. A lone reader overstates the case: on a 2-core Intel VM
 /// one thread read at 0.5–0.55 of a copy's speed, two at once at 0.4–0.5,
-/// two processes reading each other at 0.25–0.33 (docs/PERF.md §16).
+/// two processes reading each other at 0.25–0.33 (docs/perf-notes/NOTEBOOK.md §16).
 /// `None` when a read fails.
 pub fn read_speed() -> Option<(f64, f64)> {
     static SPEED: std::sync::OnceLock<Option<(f64, f64)>> = std::sync::OnceLock::new();

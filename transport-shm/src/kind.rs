@@ -28,7 +28,7 @@ pub(crate) const CMA_ENV: &str = "SNCL_SHM_CMA";
 
 /// Under `auto`, a reader accepts lent pieces only if its cross-memory
 /// reads run at least at this fraction of a plain copy's speed (below it
-/// the slot FIFO wins; see docs/PERF.md).
+/// the slot FIFO wins; see docs/perf-notes/NOTEBOOK.md).
 pub(crate) const CMA_MIN_SPEED_RATIO: f64 = 0.75;
 
 /// Single-copy settings of this rank.

@@ -46,7 +46,7 @@ pub const PACING_HEADROOM: f64 = 0.95;
 /// net of the headers) that a node's paced sockets use together under
 /// `auto`: all of it. The pacing rate counts IP and TCP headers (≈ 3.5 %
 /// at a 1500-byte MTU), so the wire still runs about that much below the
-/// link's rate. Measured (docs/PERF.md §13, compressed exchange at
+/// link's rate. Measured (docs/perf-notes/NOTEBOOK.md §13, compressed exchange at
 /// 100 Mbit/s): 0.95 of the goodput left fp16 at 1.75× where all of it
 /// gave 1.84×, without retransmits.
 pub const GOODPUT_HEADROOM: f64 = 1.0;

@@ -1,6 +1,6 @@
 //! `TcpSetup::pacing`: the sockets to a listed peer carry the kernel pacing
 //! cap (`SO_MAX_PACING_RATE`) on both ends, the others none. (That the
-//! cap paces is the kernel's; the test bed measures what it does: PERF §3.)
+//! cap paces is the kernel's; the test bed measures what it does: docs/perf-notes/NOTEBOOK.md §3.)
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};

@@ -60,7 +60,7 @@ pub(super) fn hier_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
 /// it, every piece pays `alpha`, as an unshared ring does. Measured: at
 /// 4 × 2 on the 1 Gbit/s bed the forced hier all-reduce reached 0.997 of
 /// the goodput bound while the per-piece formula priced 205 ms of latency
-/// on top (docs/PERF.md §16); the simulator, whose rings share links, agrees.
+/// on top (docs/perf-notes/NOTEBOOK.md §16); the simulator, whose rings share links, agrees.
 pub(super) fn shared_link_latency(alpha: f64, pieces: f64, local: usize, transfer: f64) -> f64 {
     let covered = (local.max(1) - 1) as f64 * transfer;
     alpha + (pieces - 1.0).max(0.0) * (alpha - covered).max(0.0)
@@ -111,7 +111,7 @@ pub(super) fn tree_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
 /// receives all of S from it at once, unpipelined (rd has no chunks), and
 /// the executor's two directions through one pair's slot FIFOs (shm) or
 /// socket (tcp) do not overlap as the ring's alternating chunk-sized pieces
-/// do. Measured (docs/PERF.md §15, quiet machine, 2 ranks, same bytes per
+/// do. Measured (docs/perf-notes/NOTEBOOK.md §15, quiet machine, 2 ranks, same bytes per
 /// rank as the 2-rank ring): rd / ring time 1.8 at 256 KiB, 1.9 at 2 MiB,
 /// 2.1 at 16 MiB over shm, 2.5 at 16 MiB over tcp; the lower shm ratio is
 /// taken (tcp's extra is rd's two local copies of S, priced where a

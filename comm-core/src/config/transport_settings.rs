@@ -66,7 +66,7 @@ impl Default for ShmSettings {
 }
 
 /// Default of [`ShmSettings::single_copy_min_bytes`], from the sweep in
-/// docs/PERF.md §12.
+/// docs/perf-notes/NOTEBOOK.md §12.
 pub const DEFAULT_SINGLE_COPY_MIN_BYTES: usize = 64 << 10;
 
 /// Largest [`ShmSettings::single_copy_min_bytes`] (a piece is at most a

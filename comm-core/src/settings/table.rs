@@ -181,7 +181,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "`1`: every piece of a collective carries the CRC32C of its payload, computed in the \
               pass that copies it, and the receiver verifies it while it uses the piece (corrupt \
               data is an error naming the peer; the output is then undefined, as after any failed \
-              operation; costs the CRC's compute on each side, PERF §11b)",
+              operation; costs the CRC's compute on each side, docs/perf-notes/NOTEBOOK.md §11b)",
         field: Field::Text {
             put: |c, v| {
                 c.checksum = match v.trim() {
@@ -209,7 +209,7 @@ pub static SETTINGS: &[Setting] = &[
               compare every rank's root, count, type and reduction, so ranks that disagree fail \
               on every rank in that operation, naming both roots, before any data moves; `0`: \
               no exchange (one hop less at 2 ranks; a disagreement is then found only by the \
-              ranks that receive, or at the timeout; PERF §17)",
+              ranks that receive, or at the timeout; docs/perf-notes/NOTEBOOK.md §17)",
         field: Field::Text {
             put: |c, v| {
                 c.check_roots = match v.trim() {
@@ -305,7 +305,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "TCP sockets per peer; a message's pieces alternate over them. One flow per peer is the default: \
               two made hier reduce-scatter and all-gather 1.2–1.4× slower on a 100 Mbit/s test bed (several \
               flows per peer wait on each other's stragglers each step) and were level at 1 Gbit/s and on \
-              loopback (PERF §3, ninth run)",
+              loopback (docs/perf-notes/NOTEBOOK.md §3, ninth run)",
         field: Field::Int {
             name: "nsocks",
             get: |c| c.nsocks,
@@ -338,7 +338,7 @@ pub static SETTINGS: &[Setting] = &[
         default: Value("auto"),
         doc: "kernel pacing of the compressed all-reduce's cross-node exchange, which sends to every other \
               node at once over one socket per peer: each socket at the link's rate / (ranks of the node × \
-              (nodes − 1)), so the exchange fills the link without overflowing its queue (PERF §13); a rate \
+              (nodes − 1)), so the exchange fills the link without overflowing its queue (docs/perf-notes/NOTEBOOK.md §13); a rate \
               given here is used at 0.95 (headers), `auto` (default) uses the topology's `inter.bandwidth` \
               (a measured goodput) whole and paces nothing where none is configured; `off` leaves those \
               sockets to `SNCL_TCP_PACING`",
