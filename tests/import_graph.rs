@@ -201,6 +201,8 @@ struct File {
     children: BTreeSet<String>,
     /// `use` bindings: local name → absolute path (a glob as name `*`).
     uses: Vec<(String, Vec<String>, bool)>,
+    /// Per token, the inline modules it sits in ([`inline_modules`]).
+    inline: Vec<Vec<String>>,
 }
 
 /// The files of the module tree rooted at `root` (lib.rs or main.rs).
@@ -263,7 +265,8 @@ fn module_tree(root: &Path) -> Vec<File> {
                 _ => {}
             }
         }
-        let uses = use_bindings(&toks, &module, &children);
+        let inline = inline_modules(&toks);
+        let uses = use_bindings(&toks, &inline, &module, &children);
         files.push(File {
             path,
             module,
@@ -271,6 +274,7 @@ fn module_tree(root: &Path) -> Vec<File> {
             defined,
             children,
             uses,
+            inline,
         });
     }
     files
@@ -318,11 +322,11 @@ fn inline_modules(toks: &[Tok]) -> Vec<Vec<String>> {
 /// Paths start with the crate (`crate`), or with an external crate's name.
 fn use_bindings(
     toks: &[Tok],
+    inline: &[Vec<String>],
     module: &[String],
     children: &BTreeSet<String>,
 ) -> Vec<(String, Vec<String>, bool)> {
     let mut out = Vec::new();
-    let inline = inline_modules(toks);
     let mut k = 0;
     while k < toks.len() {
         if ident(toks.get(k)) != Some("use") {
@@ -540,7 +544,7 @@ impl Crate {
             // Paths in the code: crate::, super::, self::, or through a
             // child module or a module bound by `use`.
             let toks = &f.toks;
-            let inline = inline_modules(toks);
+            let inline = &f.inline;
             let mut k = 0;
             while k < toks.len() {
                 let starts_path = toks.get(k + 1) == Some(&Tok::PathSep)

@@ -214,7 +214,7 @@ impl Args {
     /// lines (nccl-tests comments) say which.
     pub fn check(&self, bench: Bench) -> Result<Vec<String>, String> {
         self.check_sweep()?;
-        self.check_compress(bench)?;
+        self.compression(bench)?;
         if let (true, Some(n)) = (bench.rooted(), self.np.or(self.threads)) {
             if self.root >= n {
                 return Err(format!(
@@ -330,11 +330,14 @@ impl Args {
         }
     }
 
-    /// `--compress` applies to a float all-reduce with sum or avg, with a
-    /// codec and scope that parse.
-    fn check_compress(&self, bench: Bench) -> Result<(), String> {
+    /// `--compress`'s codec and scope; it applies to a float all-reduce with
+    /// sum or avg, with a codec and scope that parse.
+    pub fn compression(
+        &self,
+        bench: Bench,
+    ) -> Result<Option<(sncl::Codec, sncl::CompressScope)>, String> {
         let Some(spec) = &self.compress else {
-            return Ok(());
+            return Ok(None);
         };
         let float_sum = self.dtypes()? == [DataType::Float32]
             && self
@@ -347,11 +350,13 @@ impl Args {
                 self.op, self.dtype, self.redop
             ));
         }
-        sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
-        match self.compress_scope.as_str() {
-            "hier" | "flat" => Ok(()),
-            other => Err(format!("--compress-scope {other}: expected hier or flat")),
-        }
+        let codec = sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
+        let scope = match self.compress_scope.as_str() {
+            "hier" => sncl::CompressScope::Hier,
+            "flat" => sncl::CompressScope::Flat,
+            other => return Err(format!("--compress-scope {other}: expected hier or flat")),
+        };
+        Ok(Some((codec, scope)))
     }
 
     /// nccl-tests' parameter line (`# nThread 1 nGpus 1 minBytes ...`),

@@ -188,28 +188,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
         })?;
     let root = if bench.rooted() { args.root } else { 0 };
     // The flags were checked before launch (Args::check).
-    let compress = match &args.compress {
-        None => None,
-        Some(spec) => {
-            let bad = |detail: String| sncl::Error::InvalidArgument {
-                rank,
-                op: "commbench",
-                detail,
-            };
-            let codec =
-                sncl::Codec::parse(spec).map_err(|e| bad(format!("--compress {spec}: {e}")))?;
-            let scope = match args.compress_scope.as_str() {
-                "hier" => sncl::CompressScope::Hier,
-                "flat" => sncl::CompressScope::Flat,
-                other => {
-                    return Err(bad(format!(
-                        "--compress-scope {other}: expected hier or flat"
-                    )))
-                }
-            };
-            Some((codec, scope))
-        }
-    };
+    let compress = args.compression(bench).expect("checked");
     if bench.rooted() && root >= n {
         return Err(sncl::Error::InvalidArgument {
             rank,

@@ -116,7 +116,7 @@ pub fn wait(s: &Arc<Stream>, addr: u64, value: u64, flags: u32, wide: bool) -> R
 
 /// Runs a wait on the stream's worker until the word passes.
 pub fn park(st: &Stream, addr: u64, value: u64, test: Test, wide: bool, host: bool) {
-    let ok = |cur: u64| {
+    let ok = move |cur: u64| {
         if wide {
             passes64(test, cur, value)
         } else {
@@ -129,14 +129,7 @@ pub fn park(st: &Stream, addr: u64, value: u64, test: Test, wide: bool, host: bo
     }
     let since = Instant::now();
     let label = format!("{test:?} {value}").to_uppercase();
-    let passes_now = PassesNow(Arc::new(move || {
-        let cur = read(addr, wide);
-        if wide {
-            passes64(test, cur, value)
-        } else {
-            passes32(test, cur as u32, value as u32)
-        }
-    }));
+    let passes_now = PassesNow(Arc::new(move || ok(read(addr, wide))));
     st.set_state(State::WaitingValue {
         addr,
         test: label.clone(),
