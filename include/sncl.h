@@ -62,6 +62,10 @@ struct CUstream_st;
   SNCL_CONFIG_UNDEF_INT,                    /* timeoutMs */             \
 }
 
+/* sncl's own release (SNCL_VERSION_CODE is the NCCL API version it
+ * mirrors). */
+#define SNCL_RELEASE "0.1.0"
+
 
 /**
  * `shrinkFlags` of `snclCommShrink`: the parent must have no operation
@@ -95,26 +99,31 @@ struct CUstream_st;
 #define SNCL_ANY_SOURCE -1
 
 /**
- * Major version of this sncl (`SNCL_VERSION_CODE` = major × 10000 +
- * minor × 100 + patch, as NCCL computes it since 2.9).
+ * Major version of the NCCL API sncl mirrors (`SNCL_VERSION_CODE` =
+ * major × 10000 + minor × 100 + patch, as NCCL computes it since 2.9).
+ * It is NCCL's, not sncl's own (`SNCL_RELEASE` in sncl.h), so that a port
+ * that renamed `NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0)` keeps the
+ * branch its code was written for: sncl has the API of NCCL 2.27
+ * (windows, shrink, scalable init, registration, fp8 types), without the
+ * later one-sided and grow calls.
  */
-#define SNCL_MAJOR 0
+#define SNCL_MAJOR 2
 
 /**
- * Minor version.
+ * Minor version of the NCCL API sncl mirrors.
  */
-#define SNCL_MINOR 1
+#define SNCL_MINOR 27
 
 /**
- * Patch version.
+ * Patch version of the NCCL API sncl mirrors.
  */
-#define SNCL_PATCH 0
+#define SNCL_PATCH 3
 
 /**
  * The version code `snclGetVersion` reports: `SNCL_VERSION(SNCL_MAJOR,
- * SNCL_MINOR, SNCL_PATCH)`.
+ * SNCL_MINOR, SNCL_PATCH)`, the NCCL version whose API sncl mirrors.
  */
-#define SNCL_VERSION_CODE 100
+#define SNCL_VERSION_CODE 22703
 
 /**
  * Size of `snclUniqueId`, the same as `NCCL_UNIQUE_ID_BYTES`.
@@ -459,8 +468,9 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Writes the version code, `SNCL_VERSION_CODE` of the library (major ×
- * 10000 + minor × 100 + patch).
+ * Writes the version code, `SNCL_VERSION_CODE` of the library: the NCCL
+ * version whose API sncl mirrors (major × 10000 + minor × 100 + patch);
+ * sncl's own release is `SNCL_RELEASE`.
  *
  * # Safety
  * `version` points to a writable int.
@@ -1095,6 +1105,35 @@ snclResult_t snclMemcpy(void *dst, const void *src, size_t bytes);
  * `stream` points to writable storage for a handle.
  */
 snclResult_t snclDeviceStreamCreate(snclStream_t *stream);
+
+/**
+ * Registers `size` bytes at `buff` for operations of `comm` and writes a
+ * handle to `*handle` (local, not collective, as NCCL's
+ * `ncclCommRegister`). `buff` is host memory or live device memory of the
+ * communicator's device (the one its device operations run on; a
+ * communicator with no device operation yet binds to it). Registrations
+ * may overlap. A registered `snclMemAlloc` allocation cannot be freed
+ * before `snclCommDeregister`. Operations on registered buffers run as on
+ * any buffer: no sncl transport reads them in place yet (see the crate
+ * documentation). NULL `buff` or `handle`, or size 0, are
+ * `snclInvalidArgument`.
+ *
+ * # Safety
+ * `comm` is a live handle; `handle` points to writable storage for a
+ * pointer.
+ */
+snclResult_t snclCommRegister(snclComm_t comm, void *buff, size_t size, void **handle);
+
+/**
+ * Releases a registration of `comm` made by `snclCommRegister` (local, as
+ * NCCL's `ncclCommDeregister`). A handle that is not a live registration
+ * of `comm` (released already, another communicator's, NULL) is
+ * `snclInvalidArgument`.
+ *
+ * # Safety
+ * `comm` is a live handle.
+ */
+snclResult_t snclCommDeregister(snclComm_t comm, void *handle);
 
 /**
  * Registers `size` bytes at `buff` as a window of `comm` (collective:

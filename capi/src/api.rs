@@ -9,8 +9,9 @@ use super::error::{self, guard, CError};
 use super::types::*;
 use super::uid;
 
-/// Writes the version code, `SNCL_VERSION_CODE` of the library (major ×
-/// 10000 + minor × 100 + patch).
+/// Writes the version code, `SNCL_VERSION_CODE` of the library: the NCCL
+/// version whose API sncl mirrors (major × 10000 + minor × 100 + patch);
+/// sncl's own release is `SNCL_RELEASE`.
 ///
 /// # Safety
 /// `version` points to a writable int.

@@ -346,9 +346,23 @@ pub unsafe extern "C" fn snclCommDestroy(comm: snclComm_t) -> snclResult_t {
         let _ = b.shared.get();
         b.shared.ticket().wait_turn();
         b.shared.settle_device(true);
+        release_registrations(&b.shared, "snclCommDestroy");
         drop(b);
         Ok(OK)
     })
+}
+
+/// Releases what `snclCommRegister` registered on a communicator being
+/// destroyed (as NCCL does), saying so: a registration never released is
+/// usually a missing `snclCommDeregister`.
+fn release_registrations(shared: &std::sync::Arc<super::comm::CommShared>, call: &str) {
+    let n = super::register::release_all(shared);
+    if n > 0 {
+        tracing::info!(
+            registrations = n,
+            "{call} released registrations never deregistered"
+        );
+    }
 }
 
 /// Aborts `comm` and releases it: operations in flight or queued on it
@@ -370,6 +384,7 @@ pub unsafe extern "C" fn snclCommAbort(comm: snclComm_t) -> snclResult_t {
                 c.abort();
             }
         }
+        release_registrations(&b.shared, "snclCommAbort");
         drop(b);
         Ok(OK)
     })

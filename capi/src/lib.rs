@@ -73,8 +73,9 @@
 //!   communicator; `SNCL_SHRINK_DEFAULT` waits for the operations issued on
 //!   the parent, `SNCL_SHRINK_ABORT` aborts them first.
 //! * `snclChar`, `snclInt`, `snclHalf`, `snclFloat` and `snclDouble` are
-//!   macros (a C enum cannot repeat values in cbindgen's output); the 8-bit
-//!   float types are rejected.
+//!   macros (a C enum cannot repeat values in cbindgen's output);
+//!   `snclFloat8e4m3` and `snclFloat8e5m2` (NCCL's values 10 and 11) run on
+//!   host memory.
 //! * Both scalar residences are host pointers; `snclCommInitAll` ignores
 //!   `devlist`.
 //! * `snclMemAlloc` is `cuMemAlloc` memory (IPC-ready, not the VMM
@@ -89,10 +90,19 @@
 //!   `snclSetDeviceBackend` (`"cuda"`, `"emu"`), `snclSetDevice` /
 //!   `snclGetDevice`, `snclDeviceStreamCreate`, `snclMemcpy`, and
 //!   `snclStreamSynchronize` / `snclStreamDestroy` on device streams.
-//! * Not provided (newer NCCL features): memory registration, windows and
-//!   one-sided operations, `CommCuDevice`, grow / revoke / suspend,
-//!   scalable init, group simulation, memory statistics and the parameter
-//!   API.
+//! * `snclCommRegister` / `snclCommDeregister` check and track the range
+//!   (a registered `snclMemAlloc` allocation cannot be freed), but no sncl
+//!   transport reads registered buffers in place yet: operations on them
+//!   run as on any buffer (NCCL too ignores a registration a transport
+//!   cannot use).
+//! * The version (`SNCL_MAJOR`, `SNCL_MINOR`, `SNCL_PATCH`,
+//!   `SNCL_VERSION_CODE`, `snclGetVersion`) is that of the NCCL API sncl
+//!   mirrors, so that `#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0)`
+//!   after the rename keeps choosing the path the code was written for;
+//!   sncl's own release is `SNCL_RELEASE`.
+//! * Not provided (newer NCCL features): one-sided operations (put /
+//!   signal), grow / revoke / suspend, group simulation, memory statistics
+//!   and the parameter API.
 //!
 //! Regenerate the header after changing anything here:
 //! `cargo test -p sncl-capi --test c_abi -- --ignored regenerate_header`
@@ -117,6 +127,7 @@ mod p2p;
 mod streams;
 // Device memory, the current device and device streams (extensions):
 mod memory;
+mod register;
 mod window;
 
 mod args;
@@ -138,6 +149,7 @@ pub use comm::{snclComm, snclComm_t};
 pub use init::*;
 pub use memory::*;
 pub use p2p::*;
+pub use register::*;
 pub use settings::snclGetSetting;
 pub use shrink::*;
 pub use streams::*;

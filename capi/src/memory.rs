@@ -111,6 +111,12 @@ pub unsafe extern "C" fn snclMemFree(ptr: *mut c_void) -> snclResult_t {
                  it with snclCommWindowDeregister before snclMemFree"
             )));
         }
+        if let Some(reg) = super::register::holding(addr) {
+            return Err(CError::usage(format!(
+                "{addr:#x} is registered ({reg:#x}, snclCommRegister); deregister it with \
+                 snclCommDeregister before snclMemFree"
+            )));
+        }
         devmem::free(addr).map(|_| OK)
     })
 }

@@ -2,17 +2,21 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-/// Major version of this sncl (`SNCL_VERSION_CODE` = major × 10000 +
-/// minor × 100 + patch, as NCCL computes it since 2.9).
-pub const SNCL_MAJOR: c_int = 0;
-/// Minor version.
-pub const SNCL_MINOR: c_int = 1;
-/// Patch version.
-pub const SNCL_PATCH: c_int = 0;
+/// Major version of the NCCL API sncl mirrors (`SNCL_VERSION_CODE` =
+/// major × 10000 + minor × 100 + patch, as NCCL computes it since 2.9).
+/// It is NCCL's, not sncl's own (`SNCL_RELEASE` in sncl.h), so that a port
+/// that renamed `NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0)` keeps the
+/// branch its code was written for: sncl has the API of NCCL 2.27
+/// (windows, shrink, scalable init, registration, fp8 types), without the
+/// later one-sided and grow calls.
+pub const SNCL_MAJOR: c_int = 2;
+/// Minor version of the NCCL API sncl mirrors.
+pub const SNCL_MINOR: c_int = 27;
+/// Patch version of the NCCL API sncl mirrors.
+pub const SNCL_PATCH: c_int = 3;
 /// The version code `snclGetVersion` reports: `SNCL_VERSION(SNCL_MAJOR,
-/// SNCL_MINOR, SNCL_PATCH)`.
-pub const SNCL_VERSION_CODE: c_int = 100;
-
+/// SNCL_MINOR, SNCL_PATCH)`, the NCCL version whose API sncl mirrors.
+pub const SNCL_VERSION_CODE: c_int = 22703;
 /// Size of `snclUniqueId`, the same as `NCCL_UNIQUE_ID_BYTES`.
 pub const SNCL_UNIQUE_ID_BYTES: usize = 128;
 

@@ -25,7 +25,15 @@ fn workspace() -> &'static Path {
 
 fn generate_header() -> String {
     let root = Path::new(MANIFEST);
-    let cfg = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
+    let mut cfg = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
+    // sncl's own release, from the package version (cbindgen emits no
+    // string constants): one source, checked by `header_is_current`.
+    let release = format!(
+        "\n/* sncl's own release (SNCL_VERSION_CODE is the NCCL API version it\n * mirrors). */\n\
+         #define SNCL_RELEASE \"{}\"\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    cfg.after_includes = Some(cfg.after_includes.unwrap_or_default() + &release);
     let b = cbindgen::Builder::new()
         .with_config(cfg)
         .with_src(root.join("src/lib.rs"))

@@ -709,5 +709,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         snclGetVersion(&v);
         return v;
       },
-      "SNCL_VERSION_CODE of the linked libsncl.");
+      "SNCL_VERSION_CODE of the linked libsncl (the NCCL API version it mirrors).");
 }

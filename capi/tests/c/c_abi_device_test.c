@@ -295,6 +295,33 @@ static void check_windows(snclComm_t comm, snclStream_t stream) {
   free(h);
 }
 
+/* Buffer registration (snclCommRegister, as NCCL's: local, a hint): an
+ * operation on a registered buffer is right; a registered snclMemAlloc
+ * allocation cannot be freed; handles are checked. */
+static void check_registration(snclComm_t comm, snclStream_t stream) {
+  const size_t n = 3000;
+  void *buf = to_device(NULL, n * sizeof(float));
+  void *handle = NULL, *h2 = NULL;
+  CHECK(snclCommRegister(comm, buf, n * sizeof(float), &handle));
+  EXPECT(handle != NULL, "no registration handle");
+  float *h = mine(n);
+  CHECK(snclMemcpy(buf, h, n * sizeof(float)));
+  CHECK(snclAllReduce(buf, buf, n, snclFloat, snclSum, comm, stream));
+  CHECK(snclStreamSynchronize(stream));
+  float *got = from_device(buf, n);
+  for (size_t i = 0; i < n; i++)
+    EXPECT(got[i] == sum_of(i), "registered all_reduce [%zu] = %g, expected %g", i, got[i],
+           sum_of(i));
+  free(got);
+  EXPECT_ERROR(snclCommRegister(comm, buf, n * sizeof(float) + 4096, &h2), snclInvalidArgument,
+               "run past the snclMemAlloc allocation");
+  EXPECT_ERROR(snclMemFree(buf), snclInvalidUsage, "snclCommDeregister");
+  CHECK(snclCommDeregister(comm, handle));
+  EXPECT_ERROR(snclCommDeregister(comm, handle), snclInvalidArgument, "not a live registration");
+  CHECK(snclMemFree(buf));
+  free(h);
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -351,6 +378,7 @@ int main(void) {
   check_rooted(comm, stream);
   check_errors(comm);
   check_windows(comm, stream);
+  check_registration(comm, stream);
   /* still usable after the rejected calls */
   check_all_reduce(comm, stream, 4096, 1);
 

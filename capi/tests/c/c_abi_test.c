@@ -520,6 +520,34 @@ static void check_errors(snclComm_t comm) {
   EXPECT(state == snclSuccess, "async error %d", (int)state);
 }
 
+/* Buffer registration on host memory (snclCommRegister): a hint, checked
+ * and tracked; destroy releases what is left registered. */
+static void check_registration(snclComm_t comm) {
+  const size_t n = 1000;
+  float *b = (float *)xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) b[i] = (float)(rank + 1);
+  void *handle = NULL, *other = NULL, *kept = NULL;
+  CHECK(snclCommRegister(comm, b, n * sizeof(float), &handle));
+  CHECK(snclCommRegister(comm, b + 10, 40, &other)); /* overlapping is allowed */
+  EXPECT(handle != NULL && other != NULL && handle != other, "registration handles");
+  CHECK(snclAllReduce(b, b, n, snclFloat, snclSum, comm, NULL));
+  const float want = (float)(nranks * (nranks + 1) / 2);
+  for (size_t i = 0; i < n; i++)
+    EXPECT(b[i] == want, "registered all_reduce [%zu] = %g, expected %g", i, b[i], want);
+  EXPECT(snclCommRegister(comm, NULL, 8, &kept) == snclInvalidArgument, "NULL buff accepted");
+  EXPECT(snclCommRegister(comm, b, 0, &kept) == snclInvalidArgument, "size 0 accepted");
+  EXPECT(snclCommRegister(comm, b, 8, NULL) == snclInvalidArgument, "NULL handle accepted");
+  CHECK(snclCommDeregister(comm, handle));
+  EXPECT(snclCommDeregister(comm, handle) == snclInvalidArgument, "deregistered twice");
+  EXPECT(strstr(snclGetLastError(comm), "not a live registration") != NULL,
+         "the last error: %s", snclGetLastError(comm));
+  EXPECT(snclCommDeregister(comm, NULL) == snclInvalidArgument, "NULL handle deregistered");
+  /* `other` stays registered: snclCommDestroy releases it */
+  CHECK(snclCommRegister(comm, b, 64, &kept));
+  CHECK(snclCommDeregister(comm, kept));
+  free(b);
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -537,6 +565,13 @@ int main(void) {
   CHECK(snclGetVersion(&version));
   EXPECT(version == SNCL_VERSION_CODE, "version %d", version);
   EXPECT(SNCL_VERSION_CODE == SNCL_VERSION(SNCL_MAJOR, SNCL_MINOR, SNCL_PATCH), "version macro");
+  /* the NCCL API version sncl mirrors: a renamed NCCL version guard picks
+     the path written for NCCL 2.19 and later (registration, fp8 ...) */
+#if SNCL_VERSION_CODE >= SNCL_VERSION(2, 19, 0)
+  EXPECT(strlen(SNCL_RELEASE) > 0, "SNCL_RELEASE");
+#else
+  EXPECT(0, "SNCL_VERSION_CODE %d is below NCCL 2.19's", SNCL_VERSION_CODE);
+#endif
 
   /* SNCL_ROOT and SNCL_SECRET are set: every rank computes the same id. */
   snclUniqueId id;
@@ -575,6 +610,7 @@ int main(void) {
   check_split(comm);
   check_streams(comm);
   check_fp8(comm);
+  check_registration(comm);
   check_errors(comm);
 
   /* end in step, then release */

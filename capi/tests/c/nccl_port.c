@@ -65,6 +65,12 @@ static int run(int myRank, int nRanks, int localRank, snclUniqueId id) {
 
   void *buf = NULL;
   SNCLCHECK(snclMemAlloc(&buf, 1 << 20));
+#if SNCL_VERSION_CODE >= SNCL_VERSION(2, 19, 0)
+  /* user buffer registration, behind NCCL's usual version guard */
+  void *handle = NULL;
+  SNCLCHECK(snclCommRegister(comm, buf, 1 << 20, &handle));
+  SNCLCHECK(snclCommDeregister(comm, handle));
+#endif
   SNCLCHECK(snclMemFree(buf));
 
   CUDACHECK(cudaStreamSynchronize(s));

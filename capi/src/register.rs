@@ -1,0 +1,204 @@
+//! Buffer registration (NCCL's `ncclCommRegister` / `ncclCommDeregister`):
+//! a local, non-collective call that tells the communicator a buffer will
+//! be used in its operations.
+//!
+//! In NCCL registration is a hint: operations on unregistered buffers are
+//! correct, and a transport that cannot use a registration ignores it. In
+//! sncl today no transport reads registered buffers in place (the device
+//! path copies through its staging, the host transports copy through their
+//! own buffers), so operations on a registered buffer run exactly as on any
+//! other. What registration does do: it checks the range once (live memory
+//! of one kind, on the communicator's device where it is device memory),
+//! it keeps a `snclMemAlloc` allocation from being freed while registered
+//! (`snclMemFree` refuses it, as NCCL requires deregistration before the
+//! free), and it checks every handle given back (deregistering twice, or
+//! on another communicator, is an error rather than a silent no-op).
+//! `snclCommDestroy` and `snclCommAbort` release what is still registered,
+//! as NCCL does.
+//!
+//! A handle is a token, never dereferenced, never reused.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use super::args::comm_arg;
+use super::args::OK;
+use super::comm::{snclComm_t, CommShared};
+use super::devmem::{self, R};
+use super::error::{guard, CError};
+use super::types::*;
+
+struct Entry {
+    /// The communicator (its `CommShared`'s address).
+    comm: usize,
+    start: u64,
+    bytes: usize,
+}
+
+fn registrations() -> MutexGuard<'static, HashMap<usize, Entry>> {
+    static REGISTRATIONS: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
+    REGISTRATIONS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The next token: never 0, never reused, never a window's (windows use
+/// multiples of 16; these are 8 more than a multiple of 16).
+fn token() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 4) | 0x8
+}
+
+/// A registration whose range holds `addr` (its token).
+pub(super) fn holding(addr: u64) -> Option<usize> {
+    registrations()
+        .iter()
+        .find(|(_, e)| addr >= e.start && addr - e.start < e.bytes as u64)
+        .map(|(&t, _)| t)
+}
+
+/// Releases every registration of the communicator `shared` (destroy and
+/// abort); returns how many there were.
+pub(super) fn release_all(shared: &Arc<CommShared>) -> usize {
+    let me = Arc::as_ptr(shared) as usize;
+    let mut r = registrations();
+    let before = r.len();
+    r.retain(|_, e| e.comm != me);
+    before - r.len()
+}
+
+fn on_comm<T>(shared: &CommShared, r: R<T>) -> R<T> {
+    if let Err(e) = &r {
+        shared.record(e);
+    }
+    r
+}
+
+/// Registers `size` bytes at `buff` for operations of `comm` and writes a
+/// handle to `*handle` (local, not collective, as NCCL's
+/// `ncclCommRegister`). `buff` is host memory or live device memory of the
+/// communicator's device (the one its device operations run on; a
+/// communicator with no device operation yet binds to it). Registrations
+/// may overlap. A registered `snclMemAlloc` allocation cannot be freed
+/// before `snclCommDeregister`. Operations on registered buffers run as on
+/// any buffer: no sncl transport reads them in place yet (see the crate
+/// documentation). NULL `buff` or `handle`, or size 0, are
+/// `snclInvalidArgument`.
+///
+/// # Safety
+/// `comm` is a live handle; `handle` points to writable storage for a
+/// pointer.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommRegister(
+    comm: snclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        let r = (|| {
+            let c = shared.get()?;
+            let rank = c.rank();
+            let bad = |m: String| {
+                Err(CError::invalid(format!(
+                    "rank {rank}: snclCommRegister: {m}"
+                )))
+            };
+            if handle.is_null() {
+                return bad("handle is NULL".into());
+            }
+            if buff.is_null() {
+                return bad("buff is NULL".into());
+            }
+            if size == 0 {
+                return bad("size is 0; a registration holds 1 or more bytes".into());
+            }
+            let start = buff as u64;
+            let Some(last) = start.checked_add(size as u64 - 1) else {
+                return bad(format!(
+                    "{size} bytes at {buff:p} run past the address space"
+                ));
+            };
+            let first_kind = devmem::route(&[("buff", buff as *const u8)])?;
+            let last_kind = devmem::route(&[("the last byte of buff", last as *const u8)])?;
+            match (&first_kind, &last_kind) {
+                (None, None) => {}
+                (Some(a), Some(b)) if Arc::ptr_eq(a, b) => {
+                    if let Some((s, bytes)) = devmem::allocation_of(start) {
+                        if last - s >= bytes as u64 {
+                            return bad(format!(
+                                "{size} bytes at {buff:p} run past the snclMemAlloc allocation \
+                                 holding them ({bytes} bytes at {s:#x})"
+                            ));
+                        }
+                    }
+                    sncl_rs::binding::bind_or_check(c, "snclCommRegister", "buff", &a.dev)
+                        .map_err(CError::from)?;
+                }
+                _ => {
+                    return bad(format!(
+                        "{size} bytes at {buff:p} are not one kind of memory (the first and \
+                         the last byte are in different places); register one allocation"
+                    ))
+                }
+            }
+            let t = token();
+            registrations().insert(
+                t,
+                Entry {
+                    comm: Arc::as_ptr(&shared) as usize,
+                    start,
+                    bytes: size,
+                },
+            );
+            tracing::debug!(
+                rank,
+                bytes = size,
+                device = first_kind.is_some(),
+                "snclCommRegister"
+            );
+            // SAFETY: checked non-NULL; the caller provides storage. The
+            // handle is a token, never dereferenced.
+            unsafe { handle.write(t as *mut c_void) };
+            Ok(OK)
+        })();
+        on_comm(&shared, r)
+    })
+}
+
+/// Releases a registration of `comm` made by `snclCommRegister` (local, as
+/// NCCL's `ncclCommDeregister`). A handle that is not a live registration
+/// of `comm` (released already, another communicator's, NULL) is
+/// `snclInvalidArgument`.
+///
+/// # Safety
+/// `comm` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommDeregister(comm: snclComm_t, handle: *mut c_void) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        let r = (|| {
+            let c = shared.get()?;
+            let me = Arc::as_ptr(&shared) as usize;
+            let t = handle as usize;
+            let mut r = registrations();
+            if r.get(&t).is_some_and(|e| e.comm == me) {
+                r.remove(&t);
+                return Ok(OK);
+            }
+            Err(CError::invalid(format!(
+                "rank {}: snclCommDeregister: {handle:p} is not a live registration of this \
+                 communicator (deregistered already, another communicator's, or not from \
+                 snclCommRegister)",
+                c.rank()
+            )))
+        })();
+        on_comm(&shared, r)
+    })
+}
