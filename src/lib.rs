@@ -84,12 +84,12 @@ pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
-pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, Store, UniqueId};
+pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};
 pub use stats::Stats;
 pub use window::Window;
 pub use work::{Group, RawWork, Scope, Work};
 
-use sncl_bootstrap::{ReadEnvironment, TcpStore, TcpStoreServer};
+use sncl_bootstrap::{TcpStore, TcpStoreServer};
 
 /// Stores started by [`Communicator::unique_id`] with port 0, waiting for
 /// this process's rank 0 to take them.

@@ -386,6 +386,26 @@ impl LaunchEnv {
 
     /// Like [`LaunchEnv::from_env`], reading variables through `get`.
     pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchEnv> {
+        Self::detect_vars(get)?.ok_or_else(|| {
+            Error::Config(
+                "cannot tell this process's rank and world size: none of SNCL_RANK + \
+                 SNCL_WORLD_SIZE, RANK + WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK + \
+                 OMPI_COMM_WORLD_SIZE (Open MPI mpirun) or SLURM_PROCID + SLURM_NTASKS \
+                 (Slurm srun) is set; start the job with torchrun, mpirun or srun, or set \
+                 SNCL_RANK, SNCL_WORLD_SIZE and SNCL_ROOT=host:port on every process"
+                    .into(),
+            )
+        })
+    }
+
+    /// Whether a launcher started this process: `Ok(None)` when no
+    /// launcher's rank variables are set (a process run by hand), else
+    /// what [`LaunchEnv::from_environment`] reads, errors included.
+    pub fn detect(env: &Environment) -> Result<Option<LaunchEnv>> {
+        Self::detect_vars(&env.getter())
+    }
+
+    fn detect_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<LaunchEnv>> {
         let var = |k: &str| {
             get(k)
                 .map(|v| v.trim().to_owned())
@@ -425,14 +445,7 @@ impl LaunchEnv {
             }
         }
         let Some((src, rank_s, size_name, size_s)) = found else {
-            return Err(Error::Config(
-                "cannot tell this process's rank and world size: none of SNCL_RANK + \
-                 SNCL_WORLD_SIZE, RANK + WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK + \
-                 OMPI_COMM_WORLD_SIZE (Open MPI mpirun) or SLURM_PROCID + SLURM_NTASKS \
-                 (Slurm srun) is set; start the job with torchrun, mpirun or srun, or set \
-                 SNCL_RANK, SNCL_WORLD_SIZE and SNCL_ROOT=host:port on every process"
-                    .into(),
-            ));
+            return Ok(None);
         };
         let launcher = src.launcher;
         let rank = parse_num(src.rank, &rank_s, launcher)?;
@@ -607,7 +620,7 @@ impl LaunchEnv {
             launcher,
         };
         tracing::debug!(?env, "sncl launch environment");
-        Ok(env)
+        Ok(Some(env))
     }
 
     /// The unique id (root and secret) every rank of this job shares.
@@ -634,6 +647,31 @@ mod tests {
 
     fn err(pairs: &[(&str, &str)]) -> String {
         env(pairs).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn detect_tells_a_process_run_by_hand_from_a_launched_one() {
+        let detect = |pairs: &[(&str, &str)]| {
+            let m: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            LaunchEnv::detect_vars(&move |k| m.get(k).cloned())
+        };
+        assert!(detect(&[("HOME", "/root")]).unwrap().is_none());
+        assert!(err(&[]).contains("cannot tell this process's rank"));
+        let e = detect(&[
+            ("SNCL_RANK", "1"),
+            ("SNCL_WORLD_SIZE", "2"),
+            ("SNCL_ROOT", "127.0.0.1:1"),
+        ])
+        .unwrap()
+        .expect("launched");
+        assert_eq!((e.rank, e.world_size), (1, 2));
+        assert!(
+            detect(&[("SNCL_RANK", "1")]).is_err(),
+            "half a launch is an error"
+        );
     }
 
     #[test]

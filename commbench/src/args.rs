@@ -71,9 +71,11 @@ pub struct Args {
     /// Allow --np above 8 ranks per core (as mpirun's --oversubscribe).
     #[arg(long = "oversubscribe")]
     pub oversubscribe: bool,
-    /// Run N ranks as threads of this one process (one communicator per
-    /// thread, as nccl-tests' -t with one process); excludes --np.
-    #[arg(short = 't', long = "threads", conflicts_with = "np")]
+    /// nccl-tests' -t: ranks as threads of each process (one communicator
+    /// per thread). Alone, the whole job is this process; with --np P, or
+    /// under mpirun / srun / torchrun with P processes, the job is P × N
+    /// ranks (process p runs ranks p×N .. p×N+N-1).
+    #[arg(short = 't', long = "threads", visible_alias = "nthreads")]
     pub threads: Option<usize>,
     // Help generated from the algorithm table (see `algo_help`).
     #[arg(long = "algo", help = algo_help())]
@@ -99,10 +101,20 @@ pub struct Args {
     /// nccl-tests' -p (0/1): sncl's ranks initialise in parallel either way.
     #[arg(short = 'p', long = "parallel_init", default_value_t = 0)]
     pub parallel_init: u8,
-    /// nccl-tests' -z (0/1): host collectives return once complete either
-    /// way; device runs time stream-ordered launches, so only 0 there.
+    /// nccl-tests' -z (0/1/2: 1 waits and barriers after each operation, 2
+    /// waits only): host collectives return once complete either way;
+    /// device runs time stream-ordered launches, so only 0 there.
     #[arg(short = 'z', long = "blocking", default_value_t = 0)]
     pub blocking: u8,
+    /// nccl-tests' -O (0/1): 0 skips the out-of-place runs (in-place
+    /// columns only; collectives without an in-place form are refused).
+    #[arg(short = 'O', long = "out_of_place", default_value_t = 1)]
+    pub out_of_place: u8,
+    /// nccl-tests' -u: start every buffer this many elements past its
+    /// allocation, so it is not aligned beyond its element size (host
+    /// buffers; Rust slices stay aligned to their element type).
+    #[arg(short = 'u', long = "unalign", default_value_t = 0)]
+    pub unalign: usize,
     /// nccl-tests' -R (0/1/2): 1 or 2 allocates the buffers in windows, as
     /// --window does (sncl's registered buffers).
     #[arg(short = 'R', long = "local_register", default_value_t = 0)]
@@ -203,7 +215,15 @@ impl Args {
         }
         self.redop
             .split(',')
-            .map(|o| ReduceOp::from_name(o).ok_or_else(|| format!("unknown reduction {o:?}")))
+            .map(|o| match o {
+                "mulsum" | "premulsum" => {
+                    Err("-o mulsum: premultiplied sums are a C ABI operator \
+                     (snclRedOpCreatePreMulSum, a local scaling before a sum); commbench \
+                     drives the Rust API, whose sum plus your own scaling is the same"
+                        .to_string())
+                }
+                o => ReduceOp::from_name(o).ok_or_else(|| format!("unknown reduction {o:?}")),
+            })
             .collect()
     }
 
@@ -215,7 +235,7 @@ impl Args {
     pub fn check(&self, bench: Bench) -> Result<Vec<String>, String> {
         self.check_sweep()?;
         self.compression(bench)?;
-        if let (true, Some(n)) = (bench.rooted(), self.np.or(self.threads)) {
+        if let (true, Some(n)) = (bench.rooted(), self.known_world()) {
             if self.root >= n {
                 return Err(format!(
                     "-r {}: the root must be a rank of the job, 0 to {}",
@@ -223,6 +243,16 @@ impl Args {
                     n.saturating_sub(1)
                 ));
             }
+        }
+        if self.out_of_place == 0 && (!bench.has_in_place() || self.compress.is_some()) {
+            return Err(format!(
+                "-O 0 leaves nothing to run: {} has no in-place form",
+                if self.compress.is_some() {
+                    "a compressed all_reduce"
+                } else {
+                    self.op.as_str()
+                }
+            ));
         }
         let reduces = bench.reduces();
         if self.minbytes > self.maxbytes {
@@ -262,6 +292,25 @@ impl Args {
         Ok(notes)
     }
 
+    /// The job's rank count where the flags tell it before launch: --np ×
+    /// -t, or -t alone in a process no launcher started. (Under mpirun,
+    /// srun, torchrun or --np's own children, -t is per process and the
+    /// world is checked once the communicator exists.)
+    pub fn known_world(&self) -> Option<usize> {
+        match (self.np, self.threads) {
+            (Some(p), t) => Some(p.saturating_mul(t.unwrap_or(1))),
+            (None, Some(t)) => {
+                use sncl::ReadEnvironment;
+                let launched = comm_core::settings::Environment::from_process()
+                    .ok()
+                    .and_then(|vars| sncl::LaunchEnv::detect(&vars).ok().flatten())
+                    .is_some();
+                (!launched).then_some(t)
+            }
+            (None, None) => None,
+        }
+    }
+
     /// The flags of the sweep itself, as nccl-tests reads them.
     fn check_sweep(&self) -> Result<(), String> {
         if self.ngpus != 1 {
@@ -278,12 +327,25 @@ impl Args {
         }
         let zero_one = [
             ("-p", self.parallel_init),
-            ("-z", self.blocking),
+            ("-O", self.out_of_place),
             ("-C", self.report_cputime),
             ("-S", self.report_timestamps),
         ];
         if let Some((flag, v)) = zero_one.iter().find(|(_, v)| *v > 1) {
             return Err(format!("{flag} {v}: expected 0 or 1"));
+        }
+        if self.blocking > 2 {
+            return Err(format!(
+                "-z {}: expected 0, 1 (wait and barrier) or 2 (wait)",
+                self.blocking
+            ));
+        }
+        if self.unalign > 4096 {
+            return Err(format!(
+                "-u {}: an offset of at most 4096 elements (any offset past the alignment \
+                 shows the effect)",
+                self.unalign
+            ));
         }
         if self.average > 3 {
             return Err(format!(

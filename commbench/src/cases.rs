@@ -212,6 +212,10 @@ pub struct Case {
     /// How a size's time comes from the ranks' times (`-a`: 0 rank 0's,
     /// 1 average, 2 minimum, 3 maximum).
     pub average: u8,
+    /// Whether to run out of place (`-O 1`, the default).
+    pub out_of_place: bool,
+    /// Elements every host buffer starts past its allocation (`-u`).
+    pub unalign: usize,
 }
 
 fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
@@ -232,9 +236,10 @@ fn count_wrong<T: BenchElem>(got: &[T], want: &[T]) -> u64 {
     g.chunks(s).zip(w.chunks(s)).filter(|(a, b)| a != b).count() as u64
 }
 
-/// One buffer: plain memory, or a window the communicator shares.
+/// One buffer: plain memory (its elements start `skip` elements into the
+/// allocation: `-u`), or a window the communicator shares.
 enum Buf<T: BenchElem> {
-    Plain(Vec<T>),
+    Plain { alloc: Vec<T>, skip: usize },
     Window(sncl::Window<T>),
 }
 
@@ -242,7 +247,7 @@ impl<T: BenchElem> std::ops::Deref for Buf<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         match self {
-            Buf::Plain(v) => v,
+            Buf::Plain { alloc, skip } => &alloc[*skip..],
             Buf::Window(w) => w,
         }
     }
@@ -251,7 +256,7 @@ impl<T: BenchElem> std::ops::Deref for Buf<T> {
 impl<T: BenchElem> std::ops::DerefMut for Buf<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         match self {
-            Buf::Plain(v) => v,
+            Buf::Plain { alloc, skip } => &mut alloc[*skip..],
             Buf::Window(w) => w,
         }
     }
@@ -259,10 +264,16 @@ impl<T: BenchElem> std::ops::DerefMut for Buf<T> {
 
 impl<T: BenchElem> Buf<T> {
     /// `data` copied into a window when `window` (collective; every rank
-    /// passes the same length), else kept.
-    fn new(comm: &Communicator, data: Vec<T>, window: bool) -> Result<Buf<T>> {
+    /// passes the same length), else kept, `skip` elements into its
+    /// allocation.
+    fn new(comm: &Communicator, data: Vec<T>, window: bool, skip: usize) -> Result<Buf<T>> {
         if !window || data.is_empty() {
-            return Ok(Buf::Plain(data));
+            if skip == 0 {
+                return Ok(Buf::Plain { alloc: data, skip });
+            }
+            let mut alloc = vec![T::default(); skip];
+            alloc.extend(data);
+            return Ok(Buf::Plain { alloc, skip });
         }
         let mut w = comm.alloc_window::<T>(data.len())?;
         w[..data.len()].copy_from_slice(&data);
@@ -326,8 +337,8 @@ fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Resul
     // Windows take the same length on every rank: all_reduce's buffers.
     let window = c.window && c.bench == Bench::AllReduce;
     Ok(Bufs {
-        send: Buf::new(comm, send, window)?,
-        recv: Buf::new(comm, recv, window)?,
+        send: Buf::new(comm, send, window, c.unalign)?,
+        recv: Buf::new(comm, recv, window, c.unalign)?,
     })
 }
 
@@ -501,13 +512,21 @@ fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
     })
 }
 
-/// Times both directions of a case.
-pub fn run_case(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
+/// Times both directions of a case (out of place unless `-O 0`; in place
+/// where the collective has that form).
+pub fn run_case(comm: &Communicator, c: &Case) -> Result<(Option<Timing>, Option<Timing>)> {
     if c.compress.is_some() {
-        return Ok((run_compressed(comm, c)?, None));
+        return Ok((Some(run_compressed(comm, c)?), None));
     }
-    fn both<T: BenchElem>(comm: &Communicator, c: &Case) -> Result<(Timing, Option<Timing>)> {
-        let oop = run_direction::<T>(comm, c, false)?;
+    fn both<T: BenchElem>(
+        comm: &Communicator,
+        c: &Case,
+    ) -> Result<(Option<Timing>, Option<Timing>)> {
+        let oop = if c.out_of_place {
+            Some(run_direction::<T>(comm, c, false)?)
+        } else {
+            None
+        };
         let ip = if c.bench.has_in_place() {
             Some(run_direction::<T>(comm, c, true)?)
         } else {

@@ -1,5 +1,5 @@
-//! `--np N`: runs N local ranks of this same command. The launcher is rank
-//! 0 itself: it starts the rendezvous store on a free port first (so no
+//! `--np N`: runs N local processes of this same command (each of `-t`
+//! ranks as threads; one by default). The launcher is process 0 itself: it starts the rendezvous store on a free port first (so no
 //! other program can take the port before the ranks use it), then starts
 //! ranks 1..N as processes that die with it, then runs the benchmark.
 
@@ -79,7 +79,8 @@ const FAIL_GRACE: Duration = Duration::from_secs(2);
 /// A rank's process and the last line it wrote to stderr (forwarded to
 /// this process's stderr as it comes).
 struct RankProcess {
-    rank: usize,
+    /// "rank 3", or "process 1 (ranks 2-3)" with -t.
+    rank: String,
     child: Option<Child>,
     last_line: Arc<Mutex<String>>,
     /// The thread forwarding its stderr (done once the pipe is drained).
@@ -152,7 +153,7 @@ impl Watch {
                             };
                             let last = p.last_line.lock().unwrap_or_else(|e| e.into_inner());
                             eprintln!(
-                                "commbench: rank {} {how}; its last error line: {}; ending the job",
+                                "commbench: {} {how}; its last error line: {}; ending the job",
                                 p.rank,
                                 if last.is_empty() {
                                     "(none)"
@@ -167,7 +168,7 @@ impl Watch {
                     }
                     Ok(None) => alive += 1,
                     Err(e) => {
-                        eprintln!("commbench: cannot wait for rank {}: {e}", p.rank);
+                        eprintln!("commbench: cannot wait for {}: {e}", p.rank);
                         worst = worst.max(1);
                         p.child = None;
                     }
@@ -186,7 +187,7 @@ impl Watch {
                 for p in children.iter_mut() {
                     if let Some(c) = &mut p.child {
                         eprintln!(
-                            "commbench: stopping rank {}, still running after another rank failed or finished",
+                            "commbench: stopping {}, still running after another rank failed or finished",
                             p.rank
                         );
                         let _ = c.kill();
@@ -267,6 +268,42 @@ pub fn launch_threads(
     ExitCode::from(worst)
 }
 
+/// Runs `threads` ranks as threads of this process, which is process
+/// `proc_index` of `procs` in the job `id`: ranks `proc_index × threads +
+/// i` of `procs × threads` (nccl-tests' `-t` under mpirun, and `--np` with
+/// `-t`). The exit code is the worst of theirs; one thread runs here.
+pub fn run_thread_ranks(
+    id: &UniqueId,
+    proc_index: usize,
+    procs: usize,
+    threads: usize,
+    rank: &(impl Fn(&Communicator) -> sncl::Result<bool> + Sync),
+) -> u8 {
+    let world = procs.saturating_mul(threads);
+    if threads == 0 || world > comm_core::MAX_RANKS {
+        eprintln!(
+            "commbench: {procs} process(es) × -t {threads} threads must make 1 to {} ranks",
+            comm_core::MAX_RANKS
+        );
+        return 2;
+    }
+    let one = |i: usize| {
+        crate::outcome(
+            Communicator::init_rank(id, proc_index * threads + i, world).and_then(|c| rank(&c)),
+        )
+    };
+    if threads == 1 {
+        return one(0);
+    }
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..threads).map(|i| scope.spawn(move || one(i))).collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or(1))
+            .max()
+            .unwrap_or(0)
+    })
+}
+
 /// Ranks per core `--np` allows without `--oversubscribe` (the test
 /// machines run 4 ranks on 2 cores; 8 per core is far past what helps).
 pub const RANKS_PER_CORE: usize = 8;
@@ -286,19 +323,20 @@ pub fn check_subscription(np: usize, oversubscribe: bool) -> Result<(), String> 
     Ok(())
 }
 
-/// Runs `np` ranks: 1..np as processes, 0 here; the exit code is the worst
-/// of theirs.
+/// Runs `np` processes of `threads` ranks each: processes 1..np as
+/// children, process 0 here; the exit code is the worst of theirs.
 pub fn launch_local(
     np: usize,
-    rank0: impl FnOnce(&Communicator) -> sncl::Result<bool>,
+    threads: usize,
+    rank: impl Fn(&Communicator) -> sncl::Result<bool> + Sync,
 ) -> ExitCode {
     if np == 0 {
         eprintln!("commbench: --np must be at least 1");
         return ExitCode::from(2);
     }
-    if np > comm_core::MAX_RANKS {
+    if np.saturating_mul(threads) > comm_core::MAX_RANKS {
         eprintln!(
-            "commbench: --np {np} exceeds the limit of {} ranks",
+            "commbench: --np {np} × -t {threads} exceeds the limit of {} ranks",
             comm_core::MAX_RANKS
         );
         return ExitCode::from(2);
@@ -352,7 +390,10 @@ pub fn launch_local(
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(RankProcess {
-                        rank: r,
+                        rank: match threads {
+                            1 => format!("rank {r}"),
+                            t => format!("process {r} (ranks {}-{})", r * t, r * t + t - 1),
+                        },
                         child: Some(c),
                         last_line,
                         forwarder,
@@ -375,7 +416,7 @@ pub fn launch_local(
         let watch = watch.clone();
         std::thread::spawn(move || watch.wait())
     };
-    let own = crate::outcome(Communicator::init_rank(&id, 0, np).and_then(|comm| rank0(&comm)));
+    let own = run_thread_ranks(&id, 0, np, threads, &rank);
     watch.rank0_ended(own);
     let theirs = watcher.join().unwrap_or(1);
     ExitCode::from(i32::from(own).max(theirs).clamp(0, 255) as u8)

@@ -111,7 +111,15 @@ fn main() -> ExitCode {
             ),
             (
                 args.blocking != 0,
-                "-z 1 (device runs time stream-ordered launches)",
+                "-z 1 or 2 (device runs time stream-ordered launches)",
+            ),
+            (
+                args.out_of_place == 0,
+                "-O 0 (device runs are out of place only, so nothing would run)",
+            ),
+            (
+                args.unalign != 0,
+                "-u (device buffers come from the device's allocator)",
             ),
         ];
         if let Some((_, what)) = host_only.iter().find(|(on, _)| *on) {
@@ -132,15 +140,36 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let rank = |comm: &Communicator| run(&args, comm, &notes);
     if let Some(np) = args.np {
-        if let Err(e) = launch::check_subscription(np, args.oversubscribe) {
+        let threads = args.threads.unwrap_or(1);
+        if let Err(e) = launch::check_subscription(np.saturating_mul(threads), args.oversubscribe) {
             eprintln!("commbench: {e}");
             return ExitCode::from(2);
         }
-        return launch::launch_local(np, |comm| run(&args, comm, &notes));
+        return launch::launch_local(np, threads, rank);
     }
     if let Some(threads) = args.threads {
-        return launch::launch_threads(threads, |comm| run(&args, comm, &notes));
+        // Under a launcher (mpirun, srun, torchrun, or --np's own children)
+        // this process is one of several, each of -t ranks (nccl-tests' -t);
+        // run by hand, it is the whole job.
+        use sncl::ReadEnvironment;
+        let launched = comm_core::settings::Environment::from_process()
+            .and_then(|vars| sncl::LaunchEnv::detect(&vars));
+        return match launched {
+            Ok(Some(env)) => ExitCode::from(launch::run_thread_ranks(
+                &env.unique_id(),
+                env.rank,
+                env.world_size,
+                threads,
+                &rank,
+            )),
+            Ok(None) => launch::launch_threads(threads, rank),
+            Err(e) => {
+                eprintln!("commbench: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     ExitCode::from(outcome(
         Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),
@@ -306,10 +335,20 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         graph_launches: args.cudagraph,
                         agg: args.agg_iters,
                         average: args.average,
+                        out_of_place: args.out_of_place != 0,
+                        unalign: args.unalign,
                     };
                     let (oop, ip) = match &mut dev {
-                        Some(d) => devbench::run_case(comm, d, &case)?,
+                        Some(d) => {
+                            let (oop, ip) = devbench::run_case(comm, d, &case)?;
+                            (Some(oop), ip)
+                        }
                         None => cases::run_case(comm, &case)?,
+                    };
+                    // The bandwidth summary and the plot: out of place, or
+                    // in place under -O 0.
+                    let Some(headline) = oop.as_ref().or(ip.as_ref()) else {
+                        continue;
                     };
                     let factor = bench.bus_factor(n);
                     let algo_name = match &case.compress {
@@ -318,10 +357,9 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                             .algorithm_for(bench.collective(), dtype, count)?
                             .to_string(),
                     };
-                    any_wrong |= oop.wrong > 0 || ip.as_ref().map(|t| t.wrong > 0).unwrap_or(false);
-                    traffic.merge(&oop.traffic);
-                    if let Some(ip) = &ip {
-                        traffic.merge(&ip.traffic);
+                    for t in oop.iter().chain(ip.iter()) {
+                        any_wrong |= t.wrong > 0;
+                        traffic.merge(&t.traffic);
                     }
                     if out {
                         let fmt = |t: &Timing| {
@@ -334,9 +372,10 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                                 t.wrong
                             )
                         };
-                        let ip_s = ip.as_ref().map(fmt).unwrap_or_else(|| {
-                            format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A")
-                        });
+                        let not_run =
+                            || format!("{:>8} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A");
+                        let oop_s = oop.as_ref().map(fmt).unwrap_or_else(not_run);
+                        let ip_s = ip.as_ref().map(fmt).unwrap_or_else(not_run);
                         println!(
                             "{:>12} {:>12} {:>9} {:>7} {:>7} {} {}",
                             bytes,
@@ -348,14 +387,14 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                             dtype.name(),
                             if bench.reduces() { op.name() } else { "none" },
                             if bench.rooted() { root as i64 } else { -1 },
-                            fmt(&oop),
+                            oop_s,
                             ip_s
                         );
                         let _ = std::io::stdout().flush();
-                        bw_sum += gbps(bytes, oop.mean_us) * factor;
+                        bw_sum += gbps(bytes, headline.mean_us) * factor;
                         if let Some(last) = series.last_mut() {
                             last.points
-                                .push((bytes as f64, gbps(bytes, oop.mean_us) * factor));
+                                .push((bytes as f64, gbps(bytes, headline.mean_us) * factor));
                         }
                         bw_rows += 1;
                         rows.push(json_row(
@@ -368,7 +407,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                             bytes,
                             count,
                             factor,
-                            &oop,
+                            oop.as_ref(),
                             ip.as_ref(),
                             n,
                         ));
@@ -582,7 +621,7 @@ fn json_row(
     bytes: usize,
     count: usize,
     factor: f64,
-    oop: &Timing,
+    oop: Option<&Timing>,
     ip: Option<&Timing>,
     n: usize,
 ) -> String {
@@ -602,9 +641,9 @@ fn json_row(
         "size": bytes,
         "count": if bench.size_is_total() { count * n } else { count },
         "nranks": n,
-        "oop": t(oop),
+        "oop": oop.map(t),
         "ip": ip.map(t),
-        "median_us": oop.median_us,
+        "median_us": oop.or(ip).map(|t| t.median_us),
     })
     .to_string()
 }

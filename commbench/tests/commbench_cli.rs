@@ -92,8 +92,102 @@ fn ranks_as_threads_of_one_process() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .count();
     assert_eq!(rows, 4, "rows of 8 B, 64 B, 512 B and 4 KiB: {out}");
-    let (code, _, err) = commbench(&["all_reduce", "--threads", "2", "--np", "2"]);
-    assert_eq!(code, Some(2), "--threads with --np: {err}");
+    // nccl-tests' -t under a launcher: 2 processes × 2 threads = 4 ranks,
+    // ranks 0-1 in the launcher's process and 2-3 in the child's.
+    let (code, out, err) = commbench(&[
+        "broadcast",
+        "-t",
+        "2",
+        "--np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "3",
+    ]);
+    assert_eq!(code, Some(0), "-t with --np: {out}{err}");
+    assert!(
+        out.contains("4 ranks") && out.contains("# nThread 2"),
+        "{out}"
+    );
+    let pid_of = |rank: usize| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("#  Rank {rank:2} Group  0 Pid")))
+            .and_then(|l| l.split_whitespace().nth(6))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("rank {rank}'s line: {out}"))
+    };
+    assert_eq!(pid_of(0), pid_of(1), "{out}");
+    assert_eq!(pid_of(2), pid_of(3), "{out}");
+    assert_ne!(pid_of(0), pid_of(2), "{out}");
+    let (code, _, err) = commbench(&["broadcast", "-t", "2", "--np", "2", "-r", "4"]);
+    assert_eq!(code, Some(2), "root 4 of 2 × 2 ranks: {err}");
+    assert!(err.contains("0 to 3"), "{err}");
+}
+
+/// nccl-tests' -O 0 (in place only), -u (unaligned buffers), -z 2 and the
+/// refusals of what does not apply.
+#[test]
+fn in_place_only_unaligned_and_refusals() {
+    let (code, out, err) = commbench(&[
+        "reduce_scatter",
+        "--np",
+        "2",
+        "-b",
+        "64",
+        "-e",
+        "4K",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-O",
+        "0",
+        "-u",
+        "3",
+        "-z",
+        "2",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for row in rows {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cols[5..9], ["N/A"; 4], "out of place not run: {row}");
+        assert_eq!(
+            cols[12], "0",
+            "in place right with unaligned buffers: {row}"
+        );
+    }
+    for (args, says) in [
+        (
+            &["alltoall", "-O", "0"][..],
+            "alltoall has no in-place form",
+        ),
+        (&["all_reduce", "-z", "3"][..], "-z 3: expected 0, 1"),
+        (
+            &["all_reduce", "-o", "mulsum"][..],
+            "snclRedOpCreatePreMulSum",
+        ),
+        (&["all_reduce", "-u", "100000"][..], "-u 100000"),
+    ] {
+        let (code, out, err) = commbench(&[&["--np", "2"][..], args].concat());
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            !out.contains("# sncl commbench"),
+            "refused after launch: {out}"
+        );
+    }
 }
 
 #[test]
