@@ -9,7 +9,9 @@
 #   NVRTC_LIB_DIR=<directory holding libnvrtc.so.13>
 #   CUDA_INCLUDE=<directory holding cuda_fp16.h>
 #   PTXAS=<the ptxas binary>
-# Progress and errors go to stderr. Exit status 2: pip is missing.
+# Progress and errors go to stderr. Exit status 2: pip is missing; 3: the
+# package index cannot provide the wheels (unreachable, or it lacks these
+# versions): callers skip with the reason rather than fail.
 #
 # Environment: PYTHON (default python3), CARGO_TARGET_DIR (default
 # <repo>/target).
@@ -56,8 +58,18 @@ if ! complete; then
     # A fresh directory: pip --target does not replace files of an older set.
     rm -rf "$dest"
     mkdir -p "$dest"
-    "$python" -m pip install --quiet --disable-pip-version-check --no-input --root-user-action=ignore \
-        --no-deps --only-binary=:all: --target "$dest" "${pins[@]}" >&2
+    log="$dest.pip.log"
+    if ! "$python" -m pip install --quiet --disable-pip-version-check --no-input --root-user-action=ignore \
+        --retries 2 --timeout 30 --no-deps --only-binary=:all: --target "$dest" "${pins[@]}" >"$log" 2>&1; then
+        cat "$log" >&2
+        if grep -qiE 'No matching distribution|Could not find a version|NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|Max retries exceeded|ProxyError|SSLError' "$log"; then
+            echo "cuda-wheels: the package index cannot provide ${pins[*]} (unreachable, or without these versions)" >&2
+            rm -rf "$dest"
+            exit 3
+        fi
+        echo "cuda-wheels: pip install failed (see above)" >&2
+        exit 1
+    fi
     if [[ ! -e "$lib/libnvrtc.so.13" || ! -f "$include/cuda_fp16.h" || ! -x "$ptxas" ]]; then
         echo "cuda-wheels: the wheels did not provide $lib/libnvrtc.so.13, $include/cuda_fp16.h and $ptxas" >&2
         exit 1

@@ -126,6 +126,12 @@ if ! have_torch; then
             printf '[test-torch] SKIP: installing torch failed for lack of network (see above)\n' >&2
             exit $SKIP
         fi
+        if grep -qiE 'No matching distribution|Could not find a version that satisfies' \
+            "$TORCH_VENV/.install.log"; then
+            printf '[test-torch] SKIP: the package index has no torch==%s for this Python and platform (set TORCH_VERSION to one it has)\n' \
+                "$TORCH_VERSION" >&2
+            exit $SKIP
+        fi
         die "pip install torch==$TORCH_VERSION failed (see above)"
     fi
     have_torch || die "torch==$TORCH_VERSION does not import after installing it"

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The test command: the whole suite (unit, schedule checks, multi-rank
 # thread and process tests, failure tests). Safe to run repeatedly.
+#
+#   scripts/test.sh          the suite (what .ci/run runs)
+#   scripts/test.sh --long   the measurements kept out of it (#[ignore]d with
+#                            "scripts/test.sh --long" as their reason): they
+#                            time things, some assert a ratio, and want an
+#                            otherwise idle machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
@@ -8,5 +14,26 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+if [ "${1:-}" = "--long" ]; then
+    # package, test target, test name: one at a time (they time things).
+    long=(
+        "comm-core planner_frozen planner_call_cost"
+        "sncl cpu_hog one_mib_all_reduce_with_a_cpu_hog_stays_within_twice_its_quiet_time"
+        "transport-rdma throughput emulated_rdma_vs_shm_64mib"
+        "sncl nvlink_collectives nvlink_vs_shm_staging_timing"
+    )
+    failed=()
+    for entry in "${long[@]}"; do
+        read -r pkg target name <<<"$entry"
+        echo "[test.sh --long] $pkg --test $target $name"
+        cargo test -p "$pkg" --profile test --test "$target" -- --ignored --exact "$name" \
+            --nocapture --test-threads=1 || failed+=("$name")
+    done
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "[test.sh --long] failed: ${failed[*]}" >&2
+        exit 1
+    fi
+    exit 0
+fi
 cargo build --workspace --all-targets --profile test
 exec cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}"

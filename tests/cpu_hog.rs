@@ -82,7 +82,7 @@ fn measure(transport: TransportChoice) -> (Duration, Duration) {
 }
 
 #[test]
-#[ignore = "a measurement: needs an otherwise idle machine"]
+#[ignore = "a measurement that needs an otherwise idle machine; scripts/test.sh --long"]
 fn one_mib_all_reduce_with_a_cpu_hog_stays_within_twice_its_quiet_time() {
     for transport in [TransportChoice::Tcp, TransportChoice::Auto] {
         let (quiet, hogged) = measure(transport);

@@ -127,3 +127,65 @@ fn a_crate_missing_from_the_text_is_seen() {
         "transport-rdma"
     ));
 }
+
+/// Every `#[ignore]`d test says why, in one of the known kinds: a child
+/// process's entry point (its parent runs it), a generator that rewrites a
+/// checked-in file, or a measurement of the long suite, and each of those
+/// is listed in `scripts/test.sh --long` (so no test is ignored and
+/// forgotten).
+#[test]
+fn every_ignored_test_is_a_child_a_generator_or_in_the_long_suite() {
+    let root = workspace();
+    let script = std::fs::read_to_string(root.join("scripts/test.sh")).expect("scripts/test.sh");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() && !name.starts_with('.') && name != "target" {
+                dirs.push(p);
+            } else if name.ends_with(".rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    let mut long = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let Some(reason) = l.trim().strip_prefix("#[ignore = \"") else {
+                continue;
+            };
+            let at = format!(
+                "{}:{}",
+                f.strip_prefix(&root).unwrap_or(&f).display(),
+                i + 1
+            );
+            let name = lines[i + 1..]
+                .iter()
+                .find_map(|l| l.trim().strip_prefix("fn "))
+                .and_then(|l| l.split('(').next())
+                .unwrap_or("");
+            if reason.contains("scripts/test.sh --long") {
+                long += 1;
+                if !script
+                    .lines()
+                    .any(|s| s.trim().trim_matches('"').ends_with(&format!(" {name}")))
+                {
+                    bad.push(format!(
+                        "{at}: {name} is not in scripts/test.sh's long list"
+                    ));
+                }
+            } else if !(reason.contains("child process") || reason.starts_with("writes ")) {
+                bad.push(format!(
+                    "{at}: {name}: ignored for another reason: {reason}"
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(long >= 4, "the long suite's tests were not found ({long})");
+}

@@ -514,7 +514,7 @@ fn config_form_matches() {
 /// communicator's path, which cloned the whole `Config` per operation.
 /// Run: `cargo test -p comm-core --profile test --test planner_frozen -- --ignored --nocapture`
 #[test]
-#[ignore = "timing measurement; run by hand"]
+#[ignore = "a timing measurement; scripts/test.sh --long"]
 fn planner_call_cost() {
     use std::hint::black_box;
     use std::time::Instant;

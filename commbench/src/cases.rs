@@ -185,6 +185,11 @@ pub struct Timing {
     pub median_us: f64,
     /// Elements outside the expected result, summed over ranks.
     pub wrong: u64,
+    /// Elements outside the expected result on this rank alone: its exit
+    /// status rests on this, not only on the sum (which sncl's own
+    /// all-reduce computes), so the launcher's exit codes catch a wrong
+    /// result even if that all-reduce were wrong too.
+    pub own_wrong: u64,
     /// This rank's traffic during the warm-up and timed iterations.
     pub traffic: sncl::Stats,
 }
@@ -429,18 +434,21 @@ pub fn run_direction<T: BenchElem>(
     let mut b = prepare::<T>(comm, c, in_place)?;
     let (mean, median, traffic) = time_loop(comm, c, || run_once(comm, c, &mut b, in_place))?;
     let mut wrong = [0u64];
+    let mut own_wrong = 0;
     if c.check {
         let mut b = prepare::<T>(comm, c, in_place)?;
         run_once(comm, c, &mut b, in_place)?;
         if let Some((at, want)) = expected::<T>(comm, c, in_place) {
             wrong[0] = count_wrong(&b.recv[at..at + want.len()], &want);
         }
+        own_wrong = wrong[0];
         comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
     }
     Ok(Timing {
         mean_us: mean,
         median_us: median,
         wrong: wrong[0],
+        own_wrong,
         traffic,
     })
 }
@@ -479,6 +487,7 @@ fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
     };
     let (mean, median, traffic) = time_loop(comm, c, || once(&mut buf))?;
     let mut wrong = [0u64];
+    let mut own_wrong = 0;
     if c.check {
         once(&mut buf)?;
         // Bound: every value the codec encodes is at most U = sum of |x_r|.
@@ -502,12 +511,14 @@ fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
                 wrong[0] += 1;
             }
         }
+        own_wrong = wrong[0];
         comm.all_reduce_in_place(&mut wrong, ReduceOp::Sum)?;
     }
     Ok(Timing {
         mean_us: mean,
         median_us: median,
         wrong: wrong[0],
+        own_wrong,
         traffic,
     })
 }

@@ -358,7 +358,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                             .to_string(),
                     };
                     for t in oop.iter().chain(ip.iter()) {
-                        any_wrong |= t.wrong > 0;
+                        any_wrong |= t.wrong > 0 || t.own_wrong > 0;
                         traffic.merge(&t.traffic);
                     }
                     if out {

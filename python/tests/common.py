@@ -36,7 +36,11 @@ class Results:
 
     def finish(self, group=None):
         """Prints the table (rank 0); returns the process exit code. A case
-        fails when it failed on any rank."""
+        fails when it failed on any rank. The table's verdicts combine the
+        ranks with sncl's own all_reduce, so the exit code does not rest on
+        it alone: a rank whose own case failed exits 1 whatever the
+        combined table says, and torchrun fails the job on that exit code."""
+        own_failed = any(not ok for _, ok, _ in self.rows)
         local = torch.tensor([0 if ok else 1 for _, ok, _ in self.rows], dtype=torch.int32)
         if len(self.rows):
             dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
@@ -50,7 +54,7 @@ class Results:
                 print(f"  {status}  {name}" + (f"  ({note})" if note else ""), flush=True)
         if dist.get_rank() == 0:
             print(f"== {self.title}: {len(self.rows) - failed} passed, {failed} failed", flush=True)
-        return 1 if failed else 0
+        return 1 if failed or own_failed else 0
 
 
 def assert_close(got, want, what, rtol=None, atol=None):

@@ -80,7 +80,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 #[test]
-#[ignore = "timing; run by hand"]
+#[ignore = "a timing measurement; scripts/test.sh --long"]
 fn emulated_rdma_vs_shm_64mib() {
     for (slots, slot_bytes) in [(8, 128 << 10), (8, 512 << 10), (16, 1 << 20)] {
         let mut shm = Vec::new();

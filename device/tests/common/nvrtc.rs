@@ -29,7 +29,7 @@ pub struct Wheels {
 }
 
 /// Installs the wheels once per process; `None` (with the reason printed)
-/// where pip is absent.
+/// where pip is absent or the package index cannot provide them.
 pub fn wheels() -> Option<&'static Wheels> {
     static WHEELS: std::sync::OnceLock<Option<Wheels>> = std::sync::OnceLock::new();
     WHEELS.get_or_init(install).as_ref()
@@ -42,9 +42,19 @@ pub fn install() -> Option<Wheels> {
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(2) {
-        eprintln!("SKIPPED: pip is not available, so NVRTC cannot be installed: {stderr}");
-        return None;
+    match out.status.code() {
+        Some(2) => {
+            eprintln!("SKIPPED: pip is not available, so NVRTC cannot be installed: {stderr}");
+            return None;
+        }
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: the package index cannot provide NVRTC's wheels (unreachable, or \
+                 without the pinned versions), so the kernels cannot be compiled here: {stderr}"
+            );
+            return None;
+        }
+        _ => {}
     }
     assert!(
         out.status.success(),
