@@ -172,17 +172,53 @@ void WorkSncl::complete(std::exception_ptr error) {
 
 // -------------------------------------------------------- ProcessGroupSncl
 
-ProcessGroupSncl::ProcessGroupSncl(
+namespace {
+
+// Throws DistBackendError naming the call and sncl's explanation (no
+// communicator exists yet to ask).
+void checkBootstrap(snclResult_t r, const char* what, int rank) {
+  if (r != snclSuccess) {
+    throwDistBackendError(c10::str(
+        "sncl: ",
+        what,
+        " failed on rank ",
+        rank,
+        ": ",
+        snclGetErrorString(r),
+        " (",
+        snclGetLastError(nullptr),
+        ")"));
+  }
+}
+
+// The configuration of a new communicator of a group with `timeout`.
+snclConfig_t configFor(std::chrono::milliseconds timeout, int rank) {
+  snclConfig_t cfg = SNCL_CONFIG_INITIALIZER;
+  // Settings come from libsncl (environment, else the settings file).
+  char setting[256];
+  int isSet = 0;
+  checkBootstrap(
+      snclGetSetting("SNCL_TIMEOUT_MS", setting, sizeof(setting), &isSet),
+      "snclGetSetting(SNCL_TIMEOUT_MS)",
+      rank);
+  if (!isSet) {
+    // The process group's timeout bounds how long an operation may wait
+    // for a silent peer (SNCL_TIMEOUT_MS, when set, takes precedence).
+    auto ms = timeout.count();
+    cfg.timeoutMs = static_cast<int>(std::clamp<int64_t>(ms, 1000, INT_MAX));
+  }
+  return cfg;
+}
+
+// Rank 0 makes the unique id and publishes it in the store; the others
+// read it; then every rank joins.
+snclComm_t bootstrapComm(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& groupName)
-    : c10d::Backend(rank, size),
-      store_(store),
-      timeout_(timeout),
-      groupName_(groupName) {
-  TORCH_CHECK(store_, "sncl: no store to bootstrap through");
+    const std::string& groupName) {
+  TORCH_CHECK(store, "sncl: no store to bootstrap through");
   int instance = 0;
   {
     std::lock_guard<std::mutex> g(instanceMu);
@@ -194,13 +230,13 @@ ProcessGroupSncl::ProcessGroupSncl(
       "sncl/uid/" + groupName + "/" + std::to_string(instance);
   snclUniqueId id;
   if (rank == 0) {
-    check(snclGetUniqueId(&id), "snclGetUniqueId");
+    checkBootstrap(snclGetUniqueId(&id), "snclGetUniqueId", rank);
     std::vector<uint8_t> bytes(
         reinterpret_cast<uint8_t*>(id.internal),
         reinterpret_cast<uint8_t*>(id.internal) + sizeof(id.internal));
-    store_->set(key, bytes);
+    store->set(key, bytes);
   } else {
-    auto bytes = store_->get(key);
+    auto bytes = store->get(key);
     TORCH_CHECK(
         bytes.size() == sizeof(id.internal),
         "sncl: the unique id under store key ",
@@ -211,23 +247,45 @@ ProcessGroupSncl::ProcessGroupSncl(
         sizeof(id.internal));
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  snclConfig_t cfg = SNCL_CONFIG_INITIALIZER;
-  // Settings come from libsncl (environment, else the settings file).
+  snclConfig_t cfg = configFor(timeout, rank);
+  snclComm_t comm = nullptr;
+  checkBootstrap(
+      snclCommInitRankConfig(&comm, size, id, rank, &cfg),
+      "snclCommInitRankConfig",
+      rank);
+  return comm;
+}
+
+} // namespace
+
+ProcessGroupSncl::ProcessGroupSncl(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    std::chrono::milliseconds timeout,
+    const std::string& groupName)
+    : ProcessGroupSncl(
+          bootstrapComm(store, rank, size, timeout, groupName),
+          store,
+          rank,
+          size,
+          timeout,
+          groupName) {}
+
+ProcessGroupSncl::ProcessGroupSncl(
+    snclComm_t comm,
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    std::chrono::milliseconds timeout,
+    const std::string& groupName)
+    : c10d::Backend(rank, size),
+      store_(store),
+      timeout_(timeout),
+      groupName_(groupName) {
+  comm_ = comm;
   char setting[256];
   int isSet = 0;
-  check(
-      snclGetSetting("SNCL_TIMEOUT_MS", setting, sizeof(setting), &isSet),
-      "snclGetSetting(SNCL_TIMEOUT_MS)");
-  if (!isSet) {
-    // The process group's timeout bounds how long an operation may wait
-    // for a silent peer (SNCL_TIMEOUT_MS, when set, takes precedence).
-    auto ms = timeout.count();
-    cfg.timeoutMs = static_cast<int>(std::clamp<int64_t>(ms, 1000, INT_MAX));
-  }
-  snclComm_t comm = nullptr;
-  snclResult_t r = snclCommInitRankConfig(&comm, size, id, rank, &cfg);
-  check(r, "snclCommInitRankConfig");
-  comm_ = comm;
   check(
       snclGetSetting("SNCL_TORCH_INLINE", setting, sizeof(setting), &isSet),
       "snclGetSetting(SNCL_TORCH_INLINE)");
@@ -236,6 +294,81 @@ ProcessGroupSncl::ProcessGroupSncl(
   }
   worker_ = std::thread([this] { workerLoop(); });
   init();
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    return nullptr; // not in the new group (c10d: NON_GROUP_MEMBER)
+  }
+  const int groupRank = static_cast<int>(it - ranks.begin());
+  auto timeout = opts ? opts->timeout : timeout_;
+  std::string name = opts && !opts->group_name.empty()
+      ? opts->group_name
+      : groupName_ + ":split";
+  return c10::make_intrusive<ProcessGroupSncl>(
+      store, groupRank, static_cast<int>(ranks.size()), timeout, name);
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
+    const std::vector<int64_t>& ranksToExclude,
+    int shrinkFlags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) {
+  TORCH_CHECK(
+      shrinkFlags == SNCL_SHRINK_DEFAULT || shrinkFlags == SNCL_SHRINK_ABORT,
+      "sncl: shrink flags ",
+      shrinkFlags,
+      ": expected SHRINK_DEFAULT (0) or SHRINK_ABORT (1)");
+  std::vector<int> exclude;
+  for (auto r : ranksToExclude) {
+    TORCH_CHECK(
+        r >= 0 && r < size_ && r != rank_,
+        "sncl: shrink on rank ",
+        rank_,
+        ": cannot exclude rank ",
+        r,
+        " of a group of ",
+        size_,
+        " (an excluded rank does not call shrink)");
+    exclude.push_back(static_cast<int>(r));
+  }
+  snclComm_t parent = comm_.load();
+  TORCH_CHECK(parent, "sncl: shrink of a process group that was shut down or aborted");
+  auto timeout = optsOverride ? optsOverride->timeout : timeout_;
+  snclConfig_t cfg = configFor(timeout, rank_);
+  snclComm_t child = nullptr;
+  snclResult_t r;
+  if (shrinkFlags == SNCL_SHRINK_DEFAULT) {
+    // What this group queued runs first (sncl then waits for what it was
+    // given); the worker stays idle while the communicator shrinks.
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      claimIdle(lk, "sncl:shrink");
+    }
+    r = snclCommShrink(
+        parent, exclude.data(), static_cast<int>(exclude.size()), &child, &cfg, shrinkFlags);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  } else {
+    // The operations in flight fail (sncl aborts the parent first).
+    r = snclCommShrink(
+        parent, exclude.data(), static_cast<int>(exclude.size()), &child, &cfg, shrinkFlags);
+  }
+  check(r, "snclCommShrink");
+  int newRank = -1, newSize = -1;
+  check(snclCommUserRank(child, &newRank), "snclCommUserRank");
+  check(snclCommCount(child, &newSize), "snclCommCount");
+  std::string name = optsOverride && !optsOverride->group_name.empty()
+      ? optsOverride->group_name
+      : groupName_ + ":shrink:" + std::to_string(++shrinks_);
+  return c10::make_intrusive<ProcessGroupSncl>(
+      child, store_, newRank, newSize, timeout, name);
 }
 
 ProcessGroupSncl::~ProcessGroupSncl() {
@@ -508,6 +641,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::endCoalescing() {
   TORCH_CHECK(coalescing_, "sncl: endCoalescing without startCoalescing");
   coalescing_ = false;
   auto work = coalesced_.work;
+  bool closed = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed = closed_;
+  }
+  if (closed) {
+    // Aborted or shut down inside the coalescing region (as
+    // _abort_process_group does): ends quietly. Nothing coalesced: a
+    // completed work; operations coalesced: they fail on wait().
+    Task task = std::move(coalesced_);
+    coalesced_ = Task{};
+    if (task.steps.empty()) {
+      work->complete(nullptr);
+    } else {
+      try {
+        C10_THROW_ERROR(
+            DistBackendError,
+            "sncl: the process group was aborted or shut down before its coalesced "
+            "operations ran");
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    }
+    return work;
+  }
   if (coalesced_.device.is_cuda()) {
     Task task = std::move(coalesced_);
     coalesced_ = Task{};

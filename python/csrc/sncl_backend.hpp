@@ -137,7 +137,37 @@ class ProcessGroupSncl : public c10d::Backend {
       int size,
       std::chrono::milliseconds timeout,
       const std::string& groupName);
+  // Adopts `comm` (made by a split or a shrink of another group's
+  // communicator), which has `size` ranks, this one `rank`.
+  ProcessGroupSncl(
+      snclComm_t comm,
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      std::chrono::milliseconds timeout,
+      const std::string& groupName);
   ~ProcessGroupSncl() override;
+
+  // dist.split_group: every rank of this group calls split with the ranks
+  // (of this group) of its new group; each new group bootstraps through
+  // the store torch namespaces for it. A rank in none gets no backend.
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  // dist.shrink_group: the ranks that stay call shrink (snclCommShrink);
+  // SHRINK_ABORT (1) aborts the operations in flight first, SHRINK_DEFAULT
+  // (0) lets the queued ones finish.
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude,
+      int shrinkFlags,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
 
   const std::string getBackendName() const override {
     return "sncl";
@@ -373,6 +403,7 @@ class ProcessGroupSncl : public c10d::Backend {
 
   uint64_t seq_ = 0;
   uint64_t monitoredSeq_ = 0; // monitored barriers so far (same on all ranks)
+  uint64_t shrinks_ = 0; // shrinks of this group (names the new groups)
 };
 
 // "sncl:<op>" for an operation type (static strings, for the profiler).

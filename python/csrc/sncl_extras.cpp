@@ -173,41 +173,62 @@ void ProcessGroupSncl::monitoredBarrier(
     }
     return;
   }
-  std::vector<int> missing;
-  for (int r = 1; r < size_; ++r) {
-    missing.push_back(r);
-  }
-  const auto deadline = Clock::now() + timeout;
-  while (!missing.empty()) {
-    std::vector<int> still;
-    for (int r : missing) {
-      if (!store_->check({arrive(r)})) {
-        still.push_back(r);
+  // c10d's wording (ProcessGroupGloo), behind "Timed out": a rank that
+  // does not arrive in time "failed to pass"; rank 0 whose own time is
+  // spent before it waits for the next rank "timed out" itself.
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto arrivedBy = [&](int r, Clock::time_point until) {
+    for (;;) {
+      if (store_->check({arrive(r)})) {
+        return true;
+      }
+      if (Clock::now() >= until) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  auto fail = [&](const std::string& what) {
+    throwDistBackendError(
+        c10::str("sncl: Timed out: monitored_barrier on rank 0: ", what));
+  };
+  if (waitAllRanks) {
+    std::vector<int> missing;
+    for (int r = 1; r < size_; ++r) {
+      if (!arrivedBy(r, deadline)) {
+        missing.push_back(r);
       }
     }
-    missing.swap(still);
-    if (missing.empty() || Clock::now() >= deadline) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (!missing.empty()) {
-    // c10d's wording (ProcessGroupGloo), behind "Timed out".
-    std::ostringstream os;
-    if (waitAllRanks) {
+    if (!missing.empty()) {
+      std::ostringstream os;
       os << "Ranks ";
       for (size_t i = 0; i < missing.size(); ++i) {
         os << (i ? ", " : "") << missing[i];
       }
-    } else {
-      os << "Rank " << missing[0];
+      fail(c10::str(os.str(), " failed to pass monitoredBarrier in ", ms, " ms"));
     }
-    throwDistBackendError(c10::str(
-        "sncl: Timed out: monitored_barrier on rank 0: ",
-        os.str(),
-        " failed to pass monitoredBarrier in ",
-        ms,
-        " ms"));
+  } else {
+    std::vector<int> processed;
+    for (int r = 1; r < size_; ++r) {
+      if (Clock::now() > deadline) {
+        std::ostringstream os;
+        if (processed.empty()) {
+          os << "No ranks successfully processed in monitoredBarrier.";
+        } else {
+          os << "Successfully processed ranks: ";
+          for (size_t i = 0; i < processed.size(); ++i) {
+            os << (i ? ", " : "") << processed[i];
+          }
+        }
+        fail(c10::str(
+            "Rank 0 timed out in monitoredBarrier after ", ms, " ms. ", os.str()));
+      }
+      if (!arrivedBy(r, deadline)) {
+        fail(c10::str("Rank ", r, " failed to pass monitoredBarrier in ", ms, " ms"));
+      }
+      processed.push_back(r);
+    }
   }
   for (int r = 1; r < size_; ++r) {
     store_->deleteKey(arrive(r));
