@@ -60,9 +60,9 @@ pub struct Args {
     /// Reduction: sum, prod, min, max, avg, band, bor, bxor (integers only), or all.
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub redop: String,
-    /// Root rank for rooted collectives.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: usize,
+    /// Root rank for rooted collectives, or `all` (every rank in turn).
+    #[arg(short = 'r', long = "root", default_value = "0", value_parser = parse_root)]
+    pub root: Root,
     /// Launch N local ranks as processes (at most 8 per core without
     /// --oversubscribe). The job ends within 2 s of the first rank that
     /// fails, naming it and its last error line.
@@ -183,6 +183,34 @@ pub fn algo_help() -> String {
     )
 }
 
+/// `-r`: one root, or every rank in turn (nccl-tests' `-r all`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    One(usize),
+    All,
+}
+
+impl Root {
+    /// The roots to run on `n` ranks.
+    pub fn ranks(self, n: usize) -> Vec<usize> {
+        match self {
+            Root::One(r) => vec![r],
+            Root::All => (0..n).collect(),
+        }
+    }
+}
+
+/// Parses `-r`: a rank number or `all`.
+pub fn parse_root(s: &str) -> Result<Root, String> {
+    match s.trim() {
+        "all" => Ok(Root::All),
+        t => t
+            .parse()
+            .map(Root::One)
+            .map_err(|_| format!("{t:?} is not a rank number or all")),
+    }
+}
+
 /// Parses "8", "64K", "16M", "1G" (powers of 1024), as every byte-valued
 /// setting does (`comm_core::units::parse_bytes`).
 pub fn parse_size(s: &str) -> Result<usize, String> {
@@ -235,11 +263,10 @@ impl Args {
     pub fn check(&self, bench: Bench) -> Result<Vec<String>, String> {
         self.check_sweep()?;
         self.compression(bench)?;
-        if let (true, Some(n)) = (bench.rooted(), self.known_world()) {
-            if self.root >= n {
+        if let (true, Some(n), Root::One(root)) = (bench.rooted(), self.known_world(), self.root) {
+            if root >= n {
                 return Err(format!(
-                    "-r {}: the root must be a rank of the job, 0 to {}",
-                    self.root,
+                    "-r {root}: the root must be a rank of the job, 0 to {}",
                     n.saturating_sub(1)
                 ));
             }

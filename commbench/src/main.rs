@@ -215,10 +215,14 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             op: "commbench",
             detail,
         })?;
-    let root = if bench.rooted() { args.root } else { 0 };
+    let roots = if bench.rooted() {
+        args.root.ranks(n)
+    } else {
+        vec![0]
+    };
     // The flags were checked before launch (Args::check).
     let compress = args.compression(bench).expect("checked");
-    if bench.rooted() && root >= n {
+    if let Some(root) = roots.iter().find(|&&r| r >= n) {
         return Err(sncl::Error::InvalidArgument {
             rank,
             op: "commbench",
@@ -242,6 +246,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
         }
     };
     let out = rank == 0;
+    let algo_column = algos.len() > 1;
     if out {
         println!("# sncl commbench {}: {} ranks", args.op, n);
         println!(
@@ -276,9 +281,18 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             println!("{line}");
         }
         println!("#");
-        println!("#                                                              out-of-place                       in-place          ");
-        println!("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
-        println!("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
+        // An algo column when --algo runs several, so each row says which.
+        let pad = if algo_column {
+            " ".repeat(11)
+        } else {
+            String::new()
+        };
+        println!("#                                                     {pad}         out-of-place                       in-place          ");
+        println!(
+            "#       size         count      type   redop    root{}     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+            if algo_column { format!(" {:>10}", "algo") } else { String::new() }
+        );
+        println!("#        (B)    (elements)                          {pad}     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
     }
     let mut rows = Vec::new();
     let mut traffic = sncl::Stats::default();
@@ -304,12 +318,22 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
             },
             points: Vec::new(),
         });
-        for (si, &size) in sizes.iter().enumerate() {
-            for &dtype in &dtypes {
-                for &op in &ops {
-                    if bench.reduces() && !op.supports(dtype) {
-                        continue;
-                    }
+        // nccl-tests' order: type, then reduction, then root, then size
+        // innermost (a sweep of sizes reads as one block).
+        let mut cases = Vec::new();
+        for &dtype in &dtypes {
+            for &op in &ops {
+                for &root in &roots {
+                    cases.push((dtype, op, root));
+                }
+            }
+        }
+        for (dtype, op, root) in cases {
+            if bench.reduces() && !op.supports(dtype) {
+                continue;
+            }
+            for (si, &size) in sizes.iter().enumerate() {
+                {
                     let ts = dtype.size();
                     let count = if bench.size_is_total() {
                         size / ts / n
@@ -369,7 +393,11 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                                 t.mean_us,
                                 a,
                                 a * factor,
-                                t.wrong
+                                if case.check {
+                                    t.wrong.to_string()
+                                } else {
+                                    "N/A".into()
+                                }
                             )
                         };
                         let not_run =
@@ -377,7 +405,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         let oop_s = oop.as_ref().map(fmt).unwrap_or_else(not_run);
                         let ip_s = ip.as_ref().map(fmt).unwrap_or_else(not_run);
                         println!(
-                            "{:>12} {:>12} {:>9} {:>7} {:>7} {} {}",
+                            "{:>12} {:>12} {:>9} {:>7} {:>7}{} {} {}",
                             bytes,
                             if bench.size_is_total() {
                                 count * n
@@ -387,6 +415,11 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                             dtype.name(),
                             if bench.reduces() { op.name() } else { "none" },
                             if bench.rooted() { root as i64 } else { -1 },
+                            if algo_column {
+                                format!(" {:>10}", name)
+                            } else {
+                                String::new()
+                            },
                             oop_s,
                             ip_s
                         );

@@ -506,3 +506,73 @@ fn help_lists_the_subcommands() {
         );
     }
 }
+
+/// nccl-tests' `-r all` (every root in turn), its loop order (type, then
+/// reduction, then root, sizes innermost), an `algo` column when `--algo`
+/// runs several, and `N/A` in `#wrong` when not checked.
+#[test]
+fn root_all_loop_order_and_algo_column() {
+    let (code, out, err) = commbench(&[
+        "reduce",
+        "--np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-r",
+        "all",
+        "--algo",
+        "ring,tree",
+        "-d",
+        "int8,float",
+        "-o",
+        "sum,max",
+        "-c",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with('#') && l.contains(" root       algo ")),
+        "algo column header: {out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // 2 algorithms × 2 types × 2 reductions × 2 roots × 2 sizes.
+    assert_eq!(rows.len(), 32, "{out}");
+    let key = |r: &Vec<&str>| {
+        (
+            r[5].to_string(),
+            r[2].to_string(),
+            r[3].to_string(),
+            r[4].to_string(),
+        )
+    };
+    // Sizes innermost: each (algo, type, op, root) holds 8 then 64 bytes.
+    for pair in rows.chunks(2) {
+        assert_eq!(key(&pair[0]), key(&pair[1]), "{out}");
+        assert_eq!((pair[0][0], pair[1][0]), ("8", "64"), "{out}");
+    }
+    assert_eq!(
+        (rows[0][2], rows[0][3], rows[0][4], rows[0][5]),
+        ("int8", "sum", "0", "ring")
+    );
+    assert_eq!(
+        (rows[2][4], rows[4][3], rows[8][2], rows[16][5]),
+        ("1", "max", "float", "tree")
+    );
+    assert!(
+        rows.iter().all(|r| r[9] == "N/A" && r[13] == "N/A"),
+        "{out}"
+    );
+}
