@@ -119,6 +119,40 @@ pub fn chrome_trace(dumps: &[Dump], verdicts: &[Verdict]) -> Value {
     })
 }
 
+/// One simulated operation for [`simulated_trace`].
+pub struct SimulatedSlice {
+    /// The collective's name (the slice's name).
+    pub op: String,
+    /// Predicted time, µs.
+    pub dur_us: f64,
+    /// Shown with the slice (algorithm, bytes, cross-tier share, ...).
+    pub args: Value,
+}
+
+/// A Chrome trace of simulated operations, one after another on one track
+/// ("simulated", process `label`), in the same format as
+/// [`chrome_trace`]: opened beside a measured run's trace, the two show
+/// prediction and measurement side by side.
+pub fn simulated_trace(label: &str, slices: &[SimulatedSlice]) -> Value {
+    let mut events = vec![
+        json!({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": label}}),
+        json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 0, "args": {"name": "simulated"}}),
+    ];
+    let mut t = 0.0f64;
+    for s in slices {
+        events.push(json!({
+            "ph": "X", "name": s.op, "cat": "simulated", "pid": 1, "tid": 0,
+            "ts": t, "dur": s.dur_us, "args": s.args,
+        }));
+        t += s.dur_us;
+    }
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"source": "sncl simulator (commbench sim --chrome)"},
+    })
+}
+
 /// The arguments shown with an operation's slice.
 fn slice_args(e: &TraceEntry) -> Value {
     let mut args = json!({
@@ -166,6 +200,25 @@ mod tests {
             "{{\"id\":{seq},\"seq\":{seq},\"op\":\"all_reduce\",\"dtype\":\"f32\",\"reduce\":\"sum\",\"count\":4,\"bytes\":16,\"root\":-1,\"algo\":\"ring\",\"start_us\":{start},\"end_us\":{},\"state\":\"{state}\",\"error\":null}}",
             end.map_or("null".to_string(), |e| e.to_string())
         )
+    }
+
+    #[test]
+    fn simulated_slices_follow_each_other_on_one_track() {
+        let s = |dur| SimulatedSlice {
+            op: "all_reduce".into(),
+            dur_us: dur,
+            args: json!({"algo": "ring"}),
+        };
+        let t = simulated_trace("sim", &[s(10.0), s(2.5)]);
+        let ev = t["traceEvents"].as_array().unwrap();
+        let slices: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), 2);
+        assert_eq!(
+            (slices[0]["ts"].as_f64(), slices[1]["ts"].as_f64()),
+            (Some(0.0), Some(10.0))
+        );
+        assert_eq!(slices[1]["dur"].as_f64(), Some(2.5));
+        assert_eq!(slices[1]["args"]["algo"], "ring");
     }
 
     #[test]

@@ -132,6 +132,11 @@ pub struct SimArgs {
     /// Write the rows as JSON to FILE.
     #[arg(long = "json")]
     pub json: Option<String>,
+    /// Write the predicted operations as a Chrome/Perfetto trace to FILE
+    /// (the format of `commbench trace --chrome`, to open beside a
+    /// measured run's).
+    #[arg(long = "chrome")]
+    pub chrome: Option<String>,
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -221,6 +226,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
     println!("#       size         count      type       algo       time    algbw    busbw  cross-tier   wait-max  frame");
     println!("#        (B)    (elements)                            (us)   (GB/s)   (GB/s)     share        (us)");
     let mut rows = Vec::new();
+    let mut slices = Vec::new();
     let mut tree_runs = TreeRuns::default();
     let mut size = a.minbytes.max(dtype.size());
     loop {
@@ -249,6 +255,15 @@ fn run(a: &SimArgs) -> Result<(), String> {
                         p.wait_max_us,
                         if p.symmetric { "symmetric" } else { "per-rank" }
                     );
+                    slices.push(crate::chrome::SimulatedSlice {
+                        op: a.op.clone(),
+                        dur_us: p.time_us,
+                        args: serde_json::json!({
+                            "algo": p.algo.name(), "bytes": size, "count": p.count,
+                            "dtype": dtype.name(), "busbw_gbs": p.busbw_gbs,
+                            "cross_tier_share": p.cross_share(), "wait_max_us": p.wait_max_us,
+                        }),
+                    });
                     rows.push(
                         serde_json::json!({
                             "op": a.op, "algo": p.algo.name(), "type": dtype.name(),
@@ -283,6 +298,11 @@ fn run(a: &SimArgs) -> Result<(), String> {
     if let Some(path) = &a.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n")))
             .map_err(|e| format!("writing {path}: {e}"))?;
+    }
+    if let Some(path) = &a.chrome {
+        let label = format!("commbench sim {} on {n} ranks", a.op);
+        let trace = crate::chrome::simulated_trace(&label, &slices);
+        std::fs::write(path, trace.to_string()).map_err(|e| format!("writing {path}: {e}"))?;
     }
     Ok(())
 }
