@@ -10,10 +10,19 @@ use sncl::{
 };
 
 fn codecs() -> Vec<Codec> {
-    ["fp16", "bf16", "int8", "topk:0.05", "topk-exact:0.05"]
-        .iter()
-        .map(|s| Codec::parse(s).unwrap())
-        .collect()
+    [
+        "fp16",
+        "bf16",
+        "int8",
+        "mxfp8",
+        "mxfp8-e5m2",
+        "mxfp4",
+        "topk:0.05",
+        "topk-exact:0.05",
+    ]
+    .iter()
+    .map(|s| Codec::parse(s).unwrap())
+    .collect()
 }
 
 fn layout(n: usize, nodes: usize, id: u64) -> Vec<Communicator> {

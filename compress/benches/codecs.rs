@@ -35,6 +35,8 @@ fn codecs(c: &mut Criterion) {
         "bf16",
         "int8",
         "int8-sr",
+        "mxfp8",
+        "mxfp4",
         "topk:0.01",
         "topk-exact:0.01",
     ];

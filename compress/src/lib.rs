@@ -8,6 +8,7 @@
 //! | [`Codec::Bf16`] | `bf16` | `2n` | half a bf16 ulp (relative 2⁻⁸) |
 //! | [`Codec::Int8`] | `int8`, `int8:512`, `int8-sr` | `n + 4⌈n/block⌉` | `absmax/254` per block |
 //! | [`Codec::TopK`] | `topk:0.01`, `topk-exact:0.01` | `4 + 8k` (sampled: ≤ `4 + 16k`) | the dropped values |
+//! | [`Codec::Mx`] | `mxfp8`, `mxfp8-e5m2`, `mxfp4` | `n + ⌈n/32⌉`; mxfp4 `⌈n/32⌉ + ~n/2` | half a step of the block's top binade, or the clamp at the largest element |
 //!
 //! Every format is little endian and self-describing enough that decoding
 //! needs only the element count `n`:
@@ -21,6 +22,10 @@
 //!   `int8-sr`). A block of zeros has scale 0 and decodes to exact zeros. A
 //!   block holding a NaN or an infinity has a NaN scale and all-zero bytes, so
 //!   the whole block decodes to NaN: overflow is never silently hidden.
+//! * **mxfp8 / mxfp4** (OCP Microscaling Formats v1.0): blocks of 32, one
+//!   E8M0 scale byte then the elements (E4M3 or E5M2 bytes; E2M1 nibbles,
+//!   low nibble first); see [`MxElement`] and the `mx` module for the scale
+//!   rule and the NaN/Inf and zero blocks.
 //! * **top-k**: `u32 k`, then `k` × `u32` indices (strictly ascending), then
 //!   `k` × `f32` values (exact). See [`Codec::TopK`] for how `k` and the
 //!   selection are defined.
@@ -42,11 +47,13 @@ mod dense;
 mod feedback;
 mod int8;
 mod int8_math;
+mod mx;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 mod topk;
 
 pub use feedback::ErrorFeedback;
+pub use mx::{MxElement, MX_BLOCK};
 
 use std::fmt;
 use std::str::FromStr;
@@ -142,6 +149,14 @@ pub enum Codec {
         /// Sampled threshold (default) or exact selection.
         sampled: bool,
     },
+    /// OCP Microscaling (MX v1.0): blocks of [`MX_BLOCK`] elements sharing
+    /// an E8M0 power-of-two scale, elements E4M3 or E5M2 (MXFP8, 8.25 bits
+    /// per element) or E2M1 (MXFP4, 4.25 bits), rounded to nearest even
+    /// and clamped to the element format's largest normal.
+    Mx {
+        /// The element format.
+        element: MxElement,
+    },
 }
 
 fn bad_spec(spec: &str, reason: impl Into<String>) -> CompressError {
@@ -153,7 +168,8 @@ fn bad_spec(spec: &str, reason: impl Into<String>) -> CompressError {
 
 impl Codec {
     /// Parses a codec spec: `fp16`, `bf16`, `int8`, `int8:<block>`,
-    /// `int8-sr`, `int8-sr:<block>`, `topk`, `topk:<ratio>`,
+    /// `int8-sr`, `int8-sr:<block>`, `mxfp8` (E4M3 elements), `mxfp8-e5m2`,
+    /// `mxfp4`, `topk`, `topk:<ratio>`,
     /// `topk-exact:<ratio>` (also `topk-sampled:<ratio>`). Top-k is sampled
     /// unless `-exact`; `topk` alone keeps 1 %. ASCII case and surrounding
     /// whitespace are ignored. [`Codec::name`] gives back a parseable spec.
@@ -188,6 +204,15 @@ impl Codec {
                     stochastic: head == "int8-sr",
                 })
             }
+            "mxfp8" | "mxfp8-e4m3" => no_arg(Codec::Mx {
+                element: MxElement::E4M3,
+            }),
+            "mxfp8-e5m2" => no_arg(Codec::Mx {
+                element: MxElement::E5M2,
+            }),
+            "mxfp4" => no_arg(Codec::Mx {
+                element: MxElement::E2M1,
+            }),
             "topk" | "topk-sampled" | "topk-exact" => {
                 let ratio = match arg {
                     None => DEFAULT_TOPK_RATIO,
@@ -205,7 +230,8 @@ impl Codec {
             }
             _ => Err(bad_spec(
                 s,
-                "unknown codec (expected fp16, bf16, int8[-sr][:block], topk[-exact][:ratio])",
+                "unknown codec (expected fp16, bf16, int8[-sr][:block], mxfp8[-e5m2], mxfp4, \
+                 topk[-exact][:ratio])",
             )),
         }
     }
@@ -228,6 +254,11 @@ impl Codec {
                 let head = if sampled { "topk" } else { "topk-exact" };
                 format!("{head}:{ratio}")
             }
+            Codec::Mx { element } => match element {
+                MxElement::E4M3 => "mxfp8".into(),
+                MxElement::E5M2 => "mxfp8-e5m2".into(),
+                MxElement::E2M1 => "mxfp4".into(),
+            },
         }
     }
 
@@ -247,6 +278,7 @@ impl Codec {
         match *self {
             Codec::Fp16 | Codec::Bf16 => 2 * n,
             Codec::Int8 { block, .. } => int8::encoded_len(n, block),
+            Codec::Mx { element } => mx::encoded_len(element, n),
             Codec::TopK { ratio, sampled } => {
                 let k = topk::target_k(ratio, n);
                 let max = if sampled { (2 * k).min(n) } else { k };
@@ -291,6 +323,7 @@ impl Codec {
                 assert!(ratio > 0.0 && ratio <= 1.0, "top-k ratio must be in (0, 1]");
                 topk::encode(src, ratio, sampled, out)
             }
+            Codec::Mx { element } => mx::encode(element, src, out),
         }
     }
 
@@ -332,6 +365,7 @@ impl Codec {
                 Ok(())
             }
             Codec::TopK { .. } => topk::decode(enc, out, add),
+            Codec::Mx { element } => mx::decode(element, enc, out, add),
         }
     }
 
@@ -352,6 +386,7 @@ impl Codec {
             Codec::Bf16 => dense::error_bound(true, src),
             Codec::Int8 { block, stochastic } => int8::error_bound(src, block.max(1), stochastic),
             Codec::TopK { ratio, sampled } => topk::error_bound(src, ratio, sampled),
+            Codec::Mx { element } => mx::error_bound(element, src),
         }
     }
 }

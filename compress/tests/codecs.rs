@@ -44,6 +44,9 @@ fn dense_codecs() -> Vec<Codec> {
         "int8:37",
         "int8-sr",
         "int8-sr:100",
+        "mxfp8",
+        "mxfp8-e5m2",
+        "mxfp4",
     ]
     .iter()
     .map(|s| Codec::parse(s).unwrap())
@@ -381,6 +384,8 @@ fn error_feedback_conserves_the_sum() {
         "int8-sr:64",
         "bf16",
         "fp16",
+        "mxfp8",
+        "mxfp4",
     ] {
         let c = Codec::parse(spec).unwrap();
         let mut ef = ErrorFeedback::new(n);

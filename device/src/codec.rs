@@ -146,6 +146,8 @@ pub fn workspace_bytes(codec: &Codec, n: usize) -> usize {
                 DeviceCodec::TopKExact { k }
             }
         }
+        // No device kernels: planning refuses it (`device_codec`).
+        Codec::Mx { .. } => return 0,
     };
     cuda_codec::workspace_bytes(&dc, n as u64) as usize
 }
@@ -212,6 +214,13 @@ fn device_codec(ordinal: usize, codec: &Codec, n: usize) -> Result<DeviceCodec> 
             } else {
                 DeviceCodec::TopKExact { k }
             }
+        }
+        Codec::Mx { .. } => {
+            return Err(invalid(format!(
+                "{} has no device kernels yet: compress on host buffers (the MX codecs \
+                 run on the host), or use fp16, bf16, int8 or top-k on device buffers",
+                codec.name()
+            )))
         }
     })
 }

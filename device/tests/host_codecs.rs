@@ -96,6 +96,10 @@ fn device_codec(codec: &Codec, n: usize) -> DeviceCodec {
         Codec::TopK { sampled: true, .. } => DeviceCodec::TopKSampled {
             k: codec.topk_k(n).unwrap() as u64,
         },
+        Codec::Mx { .. } => panic!(
+            "{}: no device kernels (not among this test's codecs)",
+            codec.name()
+        ),
     }
 }
 

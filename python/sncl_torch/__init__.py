@@ -64,7 +64,7 @@ def all_reduce_compressed(
 
     ``tensor``: a contiguous float32 CPU tensor, the same length on every
     rank. ``codec``: a codec spec (``"int8"``, ``"int8:<block>"``,
-    ``"fp16"``, ``"bf16"``, ``"topk:0.01"``), the same on every rank; it is
+    ``"fp16"``, ``"bf16"``, ``"mxfp8"``, ``"mxfp4"``, ``"topk:0.01"``), the same on every rank; it is
     lossy and applies where the data crosses nodes (between all ranks when
     they share one node). ``group``: a process group whose CPU backend is
     sncl (None: the default group). ``average``: mean instead of sum.

@@ -7,8 +7,10 @@ does for gloo and nccl, for any backend torch can load.
 
 scripts/torch-dist-suite.sh runs it for sncl and for gloo and compares the
 two. For BACKEND=sncl the suite is told what sncl implements on CPU tensors
-(DDP and sub-groups: the feature sets the suite's skip decorators read),
-before the suite is imported, since its decorators read them then.
+(DDP, sub-groups, object collectives: the feature sets the suite's skip
+decorators read),
+before the suite is imported, since its decorators read them then; tests
+that need a GPU still skip where there is none.
 """
 
 import os
@@ -20,7 +22,11 @@ import sncl_torch  # noqa: F401  (registers the "sncl" backend)
 
 BACKEND = os.environ["BACKEND"]
 if BACKEND == "sncl":
-    for feature in ("ddp", "subgroup"):
+    # What sncl implements, in the suite's terms: DDP, sub-groups, the
+    # collectives the suite runs for "gpu" backends (object collectives,
+    # monitored barriers; on CPU tensors here, CUDA ones where a GPU is),
+    # and "plugin" (a backend torch loads through its entry point).
+    for feature in ("ddp", "subgroup", "gpu", "plugin"):
         common_distributed.DistTestCases.backend_feature[feature].add("sncl")
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402

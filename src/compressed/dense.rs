@@ -48,6 +48,8 @@ impl Cuts {
                 stochastic: true, ..
             } => part.max(1),
             Codec::Int8 { block, .. } => block.max(1),
+            // Whole MX blocks (a part's last block may be shorter).
+            Codec::Mx { .. } => compress::MX_BLOCK,
             _ => 1,
         };
         let want = part.div_ceil(ROUND_ELEMS).clamp(1, MAX_ROUNDS);
