@@ -57,13 +57,14 @@
 #
 # Compressed mode (COMPRESSED=1): instead of the runs above, the compressed all_reduce on
 # the round-robin bed: for each of CREPS interleaved repetitions, uncompressed (--algo
-# hier) then --compress int8, fp16 and topk:0.01, f32 sum, -b CSIZE -e CSIZE -n CITERS
+# hier) then --compress each of CCODECS (default int8 fp16 topk:0.01 mxfp8 mxfp4), f32
+# sum, -b CSIZE -e CSIZE -n CITERS
 # -w 1 -c 1 at CRATE, no --measure. Every rank runs under a wrapper that reads its
 # node namespace's TCP RetransSegs (/proc/net/snmp) before and after; local rank 0 of
 # each node reports the difference, and a run's retransmits are the sum over nodes.
 # Prints medians, speedups vs uncompressed (same repetition's runs) and retransmits
 # as markdown (also written to $DIR/compressed.md); targets int8 >= 3.0x,
-# fp16 >= 1.8x, top-k 1 % >= 8x. Environment: CRATE=100mbit CSIZE=16M CITERS=3
+# fp16 >= 1.8x, top-k 1 % >= 8x, mxfp8 >= 3.6x, mxfp4 >= 6.5x. Environment: CRATE=100mbit CSIZE=16M CITERS=3
 # CREPS=5, BIN=commbench (target/release/commbench, built by testbed.sh if missing; a
 # path runs that binary instead and builds nothing). CPACING="off" is the list of
 # SNCL_TCP_PACING values each repetition runs every codec with (e.g. "off auto"; the
@@ -143,6 +144,7 @@ WRAPPER
     CTSV=$DIR/compressed.tsv
     : >"$CTSV"
     CPACING=${CPACING:-off}
+    CCODECS=${CCODECS:-int8 fp16 topk:0.01 mxfp8 mxfp4}
     PENV=()
     if [[ " $CPACING " == *" auto "* || ${CALIBRATE:-1} == 1 ]]; then
         TOPO=$(cd "$DIR" && pwd)/topo.txt
@@ -154,7 +156,7 @@ WRAPPER
     fi
     for rep in $(seq 1 "$CREPS"); do
         for pace in $CPACING; do
-        for codec in none int8 fp16 topk:0.01; do
+        for codec in none $CCODECS; do
             if [[ $codec == none ]]; then extra=(--algo hier); else extra=(--compress "$codec"); fi
             name=c$rep-$pace-${codec//[:.]/_}
             logs=$DIR/logs/$name json=$DIR/$name.json
@@ -175,9 +177,9 @@ WRAPPER
         done
     done
     st=0
-    "$PYTHON" - "$CTSV" "$NODES" "$RPN" "$CRATE" "$CSIZE" "$CITERS" >"$DIR/compressed.md" <<'PY' || st=$?
+    "$PYTHON" - "$CTSV" "$NODES" "$RPN" "$CRATE" "$CSIZE" "$CITERS" "$CCODECS" >"$DIR/compressed.md" <<'PY' || st=$?
 import json, os, statistics, sys, time
-tsv, N, L, rate, size, iters = sys.argv[1:]
+tsv, N, L, rate, size, iters, codecs = sys.argv[1:]
 rows = {}
 paces = []
 for line in open(tsv):
@@ -192,7 +194,7 @@ for line in open(tsv):
         except (OSError, ValueError, IndexError, TypeError):
             pass
     rows.setdefault((pace, rep), {})[codec] = (t, int(rt or 0))
-goal = {"int8": 3.0, "fp16": 1.8, "topk:0.01": 8.0}
+goal = {"int8": 3.0, "fp16": 1.8, "topk:0.01": 8.0, "mxfp8": 3.6, "mxfp4": 6.5}
 print("# compressed all_reduce, test bed %s nodes x %s ranks round-robin, %s, %s f32, -n %s"
       % (N, L, rate, size, iters))
 print("")
@@ -206,7 +208,7 @@ print("|---|---|---:|---:|---|---:|---|---|")
 ok = True
 for pace in paces:
   prow = [r for (p, _), r in rows.items() if p == pace]
-  for codec in ["none", "int8", "fp16", "topk:0.01"]:
+  for codec in ["none"] + codecs.split():
     ts = [r[codec][0] for r in prow if r.get(codec, (None,))[0]]
     rts = [r[codec][1] for r in prow if codec in r]
     sps = [r["none"][0] / r[codec][0] for r in prow

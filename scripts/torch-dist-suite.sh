@@ -8,6 +8,10 @@
 #   scripts/torch-dist-suite.sh                 the whole suite, both backends
 #   scripts/torch-dist-suite.sh -k all_reduce   only tests matching (unittest -k)
 #   BACKENDS=sncl scripts/torch-dist-suite.sh   one backend (no comparison)
+#   SUMMARY_ONLY=1 BACKENDS="..." ...           compare the results of earlier runs
+#   BACKENDS="gloo sncl sncl-as-gloo" ...       also the suite's gloo-only tests on
+#                                               sncl (it believes it tests gloo; every
+#                                               "gloo" group it makes is sncl)
 #
 # Results: target/torch-dist-suite/{gloo,sncl}.tsv (test, pass|skip|fail|
 # error, detail), their logs, and summary.txt. Exit status: 0 when nothing
@@ -38,6 +42,8 @@ if ! "$VPY" -c 'import expecttest' 2>/dev/null; then
 fi
 
 for b in $BACKENDS; do
+    # SUMMARY_ONLY=1: compare the results already in $OUT, run nothing.
+    [ "${SUMMARY_ONLY:-0}" = 1 ] && continue
     rm -f "$OUT/$b.tsv"
     tmp=$(mktemp -d)
     echo "[torch-dist-suite] $b: log $OUT/$b.log"
@@ -81,8 +87,17 @@ if "gloo" in res and "sncl" in res:
                  f"skipped {len(not_run)}, failed {len(bad)}; passing on sncl only: {len(only_sncl)}")
     for t in bad:
         lines.append(f"  FAIL on sncl (passes on gloo): {t}: {s.get(t, ('missing', ''))[1][:200]}")
+    a = res.get("sncl-as-gloo", {})
     for t in not_run:
-        lines.append(f"  skipped on sncl (passes on gloo): {t}: {s[t][1][:160]}")
+        also = ""
+        if t in a:
+            also = f" -> as gloo on sncl: {a[t][0]}" + (f" ({a[t][1][:160]})" if a[t][0] != "pass" else "")
+        lines.append(f"  skipped on sncl (passes on gloo): {t}: {s[t][1][:120]}{also}")
+    if a:
+        as_bad = [t for t in not_run if a.get(t, ("missing",))[0] not in ("pass", "skip", "missing")]
+        lines.append(f"gloo-only tests run on sncl as gloo: pass "
+                     f"{sum(1 for t in not_run if a.get(t, ('',))[0] == 'pass')}, "
+                     f"fail {len(as_bad)}, not run {sum(1 for t in not_run if t not in a)}")
     lines.append("passing on both: " + " ".join(sorted(both)))
 text = "\n".join(lines) + "\n"
 open(os.path.join(out, "summary.txt"), "w").write(text)

@@ -38,6 +38,7 @@ __all__ = [
     "BACKEND_NAME",
     "all_reduce_compressed",
     "int8_compress_hook",
+    "compress_hook",
 ]
 
 BACKEND_NAME = "sncl"
@@ -74,6 +75,25 @@ def all_reduce_compressed(
     """
     work = _C._all_reduce_compressed(_sncl_backend(group), tensor, codec, average)
     return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def compress_hook(codec: str):
+    """A DDP communication hook that averages each gradient bucket with
+    sncl's compressed all-reduce under ``codec`` (any spec
+    :func:`all_reduce_compressed` takes: ``"mxfp8"``, ``"mxfp4"``,
+    ``"int8"``, ...)::
+
+        ddp.register_comm_hook(None, sncl_torch.compress_hook("mxfp8"))
+
+    The hook's ``state`` is None (the default group) or a process group
+    whose CPU backend is sncl.
+    """
+
+    def hook(state, bucket) -> torch.futures.Future:
+        return all_reduce_compressed(bucket.buffer(), codec, group=state, average=True)
+
+    hook.__name__ = hook.__qualname__ = f"sncl_compress_hook_{codec}"
+    return hook
 
 
 def int8_compress_hook(state, bucket) -> torch.futures.Future:

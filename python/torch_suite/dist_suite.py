@@ -20,6 +20,32 @@ import torch.testing._internal.common_distributed as common_distributed
 
 import sncl_torch  # noqa: F401  (registers the "sncl" backend)
 
+# BACKEND=sncl-as-gloo: the suite believes it tests gloo (its gloo-only
+# tests run: batch isend/irecv, sparse all-reduce, monitored barriers,
+# get_future, coalesced all-reduce, timeouts), but every process group it
+# makes with backend "gloo" is sncl. Groups a test makes itself are
+# changed too; what those tests check of gloo itself (its name, its
+# options) is then checked of sncl.
+if os.environ.get("BACKEND") == "sncl-as-gloo":
+    os.environ["SNCL_SUITE_AS_GLOO"] = "1"  # inherited by the spawned ranks
+    os.environ["BACKEND"] = "gloo"
+if os.environ.get("SNCL_SUITE_AS_GLOO") == "1":
+    import torch.distributed as dist
+
+    _init, _new_group = dist.init_process_group, dist.new_group
+
+    def _sncl_for_gloo(backend):
+        return "sncl" if backend in ("gloo", dist.Backend.GLOO) else backend
+
+    def _init_process_group(*args, backend=None, **kwargs):
+        return _init(*args, backend=_sncl_for_gloo(backend), **kwargs)
+
+    def _new_group_sncl(*args, backend=None, **kwargs):
+        return _new_group(*args, backend=_sncl_for_gloo(backend), **kwargs)
+
+    dist.init_process_group = _init_process_group
+    dist.new_group = _new_group_sncl
+
 BACKEND = os.environ["BACKEND"]
 if BACKEND == "sncl":
     # What sncl implements, in the suite's terms: DDP, sub-groups, the
