@@ -125,18 +125,21 @@ pub unsafe extern "C" fn snclCommRegister(
                 ));
             };
             let first_kind = devmem::route(&[("buff", buff as *const u8)])?;
+            // A snclMemAlloc allocation holding the start must hold the
+            // end (checked first: past its end the backend may answer
+            // anything).
+            if let Some((s, bytes)) = devmem::allocation_of(start) {
+                if last - s >= bytes as u64 {
+                    return bad(format!(
+                        "{size} bytes at {buff:p} run past the snclMemAlloc allocation \
+                         holding them ({bytes} bytes at {s:#x})"
+                    ));
+                }
+            }
             let last_kind = devmem::route(&[("the last byte of buff", last as *const u8)])?;
             match (&first_kind, &last_kind) {
                 (None, None) => {}
                 (Some(a), Some(b)) if Arc::ptr_eq(a, b) => {
-                    if let Some((s, bytes)) = devmem::allocation_of(start) {
-                        if last - s >= bytes as u64 {
-                            return bad(format!(
-                                "{size} bytes at {buff:p} run past the snclMemAlloc allocation \
-                                 holding them ({bytes} bytes at {s:#x})"
-                            ));
-                        }
-                    }
                     sncl_rs::binding::bind_or_check(c, "snclCommRegister", "buff", &a.dev)
                         .map_err(CError::from)?;
                 }
