@@ -202,6 +202,14 @@ impl CommShared {
         }
     }
 
+    /// `r`, its failure (if any) recorded on this communicator first.
+    pub fn recorded<T>(&self, r: Result<T, CError>) -> Result<T, CError> {
+        if let Err(e) = &r {
+            self.record(e);
+        }
+        r
+    }
+
     fn set_error(&self, msg: &str) {
         *lock(&self.last_error) = Some(msg.to_string());
     }

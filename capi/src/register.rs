@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use super::args::comm_arg;
 use super::args::OK;
 use super::comm::{snclComm_t, CommShared};
-use super::devmem::{self, R};
+use super::devmem;
 use super::error::{guard, CError};
 use super::types::*;
 
@@ -68,13 +68,6 @@ pub(super) fn release_all(shared: &Arc<CommShared>) -> usize {
     let before = r.len();
     r.retain(|_, e| e.comm != me);
     before - r.len()
-}
-
-fn on_comm<T>(shared: &CommShared, r: R<T>) -> R<T> {
-    if let Err(e) = &r {
-        shared.record(e);
-    }
-    r
 }
 
 /// Registers `size` bytes at `buff` for operations of `comm` and writes a
@@ -170,7 +163,7 @@ pub unsafe extern "C" fn snclCommRegister(
             unsafe { handle.write(t as *mut c_void) };
             Ok(OK)
         })();
-        on_comm(&shared, r)
+        shared.recorded(r)
     })
 }
 
@@ -202,6 +195,6 @@ pub unsafe extern "C" fn snclCommDeregister(comm: snclComm_t, handle: *mut c_voi
                 c.rank()
             )))
         })();
-        on_comm(&shared, r)
+        shared.recorded(r)
     })
 }

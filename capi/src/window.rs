@@ -20,8 +20,8 @@ use sncl_rs::device::DeviceWindow;
 
 use super::args::comm_arg;
 use super::args::OK;
-use super::comm::{snclComm_t, CommShared};
-use super::devmem::{self, R};
+use super::comm::snclComm_t;
+use super::devmem;
 use super::error::{guard, CError};
 use super::types::*;
 
@@ -70,13 +70,6 @@ pub(super) fn holding(addr: u64) -> Option<usize> {
         .iter()
         .find(|(_, e)| addr >= e.start && addr - e.start < e.bytes as u64)
         .map(|(&t, _)| t)
-}
-
-fn on_comm<T>(shared: &CommShared, r: R<T>) -> R<T> {
-    if let Err(e) = &r {
-        shared.record(e);
-    }
-    r
 }
 
 /// Registers `size` bytes at `buff` as a window of `comm` (collective:
@@ -180,7 +173,7 @@ pub unsafe extern "C" fn snclCommWindowRegister(
             unsafe { win.write(t as snclWindow_t) };
             Ok(OK)
         })();
-        on_comm(&shared, r)
+        shared.recorded(r)
     })
 }
 
@@ -225,7 +218,7 @@ pub unsafe extern "C" fn snclCommWindowDeregister(
             entry.window.close().map_err(CError::from)?;
             Ok(OK)
         })();
-        on_comm(&shared, r)
+        shared.recorded(r)
     })
 }
 

@@ -1,7 +1,8 @@
 //! `--np N`: runs N local processes of this same command (each of `-t`
-//! ranks as threads; one by default). The launcher is process 0 itself: it starts the rendezvous store on a free port first (so no
-//! other program can take the port before the ranks use it), then starts
-//! ranks 1..N as processes that die with it, then runs the benchmark.
+//! ranks as threads; one by default). The launcher is process 0 itself: it
+//! starts the rendezvous store on a free port first (so no other program
+//! can take the port before the ranks use it), then starts processes 1..N
+//! that die with it, then runs its own ranks.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -79,8 +80,8 @@ const FAIL_GRACE: Duration = Duration::from_secs(2);
 /// A rank's process and the last line it wrote to stderr (forwarded to
 /// this process's stderr as it comes).
 struct RankProcess {
-    /// "rank 3", or "process 1 (ranks 2-3)" with -t.
-    rank: String,
+    /// How messages name it: "rank 3", or "process 1 (ranks 2-3)" with -t.
+    label: String,
     child: Option<Child>,
     last_line: Arc<Mutex<String>>,
     /// The thread forwarding its stderr (done once the pipe is drained).
@@ -97,6 +98,9 @@ struct Watch {
     /// The ranks' own deadline plus a margin: what the others get after
     /// rank 0 ended well (they may still be finishing normally).
     done_grace: Duration,
+    /// How messages name this process's own ranks ("rank 0", or "process
+    /// 0 (ranks 0-1)" with -t).
+    own_label: String,
 }
 
 impl Watch {
@@ -115,7 +119,10 @@ impl Watch {
         if code == 0 {
             self.start_clock(self.done_grace);
         } else {
-            eprintln!("commbench: rank 0 failed (exit status {code}); ending the job");
+            eprintln!(
+                "commbench: {} failed (exit status {code}); ending the job",
+                self.own_label
+            );
             self.start_clock(FAIL_GRACE);
         }
         self.rank0_done.store(true, Ordering::SeqCst);
@@ -154,7 +161,7 @@ impl Watch {
                             let last = p.last_line.lock().unwrap_or_else(|e| e.into_inner());
                             eprintln!(
                                 "commbench: {} {how}; its last error line: {}; ending the job",
-                                p.rank,
+                                p.label,
                                 if last.is_empty() {
                                     "(none)"
                                 } else {
@@ -168,7 +175,7 @@ impl Watch {
                     }
                     Ok(None) => alive += 1,
                     Err(e) => {
-                        eprintln!("commbench: cannot wait for {}: {e}", p.rank);
+                        eprintln!("commbench: cannot wait for {}: {e}", p.label);
                         worst = worst.max(1);
                         p.child = None;
                     }
@@ -188,7 +195,7 @@ impl Watch {
                     if let Some(c) = &mut p.child {
                         eprintln!(
                             "commbench: stopping {}, still running after another rank failed or finished",
-                            p.rank
+                            p.label
                         );
                         let _ = c.kill();
                         let _ = c.wait();
@@ -198,7 +205,8 @@ impl Watch {
                 }
                 if !rank0_done {
                     eprintln!(
-                        "commbench: stopping rank 0, still running after another rank failed"
+                        "commbench: stopping {}, still running after another rank failed",
+                        self.own_label
                     );
                     std::process::exit(worst.clamp(1, 255));
                 }
@@ -304,6 +312,14 @@ pub fn run_thread_ranks(
     })
 }
 
+/// How messages name process `p` of `--np` with `threads` ranks each.
+fn process_label(p: usize, threads: usize) -> String {
+    match threads {
+        1 => format!("rank {p}"),
+        t => format!("process {p} (ranks {}-{})", p * t, p * t + t - 1),
+    }
+}
+
 /// Ranks per core `--np` allows without `--oversubscribe` (the test
 /// machines run 4 ranks on 2 cores; 8 per core is far past what helps).
 pub const RANKS_PER_CORE: usize = 8;
@@ -369,6 +385,7 @@ pub fn launch_local(
         clock: Mutex::new(None),
         rank0_done: AtomicBool::new(false),
         done_grace: timeout + Duration::from_secs(5),
+        own_label: process_label(0, threads),
     });
     for r in 1..np {
         let mut cmd = Command::new(&exe);
@@ -390,10 +407,7 @@ pub fn launch_local(
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(RankProcess {
-                        rank: match threads {
-                            1 => format!("rank {r}"),
-                            t => format!("process {r} (ranks {}-{})", r * t, r * t + t - 1),
-                        },
+                        label: process_label(r, threads),
                         child: Some(c),
                         last_line,
                         forwarder,

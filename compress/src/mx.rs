@@ -1,8 +1,8 @@
 //! MXFP8 and MXFP4: the block-scaled formats of the OCP Microscaling (MX)
 //! Formats Specification v1.0.
 //!
-//! A block of [`MX_BLOCK`] (32) elements shares one E8M0 scale `X` (an
-//! unbiased power of two, `2^(s − 127)`; the byte `0xFF` is NaN); each
+//! A block of [`MX_BLOCK`] (32) elements shares one E8M0 scale `X` (a
+//! power of two, `2^(s − 127)` for the scale byte `s`; `0xFF` is NaN); each
 //! element is stored as `P_i` in the element format, and decodes to
 //! `X · P_i`. The scale follows the specification's conversion (section
 //! 6.3): `shared_exp = ⌊log2(max_i |V_i|)⌋ − emax_elem`, where `emax_elem`
@@ -14,8 +14,9 @@
 //! * The element conversions round to nearest even and saturate as CUDA's
 //!   `__NV_SATFINITE` conversions do; they are written here (bit tricks,
 //!   about five times faster) and tested bit-identical to the maintained
-//!   crates' (`float8` for E4M3/E5M2, `float4` for E2M1) over every f32 of
-//!   the range they take. Decoding uses `float8`'s values.
+//!   crates' (`float8` for E4M3/E5M2, `float4` for E2M1) over a dense sweep
+//!   of the range they take (every 61st f32 pattern, every tie and its
+//!   neighbours). Decoding uses `float8`'s values.
 //! * A block holding a NaN or an infinity gets the NaN scale (`0xFF`) and
 //!   zero elements: the whole block decodes to NaN (the specification leaves
 //!   the conversion of such inputs to the implementation; like the int8

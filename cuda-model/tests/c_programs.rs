@@ -46,13 +46,13 @@ fn find_cc() -> Result<(), String> {
 /// the test must be skipped.
 fn build(name: &str, test: &str) -> Option<(PathBuf, PathBuf)> {
     if let Err(why) = find_cc() {
-        eprintln!("skipping {name}: {why}");
+        driver_env::say_skipped(&format!("{name}: {why}"));
         return None;
     }
     let include = match cuda_include() {
         Ok(dir) => dir,
         Err(why) => {
-            eprintln!("skipping {name}: {why}");
+            driver_env::say_skipped(&format!("{name}: {why}"));
             return None;
         }
     };

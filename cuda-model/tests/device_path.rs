@@ -57,7 +57,7 @@ fn on_the_model(program: &PathBuf, args: &[&str], env: &[(&str, &str)], name: &s
     let nvrtc = match driver_env::wheel_dir("NVRTC_LIB_DIR", "libnvrtc.so.13") {
         Ok(d) => d,
         Err(why) => {
-            eprintln!("skipped: NVRTC is unavailable: {why}");
+            driver_env::say_skipped(&format!("{name}: NVRTC is unavailable: {why}"));
             return None;
         }
     };

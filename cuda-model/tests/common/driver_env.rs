@@ -24,6 +24,14 @@ pub fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Says why a test skips, on the process's stderr itself: the test
+/// harness captures `eprintln!` of a passing test, and a skip must be seen
+/// in the test command's output.
+pub fn say_skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// The directory holding `cuda.h`, from `scripts/cuda-wheels.sh`.
 pub fn cuda_include() -> Result<PathBuf, String> {
     wheel_dir("CUDA_INCLUDE", "cuda.h")
