@@ -174,21 +174,42 @@ void WorkSncl::complete(std::exception_ptr error) {
 
 namespace {
 
-// Throws DistBackendError naming the call and sncl's explanation (no
-// communicator exists yet to ask).
-void checkBootstrap(snclResult_t r, const char* what, int rank) {
-  if (r != snclSuccess) {
-    throwDistBackendError(c10::str(
-        "sncl: ",
-        what,
-        " failed on rank ",
-        rank,
-        ": ",
-        snclGetErrorString(r),
-        " (",
-        snclGetLastError(nullptr),
-        ")"));
+// Throws DistBackendError when `r` is not success: the call, the rank and
+// sncl's explanation (of `comm`, or the thread's last error when NULL);
+// a timeout reads "Timed out" first, as gloo's and NCCL's do.
+void throwIfFailed(
+    snclResult_t r,
+    const char* what,
+    int rank,
+    std::chrono::milliseconds timeout,
+    snclComm_t comm) {
+  if (r == snclSuccess) {
+    return;
   }
+  const char* detail = snclGetLastError(comm);
+  std::string msg = c10::str(
+      "sncl: ",
+      what,
+      " failed on rank ",
+      rank,
+      ": ",
+      snclGetErrorString(r),
+      (detail && *detail) ? ": " : "",
+      (detail && *detail) ? detail : "");
+  if (r == snclTimeout) {
+    // sncl's detail names the operation, the timeout and the ranks
+    // waited on.
+    msg = c10::str(
+        "sncl: Timed out: ",
+        what,
+        " on rank ",
+        rank,
+        " (process group timeout ",
+        timeout.count(),
+        " ms): ",
+        (detail && *detail) ? detail : "no detail");
+  }
+  C10_THROW_ERROR(DistBackendError, msg);
 }
 
 // The configuration of a new communicator of a group with `timeout`.
@@ -197,10 +218,12 @@ snclConfig_t configFor(std::chrono::milliseconds timeout, int rank) {
   // Settings come from libsncl (environment, else the settings file).
   char setting[256];
   int isSet = 0;
-  checkBootstrap(
+  throwIfFailed(
       snclGetSetting("SNCL_TIMEOUT_MS", setting, sizeof(setting), &isSet),
       "snclGetSetting(SNCL_TIMEOUT_MS)",
-      rank);
+      rank,
+      timeout,
+      nullptr);
   if (!isSet) {
     // The process group's timeout bounds how long an operation may wait
     // for a silent peer (SNCL_TIMEOUT_MS, when set, takes precedence).
@@ -230,7 +253,7 @@ snclComm_t bootstrapComm(
       "sncl/uid/" + groupName + "/" + std::to_string(instance);
   snclUniqueId id;
   if (rank == 0) {
-    checkBootstrap(snclGetUniqueId(&id), "snclGetUniqueId", rank);
+    throwIfFailed(snclGetUniqueId(&id), "snclGetUniqueId", rank, timeout, nullptr);
     std::vector<uint8_t> bytes(
         reinterpret_cast<uint8_t*>(id.internal),
         reinterpret_cast<uint8_t*>(id.internal) + sizeof(id.internal));
@@ -249,10 +272,12 @@ snclComm_t bootstrapComm(
   }
   snclConfig_t cfg = configFor(timeout, rank);
   snclComm_t comm = nullptr;
-  checkBootstrap(
+  throwIfFailed(
       snclCommInitRankConfig(&comm, size, id, rank, &cfg),
       "snclCommInitRankConfig",
-      rank);
+      rank,
+      timeout,
+      nullptr);
   return comm;
 }
 
@@ -383,33 +408,7 @@ ProcessGroupSncl::~ProcessGroupSncl() {
 }
 
 void ProcessGroupSncl::check(snclResult_t r, const char* what) const {
-  if (r == snclSuccess) {
-    return;
-  }
-  const char* detail = snclGetLastError(comm_);
-  std::string msg = c10::str(
-      "sncl: ",
-      what,
-      " failed on rank ",
-      rank_,
-      ": ",
-      snclGetErrorString(r),
-      (detail && *detail) ? ": " : "",
-      (detail && *detail) ? detail : "");
-  if (r == snclTimeout) {
-    // "Timed out" first, as gloo's and NCCL's timeouts read; sncl's
-    // detail names the operation, the timeout and the ranks waited on.
-    msg = c10::str(
-        "sncl: Timed out: ",
-        what,
-        " on rank ",
-        rank_,
-        " (process group timeout ",
-        timeout_.count(),
-        " ms): ",
-        (detail && *detail) ? detail : "no detail");
-  }
-  C10_THROW_ERROR(DistBackendError, msg);
+  throwIfFailed(r, what, rank_, timeout_, comm_);
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupSncl::
