@@ -137,6 +137,7 @@ mod devmem;
 mod error;
 mod exec;
 mod premul;
+mod ranges;
 mod settings;
 mod stream;
 mod tagged;

@@ -16,58 +16,31 @@
 //! `snclCommDestroy` and `snclCommAbort` release what is still registered,
 //! as NCCL does.
 //!
-//! A handle is a token, never dereferenced, never reused.
+//! A handle is a token of [`RangeTable`], never dereferenced, never reused.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 
 use super::args::comm_arg;
 use super::args::OK;
 use super::comm::{snclComm_t, CommShared};
 use super::devmem;
 use super::error::{guard, CError};
+use super::ranges::RangeTable;
 use super::types::*;
 
-struct Entry {
-    /// The communicator (its `CommShared`'s address).
-    comm: usize,
-    start: u64,
-    bytes: usize,
-}
-
-fn registrations() -> MutexGuard<'static, HashMap<usize, Entry>> {
-    static REGISTRATIONS: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
-    REGISTRATIONS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// The next token: never 0, never reused, never a window's (windows use
-/// multiples of 16; these are 8 more than a multiple of 16).
-fn token() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(1);
-    (NEXT.fetch_add(1, Ordering::Relaxed) << 4) | 0x8
-}
+/// The live registrations (their value: nothing beyond the range).
+static REGISTRATIONS: RangeTable<()> = RangeTable::new();
 
 /// A registration whose range holds `addr` (its token).
 pub(super) fn holding(addr: u64) -> Option<usize> {
-    registrations()
-        .iter()
-        .find(|(_, e)| addr >= e.start && addr - e.start < e.bytes as u64)
-        .map(|(&t, _)| t)
+    REGISTRATIONS.holding(addr)
 }
 
 /// Releases every registration of the communicator `shared` (destroy and
 /// abort); returns how many there were.
 pub(super) fn release_all(shared: &Arc<CommShared>) -> usize {
-    let me = Arc::as_ptr(shared) as usize;
-    let mut r = registrations();
-    let before = r.len();
-    r.retain(|_, e| e.comm != me);
-    before - r.len()
+    REGISTRATIONS.release_all(shared)
 }
 
 /// Registers `size` bytes at `buff` for operations of `comm` and writes a
@@ -143,15 +116,7 @@ pub unsafe extern "C" fn snclCommRegister(
                     ))
                 }
             }
-            let t = token();
-            registrations().insert(
-                t,
-                Entry {
-                    comm: Arc::as_ptr(&shared) as usize,
-                    start,
-                    bytes: size,
-                },
-            );
+            let t = REGISTRATIONS.insert(&shared, start, size, ());
             tracing::debug!(
                 rank,
                 bytes = size,
@@ -181,11 +146,7 @@ pub unsafe extern "C" fn snclCommDeregister(comm: snclComm_t, handle: *mut c_voi
         let shared = unsafe { comm_arg(comm) }?;
         let r = (|| {
             let c = shared.get()?;
-            let me = Arc::as_ptr(&shared) as usize;
-            let t = handle as usize;
-            let mut r = registrations();
-            if r.get(&t).is_some_and(|e| e.comm == me) {
-                r.remove(&t);
+            if REGISTRATIONS.take(&shared, handle as usize).is_some() {
                 return Ok(OK);
             }
             Err(CError::invalid(format!(

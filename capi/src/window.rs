@@ -6,14 +6,11 @@
 //! direct (nvlink version 2) kernel; anything else keeps version 1.
 //!
 //! A `snclWindow_t` is a token, never dereferenced: live windows are kept
-//! here by token and never reuse one, so a window deregistered twice, or
+//! by token (a [`RangeTable`]) and tokens are never reused, so a window deregistered twice, or
 //! passed to another communicator, is an error rather than a use after
 //! free.
 
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ::device::DevicePtr;
 use sncl_rs::device::DeviceWindow;
@@ -23,6 +20,7 @@ use super::args::OK;
 use super::comm::snclComm_t;
 use super::devmem;
 use super::error::{guard, CError};
+use super::ranges::RangeTable;
 use super::types::*;
 
 /// A registered window (opaque; `snclWindow_t` points to none: it is a
@@ -42,34 +40,12 @@ pub const SNCL_WIN_DEFAULT: c_int = 0x00;
 /// rank (as NCCL's `NCCL_WIN_COLL_SYMMETRIC`).
 pub const SNCL_WIN_COLL_SYMMETRIC: c_int = 0x01;
 
-struct Entry {
-    /// The communicator (its `CommShared`'s address).
-    comm: usize,
-    start: u64,
-    bytes: usize,
-    window: DeviceWindow,
-}
-
-fn windows() -> MutexGuard<'static, HashMap<usize, Entry>> {
-    static WINDOWS: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
-    WINDOWS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// The next token: never 0, never reused.
-fn token() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed) << 4
-}
+/// The live windows.
+static WINDOWS: RangeTable<DeviceWindow> = RangeTable::new();
 
 /// The window whose registered range holds `addr` (its token).
 pub(super) fn holding(addr: u64) -> Option<usize> {
-    windows()
-        .iter()
-        .find(|(_, e)| addr >= e.start && addr - e.start < e.bytes as u64)
-        .map(|(&t, _)| t)
+    WINDOWS.holding(addr)
 }
 
 /// Registers `size` bytes at `buff` as a window of `comm` (collective:
@@ -158,16 +134,7 @@ pub unsafe extern "C" fn snclCommWindowRegister(
             let window =
                 unsafe { c.register_device_window(DevicePtr(addr), size) }.map_err(CError::from)?;
             drop(ticket);
-            let t = token();
-            windows().insert(
-                t,
-                Entry {
-                    comm: Arc::as_ptr(&shared) as usize,
-                    start: addr,
-                    bytes: size,
-                    window,
-                },
-            );
+            let t = WINDOWS.insert(&shared, addr, size, window);
             // SAFETY: checked non-NULL; the caller provides storage. The
             // handle is a token, never dereferenced.
             unsafe { win.write(t as snclWindow_t) };
@@ -195,18 +162,7 @@ pub unsafe extern "C" fn snclCommWindowDeregister(
         let shared = unsafe { comm_arg(comm) }?;
         let r = (|| {
             let c = shared.get()?;
-            let me = Arc::as_ptr(&shared) as usize;
-            let t = win as usize;
-            let entry = {
-                let mut w = windows();
-                let ours = w.get(&t).is_some_and(|e| e.comm == me);
-                if ours {
-                    w.remove(&t)
-                } else {
-                    None
-                }
-            };
-            let Some(entry) = entry else {
+            let Some(window) = WINDOWS.take(&shared, win as usize) else {
                 return Err(CError::invalid(format!(
                     "rank {}: snclCommWindowDeregister: {win:p} is not a live window of this \
                      communicator (deregistered already, or another communicator's)",
@@ -215,7 +171,7 @@ pub unsafe extern "C" fn snclCommWindowDeregister(
             };
             let mut ticket = shared.ticket();
             ticket.wait_turn();
-            entry.window.close().map_err(CError::from)?;
+            window.close().map_err(CError::from)?;
             Ok(OK)
         })();
         shared.recorded(r)

@@ -184,6 +184,13 @@ pub fn algo_help() -> String {
     )
 }
 
+/// The launch this process is part of, if a launcher (mpirun, srun,
+/// torchrun, `--np`) started it; `None` when it was run by hand.
+pub fn launcher_env() -> sncl::Result<Option<sncl::LaunchEnv>> {
+    use sncl::ReadEnvironment;
+    comm_core::settings::Environment::from_process().and_then(|vars| sncl::LaunchEnv::detect(&vars))
+}
+
 /// `-r`: one root, or every rank in turn (nccl-tests' `-r all`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Root {
@@ -328,11 +335,7 @@ impl Args {
         match (self.np, self.threads) {
             (Some(p), t) => Some(p.saturating_mul(t.unwrap_or(1))),
             (None, Some(t)) => {
-                use sncl::ReadEnvironment;
-                let launched = comm_core::settings::Environment::from_process()
-                    .ok()
-                    .and_then(|vars| sncl::LaunchEnv::detect(&vars).ok().flatten())
-                    .is_some();
+                let launched = launcher_env().ok().flatten().is_some();
                 (!launched).then_some(t)
             }
             (None, None) => None,

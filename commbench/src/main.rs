@@ -153,10 +153,7 @@ fn main() -> ExitCode {
         // Under a launcher (mpirun, srun, torchrun, or --np's own children)
         // this process is one of several, each of -t ranks (nccl-tests' -t);
         // run by hand, it is the whole job.
-        use sncl::ReadEnvironment;
-        let launched = comm_core::settings::Environment::from_process()
-            .and_then(|vars| sncl::LaunchEnv::detect(&vars));
-        return match launched {
+        return match args::launcher_env() {
             Ok(Some(env)) => ExitCode::from(launch::run_thread_ranks(
                 &env.unique_id(),
                 env.rank,

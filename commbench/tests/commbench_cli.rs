@@ -22,6 +22,13 @@ fn commbench(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// The table's rows of commbench's output (neither comments nor blank).
+fn table_rows(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
 #[test]
 fn min_size_above_max_is_an_error() {
     let (code, out, err) = commbench(&["all_reduce", "--np", "2", "-b", "2K", "-e", "1K"]);
@@ -87,10 +94,7 @@ fn ranks_as_threads_of_one_process() {
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("3 ranks"), "{out}");
-    let rows = out
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .count();
+    let rows = table_rows(&out).len();
     assert_eq!(rows, 4, "rows of 8 B, 64 B, 512 B and 4 KiB: {out}");
     // nccl-tests' -t under a launcher: 2 processes × 2 threads = 4 ranks,
     // ranks 0-1 in the launcher's process and 2-3 in the child's.
@@ -155,10 +159,7 @@ fn in_place_only_unaligned_and_refusals() {
         "2",
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
-    let rows: Vec<&str> = out
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .collect();
+    let rows = table_rows(&out);
     assert_eq!(rows.len(), 3, "{out}");
     for row in rows {
         let cols: Vec<&str> = row.split_whitespace().collect();
@@ -437,10 +438,7 @@ fn nccl_tests_readme_line_runs_with_its_header() {
         );
     }
     // 8 B to 128 MiB by 2: 25 sizes.
-    let rows = out
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
-    assert_eq!(rows.count(), 25, "{out}");
+    assert_eq!(table_rows(&out).len(), 25, "{out}");
     assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
     let started = Instant::now();
     let (code, out, err) =
@@ -482,10 +480,7 @@ fn nccl_tests_readme_line_runs_with_its_header() {
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("agg iters: 3"), "{out}");
     assert!(out.contains("# cycle 2 of 2"), "{out}");
-    let rows = out
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
-    assert_eq!(rows.count(), 2, "one row per cycle: {out}");
+    assert_eq!(table_rows(&out).len(), 2, "one row per cycle: {out}");
     let text = std::fs::read_to_string(&json).expect("-J wrote the rows");
     assert!(text.trim_start().starts_with('['), "{text}");
     let _ = std::fs::remove_file(&json);
@@ -543,9 +538,8 @@ fn root_all_loop_order_and_algo_column() {
             .any(|l| l.starts_with('#') && l.contains(" root       algo ")),
         "algo column header: {out}"
     );
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    let rows: Vec<Vec<&str>> = table_rows(&out)
+        .into_iter()
         .map(|l| l.split_whitespace().collect())
         .collect();
     // 2 algorithms × 2 types × 2 reductions × 2 roots × 2 sizes.
