@@ -215,14 +215,21 @@ fn device_codec(ordinal: usize, codec: &Codec, n: usize) -> Result<DeviceCodec> 
                 DeviceCodec::TopKExact { k }
             }
         }
-        Codec::Mx { .. } => {
-            return Err(invalid(format!(
-                "{} has no device kernels yet: compress on host buffers (the MX codecs \
-                 run on the host), or use fp16, bf16, int8 or top-k on device buffers",
-                codec.name()
-            )))
-        }
+        Codec::Mx { .. } => return Err(invalid(kernels_for(codec).unwrap_err())),
     })
+}
+
+/// Whether `codec` has device kernels; if not, why, and what to use
+/// instead (callers check it before starting work, as `commbench` does).
+pub fn kernels_for(codec: &Codec) -> std::result::Result<(), String> {
+    match codec {
+        Codec::Mx { .. } => Err(format!(
+            "{} has no device kernels yet: compress on host buffers (the MX codecs run \
+             on the host), or use fp16, bf16, int8 or top-k on device buffers",
+            codec.name()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Checks `op` and builds its launches. `map(ptr, bytes, align, what)`
