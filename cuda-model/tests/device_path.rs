@@ -62,7 +62,8 @@ fn on_the_model(program: &PathBuf, args: &[&str], env: &[(&str, &str)], name: &s
         }
     };
     let include = driver_env::cuda_include().ok();
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("device-path-lib");
+    // One directory per test: tests run in parallel, and each makes its own afresh.
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("device-path-lib-{name}"));
     let lib = driver_env::model_lib_dir(&tmp);
     let reports = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("device-path-{name}"));
     let _ = std::fs::remove_dir_all(&reports);
