@@ -6,7 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use comm_core::transport::registry::{
     self as kinds, KindState, MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext,
@@ -316,6 +316,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     // Once everyone has connected, the kinds may drop what they published
     // for their peers (shared-memory names).
     store_barrier(&kv, "connected", nranks, timeout)?;
+    release_store(&kv, rank, nranks, timeout)?;
     drop(prepared);
     let summary: Vec<String> = transports
         .iter()
@@ -349,6 +350,20 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         standby: Some(standby),
         standby_addrs,
     }))
+}
+
+/// Keeps rank 0 (whose process serves the store) in setup until every
+/// rank has read the setup's last key: a communicator destroyed right
+/// after its creation would otherwise take the store away from ranks still
+/// waiting for that key ("the root closed the connection"). Each other
+/// rank confirms with one key; rank 0 waits for all of them.
+fn release_store(kv: &dyn Store, rank: usize, nranks: usize, timeout: Duration) -> Result<()> {
+    if rank != 0 {
+        return kv.set(&format!("released/{rank}"), b"");
+    }
+    let keys: Vec<String> = (1..nranks).map(|p| format!("released/{p}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    kv.wait(&keys, timeout)
 }
 
 /// Checks a rank and world size before anything is sized by them: the

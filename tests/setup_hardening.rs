@@ -98,3 +98,34 @@ fn largest_slots_and_slot_bytes_together_exceed_the_segment_bound() {
         "{e}"
     );
 }
+
+/// Rank 0 serves the store; destroying its communicator right after
+/// creation must not take the store away from ranks still reading the
+/// setup's last key (they used to fail with "the root closed the
+/// connection").
+#[test]
+fn rank_0_destroying_a_fresh_communicator_does_not_fail_its_peers_creation() {
+    for round in 0..20 {
+        let id = sncl::Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
+        let ranks: Vec<_> = (0..4)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let comm = sncl::Communicator::init_rank(&id, rank, 4)?;
+                    if rank == 0 {
+                        drop(comm);
+                    } else {
+                        // Peers stay a moment, as a peer that is slower to
+                        // leave setup would.
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        for (rank, h) in ranks.into_iter().enumerate() {
+            if let Err(e) = h.join().unwrap() {
+                panic!("round {round}: rank {rank}'s creation failed: {e}");
+            }
+        }
+    }
+}

@@ -124,7 +124,10 @@ struct State {
 #[derive(Default)]
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// Wakes threads blocked in [`Shared::wait`].
     changed: Condvar,
+    /// Wakes the server's tasks in [`Shared::wait_async`].
+    changed_async: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -142,7 +145,7 @@ impl Shared {
         }
         st.map.insert(key.to_owned(), value.to_vec());
         drop(st);
-        self.changed.notify_all();
+        self.notify_changed();
         true
     }
 
@@ -170,12 +173,44 @@ impl Shared {
         let new = old.checked_add(delta).ok_or(AddError::Overflow(old))?;
         st.map.insert(key.to_owned(), new.to_string().into_bytes());
         drop(st);
-        self.changed.notify_all();
+        self.notify_changed();
         Ok(new)
     }
 
+    /// How a wait for `keys` ends now, if it ends: ready (keys present;
+    /// this wins over a close, so a waiter woken by the set it waited for
+    /// still gets its answer when the store closes right after), closed,
+    /// or timed out once `expired`.
+    fn wait_outcome(
+        st: &State,
+        keys: &[&str],
+        fetch: bool,
+        expired: bool,
+    ) -> Option<(WaitOutcome, Option<Vec<u8>>)> {
+        if keys.iter().all(|k| st.map.contains_key(*k)) {
+            let value = if fetch {
+                keys.first().and_then(|k| st.map.get(*k).cloned())
+            } else {
+                None
+            };
+            return Some((WaitOutcome::Ready, value));
+        }
+        if st.closed {
+            return Some((WaitOutcome::Closed, None));
+        }
+        if expired {
+            let missing = keys
+                .iter()
+                .filter(|k| !st.map.contains_key(**k))
+                .map(|k| k.to_string())
+                .collect();
+            return Some((WaitOutcome::TimedOut { missing }, None));
+        }
+        None
+    }
+
     /// Waits until all `keys` are set; with `fetch`, returns the value of
-    /// the first key.
+    /// the first key. Blocks the calling thread (the in-process store).
     pub(crate) fn wait(
         &self,
         keys: &[&str],
@@ -186,40 +221,53 @@ impl Shared {
         let deadline = Instant::now().checked_add(timeout);
         let mut st = self.lock();
         loop {
-            if st.closed {
-                return (WaitOutcome::Closed, None);
-            }
-            if keys.iter().all(|k| st.map.contains_key(*k)) {
-                let value = if fetch {
-                    keys.first().and_then(|k| st.map.get(*k).cloned())
-                } else {
-                    None
-                };
-                return (WaitOutcome::Ready, value);
-            }
             let now = Instant::now();
-            match deadline {
-                Some(d) if now >= d => {
-                    let missing = keys
-                        .iter()
-                        .filter(|k| !st.map.contains_key(**k))
-                        .map(|k| k.to_string())
-                        .collect();
-                    return (WaitOutcome::TimedOut { missing }, None);
-                }
+            let expired = deadline.is_some_and(|d| now >= d);
+            if let Some(outcome) = Self::wait_outcome(&st, keys, fetch, expired) {
+                return outcome;
+            }
+            st = match deadline {
                 Some(d) => {
-                    st = self
-                        .changed
+                    self.changed
                         .wait_timeout(st, d - now)
                         .unwrap_or_else(PoisonError::into_inner)
-                        .0;
+                        .0
                 }
-                None => {
-                    st = self
-                        .changed
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
+                None => self
+                    .changed
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+
+    /// [`Self::wait`] for the store server's event loop: the task yields
+    /// instead of blocking its thread.
+    pub(crate) async fn wait_async(
+        &self,
+        keys: &[&str],
+        timeout: Duration,
+        fetch: bool,
+    ) -> (WaitOutcome, Option<Vec<u8>>) {
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
+        loop {
+            // Registered before the state is read, so a change between the
+            // read and the await still wakes this task.
+            let notified = self.changed_async.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            if let Some(outcome) = Self::wait_outcome(&self.lock(), keys, fetch, expired) {
+                return outcome;
+            }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(d) => {}
+                    }
                 }
+                None => notified.await,
             }
         }
     }
@@ -227,7 +275,12 @@ impl Shared {
     /// Wakes every waiter with [`WaitOutcome::Closed`] and refuses further use.
     pub(crate) fn close(&self) {
         self.lock().closed = true;
+        self.notify_changed();
+    }
+
+    fn notify_changed(&self) {
         self.changed.notify_all();
+        self.changed_async.notify_waiters();
     }
 }
 

@@ -89,9 +89,9 @@ pub(super) fn put_str(buf: &mut Vec<u8>, s: &str) {
     buf.extend_from_slice(s.as_bytes());
 }
 
-/// Writes one frame; a body over [`MAX_FRAME_BYTES`] is refused before
-/// anything is sent.
-pub(super) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+/// A frame on the wire: length ‖ body; a body over [`MAX_FRAME_BYTES`]
+/// is refused before anything is sent.
+pub(super) fn frame_bytes(body: &[u8]) -> io::Result<Vec<u8>> {
     if body.len() > MAX_FRAME_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -105,8 +105,39 @@ pub(super) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
     buf.extend_from_slice(body);
-    w.write_all(&buf)?;
+    Ok(buf)
+}
+
+/// Writes one frame (see [`frame_bytes`]).
+pub(super) fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    w.write_all(&frame_bytes(body)?)?;
     w.flush()
+}
+
+/// The body length a frame's header announces, refused past the limit.
+pub(super) fn frame_len(header: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"),
+        ));
+    }
+    Ok(len)
+}
+
+/// Checks that a body read up to its announced `len` is whole.
+pub(super) fn check_body(body: &[u8], len: usize) -> io::Result<()> {
+    if body.len() != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "the peer closed the connection after {} of {len} frame bytes",
+                body.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads a frame; `Ok(None)` on a clean EOF before its first byte. The
@@ -123,24 +154,10 @@ pub(super) fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
             Err(e) => return Err(e),
         }
     }
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"),
-        ));
-    }
+    let len = frame_len(len)?;
     let mut body = Vec::with_capacity(len.min(64 << 10));
     r.take(len as u64).read_to_end(&mut body)?;
-    if body.len() != len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!(
-                "the peer closed the connection after {} of {len} frame bytes",
-                body.len()
-            ),
-        ));
-    }
+    check_body(&body, len)?;
     Ok(Some(body))
 }
 

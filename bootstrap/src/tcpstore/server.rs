@@ -1,22 +1,38 @@
-//! [`TcpStoreServer`]: the store rank 0 serves.
+//! [`TcpStoreServer`]: the store rank 0 serves (and every rank's standby
+//! store, see the root crate's shrink).
 //!
-//! One thread accepts connections and runs every handshake: new sockets are
-//! non-blocking and polled together, at most [`MAX_PENDING_HANDSHAKES`] at a
-//! time (the oldest is dropped to make room), each with one deadline for the
-//! whole handshake ([`HANDSHAKE_TIMEOUT`]). Only a connection that proved it
-//! knows the secret gets a thread of its own to serve its requests, so idle
-//! or trickling strangers cost a socket each and nothing more.
+//! Every server of a process runs on one event loop: a tokio current-thread
+//! runtime on one thread (`sncl-store-loop`), started by the first server.
+//! A connection is a task, not a thread, so neither strangers nor
+//! thousands of authenticated ranks cost a thread each:
+//!
+//! * a new connection's handshake runs with one deadline for the whole
+//!   handshake ([`HANDSHAKE_TIMEOUT`]); at most [`MAX_PENDING_HANDSHAKES`]
+//!   are in their handshake at once, and a new one beyond that drops the
+//!   oldest;
+//! * an authenticated connection's task reads a request, answers it (a
+//!   blocking GET or WAIT waits on the store without holding the thread)
+//!   and reads the next.
+//!
+//! Dropping a server stops accepting, wakes every waiter, lets each
+//! connection finish the reply it is writing (so a rank that was answered
+//! gets its answer even when rank 0 leaves right after), and waits up to
+//! [`DRAIN_TIMEOUT`] for that before cutting what is left.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use comm_core::throttle::LogThrottle;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use super::protocol::*;
 use crate::store::{AddError, Shared, WaitOutcome};
@@ -27,26 +43,105 @@ use crate::MemoryStore;
 pub const MAX_PENDING_HANDSHAKES: usize = 256;
 /// How long a new connection has to complete the whole handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a dropped server lets its connections finish the replies they
+/// are writing before it cuts them.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the server waits for a client to take a reply.
 const SERVER_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Connections accepted per wake-up before pending handshakes get a turn.
-const ACCEPT_BURST: usize = 64;
+/// How often a stranger's refused connections are logged: one line per
+/// source address per window, with the count held back.
+pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// The event loop every store server of this process runs on, started by
+/// the first server (again in a forked child, whose copy of the loop has
+/// no thread).
+fn event_loop() -> io::Result<Handle> {
+    static LOOP: Mutex<Option<(u32, Handle)>> = Mutex::new(None);
+    let mut slot = lock(&LOOP);
+    let pid = std::process::id();
+    if let Some((owner, handle)) = slot.as_ref() {
+        if *owner == pid {
+            return Ok(handle.clone());
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let handle = runtime.handle().clone();
+    thread::Builder::new()
+        .name(LOOP_THREAD.into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    *slot = Some((pid, handle.clone()));
+    Ok(handle)
+}
+
+const LOOP_THREAD: &str = "sncl-store-loop";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every map here is left whole between statements.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The tasks of one server that are still running (its accept loop, its
+/// handshakes, its connections): dropping the server waits for none left.
+#[derive(Default)]
+struct TaskCount {
+    live: Mutex<usize>,
+    ended: Condvar,
+}
+
+/// One running task; it counts as ended when this is dropped (also when
+/// the task is aborted).
+struct TaskGuard(Arc<ServerInner>);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        *lock(&self.0.tasks.live) -= 1;
+        self.0.tasks.ended.notify_all();
+    }
+}
+
+impl TaskCount {
+    /// Waits until no task is left, at most `limit`; whether none is.
+    fn wait_idle(&self, limit: Duration) -> bool {
+        let live = lock(&self.live);
+        let (live, _) = self
+            .ended
+            .wait_timeout_while(live, limit, |n| *n > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        *live == 0
+    }
+}
 
 struct ServerInner {
     shared: Arc<Shared>,
     secret: [u8; 16],
-    shutdown: AtomicBool,
-    /// Set once the accept thread has ended (shut down or expired).
+    local_addr: SocketAddr,
+    /// Set to true when the server is dropped.
+    shutdown: watch::Sender<bool>,
+    /// Set once the accept loop has ended (shut down or expired).
     stopped: AtomicBool,
     /// When an unclaimed server stops by itself (see [`TcpStoreServer::start_unclaimed`]).
     expires: Mutex<Option<Instant>>,
-    /// Clones of the authenticated connections' streams (to shut them down
-    /// on drop), by connection number; a connection removes its own when it
-    /// ends, so its socket closes at once.
-    streams: Mutex<HashMap<u64, TcpStream>>,
-    /// The connections' threads, joined on drop.
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    tasks: TaskCount,
+    /// Connections in their handshake, oldest first.
+    pending: Mutex<VecDeque<(u64, AbortHandle)>>,
+    /// Authenticated connections.
+    conns: Mutex<HashMap<u64, AbortHandle>>,
+    refusals: Mutex<LogThrottle<(IpAddr, &'static str)>>,
     next_conn: AtomicU64,
+}
+
+impl ServerInner {
+    fn task(self: &Arc<Self>) -> TaskGuard {
+        *lock(&self.tasks.live) += 1;
+        TaskGuard(Arc::clone(self))
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
 }
 
 /// The rendezvous store server rank 0 runs (like c10d's `TCPStore` master).
@@ -55,17 +150,16 @@ struct ServerInner {
 /// module docs of [`crate`]'s store protocol); a connection that
 /// does not is refused, logged with `tracing::warn!` naming its address,
 /// and the server keeps serving the others. Dropping the server stops it:
-/// waiters are woken, connections are shut down and all threads are joined.
+/// waiters are woken, replies being written are finished, connections are
+/// closed.
 pub struct TcpStoreServer {
-    local_addr: SocketAddr,
     inner: Arc<ServerInner>,
-    accept: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for TcpStoreServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpStoreServer")
-            .field("local_addr", &self.local_addr)
+            .field("local_addr", &self.inner.local_addr)
             .finish_non_exhaustive()
     }
 }
@@ -81,8 +175,7 @@ impl TcpStoreServer {
 
     /// Like [`Self::start`], for a store started ahead of its communicator
     /// (a unique id made with port 0): unless [`Self::claim`] is called
-    /// within `expire_after`, the server stops by itself and frees its port
-    /// and thread.
+    /// within `expire_after`, the server stops by itself and frees its port.
     pub fn start_unclaimed(
         bind: SocketAddr,
         secret: [u8; 16],
@@ -128,39 +221,34 @@ impl TcpStoreServer {
     ) -> io::Result<TcpStoreServer> {
         listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
+        let handle = event_loop()?;
+        let listener = {
+            let _in_loop = handle.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
         let inner = Arc::new(ServerInner {
             shared: Arc::new(Shared::default()),
             secret,
-            shutdown: AtomicBool::new(false),
+            local_addr,
+            shutdown: watch::channel(false).0,
             stopped: AtomicBool::new(false),
             expires: Mutex::new(expires),
-            streams: Mutex::new(HashMap::new()),
-            threads: Mutex::new(Vec::new()),
+            tasks: TaskCount::default(),
+            pending: Mutex::new(VecDeque::new()),
+            conns: Mutex::new(HashMap::new()),
+            refusals: Mutex::new(LogThrottle::new(REFUSAL_LOG_WINDOW)),
             next_conn: AtomicU64::new(0),
         });
-        let accept_inner = Arc::clone(&inner);
-        let accept = thread::Builder::new()
-            .name("sncl-store-accept".into())
-            .spawn(move || {
-                accept_loop(&listener, &accept_inner);
-                accept_inner.stopped.store(true, Ordering::SeqCst);
-            })?;
+        let guard = inner.task();
+        handle.spawn(accept_loop(listener, Arc::clone(&inner), guard));
         tracing::debug!(%local_addr, "sncl store server listening");
-        Ok(TcpStoreServer {
-            local_addr,
-            inner,
-            accept: Some(accept),
-        })
+        Ok(TcpStoreServer { inner })
     }
 
     /// Keeps a server made by [`Self::start_unclaimed`] running for good.
     /// Returns false when it already stopped (its time ran out).
     pub fn claim(&self) -> bool {
-        *self
-            .inner
-            .expires
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *lock(&self.inner.expires) = None;
         !self.inner.stopped.load(Ordering::SeqCst)
     }
 
@@ -172,7 +260,7 @@ impl TcpStoreServer {
     /// The address the server listens on (with the real port when bound to
     /// port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.inner.local_addr
     }
 
     /// An in-process handle to the server's map (errors name rank 0). It
@@ -184,43 +272,96 @@ impl TcpStoreServer {
 
 impl Drop for TcpStoreServer {
     fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        self.inner.shared.close();
-        if !self.inner.stopped.load(Ordering::SeqCst) {
-            // Wake the accept thread out of poll with a connection of our own.
-            let mut wake = self.local_addr;
-            if wake.ip().is_unspecified() {
-                wake.set_ip(match wake {
-                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                });
+        let inner = &self.inner;
+        inner.shutdown.send_replace(true);
+        inner.shared.close();
+        for (_, handshake) in lock(&inner.pending).drain(..) {
+            handshake.abort();
+        }
+        // The loop's own thread cannot wait for its tasks.
+        if thread::current().name() != Some(LOOP_THREAD) && !inner.tasks.wait_idle(DRAIN_TIMEOUT)
+        {
+            tracing::debug!(
+                local_addr = %inner.local_addr,
+                "sncl store: connections still busy {} ms after the server was dropped; cutting them",
+                DRAIN_TIMEOUT.as_millis()
+            );
+            for conn in lock(&inner.conns).values() {
+                conn.abort();
             }
-            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+            inner.tasks.wait_idle(Duration::from_secs(1));
         }
-        if let Some(h) = self.accept.take() {
-            let _ = h.join();
-        }
-        for stream in lock(&self.inner.streams).values() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        let threads = std::mem::take(&mut *lock(&self.inner.threads));
-        for h in threads {
-            let _ = h.join();
-        }
-        lock(&self.inner.streams).clear();
-        tracing::debug!(local_addr = %self.local_addr, "sncl store server stopped");
+        tracing::debug!(local_addr = %inner.local_addr, "sncl store server stopped");
     }
 }
 
-/// A connection in its handshake: the greeting went out, the proof is
-/// being read.
-struct Pending {
-    stream: TcpStream,
-    peer: SocketAddr,
-    deadline: Instant,
-    snonce: [u8; NONCE],
-    proof: [u8; PROOF_BYTES],
-    got: usize,
+/// Resolves once the server is shutting down (at once if it already is).
+async fn shut_down(mut shutdown: watch::Receiver<bool>) {
+    // An error means the sender is gone: the server is gone too.
+    let _ = shutdown.wait_for(|down| *down).await;
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    inner: Arc<ServerInner>,
+    _running: TaskGuard,
+) {
+    let shutdown = shut_down(inner.shutdown.subscribe());
+    tokio::pin!(shutdown);
+    loop {
+        let expires = *lock(&inner.expires);
+        let expiry = async move {
+            match expires {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = expiry => {
+                // A claim may have come meanwhile.
+                if lock(&inner.expires).is_some_and(|at| Instant::now() >= at) {
+                    tracing::info!(
+                        "sncl store: no rank 0 took this unique id's store in time; stopped it (port {} is free again)",
+                        inner.local_addr.port()
+                    );
+                    break;
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => start_handshake(&inner, stream, peer),
+                Err(e) => {
+                    // E.g. out of file descriptors: keep serving the others.
+                    tracing::warn!("sncl store: accept failed: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    inner.stopped.store(true, Ordering::SeqCst);
+}
+
+/// Starts the handshake of a new connection as a task of its own, making
+/// room by dropping the oldest pending one when the bound is reached.
+fn start_handshake(inner: &Arc<ServerInner>, stream: TcpStream, peer: SocketAddr) {
+    if inner.shutting_down() {
+        return;
+    }
+    let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
+    let running = inner.task();
+    let task = tokio::spawn(connection(Arc::clone(inner), stream, peer, id, running));
+    let mut pending = lock(&inner.pending);
+    if pending.len() >= MAX_PENDING_HANDSHAKES {
+        if let Some((_, oldest)) = pending.pop_front() {
+            oldest.abort();
+            tracing::debug!(
+                "sncl store: {MAX_PENDING_HANDSHAKES} handshakes pending; dropped the oldest"
+            );
+        }
+    }
+    // The task cannot have run yet (this is the loop's thread), so it will
+    // find itself here when it ends its handshake.
+    pending.push_back((id, task.abort_handle()));
 }
 
 /// Why the server refused a connection.
@@ -229,88 +370,83 @@ enum Refusal {
     WrongSecret(u64),
     Closed(usize),
     Io(io::Error),
+    TimedOut,
 }
 
-enum Progress {
-    Wait,
-    Authenticated(u64),
-    Refused(Refusal),
-}
-
-impl Pending {
-    fn start(stream: TcpStream, peer: SocketAddr) -> io::Result<Pending> {
-        stream.set_nonblocking(true)?;
-        stream.set_nodelay(true)?;
-        let snonce = nonce()?;
-        let mut greeting = [0u8; GREETING_BYTES];
-        greeting[..8].copy_from_slice(MAGIC);
-        greeting[8..].copy_from_slice(&snonce);
-        // A new socket's send buffer is empty: the greeting goes at once.
-        if (&stream).write(&greeting)? != GREETING_BYTES {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "the greeting did not fit the socket buffer",
-            ));
-        }
-        Ok(Pending {
-            stream,
-            peer,
-            deadline: Instant::now() + HANDSHAKE_TIMEOUT,
-            snonce,
-            proof: [0u8; PROOF_BYTES],
-            got: 0,
-        })
-    }
-
-    fn progress(&mut self, secret: &[u8; 16]) -> Progress {
-        while self.got < PROOF_BYTES {
-            match (&self.stream).read(&mut self.proof[self.got..]) {
-                Ok(0) => return Progress::Refused(Refusal::Closed(self.got)),
-                Ok(n) => self.got += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Progress::Refused(Refusal::Io(e)),
-            }
-            let magic = self.got.min(8);
-            if self.proof[..magic] != MAGIC[..magic] {
-                return Progress::Refused(Refusal::NotSncl);
-            }
-        }
-        if self.got < PROOF_BYTES {
-            return Progress::Wait;
-        }
-        let rank = u64::from_le_bytes(self.proof[8..16].try_into().expect("8 bytes"));
-        let cnonce = &self.proof[16..16 + NONCE];
-        let mac = &self.proof[16 + NONCE..];
-        if !client_mac_valid(secret, &self.snonce, cnonce, rank, mac) {
-            let _ = (&self.stream).write(&[AUTH_REFUSED]);
-            return Progress::Refused(Refusal::WrongSecret(rank));
-        }
-        let mut ok = [0u8; 1 + MAC];
-        ok[0] = AUTH_OK;
-        ok[1..].copy_from_slice(&server_mac(secret, &self.snonce, cnonce, rank));
-        match (&self.stream).write(&ok) {
-            Ok(n) if n == ok.len() => Progress::Authenticated(rank),
-            Ok(_) => Progress::Refused(Refusal::Io(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "the verdict did not fit the socket buffer",
-            ))),
-            Err(e) => Progress::Refused(Refusal::Io(e)),
-        }
-    }
-}
-
-/// How often a stranger's refused connections are logged: one line per
-/// source address per window, with the count held back.
-pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
-
-fn log_refusal(
+/// One connection: its handshake, then (authenticated) its requests.
+async fn connection(
+    inner: Arc<ServerInner>,
+    mut stream: TcpStream,
     peer: SocketAddr,
-    refusal: Refusal,
-    throttle: &mut LogThrottle<(IpAddr, &'static str)>,
+    id: u64,
+    _running: TaskGuard,
 ) {
-    let mut warn = |kind: &'static str, what: String| {
-        if let Some(more) = throttle.admit_note((peer.ip(), kind), peer.ip(), Instant::now()) {
+    let verdict = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &inner.secret))
+        .await
+        .unwrap_or(Err(Refusal::TimedOut));
+    let Some(abort) = take_pending(&inner, id) else {
+        // Dropped to make room, or the server is shutting down.
+        return;
+    };
+    match verdict {
+        Ok(rank) => {
+            lock(&inner.conns).insert(id, abort);
+            serve_conn(&inner, stream, peer, rank).await;
+            lock(&inner.conns).remove(&id);
+        }
+        Err(why) => log_refusal(&inner, peer, why),
+    }
+}
+
+/// Removes connection `id` from the pending handshakes, if it is still
+/// there.
+fn take_pending(inner: &ServerInner, id: u64) -> Option<AbortHandle> {
+    let mut pending = lock(&inner.pending);
+    let at = pending.iter().position(|(p, _)| *p == id)?;
+    pending.remove(at).map(|(_, abort)| abort)
+}
+
+/// The server's side of the handshake; the client's rank once it proved
+/// it knows the secret.
+async fn handshake(stream: &mut TcpStream, secret: &[u8; 16]) -> Result<u64, Refusal> {
+    stream.set_nodelay(true).map_err(Refusal::Io)?;
+    let snonce = nonce().map_err(Refusal::Io)?;
+    let mut greeting = [0u8; GREETING_BYTES];
+    greeting[..8].copy_from_slice(MAGIC);
+    greeting[8..].copy_from_slice(&snonce);
+    stream.write_all(&greeting).await.map_err(Refusal::Io)?;
+    let mut proof = [0u8; PROOF_BYTES];
+    let mut got = 0;
+    while got < PROOF_BYTES {
+        match stream.read(&mut proof[got..]).await {
+            Ok(0) => return Err(Refusal::Closed(got)),
+            Ok(n) => got += n,
+            Err(e) => return Err(Refusal::Io(e)),
+        }
+        // Refuse a stranger as soon as its first bytes show it is one.
+        let magic = got.min(8);
+        if proof[..magic] != MAGIC[..magic] {
+            return Err(Refusal::NotSncl);
+        }
+    }
+    let rank = u64::from_le_bytes(proof[8..16].try_into().expect("8 bytes"));
+    let cnonce = &proof[16..16 + NONCE];
+    let mac = &proof[16 + NONCE..];
+    if !client_mac_valid(secret, &snonce, cnonce, rank, mac) {
+        let _ = stream.write_all(&[AUTH_REFUSED]).await;
+        return Err(Refusal::WrongSecret(rank));
+    }
+    let mut ok = [0u8; 1 + MAC];
+    ok[0] = AUTH_OK;
+    ok[1..].copy_from_slice(&server_mac(secret, &snonce, cnonce, rank));
+    stream.write_all(&ok).await.map_err(Refusal::Io)?;
+    Ok(rank)
+}
+
+fn log_refusal(inner: &ServerInner, peer: SocketAddr, refusal: Refusal) {
+    let warn = |kind: &'static str, what: String| {
+        let admitted = lock(&inner.refusals).admit_note((peer.ip(), kind), peer.ip(), Instant::now());
+        if let Some(more) = admitted {
             tracing::warn!(%peer, "sncl store: refused connection from {peer}: {what}{more}");
         }
     };
@@ -333,170 +469,33 @@ fn log_refusal(
         Refusal::Io(e) => {
             tracing::debug!(%peer, "sncl store: handshake with {peer} failed: {e}")
         }
+        Refusal::TimedOut => tracing::debug!(
+            %peer,
+            "sncl store: {peer} did not complete its handshake within {} ms; dropped",
+            HANDSHAKE_TIMEOUT.as_millis()
+        ),
     }
 }
 
-fn timespec(d: Duration) -> Timespec {
-    Timespec::try_from(d).unwrap_or(Timespec {
-        tv_sec: i64::MAX,
-        tv_nsec: 0,
-    })
-}
-
-fn accept_loop(listener: &TcpListener, inner: &Arc<ServerInner>) {
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut refusals = LogThrottle::new(REFUSAL_LOG_WINDOW);
-    while !inner.shutdown.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        pending.retain(|p| {
-            let alive = now < p.deadline;
-            if !alive {
-                tracing::debug!(
-                    peer = %p.peer,
-                    "sncl store: {} did not complete its handshake within {} ms; dropped",
-                    p.peer,
-                    HANDSHAKE_TIMEOUT.as_millis()
-                );
-            }
-            alive
-        });
-        let expires = *inner.expires.lock().unwrap_or_else(PoisonError::into_inner);
-        if expires.is_some_and(|e| now >= e) {
-            tracing::info!(
-                "sncl store: no rank 0 took this unique id's store in time; stopped it (port {} is free again)",
-                listener.local_addr().map(|a| a.port()).unwrap_or(0)
-            );
-            return;
-        }
-        let wake_at = pending.iter().map(|p| p.deadline).chain(expires).min();
-        let timeout = wake_at.map(|t| timespec(t.saturating_duration_since(now)));
-        let mut fds = Vec::with_capacity(1 + pending.len());
-        fds.push(PollFd::new(listener, PollFlags::IN));
-        fds.extend(
-            pending
-                .iter()
-                .map(|p| PollFd::new(&p.stream, PollFlags::IN)),
-        );
-        if let Err(e) = poll(&mut fds, timeout.as_ref()) {
-            if e != rustix::io::Errno::INTR {
-                tracing::warn!("sncl store: poll failed: {e}; retrying");
-                thread::sleep(Duration::from_millis(50));
-            }
-            continue;
-        }
-        let listener_ready = !fds[0].revents().is_empty();
-        let ready: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
-        drop(fds);
-        if inner.shutdown.load(Ordering::SeqCst) {
-            break;
-        }
-        for i in (0..ready.len()).rev() {
-            if !ready[i] {
-                continue;
-            }
-            match pending[i].progress(&inner.secret) {
-                Progress::Wait => {}
-                Progress::Authenticated(rank) => {
-                    let p = pending.remove(i).expect("index in range");
-                    if let Err(e) = spawn_conn(inner, p.stream, p.peer, rank) {
-                        tracing::warn!(peer = %p.peer, "sncl store: dropping the connection of rank {rank} from {}: cannot start its thread: {e}", p.peer);
-                    }
-                }
-                Progress::Refused(why) => {
-                    let p = pending.remove(i).expect("index in range");
-                    log_refusal(p.peer, why, &mut refusals);
-                }
-            }
-        }
-        if listener_ready {
-            accept_burst(listener, inner, &mut pending);
-        }
-    }
-}
-
-fn accept_burst(listener: &TcpListener, inner: &ServerInner, pending: &mut VecDeque<Pending>) {
-    for _ in 0..ACCEPT_BURST {
-        match listener.accept() {
-            Ok(_) if inner.shutdown.load(Ordering::SeqCst) => return,
-            Ok((stream, peer)) => {
-                if pending.len() >= MAX_PENDING_HANDSHAKES {
-                    if let Some(old) = pending.pop_front() {
-                        tracing::debug!(
-                            peer = %old.peer,
-                            "sncl store: {MAX_PENDING_HANDSHAKES} handshakes pending; dropped the oldest, from {}",
-                            old.peer
-                        );
-                    }
-                }
-                match Pending::start(stream, peer) {
-                    Ok(p) => pending.push_back(p),
-                    Err(e) => tracing::debug!(%peer, "sncl store: cannot greet {peer}: {e}"),
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                // E.g. out of file descriptors: keep serving the others.
-                tracing::warn!("sncl store: accept failed: {e}; retrying");
-                thread::sleep(Duration::from_millis(50));
-                return;
-            }
-        }
-    }
-}
-
-fn spawn_conn(
-    inner: &Arc<ServerInner>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    rank: u64,
-) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(None)?;
-    stream.set_write_timeout(Some(SERVER_WRITE_TIMEOUT))?;
-    let keep = stream.try_clone()?;
-    let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
-    lock(&inner.streams).insert(id, keep);
-    let conn_inner = Arc::clone(inner);
-    let spawned = thread::Builder::new()
-        .name(format!("sncl-store-r{rank}"))
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            serve_conn(&conn_inner, stream, peer, rank);
-            lock(&conn_inner.streams).remove(&id);
-        });
-    let handle = match spawned {
-        Ok(h) => h,
-        Err(e) => {
-            lock(&inner.streams).remove(&id);
-            return Err(e);
-        }
-    };
-    let mut threads = lock(&inner.threads);
-    // Forget connections that already ended.
-    threads.retain(|h| !h.is_finished());
-    threads.push(handle);
-    Ok(())
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr, rank: u64) {
+async fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr, rank: u64) {
     tracing::debug!(%peer, rank, "sncl store: rank connected");
+    let shutdown = shut_down(inner.shutdown.subscribe());
+    tokio::pin!(shutdown);
     loop {
-        let frame = match read_frame(&mut stream) {
+        let frame = tokio::select! {
+            // A request not yet read when the server stops is not served.
+            _ = &mut shutdown => break,
+            frame = read_frame_async(&mut stream) => frame,
+        };
+        let frame = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
-                if !inner.shutdown.load(Ordering::SeqCst) {
-                    tracing::debug!(%peer, rank, "sncl store: connection of rank {rank} ended: {e}");
-                }
+                tracing::debug!(%peer, rank, "sncl store: connection of rank {rank} ended: {e}");
                 break;
             }
         };
-        let reply = match handle_request(inner, &frame) {
+        let reply = match handle_request(&inner.shared, &frame).await {
             Ok(Some(r)) => r,
             // The store was closed: the server is shutting down.
             Ok(None) => break,
@@ -505,14 +504,44 @@ fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr, rank
                 break;
             }
         };
-        if let Err(e) = write_frame(&mut stream, &reply) {
-            tracing::debug!(%peer, rank, "sncl store: cannot reply to rank {rank}: {e}");
-            break;
+        match tokio::time::timeout(SERVER_WRITE_TIMEOUT, write_frame_async(&mut stream, &reply))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, rank, "sncl store: cannot reply to rank {rank}: {e}");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, rank, "sncl store: rank {rank} did not take its reply within {} s", SERVER_WRITE_TIMEOUT.as_secs());
+                break;
+            }
         }
     }
-    // The server keeps a clone of the stream (to shut it down on drop), so
-    // dropping ours would not close the connection: shut it down explicitly.
-    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// [`read_frame`] on the event loop: `Ok(None)` on a clean end of stream
+/// before a frame; the body grows with the bytes that actually arrive.
+async fn read_frame_async(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match stream.read(&mut len[got..]).await? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
+        }
+    }
+    let len = frame_len(len)?;
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    (&mut *stream).take(len as u64).read_to_end(&mut body).await?;
+    check_body(&body, len)?;
+    Ok(Some(body))
+}
+
+/// [`write_frame`] on the event loop.
+async fn write_frame_async(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+    stream.write_all(&frame_bytes(body)?).await
 }
 
 fn timeout_reply(missing: &[String]) -> Vec<u8> {
@@ -532,25 +561,21 @@ fn value_reply(v: &[u8]) -> Vec<u8> {
 }
 
 /// [`handle_request`] on a fresh, empty store (the fuzz targets' entry,
-/// see `fuzz/`). The caller keeps the GET / WAIT timeouts small: they are
-/// honoured, as for a real client.
+/// see `fuzz/`), run to completion on this thread. The caller keeps the
+/// GET / WAIT timeouts small: they are honoured, as for a real client.
 pub(super) fn handle_request_fresh(frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let inner = ServerInner {
-        shared: Arc::new(Shared::default()),
-        secret: [0; 16],
-        shutdown: AtomicBool::new(false),
-        stopped: AtomicBool::new(false),
-        expires: Mutex::new(None),
-        streams: Mutex::new(HashMap::new()),
-        threads: Mutex::new(Vec::new()),
-        next_conn: AtomicU64::new(0),
-    };
-    handle_request(&inner, frame)
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime without I/O builds");
+    }
+    let shared = Shared::default();
+    RUNTIME.with(|rt| rt.block_on(handle_request(&shared, frame)))
 }
 
 /// Executes one request; `Ok(None)` when the store is closed.
-fn handle_request(inner: &ServerInner, frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    let store = &inner.shared;
+async fn handle_request(store: &Shared, frame: &[u8]) -> io::Result<Option<Vec<u8>>> {
     let mut c = Cursor(frame);
     let op = c.u8()?;
     let reply = match op {
@@ -564,7 +589,7 @@ fn handle_request(inner: &ServerInner, frame: &[u8]) -> io::Result<Option<Vec<u8
         OP_GET => {
             let timeout = Duration::from_millis(c.u64()?);
             let key = c.str()?;
-            match store.wait(&[key], timeout, true) {
+            match store.wait_async(&[key], timeout, true).await {
                 (WaitOutcome::Ready, Some(v)) => value_reply(&v),
                 (WaitOutcome::TimedOut { missing }, _) => timeout_reply(&missing),
                 _ => return Ok(None),
@@ -586,7 +611,7 @@ fn handle_request(inner: &ServerInner, frame: &[u8]) -> io::Result<Option<Vec<u8
             for _ in 0..n {
                 keys.push(c.str()?);
             }
-            match store.wait(&keys, timeout, false).0 {
+            match store.wait_async(&keys, timeout, false).await.0 {
                 WaitOutcome::Ready => vec![ST_OK],
                 WaitOutcome::TimedOut { missing } => timeout_reply(&missing),
                 WaitOutcome::Closed => return Ok(None),

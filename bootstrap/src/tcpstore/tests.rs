@@ -366,3 +366,75 @@ fn ipv6_root_works_where_the_host_has_ipv6() {
     assert_eq!(c.get("k", T).unwrap(), b"v6");
     assert!(c.local_ip().is_ipv6());
 }
+
+fn process_threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A WAIT request for `keys` on a raw authenticated stream.
+fn send_wait(s: &mut TcpStream, keys: &[&str], timeout: Duration) {
+    let mut req = vec![OP_WAIT];
+    req.extend_from_slice(&(timeout.as_millis() as u64).to_le_bytes());
+    req.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+    for k in keys {
+        put_str(&mut req, k);
+    }
+    write_frame(s, &req).unwrap();
+}
+
+#[test]
+fn a_thousand_waiting_ranks_cost_no_thread_each() {
+    let server = TcpStoreServer::start(loopback0(), SECRET).unwrap();
+    let addr = server.local_addr();
+    let before = process_threads();
+    let ranks = 1000;
+    let mut waiting: Vec<TcpStream> = (0..ranks).map(|_| raw_authenticated(addr)).collect();
+    for s in &mut waiting {
+        send_wait(s, &["go"], T);
+    }
+    // Every request is read (and parked on the store) before the count.
+    thread::sleep(Duration::from_millis(300));
+    let during = process_threads();
+    // The other tests of this binary run beside this one and start their
+    // own threads: allow them, not one thread per connection.
+    assert!(
+        during < before + ranks / 4,
+        "{ranks} authenticated connections waiting on the store took the process from \
+         {before} to {during} threads"
+    );
+    server.local_store().set("go", b"").unwrap();
+    for s in &mut waiting {
+        s.set_read_timeout(Some(T)).unwrap();
+        assert_eq!(read_frame(s).unwrap().unwrap(), [ST_OK]);
+    }
+}
+
+#[test]
+fn a_reply_being_written_when_the_server_is_dropped_still_arrives() {
+    // Rank 0 sets the last key and leaves at once (a communicator
+    // destroyed right after its creation): the ranks that waited for that
+    // key must still get their answer, not a closed connection.
+    for _ in 0..20 {
+        let server = TcpStoreServer::start(loopback0(), SECRET).unwrap();
+        let mut waiters: Vec<TcpStream> = (0..8)
+            .map(|_| raw_authenticated(server.local_addr()))
+            .collect();
+        for s in &mut waiters {
+            send_wait(s, &["done"], T);
+        }
+        thread::sleep(Duration::from_millis(20));
+        server.local_store().set("done", b"1").unwrap();
+        drop(server);
+        for s in &mut waiters {
+            s.set_read_timeout(Some(T)).unwrap();
+            assert_eq!(read_frame(s).unwrap().unwrap(), [ST_OK]);
+        }
+    }
+}
