@@ -31,7 +31,7 @@ use crate::sys::{self, PollFd};
 /// Connections that may wait for their hello at the same time; a new one
 /// beyond this drops the one that has waited longest (a stranger's idle
 /// connections must not keep a late rank out).
-const MAX_PENDING: usize = 4096;
+pub(crate) const MAX_PENDING: usize = 4096;
 /// How long an accepted connection has to send its whole hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -74,14 +74,73 @@ impl Outgoing {
 }
 
 /// An accepted socket, greeted, still sending its hello.
-struct Pending {
+pub(crate) struct Pending {
     sock: Socket,
-    remote: SocketAddr,
+    pub(crate) remote: SocketAddr,
     /// When it was accepted.
     since: Instant,
     server_nonce: Nonce,
     buf: [u8; HELLO_BYTES],
     got: usize,
+}
+
+/// Greets a new connection with a fresh server nonce; the reason when it
+/// cannot be greeted.
+pub(crate) fn greet(sock: Socket, remote: SocketAddr) -> Result<Pending, String> {
+    sock.set_nonblocking(true)
+        .map_err(|e| format!("cannot configure the socket: {e}"))?;
+    let server_nonce =
+        auth::nonce().map_err(|e| format!("cannot draw a nonce to greet it: {e}"))?;
+    let greeting = Greeting {
+        version: PROTOCOL_VERSION,
+        nonce: server_nonce,
+    }
+    .encode();
+    // A fresh socket's send buffer always takes 32 bytes; anything else
+    // means the connection is already broken.
+    match sock.send_with_flags(&greeting, libc::MSG_NOSIGNAL) {
+        Ok(GREETING_BYTES) => Ok(Pending {
+            sock,
+            remote,
+            since: Instant::now(),
+            server_nonce,
+            buf: [0; HELLO_BYTES],
+            got: 0,
+        }),
+        Ok(n) => Err(format!(
+            "took only {n} of the {GREETING_BYTES} greeting bytes"
+        )),
+        Err(e) => Err(format!("cannot send the greeting: {e}")),
+    }
+}
+
+/// Whether a whole hello is waiting in `p`'s socket (or was read).
+fn hello_arrived(p: &Pending) -> bool {
+    let mut peek = [std::mem::MaybeUninit::<u8>::uninit(); HELLO_BYTES];
+    let want = HELLO_BYTES - p.got;
+    p.got == HELLO_BYTES
+        || p.sock
+            .recv_with_flags(&mut peek[..want], libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            .is_ok_and(|n| n == want)
+}
+
+/// Removes the connection that has waited longest for its hello, sparing
+/// those whose whole hello already arrived (a rank that connected early,
+/// before this rank reached its handshake) while any other is left.
+pub(crate) fn evict_one(pending: &mut Vec<Pending>) -> Pending {
+    let oldest = |pending: &[Pending], spare: bool| {
+        (0..pending.len())
+            .filter(|&i| !spare || !hello_arrived(&pending[i]))
+            .min_by_key(|&i| pending[i].since)
+    };
+    // The oldest is almost always an idle stranger: one peek decides.
+    let first = oldest(pending, false).expect("evicting from a non-empty set");
+    let victim = if hello_arrived(&pending[first]) {
+        oldest(pending, true).unwrap_or(first)
+    } else {
+        first
+    };
+    pending.swap_remove(victim)
 }
 
 /// What to do with a complete hello.
@@ -265,6 +324,7 @@ fn advance_outgoing(setup: &TcpSetup, o: &mut Outgoing) -> Result<bool, String> 
 pub(crate) fn run(
     listener: &Socket,
     local: SocketAddr,
+    early: Vec<Pending>,
     setup: &TcpSetup,
     slots: &mut Slots,
     outgoing: &mut [Outgoing],
@@ -275,7 +335,9 @@ pub(crate) fn run(
     let mut filled = 0;
     let mut greeted = 0;
     let mut refused = 0usize;
-    let mut pending: Vec<Pending> = Vec::new();
+    // Connections accepted and greeted before this rank reached its
+    // handshake (see `crate::early`) come first.
+    let mut pending = early;
     let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     let mut throttle = LogThrottle::new(Duration::from_secs(10));
     let mut refuse = |remote: &SocketAddr, reason: &str| {
@@ -294,43 +356,16 @@ pub(crate) fn run(
                 Ok((sock, addr)) => {
                     let remote = addr.as_socket().unwrap_or(unknown);
                     if pending.len() >= MAX_PENDING {
-                        let oldest = (0..pending.len())
-                            .min_by_key(|&i| pending[i].since)
-                            .expect("pending is full");
-                        let old = pending.swap_remove(oldest);
+                        let old = evict_one(&mut pending);
                         refuse(
                             &old.remote,
                             "dropped: the longest waiting of too many connections that have not \
                              said hello",
                         );
                     }
-                    if let Err(e) = sock.set_nonblocking(true) {
-                        refuse(&remote, &format!("cannot configure the socket: {e}"));
-                        continue;
-                    }
-                    let server_nonce = auth::nonce()
-                        .map_err(|e| err(format!("greeting the connection from {remote}: {e}")))?;
-                    let greeting = Greeting {
-                        version: PROTOCOL_VERSION,
-                        nonce: server_nonce,
-                    }
-                    .encode();
-                    // A fresh socket's send buffer always takes 32 bytes; anything
-                    // else means the connection is already broken.
-                    match sock.send_with_flags(&greeting, libc::MSG_NOSIGNAL) {
-                        Ok(GREETING_BYTES) => pending.push(Pending {
-                            sock,
-                            remote,
-                            since: Instant::now(),
-                            server_nonce,
-                            buf: [0; HELLO_BYTES],
-                            got: 0,
-                        }),
-                        Ok(n) => refuse(
-                            &remote,
-                            &format!("took only {n} of the {GREETING_BYTES} greeting bytes"),
-                        ),
-                        Err(e) => refuse(&remote, &format!("cannot send the greeting: {e}")),
+                    match greet(sock, remote) {
+                        Ok(p) => pending.push(p),
+                        Err(why) => refuse(&remote, &why),
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

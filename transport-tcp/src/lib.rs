@@ -36,6 +36,7 @@
 
 mod conn;
 mod deadline_io;
+mod early;
 mod frame;
 #[doc(hidden)]
 pub mod fuzzing;

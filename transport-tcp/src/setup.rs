@@ -15,6 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::conn::TcpConnection;
 use crate::deadline_io::{read_exact_deadline, write_all_deadline};
+use crate::early::EarlyAccept;
 use crate::frame::{self, ACK_BYTES};
 use crate::handshake::{self, Outgoing, Slots};
 use crate::params::TcpSetup;
@@ -105,6 +106,8 @@ pub fn socket_pacing_rate(
 pub struct TcpEndpoint {
     listener: Socket,
     addr: SocketAddr,
+    /// Accepts and greets connections until the handshake starts.
+    early: std::sync::Mutex<Option<EarlyAccept>>,
 }
 
 /// Reads `/proc/sys/net/core/<name>` (None where it is unavailable).
@@ -207,7 +210,12 @@ impl TcpEndpoint {
             .as_socket()
             .ok_or_else(|| io::Error::other("listening socket has no IP address"))?;
         tracing::debug!(%addr, "tcp endpoint listening");
-        Ok(TcpEndpoint { listener, addr })
+        let early = EarlyAccept::start(&listener, addr)?;
+        Ok(TcpEndpoint {
+            listener,
+            addr,
+            early: std::sync::Mutex::new(Some(early)),
+        })
     }
 
     /// The address peers connect to.
@@ -283,7 +291,21 @@ impl TcpEndpoint {
             .filter(|(p, _)| *p > me)
             .map(|&(p, _)| (p, (0..nsocks).map(|_| None).collect()))
             .collect();
-        handshake::run(&self.listener, self.addr, setup, &mut slots, &mut outgoing)?;
+        let early = self
+            .early
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .map(EarlyAccept::finish)
+            .unwrap_or_default();
+        handshake::run(
+            &self.listener,
+            self.addr,
+            early,
+            setup,
+            &mut slots,
+            &mut outgoing,
+        )?;
 
         // 3. Acknowledge the accepted hellos.
         for (peer, socks) in &slots {

@@ -35,10 +35,10 @@
 //! # Limits
 //!
 //! Frames are at most [`MAX_FRAME_BYTES`]; a frame body is read as it
-//! arrives, so announcing a large frame costs the receiver nothing. The
-//! server runs every handshake on its accept thread, at most
-//! [`MAX_PENDING_HANDSHAKES`] at once, each within [`HANDSHAKE_TIMEOUT`] in
-//! all; only authenticated connections get a thread.
+//! arrives, so announcing a large frame costs the receiver nothing. Every
+//! server of the process runs on one event loop thread; a connection is a
+//! task. At most [`MAX_PENDING_HANDSHAKES`] handshakes are pending at once,
+//! each within [`HANDSHAKE_TIMEOUT`] in all.
 
 mod client;
 #[doc(hidden)]

@@ -279,8 +279,7 @@ impl Drop for TcpStoreServer {
             handshake.abort();
         }
         // The loop's own thread cannot wait for its tasks.
-        if thread::current().name() != Some(LOOP_THREAD) && !inner.tasks.wait_idle(DRAIN_TIMEOUT)
-        {
+        if thread::current().name() != Some(LOOP_THREAD) && !inner.tasks.wait_idle(DRAIN_TIMEOUT) {
             tracing::debug!(
                 local_addr = %inner.local_addr,
                 "sncl store: connections still busy {} ms after the server was dropped; cutting them",
@@ -445,7 +444,8 @@ async fn handshake(stream: &mut TcpStream, secret: &[u8; 16]) -> Result<u64, Ref
 
 fn log_refusal(inner: &ServerInner, peer: SocketAddr, refusal: Refusal) {
     let warn = |kind: &'static str, what: String| {
-        let admitted = lock(&inner.refusals).admit_note((peer.ip(), kind), peer.ip(), Instant::now());
+        let admitted =
+            lock(&inner.refusals).admit_note((peer.ip(), kind), peer.ip(), Instant::now());
         if let Some(more) = admitted {
             tracing::warn!(%peer, "sncl store: refused connection from {peer}: {what}{more}");
         }
@@ -534,7 +534,10 @@ async fn read_frame_async(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>>
     }
     let len = frame_len(len)?;
     let mut body = Vec::with_capacity(len.min(64 << 10));
-    (&mut *stream).take(len as u64).read_to_end(&mut body).await?;
+    (&mut *stream)
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .await?;
     check_body(&body, len)?;
     Ok(Some(body))
 }
