@@ -2,7 +2,8 @@
 # The test command: the whole suite (unit, schedule checks, multi-rank
 # thread and process tests, failure tests). Safe to run repeatedly.
 #
-#   scripts/test.sh          the suite (what .ci/run runs)
+#   scripts/test.sh          the suite (what .ci/run runs), then the short
+#                            form of the reliability suite (scripts/reliability.sh)
 #   scripts/test.sh --long   the measurements kept out of it (#[ignore]d with
 #                            "scripts/test.sh --long" as their reason): they
 #                            time things, some assert a ratio, and want an
@@ -36,4 +37,8 @@ if [ "${1:-}" = "--long" ]; then
     exit 0
 fi
 cargo build --workspace --all-targets --profile test
-exec cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}"
+status=0
+cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}" || status=$?
+# The reliability suite's short form (its long form: scripts/reliability.sh --long).
+scripts/reliability.sh || status=1
+exit $status

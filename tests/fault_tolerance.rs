@@ -293,7 +293,7 @@ fn child_agree() {
 fn a_second_failure_during_agreement_gives_one_answer() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 8;
-    for trial in 0..10 {
+    for trial in 0..fault_kit::trials(10) {
         let first = 3 + trial % 4;
         // The coordinator (rank 0) in even trials, another rank in odd.
         let second = if trial % 2 == 0 { 0 } else { 1 };

@@ -186,6 +186,12 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             }
         }
     }
+    // No rank leaves (closing its connections to the others) before every
+    // rank took its last sample.
+    if let Err(e) = comm.barrier() {
+        eprintln!("SOAK FAIL rank {r}: the closing barrier: {e}");
+        return ExitCode::from(1);
+    }
     match judge(&samples, args.rss_tolerance) {
         None => {
             println!(

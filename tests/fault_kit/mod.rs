@@ -145,8 +145,15 @@ pub fn signal(rp: &RankProc, sig: &str) {
     assert!(st.success(), "SIG{sig} to rank {}", rp.rank);
 }
 
-/// [`kill_and_shrink`] while `attack` happens.
+/// `default`, or `SNCL_TEST_TRIALS` where set (scripts/reliability.sh's
+/// short and long forms).
+pub fn trials(default: usize) -> usize {
+    std::env::var("SNCL_TEST_TRIALS").map_or(default, |v| v.parse().expect("SNCL_TEST_TRIALS"))
+}
+
+/// [`kill_and_shrink`] while `attack` happens, [`trials`]`(trials)` times.
 pub fn kill_and_shrink_under(child: &str, mode: &str, trials: usize, attack: Attack) {
+    let trials = self::trials(trials);
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n = 8;
     let limit = Duration::from_millis(TIMEOUT_MS) + Duration::from_secs(2);
