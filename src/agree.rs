@@ -76,7 +76,7 @@ fn probe(addr: SocketAddr) -> Probe {
     }
 }
 
-fn encode_set(s: &BTreeSet<usize>) -> Vec<u8> {
+pub(crate) fn encode_set(s: &BTreeSet<usize>) -> Vec<u8> {
     s.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
@@ -84,7 +84,12 @@ fn encode_set(s: &BTreeSet<usize>) -> Vec<u8> {
         .into_bytes()
 }
 
-fn decode_set(rank: usize, from: usize, nranks: usize, b: &[u8]) -> Result<BTreeSet<usize>> {
+pub(crate) fn decode_set(
+    rank: usize,
+    from: usize,
+    nranks: usize,
+    b: &[u8],
+) -> Result<BTreeSet<usize>> {
     let s = String::from_utf8_lossy(b);
     s.split(',')
         .filter(|x| !x.is_empty())

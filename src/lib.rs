@@ -57,6 +57,8 @@ pub use cudarc;
 mod agree;
 mod element;
 mod flight;
+#[doc(hidden)]
+pub mod fuzzing;
 mod logging;
 mod order;
 mod setup;

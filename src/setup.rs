@@ -45,12 +45,12 @@ fn proc_text(path: &str) -> String {
 }
 
 /// One rank's published record.
-struct RankInfo {
-    card: RankCard,
-    digest: String,
+pub(crate) struct RankInfo {
+    pub card: RankCard,
+    pub digest: String,
     /// The standby store's address (see `crate::comm::Standby`); a record without
     /// one (an older writer) leaves it out.
-    standby: Option<SocketAddr>,
+    pub standby: Option<SocketAddr>,
 }
 
 /// The prefix of a line stating a transport kind's state.
@@ -62,12 +62,12 @@ const KIND_LINE: &str = "kind ";
 /// `kind <name> ready <card>` or `kind <name> unavailable <reason>`. A
 /// reader tells the standby address and the kind lines from the digest
 /// (which holds `key=value` pairs, never an address or `kind `).
-fn encode_info(
+pub(crate) fn encode_info(
     rank: usize,
     node: &str,
     digest: &str,
     standby: SocketAddr,
-    kinds: &[(&'static str, KindState)],
+    kinds: &[(&str, KindState)],
 ) -> Result<Vec<u8>> {
     let mut s = format!("{node}\n-\n{digest}\n{standby}");
     for (name, state) in kinds {
@@ -93,7 +93,7 @@ fn encode_info(
     Ok(s.into_bytes())
 }
 
-fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
+pub(crate) fn decode_info(rank: usize, peer: usize, b: &[u8]) -> Result<RankInfo> {
     let s = String::from_utf8_lossy(b);
     let mut lines = s.split('\n');
     let bad = |what: &str| Error::Bootstrap {

@@ -1,7 +1,7 @@
 //! Fuzz targets for every sncl decoder of bytes that come from outside the
 //! process: peers (store protocol, TCP handshake and data frames, shared
-//! memory slots), files and variables (topology file, settings), the unique
-//! id. (The C ABI's string inputs: sncl-capi's unit tests, the one place
+//! memory slots, the setup record and the agreement's failed-rank lists),
+//! files and variables (topology file, settings), the unique id. (The C ABI's string inputs: sncl-capi's unit tests, the one place
 //! the C functions can be called from Rust.)
 //!
 //! A target is a plain `fn(&[u8])`: it feeds the bytes to the decoder and
@@ -44,6 +44,8 @@ pub const TARGETS: &[(&str, Target, bool)] = &[
     ("unique_id", unique_id, false),
     ("settings_value", settings_value, false),
     ("settings_file", settings_file, false),
+    ("agreement_set", agreement_set, false),
+    ("setup_record", setup_record, false),
 ];
 
 /// The target named `name`.
@@ -277,6 +279,24 @@ pub fn settings_file(data: &[u8]) {
     }
 }
 
+/// A failed-rank list of the agreement (`data[0]` is the communicator's
+/// size): ranks in range, and a round trip.
+pub fn agreement_set(data: &[u8]) {
+    let (n, rest) = data
+        .split_first()
+        .map_or((8, data), |(n, r)| (*n as usize, r));
+    if let Err(e) = sncl::fuzzing::agreement_set(rest, n) {
+        panic!("agreement set decoder: {e}");
+    }
+}
+
+/// The setup record every rank publishes: a round trip.
+pub fn setup_record(data: &[u8]) {
+    if let Err(e) = sncl::fuzzing::setup_record(data) {
+        panic!("setup record decoder: {e}");
+    }
+}
+
 /// Valid inputs of each target, the mutating driver's starting corpus.
 pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     let header_with = |checksum: Option<u32>| {
@@ -420,6 +440,14 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "settings_file" => {
             vec![b"SNCL_NSOCKS=4\n# comment\nSNCL_ALGO = all_reduce:ring\n".to_vec()]
         }
+        "agreement_set" => [(8u8, &[0usize, 5, 7][..]), (3, &[]), (64, &[1, 63])]
+            .iter()
+            .map(|(n, ranks)| [&[*n][..], &sncl::fuzzing::encoded_set(ranks)].concat())
+            .collect(),
+        "setup_record" => vec![
+            b"node-a\n-\nalgo=auto;nsocks=2\n127.0.0.1:4000\nkind shm ready sncl-seg-1\nkind tcp ready 127.0.0.1:4001\nkind rdma unavailable no device".to_vec(),
+            b"[::1]:1\n-\n\n[::1]:9\nkind tcp ready".to_vec(),
+        ],
         _ => vec![Vec::new()],
     }
 }

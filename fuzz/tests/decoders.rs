@@ -60,6 +60,8 @@ decoder_props! {
     unique_id: 32768,
     settings_value: 8192,
     settings_file: 8192,
+    agreement_set: 32768,
+    setup_record: 32768,
 }
 
 #[test]
