@@ -150,11 +150,20 @@ impl PreparedTransport for Prepared {
         let mut inbound = Vec::with_capacity(peers.len());
         for &p in peers {
             let what = |w: &str| format!("creating the nvlink {w} segment for data from rank {p}");
+            let anonymous = transport_shm::anonymous_with(cards, p);
             let mut small = |slots: usize, bytes: usize, w: &str| -> Result<(Segment, String)> {
-                let name = transport_shm::segment_name(ctx.comm_id, p, rank, 0, std::process::id())
-                    .map_err(io_err(rank, what(w)))?;
-                let seg = Segment::create(&name, slots, bytes).map_err(io_err(rank, what(w)))?;
-                self.names.0.push(name.clone());
+                let seg = if anonymous {
+                    Segment::create_anonymous(slots, bytes)
+                } else {
+                    transport_shm::segment_name(ctx.comm_id, p, rank, 0, std::process::id())
+                        .and_then(|name| Segment::create(&name, slots, bytes))
+                }
+                .map_err(io_err(rank, what(w)))?;
+                let name = seg
+                    .published_name()
+                    .expect("a created segment has a name")
+                    .to_owned();
+                self.names.0.extend(seg.published());
                 Ok((seg, name))
             };
             let (ring, ring_name) = small(geometry.slots, RING_SLOT_BYTES, "descriptor ring")?;

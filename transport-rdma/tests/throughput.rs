@@ -65,8 +65,8 @@ fn transfer(mut tx: Box<dyn Connection>, mut rx: Box<dyn Connection>) -> Duratio
 
 fn shm_pair(slots: usize, slot_bytes: usize) -> (Box<dyn Connection>, Box<dyn Connection>) {
     let id = std::process::id() as u64 ^ 0x7777;
-    let (in0, n0) = create_inbound(id, 1, 0, slots, slot_bytes).unwrap();
-    let (in1, n1) = create_inbound(id, 0, 1, slots, slot_bytes).unwrap();
+    let (in0, n0) = create_inbound(id, 1, 0, (slots, slot_bytes), true).unwrap();
+    let (in1, n1) = create_inbound(id, 0, 1, (slots, slot_bytes), true).unwrap();
     let c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
     let c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
     c0.unlink();

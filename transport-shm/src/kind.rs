@@ -1,6 +1,9 @@
-//! The `shm` transport kind: a FIFO of slots per direction in `/dev/shm`
-//! (transport-shm), between ranks of one node, and single copy for large
-//! pieces by cross-memory attach where the kernel permits it.
+//! The `shm` transport kind: a FIFO of slots per direction in shared
+//! memory (transport-shm), between ranks of one node, and single copy for
+//! large pieces by cross-memory attach where the kernel permits it. A
+//! rank's card is its pid namespace when its peers can open its
+//! descriptors; between two ranks with the same card the segments are
+//! anonymous (never named in `/dev/shm`), else private files there.
 //!
 //! Single copy is agreed per direction at setup: every rank publishes the
 //! address of a probe word (`cma/<rank>`, empty when it cannot or may not
@@ -13,7 +16,9 @@
 //! wherever it works, `0` never; `SNCL_SHM_CMA_MIN_BYTES` is the smallest
 //! piece lent (smaller ones go through the slots).
 
-use crate::{cma, create_inbound, Segment, ShmConnection};
+use std::sync::Arc;
+
+use crate::{cma, create_inbound, Published, Segment, ShmConnection};
 use comm_core::config::{ShmSettings, SingleCopy};
 use comm_core::store::Store;
 use comm_core::transport::registry::{
@@ -121,17 +126,43 @@ impl TransportKind for ShmKind {
     }
 }
 
-/// Removes the names of this rank's inbound segments when dropped: once
+/// Withdraws the names of this rank's inbound segments when dropped: once
 /// every rank has connected (each peer has mapped them), or on failure
 /// (nobody will).
-pub struct UnlinkOnDrop(pub Vec<String>);
+pub struct UnlinkOnDrop(pub Vec<Arc<Published>>);
 
 impl Drop for UnlinkOnDrop {
     fn drop(&mut self) {
         for name in &self.0 {
-            let _ = std::fs::remove_file(std::path::Path::new(crate::SHM_DIR).join(name));
+            name.withdraw();
         }
     }
+}
+
+/// This process's card: its pid namespace (`pid:[<inode>]`) when its
+/// peers can open its anonymous segments (it is dumpable), else empty.
+fn anonymous_card() -> &'static str {
+    static CARD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CARD.get_or_init(|| {
+        if !crate::private_file::descriptors_reachable() {
+            return String::new();
+        }
+        std::fs::read_link("/proc/self/ns/pid")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
+}
+
+/// Whether the segments this rank creates for data from `peer` can be
+/// anonymous: both published the same pid namespace as their `shm` card
+/// (so each can open the other's descriptors).
+pub fn anonymous_with(cards: &[RankCard], peer: usize) -> bool {
+    let mine = anonymous_card();
+    !mine.is_empty()
+        && cards
+            .iter()
+            .find(|c| c.rank == peer)
+            .is_some_and(|c| c.card("shm") == mine)
 }
 
 struct Prepared {
@@ -139,8 +170,9 @@ struct Prepared {
 }
 
 impl PreparedTransport for Prepared {
+    /// See [`anonymous_card`].
     fn card(&self) -> String {
-        String::new()
+        anonymous_card().to_owned()
     }
 
     /// Creates an inbound FIFO per peer, publishes its name under
@@ -148,7 +180,7 @@ impl PreparedTransport for Prepared {
     fn connect(
         &mut self,
         ctx: &SetupContext<'_>,
-        _cards: &[RankCard],
+        cards: &[RankCard],
         peers: &[usize],
     ) -> Result<Vec<Box<dyn Connection>>> {
         let rank = ctx.rank;
@@ -198,8 +230,8 @@ impl PreparedTransport for Prepared {
                 ctx.comm_id,
                 p,
                 rank,
-                ctx.config.shm_slots,
-                ctx.config.shm_slot_bytes,
+                (ctx.config.shm_slots, ctx.config.shm_slot_bytes),
+                anonymous_with(cards, p),
             )
             .map_err(|e| Error::Io {
                 rank,
@@ -210,7 +242,7 @@ impl PreparedTransport for Prepared {
                 source: e,
             })?;
             ctx.store.set(&format!("{p}/{rank}"), name.as_bytes())?;
-            self.inbound_names.0.push(name);
+            self.inbound_names.0.extend(seg.published());
             inbound.push((p, seg));
         }
         let mut conns = Vec::with_capacity(peers.len());

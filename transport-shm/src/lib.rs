@@ -4,10 +4,18 @@
 //! reduction reads the peer's data where it landed (one copy in total: the
 //! sender's into the slot).
 //!
-//! Life cycle: the receiver creates its inbound segments (mode `0600`) under
-//! names holding a random token and ending in its pid; once every sender has opened them (the communicator's init
-//! barrier) the names are unlinked, so nothing is left behind even if a
-//! process crashes later. Segments left by a crash during init are found by
+//! Life cycle: the receiver creates its inbound segments (mode `0600`).
+//! Between ranks of one pid namespace, whose processes can open each
+//! other's descriptors, a segment is anonymous (a memfd the sender opens
+//! through `/proc/<pid>/fd`, see [`private_file::create_anonymous`]): it is
+//! never named in `/dev/shm`, and the kernel frees it with the last process
+//! that maps it, even when every rank is killed during setup. Otherwise
+//! (ranks in different containers sharing `/dev/shm`, or a process that is
+//! not dumpable) it is a file under a name holding a random token and
+//! ending in the creator's pid. Once every sender has opened them (the
+//! communicator's init barrier) the names are withdrawn (the descriptors
+//! closed, the files unlinked), so nothing is left behind if a process
+//! crashes later; named segments left by a crash during init are found by
 //! [`cleanup_stale`] (their creator pid is gone) and removed.
 //!
 //! Single copy for large pieces: where cross-memory attach works (see
@@ -42,8 +50,10 @@ use comm_core::wire::PieceHeader;
 use comm_core::Error;
 
 #[doc(hidden)]
-pub use kind::{open_peer_segment, ShmKind, UnlinkOnDrop};
-pub use private_file::{check_name, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR};
+pub use kind::{anonymous_with, open_peer_segment, ShmKind, UnlinkOnDrop};
+pub use private_file::{
+    check_name, Published, ANONYMOUS_PREFIX, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR,
+};
 pub use segment::decode_slot_header;
 pub use segment::{cleanup_stale, pid_alive, Segment, SlotData};
 
@@ -71,17 +81,28 @@ pub fn segment_name(
 
 static INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Creates the inbound segment for data from `from` to `to` (this rank).
+/// Creates the inbound segment for data from `from` to `to` (this rank):
+/// anonymous (no name in `/dev/shm`, see [`Segment::create_anonymous`])
+/// when `anonymous`, else a private file named by [`segment_name`].
+/// Returns it with the name its peer opens it by.
 pub fn create_inbound(
     comm_id: u64,
     from: usize,
     to: usize,
-    slots: usize,
-    slot_bytes: usize,
+    (slots, slot_bytes): (usize, usize),
+    anonymous: bool,
 ) -> io::Result<(Segment, String)> {
-    let instance = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = segment_name(comm_id, from, to, instance, std::process::id())?;
-    let seg = Segment::create(&name, slots, slot_bytes)?;
+    let seg = if anonymous {
+        Segment::create_anonymous(slots, slot_bytes)?
+    } else {
+        let instance = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = segment_name(comm_id, from, to, instance, std::process::id())?;
+        Segment::create(&name, slots, slot_bytes)?
+    };
+    let name = seg
+        .published_name()
+        .expect("a created segment has a name")
+        .to_owned();
     Ok((seg, name))
 }
 
@@ -434,8 +455,8 @@ mod tests {
     #[test]
     fn fifo_orders_and_applies_backpressure() {
         let id = std::process::id() as u64 ^ 0xabc;
-        let (in0, n0) = create_inbound(id, 1, 0, 2, 4096).unwrap();
-        let (in1, n1) = create_inbound(id, 0, 1, 2, 4096).unwrap();
+        let (in0, n0) = create_inbound(id, 1, 0, (2, 4096), true).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, (2, 4096), true).unwrap();
         let mut c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
         let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
         c0.unlink();
@@ -478,8 +499,8 @@ mod tests {
 
     fn pair(slots: usize) -> (ShmConnection, ShmConnection) {
         let id = std::process::id() as u64 ^ 0xc3a;
-        let (in0, n0) = create_inbound(id, 1, 0, slots, 4096).unwrap();
-        let (in1, n1) = create_inbound(id, 0, 1, slots, 4096).unwrap();
+        let (in0, n0) = create_inbound(id, 1, 0, (slots, 4096), false).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, (slots, 4096), false).unwrap();
         let c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
         let c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
         c0.unlink();
@@ -610,8 +631,8 @@ mod tests {
     #[test]
     fn a_peer_that_exited_after_sending_is_read_to_the_end_before_it_is_gone() {
         let id = std::process::id() as u64 ^ 0xdef;
-        let (in0, n0) = create_inbound(id, 1, 0, 4, 4096).unwrap();
-        let (in1, n1) = create_inbound(id, 0, 1, 4, 4096).unwrap();
+        let (in0, n0) = create_inbound(id, 1, 0, (4, 4096), true).unwrap();
+        let (in1, n1) = create_inbound(id, 0, 1, (4, 4096), true).unwrap();
         let mut c0 = ShmConnection::new(0, 1, in0, Segment::open(&n1).unwrap());
         let mut c1 = ShmConnection::new(1, 0, in1, Segment::open(&n0).unwrap());
         c0.unlink();

@@ -12,13 +12,14 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use comm_core::wire::{copy_checksummed, PieceHeader, HEADER_BYTES};
 use memmap2::MmapMut;
 
-use crate::private_file::{self, check_name, PREFIX, SHM_DIR};
+use crate::private_file::{self, check_name, Published, PREFIX, SHM_DIR};
 
 const MAGIC: u64 = 0x534e_434c_5348_4d31; // "SNCLSHM1"
 const LINE: usize = 128; // two cache lines: no false sharing with the prefetcher
@@ -53,7 +54,8 @@ pub enum SlotData<'a> {
 /// A mapped FIFO.
 pub struct Segment {
     map: MmapMut,
-    path: PathBuf,
+    /// The creator's handle on the name its peer opens it by.
+    published: Option<Arc<Published>>,
     slots: usize,
     slot_bytes: usize,
 }
@@ -145,7 +147,8 @@ impl Segment {
                 ),
             )
         })?;
-        match Segment::init(file, path.clone(), slots, slot_bytes) {
+        let published = Published::file(name, path.clone());
+        match Segment::init(file, published, slots, slot_bytes) {
             Ok(seg) => Ok(seg),
             Err(e) => {
                 let _ = fs::remove_file(&path);
@@ -161,14 +164,44 @@ impl Segment {
         }
     }
 
-    fn init(file: File, path: PathBuf, slots: usize, slot_bytes: usize) -> io::Result<Segment> {
+    /// Creates (as the receiver) a new anonymous segment (see
+    /// [`private_file::create_anonymous`]) and maps it; its peer opens it by
+    /// [`Self::published_name`] while it is not withdrawn ([`Self::unlink`]).
+    /// Nothing of it is ever named in `/dev/shm`.
+    pub fn create_anonymous(slots: usize, slot_bytes: usize) -> io::Result<Segment> {
+        let total = check_geometry(slots, slot_bytes)?;
+        let (file, published) = private_file::create_anonymous(total).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("creating an anonymous shared-memory segment of {total} bytes: {e}"),
+            )
+        })?;
+        Segment::init(file, published, slots, slot_bytes)
+    }
+
+    /// The name its peer opens it by (the creator's side only).
+    pub fn published_name(&self) -> Option<&str> {
+        self.published.as_deref().map(Published::name)
+    }
+
+    /// The creator's handle on that name, to withdraw it later.
+    pub fn published(&self) -> Option<Arc<Published>> {
+        self.published.clone()
+    }
+
+    fn init(
+        file: File,
+        published: Published,
+        slots: usize,
+        slot_bytes: usize,
+    ) -> io::Result<Segment> {
         // SAFETY: the file was just created by us with exclusive access; its
         // contents are only read and written through atomics and the slot
         // protocol below, by this process and the one sender.
         let map = unsafe { map_populated(&file)? };
         let mut seg = Segment {
             map,
-            path,
+            published: Some(Arc::new(published)),
             slots,
             slot_bytes,
         };
@@ -203,7 +236,7 @@ impl Segment {
         }
         let mut seg = Segment {
             map,
-            path: path.clone(),
+            published: None,
             slots: 0,
             slot_bytes: 0,
         };
@@ -233,9 +266,12 @@ impl Segment {
         Ok(seg)
     }
 
-    /// Removes the file name (the mapping stays valid for both sides).
+    /// Withdraws the name its peer opens it by (the creator's side; the
+    /// mappings stay valid for both sides).
     pub fn unlink(&self) {
-        let _ = fs::remove_file(&self.path);
+        if let Some(p) = &self.published {
+            p.withdraw();
+        }
     }
 
     /// Payload bytes per slot.

@@ -61,7 +61,7 @@ fn segments_are_private_whatever_the_umask() {
     // SAFETY: umask only swaps the process's file-creation mask; every
     // segment gets an explicit mode, so other tests do not depend on it.
     let old = unsafe { libc::umask(0) };
-    let made = create_inbound(7, 0, 1, 2, 4096);
+    let made = create_inbound(7, 0, 1, (2, 4096), false);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
     let (seg, name) = made.unwrap();
@@ -96,7 +96,7 @@ fn another_user_cannot_open_a_live_segment() {
         "control: uid {NOBODY} could not open a 0644 file"
     );
 
-    let (seg, name) = create_inbound(8, 0, 1, 2, 4096).unwrap();
+    let (seg, name) = create_inbound(8, 0, 1, (2, 4096), false).unwrap();
     let _g = Remove(shm(&name));
     assert!(
         !nobody_can_open(&shm(&name)),
@@ -137,7 +137,7 @@ fn open_refuses_paths_and_bad_names() {
 fn open_does_not_follow_links() {
     // A link to a file elsewhere, and a link to a real, valid segment:
     // both refused, because the link itself is what the name names.
-    let (seg, target) = create_inbound(9, 0, 1, 2, 4096).unwrap();
+    let (seg, target) = create_inbound(9, 0, 1, (2, 4096), false).unwrap();
     let _t = Remove(shm(&target));
     for (tag, to) in [
         ("passwd", PathBuf::from("/etc/passwd")),
@@ -160,7 +160,7 @@ fn open_does_not_follow_links() {
 #[test]
 fn open_refuses_files_others_can_read_or_that_are_not_regular() {
     // Group/other access.
-    let (seg, name) = create_inbound(10, 0, 1, 2, 4096).unwrap();
+    let (seg, name) = create_inbound(10, 0, 1, (2, 4096), false).unwrap();
     let _g = Remove(shm(&name));
     std::fs::set_permissions(shm(&name), std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = Segment::open(&name).err().expect("opened a 0644 segment");
@@ -184,7 +184,7 @@ fn open_refuses_a_file_of_another_user() {
         eprintln!("skipping open_refuses_a_file_of_another_user: chown needs root");
         return;
     }
-    let (seg, name) = create_inbound(11, 0, 1, 2, 4096).unwrap();
+    let (seg, name) = create_inbound(11, 0, 1, (2, 4096), false).unwrap();
     let _g = Remove(shm(&name));
     std::os::unix::fs::chown(shm(&name), Some(NOBODY), Some(NOBODY)).unwrap();
     let e = Segment::open(&name)
