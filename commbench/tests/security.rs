@@ -296,7 +296,10 @@ fn other_users_cannot_open_segments() {
     }
     // A process as uid `nobody` tries to open every sncl segment it sees,
     // over and over, while jobs start (segments exist until both ranks
-    // mapped them).
+    // mapped them). The ranks of these jobs share a pid namespace, so
+    // their segments are anonymous and none shows here at all;
+    // transport-shm/tests/anonymous.rs checks that uid 65534 cannot open
+    // one through /proc, and its segments.rs the named ones' modes.
     let mut spy = Command::new("sh")
         .arg("-c")
         .arg(
