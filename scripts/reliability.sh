@@ -71,8 +71,8 @@ attack huge-count \
     "int8 all-reduces of 2^40, 2^44 and 2^62 elements through the C ABI under 'ulimit -v 4G': refused in under 1 s each, RSS growth under 10 MB" \
     "cargo build --profile test -q -p sncl-capi --tests && (ulimit -v 4194304 && $T -p sncl-capi --lib huge_counts_are_refused_before_anything_is_planned)"
 attack fuzz \
-    "every decoder of outside bytes under the mutating driver: no panic, hang or unbounded allocation" \
-    "cargo run --profile test -q -p sncl-fuzz -- all --seconds $(pick 1 60)"
+    "every decoder of outside bytes under libFuzzer (coverage-guided), from its seeds and its corpus so far: no panic, hang or unbounded allocation" \
+    "scripts/fuzz.sh --seconds $(pick 1 60)"
 attack soak \
     "many all-reduces on local ranks over shm and TCP: RSS flat within 5 %, descriptors and threads constant" \
     "$(pick "cargo build --profile test -q -p commbench && COMMBENCH=target/debug/commbench NP=2 SMALL=4000 LARGE=8 EVERY=1000" "") scripts/soak.sh"

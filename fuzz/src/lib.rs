@@ -1,15 +1,17 @@
 //! Fuzz targets for every sncl decoder of bytes that come from outside the
 //! process: peers (store protocol, TCP handshake and data frames, shared
 //! memory slots, the setup record and the agreement's failed-rank lists),
-//! files and variables (topology file, settings), the unique id. (The C ABI's string inputs: sncl-capi's unit tests, the one place
-//! the C functions can be called from Rust.)
+//! files and variables (topology file, settings), the unique id. (The C
+//! ABI's string inputs: sncl-capi's unit tests, the one place the C
+//! functions can be called from Rust.)
 //!
 //! A target is a plain `fn(&[u8])`: it feeds the bytes to the decoder and
 //! panics only when the decoder misbehaves (panics itself, or breaks an
-//! invariant such as a round trip or a size bound). The driver in
-//! `src/main.rs` runs them on random and mutated inputs; `tests/decoders.rs`
-//! runs them under proptest in the normal test suite and replays every
-//! crash ever found (`regressions/`). See docs/FUZZING.md.
+//! invariant such as a round trip or a size bound). libFuzzer runs them
+//! (`fuzz/libfuzzer/`, `scripts/fuzz.sh`) from the seeds of [`seeds`];
+//! `tests/decoders.rs` runs them under proptest in the normal test suite
+//! and replays every crash ever found (`regressions/`). See
+//! docs/FUZZING.md.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -25,27 +27,26 @@ use transport_tcp::fuzzing as tcp;
 /// A fuzz target: feeds `data` to one decoder, panics on misbehaviour.
 pub type Target = fn(&[u8]);
 
-/// Every target: name, function, and whether it is slow (it opens
-/// sockets, so the driver and the property tests run fewer inputs).
-pub const TARGETS: &[(&str, Target, bool)] = &[
-    ("store_frame", store_frame, false),
-    ("store_request", store_request, false),
-    ("store_client", store_client, false),
-    ("store_client_socket", store_client_socket, true),
-    ("tcp_greeting", tcp_greeting, false),
-    ("tcp_hello", tcp_hello, false),
-    ("tcp_ack", tcp_ack, false),
-    ("tcp_data", tcp_data, false),
-    ("piece_header", piece_header, false),
-    ("shm_slot_header", shm_slot_header, false),
-    ("nvlink_board", nvlink_board, false),
-    ("gdr_board", gdr_board, false),
-    ("topofile", topofile, false),
-    ("unique_id", unique_id, false),
-    ("settings_value", settings_value, false),
-    ("settings_file", settings_file, false),
-    ("agreement_set", agreement_set, false),
-    ("setup_record", setup_record, false),
+/// Every target: name and function.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("store_frame", store_frame),
+    ("store_request", store_request),
+    ("store_client", store_client),
+    ("store_client_socket", store_client_socket),
+    ("tcp_greeting", tcp_greeting),
+    ("tcp_hello", tcp_hello),
+    ("tcp_ack", tcp_ack),
+    ("tcp_data", tcp_data),
+    ("piece_header", piece_header),
+    ("shm_slot_header", shm_slot_header),
+    ("nvlink_board", nvlink_board),
+    ("gdr_board", gdr_board),
+    ("topofile", topofile),
+    ("unique_id", unique_id),
+    ("settings_value", settings_value),
+    ("settings_file", settings_file),
+    ("agreement_set", agreement_set),
+    ("setup_record", setup_record),
 ];
 
 /// The target named `name`.

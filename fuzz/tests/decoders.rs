@@ -67,7 +67,7 @@ decoder_props! {
 #[test]
 fn every_target_has_a_property_test_and_seeds() {
     let src = include_str!("decoders.rs");
-    for (name, _, _) in TARGETS {
+    for (name, _) in TARGETS {
         assert!(
             src.contains(&format!("    {name}: ")),
             "{name} has no property test"
