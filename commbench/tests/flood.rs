@@ -12,29 +12,19 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const COMMBENCH: &str = env!("CARGO_BIN_EXE_commbench");
+mod ranks;
+use ranks::{finish, free_port, job_secret};
+
 const WORLD: usize = 4;
 
-/// A port below the ephemeral range, free right now.
-fn free_port() -> u16 {
-    let start = std::process::id().wrapping_mul(7919);
-    for k in 0..2000u32 {
-        let port = 20_000 + (start.wrapping_add(k.wrapping_mul(104_729)) % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port below the ephemeral range");
-}
-
 fn rank(rank: usize, root: &str, secret: &str) -> Child {
-    Command::new(COMMBENCH)
-        .args([
+    ranks::rank_cmd(
+        &[
             "all_reduce",
             "-b",
             "8",
@@ -46,19 +36,15 @@ fn rank(rank: usize, root: &str, secret: &str) -> Child {
             "5",
             "-w",
             "1",
-        ])
-        .env_remove("SNCL_SECRET_FILE")
-        .env("SNCL_RANK", rank.to_string())
-        .env("SNCL_WORLD_SIZE", WORLD.to_string())
-        .env("SNCL_ROOT", root)
-        .env("SNCL_SECRET", secret)
-        .env("SNCL_TRANSPORT", "tcp")
-        .env("SNCL_TIMEOUT_MS", "60000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        ],
+        (rank, WORLD),
+        root,
+        secret,
+        &[("SNCL_TRANSPORT", "tcp")],
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap()
 }
 
 /// The loopback ports process `pid` listens on (its sockets, matched by
@@ -96,9 +82,7 @@ fn listening_ports(pid: u32) -> HashSet<u16> {
 fn job(flood: usize) -> Duration {
     let port = free_port();
     let root = format!("127.0.0.1:{port}");
-    let mut secret_bytes = [0u8; 16];
-    getrandom::fill(&mut secret_bytes).unwrap();
-    let secret: String = secret_bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let secret = job_secret();
     let rank0 = rank(0, &root, &secret);
     // The store listens first; the standby store and the TCP data
     // listener open during setup, before rank 0 waits for the others.
@@ -160,7 +144,7 @@ fn job(flood: usize) -> Duration {
     let mut ranks: Vec<Child> = (1..WORLD).map(|r| rank(r, &root, &secret)).collect();
     ranks.insert(0, rank0);
     for (r, child) in ranks.into_iter().enumerate() {
-        let out = wait_with_deadline(child, Duration::from_secs(120));
+        let out = finish(child, Duration::from_secs(120));
         assert!(
             out.status.success(),
             "rank {r} failed under a flood of {flood} ({:?}): {}",
@@ -178,18 +162,6 @@ fn job(flood: usize) -> Duration {
     }
     drop(idle);
     took
-}
-
-fn wait_with_deadline(mut child: Child, within: Duration) -> std::process::Output {
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > within {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[test]

@@ -9,29 +9,8 @@ use std::time::{Duration, Instant};
 
 use sncl_bootstrap::{LaunchEnv, Store, TcpStore};
 
-/// A port below the ephemeral range, spread by pid, free right now.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..2000 {
-        let k = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729));
-        let port = 20_000 + (k % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port below the ephemeral range");
-}
-
-/// A fresh random job secret (32 hex digits).
-fn job_secret() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).unwrap();
-    hex(&b)
-}
-
-const COMMBENCH: &str = env!("CARGO_BIN_EXE_commbench");
+mod ranks;
+use ranks::{finish, free_port, job_secret, COMMBENCH};
 
 /// `commbench` as `rank` of `world`, rooted at `root`, with `extra` vars.
 fn rank_cmd(
@@ -41,34 +20,13 @@ fn rank_cmd(
     secret: &str,
     extra: &[(&str, &str)],
 ) -> Command {
-    let mut c = Command::new(COMMBENCH);
-    c.args(["all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0"])
-        .env_remove("SNCL_SECRET_FILE")
-        .env("SNCL_RANK", rank.to_string())
-        .env("SNCL_WORLD_SIZE", world.to_string())
-        .env("SNCL_ROOT", root)
-        .env("SNCL_SECRET", secret)
-        .env("SNCL_TIMEOUT_MS", "60000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    c
-}
-
-/// Waits for `child` with a deadline; kills it when the deadline passes.
-fn finish(mut child: Child, within: Duration) -> Output {
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > within {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    ranks::rank_cmd(
+        &["all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0"],
+        (rank, world),
+        root,
+        secret,
+        extra,
+    )
 }
 
 /// Waits until something accepts connections at `addr`.
@@ -81,10 +39,6 @@ fn wait_listening(addr: SocketAddr) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn hex(secret: &[u8; 16]) -> String {
-    secret.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn parse_secret(s: &str) -> [u8; 16] {
@@ -157,7 +111,7 @@ fn outsider_with_only_the_port_cannot_join() {
     .unwrap()
     .secret;
     for attempt in [guessed, [0u8; 16]] {
-        assert_ne!(hex(&attempt), secret);
+        assert_ne!(attempt, parse_secret(&secret));
         let t0 = Instant::now();
         let err = TcpStore::connect(addr, attempt, 1, Instant::now() + Duration::from_secs(10))
             .unwrap_err()

@@ -3,14 +3,15 @@
 //! whose ranks are all SIGKILLed, during setup or later, leaves nothing
 //! there, without a later job to clean up.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-const COMMBENCH: &str = env!("CARGO_BIN_EXE_commbench");
+mod ranks;
+use ranks::{free_port, job_secret};
 
 fn rank(rank: usize, world: usize, root: &str, secret: &str) -> Child {
-    Command::new(COMMBENCH)
-        .args([
+    ranks::rank_cmd(
+        &[
             "all_reduce",
             "-b",
             "8",
@@ -22,19 +23,15 @@ fn rank(rank: usize, world: usize, root: &str, secret: &str) -> Child {
             "3",
             "-w",
             "1",
-        ])
-        .env_remove("SNCL_SECRET_FILE")
-        .env("SNCL_RANK", rank.to_string())
-        .env("SNCL_WORLD_SIZE", world.to_string())
-        .env("SNCL_ROOT", root)
-        .env("SNCL_SECRET", secret)
-        .env("SNCL_TRANSPORT", "shm")
-        .env("SNCL_TIMEOUT_MS", "30000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        ],
+        (rank, world),
+        root,
+        secret,
+        &[("SNCL_TRANSPORT", "shm"), ("SNCL_TIMEOUT_MS", "30000")],
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap()
 }
 
 /// The sncl entries of `/dev/shm` whose names end in one of `pids`.
@@ -54,15 +51,8 @@ fn named_by(pids: &[u32]) -> Vec<String> {
 #[test]
 fn a_shared_memory_job_names_nothing_in_dev_shm() {
     let world = 4;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let root = format!("127.0.0.1:{port}");
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).unwrap();
-    let secret: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let root = format!("127.0.0.1:{}", free_port());
+    let secret = job_secret();
     let mut ranks: Vec<Child> = (0..world).map(|r| rank(r, world, &root, &secret)).collect();
     let pids: Vec<u32> = ranks.iter().map(Child::id).collect();
     // Watch /dev/shm through setup and the run.

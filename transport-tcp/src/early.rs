@@ -10,11 +10,12 @@
 //! greets it at once (the greeting needs nothing but a fresh nonce); a rank
 //! that connected early gets its greeting and sends its hello, which waits
 //! in its socket until the handshake reads and judges it. At most
-//! [`MAX_PENDING`] connections are held; beyond that the one that has
-//! waited longest without a whole hello is dropped.
+//! [`MAX_PENDING`](crate::handshake::MAX_PENDING) connections are held;
+//! beyond that the one that has waited longest without a whole hello is
+//! dropped.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::thread::{self, JoinHandle};
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use socket2::Socket;
 
-use crate::handshake::{evict_one, greet, Pending, MAX_PENDING};
+use crate::handshake::{accept_waiting, Pending};
 use crate::sys::{self, PollFd};
 
 /// The early acceptor of one endpoint; [`EarlyAccept::finish`] stops it
@@ -72,7 +73,6 @@ impl Drop for EarlyAccept {
 }
 
 fn accept_until_woken(listener: &Socket, mut woken: UnixStream, local: SocketAddr) -> Vec<Pending> {
-    let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     let mut pending: Vec<Pending> = Vec::new();
     loop {
         let mut fds = [
@@ -88,30 +88,11 @@ fn accept_until_woken(listener: &Socket, mut woken: UnixStream, local: SocketAdd
             let _ = woken.read(&mut [0u8; 1]);
             return pending;
         }
-        loop {
-            match listener.accept() {
-                Ok((sock, addr)) => {
-                    let remote = addr.as_socket().unwrap_or(unknown);
-                    if pending.len() >= MAX_PENDING {
-                        let old = evict_one(&mut pending);
-                        tracing::debug!(addr = %local, remote = %old.remote, "early accept: dropped the longest waiting of {MAX_PENDING} connections without a hello");
-                    }
-                    match greet(sock, remote) {
-                        Ok(p) => pending.push(p),
-                        Err(why) => tracing::debug!(addr = %local, %remote, "early accept: {why}"),
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    tracing::warn!(addr = %local, "early accept failed: {e}");
-                    break;
-                }
-            }
+        let mut dropped = |remote: &SocketAddr, why: &str| {
+            tracing::debug!(addr = %local, %remote, "early accept: {why}");
+        };
+        if let Err(e) = accept_waiting(listener, &mut pending, &mut dropped) {
+            tracing::warn!(addr = %local, "early accept failed: {e}");
         }
     }
 }

@@ -143,6 +143,44 @@ pub(crate) fn evict_one(pending: &mut Vec<Pending>) -> Pending {
     pending.swap_remove(victim)
 }
 
+/// Accepts every connection waiting in `listener`'s backlog and greets
+/// it, making room (the longest waiting without a hello goes) when
+/// [`MAX_PENDING`] are pending; `refuse` hears of each connection dropped
+/// and why. An error other than "nothing waits" ends the burst.
+pub(crate) fn accept_waiting(
+    listener: &Socket,
+    pending: &mut Vec<Pending>,
+    refuse: &mut impl FnMut(&SocketAddr, &str),
+) -> io::Result<()> {
+    let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    loop {
+        match listener.accept() {
+            Ok((sock, addr)) => {
+                let remote = addr.as_socket().unwrap_or(unknown);
+                if pending.len() >= MAX_PENDING {
+                    let old = evict_one(pending);
+                    refuse(
+                        &old.remote,
+                        "dropped: the longest waiting of too many connections that have not \
+                         said hello",
+                    );
+                }
+                match greet(sock, remote) {
+                    Ok(p) => pending.push(p),
+                    Err(why) => refuse(&remote, &why),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// What to do with a complete hello.
 pub(crate) enum Verdict {
     Accept { from: usize, idx: usize },
@@ -338,7 +376,6 @@ pub(crate) fn run(
     // Connections accepted and greeted before this rank reached its
     // handshake (see `crate::early`) come first.
     let mut pending = early;
-    let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     let mut throttle = LogThrottle::new(Duration::from_secs(10));
     let mut refuse = |remote: &SocketAddr, reason: &str| {
         refused += 1;
@@ -351,35 +388,9 @@ pub(crate) fn run(
     };
     loop {
         // Take every connection waiting in the backlog and greet it.
-        loop {
-            match listener.accept() {
-                Ok((sock, addr)) => {
-                    let remote = addr.as_socket().unwrap_or(unknown);
-                    if pending.len() >= MAX_PENDING {
-                        let old = evict_one(&mut pending);
-                        refuse(
-                            &old.remote,
-                            "dropped: the longest waiting of too many connections that have not \
-                             said hello",
-                        );
-                    }
-                    match greet(sock, remote) {
-                        Ok(p) => pending.push(p),
-                        Err(why) => refuse(&remote, &why),
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    // Out of descriptors or memory: wait and retry below.
-                    tracing::warn!(rank = me, addr = %local, "accept failed: {e}");
-                    break;
-                }
-            }
+        if let Err(e) = accept_waiting(listener, &mut pending, &mut refuse) {
+            // Out of descriptors or memory: wait and retry below.
+            tracing::warn!(rank = me, addr = %local, "accept failed: {e}");
         }
         // Read hellos.
         let mut k = 0;
