@@ -316,7 +316,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     // Once everyone has connected, the kinds may drop what they published
     // for their peers (shared-memory names).
     store_barrier(&kv, "connected", nranks, timeout)?;
-    release_store(&kv, rank, nranks, timeout)?;
+    release_store(&kv, rank, nranks, deadline);
     drop(prepared);
     let summary: Vec<String> = transports
         .iter()
@@ -356,14 +356,26 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
 /// rank has read the setup's last key: a communicator destroyed right
 /// after its creation would otherwise take the store away from ranks still
 /// waiting for that key ("the root closed the connection"). Each other
-/// rank confirms with one key; rank 0 waits for all of them.
-fn release_store(kv: &dyn Store, rank: usize, nranks: usize, timeout: Duration) -> Result<()> {
-    if rank != 0 {
-        return kv.set(&format!("released/{rank}"), b"");
+/// rank confirms with one key; rank 0 waits for all of them, until the
+/// setup's deadline. Best effort: every rank is connected by now, so a
+/// rank that dies before confirming is the communicator's first failure
+/// (its operations and shrink see it), not a failed creation on rank 0.
+fn release_store(kv: &dyn Store, rank: usize, nranks: usize, deadline: Instant) {
+    let outcome = if rank != 0 {
+        kv.set(&format!("released/{rank}"), b"")
+    } else {
+        let keys: Vec<String> = (1..nranks).map(|p| format!("released/{p}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        kv.wait(&keys, left.max(Duration::from_millis(1)))
+    };
+    if let Err(e) = outcome {
+        tracing::warn!(
+            rank,
+            "setup's last handshake with the store did not complete ({e}); continuing: \
+             every rank is connected"
+        );
     }
-    let keys: Vec<String> = (1..nranks).map(|p| format!("released/{p}")).collect();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    kv.wait(&keys, timeout)
 }
 
 /// Checks a rank and world size before anything is sized by them: the

@@ -325,8 +325,10 @@ impl MemoryStore {
         self.rank
     }
 
-    /// Closes the store for every handle: current and later waits and
-    /// operations fail with an error instead of blocking.
+    /// Closes the store for every handle: current and later operations
+    /// fail with an error instead of blocking, except a `get` or `wait`
+    /// whose keys are all set (it answers, as it would have a moment
+    /// before).
     pub fn close(&self) {
         self.shared.close();
     }

@@ -150,7 +150,7 @@ impl PreparedTransport for Prepared {
         let mut inbound = Vec::with_capacity(peers.len());
         for &p in peers {
             let what = |w: &str| format!("creating the nvlink {w} segment for data from rank {p}");
-            let anonymous = transport_shm::anonymous_with(cards, p);
+            let anonymous = transport_shm::anonymous_with(cards, rank, p);
             let mut small = |slots: usize, bytes: usize, w: &str| -> Result<(Segment, String)> {
                 let seg = if anonymous {
                     Segment::create_anonymous(slots, bytes)

@@ -141,28 +141,28 @@ impl Drop for UnlinkOnDrop {
 
 /// This process's card: its pid namespace (`pid:[<inode>]`) when its
 /// peers can open its anonymous segments (it is dumpable), else empty.
-fn anonymous_card() -> &'static str {
-    static CARD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    CARD.get_or_init(|| {
-        if !crate::private_file::descriptors_reachable() {
-            return String::new();
-        }
-        std::fs::read_link("/proc/self/ns/pid")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    })
+fn anonymous_card() -> String {
+    // /proc must be the one of this pid namespace (after an `unshare -p`
+    // without a new /proc mount it is not, and `/proc/<pid>` names others).
+    let own_proc = std::fs::read_link("/proc/self")
+        .is_ok_and(|p| p.to_str() == Some(std::process::id().to_string().as_str()));
+    if !own_proc || !crate::private_file::descriptors_reachable() {
+        return String::new();
+    }
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-/// Whether the segments this rank creates for data from `peer` can be
+/// Whether the segments `rank` creates for data from `peer` can be
 /// anonymous: both published the same pid namespace as their `shm` card
 /// (so each can open the other's descriptors).
-pub fn anonymous_with(cards: &[RankCard], peer: usize) -> bool {
-    let mine = anonymous_card();
-    !mine.is_empty()
-        && cards
-            .iter()
-            .find(|c| c.rank == peer)
-            .is_some_and(|c| c.card("shm") == mine)
+pub fn anonymous_with(cards: &[RankCard], rank: usize, peer: usize) -> bool {
+    let card = |r: usize| cards.iter().find(|c| c.rank == r).map(|c| c.card("shm"));
+    match (card(rank), card(peer)) {
+        (Some(mine), Some(theirs)) => !mine.is_empty() && mine == theirs,
+        _ => false,
+    }
 }
 
 struct Prepared {
@@ -172,7 +172,7 @@ struct Prepared {
 impl PreparedTransport for Prepared {
     /// See [`anonymous_card`].
     fn card(&self) -> String {
-        anonymous_card().to_owned()
+        anonymous_card()
     }
 
     /// Creates an inbound FIFO per peer, publishes its name under
@@ -231,7 +231,7 @@ impl PreparedTransport for Prepared {
                 p,
                 rank,
                 (ctx.config.shm_slots, ctx.config.shm_slot_bytes),
-                anonymous_with(cards, p),
+                anonymous_with(cards, rank, p),
             )
             .map_err(|e| Error::Io {
                 rank,

@@ -10,9 +10,10 @@
 //! greets it at once (the greeting needs nothing but a fresh nonce); a rank
 //! that connected early gets its greeting and sends its hello, which waits
 //! in its socket until the handshake reads and judges it. At most
-//! [`MAX_PENDING`](crate::handshake::MAX_PENDING) connections are held;
-//! beyond that the one that has waited longest without a whole hello is
-//! dropped.
+//! [`MAX_PENDING`](crate::handshake::MAX_PENDING) connections are held (a
+//! quarter of the descriptor limit where that is lower); beyond that the
+//! one that has waited longest without a whole hello is dropped, and so is
+//! one without a hello after the handshake's deadline for it (10 s).
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -92,7 +93,17 @@ fn accept_until_woken(listener: &Socket, mut woken: UnixStream, local: SocketAdd
             tracing::debug!(addr = %local, %remote, "early accept: {why}");
         };
         if let Err(e) = accept_waiting(listener, &mut pending, &mut dropped) {
+            // Out of descriptors or memory: pause rather than spin.
             tracing::warn!(addr = %local, "early accept failed: {e}");
+            thread::sleep(Duration::from_millis(50));
         }
+        // Strangers that never said hello go, as in the handshake.
+        pending.retain(|p| {
+            let overdue = p.overdue();
+            if overdue {
+                dropped(&p.remote, "no complete hello in time");
+            }
+            !overdue
+        });
     }
 }

@@ -115,13 +115,46 @@ pub(crate) fn greet(sock: Socket, remote: SocketAddr) -> Result<Pending, String>
 }
 
 /// Whether a whole hello is waiting in `p`'s socket (or was read).
+/// Whether a whole, plausible hello (magic and protocol version) is
+/// waiting in `p`'s socket or was read: what a rank that connected early
+/// has sent, and a stranger's junk is not.
 fn hello_arrived(p: &Pending) -> bool {
+    if p.got == HELLO_BYTES {
+        return true;
+    }
     let mut peek = [std::mem::MaybeUninit::<u8>::uninit(); HELLO_BYTES];
     let want = HELLO_BYTES - p.got;
-    p.got == HELLO_BYTES
-        || p.sock
-            .recv_with_flags(&mut peek[..want], libc::MSG_PEEK | libc::MSG_DONTWAIT)
-            .is_ok_and(|n| n == want)
+    let peeked = p
+        .sock
+        .recv_with_flags(&mut peek[..want], libc::MSG_PEEK | libc::MSG_DONTWAIT);
+    if !peeked.is_ok_and(|n| n == want) {
+        return false;
+    }
+    let mut whole = p.buf;
+    for (to, from) in whole[p.got..].iter_mut().zip(&peek[..want]) {
+        // SAFETY: recv filled the first `want` bytes of `peek`.
+        *to = unsafe { from.assume_init() };
+    }
+    Hello::plausible_prefix(&whole) && Hello::version_of_prefix(&whole) == Some(PROTOCOL_VERSION)
+}
+
+impl Pending {
+    /// Whether it waited past [`HELLO_DEADLINE`] without a whole hello.
+    pub(crate) fn overdue(&self) -> bool {
+        self.since.elapsed() > HELLO_DEADLINE && !hello_arrived(self)
+    }
+}
+
+/// Connections accepted per [`accept_waiting`] call, so that a flood of
+/// connections cannot keep a caller from its other work (its deadline, a
+/// request to stop).
+const ACCEPT_BURST: usize = 256;
+
+/// How many connections may wait for their hello: [`MAX_PENDING`], or a
+/// quarter of this process's descriptor limit where that is lower (the
+/// rank needs descriptors of its own).
+fn max_pending() -> usize {
+    crate::sys::open_file_limit().map_or(MAX_PENDING, |l| MAX_PENDING.min(l / 4).max(16))
 }
 
 /// Removes the connection that has waited longest for its hello, sparing
@@ -143,21 +176,23 @@ pub(crate) fn evict_one(pending: &mut Vec<Pending>) -> Pending {
     pending.swap_remove(victim)
 }
 
-/// Accepts every connection waiting in `listener`'s backlog and greets
-/// it, making room (the longest waiting without a hello goes) when
-/// [`MAX_PENDING`] are pending; `refuse` hears of each connection dropped
-/// and why. An error other than "nothing waits" ends the burst.
+/// Accepts the connections waiting in `listener`'s backlog (at most
+/// [`ACCEPT_BURST`]) and greets them, making room (the longest waiting
+/// without a hello goes) when [`max_pending`] are pending; `refuse` hears
+/// of each connection dropped and why. An error other than "nothing
+/// waits" ends the burst.
 pub(crate) fn accept_waiting(
     listener: &Socket,
     pending: &mut Vec<Pending>,
     refuse: &mut impl FnMut(&SocketAddr, &str),
 ) -> io::Result<()> {
     let unknown = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
-    loop {
+    let bound = max_pending();
+    for _ in 0..ACCEPT_BURST {
         match listener.accept() {
             Ok((sock, addr)) => {
                 let remote = addr.as_socket().unwrap_or(unknown);
-                if pending.len() >= MAX_PENDING {
+                if pending.len() >= bound {
                     let old = evict_one(pending);
                     refuse(
                         &old.remote,
@@ -179,6 +214,7 @@ pub(crate) fn accept_waiting(
             Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 /// What to do with a complete hello.
@@ -389,8 +425,10 @@ pub(crate) fn run(
     loop {
         // Take every connection waiting in the backlog and greet it.
         if let Err(e) = accept_waiting(listener, &mut pending, &mut refuse) {
-            // Out of descriptors or memory: wait and retry below.
+            // Out of descriptors or memory: the listener stays readable,
+            // so pause rather than spin.
             tracing::warn!(rank = me, addr = %local, "accept failed: {e}");
+            std::thread::sleep(Duration::from_millis(50));
         }
         // Read hellos.
         let mut k = 0;

@@ -59,6 +59,22 @@ pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// This process's soft limit on open descriptors (None: unlimited or
+/// unknown).
+pub(crate) fn open_file_limit() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    usize::try_from(limit.rlim_cur).ok()
+}
+
 /// One entry of the interface list: its name and address, if it has one of
 /// family IPv4/IPv6.
 #[derive(Clone, Debug)]

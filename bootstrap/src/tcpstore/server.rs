@@ -131,6 +131,8 @@ struct ServerInner {
     conns: Mutex<HashMap<u64, AbortHandle>>,
     refusals: Mutex<LogThrottle<(IpAddr, &'static str)>>,
     next_conn: AtomicU64,
+    /// The process that started the server (its loop's owner).
+    pid: u32,
 }
 
 impl ServerInner {
@@ -238,6 +240,7 @@ impl TcpStoreServer {
             conns: Mutex::new(HashMap::new()),
             refusals: Mutex::new(LogThrottle::new(REFUSAL_LOG_WINDOW)),
             next_conn: AtomicU64::new(0),
+            pid: std::process::id(),
         });
         let guard = inner.task();
         handle.spawn(accept_loop(listener, Arc::clone(&inner), guard));
@@ -273,13 +276,19 @@ impl TcpStoreServer {
 impl Drop for TcpStoreServer {
     fn drop(&mut self) {
         let inner = &self.inner;
-        inner.shutdown.send_replace(true);
-        inner.shared.close();
-        for (_, handshake) in lock(&inner.pending).drain(..) {
-            handshake.abort();
+        {
+            let mut pending = lock(&inner.pending);
+            inner.shutdown.send_replace(true);
+            for (_, handshake) in pending.drain(..) {
+                handshake.abort();
+            }
         }
-        // The loop's own thread cannot wait for its tasks.
-        if thread::current().name() != Some(LOOP_THREAD) && !inner.tasks.wait_idle(DRAIN_TIMEOUT) {
+        inner.shared.close();
+        // The loop's own thread cannot wait for its tasks, and a forked
+        // child has no loop thread to run them.
+        let can_wait =
+            thread::current().name() != Some(LOOP_THREAD) && std::process::id() == inner.pid;
+        if can_wait && !inner.tasks.wait_idle(DRAIN_TIMEOUT) {
             tracing::debug!(
                 local_addr = %inner.local_addr,
                 "sncl store: connections still busy {} ms after the server was dropped; cutting them",
@@ -343,13 +352,15 @@ async fn accept_loop(
 /// Starts the handshake of a new connection as a task of its own, making
 /// room by dropping the oldest pending one when the bound is reached.
 fn start_handshake(inner: &Arc<ServerInner>, stream: TcpStream, peer: SocketAddr) {
+    // Under the lock Drop drains `pending` with, so a handshake either
+    // sees the shutdown or is drained.
+    let mut pending = lock(&inner.pending);
     if inner.shutting_down() {
         return;
     }
     let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
     let running = inner.task();
     let task = tokio::spawn(connection(Arc::clone(inner), stream, peer, id, running));
-    let mut pending = lock(&inner.pending);
     if pending.len() >= MAX_PENDING_HANDSHAKES {
         if let Some((_, oldest)) = pending.pop_front() {
             oldest.abort();
