@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("store_client_socket", store_client_socket),
     ("tcp_greeting", tcp_greeting),
     ("tcp_hello", tcp_hello),
+    ("tcp_hello_signed", tcp_hello_signed),
     ("tcp_ack", tcp_ack),
     ("tcp_data", tcp_data),
     ("piece_header", piece_header),
@@ -280,6 +281,65 @@ pub fn settings_file(data: &[u8]) {
     }
 }
 
+/// A hello whose fields come from the input, signed with the setup's
+/// secret (so the MAC passes) and judged: an accepted one is exactly the
+/// expected communicator, version, sizes, an expected rank to rank 0 and a
+/// socket index in range. The first byte picks the setup (as `tcp_hello`);
+/// the bytes after the fields say which fields keep the expected value, so
+/// acceptance stays reachable.
+pub fn tcp_hello_signed(data: &[u8]) {
+    let mut b = [0u8; 1 + 2 + 8 + 5 * 4 + 16 + 1];
+    let n = data.len().min(b.len());
+    b[..n].copy_from_slice(&data[..n]);
+    let sel = b[0];
+    let nsocks = 1 + (sel & 3) as usize;
+    let max_piece = 4096usize << (sel >> 4);
+    let keep = b[b.len() - 1];
+    let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let pick = |bit: u8, expected: u64, fuzzed: u64| {
+        if keep & (1 << bit) != 0 {
+            expected
+        } else {
+            fuzzed
+        }
+    };
+    let version = pick(0, tcp::PROTOCOL_VERSION as u64, u16_at(1) as u64) as u16;
+    let comm_id = pick(
+        1,
+        tcp::COMM_ID,
+        u64::from_le_bytes(b[3..11].try_into().expect("8")),
+    );
+    let from = u32_at(11);
+    let to = pick(2, 0, u32_at(15) as u64) as u32;
+    let idx = u32_at(19);
+    let socks = pick(3, nsocks as u64, u32_at(23) as u64) as u32;
+    let piece = pick(4, max_piece as u64, u32_at(27) as u64) as u32;
+    let nonce: [u8; 16] = b[31..47].try_into().expect("16 bytes");
+    let hello = tcp::signed_hello((version, comm_id, from, to), (idx, socks, piece), nonce);
+    if let Ok((f, i)) = tcp::hello(&hello, nsocks, max_piece) {
+        let expected = (
+            comm_id == tcp::COMM_ID && version == tcp::PROTOCOL_VERSION,
+            to == 0,
+            socks as usize == nsocks,
+            piece as usize == max_piece,
+        );
+        assert_eq!(
+            expected,
+            (true, true, true, true),
+            "accepted a hello for another setup"
+        );
+        assert!(
+            (1..4).contains(&f) && f == from as usize,
+            "accepted rank {f} (sent {from})"
+        );
+        assert!(
+            i < nsocks && i == idx as usize,
+            "accepted socket {i} (sent {idx})"
+        );
+    }
+}
+
 /// A failed-rank list of the agreement (`data[0]` is the communicator's
 /// size): ranks in range, and a round trip.
 pub fn agreement_set(data: &[u8]) {
@@ -375,6 +435,12 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "tcp_hello" => vec![
             [&[0x01u8][..], &tcp::valid_hello(1, 0, 2, 4096, [1; 16])].concat(),
             [&[0x13u8][..], &tcp::valid_hello(3, 3, 4, 8192, [2; 16])].concat(),
+        ],
+        "tcp_hello_signed" => vec![
+            // Rank 1, socket 0 of 2, 4 KiB pieces, every checked field kept.
+            [&[0x01u8][..], &tcp::PROTOCOL_VERSION.to_le_bytes(), &[0; 8], &1u32.to_le_bytes(), &[0; 4], &[0; 4], &[0; 4], &[0; 4], &[7; 16], &[0x1f]].concat(),
+            // Rank 3, socket 3 of 4, nothing kept: fields as given.
+            [&[0x13u8][..], &tcp::PROTOCOL_VERSION.to_le_bytes(), &0x5eedu64.to_le_bytes(), &3u32.to_le_bytes(), &[0; 4], &3u32.to_le_bytes(), &4u32.to_le_bytes(), &8192u32.to_le_bytes(), &[9; 16], &[0]].concat(),
         ],
         "tcp_ack" => vec![tcp::valid_ack(&tcp::valid_hello(1, 0, 2, 1 << 19, [3; 16])).to_vec()],
         "tcp_data" => vec![

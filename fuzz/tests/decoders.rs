@@ -50,6 +50,7 @@ decoder_props! {
     store_client_socket: 256,
     tcp_greeting: 32768,
     tcp_hello: 32768,
+    tcp_hello_signed: 32768,
     tcp_ack: 32768,
     tcp_data: 32768,
     piece_header: 32768,

@@ -79,6 +79,33 @@ pub fn valid_hello(
     .encode(&SECRET, &SERVER_NONCE, &client_nonce)
 }
 
+/// A hello with any fields, signed with [`SECRET`] over [`SERVER_NONCE`]:
+/// a mutated hello that still passes the tag check, so the fuzzer reaches
+/// the checks after it (communicator, ranks, socket index, sizes).
+/// `fields` are the version, communicator id, from and to ranks, socket
+/// index, sockets and piece size, in that order.
+pub fn signed_hello(
+    (version, comm_id, from_rank, to_rank): (u16, u64, u32, u32),
+    (sock_idx, nsocks, max_piece): (u32, u32, u32),
+    client_nonce: [u8; 16],
+) -> [u8; HELLO_BYTES] {
+    Hello {
+        version,
+        comm_id,
+        from_rank,
+        to_rank,
+        sock_idx,
+        nsocks,
+        max_piece,
+    }
+    .encode(&SECRET, &SERVER_NONCE, &client_nonce)
+}
+
+/// The communicator id [`hello`]'s setup expects.
+pub const COMM_ID: u64 = 0x5eed;
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = frame::PROTOCOL_VERSION;
+
 /// What the connecting rank does with the acceptor's ack of `hello`.
 pub fn ack(ack: &[u8], hello: &[u8; HELLO_BYTES]) -> bool {
     match ack.first_chunk::<ACK_BYTES>() {
