@@ -114,7 +114,6 @@ pub(crate) fn greet(sock: Socket, remote: SocketAddr) -> Result<Pending, String>
     }
 }
 
-/// Whether a whole hello is waiting in `p`'s socket (or was read).
 /// Whether a whole, plausible hello (magic and protocol version) is
 /// waiting in `p`'s socket or was read: what a rank that connected early
 /// has sent, and a stranger's junk is not.
@@ -122,18 +121,11 @@ fn hello_arrived(p: &Pending) -> bool {
     if p.got == HELLO_BYTES {
         return true;
     }
-    let mut peek = [std::mem::MaybeUninit::<u8>::uninit(); HELLO_BYTES];
-    let want = HELLO_BYTES - p.got;
-    let peeked = p
-        .sock
-        .recv_with_flags(&mut peek[..want], libc::MSG_PEEK | libc::MSG_DONTWAIT);
-    if !peeked.is_ok_and(|n| n == want) {
-        return false;
-    }
+    // What was read, then what waits in the socket.
     let mut whole = p.buf;
-    for (to, from) in whole[p.got..].iter_mut().zip(&peek[..want]) {
-        // SAFETY: recv filled the first `want` bytes of `peek`.
-        *to = unsafe { from.assume_init() };
+    let want = HELLO_BYTES - p.got;
+    if !sys::peek(p.sock.as_raw_fd(), &mut whole[p.got..]).is_ok_and(|n| n == want) {
+        return false;
     }
     Hello::plausible_prefix(&whole) && Hello::version_of_prefix(&whole) == Some(PROTOCOL_VERSION)
 }

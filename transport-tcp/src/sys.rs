@@ -59,6 +59,25 @@ pub(crate) fn poll(fds: &mut [PollFd], timeout: Duration) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Copies what waits in socket `fd` into `buf` without taking it from the
+/// socket and without waiting (`recv` with `MSG_PEEK | MSG_DONTWAIT`);
+/// how many bytes were copied.
+pub(crate) fn peek(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// This process's soft limit on open descriptors (None: unlimited or
 /// unknown).
 pub(crate) fn open_file_limit() -> Option<usize> {

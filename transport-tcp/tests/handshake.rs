@@ -285,3 +285,32 @@ fn idle_strangers_beyond_the_pending_bound_do_not_keep_a_rank_out() {
     assert_eq!((conns0.len(), conns1.len()), (1, 1));
     drop(held);
 }
+
+/// Rank 1 connects and sends its hello while rank 0 has not reached its
+/// handshake yet (its endpoint accepts early); then more strangers than
+/// may wait arrive. Rank 1, the longest waiting, is spared because its
+/// whole hello is there; the strangers make room among themselves.
+#[test]
+fn a_rank_that_said_hello_before_the_handshake_is_not_dropped_for_strangers() {
+    let ep0 = TcpEndpoint::bind(LOCALHOST).unwrap();
+    let ep1 = TcpEndpoint::bind(LOCALHOST).unwrap();
+    let (addr0, addr1) = (ep0.local_addr(), ep1.local_addr());
+    let rank1 = thread::spawn(move || ep1.establish(&setup(1), &[(0, addr0)]));
+    // Rank 0's early acceptor greets rank 1, which answers with its hello.
+    thread::sleep(Duration::from_millis(300));
+    let strangers = 4096 + 512;
+    let mut held = Vec::with_capacity(strangers);
+    for _ in 0..strangers {
+        match TcpStream::connect_timeout(&addr0, Duration::from_secs(2)) {
+            Ok(s) => held.push(s),
+            Err(e) => panic!("stranger {} could not connect: {e}", held.len()),
+        }
+    }
+    thread::sleep(Duration::from_millis(300));
+    let conns0 = ep0
+        .establish(&setup(0), &[(1, addr1)])
+        .expect("rank 0 completes");
+    let conns1 = rank1.join().unwrap().expect("rank 1, greeted early, joins");
+    assert_eq!((conns0.len(), conns1.len()), (1, 1));
+    drop(held);
+}
