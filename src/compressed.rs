@@ -105,6 +105,7 @@ impl Communicator {
                 ),
             });
         }
+        self.check_codec_deterministic(codec, "all_reduce_compressed")?;
         let layout = match scope {
             CompressScope::Hier => self.compress_layout()?,
             CompressScope::Flat => None,
@@ -127,6 +128,29 @@ impl Communicator {
         if op == ReduceOp::Avg {
             let n = self.size() as f32;
             buf.iter_mut().for_each(|x| *x /= n);
+        }
+        Ok(())
+    }
+}
+
+impl Communicator {
+    /// In deterministic mode (`SNCL_DETERMINISTIC=1`), refuses a codec
+    /// whose result is not a function of the inputs alone: top-k (on
+    /// devices, which of equal magnitudes it keeps depends on the order of
+    /// concurrent updates). The dense codecs are deterministic: each owner
+    /// sums the decoded parts in f32 in rank order.
+    pub(crate) fn check_codec_deterministic(&self, codec: &Codec, op: &'static str) -> Result<()> {
+        if self.config().deterministic && matches!(codec, Codec::TopK { .. }) {
+            return Err(Error::InvalidArgument {
+                rank: self.rank(),
+                op,
+                detail: format!(
+                    "the {} codec is not deterministic (which of equal magnitudes it keeps is \
+                     not fixed), and this communicator is in deterministic mode \
+                     (SNCL_DETERMINISTIC=1); use a dense codec (fp16, bf16, int8, mxfp8, mxfp4)",
+                    codec.name()
+                ),
+            });
         }
         Ok(())
     }

@@ -313,6 +313,7 @@ impl Communicator {
                 op.name()
             )));
         }
+        self.check_codec_deterministic(codec, OP)?;
         let dev = self.bound_device().ok_or_else(|| {
             invalid(
                 "no device is bound to this communicator (call Communicator::bind_device)".into(),

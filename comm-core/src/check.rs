@@ -137,9 +137,56 @@ impl RankState {
     }
 }
 
-fn combine(a: Option<Sym>, b: Option<Sym>) -> Result<Option<Sym>, String> {
+/// The ranks of `m` as a range `[lo, hi)`, if they are contiguous.
+fn mask_range(m: &Mask, n: usize) -> Option<(usize, usize)> {
+    let has = |r: usize| m.0[r / 64] & (1 << (r % 64)) != 0;
+    let lo = (0..n).find(|&r| has(r))?;
+    let hi = (lo..n).find(|&r| !has(r)).unwrap_or(n);
+    (hi..n).all(|r| !has(r)).then_some((lo, hi))
+}
+
+/// Whether combining `a` and `b` computes a node of the canonical tree
+/// over `n` ranks from its two children (see [`crate::algo::canonical_split`]).
+fn canonical_pair(a: &Mask, b: &Mask, n: usize) -> bool {
+    let (Some(a), Some(b)) = (mask_range(a, n), mask_range(b, n)) else {
+        return false;
+    };
+    let (left, right) = if a.0 < b.0 { (a, b) } else { (b, a) };
+    let (mut lo, mut hi) = (0, n);
+    while hi - lo >= 2 {
+        let mid = crate::algo::canonical_split(lo, hi);
+        if (lo, hi) == (left.0, right.1) {
+            return left.1 == mid && right.0 == mid;
+        }
+        if right.1 <= mid {
+            hi = mid;
+        } else if left.0 >= mid {
+            lo = mid;
+        } else {
+            return false;
+        }
+    }
+    false
+}
+
+/// Combines two symbolic elements; with `canonical_over = Some(n)` only
+/// two sibling nodes of the canonical tree over `n` ranks may combine.
+fn combine(
+    a: Option<Sym>,
+    b: Option<Sym>,
+    canonical_over: Option<usize>,
+) -> Result<Option<Sym>, String> {
     match (a, b) {
         (Some(a), Some(b)) => {
+            if let Some(n) = canonical_over {
+                if !canonical_pair(&a.mask, &b.mask, n) {
+                    return Err(format!(
+                        "combines {:?} with {:?} in element {}, not two siblings of the \
+                         canonical tree",
+                        a.mask, b.mask, a.idx
+                    ));
+                }
+            }
             if a.idx != b.idx {
                 return Err(format!("reduces element {} with element {}", a.idx, b.idx));
             }
@@ -206,7 +253,28 @@ pub fn check(
     bufs: &dyn Fn(usize) -> Buffers,
     expect: Expect<'_>,
 ) -> Result<(), String> {
+    run_checked(schedules, bufs, expect, false)
+}
+
+/// [`check`], and also proves that every reduction combines two sibling
+/// nodes of the canonical tree ([`crate::algo::canonical_split`]), so each
+/// output element is reduced in the canonical order (deterministic mode).
+pub fn check_canonical(
+    schedules: &[Schedule],
+    bufs: &dyn Fn(usize) -> Buffers,
+    expect: Expect<'_>,
+) -> Result<(), String> {
+    run_checked(schedules, bufs, expect, true)
+}
+
+fn run_checked(
+    schedules: &[Schedule],
+    bufs: &dyn Fn(usize) -> Buffers,
+    expect: Expect<'_>,
+    canonical: bool,
+) -> Result<(), String> {
     let n = schedules.len();
+    let canonical_over = canonical.then_some(n);
     if n > MAX_RANKS {
         return Err(format!(
             "the checker tracks at most {MAX_RANKS} ranks, got {n}"
@@ -312,7 +380,7 @@ pub fn check(
                         let out = mine
                             .iter()
                             .zip(&data)
-                            .map(|(a, b)| combine(*a, *b))
+                            .map(|(a, b)| combine(*a, *b, canonical_over))
                             .collect::<Result<Vec<_>, _>>()
                             .map_err(ctx)?;
                         ranks[q].write(dst, &out).map_err(ctx)?;

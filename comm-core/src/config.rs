@@ -203,6 +203,13 @@ pub struct Config {
     /// that operation before any data moves (`SNCL_CHECK_ROOTS`, default on;
     /// every rank must agree).
     pub check_roots: bool,
+    /// Deterministic reductions (`SNCL_DETERMINISTIC=1`, default off; every
+    /// rank must agree): all-reduce, reduce and reduce-scatter reduce every
+    /// element in one canonical order, a fixed binary tree over the ranks
+    /// in rank order, whatever the algorithm, chunk, transport, placement
+    /// or memory, so results are bitwise reproducible
+    /// ([`crate::algo::build_deterministic`]).
+    pub deterministic: bool,
     /// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`, default off).
     pub tcp_pacing: TcpPacing,
     /// Pacing of the compressed all-reduce's cross-node exchange
@@ -250,6 +257,7 @@ impl Default for Config {
             debug_dump_dir: None,
             checksum: false,
             check_roots: true,
+            deterministic: false,
             tcp_pacing: TcpPacing::Off,
             compress_pacing: TcpPacing::Auto,
             tcp_flows_per_rank: 1,

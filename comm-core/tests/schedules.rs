@@ -5,7 +5,7 @@
 //! collective must produce.
 
 use comm_core::algo::{self, Algorithm, Blocks, Input, Params, Row, Transfer, VarCounts};
-use comm_core::check::{check, Buffers, Mask, Sym};
+use comm_core::check::{check, check_canonical, Buffers, Mask, Sym};
 use comm_core::topo::Topology;
 use comm_core::wire::Collective;
 
@@ -47,10 +47,21 @@ fn p2p_pattern(n: usize, r: usize, count: usize) -> Vec<Transfer> {
 }
 
 fn run(row: &Row, topo: &Topology, count: usize, root: usize, chunk: usize, in_place: bool) {
+    run_mode(row, topo, (count, root, chunk), in_place, false);
+}
+
+/// [`run`] in default or deterministic mode.
+fn run_mode(
+    row: &Row,
+    topo: &Topology,
+    sizes: (usize, usize, usize),
+    in_place: bool,
+    deterministic: bool,
+) {
     // Rooted collectives with and without their argument check.
     for check_roots in [true, false] {
         if check_roots || row.coll.is_rooted() {
-            run_checked(row, topo, (count, root, chunk), in_place, check_roots);
+            run_checked(row, topo, sizes, in_place, (check_roots, deterministic));
         }
     }
 }
@@ -60,7 +71,7 @@ fn run_checked(
     topo: &Topology,
     (count, root, chunk): (usize, usize, usize),
     in_place: bool,
-    check_roots: bool,
+    (check_roots, deterministic): (bool, bool),
 ) {
     let (coll, algo) = (row.coll, row.algo);
     let n = topo.nranks();
@@ -83,13 +94,22 @@ fn run_checked(
                 },
                 check_roots,
             };
-            algo::build_input(coll, algo, &input).expect("the table's row builds")
+            if deterministic {
+                algo::build_deterministic(coll, algo, &input).expect("the table's row builds")
+            } else {
+                algo::build_input(coll, algo, &input).expect("the table's row builds")
+            }
         })
         .collect();
     let (bufs, expect) = expectation(coll, n, count, root, in_place);
-    if let Err(e) = check(&scheds, &*bufs, &*expect) {
+    let checked = if deterministic {
+        check_canonical(&scheds, &*bufs, &*expect)
+    } else {
+        check(&scheds, &*bufs, &*expect)
+    };
+    if let Err(e) = checked {
         panic!(
-            "{} / {} failed: n={n} nodes={:?} count={count} root={root} chunk={chunk} in_place={in_place} check_roots={check_roots}: {e}",
+            "{} / {} failed: n={n} nodes={:?} count={count} root={root} chunk={chunk} in_place={in_place} check_roots={check_roots} deterministic={deterministic}: {e}",
             coll.name(),
             algo.name(),
             topo.node_of
@@ -249,6 +269,59 @@ fn every_row_of_the_table_every_rank_count() {
             }
         }
     }
+}
+
+/// Deterministic mode: every reducing row, every rank count and placement,
+/// proves each output element reduced in the canonical tree's order (the
+/// checker refuses any combine of two non-sibling nodes).
+#[test]
+fn every_reducing_row_in_deterministic_mode_reduces_in_the_canonical_order() {
+    for n in rank_counts() {
+        for row in algo::ALGORITHMS.iter().filter(|r| r.coll.is_reducing()) {
+            let roots: &[usize] = match (row.coll.is_rooted(), n <= 17) {
+                (true, true) => &[0, n / 2, n - 1],
+                (true, false) => &[n / 2],
+                (false, _) => &[0],
+            };
+            let chunks: &[usize] = if n <= 17 { &[3, 1 << 20] } else { &[1 << 20] };
+            for count in COUNTS {
+                for &chunk in chunks {
+                    for &root in roots {
+                        for in_place in [false, true] {
+                            for topo in layouts(n) {
+                                run_mode(row, &topo, (count, root, chunk), in_place, true);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The canonical check is not vacuous: the default ring all-reduce of 5
+/// ranks combines partial sums that are not canonical siblings.
+#[test]
+fn the_canonical_check_refuses_the_default_ring() {
+    let n = 5;
+    let topo = Topology::single_node(n);
+    let row = algo::row(Collective::AllReduce, Algorithm::Ring).expect("ring");
+    let scheds: Vec<_> = (0..n)
+        .map(|r| {
+            let p = Params {
+                nranks: n,
+                rank: r,
+                count: 10,
+                root: 0,
+                chunk: 1 << 20,
+            };
+            algo::build(row.coll, row.algo, &p, &topo).expect("builds")
+        })
+        .collect();
+    let (bufs, expect) = expectation(Collective::AllReduce, n, 10, 0, false);
+    check(&scheds, &*bufs, &*expect).expect("a correct schedule");
+    let e = check_canonical(&scheds, &*bufs, &*expect).expect_err("not canonical");
+    assert!(e.contains("not two siblings"), "{e}");
 }
 
 /// The variable-count rows with uneven counts, on every placement.

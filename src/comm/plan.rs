@@ -76,8 +76,12 @@ impl Inner {
                 blocks,
                 check_roots: self.config.check_roots,
             };
-            algo::build_input(op.coll, plan.algo, &input)
-                .ok_or_else(|| Error::Config(algo::unavailable(op.coll, plan.algo)))
+            if self.config.deterministic {
+                algo::build_deterministic(op.coll, plan.algo, &input)
+            } else {
+                algo::build_input(op.coll, plan.algo, &input)
+            }
+            .ok_or_else(|| Error::Config(algo::unavailable(op.coll, plan.algo)))
         };
         let s = match op.coll {
             Collective::AllGatherV | Collective::AllToAllV => {

@@ -197,7 +197,9 @@ impl Inner {
         op: &RawOp,
         ctx: &OpContext,
     ) -> Result<Option<Direct>> {
-        if self.nranks < 2 || self.topo.nnodes() != 1 || ctx.seq == 0 {
+        // Deterministic mode: the direct path folds in rank order, not in
+        // the canonical tree; every rank has the same setting, so all skip.
+        if self.nranks < 2 || self.topo.nnodes() != 1 || ctx.seq == 0 || self.config.deterministic {
             return Ok(None);
         }
         let (control, mine) = {

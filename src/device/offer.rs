@@ -224,6 +224,11 @@ impl Inner {
         fingerprint: Fingerprint,
         (seq, spin, abort): Turn<'_>,
     ) -> Option<Result<()>> {
+        // Deterministic mode: the direct kernels fold in rank order, not in
+        // the canonical tree; every rank has the same setting, so all skip.
+        if self.config.deterministic {
+            return None;
+        }
         let binding = self.device.get()?;
         let op = &job.raw;
         let bytes = op.count.saturating_mul(op.dtype.size());

@@ -6,12 +6,18 @@
 //! and when the planner may pick it; the planner, `SNCL_ALGO`, commbench
 //! and the docs all read it.
 
+mod canonical;
 mod hier;
 mod pairwise;
 mod rd;
 mod ring;
 mod tree;
 
+pub use canonical::{
+    canonical_all_reduce_butterfly, canonical_all_reduce_halving, canonical_all_reduce_ring,
+    canonical_all_reduce_tree, canonical_reduce_scatter, canonical_reduce_sharded,
+    canonical_reduce_tree, canonical_split,
+};
 pub use hier::{
     hier_all_gather, hier_all_reduce, hier_broadcast, hier_reduce, hier_reduce_scatter,
 };
@@ -111,6 +117,46 @@ pub fn build_input(coll: Collective, algo: Algorithm, input: &Input<'_>) -> Opti
     let mut input = *input;
     input.p.chunk = input.p.chunk.max(1);
     let schedule = (row.build)(&input);
+    Some(if coll.is_rooted() && input.check_roots {
+        arguments_checked_first(schedule)
+    } else {
+        schedule
+    })
+}
+
+/// Builds the schedule of `coll` with `algo` in deterministic mode
+/// (`SNCL_DETERMINISTIC`): all-reduce, reduce and reduce-scatter reduce
+/// every element in the canonical order ([`canonical_split`]) whatever the
+/// algorithm, which only chooses where the tree's nodes are computed and
+/// how results spread (module `canonical`); the other collectives move
+/// bytes without arithmetic and build as [`build_input`] does. `None` when
+/// the algorithm does not implement the collective.
+pub fn build_deterministic(
+    coll: Collective,
+    algo: Algorithm,
+    input: &Input<'_>,
+) -> Option<Schedule> {
+    if !coll.is_reducing() {
+        return build_input(coll, algo, input);
+    }
+    table::row(coll, algo)?;
+    let p = input.p;
+    let (n, r, count, chunk) = (p.nranks, p.rank, p.count, p.chunk.max(1));
+    let schedule = match (coll, algo) {
+        (Collective::AllReduce, Algorithm::Ring) => {
+            canonical_all_reduce_ring(&input.topo.ring_order(), r, count)
+        }
+        (Collective::AllReduce, Algorithm::FlatRing) => {
+            canonical_all_reduce_ring(&(0..n).collect::<Vec<_>>(), r, count)
+        }
+        (Collective::AllReduce, Algorithm::Hier) => canonical_all_reduce_halving(n, r, count),
+        (Collective::AllReduce, Algorithm::Tree) => canonical_all_reduce_tree(n, r, count, chunk),
+        (Collective::AllReduce, _) => canonical_all_reduce_butterfly(n, r, count),
+        (Collective::ReduceScatter, _) => canonical_reduce_scatter(n, r, count),
+        (Collective::Reduce, Algorithm::Tree) => canonical_reduce_tree(n, r, p.root, count, chunk),
+        (Collective::Reduce, _) => canonical_reduce_sharded(n, r, p.root, count),
+        _ => return build_input(coll, algo, input),
+    };
     Some(if coll.is_rooted() && input.check_roots {
         arguments_checked_first(schedule)
     } else {

@@ -227,6 +227,34 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_DETERMINISTIC",
+        scope: Scope::Shared {
+            digest_key: "deterministic",
+        },
+        values: Values::Choice(&["0", "1"]),
+        default: Value("0"),
+        doc: "`1`: all-reduce, reduce and reduce-scatter (fused and compressed ones too) reduce \
+              every element in one canonical order, a fixed binary tree over the ranks in rank \
+              order, whatever the algorithm, chunk, transport, placement or memory, so results \
+              are bitwise reproducible from run to run and across algorithms (docs/DETERMINISM.md; \
+              top-k compression is refused); `0`: each algorithm reduces in its own order",
+        field: Field::Text {
+            put: |c, v| {
+                c.deterministic = match v.trim() {
+                    "0" => false,
+                    "1" => true,
+                    other => {
+                        return Err(crate::Error::Config(format!(
+                            "SNCL_DETERMINISTIC={other:?}: expected 0 or 1"
+                        )))
+                    }
+                };
+                Ok(())
+            },
+            show: |c| u8::from(c.deterministic).to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_TRANSPORT",
         scope: Scope::Shared {
             digest_key: "transport",

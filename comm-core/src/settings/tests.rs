@@ -50,12 +50,13 @@ fn declared_defaults_are_the_config_defaults() {
 /// to 48 bytes, so builds before it do not interoperate with this one anyway;
 /// `device_staging` joined with SNCL_DEVICE_STAGING_BYTES (the device path's
 /// segments, which every rank must cut alike); `check_roots` with
-/// SNCL_CHECK_ROOTS (rooted collectives' schedules differ with it).
+/// SNCL_CHECK_ROOTS (rooted collectives' schedules differ with it);
+/// `deterministic` with SNCL_DETERMINISTIC (reducing schedules differ).
 #[test]
 fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
-        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;check_roots=1;transport=auto;\
+        "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;check_roots=1;deterministic=0;transport=auto;\
          device_staging=4194304;device_lane=262144"
     );
     let c = Config::from_vars(&|k| match k {
@@ -67,7 +68,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         checksum=0;check_roots=1;transport=tcp;device_staging=4194304;device_lane=262144"
+         checksum=0;check_roots=1;deterministic=0;transport=tcp;device_staging=4194304;device_lane=262144"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses

@@ -47,7 +47,10 @@ impl WindowCore {
     ) -> Result<Option<Arc<WindowCore>>> {
         let n = inner.nranks;
         let bytes = inner.config.device_lane_bytes;
+        // Deterministic mode: the lane's kernel folds in rank order, not
+        // in the canonical tree (docs/DETERMINISM.md).
         if bytes == 0
+            || inner.config.deterministic
             || !(2..=kernels::cuda::DIRECT_MAX_RANKS).contains(&n)
             || inner.topo.nnodes() != 1
             || inner.store.is_none()
