@@ -60,6 +60,7 @@ struct CUstream_st;
   SNCL_CONFIG_UNDEF_INT,                    /* maxP2pPeers */           \
   SNCL_CONFIG_UNDEF_INT,                    /* graphStreamOrdering */   \
   SNCL_CONFIG_UNDEF_INT,                    /* timeoutMs */             \
+  SNCL_CONFIG_UNDEF_INT,                    /* deterministic */         \
 }
 
 /* sncl's own release (SNCL_VERSION_CODE is the NCCL API version it
@@ -439,6 +440,14 @@ typedef struct {
    * deadline of init). Default: `SNCL_TIMEOUT_MS`, else 300000.
    */
   int timeoutMs;
+  /**
+   * sncl extension: 1 makes all-reduce, reduce and reduce-scatter
+   * bitwise reproducible, every element reduced in one canonical order
+   * whatever the algorithm (docs/DETERMINISM.md); 0 lets each algorithm
+   * reduce in its own order. Default: `SNCL_DETERMINISTIC`, else 0. Every
+   * rank must agree.
+   */
+  int deterministic;
 } snclConfig_t;
 
 /**

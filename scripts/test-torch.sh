@@ -49,7 +49,7 @@ elif [ "${1:-}" = "--venv-only" ]; then
 fi
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
-    TESTS=(ops ddp fsdp hook world1 exit gloo_parity groups cuda ddp_cuda)
+    TESTS=(ops ddp fsdp hook world1 exit gloo_parity groups deterministic cuda ddp_cuda)
 fi
 SKIP=77
 
@@ -166,9 +166,9 @@ fi
 TORCHRUN=("$VPY" -m torch.distributed.run)
 LOGDIR=$TARGET_DIR/test-torch
 mkdir -p "$LOGDIR"
-declare -A NP=([ops]=$NPROC [ddp]=$NPROC [fsdp]=$NPROC [hook]=$NPROC [world1]=1 [exit]=$NPROC [gloo_parity]=4 [groups]=4
+declare -A NP=([ops]=$NPROC [ddp]=$NPROC [fsdp]=$NPROC [hook]=$NPROC [world1]=1 [exit]=$NPROC [gloo_parity]=4 [groups]=4 [deterministic]=5
     [cuda]=2 [ddp_cuda]=2)
-declare -A LIMIT=([ops]=300 [ddp]=240 [fsdp]=240 [hook]=240 [world1]=120 [exit]=120 [gloo_parity]=240 [groups]=240
+declare -A LIMIT=([ops]=300 [ddp]=240 [fsdp]=240 [hook]=240 [world1]=120 [exit]=120 [gloo_parity]=240 [groups]=240 [deterministic]=240
     [cuda]=240 [ddp_cuda]=240)
 # Why the CUDA tests cannot run here (empty: they can).
 # (stdout only: warnings on stderr must not read as a reason)
@@ -183,7 +183,7 @@ EOF
 declare -a SUMMARY=()
 failed=0
 for t in "${TESTS[@]}"; do
-    [ -n "${NP[$t]:-}" ] || die "unknown test '$t' (ops ddp fsdp hook world1 exit gloo_parity groups cuda ddp_cuda)"
+    [ -n "${NP[$t]:-}" ] || die "unknown test '$t' (ops ddp fsdp hook world1 exit gloo_parity groups deterministic cuda ddp_cuda)"
     if [[ $t == cuda || $t == ddp_cuda ]] && [ -n "$CUDA_SKIP" ]; then
         step "test_$t: SKIP: $CUDA_SKIP"
         SUMMARY+=("skip  test_$t ($CUDA_SKIP)")

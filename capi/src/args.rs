@@ -124,9 +124,23 @@ pub(super) unsafe fn write_handle(out: *mut snclComm_t, shared: Arc<CommShared>)
 }
 
 /// What a `snclConfig_t` asks for.
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Opts {
     pub(super) blocking: Option<bool>,
     pub(super) timeout: Option<Duration>,
+    pub(super) deterministic: Option<bool>,
+}
+
+impl Opts {
+    /// Applies the fields that configure a communicator to `c`.
+    pub(super) fn apply(&self, c: &mut Config) {
+        if let Some(t) = self.timeout {
+            c.timeout = t;
+        }
+        if let Some(d) = self.deterministic {
+            c.deterministic = d;
+        }
+    }
 }
 
 /// Reads a config (NULL: defaults).
@@ -134,10 +148,7 @@ pub(super) struct Opts {
 /// # Safety
 /// `cfg` is NULL or points to a `snclConfig_t` of at least its `size` bytes.
 pub(super) unsafe fn config_arg(cfg: *const snclConfig_t) -> R<Opts> {
-    let mut o = Opts {
-        blocking: None,
-        timeout: None,
-    };
+    let mut o = Opts::default();
     if cfg.is_null() {
         return Ok(o);
     }
@@ -169,15 +180,27 @@ pub(super) unsafe fn config_arg(cfg: *const snclConfig_t) -> R<Opts> {
                 o.timeout = Some(Duration::from_millis(t as u64));
             }
         }
+        let end = std::mem::offset_of!(snclConfig_t, deterministic) + std::mem::size_of::<c_int>();
+        if size >= end {
+            let d = std::ptr::addr_of!((*cfg).deterministic).read();
+            match d {
+                c_int::MIN => {}
+                0 | 1 => o.deterministic = Some(d == 1),
+                other => {
+                    return Err(CError::invalid(format!(
+                        "config deterministic is {other}; give 0 or 1"
+                    )))
+                }
+            }
+        }
     }
     Ok(o)
 }
 
-pub(super) fn env_config(timeout: Option<Duration>) -> R<Config> {
+/// The environment's configuration with what `opts` sets on top.
+pub(super) fn env_config(opts: &Opts) -> R<Config> {
     let mut c = Config::from_env()?;
-    if let Some(t) = timeout {
-        c.timeout = t;
-    }
+    opts.apply(&mut c);
     Ok(c)
 }
 

@@ -3,7 +3,6 @@
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::args::*;
 use super::comm::{snclComm_t, CommShared, PreMul, Scalar, Ticket};
@@ -55,7 +54,7 @@ pub unsafe extern "C" fn snclCommInitRankConfig(
         let id = UniqueId::from_bytes(&bytes)?;
         // SAFETY: forwarded from the caller.
         let opts = unsafe { config_arg(config) }?;
-        let cfg = env_config(opts.timeout)?;
+        let cfg = env_config(&opts)?;
         let blocking = opts.blocking.unwrap_or(true);
         let shared = CommShared::pending(blocking);
         if !blocking {
@@ -160,7 +159,7 @@ pub unsafe extern "C" fn snclCommInitAll(
             return Err(CError::invalid("comm is NULL"));
         }
         let n = world_arg("ndev", ndev)?;
-        let comms = Communicator::init_threads(n, env_config(None)?)?;
+        let comms = Communicator::init_threads(n, env_config(&Opts::default())?)?;
         for (i, c) in comms.into_iter().enumerate() {
             // SAFETY: the caller provides `ndev` handles at `comm`.
             unsafe { write_handle(comm.add(i), CommShared::ready(c, true, None)) };
@@ -175,7 +174,7 @@ fn split_job(
     color: c_int,
     key: c_int,
     child: Option<Arc<CommShared>>,
-    timeout: Option<Duration>,
+    opts: Opts,
 ) -> R {
     let exchanged = (|| -> R<Option<(UniqueId, usize, usize, Config)>> {
         let parent = parent_shared.get()?;
@@ -215,9 +214,7 @@ fn split_job(
         })?;
         let newrank = members.iter().position(|&r| r == me).expect("a member");
         let mut cfg = parent.config().clone();
-        if let Some(t) = timeout {
-            cfg.timeout = t;
-        }
+        opts.apply(&mut cfg);
         Ok(Some((id, newrank, members.len(), cfg)))
     })();
     match (exchanged, child) {
@@ -276,12 +273,11 @@ pub unsafe extern "C" fn snclCommSplit(
         };
         let ticket = parent.ticket();
         let p = parent.clone();
-        let timeout = opts.timeout;
         if !blocking {
             write(child.as_ref());
             let c = child.clone();
             spawn("sncl-split", move || {
-                let _ = split_job(p, ticket, color, key, c, timeout);
+                let _ = split_job(p, ticket, color, key, c, opts);
             })?;
             return Ok(if child.is_some() {
                 snclResult_t::snclInProgress
@@ -295,12 +291,12 @@ pub unsafe extern "C" fn snclCommSplit(
                 c.defer_to_group_end();
             }
             exec::defer(Box::new(move || {
-                split_job(p, ticket, color, key, child, timeout)
+                split_job(p, ticket, color, key, child, opts)
             }));
             return Ok(OK);
         }
         write(None);
-        split_job(p, ticket, color, key, child.clone(), timeout)?;
+        split_job(p, ticket, color, key, child.clone(), opts)?;
         write(child.as_ref());
         Ok(OK)
     })

@@ -211,6 +211,12 @@ pub struct snclConfig_t {
     /// waits on makes no progress for this many milliseconds (also the
     /// deadline of init). Default: `SNCL_TIMEOUT_MS`, else 300000.
     pub timeoutMs: c_int,
+    /// sncl extension: 1 makes all-reduce, reduce and reduce-scatter
+    /// bitwise reproducible, every element reduced in one canonical order
+    /// whatever the algorithm (docs/DETERMINISM.md); 0 lets each algorithm
+    /// reduce in its own order. Default: `SNCL_DETERMINISTIC`, else 0. Every
+    /// rank must agree.
+    pub deterministic: c_int,
 }
 
 /// CUDA's stream structure, never defined: `cudaStream_t` and the driver's

@@ -212,9 +212,17 @@ void throwIfFailed(
   C10_THROW_ERROR(DistBackendError, msg);
 }
 
-// The configuration of a new communicator of a group with `timeout`.
-snclConfig_t configFor(std::chrono::milliseconds timeout, int rank) {
+// The configuration of a new communicator of a group with `timeout`;
+// `deterministic` 0 or 1 sets snclConfig_t::deterministic (-1: the
+// environment's SNCL_DETERMINISTIC decides).
+snclConfig_t configFor(
+    std::chrono::milliseconds timeout,
+    int rank,
+    int deterministic) {
   snclConfig_t cfg = SNCL_CONFIG_INITIALIZER;
+  if (deterministic >= 0) {
+    cfg.deterministic = deterministic;
+  }
   // Settings come from libsncl (environment, else the settings file).
   char setting[256];
   int isSet = 0;
@@ -240,7 +248,8 @@ snclComm_t bootstrapComm(
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& groupName) {
+    const std::string& groupName,
+    int deterministic) {
   TORCH_CHECK(store, "sncl: no store to bootstrap through");
   int instance = 0;
   {
@@ -270,7 +279,7 @@ snclComm_t bootstrapComm(
         sizeof(id.internal));
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  snclConfig_t cfg = configFor(timeout, rank);
+  snclConfig_t cfg = configFor(timeout, rank, deterministic);
   snclComm_t comm = nullptr;
   throwIfFailed(
       snclCommInitRankConfig(&comm, size, id, rank, &cfg),
@@ -288,14 +297,16 @@ ProcessGroupSncl::ProcessGroupSncl(
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& groupName)
+    const std::string& groupName,
+    int deterministic)
     : ProcessGroupSncl(
-          bootstrapComm(store, rank, size, timeout, groupName),
+          bootstrapComm(store, rank, size, timeout, groupName, deterministic),
           store,
           rank,
           size,
           timeout,
-          groupName) {}
+          groupName,
+          deterministic) {}
 
 ProcessGroupSncl::ProcessGroupSncl(
     snclComm_t comm,
@@ -303,11 +314,13 @@ ProcessGroupSncl::ProcessGroupSncl(
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& groupName)
+    const std::string& groupName,
+    int deterministic)
     : c10d::Backend(rank, size),
       store_(store),
       timeout_(timeout),
-      groupName_(groupName) {
+      groupName_(groupName),
+      deterministic_(deterministic) {
   comm_ = comm;
   char setting[256];
   int isSet = 0;
@@ -335,7 +348,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::split(
       ? opts->group_name
       : groupName_ + ":split";
   return c10::make_intrusive<ProcessGroupSncl>(
-      store, groupRank, static_cast<int>(ranks.size()), timeout, name);
+      store, groupRank, static_cast<int>(ranks.size()), timeout, name, deterministic_);
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
@@ -363,7 +376,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
   snclComm_t parent = comm_.load();
   TORCH_CHECK(parent, "sncl: shrink of a process group that was shut down or aborted");
   auto timeout = optsOverride ? optsOverride->timeout : timeout_;
-  snclConfig_t cfg = configFor(timeout, rank_);
+  snclConfig_t cfg = configFor(timeout, rank_, deterministic_);
   snclComm_t child = nullptr;
   snclResult_t r;
   if (shrinkFlags == SNCL_SHRINK_DEFAULT) {
@@ -393,7 +406,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
       ? optsOverride->group_name
       : groupName_ + ":shrink:" + std::to_string(++shrinks_);
   return c10::make_intrusive<ProcessGroupSncl>(
-      child, store_, newRank, newSize, timeout, name);
+      child, store_, newRank, newSize, timeout, name, deterministic_);
 }
 
 ProcessGroupSncl::~ProcessGroupSncl() {
@@ -812,10 +825,14 @@ c10::intrusive_ptr<c10d::Backend> createProcessGroupSncl(
     int rank,
     int size,
     std::chrono::duration<float> timeout,
-    const std::string& groupName) {
+    const std::string& groupName,
+    int deterministic) {
+  TORCH_CHECK(
+      deterministic >= -1 && deterministic <= 1,
+      "sncl: Options.deterministic must be True, False or None");
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   return c10::make_intrusive<ProcessGroupSncl>(
-      store, rank, size, ms, groupName);
+      store, rank, size, ms, groupName, deterministic);
 }
 
 } // namespace sncl_torch
@@ -832,6 +849,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("size"),
       py::arg("timeout"),
       py::arg("group_name"),
+      py::arg("deterministic") = -1,
       py::call_guard<py::gil_scoped_release>(),
       "Creates this rank's sncl backend, bootstrapping through the store.");
   m.def(

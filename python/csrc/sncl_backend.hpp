@@ -131,12 +131,16 @@ class ProcessGroupSncl : public c10d::Backend {
     }
   };
 
+  // `deterministic`: 0 or 1 sets sncl's deterministic mode for this group
+  // and the groups split or shrunk from it; -1 leaves it to the
+  // environment (SNCL_DETERMINISTIC).
   ProcessGroupSncl(
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
       std::chrono::milliseconds timeout,
-      const std::string& groupName);
+      const std::string& groupName,
+      int deterministic = -1);
   // Adopts `comm` (made by a split or a shrink of another group's
   // communicator), which has `size` ranks, this one `rank`.
   ProcessGroupSncl(
@@ -145,7 +149,8 @@ class ProcessGroupSncl : public c10d::Backend {
       int rank,
       int size,
       std::chrono::milliseconds timeout,
-      const std::string& groupName);
+      const std::string& groupName,
+      int deterministic = -1);
   ~ProcessGroupSncl() override;
 
   // dist.split_group: every rank of this group calls split with the ranks
@@ -404,6 +409,9 @@ class ProcessGroupSncl : public c10d::Backend {
   uint64_t seq_ = 0;
   uint64_t monitoredSeq_ = 0; // monitored barriers so far (same on all ranks)
   uint64_t shrinks_ = 0; // shrinks of this group (names the new groups)
+  // snclConfig_t::deterministic for this group's communicators and those
+  // split or shrunk from it (-1: SNCL_DETERMINISTIC decides).
+  int deterministic_ = -1;
 };
 
 // "sncl:<op>" for an operation type (static strings, for the profiler).
@@ -417,6 +425,7 @@ c10::intrusive_ptr<c10d::Backend> createProcessGroupSncl(
     int rank,
     int size,
     std::chrono::duration<float> timeout,
-    const std::string& groupName);
+    const std::string& groupName,
+    int deterministic);
 
 } // namespace sncl_torch

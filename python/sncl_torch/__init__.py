@@ -33,6 +33,7 @@ import torch.distributed as dist
 from . import _C
 
 __all__ = [
+    "Options",
     "version",
     "cuda_built",
     "BACKEND_NAME",
@@ -108,11 +109,54 @@ def int8_compress_hook(state, bucket) -> torch.futures.Future:
     return all_reduce_compressed(bucket.buffer(), "int8", group=state, average=True)
 
 
+class Options:
+    """Options of the sncl backend, passed as ``pg_options``::
+
+        dist.init_process_group(
+            "sncl", pg_options=sncl_torch.Options(deterministic=True)
+        )
+
+    ``deterministic``: True makes all-reduce, reduce and reduce-scatter
+    bitwise reproducible, every element reduced in one canonical order
+    whatever the algorithm, placement or bucket boundaries (sncl's
+    docs/DETERMINISM.md); False lets each algorithm reduce in its own
+    order; None (default) leaves it to ``SNCL_DETERMINISTIC``. Every rank
+    must pass the same; groups split or shrunk from the group keep it.
+    """
+
+    def __init__(self, deterministic=None):
+        if deterministic not in (None, True, False):
+            raise ValueError(
+                f"sncl_torch.Options: deterministic must be True, False or None, "
+                f"got {deterministic!r}"
+            )
+        self.deterministic = deterministic
+
+    def __repr__(self):
+        return f"sncl_torch.Options(deterministic={self.deterministic!r})"
+
+
 def _create_backend(opts, backend_options=None):
-    """c10d's extended-API creator: opts is a _DistributedBackendOptions."""
+    """c10d's extended-API creator: opts is a _DistributedBackendOptions;
+    backend_options is the ``pg_options`` given (an :class:`Options`, or
+    None)."""
     group_id = str(opts.group_id) if getattr(opts, "group_id", None) else "default"
+    deterministic = -1
+    if backend_options is not None:
+        if not isinstance(backend_options, Options):
+            raise TypeError(
+                "sncl: pg_options must be a sncl_torch.Options, got "
+                f"{type(backend_options).__name__}"
+            )
+        if backend_options.deterministic is not None:
+            deterministic = int(backend_options.deterministic)
     return _C._create_backend(
-        opts.store, opts.group_rank, opts.group_size, opts.timeout, group_id
+        opts.store,
+        opts.group_rank,
+        opts.group_size,
+        opts.timeout,
+        group_id,
+        deterministic,
     )
 
 

@@ -274,6 +274,65 @@ fn inits_in_a_group_and_non_blocking() {
     }
 }
 
+/// `snclConfig_t::deterministic` (a sncl extension) reaches the
+/// communicator and its split children; values other than 0, 1 and
+/// `SNCL_CONFIG_UNDEF_INT` are refused, naming the field.
+#[test]
+fn the_deterministic_config_field() {
+    let n = 3;
+    let id = id_at(SocketAddr::from(([127, 0, 0, 1], free_port())));
+    let mut comms = vec![std::ptr::null_mut(); n];
+    // SAFETY: all-zero bytes are a valid snclConfig_t (integers, NULLs).
+    let mut cfg = unsafe { std::mem::zeroed::<snclConfig_t>() };
+    cfg.size = std::mem::size_of::<snclConfig_t>();
+    cfg.magic = SNCL_API_MAGIC;
+    cfg.version = SNCL_VERSION_CODE as u32;
+    cfg.blocking = 1;
+    cfg.timeoutMs = 30_000;
+    cfg.deterministic = 1;
+    let deterministic = |c: snclComm_t| {
+        // SAFETY: a live handle from a successful init.
+        let shared = unsafe { &(*c).shared };
+        shared.get().expect("initialized").config().deterministic
+    };
+    // SAFETY: valid out-pointers and config; every handle is destroyed once.
+    unsafe {
+        ok(snclGroupStart());
+        for (r, c) in comms.iter_mut().enumerate() {
+            ok(snclCommInitRankConfig(
+                c, n as c_int, id, r as c_int, &mut cfg,
+            ));
+        }
+        ok(snclGroupEnd());
+        assert!(comms.iter().all(|&c| deterministic(c)));
+        grouped_all_reduce(&comms);
+        let mut subs = vec![std::ptr::null_mut(); n];
+        ok(snclGroupStart());
+        for r in 0..n {
+            ok(snclCommSplit(
+                comms[r],
+                0,
+                r as c_int,
+                &mut subs[r],
+                std::ptr::null_mut(),
+            ));
+        }
+        ok(snclGroupEnd());
+        assert!(subs.iter().all(|&c| deterministic(c)));
+        for c in subs.into_iter().chain(comms) {
+            ok(snclCommDestroy(c));
+        }
+        cfg.deterministic = 2;
+        let mut c = std::ptr::null_mut();
+        assert_eq!(
+            snclCommInitRankConfig(&mut c, 1, id, 0, &mut cfg),
+            snclInvalidArgument
+        );
+        let last = CStr::from_ptr(snclGetLastError(std::ptr::null_mut())).to_string_lossy();
+        assert!(last.contains("deterministic is 2"), "{last}");
+    }
+}
+
 #[test]
 fn bad_arguments_are_reported() {
     let last = || {
