@@ -95,12 +95,48 @@ impl Bench {
     }
 }
 
-/// Element types commbench can fill with exact test values.
+/// What the inputs hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    /// Small integers, which every order of reduction gives exactly.
+    Exact,
+    /// In deterministic mode (`SNCL_DETERMINISTIC=1`): floats of random
+    /// mantissa, sign and binade, whose sums round differently in almost
+    /// any other order, checked bit for bit against the canonical order
+    /// (integers stay [`Values::Exact`]: every order gives their bits).
+    Inexact,
+}
+
+impl Values {
+    /// The values a case on `comm` uses.
+    pub fn of(comm: &Communicator) -> Values {
+        if comm.config().deterministic {
+            Values::Inexact
+        } else {
+            Values::Exact
+        }
+    }
+}
+
+/// Element types commbench can fill with test values.
 pub trait BenchElem: Element + PartialEq + Default {
     fn from_i64(v: i64) -> Self;
+    /// The float closest to `x`; integer types have none.
+    fn from_f64(_x: f64) -> Option<Self> {
+        None
+    }
     /// Element `i` of rank `r`'s input (see [`value`]).
     fn value(r: usize, i: usize, op: ReduceOp) -> Self {
         Self::from_i64(value(r, i, op))
+    }
+    /// Element `i` of rank `r`'s input with `values`.
+    fn element(r: usize, i: usize, op: ReduceOp, values: Values) -> Self {
+        match values {
+            Values::Exact => Self::value(r, i, op),
+            Values::Inexact => {
+                Self::from_f64(inexact(r, i, op)).unwrap_or_else(|| Self::value(r, i, op))
+            }
+        }
     }
 }
 macro_rules! bench_int {
@@ -111,20 +147,32 @@ impl BenchElem for f32 {
     fn from_i64(v: i64) -> Self {
         v as f32
     }
+    fn from_f64(x: f64) -> Option<Self> {
+        Some(x as f32)
+    }
 }
 impl BenchElem for f64 {
     fn from_i64(v: i64) -> Self {
         v as f64
+    }
+    fn from_f64(x: f64) -> Option<Self> {
+        Some(x)
     }
 }
 impl BenchElem for f16 {
     fn from_i64(v: i64) -> Self {
         f16::from_f64(v as f64)
     }
+    fn from_f64(x: f64) -> Option<Self> {
+        Some(f16::from_f64(x))
+    }
 }
 impl BenchElem for bf16 {
     fn from_i64(v: i64) -> Self {
         bf16::from_f64(v as f64)
+    }
+    fn from_f64(x: f64) -> Option<Self> {
+        Some(bf16::from_f64(x))
     }
 }
 /// fp8 holds few integers exactly (e5m2: 0 to 8), so a sum's partial sums
@@ -136,6 +184,9 @@ macro_rules! bench_fp8 {
         impl BenchElem for $t {
             fn from_i64(v: i64) -> Self {
                 <$t>::from_f64(v as f64)
+            }
+            fn from_f64(x: f64) -> Option<Self> {
+                Some(<$t>::from_f64(x))
             }
             fn value(r: usize, i: usize, op: ReduceOp) -> Self {
                 match op {
@@ -163,17 +214,38 @@ fn value(r: usize, i: usize, op: ReduceOp) -> i64 {
     }
 }
 
-fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<T> {
-    (0..len).map(|i| T::value(r, i, op)).collect()
+/// Element `i` of rank `r`'s input in [`Values::Inexact`]: a sign, a
+/// 40-bit mantissa and a binade from -2 to 2 (products: -1 or 0, so a
+/// product over many ranks stays finite in f32) drawn from a hash of
+/// `(r, i)`.
+fn inexact(r: usize, i: usize, op: ReduceOp) -> f64 {
+    let mut z = (r as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(i as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let sign = if z >> 63 == 1 { -1.0 } else { 1.0 };
+    let mantissa = 1.0 + ((z >> 11) & ((1 << 40) - 1)) as f64 / (1u64 << 40) as f64;
+    let binade = match op {
+        ReduceOp::Prod => (z >> 4) % 2,
+        _ => (z >> 4) % 5,
+    } as i32
+        - if op == ReduceOp::Prod { 1 } else { 2 };
+    sign * mantissa * 2f64.powi(binade)
+}
+
+fn input<T: BenchElem>(r: usize, len: usize, op: ReduceOp, values: Values) -> Vec<T> {
+    (0..len).map(|i| T::element(r, i, op, values)).collect()
 }
 
 /// Rank `r`'s input of `len` elements of `dtype` as bytes (the device
 /// benchmark uploads it).
-pub fn input_bytes(dtype: DataType, r: usize, len: usize, op: ReduceOp) -> Vec<u8> {
-    fn bytes<T: BenchElem>(r: usize, len: usize, op: ReduceOp) -> Vec<u8> {
-        sncl::as_bytes(&input::<T>(r, len, op)).to_vec()
+pub fn input_bytes(dtype: DataType, r: usize, len: usize, op: ReduceOp, values: Values) -> Vec<u8> {
+    fn bytes<T: BenchElem>(r: usize, len: usize, op: ReduceOp, values: Values) -> Vec<u8> {
+        sncl::as_bytes(&input::<T>(r, len, op, values)).to_vec()
     }
-    crate::with_dtype!(dtype, bytes(r, len, op))
+    crate::with_dtype!(dtype, bytes(r, len, op, values))
 }
 
 /// Result of one timed direction.
@@ -223,7 +295,20 @@ pub struct Case {
     pub unalign: usize,
 }
 
-fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
+/// The reduction over `n` ranks of elements `offset..offset + len`: with
+/// exact values in rank order (any order gives the same), with inexact
+/// ones in the canonical order of deterministic mode
+/// (`comm_core::algo::canonical_split`), a block at a time.
+fn reduce_expected<T: BenchElem>(
+    n: usize,
+    len: usize,
+    offset: usize,
+    op: ReduceOp,
+    values: Values,
+) -> Vec<T> {
+    if values == Values::Inexact {
+        return canonical_expected(n, len, offset, op);
+    }
     let mut acc: Vec<T> = (0..len).map(|i| T::value(0, offset + i, op)).collect();
     for r in 1..n {
         let other: Vec<T> = (0..len).map(|i| T::value(r, offset + i, op)).collect();
@@ -233,6 +318,44 @@ fn reduce_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: Reduce
         kernels::divide(T::DTYPE, as_bytes_mut(&mut acc), n);
     }
     acc
+}
+
+fn canonical_expected<T: BenchElem>(n: usize, len: usize, offset: usize, op: ReduceOp) -> Vec<T> {
+    /// Elements per block: the ranks' inputs of one block are held at once.
+    const BLOCK: usize = 1 << 16;
+    fn node<T: BenchElem>(inputs: &[Vec<T>], lo: usize, hi: usize, op: ReduceOp) -> Vec<T> {
+        if hi - lo == 1 {
+            return inputs[lo].clone();
+        }
+        let mid = comm_core::algo::canonical_split(lo, hi);
+        let (a, b) = (node(inputs, lo, mid, op), node(inputs, mid, hi, op));
+        let mut out = vec![T::default(); a.len()];
+        kernels::reduce_into(
+            T::DTYPE,
+            op,
+            as_bytes_mut(&mut out),
+            as_bytes(&a),
+            as_bytes(&b),
+        );
+        out
+    }
+    let mut out = Vec::with_capacity(len);
+    for start in (0..len).step_by(BLOCK) {
+        let l = BLOCK.min(len - start);
+        let inputs: Vec<Vec<T>> = (0..n)
+            .map(|r| {
+                (0..l)
+                    .map(|i| T::element(r, offset + start + i, op, Values::Inexact))
+                    .collect()
+            })
+            .collect();
+        let mut part = node(&inputs, 0, n, op);
+        if op == ReduceOp::Avg {
+            kernels::divide(T::DTYPE, as_bytes_mut(&mut part), n);
+        }
+        out.extend(part);
+    }
+    out
 }
 
 fn count_wrong<T: BenchElem>(got: &[T], want: &[T]) -> u64 {
@@ -334,7 +457,7 @@ fn prepare<T: BenchElem>(comm: &Communicator, c: &Case, in_place: bool) -> Resul
         (_, Some(l)) => (shape.send_elems(r), l.elems),
         (_, None) => (shape.send_elems(r), shape.recv_elems(r)),
     };
-    let send = input::<T>(r, send_len, c.op);
+    let send = input::<T>(r, send_len, c.op, Values::of(comm));
     let mut recv = vec![T::default(); recv_len];
     if let Some(l) = layout {
         recv[l.input_at..l.input_at + send.len()].copy_from_slice(&send);
@@ -353,16 +476,17 @@ fn expected<T: BenchElem>(
     in_place: bool,
 ) -> Option<(usize, Vec<T>)> {
     let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
+    let values = Values::of(comm);
     let block = |src: usize, offset: usize| -> Vec<T> {
         (0..cnt).map(|i| T::value(src, offset + i, op)).collect()
     };
     Some(match c.bench {
-        Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op)),
+        Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op, values)),
         Bench::ReduceScatter => (
             if in_place { r * cnt } else { 0 },
-            reduce_expected(n, cnt, r * cnt, op),
+            reduce_expected(n, cnt, r * cnt, op, values),
         ),
-        Bench::Reduce if r == c.root => (0, reduce_expected(n, cnt, 0, op)),
+        Bench::Reduce if r == c.root => (0, reduce_expected(n, cnt, 0, op, values)),
         Bench::Reduce => return None,
         Bench::AllGather => (0, (0..n).flat_map(|j| block(j, 0)).collect()),
         Bench::Broadcast => (0, block(c.root, 0)),
@@ -479,7 +603,9 @@ macro_rules! with_dtype {
 fn run_compressed(comm: &Communicator, c: &Case) -> Result<Timing> {
     let (codec, scope) = c.compress.as_ref().expect("compressed case");
     let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
-    let inputs: Vec<Vec<f32>> = (0..n).map(|q| input::<f32>(q, cnt, op)).collect();
+    let inputs: Vec<Vec<f32>> = (0..n)
+        .map(|q| input::<f32>(q, cnt, op, Values::Exact))
+        .collect();
     let mut buf = inputs[r].clone();
     let once = |buf: &mut Vec<f32>| -> Result<()> {
         buf.copy_from_slice(&inputs[r]);

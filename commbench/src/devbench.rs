@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
 use sncl::{Communicator, DeviceOp, RawOp, Result};
 
-use crate::cases::{input_bytes, Case, Timing};
+use crate::cases::{input_bytes, Case, Timing, Values};
 
 /// Where the benchmark's buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +120,13 @@ fn run_compressed(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing,
         op: "all_reduce_compressed",
         detail: format!("{what} on {described}: {e}"),
     };
-    let input = input_bytes(sncl::DataType::Float32, rank, c.count, c.op);
+    let input = input_bytes(
+        sncl::DataType::Float32,
+        rank,
+        c.count,
+        c.op,
+        Values::of(comm),
+    );
     let fits = |b: &DeviceBuffer| input.len() <= b.bytes();
     if !fits(&d.send) || !fits(&d.recv) {
         return Err(fail(
@@ -209,7 +215,7 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
     };
     let esize = c.dtype.size();
     let (se, re) = extents(c, n, rank);
-    let send = input_bytes(c.dtype, rank, se, c.op);
+    let send = input_bytes(c.dtype, rank, se, c.op, Values::of(comm));
     if send.len() > d.send.bytes() || re * esize > d.recv.bytes() {
         return Err(fail(
             "sizing",
