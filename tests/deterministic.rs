@@ -346,6 +346,57 @@ fn three_and_five_ranks_over_tcp_only() {
     }
 }
 
+/// Max and min over inputs full of +0, -0 and NaNs of several payloads:
+/// the kernels' max and min are commutative bit for bit, so every
+/// placement of the canonical tree gives the same bits there too.
+#[test]
+fn signed_zeros_and_nans_in_max_and_min() {
+    for n in [3, 5, 8] {
+        let comms = group(n, 1, false, true);
+        std::thread::scope(|s| {
+            for c in &comms {
+                s.spawn(move || {
+                    let (n, r) = (c.size(), c.rank());
+                    let special = [
+                        0u32,
+                        0x8000_0000,
+                        0x7fc0_0000,
+                        0xffc0_0000,
+                        0x7f80_0001,
+                        0x3f80_0000,
+                    ];
+                    let input = |q: usize| -> Vec<u8> {
+                        let mut rng = Rng(77 + q as u64);
+                        (0..999)
+                            .flat_map(|_| {
+                                let x = rng.next();
+                                let bits = if x.is_multiple_of(3) {
+                                    0xbf80_0000
+                                } else {
+                                    special[(x >> 8) as usize % special.len()]
+                                };
+                                bits.to_ne_bytes()
+                            })
+                            .collect()
+                    };
+                    let all: Vec<Vec<u8>> = (0..n).map(input).collect();
+                    for op in [ReduceOp::Max, ReduceOp::Min] {
+                        let want = reference(DataType::Float32, op, &all);
+                        for &algo in algorithms(Collective::AllReduce) {
+                            c.force_algorithm(Collective::AllReduce, Some(algo))
+                                .unwrap();
+                            let send: Vec<f32> = typed(&all[r]);
+                            let mut recv = vec![0f32; send.len()];
+                            c.all_reduce(&send, &mut recv, op).unwrap();
+                            assert_eq!(bytes_of(&recv), want, "{n} ranks, {op:?}, {algo}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
 /// The check can fail: without deterministic mode, the ring and the tree
 /// of 5 ranks round f32 sums differently.
 #[test]

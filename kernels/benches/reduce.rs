@@ -49,6 +49,11 @@ fn bench_sizes(c: &mut Criterion) {
             g.bench_function(format!("into/{t}"), |bch| {
                 bch.iter(|| kernels::reduce_into(dtype, ReduceOp::Sum, &mut dst, black_box(&a), &b))
             });
+            // Max: IEEE maximum, commutative bit for bit (the compare-and-
+            // settle sequence that deterministic mode relies on).
+            g.bench_function(format!("max_into/{t}"), |bch| {
+                bch.iter(|| kernels::reduce_into(dtype, ReduceOp::Max, &mut dst, black_box(&a), &b))
+            });
             // Accumulating the same `b` over and over keeps the values
             // finite for long enough: it only adds ~1 per iteration.
             let mut acc = a.clone();

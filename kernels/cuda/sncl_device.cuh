@@ -3,8 +3,10 @@
 // (kernels/src/scalar.rs and x86.rs):
 //
 // * integers wrap (computed in the unsigned type of the same width);
-// * float max is `a > b ? a : b`, min is `a < b ? a : b` (x86 maxps/minps:
-//   the second operand wins when either is NaN, and between +0 and -0);
+// * float max / min are IEEE 754-2019 maximum / minimum, commutative bit
+//   for bit: the larger / smaller value; between equal values (+0, -0) the
+//   AND / OR of their bits (+0 for max, -0 for min); a NaN operand gives a
+//   quiet NaN, the OR of both operands' bits;
 // * float sum/prod/divide round once (the *_rn intrinsics, never fused),
 //   and a NaN result follows x86's rule, so a GPU gives the bits an x86 CPU
 //   gives: the first NaN operand, quieted, or else the default NaN
@@ -316,8 +318,18 @@ __device__ __forceinline__ float sncl_float_sum(float a, float b) {
 __device__ __forceinline__ float sncl_float_prod(float a, float b) {
   return sncl_f32_fix(__fmul_rn(a, b), a, b);
 }
-__device__ __forceinline__ float sncl_float_max(float a, float b) { return a > b ? a : b; }
-__device__ __forceinline__ float sncl_float_min(float a, float b) { return a < b ? a : b; }
+__device__ __forceinline__ float sncl_float_extremum(float a, float b, bool max) {
+  const unsigned int x = __float_as_uint(a), y = __float_as_uint(b);
+  if (a != a || b != b) return __uint_as_float(x | y | 0x00400000u);
+  if (a == b) return __uint_as_float(max ? (x & y) : (x | y));
+  return ((a > b) == max) ? a : b;
+}
+__device__ __forceinline__ float sncl_float_max(float a, float b) {
+  return sncl_float_extremum(a, b, true);
+}
+__device__ __forceinline__ float sncl_float_min(float a, float b) {
+  return sncl_float_extremum(a, b, false);
+}
 __device__ __forceinline__ float sncl_float_div(float a, unsigned long long n) {
   const float d = __ull2float_rn(n);
   return sncl_f32_fix(__fdiv_rn(a, d), a, d);
@@ -330,8 +342,19 @@ __device__ __forceinline__ double sncl_double_sum(double a, double b) {
 __device__ __forceinline__ double sncl_double_prod(double a, double b) {
   return sncl_f64_fix(__dmul_rn(a, b), a, b);
 }
-__device__ __forceinline__ double sncl_double_max(double a, double b) { return a > b ? a : b; }
-__device__ __forceinline__ double sncl_double_min(double a, double b) { return a < b ? a : b; }
+__device__ __forceinline__ double sncl_double_extremum(double a, double b, bool max) {
+  const unsigned long long x = (unsigned long long)__double_as_longlong(a);
+  const unsigned long long y = (unsigned long long)__double_as_longlong(b);
+  if (a != a || b != b) return __longlong_as_double((long long)(x | y | 0x0008000000000000ull));
+  if (a == b) return __longlong_as_double((long long)(max ? (x & y) : (x | y)));
+  return ((a > b) == max) ? a : b;
+}
+__device__ __forceinline__ double sncl_double_max(double a, double b) {
+  return sncl_double_extremum(a, b, true);
+}
+__device__ __forceinline__ double sncl_double_min(double a, double b) {
+  return sncl_double_extremum(a, b, false);
+}
 __device__ __forceinline__ double sncl_double_div(double a, unsigned long long n) {
   const double d = __ull2double_rn(n);
   return sncl_f64_fix(__ddiv_rn(a, d), a, d);

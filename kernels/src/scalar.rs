@@ -50,8 +50,40 @@ int_elem!(u32);
 int_elem!(i64);
 int_elem!(u64);
 
-/// Float combine with the semantics of the x86 `maxps`/`minps` instructions
-/// (the second operand wins when either is NaN), so scalar and SIMD agree.
+/// IEEE 754-2019 `maximum` / `minimum`, commutative bit for bit (so that
+/// deterministic mode's canonical order fixes every bit whichever operand a
+/// schedule holds locally): the larger (smaller) value; between equal
+/// values, +0 and -0, the AND (OR) of their bits, so +0 for max and -0 for
+/// min; a NaN operand gives a quiet NaN, the OR of both operands' bits.
+macro_rules! float_extremum {
+    ($t:ty, $bits:ty, $quiet:expr) => {
+        impl Extremum for $t {
+            #[inline(always)]
+            fn extremum(a: Self, b: Self, max: bool) -> Self {
+                let (x, y) = (a.to_bits(), b.to_bits());
+                if a.is_nan() || b.is_nan() {
+                    <$t>::from_bits(x | y | $quiet)
+                } else if a == b {
+                    <$t>::from_bits(if max { x & y } else { x | y })
+                } else if (a > b) == max {
+                    a
+                } else {
+                    b
+                }
+            }
+        }
+    };
+}
+
+/// Commutative float max / min (see `float_extremum!`).
+trait Extremum: Sized {
+    fn extremum(a: Self, b: Self, max: bool) -> Self;
+}
+float_extremum!(f32, u32, 0x0040_0000);
+float_extremum!(f64, u64, 0x0008_0000_0000_0000);
+
+/// Float combine: sum and product round once (x86's NaN rule, which the
+/// SIMD paths share); max and min are [`Extremum`].
 macro_rules! float_elem {
     ($t:ty) => {
         impl Elem for $t {
@@ -68,20 +100,8 @@ macro_rules! float_elem {
                 match op {
                     ReduceOp::Sum | ReduceOp::Avg => a + b,
                     ReduceOp::Prod => a * b,
-                    ReduceOp::Max => {
-                        if a > b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
-                    ReduceOp::Min => {
-                        if a < b {
-                            a
-                        } else {
-                            b
-                        }
-                    }
+                    ReduceOp::Max => <$t>::extremum(a, b, true),
+                    ReduceOp::Min => <$t>::extremum(a, b, false),
                     ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
                         unreachable!("bitwise reduction on a float type is rejected earlier")
                     }
@@ -285,10 +305,11 @@ mod tests {
         assert_eq!(fp8(e, ReduceOp::Prod, enc(-32.0), enc(32.0)), 0xfe);
         // 448 + 16 is halfway to 480 (not representable): to even, 448.
         assert_eq!(fp8(e, ReduceOp::Sum, 0x7e, enc(16.0)), 0x7e);
-        // NaN wins sum, and is the second operand's choice in max/min.
+        // NaN wins sum, max and min (in max/min whichever operand it is).
         assert_eq!(fp8(e, ReduceOp::Sum, 0x7f, enc(1.0)), 0x7f);
         assert_eq!(fp8(e, ReduceOp::Sum, enc(1.0), 0xff), 0x7f);
         assert_eq!(fp8(e, ReduceOp::Max, enc(1.0), 0x7f), 0x7f);
+        assert_eq!(fp8(e, ReduceOp::Max, 0x7f, enc(1.0)), 0x7f);
         assert_eq!(fp8(e, ReduceOp::Max, enc(2.0), enc(-3.0)), enc(2.0));
         assert_eq!(fp8(e, ReduceOp::Min, enc(2.0), enc(-3.0)), enc(-3.0));
         // Smallest subnormal 2^-9 (0x01): halved rounds to zero (even).

@@ -12,8 +12,9 @@
 //! load, one indirect call and, for an 8-byte buffer, a handful of masked
 //! loads and stores (about 3.5 ns, see BENCH.md).
 //!
-//! Float semantics match `scalar.rs` bit for bit: `vmaxps(a, b)` is exactly
-//! `if a > b { a } else { b }`, f16 goes through the same F16C instructions the
+//! Float semantics match `scalar.rs` bit for bit: max and min are IEEE
+//! 754-2019 maximum and minimum, commutative bit for bit (`vmaxps` plus a
+//! fix-up where operands are equal or unordered), f16 goes through the same F16C instructions the
 //! `half` crate uses on this CPU, and bf16 rounding reproduces
 //! `half::bf16::from_f32` (nearest-even, NaN → `(bits >> 16) | 0x40`). The only
 //! freedom left is which NaN payload a sum or product of two NaNs gets, where
@@ -767,10 +768,104 @@ op256!(MinU64, |a, b| {
 struct Add;
 /// Float multiply.
 struct Mul;
-/// `if a > b { a } else { b }` — exactly `vmaxps a, b`.
+/// IEEE 754-2019 `maximum`, commutative bit for bit (scalar.rs's
+/// `float_max`): the larger; between equal values (+0 and -0) the AND of
+/// their bits (+0); a NaN operand makes a quiet NaN, the OR of both.
 struct Max;
-/// `if a < b { a } else { b }` — exactly `vminps a, b`.
+/// IEEE 754-2019 `minimum`, commutative bit for bit: the smaller; between
+/// equal values the OR of their bits (-0); NaN as [`Max`].
 struct Min;
+
+/// `vmaxps` returns its second operand when the operands are equal or
+/// unordered, so `max(a, b)` and `max(b, a)` agree except there: their AND
+/// (max) or OR (min) settles equal values, and unordered lanes take
+/// `a | b | quiet`. Vectors whose lanes are all ordered and unequal (the
+/// usual case) take `max(a, b)` as it is.
+macro_rules! commutative_extremum {
+    ($ext:ident, $settle:ident, $cmp:ident, $mask:ident, $full:expr, $or:ident, $blend:ident, $quiet:expr, $a:ident, $b:ident) => {{
+        let plain = $ext($a, $b);
+        if $mask($cmp::<_CMP_NEQ_OQ>($a, $b)) == $full {
+            plain
+        } else {
+            let settled = $settle(plain, $ext($b, $a));
+            let unordered = $cmp::<_CMP_UNORD_Q>($a, $b);
+            $blend(settled, $or($or($a, $b), $quiet), unordered)
+        }
+    }};
+}
+
+impl OpPs for Max {
+    #[inline(always)]
+    unsafe fn ps(a: __m256, b: __m256) -> __m256 {
+        let quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x0040_0000));
+        commutative_extremum!(
+            _mm256_max_ps,
+            _mm256_and_ps,
+            _mm256_cmp_ps,
+            _mm256_movemask_ps,
+            0xff,
+            _mm256_or_ps,
+            _mm256_blendv_ps,
+            quiet,
+            a,
+            b
+        )
+    }
+}
+impl OpPs for Min {
+    #[inline(always)]
+    unsafe fn ps(a: __m256, b: __m256) -> __m256 {
+        let quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x0040_0000));
+        commutative_extremum!(
+            _mm256_min_ps,
+            _mm256_or_ps,
+            _mm256_cmp_ps,
+            _mm256_movemask_ps,
+            0xff,
+            _mm256_or_ps,
+            _mm256_blendv_ps,
+            quiet,
+            a,
+            b
+        )
+    }
+}
+impl OpPd for Max {
+    #[inline(always)]
+    unsafe fn pd(a: __m256d, b: __m256d) -> __m256d {
+        let quiet = _mm256_castsi256_pd(_mm256_set1_epi64x(0x0008_0000_0000_0000));
+        commutative_extremum!(
+            _mm256_max_pd,
+            _mm256_and_pd,
+            _mm256_cmp_pd,
+            _mm256_movemask_pd,
+            0xf,
+            _mm256_or_pd,
+            _mm256_blendv_pd,
+            quiet,
+            a,
+            b
+        )
+    }
+}
+impl OpPd for Min {
+    #[inline(always)]
+    unsafe fn pd(a: __m256d, b: __m256d) -> __m256d {
+        let quiet = _mm256_castsi256_pd(_mm256_set1_epi64x(0x0008_0000_0000_0000));
+        commutative_extremum!(
+            _mm256_min_pd,
+            _mm256_or_pd,
+            _mm256_cmp_pd,
+            _mm256_movemask_pd,
+            0xf,
+            _mm256_or_pd,
+            _mm256_blendv_pd,
+            quiet,
+            a,
+            b
+        )
+    }
+}
 
 macro_rules! float_op {
     ($name:ident, $ps:ident, $pd:ident) => {
@@ -790,5 +885,3 @@ macro_rules! float_op {
 }
 float_op!(Add, _mm256_add_ps, _mm256_add_pd);
 float_op!(Mul, _mm256_mul_ps, _mm256_mul_pd);
-float_op!(Max, _mm256_max_ps, _mm256_max_pd);
-float_op!(Min, _mm256_min_ps, _mm256_min_pd);
