@@ -397,6 +397,43 @@ fn signed_zeros_and_nans_in_max_and_min() {
     }
 }
 
+/// Across rank counts: a run of `n` ranks whose rank `i` holds the
+/// canonical sum of ranks `i*m .. (i+1)*m` of a run of `n*m` ranks (`m` a
+/// power of two: the same data cut in coarser canonical shards) gets the
+/// larger run's bits, because the canonical tree over `n*m` ranks is the
+/// tree over `n` with a subtree of `m` under each leaf.
+#[test]
+fn coarser_canonical_shards_give_the_larger_runs_bits() {
+    let fine = 12;
+    let all: Vec<Vec<u8>> = (0..fine)
+        .map(|q| random_bytes(DataType::Float32, 5000, &mut Rng(500 + q as u64)))
+        .collect();
+    let want = reference(DataType::Float32, ReduceOp::Sum, &all);
+    for m in [1usize, 2, 4] {
+        let n = fine / m;
+        let coarse: Vec<Vec<u8>> = (0..n)
+            .map(|i| canonical(DataType::Float32, ReduceOp::Sum, &all, i * m, (i + 1) * m))
+            .collect();
+        let comms = group(n, 1, false, true);
+        std::thread::scope(|s| {
+            for c in &comms {
+                let (coarse, want) = (&coarse, &want);
+                s.spawn(move || {
+                    let send: Vec<f32> = typed(&coarse[c.rank()]);
+                    let mut recv = vec![0f32; send.len()];
+                    c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                    assert_eq!(
+                        &bytes_of(&recv),
+                        want,
+                        "{} ranks of {m}-rank shards",
+                        c.size()
+                    );
+                });
+            }
+        });
+    }
+}
+
 /// The check can fail: without deterministic mode, the ring and the tree
 /// of 5 ranks round f32 sums differently.
 #[test]

@@ -194,15 +194,27 @@ fn shard(count: usize, n: usize, j: usize) -> Part {
     chunk_bounds(count, n, j)
 }
 
-/// Pieces of the sharded placement of an all-reduce: shard `j` lands on
-/// rank `j`, every rank keeps partials in its output.
-fn all_reduce_shards(n: usize, count: usize) -> Vec<Piece> {
+/// Blocks `(base, len)` of `n * chunk` elements (the last shorter): the
+/// sharded placements reduce and spread one block before the next, so a
+/// block is still in cache when its results are sent on (as the ring
+/// algorithm does).
+fn blocks(count: usize, n: usize, chunk: usize) -> Vec<Part> {
+    let block = n.saturating_mul(chunk.max(1));
+    (0..count.div_ceil(block))
+        .map(|k| (k * block, block.min(count - k * block)))
+        .collect()
+}
+
+/// Pieces of the sharded placement of an all-reduce over the block
+/// `(base, len)`: shard `j` of the block lands on rank `j`, every rank keeps
+/// partials in its output.
+fn all_reduce_shards(n: usize, (base, len): Part) -> Vec<Piece> {
     (0..n)
         .map(|j| {
-            let (o, l) = shard(count, n, j);
+            let (o, l) = shard(len, n, j);
             Piece {
-                leaf: Region::new(BufId::Send, o, l),
-                acc: Region::new(BufId::Recv, o, l),
+                leaf: Region::new(BufId::Send, base + o, l),
+                acc: Region::new(BufId::Recv, base + o, l),
                 root: j,
                 delay: 0,
             }
@@ -229,28 +241,45 @@ fn whole(count: usize, chunk: usize, root: usize, acc: BufId) -> Vec<Piece> {
         .collect()
 }
 
-/// Deterministic all-reduce: sharded canonical reduce-scatter, then a ring
-/// all-gather along `order` (the ring algorithm's placement).
-pub fn canonical_all_reduce_ring(order: &[usize], r: usize, count: usize) -> Schedule {
+/// Deterministic all-reduce: per block of `n * chunk` elements, a sharded
+/// canonical reduce-scatter, then a ring all-gather along `order` (the
+/// ring algorithm's placement).
+pub fn canonical_all_reduce_ring(
+    order: &[usize],
+    r: usize,
+    count: usize,
+    chunk: usize,
+) -> Schedule {
     let n = order.len();
     let mut s = Schedule::new(n, r);
-    push_reduce(&mut s, &all_reduce_shards(n, count), true);
-    if n > 1 {
-        let parts: Vec<Part> = order.iter().map(|&j| shard(count, n, j)).collect();
-        push_ring_all_gather(&mut s, order, &parts, BufId::Recv);
+    for block in blocks(count, n, chunk) {
+        push_reduce(&mut s, &all_reduce_shards(n, block), true);
+        if n > 1 {
+            let parts: Vec<Part> = order
+                .iter()
+                .map(|&j| {
+                    let (o, l) = shard(block.1, n, j);
+                    (block.0 + o, l)
+                })
+                .collect();
+            push_ring_all_gather(&mut s, order, &parts, BufId::Recv);
+        }
     }
     s
 }
 
-/// Deterministic all-reduce: sharded canonical reduce-scatter, then the
-/// same trees reversed (recursive doubling for a power of two), so that
-/// on nodes of 2^k ranks in rank order only equal local ranks talk across
-/// nodes (the hierarchical placement).
-pub fn canonical_all_reduce_halving(n: usize, r: usize, count: usize) -> Schedule {
+/// Deterministic all-reduce: per block of `n * chunk` elements, a sharded
+/// canonical reduce-scatter, then the same trees reversed (recursive
+/// doubling for a power of two), so that on nodes of 2^k ranks in rank
+/// order only equal local ranks talk across nodes (the hierarchical
+/// placement).
+pub fn canonical_all_reduce_halving(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let pieces = all_reduce_shards(n, count);
-    push_reduce(&mut s, &pieces, true);
-    push_spread(&mut s, &pieces);
+    for block in blocks(count, n, chunk) {
+        let pieces = all_reduce_shards(n, block);
+        push_reduce(&mut s, &pieces, true);
+        push_spread(&mut s, &pieces);
+    }
     s
 }
 
@@ -344,21 +373,24 @@ pub fn canonical_all_reduce_butterfly(n: usize, r: usize, count: usize) -> Sched
 /// `j * count` of the input) is reduced over its canonical tree onto rank
 /// `j`; partials of other ranks' blocks live in scratch (`n * count`
 /// elements at most).
-pub fn canonical_reduce_scatter(n: usize, r: usize, count: usize) -> Schedule {
+pub fn canonical_reduce_scatter(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let pieces: Vec<Piece> = (0..n)
-        .map(|j| Piece {
-            leaf: Region::new(BufId::Send, j * count, count),
-            acc: if j == r {
-                Region::new(BufId::Recv, 0, count)
-            } else {
-                Region::new(BufId::Scratch, j * count, count)
-            },
-            root: j,
-            delay: 0,
-        })
-        .collect();
-    push_reduce(&mut s, &pieces, true);
+    // A chunk of every block at a time (each block's chunks in order).
+    for (o, l) in blocks(count, 1, chunk) {
+        let pieces: Vec<Piece> = (0..n)
+            .map(|j| Piece {
+                leaf: Region::new(BufId::Send, j * count + o, l),
+                acc: if j == r {
+                    Region::new(BufId::Recv, o, l)
+                } else {
+                    Region::new(BufId::Scratch, j * count + o, l)
+                },
+                root: j,
+                delay: 0,
+            })
+            .collect();
+        push_reduce(&mut s, &pieces, true);
+    }
     s
 }
 
@@ -384,43 +416,55 @@ pub fn canonical_reduce_tree(
 /// Deterministic reduce for large vectors: a sharded canonical
 /// reduce-scatter (shard `j` onto rank `j`, in scratch off the root), then
 /// every rank sends its shard to `root`.
-pub fn canonical_reduce_sharded(n: usize, r: usize, root: usize, count: usize) -> Schedule {
+pub fn canonical_reduce_sharded(
+    n: usize,
+    r: usize,
+    root: usize,
+    count: usize,
+    chunk: usize,
+) -> Schedule {
     let mut s = Schedule::new(n, r);
-    let at = |j: usize| {
-        let (o, l) = shard(count, n, j);
-        if r == root {
-            Region::new(BufId::Recv, o, l)
-        } else {
-            Region::new(BufId::Scratch, o, l)
-        }
-    };
-    let pieces: Vec<Piece> = (0..n)
-        .map(|j| {
-            let (o, l) = shard(count, n, j);
-            Piece {
-                leaf: Region::new(BufId::Send, o, l),
-                acc: at(j),
-                root: j,
-                delay: 0,
+    for (base, len) in blocks(count, n, chunk) {
+        let bounds = |j: usize| {
+            let (o, l) = shard(len, n, j);
+            (base + o, l)
+        };
+        let at = |j: usize| {
+            let (o, l) = bounds(j);
+            if r == root {
+                Region::new(BufId::Recv, o, l)
+            } else {
+                Region::new(BufId::Scratch, o, l)
             }
-        })
-        .collect();
-    push_reduce(&mut s, &pieces, true);
-    let mut gather = Vec::new();
-    for j in (0..n).filter(|&j| j != root && shard(count, n, j).1 > 0) {
-        if r == root {
-            gather.push(Op::Recv {
-                peer: j,
-                dst: at(j),
-            });
-        } else if r == j {
-            gather.push(Op::Send {
-                peer: root,
-                src: at(j),
-            });
+        };
+        let pieces: Vec<Piece> = (0..n)
+            .map(|j| {
+                let (o, l) = bounds(j);
+                Piece {
+                    leaf: Region::new(BufId::Send, o, l),
+                    acc: at(j),
+                    root: j,
+                    delay: 0,
+                }
+            })
+            .collect();
+        push_reduce(&mut s, &pieces, true);
+        let mut gather = Vec::new();
+        for j in (0..n).filter(|&j| j != root && bounds(j).1 > 0) {
+            if r == root {
+                gather.push(Op::Recv {
+                    peer: j,
+                    dst: at(j),
+                });
+            } else if r == j {
+                gather.push(Op::Send {
+                    peer: root,
+                    src: at(j),
+                });
+            }
         }
+        s.push(gather);
     }
-    s.push(gather);
     s
 }
 

@@ -144,17 +144,19 @@ pub fn build_deterministic(
     let (n, r, count, chunk) = (p.nranks, p.rank, p.count, p.chunk.max(1));
     let schedule = match (coll, algo) {
         (Collective::AllReduce, Algorithm::Ring) => {
-            canonical_all_reduce_ring(&input.topo.ring_order(), r, count)
+            canonical_all_reduce_ring(&input.topo.ring_order(), r, count, chunk)
         }
         (Collective::AllReduce, Algorithm::FlatRing) => {
-            canonical_all_reduce_ring(&(0..n).collect::<Vec<_>>(), r, count)
+            canonical_all_reduce_ring(&(0..n).collect::<Vec<_>>(), r, count, chunk)
         }
-        (Collective::AllReduce, Algorithm::Hier) => canonical_all_reduce_halving(n, r, count),
+        (Collective::AllReduce, Algorithm::Hier) => {
+            canonical_all_reduce_halving(n, r, count, chunk)
+        }
         (Collective::AllReduce, Algorithm::Tree) => canonical_all_reduce_tree(n, r, count, chunk),
         (Collective::AllReduce, _) => canonical_all_reduce_butterfly(n, r, count),
-        (Collective::ReduceScatter, _) => canonical_reduce_scatter(n, r, count),
+        (Collective::ReduceScatter, _) => canonical_reduce_scatter(n, r, count, chunk),
         (Collective::Reduce, Algorithm::Tree) => canonical_reduce_tree(n, r, p.root, count, chunk),
-        (Collective::Reduce, _) => canonical_reduce_sharded(n, r, p.root, count),
+        (Collective::Reduce, _) => canonical_reduce_sharded(n, r, p.root, count, chunk),
         _ => return build_input(coll, algo, input),
     };
     Some(if coll.is_rooted() && input.check_roots {
