@@ -468,6 +468,19 @@ typedef struct {
 typedef struct CUstream_st *snclStream_t;
 
 /**
+ * Opaque error-feedback state, never defined (the handle is an id).
+ */
+typedef struct {
+  uint8_t _private;
+} snclErrorFeedback;
+
+/**
+ * Handle to the error-feedback state of one tensor
+ * (`snclErrorFeedbackCreate`).
+ */
+typedef snclErrorFeedback *snclErrorFeedback_t;
+
+/**
  * Handle to a registered window, like `ncclWindow_t`.
  */
 typedef snclWindow *snclWindow_t;
@@ -776,6 +789,29 @@ snclResult_t snclAllReduceCompressed(const void *sendbuff,
                                      snclStream_t stream);
 
 /**
+ * `snclAllReduceCompressed` with error feedback (sncl extension):
+ * `feedback` (from `snclErrorFeedbackCreate`; NULL: none) is added to this
+ * rank's data before encoding, and keeps what the encoding dropped for the
+ * next call, so that over many steps nothing is lost (as
+ * `Communicator::all_reduce_compressed` with an `ErrorFeedback`). Use one
+ * handle per tensor (per DDP bucket), by one operation at a time; its
+ * length follows the tensor's (a new length starts it over).
+ *
+ * # Safety
+ * As `snclAllReduceCompressed`; `feedback` is NULL or a handle (a stale
+ * one is `snclInvalidArgument`).
+ */
+snclResult_t snclAllReduceCompressedFeedback(const void *sendbuff,
+                                             void *recvbuff,
+                                             size_t count,
+                                             snclDataType_t datatype,
+                                             snclRedOp_t op,
+                                             const char *codec,
+                                             snclErrorFeedback_t feedback,
+                                             snclComm_t comm,
+                                             snclStream_t stream);
+
+/**
  * Broadcast: `count` elements of `sendbuff` on `root` land in `recvbuff`
  * on every rank (`sendbuff` is only read on the root). In place when
  * `sendbuff == recvbuff`.
@@ -945,6 +981,24 @@ snclResult_t snclAlltoAllV(const void *sendbuff,
  * `comm` and `stream` are live handles (stream may be NULL).
  */
 snclResult_t snclBarrier(snclComm_t comm, snclStream_t stream);
+
+/**
+ * Creates an empty error-feedback state (sized by its first use) and
+ * writes its handle to `*feedback`.
+ *
+ * # Safety
+ * `feedback` is NULL (refused) or points to writable storage for a handle.
+ */
+snclResult_t snclErrorFeedbackCreate(snclErrorFeedback_t *feedback);
+
+/**
+ * Destroys an error-feedback state; NULL is a no-op. Operations already
+ * queued with it keep their reference and finish normally.
+ *
+ * # Safety
+ * None beyond passing a handle (a stale one is `snclInvalidArgument`).
+ */
+snclResult_t snclErrorFeedbackDestroy(snclErrorFeedback_t feedback);
 
 /**
  * Sends `count` elements of `sendbuff` to rank `peer`, which receives them

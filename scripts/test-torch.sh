@@ -5,7 +5,7 @@
 # each step is skipped when already done.
 #
 #   scripts/test-torch.sh            # everything
-#   scripts/test-torch.sh ops ddp    # only these tests (ops ddp fsdp hook world1 exit gloo_parity groups
+#   scripts/test-torch.sh ops ddp    # only these tests (ops ddp fsdp hook world1 exit gloo_parity groups deterministic
 #                                    #   cuda ddp_cuda)
 #   scripts/test-torch.sh --setup-only   # stop once the backend is installed
 #   scripts/test-torch.sh --venv-only    # only the virtualenv with torch (no libsncl, no

@@ -7,7 +7,8 @@ use comm_core::shape::OpShape;
 use super::args::*;
 use super::comm::{snclComm_t, CommShared, PreMul};
 use super::error::{guard, CError};
-use super::exec::{self, CollOp, Item};
+use super::exec::{self, CollOp, Compress, Item};
+use super::feedback::{feedback_arg, snclErrorFeedback_t};
 use super::types::*;
 use sncl_rs::{Collective, Communicator, DataType, RawOp, ReduceOp, VCounts};
 
@@ -42,7 +43,7 @@ pub(super) fn coll(raw: RawOp, premul: Option<PreMul>, input_elems: usize) -> R<
         raw,
         premul,
         input_elems,
-        codec: None,
+        compress: None,
     }))
 }
 
@@ -196,6 +197,45 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
 ) -> snclResult_t {
     // SAFETY: forwarded from the caller.
     unsafe {
+        snclAllReduceCompressedFeedback(
+            sendbuff,
+            recvbuff,
+            count,
+            datatype,
+            op,
+            codec,
+            std::ptr::null_mut(),
+            comm,
+            stream,
+        )
+    }
+}
+
+/// `snclAllReduceCompressed` with error feedback (sncl extension):
+/// `feedback` (from `snclErrorFeedbackCreate`; NULL: none) is added to this
+/// rank's data before encoding, and keeps what the encoding dropped for the
+/// next call, so that over many steps nothing is lost (as
+/// `Communicator::all_reduce_compressed` with an `ErrorFeedback`). Use one
+/// handle per tensor (per DDP bucket), by one operation at a time; its
+/// length follows the tensor's (a new length starts it over).
+///
+/// # Safety
+/// As `snclAllReduceCompressed`; `feedback` is NULL or a handle (a stale
+/// one is `snclInvalidArgument`).
+#[no_mangle]
+pub unsafe extern "C" fn snclAllReduceCompressedFeedback(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: snclDataTypeRaw,
+    op: snclRedOpRaw,
+    codec: *const c_char,
+    feedback: snclErrorFeedback_t,
+    comm: snclComm_t,
+    stream: snclStream_t,
+) -> snclResult_t {
+    // SAFETY: forwarded from the caller.
+    unsafe {
         issue(comm, stream, |c, _| {
             if exec::in_group() {
                 return Err(CError::usage(
@@ -229,6 +269,7 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
                 .map_err(|_| CError::invalid("codec is not UTF-8"))?;
             let codec = sncl_rs::Codec::parse(spec)
                 .map_err(|e| CError::invalid(format!("codec {spec:?}: {e}")))?;
+            let feedback = feedback_arg(feedback)?;
             OpShape::new(Collective::AllReduce, dt, count, c.size())
                 .check()
                 .map_err(|e| CError::invalid(e.to_string()))?;
@@ -244,7 +285,7 @@ pub unsafe extern "C" fn snclAllReduceCompressed(
                 raw: r,
                 premul: None,
                 input_elems: count,
-                codec: Some(codec),
+                compress: Some(Compress { codec, feedback }),
             }))
         })
     }

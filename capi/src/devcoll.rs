@@ -90,7 +90,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
             "rank {rank}: {name} on device memory: {what} is not supported on device buffers"
         )))
     };
-    if coll.codec.is_some() {
+    if coll.compress.is_some() {
         return unsupported("compression (snclAllReduceCompressed)");
     }
     if coll.premul.is_some() {

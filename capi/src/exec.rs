@@ -26,9 +26,15 @@ pub(crate) struct CollOp {
     pub premul: Option<PreMul>,
     /// Elements of input (for the scaled copy).
     pub input_elems: usize,
-    /// A compressed float32 all-reduce with this codec
-    /// (`snclAllReduceCompressed`).
-    pub codec: Option<Codec>,
+    /// A compressed float32 all-reduce (`snclAllReduceCompressed`,
+    /// `snclAllReduceCompressedFeedback`).
+    pub compress: Option<Compress>,
+}
+
+/// The codec of a compressed all-reduce, and its error feedback.
+pub(crate) struct Compress {
+    pub codec: Codec,
+    pub feedback: Option<crate::feedback::SharedFeedback>,
 }
 
 /// One issued operation.
@@ -343,8 +349,8 @@ fn run_p2p(comm: &Communicator, p2p: &[P2p]) -> Result<(), CError> {
 }
 
 fn run_coll(comm: &Communicator, c: &CollOp) -> Result<(), CError> {
-    if let Some(codec) = &c.codec {
-        return run_compressed(comm, c, codec);
+    if let Some(compress) = &c.compress {
+        return run_compressed(comm, c, compress);
     }
     let Some(p) = c.premul else {
         // SAFETY: the caller lends the buffers for the extents NCCL's
@@ -396,7 +402,7 @@ fn run_coll(comm: &Communicator, c: &CollOp) -> Result<(), CError> {
 
 /// A compressed all-reduce (float32, sum or avg): copies sendbuff into
 /// recvbuff unless they are the same, then reduces recvbuff in place.
-fn run_compressed(comm: &Communicator, c: &CollOp, codec: &Codec) -> Result<(), CError> {
+fn run_compressed(comm: &Communicator, c: &CollOp, compress: &Compress) -> Result<(), CError> {
     let n = c.raw.count;
     if n == 0 {
         return Ok(());
@@ -421,6 +427,16 @@ fn run_compressed(comm: &Communicator, c: &CollOp, codec: &Codec) -> Result<(), 
     // SAFETY: recvbuff holds `n` aligned float32 elements lent by the
     // caller, touched by nothing else until the operation completes.
     let buf = unsafe { std::slice::from_raw_parts_mut(c.raw.recv as *mut f32, n) };
-    comm.all_reduce_compressed(buf, c.raw.op, codec, None, CompressScope::Hier)
-        .map_err(CError::from)
+    let mut feedback = compress
+        .feedback
+        .as_ref()
+        .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()));
+    comm.all_reduce_compressed(
+        buf,
+        c.raw.op,
+        &compress.codec,
+        feedback.as_deref_mut(),
+        CompressScope::Hier,
+    )
+    .map_err(CError::from)
 }

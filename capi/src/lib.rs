@@ -121,6 +121,8 @@ mod init;
 mod shrink;
 // Collectives:
 mod coll;
+// Error feedback of the compressed all-reduce:
+mod feedback;
 // Point-to-point and groups:
 mod p2p;
 // Host streams:
@@ -147,6 +149,7 @@ mod uid;
 pub use api::*;
 pub use coll::*;
 pub use comm::{snclComm, snclComm_t};
+pub use feedback::*;
 pub use init::*;
 pub use memory::*;
 pub use p2p::*;

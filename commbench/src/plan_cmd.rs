@@ -99,6 +99,12 @@ pub struct PlanArgs {
     /// DP gradient bucket in MB (the last bucket's all-reduce is exposed).
     #[arg(long = "dp-bucket-mb", default_value_t = 25.0)]
     pub dp_bucket_mb: f64,
+    /// Compress the DP gradient all-reduce on the slow tier with this codec
+    /// of sncl's compressed all-reduce (fp16, bf16, int8, mxfp8, mxfp4,
+    /// topk:FRACTION; ZeRO 0): messages between nodes carry the codec's
+    /// share of the gradients' bytes.
+    #[arg(long = "compress")]
+    pub compress: Option<String>,
     /// Override an overlap rule: DIM=FRACTION hidden behind compute, comma separated (e.g. dp=1,tp=0.5).
     #[arg(long = "overlap")]
     pub overlap: Option<String>,
@@ -200,6 +206,14 @@ fn run(a: &PlanArgs) -> Result<(), String> {
         steps: a.steps.unwrap_or(a.train_tokens / tokens),
         dp_bucket_bytes: a.dp_bucket_mb * 1e6,
         overlap,
+        dp_compress: match &a.compress {
+            None => None,
+            Some(spec) => {
+                let codec =
+                    sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
+                Some(crate::sim_cmd::codec_share(&codec, grad_bytes))
+            }
+        },
     };
     let mut maps = vec![Mapping::parse(&a.map).map_err(|e| e.to_string())?];
     for m in a.compare.iter().flat_map(|s| s.split(';')) {

@@ -101,6 +101,44 @@ impl ClusterArgs {
     }
 }
 
+/// The share of its bytes a message between nodes keeps under the codec
+/// `spec` (`sncl::Codec::parse`'s specs) with elements of `dtype`:
+/// all-reduce of float sum/avg only, and only where nodes exchange data.
+pub fn compression_ratio(
+    spec: &str,
+    coll: Collective,
+    dtype: sncl::DataType,
+    cl: &Cluster,
+) -> Result<f64, String> {
+    if coll != Collective::AllReduce {
+        return Err(format!(
+            "--compress {spec}: only all_reduce has a compressed form, not {}",
+            coll.name()
+        ));
+    }
+    if !dtype.is_float() {
+        return Err(format!(
+            "--compress {spec}: compression applies to float data, not {}",
+            dtype.name()
+        ));
+    }
+    if cl.nodes < 2 {
+        return Err(format!(
+            "--compress {spec}: one node has no slow tier to compress (the codec applies \
+             between nodes)"
+        ));
+    }
+    let codec = sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
+    Ok(codec_share(&codec, dtype.size()))
+}
+
+/// The share of the bytes of `elem`-byte elements that `codec`'s encoding
+/// of a large vector keeps (mxfp8 of f32: 8.25 / 32).
+pub fn codec_share(codec: &sncl::Codec, elem: usize) -> f64 {
+    const N: usize = 1 << 20;
+    codec.max_encoded_len(N) as f64 / (N * elem.max(1)) as f64
+}
+
 /// `commbench sim OP ...`: predicted time, algbw, busbw and cross-tier share
 /// per size and algorithm.
 #[derive(Parser, Debug, Clone)]
@@ -129,6 +167,13 @@ pub struct SimArgs {
     /// Frame: auto, per-rank or symmetric.
     #[arg(long = "frame", default_value = "auto")]
     pub frame: String,
+    /// all_reduce only: a codec of the compressed all-reduce (fp16, bf16,
+    /// int8, mxfp8, mxfp8-e5m2, mxfp4, topk:FRACTION): every message between
+    /// nodes carries the codec's share of its bytes (with hier, the
+    /// compressed all-reduce's traffic; the codec's compute is not
+    /// modelled). busbw is on the uncompressed size.
+    #[arg(long = "compress")]
+    pub compress: Option<String>,
     /// Write the rows as JSON to FILE.
     #[arg(long = "json")]
     pub json: Option<String>,
@@ -205,6 +250,10 @@ fn run(a: &SimArgs) -> Result<(), String> {
         .collect::<Result<_, _>>()?;
     let cl = a.cluster.cluster()?;
     let n = cl.nranks();
+    let inter_ratio = match &a.compress {
+        None => None,
+        Some(spec) => Some(compression_ratio(spec, coll, dtype, &cl)?),
+    };
     println!(
         "# sncl commbench sim {}: {} ranks = {} nodes x {} ({}), intra {:.3} GB/s {} us, inter {:.3} GB/s {} us per {}, oversubscription {}, burst {} B",
         a.op,
@@ -239,6 +288,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                 chunk_bytes: a.chunk_bytes,
                 frame,
                 aggregate: None,
+                inter_ratio,
             };
             match simulate_cached(&cl, &req, &mut tree_runs) {
                 Ok(p) => {

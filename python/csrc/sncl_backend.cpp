@@ -414,10 +414,30 @@ ProcessGroupSncl::~ProcessGroupSncl() {
     shutdown();
   } catch (...) {
   }
+  {
+    // Queued operations hold their own reference to their feedback.
+    std::lock_guard<std::mutex> g(feedbackMu_);
+    for (auto& kv : feedback_) {
+      (void)snclErrorFeedbackDestroy(kv.second);
+    }
+    feedback_.clear();
+  }
   if (worker_.joinable()) {
     // Only when destroyed on the worker thread itself (from a callback).
     worker_.detach();
   }
+}
+
+snclErrorFeedback_t ProcessGroupSncl::feedbackFor(int64_t key) {
+  std::lock_guard<std::mutex> g(feedbackMu_);
+  auto it = feedback_.find(key);
+  if (it != feedback_.end()) {
+    return it->second;
+  }
+  snclErrorFeedback_t fb = nullptr;
+  check(snclErrorFeedbackCreate(&fb), "snclErrorFeedbackCreate");
+  feedback_.emplace(key, fb);
+  return fb;
 }
 
 void ProcessGroupSncl::check(snclResult_t r, const char* what) const {
@@ -857,19 +877,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](c10d::Backend* backend,
          at::Tensor tensor,
          const std::string& codec,
-         bool average) -> c10::intrusive_ptr<c10d::Work> {
+         bool average,
+         int64_t feedbackKey) -> c10::intrusive_ptr<c10d::Work> {
         auto* pg = dynamic_cast<sncl_torch::ProcessGroupSncl*>(backend);
         TORCH_CHECK(
             pg != nullptr,
             "sncl: all_reduce_compressed needs a group whose CPU backend is "
             "sncl, got ",
             backend ? backend->getBackendName() : std::string("None"));
-        return pg->allreduceCompressed(tensor, codec, average);
+        return pg->allreduceCompressed(tensor, codec, average, feedbackKey);
       },
       py::arg("backend"),
       py::arg("tensor"),
       py::arg("codec"),
       py::arg("average"),
+      py::arg("feedback_key") = -1,
       py::call_guard<py::gil_scoped_release>(),
       "In-place compressed all-reduce of a contiguous float32 CPU tensor on "
       "an sncl backend; returns the Work.");

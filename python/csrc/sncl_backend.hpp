@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -313,11 +314,14 @@ class ProcessGroupSncl : public c10d::Backend {
   // sncl extension: in-place compressed all-reduce (snclAllReduceCompressed)
   // of a contiguous float32 CPU tensor, sum or average, with a codec spec
   // ("int8", "fp16", "bf16", "topk:0.01", ...). Runs on the worker like the
-  // other operations; not allowed while coalescing.
+  // other operations; not allowed while coalescing. `feedbackKey` >= 0
+  // names a tensor (a DDP bucket's index) whose error feedback this group
+  // keeps between calls (snclAllReduceCompressedFeedback); -1: none.
   c10::intrusive_ptr<c10d::Work> allreduceCompressed(
       at::Tensor& tensor,
       const std::string& codec,
-      bool average);
+      bool average,
+      int64_t feedbackKey = -1);
 
   // Lets queued operations finish, stops the worker, destroys the
   // communicator. Idempotent.
@@ -412,6 +416,12 @@ class ProcessGroupSncl : public c10d::Backend {
   // snclConfig_t::deterministic for this group's communicators and those
   // split or shrunk from it (-1: SNCL_DETERMINISTIC decides).
   int deterministic_ = -1;
+  // Error feedback of the compressed all-reduce, per feedback key (made on
+  // the worker at a key's first use, destroyed with the group).
+  std::mutex feedbackMu_;
+  std::unordered_map<int64_t, snclErrorFeedback_t> feedback_;
+  // The handle of `key`, made on first use.
+  snclErrorFeedback_t feedbackFor(int64_t key);
 };
 
 // "sncl:<op>" for an operation type (static strings, for the profiler).

@@ -290,7 +290,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::recv(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
     at::Tensor& tensor,
     const std::string& codec,
-    bool average) {
+    bool average,
+    int64_t feedbackKey) {
   at::NoGradGuard noGrad;
   checkCpu(tensor, "all_reduce_compressed tensor");
   TORCH_CHECK(
@@ -304,19 +305,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::allreduceCompressed(
       !coalescing_,
       "sncl: all_reduce_compressed cannot be coalesced");
   Step st;
-  st.issue = [this, buf = tensor, codec, average] {
+  st.issue = [this, buf = tensor, codec, average, feedbackKey] {
     void* b = ptrOf(buf);
+    snclErrorFeedback_t fb = feedbackKey >= 0 ? feedbackFor(feedbackKey) : nullptr;
     check(
-        snclAllReduceCompressed(
+        snclAllReduceCompressedFeedback(
             b,
             b,
             static_cast<size_t>(buf.numel()),
             snclFloat32,
             average ? snclAvg : snclSum,
             codec.c_str(),
+            fb,
             comm_,
             opStream()),
-        "snclAllReduceCompressed");
+        "snclAllReduceCompressedFeedback");
   };
   std::vector<Step> steps;
   steps.push_back(std::move(st));

@@ -60,7 +60,11 @@ def _sncl_backend(group):
 
 
 def all_reduce_compressed(
-    tensor: torch.Tensor, codec: str = "int8", group=None, average: bool = True
+    tensor: torch.Tensor,
+    codec: str = "int8",
+    group=None,
+    average: bool = True,
+    feedback_key=None,
 ) -> torch.futures.Future:
     """All-reduces ``tensor`` in place with sncl's compressed all-reduce.
 
@@ -70,34 +74,47 @@ def all_reduce_compressed(
     lossy and applies where the data crosses nodes (between all ranks when
     they share one node). ``group``: a process group whose CPU backend is
     sncl (None: the default group). ``average``: mean instead of sum.
+    ``feedback_key``: a non-negative int naming the tensor (e.g. a DDP
+    bucket's index) to run with error feedback: what the codec drops of
+    this rank's data is kept by the group under that key and added to the
+    next call's data, so nothing is lost over time; None: no feedback.
 
     Runs asynchronously on the group's worker, in order with its other
     operations; returns a Future resolving to ``tensor`` once it is reduced.
     """
-    work = _C._all_reduce_compressed(_sncl_backend(group), tensor, codec, average)
+    key = -1 if feedback_key is None else int(feedback_key)
+    if key < 0 and feedback_key is not None:
+        raise ValueError(f"sncl: feedback_key must be a non-negative int, got {feedback_key!r}")
+    work = _C._all_reduce_compressed(_sncl_backend(group), tensor, codec, average, key)
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def compress_hook(codec: str):
+def compress_hook(codec: str, error_feedback: bool = False):
     """A DDP communication hook that averages each gradient bucket with
     sncl's compressed all-reduce under ``codec`` (any spec
     :func:`all_reduce_compressed` takes: ``"mxfp8"``, ``"mxfp4"``,
     ``"int8"``, ...)::
 
-        ddp.register_comm_hook(None, sncl_torch.compress_hook("mxfp8"))
+        ddp.register_comm_hook(None, sncl_torch.compress_hook("mxfp8", error_feedback=True))
 
-    The hook's ``state`` is None (the default group) or a process group
-    whose CPU backend is sncl.
+    ``error_feedback``: keep, per bucket, what the codec dropped and add it
+    to that bucket's next gradients (the group keeps it, keyed by the
+    bucket's index). The hook's ``state`` is None (the default group) or a
+    process group whose CPU backend is sncl.
     """
 
-    def hook(state, bucket) -> torch.futures.Future:
-        return all_reduce_compressed(bucket.buffer(), codec, group=state, average=True)
+    def hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
+        key = bucket.index() if error_feedback else None
+        return all_reduce_compressed(
+            bucket.buffer(), codec, group=state, average=True, feedback_key=key
+        )
 
-    hook.__name__ = hook.__qualname__ = f"sncl_compress_hook_{codec}"
+    suffix = "_ef" if error_feedback else ""
+    hook.__name__ = hook.__qualname__ = f"sncl_compress_hook_{codec}{suffix}"
     return hook
 
 
-def int8_compress_hook(state, bucket) -> torch.futures.Future:
+def int8_compress_hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: averages the gradient bucket with sncl's int8
     codec (block-scaled int8 across nodes, decoded and summed in float32).
 

@@ -107,6 +107,9 @@ def main():
 
     mxfp8_hook = sncl_torch.compress_hook("mxfp8")
     mxfp4_hook = sncl_torch.compress_hook("mxfp4")
+    # Error feedback, kept per bucket (several buckets here: bucket_cap_mb).
+    mxfp4_ef_hook = sncl_torch.compress_hook("mxfp4", error_feedback=True)
+    topk_ef_hook = sncl_torch.compress_hook("topk:0.05", error_feedback=True)
 
     def compressed_op():
         # sum and average of known values, int8 and fp16, vs the exact result
@@ -145,6 +148,17 @@ def main():
     res.run("mxfp8 losses close to uncompressed", close_to_exact, mxfp8_hook, 0.05)
     res.run("sncl compress_hook('mxfp4')", train, mxfp4_hook, None)
     res.run("mxfp4 losses close to uncompressed", close_to_exact, mxfp4_hook, 0.25)
+    res.run("compress_hook('mxfp4', error_feedback=True)", train, mxfp4_ef_hook, None)
+    res.run("mxfp4 with feedback close to uncompressed", close_to_exact, mxfp4_ef_hook, 0.25)
+    res.run("compress_hook('topk:0.05', error_feedback=True)", train, topk_ef_hook, None)
+
+    def register_directly():
+        # DDP checks a hook's return annotation (Future[Tensor]); the
+        # training runs above wrap the hooks, so register them unwrapped.
+        for hook in (sncl_torch.int8_compress_hook, mxfp8_hook, mxfp4_ef_hook):
+            DDP(nn.Linear(4, 2)).register_comm_hook(None, hook)
+
+    res.run("sncl hooks register with DDP as they are", register_directly)
     rc = res.finish(group=gloo)
     dist.destroy_process_group()
     return rc

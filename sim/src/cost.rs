@@ -96,6 +96,11 @@ pub struct Training {
     pub dp_bucket_bytes: f64,
     /// Overrides: fraction of a dimension's time hidden behind compute.
     pub overlap: Vec<(Dim, f64)>,
+    /// The DP gradient all-reduce compressed on the slow tier (sncl's
+    /// compressed all-reduce, ZeRO 0 only): the share of its bytes a
+    /// message between nodes keeps (a codec's encoded size over the
+    /// gradients'; `commbench plan --compress`); `None`: uncompressed.
+    pub dp_compress: Option<f64>,
 }
 
 /// Where a dimension lies: innermost-first order and which tier it is meant for.
@@ -246,6 +251,18 @@ impl Training {
                 cl.nranks()
             ));
         }
+        if let Some(ratio) = self.dp_compress {
+            if self.zero != 0 {
+                return bad(format!(
+                    "a compressed DP all-reduce needs ZeRO 0 (ZeRO {} reduce-scatters and gathers, \
+                     which sncl does not compress)",
+                    self.zero
+                ));
+            }
+            if !(ratio.is_finite() && ratio > 0.0 && ratio <= 1.0) {
+                return bad(format!("a compression ratio of {ratio} is not in (0, 1]"));
+            }
+        }
         if self.ep > 1
             && (!self.dp.is_multiple_of(self.ep) || !self.experts.is_multiple_of(self.ep))
         {
@@ -315,11 +332,16 @@ fn sub_cluster(cl: &Cluster, per_node: usize, nodes: usize) -> Cluster {
 /// rings-or-hier collectives, the other of ring / hier; returns the fastest
 /// (time ms, intra and inter bytes per rank, algorithm — marked `*` when it
 /// is not the planner's choice, i.e. it needs `SNCL_ALGO`).
+/// The simulated time (ms) and per-rank intra / inter bytes of `coll`
+/// over `bytes`, the better of the planner's choice, ring and hier.
+/// `compress`: the compressed all-reduce's share of bytes between nodes;
+/// it always runs hierarchically (flat where a node has one rank).
 fn sim_ms(
     c: &Cluster,
     coll: Collective,
     bytes: f64,
     elem: usize,
+    compress: Option<f64>,
 ) -> Result<(f64, f64, f64, String)> {
     let n = c.nranks();
     if n <= 1 || bytes <= 0.0 {
@@ -327,6 +349,21 @@ fn sim_ms(
     }
     let mut r = Request::new(coll, None, bytes as usize);
     r.elem = elem;
+    if let Some(ratio) = compress {
+        r.inter_ratio = Some(ratio);
+        r.algo = Some(if c.nodes >= 2 && c.ranks_per_node >= 2 {
+            Algorithm::Hier
+        } else {
+            Algorithm::Ring
+        });
+        let p = simulate(c, &r)?;
+        return Ok((
+            p.time_us / 1e3,
+            p.intra_bytes / n as f64,
+            p.inter_bytes / n as f64,
+            format!("{} compressed", p.algo.name()),
+        ));
+    }
     let planned = simulate(c, &r)?;
     let mut best = (planned.clone(), false);
     for alt in [Algorithm::Ring, Algorithm::Hier] {
@@ -381,7 +418,13 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
             Dim::Dp => {
                 let (dn, dnodes) = (find(Dim::Dp).1, find(Dim::Dp).2);
                 let sub = sub_cluster(cl, dn, dnodes);
-                let ar = sim_ms(&sub, Collective::AllReduce, grad, t.grad_bytes)?;
+                let ar = sim_ms(
+                    &sub,
+                    Collective::AllReduce,
+                    grad,
+                    t.grad_bytes,
+                    t.dp_compress,
+                )?;
                 let (coll, ops, vol, time, intra, inter) = match t.zero {
                     0..=2 => (
                         if t.zero == 0 {
@@ -409,6 +452,7 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                     Collective::AllReduce,
                     t.dp_bucket_bytes.min(grad),
                     t.grad_bytes,
+                    t.dp_compress,
                 )?
                 .0;
                 let (exp, rule) = match t.overlap_of(d) {
@@ -422,6 +466,7 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                             Collective::AllGather,
                             grad / (t.layers / t.pp) as f64,
                             t.grad_bytes,
+                            None,
                         )?
                         .0;
                         let e = bucket + first + (time - backward_ms).max(0.0);
@@ -449,11 +494,11 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
                 let per_layer = 4.0 + if t.recompute { 2.0 } else { 0.0 };
                 let ops = per_layer * (t.layers / t.pp) as f64 * gaf;
                 let (time1, intra1, inter1, algo) = if t.sequence_parallel {
-                    let rs = sim_ms(&sub, Collective::ReduceScatter, act, t.act_bytes)?;
-                    let ag = sim_ms(&sub, Collective::AllGather, act, t.act_bytes)?;
+                    let rs = sim_ms(&sub, Collective::ReduceScatter, act, t.act_bytes, None)?;
+                    let ag = sim_ms(&sub, Collective::AllGather, act, t.act_bytes, None)?;
                     (rs.0 + ag.0, rs.1 + ag.1, rs.2 + ag.2, rs.3)
                 } else {
-                    sim_ms(&sub, Collective::AllReduce, act, t.act_bytes)?
+                    sim_ms(&sub, Collective::AllReduce, act, t.act_bytes, None)?
                 };
                 let time = ops * time1;
                 let coll = if t.sequence_parallel {
@@ -530,12 +575,20 @@ pub fn step_cost(t: &Training, map: &Mapping, cl: &Cluster) -> Result<StepCost> 
         };
         // Tier split of the volume: the simulator's proportions applied to
         // the formula's bytes (they agree for rings; ZeRO-3 and p2p scale).
-        let split = intra + inter;
+        // A compressed DP all-reduce: the split of the uncompressed bytes,
+        // then its cross-node part at the codec's share.
+        let ratio = match d {
+            Dim::Dp => t.dp_compress.unwrap_or(1.0),
+            _ => 1.0,
+        };
+        let inter_plain = inter / ratio;
+        let split = intra + inter_plain;
         let (bi, bx) = if split > 0.0 {
-            (sent * intra / split, sent * inter / split)
+            (sent * intra / split, sent * inter_plain / split * ratio)
         } else {
             (sent, 0.0)
         };
+        let sent = bi + bx;
         dims.push(DimCost {
             dim: d,
             degree: deg_true.max(degree.min(deg_true)),

@@ -654,3 +654,34 @@ fn tree_classes_match_every_built_program() {
         }
     }
 }
+
+/// `Request::inter_ratio` (the compressed all-reduce): with the
+/// hierarchical algorithm, bytes between nodes shrink by the ratio and
+/// bytes inside nodes do not; on a slow inter tier the time follows.
+#[test]
+fn compression_scales_only_the_bytes_between_nodes() {
+    let mut cl = cluster(4, 2);
+    cl.inter = Tier {
+        bytes_per_s: 12.5e6,
+        latency_us: 50.0,
+    };
+    let plain = req(
+        Collective::AllReduce,
+        Algorithm::Hier,
+        16 << 20,
+        Frame::PerRank,
+    );
+    let mx = Request {
+        inter_ratio: Some(8.25 / 32.0),
+        ..plain
+    };
+    let (a, b) = (simulate(&cl, &plain).unwrap(), simulate(&cl, &mx).unwrap());
+    let share = b.inter_bytes / a.inter_bytes;
+    assert!((share - 8.25 / 32.0).abs() < 1e-9, "inter bytes {share}");
+    assert_eq!(a.intra_bytes, b.intra_bytes);
+    let speedup = a.time_us / b.time_us;
+    assert!(
+        (3.0..=32.0 / 8.25).contains(&speedup),
+        "speed-up {speedup:.2}"
+    );
+}

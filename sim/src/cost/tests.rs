@@ -41,6 +41,7 @@ fn training(dp: usize, tp: usize, pp: usize) -> Training {
         steps: 10.0,
         dp_bucket_bytes: 25e6,
         overlap: Vec::new(),
+        dp_compress: None,
     }
 }
 
@@ -172,4 +173,36 @@ fn worked_example_recommends_tp_inside_the_supernode() {
     }
     assert_eq!(ranked[0].mapping, inside.text(), "{reason}");
     assert!(reason.starts_with("recommend tp:intra"), "{reason}");
+}
+
+/// `commbench plan --compress`: the DP all-reduce on a slow tier costs about
+/// the codec's share of its cross-node bytes (mxfp8 of bf16: 8.25 / 16),
+/// the other dimensions nothing more; ZeRO > 0 is refused.
+#[test]
+fn a_compressed_dp_all_reduce_moves_the_codecs_share_across_nodes() {
+    let cl = cluster(4, 8);
+    let map = Mapping::parse("tp:intra,dp:inter").unwrap();
+    let plain = training(4, 8, 1);
+    let mx = Training {
+        dp_compress: Some(8.25 / 16.0),
+        ..training(4, 8, 1)
+    };
+    let a = step_cost(&plain, &map, &cl).unwrap();
+    let b = step_cost(&mx, &map, &cl).unwrap();
+    let (da, db) = (dim(&a, Dim::Dp), dim(&b, Dim::Dp));
+    let share = db.inter_bytes / da.inter_bytes;
+    assert!(
+        (share - 8.25 / 16.0).abs() < 0.02,
+        "cross-node bytes {share:.3} of uncompressed"
+    );
+    assert!(
+        db.time_ms < da.time_ms,
+        "{} vs {} ms",
+        db.time_ms,
+        da.time_ms
+    );
+    assert!(db.algo.contains("compressed"), "{}", db.algo);
+    assert_eq!(dim(&a, Dim::Tp).time_ms, dim(&b, Dim::Tp).time_ms);
+    let zero1 = Training { zero: 1, ..mx };
+    assert!(step_cost(&zero1, &map, &cl).is_err());
 }
