@@ -25,6 +25,12 @@ struct CostDoctests;
 #[doc = include_str!("../docs/CUDA-MODEL.md")]
 struct CudaModelDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/COMPRESSION.md")]
+struct CompressionDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/DETERMINISM.md")]
+struct DeterminismDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/FAULTS.md")]
 struct FaultsDoctests;
 #[cfg(doctest)]
