@@ -767,9 +767,10 @@ snclResult_t snclAllReduce(const void *sendbuff,
  * share one node or nodes hold different numbers of ranks; the
  * hierarchical scope of `Communicator::all_reduce_compressed`), a spec
  * string such as `"int8"`,
- * `"int8:<block>"`, `"fp16"`, `"bf16"`, `"mxfp8"`, `"mxfp4"` (host
- * memory) or `"topk:0.01"` (lossy: see the
- * codec's error bound). Float32 only (`snclFloat32`); `op` is `snclSum`
+ * `"int8:<block>"`, `"fp16"`, `"bf16"`, `"mxfp8"`, `"mxfp4"` or
+ * `"topk:0.01"` (lossy: see the codec's error bound). Host buffers
+ * (device buffers: the Rust API's `all_reduce_compressed_device`).
+ * Float32 only (`snclFloat32`); `op` is `snclSum`
  * or `snclAvg`. Every rank passes the same codec. In place when
  * `sendbuff == recvbuff` (otherwise sendbuff is copied into recvbuff,
  * which is then reduced in place). Not allowed inside a group

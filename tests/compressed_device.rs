@@ -13,13 +13,16 @@ use sncl::{
     ReduceOp, Store,
 };
 
-const CODECS: [&str; 6] = [
+const CODECS: [&str; 9] = [
     "fp16",
     "bf16",
     "int8",
     "int8-sr:64",
     "topk-exact:0.05",
     "topk:0.05",
+    "mxfp8",
+    "mxfp8-e5m2",
+    "mxfp4",
 ];
 
 /// `n` ranks as threads; rank r on node r % nodes.

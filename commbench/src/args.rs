@@ -134,7 +134,7 @@ pub struct Args {
     #[arg(long = "stats-json")]
     pub stats_json: Option<String>,
     /// Compress all_reduce (float sum/avg): fp16, bf16, int8, mxfp8,
-    /// mxfp8-e5m2, mxfp4 (host buffers), topk:RATIO
+    /// mxfp8-e5m2, mxfp4, topk:RATIO
     /// (e.g. topk:0.01 keeps 1%). busbw is on the uncompressed size.
     #[arg(long = "compress")]
     pub compress: Option<String>,

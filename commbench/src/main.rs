@@ -126,14 +126,6 @@ fn main() -> ExitCode {
             eprintln!("commbench: {what} applies to host buffers; drop it or use --device host");
             return ExitCode::from(2);
         }
-        // Checked before launch: every rank would find it out at its first
-        // encode.
-        if let Ok(Some((codec, _))) = args.compression(bench) {
-            if let Err(why) = device::codec::kernels_for(&codec) {
-                eprintln!("commbench: --compress {}: {why}", codec.name());
-                return ExitCode::from(2);
-            }
-        }
     }
     if let Some(secs) = args.timeout_s {
         // Every rank reads it: threads of this process and --np children

@@ -146,8 +146,9 @@ pub fn workspace_bytes(codec: &Codec, n: usize) -> usize {
                 DeviceCodec::TopKExact { k }
             }
         }
-        // No device kernels: planning refuses it (`device_codec`).
-        Codec::Mx { .. } => return 0,
+        Codec::Mx { element } => DeviceCodec::Mx {
+            format: mx_format(element),
+        },
     };
     cuda_codec::workspace_bytes(&dc, n as u64) as usize
 }
@@ -215,20 +216,18 @@ fn device_codec(ordinal: usize, codec: &Codec, n: usize) -> Result<DeviceCodec> 
                 DeviceCodec::TopKExact { k }
             }
         }
-        Codec::Mx { .. } => return Err(invalid(kernels_for(codec).unwrap_err())),
+        Codec::Mx { element } => DeviceCodec::Mx {
+            format: mx_format(element),
+        },
     })
 }
 
-/// Whether `codec` has device kernels; if not, why, and what to use
-/// instead (callers check it before starting work, as `commbench` does).
-pub fn kernels_for(codec: &Codec) -> std::result::Result<(), String> {
-    match codec {
-        Codec::Mx { .. } => Err(format!(
-            "{} has no device kernels yet: compress on host buffers (the MX codecs run \
-             on the host), or use fp16, bf16, int8 or top-k on device buffers",
-            codec.name()
-        )),
-        _ => Ok(()),
+/// The device kernels' number for an MX element format.
+fn mx_format(element: compress::MxElement) -> u64 {
+    match element {
+        compress::MxElement::E4M3 => cuda_codec::MX_E4M3,
+        compress::MxElement::E5M2 => cuda_codec::MX_E5M2,
+        compress::MxElement::E2M1 => cuda_codec::MX_E2M1,
     }
 }
 
@@ -506,5 +505,22 @@ mod tests {
             stochastic: false,
         };
         assert!(device_codec(0, &bad, 10).is_err());
+        // MX: the device encoding is compress's, to the byte.
+        for (spec, format) in [
+            ("mxfp8", cuda_codec::MX_E4M3),
+            ("mxfp8-e5m2", cuda_codec::MX_E5M2),
+            ("mxfp4", cuda_codec::MX_E2M1),
+        ] {
+            assert_eq!(c(spec), DeviceCodec::Mx { format });
+            let codec = Codec::parse(spec).unwrap();
+            for n in [0usize, 1, 31, 32, 33, 1000] {
+                let dc = device_codec(0, &codec, n).unwrap();
+                assert_eq!(
+                    dc.encoded_len(n as u64) as usize,
+                    codec.max_encoded_len(n),
+                    "{spec} {n}"
+                );
+            }
+        }
     }
 }

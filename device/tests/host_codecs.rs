@@ -96,10 +96,13 @@ fn device_codec(codec: &Codec, n: usize) -> DeviceCodec {
         Codec::TopK { sampled: true, .. } => DeviceCodec::TopKSampled {
             k: codec.topk_k(n).unwrap() as u64,
         },
-        Codec::Mx { .. } => panic!(
-            "{}: no device kernels (not among this test's codecs)",
-            codec.name()
-        ),
+        Codec::Mx { element } => DeviceCodec::Mx {
+            format: match element {
+                compress::MxElement::E4M3 => cuda_codec::MX_E4M3,
+                compress::MxElement::E5M2 => cuda_codec::MX_E5M2,
+                compress::MxElement::E2M1 => cuda_codec::MX_E2M1,
+            },
+        },
     }
 }
 
@@ -147,6 +150,9 @@ fn codecs() -> Vec<Codec> {
         "topk:0.001",
         "topk:0.01",
         "topk:0.3",
+        "mxfp8",
+        "mxfp8-e5m2",
+        "mxfp4",
     ]
     .iter()
     .map(|s| Codec::parse(s).unwrap())

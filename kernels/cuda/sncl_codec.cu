@@ -34,6 +34,8 @@
 //   encode int8:       int8_encode            (one DRAM pass: a thread group per
 //                                              block, statistics then quantisation)
 //   decode int8:       int8_decode            (nsrcs inputs; add or overwrite)
+//   encode MX:         mx_encode              (a thread per 32-element block)
+//   decode MX:         mx_decode              (a thread per element; nsrcs inputs)
 //   encode top-k:      topk_init, then for each radix select 4 x topk_hist and one
 //                      topk_count, finally topk_write (compaction); sampled top-k adds
 //                      topk_sample and two more selects and counts (see
@@ -437,6 +439,133 @@ SNCL_CODEC_KERNEL(int8_decode) {
   }
 }
 
+// ---- MX: OCP Microscaling v1.0 (compress/src/mx.rs, bit for bit) ------------
+// Blocks of 32 elements: a scale byte (E8M0), then the elements (MXFP8: a
+// byte each; MXFP4: two per byte, the lower-indexed in the low nibble; the
+// last block may be shorter). a.param is the element format: 0 E4M3, 1
+// E5M2, 2 E2M1. A block holding a NaN or an infinity gets the NaN scale
+// (0xFF) and zero elements; a block of zeros the scale 0x00.
+#define SNCL_MX_BLOCK 32
+
+__device__ __forceinline__ unsigned long long sncl_mx_block_bytes(unsigned int fmt,
+                                                                  unsigned long long len) {
+  return 1 + (fmt == 2 ? (len + 1) / 2 : len);
+}
+
+// The element code of q (finite, already divided by the scale): round to
+// nearest even, clamp to the largest normal, sign kept (compress's
+// Quantizer: the same integer steps and the same two f32 operations, both
+// rounded as on the CPU, never fused).
+__device__ __forceinline__ unsigned int sncl_mx_quantize(unsigned int fmt, float q) {
+  const unsigned int min_normal = fmt == 0 ? 0x3C800000u : fmt == 1 ? 0x38800000u : 0x3F800000u;
+  const unsigned int m = fmt == 0 ? 3 : fmt == 1 ? 2 : 1;
+  const unsigned int bias = fmt == 0 ? 7 : fmt == 1 ? 15 : 1;
+  const unsigned int max_code = fmt == 0 ? 0x7Eu : fmt == 1 ? 0x7Bu : 0x7u;
+  const unsigned int sign_bit = fmt == 2 ? 3 : 7;
+  const float sub_units = fmt == 0 ? 512.0f : fmt == 1 ? 65536.0f : 2.0f;
+  const unsigned int b = __float_as_uint(q);
+  const unsigned int a = b & 0x7fffffffu;
+  const unsigned int sign = (b >> 31) << sign_bit;
+  const unsigned int cut = 23 - m;
+  const unsigned int r = (a + ((1u << (cut - 1)) - 1) + ((a >> cut) & 1)) >> cut;
+  unsigned int normal = r - ((127 - bias) << m);  // wraps as the CPU's does
+  normal = normal < max_code ? normal : max_code;
+  const float units = __fmul_rn(__uint_as_float(a), sub_units);
+  const unsigned int sub = __float_as_uint(__fadd_rn(units, 8388608.0f)) - 0x4B000000u;
+  return sign | (a >= min_normal ? normal : sub);
+}
+
+// The scale byte of elements lo..hi of s.
+__device__ __forceinline__ unsigned int sncl_mx_scale(unsigned int fmt, const float* s,
+                                                      unsigned long long lo,
+                                                      unsigned long long hi) {
+  unsigned int amax = 0;
+  for (unsigned long long i = lo; i < hi; ++i) {
+    const unsigned int m = __float_as_uint(s[i]) & 0x7fffffffu;
+    amax = m > amax ? m : amax;
+  }
+  if (amax >= 0x7f800000u) return 0xFF;
+  if (amax == 0) return 0;
+  const int exp = (int)(amax >> 23);
+  // A subnormal m * 2^-149: floor(log2 m) from m's exact conversion.
+  const int floor_log2 =
+      exp > 0 ? exp - 127 : (int)(__float_as_uint((float)amax) >> 23) - 127 - 149;
+  int shared = floor_log2 - (fmt == 0 ? 8 : fmt == 1 ? 15 : 2);
+  shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+  return (unsigned int)(shared + 127);
+}
+
+// E2M1 code c's value: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives.
+__device__ __forceinline__ float sncl_e2m1_to_f32(unsigned int c) {
+  const unsigned int e = (c >> 1) & 3, mant = c & 1;
+  const float v = e == 0 ? 0.5f * (float)mant : (1.0f + 0.5f * (float)mant) * (float)(1u << (e - 1));
+  return (c & 8) ? -v : v;
+}
+
+// One thread per MX block.
+SNCL_CODEC_KERNEL(mx_encode) {
+  const float* s = (const float*)a.src[0];
+  unsigned char* d = (unsigned char*)a.dst;
+  const unsigned int fmt = (unsigned int)a.param;
+  if (fmt > 2) return;  // refused by the callers
+  const unsigned long long nblocks = (a.n + SNCL_MX_BLOCK - 1) / SNCL_MX_BLOCK;
+  const unsigned long long full = sncl_mx_block_bytes(fmt, SNCL_MX_BLOCK);
+  for (unsigned long long b = sncl_codec_first(); b < nblocks; b += sncl_codec_stride()) {
+    const unsigned long long lo = b * SNCL_MX_BLOCK;
+    const unsigned long long hi = lo + SNCL_MX_BLOCK < a.n ? lo + SNCL_MX_BLOCK : a.n;
+    unsigned char* o = d + b * full;
+    const unsigned int scale = sncl_mx_scale(fmt, s, lo, hi);
+    o[0] = (unsigned char)scale;
+    const unsigned long long bytes = sncl_mx_block_bytes(fmt, hi - lo) - 1;
+    if (scale == 0xFF) {
+      for (unsigned long long k = 0; k < bytes; ++k) o[1 + k] = 0;
+      continue;
+    }
+    // Dividing by the power of two is multiplying by its exact reciprocal.
+    const float inv = __uint_as_float((254u - scale) << 23);
+    for (unsigned long long k = 0; k < bytes; ++k) {
+      if (fmt == 2) {
+        const unsigned long long i = lo + 2 * k;
+        const unsigned int c0 = sncl_mx_quantize(2, __fmul_rn(s[i], inv));
+        const unsigned int c1 = i + 1 < hi ? sncl_mx_quantize(2, __fmul_rn(s[i + 1], inv)) : 0;
+        o[1 + k] = (unsigned char)(c0 | (c1 << 4));
+      } else {
+        o[1 + k] = (unsigned char)sncl_mx_quantize(fmt, __fmul_rn(s[lo + k], inv));
+      }
+    }
+  }
+}
+
+// One thread per element; nsrcs encodings summed in order into dst (added
+// to it with SNCL_CODEC_ADD), as compress's decode then decode_add.
+SNCL_CODEC_KERNEL(mx_decode) {
+  float* d = (float*)a.dst;
+  const unsigned int fmt = (unsigned int)a.param;
+  if (fmt > 2) return;  // refused by the callers
+  const bool add = (a.flags & SNCL_CODEC_ADD) != 0;
+  const unsigned long long full = sncl_mx_block_bytes(fmt, SNCL_MX_BLOCK);
+  for (unsigned long long i = sncl_codec_first(); i < a.n; i += sncl_codec_stride()) {
+    const unsigned long long b = i / SNCL_MX_BLOCK, j = i % SNCL_MX_BLOCK;
+    float acc = add ? d[i] : 0.0f;
+    for (int r = 0; r < a.nsrcs; ++r) {
+      const unsigned char* e = (const unsigned char*)a.src[r] + b * full;
+      const unsigned int scale = e[0];
+      float v;
+      if (scale == 0xFF) {
+        v = __uint_as_float(0x7fc00000u);
+      } else {
+        const float x = scale == 0 ? __uint_as_float(1u << 22) : __uint_as_float(scale << 23);
+        const float p = fmt == 2   ? sncl_e2m1_to_f32((e[1 + j / 2] >> (4 * (j % 2))) & 0xF)
+                        : fmt == 0 ? sncl_e4m3_to_f32(e[1 + j])
+                                   : sncl_e5m2_to_f32(e[1 + j]);
+        v = __fmul_rn(p, x);
+      }
+      acc = (r == 0 && !add) ? v : sncl_float_sum(acc, v);
+    }
+    d[i] = acc;
+  }
+}
+
 // ---- top-k (sncl_codec_topk.cuh) -----------------------------------------
 
 #include "sncl_codec_topk.cuh"
@@ -465,6 +594,6 @@ SNCL_CODEC_KERNEL(ef_residual) {
   X(encode_f16) X(decode_f16) X(decsum_encode_f16) X(encode_bf16) X(decode_bf16)         \
   X(decsum_encode_bf16) X(int8_decode) X(topk_init) X(topk_sample) X(topk_write)         \
   X(topk_check_init) X(topk_check) X(topk_clear) X(topk_scatter) X(ef_compensate)        \
-  X(ef_residual)
+  X(ef_residual) X(mx_encode) X(mx_decode)
 // The block kernels (launched with sncl_host_launch_blocks on the host).
 #define SNCL_FOR_EACH_CODEC_BLOCK_KERNEL(X) X(int8_encode) X(topk_hist) X(topk_count)

@@ -138,6 +138,30 @@ pub enum DeviceCodec {
         /// The target count (at most `n`).
         k: u64,
     },
+    /// OCP MX v1.0 blocks of [`MX_BLOCK`] with an E8M0 scale (`compress`'s
+    /// `mxfp8`, `mxfp8-e5m2`, `mxfp4`), bit for bit.
+    Mx {
+        /// The element format: [`MX_E4M3`], [`MX_E5M2`] or [`MX_E2M1`].
+        format: u64,
+    },
+}
+
+/// Elements per MX scale.
+pub const MX_BLOCK: u64 = 32;
+/// [`DeviceCodec::Mx`] element format: MXFP8 with E4M3 elements.
+pub const MX_E4M3: u64 = 0;
+/// MXFP8 with E5M2 elements.
+pub const MX_E5M2: u64 = 1;
+/// MXFP4: E2M1 elements, two per byte.
+pub const MX_E2M1: u64 = 2;
+
+/// Encoded bytes of an MX block of `len` elements (its scale included).
+fn mx_block_bytes(format: u64, len: u64) -> u64 {
+    1 + if format == MX_E2M1 {
+        len.div_ceil(2)
+    } else {
+        len
+    }
 }
 
 impl DeviceCodec {
@@ -148,6 +172,15 @@ impl DeviceCodec {
             DeviceCodec::Int8 { block, .. } => n + 4 * n.div_ceil(block.max(1)),
             DeviceCodec::TopKExact { k } => 4 + 8 * k,
             DeviceCodec::TopKSampled { k } => 4 + 8 * (2 * k).min(n),
+            DeviceCodec::Mx { format } => {
+                let (full, rest) = (n / MX_BLOCK, n % MX_BLOCK);
+                full * mx_block_bytes(format, MX_BLOCK)
+                    + if rest > 0 {
+                        mx_block_bytes(format, rest)
+                    } else {
+                        0
+                    }
+            }
         }
     }
 }
@@ -221,6 +254,8 @@ pub fn kernel_names() -> Vec<String> {
         "topk_scatter",
         "ef_compensate",
         "ef_residual",
+        "mx_encode",
+        "mx_decode",
     ] {
         v.push(format!("sncl_codec_{k}"));
     }
@@ -241,7 +276,7 @@ fn topk_work(n: u64, sample_runs: u64) -> u64 {
 pub fn workspace_bytes(codec: &DeviceCodec, n: u64) -> u64 {
     match *codec {
         DeviceCodec::Fp16 | DeviceCodec::Bf16 => 0,
-        DeviceCodec::Int8 { .. } => 0,
+        DeviceCodec::Int8 { .. } | DeviceCodec::Mx { .. } => 0,
         DeviceCodec::TopKExact { .. } => topk_work(n, 0),
         DeviceCodec::TopKSampled { k } => topk_work(n, topk_sample(n, k).map_or(0, |(r, _)| r)),
     }
@@ -311,6 +346,11 @@ pub fn encode_plan(
         }
         DeviceCodec::TopKExact { k } => topk_plan(a, k, None),
         DeviceCodec::TopKSampled { k } => topk_plan(a, k, topk_sample(n, k)),
+        DeviceCodec::Mx { .. } if n == 0 => vec![],
+        DeviceCodec::Mx { format } => {
+            a.param = format;
+            vec![launch("mx_encode", a, Items::Many(n.div_ceil(MX_BLOCK)))]
+        }
     }
 }
 
@@ -381,7 +421,18 @@ pub fn decode_plan(
         a.flags = FLAG_ADD;
     }
     match *codec {
-        DeviceCodec::Fp16 | DeviceCodec::Bf16 | DeviceCodec::Int8 { .. } if n == 0 => vec![],
+        DeviceCodec::Fp16
+        | DeviceCodec::Bf16
+        | DeviceCodec::Int8 { .. }
+        | DeviceCodec::Mx { .. }
+            if n == 0 =>
+        {
+            vec![]
+        }
+        DeviceCodec::Mx { format } => {
+            a.param = format;
+            vec![launch("mx_decode", a, Items::Many(n))]
+        }
         DeviceCodec::Fp16 => vec![launch("decode_f16", a, Items::Many(n))],
         DeviceCodec::Bf16 => vec![launch("decode_bf16", a, Items::Many(n))],
         DeviceCodec::Int8 { block, .. } => {
