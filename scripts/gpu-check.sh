@@ -27,7 +27,7 @@
 #     capture     one CUDA graph capture and replay of sncl collectives: not
 #                 implemented yet (capture is refused with an error), printed
 #                 as skipped
-#   device (GPU buffers, kernels, codecs; 200 s):
+#   device (GPU buffers, kernels, codecs; 260 s):
 #     probe       nvidia-smi, driver version, the CUDA backend's open()
 #     suite       the device test suite against the cuda backend
 #     kernels     every reduce kernel's output against the CPU kernels (the
@@ -41,6 +41,10 @@
 #     compressed  commbench --device cuda --compress int8: compressed
 #                 all_reduce on device buffers, 2 processes, checked bit for
 #                 bit against the host form
+#     compressed-mx  the same with mxfp8 (the MX device kernels)
+#     deterministic  SNCL_DETERMINISTIC=1 commbench all_reduce --device cuda
+#                 --np 2 -d bfloat16: inexact inputs, the device result
+#                 checked bit for bit against the host's canonical order
 #     codec-bandwidth  codec encode/decode vs a device-to-device copy in the
 #                 same run (>= 64 MiB; bytes read + written), first-use compile
 #   nvlink (transport-nvlink, the C ABI on device pointers; 240 s):
@@ -198,7 +202,7 @@ group_basics() {
 }
 
 group_device() {
-    GROUP_END=$((SECONDS + 200))
+    GROUP_END=$((SECONDS + 260))
     section probe 30 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; ls /usr/local/cuda*/lib64/libnvrtc.so* /usr/lib/x86_64-linux-gnu/libnvrtc.so* 2>/dev/null; true'
     section suite 60 "$OUT_DIR/device-suite" --test-threads=1
     section kernels 40 "$OUT_DIR/device-suite" --test-threads=1 reduce
@@ -212,6 +216,8 @@ group_device() {
     cache=$(mktemp -d)
     section cudarc-slices 20 "$OUT_DIR/cuda-slices" --test-threads=1
     section compressed 30 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 1M -e 64M -f 8 -c 1 --compress int8 --compress-scope flat
+    section compressed-mx 30 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 1M -e 64M -f 8 -c 1 --compress mxfp8 --compress-scope flat
+    section deterministic 30 env SNCL_DETERMINISTIC=1 "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 8 -e 64M -f 8 -c 1 -d bfloat16
     section codec-bandwidth 40 env XDG_CACHE_HOME="$cache" "$OUT_DIR/codec_bandwidth" cuda 64 10
     rm -rf "$cache"
 }

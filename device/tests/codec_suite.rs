@@ -45,7 +45,7 @@ fn data(n: usize, seed: u64, special: bool) -> Vec<f32> {
         .collect()
 }
 
-const SPECS: [&str; 10] = [
+const SPECS: [&str; 13] = [
     "fp16",
     "bf16",
     "int8",
@@ -56,6 +56,9 @@ const SPECS: [&str; 10] = [
     "topk-exact:0.25",
     "topk:0.01",
     "topk:0.001",
+    "mxfp8",
+    "mxfp8-e5m2",
+    "mxfp4",
 ];
 
 fn enqueue(ctx: &Ctx, op: &CodecOp<'_>) {
