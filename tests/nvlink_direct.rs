@@ -339,6 +339,39 @@ fn direct_bad_arguments_are_refused() {
     });
 }
 
+/// Deterministic mode: the direct kernels fold in rank order, so the
+/// window all-reduce is refused on every rank, naming the mode (the
+/// communicator's all-reduce on the same memory runs the canonical order).
+#[test]
+fn direct_all_reduce_is_refused_in_deterministic_mode() {
+    let _serial = nvlink_common::serial();
+    let cfg = sncl::Config {
+        deterministic: true,
+        ..config()
+    };
+    let comms = Communicator::init_threads(2, cfg).expect("init over nvlink");
+    let ranks: Vec<_> = comms.into_iter().map(bind).collect();
+    std::thread::scope(|s| {
+        for r in &ranks {
+            s.spawn(move || {
+                let win = r.comm.alloc_device_window(1 << 20).expect("window");
+                let e = win
+                    .all_reduce(
+                        None,
+                        16,
+                        DataType::Float32,
+                        ReduceOp::Sum,
+                        DirectChoice::Auto,
+                        r.stream,
+                    )
+                    .expect_err("refused in deterministic mode")
+                    .to_string();
+                assert!(e.contains("SNCL_DETERMINISTIC"), "{e}");
+            });
+        }
+    });
+}
+
 /// Ranks that allocate a window with different sizes fail, each naming
 /// the peer and both sizes.
 #[test]

@@ -427,10 +427,21 @@ fn run_compressed(comm: &Communicator, c: &CollOp, compress: &Compress) -> Resul
     // SAFETY: recvbuff holds `n` aligned float32 elements lent by the
     // caller, touched by nothing else until the operation completes.
     let buf = unsafe { std::slice::from_raw_parts_mut(c.raw.recv as *mut f32, n) };
-    let mut feedback = compress
-        .feedback
-        .as_ref()
-        .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()));
+    // One operation at a time per handle: a second one running now (on
+    // another communicator or stream) is an error, not a wait that could
+    // deadlock the ranks.
+    let mut feedback = match compress.feedback.as_ref().map(|f| f.try_lock()) {
+        None => None,
+        Some(Ok(g)) => Some(g),
+        Some(Err(std::sync::TryLockError::Poisoned(p))) => Some(p.into_inner()),
+        Some(Err(std::sync::TryLockError::WouldBlock)) => {
+            return Err(CError::usage(format!(
+                "rank {}: an error-feedback handle is used by another operation running now; \
+                 give each tensor its own handle",
+                comm.rank()
+            )))
+        }
+    };
     comm.all_reduce_compressed(
         buf,
         c.raw.op,

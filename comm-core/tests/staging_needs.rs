@@ -5,9 +5,9 @@
 //! every algorithm of every collective the device path runs, over rank
 //! counts, node layouts, counts and chunks, and holds each need
 //! ([`StagingNeeds`]) to the footprint (the device binding sizes its
-//! buffers by it).
+//! buffers by it). Deterministic mode's schedules too.
 
-use comm_core::algo::{self, Params};
+use comm_core::algo::{self, Input, Params};
 use comm_core::schedule::StagingNeeds;
 use comm_core::topo::Topology;
 use comm_core::wire::Collective;
@@ -42,22 +42,33 @@ fn every_algorithm_needs_at_most_its_footprint() {
                                     root: n / 2,
                                     chunk,
                                 };
-                                let Some(s) = algo::build(coll, row.algo, &p, topo) else {
-                                    continue;
+                                let input = Input {
+                                    p,
+                                    topo,
+                                    blocks: algo::Blocks::Uniform,
+                                    check_roots: true,
                                 };
-                                checked += 1;
-                                let f = footprint(coll, n, count);
-                                let needs: StagingNeeds = s.staging_needs();
-                                let got = [needs.scratch, needs.step_sends, needs.region];
-                                for (i, &g) in got.iter().enumerate() {
-                                    worst[i] = worst[i].max(g as f64 / f as f64);
-                                    assert!(
-                                        g <= f,
-                                        "{coll:?} {:?} n={n} rank={rank} count={count} \
-                                         chunk={chunk} nodes={}: {needs:?} for a footprint of {f}",
-                                        row.algo,
-                                        topo.nnodes()
-                                    );
+                                let built = [
+                                    algo::build(coll, row.algo, &p, topo),
+                                    algo::build_deterministic(coll, row.algo, &input),
+                                ];
+                                for (s, deterministic) in built.iter().zip([false, true]) {
+                                    let Some(s) = s else { continue };
+                                    checked += 1;
+                                    let f = footprint(coll, n, count);
+                                    let needs: StagingNeeds = s.staging_needs();
+                                    let got = [needs.scratch, needs.step_sends, needs.region];
+                                    for (i, &g) in got.iter().enumerate() {
+                                        worst[i] = worst[i].max(g as f64 / f as f64);
+                                        assert!(
+                                            g <= f,
+                                            "{coll:?} {:?} deterministic={deterministic} n={n} \
+                                             rank={rank} count={count} chunk={chunk} nodes={}: \
+                                             {needs:?} for a footprint of {f}",
+                                            row.algo,
+                                            topo.nnodes()
+                                        );
+                                    }
                                 }
                             }
                         }

@@ -478,7 +478,9 @@ fn expected<T: BenchElem>(
     let (n, r, cnt, op) = (comm.size(), comm.rank(), c.count, c.op);
     let values = Values::of(comm);
     let block = |src: usize, offset: usize| -> Vec<T> {
-        (0..cnt).map(|i| T::value(src, offset + i, op)).collect()
+        (0..cnt)
+            .map(|i| T::element(src, offset + i, op, values))
+            .collect()
     };
     Some(match c.bench {
         Bench::AllReduce => (0, reduce_expected(n, cnt, 0, op, values)),

@@ -99,10 +99,11 @@ pub struct PlanArgs {
     /// DP gradient bucket in MB (the last bucket's all-reduce is exposed).
     #[arg(long = "dp-bucket-mb", default_value_t = 25.0)]
     pub dp_bucket_mb: f64,
-    /// Compress the DP gradient all-reduce on the slow tier with this codec
-    /// of sncl's compressed all-reduce (fp16, bf16, int8, mxfp8, mxfp4,
-    /// topk:FRACTION; ZeRO 0): messages between nodes carry the codec's
-    /// share of the gradients' bytes.
+    /// Compress the DP gradient all-reduce on the slow tier with this dense
+    /// codec of sncl's compressed all-reduce (fp16, bf16, int8, mxfp8,
+    /// mxfp4; ZeRO 0): messages between nodes carry the codec's encoded
+    /// size over the gradients' (the wire bytes, whatever the gradients'
+    /// type).
     #[arg(long = "compress")]
     pub compress: Option<String>,
     /// Override an overlap rule: DIM=FRACTION hidden behind compute, comma separated (e.g. dp=1,tp=0.5).
@@ -211,7 +212,10 @@ fn run(a: &PlanArgs) -> Result<(), String> {
             Some(spec) => {
                 let codec =
                     sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
-                Some(crate::sim_cmd::codec_share(&codec, grad_bytes))
+                Some(
+                    crate::sim_cmd::codec_share(&codec, grad_bytes)
+                        .map_err(|e| format!("--compress {spec}: {e}"))?,
+                )
             }
         },
     };

@@ -116,9 +116,9 @@ pub fn compression_ratio(
             coll.name()
         ));
     }
-    if !dtype.is_float() {
+    if dtype != sncl::DataType::Float32 {
         return Err(format!(
-            "--compress {spec}: compression applies to float data, not {}",
+            "--compress {spec}: the compressed all-reduce takes float (f32) data, not {}",
             dtype.name()
         ));
     }
@@ -129,14 +129,23 @@ pub fn compression_ratio(
         ));
     }
     let codec = sncl::Codec::parse(spec).map_err(|e| format!("--compress {spec}: {e}"))?;
-    Ok(codec_share(&codec, dtype.size()))
+    codec_share(&codec, dtype.size()).map_err(|e| format!("--compress {spec}: {e}"))
 }
 
-/// The share of the bytes of `elem`-byte elements that `codec`'s encoding
-/// of a large vector keeps (mxfp8 of f32: 8.25 / 32).
-pub fn codec_share(codec: &sncl::Codec, elem: usize) -> f64 {
+/// The share of the bytes of `elem`-byte elements that a dense `codec`'s
+/// encoding of a large vector keeps (mxfp8 of f32: 8.25 / 32). Top-k is an
+/// error: its sparse all-gather moves (ranks − 1) encodings per rank,
+/// which scaling an all-reduce's messages does not model.
+pub fn codec_share(codec: &sncl::Codec, elem: usize) -> Result<f64, String> {
+    if let sncl::Codec::TopK { .. } = codec {
+        return Err(
+            "top-k's sparse all-gather is not modelled (only the dense codecs: fp16, bf16, \
+             int8, mxfp8, mxfp4)"
+                .into(),
+        );
+    }
     const N: usize = 1 << 20;
-    codec.max_encoded_len(N) as f64 / (N * elem.max(1)) as f64
+    Ok(codec.max_encoded_len(N) as f64 / (N * elem.max(1)) as f64)
 }
 
 /// `commbench sim OP ...`: predicted time, algbw, busbw and cross-tier share
@@ -167,8 +176,8 @@ pub struct SimArgs {
     /// Frame: auto, per-rank or symmetric.
     #[arg(long = "frame", default_value = "auto")]
     pub frame: String,
-    /// all_reduce only: a codec of the compressed all-reduce (fp16, bf16,
-    /// int8, mxfp8, mxfp8-e5m2, mxfp4, topk:FRACTION): every message between
+    /// all_reduce of float only: a dense codec of the compressed all-reduce
+    /// (fp16, bf16, int8, mxfp8, mxfp8-e5m2, mxfp4): every message between
     /// nodes carries the codec's share of its bytes (with hier, the
     /// compressed all-reduce's traffic; the codec's compute is not
     /// modelled). busbw is on the uncompressed size.

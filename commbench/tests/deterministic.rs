@@ -37,7 +37,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) {
 }
 
 #[test]
-fn every_reducing_collective_and_algorithm_over_shared_memory_and_tcp() {
+fn every_collective_and_algorithm_over_shared_memory_and_tcp() {
     for np in ["3", "5"] {
         for transport in ["shm", "tcp"] {
             let env = [("SNCL_TRANSPORT", transport)];

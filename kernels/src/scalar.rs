@@ -56,7 +56,7 @@ int_elem!(u64);
 /// values, +0 and -0, the AND (OR) of their bits, so +0 for max and -0 for
 /// min; a NaN operand gives a quiet NaN, the OR of both operands' bits.
 macro_rules! float_extremum {
-    ($t:ty, $bits:ty, $quiet:expr) => {
+    ($t:ty, $quiet:expr) => {
         impl Extremum for $t {
             #[inline(always)]
             fn extremum(a: Self, b: Self, max: bool) -> Self {
@@ -79,8 +79,8 @@ macro_rules! float_extremum {
 trait Extremum: Sized {
     fn extremum(a: Self, b: Self, max: bool) -> Self;
 }
-float_extremum!(f32, u32, 0x0040_0000);
-float_extremum!(f64, u64, 0x0008_0000_0000_0000);
+float_extremum!(f32, 0x0040_0000);
+float_extremum!(f64, 0x0008_0000_0000_0000);
 
 /// Float combine: sum and product round once (x86's NaN rule, which the
 /// SIMD paths share); max and min are [`Extremum`].

@@ -769,7 +769,7 @@ struct Add;
 /// Float multiply.
 struct Mul;
 /// IEEE 754-2019 `maximum`, commutative bit for bit (scalar.rs's
-/// `float_max`): the larger; between equal values (+0 and -0) the AND of
+/// `float_extremum!`): the larger; between equal values (+0 and -0) the AND of
 /// their bits (+0); a NaN operand makes a quiet NaN, the OR of both.
 struct Max;
 /// IEEE 754-2019 `minimum`, commutative bit for bit: the smaller; between

@@ -129,3 +129,42 @@ fn signed_zeros_and_nans_follow_ieee_maximum_and_minimum() {
     assert_eq!(f(ReduceOp::Max, -3.0, 2.0), 2.0);
     assert_eq!(f(ReduceOp::Min, -3.0, 2.0), -3.0);
 }
+
+/// Vectors mixing lanes that take the AVX2 fast path (ordered, unequal)
+/// with lanes that need the fix-up (±0 pairs, equal values, NaNs) give the
+/// scalar reference's bits, in both operand orders.
+#[test]
+fn mixed_lanes_match_the_scalar_reference() {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..200 {
+        let len = 1 + (next() % 70) as usize;
+        let pick = |x: u64, y: u64| -> (u32, u32) {
+            let a = F32[(x % F32.len() as u64) as usize];
+            let b = match y % 3 {
+                0 => a,                                        // equal: fix-up lane
+                1 => a ^ 0x8000_0000,                          // sign flipped (±0 pairs)
+                _ => F32[(y / 3 % F32.len() as u64) as usize], // anything
+            };
+            (a, b)
+        };
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
+        for _ in 0..len {
+            let (a, b) = pick(next(), next());
+            xs.extend_from_slice(&a.to_ne_bytes());
+            ys.extend_from_slice(&b.to_ne_bytes());
+        }
+        for op in [ReduceOp::Max, ReduceOp::Min] {
+            let mut fast = vec![0u8; xs.len()];
+            let mut reference = vec![0u8; xs.len()];
+            reduce_into(DataType::Float32, op, &mut fast, &xs, &ys);
+            kernels::scalar::reduce_into(DataType::Float32, op, &mut reference, &xs, &ys);
+            assert_eq!(fast, reference, "{op:?} over {len} mixed lanes");
+        }
+    }
+}

@@ -27,6 +27,8 @@ tier), and :func:`int8_compress_hook` is a DDP communication hook over it::
     ddp.register_comm_hook(None, sncl_torch.int8_compress_hook)
 """
 
+import itertools
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
@@ -43,6 +45,9 @@ __all__ = [
 ]
 
 BACKEND_NAME = "sncl"
+
+# Numbers compress_hook gives its hooks (their error-feedback keys).
+_hook_numbers = itertools.count()
 
 
 def version() -> int:
@@ -98,13 +103,18 @@ def compress_hook(codec: str, error_feedback: bool = False):
         ddp.register_comm_hook(None, sncl_torch.compress_hook("mxfp8", error_feedback=True))
 
     ``error_feedback``: keep, per bucket, what the codec dropped and add it
-    to that bucket's next gradients (the group keeps it, keyed by the
-    bucket's index). The hook's ``state`` is None (the default group) or a
-    process group whose CPU backend is sncl.
+    to that bucket's next gradients. Each hook made here has its own
+    feedback (the group keeps it under this hook's keys and the bucket's
+    index), so two models, or two runs, never share it; a bucket whose
+    length changes starts over. The hook's ``state`` is None (the default
+    group) or a process group whose CPU backend is sncl.
     """
+    # Keys of this hook: its number in the high bits, the bucket's index
+    # in the low 32.
+    base = next(_hook_numbers) << 32
 
     def hook(state, bucket) -> torch.futures.Future[torch.Tensor]:
-        key = bucket.index() if error_feedback else None
+        key = base + bucket.index() if error_feedback else None
         return all_reduce_compressed(
             bucket.buffer(), codec, group=state, average=True, feedback_key=key
         )
@@ -138,7 +148,9 @@ class Options:
     whatever the algorithm, placement or bucket boundaries (sncl's
     docs/DETERMINISM.md); False lets each algorithm reduce in its own
     order; None (default) leaves it to ``SNCL_DETERMINISTIC``. Every rank
-    must pass the same; groups split or shrunk from the group keep it.
+    must pass the same; groups split or shrunk from the group keep it, but
+    a group made by ``dist.new_group`` takes its own ``pg_options`` (else
+    ``SNCL_DETERMINISTIC``): for a whole job, set ``SNCL_DETERMINISTIC=1``.
     """
 
     def __init__(self, deterministic=None):

@@ -331,11 +331,9 @@ fn sub_cluster(cl: &Cluster, per_node: usize, nodes: usize) -> Cluster {
 /// Simulates `coll` on one group with the planner's choice and, for
 /// rings-or-hier collectives, the other of ring / hier; returns the fastest
 /// (time ms, intra and inter bytes per rank, algorithm — marked `*` when it
-/// is not the planner's choice, i.e. it needs `SNCL_ALGO`).
-/// The simulated time (ms) and per-rank intra / inter bytes of `coll`
-/// over `bytes`, the better of the planner's choice, ring and hier.
-/// `compress`: the compressed all-reduce's share of bytes between nodes;
-/// it always runs hierarchically (flat where a node has one rank).
+/// is not the planner's choice, i.e. it needs `SNCL_ALGO`). `compress`:
+/// the compressed all-reduce's share of bytes between nodes; it always runs
+/// hierarchically (flat where a node has one rank), marked `compressed`.
 fn sim_ms(
     c: &Cluster,
     coll: Collective,

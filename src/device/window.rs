@@ -486,6 +486,15 @@ impl DeviceWindow {
             op: "device window all_reduce",
             detail,
         };
+        if inner.config.deterministic {
+            // Every rank has the same setting: all refuse alike.
+            return Err(bad(
+                "this communicator is in deterministic mode (SNCL_DETERMINISTIC=1), and the \
+                 direct kernels fold the ranks in rank order, not in the canonical tree; use \
+                 the communicator's device all-reduce on the window's memory"
+                    .into(),
+            ));
+        }
         let bytes = count
             .checked_mul(dtype.size())
             .filter(|&b| b <= core.bytes)

@@ -371,11 +371,13 @@ pub fn canonical_all_reduce_butterfly(n: usize, r: usize, count: usize) -> Sched
 
 /// Deterministic reduce-scatter: block `j` (`count` elements at
 /// `j * count` of the input) is reduced over its canonical tree onto rank
-/// `j`; partials of other ranks' blocks live in scratch (`n * count`
-/// elements at most).
+/// `j`, a chunk of every block at a time; partials of other ranks' chunks
+/// live in scratch (`n * min(chunk, count)` elements at most, reused by
+/// the next round once this one's steps are done).
 pub fn canonical_reduce_scatter(n: usize, r: usize, count: usize, chunk: usize) -> Schedule {
     let mut s = Schedule::new(n, r);
-    // A chunk of every block at a time (each block's chunks in order).
+    // A round's chunks are at most this long.
+    let stride = chunk.max(1).min(count);
     for (o, l) in blocks(count, 1, chunk) {
         let pieces: Vec<Piece> = (0..n)
             .map(|j| Piece {
@@ -383,7 +385,7 @@ pub fn canonical_reduce_scatter(n: usize, r: usize, count: usize, chunk: usize) 
                 acc: if j == r {
                     Region::new(BufId::Recv, o, l)
                 } else {
-                    Region::new(BufId::Scratch, j * count + o, l)
+                    Region::new(BufId::Scratch, j * stride, l)
                 },
                 root: j,
                 delay: 0,
@@ -413,9 +415,10 @@ pub fn canonical_reduce_tree(
     s
 }
 
-/// Deterministic reduce for large vectors: a sharded canonical
-/// reduce-scatter (shard `j` onto rank `j`, in scratch off the root), then
-/// every rank sends its shard to `root`.
+/// Deterministic reduce for large vectors: per block of `n * chunk`
+/// elements, a sharded canonical reduce-scatter (shard `j` onto rank `j`,
+/// in scratch off the root: a block's worth, reused by the next block),
+/// then every rank sends its shard to `root`.
 pub fn canonical_reduce_sharded(
     n: usize,
     r: usize,
@@ -434,7 +437,7 @@ pub fn canonical_reduce_sharded(
             if r == root {
                 Region::new(BufId::Recv, o, l)
             } else {
-                Region::new(BufId::Scratch, o, l)
+                Region::new(BufId::Scratch, o - base, l)
             }
         };
         let pieces: Vec<Piece> = (0..n)
