@@ -286,7 +286,7 @@ pub unsafe extern "C" fn snclAllReduceCompressedFeedback(
                 raw: r,
                 premul: None,
                 input_elems: count,
-                compress: Some(Compress { codec, feedback }),
+                compress: Some(Box::new(Compress { codec, feedback })),
             }))
         })
     }

@@ -27,8 +27,8 @@ pub(crate) struct CollOp {
     /// Elements of input (for the scaled copy).
     pub input_elems: usize,
     /// A compressed float32 all-reduce (`snclAllReduceCompressed`,
-    /// `snclAllReduceCompressedFeedback`).
-    pub compress: Option<Compress>,
+    /// `snclAllReduceCompressedFeedback`); boxed: rare, and large.
+    pub compress: Option<Box<Compress>>,
 }
 
 /// The codec of a compressed all-reduce, and its error feedback.

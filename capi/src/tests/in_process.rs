@@ -238,7 +238,7 @@ fn compressed_all_reduce_with_error_feedback() {
                     let c = h as snclComm_t;
                     let x: Vec<f32> = (0..len).map(|i| 1.0 + (i % 7) as f32).collect();
                     let exact: Vec<f32> = x.iter().map(|v| v * n as f32 * steps as f32).collect();
-                    let mut run = |with_feedback: bool| -> f32 {
+                    let run = |with_feedback: bool| -> f32 {
                         let mut fb: snclErrorFeedback_t = std::ptr::null_mut();
                         if with_feedback {
                             // SAFETY: a valid out-pointer.
