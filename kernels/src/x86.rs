@@ -780,92 +780,58 @@ struct Min;
 /// unordered, so `max(a, b)` and `max(b, a)` agree except there: their AND
 /// (max) or OR (min) settles equal values, and unordered lanes take
 /// `a | b | quiet`. Vectors whose lanes are all ordered and unequal (the
-/// usual case) take `max(a, b)` as it is.
+/// usual case) take `max(a, b)` as it is. One macro per lane width makes
+/// both extrema: `(Max, max, and)`, `(Min, min, or)`.
 macro_rules! commutative_extremum {
-    ($ext:ident, $settle:ident, $cmp:ident, $mask:ident, $full:expr, $or:ident, $blend:ident, $quiet:expr, $a:ident, $b:ident) => {{
-        let plain = $ext($a, $b);
-        if $mask($cmp::<_CMP_NEQ_OQ>($a, $b)) == $full {
-            plain
-        } else {
-            let settled = $settle(plain, $ext($b, $a));
-            let unordered = $cmp::<_CMP_UNORD_Q>($a, $b);
-            $blend(settled, $or($or($a, $b), $quiet), unordered)
+    ($trait:ident, $f:ident, $vec:ty, $quiet:expr, $full:expr,
+     [$cmp:ident, $mask:ident, $or:ident, $blend:ident],
+     $(($name:ident, $ext:ident, $settle:ident)),+) => {$(
+        impl $trait for $name {
+            #[inline(always)]
+            unsafe fn $f(a: $vec, b: $vec) -> $vec {
+                let plain = $ext(a, b);
+                if $mask($cmp::<_CMP_NEQ_OQ>(a, b)) == $full {
+                    plain
+                } else {
+                    let settled = $settle(plain, $ext(b, a));
+                    let unordered = $cmp::<_CMP_UNORD_Q>(a, b);
+                    $blend(settled, $or($or(a, b), $quiet), unordered)
+                }
+            }
         }
-    }};
+    )+};
 }
 
-impl OpPs for Max {
-    #[inline(always)]
-    unsafe fn ps(a: __m256, b: __m256) -> __m256 {
-        let quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x0040_0000));
-        commutative_extremum!(
-            _mm256_max_ps,
-            _mm256_and_ps,
-            _mm256_cmp_ps,
-            _mm256_movemask_ps,
-            0xff,
-            _mm256_or_ps,
-            _mm256_blendv_ps,
-            quiet,
-            a,
-            b
-        )
-    }
-}
-impl OpPs for Min {
-    #[inline(always)]
-    unsafe fn ps(a: __m256, b: __m256) -> __m256 {
-        let quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x0040_0000));
-        commutative_extremum!(
-            _mm256_min_ps,
-            _mm256_or_ps,
-            _mm256_cmp_ps,
-            _mm256_movemask_ps,
-            0xff,
-            _mm256_or_ps,
-            _mm256_blendv_ps,
-            quiet,
-            a,
-            b
-        )
-    }
-}
-impl OpPd for Max {
-    #[inline(always)]
-    unsafe fn pd(a: __m256d, b: __m256d) -> __m256d {
-        let quiet = _mm256_castsi256_pd(_mm256_set1_epi64x(0x0008_0000_0000_0000));
-        commutative_extremum!(
-            _mm256_max_pd,
-            _mm256_and_pd,
-            _mm256_cmp_pd,
-            _mm256_movemask_pd,
-            0xf,
-            _mm256_or_pd,
-            _mm256_blendv_pd,
-            quiet,
-            a,
-            b
-        )
-    }
-}
-impl OpPd for Min {
-    #[inline(always)]
-    unsafe fn pd(a: __m256d, b: __m256d) -> __m256d {
-        let quiet = _mm256_castsi256_pd(_mm256_set1_epi64x(0x0008_0000_0000_0000));
-        commutative_extremum!(
-            _mm256_min_pd,
-            _mm256_or_pd,
-            _mm256_cmp_pd,
-            _mm256_movemask_pd,
-            0xf,
-            _mm256_or_pd,
-            _mm256_blendv_pd,
-            quiet,
-            a,
-            b
-        )
-    }
-}
+commutative_extremum!(
+    OpPs,
+    ps,
+    __m256,
+    _mm256_castsi256_ps(_mm256_set1_epi32(0x0040_0000)),
+    0xff,
+    [
+        _mm256_cmp_ps,
+        _mm256_movemask_ps,
+        _mm256_or_ps,
+        _mm256_blendv_ps
+    ],
+    (Max, _mm256_max_ps, _mm256_and_ps),
+    (Min, _mm256_min_ps, _mm256_or_ps)
+);
+commutative_extremum!(
+    OpPd,
+    pd,
+    __m256d,
+    _mm256_castsi256_pd(_mm256_set1_epi64x(0x0008_0000_0000_0000)),
+    0xf,
+    [
+        _mm256_cmp_pd,
+        _mm256_movemask_pd,
+        _mm256_or_pd,
+        _mm256_blendv_pd
+    ],
+    (Max, _mm256_max_pd, _mm256_and_pd),
+    (Min, _mm256_min_pd, _mm256_or_pd)
+);
 
 macro_rules! float_op {
     ($name:ident, $ps:ident, $pd:ident) => {

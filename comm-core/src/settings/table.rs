@@ -184,15 +184,7 @@ pub static SETTINGS: &[Setting] = &[
               operation; costs the CRC's compute on each side, docs/perf-notes/NOTEBOOK.md §11b)",
         field: Field::Text {
             put: |c, v| {
-                c.checksum = match v.trim() {
-                    "0" => false,
-                    "1" => true,
-                    other => {
-                        return Err(crate::Error::Config(format!(
-                            "SNCL_CHECKSUM={other:?}: expected 0 or 1"
-                        )))
-                    }
-                };
+                c.checksum = switch("SNCL_CHECKSUM", v)?;
                 Ok(())
             },
             show: |c| u8::from(c.checksum).to_string(),
@@ -212,15 +204,7 @@ pub static SETTINGS: &[Setting] = &[
               ranks that receive, or at the timeout; docs/perf-notes/NOTEBOOK.md §17)",
         field: Field::Text {
             put: |c, v| {
-                c.check_roots = match v.trim() {
-                    "0" => false,
-                    "1" => true,
-                    other => {
-                        return Err(crate::Error::Config(format!(
-                            "SNCL_CHECK_ROOTS={other:?}: expected 0 or 1"
-                        )))
-                    }
-                };
+                c.check_roots = switch("SNCL_CHECK_ROOTS", v)?;
                 Ok(())
             },
             show: |c| u8::from(c.check_roots).to_string(),
@@ -240,15 +224,7 @@ pub static SETTINGS: &[Setting] = &[
               top-k compression is refused); `0`: each algorithm reduces in its own order",
         field: Field::Text {
             put: |c, v| {
-                c.deterministic = match v.trim() {
-                    "0" => false,
-                    "1" => true,
-                    other => {
-                        return Err(crate::Error::Config(format!(
-                            "SNCL_DETERMINISTIC={other:?}: expected 0 or 1"
-                        )))
-                    }
-                };
+                c.deterministic = switch("SNCL_DETERMINISTIC", v)?;
                 Ok(())
             },
             show: |c| u8::from(c.deterministic).to_string(),
@@ -732,10 +708,19 @@ pub(crate) fn by_digest_key(key: &str) -> Option<&'static Setting> {
         .find(|s| matches!(s.scope, Scope::Shared { digest_key } if digest_key == key))
 }
 
-/// A `0|1` setting's value.
+/// A `0|1` setting's value, empty meaning 0.
 fn zero_or_one(name: &str, v: &str) -> crate::Result<bool> {
+    if v.trim().is_empty() {
+        return Ok(false);
+    }
+    switch(name, v)
+}
+
+/// A switch that must be given as `0` or `1` (no empty value: for a
+/// switch that is on by default, empty must not mean off).
+fn switch(name: &str, v: &str) -> crate::Result<bool> {
     match v.trim() {
-        "" | "0" => Ok(false),
+        "0" => Ok(false),
         "1" => Ok(true),
         other => Err(crate::Error::Config(format!(
             "{name}={other:?}: expected 0 or 1"
