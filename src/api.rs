@@ -1,7 +1,9 @@
-//! The typed collectives. Each validates its slices against the counts and
+//! The typed collectives, one row each for buffers of every memory kind
+//! ([`crate::Buffer`]). Each validates its buffers against the counts and
 //! the rank count (rejecting bad input before anything is sent), builds a
 //! raw operation, and runs it inline (blocking forms on [`Communicator`]) or
-//! queues it (non-blocking forms on [`Scope`]).
+//! queues it (non-blocking forms on [`Scope`]); device buffers go the
+//! device path, in their stream's order ([`crate::device`]).
 
 use std::marker::PhantomData;
 
@@ -10,19 +12,62 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
+use crate::buffer::{Buffer, BufferMut, DeviceId, Location, Stream};
 use crate::comm::{Inner, P2p, RawOp, VCounts};
-use crate::work::{Group, Scope, Work};
+use crate::device::{DeviceOp, DevicePtr};
+use crate::work::{Group, JobKind, RawWork, Scope, Work};
 use crate::{Communicator, Element};
 
 fn bad(rank: usize, op: &'static str, detail: String) -> Error {
     Error::InvalidArgument { rank, op, detail }
 }
 
+/// What builds a device operation's job in stream order (see
+/// `Communicator::prepare_device`).
+pub(crate) type DeviceJobMaker = Box<dyn FnOnce(u64) -> JobKind>;
+
+/// Where a checked operation goes: run now (the blocking forms on
+/// [`Communicator`]) or queued on the progress thread ([`Scope`]).
+trait Submit {
+    type Out;
+    /// A host operation whose buffers stay lent until `Out` says so.
+    fn host(self, op: RawOp) -> Result<Self::Out>;
+    /// A device operation, ordered on its stream by `make`.
+    fn device(self, make: DeviceJobMaker) -> Result<Self::Out>;
+}
+
+/// The blocking forms: the operation has completed when they return.
+struct Blocking<'c>(&'c Communicator);
+
+impl Submit for Blocking<'_> {
+    type Out = ();
+    fn host(self, op: RawOp) -> Result<()> {
+        self.0.run_blocking(op)
+    }
+    fn device(self, make: DeviceJobMaker) -> Result<()> {
+        RawWork::from_state(self.0.worker.submit_with(make)).wait()
+    }
+}
+
+/// The non-blocking forms: buffers stay borrowed until the scope ends.
+struct Queued<'scope, 'env>(&'scope Scope<'scope, 'env>);
+
+impl<'scope> Submit for Queued<'scope, '_> {
+    type Out = Work<'scope>;
+    fn host(self, op: RawOp) -> Result<Work<'scope>> {
+        Ok(self.0.enqueue(op))
+    }
+    fn device(self, make: DeviceJobMaker) -> Result<Work<'scope>> {
+        Ok(self.0.enqueue_with(make))
+    }
+}
+
 /// Builders shared by the blocking and non-blocking forms: every op is
 /// checked once by the communicator ([`Inner::prepare`], which keeps its
-/// shape in the op), and the slices are checked against that shape's
-/// extents.
+/// shape in the op), the buffers are checked against that shape's
+/// extents, and their memory kind picks the host or the device path.
 struct Build<'c> {
+    comm: &'c Communicator,
     inner: &'c Inner,
 }
 
@@ -49,32 +94,42 @@ impl Build<'_> {
 
     /// An out-of-place operation of `count` elements: the buffers this
     /// rank uses must have the shape's extents.
-    fn op<T: Element>(
+    fn op<S, R, K>(
         &self,
         coll: Collective,
         (count, root, op): (usize, usize, ReduceOp),
-        send: &[T],
-        recv: &mut [T],
-    ) -> Result<RawOp> {
-        let (mut r, shape) = self.raw::<T>(coll, count, root, op)?;
+        send: S,
+        recv: R,
+        to: K,
+    ) -> Result<K::Out>
+    where
+        S: Buffer,
+        R: BufferMut<Elem = S::Elem>,
+        K: Submit,
+    {
+        let (r, shape) = self.raw::<S::Elem>(coll, count, root, op)?;
         shape
             .check_buffers(self.rank(), send.len(), recv.len())
             .map_err(|e| bad(self.rank(), coll.name(), e.to_string()))?;
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        let uses = (shape.uses_send(self.rank()), shape.uses_recv(self.rank()));
+        self.lend(r, send, recv, uses, to)
     }
 
     /// An in-place operation of `count` elements on `buf`, laid out as
     /// [`OpShape::in_place`] says.
-    fn in_place<T: Element>(
+    fn in_place<B, K>(
         &self,
         coll: Collective,
         (count, root, op): (usize, usize, ReduceOp),
-        buf: &mut [T],
-    ) -> Result<RawOp> {
+        mut buf: B,
+        to: K,
+    ) -> Result<K::Out>
+    where
+        B: BufferMut,
+        K: Submit,
+    {
         let name = coll.name();
-        let (mut r, shape) = self.raw::<T>(coll, count, root, op)?;
+        let (mut r, shape) = self.raw::<B::Elem>(coll, count, root, op)?;
         let layout = shape
             .in_place(self.rank())
             .ok_or_else(|| bad(self.rank(), name, format!("{name} has no in-place form")))?;
@@ -86,14 +141,24 @@ impl Build<'_> {
             };
             return Err(bad(self.rank(), name, e.to_string()));
         }
-        let p = buf.as_mut_ptr();
-        // SAFETY: the layout's offsets lie within its `elems`, which is
-        // `buf.len()` (checked above), so both pointers stay inside `buf`.
-        unsafe {
-            r.send = p.add(layout.input_at) as *const u8;
-            r.recv = p.add(layout.output_at) as *mut u8;
+        let esize = r.dtype.size();
+        let place = self.place(name, [(buf.location(), buf.len())])?;
+        let stream = place.as_ref().map(|(_, s)| s.clone());
+        let lent = buf.lend_mut(stream.as_ref());
+        // The layout's offsets lie within its `elems`, which is
+        // `buf.len()` (checked above): both addresses stay inside `buf`.
+        let (send, recv) = (
+            lent.addr + layout.input_at * esize,
+            lent.addr + layout.output_at * esize,
+        );
+        match &stream {
+            None => {
+                r.send = send as *const u8;
+                r.recv = recv as *mut u8;
+                to.host(r)
+            }
+            Some(s) => self.device(&r, (send, recv), s, to),
         }
-        Ok(r)
     }
 
     /// A variable-count op (`v`): checked, with this rank's extents
@@ -116,21 +181,164 @@ impl Build<'_> {
         }
         Ok(len / n)
     }
+
+    /// Where an operation on buffers at `locations` (with the lengths this
+    /// rank uses; an unused or empty buffer goes with any) runs: `None` on
+    /// the host, else the device and the stream (the last device buffer's,
+    /// i.e. the output's). Host and device memory cannot be mixed, device
+    /// buffers must live on the communicator's device (binding it on first
+    /// use) and raw streams must agree.
+    fn place<const N: usize>(
+        &self,
+        name: &'static str,
+        locations: [(Location, usize); N],
+    ) -> Result<Option<(DeviceId, Stream)>> {
+        let rank = self.rank();
+        let mut used: Vec<Location> = locations
+            .iter()
+            .filter(|(_, len)| *len > 0)
+            .map(|(l, _)| l.clone())
+            .collect();
+        if used.is_empty() {
+            used = locations.into_iter().map(|(l, _)| l).collect();
+        }
+        let kinds = used.iter().map(Location::kind);
+        if kinds.clone().all(|k| k == MemoryKind::Host) {
+            return Ok(None);
+        }
+        if kinds.clone().any(|k| k == MemoryKind::Host) {
+            return Err(bad(
+                rank,
+                name,
+                "host and device buffers cannot be mixed in one operation".into(),
+            ));
+        }
+        let mut placed = None;
+        for (i, l) in used.into_iter().enumerate() {
+            let Location::Device { device, stream } = l else {
+                unreachable!("every buffer is on a device")
+            };
+            let what = if i + 1 == N {
+                "the receive buffer"
+            } else {
+                "the send buffer"
+            };
+            match &device {
+                DeviceId::Open(dev) => {
+                    self.comm.bind_or_check(name, what, dev)?;
+                }
+                #[cfg(feature = "cuda")]
+                DeviceId::Cuda(ctx) => self.comm.bind_or_check_cuda(name, ctx)?,
+            }
+            if let Some((_, prev)) = &placed {
+                match (prev, &stream) {
+                    (Stream::Handle(a), Stream::Handle(b)) => {
+                        if a != b {
+                            return Err(bad(
+                                rank,
+                                name,
+                                format!(
+                                    "the buffers are ordered on different streams ({:#x} and {:#x})",
+                                    a.0, b.0
+                                ),
+                            ));
+                        }
+                    }
+                    #[cfg(feature = "cuda")]
+                    (Stream::Cuda(_), Stream::Cuda(_)) => {}
+                    #[cfg(feature = "cuda")]
+                    _ => {
+                        return Err(bad(
+                            rank,
+                            name,
+                            "cudarc slices and sncl device views cannot be mixed in one operation"
+                                .into(),
+                        ))
+                    }
+                }
+            }
+            placed = Some((device, stream));
+        }
+        Ok(placed)
+    }
+
+    /// Lends `send` and `recv` (`uses`: whether this rank uses each) to
+    /// `r` and submits it on the host or device path their memory says.
+    fn lend<S, R, K>(
+        &self,
+        mut r: RawOp,
+        send: S,
+        mut recv: R,
+        uses: (bool, bool),
+        to: K,
+    ) -> Result<K::Out>
+    where
+        S: Buffer,
+        R: BufferMut,
+        K: Submit,
+    {
+        let name = r.coll.name();
+        let len = |used: bool, len: usize| if used { len } else { 0 };
+        let place = self.place(
+            name,
+            [
+                (send.location(), len(uses.0, send.len())),
+                (recv.location(), len(uses.1, recv.len())),
+            ],
+        )?;
+        let stream = place.map(|(_, s)| s);
+        // cudarc's guards (in `Lent`) record their events when dropped,
+        // after the operation was submitted.
+        let (s, d) = (send.lend(stream.as_ref()), recv.lend_mut(stream.as_ref()));
+        match &stream {
+            None => {
+                r.send = s.addr as *const u8;
+                r.recv = d.addr as *mut u8;
+                to.host(r)
+            }
+            Some(st) => self.device(&r, (s.addr, d.addr), st, to),
+        }
+    }
+
+    /// Submits the checked op `r` on device addresses `send` and `recv`,
+    /// ordered on `stream`.
+    fn device<K: Submit>(
+        &self,
+        r: &RawOp,
+        (send, recv): (usize, usize),
+        stream: &Stream,
+        to: K,
+    ) -> Result<K::Out> {
+        let mut d = DeviceOp::new(
+            r.coll,
+            r.dtype,
+            r.count,
+            DevicePtr(send as u64),
+            DevicePtr(recv as u64),
+            stream.handle(),
+        );
+        d.op = r.op;
+        d.root = r.root;
+        to.device(self.comm.prepare_device(d)?)
+    }
 }
 
 /// No reduction (the collectives that do not reduce).
 const NONE: ReduceOp = ReduceOp::Sum;
 
+/// One row per collective: a blocking form on [`Communicator`] and a
+/// non-blocking one on [`Scope`], for buffers of any memory kind.
 macro_rules! collectives {
-    ($($(#[$doc:meta])* fn $name:ident<$t:ident>(&self $(, $arg:ident : $ty:ty)*) => $build:expr;)*) => {
+    ($($(#[$doc:meta])* fn $name:ident<$($gen:ident: $bound:path),*>(&self $(, $arg:ident : $ty:ty)*)
+        => |$b:ident, $to:ident| $build:expr;)*) => {
         impl Communicator {
             $(
                 $(#[$doc])*
-                pub fn $name<'scope, $t: Element>(&self $(, $arg: $ty)*) -> Result<()> {
-                    let b = Build { inner: &self.inner };
-                    #[allow(clippy::redundant_closure_call)]
-                    let op: RawOp = ($build)(&b)?;
-                    self.run_blocking(op)
+                pub fn $name<$($gen: $bound),*>(&self $(, $arg: $ty)*) -> Result<()>
+                {
+                    let $b = Build { comm: self, inner: &self.inner };
+                    let $to = Blocking(self);
+                    $build
                 }
             )*
         }
@@ -140,11 +348,11 @@ macro_rules! collectives {
                 ///
                 /// Non-blocking: returns a [`Work`] handle; the buffers stay
                 /// borrowed until the scope ends.
-                pub fn $name<$t: Element>(&'scope self $(, $arg: $ty)*) -> Result<Work<'scope>> {
-                    let b = Build { inner: &self.comm.inner };
-                    #[allow(clippy::redundant_closure_call)]
-                    let op: RawOp = ($build)(&b)?;
-                    Ok(self.enqueue(op))
+                pub fn $name<$($gen: $bound + 'scope),*>(&'scope self $(, $arg: $ty)*) -> Result<Work<'scope>>
+                {
+                    let $b = Build { comm: self.comm, inner: &self.comm.inner };
+                    let $to = Queued(self);
+                    $build
                 }
             )*
         }
@@ -153,61 +361,61 @@ macro_rules! collectives {
 
 collectives! {
     /// All-reduce: `recv[i] = op over ranks of send[i]`.
-    fn all_reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        b.op(Collective::AllReduce, (send.len(), 0, op), send, recv)
+    fn all_reduce<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, op: ReduceOp) => |b, to| {
+        b.op(Collective::AllReduce, (send.len(), 0, op), send, recv, to)
     };
     /// In-place all-reduce of `buf`.
-    fn all_reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        b.in_place(Collective::AllReduce, (buf.len(), 0, op), buf)
+    fn all_reduce_in_place<B: BufferMut>(&self, buf: B, op: ReduceOp) => |b, to| {
+        b.in_place(Collective::AllReduce, (buf.len(), 0, op), buf, to)
     };
     /// Reduce-scatter: `send` holds one block of `recv.len()` elements per
     /// rank; rank r receives block r reduced over all ranks.
-    fn reduce_scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp) => |b: &Build| {
-        b.op(Collective::ReduceScatter, (recv.len(), 0, op), send, recv)
+    fn reduce_scatter<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, op: ReduceOp) => |b, to| {
+        b.op(Collective::ReduceScatter, (recv.len(), 0, op), send, recv, to)
     };
     /// In-place reduce-scatter: `buf` holds one block per rank; the result
     /// lands in this rank's block `buf[rank*c..(rank+1)*c]`.
-    fn reduce_scatter_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp) => |b: &Build| {
+    fn reduce_scatter_in_place<B: BufferMut>(&self, buf: B, op: ReduceOp) => |b, to| {
         let c = b.multiple(Collective::ReduceScatter, buf.len())?;
-        b.in_place(Collective::ReduceScatter, (c, 0, op), buf)
+        b.in_place(Collective::ReduceScatter, (c, 0, op), buf, to)
     };
     /// All-gather: `recv` receives every rank's `send`, in rank order.
-    fn all_gather<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
-        b.op(Collective::AllGather, (send.len(), 0, NONE), send, recv)
+    fn all_gather<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R) => |b, to| {
+        b.op(Collective::AllGather, (send.len(), 0, NONE), send, recv, to)
     };
     /// In-place all-gather: this rank's block of `buf` is its contribution.
-    fn all_gather_in_place<T>(&self, buf: &'scope mut [T]) => |b: &Build| {
+    fn all_gather_in_place<B: BufferMut>(&self, buf: B) => |b, to| {
         let c = b.multiple(Collective::AllGather, buf.len())?;
-        b.in_place(Collective::AllGather, (c, 0, NONE), buf)
+        b.in_place(Collective::AllGather, (c, 0, NONE), buf, to)
     };
     /// Broadcast `buf` from `root` to every rank, in place.
-    fn broadcast<T>(&self, buf: &'scope mut [T], root: usize) => |b: &Build| {
-        b.in_place(Collective::Broadcast, (buf.len(), root, NONE), buf)
+    fn broadcast<B: BufferMut>(&self, buf: B, root: usize) => |b, to| {
+        b.in_place(Collective::Broadcast, (buf.len(), root, NONE), buf, to)
     };
     /// Broadcast out of place: the root sends `send`; every rank receives into `recv`
     /// (`send` is ignored on other ranks).
-    fn broadcast_from<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.op(Collective::Broadcast, (recv.len(), root, NONE), send, recv)
+    fn broadcast_from<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, root: usize) => |b, to| {
+        b.op(Collective::Broadcast, (recv.len(), root, NONE), send, recv, to)
     };
     /// Reduce to `root`: the root's `recv` receives the reduction of every
     /// rank's `send` (`recv` may be empty on other ranks).
-    fn reduce<T>(&self, send: &'scope [T], recv: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
-        b.op(Collective::Reduce, (send.len(), root, op), send, recv)
+    fn reduce<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, op: ReduceOp, root: usize) => |b, to| {
+        b.op(Collective::Reduce, (send.len(), root, op), send, recv, to)
     };
     /// In-place reduce: on the root `buf` is replaced by the reduction.
-    fn reduce_in_place<T>(&self, buf: &'scope mut [T], op: ReduceOp, root: usize) => |b: &Build| {
-        b.in_place(Collective::Reduce, (buf.len(), root, op), buf)
+    fn reduce_in_place<B: BufferMut>(&self, buf: B, op: ReduceOp, root: usize) => |b, to| {
+        b.in_place(Collective::Reduce, (buf.len(), root, op), buf, to)
     };
     /// All-to-all: block j of `send` goes to rank j; block i of `recv` comes from rank i.
-    fn alltoall<T>(&self, send: &'scope [T], recv: &'scope mut [T]) => |b: &Build| {
+    fn alltoall<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R) => |b, to| {
         let c = b.multiple(Collective::AllToAll, send.len())?;
-        b.op(Collective::AllToAll, (c, 0, NONE), send, recv)
+        b.op(Collective::AllToAll, (c, 0, NONE), send, recv, to)
     };
     /// All-gather with per-rank counts: rank i's `send` (of `counts[i]`
     /// elements) lands at `recv[displs[i]..]`.
-    fn all_gatherv<T>(&self, send: &'scope [T], recv: &'scope mut [T], counts: &[usize], displs: &[usize]) => |b: &Build| {
+    fn all_gatherv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, counts: &[usize], displs: &[usize]) => |b, to| {
         let v = VCounts { send_counts: vec![], send_displs: vec![], recv_counts: counts.to_vec(), recv_displs: displs.to_vec() };
-        let (mut r, se, re) = b.v::<T>(Collective::AllGatherV, v)?;
+        let (r, se, re) = b.v::<S::Elem>(Collective::AllGatherV, v)?;
         if send.len() != se {
             let e = ShapeError::Length { what: "send", got: send.len(), want: se };
             return Err(bad(b.rank(), "all_gatherv", e.to_string()));
@@ -215,28 +423,24 @@ collectives! {
         if recv.len() < re {
             return Err(bad(b.rank(), "all_gatherv", format!("recv has {} elements, counts and displacements need {re}", recv.len())));
         }
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.lend(r, send, recv, (true, true), to)
     };
     /// All-to-all with per-peer counts (PyTorch's `all_to_all_single` with splits).
-    fn alltoallv<T>(&self, send: &'scope [T], send_counts: &[usize], send_displs: &[usize], recv: &'scope mut [T], recv_counts: &[usize], recv_displs: &[usize]) => |b: &Build| {
+    fn alltoallv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, send_counts: &[usize], send_displs: &[usize], recv: R, recv_counts: &[usize], recv_displs: &[usize]) => |b, to| {
         let v = VCounts { send_counts: send_counts.to_vec(), send_displs: send_displs.to_vec(), recv_counts: recv_counts.to_vec(), recv_displs: recv_displs.to_vec() };
-        let (mut r, se, re) = b.v::<T>(Collective::AllToAllV, v)?;
+        let (r, se, re) = b.v::<S::Elem>(Collective::AllToAllV, v)?;
         if send.len() < se || recv.len() < re {
             return Err(bad(b.rank(), "alltoallv", format!("buffers of {} / {} elements, counts need {se} / {re}", send.len(), recv.len())));
         }
-        r.send = send.as_ptr() as *const u8;
-        r.recv = recv.as_mut_ptr() as *mut u8;
-        Ok(r)
+        b.lend(r, send, recv, (true, true), to)
     };
     /// Gather to `root`: rank i's `send` lands in block i of the root's `recv`.
-    fn gather<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.op(Collective::Gather, (send.len(), root, NONE), send, recv)
+    fn gather<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, root: usize) => |b, to| {
+        b.op(Collective::Gather, (send.len(), root, NONE), send, recv, to)
     };
     /// Scatter from `root`: block i of the root's `send` lands in rank i's `recv`.
-    fn scatter<T>(&self, send: &'scope [T], recv: &'scope mut [T], root: usize) => |b: &Build| {
-        b.op(Collective::Scatter, (recv.len(), root, NONE), send, recv)
+    fn scatter<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, root: usize) => |b, to| {
+        b.op(Collective::Scatter, (recv.len(), root, NONE), send, recv, to)
     };
 }
 

@@ -53,6 +53,7 @@ mod api;
 pub mod binding;
 mod bucket;
 mod bucket_device;
+mod buffer;
 mod comm;
 mod compressed;
 mod compressed_device;
@@ -80,6 +81,7 @@ use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
 pub use bucket_device::DeviceBucketer;
+pub use buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;

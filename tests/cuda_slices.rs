@@ -61,9 +61,9 @@ fn collectives_on_cudarc_slices() {
                         // Queued back to back on `stream` (each after the
                         // uploads through cudarc's events), then waited for.
                         let works = [
-                            sc.all_reduce_cuda(&send, &mut recv, ReduceOp::Sum)?,
-                            sc.all_reduce_cuda_in_place::<f32, _>(&mut inplace, ReduceOp::Max)?,
-                            sc.all_gather_cuda(&send, &mut gathered)?,
+                            sc.all_reduce(&send, &mut recv, ReduceOp::Sum)?,
+                            sc.all_reduce_in_place(&mut inplace, ReduceOp::Max)?,
+                            sc.all_gather(&send, &mut gathered)?,
                         ];
                         works.into_iter().try_for_each(|w| w.wait())
                     })

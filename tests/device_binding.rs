@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use comm_core::config::TransportChoice;
-use sncl::device::{self, Backend, DeviceBuffer};
+use sncl::device::{self, Backend, DeviceBuffer, DeviceSliceMut};
 use sncl::{Communicator, Config, ReduceOp};
 
 fn config() -> Config {
@@ -57,7 +57,7 @@ fn typed_operation_binds_to_its_buffers_device() {
                     // Rank r's buffers live on emulated device 5 - r.
                     let dev = device::open(Backend::Emu, 5 - rank).map_err(|e| e.to_string())?;
                     let stream = dev.create_stream().map_err(|e| e.to_string())?;
-                    let buf = DeviceBuffer::new(&dev, count * 4).map_err(|e| e.to_string())?;
+                    let mut buf = DeviceBuffer::new(&dev, count * 4).map_err(|e| e.to_string())?;
                     let host: Vec<f32> = (0..count).map(|i| (i * (rank + 1)) as f32).collect();
                     // SAFETY: `host` outlives the synchronisation below.
                     unsafe {
@@ -68,7 +68,8 @@ fn typed_operation_binds_to_its_buffers_device() {
                         return Err(format!("rank {rank} bound before its first operation"));
                     }
                     c.scope(|sc| {
-                        sc.all_reduce_device::<f32>(&buf, &buf, count, ReduceOp::Sum, stream)
+                        let buf = DeviceSliceMut::<f32>::new(&mut buf, stream);
+                        sc.all_reduce_in_place(buf, ReduceOp::Sum)
                             .and_then(|w| w.wait())
                     })
                     .map_err(|e| e.to_string())?;
@@ -98,18 +99,12 @@ fn typed_operation_binds_to_its_buffers_device() {
                     }
                     // A buffer of another device is refused once bound.
                     let other = device::open(Backend::Emu, 7).map_err(|e| e.to_string())?;
-                    let foreign =
+                    let mut foreign =
                         DeviceBuffer::new(&other, count * 4).map_err(|e| e.to_string())?;
                     let e = c
                         .scope(|sc| {
-                            sc.all_reduce_device::<f32>(
-                                &foreign,
-                                &foreign,
-                                count,
-                                ReduceOp::Sum,
-                                stream,
-                            )
-                            .map(|_| ())
+                            let foreign = DeviceSliceMut::<f32>::new(&mut foreign, stream);
+                            sc.all_reduce_in_place(foreign, ReduceOp::Sum).map(|_| ())
                         })
                         .err()
                         .ok_or("a buffer of another device is refused")?;

@@ -105,7 +105,7 @@ fn direct_all_reduce_covers_ops_and_types() {
             }
             let before = window_bytes(c);
             let (send, recv) = w.split_at_mut(count);
-            c.all_reduce(send, recv, op).unwrap();
+            c.all_reduce(send, &mut *recv, op).unwrap();
             assert!(window_bytes(c) > before, "{op:?}: the direct path ran");
             let plain: Vec<bf16> = (0..count)
                 .map(|i| bf16::from_f32(((i + r) % 5) as f32 + 1.0))
@@ -237,7 +237,7 @@ fn child_window_loop() {
     let mut i = 0u64;
     while start.elapsed() < Duration::from_secs(60) {
         let (send, recv) = w.split_at_mut(count);
-        if let Err(e) = c.all_reduce(send, recv, ReduceOp::Sum) {
+        if let Err(e) = c.all_reduce(send, &mut *recv, ReduceOp::Sum) {
             eprintln!("SNCL-ERROR rank {r} after {i} operations: {e}");
             std::process::exit(2);
         }

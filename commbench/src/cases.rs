@@ -424,19 +424,19 @@ fn run_once<T: BenchElem>(
     let (n, r) = (comm.size(), comm.rank());
     let op = c.op;
     match (c.bench, in_place) {
-        (Bench::AllReduce, false) => comm.all_reduce(&b.send, &mut b.recv, op),
-        (Bench::AllReduce, true) => comm.all_reduce_in_place(&mut b.recv, op),
-        (Bench::ReduceScatter, false) => comm.reduce_scatter(&b.send, &mut b.recv, op),
-        (Bench::ReduceScatter, true) => comm.reduce_scatter_in_place(&mut b.recv, op),
-        (Bench::AllGather, false) => comm.all_gather(&b.send, &mut b.recv),
-        (Bench::AllGather, true) => comm.all_gather_in_place(&mut b.recv),
-        (Bench::Broadcast, false) => comm.broadcast_from(&b.send, &mut b.recv, c.root),
-        (Bench::Broadcast, true) => comm.broadcast(&mut b.recv, c.root),
-        (Bench::Reduce, false) => comm.reduce(&b.send, &mut b.recv, op, c.root),
-        (Bench::Reduce, true) => comm.reduce_in_place(&mut b.recv, op, c.root),
-        (Bench::AllToAll, _) => comm.alltoall(&b.send, &mut b.recv),
-        (Bench::Gather, _) => comm.gather(&b.send, &mut b.recv, c.root),
-        (Bench::Scatter, _) => comm.scatter(&b.send, &mut b.recv, c.root),
+        (Bench::AllReduce, false) => comm.all_reduce(&b.send[..], &mut b.recv[..], op),
+        (Bench::AllReduce, true) => comm.all_reduce_in_place(&mut b.recv[..], op),
+        (Bench::ReduceScatter, false) => comm.reduce_scatter(&b.send[..], &mut b.recv[..], op),
+        (Bench::ReduceScatter, true) => comm.reduce_scatter_in_place(&mut b.recv[..], op),
+        (Bench::AllGather, false) => comm.all_gather(&b.send[..], &mut b.recv[..]),
+        (Bench::AllGather, true) => comm.all_gather_in_place(&mut b.recv[..]),
+        (Bench::Broadcast, false) => comm.broadcast_from(&b.send[..], &mut b.recv[..], c.root),
+        (Bench::Broadcast, true) => comm.broadcast(&mut b.recv[..], c.root),
+        (Bench::Reduce, false) => comm.reduce(&b.send[..], &mut b.recv[..], op, c.root),
+        (Bench::Reduce, true) => comm.reduce_in_place(&mut b.recv[..], op, c.root),
+        (Bench::AllToAll, _) => comm.alltoall(&b.send[..], &mut b.recv[..]),
+        (Bench::Gather, _) => comm.gather(&b.send[..], &mut b.recv[..], c.root),
+        (Bench::Scatter, _) => comm.scatter(&b.send[..], &mut b.recv[..], c.root),
         (Bench::SendRecv, _) => comm.group(|g| {
             g.send(&b.send, (r + 1) % n);
             g.recv(&mut b.recv, (r + n - 1) % n);

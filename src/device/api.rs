@@ -12,6 +12,7 @@ use comm_core::{DataType, Error, ReduceOp, Result};
 use super::{
     Backend, Binding, Device, DeviceBuffer, DeviceError, DeviceJob, DevicePtr, StreamHandle,
 };
+use crate::buffer::DeviceSliceMut;
 use crate::comm::RawOp;
 use crate::work::{JobKind, RawWork, Scope, Work};
 use crate::{Communicator, Element};
@@ -285,7 +286,7 @@ impl Communicator {
 
     /// Checks `op` now (nothing is queued and no sequence number is taken
     /// when it is rejected) and returns what builds its job in stream order.
-    fn prepare_device(&self, op: DeviceOp) -> Result<Box<dyn FnOnce(u64) -> JobKind>> {
+    pub(crate) fn prepare_device(&self, op: DeviceOp) -> Result<crate::api::DeviceJobMaker> {
         let inner = &self.inner;
         let (rank, name) = (inner.rank, op.coll.name());
         let invalid = |detail: String| Error::InvalidArgument {
@@ -593,87 +594,69 @@ impl Communicator {
     }
 }
 
-/// The safe typed forms: buffers are borrowed for the scope, which waits
-/// for every operation before it ends.
+/// The device forms before the one typed API, kept for one release:
+/// `DeviceBuffer`s with a count and a stream (in place where `send` and
+/// `recv` are one buffer).
 impl<'scope> Scope<'scope, '_> {
-    /// Checks the buffers against the op's extents, then queues it.
+    /// Views `count` elements of the old forms' buffers (an error, not a
+    /// panic, where a buffer is shorter) and runs `coll` on them.
     #[allow(clippy::too_many_arguments)]
-    fn device_op(
+    fn old_device_form<T: Element>(
         &'scope self,
         coll: Collective,
-        dtype: DataType,
         count: usize,
         (op, root): (ReduceOp, usize),
         send: &'scope DeviceBuffer,
         recv: &'scope DeviceBuffer,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        for (what, buf) in [("the send buffer", send), ("the receive buffer", recv)] {
-            self.comm.bind_or_check(coll.name(), what, buf.device())?;
-        }
-        self.device_op_on(
-            coll,
-            dtype,
-            count,
-            (op, root),
-            [(send.ptr(), send.bytes()), (recv.ptr(), recv.bytes())],
-            stream,
-        )
-    }
-
-    /// Queues a typed operation whose buffers (`[send, recv]` as address
-    /// and bytes) are known to live on the bound device: checks the
-    /// in-place rule and the buffers' sizes against the op's extents.
-    pub(super) fn device_op_on(
-        &'scope self,
-        coll: Collective,
-        dtype: DataType,
-        count: usize,
-        (op, root): (ReduceOp, usize),
-        [send, recv]: [(DevicePtr, usize); 2],
-        stream: StreamHandle,
-    ) -> Result<Work<'scope>> {
         let inner = &self.comm.inner;
-        let invalid = |detail: String| Error::InvalidArgument {
-            rank: inner.rank,
-            op: coll.name(),
-            detail,
-        };
-        let in_place = send.0 == recv.0;
-        if in_place
-            && !matches!(
-                coll,
-                Collective::AllReduce | Collective::Broadcast | Collective::Reduce
-            )
-        {
-            return Err(invalid(
-                "send and receive are the same buffer; in place needs the raw form's offsets"
-                    .into(),
-            ));
-        }
-        let mut d = DeviceOp::new(coll, dtype, count, send.0, recv.0, stream);
-        d.op = op;
-        d.root = root;
-        let mut raw = RawOp::new(coll, dtype, count);
-        raw.op = op;
-        raw.root = root;
-        let (se, re) = inner.validate_device(&mut raw)?;
-        let esize = dtype.size();
-        for (what, (_, bytes), elems) in [("send", send, se), ("receive", recv, re)] {
-            if bytes < elems * esize {
-                return Err(invalid(format!(
-                    "the {what} buffer has {bytes} bytes, expected at least {} ({elems} × {})",
-                    elems * esize,
-                    dtype.name()
-                )));
+        let shape =
+            comm_core::shape::OpShape::new(coll, T::DTYPE, count, inner.nranks).with_root(root);
+        let (rank, esize) = (inner.rank, T::DTYPE.size());
+        let view = |buf: &'scope DeviceBuffer, elems: usize, what: &str| {
+            if buf.bytes() < elems * esize {
+                return Err(Error::InvalidArgument {
+                    rank,
+                    op: coll.name(),
+                    detail: format!(
+                        "the {what} buffer has {} bytes, expected at least {} ({elems} × {})",
+                        buf.bytes(),
+                        elems * esize,
+                        T::DTYPE.name()
+                    ),
+                });
             }
+            Ok(DeviceSliceMut::<T>::shared(buf, stream).narrow(0..elems))
+        };
+        let (se, re) = (shape.send_elems(rank), shape.recv_elems(rank));
+        if send.ptr() == recv.ptr() {
+            let buf = view(recv, se.max(re), "receive")?;
+            return match coll {
+                Collective::AllReduce => self.all_reduce_in_place(buf, op),
+                Collective::Broadcast => self.broadcast(buf, root),
+                Collective::Reduce => self.reduce_in_place(buf, op, root),
+                _ => Err(Error::InvalidArgument {
+                    rank,
+                    op: coll.name(),
+                    detail: "send and receive are the same buffer; in place needs the raw \
+                             form's offsets"
+                        .into(),
+                }),
+            };
         }
-        let make = self.comm.prepare_device(d)?;
-        Ok(self.enqueue_with(make))
+        let (s, r) = (view(send, se, "send")?, view(recv, re, "receive")?);
+        match coll {
+            Collective::AllReduce => self.all_reduce(s, r, op),
+            Collective::ReduceScatter => self.reduce_scatter(s, r, op),
+            Collective::AllGather => self.all_gather(s, r),
+            Collective::Broadcast => self.broadcast_from(s, r, root),
+            _ => self.reduce(s, r, op, root),
+        }
     }
 
-    /// All-reduce of `count` elements of `T` on device buffers (in place
-    /// when `send` and `recv` are the same buffer).
+    /// All-reduce of `count` elements of `T` on device buffers.
+    #[deprecated(note = "use Scope::all_reduce on DeviceSlice / DeviceSliceMut views")]
     pub fn all_reduce_device<T: Element>(
         &'scope self,
         send: &'scope DeviceBuffer,
@@ -682,19 +665,12 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(
-            Collective::AllReduce,
-            T::DTYPE,
-            count,
-            (op, 0),
-            send,
-            recv,
-            stream,
-        )
+        let how = (op, 0);
+        self.old_device_form::<T>(Collective::AllReduce, count, how, send, recv, stream)
     }
 
-    /// Reduce-scatter: `send` holds size × `count` elements, `recv` gets
-    /// this rank's reduced block of `count`.
+    /// Reduce-scatter of `count` elements per rank on device buffers.
+    #[deprecated(note = "use Scope::reduce_scatter on DeviceSlice / DeviceSliceMut views")]
     pub fn reduce_scatter_device<T: Element>(
         &'scope self,
         send: &'scope DeviceBuffer,
@@ -703,18 +679,12 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(
-            Collective::ReduceScatter,
-            T::DTYPE,
-            count,
-            (op, 0),
-            send,
-            recv,
-            stream,
-        )
+        let how = (op, 0);
+        self.old_device_form::<T>(Collective::ReduceScatter, count, how, send, recv, stream)
     }
 
-    /// All-gather: every rank's `count` elements into `recv` (size × count).
+    /// All-gather of `count` elements per rank on device buffers.
+    #[deprecated(note = "use Scope::all_gather on DeviceSlice / DeviceSliceMut views")]
     pub fn all_gather_device<T: Element>(
         &'scope self,
         send: &'scope DeviceBuffer,
@@ -722,19 +692,12 @@ impl<'scope> Scope<'scope, '_> {
         count: usize,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        let none = (ReduceOp::Sum, 0);
-        self.device_op(
-            Collective::AllGather,
-            T::DTYPE,
-            count,
-            none,
-            send,
-            recv,
-            stream,
-        )
+        let how = (ReduceOp::Sum, 0);
+        self.old_device_form::<T>(Collective::AllGather, count, how, send, recv, stream)
     }
 
-    /// Broadcast of `count` elements from `root`'s `send` to every `recv`.
+    /// Broadcast of `count` elements from `root` on device buffers.
+    #[deprecated(note = "use Scope::broadcast_from on DeviceSlice / DeviceSliceMut views")]
     pub fn broadcast_device<T: Element>(
         &'scope self,
         send: &'scope DeviceBuffer,
@@ -744,18 +707,11 @@ impl<'scope> Scope<'scope, '_> {
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
         let how = (ReduceOp::Sum, root);
-        self.device_op(
-            Collective::Broadcast,
-            T::DTYPE,
-            count,
-            how,
-            send,
-            recv,
-            stream,
-        )
+        self.old_device_form::<T>(Collective::Broadcast, count, how, send, recv, stream)
     }
 
-    /// Reduce of `count` elements into `root`'s `recv`.
+    /// Reduce of `count` elements to `root` on device buffers.
+    #[deprecated(note = "use Scope::reduce on DeviceSlice / DeviceSliceMut views")]
     #[allow(clippy::too_many_arguments)]
     pub fn reduce_device<T: Element>(
         &'scope self,
@@ -766,14 +722,7 @@ impl<'scope> Scope<'scope, '_> {
         root: usize,
         stream: StreamHandle,
     ) -> Result<Work<'scope>> {
-        self.device_op(
-            Collective::Reduce,
-            T::DTYPE,
-            count,
-            (op, root),
-            send,
-            recv,
-            stream,
-        )
+        let how = (op, root);
+        self.old_device_form::<T>(Collective::Reduce, count, how, send, recv, stream)
     }
 }

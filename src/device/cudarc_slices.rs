@@ -1,6 +1,7 @@
-//! cudarc's device memory in the typed API (feature `cuda`): collectives on
-//! `CudaSlice<T>`, `CudaView<T>` and `CudaViewMut<T>`, ordered on the
-//! stream of the receive slice.
+//! cudarc's device memory in the typed API (feature `cuda`): `&CudaSlice<T>`,
+//! `CudaView<T>` (inputs) and `&mut CudaSlice<T>`, `CudaViewMut<T>`
+//! (outputs, also inputs) are [`crate::Buffer`]s; an operation runs on the
+//! stream of its receive slice.
 //!
 //! cudarc tracks, per slice, the last write and read with events (unless
 //! the user disabled that for the context). The operation honours it: the
@@ -26,7 +27,7 @@
 //! let grads = stream.clone_htod(&vec![1.0f32; 1 << 20])?;
 //! let mut summed = stream.alloc_zeros::<f32>(1 << 20)?;
 //! comm.scope(|s| {
-//!     s.all_reduce_cuda(&grads, &mut summed, sncl::ReduceOp::Sum)?
+//!     s.all_reduce(&grads, &mut summed, sncl::ReduceOp::Sum)?
 //!         .wait()
 //! })?;
 //! let host = stream.clone_dtoh(&summed)?;
@@ -37,17 +38,96 @@
 
 use std::sync::Arc;
 
-use comm_core::wire::Collective;
 use comm_core::{Error, ReduceOp, Result};
-use cudarc::driver::{CudaContext, CudaStream, DeviceSlice};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+};
 
-use super::{Backend, Device, DevicePtr, StreamHandle};
+use super::{Backend, Device};
+use crate::buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
 use crate::work::{Scope, Work};
 use crate::{Communicator, Element};
 
-/// The sncl stream handle of a cudarc stream (a raw `CUstream`).
-fn handle(stream: &CudaStream) -> StreamHandle {
-    StreamHandle(stream.cu_stream() as usize as u64)
+/// The stream an operation on `slice` is ordered on: the operation's
+/// (a cudarc stream: [`crate::Buffer`]'s placement refuses a mix of
+/// cudarc and raw streams), else the slice's own.
+fn on<'a, T>(
+    slice: &'a impl cudarc::driver::DeviceSlice<T>,
+    stream: Option<&'a Stream>,
+) -> &'a cudarc::driver::CudaStream {
+    match stream {
+        Some(Stream::Cuda(s)) => s,
+        _ => slice.stream(),
+    }
+}
+
+/// cudarc slices and views as inputs: where they live, and their address
+/// taken through cudarc, which makes the operation's stream wait for
+/// earlier writes of the slice and, when the guard drops after the
+/// operation was enqueued, records the slice's read event there.
+macro_rules! cudarc_inputs {
+    ($(impl<$($l:lifetime),*> $ty:ty => $target:ty;)*) => {$(
+        // SAFETY: cudarc's slices address `len()` elements of `T` on their
+        // context's device, live while borrowed; reads on the lent stream
+        // are ordered after the slice's earlier writes by cudarc's events.
+        unsafe impl<$($l,)* T: Element> Buffer for $ty {
+            type Elem = T;
+            fn len(&self) -> usize {
+                let this: &$target = self;
+                cudarc::driver::DeviceSlice::len(this)
+            }
+            fn location(&self) -> Location {
+                let this: &$target = self;
+                let stream = cudarc::driver::DeviceSlice::stream(this);
+                Location::Device {
+                    device: DeviceId::Cuda(stream.context().clone()),
+                    stream: Stream::Cuda(stream.clone()),
+                }
+            }
+            fn lend<'a>(&'a self, stream: Option<&'a Stream>) -> Lent<'a> {
+                let this: &'a $target = self;
+                let (ptr, guard) = DevicePtr::device_ptr(this, on(this, stream));
+                Lent::holding(ptr as usize, guard)
+            }
+        }
+    )*};
+}
+
+/// cudarc slices and views as outputs: the write is ordered after earlier
+/// reads and writes of the slice, and recorded as its last write.
+macro_rules! cudarc_outputs {
+    ($(impl<$($l:lifetime),*> $ty:ty => $target:ty;)*) => {$(
+        // SAFETY: as for the inputs, borrowed mutably.
+        unsafe impl<$($l,)* T: Element> BufferMut for $ty {
+            fn lend_mut<'a>(&'a mut self, stream: Option<&'a Stream>) -> Lent<'a> {
+                let this: &'a mut $target = self;
+                let own: *const CudaStream = Arc::as_ptr(cudarc::driver::DeviceSlice::stream(this));
+                let stream: &'a CudaStream = match stream {
+                    Some(Stream::Cuda(s)) => s,
+                    // SAFETY: the slice holds its stream's `Arc` for as
+                    // long as it lives, and it stays borrowed for 'a; the
+                    // raw pointer only frees the slice for the mutable
+                    // borrow below, which does not replace its stream.
+                    _ => unsafe { &*own },
+                };
+                let (ptr, guard) = DevicePtrMut::device_ptr_mut(this, stream);
+                Lent::holding(ptr as usize, guard)
+            }
+        }
+    )*};
+}
+cudarc_inputs! {
+    impl<'r> &'r CudaSlice<T> => CudaSlice<T>;
+    impl<'r> &'r mut CudaSlice<T> => CudaSlice<T>;
+    impl<'v> CudaView<'v, T> => CudaView<'v, T>;
+    impl<'r, 'v> &'r CudaView<'v, T> => CudaView<'v, T>;
+    impl<'v> CudaViewMut<'v, T> => CudaViewMut<'v, T>;
+    impl<'r, 'v> &'r mut CudaViewMut<'v, T> => CudaViewMut<'v, T>;
+}
+cudarc_outputs! {
+    impl<'r> &'r mut CudaSlice<T> => CudaSlice<T>;
+    impl<'v> CudaViewMut<'v, T> => CudaViewMut<'v, T>;
+    impl<'r, 'v> &'r mut CudaViewMut<'v, T> => CudaViewMut<'v, T>;
 }
 
 impl Communicator {
@@ -70,32 +150,31 @@ impl Communicator {
         self.bind_device(dev.clone())?;
         Ok(dev)
     }
-}
 
-impl<'scope> Scope<'scope, '_> {
-    /// Checks that the communicator is bound to (or binds it to) the CUDA
-    /// device of `ctx`.
-    fn cuda_binding(&self, coll: Collective, ctx: &Arc<CudaContext>) -> Result<()> {
-        let inner = &self.comm.inner;
+    /// Checks that this communicator is bound to (or binds it to) the CUDA
+    /// device of `ctx`, for the operation `op`.
+    pub(crate) fn bind_or_check_cuda(
+        &self,
+        op: &'static str,
+        ctx: &Arc<CudaContext>,
+    ) -> Result<()> {
+        let inner = &self.inner;
         if inner.device.get().is_none() {
-            if let Err(e) = self.comm.bind_cuda_context(ctx.clone()) {
+            if let Err(e) = self.bind_cuda_context(ctx.clone()) {
                 if inner.device.get().is_none() {
                     return Err(e);
                 }
             }
         }
-        let bound = self
-            .comm
-            .bound_device()
-            .ok_or_else(|| Error::InvalidArgument {
-                rank: inner.rank,
-                op: coll.name(),
-                detail: "no device is bound to this communicator".into(),
-            })?;
+        let bound = self.bound_device().ok_or_else(|| Error::InvalidArgument {
+            rank: inner.rank,
+            op,
+            detail: "no device is bound to this communicator".into(),
+        })?;
         if bound.backend() != Backend::Cuda || bound.ordinal() != ctx.ordinal() {
             return Err(Error::InvalidArgument {
                 rank: inner.rank,
-                op: coll.name(),
+                op,
                 detail: format!(
                     "the slices live on cuda device {}, the communicator is bound to {} device {}",
                     ctx.ordinal(),
@@ -106,41 +185,12 @@ impl<'scope> Scope<'scope, '_> {
         }
         Ok(())
     }
+}
 
-    /// One operation from `send` to `recv` on `recv`'s stream (see the
-    /// module's documentation for the ordering).
-    fn cuda_op<T, S, R>(
-        &'scope self,
-        coll: Collective,
-        count: usize,
-        how: (ReduceOp, usize),
-        send: &'scope S,
-        recv: &'scope mut R,
-    ) -> Result<Work<'scope>>
-    where
-        T: Element,
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
-    {
-        let stream = recv.stream().clone();
-        self.cuda_binding(coll, stream.context())?;
-        let (send_bytes, recv_bytes) = (send.num_bytes(), recv.num_bytes());
-        let (sp, _read) = send.device_ptr(&stream);
-        let (rp, _written) = recv.device_ptr_mut(&stream);
-        // `_read` / `_written` record cudarc's events on `stream` when they
-        // drop, i.e. after the operation and its stream wait are enqueued.
-        self.device_op_on(
-            coll,
-            T::DTYPE,
-            count,
-            how,
-            [(DevicePtr(sp), send_bytes), (DevicePtr(rp), recv_bytes)],
-            handle(&stream),
-        )
-    }
-
-    /// All-reduce of every element of `send` into `recv` (as long as
-    /// `send`), on `recv`'s stream.
+/// The forms before the one typed API, kept for one release.
+impl<'scope> Scope<'scope, '_> {
+    /// All-reduce on cudarc slices.
+    #[deprecated(note = "use Scope::all_reduce: cudarc slices are sncl::Buffers")]
     pub fn all_reduce_cuda<T: Element, S, R>(
         &'scope self,
         send: &'scope S,
@@ -148,39 +198,27 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
     ) -> Result<Work<'scope>>
     where
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
+        &'scope S: Buffer<Elem = T>,
+        &'scope mut R: BufferMut<Elem = T>,
     {
-        let count = DeviceSlice::len(send);
-        self.cuda_op(Collective::AllReduce, count, (op, 0), send, recv)
+        self.all_reduce(send, recv, op)
     }
 
-    /// In-place all-reduce of every element of `buf`, on its stream.
+    /// In-place all-reduce on a cudarc slice.
+    #[deprecated(note = "use Scope::all_reduce_in_place: cudarc slices are sncl::Buffers")]
     pub fn all_reduce_cuda_in_place<T: Element, B>(
         &'scope self,
         buf: &'scope mut B,
         op: ReduceOp,
     ) -> Result<Work<'scope>>
     where
-        B: cudarc::driver::DevicePtrMut<T>,
+        &'scope mut B: BufferMut<Elem = T>,
     {
-        let stream = buf.stream().clone();
-        self.cuda_binding(Collective::AllReduce, stream.context())?;
-        let (count, bytes) = (DeviceSlice::len(buf), buf.num_bytes());
-        let (p, _written) = buf.device_ptr_mut(&stream);
-        let at = (DevicePtr(p), bytes);
-        self.device_op_on(
-            Collective::AllReduce,
-            T::DTYPE,
-            count,
-            (op, 0),
-            [at, at],
-            handle(&stream),
-        )
+        self.all_reduce_in_place(buf, op)
     }
 
-    /// Reduce-scatter: `send` holds size × n elements, `recv` (n elements)
-    /// gets this rank's reduced block.
+    /// Reduce-scatter on cudarc slices.
+    #[deprecated(note = "use Scope::reduce_scatter: cudarc slices are sncl::Buffers")]
     pub fn reduce_scatter_cuda<T: Element, S, R>(
         &'scope self,
         send: &'scope S,
@@ -188,29 +226,28 @@ impl<'scope> Scope<'scope, '_> {
         op: ReduceOp,
     ) -> Result<Work<'scope>>
     where
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
+        &'scope S: Buffer<Elem = T>,
+        &'scope mut R: BufferMut<Elem = T>,
     {
-        let count = DeviceSlice::len(recv);
-        self.cuda_op(Collective::ReduceScatter, count, (op, 0), send, recv)
+        self.reduce_scatter(send, recv, op)
     }
 
-    /// All-gather: every rank's `send` (n elements) into `recv` (size × n).
+    /// All-gather on cudarc slices.
+    #[deprecated(note = "use Scope::all_gather: cudarc slices are sncl::Buffers")]
     pub fn all_gather_cuda<T: Element, S, R>(
         &'scope self,
         send: &'scope S,
         recv: &'scope mut R,
     ) -> Result<Work<'scope>>
     where
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
+        &'scope S: Buffer<Elem = T>,
+        &'scope mut R: BufferMut<Elem = T>,
     {
-        let count = DeviceSlice::len(send);
-        self.cuda_op(Collective::AllGather, count, (ReduceOp::Sum, 0), send, recv)
+        self.all_gather(send, recv)
     }
 
-    /// Broadcast of `root`'s `send` into every rank's `recv` (as long as
-    /// `send`).
+    /// Broadcast on cudarc slices.
+    #[deprecated(note = "use Scope::broadcast_from: cudarc slices are sncl::Buffers")]
     pub fn broadcast_cuda<T: Element, S, R>(
         &'scope self,
         send: &'scope S,
@@ -218,20 +255,14 @@ impl<'scope> Scope<'scope, '_> {
         root: usize,
     ) -> Result<Work<'scope>>
     where
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
+        &'scope S: Buffer<Elem = T>,
+        &'scope mut R: BufferMut<Elem = T>,
     {
-        let count = DeviceSlice::len(send);
-        self.cuda_op(
-            Collective::Broadcast,
-            count,
-            (ReduceOp::Sum, root),
-            send,
-            recv,
-        )
+        self.broadcast_from(send, recv, root)
     }
 
-    /// Reduce of every element of `send` into `root`'s `recv`.
+    /// Reduce on cudarc slices.
+    #[deprecated(note = "use Scope::reduce: cudarc slices are sncl::Buffers")]
     pub fn reduce_cuda<T: Element, S, R>(
         &'scope self,
         send: &'scope S,
@@ -240,10 +271,9 @@ impl<'scope> Scope<'scope, '_> {
         root: usize,
     ) -> Result<Work<'scope>>
     where
-        S: cudarc::driver::DevicePtr<T>,
-        R: cudarc::driver::DevicePtrMut<T>,
+        &'scope S: Buffer<Elem = T>,
+        &'scope mut R: BufferMut<Elem = T>,
     {
-        let count = DeviceSlice::len(send);
-        self.cuda_op(Collective::Reduce, count, (op, root), send, recv)
+        self.reduce(send, recv, op, root)
     }
 }

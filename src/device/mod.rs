@@ -44,6 +44,8 @@ pub use ::device::{
 };
 use comm_core::{Error, Result};
 
+pub use crate::buffer::{DeviceSlice, DeviceSliceMut};
+
 use crate::comm::{Inner, RawOp};
 use crate::work::WorkState;
 
