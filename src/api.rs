@@ -15,16 +15,12 @@ use comm_core::{DataType, Error, ReduceOp, Result};
 use crate::buffer::{Buffer, BufferMut, DeviceId, Location, Stream};
 use crate::comm::{Inner, P2p, RawOp, VCounts};
 use crate::device::{DeviceOp, DevicePtr};
-use crate::work::{Group, JobKind, RawWork, Scope, Work};
+use crate::work::{DeviceJobMaker, Group, RawWork, Scope, Work};
 use crate::{Communicator, Element};
 
 fn bad(rank: usize, op: &'static str, detail: String) -> Error {
     Error::InvalidArgument { rank, op, detail }
 }
-
-/// What builds a device operation's job in stream order (see
-/// `Communicator::prepare_device`).
-pub(crate) type DeviceJobMaker = Box<dyn FnOnce(u64) -> JobKind>;
 
 /// Where a checked operation goes: run now (the blocking forms on
 /// [`Communicator`]) or queued on the progress thread ([`Scope`]).
@@ -194,19 +190,22 @@ impl Build<'_> {
         locations: [(Location, usize); N],
     ) -> Result<Option<(DeviceId, Stream)>> {
         let rank = self.rank();
-        let mut used: Vec<Location> = locations
-            .iter()
-            .filter(|(_, len)| *len > 0)
-            .map(|(l, _)| l.clone())
-            .collect();
-        if used.is_empty() {
-            used = locations.into_iter().map(|(l, _)| l).collect();
+        // No allocation here: this runs before every host operation.
+        let any_used = locations.iter().any(|(_, len)| *len > 0);
+        let considered = |len: usize| !any_used || len > 0;
+        let (mut host, mut device) = (false, false);
+        for (l, len) in &locations {
+            if considered(*len) {
+                match l.kind() {
+                    MemoryKind::Host => host = true,
+                    MemoryKind::Device => device = true,
+                }
+            }
         }
-        let kinds = used.iter().map(Location::kind);
-        if kinds.clone().all(|k| k == MemoryKind::Host) {
+        if !device {
             return Ok(None);
         }
-        if kinds.clone().any(|k| k == MemoryKind::Host) {
+        if host {
             return Err(bad(
                 rank,
                 name,
@@ -214,10 +213,13 @@ impl Build<'_> {
             ));
         }
         let mut placed = None;
-        for (i, l) in used.into_iter().enumerate() {
+        for (i, (l, len)) in locations.into_iter().enumerate() {
             let Location::Device { device, stream } = l else {
-                unreachable!("every buffer is on a device")
+                continue;
             };
+            if !considered(len) {
+                continue;
+            }
             let what = if i + 1 == N {
                 "the receive buffer"
             } else {

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use comm_core::transport::registry::MemoryKind;
 
-use crate::device::{Device, DeviceBuffer, DevicePtr, StreamHandle};
+use ::device::{Device, DeviceBuffer, DevicePtr, StreamHandle};
 use crate::Element;
 
 /// The device a buffer lives on: an open sncl device, or a cudarc context

@@ -80,6 +80,10 @@ pub(crate) enum JobKind {
     Lane(Box<crate::device::LaneJob>),
 }
 
+/// What builds a device operation's job in stream order (see
+/// `Communicator::prepare_device`).
+pub(crate) type DeviceJobMaker = Box<dyn FnOnce(u64) -> JobKind>;
+
 struct Job {
     ticket: u64,
     kind: JobKind,

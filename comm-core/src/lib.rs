@@ -18,7 +18,8 @@ pub mod units;
 pub mod wire;
 
 pub use error::{Error, Result};
-pub use kernels::{DataType, ReduceOp};
+pub mod dtype;
+pub use dtype::{DataType, ReduceOp};
 pub mod config;
 pub mod mem;
 pub mod topo;

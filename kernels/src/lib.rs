@@ -20,7 +20,6 @@
 
 pub mod cuda;
 pub mod cuda_codec;
-mod dtype;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -50,7 +49,9 @@ mod simd {
     }
 }
 
-pub use dtype::{DataType, ReduceOp};
+/// The element types and reductions are comm-core's (the kernels serve
+/// them; comm-core does not depend on the kernels).
+pub use comm_core::{DataType, ReduceOp};
 /// The fp8 element types ([`DataType::Float8e4m3`], [`DataType::Float8e5m2`])
 /// and their conversions, re-exported so every crate uses the same ones.
 pub use float8::{F8E4M3, F8E5M2};

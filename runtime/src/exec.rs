@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::schedule::{Op, Schedule};
 use crate::transport::Connection;
 
-pub use crate::mem::{Buffers, Memory};
+pub use crate::buffers::Buffers;
+pub use crate::mem::Memory;
 
 mod context;
 mod device;

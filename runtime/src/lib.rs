@@ -12,5 +12,6 @@
 // (`crate::wire`, `crate::transport`, ...).
 pub(crate) use comm_core::{error, mem, schedule, transport, wire};
 
+mod buffers;
 pub mod exec;
 pub mod flight;

@@ -286,7 +286,7 @@ impl Communicator {
 
     /// Checks `op` now (nothing is queued and no sequence number is taken
     /// when it is rejected) and returns what builds its job in stream order.
-    pub(crate) fn prepare_device(&self, op: DeviceOp) -> Result<crate::api::DeviceJobMaker> {
+    pub(crate) fn prepare_device(&self, op: DeviceOp) -> Result<crate::work::DeviceJobMaker> {
         let inner = &self.inner;
         let (rank, name) = (inner.rank, op.coll.name());
         let invalid = |detail: String| Error::InvalidArgument {
