@@ -35,7 +35,9 @@
 
 pub mod cma;
 mod kind;
-pub mod private_file;
+/// Private files under `/dev/shm` (the `sncl-shm-files` crate, shared
+/// with the emulated device).
+pub use sncl_shm_files as private_file;
 pub mod region;
 mod segment;
 

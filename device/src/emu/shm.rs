@@ -3,7 +3,7 @@
 //! name.
 //!
 //! The files are private to the user that runs the job, as the
-//! shared-memory transport's segments are ([`transport_shm::private_file`]
+//! shared-memory transport's segments are ([`sncl_shm_files`]
 //! creates and opens both); their names end in the creator's pid, so
 //! `transport_shm::cleanup_stale` removes those of dead processes.
 
@@ -57,15 +57,15 @@ fn invalid(detail: String) -> io::Error {
 
 /// A fresh name: prefix, 128 random bits, our pid (at most 52 bytes).
 fn new_name() -> io::Result<String> {
-    let token = transport_shm::private_file::random_token()?;
+    let token = sncl_shm_files::random_token()?;
     Ok(format!("{PREFIX}{token:032x}-{}", std::process::id()))
 }
 
 /// Refuses anything but a plain name made by [`new_name`]: a plain sncl
-/// name ([`transport_shm::check_name`]) that is an emulated allocation's
+/// name ([`sncl_shm_files::check_name`]) that is an emulated allocation's
 /// and fits a handle.
 fn check_name(name: &str) -> io::Result<()> {
-    transport_shm::check_name(name)?;
+    sncl_shm_files::check_name(name)?;
     if name.len() > PREFIX.len() && name.len() <= MAX_NAME && name.starts_with(PREFIX) {
         Ok(())
     } else {
@@ -92,7 +92,7 @@ impl ShmMap {
     /// a zero-length allocation, so every allocation has its own address).
     pub(super) fn create(len: usize) -> io::Result<ShmMap> {
         let name = new_name()?;
-        let (file, path) = transport_shm::private_file::create(&name, len.max(1))?;
+        let (file, path) = sncl_shm_files::create(&name, len.max(1))?;
         match map(&file, len) {
             Ok((map, ptr)) => Ok(ShmMap {
                 _map: map,
@@ -111,7 +111,7 @@ impl ShmMap {
     /// Maps another mapping's file, named in an exported handle.
     pub(super) fn open(name: &str, len: usize) -> io::Result<ShmMap> {
         check_name(name)?;
-        let (file, path) = transport_shm::private_file::open(name)?;
+        let (file, path) = sncl_shm_files::open(name)?;
         let size = file.metadata()?.len();
         if size < len.max(1) as u64 {
             return Err(io::Error::new(
@@ -145,7 +145,7 @@ impl ShmMap {
     /// A new file descriptor of the allocation's file (what a dma-buf
     /// export hands out on the emulated device).
     pub(super) fn reopen(&self) -> io::Result<std::os::fd::OwnedFd> {
-        let (file, _) = transport_shm::private_file::open(&self.name)?;
+        let (file, _) = sncl_shm_files::open(&self.name)?;
         Ok(file.into())
     }
 
