@@ -42,8 +42,8 @@ use std::sync::Arc;
 
 use comm_core::transport::registry::MemoryKind;
 
-use ::device::{Device, DeviceBuffer, DevicePtr, StreamHandle};
 use crate::Element;
+use ::device::{Device, DeviceBuffer, DevicePtr, StreamHandle};
 
 /// The device a buffer lives on: an open sncl device, or a cudarc context
 /// (the communicator binds to it on first use).

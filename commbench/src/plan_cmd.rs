@@ -255,8 +255,7 @@ fn run(a: &PlanArgs) -> Result<(), String> {
         .map_err(|e| format!("writing {path}: {e}"))?;
     }
     if let Some(path) = &a.svg {
-        std::fs::write(path, sim::svg::chart(&ranked))
-            .map_err(|e| format!("writing {path}: {e}"))?;
+        crate::plot::step_chart(path, &ranked).map_err(|e| format!("writing {path}: {e}"))?;
     }
     Ok(())
 }

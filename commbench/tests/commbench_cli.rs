@@ -570,3 +570,89 @@ fn root_all_loop_order_and_algo_column() {
         "{out}"
     );
 }
+
+/// Both charts go through the one plotting path (plotters): `plan --svg`
+/// draws a bar per mapping labelled with its name, total and utilisation;
+/// `--plot` a line per algorithm, labelled.
+#[test]
+fn charts_name_what_they_show() {
+    let dir = std::env::temp_dir().join(format!("commbench-charts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.svg");
+    let (code, out, err) = commbench(&[
+        "plan",
+        "--params",
+        "7e9",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--seq",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--global-batch",
+        "256",
+        "--dtype",
+        "bf16",
+        "--dp",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--map",
+        "tp:intra,dp:inter",
+        "--compare",
+        "dp:intra,tp:inter",
+        "--nodes",
+        "16",
+        "--ranks-per-node",
+        "8",
+        "--intra",
+        "900GB/s,1us",
+        "--inter",
+        "50GB/s,5us",
+        "--step-compute-ms",
+        "1000",
+        "--svg",
+        plan.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let svg = std::fs::read_to_string(&plan).unwrap();
+    for want in [
+        "<svg",
+        "tp:intra,dp:inter",
+        "dp:intra,tp:inter",
+        "utilisation",
+        "compute",
+    ] {
+        assert!(svg.contains(want), "plan chart lacks {want}: {svg}");
+    }
+    let plot = dir.join("plot.svg");
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-f",
+        "2",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-t",
+        "2",
+        "--algo",
+        "ring,rd",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for want in ["<svg", "ring", "rd", "bus bandwidth"] {
+        assert!(svg.contains(want), "busbw chart lacks {want}: {svg}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,7 +18,6 @@ pub mod cost;
 pub mod engine;
 pub mod model;
 pub mod program;
-pub mod svg;
 
 /// Errors of the simulator and the cost model.
 #[derive(Debug, thiserror::Error)]
