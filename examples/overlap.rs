@@ -89,27 +89,30 @@ fn step(
     let t0 = Instant::now();
     let mut compute = 0.0;
     let cap = (o.bucket_mb * (1 << 20) as f64) as usize;
-    let mut b = Bucketer::new(
-        comm,
-        BucketConfig {
-            op: ReduceOp::Avg,
-            cap_bytes: cap,
-            first_cap_bytes: cap.min(1 << 20),
-            ..Default::default()
-        },
-    );
-    for l in (0..o.layers).rev() {
+    let mut bucketer = overlap.then(|| {
+        Bucketer::new(
+            comm,
+            BucketConfig {
+                op: ReduceOp::Avg,
+                cap_bytes: cap,
+                first_cap_bytes: cap.min(1 << 20),
+                ..Default::default()
+            },
+        )
+    });
+    // Each gradient goes to its bucket as soon as backward produced it; the
+    // bucketer writes the averaged values back into it at `finish`.
+    for (l, grad) in grads.iter_mut().enumerate().take(o.layers).rev() {
         let c0 = Instant::now();
-        backward(l, &params[l], &mut grads[l], passes);
+        backward(l, &params[l], grad, passes);
         compute += c0.elapsed().as_secs_f64() * 1e3;
-        if overlap {
-            b.add(l, &grads[l]).expect("bucket");
+        if let Some(b) = bucketer.as_mut() {
+            b.add(l, grad).expect("bucket");
         }
     }
-    if overlap {
-        b.finish(|l, v: &[f32]| grads[l].copy_from_slice(v))
-            .expect("all-reduce");
-    } else {
+    // `finish` consumes the bucketer, which ends the gradients' borrows.
+    let bucketed = bucketer.map(|b| b.finish().expect("all-reduce")).is_some();
+    if !bucketed {
         for l in (0..o.layers).rev() {
             comm.all_reduce_in_place(&mut grads[l], ReduceOp::Avg)
                 .expect("all-reduce");

@@ -1,8 +1,18 @@
 //! Tensor fusion: many gradients packed into buckets, each bucket's
-//! all-reduce started as soon as it is full (or on flush), results written
-//! back per tensor. Defaults follow PyTorch DDP: a first bucket of 1 MiB (so
-//! communication starts early in the backward pass), then 25 MiB; dtypes
-//! are bucketed apart.
+//! all-reduce started as soon as it is full (or on flush), the results
+//! written back into the gradients. Defaults follow PyTorch DDP: a first
+//! bucket of 1 MiB (so communication starts early in the backward pass),
+//! then 25 MiB; dtypes are bucketed apart.
+//!
+//! One [`Bucketer`] for every memory kind ([`crate::Buffer`]): host
+//! gradients are copied into a host bucket when added; device gradients
+//! are packed into a device bucket on their stream when the bucket
+//! launches (device to device copies after the work already on the
+//! stream, i.e. the backward kernels that produced them), and
+//! [`Bucketer::finish`] copies every reduced bucket back into its
+//! gradients and returns once they hold the results (device: once the
+//! stream has run the copies). Host and device gradients go to separate
+//! buckets; device gradients of one bucketer share one stream.
 //!
 //! Every decision is a function of the sequence of `add` calls, so all
 //! ranks launch the same buckets in the same order. A wall-clock cycle
@@ -11,11 +21,19 @@
 //! once it holds that many tensors.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Instant;
 
+use comm_core::transport::registry::MemoryKind;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
-use crate::{as_bytes, Communicator, Element, RawOp, RawWork};
+use crate::buffer::{BufferMut, DeviceId, Location, Stream};
+use crate::device::{device_error, Device, DeviceBuffer, DevicePtr};
+use crate::{Communicator, Element, RawOp, RawWork};
+
+const OP: &str = "bucketer";
 
 /// Bucketing policy.
 #[derive(Clone, Debug)]
@@ -42,71 +60,105 @@ impl Default for BucketConfig {
     }
 }
 
-struct Bucket {
-    dtype: DataType,
-    /// 8-byte aligned storage so any element type can be viewed in place.
-    words: Vec<u64>,
-    bytes: usize,
-    members: Vec<(usize, usize, usize)>, // (tensor id, byte offset, byte length)
+/// A gradient of any memory kind and element type, kept (with its borrow)
+/// until its results are written back.
+trait Gradient {
+    fn bytes(&self) -> usize;
+    /// The address to read or write, ordered on `stream` (device).
+    fn address(&mut self, stream: Option<&Stream>) -> usize;
 }
 
-impl Bucket {
-    fn new(dtype: DataType) -> Bucket {
-        Bucket {
-            dtype,
-            words: Vec::new(),
-            bytes: 0,
-            members: Vec::new(),
-        }
+impl<B: BufferMut> Gradient for B {
+    fn bytes(&self) -> usize {
+        self.len() * B::Elem::DTYPE.size()
     }
+    fn address(&mut self, stream: Option<&Stream>) -> usize {
+        // cudarc's guards record the slice's events when this returns,
+        // after the copies of the caller's turn were enqueued.
+        self.lend_mut(stream).addr
+    }
+}
 
-    fn push(&mut self, id: usize, data: &[u8]) {
-        let start = self.bytes;
-        self.bytes += data.len();
-        self.words.resize(self.bytes.div_ceil(8), 0);
+/// A bucket's storage: host memory (8-byte words, so any element type can
+/// be viewed in place) or, once launched, a device buffer.
+enum Storage {
+    Host(Vec<u64>),
+    Device(Option<DeviceBuffer>),
+}
+
+struct Bucket<'g> {
+    dtype: DataType,
+    storage: Storage,
+    bytes: usize,
+    /// (gradient, byte offset in the bucket).
+    members: Vec<(Box<dyn Gradient + 'g>, usize)>,
+}
+
+impl Bucket<'_> {
+    fn host_bytes(&mut self) -> &mut [u8] {
+        let Storage::Host(words) = &mut self.storage else {
+            unreachable!("a host bucket")
+        };
+        words.resize(self.bytes.div_ceil(8), 0);
         // SAFETY: `words` holds at least `bytes` bytes (resized just above)
         // and u64 storage may be viewed as bytes.
-        let view = unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.bytes)
-        };
-        view[start..].copy_from_slice(data);
-        self.members.push((id, start, data.len()));
-    }
-
-    fn view(&self) -> &[u8] {
-        // SAFETY: as in `push`: `words` covers `bytes` bytes.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, self.bytes) }
     }
 }
 
-/// Packs tensors into buckets and all-reduces each bucket asynchronously.
+/// Packs gradients into buckets and all-reduces each bucket
+/// asynchronously; the results land in the gradients at
+/// [`Bucketer::finish`].
 ///
 /// ```no_run
 /// # let comm = sncl::Communicator::from_env()?;
+/// let mut grads = vec![vec![1.0f32; 1000], vec![2.0; 5000]];
 /// let mut b = sncl::Bucketer::new(&comm, sncl::BucketConfig::default());
-/// for (id, grad) in [vec![1.0f32; 1000], vec![2.0; 5000]].iter().enumerate() {
+/// for (id, grad) in grads.iter_mut().enumerate() {
 ///     b.add(id, grad)?; // communication of full buckets starts here
 /// }
-/// b.finish(|id, reduced: &[f32]| { /* write back tensor `id` */ })?;
+/// b.finish()?; // every gradient now holds its all-reduced values
 /// # Ok::<(), sncl::Error>(())
 /// ```
-pub struct Bucketer<'c> {
+pub struct Bucketer<'c, 'g> {
     comm: &'c Communicator,
     cfg: BucketConfig,
-    open: HashMap<DataType, Bucket>,
-    in_flight: Vec<(Bucket, RawWork)>,
+    /// The stream of the device gradients (the first one's).
+    stream: Option<Stream>,
+    open: HashMap<(DataType, MemoryKind), Bucket<'g>>,
+    in_flight: Vec<(Bucket<'g>, RawWork)>,
     launched: usize,
+    _grads: PhantomData<&'g mut ()>,
 }
 
-impl<'c> Bucketer<'c> {
+impl std::fmt::Debug for Bucketer<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucketer")
+            .field("cfg", &self.cfg)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl<'c, 'g> Bucketer<'c, 'g> {
     /// A bucketer over `comm`.
-    pub fn new(comm: &'c Communicator, cfg: BucketConfig) -> Bucketer<'c> {
+    pub fn new(comm: &'c Communicator, cfg: BucketConfig) -> Bucketer<'c, 'g> {
         Bucketer {
             comm,
             cfg,
+            stream: None,
             open: HashMap::new(),
             in_flight: Vec::new(),
             launched: 0,
+            _grads: PhantomData,
+        }
+    }
+
+    fn invalid(&self, detail: String) -> Error {
+        Error::InvalidArgument {
+            rank: self.comm.rank(),
+            op: OP,
+            detail,
         }
     }
 
@@ -118,88 +170,232 @@ impl<'c> Bucketer<'c> {
         }
     }
 
-    /// Adds a ready gradient (copied into its dtype's bucket); launches the
-    /// bucket's all-reduce when it reaches the cap. Every rank must add the
-    /// same tensors in the same order.
-    pub fn add<T: Element>(&mut self, id: usize, grad: &[T]) -> Result<()> {
+    /// Adds a ready gradient (host: copied into its bucket now; device:
+    /// packed when its bucket launches) and launches the bucket's
+    /// all-reduce when it reaches the cap; the reduced values are written
+    /// back into `grad` by [`Bucketer::finish`]. Every rank must add the
+    /// same tensors (sizes, types, memory kinds) in the same order; `id`
+    /// names the tensor in errors.
+    pub fn add<B: BufferMut + 'g>(&mut self, id: usize, grad: B) -> Result<()> {
+        let dtype = B::Elem::DTYPE;
+        let location = crate::Buffer::location(&grad);
+        let kind = location.kind();
+        if let Location::Device { device, stream } = &location {
+            match device {
+                DeviceId::Open(dev) => {
+                    self.comm.bind_or_check(OP, "a gradient", dev)?;
+                }
+                #[cfg(feature = "cuda")]
+                DeviceId::Cuda(ctx) => self.comm.bind_or_check_cuda(OP, ctx)?,
+            }
+            match &self.stream {
+                None => self.stream = Some(stream.clone()),
+                Some(s) if s.handle() == stream.handle() => {}
+                Some(s) => {
+                    return Err(self.invalid(format!(
+                        "gradient {id} is ordered on stream {:#x}, the bucketer's device \
+                         gradients on {:#x}; one bucketer, one stream",
+                        stream.handle().0,
+                        s.handle().0
+                    )))
+                }
+            }
+        }
         let cap = self.cap();
-        let bucket = self
-            .open
-            .entry(T::DTYPE)
-            .or_insert_with(|| Bucket::new(T::DTYPE));
-        bucket.push(id, as_bytes(grad));
+        let bucket = self.open.entry((dtype, kind)).or_insert_with(|| Bucket {
+            dtype,
+            storage: match kind {
+                MemoryKind::Host => Storage::Host(Vec::new()),
+                MemoryKind::Device => Storage::Device(None),
+            },
+            bytes: 0,
+            members: Vec::new(),
+        });
+        let mut grad: Box<dyn Gradient + 'g> = Box::new(grad);
+        let (at, len) = (bucket.bytes, grad.bytes());
+        bucket.bytes += len;
+        if kind == MemoryKind::Host && len > 0 {
+            let src = grad.address(None) as *const u8;
+            // SAFETY: a host gradient lends `len` readable bytes at `src`
+            // (`Buffer`'s contract), borrowed for 'g.
+            let values = unsafe { std::slice::from_raw_parts(src, len) };
+            bucket.host_bytes()[at..].copy_from_slice(values);
+        }
+        bucket.members.push((grad, at));
         let full = bucket.bytes >= cap
             || self
                 .cfg
                 .cycle_tensors
                 .is_some_and(|c| bucket.members.len() >= c);
         if full {
-            self.launch(T::DTYPE)?;
+            self.launch((dtype, kind))?;
         }
         Ok(())
     }
 
-    fn launch(&mut self, dtype: DataType) -> Result<()> {
-        let Some(bucket) = self.open.remove(&dtype) else {
+    /// The bound device, for the device buckets.
+    fn device(&self) -> Result<Arc<dyn Device>> {
+        self.comm
+            .bound_device()
+            .ok_or_else(|| self.invalid("no device is bound".into()))
+    }
+
+    /// Starts the all-reduce of the open bucket `key` (device buckets are
+    /// packed first, on the gradients' stream).
+    fn launch(&mut self, key: (DataType, MemoryKind)) -> Result<()> {
+        let Some(mut bucket) = self.open.remove(&key) else {
             return Ok(());
         };
         if bucket.bytes == 0 {
             return Ok(());
         }
+        let dtype = bucket.dtype;
         let mut op = RawOp::new(Collective::AllReduce, dtype, bucket.bytes / dtype.size());
         op.op = self.cfg.op;
-        op.send = bucket.words.as_ptr() as *const u8;
-        op.recv = bucket.words.as_ptr() as *mut u8;
-        // SAFETY: the bucket's storage is owned by `in_flight` (its heap
-        // buffer does not move) until the work completes: `finish` and Drop
-        // wait for every in-flight work before the storage is freed.
-        let work = unsafe { self.comm.enqueue_raw(op) };
+        let work = match key.1 {
+            MemoryKind::Host => {
+                let p = bucket.host_bytes().as_mut_ptr();
+                (op.send, op.recv) = (p as *const u8, p);
+                // SAFETY: the bucket's storage is owned by `in_flight` (its
+                // heap buffer does not move) until the work completes:
+                // `finish` and Drop wait for every in-flight work first.
+                unsafe { self.comm.enqueue_raw(op) }
+            }
+            MemoryKind::Device => {
+                let dev = self.device()?;
+                let stream = self.stream.clone().expect("a device gradient set it");
+                let fail =
+                    |what: &str, e| device_error(self.comm.rank(), &dev, (OP, None), what, e);
+                let storage = DeviceBuffer::new(&dev, bucket.bytes)
+                    .map_err(|e| fail("allocating a bucket", e))?;
+                for (grad, at) in &mut bucket.members {
+                    let len = grad.bytes();
+                    let src = DevicePtr(grad.address(Some(&stream)) as u64);
+                    // SAFETY: the gradient lends `len` bytes on this device,
+                    // borrowed for 'g; `storage` holds the bucket's bytes.
+                    unsafe {
+                        dev.copy_d2d_async(storage.ptr().add(*at), src, len, stream.handle())
+                    }
+                    .map_err(|e| fail("packing a gradient into its bucket", e))?;
+                }
+                let p = storage.ptr();
+                bucket.storage = Storage::Device(Some(storage));
+                // SAFETY: the bucket's storage is owned by `in_flight` until
+                // `finish` (or Drop) has waited for the work and the stream.
+                unsafe {
+                    self.comm
+                        .all_reduce_device_raw(p, p, op.count, dtype, op.op, stream.handle())
+                }?
+            }
+        };
         self.in_flight.push((bucket, work));
         self.launched += 1;
         Ok(())
     }
 
-    /// Launches every open bucket (in data-type order, the same on every rank).
+    /// Launches every open bucket (in data-type order, host first, the
+    /// same on every rank).
     pub fn flush(&mut self) -> Result<()> {
-        let mut open: Vec<DataType> = self.open.keys().copied().collect();
-        open.sort();
-        for d in open {
-            self.launch(d)?;
+        let mut open: Vec<(DataType, MemoryKind)> = self.open.keys().copied().collect();
+        open.sort_by_key(|&(d, k)| (d, k == MemoryKind::Device));
+        for key in open {
+            self.launch(key)?;
         }
         Ok(())
     }
 
-    /// Flushes, waits for every bucket and hands each tensor's reduced
-    /// values to `write_back(id, values)` (tensors of type `T`; buckets of
-    /// other types are waited for and skipped). The bucketer is then ready
-    /// for the next step.
-    pub fn finish<T: Element>(&mut self, mut write_back: impl FnMut(usize, &[T])) -> Result<()> {
-        self.flush()?;
-        let mut first_err: Option<Error> = None;
-        for (bucket, work) in self.in_flight.drain(..) {
+    /// Flushes, waits for every bucket and writes each gradient's reduced
+    /// values back into it (device: on the stream, returning once the
+    /// stream has run the copies), which ends the gradients' borrows (a
+    /// step's bucketer; make another for the next step). The first error
+    /// is returned; later buckets are still waited for.
+    pub fn finish(mut self) -> Result<()> {
+        let flushed = self.flush();
+        let mut first_err = flushed.err();
+        let mut buckets: Vec<_> = self.in_flight.drain(..).collect();
+        let mut device_copies = false;
+        for (bucket, work) in &mut buckets {
             if let Err(e) = work.wait() {
                 first_err.get_or_insert(e);
                 continue;
             }
-            if bucket.dtype != T::DTYPE {
-                continue;
+            if let Err(e) = self.write_back(bucket) {
+                first_err.get_or_insert(e);
             }
-            let bytes = bucket.view();
-            for &(id, off, len) in &bucket.members {
-                let n = len / T::DTYPE.size();
-                // SAFETY: the bucket storage is 8-byte aligned and `off` is a
-                // multiple of the element size (tensors of one dtype are
-                // packed back to back), so the slice is aligned and in bounds.
-                let vals =
-                    unsafe { std::slice::from_raw_parts(bytes.as_ptr().add(off) as *const T, n) };
-                write_back(id, vals);
+            device_copies |= matches!(bucket.storage, Storage::Device(Some(_)));
+        }
+        if device_copies {
+            if let Err(e) = self.sync() {
+                first_err.get_or_insert(e);
             }
         }
-        self.launched = 0;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
+        drop(buckets);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Copies a reduced bucket into its gradients.
+    fn write_back(&self, bucket: &mut Bucket<'g>) -> Result<()> {
+        let Bucket {
+            storage, members, ..
+        } = bucket;
+        match storage {
+            Storage::Host(words) => {
+                let base = words.as_ptr() as *const u8;
+                for (grad, at) in members {
+                    let len = grad.bytes();
+                    if len == 0 {
+                        continue;
+                    }
+                    let dst = grad.address(None) as *mut u8;
+                    // SAFETY: the bucket's words hold `at + len` bytes; the
+                    // gradient lends `len` writable bytes at `dst` for 'g,
+                    // and it does not overlap the bucket.
+                    unsafe { std::ptr::copy_nonoverlapping(base.add(*at), dst, len) };
+                }
+                Ok(())
+            }
+            Storage::Device(Some(storage)) => {
+                let dev = self.device()?;
+                let stream = self.stream.clone().expect("a device gradient set it");
+                for (grad, at) in members {
+                    let len = grad.bytes();
+                    let dst = DevicePtr(grad.address(Some(&stream)) as u64);
+                    // SAFETY: as in `launch`; the copy runs after the
+                    // all-reduce (the stream waits for it).
+                    unsafe {
+                        dev.copy_d2d_async(dst, storage.ptr().add(*at), len, stream.handle())
+                    }
+                    .map_err(|e| {
+                        device_error(
+                            self.comm.rank(),
+                            &dev,
+                            (OP, None),
+                            "copying a reduced bucket back into its gradients",
+                            e,
+                        )
+                    })?;
+                }
+                Ok(())
+            }
+            Storage::Device(None) => Ok(()),
         }
+    }
+
+    /// Waits for the device gradients' stream (so buckets can be freed).
+    fn sync(&self) -> Result<()> {
+        let (Some(dev), Some(stream)) = (self.comm.bound_device(), &self.stream) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + self.comm.inner.config.timeout;
+        dev.synchronize(stream.handle(), deadline).map_err(|e| {
+            device_error(
+                self.comm.rank(),
+                &dev,
+                (OP, None),
+                "waiting for the stream",
+                e,
+            )
+        })
     }
 
     /// Buckets launched and not yet finished.
@@ -208,10 +404,18 @@ impl<'c> Bucketer<'c> {
     }
 }
 
-impl Drop for Bucketer<'_> {
+impl Drop for Bucketer<'_, '_> {
     fn drop(&mut self) {
-        for (_, work) in self.in_flight.drain(..) {
+        for (_, work) in &self.in_flight {
             let _ = work.wait();
         }
+        if self
+            .in_flight
+            .iter()
+            .any(|(b, _)| matches!(b.storage, Storage::Device(_)))
+        {
+            let _ = self.sync();
+        }
+        self.in_flight.clear();
     }
 }

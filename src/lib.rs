@@ -80,6 +80,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use bucket::{BucketConfig, Bucketer};
+#[allow(deprecated)]
 pub use bucket_device::DeviceBucketer;
 pub use buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
 pub use comm::{P2p, RawOp, VCounts};

@@ -17,29 +17,34 @@ fn bucketed_equals_unbucketed_across_dtypes_and_caps() {
                         op: ReduceOp::Sum,
                         ..Default::default()
                     };
-                    let grads: Vec<Vec<f32>> = sizes
+                    let mut grads: Vec<Vec<f32>> = sizes
                         .iter()
                         .enumerate()
                         .map(|(t, &n)| (0..n).map(|i| ((i * 7 + t * 3 + r) % 11) as f32).collect())
                         .collect();
-                    let ints: Vec<Vec<f64>> = sizes[..3]
+                    let mut ints: Vec<Vec<f64>> = sizes[..3]
                         .iter()
                         .map(|&n| (0..n).map(|i| (i % 5 + r) as f64).collect())
                         .collect();
+                    let inputs = (grads.clone(), ints.clone());
                     let mut b = Bucketer::new(c, cfg);
-                    for (t, g) in grads.iter().enumerate() {
+                    let mut int_slots = ints.iter_mut();
+                    for (t, g) in grads.iter_mut().enumerate() {
                         b.add(t, g).unwrap();
-                        if t < ints.len() {
-                            b.add(100 + t, &ints[t]).unwrap();
+                        if let Some(i) = int_slots.next() {
+                            b.add(100 + t, i).unwrap();
                         }
                     }
-                    let mut got: Vec<Option<Vec<f32>>> = vec![None; sizes.len()];
-                    b.finish(|id, v: &[f32]| got[id] = Some(v.to_vec()))
-                        .unwrap();
-                    for (t, g) in grads.iter().enumerate() {
+                    b.finish().unwrap();
+                    for (t, g) in inputs.0.iter().enumerate() {
                         let mut want = g.clone();
                         c.all_reduce_in_place(&mut want, ReduceOp::Sum).unwrap();
-                        assert_eq!(got[t].as_ref().unwrap(), &want, "tensor {t} cap {cap}");
+                        assert_eq!(grads[t], want, "tensor {t} cap {cap}");
+                    }
+                    for (t, g) in inputs.1.iter().enumerate() {
+                        let mut want = g.clone();
+                        c.all_reduce_in_place(&mut want, ReduceOp::Sum).unwrap();
+                        assert_eq!(ints[t], want, "f64 tensor {t} cap {cap}");
                     }
                 }
             });

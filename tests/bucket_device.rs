@@ -1,13 +1,15 @@
 //! Fusion on device buffers: gradients on the (emulated) device through the
-//! DeviceBucketer equal a per-tensor host all-reduce of the same values,
-//! bit for bit, across dtypes and bucket caps (values are exact in f16/f32,
-//! so the sums do not depend on the algorithm the bucket size selects).
+//! Bucketer (device views, beside a host gradient in the same bucketer)
+//! equal a per-tensor host all-reduce of the same values, bit for bit,
+//! across dtypes and bucket caps (values are exact in f16/f32, so the sums
+//! do not depend on the algorithm the bucket size selects); the deprecated
+//! DeviceBucketer still runs.
 
 use std::time::{Duration, Instant};
 
 use half::f16;
-use sncl::device::{self, Backend, DeviceBuffer};
-use sncl::{BucketConfig, Communicator, Config, DeviceBucketer, ReduceOp};
+use sncl::device::{self, Backend, DeviceBuffer, DeviceSliceMut};
+use sncl::{BucketConfig, Bucketer, Communicator, Config, ReduceOp};
 
 #[test]
 fn device_bucketed_equals_host_per_tensor() {
@@ -55,22 +57,31 @@ fn device_bucketed_equals_host_per_tensor() {
                             .expect("h2d");
                         b
                     };
-                    let dev_grads: Vec<DeviceBuffer> =
+                    let mut dev_grads: Vec<DeviceBuffer> =
                         grads.iter().map(|g| upload(sncl::as_bytes(g))).collect();
-                    let dev_halves: Vec<DeviceBuffer> =
+                    let mut dev_halves: Vec<DeviceBuffer> =
                         halves.iter().map(|g| upload(sncl::as_bytes(g))).collect();
+                    let mut host_grad = grads[1].clone();
                     dev.synchronize(stream, deadline()).expect("sync");
                     {
-                        let mut b = DeviceBucketer::new(c, cfg.clone(), stream);
-                        for (t, g) in dev_grads.iter().enumerate() {
-                            b.add::<f32>(g, sizes[t]).unwrap();
-                            if t < dev_halves.len() {
-                                b.add::<f16>(&dev_halves[t], sizes[t]).unwrap();
+                        let mut b = Bucketer::new(c, cfg.clone());
+                        let mut halves_left = dev_halves.iter_mut();
+                        for (t, g) in dev_grads.iter_mut().enumerate() {
+                            b.add(t, DeviceSliceMut::<f32>::new(g, stream)).unwrap();
+                            if let Some(h) = halves_left.next() {
+                                b.add(100 + t, DeviceSliceMut::<f16>::new(h, stream)).unwrap();
                             }
                         }
+                        // A host gradient in the same bucketer.
+                        b.add(200, &mut host_grad).unwrap();
                         b.finish().unwrap();
-                        assert_eq!(b.in_flight(), 0);
                     }
+                    let mut want = grads[1].clone();
+                    c.all_reduce_in_place(&mut want, op).unwrap();
+                    assert!(
+                        host_grad.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "rank {r} host gradient beside the device ones, cap {cap} {op:?}"
+                    );
                     let download = |b: &DeviceBuffer, out: &mut [u8]| {
                         // SAFETY: `out` outlives the synchronisation.
                         unsafe { dev.copy_d2h_async(out.as_mut_ptr(), b.ptr(), out.len(), stream) }
@@ -107,6 +118,41 @@ fn device_bucketed_equals_host_per_tensor() {
                         assert!(same, "rank {r} f16 tensor {t} cap {cap} {op:?}");
                     }
                 }
+            });
+        }
+    });
+}
+
+/// The device bucketer before the one typed API (kept for one release).
+#[test]
+#[allow(deprecated)]
+fn deprecated_device_bucketer_still_runs() {
+    let comms = Communicator::init_threads(2, Config::default()).unwrap();
+    std::thread::scope(|s| {
+        for c in &comms {
+            s.spawn(move || {
+                let dev = device::open(Backend::Emu, c.rank()).expect("emu");
+                let stream = dev.create_stream().expect("stream");
+                let host = vec![1.5f32; 1000];
+                let buf = DeviceBuffer::new(&dev, 4 * 1000).expect("alloc");
+                // SAFETY: `host` outlives the synchronisation below.
+                unsafe { dev.copy_h2d_async(buf.ptr(), host.as_ptr().cast(), 4000, stream) }
+                    .expect("h2d");
+                let mut b = sncl::DeviceBucketer::new(c, BucketConfig::default(), stream);
+                let e = b
+                    .add::<f32>(&buf, 1001)
+                    .expect_err("longer than the buffer");
+                assert!(e.to_string().contains("cannot hold 1001"), "{e}");
+                b.add::<f32>(&buf, 1000).unwrap();
+                b.finish().unwrap();
+                let mut got = vec![0f32; 1000];
+                // SAFETY: `got` outlives the synchronisation below.
+                unsafe { dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), 4000, stream) }
+                    .expect("d2h");
+                dev.synchronize(stream, Instant::now() + Duration::from_secs(30))
+                    .expect("sync");
+                // The default reduction is avg: 1.5 on every rank.
+                assert!(got.iter().all(|&x| x == 1.5), "{:?}", &got[..4]);
             });
         }
     });
