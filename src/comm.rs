@@ -44,6 +44,30 @@ pub(crate) struct State {
     window_bytes: (u64, u64),
 }
 
+impl State {
+    /// The sequence number the next operation takes.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq + 1
+    }
+
+    /// Takes the next sequence number (an operation that nothing can
+    /// refuse any more).
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// The last sequence number taken.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Counts an operation of `coll` (the statistics).
+    pub(crate) fn count_op(&mut self, coll: Collective) {
+        *self.ops.entry(coll).or_insert(0) += 1;
+    }
+}
+
 /// How long a waiting rank spins before yielding: long when this node has
 /// a core per local rank, short when ranks outnumber cores.
 fn spin_budget(node_ids: &[String], rank: usize) -> std::time::Duration {
@@ -98,8 +122,6 @@ pub(crate) struct Inner {
     /// Shrinks and agreements started on this communicator.
     pub shrinks: AtomicU64,
     pub agrees: AtomicU64,
-    /// The device this communicator is bound to (device collectives).
-    pub device: std::sync::OnceLock<Arc<crate::device::Binding>>,
     /// Windows allocated on this communicator (`alloc_window`).
     pub windows: Mutex<windows::Windows>,
 }
@@ -205,7 +227,6 @@ impl Inner {
             standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Serving)),
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
-            device: std::sync::OnceLock::new(),
             windows: Mutex::new(windows::Windows::default()),
         }
     }
@@ -295,7 +316,7 @@ impl Inner {
         r
     }
 
-    fn invalid(&self, op: &'static str, detail: String) -> Error {
+    pub(crate) fn invalid(&self, op: &'static str, detail: String) -> Error {
         Error::InvalidArgument {
             rank: self.rank,
             op,

@@ -148,6 +148,10 @@ pub struct Communicator {
     /// The device kernel path's internal window, once the first device
     /// collective opened it (`None` inside: not available here).
     lane: std::sync::OnceLock<Option<Arc<device::WindowCore>>>,
+    /// The device this communicator is bound to, and its windows (device
+    /// collectives); after `worker`, so the progress thread has stopped
+    /// before the binding goes.
+    device: std::sync::OnceLock<Arc<device::Attachment>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -168,6 +172,7 @@ impl Communicator {
             inner,
             layout: std::sync::OnceLock::new(),
             lane: std::sync::OnceLock::new(),
+            device: std::sync::OnceLock::new(),
         }
     }
 

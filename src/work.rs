@@ -76,8 +76,13 @@ impl WorkState {
 /// [`crate::device`]).
 pub(crate) enum JobKind {
     Host(RawOp),
-    Device(Box<crate::device::DeviceJob>),
-    Lane(Box<crate::device::LaneJob>),
+    Device(Box<dyn DeviceRun>),
+}
+
+/// A device operation the progress thread runs in its turn (the device
+/// path's jobs: `src/device/job.rs`); it completes `state`.
+pub(crate) trait DeviceRun: Send {
+    fn run(self: Box<Self>, inner: &Inner, ticket: u64, state: &WorkState);
 }
 
 /// What builds a device operation's job in stream order (see
@@ -128,12 +133,7 @@ impl Worker {
                                 let r = unsafe { inner.run_ordered(job.ticket, &op) };
                                 job.state.complete(r);
                             }
-                            JobKind::Device(d) => {
-                                crate::device::run_job(&inner, job.ticket, *d, &job.state)
-                            }
-                            JobKind::Lane(l) => {
-                                crate::device::run_lane_job(&inner, job.ticket, *l, &job.state)
-                            }
+                            JobKind::Device(d) => d.run(&inner, job.ticket, &job.state),
                         }
                     }
                 })

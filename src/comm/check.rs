@@ -26,7 +26,7 @@ impl Inner {
     /// The op's [`Prepared`]: without the checks where [`Inner::prepare`]
     /// marked it and the mark still describes it, else checked now (a raw
     /// op from the C ABI or [`crate::Communicator::run_raw`]).
-    pub(super) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
+    pub(crate) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
         let n = self.nranks;
         let shape = OpShape::new(op.coll, op.dtype, op.count, n).with_root(op.root);
         let checked = op.prepared.is_some() && op.prepared == Checked::of(op, n);

@@ -19,7 +19,7 @@ impl Inner {
     /// cost functions and the schedule's construction run once per shape.
     /// `device`: the buffers are device memory (planned with
     /// [`Inner::device_shape`]).
-    pub(super) fn schedule(
+    pub(crate) fn schedule(
         &self,
         st: &mut State,
         op: &RawOp,

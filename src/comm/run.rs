@@ -13,7 +13,7 @@ impl Inner {
     /// With the state held: finishes an abort requested while another
     /// operation held the state, and refuses to run on an aborted
     /// communicator.
-    fn check_not_aborted(&self, st: &mut State) -> Result<()> {
+    pub(crate) fn check_not_aborted(&self, st: &mut State) -> Result<()> {
         self.finish_abort(st);
         match &st.aborted {
             Some(reason) => Err(Error::Aborted {
@@ -139,7 +139,7 @@ impl Inner {
     /// `finish` (device memory waits for its device work there), and on a
     /// failure aborts the communicator so every peer fails fast.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn execute_op<M: exec::Memory>(
+    pub(crate) fn execute_op<M: exec::Memory>(
         &self,
         st: &mut State,
         op: &RawOp,
@@ -289,8 +289,7 @@ impl Inner {
     }
 }
 
-/// The device path (see [`crate::device`]): runs with the state held, in
-/// stream order, on the progress thread.
+/// The device path's checks at enqueue (its run is `src/device/job.rs`).
 impl Inner {
     /// The collectives the device path runs.
     pub(crate) fn runs_on_device(c: Collective) -> bool {
@@ -331,174 +330,4 @@ impl Inner {
         }
         Ok((p.send_elems, p.recv_elems))
     }
-
-    /// Runs a device operation when its ticket's turn comes.
-    pub(crate) fn run_ordered_device(
-        &self,
-        ticket: u64,
-        job: &mut crate::device::DeviceJob,
-    ) -> Result<()> {
-        self.order.wait_turn(ticket);
-        let r = self.run_device(job);
-        self.order.finish();
-        r
-    }
-
-    fn run_device(&self, job: &mut crate::device::DeviceJob) -> Result<()> {
-        let op = &job.raw;
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        self.check_not_aborted(st)?;
-        let Some(binding) = self.device.get() else {
-            return Err(self.invalid(op.coll.name(), "no device is bound".into()));
-        };
-        // A device failure before the operation started (at enqueue, or in
-        // the work before it on the caller's stream) fails it on every rank.
-        let ready = match job.enqueue_error.take() {
-            Some(e) => Err(e),
-            None => job.wait_caller(binding, self.rank, self.config.timeout, &self.abort_flag),
-        };
-        if let Err(e) = ready {
-            self.fail(st, &e);
-            return Err(e);
-        }
-        let prepared = self.prepared(op)?;
-        // nvlink version 2: an all-reduce over device windows that every
-        // rank offers alike runs the direct kernel (src/device/offer.rs).
-        let turn = (st.seq + 1, self.spin, &self.abort_flag);
-        if let Some(r) = self.run_device_window(st, job, prepared.fingerprint, turn) {
-            st.seq += 1;
-            *st.ops.entry(op.coll).or_insert(0) += 1;
-            return r.inspect_err(|e| self.fail(st, e));
-        }
-        let esize = op.dtype.size();
-        let mut staging = binding.staging();
-        let segments = crate::device::Segments::cut(
-            op.coll,
-            (op.count, esize, self.nranks),
-            (prepared.send_elems, prepared.recv_elems),
-            staging.bytes(),
-        )
-        .map_err(|detail| self.invalid(op.coll.name(), detail))
-        .inspect_err(|e| self.fail(st, e))?;
-        let caller = (job.send, job.recv);
-        let segment_buffers = staging.segment_buffers();
-        let mut ran = false;
-        let mut scattered = false;
-        for i in 0..segments.len() {
-            let (_, len) = segments.bounds(i);
-            let mut sub = RawOp::new(op.coll, op.dtype, len);
-            sub.op = op.op;
-            sub.root = op.root;
-            let (sched, algo) = self.schedule(st, &sub, true)?;
-            if sched.steps.is_empty() {
-                continue;
-            }
-            let part = self.prepared(&sub)?;
-            let scratch_bytes = sched.scratch_elems.saturating_mul(esize);
-            if scratch_bytes > staging.bytes() {
-                let e = self.invalid(
-                    op.coll.name(),
-                    format!(
-                        "the {} schedule needs {scratch_bytes} bytes of scratch, more than the \
-                         {}-byte device staging (a segment's needs stay within its footprint: \
-                         comm-core/tests/staging_needs.rs)",
-                        algo.name(),
-                        staging.bytes()
-                    ),
-                );
-                self.fail(st, &e);
-                return Err(e);
-            }
-            let (send, recv) = segments.buffers(i, caller, segment_buffers);
-            let gathers = segments.gather_sends(i, job.send, segment_buffers.0);
-            if let Err(e) = copy_on_stream(binding, &gathers) {
-                let e = binding.error(self.rank, op.coll.name(), None, "gathering a segment", e);
-                self.fail(st, &e);
-                return Err(e);
-            }
-            // The sequence number is taken only now, after every check.
-            st.seq += 1;
-            let seq = st.seq;
-            if !ran {
-                *st.ops.entry(op.coll).or_insert(0) += 1;
-                ran = true;
-            }
-            let mem = crate::device::DeviceMemory::new(
-                binding,
-                &mut staging,
-                crate::device::OpIds {
-                    rank: self.rank,
-                    op: op.coll.name(),
-                    seq,
-                },
-                (send, part.send_elems * esize),
-                (recv, part.recv_elems * esize),
-                self.config.timeout,
-            );
-            let bytes = (part.send_elems.max(part.recv_elems) * esize) as u64;
-            self.execute_op(
-                st,
-                &sub,
-                (seq, part.fingerprint),
-                (&sched, algo),
-                &mem,
-                bytes,
-                |r| {
-                    // The result must be on the device (and the staging
-                    // free) before the caller's stream goes on, also after
-                    // a failure.
-                    let done = mem.finish();
-                    r.and(done)
-                },
-            )?;
-            drop(mem);
-            let scatters = segments.scatter_recvs(i, job.recv, segment_buffers.1);
-            scattered |= !scatters.is_empty();
-            if let Err(e) = copy_on_stream(binding, &scatters) {
-                let e = binding.error(
-                    self.rank,
-                    op.coll.name(),
-                    Some(seq),
-                    "scattering a segment",
-                    e,
-                );
-                self.fail(st, &e);
-                return Err(e);
-            }
-        }
-        if scattered {
-            // The last segment's scatter copies, before the caller's stream
-            // goes on.
-            let deadline = std::time::Instant::now() + self.config.timeout;
-            if let Err(e) = binding.dev.synchronize(binding.stream, deadline) {
-                let e = binding.error(
-                    self.rank,
-                    op.coll.name(),
-                    Some(st.seq),
-                    "scattering the last segment",
-                    e,
-                );
-                self.fail(st, &e);
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Enqueues device-to-device `copies` (destination, source, bytes) on the
-/// binding's stream.
-fn copy_on_stream(
-    b: &crate::device::Binding,
-    copies: &[(::device::DevicePtr, ::device::DevicePtr, usize)],
-) -> std::result::Result<(), ::device::DeviceError> {
-    for &(dst, src, bytes) in copies {
-        // SAFETY: `Segments` derives both ranges from the caller's live
-        // device buffers (extents checked at enqueue) and the staging's
-        // segment buffers (a segment's footprint fits them); the stream
-        // orders them with the segment's own work.
-        unsafe { b.dev.copy_d2d_async(dst, src, bytes, b.stream)? };
-    }
-    Ok(())
 }

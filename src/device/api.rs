@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
-use super::{
-    Backend, Binding, Device, DeviceBuffer, DeviceError, DeviceJob, DevicePtr, StreamHandle,
-};
+use ::device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
+
+use super::binding::Binding;
+use super::job::{DeviceJob, LaneJob};
+use super::offer::Attachment;
+use super::window::WindowCore;
 use crate::buffer::DeviceSliceMut;
 use crate::comm::RawOp;
 use crate::work::{JobKind, RawWork, Scope, Work};
@@ -93,7 +96,7 @@ impl Communicator {
     /// ```
     pub fn bind_device(&self, device: Arc<dyn Device>) -> Result<()> {
         let inner = &self.inner;
-        if let Some(b) = inner.device.get() {
+        if let Some(b) = self.device.get().map(|a| &a.binding) {
             return Err(Error::InvalidArgument {
                 rank: inner.rank,
                 op: "bind_device",
@@ -116,9 +119,8 @@ impl Communicator {
             name = %binding.dev.name(),
             "communicator bound to a device"
         );
-        inner
-            .device
-            .set(binding)
+        self.device
+            .set(Arc::new(Attachment::new(binding)))
             .map_err(|_| Error::InvalidArgument {
                 rank: inner.rank,
                 op: "bind_device",
@@ -189,10 +191,10 @@ impl Communicator {
         dev: &Arc<dyn Device>,
     ) -> Result<Arc<dyn Device>> {
         let inner = &self.inner;
-        if inner.device.get().is_none() {
+        if self.device.get().is_none() {
             if let Err(e) = self.bind_device(dev.clone()) {
                 // Lost a race with another binding thread: check against it.
-                if inner.device.get().is_none() {
+                if self.device.get().is_none() {
                     return Err(e);
                 }
             }
@@ -219,7 +221,7 @@ impl Communicator {
 
     /// The device this communicator is bound to, if any.
     pub fn bound_device(&self) -> Option<Arc<dyn Device>> {
-        self.inner.device.get().map(|b| b.dev.clone())
+        self.device.get().map(|a| a.binding.dev.clone())
     }
 
     /// Before this rank's first device collective, on the caller's thread:
@@ -276,7 +278,7 @@ impl Communicator {
         let mut all_direct = [u8::from(every_peer_direct && inner.nranks > 1)];
         self.all_reduce_in_place(&mut all_direct, ReduceOp::Min)?;
         let lane = if all_direct[0] == 1 {
-            super::WindowCore::open_lane(&self.inner, b)?
+            WindowCore::open_lane(&self.inner, b)?
         } else {
             None
         };
@@ -294,11 +296,12 @@ impl Communicator {
             op: name,
             detail,
         };
-        let b = inner.device.get().cloned().ok_or_else(|| {
+        let attached = self.device.get().cloned().ok_or_else(|| {
             invalid(
                 "no device is bound to this communicator (call Communicator::bind_device)".into(),
             )
         })?;
+        let b = attached.binding.clone();
         let mut raw = RawOp::new(op.coll, op.dtype, op.count);
         raw.op = op.op;
         raw.root = op.root;
@@ -376,21 +379,19 @@ impl Communicator {
         };
         Ok(Box::new(move |_ticket| {
             // Values follow the stream order (this runs under the ticket lock).
-            let flag_value = b.next_flag.fetch_add(1, Ordering::Relaxed);
+            let flag_value = b.take_flag_value();
             if enqueue_error.is_none() {
                 // SAFETY: the flag is an aligned u32 at the start of the
                 // binding's pinned allocation, which lives as long as the
                 // communicator (and is released to u32::MAX before it goes).
-                let r = unsafe {
-                    b.dev
-                        .stream_wait_u32(op.stream, b.flag.as_ptr() as *const u32, flag_value)
-                };
+                let r = unsafe { b.dev.stream_wait_u32(op.stream, b.flag_word(), flag_value) };
                 if let Err(e) = r {
                     enqueue_error =
                         Some(b.error(rank, name, None, "making the caller's stream wait", e));
                 }
             }
             JobKind::Device(Box::new(DeviceJob {
+                attached,
                 raw,
                 send: op.send,
                 recv: op.recv,
@@ -404,16 +405,15 @@ impl Communicator {
     /// The kernel path's lane, where `op` runs on it (see
     /// `window/lane.rs`): an all-reduce the lane takes, on a communicator
     /// whose lane opened. Every rank answers alike for the same call.
-    fn lane_for(&self, op: &DeviceOp) -> Option<Arc<super::WindowCore>> {
+    fn lane_for(&self, op: &DeviceOp) -> Option<Arc<WindowCore>> {
         let lane = self.lane.get()?.as_ref()?;
         // Users' windows come first: once a window exists, every device
         // all-reduce offers (and runs directly where the buffers are in
         // one), on every rank alike.
         let windows = self
-            .inner
             .device
             .get()
-            .is_some_and(|b| b.registry().offers_windows());
+            .is_some_and(|a| a.registry().offers_windows());
         (op.coll == Collective::AllReduce && !windows && lane.lane_takes(op.dtype, op.op, op.count))
             .then(|| lane.clone())
     }
@@ -425,7 +425,7 @@ impl Communicator {
         &self,
         b: &Arc<Binding>,
         op: DeviceOp,
-        lane: Arc<super::WindowCore>,
+        lane: Arc<WindowCore>,
     ) -> Box<dyn FnOnce(u64) -> JobKind> {
         let (rank, name) = (self.inner.rank, op.coll.name());
         let mut enqueue_error = None;
@@ -450,6 +450,7 @@ impl Communicator {
             root: -1,
             count: op.count as u64,
         };
+        let binding = b.clone();
         Box::new(move |_ticket| {
             if enqueue_error.is_none() {
                 // SAFETY: the caller's contract (`enqueue_device`): the
@@ -467,8 +468,9 @@ impl Communicator {
                 };
                 enqueue_error = r.err();
             }
-            JobKind::Lane(Box::new(super::LaneJob {
+            JobKind::Device(Box::new(LaneJob {
                 lane,
+                binding,
                 fingerprint,
                 done,
                 enqueue_error,

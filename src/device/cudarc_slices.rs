@@ -159,9 +159,9 @@ impl Communicator {
         ctx: &Arc<CudaContext>,
     ) -> Result<()> {
         let inner = &self.inner;
-        if inner.device.get().is_none() {
+        if self.device.get().is_none() {
             if let Err(e) = self.bind_cuda_context(ctx.clone()) {
-                if inner.device.get().is_none() {
+                if self.device.get().is_none() {
                     return Err(e);
                 }
             }

@@ -38,7 +38,7 @@ use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, Error, ReduceOp, Result};
 use sncl_runtime::exec::Memory;
 
-use super::Binding;
+use super::errors::device_error;
 
 /// Ring slots start at multiples of this (alignment for any element).
 const SLOT_ALIGN: usize = 256;
@@ -187,7 +187,6 @@ pub(crate) struct OpIds {
 /// One operation's device memory: the caller's send and receive buffers,
 /// the communicator's device scratch, and its staging.
 pub(crate) struct DeviceMemory<'a> {
-    b: &'a Binding,
     ids: OpIds,
     send: (DevicePtr, usize),
     recv: (DevicePtr, usize),
@@ -204,7 +203,7 @@ impl<'a> DeviceMemory<'a> {
     /// `send` and `recv` are the caller's device ranges (address, bytes);
     /// the scratch is `staging`'s.
     pub(crate) fn new(
-        b: &'a Binding,
+        (dev, stream): (&Arc<dyn Device>, ::device::StreamHandle),
         staging: &'a mut Staging,
         ids: OpIds,
         send: (DevicePtr, usize),
@@ -213,7 +212,6 @@ impl<'a> DeviceMemory<'a> {
     ) -> DeviceMemory<'a> {
         let scratch = (staging.scratch.ptr(), staging.scratch.bytes());
         DeviceMemory {
-            b,
             ids,
             send,
             recv,
@@ -222,19 +220,19 @@ impl<'a> DeviceMemory<'a> {
             staging: RefCell::new(staging),
             staged: RefCell::new(Vec::new()),
             queue: transport_nvlink::DeviceQueue {
-                dev: b.dev.clone(),
-                stream: b.stream,
+                dev: dev.clone(),
+                stream,
             },
         }
     }
 
     fn dev(&self) -> &dyn Device {
-        &*self.b.dev
+        &*self.queue.dev
     }
 
     fn err(&self, what: &str, e: DeviceError) -> Error {
-        self.b
-            .error(self.ids.rank, self.ids.op, Some(self.ids.seq), what, e)
+        let ids = &self.ids;
+        device_error(ids.rank, &self.queue.dev, (ids.op, Some(ids.seq)), what, e)
     }
 
     fn invalid(&self, detail: String) -> Error {
@@ -249,7 +247,7 @@ impl<'a> DeviceMemory<'a> {
     /// every staging slot and chunk is free.
     fn sync(&self, what: &str) -> Result<()> {
         self.dev()
-            .synchronize(self.b.stream, Instant::now() + self.timeout)
+            .synchronize(self.queue.stream, Instant::now() + self.timeout)
             .map_err(|e| self.err(what, e))?;
         self.staging.borrow_mut().all_done();
         Ok(())
@@ -292,7 +290,7 @@ impl<'a> DeviceMemory<'a> {
     /// Records a new event on the stream (after the work enqueued so far).
     fn record(&self, st: &mut Staging, what: &str) -> Result<EventHandle> {
         let ev = st.take_event(self.dev()).map_err(|e| self.err(what, e))?;
-        if let Err(e) = self.dev().record_event(ev, self.b.stream) {
+        if let Err(e) = self.dev().record_event(ev, self.queue.stream) {
             st.free_events.push(ev);
             return Err(self.err(what, e));
         }
@@ -413,7 +411,7 @@ impl Memory for DeviceMemory<'_> {
             return Ok(());
         }
         let overlap = s.0 < d.0 + len as u64 && d.0 < s.0 + len as u64;
-        let stream = self.b.stream;
+        let stream = self.queue.stream;
         if overlap {
             // Partially overlapping ranges go through the device ring (only
             // the stream uses the device twin, in order; the slot is taken
@@ -480,8 +478,12 @@ impl Memory for DeviceMemory<'_> {
                 // done (this step's, recorded below); `src + off` is a live
                 // device range of `n` bytes (span checked).
                 unsafe {
-                    self.dev()
-                        .copy_d2h_async(host.add(at + off), src.add(off), n, self.b.stream)
+                    self.dev().copy_d2h_async(
+                        host.add(at + off),
+                        src.add(off),
+                        n,
+                        self.queue.stream,
+                    )
                 }
                 .map_err(|e| self.err("staging a send", e))?;
                 let ev = self.record(&mut st, "recording a send chunk's event")?;
@@ -556,7 +558,7 @@ impl Memory for DeviceMemory<'_> {
         // (checked above).
         unsafe {
             self.dev()
-                .copy_h2d_async(d.add(at), src, data.len(), self.b.stream)
+                .copy_h2d_async(d.add(at), src, data.len(), self.queue.stream)
         }
         .map_err(|e| self.err("copying a received piece to the device", e))?;
         self.ring_commit(slot, data.len())
@@ -583,7 +585,7 @@ impl Memory for DeviceMemory<'_> {
         let slot = self.ring_slot(data.len())?;
         let src = self.fill_slot(slot, data);
         let piece = self.ring_dev(slot);
-        let stream = self.b.stream;
+        let stream = self.queue.stream;
         // SAFETY: the pinned slot holds the piece until its event (committed
         // right after the copy) is done; its device twin is used in stream
         // order only; `l + at` and `d + at` are live ranges of `data.len()`
@@ -636,7 +638,7 @@ impl Memory for DeviceMemory<'_> {
             return Ok(true);
         }
         let (d, dlen) = self.span(dst, esize)?;
-        let stream = self.b.stream;
+        let stream = self.queue.stream;
         let piece = DevicePtr(src);
         match local {
             None => {
@@ -682,7 +684,7 @@ impl Memory for DeviceMemory<'_> {
         // SAFETY: a live device range of `len` bytes (span checked).
         unsafe {
             self.dev()
-                .divide(self.b.stream, dtype, p, len / esize, divisor)
+                .divide(self.queue.stream, dtype, p, len / esize, divisor)
         }
         .map_err(|e| self.err("dividing for avg", e))
     }

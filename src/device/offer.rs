@@ -25,16 +25,22 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, Result};
 use sncl_runtime::exec::{self, AbortFlag};
 use transport_shm::region::{region_name, Region};
 
-use super::window::{auto_kind, fit_scratch, DirectRun, WindowCore};
-use super::{Binding, DeviceJob, DevicePtr, DirectAlgo};
-use crate::comm::{Inner, State};
+use ::device::direct::DirectAlgo;
+use ::device::DevicePtr;
+
+use super::binding::{Binding, DirectCounts};
+use super::window::{
+    auto_kind, fit_scratch, next_id, open_window, opening_fingerprint, DeviceWindow, DirectRun,
+    WindowCore,
+};
+use crate::comm::{Inner, RawOp, State};
 use crate::Communicator;
 
 /// Bytes of a rank's offer record (a page).
@@ -147,10 +153,31 @@ impl Registry {
     }
 }
 
+/// A communicator's device attachment: its binding and the registry of
+/// its live device windows and offer records (the progress thread reaches
+/// both through the device jobs, which carry it).
+pub(crate) struct Attachment {
+    pub(crate) binding: Arc<Binding>,
+    windows: Mutex<Registry>,
+}
+
+impl Attachment {
+    pub(crate) fn new(binding: Arc<Binding>) -> Attachment {
+        Attachment {
+            binding,
+            windows: Mutex::new(Registry::default()),
+        }
+    }
+
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Shares this rank's offer record with its peers once (the first window's
 /// allocation, in its turn, on every rank).
-pub(crate) fn ensure_control(inner: &Inner, binding: &Binding) -> Result<()> {
-    if binding.registry().records.is_some() {
+fn ensure_control(inner: &Inner, attached: &Attachment) -> Result<()> {
+    if attached.registry().records.is_some() {
         return Ok(());
     }
     let me = inner.rank;
@@ -195,7 +222,7 @@ pub(crate) fn ensure_control(inner: &Inner, binding: &Binding) -> Result<()> {
     })();
     own.unlink();
     shared?;
-    binding.registry().records = Some(Arc::new(Records { own, peers }));
+    attached.registry().records = Some(Arc::new(Records { own, peers }));
     Ok(())
 }
 
@@ -220,7 +247,7 @@ impl Inner {
     pub(crate) fn run_device_window(
         &self,
         st: &mut State,
-        job: &DeviceJob,
+        (attached, op, (send, recv)): (&Attachment, &RawOp, (DevicePtr, DevicePtr)),
         fingerprint: Fingerprint,
         (seq, spin, abort): Turn<'_>,
     ) -> Option<Result<()>> {
@@ -229,15 +256,13 @@ impl Inner {
         if self.config.deterministic {
             return None;
         }
-        let binding = self.device.get()?;
-        let op = &job.raw;
         let bytes = op.count.saturating_mul(op.dtype.size());
         let (records, number, windows) = {
-            let mut reg = binding.registry();
+            let mut reg = attached.registry();
             let records = reg.records.clone()?;
             reg.offers += 1;
             let windows = (op.coll == Collective::AllReduce && bytes > 0)
-                .then(|| Some((reg.locate(job.send, bytes)?, reg.locate(job.recv, bytes)?)))
+                .then(|| Some((reg.locate(send, bytes)?, reg.locate(recv, bytes)?)))
                 .flatten();
             (records, reg.offers, windows)
         };
@@ -323,29 +348,100 @@ impl Inner {
     }
 }
 
-/// How many all-reduces ran the direct kernels on this rank (device
-/// windows' own all-reduces and ordinary device all-reduces routed to
-/// them), by kernel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DirectCounts {
-    /// One-shot kernels run.
-    pub one_shot: u64,
-    /// Two-shot kernels run.
-    pub two_shot: u64,
-    /// Device all-reduces the kernel path ran on callers' streams
-    /// (`SNCL_DEVICE_LANE_BYTES`), watched to completion (launches replayed
-    /// from a CUDA graph are not counted).
-    pub kernel_path: u64,
-}
-
 impl Communicator {
     /// The direct (nvlink version 2) all-reduces this rank ran so far
     /// (zero without a bound device).
     pub fn direct_all_reduces(&self) -> DirectCounts {
-        self.inner
+        self.device
+            .get()
+            .map(|a| a.binding.direct_counts())
+            .unwrap_or_default()
+    }
+}
+
+impl Communicator {
+    /// Allocates a device window of `bytes` bytes on every rank
+    /// (collective: every rank calls it with the same size, in the same
+    /// order). Needs a bound device, 2 to 8 ranks, all on one node, and a
+    /// backend with IPC and the direct kernels.
+    pub fn alloc_device_window(&self, bytes: usize) -> Result<DeviceWindow> {
+        self.open_device_window("alloc_device_window", bytes, None)
+    }
+
+    /// Makes a window of the caller's device memory: `bytes` bytes at
+    /// `ptr`, which must be the start of an allocation of the bound device
+    /// that can be exported for IPC (`snclMemAlloc`'s, [`Device::alloc`]'s;
+    /// NCCL's `ncclCommWindowRegister`). Collective, as
+    /// [`Communicator::alloc_device_window`]; every rank registers the same
+    /// size. A range that overlaps a live window of this communicator is
+    /// refused before anything collective happens.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + bytes` is live device memory of the bound device, and
+    /// stays so until the window is dropped or closed; peers read and write
+    /// it during the all-reduces over it.
+    ///
+    /// [`Device::alloc`]: ::device::Device::alloc
+    pub unsafe fn register_device_window(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+    ) -> Result<DeviceWindow> {
+        if ptr.0 == 0 {
+            return Err(Error::InvalidArgument {
+                rank: self.inner.rank,
+                op: "register_device_window",
+                detail: "the buffer is NULL".into(),
+            });
+        }
+        self.open_device_window("register_device_window", bytes, Some(ptr))
+    }
+
+    fn open_device_window(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        lent: Option<DevicePtr>,
+    ) -> Result<DeviceWindow> {
+        let inner = &self.inner;
+        let bad = |detail: String| Error::InvalidArgument {
+            rank: inner.rank,
+            op,
+            detail,
+        };
+        let attached = self
             .device
             .get()
-            .map(|b| b.direct_counts())
-            .unwrap_or_default()
+            .cloned()
+            .ok_or_else(|| bad("no device is bound (call bind_device first)".into()))?;
+        let binding = &attached.binding;
+        let n = inner.nranks;
+        if !(2..=kernels::cuda::DIRECT_MAX_RANKS).contains(&n) || inner.topo.nnodes() != 1 {
+            return Err(bad(format!(
+                "device windows need 2 to {} ranks on one node; this communicator has {n} \
+                 ranks on {} nodes",
+                kernels::cuda::DIRECT_MAX_RANKS,
+                inner.topo.nnodes()
+            )));
+        }
+        if bytes == 0 || bytes > isize::MAX as usize {
+            return Err(bad(format!("a window needs 1 or more bytes, not {bytes}")));
+        }
+        if let Some(ptr) = lent {
+            if let Some((id, start, len)) = attached.registry().overlapping(ptr, bytes) {
+                return Err(bad(format!(
+                    "{bytes} bytes at {ptr:?} overlap window {id} ({len} bytes at {start:?}); \
+                     windows of a communicator do not overlap"
+                )));
+            }
+        }
+        let id = next_id(inner.comm_id, inner.rank);
+        let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
+            let core = open_window(inner, binding, (id, op), bytes, lent)?;
+            ensure_control(inner, &attached)?;
+            Ok(Arc::new(core))
+        })?;
+        attached.registry().add(&core);
+        Ok(DeviceWindow { core })
     }
 }

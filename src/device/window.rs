@@ -32,9 +32,11 @@ use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, Error, ReduceOp, Result};
 use sncl_runtime::exec;
 
-use super::{device_error, Binding, DevicePtr, EventHandle, PinnedBuffer, StreamHandle};
+use ::device::{DevicePtr, EventHandle, PinnedBuffer, StreamHandle};
+
+use super::binding::Binding;
+use super::errors::device_error;
 use crate::comm::Inner;
-use crate::Communicator;
 
 /// A rank's store record: buffer handle, flag-area handle, window bytes,
 /// process token, buffer address, flag-area address (the addresses are
@@ -67,7 +69,7 @@ pub enum DirectChoice {
 /// lie in windows at the same offsets on every rank run the direct kernel
 /// too (`src/device/offer.rs`).
 pub struct DeviceWindow {
-    core: Arc<WindowCore>,
+    pub(crate) core: Arc<WindowCore>,
 }
 
 /// A window's state, shared with the communicator's registry of live
@@ -131,7 +133,7 @@ pub(crate) struct DirectRun<'a> {
 
 /// Window ids per communicator and rank (the same sequence on every rank:
 /// windows are allocated collectively; ranks may share a process).
-fn next_id(comm_id: u64, rank: usize) -> u64 {
+pub(crate) fn next_id(comm_id: u64, rank: usize) -> u64 {
     static IDS: Mutex<Option<HashMap<(u64, usize), u64>>> = Mutex::new(None);
     let mut g = IDS.lock().unwrap_or_else(|e| e.into_inner());
     let n = g
@@ -142,94 +144,8 @@ fn next_id(comm_id: u64, rank: usize) -> u64 {
     *n
 }
 
-impl Communicator {
-    /// Allocates a device window of `bytes` bytes on every rank
-    /// (collective: every rank calls it with the same size, in the same
-    /// order). Needs a bound device, 2 to 8 ranks, all on one node, and a
-    /// backend with IPC and the direct kernels.
-    pub fn alloc_device_window(&self, bytes: usize) -> Result<DeviceWindow> {
-        self.open_device_window("alloc_device_window", bytes, None)
-    }
-
-    /// Makes a window of the caller's device memory: `bytes` bytes at
-    /// `ptr`, which must be the start of an allocation of the bound device
-    /// that can be exported for IPC (`snclMemAlloc`'s, [`Device::alloc`]'s;
-    /// NCCL's `ncclCommWindowRegister`). Collective, as
-    /// [`Communicator::alloc_device_window`]; every rank registers the same
-    /// size. A range that overlaps a live window of this communicator is
-    /// refused before anything collective happens.
-    ///
-    /// # Safety
-    /// `ptr .. ptr + bytes` is live device memory of the bound device, and
-    /// stays so until the window is dropped or closed; peers read and write
-    /// it during the all-reduces over it.
-    ///
-    /// [`Device::alloc`]: ::device::Device::alloc
-    pub unsafe fn register_device_window(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-    ) -> Result<DeviceWindow> {
-        if ptr.0 == 0 {
-            return Err(Error::InvalidArgument {
-                rank: self.inner.rank,
-                op: "register_device_window",
-                detail: "the buffer is NULL".into(),
-            });
-        }
-        self.open_device_window("register_device_window", bytes, Some(ptr))
-    }
-
-    fn open_device_window(
-        &self,
-        op: &'static str,
-        bytes: usize,
-        lent: Option<DevicePtr>,
-    ) -> Result<DeviceWindow> {
-        let inner = &self.inner;
-        let bad = |detail: String| Error::InvalidArgument {
-            rank: inner.rank,
-            op,
-            detail,
-        };
-        let binding = inner
-            .device
-            .get()
-            .cloned()
-            .ok_or_else(|| bad("no device is bound (call bind_device first)".into()))?;
-        let n = inner.nranks;
-        if !(2..=kernels::cuda::DIRECT_MAX_RANKS).contains(&n) || inner.topo.nnodes() != 1 {
-            return Err(bad(format!(
-                "device windows need 2 to {} ranks on one node; this communicator has {n} \
-                 ranks on {} nodes",
-                kernels::cuda::DIRECT_MAX_RANKS,
-                inner.topo.nnodes()
-            )));
-        }
-        if bytes == 0 || bytes > isize::MAX as usize {
-            return Err(bad(format!("a window needs 1 or more bytes, not {bytes}")));
-        }
-        if let Some(ptr) = lent {
-            if let Some((id, start, len)) = binding.registry().overlapping(ptr, bytes) {
-                return Err(bad(format!(
-                    "{bytes} bytes at {ptr:?} overlap window {id} ({len} bytes at {start:?}); \
-                     windows of a communicator do not overlap"
-                )));
-            }
-        }
-        let id = next_id(inner.comm_id, inner.rank);
-        let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
-            let core = open_window(inner, &binding, (id, op), bytes, lent)?;
-            super::offer::ensure_control(inner, &binding)?;
-            Ok(Arc::new(core))
-        })?;
-        binding.registry().add(&core);
-        Ok(DeviceWindow { core })
-    }
-}
-
 /// What opening a window of `bytes` takes its turn as (its failures name it).
-fn opening_fingerprint(bytes: usize) -> Fingerprint {
+pub(crate) fn opening_fingerprint(bytes: usize) -> Fingerprint {
     Fingerprint {
         collective: Collective::AllReduce,
         dtype: DataType::Uint8,
@@ -241,7 +157,7 @@ fn opening_fingerprint(bytes: usize) -> Fingerprint {
 
 /// Allocates (or takes the lent buffer), exports, publishes and opens (see
 /// the module docs).
-fn open_window(
+pub(crate) fn open_window(
     inner: &Arc<Inner>,
     binding: &Arc<Binding>,
     (id, op): (u64, &'static str),

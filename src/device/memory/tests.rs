@@ -13,7 +13,7 @@ use comm_core::{DataType, ReduceOp};
 use sncl_runtime::exec::Memory;
 
 use super::{DeviceMemory, OpIds, Staging, MAX_SEND_CHUNK};
-use crate::device::Binding;
+use crate::device::binding::Binding;
 
 /// The staging size these tests use.
 const RING_BYTES: usize = 4 << 20;
@@ -112,7 +112,7 @@ fn ring_holds_slots_until_copied(reduce: bool) {
     .expect("upload");
     let gate = Gate::close(&b);
     let mem = DeviceMemory::new(
-        &b,
+        (&b.dev, b.stream),
         &mut staging,
         IDS,
         (local.ptr(), bytes),
@@ -189,7 +189,7 @@ fn sends_are_staged_in_chunks_without_blocking() {
     .expect("upload");
     let gate = Gate::close(&b);
     let mem = DeviceMemory::new(
-        &b,
+        (&b.dev, b.stream),
         &mut staging,
         IDS,
         (send.ptr(), bytes),
@@ -292,7 +292,7 @@ fn device_span_and_device_recv() {
             .expect("upload");
     }
     let mem = DeviceMemory::new(
-        &b,
+        (&b.dev, b.stream),
         &mut staging,
         IDS,
         (local.ptr(), n),
