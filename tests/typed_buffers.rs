@@ -16,18 +16,6 @@ const RANKS: usize = 3;
 const COUNT: usize = 257;
 const ROOT: usize = 1;
 
-/// The rows with a send and a receive buffer.
-const OUT_OF_PLACE: [Collective; 8] = [
-    Collective::AllReduce,
-    Collective::ReduceScatter,
-    Collective::AllGather,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllToAll,
-    Collective::Gather,
-    Collective::Scatter,
-];
-
 /// The rows with one buffer.
 const IN_PLACE: [Collective; 5] = [
     Collective::AllReduce,
@@ -192,7 +180,9 @@ fn per_rank(f: impl Fn(&Communicator, &Dev) -> Result<(), String> + Sync) {
 fn every_row_agrees_on_host_and_device_memory() {
     per_rank(|c, d| {
         let rank = c.rank();
-        for coll in OUT_OF_PLACE {
+        // The rows with a send and a receive buffer: every collective of
+        // uniform counts.
+        for coll in Collective::UNIFORM {
             let (se, re) = extents(coll, rank);
             let send = input(rank, se);
             let mut want = vec![0f32; re];
