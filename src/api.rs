@@ -166,6 +166,22 @@ impl Build<'_> {
         Ok((r, p.send_elems, p.recv_elems))
     }
 
+    /// Refuses device buffers for a collective the device path does not
+    /// run, before anything binds.
+    fn host_only(&self, coll: Collective, kinds: [MemoryKind; 2]) -> Result<()> {
+        if !Inner::runs_on_device(coll) && kinds.contains(&MemoryKind::Device) {
+            return Err(bad(
+                self.rank(),
+                coll.name(),
+                format!(
+                    "is not supported on device buffers (the device path runs {})",
+                    Collective::UNIFORM.map(|c| c.name()).join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn multiple(&self, coll: Collective, len: usize) -> Result<usize> {
         let n = self.inner.nranks;
         if !len.is_multiple_of(n) {
@@ -212,25 +228,37 @@ impl Build<'_> {
                 "host and device buffers cannot be mixed in one operation".into(),
             ));
         }
-        let mut placed = None;
-        for (i, (l, len)) in locations.into_iter().enumerate() {
-            let Location::Device { device, stream } = l else {
-                continue;
-            };
-            if !considered(len) {
-                continue;
-            }
+        // Every device buffer must live on the communicator's device (the
+        // first operation binds it, to the receive side's device first),
+        // also one this rank does not use.
+        for (i, (l, _)) in locations.iter().enumerate().rev() {
             let what = if i + 1 == N {
                 "the receive buffer"
             } else {
                 "the send buffer"
             };
-            match &device {
-                DeviceId::Open(dev) => {
+            match l {
+                Location::Host => {}
+                Location::Device {
+                    device: DeviceId::Open(dev),
+                    ..
+                } => {
                     self.comm.bind_or_check(name, what, dev)?;
                 }
                 #[cfg(feature = "cuda")]
-                DeviceId::Cuda(ctx) => self.comm.bind_or_check_cuda(name, ctx)?,
+                Location::Device {
+                    device: DeviceId::Cuda(ctx),
+                    ..
+                } => self.comm.bind_or_check_cuda(name, ctx)?,
+            }
+        }
+        let mut placed = None;
+        for (l, len) in locations {
+            let Location::Device { device, stream } = l else {
+                continue;
+            };
+            if !considered(len) {
+                continue;
             }
             if let Some((_, prev)) = &placed {
                 match (prev, &stream) {
@@ -289,6 +317,7 @@ impl Build<'_> {
             ],
         )?;
         let stream = place.map(|(_, s)| s);
+        let lens = (send.len(), recv.len());
         // cudarc's guards (in `Lent`) record their events when dropped,
         // after the operation was submitted.
         let (s, d) = (send.lend(stream.as_ref()), recv.lend_mut(stream.as_ref()));
@@ -298,7 +327,33 @@ impl Build<'_> {
                 r.recv = d.addr as *mut u8;
                 to.host(r)
             }
-            Some(st) => self.device(&r, (s.addr, d.addr), st, to),
+            Some(st) => {
+                // Host borrows cannot alias; device views made from raw
+                // pointers can: only NCCL's in-place forms may overlap, and
+                // those go through the in-place rows.
+                let esize = r.dtype.size();
+                let span = |addr: usize, used: bool, len: usize| {
+                    let bytes = if used { len.saturating_mul(esize) } else { 0 };
+                    (addr, addr.saturating_add(bytes))
+                };
+                let a = span(s.addr, uses.0, lens.0);
+                let b = span(d.addr, uses.1, lens.1);
+                if a.0 < b.1 && b.0 < a.1 {
+                    return Err(bad(
+                        self.rank(),
+                        name,
+                        format!(
+                            "the send buffer ({:#x}, {} bytes) overlaps the receive buffer \
+                             ({:#x}, {} bytes); an in-place operation takes its in-place form",
+                            a.0,
+                            a.1 - a.0,
+                            b.0,
+                            b.1 - b.0
+                        ),
+                    ));
+                }
+                self.device(&r, (s.addr, d.addr), st, to)
+            }
         }
     }
 
@@ -416,6 +471,7 @@ collectives! {
     /// All-gather with per-rank counts: rank i's `send` (of `counts[i]`
     /// elements) lands at `recv[displs[i]..]`.
     fn all_gatherv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, counts: &[usize], displs: &[usize]) => |b, to| {
+        b.host_only(Collective::AllGatherV, [send.location().kind(), recv.location().kind()])?;
         let v = VCounts { send_counts: vec![], send_displs: vec![], recv_counts: counts.to_vec(), recv_displs: displs.to_vec() };
         let (r, se, re) = b.v::<S::Elem>(Collective::AllGatherV, v)?;
         if send.len() != se {
@@ -429,6 +485,7 @@ collectives! {
     };
     /// All-to-all with per-peer counts (PyTorch's `all_to_all_single` with splits).
     fn alltoallv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, send_counts: &[usize], send_displs: &[usize], recv: R, recv_counts: &[usize], recv_displs: &[usize]) => |b, to| {
+        b.host_only(Collective::AllToAllV, [send.location().kind(), recv.location().kind()])?;
         let v = VCounts { send_counts: send_counts.to_vec(), send_displs: send_displs.to_vec(), recv_counts: recv_counts.to_vec(), recv_displs: recv_displs.to_vec() };
         let (r, se, re) = b.v::<S::Elem>(Collective::AllToAllV, v)?;
         if send.len() < se || recv.len() < re {

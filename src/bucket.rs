@@ -29,7 +29,7 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
-use crate::buffer::{BufferMut, DeviceId, Location, Stream};
+use crate::buffer::{BufferMut, DeviceId, Lent, Location, Stream};
 use crate::device::{device_error, Device, DeviceBuffer, DevicePtr};
 use crate::{Communicator, Element, RawOp, RawWork};
 
@@ -64,18 +64,18 @@ impl Default for BucketConfig {
 /// until its results are written back.
 trait Gradient {
     fn bytes(&self) -> usize;
-    /// The address to read or write, ordered on `stream` (device).
-    fn address(&mut self, stream: Option<&Stream>) -> usize;
+    /// The gradient lent for a copy ordered on `stream` (device); keep it
+    /// until the copy is enqueued (cudarc's guards record the slice's
+    /// events when it drops).
+    fn lend_for_copy<'a>(&'a mut self, stream: Option<&'a Stream>) -> Lent<'a>;
 }
 
 impl<B: BufferMut> Gradient for B {
     fn bytes(&self) -> usize {
         self.len() * B::Elem::DTYPE.size()
     }
-    fn address(&mut self, stream: Option<&Stream>) -> usize {
-        // cudarc's guards record the slice's events when this returns,
-        // after the copies of the caller's turn were enqueued.
-        self.lend_mut(stream).addr
+    fn lend_for_copy<'a>(&'a mut self, stream: Option<&'a Stream>) -> Lent<'a> {
+        self.lend_mut(stream)
     }
 }
 
@@ -215,7 +215,7 @@ impl<'c, 'g> Bucketer<'c, 'g> {
         let (at, len) = (bucket.bytes, grad.bytes());
         bucket.bytes += len;
         if kind == MemoryKind::Host && len > 0 {
-            let src = grad.address(None) as *const u8;
+            let src = grad.lend_for_copy(None).addr as *const u8;
             // SAFETY: a host gradient lends `len` readable bytes at `src`
             // (`Buffer`'s contract), borrowed for 'g.
             let values = unsafe { std::slice::from_raw_parts(src, len) };
@@ -262,35 +262,47 @@ impl<'c, 'g> Bucketer<'c, 'g> {
                 unsafe { self.comm.enqueue_raw(op) }
             }
             MemoryKind::Device => {
-                let dev = self.device()?;
-                let stream = self.stream.clone().expect("a device gradient set it");
-                let fail =
-                    |what: &str, e| device_error(self.comm.rank(), &dev, (OP, None), what, e);
-                let storage = DeviceBuffer::new(&dev, bucket.bytes)
-                    .map_err(|e| fail("allocating a bucket", e))?;
-                for (grad, at) in &mut bucket.members {
-                    let len = grad.bytes();
-                    let src = DevicePtr(grad.address(Some(&stream)) as u64);
-                    // SAFETY: the gradient lends `len` bytes on this device,
-                    // borrowed for 'g; `storage` holds the bucket's bytes.
-                    unsafe {
-                        dev.copy_d2d_async(storage.ptr().add(*at), src, len, stream.handle())
-                    }
-                    .map_err(|e| fail("packing a gradient into its bucket", e))?;
+                let launched = self.launch_device(&mut bucket, &op);
+                if launched.is_err() {
+                    // Packing copies may be queued into the storage that
+                    // goes with the bucket: let the stream finish first.
+                    let _ = self.sync();
                 }
-                let p = storage.ptr();
-                bucket.storage = Storage::Device(Some(storage));
-                // SAFETY: the bucket's storage is owned by `in_flight` until
-                // `finish` (or Drop) has waited for the work and the stream.
-                unsafe {
-                    self.comm
-                        .all_reduce_device_raw(p, p, op.count, dtype, op.op, stream.handle())
-                }?
+                launched?
             }
         };
         self.in_flight.push((bucket, work));
         self.launched += 1;
         Ok(())
+    }
+
+    /// Packs a device bucket on the gradients' stream and starts its
+    /// all-reduce.
+    fn launch_device(&self, bucket: &mut Bucket<'g>, op: &RawOp) -> Result<RawWork> {
+        let dev = self.device()?;
+        let stream = self.stream.clone().expect("a device gradient set it");
+        let fail = |what: &str, e| device_error(self.comm.rank(), &dev, (OP, None), what, e);
+        let storage =
+            DeviceBuffer::new(&dev, bucket.bytes).map_err(|e| fail("allocating a bucket", e))?;
+        let p = storage.ptr();
+        bucket.storage = Storage::Device(Some(storage));
+        for (grad, at) in &mut bucket.members {
+            let len = grad.bytes();
+            let src = grad.lend_for_copy(Some(&stream));
+            // SAFETY: the gradient lends `len` bytes on this device, borrowed
+            // for 'g; the bucket's storage (kept with it until the stream
+            // ran its work) holds the bucket's bytes.
+            unsafe {
+                dev.copy_d2d_async(p.add(*at), DevicePtr(src.addr as u64), len, stream.handle())
+            }
+            .map_err(|e| fail("packing a gradient into its bucket", e))?;
+        }
+        // SAFETY: the bucket's storage is owned by `in_flight` until
+        // `finish` (or Drop) has waited for the work and the stream.
+        unsafe {
+            self.comm
+                .all_reduce_device_raw(p, p, op.count, op.dtype, op.op, stream.handle())
+        }
     }
 
     /// Launches every open bucket (in data-type order, host first, the
@@ -315,6 +327,9 @@ impl<'c, 'g> Bucketer<'c, 'g> {
         let mut buckets: Vec<_> = self.in_flight.drain(..).collect();
         let mut device_copies = false;
         for (bucket, work) in &mut buckets {
+            // Whatever the result, a device bucket's storage stays until the
+            // stream has run everything queued on it.
+            device_copies |= matches!(bucket.storage, Storage::Device(Some(_)));
             if let Err(e) = work.wait() {
                 first_err.get_or_insert(e);
                 continue;
@@ -322,7 +337,6 @@ impl<'c, 'g> Bucketer<'c, 'g> {
             if let Err(e) = self.write_back(bucket) {
                 first_err.get_or_insert(e);
             }
-            device_copies |= matches!(bucket.storage, Storage::Device(Some(_)));
         }
         if device_copies {
             if let Err(e) = self.sync() {
@@ -346,7 +360,7 @@ impl<'c, 'g> Bucketer<'c, 'g> {
                     if len == 0 {
                         continue;
                     }
-                    let dst = grad.address(None) as *mut u8;
+                    let dst = grad.lend_for_copy(None).addr as *mut u8;
                     // SAFETY: the bucket's words hold `at + len` bytes; the
                     // gradient lends `len` writable bytes at `dst` for 'g,
                     // and it does not overlap the bucket.
@@ -359,11 +373,13 @@ impl<'c, 'g> Bucketer<'c, 'g> {
                 let stream = self.stream.clone().expect("a device gradient set it");
                 for (grad, at) in members {
                     let len = grad.bytes();
-                    let dst = DevicePtr(grad.address(Some(&stream)) as u64);
-                    // SAFETY: as in `launch`; the copy runs after the
-                    // all-reduce (the stream waits for it).
+                    let dst = grad.lend_for_copy(Some(&stream));
+                    // SAFETY: as in `launch_device`; the copy runs after the
+                    // all-reduce (the stream waits for it), and `dst`
+                    // (cudarc's guard) drops after it is enqueued.
                     unsafe {
-                        dev.copy_d2d_async(dst, storage.ptr().add(*at), len, stream.handle())
+                        let to = DevicePtr(dst.addr as u64);
+                        dev.copy_d2d_async(to, storage.ptr().add(*at), len, stream.handle())
                     }
                     .map_err(|e| {
                         device_error(

@@ -334,9 +334,13 @@ impl<'a, T: Element> DeviceSliceMut<'a, T> {
         }
     }
 
-    /// A read-only view of the same elements.
-    pub fn as_slice(&self) -> &DeviceSlice<'a, T> {
-        &self.view
+    /// A read-only view of the same elements, for as long as this one is
+    /// borrowed.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        DeviceSlice {
+            _borrow: PhantomData,
+            ..self.view.clone()
+        }
     }
 
     /// The device address of the first element.
@@ -392,5 +396,41 @@ unsafe impl<T: Element> BufferMut for DeviceSliceMut<'_, T> {
 unsafe impl<T: Element> BufferMut for &mut DeviceSliceMut<'_, T> {
     fn lend_mut<'a>(&'a mut self, s: Option<&'a Stream>) -> Lent<'a> {
         Buffer::lend(&**self, s)
+    }
+}
+
+/// The first `len` elements of a buffer (the deprecated forms, which took a
+/// count and allowed longer buffers).
+pub(crate) struct Prefix<B> {
+    inner: B,
+    len: usize,
+}
+
+impl<B: Buffer> Prefix<B> {
+    /// The first `len` elements of `inner`; `None` where it is shorter.
+    pub(crate) fn new(inner: B, len: usize) -> Option<Prefix<B>> {
+        (len <= inner.len()).then_some(Prefix { inner, len })
+    }
+}
+
+// SAFETY: the first `len <= inner.len()` elements of a buffer are lent by
+// the buffer itself (`new` checks the length).
+unsafe impl<B: Buffer> Buffer for Prefix<B> {
+    type Elem = B::Elem;
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn location(&self) -> Location {
+        self.inner.location()
+    }
+    fn lend<'a>(&'a self, stream: Option<&'a Stream>) -> Lent<'a> {
+        self.inner.lend(stream)
+    }
+}
+
+// SAFETY: as above, writable through the buffer itself.
+unsafe impl<B: BufferMut> BufferMut for Prefix<B> {
+    fn lend_mut<'a>(&'a mut self, stream: Option<&'a Stream>) -> Lent<'a> {
+        self.inner.lend_mut(stream)
     }
 }

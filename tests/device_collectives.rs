@@ -554,6 +554,18 @@ fn deprecated_device_forms_and_argument_errors() {
                             .err()
                             .ok_or("a too-small buffer is rejected")?;
                         assert!(e.to_string().contains("expected at least"), "{e}");
+                        // A count whose bytes overflow is an error, not a panic.
+                        let e = s
+                            .all_reduce_device::<f32>(
+                                buf,
+                                all,
+                                usize::MAX / 2,
+                                ReduceOp::Sum,
+                                r.stream,
+                            )
+                            .err()
+                            .ok_or("a huge count is rejected")?;
+                        eprintln!("huge count: {e}");
                         let e = s
                             .broadcast_device::<f32>(buf, buf, count, 5, r.stream)
                             .err()

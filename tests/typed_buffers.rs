@@ -284,6 +284,23 @@ fn buffers_that_cannot_go_together_are_refused() {
         if !e.to_string().contains("not supported on device buffers") {
             return Err(format!("all_gatherv: {e}"));
         }
+        // Views of one allocation made from raw pointers can alias: an
+        // out-of-place row refuses overlapping buffers.
+        let p = dbuf.ptr();
+        // SAFETY: both views are the COUNT f32 of `dbuf`, which outlives
+        // them; the call is refused before anything is enqueued.
+        let (whole, part) = unsafe {
+            (
+                DeviceSlice::<f32>::from_raw(d.dev.clone(), p, COUNT, d.stream),
+                sncl::device::DeviceSliceMut::<f32>::from_raw(d.dev.clone(), p, COUNT, d.stream),
+            )
+        };
+        let e = c
+            .all_reduce(whole, part, ReduceOp::Sum)
+            .expect_err("aliased buffers");
+        if !e.to_string().contains("overlaps the receive buffer") {
+            return Err(format!("overlap: {e}"));
+        }
         // Every rank refused the same calls locally: a collective still
         // matches afterwards.
         let mut one = [1u32];
@@ -294,5 +311,31 @@ fn buffers_that_cannot_go_together_are_refused() {
         }
         // SAFETY: nothing was enqueued on `other` (every call was refused).
         unsafe { d.dev.destroy_stream(other) }.map_err(|e| e.to_string())
+    });
+}
+
+/// A collective the device path does not run is refused on device buffers
+/// before the communicator binds to their device.
+#[test]
+fn variable_counts_on_device_buffers_bind_nothing() {
+    per_rank(|c, d| {
+        let mut dbuf = d.upload(&[0f32; RANKS]);
+        let one = d.upload(&[1f32]);
+        let (counts, displs) = (vec![1; RANKS], (0..RANKS).collect::<Vec<_>>());
+        let e = c
+            .all_gatherv(
+                DeviceSlice::<f32>::new(&one, d.stream),
+                DeviceSliceMut::<f32>::new(&mut dbuf, d.stream),
+                &counts,
+                &displs,
+            )
+            .expect_err("all_gatherv on device buffers");
+        if !e.to_string().contains("not supported on device buffers") {
+            return Err(format!("all_gatherv: {e}"));
+        }
+        match c.bound_device() {
+            None => Ok(()),
+            Some(_) => Err("a refused all_gatherv bound the communicator".into()),
+        }
     });
 }

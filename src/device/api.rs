@@ -15,7 +15,7 @@ use super::binding::Binding;
 use super::job::{DeviceJob, LaneJob};
 use super::offer::Attachment;
 use super::window::WindowCore;
-use crate::buffer::DeviceSliceMut;
+use crate::buffer::{DeviceSliceMut, Prefix};
 use crate::comm::RawOp;
 use crate::work::{JobKind, RawWork, Scope, Work};
 use crate::{Communicator, Element};
@@ -617,19 +617,19 @@ impl<'scope> Scope<'scope, '_> {
             comm_core::shape::OpShape::new(coll, T::DTYPE, count, inner.nranks).with_root(root);
         let (rank, esize) = (inner.rank, T::DTYPE.size());
         let view = |buf: &'scope DeviceBuffer, elems: usize, what: &str| {
-            if buf.bytes() < elems * esize {
-                return Err(Error::InvalidArgument {
+            let whole = DeviceSliceMut::<T>::shared(buf, stream);
+            let fits = elems.checked_mul(esize).is_some_and(|b| b <= buf.bytes());
+            Prefix::new(whole, elems)
+                .filter(|_| fits)
+                .ok_or_else(|| Error::InvalidArgument {
                     rank,
                     op: coll.name(),
                     detail: format!(
-                        "the {what} buffer has {} bytes, expected at least {} ({elems} × {})",
+                        "the {what} buffer has {} bytes, expected at least {elems} × {}",
                         buf.bytes(),
-                        elems * esize,
                         T::DTYPE.name()
                     ),
-                });
-            }
-            Ok(DeviceSliceMut::<T>::shared(buf, stream).narrow(0..elems))
+                })
         };
         let (se, re) = (shape.send_elems(rank), shape.recv_elems(rank));
         if send.ptr() == recv.ptr() {

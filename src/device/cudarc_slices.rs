@@ -38,13 +38,14 @@
 
 use std::sync::Arc;
 
+use comm_core::wire::Collective;
 use comm_core::{Error, ReduceOp, Result};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
 };
 
 use super::{Backend, Device};
-use crate::buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
+use crate::buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Prefix, Stream};
 use crate::work::{Scope, Work};
 use crate::{Communicator, Element};
 
@@ -122,6 +123,7 @@ cudarc_inputs! {
     impl<'v> CudaView<'v, T> => CudaView<'v, T>;
     impl<'r, 'v> &'r CudaView<'v, T> => CudaView<'v, T>;
     impl<'v> CudaViewMut<'v, T> => CudaViewMut<'v, T>;
+    impl<'r, 'v> &'r CudaViewMut<'v, T> => CudaViewMut<'v, T>;
     impl<'r, 'v> &'r mut CudaViewMut<'v, T> => CudaViewMut<'v, T>;
 }
 cudarc_outputs! {
@@ -187,9 +189,28 @@ impl Communicator {
     }
 }
 
-/// The forms before the one typed API, kept for one release.
+/// The forms before the one typed API, kept for one release, with their
+/// old counts: the count comes from one slice (as it did), the other may be
+/// longer.
 impl<'scope> Scope<'scope, '_> {
-    /// All-reduce on cudarc slices.
+    /// `buf` cut to its first `len` elements, or an error naming `what`
+    /// where it is shorter.
+    fn at_least<B: Buffer>(
+        &self,
+        coll: Collective,
+        what: &str,
+        buf: B,
+        len: usize,
+    ) -> Result<Prefix<B>> {
+        let got = buf.len();
+        Prefix::new(buf, len).ok_or_else(|| Error::InvalidArgument {
+            rank: self.comm.rank(),
+            op: coll.name(),
+            detail: format!("the {what} slice has {got} elements, expected at least {len}"),
+        })
+    }
+
+    /// All-reduce on cudarc slices (`recv` at least as long as `send`).
     #[deprecated(note = "use Scope::all_reduce: cudarc slices are sncl::Buffers")]
     pub fn all_reduce_cuda<T: Element, S, R>(
         &'scope self,
@@ -201,6 +222,8 @@ impl<'scope> Scope<'scope, '_> {
         &'scope S: Buffer<Elem = T>,
         &'scope mut R: BufferMut<Elem = T>,
     {
+        let n = Buffer::len(&send);
+        let recv = self.at_least(Collective::AllReduce, "receive", recv, n)?;
         self.all_reduce(send, recv, op)
     }
 
@@ -217,7 +240,7 @@ impl<'scope> Scope<'scope, '_> {
         self.all_reduce_in_place(buf, op)
     }
 
-    /// Reduce-scatter on cudarc slices.
+    /// Reduce-scatter on cudarc slices (`send` at least size × `recv`).
     #[deprecated(note = "use Scope::reduce_scatter: cudarc slices are sncl::Buffers")]
     pub fn reduce_scatter_cuda<T: Element, S, R>(
         &'scope self,
@@ -229,10 +252,12 @@ impl<'scope> Scope<'scope, '_> {
         &'scope S: Buffer<Elem = T>,
         &'scope mut R: BufferMut<Elem = T>,
     {
+        let n = Buffer::len(&recv).saturating_mul(self.comm.size());
+        let send = self.at_least(Collective::ReduceScatter, "send", send, n)?;
         self.reduce_scatter(send, recv, op)
     }
 
-    /// All-gather on cudarc slices.
+    /// All-gather on cudarc slices (`recv` at least size × `send`).
     #[deprecated(note = "use Scope::all_gather: cudarc slices are sncl::Buffers")]
     pub fn all_gather_cuda<T: Element, S, R>(
         &'scope self,
@@ -243,10 +268,13 @@ impl<'scope> Scope<'scope, '_> {
         &'scope S: Buffer<Elem = T>,
         &'scope mut R: BufferMut<Elem = T>,
     {
+        let n = Buffer::len(&send).saturating_mul(self.comm.size());
+        let recv = self.at_least(Collective::AllGather, "receive", recv, n)?;
         self.all_gather(send, recv)
     }
 
-    /// Broadcast on cudarc slices.
+    /// Broadcast on cudarc slices: `send`'s length on every rank, `recv` at
+    /// least as long.
     #[deprecated(note = "use Scope::broadcast_from: cudarc slices are sncl::Buffers")]
     pub fn broadcast_cuda<T: Element, S, R>(
         &'scope self,
@@ -258,10 +286,13 @@ impl<'scope> Scope<'scope, '_> {
         &'scope S: Buffer<Elem = T>,
         &'scope mut R: BufferMut<Elem = T>,
     {
+        let n = Buffer::len(&send);
+        let recv = self.at_least(Collective::Broadcast, "receive", recv, n)?;
         self.broadcast_from(send, recv, root)
     }
 
-    /// Reduce on cudarc slices.
+    /// Reduce on cudarc slices (the root's `recv` at least as long as
+    /// `send`; others' unused).
     #[deprecated(note = "use Scope::reduce: cudarc slices are sncl::Buffers")]
     pub fn reduce_cuda<T: Element, S, R>(
         &'scope self,
@@ -274,6 +305,13 @@ impl<'scope> Scope<'scope, '_> {
         &'scope S: Buffer<Elem = T>,
         &'scope mut R: BufferMut<Elem = T>,
     {
+        let n = Buffer::len(&send);
+        let n = if self.comm.rank() == root {
+            n
+        } else {
+            n.min(Buffer::len(&recv))
+        };
+        let recv = self.at_least(Collective::Reduce, "receive", recv, n)?;
         self.reduce(send, recv, op, root)
     }
 }
