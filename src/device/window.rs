@@ -65,7 +65,7 @@ pub enum DirectChoice {
 /// Device memory of `bytes` bytes on every rank of a one-node
 /// communicator, mapped by every peer (see the module docs). Write and read
 /// it with device copies at [`DeviceWindow::ptr`]. Device all-reduces
-/// ([`Communicator::all_reduce_device_raw`], the typed forms) whose buffers
+/// ([`crate::Communicator::all_reduce_device_raw`], the typed forms) whose buffers
 /// lie in windows at the same offsets on every rank run the direct kernel
 /// too (`src/device/offer.rs`).
 pub struct DeviceWindow {
