@@ -8,7 +8,8 @@
 # when the ratio is >= 0.95 or the medians lie within each other's range.
 #
 # Usage: scripts/compare-builds.sh target/old/commbench target/release/commbench
-# Environment: REPS=7, TRANSPORTS="shm tcp".
+# Environment: REPS=7, TRANSPORTS="shm tcp", POINTS="8:3000 65536:500 ..." (size in
+# bytes:iterations, replacing the default points).
 set -eu
 old=${1:?old commbench binary}
 new=${2:?new commbench binary}
@@ -16,6 +17,10 @@ reps=${REPS:-7}
 transports=${TRANSPORTS:-shm tcp}
 # size in bytes and iterations per run (8 B needs many for a stable median)
 points=("8 3000" "65536 500" "1048576 100" "67108864 5")
+if [ -n "${POINTS:-}" ]; then
+    points=()
+    for p in $POINTS; do points+=("${p%%:*} ${p##*:}"); done
+fi
 
 # One run: prints the out-of-place column (time in us for 8 B, busbw GB/s else).
 one() {
