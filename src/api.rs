@@ -138,6 +138,14 @@ impl Build<'_> {
             return Err(bad(self.rank(), name, e.to_string()));
         }
         let esize = r.dtype.size();
+        if buf.kind() == MemoryKind::Host {
+            let at = buf.lend_mut(None).addr;
+            // The layout's offsets lie within `buf` (its length is checked
+            // above).
+            r.send = (at + layout.input_at * esize) as *const u8;
+            r.recv = (at + layout.output_at * esize) as *mut u8;
+            return to.host(r);
+        }
         let place = self.place(name, [(buf.location(), buf.len())])?;
         let stream = place.as_ref().map(|(_, s)| s.clone());
         let lent = buf.lend_mut(stream.as_ref());
@@ -307,6 +315,12 @@ impl Build<'_> {
         R: BufferMut,
         K: Submit,
     {
+        // Host memory on both sides (the hot path): nothing to place.
+        if send.kind() == MemoryKind::Host && recv.kind() == MemoryKind::Host {
+            r.send = send.lend(None).addr as *const u8;
+            r.recv = recv.lend_mut(None).addr as *mut u8;
+            return to.host(r);
+        }
         let name = r.coll.name();
         let len = |used: bool, len: usize| if used { len } else { 0 };
         let place = self.place(

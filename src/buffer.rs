@@ -117,6 +117,7 @@ pub struct Lent<'a> {
 impl<'a> Lent<'a> {
     /// The address `addr` (a host address, or a device address of the
     /// buffer's device).
+    #[inline]
     pub fn new(addr: usize) -> Lent<'a> {
         Lent { addr, _hold: None }
     }
@@ -149,6 +150,11 @@ pub unsafe trait Buffer {
     }
     /// Where the elements live.
     fn location(&self) -> Location;
+    /// The memory kind alone (cheaper than [`Buffer::location`]).
+    #[inline]
+    fn kind(&self) -> MemoryKind {
+        self.location().kind()
+    }
     /// The address of the first element for an operation ordered on
     /// `stream` (device buffers; host buffers get [`None`]).
     fn lend<'a>(&'a self, stream: Option<&'a Stream>) -> Lent<'a>;
@@ -181,6 +187,11 @@ macro_rules! host {
             fn location(&self) -> Location {
                 Location::Host
             }
+            #[inline]
+            fn kind(&self) -> MemoryKind {
+                MemoryKind::Host
+            }
+            #[inline]
             fn lend<'a>(&'a self, _: Option<&'a Stream>) -> Lent<'a> {
                 Lent::new(self[..].as_ptr() as usize)
             }
@@ -194,12 +205,18 @@ macro_rules! host {
             fn location(&self) -> Location {
                 Location::Host
             }
+            #[inline]
+            fn kind(&self) -> MemoryKind {
+                MemoryKind::Host
+            }
+            #[inline]
             fn lend<'a>(&'a self, _: Option<&'a Stream>) -> Lent<'a> {
                 Lent::new(self[..].as_ptr() as usize)
             }
         }
         // SAFETY: as above; a `&mut` borrow gives exclusive write access.
         unsafe impl<'r, $($g)*> BufferMut for $mut_ty {
+            #[inline]
             fn lend_mut<'a>(&'a mut self, _: Option<&'a Stream>) -> Lent<'a> {
                 Lent::new(self[..].as_mut_ptr() as usize)
             }

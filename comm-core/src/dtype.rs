@@ -68,6 +68,7 @@ impl DataType {
     ];
 
     /// Size of one element in bytes.
+    #[inline]
     pub const fn size(self) -> usize {
         match self {
             DataType::Int8 | DataType::Uint8 | DataType::Float8e4m3 | DataType::Float8e5m2 => 1,
@@ -78,6 +79,7 @@ impl DataType {
     }
 
     /// The name nccl-tests prints (`float`, `half`, `bfloat16`, `f8e4m3`, ...).
+    #[inline]
     pub const fn name(self) -> &'static str {
         match self {
             DataType::Int8 => "int8",
@@ -116,11 +118,13 @@ impl DataType {
     }
 
     /// Converts NCCL's numeric value.
+    #[inline]
     pub fn from_u8(v: u8) -> Option<DataType> {
         DataType::ALL.get(v as usize).copied()
     }
 
     /// True for f16, bf16, f32, f64 and the two fp8 types.
+    #[inline]
     pub const fn is_float(self) -> bool {
         matches!(
             self,
@@ -134,6 +138,7 @@ impl DataType {
     }
 
     /// True for the two fp8 types.
+    #[inline]
     pub const fn is_fp8(self) -> bool {
         matches!(self, DataType::Float8e4m3 | DataType::Float8e5m2)
     }
@@ -175,6 +180,7 @@ impl ReduceOp {
     ];
 
     /// The name nccl-tests prints.
+    #[inline]
     pub const fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
@@ -205,11 +211,13 @@ impl ReduceOp {
     }
 
     /// Converts the numeric value.
+    #[inline]
     pub fn from_u8(v: u8) -> Option<ReduceOp> {
         ReduceOp::ALL.get(v as usize).copied()
     }
 
     /// Whether this operator is defined for `dtype` (bitwise ones only on integers).
+    #[inline]
     pub const fn supports(self, dtype: DataType) -> bool {
         match self {
             ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => !dtype.is_float(),
