@@ -14,12 +14,10 @@
 //!   has it current gets `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::handles::{lock, Table};
-use crate::stream::Stream;
 use crate::{config, CUresult, Res};
 
 /// A context: a device's address space for streams, modules and memory.
@@ -31,32 +29,12 @@ pub struct Context {
     /// Whether this is the device's primary context.
     pub primary: bool,
     destroyed: AtomicBool,
-    /// The legacy default stream (handle 0 / `CU_STREAM_LEGACY`), made on
-    /// first use.
-    pub legacy: OnceLock<Arc<Stream>>,
-    /// Every stream made in this context (user streams, per-thread default
-    /// streams).
-    pub streams: Mutex<Vec<Weak<Stream>>>,
-    /// The per-thread default stream of each host thread that used one.
-    pub per_thread: Mutex<HashMap<std::thread::ThreadId, Arc<Stream>>>,
 }
 
 impl Context {
     /// Whether the context has been destroyed.
     pub fn is_destroyed(&self) -> bool {
         self.destroyed.load(Ordering::Acquire)
-    }
-
-    /// Every live stream of the context, the legacy one included.
-    pub fn live_streams(&self) -> Vec<Arc<Stream>> {
-        let mut out: Vec<Arc<Stream>> = lock(&self.streams)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        if let Some(l) = self.legacy.get() {
-            out.push(l.clone());
-        }
-        out
     }
 }
 
@@ -88,8 +66,6 @@ pub fn init(flags: u32) -> Res<()> {
         return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
     }
     INITIALISED.store(true, Ordering::Release);
-    crate::watch::start();
-    crate::report::install();
     Ok(())
 }
 
@@ -119,9 +95,6 @@ fn new_context(device: usize, primary: bool) -> Arc<Context> {
                 device,
                 primary,
                 destroyed: AtomicBool::new(false),
-                legacy: OnceLock::new(),
-                streams: Mutex::new(Vec::new()),
-                per_thread: Mutex::new(HashMap::new()),
             })
         })
         .1
@@ -144,8 +117,9 @@ pub fn primary_retain(dev: i32) -> Res<u64> {
 }
 
 /// `cuDevicePrimaryCtxRelease`: `CUDA_ERROR_INVALID_CONTEXT` when the
-/// primary context is not retained.
-pub fn primary_release(dev: i32) -> Res<()> {
+/// primary context is not retained. The handle of the context destroyed
+/// when the count reached zero.
+pub fn primary_release(dev: i32) -> Res<Option<u64>> {
     let d = device(dev)?;
     let mut p = lock(&primaries()[d]);
     if p.0 == 0 {
@@ -155,9 +129,10 @@ pub fn primary_release(dev: i32) -> Res<()> {
     if p.0 == 0 {
         if let Some(c) = p.1.take() {
             destroy(&c);
+            return Ok(Some(c.handle));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// `cuDevicePrimaryCtxGetState`: (retain count, active).
@@ -175,14 +150,15 @@ pub fn create(dev: i32) -> Res<u64> {
     Ok(c.handle)
 }
 
-/// `cuCtxDestroy`: a primary context cannot be destroyed this way.
-pub fn destroy_handle(h: u64) -> Res<()> {
+/// `cuCtxDestroy`: a primary context cannot be destroyed this way;
+/// `before` runs first (the caller waits for the context's streams).
+pub fn destroy_handle(h: u64, before: impl FnOnce(&Context) -> Res<()>) -> Res<()> {
     initialised()?;
     let c = CONTEXTS.get(h)?;
     if c.primary {
         return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
     }
-    crate::sync::context(&c, "cuCtxDestroy")?;
+    before(&c)?;
     destroy(&c);
     STACK.with(|s| s.borrow_mut().retain(|x| *x != h));
     Ok(())

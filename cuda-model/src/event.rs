@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::handles::{lock, Table};
-use crate::stream::{Dep, Op, Stream};
-use crate::{context, graph, watch, CUresult, Res};
+use crate::stream::{self, Dep, Op, Stream};
+use crate::{context, watch, CUresult, Res};
 
 /// `CU_EVENT_DISABLE_TIMING`.
 pub const DISABLE_TIMING: u32 = 0x2;
@@ -74,9 +74,10 @@ pub fn create(flags: u32) -> Res<u64> {
 pub fn record(h: u64, stream: u64) -> Res<()> {
     let e = EVENTS.get(h)?;
     let s = crate::stream::resolve(stream)?;
-    if graph::is_capturing(&s) {
+    if stream::is_capturing(&s) {
+        // In a capture, a record is a node that orders nothing more.
         *lock(&e.captured) = true;
-        return graph::capture_event_record(&s);
+        return Ok(());
     }
     *lock(&e.captured) = false;
     let at = Arc::new(Mutex::new(None));
@@ -138,8 +139,15 @@ pub fn stream_wait(stream: u64, h: u64) -> Res<()> {
             .map(|r| Dep::Stream(r.stream.clone(), r.seq))
     };
     let Some(dep) = dep else { return Ok(()) };
-    if graph::is_capturing(&s) {
-        return graph::capture_event_wait(&s, &e);
+    if stream::is_capturing(&s) {
+        // A wait inside a capture: fine for an event recorded in a
+        // capture, `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` for one from
+        // outside.
+        if *lock(&e.captured) || lock(&e.last).is_none() {
+            return Ok(());
+        }
+        stream::invalidate(&s, CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
     }
     let mut op = Op::new("cuStreamWaitEvent", |_st: &Stream| Ok(()));
     op.deps.push(dep);

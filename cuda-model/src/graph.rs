@@ -1,4 +1,6 @@
-//! Stream capture and graphs.
+//! Stream capture and graphs: beginning and ending a capture, instantiating
+//! and launching graphs (the capture state of a stream and the checks it
+//! makes are [`crate::stream`]'s).
 //!
 //! Rules (CUDA C++ Programming Guide, "CUDA Graphs / Creating a Graph
 //! Using Stream Capture", "Prohibited and Unhandled Operations",
@@ -24,178 +26,21 @@
 //!   `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`; ending a non-relaxed capture
 //!   from another thread is `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`.
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::ThreadId;
+use std::sync::Arc;
 
-use crate::event::Event;
 use crate::handles::{lock, Table};
-use crate::stream::{Kind, Op, Stream, STREAMS};
+use crate::stream::{active, clone_op, Capture, Kind, Mode};
 use crate::{context, CUresult, Res};
-
-/// `CUstreamCaptureMode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Prohibits unsafe calls in every thread.
-    Global,
-    /// Prohibits unsafe calls in the capturing thread.
-    ThreadLocal,
-    /// Prohibits nothing.
-    Relaxed,
-}
-
-/// A capture in progress on a stream.
-pub struct Capture {
-    mode: Mode,
-    thread: ThreadId,
-    ops: Vec<Op>,
-    invalidated: Option<CUresult>,
-    id: u64,
-}
 
 /// A graph: operations in order.
 pub struct Graph {
-    ops: Vec<Op>,
+    ops: Vec<crate::stream::Op>,
 }
 
 /// Every live graph and executable graph.
 pub static GRAPHS: Table<Graph> = Table::new(0x0a0a_0000_0000);
 /// Every live executable graph.
 pub static EXECS: Table<Graph> = Table::new(0x0b0b_0000_0000);
-
-/// An active capture: (stream handle, mode, thread, id).
-type Active = (u64, Mode, ThreadId, u64);
-
-/// Active captures.
-fn active() -> &'static Mutex<Vec<Active>> {
-    static A: OnceLock<Mutex<Vec<Active>>> = OnceLock::new();
-    A.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-fn clone_op(op: &Op) -> Op {
-    Op {
-        what: op.what,
-        deps: Vec::new(),
-        work: op.work.clone(),
-        capturable: op.capturable,
-    }
-}
-
-/// Whether `s` is capturing.
-pub fn is_capturing(s: &Stream) -> bool {
-    lock(&s.capture).is_some()
-}
-
-/// The capture status and id of `s` (for `cuStreamGetCaptureInfo`):
-/// 0 none, 1 active, 2 invalidated.
-pub fn status(s: &Stream) -> (u32, u64) {
-    match &*lock(&s.capture) {
-        None => (0, 0),
-        Some(c) if c.invalidated.is_some() => (2, c.id),
-        Some(c) => (1, c.id),
-    }
-}
-
-fn invalidate(s: &Stream, why: CUresult) {
-    if let Some(c) = lock(&s.capture).as_mut() {
-        c.invalidated.get_or_insert(why);
-    }
-}
-
-fn invalidate_handle(h: u64, why: CUresult) {
-    if let Ok(s) = STREAMS.get(h) {
-        invalidate(&s, why);
-    }
-}
-
-/// Records `op` when `s` captures (true), else leaves it to be issued.
-pub fn capture_op(s: &Stream, op: &mut Op) -> Res<bool> {
-    let mut cap = lock(&s.capture);
-    let Some(c) = cap.as_mut() else {
-        return Ok(false);
-    };
-    if !op.capturable {
-        c.invalidated
-            .get_or_insert(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    c.ops.push(clone_op(op));
-    Ok(true)
-}
-
-/// Refuses a call on a capturing stream that the capture forbids
-/// (`cuStreamQuery`, `cuStreamSynchronize`), invalidating the capture.
-pub fn refuse_on_capturing(s: &Stream) -> Res<()> {
-    if is_capturing(s) {
-        invalidate(s, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    Ok(())
-}
-
-/// Issuing to the legacy stream while a blocking stream of its context
-/// captures: `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`.
-pub fn check_implicit(s: &Stream) -> Res<()> {
-    if s.kind != Kind::Legacy {
-        return Ok(());
-    }
-    let caps: Vec<Active> = lock(active()).clone();
-    let mut hit = false;
-    for (h, mode, _, _) in caps {
-        if mode == Mode::Relaxed {
-            continue;
-        }
-        if let Ok(o) = STREAMS.get(h) {
-            if o.context == s.context && o.kind.blocking() {
-                invalidate(&o, CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
-                hit = true;
-            }
-        }
-    }
-    if hit {
-        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
-    } else {
-        Ok(())
-    }
-}
-
-/// Refuses a potentially unsafe call (`call`) during a capture that
-/// prohibits it, invalidating that capture.
-pub fn check_unsafe_call(call: &'static str) -> Res<()> {
-    let me = std::thread::current().id();
-    let caps: Vec<Active> = lock(active()).clone();
-    let mut hit = false;
-    for (h, mode, thread, _) in caps {
-        let prohibits = match mode {
-            Mode::Global => true,
-            Mode::ThreadLocal => thread == me,
-            Mode::Relaxed => false,
-        };
-        if prohibits {
-            invalidate_handle(h, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-            hit = true;
-        }
-    }
-    if hit {
-        crate::trace_line(|| format!("{call}: not permitted while a stream is capturing"));
-        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    Ok(())
-}
-
-/// An event record inside a capture: a node that orders nothing more.
-pub fn capture_event_record(_s: &Stream) -> Res<()> {
-    Ok(())
-}
-
-/// A wait on `e` inside a capture: fine for an event recorded in a
-/// capture, `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` for one from outside.
-pub fn capture_event_wait(s: &Stream, e: &Event) -> Res<()> {
-    if *lock(&e.captured) || lock(&e.last).is_none() {
-        return Ok(());
-    }
-    invalidate(s, CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
-    Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
-}
 
 /// `cuStreamBeginCapture`.
 pub fn begin(stream: u64, mode: u32) -> Res<()> {

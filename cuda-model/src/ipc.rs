@@ -221,7 +221,7 @@ impl SharedEvent {
     /// The record with `ticket` has run.
     pub fn complete(&self, ticket: u64) {
         self.word(1).fetch_max(ticket, Ordering::AcqRel);
-        crate::watch::progress();
+        crate::activity::progress();
     }
 
     /// The highest completed ticket.

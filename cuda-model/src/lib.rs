@@ -33,9 +33,10 @@
 //! (LAZY), `CUDA_MODEL_STALL_S` (20), `CUDA_MODEL_DEADLOCK_S` (5),
 //! `CUDA_MODEL_REPORT` (unset), `CUDA_MODEL_LOG` (unset: errors only).
 
+pub mod activity;
 pub mod api;
 pub mod config;
-pub mod context;
+mod context;
 pub mod event;
 pub mod graph;
 pub mod handles;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::memory;
 use crate::stream::{Op, PassesNow, State, Stream};
-use crate::{watch, CUresult, Res};
+use crate::{CUresult, Res};
 
 /// The comparison of a wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub fn park(st: &Stream, addr: u64, value: u64, test: Test, wide: bool, host: bo
         let now = read(addr, wide);
         if now != cur {
             cur = now;
-            watch::progress();
+            crate::activity::progress();
             st.set_state(State::WaitingValue {
                 addr,
                 test: label.clone(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::handles::lock;
-use crate::{config, watch, CUresult};
+use crate::{activity, config, CUresult};
 
 #[derive(Default)]
 struct Api {
@@ -40,7 +40,7 @@ fn threads() -> &'static Mutex<HashMap<i64, Thread>> {
 }
 
 thread_local! {
-    static TID: i64 = watch::tid();
+    static TID: i64 = activity::tid();
 }
 
 /// The calling thread's name as the OS knows it (`pthread_getname_np`):

@@ -15,14 +15,15 @@
 //! * while a stream is capturing (see [`crate::graph`]) its work is
 //!   recorded, not run.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use crate::context::{self, Context};
 use crate::handles::{lock, Table};
-use crate::{graph, watch, CUresult, Res};
+use crate::{CUresult, Res};
 
 /// The legacy default stream's special handle.
 pub const STREAM_LEGACY: u64 = 0x1;
@@ -152,13 +153,50 @@ pub struct Stream {
     /// Its kind.
     pub kind: Kind,
     /// Capture state (see [`crate::graph`]).
-    pub capture: Mutex<Option<graph::Capture>>,
+    pub capture: Mutex<Option<Capture>>,
     q: Mutex<Queue>,
     cv: Condvar,
 }
 
 /// Every user stream.
 pub static STREAMS: Table<Stream> = Table::new(0x05e0_0000_0000);
+
+/// The streams of one context: its legacy default stream (made on first
+/// use), every stream made in it, and the per-thread default stream of
+/// each host thread that used one.
+#[derive(Default)]
+struct ContextStreams {
+    legacy: Option<Arc<Stream>>,
+    made: Vec<Weak<Stream>>,
+    per_thread: HashMap<ThreadId, Arc<Stream>>,
+}
+
+/// The streams of every context, by context handle.
+fn by_context() -> &'static Mutex<HashMap<u64, ContextStreams>> {
+    static M: OnceLock<Mutex<HashMap<u64, ContextStreams>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Every live stream of context `ctx` (legacy and per-thread ones included).
+pub fn of_context(ctx: u64) -> Vec<Arc<Stream>> {
+    let map = lock(by_context());
+    let Some(c) = map.get(&ctx) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Arc<Stream>> = c.made.iter().filter_map(Weak::upgrade).collect();
+    out.extend(c.legacy.iter().cloned());
+    out.extend(c.per_thread.values().cloned());
+    out.sort_by_key(|s| Arc::as_ptr(s) as usize);
+    out.dedup_by_key(|s| Arc::as_ptr(s) as usize);
+    out
+}
+
+/// Forgets the streams of a destroyed context (their queued work still
+/// runs; the handles of its user streams stay in [`STREAMS`] until
+/// destroyed).
+pub fn forget_context(ctx: u64) {
+    lock(by_context()).remove(&ctx);
+}
 
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
@@ -242,14 +280,14 @@ impl Stream {
     /// legacy-stream dependencies of the stream's kind. Returns the
     /// operation's sequence number (0 when captured).
     pub fn issue(self: &Arc<Self>, mut op: Op) -> Res<u64> {
-        if graph::capture_op(self, &mut op)? {
+        if capture_op(self, &mut op)? {
             return Ok(0);
         }
-        graph::check_implicit(self)?;
-        if let Ok(ctx) = context::by_handle(self.context) {
+        check_implicit(self)?;
+        if context::by_handle(self.context).is_ok() {
             match self.kind {
                 Kind::Legacy => {
-                    for s in ctx.live_streams() {
+                    for s in of_context(self.context) {
                         if s.kind.blocking() && s.kind != Kind::Legacy {
                             let n = s.enqueued();
                             if n > s.completed() {
@@ -259,7 +297,10 @@ impl Stream {
                     }
                 }
                 k if k.blocking() => {
-                    if let Some(l) = ctx.legacy.get() {
+                    let legacy = lock(by_context())
+                        .get(&self.context)
+                        .and_then(|c| c.legacy.clone());
+                    if let Some(l) = legacy {
                         let n = l.enqueued();
                         if n > l.completed() {
                             op.deps.push(Dep::Stream(l.clone(), n));
@@ -287,7 +328,7 @@ impl Stream {
         }
         drop(q);
         self.cv.notify_all();
-        watch::progress();
+        crate::activity::progress();
         Ok(seq)
     }
 
@@ -319,7 +360,7 @@ impl Stream {
             q.state = State::Idle;
             drop(q);
             self.cv.notify_all();
-            watch::progress();
+            crate::activity::progress();
         }
     }
 
@@ -394,13 +435,14 @@ pub fn resolve(h: u64) -> Res<Arc<Stream>> {
         0 | STREAM_LEGACY => Ok(legacy(&ctx)),
         STREAM_PER_THREAD => {
             let id = std::thread::current().id();
-            let mut map = lock(&ctx.per_thread);
-            if let Some(s) = map.get(&id) {
+            let mut map = lock(by_context());
+            let streams = map.entry(ctx.handle).or_default();
+            if let Some(s) = streams.per_thread.get(&id) {
                 return Ok(s.clone());
             }
             let s = Arc::new(Stream::new(STREAM_PER_THREAD, &ctx, Kind::PerThread));
-            lock(&ctx.streams).push(Arc::downgrade(&s));
-            map.insert(id, s.clone());
+            streams.made.push(Arc::downgrade(&s));
+            streams.per_thread.insert(id, s.clone());
             Ok(s)
         }
         _ => {
@@ -415,8 +457,11 @@ pub fn resolve(h: u64) -> Res<Arc<Stream>> {
 
 /// The legacy default stream of `ctx`.
 pub fn legacy(ctx: &Context) -> Arc<Stream> {
-    ctx.legacy
-        .get_or_init(|| Arc::new(Stream::new(0, ctx, Kind::Legacy)))
+    lock(by_context())
+        .entry(ctx.handle)
+        .or_default()
+        .legacy
+        .get_or_insert_with(|| Arc::new(Stream::new(0, ctx, Kind::Legacy)))
         .clone()
 }
 
@@ -430,7 +475,11 @@ pub fn create(flags: u32) -> Res<u64> {
     };
     let (h, s) =
         STREAMS.insert_with(|h| Arc::new(Stream::new(h, &ctx, Kind::User { non_blocking })));
-    lock(&ctx.streams).push(Arc::downgrade(&s));
+    lock(by_context())
+        .entry(ctx.handle)
+        .or_default()
+        .made
+        .push(Arc::downgrade(&s));
     Ok(h)
 }
 
@@ -445,16 +494,145 @@ pub fn destroy(h: u64) -> Res<()> {
     Ok(())
 }
 
-/// Blocks the calling thread until every operation issued to `s` so far
-/// has completed (`call` names the API for the detector).
-pub fn synchronize(s: &Arc<Stream>, call: &'static str) -> Res<()> {
-    let n = s.enqueued();
-    if s.completed() < n {
-        let _guard = watch::blocked(call, vec![(s.clone(), n)]);
-        s.wait_for(n, None);
+// Stream capture (rules: [`crate::graph`]): the state a capturing stream
+// keeps and the checks issuing and synchronising calls make.
+
+/// `CUstreamCaptureMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Prohibits unsafe calls in every thread.
+    Global,
+    /// Prohibits unsafe calls in the capturing thread.
+    ThreadLocal,
+    /// Prohibits nothing.
+    Relaxed,
+}
+
+/// A capture in progress on a stream.
+pub struct Capture {
+    pub(crate) mode: Mode,
+    pub(crate) thread: ThreadId,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) invalidated: Option<CUresult>,
+    pub(crate) id: u64,
+}
+
+/// An active capture: (stream handle, mode, thread, id).
+pub(crate) type Active = (u64, Mode, ThreadId, u64);
+
+/// Active captures.
+pub(crate) fn active() -> &'static Mutex<Vec<Active>> {
+    static A: OnceLock<Mutex<Vec<Active>>> = OnceLock::new();
+    A.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+pub(crate) fn clone_op(op: &Op) -> Op {
+    Op {
+        what: op.what,
+        deps: Vec::new(),
+        work: op.work.clone(),
+        capturable: op.capturable,
     }
-    match s.error() {
-        Some(e) => Err(e),
-        None => Ok(()),
+}
+
+/// Whether `s` is capturing.
+pub fn is_capturing(s: &Stream) -> bool {
+    lock(&s.capture).is_some()
+}
+
+/// The capture status and id of `s` (for `cuStreamGetCaptureInfo`):
+/// 0 none, 1 active, 2 invalidated.
+pub fn capture_status(s: &Stream) -> (u32, u64) {
+    match &*lock(&s.capture) {
+        None => (0, 0),
+        Some(c) if c.invalidated.is_some() => (2, c.id),
+        Some(c) => (1, c.id),
     }
+}
+
+pub(crate) fn invalidate(s: &Stream, why: CUresult) {
+    if let Some(c) = lock(&s.capture).as_mut() {
+        c.invalidated.get_or_insert(why);
+    }
+}
+
+fn invalidate_handle(h: u64, why: CUresult) {
+    if let Ok(s) = STREAMS.get(h) {
+        invalidate(&s, why);
+    }
+}
+
+/// Records `op` when `s` captures (true), else leaves it to be issued.
+pub fn capture_op(s: &Stream, op: &mut Op) -> Res<bool> {
+    let mut cap = lock(&s.capture);
+    let Some(c) = cap.as_mut() else {
+        return Ok(false);
+    };
+    if !op.capturable {
+        c.invalidated
+            .get_or_insert(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    c.ops.push(clone_op(op));
+    Ok(true)
+}
+
+/// Refuses a call on a capturing stream that the capture forbids
+/// (`cuStreamQuery`, `cuStreamSynchronize`), invalidating the capture.
+pub fn refuse_on_capturing(s: &Stream) -> Res<()> {
+    if is_capturing(s) {
+        invalidate(s, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    Ok(())
+}
+
+/// Issuing to the legacy stream while a blocking stream of its context
+/// captures: `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`.
+pub fn check_implicit(s: &Stream) -> Res<()> {
+    if s.kind != Kind::Legacy {
+        return Ok(());
+    }
+    let caps: Vec<Active> = lock(active()).clone();
+    let mut hit = false;
+    for (h, mode, _, _) in caps {
+        if mode == Mode::Relaxed {
+            continue;
+        }
+        if let Ok(o) = STREAMS.get(h) {
+            if o.context == s.context && o.kind.blocking() {
+                invalidate(&o, CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+                hit = true;
+            }
+        }
+    }
+    if hit {
+        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses a potentially unsafe call (`call`) during a capture that
+/// prohibits it, invalidating that capture.
+pub fn check_unsafe_call(call: &'static str) -> Res<()> {
+    let me = std::thread::current().id();
+    let caps: Vec<Active> = lock(active()).clone();
+    let mut hit = false;
+    for (h, mode, thread, _) in caps {
+        let prohibits = match mode {
+            Mode::Global => true,
+            Mode::ThreadLocal => thread == me,
+            Mode::Relaxed => false,
+        };
+        if prohibits {
+            invalidate_handle(h, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            hit = true;
+        }
+    }
+    if hit {
+        crate::trace_line(|| format!("{call}: not permitted while a stream is capturing"));
+        return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    Ok(())
 }

@@ -28,20 +28,18 @@
 use std::sync::Arc;
 
 use crate::context::{self, Context};
-use crate::stream::Stream;
-use crate::{graph, report, watch, Res};
+use crate::stream::{self, Stream};
+use crate::{report, watch, Res};
 
 /// Waits, as `call` does on the driver, until every stream of every
 /// context of device `d` has completed the work issued before the call.
 pub fn device(d: usize, call: &'static str) -> Res<()> {
-    graph::check_unsafe_call(call)?;
+    stream::check_unsafe_call(call)?;
     let mut targets: Vec<(Arc<Stream>, u64)> = Vec::new();
     for c in context::of_device(d) {
-        for s in c.live_streams() {
-            targets.push((s.clone(), s.enqueued()));
-        }
-        for s in crate::handles::lock(&c.per_thread).values() {
-            targets.push((s.clone(), s.enqueued()));
+        for s in stream::of_context(c.handle) {
+            let n = s.enqueued();
+            targets.push((s, n));
         }
     }
     wait_all(call, targets)
@@ -49,13 +47,13 @@ pub fn device(d: usize, call: &'static str) -> Res<()> {
 
 /// Waits until every stream of `ctx` has completed its issued work.
 pub fn context(ctx: &Context, call: &'static str) -> Res<()> {
-    let mut targets: Vec<(Arc<Stream>, u64)> = Vec::new();
-    for s in ctx.live_streams() {
-        targets.push((s.clone(), s.enqueued()));
-    }
-    for s in crate::handles::lock(&ctx.per_thread).values() {
-        targets.push((s.clone(), s.enqueued()));
-    }
+    let targets = stream::of_context(ctx.handle)
+        .into_iter()
+        .map(|s| {
+            let n = s.enqueued();
+            (s, n)
+        })
+        .collect();
     wait_all(call, targets)
 }
 
@@ -70,4 +68,18 @@ fn wait_all(call: &'static str, mut targets: Vec<(Arc<Stream>, u64)>) -> Res<()>
         s.wait_for(*n, None);
     }
     Ok(())
+}
+
+/// Blocks the calling thread until every operation issued to `s` so far
+/// has completed (`call` names the API for the detector).
+pub fn stream(s: &Arc<Stream>, call: &'static str) -> Res<()> {
+    let n = s.enqueued();
+    if s.completed() < n {
+        let _guard = watch::blocked(call, vec![(s.clone(), n)]);
+        s.wait_for(n, None);
+    }
+    match s.error() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }

@@ -28,16 +28,9 @@ use std::time::{Duration, Instant};
 
 use crate::handles::lock;
 use crate::stream::{State, Stream};
-use crate::{config, context, report, HANG_EXIT_STATUS};
+use crate::{activity, config, context, report, HANG_EXIT_STATUS};
 
-static PROGRESS: AtomicU64 = AtomicU64::new(0);
 static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
-
-/// Something in the process moved: an operation completed, a word changed,
-/// work was issued, a blocked call returned.
-pub fn progress() {
-    PROGRESS.fetch_add(1, Ordering::Relaxed);
-}
 
 /// A host thread blocked in a driver call.
 #[derive(Clone)]
@@ -62,14 +55,8 @@ impl Drop for BlockedGuard {
     fn drop(&mut self) {
         lock(blocked_calls()).remove(&self.0);
         report::blocked_time(self.2, self.1.elapsed());
-        progress();
+        activity::progress();
     }
-}
-
-/// The calling thread's kernel id (for reports).
-pub fn tid() -> i64 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) }
 }
 
 /// Registers the calling thread as blocked in `call` until the returned
@@ -86,7 +73,7 @@ pub fn blocked(call: &'static str, on: Vec<(Arc<Stream>, u64)>) -> BlockedGuard 
         Blocked {
             call,
             thread,
-            tid: tid(),
+            tid: activity::tid(),
             since,
             on,
         },
@@ -113,8 +100,7 @@ fn all_streams() -> Vec<Arc<Stream>> {
     let mut out = Vec::new();
     for d in 0..config::get().devices {
         for c in context::of_device(d) {
-            out.extend(c.live_streams());
-            out.extend(lock(&c.per_thread).values().cloned());
+            out.extend(crate::stream::of_context(c.handle));
         }
     }
     out.sort_by_key(|s| Arc::as_ptr(s) as usize);
@@ -134,11 +120,11 @@ pub fn start() {
 
 fn watch() {
     let cfg = config::get();
-    let mut last = PROGRESS.load(Ordering::Relaxed);
+    let mut last = activity::count();
     let mut last_change = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        let now = PROGRESS.load(Ordering::Relaxed);
+        let now = activity::count();
         if now != last {
             last = now;
             last_change = Instant::now();

@@ -17,7 +17,12 @@ pub const DRIVER_VERSION: c_int = 12080;
 /// Pointer arguments follow that call's contract in the driver API.
 #[no_mangle]
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    run("cuInit", || context::init(flags))
+    run("cuInit", || {
+        context::init(flags)?;
+        crate::watch::start();
+        crate::report::install();
+        Ok(())
+    })
 }
 
 /// The driver API entry point of this name (see the CUDA Driver API
@@ -263,7 +268,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: c_
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
     run("cuDevicePrimaryCtxRelease", || {
-        context::primary_release(dev)
+        if let Some(gone) = context::primary_release(dev)? {
+            crate::stream::forget_context(gone);
+        }
+        Ok(())
     })
 }
 
@@ -320,7 +328,12 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
 /// Pointer arguments follow that call's contract in the driver API.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: *mut c_void) -> CUresult {
-    run("cuCtxDestroy", || context::destroy_handle(h(ctx)))
+    run("cuCtxDestroy", || {
+        let handle = h(ctx);
+        context::destroy_handle(handle, |c| crate::sync::context(c, "cuCtxDestroy"))?;
+        crate::stream::forget_context(handle);
+        Ok(())
+    })
 }
 
 /// The driver API entry point of this name (see the CUDA Driver API
@@ -392,7 +405,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     run("cuCtxSynchronize", || {
         let c = context::current()?;
-        crate::graph::check_unsafe_call("cuCtxSynchronize")?;
+        crate::stream::check_unsafe_call("cuCtxSynchronize")?;
         sync::context(&c, "cuCtxSynchronize")
     })
 }

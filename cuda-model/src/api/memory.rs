@@ -267,8 +267,8 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     run("cuMemcpyDtoHAsync", || {
         let s = stream::resolve(h(st))?;
         if d2h("cuMemcpyDtoHAsync", dst, src, bytes, &s)? {
-            crate::graph::refuse_on_capturing(&s)?;
-            stream::synchronize(&s, "cuMemcpyDtoHAsync (pageable)")?;
+            crate::stream::refuse_on_capturing(&s)?;
+            crate::sync::stream(&s, "cuMemcpyDtoHAsync (pageable)")?;
         }
         Ok(())
     })
@@ -303,10 +303,10 @@ fn sync_copy(
     what: &'static str,
     issue: impl FnOnce(&std::sync::Arc<Stream>) -> Res<()>,
 ) -> Res<()> {
-    crate::graph::check_unsafe_call(what)?;
+    crate::stream::check_unsafe_call(what)?;
     let s = stream::resolve(0)?;
     issue(&s)?;
-    stream::synchronize(&s, what)
+    crate::sync::stream(&s, what)
 }
 
 /// The driver API entry point of this name (see the CUDA Driver API

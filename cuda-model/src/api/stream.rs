@@ -51,7 +51,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(s: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuStreamQuery(s: *mut c_void) -> CUresult {
     run("cuStreamQuery", || {
         let st = stream::resolve(h(s))?;
-        graph::refuse_on_capturing(&st)?;
+        stream::refuse_on_capturing(&st)?;
         if st.query()? {
             Ok(())
         } else {
@@ -69,8 +69,8 @@ pub unsafe extern "C" fn cuStreamQuery(s: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CUresult {
     run("cuStreamSynchronize", || {
         let st = stream::resolve(h(s))?;
-        graph::refuse_on_capturing(&st)?;
-        stream::synchronize(&st, "cuStreamSynchronize")
+        stream::refuse_on_capturing(&st)?;
+        crate::sync::stream(&st, "cuStreamSynchronize")
     })
 }
 
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(s: *mut c_void) -> CUresult {
 pub unsafe extern "C" fn cuStreamIsCapturing(s: *mut c_void, status: *mut c_uint) -> CUresult {
     run("cuStreamIsCapturing", || {
         let st = stream::resolve(h(s))?;
-        out(status, graph::status(&st).0)
+        out(status, stream::capture_status(&st).0)
     })
 }
 
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
 ) -> CUresult {
     run("cuStreamGetCaptureInfo", || {
         let st = stream::resolve(h(s))?;
-        let (state, capture_id) = graph::status(&st);
+        let (state, capture_id) = stream::capture_status(&st);
         out(status, state)?;
         for (p, v) in [(id, capture_id)] {
             if !p.is_null() {
