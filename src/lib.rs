@@ -95,6 +95,7 @@ pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
 pub use setup::node_identity;
+pub use setup::transport_names;
 pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};
 pub use stats::Stats;
 pub use window::Window;

@@ -18,6 +18,7 @@ use sncl_bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
 use crate::comm::{Inner, InnerParts};
 
 mod registry;
+pub use registry::transport_names;
 
 /// This host's identity: `SNCL_NODE_ID`, else hostname + boot id (network
 /// namespaces share both, so test beds must set `SNCL_NODE_ID`).

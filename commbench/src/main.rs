@@ -550,9 +550,6 @@ fn gather_lines(comm: &Communicator, line: &str) -> sncl::Result<Vec<String>> {
         .collect())
 }
 
-/// The transport kinds whose bytes `--stats` gathers from every rank.
-const STATS_TRANSPORTS: [&str; 4] = ["shm", "nvlink", "rdma", "tcp"];
-
 /// Every rank's counters, on rank 0 (other ranks get an empty list).
 fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<sncl::Stats>> {
     let n = comm.size();
@@ -566,11 +563,14 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
         mine.busy_time.as_nanos() as u64,
         mine.retransmits,
     ];
-    for kind in STATS_TRANSPORTS {
+    // The transport kinds whose bytes `--stats` gathers from every rank:
+    // the registry's, in its order (every rank's build has the same).
+    let kinds = sncl::transport_names();
+    for kind in &kinds {
         let (s, r) = mine
             .by_transport
             .iter()
-            .find(|(k, _, _)| k == kind)
+            .find(|(k, _, _)| k == *kind)
             .map_or((0, 0), |(_, s, r)| (*s, *r));
         v.extend([s, r]);
     }
@@ -593,7 +593,7 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
             inter_received: c[4],
             wait_time: std::time::Duration::from_nanos(c[5]),
             busy_time: std::time::Duration::from_nanos(c[6]),
-            by_transport: STATS_TRANSPORTS
+            by_transport: kinds
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| c[8 + 2 * i] + c[9 + 2 * i] > 0)

@@ -16,6 +16,12 @@ pub(crate) static TRANSPORTS: &[&dyn TransportKind] = &[
     &transport_tcp::TcpKind,
 ];
 
+/// The names of the transport kinds this build has, most preferred first
+/// (what `SNCL_TRANSPORT` names and [`crate::Stats::by_transport`] counts).
+pub fn transport_names() -> Vec<&'static str> {
+    TRANSPORTS.iter().map(|k| k.name()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
