@@ -405,11 +405,14 @@ impl Communicator {
         })
     }
 
-    /// The safe form of [`Communicator::all_reduce_compressed_device_raw`]
+    /// Deprecated: [`Communicator::all_reduce_compressed`] takes device
+    /// views (`DeviceSliceMut`) and cudarc slices. The safe form of
+    /// [`Communicator::all_reduce_compressed_device_raw`]
     /// on `count` f32 of a [`DeviceBuffer`] of the bound device (the first
     /// call binds the communicator to the buffer's device): returns when
     /// the result is in `buf`.
     #[allow(clippy::too_many_arguments)]
+    #[deprecated(note = "use Communicator::all_reduce_compressed with a DeviceSliceMut view")]
     pub fn all_reduce_compressed_device(
         &self,
         buf: &mut DeviceBuffer,

@@ -85,7 +85,7 @@ pub use bucket_device::DeviceBucketer;
 pub use buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
-pub use compressed::CompressScope;
+pub use compressed::{CompressBuffer, CompressScope};
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 

@@ -156,7 +156,8 @@ fn run_compressed(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing,
         // call, which synchronises the stream before it returns.
         unsafe { dev.copy_d2d_async(buf.ptr(), pristine.ptr(), input.len(), stream) }
             .map_err(|e| fail("restore the input", e))?;
-        comm.all_reduce_compressed_device(buf, c.count, c.op, codec, None, *scope, stream)
+        let view = sncl::device::DeviceSliceMut::<f32>::new(buf, stream).narrow(0..c.count);
+        comm.all_reduce_compressed(view, c.op, codec, None, *scope)
     };
     for _ in 0..c.warmup {
         once(buf)?;
