@@ -56,6 +56,7 @@ mod bucket_device;
 mod buffer;
 mod comm;
 mod compressed;
+mod compressed_buffer;
 mod compressed_device;
 pub mod device;
 /// The cudarc crate sncl's `cuda` feature works with (same version).
@@ -85,7 +86,8 @@ pub use bucket_device::DeviceBucketer;
 pub use buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
-pub use compressed::{CompressBuffer, CompressScope};
+pub use compressed::CompressScope;
+pub use compressed_buffer::CompressBuffer;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 

@@ -49,10 +49,7 @@ pub(crate) const SUBSYSTEMS: &[(&str, &[&str])] = &[
         "TUNING",
         &["comm_core::tune", "sncl::comm::plan", "sncl::calibrate"],
     ),
-    (
-        "ENV",
-        &["comm_core::settings", "sncl_bootstrap::environment"],
-    ),
+    ("ENV", &["comm_core::settings", "sncl_environment"]),
     ("ALLOC", &["device", "sncl::device"]),
 ];
 

@@ -16,7 +16,9 @@
 //!   the store's and the TCP transport's handshakes.
 
 pub mod auth;
-pub mod environment;
+/// The one reader of the process environment and the settings files (the
+/// `sncl-environment` crate).
+pub use sncl_environment as environment;
 
 mod env;
 mod store;

@@ -36,7 +36,7 @@
 pub mod activity;
 pub mod api;
 pub mod config;
-mod context;
+pub mod context;
 pub mod event;
 pub mod graph;
 pub mod handles;

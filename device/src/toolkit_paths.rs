@@ -17,9 +17,9 @@ pub(crate) fn cuda_roots() -> Vec<PathBuf> {
 }
 
 /// A non-empty variable of the process environment, read through sncl's
-/// one environment reader (`sncl_bootstrap::environment`).
+/// one environment reader (`sncl_environment`).
 pub(crate) fn process_var(name: &str) -> Option<String> {
-    use sncl_bootstrap::ReadEnvironment;
+    use sncl_environment::ReadEnvironment;
     comm_core::settings::Environment::process_variables()
         .get(name)
         .filter(|v| !v.is_empty())

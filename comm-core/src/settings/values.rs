@@ -1,6 +1,6 @@
 //! [`Environment`]: the values of the settings a process runs with, as a
 //! value. Reading them (the process environment, the settings file) is the
-//! bootstrap crate's (`sncl_bootstrap::environment`); this module holds no
+//! `sncl-environment` crate's; this module holds no
 //! I/O.
 
 use std::collections::BTreeMap;

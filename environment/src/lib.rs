@@ -73,7 +73,7 @@ fn names_the_secret(text: &str) -> bool {
 /// regular file owned by this user and readable by nobody else: a FIFO
 /// would block the read past every deadline, another user's file could be
 /// swapped, a file others can read leaks the secret.
-pub(crate) fn check_private_file(what: &str, path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+pub fn check_private_file(what: &str, path: &Path, meta: &std::fs::Metadata) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     if !meta.file_type().is_file() {
         return Err(Error::Config(format!(
