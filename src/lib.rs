@@ -91,7 +91,7 @@ pub use compressed_buffer::CompressBuffer;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 
-pub use comm_core::config::{NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy};
+pub use comm_core::config::{DeviceSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};

@@ -124,7 +124,10 @@ fn cases(n: usize, counts: &[usize]) -> Vec<Case> {
 fn segments_match_the_host_path() {
     for (transport, n) in [(TransportChoice::Auto, 3), (TransportChoice::Tcp, 2)] {
         let cfg = Config {
-            device_staging_bytes: 64 << 10,
+            device: comm_core::config::DeviceSettings {
+                staging_bytes: 64 << 10,
+                ..Default::default()
+            },
             ..config(transport)
         };
         let ranks = bind(Communicator::init_threads(n, cfg).expect("init"));
@@ -259,7 +262,10 @@ fn small_all_reduces_take_the_kernel_path() {
     let _ = device::open(device::Backend::Emu, 0);
     for (lane, n) in [(256 << 10, 3), (0, 2)] {
         let cfg = Config {
-            device_lane_bytes: lane,
+            device: comm_core::config::DeviceSettings {
+                lane_bytes: lane,
+                ..Default::default()
+            },
             ..config(TransportChoice::Auto)
         };
         let ranks = bind(Communicator::init_threads(n, cfg).expect("init"));

@@ -15,8 +15,8 @@ pub use ib_settings::{
     MAX_QPS_PER_CONN, MAX_REG_CACHE_MB,
 };
 pub use transport_settings::{
-    NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy, DEFAULT_SINGLE_COPY_MIN_BYTES,
-    MAX_SINGLE_COPY_MIN_BYTES,
+    DeviceSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
+    DEFAULT_SINGLE_COPY_MIN_BYTES, MAX_SINGLE_COPY_MIN_BYTES,
 };
 
 /// Which transport connects ranks: per pair the first kind of the
@@ -223,14 +223,8 @@ pub struct Config {
     /// all-reduce's replica communicator sets the number of other nodes,
     /// which divides each socket's pacing share.
     pub tcp_flows_per_rank: usize,
-    /// The size of each of a device binding's staging buffers, and so of a
-    /// device collective's segments (`SNCL_DEVICE_STAGING_BYTES`, default
-    /// 4 MiB; every rank must agree).
-    pub device_staging_bytes: usize,
-    /// The largest all-reduce the device kernel path runs, and the size of
-    /// its internal window (`SNCL_DEVICE_LANE_BYTES`, default 256 KiB; 0:
-    /// off; every rank must agree).
-    pub device_lane_bytes: usize,
+    /// The device path's own settings (`SNCL_DEVICE_*`).
+    pub device: DeviceSettings,
     /// The shared-memory transport's own settings (`SNCL_SHM_CMA*`).
     pub shm: ShmSettings,
     /// The nvlink transport's own settings (`SNCL_NVLINK`).
@@ -261,8 +255,7 @@ impl Default for Config {
             tcp_pacing: TcpPacing::Off,
             compress_pacing: TcpPacing::Auto,
             tcp_flows_per_rank: 1,
-            device_staging_bytes: 4 << 20,
-            device_lane_bytes: 256 << 10,
+            device: DeviceSettings::default(),
             shm: ShmSettings::default(),
             nvlink: NvlinkSettings::default(),
             ib: IbSettings::default(),
@@ -477,10 +470,10 @@ mod tests {
         type Tweak = fn(&mut Config);
         let bad: [(&str, Tweak); 12] = [
             ("SNCL_DEVICE_STAGING_BYTES", |c| {
-                c.device_staging_bytes = 4096
+                c.device.staging_bytes = 4096
             }),
             ("SNCL_DEVICE_STAGING_BYTES", |c| {
-                c.device_staging_bytes = (1 << 20) + 1
+                c.device.staging_bytes = (1 << 20) + 1
             }),
             ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 1 << 32),
             ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 64),

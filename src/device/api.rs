@@ -110,7 +110,7 @@ impl Communicator {
         let binding = Arc::new(Binding::new(
             device,
             inner.rank,
-            inner.config.device_staging_bytes,
+            inner.config.device.staging_bytes,
         )?);
         tracing::info!(
             rank = inner.rank,
@@ -348,7 +348,7 @@ impl Communicator {
                     "the caller's stream is being captured into a CUDA graph; under capture only \
                      all-reduces of types of 2 or more bytes up to SNCL_DEVICE_LANE_BYTES ({} \
                      bytes; the kernel path, on 2 to 8 ranks of one node) are supported",
-                    inner.config.device_lane_bytes
+                    inner.config.device.lane_bytes
                 )))
             }
             Err(e) => {

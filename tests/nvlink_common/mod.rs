@@ -37,7 +37,10 @@ pub fn config() -> Config {
         // These tests are about the nvlink transport's device pieces: the
         // kernel path, which moves small all-reduces past it, stays off
         // (device_collectives covers it).
-        device_lane_bytes: 0,
+        device: comm_core::config::DeviceSettings {
+            lane_bytes: 0,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

@@ -46,6 +46,28 @@ impl std::fmt::Display for SingleCopy {
     }
 }
 
+/// The device path's own settings (every rank must agree on both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceSettings {
+    /// The size of each of a device binding's staging buffers, and so of a
+    /// device collective's segments (`SNCL_DEVICE_STAGING_BYTES`, default
+    /// 4 MiB).
+    pub staging_bytes: usize,
+    /// The largest all-reduce the device kernel path runs, and the size of
+    /// its internal window (`SNCL_DEVICE_LANE_BYTES`, default 256 KiB; 0:
+    /// off).
+    pub lane_bytes: usize,
+}
+
+impl Default for DeviceSettings {
+    fn default() -> Self {
+        DeviceSettings {
+            staging_bytes: 4 << 20,
+            lane_bytes: 256 << 10,
+        }
+    }
+}
+
 /// The shared-memory transport's own settings (per process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmSettings {

@@ -265,9 +265,9 @@ pub static SETTINGS: &[Setting] = &[
               buffers on the device: six of them); a device collective runs in segments of at \
               most this many bytes per buffer, and nothing is allocated inside an operation",
         field: Field::Int {
-            name: "device_staging_bytes",
-            get: |c| c.device_staging_bytes,
-            put: |c, v| c.device_staging_bytes = v,
+            name: "device.staging_bytes",
+            get: |c| c.device.staging_bytes,
+            put: |c, v| c.device.staging_bytes = v,
         },
     },
     Setting {
@@ -283,9 +283,9 @@ pub static SETTINGS: &[Setting] = &[
               share a node and no two processes share a device without MPS; capturable in \
               CUDA graphs); 0: every device collective stays on the host-driven path",
         field: Field::Int {
-            name: "device_lane_bytes",
-            get: |c| c.device_lane_bytes,
-            put: |c, v| c.device_lane_bytes = v,
+            name: "device.lane_bytes",
+            get: |c| c.device.lane_bytes,
+            put: |c, v| c.device.lane_bytes = v,
         },
     },
     // Per process.

@@ -82,7 +82,7 @@ fn digest_wire_format() {
     b.adopt_digest("check_roots=0").unwrap();
     assert!(!b.check_roots);
     b.adopt_digest("device_staging=65536").unwrap();
-    assert_eq!(b.device_staging_bytes, 65536);
+    assert_eq!(b.device.staging_bytes, 65536);
     assert!(b.adopt_digest("device_staging=4096").is_err());
     let e = b.adopt_digest("colour=blue").unwrap_err().to_string();
     assert!(e.contains("colour"), "{e}");
@@ -276,7 +276,7 @@ fn byte_settings_take_size_suffixes() {
     })
     .unwrap();
     assert_eq!(
-        (c.chunk_bytes, c.device_staging_bytes),
+        (c.chunk_bytes, c.device.staging_bytes),
         (256 << 10, 8 << 20)
     );
     let e = Config::from_vars(&|k| (k == "SNCL_NSOCKS").then(|| "2K".to_string())).unwrap_err();

@@ -46,7 +46,7 @@ impl WindowCore {
         binding: &Arc<Binding>,
     ) -> Result<Option<Arc<WindowCore>>> {
         let n = inner.nranks;
-        let bytes = inner.config.device_lane_bytes;
+        let bytes = inner.config.device.lane_bytes;
         // Deterministic mode: the lane's kernel folds in rank order, not
         // in the canonical tree (docs/DETERMINISM.md).
         if bytes == 0
