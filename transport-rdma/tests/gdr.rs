@@ -177,8 +177,10 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
     transfer((&mut a, &qa), (&mut b, &qb), &src2, &dst, max);
     assert_eq!(download(&qb, &dst), data);
     assert_eq!(a.gdr_registrations(), 2);
-    // Host pieces still travel on the same connection (once the device
-    // pieces' completions leave room: under load they may not have yet).
+    // Host pieces still travel on the same connection, once the device
+    // pieces' slots are credited back: the receiver returns a slot's credit
+    // when its progress sees the copy out of it completed, so both sides
+    // progress while the sender waits (as the executor's wait does).
     let deadline = Instant::now() + Duration::from_secs(5);
     while !a
         .try_post_send(&header(3, 2), Outgoing::copied(b"abc"))
@@ -189,6 +191,7 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
             "no room for a host piece within 5 s"
         );
         a.flush().expect("flush");
+        b.flush().expect("the receiver's progress");
         std::thread::yield_now();
     }
     let mut seen = Vec::new();
