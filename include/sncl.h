@@ -769,7 +769,7 @@ snclResult_t snclAllReduce(const void *sendbuff,
  * string such as `"int8"`,
  * `"int8:<block>"`, `"fp16"`, `"bf16"`, `"mxfp8"`, `"mxfp4"` or
  * `"topk:0.01"` (lossy: see the codec's error bound). Host buffers
- * (device buffers: the Rust API's `all_reduce_compressed_device`).
+ * (device buffers: the Rust API's `all_reduce_compressed` on a device view).
  * Float32 only (`snclFloat32`); `op` is `snclSum`
  * or `snclAvg`. Every rank passes the same codec. In place when
  * `sendbuff == recvbuff` (otherwise sendbuff is copied into recvbuff,
