@@ -138,16 +138,12 @@ impl Build<'_> {
             return Err(bad(self.rank(), name, e.to_string()));
         }
         let esize = r.dtype.size();
-        if buf.kind() == MemoryKind::Host {
-            let at = buf.lend_mut(None).addr;
-            // The layout's offsets lie within `buf` (its length is checked
-            // above).
-            r.send = (at + layout.input_at * esize) as *const u8;
-            r.recv = (at + layout.output_at * esize) as *mut u8;
-            return to.host(r);
-        }
-        let place = self.place(name, [(buf.location(), buf.len())])?;
-        let stream = place.as_ref().map(|(_, s)| s.clone());
+        // Host memory (the hot path): nothing to place.
+        let place = match buf.kind() {
+            MemoryKind::Host => None,
+            MemoryKind::Device => self.place(name, [(buf.location(), buf.len())])?,
+        };
+        let stream = place.map(|(_, s)| s);
         let lent = buf.lend_mut(stream.as_ref());
         // The layout's offsets lie within its `elems`, which is
         // `buf.len()` (checked above): both addresses stay inside `buf`.
@@ -177,15 +173,8 @@ impl Build<'_> {
     /// Refuses device buffers for a collective the device path does not
     /// run, before anything binds.
     fn host_only(&self, coll: Collective, kinds: [MemoryKind; 2]) -> Result<()> {
-        if !Inner::runs_on_device(coll) && kinds.contains(&MemoryKind::Device) {
-            return Err(bad(
-                self.rank(),
-                coll.name(),
-                format!(
-                    "is not supported on device buffers (the device path runs {})",
-                    Collective::UNIFORM.map(|c| c.name()).join(", ")
-                ),
-            ));
+        if kinds.contains(&MemoryKind::Device) {
+            self.inner.check_runs_on_device(coll)?;
         }
         Ok(())
     }
@@ -245,19 +234,8 @@ impl Build<'_> {
             } else {
                 "the send buffer"
             };
-            match l {
-                Location::Host => {}
-                Location::Device {
-                    device: DeviceId::Open(dev),
-                    ..
-                } => {
-                    self.comm.bind_or_check(name, what, dev)?;
-                }
-                #[cfg(feature = "cuda")]
-                Location::Device {
-                    device: DeviceId::Cuda(ctx),
-                    ..
-                } => self.comm.bind_or_check_cuda(name, ctx)?,
+            if let Location::Device { device, .. } = l {
+                self.comm.bind_or_check_id(name, what, device)?;
             }
         }
         let mut placed = None;

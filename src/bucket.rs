@@ -29,7 +29,7 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
-use crate::buffer::{BufferMut, DeviceId, Lent, Location, Stream};
+use crate::buffer::{BufferMut, Lent, Location, Stream};
 use crate::device::{device_error, Device, DeviceBuffer, DevicePtr};
 use crate::{Communicator, Element, RawOp, RawWork};
 
@@ -181,13 +181,7 @@ impl<'c, 'g> Bucketer<'c, 'g> {
         let location = crate::Buffer::location(&grad);
         let kind = location.kind();
         if let Location::Device { device, stream } = &location {
-            match device {
-                DeviceId::Open(dev) => {
-                    self.comm.bind_or_check(OP, "a gradient", dev)?;
-                }
-                #[cfg(feature = "cuda")]
-                DeviceId::Cuda(ctx) => self.comm.bind_or_check_cuda(OP, ctx)?,
-            }
+            self.comm.bind_or_check_id(OP, "a gradient", device)?;
             match &self.stream {
                 None => self.stream = Some(stream.clone()),
                 Some(s) if s.handle() == stream.handle() => {}

@@ -175,7 +175,7 @@ pub unsafe trait BufferMut: Buffer {
 /// `&mut` as input or output). Owned containers are not buffers: an
 /// operation queued in a [`crate::Scope`] would outlive them.
 macro_rules! host {
-    ($(impl[$($g:tt)*] $ty:ty, $mut_ty:ty;)*) => {$(
+    (@input [$($g:tt)*] $ty:ty) => {
         // SAFETY: the slice a reference derefs to addresses its `len()`
         // initialised elements in this process's memory, readable while
         // the reference lives.
@@ -196,25 +196,12 @@ macro_rules! host {
                 Lent::new(self[..].as_ptr() as usize)
             }
         }
-        // SAFETY: as above.
-        unsafe impl<'r, $($g)*> Buffer for $mut_ty {
-            type Elem = T;
-            fn len(&self) -> usize {
-                <[T]>::len(&self[..])
-            }
-            fn location(&self) -> Location {
-                Location::Host
-            }
-            #[inline]
-            fn kind(&self) -> MemoryKind {
-                MemoryKind::Host
-            }
-            #[inline]
-            fn lend<'a>(&'a self, _: Option<&'a Stream>) -> Lent<'a> {
-                Lent::new(self[..].as_ptr() as usize)
-            }
-        }
-        // SAFETY: as above; a `&mut` borrow gives exclusive write access.
+    };
+    ($(impl[$($g:tt)*] $ty:ty, $mut_ty:ty;)*) => {$(
+        host!(@input [$($g)*] $ty);
+        host!(@input [$($g)*] $mut_ty);
+        // SAFETY: as for the inputs; a `&mut` borrow gives exclusive write
+        // access.
         unsafe impl<'r, $($g)*> BufferMut for $mut_ty {
             #[inline]
             fn lend_mut<'a>(&'a mut self, _: Option<&'a Stream>) -> Lent<'a> {

@@ -6,9 +6,10 @@
 use comm_core::{ReduceOp, Result};
 use compress::{Codec, ErrorFeedback};
 
-use crate::buffer::{BufferMut, DeviceId, DeviceSliceMut, Location};
+use crate::buffer::{BufferMut, DeviceSliceMut, Location};
 use crate::compressed_device::DeviceFeedback;
-use crate::{Buffer, Communicator, CompressScope};
+use crate::device::DevicePtr;
+use crate::{Communicator, CompressScope};
 
 impl Communicator {
     /// All-reduce of `buf` (sum or avg) with `codec` on the scarce tier,
@@ -68,79 +69,59 @@ macro_rules! host_compress {
 }
 host_compress!(&mut [f32], &mut Vec<f32>);
 
-impl private::Sealed for DeviceSliceMut<'_, f32> {}
-impl CompressBuffer for DeviceSliceMut<'_, f32> {
-    type Feedback = DeviceFeedback;
-    fn all_reduce_compressed(
-        self,
-        comm: &Communicator,
-        (op, codec, scope): (ReduceOp, &Codec, CompressScope),
-        feedback: Option<&mut DeviceFeedback>,
-    ) -> Result<()> {
-        let Location::Device {
-            device: DeviceId::Open(dev),
-            stream,
-        } = self.location()
-        else {
-            unreachable!("a device view")
-        };
-        comm.bind_or_check("all_reduce_compressed", "the buffer", &dev)?;
-        // SAFETY: the view lends `len` f32 of the bound device (checked
-        // above), borrowed mutably for this call, which returns once the
-        // stream has run the work.
-        unsafe {
-            comm.all_reduce_compressed_device_raw(
-                self.ptr(),
-                self.len(),
-                op,
-                codec,
-                feedback,
-                scope,
-                stream.handle(),
-            )
-        }
+/// The device form for any device buffer: checks (or binds) its device,
+/// then runs the device codec kernels on its stream and waits for them.
+fn on_device<B: BufferMut<Elem = f32>>(
+    mut buf: B,
+    comm: &Communicator,
+    (op, codec, scope): (ReduceOp, &Codec, CompressScope),
+    feedback: Option<&mut DeviceFeedback>,
+) -> Result<()> {
+    let Location::Device { device, stream } = buf.location() else {
+        unreachable!("a device buffer")
+    };
+    comm.bind_or_check_id("all_reduce_compressed", "the buffer", &device)?;
+    let len = buf.len();
+    // cudarc's guard (in `lent`) records the slice's events after the call.
+    let lent = buf.lend_mut(Some(&stream));
+    // SAFETY: the buffer lends `len` f32 of the bound device (checked
+    // above), borrowed mutably for this call, which returns once the
+    // stream has run the work.
+    unsafe {
+        comm.all_reduce_compressed_device_raw(
+            DevicePtr(lent.addr as u64),
+            len,
+            op,
+            codec,
+            feedback,
+            scope,
+            stream.handle(),
+        )
     }
 }
 
-#[cfg(feature = "cuda")]
-macro_rules! cudarc_compress {
+/// Device buffers: sncl's views and cudarc's slices.
+macro_rules! device_compress {
     ($(impl<$($l:lifetime),*> $ty:ty;)*) => {$(
         impl<$($l),*> private::Sealed for $ty {}
         impl<$($l),*> CompressBuffer for $ty {
             type Feedback = DeviceFeedback;
             fn all_reduce_compressed(
-                mut self,
+                self,
                 comm: &Communicator,
-                (op, codec, scope): (ReduceOp, &Codec, CompressScope),
+                how: (ReduceOp, &Codec, CompressScope),
                 feedback: Option<&mut DeviceFeedback>,
             ) -> Result<()> {
-                let Location::Device { device: DeviceId::Cuda(ctx), stream } = self.location() else {
-                    unreachable!("a cudarc slice")
-                };
-                comm.bind_or_check_cuda("all_reduce_compressed", &ctx)?;
-                let len = self.len();
-                // cudarc's guard records the slice's events after the call.
-                let lent = self.lend_mut(Some(&stream));
-                // SAFETY: the slice lends `len` f32 of the bound device,
-                // borrowed mutably for this call, which returns once the
-                // stream has run the work.
-                unsafe {
-                    comm.all_reduce_compressed_device_raw(
-                        crate::device::DevicePtr(lent.addr as u64),
-                        len,
-                        op,
-                        codec,
-                        feedback,
-                        scope,
-                        stream.handle(),
-                    )
-                }
+                on_device(self, comm, how, feedback)
             }
         }
     )*};
 }
+device_compress! {
+    impl<'a> DeviceSliceMut<'a, f32>;
+}
 #[cfg(feature = "cuda")]
-cudarc_compress! {
+device_compress! {
     impl<'r> &'r mut cudarc::driver::CudaSlice<f32>;
     impl<'v> cudarc::driver::CudaViewMut<'v, f32>;
 }

@@ -96,16 +96,12 @@ pub fn some_stream_parked() -> bool {
         .any(|s| matches!(s.state(), State::WaitingValue { passes_now, .. } if !(passes_now.0)()))
 }
 
+/// Every live stream of the process (a stream belongs to one context).
 fn all_streams() -> Vec<Arc<Stream>> {
-    let mut out = Vec::new();
-    for d in 0..config::get().devices {
-        for c in context::of_device(d) {
-            out.extend(crate::stream::of_context(c.handle));
-        }
-    }
-    out.sort_by_key(|s| Arc::as_ptr(s) as usize);
-    out.dedup_by_key(|s| Arc::as_ptr(s) as usize);
-    out
+    (0..config::get().devices)
+        .flat_map(context::of_device)
+        .flat_map(|c| crate::stream::of_context(c.handle))
+        .collect()
 }
 
 /// Starts the detector thread (once).

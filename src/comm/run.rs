@@ -50,7 +50,7 @@ impl Inner {
             // SAFETY: forwarded from the caller; checked by `prepared`.
             rest = unsafe { self.copy_to_self(op) };
             if rest.p2p.is_empty() {
-                *st.ops.entry(op.coll).or_insert(0) += 1;
+                st.count_op(op.coll);
                 return Ok(());
             }
             &rest
@@ -66,8 +66,7 @@ impl Inner {
             if op.coll == Collective::SendRecv {
                 0
             } else {
-                st.seq += 1;
-                st.seq
+                st.take_seq()
             }
         };
         if sched.steps.is_empty() {
@@ -121,7 +120,7 @@ impl Inner {
             b.with_peer_buffers(op.p2p.iter().map(|p| (p.ptr, p.bytes())).collect())
         };
         let bytes = (send_elems.max(recv_elems) * esize) as u64;
-        *st.ops.entry(op.coll).or_insert(0) += 1;
+        st.count_op(op.coll);
         self.execute_op(
             st,
             op,
@@ -206,9 +205,9 @@ impl Inner {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
-        st.seq += 1;
-        *st.ops.entry(coll).or_insert(0) += 1;
-        let ctx = self.op_context(st.seq, fingerprint, fingerprint.op, self.spin);
+        let seq = st.take_seq();
+        st.count_op(coll);
+        let ctx = self.op_context(seq, fingerprint, fingerprint.op, self.spin);
         let r = f(st, &ctx, &self.abort_flag);
         if let Err(e) = &r {
             self.fail(st, e);
@@ -296,6 +295,20 @@ impl Inner {
         Collective::UNIFORM.contains(&c)
     }
 
+    /// Refuses `coll` on device buffers where the device path does not run
+    /// it.
+    pub(crate) fn check_runs_on_device(&self, coll: Collective) -> Result<()> {
+        if Inner::runs_on_device(coll) {
+            return Ok(());
+        }
+        Err(self.invalid(
+            coll.name(),
+            "is not supported on device buffers (all_reduce, reduce_scatter, \
+             all_gather, broadcast, reduce, alltoall, gather and scatter are)"
+                .into(),
+        ))
+    }
+
     /// Checks a device operation at enqueue (before it takes a ticket or a
     /// sequence number) and keeps the result in it ([`Inner::prepare`]):
     /// as a host operation, plus the collectives the device path runs and
@@ -303,14 +316,7 @@ impl Inner {
     /// (send, receive) in elements.
     pub(crate) fn validate_device(&self, op: &mut RawOp) -> Result<(usize, usize)> {
         let name = op.coll.name();
-        if !Inner::runs_on_device(op.coll) {
-            return Err(self.invalid(
-                name,
-                "is not supported on device buffers (all_reduce, reduce_scatter, \
-                 all_gather, broadcast, reduce, alltoall, gather and scatter are)"
-                    .into(),
-            ));
-        }
+        self.check_runs_on_device(op.coll)?;
         let p = self.prepare(op)?;
         let n = self.nranks;
         if op

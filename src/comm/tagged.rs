@@ -102,7 +102,7 @@ impl Inner {
             });
         }
         self.tagged_turn(|st| {
-            *st.ops.entry(Collective::Tagged).or_insert(0) += 1;
+            st.count_op(Collective::Tagged);
             if peer == self.rank {
                 st.mailbox.park(peer, tag, data.len(), data.to_vec());
                 return Ok(());
@@ -248,7 +248,7 @@ impl Inner {
             });
         }
         self.tagged_turn(|st| {
-            *st.ops.entry(Collective::Tagged).or_insert(0) += 1;
+            st.count_op(Collective::Tagged);
             let fp = fingerprint(tag, buf.len());
             let (me, comm_id) = (self.rank, self.comm_id);
             let len = buf.len();

@@ -219,6 +219,21 @@ impl Communicator {
         Ok(bound)
     }
 
+    /// [`Communicator::bind_or_check`] for a typed buffer's device: an open
+    /// sncl device, or a cudarc context (feature `cuda`).
+    pub(crate) fn bind_or_check_id(
+        &self,
+        op: &'static str,
+        what: &str,
+        device: &crate::buffer::DeviceId,
+    ) -> Result<()> {
+        match device {
+            crate::buffer::DeviceId::Open(dev) => self.bind_or_check(op, what, dev).map(|_| ()),
+            #[cfg(feature = "cuda")]
+            crate::buffer::DeviceId::Cuda(ctx) => self.bind_or_check_cuda(op, ctx),
+        }
+    }
+
     /// The device this communicator is bound to, if any.
     pub fn bound_device(&self) -> Option<Arc<dyn Device>> {
         self.device.get().map(|a| a.binding.dev.clone())
