@@ -374,15 +374,11 @@ impl Communicator {
     pub fn agree_on_failed(&self) -> Result<Vec<usize>> {
         let inner = &self.inner;
         let me = inner.rank;
-        let round = inner.agrees.fetch_add(1, Ordering::SeqCst);
+        let round = inner.recovery.agrees.fetch_add(1, Ordering::SeqCst);
         let tag = derived_id(inner.comm_id, AGREE_TAG, round, &[]);
         let prefix = format!("sncl-agree/{tag:016x}");
         let own = PrefixStore::new(prefix.clone(), inner.own_standby_store("agree_on_failed")?);
-        let seen = inner
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let seen = inner.recovery.failed_so_far();
         let mut round = Round {
             inner,
             me,

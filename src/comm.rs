@@ -113,30 +113,11 @@ pub(crate) struct Inner {
     /// The last operations, for hang diagnosis (`crate::flight`).
     pub flight: sncl_runtime::flight::FlightRecorder,
     pub _server: Option<TcpStoreServer>,
-    /// Peers this rank saw fail (named by a failed operation).
-    pub failed: Mutex<std::collections::BTreeSet<usize>>,
-    /// Where every rank's standby store listens (see [`Standby`]).
-    pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
-    /// This rank's standby store (gone once a shrunk communicator took it).
-    pub standby: Mutex<Standby>,
-    /// Shrinks and agreements started on this communicator.
-    pub shrinks: AtomicU64,
-    pub agrees: AtomicU64,
+    /// What recovery (shrink, agreement) keeps: failed peers, the standby
+    /// stores.
+    pub recovery: crate::recovery::Recovery,
     /// Windows allocated on this communicator (`alloc_window`).
     pub windows: Mutex<windows::Windows>,
-}
-
-/// A store every rank serves from creation and publishes with its
-/// connection info, so that after a failure (the parent's store may have
-/// died with rank 0) the survivors agree and rendezvous at addresses every
-/// rank already knows: nothing is exchanged after the loss. Serving from
-/// the start (not only once recovery begins) keeps a live rank answering
-/// while strangers fill its backlog.
-pub(crate) enum Standby {
-    /// Serving.
-    Serving(TcpStoreServer),
-    /// Handed to a shrunk communicator (or never had one).
-    Gone,
 }
 
 pub(crate) struct InnerParts {
@@ -222,11 +203,7 @@ impl Inner {
             abort_reason: Mutex::new(None),
             flight,
             _server: p.server,
-            failed: Mutex::new(Default::default()),
-            standby_addrs: p.standby_addrs,
-            standby: Mutex::new(p.standby.map_or(Standby::Gone, Standby::Serving)),
-            shrinks: AtomicU64::new(0),
-            agrees: AtomicU64::new(0),
+            recovery: crate::recovery::Recovery::new(p.standby, p.standby_addrs),
             windows: Mutex::new(windows::Windows::default()),
         }
     }

@@ -61,16 +61,16 @@ impl Communicator {
             // The exchange sends to every other node at once: pace each of
             // its sockets at that share of the node link (SNCL_COMPRESS_PACING).
             let (node, replicas) = self.split_2d_configured(|c| {
-                match c.compress_pacing {
+                match c.tcp.compress_pacing {
                     TcpPacing::Off => {}
                     // No link rate configured: SNCL_TCP_PACING decides.
                     TcpPacing::Auto if c.tiers.inter.is_none() => {}
-                    paced => c.tcp_pacing = paced,
+                    paced => c.tcp.pacing = paced,
                 }
-                c.tcp_flows_per_rank = nodes - 1;
+                c.tcp.flows_per_rank = nodes - 1;
                 // One socket per peer: a round's message to a peer is often
                 // one piece, which would leave a second socket's share idle.
-                c.nsocks = 1;
+                c.tcp.nsocks = 1;
                 // The replica communicator has one rank per node; the link
                 // is shared by all of the node's ranks.
                 c.tiers.cluster.ranks_per_node.get_or_insert(local);

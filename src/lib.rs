@@ -69,6 +69,7 @@ mod flight;
 pub mod fuzzing;
 mod logging;
 mod order;
+mod recovery;
 mod setup;
 mod shrink;
 mod split;
@@ -91,7 +92,10 @@ pub use compressed_buffer::CompressBuffer;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::DeviceOp;
 
-pub use comm_core::config::{DeviceSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy};
+pub use comm_core::config::{
+    DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
+    SubsystemFilter, TcpPacing, TcpSettings,
+};
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
@@ -120,7 +124,7 @@ fn store_bind_addr(root: SocketAddr, config: &Config) -> Result<SocketAddr> {
     if std::net::UdpSocket::bind(SocketAddr::new(root.ip(), 0)).is_ok() {
         return Ok(root);
     }
-    if let Some(ifname) = &config.socket_ifname {
+    if let Some(ifname) = &config.tcp.socket_ifname {
         let ip = transport_tcp::interface_addr(ifname).map_err(|e| Error::Io {
             rank: 0,
             context: format!("finding SNCL_SOCKET_IFNAME={ifname} for the rendezvous store"),

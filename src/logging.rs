@@ -12,93 +12,66 @@
 //! subscriber, which sees sncl's events under their module targets
 //! (`sncl::setup`, `transport_tcp`, …).
 
-/// The subsystems of `SNCL_DEBUG_SUBSYS` and the `tracing` targets (module
-/// paths, matched as prefixes) each covers.
+/// The `tracing` targets (module paths, matched as prefixes) each of
+/// `SNCL_DEBUG_SUBSYS`'s subsystems ([`comm_core::config::LOG_SUBSYSTEMS`])
+/// covers.
 #[cfg(any(feature = "log-init", test))]
-pub(crate) const SUBSYSTEMS: &[(&str, &[&str])] = &[
-    (
-        "INIT",
-        &[
+pub(crate) fn subsystem_targets(name: &str) -> &'static [&'static str] {
+    match name {
+        "INIT" => &[
             "sncl::setup",
             "sncl_bootstrap",
             "sncl::shrink",
             "sncl::agree",
             "sncl::split",
         ],
-    ),
-    ("COLL", &["sncl::comm", "sncl_runtime", "sncl::work"]),
-    ("P2P", &["sncl::comm::tagged", "transport_nvlink"]),
-    ("SHM", &["transport_shm"]),
-    (
-        "NET",
-        &[
+        "COLL" => &["sncl::comm", "sncl_runtime", "sncl::work"],
+        "P2P" => &["sncl::comm::tagged", "transport_nvlink"],
+        "SHM" => &["transport_shm"],
+        "NET" => &[
             "transport_tcp",
             "transport_rdma",
             "sncl_bootstrap::tcpstore",
         ],
-    ),
-    (
-        "GRAPH",
-        &[
+        "GRAPH" => &[
             "comm_core::topo",
             "comm_core::topofile",
             "transport_rdma::topo",
         ],
-    ),
-    (
-        "TUNING",
-        &["comm_core::tune", "sncl::comm::plan", "sncl::calibrate"],
-    ),
-    ("ENV", &["comm_core::settings", "sncl_environment"]),
-    ("ALLOC", &["device", "sncl::device"]),
-];
-
-/// The `tracing` filter directives for `SNCL_DEBUG` = `level` (already
-/// lower case: `warn`, `info`, …) and `SNCL_DEBUG_SUBSYS` = `subsys`:
-/// warnings and errors from everywhere, and `level` for the targets of the
-/// subsystems listed (all but them with a leading `^`). An unknown
-/// subsystem name is an error naming the known ones.
-#[cfg(any(feature = "log-init", test))]
-pub(crate) fn filter_directives(level: &str, subsys: Option<&str>) -> Result<String, String> {
-    let Some(spec) = subsys.map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(level.to_string());
-    };
-    let (exclude, list) = match spec.strip_prefix('^') {
-        Some(rest) => (true, rest),
-        None => (false, spec),
-    };
-    let mut targets: Vec<&str> = Vec::new();
-    let mut all = false;
-    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let upper = name.to_ascii_uppercase();
-        if upper == "ALL" {
-            all = true;
-            continue;
-        }
-        let Some((_, t)) = SUBSYSTEMS.iter().find(|(n, _)| *n == upper) else {
-            let known: Vec<&str> = SUBSYSTEMS.iter().map(|(n, _)| *n).collect();
-            return Err(format!(
-                "SNCL_DEBUG_SUBSYS: unknown subsystem {name:?}; expected a comma-separated list \
-                 of {}, ALL, optionally after ^",
-                known.join(", ")
-            ));
-        };
-        targets.extend_from_slice(t);
+        "TUNING" => &["comm_core::tune", "sncl::comm::plan", "sncl::calibrate"],
+        "ENV" => &["comm_core::settings", "sncl_environment"],
+        "ALLOC" => &["device", "sncl::device"],
+        _ => &[],
     }
-    // Below WARN there is nothing to narrow.
-    let quiet = matches!(level, "warn" | "error" | "off");
-    Ok(match (exclude, all, quiet) {
-        (_, _, true) | (false, true, _) => level.to_string(),
-        (true, true, false) => "warn".to_string(),
-        (false, false, false) => std::iter::once("warn".to_string())
-            .chain(targets.iter().map(|t| format!("{t}={level}")))
+}
+
+/// The `tracing` filter directives for the log's settings: warnings and
+/// errors from everywhere, and the level for the targets of the subsystems
+/// shown.
+#[cfg(any(feature = "log-init", test))]
+pub(crate) fn filter_directives(log: &LogSettings) -> String {
+    let level = log.level.directive();
+    let targets = |names: &[&str]| -> Vec<&'static str> {
+        names
+            .iter()
+            .flat_map(|n| subsystem_targets(n).iter().copied())
+            .collect()
+    };
+    // At WARN and below there is nothing to narrow.
+    if matches!(log.level, LogLevel::Warn | LogLevel::Error | LogLevel::Off) {
+        return level.to_string();
+    }
+    match &log.subsystems {
+        SubsystemFilter::All => level.to_string(),
+        SubsystemFilter::Only(names) => std::iter::once("warn".to_string())
+            .chain(targets(names).iter().map(|t| format!("{t}={level}")))
             .collect::<Vec<_>>()
             .join(","),
-        (true, false, false) => std::iter::once(level.to_string())
-            .chain(targets.iter().map(|t| format!("{t}=warn")))
+        SubsystemFilter::Except(names) => std::iter::once(level.to_string())
+            .chain(targets(names).iter().map(|t| format!("{t}=warn")))
             .collect::<Vec<_>>()
             .join(","),
-    })
+    }
 }
 
 /// `SNCL_DEBUG_FILE`'s path with `%h` (host name) and `%p` (process id)
@@ -126,6 +99,9 @@ pub(crate) fn log_file_path(pattern: &str, host: &str, pid: u32) -> std::path::P
 #[cfg(feature = "log-init")]
 static INIT: std::sync::Once = std::sync::Once::new();
 
+#[cfg(any(feature = "log-init", test))]
+use comm_core::config::{LogLevel, LogSettings, SubsystemFilter};
+
 /// Installs a subscriber for sncl's log as the module documentation says
 /// (default: WARN on stderr). Does nothing when a global subscriber already
 /// exists. Idempotent. A bad `SNCL_DEBUG_SUBSYS` or `RUST_LOG`, or a log
@@ -142,28 +118,18 @@ fn install() {
 
     use sncl_bootstrap::ReadEnvironment;
     use tracing_subscriber::EnvFilter;
-    // A broken settings file is reported by the configuration that
-    // follows; logging falls back to the environment alone.
+    let mut problems = Vec::new();
+    // A broken settings file or setting is reported by the configuration
+    // that follows too; logging falls back to its defaults.
     let env = comm_core::settings::Environment::from_process()
         .unwrap_or_else(|_| comm_core::settings::Environment::process_variables());
-    let level = match env
-        .get("SNCL_DEBUG")
-        .unwrap_or_default()
-        .to_ascii_uppercase()
-        .as_str()
-    {
-        "TRACE" => "trace",
-        "DEBUG" => "debug",
-        "INFO" => "info",
-        "ERROR" => "error",
-        "OFF" | "NONE" => "off",
-        _ => "warn",
-    };
-    let mut problems = Vec::new();
-    let sncl_filter = || {
-        filter_directives(level, env.get("SNCL_DEBUG_SUBSYS"))
-            .and_then(|d| EnvFilter::try_new(d).map_err(|e| e.to_string()))
-    };
+    let log = comm_core::Config::from_environment(&env)
+        .map(|c| c.log)
+        .unwrap_or_else(|e| {
+            problems.push(format!("{e}; logging at WARN"));
+            LogSettings::default()
+        });
+    let sncl_filter = || EnvFilter::try_new(filter_directives(&log)).map_err(|e| e.to_string());
     let filter = match env.get("RUST_LOG").filter(|v| !v.trim().is_empty()) {
         Some(spec) => EnvFilter::try_new(spec).or_else(|e| {
             problems.push(format!("RUST_LOG={spec:?}: {e}; using SNCL_DEBUG"));
@@ -173,23 +139,20 @@ fn install() {
     }
     .unwrap_or_else(|e| {
         problems.push(e);
-        EnvFilter::new(level)
+        EnvFilter::new(log.level.directive())
     });
-    let file = env
-        .get("SNCL_DEBUG_FILE")
-        .filter(|p| !p.trim().is_empty())
-        .and_then(|pattern| {
-            let path = log_file_path(pattern, &crate::setup::host_name(), std::process::id());
-            let mut opts = std::fs::OpenOptions::new();
-            opts.create(true).append(true);
-            {
-                use std::os::unix::fs::OpenOptionsExt;
-                opts.mode(0o600);
-            }
-            opts.open(&path)
-                .map_err(|e| problems.push(format!("SNCL_DEBUG_FILE: {}: {e}", path.display())))
-                .ok()
-        });
+    let file = log.file.as_deref().and_then(|pattern| {
+        let path = log_file_path(pattern, &crate::setup::host_name(), std::process::id());
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true).append(true);
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        opts.open(&path)
+            .map_err(|e| problems.push(format!("SNCL_DEBUG_FILE: {}: {e}", path.display())))
+            .ok()
+    });
     for p in &problems {
         // No subscriber yet: the one place sncl writes to stderr itself.
         let _ = writeln!(std::io::stderr(), "sncl: logging: {p}");
@@ -213,27 +176,46 @@ fn install() {
 mod tests {
     use super::*;
 
+    fn directives(level: &str, subsys: &str) -> comm_core::Result<String> {
+        Ok(filter_directives(&LogSettings {
+            level: LogLevel::parse(level)?,
+            subsystems: SubsystemFilter::parse(subsys)?,
+            file: None,
+        }))
+    }
+
     #[test]
     fn subsystems_narrow_the_messages_above_warn() {
-        assert_eq!(filter_directives("info", None).unwrap(), "info");
-        assert_eq!(filter_directives("info", Some("ALL")).unwrap(), "info");
+        assert_eq!(directives("info", "").unwrap(), "info");
+        assert_eq!(directives("INFO", "ALL").unwrap(), "info");
         assert_eq!(
-            filter_directives("info", Some("init,shm")).unwrap(),
+            directives("info", "init,shm").unwrap(),
             "warn,sncl::setup=info,sncl_bootstrap=info,sncl::shrink=info,sncl::agree=info,\
              sncl::split=info,transport_shm=info"
         );
         assert_eq!(
-            filter_directives("debug", Some("^SHM")).unwrap(),
+            directives("debug", "^SHM").unwrap(),
             "debug,transport_shm=warn"
         );
+        assert_eq!(directives("debug", "^ALL").unwrap(), "warn");
         // Nothing to narrow at WARN.
-        assert_eq!(filter_directives("warn", Some("NET")).unwrap(), "warn");
-        let e = filter_directives("info", Some("INIT,NETT")).unwrap_err();
+        assert_eq!(directives("warn", "NET").unwrap(), "warn");
+        assert_eq!(directives("VERSION", "").unwrap(), "warn");
+        let e = directives("info", "INIT,NETT").unwrap_err().to_string();
         assert!(e.contains("\"NETT\"") && e.contains("TUNING"), "{e}");
-        // Every subsystem's directives parse as a tracing filter.
-        for (name, _) in SUBSYSTEMS {
-            let d = filter_directives("trace", Some(name)).unwrap();
+        let e = directives("LOUD", "").unwrap_err().to_string();
+        assert!(
+            e.contains("SNCL_DEBUG=\"LOUD\"") && e.contains("TRACE"),
+            "{e}"
+        );
+        // Every subsystem covers targets, and its directives parse as a
+        // tracing filter.
+        for name in comm_core::config::LOG_SUBSYSTEMS {
+            assert!(!subsystem_targets(name).is_empty(), "{name}");
+            let d = directives("trace", name).unwrap();
             assert!(d.starts_with("warn,") && d.contains("=trace"), "{d}");
+            #[cfg(feature = "log-init")]
+            tracing_subscriber::EnvFilter::try_new(&d).unwrap();
         }
     }
 

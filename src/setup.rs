@@ -178,7 +178,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         .node_of(rank)
         .map(str::to_string)
         .unwrap_or_else(|| node_identity(&config));
-    let ip = match &config.socket_ifname {
+    let ip = match &config.tcp.socket_ifname {
         Some(ifname) => transport_tcp::interface_addr(ifname).map_err(|e| Error::Io {
             rank,
             context: format!("SNCL_SOCKET_IFNAME={ifname}"),

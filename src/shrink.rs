@@ -20,7 +20,8 @@ use std::time::Instant;
 use comm_core::{Error, Result};
 use sncl_bootstrap::{MemoryStore, TcpStore, TcpStoreServer};
 
-use crate::comm::{Inner, Standby};
+use crate::comm::Inner;
+use crate::recovery::Standby;
 use crate::{setup, Communicator};
 
 /// FNV-1a over the parent id, a domain tag, a sequence number and a list.
@@ -45,7 +46,11 @@ impl Inner {
     /// This rank's own standby store, read and written in memory; an
     /// error when a shrunk communicator took it over.
     pub(crate) fn own_standby_store(&self, op: &'static str) -> Result<MemoryStore> {
-        let sb = self.standby.lock().unwrap_or_else(|e| e.into_inner());
+        let sb = self
+            .recovery
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         match &*sb {
             Standby::Serving(s) => Ok(s.local_store()),
             Standby::Gone => Err(Error::InvalidArgument {
@@ -60,7 +65,8 @@ impl Inner {
 
     /// Where rank `host`'s standby store listens.
     pub(crate) fn standby_addr(&self, host: usize) -> Result<SocketAddr> {
-        self.standby_addrs
+        self.recovery
+            .standby_addrs
             .get(host)
             .copied()
             .flatten()
@@ -76,7 +82,11 @@ impl Inner {
     /// Takes the serving store out of the parent (for the new communicator
     /// to keep).
     fn take_standby_server(&self) -> Option<TcpStoreServer> {
-        let mut sb = self.standby.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sb = self
+            .recovery
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *sb, Standby::Gone) {
             Standby::Serving(s) => Some(s),
             other => {
@@ -109,6 +119,7 @@ impl Communicator {
     /// only for a communicator built without a rendezvous.
     pub fn standby_store_addr(&self) -> Option<SocketAddr> {
         self.inner
+            .recovery
             .standby_addrs
             .get(self.inner.rank)
             .copied()
@@ -149,7 +160,7 @@ impl Communicator {
         let survivors: Vec<usize> = (0..n).filter(|r| !excluded.contains(r)).collect();
         let new_rank = survivors.iter().position(|&r| r == me).expect("a survivor");
         let host = survivors[0];
-        let seq = inner.shrinks.fetch_add(1, Ordering::SeqCst);
+        let seq = inner.recovery.shrinks.fetch_add(1, Ordering::SeqCst);
         let excluded: Vec<usize> = excluded.into_iter().collect();
         let comm_id = derived_id(inner.comm_id, SHRINK_TAG, seq, &excluded);
         let deadline = Instant::now() + inner.config.timeout;

@@ -22,8 +22,14 @@ fn init(
             let cfg = Config {
                 checksum: checksum(r),
                 transport,
-                shm_slot_bytes: 4096,
-                tcp_piece_bytes: 4096,
+                shm: sncl::ShmSettings {
+                    slot_bytes: 4096,
+                    ..Default::default()
+                },
+                tcp: sncl::TcpSettings {
+                    piece_bytes: 4096,
+                    ..Default::default()
+                },
                 timeout: Duration::from_secs(30),
                 ..Config::default()
             };

@@ -79,8 +79,14 @@ fn config(transport: TransportChoice) -> Config {
     Config {
         timeout: Duration::from_secs(30),
         chunk_bytes: 4096,
-        shm_slot_bytes: 4096,
-        tcp_piece_bytes: 4096,
+        shm: sncl::ShmSettings {
+            slot_bytes: 4096,
+            ..Default::default()
+        },
+        tcp: sncl::TcpSettings {
+            piece_bytes: 4096,
+            ..Default::default()
+        },
         transport,
         ..Default::default()
     }

@@ -243,7 +243,10 @@ fn cfg(algo: Algorithm, transport: TransportChoice, timeout_ms: u64) -> Config {
             ),
         ],
         chunk_bytes: 4096,
-        shm_slot_bytes: 4096,
+        shm: sncl::ShmSettings {
+            slot_bytes: 4096,
+            ..Default::default()
+        },
         transport,
         ..Default::default()
     }

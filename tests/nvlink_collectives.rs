@@ -104,8 +104,11 @@ fn nvlink_vs_shm_staging_timing() {
     for transport in ["nvlink", "shm"] {
         let cfg = sncl::Config {
             transport: TransportChoice::parse(transport).expect("name"),
-            shm_slot_bytes: 128 << 10,
-            shm_slots: 8,
+            shm: sncl::ShmSettings {
+                slot_bytes: 128 << 10,
+                slots: 8,
+                ..Default::default()
+            },
             ..config()
         };
         let comms = Communicator::init_threads(2, cfg).expect("init");

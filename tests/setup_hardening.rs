@@ -85,8 +85,11 @@ const _: () = assert!(comm_core::config::MAX_TCP_PIECE_BYTES <= transport_tcp::M
 #[test]
 fn largest_slots_and_slot_bytes_together_exceed_the_segment_bound() {
     let c = Config {
-        shm_slots: comm_core::config::MAX_SHM_SLOTS,
-        shm_slot_bytes: comm_core::config::MAX_SHM_SLOT_BYTES,
+        shm: sncl::ShmSettings {
+            slots: comm_core::config::MAX_SHM_SLOTS,
+            slot_bytes: comm_core::config::MAX_SHM_SLOT_BYTES,
+            ..Default::default()
+        },
         ..Config::default()
     };
     let e = c

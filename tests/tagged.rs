@@ -14,8 +14,14 @@ fn comms(n: usize, transport: TransportChoice, timeout: Duration) -> Vec<Communi
     let cfg = Config {
         timeout,
         transport,
-        tcp_piece_bytes: 4096,
-        shm_slot_bytes: 4096,
+        shm: sncl::ShmSettings {
+            slot_bytes: 4096,
+            ..Default::default()
+        },
+        tcp: sncl::TcpSettings {
+            piece_bytes: 4096,
+            ..Default::default()
+        },
         ..Config::default()
     };
     Communicator::init_threads(n, cfg).expect("init")

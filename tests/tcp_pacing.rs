@@ -62,7 +62,10 @@ fn compressed_exchange_over_tcp_with_capped_pieces_is_bit_identical() {
         let cfg = Config {
             transport: TransportChoice::Tcp,
             // Above the bounce buffer: the transport caps pieces to it.
-            tcp_piece_bytes: 1 << 20,
+            tcp: sncl::TcpSettings {
+                piece_bytes: 1 << 20,
+                ..Default::default()
+            },
             ..Config::default()
         };
         let comms = Communicator::init_threads(n, cfg).unwrap();

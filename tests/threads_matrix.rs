@@ -88,8 +88,14 @@ fn config(kind: Kind, transport: TransportChoice) -> Config {
         timeout: Duration::from_secs(60),
         algo,
         chunk_bytes: CHUNK,
-        shm_slot_bytes: SLOT,
-        tcp_piece_bytes: 4096,
+        shm: sncl::ShmSettings {
+            slot_bytes: SLOT,
+            ..Default::default()
+        },
+        tcp: sncl::TcpSettings {
+            piece_bytes: 4096,
+            ..Default::default()
+        },
         transport,
         ..Default::default()
     }
@@ -364,7 +370,7 @@ fn huge_count_1000003() {
             // Default-sized chunks and slots here: small ones would make
             // this slow without covering anything the matrix does not.
             cfg.chunk_bytes = Config::default().chunk_bytes;
-            cfg.shm_slot_bytes = Config::default().shm_slot_bytes;
+            cfg.shm.slot_bytes = Config::default().shm.slot_bytes;
             let comms = init(n, cfg);
             errs.extend(on_ranks(&comms, &format!("{}/huge", kind.name()), |k| {
                 use Collective::*;

@@ -50,7 +50,7 @@ fn conf_file_precedence() {
     // No user file: the system file applies; the environment wins over it.
     let env = load(&[("HOME", home_s), ("SNCL_NSOCKS", "8")], &system).unwrap();
     let c = Config::from_environment(&env).unwrap();
-    assert_eq!((c.nsocks, c.chunk_bytes), (8, 8192));
+    assert_eq!((c.tcp.nsocks, c.chunk_bytes), (8, 8192));
     assert_eq!(env.conf_file(), Some(system.as_path()));
     assert_eq!(env.origin("SNCL_NSOCKS"), Some(&Origin::Environment));
     assert_eq!(
@@ -65,7 +65,7 @@ fn conf_file_precedence() {
     std::fs::write(home.join(USER_CONF_FILE), "SNCL_SHM_SLOTS=4\n").unwrap();
     let env = load(&[("HOME", home_s)], &system).unwrap();
     let c = Config::from_environment(&env).unwrap();
-    assert_eq!((c.shm_slots, c.nsocks), (4, 1));
+    assert_eq!((c.shm.slots, c.tcp.nsocks), (4, 1));
 
     // SNCL_CONF_FILE wins over both.
     let named = s.file("named.conf", "SNCL_TRANSPORT=tcp\n");
@@ -78,7 +78,7 @@ fn conf_file_precedence() {
     )
     .unwrap();
     let c = Config::from_environment(&env).unwrap();
-    assert_eq!((c.transport, c.shm_slots), (TransportChoice::Tcp, 8));
+    assert_eq!((c.transport, c.shm.slots), (TransportChoice::Tcp, 8));
 
     // No file at all is fine.
     let env = load(&[], &s.0.join("absent.conf")).unwrap();

@@ -15,8 +15,9 @@ pub use ib_settings::{
     MAX_QPS_PER_CONN, MAX_REG_CACHE_MB,
 };
 pub use transport_settings::{
-    DeviceSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
-    DEFAULT_SINGLE_COPY_MIN_BYTES, MAX_SINGLE_COPY_MIN_BYTES,
+    DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
+    SubsystemFilter, TcpPacing, TcpSettings, DEFAULT_SINGLE_COPY_MIN_BYTES, LOG_SUBSYSTEMS,
+    MAX_SINGLE_COPY_MIN_BYTES,
 };
 
 /// Which transport connects ranks: per pair the first kind of the
@@ -62,56 +63,6 @@ impl TransportChoice {
 impl std::fmt::Display for TransportChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.forced().unwrap_or("auto"))
-    }
-}
-
-/// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`): each socket's
-/// kernel pacing rate (`SO_MAX_PACING_RATE`) is a share of the node link's
-/// rate, so that the flows a node starts together do not overflow the
-/// link's queue (transport-tcp's `socket_pacing_rate` computes the share).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum TcpPacing {
-    /// No pacing (default): the congestion control alone.
-    Off,
-    /// The link rate is the topology's inter-node bandwidth
-    /// (`inter.bandwidth` of `SNCL_TOPO_FILE`, e.g. written by `commbench
-    /// calibrate`, or `SNCL_INTER_BW`); no pacing where none is configured.
-    Auto,
-    /// The node link's rate, in bytes per second.
-    Rate(f64),
-}
-
-impl TcpPacing {
-    /// Parses `off` (or empty), `auto`, or a bandwidth as the topology file
-    /// writes them (`100mbit`, `12.5MB/s`, `1gbit`, bytes per second).
-    pub fn parse(v: &str) -> Result<TcpPacing> {
-        Self::parse_setting("SNCL_TCP_PACING", v)
-    }
-
-    /// [`TcpPacing::parse`] for the setting `name` (named in the error).
-    pub fn parse_setting(name: &str, v: &str) -> Result<TcpPacing> {
-        match v.trim() {
-            "" | "off" | "0" => Ok(TcpPacing::Off),
-            "auto" => Ok(TcpPacing::Auto),
-            rate => crate::topofile::parse_bandwidth(rate)
-                .filter(|b| b.is_finite() && *b >= 1.0)
-                .map(TcpPacing::Rate)
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "{name}={rate:?} is not off, auto or a link rate such as 100mbit or 12.5MB/s"
-                    ))
-                }),
-        }
-    }
-}
-
-impl std::fmt::Display for TcpPacing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TcpPacing::Off => f.write_str("off"),
-            TcpPacing::Auto => f.write_str("auto"),
-            TcpPacing::Rate(b) => write!(f, "{b}"),
-        }
     }
 }
 
@@ -172,18 +123,8 @@ pub struct Config {
     pub algo: Vec<(Collective, Algorithm)>,
     /// Pipeline chunk in bytes (`SNCL_CHUNK_BYTES`, default 256 KiB).
     pub chunk_bytes: usize,
-    /// Sockets per TCP peer (`SNCL_NSOCKS`, default 1).
-    pub nsocks: usize,
     /// Transport selection (`SNCL_TRANSPORT=auto|<name>`).
     pub transport: TransportChoice,
-    /// Interface for TCP (`SNCL_SOCKET_IFNAME`).
-    pub socket_ifname: Option<String>,
-    /// Shared-memory slot size in bytes (`SNCL_SHM_SLOT_BYTES`, default 128 KiB).
-    pub shm_slot_bytes: usize,
-    /// Shared-memory slots per direction (`SNCL_SHM_SLOTS`, default 8).
-    pub shm_slots: usize,
-    /// TCP piece size in bytes (`SNCL_TCP_PIECE_BYTES`, default 512 KiB).
-    pub tcp_piece_bytes: usize,
     /// Node identity override (`SNCL_NODE_ID`).
     pub node_id: Option<String>,
     /// Tier costs and placement from `SNCL_TOPO_FILE` / `SNCL_*_BW` / `SNCL_*_LAT`.
@@ -210,27 +151,19 @@ pub struct Config {
     /// or memory, so results are bitwise reproducible
     /// ([`crate::algo::build_deterministic`]).
     pub deterministic: bool,
-    /// Pacing of cross-node TCP sockets (`SNCL_TCP_PACING`, default off).
-    pub tcp_pacing: TcpPacing,
-    /// Pacing of the compressed all-reduce's cross-node exchange
-    /// (`SNCL_COMPRESS_PACING`, default auto): it sends to every other node
-    /// at once, so its sockets get the share of
-    /// [`Config::tcp_flows_per_rank`] flows per rank; `Off` leaves that
-    /// communicator to `tcp_pacing`.
-    pub compress_pacing: TcpPacing,
-    /// Cross-node peers each rank of this communicator sends to at once
-    /// (not a setting): 1 for rings and trees (the default); the compressed
-    /// all-reduce's replica communicator sets the number of other nodes,
-    /// which divides each socket's pacing share.
-    pub tcp_flows_per_rank: usize,
     /// The device path's own settings (`SNCL_DEVICE_*`).
     pub device: DeviceSettings,
-    /// The shared-memory transport's own settings (`SNCL_SHM_CMA*`).
+    /// The shared-memory transport's own settings (`SNCL_SHM_*`).
     pub shm: ShmSettings,
+    /// The TCP transport's own settings (`SNCL_NSOCKS`, `SNCL_TCP_*`,
+    /// `SNCL_SOCKET_IFNAME`, `SNCL_COMPRESS_PACING`).
+    pub tcp: TcpSettings,
     /// The nvlink transport's own settings (`SNCL_NVLINK`).
     pub nvlink: NvlinkSettings,
     /// The RDMA transport's own settings (`SNCL_IB_*`).
     pub ib: IbSettings,
+    /// sncl's log (`SNCL_DEBUG*`), read by `init_logging`.
+    pub log: LogSettings,
 }
 
 impl Default for Config {
@@ -239,12 +172,7 @@ impl Default for Config {
             timeout: Duration::from_millis(300_000),
             algo: Vec::new(),
             chunk_bytes: 256 << 10,
-            nsocks: 1,
             transport: TransportChoice::Auto,
-            socket_ifname: None,
-            shm_slot_bytes: 128 << 10,
-            shm_slots: 8,
-            tcp_piece_bytes: 512 << 10,
             node_id: None,
             tiers: crate::topofile::TierSpec::default(),
             flight_recorder_entries: crate::flight::DEFAULT_ENTRIES,
@@ -252,13 +180,12 @@ impl Default for Config {
             checksum: false,
             check_roots: true,
             deterministic: false,
-            tcp_pacing: TcpPacing::Off,
-            compress_pacing: TcpPacing::Auto,
-            tcp_flows_per_rank: 1,
             device: DeviceSettings::default(),
             shm: ShmSettings::default(),
+            tcp: TcpSettings::default(),
             nvlink: NvlinkSettings::default(),
             ib: IbSettings::default(),
+            log: LogSettings::default(),
         }
     }
 }
@@ -435,8 +362,8 @@ mod tests {
             ("SNCL_TIMEOUT_MS", "2592000000"),
         ])
         .unwrap();
-        assert_eq!(c.nsocks, MAX_NSOCKS);
-        assert_eq!(c.shm_slot_bytes * c.shm_slots, MAX_SHM_SEGMENT_BYTES);
+        assert_eq!(c.tcp.nsocks, MAX_NSOCKS);
+        assert_eq!(c.shm.slot_bytes * c.shm.slots, MAX_SHM_SEGMENT_BYTES);
         let c = env(&[
             ("SNCL_NSOCKS", "1"),
             ("SNCL_SHM_SLOT_BYTES", "4159"),
@@ -445,7 +372,7 @@ mod tests {
             ("SNCL_TIMEOUT_MS", "1"),
         ])
         .unwrap();
-        assert_eq!((c.shm_slot_bytes, c.tcp_piece_bytes), (4096, 4096));
+        assert_eq!((c.shm.slot_bytes, c.tcp.piece_bytes), (4096, 4096));
         assert_eq!(c.timeout, Duration::from_millis(1));
     }
 
@@ -475,14 +402,14 @@ mod tests {
             ("SNCL_DEVICE_STAGING_BYTES", |c| {
                 c.device.staging_bytes = (1 << 20) + 1
             }),
-            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 1 << 32),
-            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 64),
-            ("SNCL_SHM_SLOT_BYTES", |c| c.shm_slot_bytes = 4096 + 1),
-            ("SNCL_NSOCKS", |c| c.nsocks = 0),
-            ("SNCL_NSOCKS", |c| c.nsocks = 65),
-            ("SNCL_SHM_SLOTS", |c| c.shm_slots = 1),
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm.slot_bytes = 1 << 32),
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm.slot_bytes = 64),
+            ("SNCL_SHM_SLOT_BYTES", |c| c.shm.slot_bytes = 4096 + 1),
+            ("SNCL_NSOCKS", |c| c.tcp.nsocks = 0),
+            ("SNCL_NSOCKS", |c| c.tcp.nsocks = 65),
+            ("SNCL_SHM_SLOTS", |c| c.shm.slots = 1),
             ("SNCL_CHUNK_BYTES", |c| c.chunk_bytes = usize::MAX),
-            ("SNCL_TCP_PIECE_BYTES", |c| c.tcp_piece_bytes = 1 << 31),
+            ("SNCL_TCP_PIECE_BYTES", |c| c.tcp.piece_bytes = 1 << 31),
             ("SNCL_TIMEOUT_MS", |c| c.timeout = Duration::ZERO),
             ("SNCL_TIMEOUT_MS", |c| c.timeout = Duration::MAX),
         ];

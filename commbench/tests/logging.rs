@@ -6,8 +6,8 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_commbench");
 
-/// A 2-rank run; returns its stderr.
-fn run(env: &[(&str, &str)]) -> String {
+/// A 2-rank run; returns its stderr and whether it succeeded.
+fn try_run(env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(BIN);
     cmd.args([
         "all_reduce",
@@ -33,7 +33,13 @@ fn run(env: &[(&str, &str)]) -> String {
     cmd.envs(env.iter().copied());
     let out = cmd.output().expect("commbench");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{env:?}: {out:?}");
+    (out.status.success(), err)
+}
+
+/// A 2-rank run that must succeed; returns its stderr.
+fn run(env: &[(&str, &str)]) -> String {
+    let (ok, err) = try_run(env);
+    assert!(ok, "{env:?}: {err}");
     err
 }
 
@@ -79,9 +85,19 @@ fn subsystems_and_a_file_per_process() {
     // Without the subsystem list the same level shows COLL's line too.
     let all = run(&[("SNCL_DEBUG", "INFO")]);
     assert!(all.contains("sncl topology"), "{all}");
-    // An unknown subsystem is named; the log falls back to the level.
-    let bad = run(&[("SNCL_DEBUG", "INFO"), ("SNCL_DEBUG_SUBSYS", "INIT,NETT")]);
-    assert!(bad.contains("unknown subsystem \"NETT\""), "{bad}");
+    // A bad setting fails the configuration, naming the setting, the
+    // value and what it accepts; the log says so too.
+    for (var, value, want) in [
+        (
+            "SNCL_DEBUG_SUBSYS",
+            "INIT,NETT",
+            "unknown subsystem \"NETT\"",
+        ),
+        ("SNCL_DEBUG", "LOUD", "SNCL_DEBUG=\"LOUD\""),
+    ] {
+        let (ok, bad) = try_run(&[("SNCL_DEBUG", "INFO"), (var, value)]);
+        assert!(!ok && bad.contains(want), "{var}={value}: {bad}");
+    }
 }
 
 #[test]

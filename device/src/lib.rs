@@ -359,8 +359,13 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// function's first lookup may synchronise the device (Programming
     /// Guide, "Lazy Loading"), which deadlocks while a stream waits on the
     /// host. Modules come from the NVRTC disk cache after the first
-    /// compile. Backends without modules do nothing (the default).
-    fn load_kernels(&self) -> Result<()> {
+    /// compile. `cuda_include` names the directory of the CUDA headers the
+    /// kernels compile with (`SNCL_CUDA_INCLUDE`, `DeviceSettings::
+    /// cuda_include`; none: found beside NVRTC or the toolkit); later
+    /// compiles on this device use it too. Backends without modules do
+    /// nothing (the default).
+    fn load_kernels(&self, cuda_include: Option<&std::path::Path>) -> Result<()> {
+        let _ = cuda_include;
         Ok(())
     }
 

@@ -6,8 +6,9 @@
 //! the driver compiles when the module is loaded). Options:
 //! `--gpu-architecture`, `-std=c++17`, `--fmad=false` (no fused
 //! multiply-add contraction: results must match the CPU's bit for bit) and
-//! `--include-path` for the CUDA headers (`cuda_fp16.h`, `cuda_bf16.h`; see
-//! [`cuda_include_dir`]).
+//! `--include-path` for the CUDA headers (`cuda_fp16.h`, `cuda_bf16.h`:
+//! the directory the caller names, `SNCL_CUDA_INCLUDE` through a
+//! communicator's configuration, else [`cuda_include_dir`]).
 //!
 //! Results are cached in memory for the process and on disk in
 //! `$XDG_CACHE_HOME/sncl/kernels` (else `~/.cache/sncl/kernels`; directory
@@ -32,10 +33,6 @@ use crate::cuda::nvrtc_lib::{self, Nvrtc};
 use crate::toolkit_paths::{cuda_roots, process_var};
 use crate::{Arch, DeviceError, Result};
 
-/// The environment variable naming the directory with the CUDA headers
-/// (`cuda_fp16.h`); it overrides every other place.
-pub const INCLUDE_ENV: &str = "SNCL_CUDA_INCLUDE";
-
 /// What one compilation produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompiledModule {
@@ -59,20 +56,29 @@ pub fn version() -> Result<(i32, i32)> {
 /// compilation. A compile error is [`DeviceError::Compile`] with NVRTC's
 /// log; no NVRTC is [`DeviceError::NoNvrtc`].
 pub fn compile(source: &str, headers: &[(&str, &str)], arch: Arch) -> Result<CompiledModule> {
-    compile_with(source, headers, arch, &[])
+    compile_with(source, headers, arch, &[], None)
 }
 
 /// [`compile`] with `extra` NVRTC options after sncl's own (e.g.
-/// `kernels::cuda::dtype_options`, `-D` macros); they are part of the
-/// cache key.
+/// `kernels::cuda::dtype_options`, `-D` macros; they are part of the cache
+/// key) and the CUDA headers from `include` (else [`cuda_include_dir`]).
 pub fn compile_with(
     source: &str,
     headers: &[(&str, &str)],
     arch: Arch,
     extra: &[String],
+    include: Option<&Path>,
 ) -> Result<CompiledModule> {
     let nvrtc = nvrtc_lib::get()?;
-    let include = cuda_include_dir_for(Some(nvrtc));
+    let include = match include {
+        Some(dir) => {
+            if !dir.join("cuda_fp16.h").exists() {
+                tracing::warn!(dir = %dir.display(), "SNCL_CUDA_INCLUDE has no cuda_fp16.h; using it anyway");
+            }
+            Some(dir.to_path_buf())
+        }
+        None => cuda_include_dir_for(Some(nvrtc)),
+    };
     let sm = format!("sm_{}{}", arch.major, arch.minor);
     let mut options = options(&sm, include.as_deref());
     options.extend_from_slice(extra);
@@ -90,7 +96,7 @@ pub fn compile_with(
 
     if include.is_none() {
         tracing::warn!(
-            "no CUDA headers (cuda_fp16.h) found; set {INCLUDE_ENV} if the kernels need them"
+            "no CUDA headers (cuda_fp16.h) found; set SNCL_CUDA_INCLUDE if the kernels need them"
         );
     }
     let started = Instant::now();
@@ -174,8 +180,8 @@ fn build(
     }
 }
 
-/// The directory holding `cuda_fp16.h` that [`compile`] passes to NVRTC:
-/// `$SNCL_CUDA_INCLUDE`; else `include` beside the loaded NVRTC (the
+/// The directory holding `cuda_fp16.h` that [`compile`] passes to NVRTC
+/// where the caller names none: `include` beside the loaded NVRTC (the
 /// toolkit's `lib64/../include`, the `nvidia/cu13` wheel's `lib/../include`,
 /// the CUDA 12 wheels' `nvidia/cuda_runtime/include`); else
 /// `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`,
@@ -185,13 +191,6 @@ pub fn cuda_include_dir() -> Option<PathBuf> {
 }
 
 fn cuda_include_dir_for(nvrtc: Option<&Nvrtc>) -> Option<PathBuf> {
-    if let Some(dir) = process_var(INCLUDE_ENV) {
-        let dir = PathBuf::from(dir);
-        if !dir.join("cuda_fp16.h").exists() {
-            tracing::warn!(dir = %dir.display(), "{INCLUDE_ENV} has no cuda_fp16.h; using it anyway");
-        }
-        return Some(dir);
-    }
     let mut tries = Vec::new();
     if let Some(lib) = nvrtc.and_then(Nvrtc::dir) {
         tries.push(lib.join("../include"));

@@ -156,7 +156,7 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     let headers = kernels::cuda::HEADERS;
     let float = kernels::cuda::dtype_options(DataType::Float32);
     let t = Instant::now();
-    let m = nvrtc::compile_with(src, headers, arch, &float).unwrap_or_else(|e| panic!("{e}"));
+    let m = nvrtc::compile_with(src, headers, arch, &float, None).unwrap_or_else(|e| panic!("{e}"));
     let float_ms = t.elapsed().as_secs_f64() * 1e3;
     assert!(m.cubin.is_some(), "no CUBIN for {}", sm(arch));
     assert_eq!(entries(&m.ptx), kernels_of(DataType::Float32));
@@ -182,7 +182,8 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     // The options are part of the cache key: float again is a cache hit and
     // differs from the whole source.
     let t = Instant::now();
-    let again = nvrtc::compile_with(src, headers, arch, &float).unwrap_or_else(|e| panic!("{e}"));
+    let again =
+        nvrtc::compile_with(src, headers, arch, &float, None).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         t.elapsed().as_millis() < 50,
         "a cached compile took {:?}",
@@ -198,7 +199,8 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
     {
         let t = Instant::now();
         let opts = kernels::cuda::dtype_options(dtype);
-        let m = nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let m =
+            nvrtc::compile_with(src, headers, arch, &opts, None).unwrap_or_else(|e| panic!("{e}"));
         eprintln!(
             "{} {}: {:.0} ms",
             sm(arch),
@@ -210,7 +212,7 @@ fn one_dtype_compiles_alone_and_faster_than_the_whole_source() {
 
     // A number that names no dtype is a compile error, not an empty module.
     let bad = ["-DSNCL_ONLY_DTYPE=12".to_string()];
-    match nvrtc::compile_with(src, headers, arch, &bad) {
+    match nvrtc::compile_with(src, headers, arch, &bad, None) {
         Err(DeviceError::Compile { log, what, .. }) => {
             assert!(log.contains("names no dtype"), "{log}");
             assert!(what.contains("SNCL_ONLY_DTYPE=12"), "{what}");
@@ -234,8 +236,8 @@ fn direct_kernels_compile_for_sm80_and_sm90_and_failures_are_clear() {
         for dtype in [DataType::Float32, DataType::Bfloat16] {
             let opts = kernels::cuda::dtype_options(dtype);
             let t = Instant::now();
-            let m =
-                nvrtc::compile_with(src, headers, arch, &opts).unwrap_or_else(|e| panic!("{e}"));
+            let m = nvrtc::compile_with(src, headers, arch, &opts, None)
+                .unwrap_or_else(|e| panic!("{e}"));
             eprintln!(
                 "direct {} {}: {:.0} ms, cubin {} bytes",
                 sm(arch),
@@ -254,7 +256,7 @@ fn direct_kernels_compile_for_sm80_and_sm90_and_failures_are_clear() {
         }
     }
     let bad = ["-DSNCL_ONLY_DTYPE=12".to_string()];
-    match nvrtc::compile_with(src, headers, ARCHES[1], &bad) {
+    match nvrtc::compile_with(src, headers, ARCHES[1], &bad, None) {
         Err(e @ DeviceError::Compile { .. }) => {
             let text = e.to_string();
             assert!(text.contains("names no dtype"), "{text}");

@@ -248,10 +248,7 @@ impl Inner {
             .failed_rank()
             .filter(|&p| proven && p != self.rank && p < self.nranks)
         {
-            self.failed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(p);
+            self.recovery.note_failed(p);
         }
         st.aborted = Some(e.to_string());
         self.abort_reason

@@ -107,11 +107,7 @@ impl Communicator {
                 ),
             });
         }
-        let binding = Arc::new(Binding::new(
-            device,
-            inner.rank,
-            inner.config.device.staging_bytes,
-        )?);
+        let binding = Arc::new(Binding::new(device, inner.rank, &inner.config.device)?);
         tracing::info!(
             rank = inner.rank,
             backend = binding.dev.backend().name(),

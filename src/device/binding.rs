@@ -59,10 +59,15 @@ impl Binding {
     /// kernel and allocates the staging (`staging_bytes` per buffer): after
     /// this, no operation loads, allocates or frees (each may synchronise
     /// the device).
-    pub(crate) fn new(dev: Arc<dyn Device>, rank: usize, staging_bytes: usize) -> Result<Binding> {
+    pub(crate) fn new(
+        dev: Arc<dyn Device>,
+        rank: usize,
+        settings: &comm_core::config::DeviceSettings,
+    ) -> Result<Binding> {
+        let staging_bytes = settings.staging_bytes;
         let fail =
             |what: &str, e: DeviceError| device_error(rank, &dev, ("bind_device", None), what, e);
-        dev.load_kernels()
+        dev.load_kernels(settings.cuda_include.as_deref())
             .map_err(|e| fail("loading the kernels", e))?;
         let staging =
             Staging::new(&dev, staging_bytes).map_err(|e| fail("allocating the staging", e))?;
@@ -323,7 +328,15 @@ mod tests {
     #[test]
     fn stream_waits_pass_across_the_wrap() {
         let dev = ::device::open(Backend::Emu, 0).expect("emulated device");
-        let b = Binding::new(dev, 0, 1 << 16).expect("binding");
+        let b = Binding::new(
+            dev,
+            0,
+            &comm_core::config::DeviceSettings {
+                staging_bytes: 1 << 16,
+                ..Default::default()
+            },
+        )
+        .expect("binding");
         // As after 2^32 - 3 operations: the word holds the last released
         // value, the next one handed out is one more.
         b.next_flag.store(u32::MAX - 2, Ordering::Relaxed);

@@ -29,10 +29,13 @@ pub fn config() -> Config {
         chunk_bytes: 4096,
         // Inbox slots of 8 × 4 KiB = 32 KiB, 4 of them: the larger counts
         // below take several slots and wrap the inbox.
-        shm_slot_bytes: 4096,
-        shm_slots: 4,
         // Automatic choice: same-node pairs get nvlink without forcing it
         // (`bind` checks they did).
+        shm: sncl::ShmSettings {
+            slot_bytes: 4096,
+            slots: 4,
+            ..Default::default()
+        },
         transport: TransportChoice::Auto,
         // These tests are about the nvlink transport's device pieces: the
         // kernel path, which moves small all-reduces past it, stays off

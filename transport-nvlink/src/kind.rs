@@ -144,8 +144,8 @@ impl PreparedTransport for Prepared {
         let hosts = self.shm.connect(ctx, cards, peers)?;
         let cfg = ctx.config;
         let geometry = Geometry {
-            slots: cfg.shm_slots,
-            slot_bytes: cfg.shm_slot_bytes * SLOT_FACTOR,
+            slots: cfg.shm.slots,
+            slot_bytes: cfg.shm.slot_bytes * SLOT_FACTOR,
         };
         let mut inbound = Vec::with_capacity(peers.len());
         for &p in peers {

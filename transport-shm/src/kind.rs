@@ -230,7 +230,7 @@ impl PreparedTransport for Prepared {
                 ctx.comm_id,
                 p,
                 rank,
-                (ctx.config.shm_slots, ctx.config.shm_slot_bytes),
+                (ctx.config.shm.slots, ctx.config.shm.slot_bytes),
                 anonymous_with(cards, rank, p),
             )
             .map_err(|e| Error::Io {

@@ -77,11 +77,11 @@ impl PreparedTransport for Prepared {
         // sends to several nodes at once, with each other).
         let local_ranks = cards.iter().filter(|c| c.node == ctx.node).count();
         let rate = crate::socket_pacing_rate(
-            ctx.config.tcp_pacing,
+            ctx.config.tcp.pacing,
             &ctx.config.tiers,
             local_ranks,
-            ctx.config.nsocks,
-            ctx.config.tcp_flows_per_rank,
+            ctx.config.tcp.nsocks,
+            ctx.config.tcp.flows_per_rank,
         );
         let mut addrs = Vec::with_capacity(peers.len());
         let mut pacing = std::collections::BTreeMap::new();
@@ -98,8 +98,8 @@ impl PreparedTransport for Prepared {
             rank: ctx.rank,
             comm_id: ctx.comm_id,
             secret: ctx.secret,
-            nsocks: ctx.config.nsocks,
-            max_piece: ctx.config.tcp_piece_bytes,
+            nsocks: ctx.config.tcp.nsocks,
+            max_piece: ctx.config.tcp.piece_bytes,
             deadline: ctx.deadline,
             pacing,
         };

@@ -48,13 +48,13 @@ impl Config {
             s.check(self)?;
         }
         // Both factors are bounded above, so the product cannot overflow.
-        let segment = self.shm_slots * self.shm_slot_bytes;
+        let segment = self.shm.slots * self.shm.slot_bytes;
         if segment > MAX_SHM_SEGMENT_BYTES {
             return Err(Error::Config(format!(
                 "shm_slots × shm_slot_bytes ({} × {} = {segment} bytes, set by SNCL_SHM_SLOTS \
                  and SNCL_SHM_SLOT_BYTES) exceeds the largest shared-memory segment, \
                  {MAX_SHM_SEGMENT_BYTES} bytes",
-                self.shm_slots, self.shm_slot_bytes
+                self.shm.slots, self.shm.slot_bytes
             )));
         }
         Ok(())

@@ -142,9 +142,9 @@ pub static SETTINGS: &[Setting] = &[
         default: Value("131072"),
         doc: "shared-memory FIFO slot size (slots × slot size ≤ 1 GiB per segment)",
         field: Field::Int {
-            name: "shm_slot_bytes",
-            get: |c| c.shm_slot_bytes,
-            put: |c, v| c.shm_slot_bytes = v,
+            name: "shm.slot_bytes",
+            get: |c| c.shm.slot_bytes,
+            put: |c, v| c.shm.slot_bytes = v,
         },
     },
     Setting {
@@ -154,9 +154,9 @@ pub static SETTINGS: &[Setting] = &[
         default: Value("8"),
         doc: "shared-memory FIFO slots per direction",
         field: Field::Int {
-            name: "shm_slots",
-            get: |c| c.shm_slots,
-            put: |c, v| c.shm_slots = v,
+            name: "shm.slots",
+            get: |c| c.shm.slots,
+            put: |c, v| c.shm.slots = v,
         },
     },
     Setting {
@@ -166,9 +166,9 @@ pub static SETTINGS: &[Setting] = &[
         default: Value("524288"),
         doc: "TCP piece size",
         field: Field::Int {
-            name: "tcp_piece_bytes",
-            get: |c| c.tcp_piece_bytes,
-            put: |c, v| c.tcp_piece_bytes = v,
+            name: "tcp.piece_bytes",
+            get: |c| c.tcp.piece_bytes,
+            put: |c, v| c.tcp.piece_bytes = v,
         },
     },
     Setting {
@@ -311,9 +311,9 @@ pub static SETTINGS: &[Setting] = &[
               flows per peer wait on each other's stragglers each step) and were level at 1 Gbit/s and on \
               loopback (docs/perf-notes/NOTEBOOK.md §3, ninth run)",
         field: Field::Int {
-            name: "nsocks",
-            get: |c| c.nsocks,
-            put: |c, v| c.nsocks = v,
+            name: "tcp.nsocks",
+            get: |c| c.tcp.nsocks,
+            put: |c, v| c.tcp.nsocks = v,
         },
     },
     Setting {
@@ -329,10 +329,10 @@ pub static SETTINGS: &[Setting] = &[
               none is configured",
         field: Field::Text {
             put: |c, v| {
-                c.tcp_pacing = crate::config::TcpPacing::parse(v)?;
+                c.tcp.pacing = crate::config::TcpPacing::parse(v)?;
                 Ok(())
             },
-            show: |c| c.tcp_pacing.to_string(),
+            show: |c| c.tcp.pacing.to_string(),
         },
     },
     Setting {
@@ -348,11 +348,11 @@ pub static SETTINGS: &[Setting] = &[
               sockets to `SNCL_TCP_PACING`",
         field: Field::Text {
             put: |c, v| {
-                c.compress_pacing =
+                c.tcp.compress_pacing =
                     crate::config::TcpPacing::parse_setting("SNCL_COMPRESS_PACING", v)?;
                 Ok(())
             },
-            show: |c| c.compress_pacing.to_string(),
+            show: |c| c.tcp.compress_pacing.to_string(),
         },
     },
     Setting {
@@ -363,10 +363,10 @@ pub static SETTINGS: &[Setting] = &[
         doc: "interface for TCP connections and for stores this process starts",
         field: Field::Text {
             put: |c, v| {
-                c.socket_ifname = Some(v.to_owned()).filter(|s| !s.is_empty());
+                c.tcp.socket_ifname = Some(v.to_owned()).filter(|s| !s.is_empty());
                 Ok(())
             },
-            show: |c| c.socket_ifname.clone().unwrap_or_default(),
+            show: |c| c.tcp.socket_ifname.clone().unwrap_or_default(),
         },
     },
     Setting {
@@ -643,37 +643,75 @@ pub static SETTINGS: &[Setting] = &[
             show: |c| c.nvlink.mode.to_string(),
         },
     },
+    Setting {
+        name: "SNCL_DEBUG",
+        scope: Scope::Process,
+        values: Values::Choice(&["OFF", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"]),
+        default: Value("WARN"),
+        doc: "level of sncl's log on stderr (C ABI, commbench), in any case; `VERSION` (as `NCCL_DEBUG`) means WARN; `RUST_LOG`, when set, wins over it",
+        field: Field::Text {
+            put: |c, v| {
+                c.log.level = crate::config::LogLevel::parse(v)?;
+                Ok(())
+            },
+            show: |c| c.log.level.to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_DEBUG_SUBSYS",
+        scope: Scope::Process,
+        values: Values::Text("comma-separated INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, ALL; a leading ^ excludes the list"),
+        default: Value("ALL"),
+        doc: "subsystems whose messages above WARN `SNCL_DEBUG` shows (as `NCCL_DEBUG_SUBSYS`); warnings and errors are always shown",
+        field: Field::Text {
+            put: |c, v| {
+                c.log.subsystems = crate::config::SubsystemFilter::parse(v)?;
+                Ok(())
+            },
+            show: |c| c.log.subsystems.to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_DEBUG_FILE",
+        scope: Scope::Process,
+        values: Values::Text("path; %h: host name, %p: process id"),
+        default: Unset("none: stderr"),
+        doc: "file the log goes to instead of stderr (created mode 0600, appended to), as `NCCL_DEBUG_FILE`",
+        field: Field::Text {
+            put: |c, v| {
+                c.log.file = Some(v.to_owned()).filter(|p| !p.trim().is_empty());
+                Ok(())
+            },
+            show: |c| c.log.file.clone().unwrap_or_default(),
+        },
+    },
     // Per process, read elsewhere.
-    local(
-        "SNCL_DEBUG",
-        Values::Choice(&["ERROR", "WARN", "INFO", "DEBUG", "TRACE", "OFF"]),
-        Value("WARN"),
-        "level of sncl's log on stderr (C ABI, commbench); any other value means WARN; `RUST_LOG`, when set, wins over it",
-    ),
-    local(
-        "SNCL_DEBUG_SUBSYS",
-        Values::Text("comma-separated INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, ALL; a leading ^ excludes the list"),
-        Unset("ALL"),
-        "subsystems whose messages above WARN `SNCL_DEBUG` shows (as `NCCL_DEBUG_SUBSYS`); warnings and errors are always shown",
-    ),
-    local(
-        "SNCL_DEBUG_FILE",
-        Values::Text("path; %h: host name, %p: process id"),
-        Unset("none: stderr"),
-        "file the log goes to instead of stderr (created mode 0600, appended to), as `NCCL_DEBUG_FILE`",
-    ),
     local(
         "SNCL_TORCH_INLINE",
         Values::Choice(&["0", "1"]),
         Value("1"),
         "PyTorch backend: `0` runs every operation on its worker thread; else a blocking one with nothing queued runs on the caller's",
     ),
-    local(
-        "SNCL_CUDA_INCLUDE",
-        Values::Text("directory"),
-        Unset("beside the loaded NVRTC, else `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`"),
-        "directory holding `cuda_fp16.h` for compiling sncl's device kernels",
-    ),
+    Setting {
+        name: "SNCL_CUDA_INCLUDE",
+        scope: Scope::Process,
+        values: Values::Text("directory"),
+        default: Unset("beside the loaded NVRTC, else `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`"),
+        doc: "directory holding `cuda_fp16.h` for compiling sncl's device kernels (when a communicator binds a device)",
+        field: Field::Text {
+            put: |c, v| {
+                c.device.cuda_include = Some(std::path::PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
+                Ok(())
+            },
+            show: |c| {
+                c.device
+                    .cuda_include
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            },
+        },
+    },
     local(
         "SNCL_CONF_FILE",
         Values::Text("path"),

@@ -115,7 +115,7 @@ fn tcp_pacing_parses_off_auto_and_rates_and_refuses_the_rest() {
         .find(|s| s.name == "SNCL_TCP_PACING")
         .expect("declared");
     let mut c = Config::default();
-    assert_eq!(c.tcp_pacing, TcpPacing::Off);
+    assert_eq!(c.tcp.pacing, TcpPacing::Off);
     for (raw, want) in [
         ("auto", TcpPacing::Auto),
         ("100mbit", TcpPacing::Rate(12.5e6)),
@@ -124,7 +124,7 @@ fn tcp_pacing_parses_off_auto_and_rates_and_refuses_the_rest() {
         ("off", TcpPacing::Off),
     ] {
         s.apply(&mut c, raw).unwrap();
-        assert_eq!(c.tcp_pacing, want, "{raw}");
+        assert_eq!(c.tcp.pacing, want, "{raw}");
     }
     for bad in ["fast", "-5mbit", "0.5", "mbit"] {
         let e = s.apply(&mut c, bad).expect_err(bad).to_string();
@@ -143,17 +143,17 @@ fn compress_pacing_defaults_to_auto_parses_like_tcp_pacing_and_names_itself() {
         .find(|s| s.name == "SNCL_COMPRESS_PACING")
         .expect("declared");
     let mut c = Config::default();
-    assert_eq!(c.compress_pacing, TcpPacing::Auto);
-    assert_eq!(c.tcp_flows_per_rank, 1);
+    assert_eq!(c.tcp.compress_pacing, TcpPacing::Auto);
+    assert_eq!(c.tcp.flows_per_rank, 1);
     for (raw, want) in [
         ("off", TcpPacing::Off),
         ("100mbit", TcpPacing::Rate(12.5e6)),
         ("auto", TcpPacing::Auto),
     ] {
         s.apply(&mut c, raw).unwrap();
-        assert_eq!(c.compress_pacing, want, "{raw}");
+        assert_eq!(c.tcp.compress_pacing, want, "{raw}");
         assert_eq!(
-            c.tcp_pacing,
+            c.tcp.pacing,
             TcpPacing::Off,
             "{raw}: SNCL_TCP_PACING untouched"
         );

@@ -42,6 +42,9 @@ pub struct CudaDevice {
     /// The codec module (`kernels::cuda_codec::CODEC_SOURCE`), compiled
     /// and loaded on the first [`Device::codec`].
     codec: Mutex<Option<Kernels>>,
+    /// The CUDA headers' directory [`Device::load_kernels`] was given,
+    /// for every compile on this device (none: found by NVRTC's side).
+    cuda_include: Mutex<Option<std::path::PathBuf>>,
     /// Live pinned allocations of [`Device::alloc_pinned`]: host base ->
     /// (bytes, device address), so that stream memory operations on them
     /// need no `cuMemHostGetDevicePointer` per call.
@@ -152,6 +155,7 @@ impl CudaDevice {
             sm_count: sms.max(1) as u32,
             kernels: Mutex::new(HashMap::new()),
             codec: Mutex::new(None),
+            cuda_include: Mutex::new(None),
             pinned: Mutex::new(std::collections::BTreeMap::new()),
         })
     }
@@ -208,10 +212,10 @@ impl CudaDevice {
         dtype: DataType,
         f: impl FnOnce(&mut Kernels) -> Result<R>,
     ) -> Result<R> {
-        let mut guard = self.kernels.lock().map_err(|_| DeviceError::Fault {
-            ordinal: self.ordinal,
-            detail: "the kernel table's lock was poisoned by a panic".into(),
-        })?;
+        let mut guard = self
+            .kernels
+            .lock()
+            .map_err(|_| self.poisoned("kernel table"))?;
         let table = match guard.entry((source, dtype)) {
             std::collections::hash_map::Entry::Occupied(k) => k.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -224,6 +228,7 @@ impl CudaDevice {
                     kernels::cuda::HEADERS,
                     self.arch,
                     &kernels::cuda::dtype_options(dtype),
+                    self.include_dir()?.as_deref(),
                 )?;
                 let m = driver::module_load(self.ordinal, &launch::image(&module))?;
                 tracing::debug!(
@@ -242,10 +247,10 @@ impl CudaDevice {
     /// Runs `f` on the loaded codec module, compiling and loading it first
     /// if needed. The context is current on the calling thread.
     fn with_codec_module<R>(&self, f: impl FnOnce(&mut Kernels) -> Result<R>) -> Result<R> {
-        let mut guard = self.codec.lock().map_err(|_| DeviceError::Fault {
-            ordinal: self.ordinal,
-            detail: "the codec kernel table's lock was poisoned by a panic".into(),
-        })?;
+        let mut guard = self
+            .codec
+            .lock()
+            .map_err(|_| self.poisoned("codec kernel table"))?;
         let table = match guard.as_mut() {
             Some(t) => t,
             None => {
@@ -254,6 +259,7 @@ impl CudaDevice {
                     &kernels::cuda_codec::codec_headers(),
                     self.arch,
                     &[],
+                    self.include_dir()?.as_deref(),
                 )?;
                 let m = driver::module_load(self.ordinal, &launch::image(&module))?;
                 tracing::debug!(ordinal = self.ordinal, target = %module.target, "codec kernels loaded");
@@ -261,6 +267,26 @@ impl CudaDevice {
             }
         };
         f(table)
+    }
+}
+
+impl CudaDevice {
+    /// The error for a lock a panic poisoned.
+    fn poisoned(&self, what: &str) -> DeviceError {
+        DeviceError::Fault {
+            ordinal: self.ordinal,
+            detail: format!("the {what}'s lock was poisoned by a panic"),
+        }
+    }
+
+    /// The CUDA headers' directory compiles on this device use, if
+    /// [`Device::load_kernels`] was given one.
+    fn include_dir(&self) -> Result<Option<std::path::PathBuf>> {
+        Ok(self
+            .cuda_include
+            .lock()
+            .map_err(|_| self.poisoned("CUDA include directory"))?
+            .clone())
     }
 }
 
@@ -688,7 +714,13 @@ impl Device for CudaDevice {
         driver::attribute(self.ordinal, self.dev, attr).is_ok_and(|v| v != 0)
     }
 
-    fn load_kernels(&self) -> Result<()> {
+    fn load_kernels(&self, cuda_include: Option<&std::path::Path>) -> Result<()> {
+        if let Some(dir) = cuda_include {
+            *self
+                .cuda_include
+                .lock()
+                .map_err(|_| self.poisoned("CUDA include directory"))? = Some(dir.to_path_buf());
+        }
         self.bind()?;
         let started = std::time::Instant::now();
         let mut functions = 0;

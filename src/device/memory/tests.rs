@@ -20,7 +20,15 @@ const RING_BYTES: usize = 4 << 20;
 
 fn binding() -> Binding {
     let dev = ::device::open(Backend::Emu, 0).expect("emulated device");
-    Binding::new(dev, 0, RING_BYTES).expect("binding")
+    Binding::new(
+        dev,
+        0,
+        &comm_core::config::DeviceSettings {
+            staging_bytes: RING_BYTES,
+            ..Default::default()
+        },
+    )
+    .expect("binding")
 }
 
 fn staging(b: &Binding) -> Staging {
