@@ -25,7 +25,8 @@ fn var(env: &Environment, k: &str) -> Option<String> {
 /// its IPv4 address, else a routable IPv6 one), if set; an interface that
 /// does not exist or has no address is an error listing the interfaces.
 fn ifname_ip(env: &Environment) -> Result<Option<IpAddr>, CError> {
-    let Some(want) = var(env, "SNCL_SOCKET_IFNAME") else {
+    let config = comm_core::Config::from_environment(env).map_err(CError::from)?;
+    let Some(want) = config.tcp.socket_ifname else {
         return Ok(None);
     };
     transport_tcp::interface_addr(&want)

@@ -5,6 +5,8 @@
 //!   over the peers' [`comm_core::transport::Connection`]s piece by piece,
 //!   reducing through [`comm_core::mem::Memory`]; waits spin, yield, then
 //!   sleep, each with a deadline, probing the peers' liveness.
+//! * [`device`]: a communicator's device binding and the executor's
+//!   memory over device buffers (staged through pinned host memory).
 //! * [`flight`]: the flight recorder (the last operations per communicator
 //!   with their times, dumped as JSON lines on failure or demand).
 
@@ -13,5 +15,6 @@
 pub(crate) use comm_core::{error, mem, schedule, transport, wire};
 
 mod buffers;
+pub mod device;
 pub mod exec;
 pub mod flight;

@@ -11,7 +11,6 @@ use comm_core::{DataType, Error, ReduceOp, Result};
 
 use ::device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
 
-use super::binding::Binding;
 use super::job::{DeviceJob, LaneJob};
 use super::offer::Attachment;
 use super::window::WindowCore;
@@ -19,6 +18,7 @@ use crate::buffer::{DeviceSliceMut, Prefix};
 use crate::comm::RawOp;
 use crate::work::{JobKind, RawWork, Scope, Work};
 use crate::{Communicator, Element};
+use sncl_runtime::device::binding::Binding;
 
 /// One collective on device memory, in NCCL's conventions (see
 /// [`RawOp`] for the counts and the in-place forms). Host and device

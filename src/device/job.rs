@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use ::device::{DeviceError, DevicePtr, EventHandle};
 use comm_core::{Error, Result};
 
-use super::binding::Binding;
-use super::memory::{DeviceMemory, OpIds};
 use super::offer::Attachment;
-use super::segment::Segments;
 use super::window::WindowCore;
 use crate::comm::{Inner, RawOp};
 use crate::work::{DeviceRun, WorkState};
+use sncl_runtime::device::binding::Binding;
+use sncl_runtime::device::memory::{DeviceMemory, OpIds};
+use sncl_runtime::device::segment::Segments;
 
 /// One queued device operation.
 pub(crate) struct DeviceJob {

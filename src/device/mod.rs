@@ -27,9 +27,10 @@
 //! collective publishes and maps the device links' inboxes around a host
 //! barrier, on the caller's thread.
 //!
-//! The executor reaches device memory through `DeviceMemory` (`memory.rs`), an
-//! implementation of `sncl_runtime::exec::Memory` that keeps the data on the
-//! device (the host never dereferences a [`DevicePtr`]).
+//! The binding (device, internal stream, flag, staging) and the executor's
+//! memory over device buffers, `DeviceMemory`, which keeps the data on the
+//! device (the host never dereferences a [`DevicePtr`]), are in
+//! `sncl_runtime::device`.
 //!
 //! The device layer's types are re-exported here: `sncl::device::open`,
 //! `sncl::device::DeviceBuffer`, ...
@@ -41,19 +42,15 @@ pub use ::device::{
 };
 
 mod api;
-mod binding;
 #[cfg(feature = "cuda")]
 mod cudarc_slices;
-mod errors;
 mod job;
-mod memory;
 mod offer;
-mod segment;
 mod window;
 
 pub use api::DeviceOp;
-pub use binding::DirectCounts;
-pub(crate) use errors::device_error;
 pub(crate) use offer::Attachment;
+pub use sncl_runtime::device::binding::DirectCounts;
+pub(crate) use sncl_runtime::device::errors::device_error;
 pub(crate) use window::WindowCore;
 pub use window::{DeviceWindow, DirectAlgo, DirectChoice};

@@ -35,13 +35,13 @@ use transport_shm::region::{region_name, Region};
 use ::device::direct::DirectAlgo;
 use ::device::DevicePtr;
 
-use super::binding::{Binding, DirectCounts};
 use super::window::{
     auto_kind, fit_scratch, next_id, open_window, opening_fingerprint, DeviceWindow, DirectRun,
     WindowCore,
 };
 use crate::comm::{Inner, RawOp, State};
 use crate::Communicator;
+use sncl_runtime::device::binding::{Binding, DirectCounts};
 
 /// Bytes of a rank's offer record (a page).
 const RECORD_BYTES: usize = 4096;

@@ -34,9 +34,9 @@ use sncl_runtime::exec;
 
 use ::device::{DevicePtr, EventHandle, PinnedBuffer, StreamHandle};
 
-use super::binding::Binding;
-use super::errors::device_error;
 use crate::comm::Inner;
+use sncl_runtime::device::binding::Binding;
+use sncl_runtime::device::errors::device_error;
 
 /// A rank's store record: buffer handle, flag-area handle, window bytes,
 /// process token, buffer address, flag-area address (the addresses are

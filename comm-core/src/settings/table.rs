@@ -363,7 +363,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "interface for TCP connections and for stores this process starts",
         field: Field::Text {
             put: |c, v| {
-                c.tcp.socket_ifname = Some(v.to_owned()).filter(|s| !s.is_empty());
+                c.tcp.socket_ifname = Some(v.trim().to_owned()).filter(|s| !s.is_empty());
                 Ok(())
             },
             show: |c| c.tcp.socket_ifname.clone().unwrap_or_default(),

@@ -19,7 +19,8 @@ const CHECKED_ALLOCATIONS: usize = 64;
 /// A communicator's device: the device, the operations' internal stream,
 /// the pinned flag callers' streams wait on, and staging reused across
 /// operations.
-pub(crate) struct Binding {
+pub struct Binding {
+    /// The device.
     pub dev: Arc<dyn Device>,
     /// The stream every device collective of this communicator runs on.
     pub stream: StreamHandle,
@@ -29,9 +30,9 @@ pub(crate) struct Binding {
     next_flag: AtomicU32,
     /// Every rank of the communicator has bound its device (the barrier
     /// at this rank's first device collective passed).
-    pub(crate) peers_bound: AtomicBool,
+    pub peers_bound: AtomicBool,
     /// Held while the first device collective joins the peers.
-    pub(crate) joining: Mutex<()>,
+    pub joining: Mutex<()>,
     /// Events that operations recorded on callers' streams, done with and
     /// reused (one fewer driver call per collective on the caller's
     /// thread); destroyed with the binding.
@@ -42,7 +43,7 @@ pub(crate) struct Binding {
     checked: Mutex<Vec<(u64, u64)>>,
     staging: Mutex<Staging>,
     /// Direct all-reduces run: one-shot, two-shot, on the kernel path.
-    pub(crate) direct: [AtomicU64; 3],
+    pub direct: [AtomicU64; 3],
 }
 
 impl std::fmt::Debug for Binding {
@@ -59,7 +60,7 @@ impl Binding {
     /// kernel and allocates the staging (`staging_bytes` per buffer): after
     /// this, no operation loads, allocates or frees (each may synchronise
     /// the device).
-    pub(crate) fn new(
+    pub fn new(
         dev: Arc<dyn Device>,
         rank: usize,
         settings: &comm_core::config::DeviceSettings,
@@ -102,18 +103,19 @@ impl Binding {
 
     /// The value the next operation's callers wait for (values follow the
     /// stream order: taken under the ticket lock).
-    pub(crate) fn take_flag_value(&self) -> u32 {
+    pub fn take_flag_value(&self) -> u32 {
         self.next_flag.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The flag callers' streams wait on: an aligned `u32` at the start of
     /// the binding's pinned allocation, which lives as long as the binding
     /// (and is released to the last value handed out before it goes).
-    pub(crate) fn flag_word(&self) -> *const u32 {
+    pub fn flag_word(&self) -> *const u32 {
         self.flag.as_ptr() as *const u32
     }
 
-    pub(crate) fn flag(&self) -> &AtomicU32 {
+    /// The flag as the host writes it.
+    pub fn flag(&self) -> &AtomicU32 {
         // SAFETY: the flag's memory is aligned (checked in `new`), lives as
         // long as self, and is only accessed atomically by the host (the
         // device only reads it in stream waits).
@@ -123,7 +125,7 @@ impl Binding {
     /// Lets callers' streams waiting for `value` (or an earlier value) go
     /// on. Values compare cyclically, as the driver's `GEQ` wait does
     /// (`(int32_t)(*addr - value) >= 0`), so they wrap past 2^32.
-    pub(crate) fn release(&self, value: u32) {
+    pub fn release(&self, value: u32) {
         release_cyclic(self.flag(), value);
     }
 
@@ -135,7 +137,7 @@ impl Binding {
     /// remembered; an allocation freed and replaced at the same address by
     /// a shorter one is not seen again. Backends that cannot look pointers
     /// up check nothing here (the emulated device checks every access).
-    pub(crate) fn check_buffer(
+    pub fn check_buffer(
         &self,
         (rank, op): (usize, &'static str),
         what: &str,
@@ -186,7 +188,7 @@ impl Binding {
     }
 
     /// An event for a caller's stream: a reused one, else a new one.
-    pub(crate) fn take_event(&self) -> ::device::Result<EventHandle> {
+    pub fn take_event(&self) -> ::device::Result<EventHandle> {
         let reused = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match reused {
             Some(ev) => Ok(ev),
@@ -196,7 +198,7 @@ impl Binding {
 
     /// Gives back an event of [`Binding::take_event`] whose record the
     /// progress thread no longer waits on.
-    pub(crate) fn give_back_event(&self, ev: EventHandle) {
+    pub fn give_back_event(&self, ev: EventHandle) {
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -204,12 +206,13 @@ impl Binding {
     }
 
     /// Counts a direct all-reduce that completed.
-    pub(crate) fn count_direct(&self, algo: DirectAlgo) {
+    pub fn count_direct(&self, algo: DirectAlgo) {
         let i = usize::from(algo == DirectAlgo::TwoShot);
         self.direct[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn direct_counts(&self) -> DirectCounts {
+    /// The direct all-reduces run so far.
+    pub fn direct_counts(&self) -> DirectCounts {
         DirectCounts {
             one_shot: self.direct[0].load(Ordering::Relaxed),
             two_shot: self.direct[1].load(Ordering::Relaxed),
@@ -217,13 +220,14 @@ impl Binding {
         }
     }
 
-    pub(crate) fn staging(&self) -> MutexGuard<'_, Staging> {
+    /// The staging, locked for one operation.
+    pub fn staging(&self) -> MutexGuard<'_, Staging> {
         self.staging.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A device error in operation `op` (`seq` once it has one) as an
     /// [`Error::Device`] that names the rank, the operation and the device.
-    pub(crate) fn error(
+    pub fn error(
         &self,
         rank: usize,
         op: &'static str,

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::exec::Memory;
 use ::device::{Backend, DeviceBuffer, PinnedBuffer};
 use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, ReduceOp};
-use sncl_runtime::exec::Memory;
 
 use super::{DeviceMemory, OpIds, Staging, MAX_SEND_CHUNK};
 use crate::device::binding::Binding;

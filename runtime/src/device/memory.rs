@@ -33,10 +33,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::exec::Memory;
 use ::device::{Device, DeviceBuffer, DeviceError, DevicePtr, EventHandle, PinnedBuffer};
 use comm_core::schedule::{BufId, Op, Region};
 use comm_core::{DataType, Error, ReduceOp, Result};
-use sncl_runtime::exec::Memory;
 
 use super::errors::device_error;
 
@@ -44,9 +44,9 @@ use super::errors::device_error;
 const SLOT_ALIGN: usize = 256;
 /// The first send-staging chunk of a step: small, so the first piece can
 /// leave early.
-pub(crate) const FIRST_SEND_CHUNK: usize = 64 << 10;
+pub const FIRST_SEND_CHUNK: usize = 64 << 10;
 /// Send-staging chunks double up to this (fewer events on large steps).
-pub(crate) const MAX_SEND_CHUNK: usize = 1 << 20;
+pub const MAX_SEND_CHUNK: usize = 1 << 20;
 
 /// A receive-ring slot the device may still read: bytes `start..end` of
 /// the pinned ring, free once `event` is done.
@@ -63,16 +63,16 @@ struct Slot {
 /// synchronise a CUDA device, which deadlocks while a caller's stream waits
 /// on the host). Every buffer holds [`Staging::bytes`], the device segment
 /// size (`SNCL_DEVICE_STAGING_BYTES`); operations run in segments whose
-/// staging fits (`src/device/segment.rs`). Its in-flight state outlives a
+/// staging fits (`segment.rs`). Its in-flight state outlives a
 /// failed operation, so the next one still never overwrites what the
 /// device may read.
-pub(crate) struct Staging {
+pub struct Staging {
     send_host: PinnedBuffer,
     ring_host: PinnedBuffer,
     ring_dev: DeviceBuffer,
     scratch: DeviceBuffer,
     /// A segment's send and receive blocks, gathered contiguously where the
-    /// caller's blocks are strided (`src/device/segment.rs`).
+    /// caller's blocks are strided (`segment.rs`).
     segment_send: DeviceBuffer,
     segment_recv: DeviceBuffer,
     /// Every event created here (destroyed by [`Staging::release`]).
@@ -114,9 +114,9 @@ fn fit(busy: &VecDeque<Slot>, n: usize, cap: usize) -> Option<usize> {
 
 impl Staging {
     /// Allocates every staging buffer, `bytes` long (rounded up to a
-    /// multiple of [`SLOT_ALIGN`]), on `dev`: at device bind, before any
+    /// multiple of `SLOT_ALIGN` (256)), on `dev`: at device bind, before any
     /// operation.
-    pub(crate) fn new(dev: &Arc<dyn Device>, bytes: usize) -> ::device::Result<Staging> {
+    pub fn new(dev: &Arc<dyn Device>, bytes: usize) -> ::device::Result<Staging> {
         let bytes = bytes.next_multiple_of(SLOT_ALIGN).max(SLOT_ALIGN);
         Ok(Staging {
             send_host: PinnedBuffer::new(dev, bytes)?,
@@ -134,12 +134,12 @@ impl Staging {
     }
 
     /// The size of every staging buffer in bytes.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.scratch.bytes()
     }
 
     /// The segment buffers (send, receive), each [`Staging::bytes`] long.
-    pub(crate) fn segment_buffers(&self) -> (DevicePtr, DevicePtr) {
+    pub fn segment_buffers(&self) -> (DevicePtr, DevicePtr) {
         (self.segment_send.ptr(), self.segment_recv.ptr())
     }
 
@@ -162,7 +162,7 @@ impl Staging {
 
     /// Destroys the staging's events (the buffers go with the value). Only
     /// after the stream was synchronised (at unbind).
-    pub(crate) fn release(&mut self, dev: &dyn Device) {
+    pub fn release(&mut self, dev: &dyn Device) {
         self.free_events.clear();
         self.send_chunks.clear();
         self.ring_busy.clear();
@@ -178,15 +178,18 @@ impl Staging {
 
 /// Who runs an operation, for error messages.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct OpIds {
+pub struct OpIds {
+    /// This rank.
     pub rank: usize,
+    /// The operation's name.
     pub op: &'static str,
+    /// Its sequence number on the communicator.
     pub seq: u64,
 }
 
 /// One operation's device memory: the caller's send and receive buffers,
 /// the communicator's device scratch, and its staging.
-pub(crate) struct DeviceMemory<'a> {
+pub struct DeviceMemory<'a> {
     ids: OpIds,
     send: (DevicePtr, usize),
     recv: (DevicePtr, usize),
@@ -196,13 +199,13 @@ pub(crate) struct DeviceMemory<'a> {
     /// Send regions of the current step and their offsets in send staging.
     staged: RefCell<Vec<(Region, usize)>>,
     /// The device and stream, for transports with a device path.
-    queue: transport_nvlink::DeviceQueue,
+    queue: ::device::DeviceQueue,
 }
 
 impl<'a> DeviceMemory<'a> {
     /// `send` and `recv` are the caller's device ranges (address, bytes);
     /// the scratch is `staging`'s.
-    pub(crate) fn new(
+    pub fn new(
         (dev, stream): (&Arc<dyn Device>, ::device::StreamHandle),
         staging: &'a mut Staging,
         ids: OpIds,
@@ -219,7 +222,7 @@ impl<'a> DeviceMemory<'a> {
             timeout,
             staging: RefCell::new(staging),
             staged: RefCell::new(Vec::new()),
-            queue: transport_nvlink::DeviceQueue {
+            queue: ::device::DeviceQueue {
                 dev: dev.clone(),
                 stream,
             },
@@ -299,7 +302,7 @@ impl<'a> DeviceMemory<'a> {
 
     /// Waits until the operation's device work is complete: the result is
     /// on the device and the staging is free.
-    pub(crate) fn finish(&self) -> Result<()> {
+    pub fn finish(&self) -> Result<()> {
         self.sync("completing on the device")
     }
 
@@ -327,7 +330,7 @@ impl<'a> DeviceMemory<'a> {
     /// device twins at the same offset): reclaims slots whose events are
     /// done, and waits until about half the ring is free while none fits.
     /// A piece longer than the ring is an error (segments keep every piece
-    /// within it, `src/device/segment.rs`). The caller fills the slot and
+    /// within it, `segment.rs`). The caller fills the slot and
     /// then calls [`DeviceMemory::ring_commit`].
     fn ring_slot(&self, n: usize) -> Result<usize> {
         let cap = self.staging.borrow().ring_host.bytes();

@@ -1,5 +1,5 @@
 //! Device collectives in segments: an operation larger than the staging a
-//! binding allocated at bind ([`super::Staging`], `SNCL_DEVICE_STAGING_BYTES`
+//! binding allocated at bind ([`super::memory::Staging`], `SNCL_DEVICE_STAGING_BYTES`
 //! per buffer) runs as consecutive sub-operations over element ranges of
 //! its per-rank blocks, each small enough that every algorithm's scratch,
 //! step sends and pieces fit the staging (`comm-core/tests/staging_needs.rs`
@@ -21,7 +21,7 @@ use ::device::DevicePtr;
 
 /// How one side (send or receive) of an operation is laid out on this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Side {
+pub enum Side {
     /// Not used on this rank (e.g. gather's receive off the root).
     Unused,
     /// One block of `count` elements.
@@ -32,7 +32,7 @@ pub(crate) enum Side {
 
 /// An operation's cut into segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Segments {
+pub struct Segments {
     count: usize,
     parts: usize,
     nranks: usize,
@@ -59,7 +59,7 @@ impl Segments {
     /// counts `nranks` blocks for every collective that has such a side on
     /// any rank). Err: a detail for an `InvalidArgument` (one element per
     /// block does not fit).
-    pub(crate) fn cut(
+    pub fn cut(
         coll: Collective,
         (count, esize, nranks): (usize, usize, usize),
         (send_elems, recv_elems): (usize, usize),
@@ -95,12 +95,18 @@ impl Segments {
     }
 
     /// How many segments.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.parts
     }
 
+    /// Whether there are no segments (never: an empty operation is one
+    /// empty segment).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Segment `i`: (first element in each block, elements per block).
-    pub(crate) fn bounds(&self, i: usize) -> (usize, usize) {
+    pub fn bounds(&self, i: usize) -> (usize, usize) {
         comm_core::schedule::chunk_bounds(self.count, self.parts, i)
     }
 
@@ -108,7 +114,7 @@ impl Segments {
     /// buffers and the staging's segment buffers: in place for a whole
     /// operation (one segment) and for one-block sides; the segment buffer
     /// for strided sides.
-    pub(crate) fn buffers(
+    pub fn buffers(
         &self,
         i: usize,
         (send, recv): (DevicePtr, DevicePtr),
@@ -131,7 +137,7 @@ impl Segments {
 
     /// The copies (destination, source, bytes) that gather segment `i`'s
     /// send blocks into the send segment buffer before it runs.
-    pub(crate) fn gather_sends(
+    pub fn gather_sends(
         &self,
         i: usize,
         send: DevicePtr,
@@ -144,7 +150,7 @@ impl Segments {
 
     /// The copies (destination, source, bytes) that scatter segment `i`'s
     /// receive blocks from the receive segment buffer after it ran.
-    pub(crate) fn scatter_recvs(
+    pub fn scatter_recvs(
         &self,
         i: usize,
         recv: DevicePtr,

@@ -8,7 +8,7 @@ use comm_core::Error;
 
 /// A device error in operation `op` (with its sequence number once it has
 /// one) as an [`Error::Device`] naming the rank, the backend and the device.
-pub(crate) fn device_error(
+pub fn device_error(
     rank: usize,
     dev: &Arc<dyn Device>,
     (op, seq): (&'static str, Option<u64>),
