@@ -38,6 +38,7 @@ use crate::device::{device_error, Device, DeviceBuffer, DeviceError, DevicePtr, 
 use crate::work::RawWork;
 use crate::{Communicator, CompressScope};
 use ::device::codec::{self as dcodec, CodecOp};
+use sncl_runtime::device::binding::Binding;
 
 const OP: &str = "all_reduce_compressed";
 
@@ -88,13 +89,17 @@ impl DeviceFeedback {
 }
 
 /// One call's device context: the device, the caller's stream, the rank
-/// and the timeout; allocations made for the call live until the stream
-/// has run everything that uses them ([`Ctx::finish`]).
+/// and the timeout; the call's temporaries live until the stream has run
+/// everything that uses them ([`Ctx::finish`]), then go back to the
+/// binding for the next call (a free synchronises the device).
 struct Ctx {
     dev: Arc<dyn Device>,
+    binding: Arc<Binding>,
     stream: StreamHandle,
     rank: usize,
     timeout: Duration,
+    /// Temporaries of earlier calls, not used by this one yet.
+    spare: Vec<DeviceBuffer>,
     temps: Vec<DeviceBuffer>,
     works: Vec<RawWork>,
     /// Top-k decode workspaces, whose first u32 is the decode's status.
@@ -120,6 +125,11 @@ impl Ctx {
         }
         if let Err(e) = self.dev.synchronize(self.stream, deadline) {
             first.get_or_insert(self.err("waiting for the stream", e));
+        } else {
+            // The stream ran everything that used them.
+            let mut kept = std::mem::take(&mut self.temps);
+            kept.append(&mut self.spare);
+            self.binding.keep_temporaries(kept);
         }
         self.zeros.clear();
         if let Some(e) = first {
@@ -154,11 +164,23 @@ impl Ctx {
         device_error(self.rank, &self.dev, (OP, None), what, e)
     }
 
-    /// A device buffer of `bytes` (at least 1), kept for the call; for
-    /// buffers every byte of which is written before it is read or sent.
+    /// A device buffer of `bytes` (at least 1), kept for the call: the
+    /// smallest spare one large enough, else a new one; for buffers every
+    /// byte of which is written before it is read or sent.
     fn alloc(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
-        let buf = DeviceBuffer::new(&self.dev, bytes.max(1))
-            .map_err(|e| self.err(&format!("allocating {what}"), e))?;
+        let bytes = bytes.max(1);
+        let fits = (0..self.spare.len())
+            .filter(|&i| self.spare[i].bytes() >= bytes)
+            .min_by_key(|&i| self.spare[i].bytes());
+        let buf = match fits {
+            Some(i) => self.spare.swap_remove(i),
+            // Growth: an allocation may synchronise the device while this
+            // call's collectives park the stream (issue 30 sizes this
+            // scratch ahead instead); only a call that needs more than
+            // earlier calls kept allocates.
+            None => DeviceBuffer::new(&self.dev, bytes)
+                .map_err(|e| self.err(&format!("allocating {what}"), e))?,
+        };
         let p = buf.ptr();
         self.temps.push(buf);
         Ok(p)
@@ -314,13 +336,21 @@ impl Communicator {
             )));
         }
         self.check_codec_deterministic(codec, OP)?;
-        let dev = self.bound_device().ok_or_else(|| {
-            invalid(
-                "no device is bound to this communicator (call Communicator::bind_device)".into(),
-            )
-        })?;
+        let binding = self
+            .device
+            .get()
+            .map(|a| a.binding.clone())
+            .ok_or_else(|| {
+                invalid(
+                    "no device is bound to this communicator (call Communicator::bind_device)"
+                        .into(),
+                )
+            })?;
+        let dev = binding.dev.clone();
         let mut cx = Ctx {
             dev: dev.clone(),
+            spare: binding.take_temporaries(),
+            binding,
             stream,
             rank,
             timeout: self.inner.config.timeout,

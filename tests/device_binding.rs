@@ -145,3 +145,64 @@ fn default_cuda_device_without_a_driver_is_a_clear_error() {
         }
     }
 }
+
+/// `connect_device` sets the device links up collectively, before any
+/// operation: refused without a bound device, idempotent, and the
+/// collectives after it run (no join left for the first one).
+#[test]
+fn connect_device_sets_the_links_up_before_the_first_collective() {
+    let comms = Communicator::init_threads(2, config()).expect("init");
+    let e = comms[0].connect_device().expect_err("no device bound yet");
+    assert!(
+        e.to_string().contains("connect_device") && e.to_string().contains("bind_device"),
+        "{e}"
+    );
+    let count = 1000;
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || -> Result<(), String> {
+                    let dev = c
+                        .bind_default_device(Backend::Emu)
+                        .map_err(|e| e.to_string())?;
+                    c.connect_device().map_err(|e| e.to_string())?;
+                    // Idempotent: no second barrier (the peer does not call
+                    // it again, so a second join would wait out the timeout).
+                    let t0 = Instant::now();
+                    c.connect_device().map_err(|e| e.to_string())?;
+                    if t0.elapsed() > Duration::from_secs(5) {
+                        return Err("a second connect_device waited".into());
+                    }
+                    let stream = dev.create_stream().map_err(|e| e.to_string())?;
+                    let mut buf = DeviceBuffer::new(&dev, count * 4).map_err(|e| e.to_string())?;
+                    let data = vec![1.0f32 + c.rank() as f32; count];
+                    // SAFETY: `data` outlives the synchronisation below.
+                    unsafe {
+                        dev.copy_h2d_async(buf.ptr(), data.as_ptr().cast(), count * 4, stream)
+                    }
+                    .map_err(|e| e.to_string())?;
+                    let mut view = DeviceSliceMut::<f32>::new(&mut buf, stream);
+                    c.all_reduce_in_place(&mut view, ReduceOp::Sum)
+                        .map_err(|e| e.to_string())?;
+                    let mut got = vec![0f32; count];
+                    // SAFETY: `got` outlives the synchronisation below.
+                    unsafe {
+                        dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), count * 4, stream)
+                    }
+                    .map_err(|e| e.to_string())?;
+                    dev.synchronize(stream, Instant::now() + Duration::from_secs(30))
+                        .map_err(|e| e.to_string())?;
+                    if got.iter().any(|&v| v != 3.0) {
+                        return Err(format!("rank {}: {:?}", c.rank(), &got[..4]));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("no panic").err())
+            .collect()
+    });
+    assert!(errs.is_empty(), "{errs:?}");
+}

@@ -77,6 +77,9 @@ impl Dev {
             .or_else(|_| device::open(backend, 0))
             .map_err(err)?;
         comm.bind_device(dev.clone())?;
+        // The device links now, as NCCL sets them up at init: not between
+        // the first upload and the first collective.
+        comm.connect_device()?;
         let stream = dev.create_stream().map_err(err)?;
         let bytes = max_bytes.max(256);
         let send = DeviceBuffer::new(&dev, bytes).map_err(err)?;

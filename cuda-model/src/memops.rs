@@ -107,6 +107,7 @@ pub fn wait(s: &Arc<Stream>, addr: u64, value: u64, flags: u32, wide: bool) -> R
     } else {
         "cuStreamWaitValue32"
     };
+    crate::report::event("stream_waits");
     s.issue(Op::new(what, move |st: &Stream| {
         park(st, addr, value, test, wide, host);
         Ok(())

@@ -5,12 +5,20 @@
 //! Per thread: each API's calls, errors and time blocked; events
 //! (`allocations`, `frees`, `host_allocations`, `host_frees`,
 //! `module_loads`, `function_loads`, `module_unloads`, `launches`,
-//! `ipc_opens`); and `synchronising_calls_while_parked`: implicitly
+//! `ipc_opens`, `stream_waits`); `events_between_operations`: those of
+//! them (but launches and stream waits) made after the process's first
+//! operation and before its last, where an operation is what a
+//! communication library puts on a stream for a collective — a kernel
+//! launch or a stream memory wait (`cuStreamWaitValue*`), captured or
+//! not — so an allocation, free, module load or IPC mapping counted there
+//! happened inside a run of operations, where it synchronises or stalls
+//! work already queued; and `synchronising_calls_while_parked`: implicitly
 //! synchronising calls made while some stream of the process was parked
 //! on a stream memory wait (each one a deadlock on a GPU if the parked
 //! wait is released after the call).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -31,6 +39,8 @@ struct Thread {
     name: String,
     apis: BTreeMap<&'static str, Api>,
     events: BTreeMap<&'static str, u64>,
+    /// Each event but operations, with the operations issued before it.
+    marks: Vec<(&'static str, u64)>,
     synchronising_while_parked: BTreeMap<&'static str, u64>,
 }
 
@@ -88,9 +98,27 @@ pub fn blocked_time(api: &'static str, d: Duration) {
     with_thread(|t| t.apis.entry(api).or_default().blocked += d);
 }
 
+/// Operations (launches and stream memory waits) issued so far in this
+/// process.
+static OPERATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The events that are operations (see the module docs).
+const OPERATION_EVENTS: [&str; 2] = ["launches", "stream_waits"];
+
 /// One event of kind `what` (see the module docs).
 pub fn event(what: &'static str) {
-    with_thread(|t| *t.events.entry(what).or_default() += 1);
+    let before = if OPERATION_EVENTS.contains(&what) {
+        OPERATIONS.fetch_add(1, Ordering::SeqCst);
+        None
+    } else {
+        Some(OPERATIONS.load(Ordering::SeqCst))
+    };
+    with_thread(|t| {
+        *t.events.entry(what).or_default() += 1;
+        if let Some(n) = before {
+            t.marks.push((what, n));
+        }
+    });
 }
 
 /// An implicitly synchronising call; `parked`: some stream was parked on
@@ -108,6 +136,7 @@ pub fn snapshot() -> Value {
     let mut list: Vec<Value> = Vec::new();
     let mut tids: Vec<&i64> = map.keys().collect();
     tids.sort();
+    let operations = OPERATIONS.load(Ordering::SeqCst);
     for tid in tids {
         let t = &map[tid];
         let apis: BTreeMap<&str, Value> = t
@@ -125,16 +154,28 @@ pub fn snapshot() -> Value {
         for (k, v) in &t.events {
             *totals.entry((*k).to_string()).or_default() += v;
         }
+        // After the first operation and before the last.
+        let mut between: BTreeMap<&str, u64> = BTreeMap::new();
+        for &(what, n) in &t.marks {
+            if n >= 1 && n < operations {
+                *between.entry(what).or_default() += 1;
+            }
+        }
+        for (k, v) in &between {
+            *totals.entry(format!("between_operations.{k}")).or_default() += v;
+        }
         let parked: u64 = t.synchronising_while_parked.values().sum();
         *totals
             .entry("synchronising_calls_while_parked".into())
             .or_default() += parked;
         list.push(json!({
             "tid": tid, "name": t.name, "apis": apis, "events": t.events,
+            "events_between_operations": between,
             "synchronising_calls_while_parked": t.synchronising_while_parked,
         }));
     }
-    json!({"pid": std::process::id(), "threads": list, "totals": totals})
+    json!({"pid": std::process::id(), "operations": operations, "threads": list,
+           "totals": totals})
 }
 
 /// The report's path for this process, if asked for.

@@ -235,6 +235,41 @@ impl Communicator {
         self.device.get().map(|a| a.binding.dev.clone())
     }
 
+    /// Sets this communicator's device links up now, collectively: every
+    /// rank calls it after binding its device (NCCL does this inside
+    /// `ncclCommInitRank`). Every connection with a device path allocates
+    /// and exports its device inbox, the ranks meet at a barrier, every
+    /// connection maps its peer's inbox, and the kernel path's window
+    /// opens. Without it the first device collective does this, on the
+    /// caller's thread, between work the caller may already have queued
+    /// and the operation's own: allocation and IPC mapping synchronise the
+    /// device there. Idempotent; an error names the rank and what failed.
+    pub fn connect_device(&self) -> Result<()> {
+        let Some(a) = self.device.get() else {
+            return Err(Error::InvalidArgument {
+                rank: self.inner.rank,
+                op: "connect_device",
+                detail: "no device is bound: call bind_device first".into(),
+            });
+        };
+        let b = a.binding.clone();
+        if b.peers_bound.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.join_once(&b)
+    }
+
+    /// Joins the peers on the device once: one thread joins, another
+    /// calling at the same time waits for it.
+    fn join_once(&self, b: &Arc<Binding>) -> Result<()> {
+        let _joining = b.joining.lock().unwrap_or_else(|e| e.into_inner());
+        if !b.peers_bound.load(Ordering::Acquire) {
+            self.join_peers_on_device(b)?;
+            b.peers_bound.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Before this rank's first device collective, on the caller's thread:
     /// every connection with a device path (nvlink) allocates and exports
     /// its device inbox; a host barrier; then every connection maps its
@@ -333,17 +368,12 @@ impl Communicator {
             if b.dev.is_capturing(op.stream).unwrap_or(false) {
                 return Err(invalid(
                     "the first device collective of a communicator sets its device links up \
-                     (allocations, a barrier) and cannot be captured into a CUDA graph; run one \
-                     device collective before capturing"
+                     (allocations, a barrier) and cannot be captured into a CUDA graph; call \
+                     connect_device (or run one device collective) before capturing"
                         .into(),
                 ));
             }
-            // One thread joins; another calling at the same time waits.
-            let _joining = b.joining.lock().unwrap_or_else(|e| e.into_inner());
-            if !b.peers_bound.load(Ordering::Acquire) {
-                self.join_peers_on_device(&b)?;
-                b.peers_bound.store(true, Ordering::Release);
-            }
+            self.join_once(&b)?;
         }
         if let Some(lane) = self.lane_for(&op) {
             return Ok(self.prepare_lane(&b, op, lane));

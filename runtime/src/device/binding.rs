@@ -7,11 +7,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ::device::direct::DirectAlgo;
-use ::device::{Device, DeviceError, EventHandle, PinnedBuffer, StreamHandle};
+use ::device::{Device, DeviceBuffer, DeviceError, EventHandle, PinnedBuffer, StreamHandle};
 use comm_core::{Error, Result};
 
 use super::errors::device_error;
 use super::memory::Staging;
+
+/// How many temporaries a binding keeps between operations.
+pub const MAX_TEMPORARIES: usize = 32;
 
 /// How many checked allocations a binding remembers.
 const CHECKED_ALLOCATIONS: usize = 64;
@@ -42,6 +45,11 @@ pub struct Binding {
     /// [`CHECKED_ALLOCATIONS`].
     checked: Mutex<Vec<(u64, u64)>>,
     staging: Mutex<Staging>,
+    /// Device temporaries of operations that need more than the staging
+    /// (the compressed all-reduce's padded, gathered and decoded parts),
+    /// kept for the next operation instead of freed: a free synchronises
+    /// the device, and an operation never frees ([`Binding::take_temporaries`]).
+    temporaries: Mutex<Vec<DeviceBuffer>>,
     /// Direct all-reduces run: one-shot, two-shot, on the kernel path.
     pub direct: [AtomicU64; 3],
 }
@@ -96,6 +104,7 @@ impl Binding {
             checked: Mutex::new(Vec::new()),
             stream,
             staging: Mutex::new(staging),
+            temporaries: Mutex::new(Vec::new()),
             direct: Default::default(),
             dev,
         })
@@ -218,6 +227,26 @@ impl Binding {
             two_shot: self.direct[1].load(Ordering::Relaxed),
             kernel_path: self.direct[2].load(Ordering::Relaxed),
         }
+    }
+
+    /// The temporaries kept from earlier operations, for one operation to
+    /// reuse (another running at the same time finds none and allocates
+    /// its own); give them back with [`Binding::keep_temporaries`] once the
+    /// stream has run everything that used them.
+    pub fn take_temporaries(&self) -> Vec<DeviceBuffer> {
+        std::mem::take(&mut *self.temporaries.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Keeps an operation's temporaries (the stream has run everything
+    /// that used them) for later operations: at most
+    /// [`MAX_TEMPORARIES`], the largest (the rest are freed, between
+    /// operations rather than inside one).
+    pub fn keep_temporaries(&self, mut bufs: Vec<DeviceBuffer>) {
+        let mut kept = self.temporaries.lock().unwrap_or_else(|e| e.into_inner());
+        bufs.append(&mut kept);
+        bufs.sort_by_key(|b| std::cmp::Reverse(b.bytes()));
+        bufs.truncate(MAX_TEMPORARIES);
+        *kept = bufs;
     }
 
     /// The staging, locked for one operation.
