@@ -100,6 +100,9 @@ struct Ctx {
     timeout: Duration,
     /// Temporaries of earlier calls, not used by this one yet.
     spare: Vec<DeviceBuffer>,
+    /// This call's temporaries, taken or allocated before it enqueued
+    /// anything ([`Ctx::prepare`]), in the order the call uses them.
+    prepared: std::collections::VecDeque<DeviceBuffer>,
     temps: Vec<DeviceBuffer>,
     works: Vec<RawWork>,
     /// Top-k decode workspaces, whose first u32 is the decode's status.
@@ -129,6 +132,7 @@ impl Ctx {
             // The stream ran everything that used them.
             let mut kept = std::mem::take(&mut self.temps);
             kept.append(&mut self.spare);
+            kept.extend(self.prepared.drain(..));
             self.binding.keep_temporaries(kept);
         }
         self.zeros.clear();
@@ -164,22 +168,51 @@ impl Ctx {
         device_error(self.rank, &self.dev, (OP, None), what, e)
     }
 
+    /// Takes or allocates every temporary of the call (`sizes`, in the
+    /// order it uses them: [`call_temporaries`]) before the call enqueues
+    /// anything: an allocation may synchronise the device, which must not
+    /// happen while the call's own collectives park the stream. The
+    /// smallest spare one that fits, else a new one.
+    fn prepare(&mut self, sizes: &[usize]) -> Result<()> {
+        for &bytes in sizes {
+            let bytes = bytes.max(1);
+            let fits = (0..self.spare.len())
+                .filter(|&i| self.spare[i].bytes() >= bytes)
+                .min_by_key(|&i| self.spare[i].bytes());
+            let buf = match fits {
+                Some(i) => self.spare.swap_remove(i),
+                None => DeviceBuffer::new(&self.dev, bytes)
+                    .map_err(|e| self.err("allocating the call's temporaries", e))?,
+            };
+            self.prepared.push_back(buf);
+        }
+        Ok(())
+    }
+
     /// A device buffer of `bytes` (at least 1), kept for the call: the
-    /// smallest spare one large enough, else a new one; for buffers every
-    /// byte of which is written before it is read or sent.
+    /// next prepared one; for buffers every byte of which is written
+    /// before it is read or sent.
     fn alloc(&mut self, bytes: usize, what: &str) -> Result<DevicePtr> {
         let bytes = bytes.max(1);
-        let fits = (0..self.spare.len())
-            .filter(|&i| self.spare[i].bytes() >= bytes)
-            .min_by_key(|&i| self.spare[i].bytes());
-        let buf = match fits {
-            Some(i) => self.spare.swap_remove(i),
-            // Growth: an allocation may synchronise the device while this
-            // call's collectives park the stream (issue 30 sizes this
-            // scratch ahead instead); only a call that needs more than
-            // earlier calls kept allocates.
-            None => DeviceBuffer::new(&self.dev, bytes)
-                .map_err(|e| self.err(&format!("allocating {what}"), e))?,
+        let buf = match self.prepared.pop_front() {
+            Some(b) if b.bytes() >= bytes => b,
+            other => {
+                // `call_temporaries` and the call disagree: still correct,
+                // but this allocation may meet a parked stream.
+                tracing::warn!(
+                    rank = self.rank,
+                    bytes,
+                    prepared = ?other.as_ref().map(DeviceBuffer::bytes),
+                    "compressed device all-reduce: {what} was not prepared before the call \
+                     enqueued work (a bug: please report it)"
+                );
+                debug_assert!(false, "{what}: {bytes} bytes not prepared ({other:?})");
+                if let Some(b) = other {
+                    self.spare.push(b);
+                }
+                DeviceBuffer::new(&self.dev, bytes)
+                    .map_err(|e| self.err(&format!("allocating {what}"), e))?
+            }
         };
         let p = buf.ptr();
         self.temps.push(buf);
@@ -350,6 +383,7 @@ impl Communicator {
         let mut cx = Ctx {
             dev: dev.clone(),
             spare: binding.take_temporaries(),
+            prepared: std::collections::VecDeque::new(),
             binding,
             stream,
             rank,
@@ -371,17 +405,27 @@ impl Communicator {
                         if c.bound_device().is_none() {
                             c.bind_device(dev.clone())?;
                         }
+                        // Their device links before anything is enqueued.
+                        c.connect_device()?;
                     }
                     let (local, nodes) = (node.size(), replicas.size());
                     let unit = local * nodes;
                     let padded = count.div_ceil(unit) * unit;
+                    let shard_len = padded / local;
+                    let mut sizes = vec![padded * 4, shard_len * 4];
+                    sizes.extend(cross_tier_temporaries(
+                        replicas,
+                        shard_len,
+                        codec,
+                        feedback.as_deref(),
+                    ));
+                    cx.prepare(&sizes)?;
                     let full = cx.alloc(padded * 4, "the padded buffer")?;
                     // SAFETY: `buf` holds `count` f32 (the caller's
                     // contract), `full` at least as many.
                     unsafe { dev.copy_d2d_async(full, buf, count * 4, stream) }
                         .map_err(|e| cx.err("copying into the padded buffer", e))?;
                     cx.zero(full.add(count * 4), (padded - count) * 4, "the padding")?;
-                    let shard_len = padded / local;
                     let shard = cx.alloc(shard_len * 4, "the node shard")?;
                     // SAFETY: `full` holds local × shard_len f32 and
                     // `shard` shard_len, both kept until the end.
@@ -412,7 +456,15 @@ impl Communicator {
                     unsafe { dev.copy_d2d_async(buf, full, count * 4, stream) }
                         .map_err(|e| cx.err("copying the result out of the padded buffer", e))?;
                 }
-                None => cross_tier(&mut cx, self, buf, count, codec, feedback)?,
+                None => {
+                    cx.prepare(&cross_tier_temporaries(
+                        self,
+                        count,
+                        codec,
+                        feedback.as_deref(),
+                    ))?;
+                    cross_tier(&mut cx, self, buf, count, codec, feedback)?
+                }
             }
             if op == ReduceOp::Avg && count > 0 {
                 // SAFETY: `buf` holds `count` f32.
@@ -506,6 +558,47 @@ impl Communicator {
             _borrows: PhantomData,
         })
     }
+}
+
+/// The temporaries [`cross_tier`] takes, in its order (kept in step with
+/// it: a temporary it takes that is not here is allocated late, with a
+/// warning, and fails a debug build's tests).
+fn cross_tier_temporaries(
+    comm: &Communicator,
+    len: usize,
+    codec: &Codec,
+    feedback: Option<&DeviceFeedback>,
+) -> Vec<usize> {
+    let n = comm.size();
+    let mut sizes = Vec::new();
+    if n == 1 || len == 0 {
+        return sizes;
+    }
+    let ws = |m: usize| dcodec::workspace_bytes(codec, m);
+    if feedback.is_some_and(|f| f.len != len || f.residual.is_none()) {
+        sizes.push(len * 4);
+    }
+    if let Codec::TopK { .. } = codec {
+        let enc_len = codec.max_encoded_len(len);
+        sizes.extend([enc_len, ws(len), enc_len * n]);
+        sizes.extend(std::iter::repeat_n(ws(len), n));
+        return sizes;
+    }
+    let part = len.div_ceil(n);
+    let part_len = |j: usize| ((j + 1) * part).min(len) - (j * part).min(len);
+    let stride = codec.max_encoded_len(part);
+    let part_workspaces = (0..n).filter(|&j| part_len(j) > 0).map(|j| ws(part_len(j)));
+    sizes.push(stride * n);
+    sizes.extend(part_workspaces.clone());
+    sizes.extend([stride * n, stride]);
+    let m = part_len(comm.rank());
+    let fused = matches!(codec, Codec::Fp16 | Codec::Bf16) && n <= kernels::cuda_codec::MAX_SRCS;
+    if m > 0 && !fused {
+        sizes.extend([m * 4, ws(m), ws(m)]);
+    }
+    sizes.push(stride * n);
+    sizes.extend(part_workspaces);
+    sizes
 }
 
 /// Sums the `len` f32 at `data` over `comm` moving only encoded bytes (the
