@@ -9,6 +9,11 @@
 #   scripts/gpu-check.sh [GROUP...]  there (run with carry ["target/gpu-check"]):
 #                                    runs the groups' sections with the
 #                                    machine's own CUDA driver and NVRTC
+#   scripts/gpu-check.sh --on-model  here: the basics group on the strict CUDA
+#                                    driver model (scripts/cuda-model.sh) with
+#                                    target/release/commbench, to try this
+#                                    script's first section before a GPU is
+#                                    lent (same commands, same limits)
 #
 # Groups (default: basics device nvlink; each keeps within its own limit, so
 # that one call stays well under the 600 s a command may run):
@@ -24,9 +29,10 @@
 #                 model until stop 28; this is the same run on a GPU)
 #     np-2        the same as 2 processes (time-sliced without MPS: slower,
 #                 must still complete)
-#     capture     one CUDA graph capture and replay of sncl collectives: not
-#                 implemented yet (capture is refused with an error), printed
-#                 as skipped
+#     capture     CUDA graph capture and replay of sncl collectives: commbench
+#                 -G 10 captures 5 all-reduces (the kernel path, 8 B to
+#                 64 KiB, 2 ranks as threads) into a graph and launches it 10
+#                 times per size, results checked
 #   device (GPU buffers, kernels, codecs; 260 s):
 #     probe       nvidia-smi, driver version, the CUDA backend's open()
 #     suite       the device test suite against the cuda backend
@@ -127,14 +133,31 @@ if [[ ${1:-} == --prepare ]]; then
     exit
 fi
 
+# On the device the binaries run as they are; on the model through
+# scripts/cuda-model.sh, which loads the model as libcuda.
+ON_MODEL=0
+ON_DEVICE=()
+COMMBENCH=$OUT_DIR/commbench
+if [[ ${1:-} == --on-model ]]; then
+    shift
+    ON_MODEL=1
+    ON_DEVICE=(scripts/cuda-model.sh)
+    COMMBENCH=target/release/commbench
+    [[ -x $COMMBENCH ]] || { echo "gpu-check: $COMMBENCH is missing; cargo build --release -p commbench first" >&2; exit 2; }
+    [[ $# -eq 0 ]] || { echo "gpu-check: --on-model runs the basics group only" >&2; exit 2; }
+    set -- basics
+fi
+
 GROUPS_WANTED=("$@")
 ((${#GROUPS_WANTED[@]})) || GROUPS_WANTED=(basics device nvlink)
 for g in "${GROUPS_WANTED[@]}"; do
     case $g in basics | device | nvlink | torch) ;; *) echo "gpu-check: unknown group $g (basics, device, nvlink, torch)" >&2; exit 2 ;; esac
 done
-for exe in device-suite codec-suite codec_bandwidth cuda-slices commbench c-device-test libsncl.so; do
-    [[ -e $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
-done
+if ((!ON_MODEL)); then
+    for exe in device-suite codec-suite codec_bandwidth cuda-slices commbench c-device-test libsncl.so; do
+        [[ -e $OUT_DIR/$exe ]] || { echo "gpu-check: $OUT_DIR/$exe is missing; run scripts/gpu-check.sh --prepare first" >&2; exit 2; }
+    done
+fi
 export SNCL_TEST_DEVICE=cuda SNCL_TEST_DEVICE_REQUIRED=1
 FAILED=()
 SUMMARY=()
@@ -180,6 +203,14 @@ find_nvrtc() {
 }
 
 basics_env() {
+    if ((ON_MODEL)); then
+        echo "the strict CUDA driver model (scripts/cuda-model.sh; NVRTC from target/cuda-wheels)"
+        local loading=${CUDA_MODULE_LOADING:-unset}
+        echo "CUDA_MODULE_LOADING=$loading (unset: lazy, the model follows the driver default)"
+        local mps=${CUDA_MODEL_MPS:-0}
+        echo "MPS: CUDA_MODEL_MPS=$mps (0: off, the model default)"
+        return 0
+    fi
     find_nvrtc || return 1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so the driver default: LAZY since 12.2}"
@@ -190,15 +221,19 @@ basics_env() {
     fi
 }
 
+# `timeout` runs programs, not shell functions: the section runs it in a
+# child bash (it exited 127, "command not found", before, which failed the
+# basics and so every group).
+export -f basics_env find_nvrtc
+
 group_basics() {
     GROUP_END=$((SECONDS + 120))
-    section env 15 basics_env
+    section env 10 env ON_MODEL="$ON_MODEL" bash -c basics_env
     # NVRTC's directory must reach the later sections too.
-    find_nvrtc >/dev/null || true
-    section threads-2 45 env SNCL_TIMEOUT_MS=15000 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
-    section np-2 45 env SNCL_TIMEOUT_MS=15000 "$OUT_DIR/commbench" all_reduce --device cuda --np 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
-    echo "=== capture: skipped, capturing sncl collectives into a CUDA graph is not implemented yet (refused at enqueue)"
-    SUMMARY+=("capture: skipped (not implemented)")
+    ((ON_MODEL)) || find_nvrtc >/dev/null || true
+    section threads-2 40 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    section np-2 40 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --np 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    section capture 25 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64K -f 8 -n 5 -w 1 -G 10 -c 1
 }
 
 group_device() {
