@@ -24,7 +24,7 @@ if [[ $# -eq 0 ]]; then
     echo "usage: scripts/cuda-model.sh CMD [ARGS...]" >&2
     exit 2
 fi
-if [[ "$profile" == "dev" ]]; then dir=debug; else dir="$profile"; fi
+if [[ "$profile" == "dev" || "$profile" == "test" ]]; then dir=debug; else dir="$profile"; fi
 if [[ "${CUDA_MODEL_NO_BUILD:-0}" != 1 ]]; then
     (cd "$repo" && cargo build --quiet -p cuda-model --profile "$profile" >&2)
 fi

@@ -11,9 +11,11 @@
 #                                    machine's own CUDA driver and NVRTC
 #   scripts/gpu-check.sh --on-model  here: the basics group on the strict CUDA
 #                                    driver model (scripts/cuda-model.sh) with
-#                                    target/release/commbench, to try this
+#                                    target/release/commbench (or
+#                                    $GPU_CHECK_COMMBENCH), to try this
 #                                    script's first section before a GPU is
-#                                    lent (same commands, same limits)
+#                                    lent (same commands, same limits; the
+#                                    test command runs it)
 #
 # Groups (default: basics device nvlink; each keeps within its own limit, so
 # that one call stays well under the 600 s a command may run):
@@ -142,7 +144,7 @@ if [[ ${1:-} == --on-model ]]; then
     shift
     ON_MODEL=1
     ON_DEVICE=(scripts/cuda-model.sh)
-    COMMBENCH=target/release/commbench
+    COMMBENCH=${GPU_CHECK_COMMBENCH:-target/release/commbench}
     [[ -x $COMMBENCH ]] || { echo "gpu-check: $COMMBENCH is missing; cargo build --release -p commbench first" >&2; exit 2; }
     [[ $# -eq 0 ]] || { echo "gpu-check: --on-model runs the basics group only" >&2; exit 2; }
     set -- basics

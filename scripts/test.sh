@@ -41,4 +41,12 @@ status=0
 cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}" || status=$?
 # The reliability suite's short form (its long form: scripts/reliability.sh --long).
 scripts/reliability.sh || status=1
+# The lent GPU's first section, on the strict driver model (seconds): the
+# script itself is checked before a GPU meets it.
+GPU_CHECK_COMMBENCH=target/debug/commbench CUDA_MODEL_PROFILE=test \
+    scripts/gpu-check.sh --on-model >target/gpu-check-on-model.log 2>&1 || {
+    tail -20 target/gpu-check-on-model.log
+    status=1
+}
+tail -2 target/gpu-check-on-model.log
 exit $status
