@@ -457,6 +457,8 @@ impl Communicator {
                         .map_err(|e| cx.err("copying the result out of the padded buffer", e))?;
                 }
                 None => {
+                    // The device links before anything is enqueued.
+                    self.connect_device()?;
                     cx.prepare(&cross_tier_temporaries(
                         self,
                         count,
