@@ -165,6 +165,12 @@ pub struct Args {
     /// the end of the run, for `commbench trace DIR --chrome out.json`.
     #[arg(long = "flight-dump")]
     pub flight_dump: bool,
+    /// Run the whole benchmark N times, each a fresh launch (new processes
+    /// or threads, new communicator), and report per size the minimum,
+    /// median and maximum over the launches of each launch's median: how
+    /// far one launch's speed can differ from the next's (1: one launch).
+    #[arg(long = "launches", default_value_t = 1)]
+    pub launches: usize,
 }
 
 /// `--algo`'s help: the algorithms of every collective commbench runs, from

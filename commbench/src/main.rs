@@ -12,6 +12,7 @@ mod chrome;
 mod devbench;
 mod graph;
 mod launch;
+mod launches;
 mod plan_cmd;
 mod plot;
 mod sim_cmd;
@@ -50,6 +51,9 @@ fn main() -> ExitCode {
         _ => {}
     }
     let args = Args::parse();
+    if args.launches > 1 {
+        return launches::main(&argv, args.launches, args.json.is_some());
+    }
     if args.help_env {
         print!("{}", comm_core::settings::render_help());
         return ExitCode::SUCCESS;

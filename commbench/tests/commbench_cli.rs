@@ -656,3 +656,52 @@ fn charts_name_what_they_show() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--launches N` runs the benchmark N times, each a fresh launch, and
+/// prints one row per size with the spread over the launches; it refuses
+/// `--json` (it writes its own per launch).
+#[test]
+fn launches_report_the_spread_over_fresh_runs() {
+    let (code, out, err) = commbench(&[
+        "all_reduce",
+        "--threads",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "5",
+        "-w",
+        "1",
+        "--launches",
+        "3",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("# 3 launches"), "{out}");
+    let rows = table_rows(&out);
+    assert_eq!(rows.len(), 2, "one row per size: {out}");
+    for row in rows {
+        let cols: Vec<f64> = row
+            .split_whitespace()
+            .map(|c| c.parse().expect("numbers"))
+            .collect();
+        // size, min / median / max time, min / median / max busbw, max/min.
+        assert_eq!(cols.len(), 8, "{row}");
+        assert!(cols[1] <= cols[2] && cols[2] <= cols[3], "{row}");
+        assert!(cols[7] >= 1.0, "{row}");
+    }
+    let (code, _, err) = commbench(&[
+        "all_reduce",
+        "--threads",
+        "2",
+        "--launches",
+        "2",
+        "--json",
+        "x.json",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--json"), "{err}");
+}
