@@ -166,13 +166,20 @@ fn connect_device_sets_the_links_up_before_the_first_collective() {
                     let dev = c
                         .bind_default_device(Backend::Emu)
                         .map_err(|e| e.to_string())?;
+                    let before = c.stats().ops;
                     c.connect_device().map_err(|e| e.to_string())?;
+                    // The join ran now: its barrier and its agreement on
+                    // the kernel path are operations of the communicator.
+                    let joined = c.stats().ops;
+                    if joined == before {
+                        return Err("connect_device ran no join".into());
+                    }
                     // Idempotent: no second barrier (the peer does not call
                     // it again, so a second join would wait out the timeout).
                     let t0 = Instant::now();
                     c.connect_device().map_err(|e| e.to_string())?;
-                    if t0.elapsed() > Duration::from_secs(5) {
-                        return Err("a second connect_device waited".into());
+                    if t0.elapsed() > Duration::from_secs(5) || c.stats().ops != joined {
+                        return Err("a second connect_device joined again".into());
                     }
                     let stream = dev.create_stream().map_err(|e| e.to_string())?;
                     let mut buf = DeviceBuffer::new(&dev, count * 4).map_err(|e| e.to_string())?;
