@@ -138,12 +138,12 @@ fi
 # On the device the binaries run as they are; on the model through
 # scripts/cuda-model.sh, which loads the model as libcuda.
 ON_MODEL=0
-ON_DEVICE=()
+RUN_WITH=()
 COMMBENCH=$OUT_DIR/commbench
 if [[ ${1:-} == --on-model ]]; then
     shift
     ON_MODEL=1
-    ON_DEVICE=(scripts/cuda-model.sh)
+    RUN_WITH=(scripts/cuda-model.sh)
     COMMBENCH=${GPU_CHECK_COMMBENCH:-target/release/commbench}
     [[ -x $COMMBENCH ]] || { echo "gpu-check: $COMMBENCH is missing; cargo build --release -p commbench first" >&2; exit 2; }
     [[ $# -eq 0 ]] || { echo "gpu-check: --on-model runs the basics group only" >&2; exit 2; }
@@ -233,9 +233,9 @@ group_basics() {
     section env 10 env ON_MODEL="$ON_MODEL" bash -c basics_env
     # NVRTC's directory must reach the later sections too.
     ((ON_MODEL)) || find_nvrtc >/dev/null || true
-    section threads-2 40 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
-    section np-2 40 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --np 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
-    section capture 25 env SNCL_TIMEOUT_MS=15000 "${ON_DEVICE[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64K -f 8 -n 5 -w 1 -G 10 -c 1
+    section threads-2 40 env SNCL_TIMEOUT_MS=15000 "${RUN_WITH[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    section np-2 40 env SNCL_TIMEOUT_MS=15000 "${RUN_WITH[@]}" "$COMMBENCH" all_reduce --device cuda --np 2 -b 8 -e 64M -f 4 -n 5 -w 1 -c 1
+    section capture 25 env SNCL_TIMEOUT_MS=15000 "${RUN_WITH[@]}" "$COMMBENCH" all_reduce --device cuda --threads 2 -b 8 -e 64K -f 8 -n 5 -w 1 -G 10 -c 1
 }
 
 group_device() {

@@ -98,8 +98,6 @@ struct Ctx {
     stream: StreamHandle,
     rank: usize,
     timeout: Duration,
-    /// Temporaries of earlier calls, not used by this one yet.
-    spare: Vec<DeviceBuffer>,
     /// This call's temporaries, taken or allocated before it enqueued
     /// anything ([`Ctx::prepare`]), in the order the call uses them.
     prepared: std::collections::VecDeque<DeviceBuffer>,
@@ -131,7 +129,6 @@ impl Ctx {
         } else {
             // The stream ran everything that used them.
             let mut kept = std::mem::take(&mut self.temps);
-            kept.append(&mut self.spare);
             kept.extend(self.prepared.drain(..));
             self.binding.keep_temporaries(kept);
         }
@@ -169,24 +166,33 @@ impl Ctx {
     }
 
     /// Takes or allocates every temporary of the call (`sizes`, in the
-    /// order it uses them: [`call_temporaries`]) before the call enqueues
-    /// anything: an allocation may synchronise the device, which must not
-    /// happen while the call's own collectives park the stream. The
-    /// smallest spare one that fits, else a new one.
+    /// order it uses them: [`cross_tier_temporaries`]) before the call
+    /// enqueues anything: an allocation may synchronise the device, which
+    /// must not happen while the call's own collectives park the stream.
+    /// Each is the smallest one the binding kept from earlier calls that
+    /// fits, else a new one; those this call does not use go back at once.
     fn prepare(&mut self, sizes: &[usize]) -> Result<()> {
+        let mut spare = self.binding.take_temporaries();
+        let mut taken = Ok(());
         for &bytes in sizes {
             let bytes = bytes.max(1);
-            let fits = (0..self.spare.len())
-                .filter(|&i| self.spare[i].bytes() >= bytes)
-                .min_by_key(|&i| self.spare[i].bytes());
+            let fits = (0..spare.len())
+                .filter(|&i| spare[i].bytes() >= bytes)
+                .min_by_key(|&i| spare[i].bytes());
             let buf = match fits {
-                Some(i) => self.spare.swap_remove(i),
-                None => DeviceBuffer::new(&self.dev, bytes)
-                    .map_err(|e| self.err("allocating the call's temporaries", e))?,
+                Some(i) => spare.swap_remove(i),
+                None => match DeviceBuffer::new(&self.dev, bytes) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        taken = Err(self.err("allocating the call's temporaries", e));
+                        break;
+                    }
+                },
             };
             self.prepared.push_back(buf);
         }
-        Ok(())
+        self.binding.keep_temporaries(spare);
+        taken
     }
 
     /// A device buffer of `bytes` (at least 1), kept for the call: the
@@ -207,9 +213,9 @@ impl Ctx {
                      enqueued work (a bug: please report it)"
                 );
                 debug_assert!(false, "{what}: {bytes} bytes not prepared ({other:?})");
-                if let Some(b) = other {
-                    self.spare.push(b);
-                }
+                // Kept with the call's own (the stream may not use it,
+                // but it goes back to the binding with them).
+                self.temps.extend(other);
                 DeviceBuffer::new(&self.dev, bytes)
                     .map_err(|e| self.err(&format!("allocating {what}"), e))?
             }
@@ -382,7 +388,6 @@ impl Communicator {
         let dev = binding.dev.clone();
         let mut cx = Ctx {
             dev: dev.clone(),
-            spare: binding.take_temporaries(),
             prepared: std::collections::VecDeque::new(),
             binding,
             stream,

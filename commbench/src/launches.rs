@@ -78,7 +78,12 @@ pub fn main(argv: &[String], launches: usize, json_given: bool) -> ExitCode {
         }
     };
     let dir = std::env::temp_dir().join(format!("commbench-launches-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
+    // Ours alone: created here (not an existing one), mode 0700.
+    let made = {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)
+    };
+    if let Err(e) = made {
         eprintln!("commbench: --launches: {}: {e}", dir.display());
         return ExitCode::from(1);
     }
@@ -92,23 +97,24 @@ pub fn main(argv: &[String], launches: usize, json_given: bool) -> ExitCode {
             .arg("--json")
             .arg(&json)
             .output();
-        let ok = matches!(&out, Ok(o) if o.status.success());
-        let parsed = std::fs::read_to_string(&json)
-            .map_err(|e| e.to_string())
-            .and_then(|t| points(&t));
-        match (ok, parsed) {
-            (true, Ok(p)) => runs.push(p),
-            (_, r) => {
+        let result = match out {
+            Err(e) => Err(e.to_string()),
+            Ok(o) if !o.status.success() => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                Err(format!(
+                    "{}: {}",
+                    o.status,
+                    err.lines().last().unwrap_or("")
+                ))
+            }
+            Ok(_) => std::fs::read_to_string(&json)
+                .map_err(|e| e.to_string())
+                .and_then(|t| points(&t)),
+        };
+        match result {
+            Ok(p) => runs.push(p),
+            Err(why) => {
                 failed += 1;
-                let why = match (&out, r) {
-                    (Err(e), _) => e.to_string(),
-                    (Ok(o), _) if !o.status.success() => {
-                        let err = String::from_utf8_lossy(&o.stderr);
-                        format!("{}: {}", o.status, err.lines().last().unwrap_or(""))
-                    }
-                    (_, Err(e)) => e,
-                    _ => String::new(),
-                };
                 eprintln!("commbench: launch {} of {launches} failed: {why}", i + 1);
             }
         }

@@ -252,16 +252,15 @@ impl Communicator {
                 detail: "no device is bound: call bind_device first".into(),
             });
         };
-        let b = a.binding.clone();
-        if b.peers_bound.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.join_once(&b)
+        self.join_once(&a.binding)
     }
 
     /// Joins the peers on the device once: one thread joins, another
-    /// calling at the same time waits for it.
+    /// calling at the same time waits for it; after that, nothing.
     fn join_once(&self, b: &Arc<Binding>) -> Result<()> {
+        if b.peers_bound.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let _joining = b.joining.lock().unwrap_or_else(|e| e.into_inner());
         if !b.peers_bound.load(Ordering::Acquire) {
             self.join_peers_on_device(b)?;

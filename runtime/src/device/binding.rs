@@ -31,8 +31,9 @@ pub struct Binding {
     flag: PinnedBuffer,
     /// The value the next operation's callers wait for.
     next_flag: AtomicU32,
-    /// Every rank of the communicator has bound its device (the barrier
-    /// at this rank's first device collective passed).
+    /// Every rank of the communicator has bound its device and the device
+    /// links are up (the barrier of `connect_device`, or of this rank's
+    /// first device collective, passed).
     pub peers_bound: AtomicBool,
     /// Held while the first device collective joins the peers.
     pub joining: Mutex<()>,
@@ -73,13 +74,12 @@ impl Binding {
         rank: usize,
         settings: &comm_core::config::DeviceSettings,
     ) -> Result<Binding> {
-        let staging_bytes = settings.staging_bytes;
         let fail =
             |what: &str, e: DeviceError| device_error(rank, &dev, ("bind_device", None), what, e);
         dev.load_kernels(settings.cuda_include.as_deref())
             .map_err(|e| fail("loading the kernels", e))?;
-        let staging =
-            Staging::new(&dev, staging_bytes).map_err(|e| fail("allocating the staging", e))?;
+        let staging = Staging::new(&dev, settings.staging_bytes)
+            .map_err(|e| fail("allocating the staging", e))?;
         let flag =
             PinnedBuffer::new(&dev, 64).map_err(|e| fail("allocating the stream flag", e))?;
         if !(flag.as_ptr() as usize).is_multiple_of(std::mem::align_of::<AtomicU32>()) {
