@@ -14,6 +14,8 @@
 //!   settings table parses what it read.
 //! * [`auth`]: HMAC-SHA-256 / SHA-256 and nonces from the OS's entropy, for
 //!   the store's and the TCP transport's handshakes.
+//! * [`tls`]: TLS for the store's and the TCP transport's connections
+//!   (`SNCL_TLS_*`).
 
 pub mod auth;
 /// The one reader of the process environment and the settings files (the
@@ -23,6 +25,7 @@ pub use sncl_environment as environment;
 mod env;
 mod store;
 mod tcpstore;
+pub mod tls;
 mod unique_id;
 
 pub use env::{

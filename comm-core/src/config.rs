@@ -16,8 +16,8 @@ pub use ib_settings::{
 };
 pub use transport_settings::{
     DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
-    SubsystemFilter, TcpPacing, TcpSettings, DEFAULT_SINGLE_COPY_MIN_BYTES, LOG_SUBSYSTEMS,
-    MAX_SINGLE_COPY_MIN_BYTES,
+    SubsystemFilter, TcpPacing, TcpSettings, TlsFiles, TlsSettings, DEFAULT_SINGLE_COPY_MIN_BYTES,
+    LOG_SUBSYSTEMS, MAX_SINGLE_COPY_MIN_BYTES,
 };
 
 /// Which transport connects ranks: per pair the first kind of the

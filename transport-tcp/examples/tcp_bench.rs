@@ -48,6 +48,7 @@ fn connect(ep: TcpEndpoint, rank: usize, peer: SocketAddr, nsocks: usize) -> Tcp
         max_piece: PIECE,
         deadline: Instant::now() + Duration::from_secs(20),
         pacing: Default::default(),
+        tls: None,
     };
     let mut c = ep
         .establish(&setup, &[(1 - rank, peer)])

@@ -22,6 +22,7 @@ const RTO_MAX: Duration = Duration::from_secs(1);
 
 use crate::frame::{self, ABORT_MAGIC, TRAILER_BYTES};
 use crate::sys;
+use crate::tls::TlsChannel;
 
 /// Bytes a receive may read beyond the frame it completes (collects the next
 /// small frames in one system call) and below which a frame's remainder is
@@ -146,7 +147,11 @@ enum Fill {
 /// One socket with its outgoing remainder and its receive buffer.
 struct Stream {
     sock: Socket,
-    /// Bytes accepted by `try_post_send` that the kernel has not taken yet.
+    /// With TLS, the session: frames are sealed into `out` and received
+    /// through it.
+    tls: Option<TlsChannel>,
+    /// Bytes accepted by `try_post_send` that the kernel has not taken yet
+    /// (ciphertext with TLS).
     out: Vec<u8>,
     /// How much of `out` is already written.
     out_pos: usize,
@@ -157,9 +162,10 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(sock: Socket, max_piece: usize) -> Stream {
+    fn new(sock: Socket, tls: Option<TlsChannel>, max_piece: usize) -> Stream {
         Stream {
             sock,
+            tls,
             out: Vec::new(),
             out_pos: 0,
             inb: vec![0u8; HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD].into_boxed_slice(),
@@ -172,15 +178,20 @@ impl Stream {
         self.out.len() - self.out_pos
     }
 
-    /// Appends bytes behind the pending ones.
-    fn append(&mut self, parts: &[&[u8]]) {
+    /// Appends bytes behind the pending ones (sealed, with TLS: `parts`
+    /// must then be one whole frame).
+    fn append(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         if self.out_pos > 0 {
             self.out.drain(..self.out_pos);
             self.out_pos = 0;
         }
+        if let Some(tls) = &mut self.tls {
+            return tls.seal(parts, &mut self.out);
+        }
         for p in parts {
             self.out.extend_from_slice(p);
         }
+        Ok(())
     }
 
     /// Writes pending bytes until the kernel takes no more.
@@ -241,7 +252,12 @@ impl Stream {
         // The buffer holds a largest frame plus READAHEAD, so this is >= remaining.
         let want = want.min(self.inb.len() - self.in_end);
         loop {
-            match (&self.sock).read(&mut self.inb[self.in_end..self.in_end + want]) {
+            let dst = &mut self.inb[self.in_end..self.in_end + want];
+            let read = match &mut self.tls {
+                Some(tls) => tls.read(&self.sock, dst, &mut self.out),
+                None => (&self.sock).read(dst),
+            };
+            match read {
                 Ok(0) => return Ok(Fill::Eof),
                 Ok(n) => {
                     self.in_end += n;
@@ -324,11 +340,11 @@ impl TcpConnection {
         peer: usize,
         max_piece: usize,
         remote: SocketAddr,
-        socks: Vec<Socket>,
+        socks: Vec<(Socket, Option<TlsChannel>)>,
     ) -> io::Result<TcpConnection> {
         let streams = socks
             .into_iter()
-            .map(|s| {
+            .map(|(s, tls)| {
                 s.set_nonblocking(true)?;
                 s.set_nodelay(true)?;
                 if let Err(e) = sys::cap_retransmission_timeout(s.as_raw_fd(), RTO_MAX) {
@@ -338,7 +354,7 @@ impl TcpConnection {
                         "TCP_RTO_MAX_MS not available ({e}); retransmissions back off as the system's default"
                     );
                 }
-                Ok(Stream::new(s, max_piece))
+                Ok(Stream::new(s, tls, max_piece))
             })
             .collect::<io::Result<Vec<_>>>()?;
         let send_piece = max_piece.min(BOUNCE_BYTES);
@@ -560,8 +576,12 @@ impl TcpConnection {
         let tail = crc.unwrap_or(0).to_le_bytes();
         let tail = &tail[..trailer_len];
         let s = &mut self.streams[i];
-        if s.pending() > 0 {
-            s.append(&[hb, data, tail]);
+        if s.pending() > 0 || s.tls.is_some() {
+            // With TLS the frame is sealed into the pending bytes whole.
+            let sent = s.append(&[hb, data, tail]).and_then(|()| s.write_pending());
+            if let Err(e) = sent {
+                return Err(self.io_failure(i, e, "send"));
+            }
             self.next_send = (i + 1) % nsocks;
             return Ok(true);
         }
@@ -586,13 +606,16 @@ impl TcpConnection {
             self.refused_crc = crc.filter(|_| key.2 != 0).map(|c| (key.0, key.1, key.2, c));
             return Ok(false);
         }
-        if written < hlen {
-            s.append(&[&hb[written..], data, tail]);
+        // Plain bytes (TLS frames took the branch above): appending cannot fail.
+        let _ = if written < hlen {
+            s.append(&[&hb[written..], data, tail])
         } else if written < hlen + data.len() {
-            s.append(&[&data[written - hlen..], tail]);
+            s.append(&[&data[written - hlen..], tail])
         } else if written < frame_len {
-            s.append(&[&tail[written - hlen - data.len()..]]);
-        }
+            s.append(&[&tail[written - hlen - data.len()..]])
+        } else {
+            Ok(())
+        };
         self.next_send = (i + 1) % nsocks;
         Ok(true)
     }
@@ -708,7 +731,10 @@ impl Connection for TcpConnection {
         self.check_usable()?;
         let n = self.streams.len();
         let next = self.next_recv;
-        if !matches!(self.streams[next].front(self.accept_piece), Front::Need(_)) {
+        let s = &self.streams[next];
+        if !matches!(s.front(self.accept_piece), Front::Need(_))
+            || s.tls.as_ref().is_some_and(TlsChannel::holds_bytes)
+        {
             return Ok(());
         }
         for i in 0..n {
@@ -744,8 +770,7 @@ impl Connection for TcpConnection {
         }
         let frame = frame::encode_abort(cause);
         for s in &mut self.streams {
-            s.append(&[&frame]);
-            let _ = s.write_pending();
+            let _ = s.append(&[&frame]).and_then(|()| s.write_pending());
             let _ = s.sock.shutdown(Shutdown::Write);
         }
         tracing::debug!(

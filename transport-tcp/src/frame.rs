@@ -7,7 +7,7 @@
 //!      it accepts the connection;
 //!   2. the connecting rank answers with a [`Hello`] (96 bytes: 48 bytes of
 //!      fields — magic `"STCP"`, version, communicator id, ranks, socket
-//!      index, `nsocks`, piece size — then its own fresh 16-byte client
+//!      index, `nsocks`, piece size, flags (bit 0: TLS) — then its own fresh 16-byte client
 //!      nonce, then `HMAC-SHA-256(secret, "sncl-tcp-hello" ‖ fields ‖
 //!      server nonce ‖ client nonce)`);
 //!   3. the accepting rank checks that tag (in constant time) and answers
@@ -110,7 +110,13 @@ pub(crate) struct Hello {
     pub sock_idx: u32,
     pub nsocks: u32,
     pub max_piece: u32,
+    /// The connecting rank runs TLS on its sockets (`SNCL_TLS_*`).
+    pub tls: bool,
 }
+
+/// Hello flag: the connecting rank runs TLS (bytes 36..40 were zero before
+/// TLS, so a rank without it reads as "no TLS").
+const HELLO_FLAG_TLS: u32 = 1;
 
 /// The tag of an encoded hello's fields and client nonce under `secret`,
 /// for the greeting that carried `server_nonce`.
@@ -149,6 +155,8 @@ impl Hello {
         b[24..28].copy_from_slice(&self.sock_idx.to_le_bytes());
         b[28..32].copy_from_slice(&self.nsocks.to_le_bytes());
         b[32..36].copy_from_slice(&self.max_piece.to_le_bytes());
+        let flags = if self.tls { HELLO_FLAG_TLS } else { 0 };
+        b[36..40].copy_from_slice(&flags.to_le_bytes());
         b[HELLO_FIELDS..HELLO_FIELDS + NONCE_BYTES].copy_from_slice(client_nonce);
         let tag = hello_tag(&b, secret, server_nonce);
         b[HELLO_FIELDS + NONCE_BYTES..].copy_from_slice(&tag);
@@ -181,6 +189,7 @@ impl Hello {
             sock_idx: u32_at(24),
             nsocks: u32_at(28),
             max_piece: u32_at(32),
+            tls: u32_at(36) & HELLO_FLAG_TLS != 0,
         })
     }
 
@@ -271,6 +280,7 @@ mod tests {
             sock_idx: 2,
             nsocks: 4,
             max_piece: 1 << 19,
+            tls: true,
         }
     }
 

@@ -47,6 +47,7 @@ pub fn hello(b: &[u8], nsocks: usize, max_piece: usize) -> Result<(usize, usize)
         max_piece,
         deadline: Instant::now() + Duration::from_secs(1),
         pacing: Default::default(),
+        tls: None,
     };
     let mut slots: Slots = BTreeMap::new();
     for peer in 1..4 {
@@ -75,6 +76,7 @@ pub fn valid_hello(
         sock_idx,
         nsocks,
         max_piece,
+        tls: false,
     }
     .encode(&SECRET, &SERVER_NONCE, &client_nonce)
 }
@@ -97,6 +99,7 @@ pub fn signed_hello(
         sock_idx,
         nsocks,
         max_piece,
+        tls: false,
     }
     .encode(&SECRET, &SERVER_NONCE, &client_nonce)
 }

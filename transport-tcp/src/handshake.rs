@@ -274,6 +274,15 @@ pub(crate) fn judge(
             hello.max_piece, setup.max_piece
         ));
     }
+    if hello.tls != setup.tls.is_some() {
+        let side = |on: bool| if on { "with TLS" } else { "without TLS" };
+        return Verdict::Fatal(format!(
+            "peer rank {from} runs {}, this rank {}: set SNCL_TLS_CERT, SNCL_TLS_KEY and \
+             SNCL_TLS_CA on every rank, or on none",
+            side(hello.tls),
+            side(setup.tls.is_some())
+        ));
+    }
     let idx = hello.sock_idx as usize;
     match peer_slots.get(idx) {
         None => Verdict::Refuse(format!(
@@ -375,6 +384,7 @@ fn advance_outgoing(setup: &TcpSetup, o: &mut Outgoing) -> Result<bool, String> 
         sock_idx: idx as u32,
         nsocks: nsocks as u32,
         max_piece: setup.max_piece as u32,
+        tls: setup.tls.is_some(),
     }
     .encode(&setup.secret, &greeting.nonce, &client_nonce);
     write_all_deadline(&o.sock, &hello, setup.deadline)

@@ -102,6 +102,10 @@ impl PreparedTransport for Prepared {
             max_piece: ctx.config.tcp.piece_bytes,
             deadline: ctx.deadline,
             pacing,
+            tls: match ctx.config.tcp.tls.files()? {
+                Some(files) => Some(sncl_bootstrap::tls::TlsIdentity::load(&files)?),
+                None => None,
+            },
         };
         Ok(self
             .endpoint

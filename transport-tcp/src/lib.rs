@@ -45,6 +45,7 @@ mod kind;
 mod params;
 mod setup;
 mod sys;
+mod tls;
 
 pub use conn::{TcpConnection, BOUNCE_BYTES};
 pub use kind::TcpKind;

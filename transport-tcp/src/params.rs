@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use sncl_bootstrap::tls::TlsIdentity;
+
 /// What [`TcpEndpoint::establish`](crate::TcpEndpoint::establish) needs to know about this rank and its
 /// communicator. Every rank must use the same `comm_id`, `secret`, `nsocks`
 /// and `max_piece`.
@@ -26,4 +28,7 @@ pub struct TcpSetup {
     /// its sockets in bytes per second (see [`socket_pacing_rate`](crate::socket_pacing_rate)); peers
     /// not listed are not paced.
     pub pacing: BTreeMap<usize, u64>,
+    /// TLS on every socket (`SNCL_TLS_*`); every rank must agree, which the
+    /// handshake checks.
+    pub tls: Option<TlsIdentity>,
 }

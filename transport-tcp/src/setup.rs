@@ -343,8 +343,8 @@ impl TcpEndpoint {
                     return Err(err(format!(
                         "peer rank {peer} at {addr} closed socket {idx} of {nsocks} instead of \
                          acknowledging this rank's hello: it refused it (different secret or \
-                         communicator id, different SNCL_NSOCKS or piece size, or not expecting \
-                         rank {me}); see that rank's log"
+                         communicator id, different SNCL_NSOCKS, piece size or TLS settings, or \
+                         not expecting rank {me}); see that rank's log"
                     )))
                 }
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
@@ -362,25 +362,37 @@ impl TcpEndpoint {
             }
         }
 
-        // 5. Wrap them up, in the caller's order.
+        // 5. Wrap them up, in the caller's order (with TLS, after every
+        //    socket's TLS handshake).
         let mut connected: BTreeMap<usize, Vec<Socket>> = BTreeMap::new();
         for o in outgoing {
             // In socket index order: pushed so in step 1.
             connected.entry(o.peer).or_default().push(o.sock);
         }
+        let mut accepted: BTreeMap<usize, Vec<Socket>> = slots
+            .into_iter()
+            .map(|(peer, socks)| {
+                (
+                    peer,
+                    socks.into_iter().map(|a| a.expect("filled").sock).collect(),
+                )
+            })
+            .collect();
+        let addr_of: BTreeMap<usize, SocketAddr> = peers.iter().copied().collect();
+        let mut channels = match &setup.tls {
+            Some(identity) => {
+                crate::tls::establish_channels(setup, identity, &connected, &accepted, &addr_of)?
+            }
+            None => BTreeMap::new(),
+        };
         let max_piece = setup.max_piece;
         peers
             .iter()
             .map(|&(peer, addr)| {
-                let socks: Vec<Socket> = if peer < me {
+                let socks = if peer < me {
                     connected.remove(&peer).expect("connected")
                 } else {
-                    slots
-                        .remove(&peer)
-                        .expect("accepted")
-                        .into_iter()
-                        .map(|a| a.expect("filled").sock)
-                        .collect()
+                    accepted.remove(&peer).expect("accepted")
                 };
                 if let Some(&rate) = setup.pacing.get(&peer) {
                     for (idx, s) in socks.iter().enumerate() {
@@ -395,6 +407,8 @@ impl TcpEndpoint {
                     }
                     tracing::debug!(rank = me, peer, rate, "tcp sockets paced (bytes/s each)");
                 }
+                let mut tls = channels.remove(&peer).unwrap_or_default().into_iter();
+                let socks = socks.into_iter().map(|s| (s, tls.next())).collect();
                 TcpConnection::new(me, peer, max_piece, addr, socks).map_err(|e| Error::Io {
                     rank: me,
                     context: format!("configuring the TCP sockets to peer rank {peer} at {addr}"),

@@ -28,6 +28,7 @@ fn setup(rank: usize) -> TcpSetup {
         max_piece: 4096,
         deadline: Instant::now() + Duration::from_secs(10),
         pacing: Default::default(),
+        tls: None,
     }
 }
 

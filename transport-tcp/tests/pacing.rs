@@ -20,6 +20,7 @@ fn setup(rank: usize, pacing: BTreeMap<usize, u64>) -> TcpSetup {
         max_piece: 64 << 10,
         deadline: Instant::now() + Duration::from_secs(20),
         pacing,
+        tls: None,
     }
 }
 

@@ -229,6 +229,68 @@ pub struct TcpSettings {
     /// all-reduce's replica communicator sets the number of other nodes,
     /// which divides each socket's pacing share.
     pub flows_per_rank: usize,
+    /// TLS on every TCP connection and the store's (`SNCL_TLS_*`, off by
+    /// default).
+    pub tls: TlsSettings,
+}
+
+/// TLS on TCP: the transport's sockets and the rendezvous store's
+/// connections, with mutual authentication by certificates (`SNCL_TLS_CERT`,
+/// `SNCL_TLS_KEY`, `SNCL_TLS_CA`: PEM files). All three or none: with none,
+/// TCP is authenticated by the job secret but not encrypted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// This rank's certificate chain, leaf first (`SNCL_TLS_CERT`).
+    pub cert: Option<PathBuf>,
+    /// The private key of that certificate (`SNCL_TLS_KEY`; a file of this
+    /// user that group and others cannot read).
+    pub key: Option<PathBuf>,
+    /// The certificate authorities a peer's certificate must chain to
+    /// (`SNCL_TLS_CA`).
+    pub ca: Option<PathBuf>,
+}
+
+/// The three files of [`TlsSettings`], when TLS is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// This rank's certificate chain (PEM, leaf first).
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The certificate authorities peers' certificates must chain to (PEM).
+    pub ca: PathBuf,
+}
+
+impl TlsSettings {
+    /// The files when all three are set, `None` when none is; an error
+    /// naming the missing settings when only some are (TLS half-configured
+    /// must not silently run in the clear).
+    pub fn files(&self) -> Result<Option<TlsFiles>> {
+        match (&self.cert, &self.key, &self.ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            })),
+            _ => {
+                let missing: Vec<&str> = [
+                    ("SNCL_TLS_CERT", self.cert.is_none()),
+                    ("SNCL_TLS_KEY", self.key.is_none()),
+                    ("SNCL_TLS_CA", self.ca.is_none()),
+                ]
+                .iter()
+                .filter(|(_, m)| *m)
+                .map(|(n, _)| *n)
+                .collect();
+                Err(Error::Config(format!(
+                    "TLS is half configured: {} not set; set SNCL_TLS_CERT, SNCL_TLS_KEY and \
+                     SNCL_TLS_CA together (TLS on) or none of them (TLS off)",
+                    missing.join(" and ")
+                )))
+            }
+        }
+    }
 }
 
 impl Default for TcpSettings {
@@ -240,6 +302,7 @@ impl Default for TcpSettings {
             pacing: TcpPacing::Off,
             compress_pacing: TcpPacing::Auto,
             flows_per_rank: 1,
+            tls: TlsSettings::default(),
         }
     }
 }

@@ -47,6 +47,7 @@ impl Config {
         for s in SETTINGS {
             s.check(self)?;
         }
+        self.tcp.tls.files()?;
         // Both factors are bounded above, so the product cannot overflow.
         let segment = self.shm.slots * self.shm.slot_bytes;
         if segment > MAX_SHM_SEGMENT_BYTES {

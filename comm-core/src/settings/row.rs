@@ -165,6 +165,11 @@ pub(crate) enum Field {
         put: fn(&mut Config, &str) -> Result<()>,
         show: fn(&Config) -> String,
     },
+    /// A file or directory: an empty (or blank) value unsets it.
+    Path {
+        put: fn(&mut Config, Option<std::path::PathBuf>),
+        get: fn(&Config) -> &Option<std::path::PathBuf>,
+    },
 }
 
 /// One setting.
@@ -206,6 +211,10 @@ impl Setting {
         match (self.field, self.values) {
             (Field::Int { put, .. }, Values::Int(range)) => put(config, range.parse(source, raw)?),
             (Field::Text { put, .. }, _) => put(config, raw)?,
+            (Field::Path { put, .. }, _) => put(
+                config,
+                Some(std::path::PathBuf::from(raw)).filter(|_| !raw.trim().is_empty()),
+            ),
             _ => {}
         }
         Ok(())
@@ -226,6 +235,12 @@ impl Setting {
         match self.field {
             Field::Int { get, .. } => Some(get(config).to_string()),
             Field::Text { show, .. } => Some(show(config)),
+            Field::Path { get, .. } => Some(
+                get(config)
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
             Field::Elsewhere => None,
         }
     }

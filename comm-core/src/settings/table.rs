@@ -49,6 +49,23 @@ const fn local(
     }
 }
 
+/// A TLS file's row (`SNCL_TLS_*`): a path, unset by default (TLS off).
+const fn tls_file(
+    name: &'static str,
+    doc: &'static str,
+    put: fn(&mut crate::Config, Option<std::path::PathBuf>),
+    get: fn(&crate::Config) -> &Option<std::path::PathBuf>,
+) -> Setting {
+    Setting {
+        name,
+        scope: Scope::Process,
+        values: Values::Text("path"),
+        default: DefaultValue::Unset("TLS off"),
+        doc,
+        field: Field::Path { put, get },
+    }
+}
+
 const fn range(min: usize, max: usize, multiple: usize, unit: &'static str) -> Values {
     Values::Int(IntRange {
         min,
@@ -369,6 +386,25 @@ pub static SETTINGS: &[Setting] = &[
             show: |c| c.tcp.socket_ifname.clone().unwrap_or_default(),
         },
     },
+    tls_file(
+        "SNCL_TLS_CERT",
+        "this rank's certificate chain (PEM, leaf first) for TLS on TCP connections and the store; \
+         with `SNCL_TLS_KEY` and `SNCL_TLS_CA`, all three or none (docs/SECURITY.md)",
+        |c, p| c.tcp.tls.cert = p,
+        |c| &c.tcp.tls.cert,
+    ),
+    tls_file(
+        "SNCL_TLS_KEY",
+        "the private key of `SNCL_TLS_CERT` (PEM; a file of this user, unreadable by group and others)",
+        |c, p| c.tcp.tls.key = p,
+        |c| &c.tcp.tls.key,
+    ),
+    tls_file(
+        "SNCL_TLS_CA",
+        "certificate authorities (PEM) every peer's certificate must chain to; a peer without one is refused",
+        |c, p| c.tcp.tls.ca = p,
+        |c| &c.tcp.tls.ca,
+    ),
     Setting {
         name: "SNCL_NODE_ID",
         scope: Scope::Process,
@@ -698,18 +734,9 @@ pub static SETTINGS: &[Setting] = &[
         values: Values::Text("directory"),
         default: Unset("beside the loaded NVRTC, else `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`"),
         doc: "directory holding `cuda_fp16.h` for compiling sncl's device kernels (when a communicator binds a device)",
-        field: Field::Text {
-            put: |c, v| {
-                c.device.cuda_include = Some(std::path::PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty());
-                Ok(())
-            },
-            show: |c| {
-                c.device
-                    .cuda_include
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            },
+        field: Field::Path {
+            put: |c, p| c.device.cuda_include = p,
+            get: |c| &c.device.cuda_include,
         },
     },
     local(
