@@ -197,19 +197,16 @@ impl Communicator {
         let mut id = UniqueId::new(root)?;
         // Rank 0 must take the store within the operation timeout; after
         // that it stops by itself (no thread or port left behind).
-        let expire_after = Config::from_env()
-            .map(|c| c.timeout)
-            .unwrap_or_else(|_| Config::default().timeout);
-        let server =
-            TcpStoreServer::start_unclaimed(root, id.secret, expire_after).map_err(|e| {
-                Error::Io {
-                    rank: 0,
-                    context: format!(
-                        "starting the rendezvous store on {} (it must be an address of this host)",
-                        root.ip()
-                    ),
-                    source: e,
-                }
+        let config = Config::from_env()?;
+        let tls = sncl_bootstrap::tls::TlsIdentity::from_settings(&config.tcp.tls)?;
+        let server = TcpStoreServer::start_unclaimed_tls(root, id.secret, config.timeout, tls)
+            .map_err(|e| Error::Io {
+                rank: 0,
+                context: format!(
+                    "starting the rendezvous store on {} (it must be an address of this host)",
+                    root.ip()
+                ),
+                source: e,
             })?;
         id.root.set_port(server.local_addr().port());
         let mut pending = PENDING_ROOTS.lock().unwrap_or_else(|e| e.into_inner());
@@ -242,6 +239,7 @@ impl Communicator {
         } else {
             None
         };
+        let tls = sncl_bootstrap::tls::TlsIdentity::from_settings(&config.tcp.tls)?;
         let server = match pending {
             Some(server) if server.claim() => Some(server),
             Some(_) => {
@@ -258,18 +256,20 @@ impl Communicator {
             None if rank == 0 => {
                 let bind = store_bind_addr(id.root, &config)?;
                 Some(
-                    TcpStoreServer::start(bind, id.secret).map_err(|e| Error::Io {
-                        rank,
-                        context: format!("starting the rendezvous store on {bind}"),
-                        source: e,
+                    TcpStoreServer::start_tls(bind, id.secret, tls.clone()).map_err(|e| {
+                        Error::Io {
+                            rank,
+                            context: format!("starting the rendezvous store on {bind}"),
+                            source: e,
+                        }
                     })?,
                 )
             }
             None => None,
         };
         let deadline = Instant::now() + config.timeout;
-        let store =
-            TcpStore::connect(id.root, id.secret, rank, deadline)?.with_io_timeout(config.timeout);
+        let store = TcpStore::connect_tls(id.root, id.secret, rank, deadline, tls.as_ref())?
+            .with_io_timeout(config.timeout);
         let local_ip = store.local_ip();
         let inner = setup::build(setup::SetupArgs {
             store: Arc::new(store),

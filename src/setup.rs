@@ -191,11 +191,13 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     // many strangers connect (the server's handshakes are bounded and the
     // oldest unauthenticated connection is dropped first); see
     // `crate::comm::Standby`.
-    let standby = TcpStoreServer::start(SocketAddr::new(ip, 0), secret).map_err(|e| Error::Io {
-        rank,
-        context: format!("starting the standby store on {ip}"),
-        source: e,
-    })?;
+    let tls = sncl_bootstrap::tls::TlsIdentity::from_settings(&config.tcp.tls)?;
+    let standby =
+        TcpStoreServer::start_tls(SocketAddr::new(ip, 0), secret, tls).map_err(|e| Error::Io {
+            rank,
+            context: format!("starting the standby store on {ip}"),
+            source: e,
+        })?;
     let standby_addr = standby.local_addr();
     // Each kind's store namespace, and the context its setup sees.
     let kind_stores: Vec<PrefixStore<Arc<dyn Store>>> = registry::TRANSPORTS

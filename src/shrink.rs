@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use comm_core::{Error, Result};
+use sncl_bootstrap::tls::TlsIdentity;
 use sncl_bootstrap::{MemoryStore, TcpStore, TcpStoreServer};
 
 use crate::comm::Inner;
@@ -104,8 +105,11 @@ impl Inner {
         deadline: Instant,
     ) -> Result<TcpStore> {
         let addr = self.standby_addr(host)?;
-        Ok(TcpStore::connect(addr, self.secret, rank_label, deadline)?
-            .with_io_timeout(self.config.timeout))
+        let tls = TlsIdentity::from_settings(&self.config.tcp.tls)?;
+        Ok(
+            TcpStore::connect_tls(addr, self.secret, rank_label, deadline, tls.as_ref())?
+                .with_io_timeout(self.config.timeout),
+        )
     }
 }
 

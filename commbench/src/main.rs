@@ -17,6 +17,7 @@ mod plan_cmd;
 mod plot;
 mod sim_cmd;
 mod soak;
+mod tls_certs;
 mod trace;
 mod trace_cmd;
 
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Some("calibrate") => return calibrate::main(argv[1..].to_vec()),
         Some("trace") => return trace_cmd::main(argv[1..].to_vec()),
         Some("soak") => return soak::main(argv[1..].to_vec()),
+        Some("tls-certs") => return tls_certs::main(argv[1..].to_vec()),
         _ => {}
     }
     let args = Args::parse();

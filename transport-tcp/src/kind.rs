@@ -102,10 +102,7 @@ impl PreparedTransport for Prepared {
             max_piece: ctx.config.tcp.piece_bytes,
             deadline: ctx.deadline,
             pacing,
-            tls: match ctx.config.tcp.tls.files()? {
-                Some(files) => Some(sncl_bootstrap::tls::TlsIdentity::load(&files)?),
-                None => None,
-            },
+            tls: sncl_bootstrap::tls::TlsIdentity::from_settings(&ctx.config.tcp.tls)?,
         };
         Ok(self
             .endpoint

@@ -7,7 +7,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::*;
+use super::tls_stream;
 use crate::store::quote_keys;
+use crate::tls::TlsIdentity;
 use crate::Store;
 use comm_core::{Error, Result};
 
@@ -26,6 +28,10 @@ pub(super) trait Wire: Read + Write + Send {
     fn close(&mut self);
     /// The local address of the stream.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+    /// Whether the stream is a TLS channel (for error messages).
+    fn is_tls(&self) -> bool {
+        false
+    }
 }
 
 impl Wire for TcpStream {
@@ -99,18 +105,40 @@ impl TcpStore {
     /// retried with backoff until `deadline`; then the error says which rank
     /// could not reach which address within how long, and why. A wrong
     /// secret, or a server that is not an sncl store, fails at once.
+    ///
+    /// This is [`Self::connect_tls`] without TLS: a root that requires TLS
+    /// does not answer, and the error at `deadline` says it may need it.
     pub fn connect(
         addr: SocketAddr,
         secret: [u8; 16],
         rank: usize,
         deadline: Instant,
     ) -> Result<TcpStore> {
+        Self::connect_tls(addr, secret, rank, deadline, None)
+    }
+
+    /// Like [`Self::connect`], over TLS when `tls` is given: after the TCP
+    /// connection, a mutually authenticated TLS 1.3 handshake with
+    /// `tls`'s certificate and authorities (see [`crate::tls`]), then the
+    /// store's handshake and every request inside that channel.
+    ///
+    /// A TLS failure (the root refused this rank's certificate, this rank
+    /// refused the root's, or the root does not speak TLS) fails at once
+    /// with an error naming `addr` and the reason; a root that does not
+    /// answer the handshake fails at `deadline`.
+    pub fn connect_tls(
+        addr: SocketAddr,
+        secret: [u8; 16],
+        rank: usize,
+        deadline: Instant,
+        tls: Option<&TlsIdentity>,
+    ) -> Result<TcpStore> {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(10);
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let last = match Self::connect_once(addr, &secret, rank, deadline) {
+            let last = match Self::connect_once(addr, &secret, rank, deadline, tls) {
                 Ok(s) => {
                     tracing::debug!(rank, root = %addr, local = %s.local, attempts, "connected to the sncl store");
                     return Ok(s);
@@ -120,11 +148,20 @@ impl TcpStore {
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
+                // A root that accepts and then closes without a word may be
+                // a TLS root dropping this plaintext client's silent
+                // connection at the end of its handshake time.
+                let hint = if tls.is_none() && last.kind() == io::ErrorKind::UnexpectedEof {
+                    "; if rank 0 runs with SNCL_TLS_CERT/SNCL_TLS_KEY/SNCL_TLS_CA, its store \
+                     requires TLS: set them on this rank too"
+                } else {
+                    ""
+                };
                 return Err(Error::Bootstrap {
                     rank,
                     detail: format!(
                         "cannot reach the sncl root at {addr} within {} ms: {} ({attempts} attempt(s)); \
-                         is rank 0 running and is SNCL_ROOT right?",
+                         is rank 0 running and is SNCL_ROOT right?{hint}",
                         // Rounded: the caller computed the deadline a moment
                         // before this call started.
                         (deadline.saturating_duration_since(start).as_micros() + 500) / 1000,
@@ -143,10 +180,11 @@ impl TcpStore {
         secret: &[u8; 16],
         rank: usize,
         deadline: Instant,
+        tls: Option<&TlsIdentity>,
     ) -> Result<TcpStore, Attempt> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let connect_timeout = remaining.clamp(Duration::from_millis(10), Duration::from_secs(5));
-        let mut stream = match TcpStream::connect_timeout(&addr, connect_timeout) {
+        let stream = match TcpStream::connect_timeout(&addr, connect_timeout) {
             Ok(s) => s,
             Err(e) => {
                 return Err(match e.kind() {
@@ -176,13 +214,18 @@ impl TcpStore {
         let keepalive = socket2::TcpKeepalive::new().with_time(Duration::from_secs(30));
         // Best effort: keepalive only speeds up noticing a vanished host.
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        let mut wire: Box<dyn Wire> = match tls {
+            Some(tls) => Box::new(tls_stream::client_handshake(
+                stream, tls, addr, rank, deadline,
+            )?),
+            None => Box::new(stream),
+        };
         let hs_timeout = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_secs(1));
-        stream
-            .set_timeouts(hs_timeout, hs_timeout)
+        wire.set_timeouts(hs_timeout, hs_timeout)
             .map_err(|e| io_fatal("setting timeouts", e))?;
-        Self::over(Box::new(stream), addr, secret, rank, hs_timeout)
+        Self::over(wire, addr, secret, rank, hs_timeout)
     }
 
     /// Authenticates over `stream` (connected to the root at `addr`, with
@@ -202,6 +245,13 @@ impl TcpStore {
                 source: e,
             })
         };
+        // Over TLS, a root that refuses this rank's certificate says so
+        // after this side already finished its handshake: its alert
+        // arrives in place of the greeting.
+        let failed = |e: io::Error| match tls_stream::rustls_error(&e) {
+            Some(tls) => Attempt::Fatal(tls_stream::client_failure(addr, rank, tls)),
+            None => Attempt::Retry(e),
+        };
         let not_sncl = |why: String| {
             Attempt::Fatal(Error::Bootstrap {
                 rank,
@@ -218,18 +268,26 @@ impl TcpStore {
         if let Err(e) = stream.read_exact(&mut hello) {
             return Err(match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    // A TLS root waits for a ClientHello and never greets a
+                    // plaintext client.
+                    let tls_hint = if stream.is_tls() {
+                        ""
+                    } else {
+                        "; or rank 0's store requires TLS (rank 0 runs with SNCL_TLS_CERT, \
+                         SNCL_TLS_KEY and SNCL_TLS_CA set): set the same on this rank"
+                    };
                     Attempt::Fatal(Error::Bootstrap {
                         rank,
                         detail: format!(
                             "the sncl root at {addr} is unresponsive: it accepted the connection \
                              but sent no greeting within {} ms; rank 0 may be stopped, hung or \
                              overloaded (check its process), or {addr} is another service that \
-                             never greets (such as torchrun's store on MASTER_PORT)",
+                             never greets (such as torchrun's store on MASTER_PORT){tls_hint}",
                             hs_timeout.as_millis()
                         ),
                     })
                 }
-                _ => Attempt::Retry(e),
+                _ => failed(e),
             });
         }
         if &hello[..8] != MAGIC {
@@ -246,10 +304,11 @@ impl TcpStore {
         proof.extend_from_slice(&(rank as u64).to_le_bytes());
         proof.extend_from_slice(&cnonce);
         proof.extend_from_slice(&client_mac(secret, snonce, &cnonce, rank as u64));
-        stream.write_all(&proof).map_err(Attempt::Retry)?;
+        stream.write_all(&proof).map_err(failed)?;
+        stream.flush().map_err(failed)?;
         // 3. verdict
         let mut status = [0u8; 1];
-        stream.read_exact(&mut status).map_err(Attempt::Retry)?;
+        stream.read_exact(&mut status).map_err(failed)?;
         match status[0] {
             AUTH_OK => {}
             AUTH_REFUSED => {
@@ -265,7 +324,7 @@ impl TcpStore {
             other => return Err(not_sncl(format!("unknown handshake status {other}"))),
         }
         let mut mac = [0u8; MAC];
-        stream.read_exact(&mut mac).map_err(Attempt::Retry)?;
+        stream.read_exact(&mut mac).map_err(failed)?;
         if !server_mac_valid(secret, snonce, &cnonce, rank as u64, &mac) {
             return Err(Attempt::Fatal(Error::Bootstrap {
                 rank,

@@ -30,7 +30,21 @@
 //! message). `get` and `wait` block on the server, which honours the
 //! timeout; the client reads with that timeout plus an I/O grace period, so
 //! a dead or stuck server ends in an error, never a hang.
-
+//!
+//! # TLS
+//!
+//! With TLS ([`TcpStoreServer::start_tls`], [`TcpStore::connect_tls`];
+//! the `SNCL_TLS_CERT` / `SNCL_TLS_KEY` / `SNCL_TLS_CA` settings), the
+//! whole exchange above, handshake included, runs inside a mutually
+//! authenticated TLS 1.3 channel: each side presents its certificate and
+//! must chain to the other's authorities (see [`crate::tls`] for the
+//! policy). The secret's challenge and response still run inside it, so a
+//! certificate alone does not admit a rank to another job's store. A TLS
+//! server waits for the client's TLS hello and never greets a plaintext
+//! client, which then fails at its deadline with an error saying the store
+//! may require TLS; a TLS client reaching a plaintext server reads its
+//! `"SNCLSTR1"` greeting as not TLS and fails at once. The TLS handshake
+//! counts against the same [`HANDSHAKE_TIMEOUT`] and pending bound.
 //!
 //! # Limits
 //!
@@ -47,6 +61,7 @@ mod protocol;
 mod server;
 #[cfg(test)]
 mod tests;
+mod tls_stream;
 
 pub use client::{TcpStore, DEFAULT_IO_TIMEOUT};
 pub use protocol::MAX_FRAME_BYTES;

@@ -28,14 +28,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use comm_core::throttle::LogThrottle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
+use tokio_rustls::TlsAcceptor;
 
 use super::protocol::*;
+use super::tls_stream;
 use crate::store::{AddError, Shared, WaitOutcome};
+use crate::tls::TlsIdentity;
 use crate::MemoryStore;
 
 /// Connections that may be in their handshake at the same time; a new one
@@ -48,6 +51,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the server waits for a client to take a reply.
 const SERVER_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long closing a connection may spend on its last bytes (TLS's
+/// close_notify).
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(200);
 /// How often a stranger's refused connections are logged: one line per
 /// source address per window, with the count held back.
 pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
@@ -117,6 +123,8 @@ impl TaskCount {
 struct ServerInner {
     shared: Arc<Shared>,
     secret: [u8; 16],
+    /// Set when every connection must first complete a TLS handshake.
+    tls: Option<TlsAcceptor>,
     local_addr: SocketAddr,
     /// Set to true when the server is dropped.
     shutdown: watch::Sender<bool>,
@@ -149,7 +157,9 @@ impl ServerInner {
 /// The rendezvous store server rank 0 runs (like c10d's `TCPStore` master).
 ///
 /// Every connection must first prove it knows the job secret (see the
-/// module docs of [`crate`]'s store protocol); a connection that
+/// module docs of [`crate`]'s store protocol), inside a mutually
+/// authenticated TLS channel when the server was started with a
+/// [`TlsIdentity`] ([`Self::start_tls`]); a connection that
 /// does not is refused, logged with `tracing::warn!` naming its address,
 /// and the server keeps serving the others. Dropping the server stops it:
 /// waiters are woken, replies being written are finished, connections are
@@ -172,7 +182,21 @@ impl TcpStoreServer {
     /// ranks connect to, not the unspecified address: the store should be
     /// reachable only where the job expects it.
     pub fn start(bind: SocketAddr, secret: [u8; 16]) -> io::Result<TcpStoreServer> {
-        Self::start_inner(bind, secret, None)
+        Self::start_tls(bind, secret, None)
+    }
+
+    /// Like [`Self::start`], over TLS when `tls` is given: every connection
+    /// first completes a mutually authenticated TLS 1.3 handshake (a client
+    /// certificate from one of `tls`'s authorities is required, see
+    /// [`crate::tls`]) within [`HANDSHAKE_TIMEOUT`], then the store's
+    /// handshake and requests run inside it. A failed TLS handshake is
+    /// logged as a warning naming the peer and the reason, and dropped.
+    pub fn start_tls(
+        bind: SocketAddr,
+        secret: [u8; 16],
+        tls: Option<TlsIdentity>,
+    ) -> io::Result<TcpStoreServer> {
+        Self::start_inner(bind, secret, None, tls)
     }
 
     /// Like [`Self::start`], for a store started ahead of its communicator
@@ -183,13 +207,25 @@ impl TcpStoreServer {
         secret: [u8; 16],
         expire_after: Duration,
     ) -> io::Result<TcpStoreServer> {
-        Self::start_inner(bind, secret, Some(Instant::now() + expire_after))
+        Self::start_unclaimed_tls(bind, secret, expire_after, None)
+    }
+
+    /// [`Self::start_unclaimed`], over TLS when `tls` is given (see
+    /// [`Self::start_tls`]).
+    pub fn start_unclaimed_tls(
+        bind: SocketAddr,
+        secret: [u8; 16],
+        expire_after: Duration,
+        tls: Option<TlsIdentity>,
+    ) -> io::Result<TcpStoreServer> {
+        Self::start_inner(bind, secret, Some(Instant::now() + expire_after), tls)
     }
 
     fn start_inner(
         bind: SocketAddr,
         secret: [u8; 16],
         expires: Option<Instant>,
+        tls: Option<TlsIdentity>,
     ) -> io::Result<TcpStoreServer> {
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(bind),
@@ -205,7 +241,7 @@ impl TcpStoreServer {
         // Thousands of ranks may connect at once; the kernel caps this at
         // net.core.somaxconn.
         socket.listen(4096)?;
-        Self::serve(socket.into(), secret, expires)
+        Self::serve(socket.into(), secret, expires, tls)
     }
 
     /// Serves a store on a socket that already listens (for instance one
@@ -213,13 +249,24 @@ impl TcpStoreServer {
     /// the store was needed). Connections waiting in its backlog are
     /// served.
     pub fn from_listener(listener: TcpListener, secret: [u8; 16]) -> io::Result<TcpStoreServer> {
-        Self::serve(listener, secret, None)
+        Self::from_listener_tls(listener, secret, None)
+    }
+
+    /// [`Self::from_listener`], over TLS when `tls` is given (see
+    /// [`Self::start_tls`]).
+    pub fn from_listener_tls(
+        listener: TcpListener,
+        secret: [u8; 16],
+        tls: Option<TlsIdentity>,
+    ) -> io::Result<TcpStoreServer> {
+        Self::serve(listener, secret, None, tls)
     }
 
     fn serve(
         listener: TcpListener,
         secret: [u8; 16],
         expires: Option<Instant>,
+        tls: Option<TlsIdentity>,
     ) -> io::Result<TcpStoreServer> {
         listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
@@ -231,6 +278,7 @@ impl TcpStoreServer {
         let inner = Arc::new(ServerInner {
             shared: Arc::new(Shared::default()),
             secret,
+            tls: tls.map(|t| TlsAcceptor::from(t.server_config())),
             local_addr,
             shutdown: watch::channel(false).0,
             stopped: AtomicBool::new(false),
@@ -244,7 +292,7 @@ impl TcpStoreServer {
         });
         let guard = inner.task();
         handle.spawn(accept_loop(listener, Arc::clone(&inner), guard));
-        tracing::debug!(%local_addr, "sncl store server listening");
+        tracing::debug!(%local_addr, tls = inner.tls.is_some(), "sncl store server listening");
         Ok(TcpStoreServer { inner })
     }
 
@@ -376,6 +424,8 @@ fn start_handshake(inner: &Arc<ServerInner>, stream: TcpStream, peer: SocketAddr
 
 /// Why the server refused a connection.
 enum Refusal {
+    /// The TLS handshake failed.
+    Tls(io::Error),
     NotSncl,
     WrongSecret(u64),
     Closed(usize),
@@ -383,28 +433,63 @@ enum Refusal {
     TimedOut,
 }
 
-/// One connection: its handshake, then (authenticated) its requests.
+/// One connection: its TLS handshake (with TLS), its store handshake,
+/// then (authenticated) its requests. Both handshakes together have
+/// [`HANDSHAKE_TIMEOUT`].
 async fn connection(
     inner: Arc<ServerInner>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     id: u64,
     _running: TaskGuard,
 ) {
-    let verdict = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &inner.secret))
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    if let Err(e) = stream.set_nodelay(true) {
+        return refuse(&inner, peer, id, Refusal::Io(e));
+    }
+    let Some(acceptor) = inner.tls.clone() else {
+        return authenticate(&inner, stream, peer, id, deadline).await;
+    };
+    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => authenticate(&inner, tls, peer, id, deadline).await,
+        Ok(Err(e)) => refuse(&inner, peer, id, Refusal::Tls(e)),
+        Err(_) => refuse(&inner, peer, id, Refusal::TimedOut),
+    }
+}
+
+/// The store handshake over `stream` (plain or TLS) by `deadline`, then
+/// the requests of the authenticated connection.
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    inner: &Arc<ServerInner>,
+    mut stream: S,
+    peer: SocketAddr,
+    id: u64,
+    deadline: tokio::time::Instant,
+) {
+    let verdict = tokio::time::timeout_at(deadline, handshake(&mut stream, &inner.secret))
         .await
         .unwrap_or(Err(Refusal::TimedOut));
-    let Some(abort) = take_pending(&inner, id) else {
+    let Some(abort) = take_pending(inner, id) else {
         // Dropped to make room, or the server is shutting down.
         return;
     };
     match verdict {
         Ok(rank) => {
             lock(&inner.conns).insert(id, abort);
-            serve_conn(&inner, stream, peer, rank).await;
+            serve_conn(inner, &mut stream, peer, rank).await;
             lock(&inner.conns).remove(&id);
+            // TLS's close_notify (a plain stream's FIN), best effort.
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, stream.shutdown()).await;
         }
-        Err(why) => log_refusal(&inner, peer, why),
+        Err(why) => log_refusal(inner, peer, why),
+    }
+}
+
+/// Ends connection `id`'s handshake with a refusal (logged unless the
+/// connection was dropped to make room or the server is shutting down).
+fn refuse(inner: &ServerInner, peer: SocketAddr, id: u64, why: Refusal) {
+    if take_pending(inner, id).is_some() {
+        log_refusal(inner, peer, why);
     }
 }
 
@@ -418,13 +503,16 @@ fn take_pending(inner: &ServerInner, id: u64) -> Option<AbortHandle> {
 
 /// The server's side of the handshake; the client's rank once it proved
 /// it knows the secret.
-async fn handshake(stream: &mut TcpStream, secret: &[u8; 16]) -> Result<u64, Refusal> {
-    stream.set_nodelay(true).map_err(Refusal::Io)?;
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &[u8; 16],
+) -> Result<u64, Refusal> {
     let snonce = nonce().map_err(Refusal::Io)?;
     let mut greeting = [0u8; GREETING_BYTES];
     greeting[..8].copy_from_slice(MAGIC);
     greeting[8..].copy_from_slice(&snonce);
     stream.write_all(&greeting).await.map_err(Refusal::Io)?;
+    stream.flush().await.map_err(Refusal::Io)?;
     let mut proof = [0u8; PROOF_BYTES];
     let mut got = 0;
     while got < PROOF_BYTES {
@@ -443,13 +531,16 @@ async fn handshake(stream: &mut TcpStream, secret: &[u8; 16]) -> Result<u64, Ref
     let cnonce = &proof[16..16 + NONCE];
     let mac = &proof[16 + NONCE..];
     if !client_mac_valid(secret, &snonce, cnonce, rank, mac) {
-        let _ = stream.write_all(&[AUTH_REFUSED]).await;
+        if stream.write_all(&[AUTH_REFUSED]).await.is_ok() {
+            let _ = stream.flush().await;
+        }
         return Err(Refusal::WrongSecret(rank));
     }
     let mut ok = [0u8; 1 + MAC];
     ok[0] = AUTH_OK;
     ok[1..].copy_from_slice(&server_mac(secret, &snonce, cnonce, rank));
     stream.write_all(&ok).await.map_err(Refusal::Io)?;
+    stream.flush().await.map_err(Refusal::Io)?;
     Ok(rank)
 }
 
@@ -462,6 +553,14 @@ fn log_refusal(inner: &ServerInner, peer: SocketAddr, refusal: Refusal) {
         }
     };
     match refusal {
+        Refusal::Tls(e) => match tls_stream::server_failure(&e) {
+            Some(why) => warn("tls", format!("its TLS handshake failed: {why}")),
+            None => tracing::debug!(
+                %peer,
+                "sncl store: TLS handshake with {peer} failed: {e} (a client without \
+                 SNCL_TLS_* settings closes its connection when it gets no greeting)"
+            ),
+        },
         Refusal::NotSncl => warn(
             "protocol",
             "it did not speak the sncl store protocol".into(),
@@ -488,7 +587,12 @@ fn log_refusal(inner: &ServerInner, peer: SocketAddr, refusal: Refusal) {
     }
 }
 
-async fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr, rank: u64) {
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    inner: &ServerInner,
+    stream: &mut S,
+    peer: SocketAddr,
+    rank: u64,
+) {
     tracing::debug!(%peer, rank, "sncl store: rank connected");
     let shutdown = shut_down(inner.shutdown.subscribe());
     tokio::pin!(shutdown);
@@ -496,7 +600,7 @@ async fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr
         let frame = tokio::select! {
             // A request not yet read when the server stops is not served.
             _ = &mut shutdown => break,
-            frame = read_frame_async(&mut stream) => frame,
+            frame = read_frame_async(stream) => frame,
         };
         let frame = match frame {
             Ok(Some(f)) => f,
@@ -515,9 +619,7 @@ async fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr
                 break;
             }
         };
-        match tokio::time::timeout(SERVER_WRITE_TIMEOUT, write_frame_async(&mut stream, &reply))
-            .await
-        {
+        match tokio::time::timeout(SERVER_WRITE_TIMEOUT, write_frame_async(stream, &reply)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::debug!(%peer, rank, "sncl store: cannot reply to rank {rank}: {e}");
@@ -532,15 +634,19 @@ async fn serve_conn(inner: &ServerInner, mut stream: TcpStream, peer: SocketAddr
 }
 
 /// [`read_frame`] on the event loop: `Ok(None)` on a clean end of stream
-/// before a frame; the body grows with the bytes that actually arrive.
-async fn read_frame_async(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+/// before a frame (for TLS also one without close_notify: a rank's store
+/// dropped without closing); the body grows with the bytes that actually
+/// arrive.
+async fn read_frame_async<S: AsyncRead + Unpin>(stream: &mut S) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
-        match stream.read(&mut len[got..]).await? {
-            0 if got == 0 => return Ok(None),
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => got += n,
+        match stream.read(&mut len[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if got == 0 && e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
         }
     }
     let len = frame_len(len)?;
@@ -553,9 +659,11 @@ async fn read_frame_async(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>>
     Ok(Some(body))
 }
 
-/// [`write_frame`] on the event loop.
-async fn write_frame_async(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
-    stream.write_all(&frame_bytes(body)?).await
+/// [`write_frame`] on the event loop (flushed: a TLS stream holds what
+/// it could not send at once).
+async fn write_frame_async<S: AsyncWrite + Unpin>(stream: &mut S, body: &[u8]) -> io::Result<()> {
+    stream.write_all(&frame_bytes(body)?).await?;
+    stream.flush().await
 }
 
 fn timeout_reply(missing: &[String]) -> Vec<u8> {

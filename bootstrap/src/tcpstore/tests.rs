@@ -438,3 +438,7 @@ fn a_reply_being_written_when_the_server_is_dropped_still_arrives() {
         }
     }
 }
+
+/// TLS under the store (feature `certs` makes the certificates).
+#[cfg(feature = "certs")]
+mod tls;

@@ -25,7 +25,7 @@ pub mod certs;
 use std::path::Path;
 use std::sync::Arc;
 
-use comm_core::config::TlsFiles;
+use comm_core::config::{TlsFiles, TlsSettings};
 use comm_core::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -184,6 +184,12 @@ impl TlsIdentity {
             client: Arc::new(client),
             server: Arc::new(server),
         })
+    }
+
+    /// The identity `settings` configure: `None` with TLS off, an error
+    /// when they are half set or a file is unusable ([`TlsIdentity::load`]).
+    pub fn from_settings(settings: &TlsSettings) -> Result<Option<TlsIdentity>> {
+        settings.files()?.map(|f| TlsIdentity::load(&f)).transpose()
     }
 
     /// The connecting side's configuration.
