@@ -8,6 +8,7 @@
 //! as rank 1) and measures (a) 64 MiB each direction at once and (b) a
 //! 2-rank ring all-reduce of f32 (reduce-scatter + all-gather, pieces
 //! pipelined) with its bus bandwidth (= algorithm bandwidth for 2 ranks).
+//! `SNCL_TLS_CERT`, `SNCL_TLS_KEY` and `SNCL_TLS_CA` turn TLS on.
 //! `BENCH_SEND_BUFFER=<bytes>` sets
 //! [`TcpConnection::set_send_buffer_limit`] on both ranks.
 
@@ -48,7 +49,14 @@ fn connect(ep: TcpEndpoint, rank: usize, peer: SocketAddr, nsocks: usize) -> Tcp
         max_piece: PIECE,
         deadline: Instant::now() + Duration::from_secs(20),
         pacing: Default::default(),
-        tls: None,
+        // SNCL_TLS_CERT / SNCL_TLS_KEY / SNCL_TLS_CA: TLS on both ranks.
+        tls: sncl_bootstrap::tls::TlsIdentity::from_settings(
+            &comm_core::Config::from_vars(&|k| std::env::var(k).ok())
+                .unwrap()
+                .tcp
+                .tls,
+        )
+        .unwrap(),
     };
     let mut c = ep
         .establish(&setup, &[(1 - rank, peer)])

@@ -54,6 +54,9 @@ pub use setup::{
     default_host_ipv4, interface_addr, socket_pacing_rate, TcpEndpoint, GOODPUT_HEADROOM,
     MAX_NSOCKS, MAX_PIECE_LIMIT, PACING_HEADROOM, SOCKET_BUFFER_BYTES,
 };
+/// Test hooks of the TLS record layer: fewer records per key, key updates sent.
+#[doc(hidden)]
+pub use tls::{key_updates_sent, set_records_per_key};
 
 /// Default number of sockets per peer (`SNCL_NSOCKS`).
 pub const DEFAULT_NSOCKS: usize = 1;

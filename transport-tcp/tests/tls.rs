@@ -130,8 +130,9 @@ fn a_key_that_is_not_the_certificates_is_refused_at_load() {
     );
 }
 
-/// Forwards one connection's bytes both ways, recording what rank 1 sent.
-fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>) -> SocketAddr {
+/// Forwards one connection's bytes both ways, recording what rank 1 sent
+/// and flipping its byte number `flip` (if any).
+fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>, flip: Option<usize>) -> SocketAddr {
     let listener = TcpListener::bind((LOCALHOST, 0)).unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
@@ -147,7 +148,13 @@ fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>) -> SocketAddr {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                    let mut seen = seen.lock().unwrap();
+                    if let Some(at) = flip.filter(|&at| (seen.len()..seen.len() + n).contains(&at))
+                    {
+                        buf[at - seen.len()] ^= 0x01;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    drop(seen);
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }
@@ -162,12 +169,22 @@ fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>) -> SocketAddr {
 /// Rank 1 sends `marker` to rank 0 through a recording relay; the bytes
 /// the relay saw.
 fn wire_bytes(tls: Option<TlsIdentity>, marker: &[u8]) -> Vec<u8> {
+    relayed(tls, marker, None).0
+}
+
+/// [`wire_bytes`], flipping byte `flip` of what rank 1 sends; also what
+/// rank 0's receive reported (`Ok` when the marker arrived intact).
+fn relayed(
+    tls: Option<TlsIdentity>,
+    marker: &[u8],
+    flip: Option<usize>,
+) -> (Vec<u8>, Result<(), String>) {
     let eps = [
         TcpEndpoint::bind(LOCALHOST).unwrap(),
         TcpEndpoint::bind(LOCALHOST).unwrap(),
     ];
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let via = relay(eps[0].local_addr(), seen.clone());
+    let via = relay(eps[0].local_addr(), seen.clone(), flip);
     let peers = [vec![(1, eps[1].local_addr())], vec![(0, via)]];
     let marker = marker.to_vec();
     let handles: Vec<_> = eps
@@ -192,26 +209,51 @@ fn wire_bytes(tls: Option<TlsIdentity>, marker: &[u8]) -> Vec<u8> {
                     while !c.flush().unwrap() {
                         assert!(Instant::now() < deadline);
                     }
-                } else {
-                    let mut got = Vec::new();
-                    while got.is_empty() {
-                        c.try_recv(Space::Host, &mut |_, p| {
-                            got = p.host().unwrap().to_vec();
-                            Ok(())
-                        })
-                        .unwrap();
-                        assert!(Instant::now() < deadline, "nothing arrived");
-                    }
-                    assert_eq!(got, marker);
+                    return (c, Ok(()));
                 }
-                c
+                let mut got = Vec::new();
+                while got.is_empty() {
+                    let r = c.try_recv(Space::Host, &mut |_, p| {
+                        got = p.host().unwrap().to_vec();
+                        Ok(())
+                    });
+                    if let Err(e) = r {
+                        return (c, Err(e.to_string()));
+                    }
+                    assert!(Instant::now() < deadline, "nothing arrived");
+                }
+                let intact = if got == marker {
+                    Ok(())
+                } else {
+                    Err("altered bytes were delivered".to_string())
+                };
+                (c, intact)
             })
         })
         .collect();
-    let conns: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    drop(conns);
+    let mut outcome = Ok(());
+    for h in handles {
+        let (c, r) = h.join().unwrap();
+        outcome = outcome.and(r);
+        drop(c);
+    }
     let bytes = seen.lock().unwrap().clone();
-    bytes
+    (bytes, outcome)
+}
+
+#[test]
+fn an_altered_byte_fails_the_connection_instead_of_arriving() {
+    let job = Authority::new("job").unwrap();
+    let id = identity("flip", &job, &job, false);
+    let marker = vec![0x42u8; 3000];
+    // Where rank 1's data starts: after its part of the setup, measured
+    // on an untouched run (the handshake's size does not vary).
+    let (clean, ok) = relayed(Some(id.clone()), &marker, None);
+    ok.unwrap();
+    let data_at = clean.len() - (marker.len() + 48 + 22);
+    let (_, outcome) = relayed(Some(id), &marker, Some(data_at + 100));
+    let e = outcome.expect_err("an altered record was accepted");
+    assert!(e.contains("failed to open (altered"), "{e}");
 }
 
 #[test]

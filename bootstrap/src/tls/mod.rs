@@ -1,6 +1,6 @@
 //! TLS for sncl's TCP connections (the transport's sockets and the
-//! rendezvous store's), through rustls with its default provider
-//! (aws-lc-rs: hybrid post-quantum key exchange first).
+//! rendezvous store's), through rustls: aws-lc-rs for key exchange
+//! (hybrid post-quantum first) and signatures, ring's cipher suites.
 //!
 //! Policy, the same on every connection:
 //! * TLS 1.3 only, no session resumption (every connection is a full
@@ -53,16 +53,21 @@ impl std::fmt::Debug for TlsIdentity {
     }
 }
 
-/// The provider: aws-lc-rs, with the cipher suites in this module's order.
+/// The provider: aws-lc-rs (key exchange with the hybrid post-quantum
+/// group first, signatures, randomness) with ring's TLS 1.3 cipher suites
+/// in this module's order. ring's record protection takes any starting
+/// sequence number, which the transport's record layer needs when it takes
+/// a session over after the handshake; aws-lc's TLS 1.3 AEAD insists that
+/// the first record it seals is number 0.
 fn provider() -> Arc<CryptoProvider> {
-    use rustls::crypto::aws_lc_rs::{cipher_suite, default_provider};
+    use rustls::crypto::ring::cipher_suite;
     Arc::new(CryptoProvider {
         cipher_suites: vec![
             cipher_suite::TLS13_AES_128_GCM_SHA256,
             cipher_suite::TLS13_AES_256_GCM_SHA384,
             cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
         ],
-        ..default_provider()
+        ..rustls::crypto::aws_lc_rs::default_provider()
     })
 }
 
@@ -166,6 +171,9 @@ impl TlsIdentity {
             .with_single_cert(chain.clone(), key.clone_key())
             .map_err(|e| config_error("server", e))?;
         server.send_tls13_tickets = 0;
+        // The transport hands established sessions to its own record layer
+        // (rustls's kernel-TLS interface), which needs the traffic secrets.
+        server.enable_secret_extraction = true;
         server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
 
         let verifier = Arc::new(ChainToAuthorities {
@@ -180,6 +188,7 @@ impl TlsIdentity {
             .with_client_auth_cert(chain, key)
             .map_err(|e| config_error("client", e))?;
         client.resumption = rustls::client::Resumption::disabled();
+        client.enable_secret_extraction = true;
         Ok(TlsIdentity {
             client: Arc::new(client),
             server: Arc::new(server),
