@@ -11,7 +11,7 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::transport::{
     unsupported_memory, Connection, ConsumeResult, Outgoing, Payload, Space, TransportError,
 };
-use comm_core::wire::{PieceHeader, HEADER_BYTES, SHORT_HEADER_BYTES};
+use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use socket2::Socket;
 
 /// The largest retransmission timeout of a data connection: after a link
@@ -20,7 +20,7 @@ use socket2::Socket;
 /// on a rate-limited link turned into a 10 s stall of one rank).
 const RTO_MAX: Duration = Duration::from_secs(1);
 
-use crate::frame::{self, ABORT_MAGIC, TRAILER_BYTES};
+use crate::frame::{self, front_of, Front, TRAILER_BYTES};
 use crate::sys;
 use crate::tls::TlsChannel;
 
@@ -52,89 +52,6 @@ enum Dead {
     Corrupt(String),
     Io(io::ErrorKind, String),
     Local(Option<usize>),
-}
-
-/// What the front of a socket's receive buffer holds.
-enum Front {
-    /// A whole piece: its header, the header's encoded length (the
-    /// payload follows it) and the total frame length.
-    Piece(PieceHeader, usize, usize),
-    /// An abort frame blaming this rank.
-    Abort(Option<usize>),
-    /// An incomplete frame that needs this many bytes in total.
-    Need(usize),
-    /// Not a frame.
-    Corrupt(String),
-}
-
-/// Classifies the first frame of the received bytes `avail`.
-fn front_of(avail: &[u8], max_piece: usize) -> Front {
-    // Every frame is at least a short header long (an abort frame, a
-    // header with a fingerprint: HEADER_BYTES).
-    let Some(h) = avail.first_chunk::<SHORT_HEADER_BYTES>() else {
-        return Front::Need(SHORT_HEADER_BYTES);
-    };
-    if frame::first_word(h) == ABORT_MAGIC {
-        return match avail.first_chunk::<HEADER_BYTES>() {
-            Some(a) => Front::Abort(frame::decode_abort(a)),
-            None => Front::Need(HEADER_BYTES),
-        };
-    }
-    let hlen = match PieceHeader::encoded_len_at(h) {
-        Ok(n) => n,
-        Err(e) => return Front::Corrupt(e.to_string()),
-    };
-    if avail.len() < hlen {
-        return Front::Need(hlen);
-    }
-    match PieceHeader::decode_prefix(avail).map(|(h, _)| h) {
-        Err(e) => Front::Corrupt(e.to_string()),
-        Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
-            "piece of {} bytes exceeds the maximum piece size {max_piece}",
-            hdr.len
-        )),
-        Ok(hdr) if hdr.checksum.is_some_and(|c| c != 0) => Front::Corrupt(
-            "a piece header carries a CRC32C; on tcp it travels in the frame's trailer".into(),
-        ),
-        Ok(mut hdr) => {
-            let trailer = if hdr.checksum.is_some() {
-                TRAILER_BYTES
-            } else {
-                0
-            };
-            let total = hlen + hdr.len as usize + trailer;
-            if avail.len() < total {
-                return Front::Need(total);
-            }
-            if trailer > 0 {
-                let t = &avail[total - TRAILER_BYTES..total];
-                hdr.checksum = Some(u32::from_le_bytes(t.try_into().expect("4 bytes")));
-            }
-            Front::Piece(hdr, hlen, total)
-        }
-    }
-}
-
-/// What the receive path makes of the received bytes `avail` (fuzzing
-/// entry): `Ok(Some((header, frame bytes)))` for a whole piece,
-/// `Ok(None)` when more bytes are needed (never more than one frame of
-/// `max_piece`), `Err` for an abort frame or corrupt bytes.
-pub(crate) fn classify(
-    avail: &[u8],
-    max_piece: usize,
-) -> Result<Option<(PieceHeader, usize)>, String> {
-    match front_of(avail, max_piece) {
-        Front::Piece(h, _, total) => Ok(Some((h, total))),
-        Front::Need(n) => {
-            assert!(
-                n <= HEADER_BYTES + max_piece + TRAILER_BYTES,
-                "asks for {n} bytes"
-            );
-            Ok(None)
-        }
-        Front::Abort(cause) => Err(format!("abort frame blaming {cause:?}")),
-        Front::Corrupt(e) => Err(e),
-    }
 }
 
 /// Outcome of one `recv` call.

@@ -29,7 +29,7 @@
 //!   An abort frame (48 bytes) has first word `"ABRT"`, then a flag and
 //!   the blamed rank, and no payload.
 
-use comm_core::wire::{HEADER_BYTES, SHORT_HEADER_BYTES};
+use comm_core::wire::{PieceHeader, HEADER_BYTES, SHORT_HEADER_BYTES};
 use sncl_bootstrap::auth::{self, DIGEST_BYTES, NONCE_BYTES};
 
 /// First word of a hello ("STCP" read as little-endian bytes).
@@ -265,6 +265,89 @@ pub(crate) fn decode_abort(b: &[u8; HEADER_BYTES]) -> Option<usize> {
 /// every frame has).
 pub(crate) fn first_word(b: &[u8; SHORT_HEADER_BYTES]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// What the front of a socket's receive buffer holds.
+pub(crate) enum Front {
+    /// A whole piece: its header, the header's encoded length (the
+    /// payload follows it) and the total frame length.
+    Piece(PieceHeader, usize, usize),
+    /// An abort frame blaming this rank.
+    Abort(Option<usize>),
+    /// An incomplete frame that needs this many bytes in total.
+    Need(usize),
+    /// Not a frame.
+    Corrupt(String),
+}
+
+/// Classifies the first frame of the received bytes `avail`.
+pub(crate) fn front_of(avail: &[u8], max_piece: usize) -> Front {
+    // Every frame is at least a short header long (an abort frame, a
+    // header with a fingerprint: HEADER_BYTES).
+    let Some(h) = avail.first_chunk::<SHORT_HEADER_BYTES>() else {
+        return Front::Need(SHORT_HEADER_BYTES);
+    };
+    if first_word(h) == ABORT_MAGIC {
+        return match avail.first_chunk::<HEADER_BYTES>() {
+            Some(a) => Front::Abort(decode_abort(a)),
+            None => Front::Need(HEADER_BYTES),
+        };
+    }
+    let hlen = match PieceHeader::encoded_len_at(h) {
+        Ok(n) => n,
+        Err(e) => return Front::Corrupt(e.to_string()),
+    };
+    if avail.len() < hlen {
+        return Front::Need(hlen);
+    }
+    match PieceHeader::decode_prefix(avail).map(|(h, _)| h) {
+        Err(e) => Front::Corrupt(e.to_string()),
+        Ok(hdr) if hdr.len as usize > max_piece => Front::Corrupt(format!(
+            "piece of {} bytes exceeds the maximum piece size {max_piece}",
+            hdr.len
+        )),
+        Ok(hdr) if hdr.checksum.is_some_and(|c| c != 0) => Front::Corrupt(
+            "a piece header carries a CRC32C; on tcp it travels in the frame's trailer".into(),
+        ),
+        Ok(mut hdr) => {
+            let trailer = if hdr.checksum.is_some() {
+                TRAILER_BYTES
+            } else {
+                0
+            };
+            let total = hlen + hdr.len as usize + trailer;
+            if avail.len() < total {
+                return Front::Need(total);
+            }
+            if trailer > 0 {
+                let t = &avail[total - TRAILER_BYTES..total];
+                hdr.checksum = Some(u32::from_le_bytes(t.try_into().expect("4 bytes")));
+            }
+            Front::Piece(hdr, hlen, total)
+        }
+    }
+}
+
+/// What the receive path makes of the received bytes `avail` (fuzzing
+/// entry): `Ok(Some((header, frame bytes)))` for a whole piece,
+/// `Ok(None)` when more bytes are needed (never more than one frame of
+/// `max_piece`), `Err` for an abort frame or corrupt bytes.
+pub(crate) fn classify(
+    avail: &[u8],
+    max_piece: usize,
+) -> Result<Option<(PieceHeader, usize)>, String> {
+    match front_of(avail, max_piece) {
+        Front::Piece(h, _, total) => Ok(Some((h, total))),
+        Front::Need(n) => {
+            assert!(
+                n <= HEADER_BYTES + max_piece + TRAILER_BYTES,
+                "asks for {n} bytes"
+            );
+            Ok(None)
+        }
+        Front::Abort(cause) => Err(format!("abort frame blaming {cause:?}")),
+        Front::Corrupt(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -126,5 +126,5 @@ pub fn valid_ack(hello: &[u8; HELLO_BYTES]) -> [u8; ACK_BYTES] {
 /// (header and frame length), `None` when more bytes are needed, or an
 /// error for an abort frame or corrupt bytes.
 pub fn data(avail: &[u8], max_piece: usize) -> Result<Option<(PieceHeader, usize)>, String> {
-    crate::conn::classify(avail, max_piece)
+    crate::frame::classify(avail, max_piece)
 }
