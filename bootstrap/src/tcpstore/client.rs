@@ -1,13 +1,14 @@
 //! [`TcpStore`]: a rank's connection to the [`super::TcpStoreServer`].
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::*;
 use super::tls_stream;
+use super::wire::{Attempt, Wire};
 use crate::store::quote_keys;
 use crate::tls::TlsIdentity;
 use crate::Store;
@@ -17,37 +18,6 @@ use comm_core::{Error, Result};
 /// communicators use their `SNCL_TIMEOUT_MS` instead
 /// ([`TcpStore::with_io_timeout`]).
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The byte stream a store client talks over: its TCP socket to the root,
-/// or (fuzzing, [`super::fuzzing::memory_session`]) a scripted root in
-/// memory. The request/response logic sees only this.
-pub(super) trait Wire: Read + Write + Send {
-    /// Sets how long a read and a write may block (`TcpStream`'s timeouts).
-    fn set_timeouts(&mut self, read: Duration, write: Duration) -> io::Result<()>;
-    /// Shuts the stream down in both directions (after a failed exchange).
-    fn close(&mut self);
-    /// The local address of the stream.
-    fn local_addr(&self) -> io::Result<SocketAddr>;
-    /// Whether the stream is a TLS channel (for error messages).
-    fn is_tls(&self) -> bool {
-        false
-    }
-}
-
-impl Wire for TcpStream {
-    fn set_timeouts(&mut self, read: Duration, write: Duration) -> io::Result<()> {
-        self.set_read_timeout(Some(read))?;
-        self.set_write_timeout(Some(write))
-    }
-
-    fn close(&mut self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        TcpStream::local_addr(self)
-    }
-}
 
 struct Conn {
     stream: Box<dyn Wire>,
@@ -77,14 +47,6 @@ impl std::fmt::Debug for TcpStore {
             .field("local", &self.local)
             .finish_non_exhaustive()
     }
-}
-
-/// The outcome of one connection attempt.
-pub(super) enum Attempt {
-    /// Worth retrying until the deadline (refused, reset, ...).
-    Retry(io::Error),
-    /// Retrying cannot help (wrong secret, not an sncl store, ...).
-    Fatal(Error),
 }
 
 fn describe_io(e: &io::Error) -> String {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::client::{Attempt, Wire};
 use super::protocol::{self, *};
+use super::wire::{Attempt, Wire};
 use super::{server, TcpStore};
 use crate::Store;
 

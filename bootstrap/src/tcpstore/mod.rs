@@ -62,6 +62,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 mod tls_stream;
+mod wire;
 
 pub use client::{TcpStore, DEFAULT_IO_TIMEOUT};
 pub use protocol::MAX_FRAME_BYTES;

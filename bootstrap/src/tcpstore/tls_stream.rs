@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use comm_core::Error;
 use rustls::{ClientConnection, StreamOwned};
 
-use super::client::{Attempt, Wire};
+use super::wire::{Attempt, Wire};
 use crate::tls::{self, TlsIdentity};
 
 /// A client's TLS stream to the store root.
