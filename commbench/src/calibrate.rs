@@ -62,7 +62,9 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(np) = a.np {
-        return crate::launch::launch_local(np, 1, |c| run(&a, c).map(|()| true));
+        return crate::launch::launch_local(np, 1, crate::binding::BindTo::Core, |c| {
+            run(&a, c).map(|()| true)
+        });
     }
     match Communicator::from_env().and_then(|c| run(&a, &c)) {
         Ok(()) => ExitCode::SUCCESS,

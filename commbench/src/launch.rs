@@ -282,9 +282,9 @@ pub fn launch_threads(
 /// `-t`). The exit code is the worst of theirs; one thread runs here.
 pub fn run_thread_ranks(
     id: &UniqueId,
-    proc_index: usize,
-    procs: usize,
+    (proc_index, procs): (usize, usize),
     threads: usize,
+    cpus: Option<&[usize]>,
     rank: &(impl Fn(&Communicator) -> sncl::Result<bool> + Sync),
 ) -> u8 {
     let world = procs.saturating_mul(threads);
@@ -296,6 +296,9 @@ pub fn run_thread_ranks(
         return 2;
     }
     let one = |i: usize| {
+        if let Some(&cpu) = cpus.and_then(|c| c.get(i)) {
+            crate::binding::bind_current_thread(cpu);
+        }
         crate::outcome(
             Communicator::init_rank(id, proc_index * threads + i, world).and_then(|c| rank(&c)),
         )
@@ -344,6 +347,7 @@ pub fn check_subscription(np: usize, oversubscribe: bool) -> Result<(), String> 
 pub fn launch_local(
     np: usize,
     threads: usize,
+    bind: crate::binding::BindTo,
     rank: impl Fn(&Communicator) -> sncl::Result<bool> + Sync,
 ) -> ExitCode {
     if np == 0 {
@@ -387,10 +391,17 @@ pub fn launch_local(
         done_grace: timeout + Duration::from_secs(5),
         own_label: process_label(0, threads),
     });
+    // Process p's ranks on CPUs p×threads .. p×threads+threads−1.
+    let cpus = crate::binding::plan(bind, np.saturating_mul(threads));
+    let cpus_of = |p: usize| cpus.as_ref().map(|c| &c[p * threads..(p + 1) * threads]);
     for r in 1..np {
         let mut cmd = Command::new(&exe);
-        cmd.args(&argv)
-            .env("SNCL_RANK", r.to_string())
+        cmd.args(&argv);
+        if let Some(list) = cpus_of(r) {
+            let list: Vec<String> = list.iter().map(usize::to_string).collect();
+            cmd.arg("--bind-cpus").arg(list.join(","));
+        }
+        cmd.env("SNCL_RANK", r.to_string())
             .env("SNCL_WORLD_SIZE", np.to_string())
             .env("SNCL_ROOT", id.root.to_string())
             .env("SNCL_SECRET", &secret)
@@ -430,7 +441,7 @@ pub fn launch_local(
         let watch = watch.clone();
         std::thread::spawn(move || watch.wait())
     };
-    let own = run_thread_ranks(&id, 0, np, threads, &rank);
+    let own = run_thread_ranks(&id, (0, np), threads, cpus_of(0), &rank);
     watch.rank0_ended(own);
     let theirs = watcher.join().unwrap_or(1);
     ExitCode::from(i32::from(own).max(theirs).clamp(0, 255) as u8)

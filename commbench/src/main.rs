@@ -6,6 +6,7 @@
 //! variables.
 
 mod args;
+mod binding;
 mod calibrate;
 mod cases;
 mod chrome;
@@ -153,7 +154,7 @@ fn main() -> ExitCode {
             eprintln!("commbench: {e}");
             return ExitCode::from(2);
         }
-        return launch::launch_local(np, threads, rank);
+        return launch::launch_local(np, threads, args.bind_to, rank);
     }
     if let Some(threads) = args.threads {
         // Under a launcher (mpirun, srun, torchrun, or --np's own children)
@@ -162,9 +163,9 @@ fn main() -> ExitCode {
         return match args::launcher_env() {
             Ok(Some(env)) => ExitCode::from(launch::run_thread_ranks(
                 &env.unique_id(),
-                env.rank,
-                env.world_size,
+                (env.rank, env.world_size),
                 threads,
+                args.bind_cpus.as_ref().map(|c| c.0.as_slice()),
                 &rank,
             )),
             Ok(None) => launch::launch_threads(threads, rank),
@@ -173,6 +174,9 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if let Some(&cpu) = args.bind_cpus.as_ref().and_then(|c| c.0.first()) {
+        binding::bind_current_thread(cpu);
     }
     ExitCode::from(outcome(
         Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),
@@ -536,9 +540,10 @@ fn rank_line(rank: usize, device: Option<String>) -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
     format!(
-        "#  Rank {rank:2} Group  0 Pid {:6} on {host:>10} device {}",
+        "#  Rank {rank:2} Group  0 Pid {:6} on {host:>10} device {} cpus {}",
         std::process::id(),
-        device.unwrap_or_else(|| "host".into())
+        device.unwrap_or_else(|| "host".into()),
+        binding::describe_current()
     )
 }
 

@@ -705,3 +705,49 @@ fn launches_report_the_spread_over_fresh_runs() {
     assert_eq!(code, Some(2));
     assert!(err.contains("--json"), "{err}");
 }
+
+/// The `cpus` field of each rank line, in rank order.
+fn rank_cpus(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with("#  Rank"))
+        .map(|l| l.rsplit("cpus ").next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+#[test]
+fn np_binds_each_rank_to_its_own_core_unless_told_not_to() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        eprintln!("skipped: binding 2 ranks needs 2 CPUs, this machine has {cores}");
+        return;
+    }
+    let args = [
+        "all_reduce",
+        "--np",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "8",
+        "-n",
+        "1",
+        "-w",
+        "0",
+    ];
+    let (code, out, err) = commbench(&args);
+    assert_eq!(code, Some(0), "{err}");
+    let bound = rank_cpus(&out);
+    assert_eq!(bound.len(), 2, "{out}");
+    assert!(
+        bound.iter().all(|c| !c.contains(',')),
+        "one CPU each: {bound:?}"
+    );
+    assert_ne!(bound[0], bound[1], "two ranks on one CPU: {bound:?}");
+    let (code, out, err) = commbench(&[&args[..], &["--bind-to", "none"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let free = rank_cpus(&out);
+    assert!(
+        free.iter().all(|c| c.contains(',')),
+        "unbound ranks keep every CPU: {free:?}"
+    );
+}
