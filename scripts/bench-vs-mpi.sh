@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-vs-mpi.sh - side-by-side all-reduce benchmark: sncl's commbench vs Open MPI.
+# bench-vs-mpi.sh - side-by-side all-reduce benchmark: sncl's commbench vs Open MPI and Gloo.
 #
 # Usage (as root on Debian 12, from anywhere; idempotent):
 #   scripts/bench-vs-mpi.sh
@@ -14,6 +14,9 @@
 #        shm4  4 ranks, shared memory
 #        tcp2  2 ranks, TCP over loopback (Open MPI: ob1, btl self,tcp on lo; sncl: SNCL_TRANSPORT=tcp)
 #      plus a single-thread 64 MiB memcpy per repetition as the physical reference;
+#      and, when a Python with torch is found (GLOO_PYTHON), torch's ProcessGroupGloo on the same
+#      sizes (bench/gloo_allreduce.py under torchrun; Gloo has no shared-memory transport, so it
+#      runs over loopback TCP in every config);
 #   4. prints one table of medians across repetitions (stdout) and writes it as markdown to OUT.
 #
 # Both sides: float sum all-reduce, out-of-place, 5 warm-up ops, per-op median time;
@@ -37,6 +40,10 @@
 #   COMMBENCH=target/release/commbench  binary to run
 #   SNCL_BUILD=1                     0: do not run cargo build (COMMBENCH must exist)
 #   SKIP_SNCL=0                      1: Open MPI and memcpy only
+#   GLOO=auto                        1: run Gloo (fail without torch), 0: skip it, auto: run it
+#                                    when GLOO_PYTHON imports torch
+#   GLOO_PYTHON=target/torch-venv/bin/python  the Python with torch (scripts/test-torch.sh
+#                                    --venv-only makes it)
 #   RUN_TIMEOUT=900                  seconds before one benchmark process is killed
 #   WAIT_IDLE=120                    before each config's MPI+sncl pair, wait up to this many
 #                                    seconds for the CPUs to be idle (other processes < BUSY_PCT
@@ -63,6 +70,8 @@ SNCL_ARGS=${SNCL_ARGS:-}
 COMMBENCH=${COMMBENCH:-$ROOT/target/release/commbench}
 SNCL_BUILD=${SNCL_BUILD:-1}
 SKIP_SNCL=${SKIP_SNCL:-0}
+GLOO=${GLOO:-auto}
+GLOO_PYTHON=${GLOO_PYTHON:-$ROOT/target/torch-venv/bin/python}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 WAIT_IDLE=${WAIT_IDLE:-120}
 BUSY_PCT=${BUSY_PCT:-15}
@@ -146,6 +155,17 @@ if [[ $SKIP_SNCL != 1 ]]; then
         fi
     fi
     [[ -x $COMMBENCH ]] || die "commbench binary not found at $COMMBENCH (build: cargo build --release -p commbench)"
+fi
+
+if [[ $GLOO != 0 ]]; then
+    if "$GLOO_PYTHON" -c 'import torch.distributed' >/dev/null 2>&1; then
+        GLOO=1
+    elif [[ $GLOO == 1 ]]; then
+        die "GLOO=1 but $GLOO_PYTHON cannot import torch (make it: scripts/test-torch.sh --venv-only)"
+    else
+        log "Gloo skipped: $GLOO_PYTHON cannot import torch (scripts/test-torch.sh --venv-only makes it)"
+        GLOO=0
+    fi
 fi
 
 # ---------------------------------------------------------------- helpers
@@ -265,6 +285,26 @@ run_mpi() { # config rep
     fi
 }
 
+run_gloo() { # config rep: bench/gloo_allreduce.py under torchrun, Gloo over loopback TCP
+    local cfg=$1 rep=$2 logf=$WORK/logs/gloo-$1-rep$2.log rc=0 np port
+    np=$(ranks_of "$cfg")
+    port=$((29000 + RANDOM % 1000))
+    log "rep $rep/$REPS $cfg Gloo: torchrun --nproc_per_node $np bench/gloo_allreduce.py"
+    run_logged "$logf" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo "$GLOO_PYTHON" -m torch.distributed.run \
+        --standalone --nproc_per_node "$np" --master-port "$port" "$ROOT/bench/gloo_allreduce.py" \
+        -s "$MPI_SECONDS" -w "$WARMUP" "${SIZE_LIST[@]}" || rc=$?
+    local got=0 size med ok
+    while read -r size _ med _ _ ok; do
+        [[ $size =~ ^[0-9]+$ ]] || continue
+        printf '%s\tgloo\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$size" "$med" "$ok" >>"$PENDING"
+        got=$((got + 1))
+    done < <(grep -v '^#' "$logf" || true)
+    if ((rc != 0 || got != ${#SIZE_LIST[@]})); then
+        log "WARNING: Gloo $cfg rep $rep exited $rc with $got/${#SIZE_LIST[@]} sizes; see $logf"
+        tail -n 5 "$logf" >&2 || true
+    fi
+}
+
 declare -A SNCL_ITERS=()
 calibrate_sncl() { # config: sets SNCL_ITERS[config:size] from a short commbench run per size
     local cfg=$1 size json logf rc line t n
@@ -363,6 +403,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
             : >"$PENDING"
             run_mpi "$cfg" "$rep"
             [[ $SKIP_SNCL == 1 ]] || run_sncl "$cfg" "$rep"
+            [[ $GLOO == 0 ]] || run_gloo "$cfg" "$rep"
             b=$(busy_pct)
             if ((b <= BUSY_PCT)); then
                 ((STARTED_BUSY == 0)) || BUSY_RUNS=$((BUSY_RUNS + 1))
@@ -419,14 +460,21 @@ def cell(cfg, impl, size):
     return bw, "%.3f%s" % (bw, mark), tstr + mark
 
 
+gloo = any(k[1] == "gloo" for k in data)
 head = ["config", "size", "MPI busbw GB/s", "MPI µs", "sncl busbw GB/s", "sncl µs", "sncl/MPI"]
+if gloo:
+    head += ["Gloo busbw GB/s", "Gloo µs", "sncl/Gloo"]
 rows = []
 for cfg in configs:
     for size in sizes:
         mb, mbs, mt = cell(cfg, "mpi", size)
         sb, sbs, st = cell(cfg, "sncl", size)
         ratio = "%.2f" % (sb / mb) if mb and sb else "-"
-        rows.append([cfg, label(size), mbs, mt, sbs, st, ratio])
+        row = [cfg, label(size), mbs, mt, sbs, st, ratio]
+        if gloo:
+            gb, gbs, gt = cell(cfg, "gloo", size)
+            row += [gbs, gt, "%.2f" % (sb / gb) if gb and sb else "-"]
+        rows.append(row)
 mc = data.get(("memcpy", "memcpy", 64 << 20)) or next((v for k, v in data.items() if k[0] == "memcpy"), [])
 memline = "memcpy 64 MiB, one thread: %.2f GB/s (%.0f µs; size/time, median of %d runs x 21 copies)" % (
     (64 << 20) / statistics.median(mc) / 1e3, statistics.median(mc), len(mc)) if mc else "memcpy: no data"
@@ -442,7 +490,9 @@ note = ("Medians over %s interleaved repetitions (Open MPI run, then commbench, 
         "%s, %s, MPI bench %s s/size, commbench ~%s s/size. All-reduce float sum, out-of-place; "
         "time = per-op median (slowest rank); busbw = 2(n-1)/n x bytes / time, GB/s = 1e9 B/s. "
         "shm2/shm4: 2/4 ranks over shared memory (Open MPI ob1+vader); tcp2: 2 ranks over loopback TCP "
-        "(Open MPI btl self,tcp on lo, mpi_yield_when_idle 1; sncl SNCL_TRANSPORT=tcp).") % (
+        "(Open MPI btl self,tcp on lo, mpi_yield_when_idle 1; sncl SNCL_TRANSPORT=tcp)." +
+        (" Gloo: torch's ProcessGroupGloo under torchrun, loopback TCP in every config (it has no "
+         "shared-memory transport), run after commbench in each repetition." if gloo else "")) % (
             reps, ncpu, cpu or "unknown CPU", mpiver or "Open MPI", bind, mpisec, snclsec)
 if int(busy):
     note += " WARNING: %s config runs were kept although other processes kept the CPUs busy." % busy
@@ -450,7 +500,7 @@ if int(busy):
 with open(out, "w") as f:
     f.write("<!-- generated by scripts/bench-vs-mpi.sh on %s -->\n\n" % time.strftime("%Y-%m-%d %H:%M"))
     f.write("| " + " | ".join(head) + " |\n")
-    f.write("|" + "|".join(["---"] * 2 + ["---:"] * 5) + "|\n")
+    f.write("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|\n")
     for r in rows:
         f.write("| " + " | ".join(r) + " |\n")
     f.write("\n" + memline + "\n\n" + note + "\n")
