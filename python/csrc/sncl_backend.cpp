@@ -1,5 +1,6 @@
 // The "sncl" c10d backend over sncl's C ABI; see sncl_backend.hpp.
 
+#include <pthread.h>
 #include "sncl_backend.hpp"
 #include "sncl_cuda.hpp"
 
@@ -388,11 +389,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
     }
     r = snclCommShrink(
         parent, exclude.data(), static_cast<int>(exclude.size()), &child, &cfg, shrinkFlags);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all();
+    releaseBusy();
   } else {
     // The operations in flight fail (sncl aborts the parent first).
     r = snclCommShrink(
@@ -606,16 +603,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
   if (runHere) {
     Task task{std::move(steps), false, work};
     std::exception_ptr error = runTask(task);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all();
+    releaseBusy();
     work->complete(error);
     return work;
   }
-  cv_.notify_all();
+  workCv_.notify_one();
   return work;
+}
+
+void ProcessGroupSncl::releaseBusy() {
+  bool queued;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    busy_ = false;
+    queued = !queue_.empty();
+  }
+  cv_.notify_all();
+  if (queued) {
+    workCv_.notify_one();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::runOnStream(
@@ -637,11 +643,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::runOnStream(
     error = std::current_exception();
   }
   task.tensors.clear();
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    busy_ = false;
-  }
-  cv_.notify_all();
+  releaseBusy();
   if (error || !stream) {
     task.work->complete(error);
   } else {
@@ -714,16 +716,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::endCoalescing() {
     queue_.push_back(std::move(coalesced_));
   }
   coalesced_ = Task{};
-  cv_.notify_all();
+  workCv_.notify_one();
   return work;
 }
 
 void ProcessGroupSncl::workerLoop() {
+  // Named so that tools (and python/tests/test_ops.py) can find it.
+  pthread_setname_np(pthread_self(), "sncl-torch-wrk");
   for (;;) {
     Task task;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [this] { return (stop_ || !queue_.empty()) && !busy_; });
+      workCv_.wait(lk, [this] { return (stop_ || !queue_.empty()) && !busy_; });
       if (queue_.empty()) {
         return;
       }
@@ -732,11 +736,7 @@ void ProcessGroupSncl::workerLoop() {
       busy_ = true;
     }
     std::exception_ptr error = runTask(task);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all(); // a CUDA operation may wait for the worker to idle
+    releaseBusy(); // a CUDA operation may wait for the worker to idle
     // Completion callbacks (future.then) run here, with the communicator
     // free: a callback may issue further operations.
     task.work->complete(error);
@@ -787,6 +787,7 @@ void ProcessGroupSncl::stopWorker(bool drain) {
     }
   }
   cv_.notify_all();
+  workCv_.notify_all();
   for (auto& t : dropped) {
     t.steps.clear();
     try {

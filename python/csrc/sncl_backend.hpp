@@ -362,6 +362,9 @@ class ProcessGroupSncl : public c10d::Backend {
   // Waits (under `lk`, at most the process group's timeout) until no task
   // runs or is queued, then claims the communicator (busy_).
   void claimIdle(std::unique_lock<std::mutex>& lk, const char* name);
+  // Ends the running task (busy_ = false) and wakes who waits for that:
+  // idle waiters always, the worker only when tasks are queued.
+  void releaseBusy();
   // The communication parameters torch's traces record (record_param_comms,
   // as ProcessGroupGloo does), for an operation about to be queued.
   void recordParamComms(
@@ -398,7 +401,14 @@ class ProcessGroupSncl : public c10d::Backend {
   std::atomic<snclComm_t> comm_{nullptr};
 
   std::mutex mu_;
+  // Callers waiting for the group to go idle (claimIdle): notified when a
+  // task ends.
   std::condition_variable cv_;
+  // The worker waiting for a task: notified only when one is queued (or at
+  // stop), so that an operation run inline on the caller's thread does not
+  // wake it (a futex wake and two context switches per call, most of a
+  // small all-reduce's time).
+  std::condition_variable workCv_;
   std::deque<Task> queue_;
   bool stop_ = false;
   bool busy_ = false; // a task is running (worker or inline)

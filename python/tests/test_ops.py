@@ -544,6 +544,39 @@ def main():
 
     res.run("async ops do not block the caller", case_async)
 
+    def worker_switches():
+        """Voluntary context switches of the backend's worker thread(s)."""
+        n, found = 0, 0
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/comm") as f:
+                    if f.read().strip() != "sncl-torch-wrk":
+                        continue
+                with open(f"/proc/self/task/{task}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches"):
+                            n += int(line.split()[1])
+                            found += 1
+            except OSError:
+                pass
+        return n, found
+
+    def case_inline_wakes_no_thread():
+        # A blocking operation with nothing queued runs on the caller's
+        # thread and must not wake the worker: a futex wake and two context
+        # switches per call were most of a 1 KiB all-reduce's time.
+        t = torch.ones(256)
+        dist.barrier()
+        before, found = worker_switches()
+        assert found >= 1, "no sncl-torch-wrk thread in this process"
+        for _ in range(2000):
+            dist.all_reduce(t)
+        after, _ = worker_switches()
+        assert after - before < 100, f"the worker woke {after - before} times in 2000 inline calls"
+        return f"worker context switches: {after - before}"
+
+    res.run("blocking small ops wake no thread", case_inline_wakes_no_thread)
+
     def case_future():
         t = torch.ones(10) * (R + 1)
         fut = dist.all_reduce(t, async_op=True).get_future()
