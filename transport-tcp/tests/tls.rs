@@ -329,3 +329,87 @@ fn throughput_64mib_each_direction_with_tls() {
         TOTAL as f64 / secs / 1e9
     );
 }
+
+/// Forwards rank 1's bytes to `to` until `cut` bytes of them have passed
+/// (rank 0's bytes flow back freely), waits, then closes both ways: a
+/// peer dying in the middle of a record.
+fn cutting_relay(to: SocketAddr, cut: usize) -> SocketAddr {
+    let listener = TcpListener::bind((LOCALHOST, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let (from, _) = listener.accept().unwrap();
+        let to = TcpStream::connect(to).unwrap();
+        let (mut a, mut b) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+        thread::spawn(move || {
+            let _ = std::io::copy(&mut b, &mut a);
+        });
+        let (mut from, mut to) = (from, to);
+        let mut buf = [0u8; 1];
+        for _ in 0..cut {
+            if from.read_exact(&mut buf).is_err() || to.write_all(&buf).is_err() {
+                return;
+            }
+        }
+        thread::sleep(Duration::from_millis(300));
+        let _ = to.shutdown(std::net::Shutdown::Both);
+        let _ = from.shutdown(std::net::Shutdown::Both);
+    });
+    addr
+}
+
+#[test]
+fn a_peer_that_dies_mid_record_is_found_dead() {
+    let job = Authority::new("job").unwrap();
+    let id = identity("cut", &job, &job, false);
+    // Rank 1's setup bytes, measured on an untouched run, then 1000 bytes
+    // into its first record.
+    let marker = vec![0x42u8; 3000];
+    let (clean, ok) = relayed(Some(id.clone()), &marker, None);
+    ok.unwrap();
+    let cut = clean.len() - (marker.len() + 48 + 22) + 1000;
+    let eps = [
+        TcpEndpoint::bind(LOCALHOST).unwrap(),
+        TcpEndpoint::bind(LOCALHOST).unwrap(),
+    ];
+    let via = cutting_relay(eps[0].local_addr(), cut);
+    let peers = [vec![(1, eps[1].local_addr())], vec![(0, via)]];
+    let handles: Vec<_> = eps
+        .into_iter()
+        .zip(peers)
+        .enumerate()
+        .map(|(r, (ep, peers))| {
+            let tls = Some(id.clone());
+            let marker = marker.clone();
+            thread::spawn(move || {
+                let setup = TcpSetup {
+                    tls,
+                    ..setup(r, 1, DEFAULT_MAX_PIECE, Duration::from_secs(10))
+                };
+                let mut c = ep.establish(&setup, &peers).unwrap().pop().unwrap();
+                if r == 1 {
+                    let _ = c.try_post_send(&header(1, marker.len()), Outgoing::copied(&marker));
+                    let _ = c.flush();
+                    thread::sleep(Duration::from_millis(800));
+                    return None;
+                }
+                // Read what arrives (part of a record) before the relay
+                // closes, then only ask whether the peer is alive: the
+                // receive path would find the end of file by itself.
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_millis(150) {
+                    c.try_recv(Space::Host, &mut |_, _| Ok(())).unwrap();
+                    thread::sleep(Duration::from_millis(5));
+                }
+                while start.elapsed() < Duration::from_secs(3) {
+                    if c.check_alive().is_err() {
+                        return Some(true);
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Some(false)
+            })
+        })
+        .collect();
+    let found: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(found[0], Some(true), "rank 0 never found its dead peer");
+}

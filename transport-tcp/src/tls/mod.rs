@@ -69,10 +69,16 @@ impl TlsChannel {
         self.records.seal(parts, out)
     }
 
-    /// Whether plaintext or ciphertext waits in the channel (a peer whose
-    /// socket is at end of file may still have frames here).
+    /// Whether plaintext or a whole record waits in the channel (a peer
+    /// whose socket is at end of file may still have frames here; a
+    /// partial record alone does not count, so a peer that died mid-record
+    /// is still found dead).
     pub(crate) fn holds_bytes(&self) -> bool {
-        self.start < self.end || !self.plain.is_empty()
+        !self.plain.is_empty()
+            || matches!(
+                Records::complete_record(&self.cipher[self.start..self.end]),
+                Ok(Some(_))
+            )
     }
 
     /// Reads plaintext into `dst` from what the channel holds and then
