@@ -171,15 +171,8 @@ pub struct Args {
     /// far one launch's speed can differ from the next's (1: one launch).
     #[arg(long = "launches", default_value_t = 1)]
     pub launches: usize,
-    /// With --np: `core` binds each local rank to its own core (while there
-    /// are at least as many cores as ranks), as mpirun does; `none` leaves
-    /// placement to the kernel.
-    #[arg(long = "bind-to", value_enum, default_value_t = crate::binding::BindTo::Core)]
-    pub bind_to: crate::binding::BindTo,
-    /// The CPUs of this process's ranks, one per rank (set by --np for the
-    /// processes it starts).
-    #[arg(long = "bind-cpus", hide = true, value_parser = crate::binding::parse_list)]
-    pub bind_cpus: Option<crate::binding::CpuList>,
+    #[command(flatten)]
+    pub bind: crate::binding::BindArgs,
 }
 
 /// `--algo`'s help: the algorithms of every collective commbench runs, from

@@ -19,6 +19,35 @@ pub enum BindTo {
     None,
 }
 
+/// The binding options of every command that launches local ranks
+/// (`commbench --np`, `commbench calibrate --np`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BindArgs {
+    /// With --np: `core` binds each local rank to its own core (while there
+    /// are at least as many cores as ranks), as mpirun does; `none` leaves
+    /// placement to the kernel.
+    #[arg(long = "bind-to", value_enum, default_value_t = BindTo::Core)]
+    pub bind_to: BindTo,
+    /// The CPUs of this process's ranks, one per rank (set by --np for the
+    /// processes it starts).
+    #[arg(long = "bind-cpus", hide = true, value_parser = parse_list)]
+    pub bind_cpus: Option<CpuList>,
+}
+
+impl BindArgs {
+    /// The CPUs --np gave this process's ranks, if any.
+    pub fn cpus(&self) -> Option<&[usize]> {
+        self.bind_cpus.as_ref().map(|c| c.0.as_slice())
+    }
+
+    /// Binds the calling thread, this process's one rank, to its CPU.
+    pub fn bind_single_rank(&self) {
+        if let Some(&cpu) = self.cpus().and_then(|c| c.first()) {
+            bind_current_thread(cpu);
+        }
+    }
+}
+
 /// The CPUs this process may run on, in order.
 pub fn allowed_cpus() -> Vec<usize> {
     match sched_getaffinity(None) {

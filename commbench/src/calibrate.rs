@@ -49,13 +49,8 @@ pub struct CalibrateArgs {
     /// TCP over loopback with `SNCL_TRANSPORT=tcp`).
     #[arg(long = "np")]
     pub np: Option<usize>,
-    /// With --np: `core` binds each local rank to its own core (as
-    /// `commbench --np`), `none` leaves placement to the kernel.
-    #[arg(long = "bind-to", value_enum, default_value_t = crate::binding::BindTo::Core)]
-    pub bind_to: crate::binding::BindTo,
-    /// This process's rank's CPU (set by --np for the processes it starts).
-    #[arg(long = "bind-cpus", hide = true, value_parser = crate::binding::parse_list)]
-    pub bind_cpus: Option<crate::binding::CpuList>,
+    #[command(flatten)]
+    pub bind: crate::binding::BindArgs,
 }
 
 /// Runs `commbench calibrate` with `argv` (without the program name).
@@ -69,11 +64,9 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(np) = a.np {
-        return crate::launch::launch_local(np, 1, a.bind_to, |c| run(&a, c).map(|()| true));
+        return crate::launch::launch_local(np, 1, a.bind.bind_to, |c| run(&a, c).map(|()| true));
     }
-    if let Some(&cpu) = a.bind_cpus.as_ref().and_then(|c| c.0.first()) {
-        crate::binding::bind_current_thread(cpu);
-    }
+    a.bind.bind_single_rank();
     match Communicator::from_env().and_then(|c| run(&a, &c)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -154,7 +154,7 @@ fn main() -> ExitCode {
             eprintln!("commbench: {e}");
             return ExitCode::from(2);
         }
-        return launch::launch_local(np, threads, args.bind_to, rank);
+        return launch::launch_local(np, threads, args.bind.bind_to, rank);
     }
     if let Some(threads) = args.threads {
         // Under a launcher (mpirun, srun, torchrun, or --np's own children)
@@ -165,7 +165,7 @@ fn main() -> ExitCode {
                 &env.unique_id(),
                 (env.rank, env.world_size),
                 threads,
-                args.bind_cpus.as_ref().map(|c| c.0.as_slice()),
+                args.bind.cpus(),
                 &rank,
             )),
             Ok(None) => launch::launch_threads(threads, rank),
@@ -175,9 +175,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    if let Some(&cpu) = args.bind_cpus.as_ref().and_then(|c| c.0.first()) {
-        binding::bind_current_thread(cpu);
-    }
+    args.bind.bind_single_rank();
     ExitCode::from(outcome(
         Communicator::from_env().and_then(|comm| run(&args, &comm, &notes)),
     ))
