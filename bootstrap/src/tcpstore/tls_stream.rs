@@ -29,20 +29,9 @@ pub(super) fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
-/// Whether a TLS failure means the peer answered with something that is
-/// not TLS at all (a plaintext sncl store greets first with `SNCLSTR1`).
-fn not_tls(e: &rustls::Error) -> bool {
-    matches!(
-        e,
-        rustls::Error::InvalidMessage(_)
-            | rustls::Error::InappropriateMessage { .. }
-            | rustls::Error::InappropriateHandshakeMessage { .. }
-    )
-}
-
 /// The client's error for a TLS failure with the root at `addr`.
 pub(super) fn client_failure(addr: SocketAddr, rank: usize, e: &rustls::Error) -> Error {
-    let detail = if not_tls(e) {
+    let detail = if tls::peer_speaks_no_tls(e) {
         format!(
             "TLS handshake with the sncl store at {addr} failed: the store at {addr} does not \
              speak TLS ({e}): does rank 0 run without SNCL_TLS_* settings? Set SNCL_TLS_CERT, \

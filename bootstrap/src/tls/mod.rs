@@ -23,7 +23,7 @@
 pub mod certs;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use comm_core::config::{TlsFiles, TlsSettings};
 use comm_core::{Error, Result};
@@ -197,8 +197,30 @@ impl TlsIdentity {
 
     /// The identity `settings` configure: `None` with TLS off, an error
     /// when they are half set or a file is unusable ([`TlsIdentity::load`]).
+    ///
+    /// A process makes several sets of connections from the same settings
+    /// (its store, its standby store, each communicator's transport): the
+    /// files are read and checked once and read again only when one of them
+    /// changed (another file, new contents, new mode: its inode, size or
+    /// status-change time differ).
     pub fn from_settings(settings: &TlsSettings) -> Result<Option<TlsIdentity>> {
-        settings.files()?.map(|f| TlsIdentity::load(&f)).transpose()
+        static LOADED: Mutex<Option<(TlsFiles, Vec<FileStamp>, TlsIdentity)>> = Mutex::new(None);
+        let Some(files) = settings.files()? else {
+            return Ok(None);
+        };
+        let stamps: Option<Vec<FileStamp>> = [&files.cert, &files.key, &files.ca]
+            .iter()
+            .map(|p| FileStamp::of(p))
+            .collect();
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some((f, s, id)), Some(now)) = (loaded.as_ref(), stamps.as_ref()) {
+            if *f == files && s == now {
+                return Ok(Some(id.clone()));
+            }
+        }
+        let identity = TlsIdentity::load(&files)?;
+        *loaded = stamps.map(|s| (files, s, identity.clone()));
+        Ok(Some(identity))
     }
 
     /// The connecting side's configuration.
@@ -217,6 +239,36 @@ impl TlsIdentity {
     }
 }
 
+/// What tells a file's version apart: device, inode, size and
+/// status-change time (which a rewrite, a replacement and a chmod all move).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileStamp(u64, u64, u64, i64, i64);
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp(
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.ctime(),
+            m.ctime_nsec(),
+        ))
+    }
+}
+
+/// Whether a TLS failure means the peer answered with something that is
+/// not TLS at all (a plaintext sncl endpoint greets with its own bytes).
+pub fn peer_speaks_no_tls(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidMessage(_)
+            | rustls::Error::InappropriateMessage { .. }
+            | rustls::Error::InappropriateHandshakeMessage { .. }
+    )
+}
+
 /// Reads a TLS failure as a person would: who refused whom and why.
 pub fn describe(e: &rustls::Error) -> String {
     match e {
@@ -230,7 +282,7 @@ pub fn describe(e: &rustls::Error) -> String {
             "the peer refused the TLS handshake (alert {a:?}): it does not accept this rank's \
              certificate, or it runs another sncl TLS setup"
         ),
-        rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
+        e if peer_speaks_no_tls(e) => {
             format!("the peer does not speak TLS ({e}): does it run without SNCL_TLS_* settings?")
         }
         other => other.to_string(),
@@ -286,5 +338,54 @@ impl ServerCertVerifier for ChainToAuthorities {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(all(test, feature = "certs"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The only test of this binary that loads through `from_settings`
+    /// (its cache is process-wide).
+    #[test]
+    fn settings_are_loaded_once_and_again_when_a_file_changes() {
+        let dir = std::env::temp_dir().join(format!("sncl-tls-memo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let job = certs::Authority::new("job").unwrap();
+        let files = certs::write_files(
+            &dir,
+            &job.ca_pem(),
+            &job.issue(&["a".into()], false).unwrap(),
+        )
+        .unwrap();
+        let settings = TlsSettings {
+            cert: Some(files.cert.clone()),
+            key: Some(files.key.clone()),
+            ca: Some(files.ca.clone()),
+        };
+        let first = TlsIdentity::from_settings(&settings).unwrap().unwrap();
+        let again = TlsIdentity::from_settings(&settings).unwrap().unwrap();
+        assert!(
+            Arc::ptr_eq(&first.client_config(), &again.client_config()),
+            "loaded twice"
+        );
+        // A key made readable by others is noticed: the files are checked again.
+        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = TlsIdentity::from_settings(&settings)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("readable by other users"), "{e}");
+        // New contents are read: another certificate and key.
+        let other = job.issue(&["b".into()], false).unwrap();
+        let files = certs::write_files(&dir, &job.ca_pem(), &other).unwrap();
+        let renewed = TlsIdentity::from_settings(&settings).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(
+            &first.client_config(),
+            &renewed.client_config()
+        ));
+        assert_eq!(files.key, settings.key.clone().unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
