@@ -373,53 +373,10 @@ fn interface_addr_finds_loopback_and_names_missing_ones() {
 fn throughput_64mib_each_direction() {
     const TOTAL: usize = 64 << 20;
     for nsocks in [1, 2] {
-        let ranks = mesh(2, nsocks, DEFAULT_MAX_PIECE);
-        let start = Instant::now();
-        let handles: Vec<_> = ranks
-            .into_iter()
-            .map(|mut conns| {
-                thread::spawn(move || {
-                    let c = &mut conns[0];
-                    // Piece k carries the byte `fill(k)` throughout; the
-                    // receiver checks every byte of every piece, in order.
-                    let fill = |k: u64| (k % 251) as u8 + 1;
-                    let mut data = vec![0u8; DEFAULT_MAX_PIECE];
-                    let (mut sent, mut recvd, mut k) = (0, 0, 0u64);
-                    let (mut next, mut bad) = (0u64, 0usize);
-                    while sent < TOTAL || recvd < TOTAL || !c.flush().unwrap() {
-                        data.fill(fill(k));
-                        if sent < TOTAL
-                            && c.try_post_send(&header(k + 1, data.len()), Outgoing::copied(&data))
-                                .unwrap()
-                        {
-                            sent += data.len();
-                            k += 1;
-                        }
-                        if recvd < TOTAL {
-                            c.try_recv(Space::Host, &mut |_, p| {
-                                let p = p.host().expect("a host piece");
-                                recvd += p.len();
-                                // In order, each byte its piece's fill.
-                                bad += p.iter().filter(|&&b| b != fill(next)).count();
-                                next += 1;
-                                Ok(())
-                            })
-                            .unwrap();
-                        }
-                    }
-                    assert_eq!(bad, 0, "bytes differ from their piece's fill, in order");
-                    assert_eq!(next, (TOTAL / DEFAULT_MAX_PIECE) as u64, "pieces received");
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let gbps = TOTAL as f64 / secs / 1e9;
+        let gbps = stream_both_ways(mesh(2, nsocks, DEFAULT_MAX_PIECE), TOTAL);
         eprintln!(
             "tcp nsocks={nsocks}: 64 MiB each direction in {:.1} ms = {gbps:.2} GB/s per direction",
-            secs * 1e3,
+            TOTAL as f64 / gbps / 1e6,
         );
         // A floor far below loopback's rate on any machine of this kind
         // (0.3 GB/s and up, under load): a pathological slowdown, not noise.

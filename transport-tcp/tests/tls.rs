@@ -15,7 +15,7 @@ use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::Error;
 use sncl_bootstrap::tls::certs::{self, Authority};
 use sncl_bootstrap::tls::TlsIdentity;
-use transport_tcp::{TcpEndpoint, TcpSetup, DEFAULT_MAX_PIECE};
+use transport_tcp::{TcpConnection, TcpEndpoint, TcpSetup, DEFAULT_MAX_PIECE};
 
 mod support;
 use support::*;
@@ -130,9 +130,21 @@ fn a_key_that_is_not_the_certificates_is_refused_at_load() {
     );
 }
 
+/// What the relay does to rank 1's bytes.
+#[derive(Clone, Copy)]
+enum Tamper {
+    /// Forward them as they are.
+    Nothing,
+    /// Flip the lowest bit of byte number `n`.
+    Flip(usize),
+    /// Forward the first `n`, wait, then close both ways: a peer dying in
+    /// the middle of what it sends.
+    Cut(usize),
+}
+
 /// Forwards one connection's bytes both ways, recording what rank 1 sent
-/// and flipping its byte number `flip` (if any).
-fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>, flip: Option<usize>) -> SocketAddr {
+/// and tampering with it as `tamper` says.
+fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>, tamper: Tamper) -> SocketAddr {
     let listener = TcpListener::bind((LOCALHOST, 0)).unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
@@ -145,100 +157,133 @@ fn relay(to: SocketAddr, seen: Arc<Mutex<Vec<u8>>>, flip: Option<usize>) -> Sock
         let (mut from, mut to) = (from, to);
         let mut buf = [0u8; 65536];
         loop {
-            match from.read(&mut buf) {
+            let mut n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let mut seen = seen.lock().unwrap();
-                    if let Some(at) = flip.filter(|&at| (seen.len()..seen.len() + n).contains(&at))
-                    {
-                        buf[at - seen.len()] ^= 0x01;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    drop(seen);
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
+                Ok(n) => n,
+            };
+            let mut seen = seen.lock().unwrap();
+            let at = seen.len();
+            let cut = match tamper {
+                Tamper::Flip(k) if (at..at + n).contains(&k) => {
+                    buf[k - at] ^= 0x01;
+                    false
                 }
+                Tamper::Cut(k) if at + n >= k => {
+                    n = k - at;
+                    true
+                }
+                _ => false,
+            };
+            seen.extend_from_slice(&buf[..n]);
+            drop(seen);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            if cut {
+                thread::sleep(Duration::from_millis(300));
+                let _ = from.shutdown(std::net::Shutdown::Both);
+                break;
             }
         }
-        let _ = to.shutdown(std::net::Shutdown::Write);
+        let _ = to.shutdown(std::net::Shutdown::Both);
     });
     addr
 }
 
-/// Rank 1 sends `marker` to rank 0 through a recording relay; the bytes
-/// the relay saw.
-fn wire_bytes(tls: Option<TlsIdentity>, marker: &[u8]) -> Vec<u8> {
-    relayed(tls, marker, None).0
-}
-
-/// [`wire_bytes`], flipping byte `flip` of what rank 1 sends; also what
-/// rank 0's receive reported (`Ok` when the marker arrived intact).
-fn relayed(
+/// Two ranks with `tls`, rank 1 reaching rank 0 through [`relay`]: their
+/// connections and what the relay saw of rank 1's bytes.
+fn through_relay(
     tls: Option<TlsIdentity>,
-    marker: &[u8],
-    flip: Option<usize>,
-) -> (Vec<u8>, Result<(), String>) {
+    tamper: Tamper,
+) -> (TcpConnection, TcpConnection, Arc<Mutex<Vec<u8>>>) {
     let eps = [
         TcpEndpoint::bind(LOCALHOST).unwrap(),
         TcpEndpoint::bind(LOCALHOST).unwrap(),
     ];
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let via = relay(eps[0].local_addr(), seen.clone(), flip);
+    let via = relay(eps[0].local_addr(), seen.clone(), tamper);
     let peers = [vec![(1, eps[1].local_addr())], vec![(0, via)]];
-    let marker = marker.to_vec();
-    let handles: Vec<_> = eps
+    let mut conns = eps
         .into_iter()
         .zip(peers)
         .enumerate()
         .map(|(r, (ep, peers))| {
             let tls = tls.clone();
-            let marker = marker.clone();
             thread::spawn(move || {
                 let setup = TcpSetup {
                     tls,
                     ..setup(r, 1, DEFAULT_MAX_PIECE, Duration::from_secs(10))
                 };
-                let mut c = ep.establish(&setup, &peers).unwrap().pop().unwrap();
-                let deadline = Instant::now() + Duration::from_secs(10);
-                if r == 1 {
-                    while !c
-                        .try_post_send(&header(1, marker.len()), Outgoing::copied(&marker))
-                        .unwrap()
-                    {}
-                    while !c.flush().unwrap() {
-                        assert!(Instant::now() < deadline);
-                    }
-                    return (c, Ok(()));
-                }
-                let mut got = Vec::new();
-                while got.is_empty() {
-                    let r = c.try_recv(Space::Host, &mut |_, p| {
-                        got = p.host().unwrap().to_vec();
-                        Ok(())
-                    });
-                    if let Err(e) = r {
-                        return (c, Err(e.to_string()));
-                    }
-                    assert!(Instant::now() < deadline, "nothing arrived");
-                }
-                let intact = if got == marker {
-                    Ok(())
-                } else {
-                    Err("altered bytes were delivered".to_string())
-                };
-                (c, intact)
+                ep.establish(&setup, &peers).unwrap().pop().unwrap()
             })
-        })
-        .collect();
+        });
+    let (r0, r1) = (conns.next().unwrap(), conns.next().unwrap());
+    (r0.join().unwrap(), r1.join().unwrap(), seen)
+}
+
+/// Rank 1 sends `marker` as one piece and flushes it (in a thread).
+fn send_marker(mut c: TcpConnection, marker: &[u8]) -> thread::JoinHandle<TcpConnection> {
+    let marker = marker.to_vec();
+    thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let h = header(1, marker.len());
+        while !matches!(
+            c.try_post_send(&h, Outgoing::copied(&marker)),
+            Ok(true) | Err(_)
+        ) {}
+        while !c.flush().unwrap_or(true) {
+            assert!(Instant::now() < deadline);
+        }
+        c
+    })
+}
+
+/// Rank 1 sends `marker` to rank 0 through a recording relay; the bytes
+/// the relay saw.
+fn wire_bytes(tls: Option<TlsIdentity>, marker: &[u8]) -> Vec<u8> {
+    relayed(tls, marker, Tamper::Nothing).0
+}
+
+/// [`wire_bytes`] with `tamper`; also what rank 0's receive reported
+/// (`Ok` when the marker arrived intact).
+fn relayed(
+    tls: Option<TlsIdentity>,
+    marker: &[u8],
+    tamper: Tamper,
+) -> (Vec<u8>, Result<(), String>) {
+    let (mut c, sender, seen) = through_relay(tls, tamper);
+    let sender = send_marker(sender, marker);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
     let mut outcome = Ok(());
-    for h in handles {
-        let (c, r) = h.join().unwrap();
-        outcome = outcome.and(r);
-        drop(c);
+    while got.is_empty() {
+        let r = c.try_recv(Space::Host, &mut |_, p| {
+            got = p.host().unwrap().to_vec();
+            Ok(())
+        });
+        if let Err(e) = r {
+            outcome = Err(e.to_string());
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing arrived");
     }
+    if outcome.is_ok() && got != marker {
+        outcome = Err("altered bytes were delivered".to_string());
+    }
+    drop(sender.join().unwrap());
+    drop(c);
     let bytes = seen.lock().unwrap().clone();
     (bytes, outcome)
+}
+
+/// Where rank 1's data starts in what the relay sees: after its part of
+/// the setup, measured on an untouched run (the handshake's size does not
+/// vary) carrying `marker` (one record: 48 bytes of header, 22 of record
+/// overhead).
+fn data_start(id: &TlsIdentity, marker: &[u8]) -> usize {
+    let (clean, ok) = relayed(Some(id.clone()), marker, Tamper::Nothing);
+    ok.unwrap();
+    clean.len() - (marker.len() + 48 + 22)
 }
 
 #[test]
@@ -246,12 +291,8 @@ fn an_altered_byte_fails_the_connection_instead_of_arriving() {
     let job = Authority::new("job").unwrap();
     let id = identity("flip", &job, &job, false);
     let marker = vec![0x42u8; 3000];
-    // Where rank 1's data starts: after its part of the setup, measured
-    // on an untouched run (the handshake's size does not vary).
-    let (clean, ok) = relayed(Some(id.clone()), &marker, None);
-    ok.unwrap();
-    let data_at = clean.len() - (marker.len() + 48 + 22);
-    let (_, outcome) = relayed(Some(id), &marker, Some(data_at + 100));
+    let data_at = data_start(&id, &marker);
+    let (_, outcome) = relayed(Some(id), &marker, Tamper::Flip(data_at + 100));
     let e = outcome.expect_err("an altered record was accepted");
     assert!(e.contains("failed to open (altered"), "{e}");
 }
@@ -285,131 +326,35 @@ fn throughput_64mib_each_direction_with_tls() {
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    let start = Instant::now();
-    let handles: Vec<_> = ranks
-        .into_iter()
-        .map(|mut conns| {
-            thread::spawn(move || {
-                let c = &mut conns[0];
-                let piece = c.max_piece(comm_core::transport::registry::MemoryKind::Host);
-                let fill = |k: u64| (k % 251) as u8 + 1;
-                let mut data = vec![0u8; piece];
-                let (mut sent, mut recvd, mut k, mut next, mut bad) = (0, 0, 0u64, 0u64, 0usize);
-                while sent < TOTAL || recvd < TOTAL || !c.flush().unwrap() {
-                    data.fill(fill(k));
-                    if sent < TOTAL
-                        && c.try_post_send(&header(k + 1, piece), Outgoing::copied(&data))
-                            .unwrap()
-                    {
-                        sent += piece;
-                        k += 1;
-                    }
-                    if recvd < TOTAL {
-                        c.try_recv(Space::Host, &mut |_, p| {
-                            let p = p.host().unwrap();
-                            recvd += p.len();
-                            bad += p.iter().filter(|&&b| b != fill(next)).count();
-                            next += 1;
-                            Ok(())
-                        })
-                        .unwrap();
-                    }
-                }
-                assert_eq!(bad, 0, "bytes differ from their piece's fill, in order");
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let gbps = stream_both_ways(ranks, TOTAL);
     eprintln!(
-        "tcp+tls: 64 MiB each direction in {:.1} ms = {:.2} GB/s per direction",
-        secs * 1e3,
-        TOTAL as f64 / secs / 1e9
+        "tcp+tls: 64 MiB each direction in {:.1} ms = {gbps:.2} GB/s per direction",
+        TOTAL as f64 / gbps / 1e6
     );
-}
-
-/// Forwards rank 1's bytes to `to` until `cut` bytes of them have passed
-/// (rank 0's bytes flow back freely), waits, then closes both ways: a
-/// peer dying in the middle of a record.
-fn cutting_relay(to: SocketAddr, cut: usize) -> SocketAddr {
-    let listener = TcpListener::bind((LOCALHOST, 0)).unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let (from, _) = listener.accept().unwrap();
-        let to = TcpStream::connect(to).unwrap();
-        let (mut a, mut b) = (from.try_clone().unwrap(), to.try_clone().unwrap());
-        thread::spawn(move || {
-            let _ = std::io::copy(&mut b, &mut a);
-        });
-        let (mut from, mut to) = (from, to);
-        let mut buf = [0u8; 1];
-        for _ in 0..cut {
-            if from.read_exact(&mut buf).is_err() || to.write_all(&buf).is_err() {
-                return;
-            }
-        }
-        thread::sleep(Duration::from_millis(300));
-        let _ = to.shutdown(std::net::Shutdown::Both);
-        let _ = from.shutdown(std::net::Shutdown::Both);
-    });
-    addr
 }
 
 #[test]
 fn a_peer_that_dies_mid_record_is_found_dead() {
     let job = Authority::new("job").unwrap();
     let id = identity("cut", &job, &job, false);
-    // Rank 1's setup bytes, measured on an untouched run, then 1000 bytes
-    // into its first record.
+    // The relay forwards rank 1's setup and 1000 bytes of its first record.
     let marker = vec![0x42u8; 3000];
-    let (clean, ok) = relayed(Some(id.clone()), &marker, None);
-    ok.unwrap();
-    let cut = clean.len() - (marker.len() + 48 + 22) + 1000;
-    let eps = [
-        TcpEndpoint::bind(LOCALHOST).unwrap(),
-        TcpEndpoint::bind(LOCALHOST).unwrap(),
-    ];
-    let via = cutting_relay(eps[0].local_addr(), cut);
-    let peers = [vec![(1, eps[1].local_addr())], vec![(0, via)]];
-    let handles: Vec<_> = eps
-        .into_iter()
-        .zip(peers)
-        .enumerate()
-        .map(|(r, (ep, peers))| {
-            let tls = Some(id.clone());
-            let marker = marker.clone();
-            thread::spawn(move || {
-                let setup = TcpSetup {
-                    tls,
-                    ..setup(r, 1, DEFAULT_MAX_PIECE, Duration::from_secs(10))
-                };
-                let mut c = ep.establish(&setup, &peers).unwrap().pop().unwrap();
-                if r == 1 {
-                    let _ = c.try_post_send(&header(1, marker.len()), Outgoing::copied(&marker));
-                    let _ = c.flush();
-                    thread::sleep(Duration::from_millis(800));
-                    return None;
-                }
-                // Read what arrives (part of a record) before the relay
-                // closes, then only ask whether the peer is alive: the
-                // receive path would find the end of file by itself.
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_millis(150) {
-                    c.try_recv(Space::Host, &mut |_, _| Ok(())).unwrap();
-                    thread::sleep(Duration::from_millis(5));
-                }
-                while start.elapsed() < Duration::from_secs(3) {
-                    if c.check_alive().is_err() {
-                        return Some(true);
-                    }
-                    thread::sleep(Duration::from_millis(20));
-                }
-                Some(false)
-            })
-        })
-        .collect();
-    let found: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(found[0], Some(true), "rank 0 never found its dead peer");
+    let cut = data_start(&id, &marker) + 1000;
+    let (mut c, sender, _) = through_relay(Some(id), Tamper::Cut(cut));
+    let sender = send_marker(sender, &marker);
+    // Read what arrives (part of a record) before the relay closes, then
+    // only ask whether the peer is alive: the receive path would find the
+    // end of file by itself.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(150) {
+        c.try_recv(Space::Host, &mut |_, _| Ok(())).unwrap();
+        thread::sleep(Duration::from_millis(5));
+    }
+    let mut found = false;
+    while !found && start.elapsed() < Duration::from_secs(3) {
+        found = c.check_alive().is_err();
+        thread::sleep(Duration::from_millis(20));
+    }
+    drop(sender.join().unwrap());
+    assert!(found, "rank 0 never found its dead peer");
 }

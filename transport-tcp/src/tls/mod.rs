@@ -415,7 +415,9 @@ pub(crate) fn establish_channels(
     let me = setup.rank;
     let err = |detail: String| comm_core::Error::Bootstrap { rank: me, detail };
     let nsocks = setup.nsocks;
-    let mut handshakes = Vec::new();
+    // Each socket's handshake and, in the same order, its peer.
+    let mut pairs: Vec<(Handshake, &Socket)> = Vec::new();
+    let mut peers = Vec::new();
     for (server, side) in [(false, connected), (true, accepted)] {
         for (&peer, socks) in side {
             for (idx, sock) in socks.iter().enumerate() {
@@ -429,17 +431,12 @@ pub(crate) fn establish_channels(
                     Handshake::client(identity, who)
                 }
                 .map_err(|e| err(format!("starting TLS with peer rank {peer}: {e}")))?;
-                handshakes.push(((peer, hs), sock));
+                pairs.push((hs, sock));
+                peers.push(peer);
             }
         }
     }
     let started = Instant::now();
-    let mut pairs: Vec<(Handshake, &Socket)> = Vec::with_capacity(handshakes.len());
-    let mut peers = Vec::with_capacity(handshakes.len());
-    for ((peer, hs), sock) in handshakes {
-        peers.push(peer);
-        pairs.push((hs, sock));
-    }
     run_all(&mut pairs, setup.deadline).map_err(err)?;
     tracing::debug!(
         rank = me,

@@ -213,3 +213,51 @@ pub fn run_exchange_on(
         h.join().unwrap();
     }
 }
+
+/// Streams `total` bytes each way between the two ranks of `ranks` at
+/// once, a piece of the connection's largest size at a time: piece k
+/// carries the byte `k % 251 + 1` throughout and the receiver checks every
+/// byte of every piece, in order. Returns GB/s per direction.
+pub fn stream_both_ways(ranks: Vec<Vec<TcpConnection>>, total: usize) -> f64 {
+    let start = Instant::now();
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|mut conns| {
+            thread::spawn(move || {
+                let c = &mut conns[0];
+                let piece = c.max_piece(MemoryKind::Host);
+                let fill = |k: u64| (k % 251) as u8 + 1;
+                let mut data = vec![0u8; piece];
+                let (mut sent, mut recvd, mut k) = (0, 0, 0u64);
+                let (mut next, mut bad) = (0u64, 0usize);
+                while sent < total || recvd < total || !c.flush().unwrap() {
+                    data.fill(fill(k));
+                    if sent < total
+                        && c.try_post_send(&header(k + 1, piece), Outgoing::copied(&data))
+                            .unwrap()
+                    {
+                        sent += piece;
+                        k += 1;
+                    }
+                    if recvd < total {
+                        c.try_recv(Space::Host, &mut |_, p| {
+                            let p = p.host().expect("a host piece");
+                            recvd += p.len();
+                            // In order, each byte its piece's fill.
+                            bad += p.iter().filter(|&&b| b != fill(next)).count();
+                            next += 1;
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                }
+                assert_eq!(bad, 0, "bytes differ from their piece's fill, in order");
+                assert_eq!(next, (total / piece) as u64, "pieces received");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    total as f64 / start.elapsed().as_secs_f64() / 1e9
+}
