@@ -273,14 +273,20 @@ run_mpi() { # config rep
     mpi_cmd "$cfg"
     log "rep $rep/$REPS $cfg Open MPI: ${MPI_RUN[*]}"
     run_logged "$logf" "${MPI_RUN[@]}" || rc=$?
-    local got=0 size med ok
+    collect_rows mpi "Open MPI" "$cfg" "$rep" "$logf" "$rc"
+}
+
+# Moves the rows of a bench/mpi_allreduce.c-style log ("size iters median_us min_us busbw ok"
+# per size, '#' comments) into PENDING as impl's; warns when the run failed or sizes are missing.
+collect_rows() { # impl label config rep logfile exit_status
+    local impl=$1 label=$2 cfg=$3 rep=$4 logf=$5 rc=$6 got=0 size med ok
     while read -r size _ med _ _ ok; do
         [[ $size =~ ^[0-9]+$ ]] || continue
-        printf '%s\tmpi\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$size" "$med" "$ok" >>"$PENDING"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$cfg" "$impl" "$rep" "$size" "$med" "$ok" >>"$PENDING"
         got=$((got + 1))
     done < <(grep -v '^#' "$logf" || true)
     if ((rc != 0 || got != ${#SIZE_LIST[@]})); then
-        log "WARNING: Open MPI $cfg rep $rep exited $rc with $got/${#SIZE_LIST[@]} sizes; see $logf"
+        log "WARNING: $label $cfg rep $rep exited $rc with $got/${#SIZE_LIST[@]} sizes; see $logf"
         tail -n 5 "$logf" >&2 || true
     fi
 }
@@ -293,16 +299,7 @@ run_gloo() { # config rep: bench/gloo_allreduce.py under torchrun, Gloo over loo
     run_logged "$logf" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo "$GLOO_PYTHON" -m torch.distributed.run \
         --standalone --nproc_per_node "$np" --master-port "$port" "$ROOT/bench/gloo_allreduce.py" \
         -s "$MPI_SECONDS" -w "$WARMUP" "${SIZE_LIST[@]}" || rc=$?
-    local got=0 size med ok
-    while read -r size _ med _ _ ok; do
-        [[ $size =~ ^[0-9]+$ ]] || continue
-        printf '%s\tgloo\t%s\t%s\t%s\t%s\n' "$cfg" "$rep" "$size" "$med" "$ok" >>"$PENDING"
-        got=$((got + 1))
-    done < <(grep -v '^#' "$logf" || true)
-    if ((rc != 0 || got != ${#SIZE_LIST[@]})); then
-        log "WARNING: Gloo $cfg rep $rep exited $rc with $got/${#SIZE_LIST[@]} sizes; see $logf"
-        tail -n 5 "$logf" >&2 || true
-    fi
+    collect_rows gloo Gloo "$cfg" "$rep" "$logf" "$rc"
 }
 
 declare -A SNCL_ITERS=()
