@@ -11,6 +11,23 @@ use comm_core::config::TransportChoice;
 use sncl::device::{self, Backend, DeviceBuffer, DeviceSliceMut};
 use sncl::{Communicator, Config, ReduceOp};
 
+/// The first `count` floats of `buf`, after the work queued on `stream`.
+fn read_back(
+    dev: &dyn device::Device,
+    buf: &DeviceBuffer,
+    count: usize,
+    stream: device::StreamHandle,
+) -> Result<Vec<f32>, String> {
+    let mut got = vec![0f32; count];
+    // SAFETY: `got` is written by the copy only and outlives the
+    // synchronisation that completes it, before it is returned.
+    unsafe { dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), count * 4, stream) }
+        .map_err(|e| e.to_string())?;
+    dev.synchronize(stream, Instant::now() + Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    Ok(got)
+}
+
 fn config() -> Config {
     Config {
         timeout: Duration::from_secs(30),
@@ -81,14 +98,7 @@ fn typed_operation_binds_to_its_buffers_device() {
                             5 - rank
                         ));
                     }
-                    let mut got = vec![0f32; count];
-                    // SAFETY: `got` outlives the synchronisation.
-                    unsafe {
-                        dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), count * 4, stream)
-                    }
-                    .map_err(|e| e.to_string())?;
-                    dev.synchronize(stream, Instant::now() + Duration::from_secs(30))
-                        .map_err(|e| e.to_string())?;
+                    let got = read_back(dev.as_ref(), &buf, count, stream)?;
                     for (i, g) in got.iter().enumerate() {
                         let want = (3 * i) as f32;
                         if *g != want {
@@ -192,14 +202,7 @@ fn connect_device_sets_the_links_up_before_the_first_collective() {
                     let mut view = DeviceSliceMut::<f32>::new(&mut buf, stream);
                     c.all_reduce_in_place(&mut view, ReduceOp::Sum)
                         .map_err(|e| e.to_string())?;
-                    let mut got = vec![0f32; count];
-                    // SAFETY: `got` outlives the synchronisation below.
-                    unsafe {
-                        dev.copy_d2h_async(got.as_mut_ptr().cast(), buf.ptr(), count * 4, stream)
-                    }
-                    .map_err(|e| e.to_string())?;
-                    dev.synchronize(stream, Instant::now() + Duration::from_secs(30))
-                        .map_err(|e| e.to_string())?;
+                    let got = read_back(dev.as_ref(), &buf, count, stream)?;
                     if got.iter().any(|&v| v != 3.0) {
                         return Err(format!("rank {}: {:?}", c.rank(), &got[..4]));
                     }
