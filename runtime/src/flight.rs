@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock::Instant;
 
 pub use comm_core::flight::{DEFAULT_ENTRIES, MAX_ENTRIES};
 

@@ -7,6 +7,7 @@
 //!   sleep, each with a deadline, probing the peers' liveness.
 //! * [`device`]: a communicator's device binding and the executor's
 //!   memory over device buffers (staged through pinned host memory).
+//! * [`clock`]: the clock of the operation path (timestamps, waits).
 //! * [`flight`]: the flight recorder (the last operations per communicator
 //!   with their times, dumped as JSON lines on failure or demand).
 
@@ -15,6 +16,7 @@
 pub(crate) use comm_core::{error, mem, schedule, transport, wire};
 
 mod buffers;
+pub mod clock;
 pub mod device;
 pub mod exec;
 pub mod flight;

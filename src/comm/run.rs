@@ -149,7 +149,7 @@ impl Inner {
         finish: impl FnOnce(Result<()>) -> Result<()>,
     ) -> Result<()> {
         let ctx = self.op_context(seq, fingerprint, op.op, self.spin);
-        let started = std::time::Instant::now();
+        let started = sncl_runtime::clock::Instant::now();
         let flight_id = self.flight.start_at(
             sncl_runtime::flight::OpRecord {
                 seq,

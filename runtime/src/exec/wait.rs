@@ -2,7 +2,9 @@
 //! contention), the deadline and abort checks that end a wait, the
 //! periodic liveness probes of the awaited peers, and the hang reports.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use super::context::{peer_failed, AbortFlag, OpContext, OpState};
 use crate::error::{Error, Result};
