@@ -369,8 +369,11 @@ impl Connection for ShmConnection {
             ));
         }
         if self.received == self.posted {
-            self.posted = self.inbound.head().load(Ordering::Acquire);
-            if self.received == self.posted {
+            // The next slot's own stamp, not `head`: one cache-line pair
+            // brings the news, the header and a small payload (LL-style).
+            if self.inbound.is_published(self.received) {
+                self.posted = self.received + 1;
+            } else {
                 if let Some(e) = self.aborted_by_peer() {
                     return Err(Error::Transport {
                         rank: self.rank,

@@ -1,8 +1,14 @@
 //! One shared-memory FIFO of slots in a file under `/dev/shm`, written by one
 //! sender process and read by one receiver. Flow control is NCCL's: the
 //! sender's `head` counts slots posted, the receiver's `tail` counts slots
-//! consumed; `head - tail` slots are full. This module holds all the
-//! pointer work; everything above it is safe code.
+//! consumed; `head - tail` slots are full. Each slot also carries its own
+//! publication, as NCCL's LL protocol puts flag and data in one line: the
+//! slot header's last words are a *stamp* naming the slot's index, stored
+//! last with release ordering, so a receiver that polls the slot it
+//! expects ([`Segment::is_published`]) learns of a piece, its header and
+//! its first bytes from one cache-line pair instead of first fetching
+//! `head`'s line (docs/perf-notes/NOTEBOOK.md §27). This module holds all
+//! the pointer work; everything above it is safe code.
 //!
 //! Segments carry gradients, so they are private to the user that runs the
 //! job: created `0600` with `O_EXCL | O_NOFOLLOW`, under names holding a
@@ -21,7 +27,7 @@ use memmap2::MmapMut;
 
 use crate::private_file::{self, check_name, Published, PREFIX, SHM_DIR};
 
-const MAGIC: u64 = 0x534e_434c_5348_4d31; // "SNCLSHM1"
+const MAGIC: u64 = 0x534e_434c_5348_4d32; // "SNCLSHM2": slots carry stamps
 const LINE: usize = 128; // two cache lines: no false sharing with the prefetcher
 const OFF_MAGIC: usize = 0;
 const OFF_GEOMETRY: usize = 8; // u32 slots, u32 slot_bytes
@@ -33,13 +39,19 @@ const OFF_ABORT_BY_RECEIVER: usize = 3 * LINE + 8;
 const OFF_SENDER_PID: usize = 3 * LINE + 16;
 const OFF_SLOTS: usize = 4 * LINE;
 const SLOT_HEADER: usize = 64;
-// After the piece header, a slot header holds what the slot carries: 0 for
-// the payload itself, `LENT` for a descriptor of a lent piece whose address
-// in the sender follows.
-const SLOT_KIND: usize = HEADER_BYTES;
-const SLOT_ADDRESS: usize = HEADER_BYTES + 8;
-const LENT: u64 = 0x4c45_4e54_4c45_4e54; // "LENTLENT"
-const _: () = assert!(SLOT_ADDRESS + 8 <= SLOT_HEADER);
+// After the piece header, a slot header holds the address a lent piece
+// has in its sender, then the stamp: `2 * (index + 1)` for a slot that
+// carries the payload itself, one more for a descriptor of a lent piece.
+// A stamp from the slot's previous lap (index - slots) or a fresh
+// segment's zero never matches the index expected.
+const SLOT_ADDRESS: usize = HEADER_BYTES;
+const SLOT_STAMP: usize = HEADER_BYTES + 8;
+const _: () = assert!(SLOT_STAMP + 8 <= SLOT_HEADER && SLOT_STAMP.is_multiple_of(8));
+
+/// The stamp of slot `index` carrying a lent piece (`lent`) or its payload.
+fn stamp(index: u64, lent: bool) -> u64 {
+    index.wrapping_add(1).wrapping_mul(2) | u64::from(lent)
+}
 
 /// What a published slot carries.
 #[derive(Debug)]
@@ -350,34 +362,47 @@ impl Segment {
             Some(_) => h.checksum = Some(copy_checksummed(dst, data)),
             None => kernels::copy(dst, data),
         }
-        self.write_slot_header(index, &h, 0, 0);
+        self.write_slot_header(index, &h, false, 0);
     }
 
     /// Writes into slot `index` (owned by the caller, as in `write_slot`) a
     /// descriptor of `header.len` bytes lent at `address` in this process.
     pub fn write_lent(&self, index: u64, header: &PieceHeader, address: u64) {
         assert!(header.len as usize <= self.slot_bytes);
-        self.write_slot_header(index, header, LENT, address);
+        self.write_slot_header(index, header, true, address);
     }
 
-    fn write_slot_header(
-        &self,
-        index: u64,
-        header: &PieceHeader,
-        kind: u64,
-        address: u64,
-    ) -> *mut u8 {
-        let mut h = [0u8; SLOT_HEADER];
+    /// Writes the slot header (piece header, lent address), then its stamp
+    /// with release ordering: the slot's payload, written before, and its
+    /// header are visible to a receiver that acquires the stamp.
+    fn write_slot_header(&self, index: u64, header: &PieceHeader, lent: bool, address: u64) {
+        let mut h = [0u8; SLOT_STAMP];
         let (piece, rest) = h.split_at_mut(HEADER_BYTES);
         header.encode(piece.try_into().expect("HEADER_BYTES"));
-        rest[..8].copy_from_slice(&kind.to_ne_bytes());
-        rest[8..16].copy_from_slice(&address.to_ne_bytes());
+        rest[..8].copy_from_slice(&address.to_ne_bytes());
         let p = self.slot_ptr(index);
         // SAFETY: the slot is free (head - tail < slots, checked by the
         // caller under acquire ordering), so the receiver is not reading it;
         // the slot header lies inside the slot.
-        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, SLOT_HEADER) };
-        p
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, SLOT_STAMP) };
+        self.stamp_word(index)
+            .store(stamp(index, lent), Ordering::Release);
+    }
+
+    /// The stamp word of slot `index`'s header.
+    fn stamp_word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: the slot header lies inside the mapping (`slot_ptr`), the
+        // mapping is page aligned and slots are 64-byte multiples apart, so
+        // the word is 8-aligned; AtomicU64 has the layout of u64, and both
+        // processes access the stamp atomically only.
+        unsafe { &*(self.slot_ptr(index).add(SLOT_STAMP) as *const AtomicU64) }
+    }
+
+    /// Whether the sender published slot `index` (its stamp names it),
+    /// with acquire ordering: `true` makes the slot's header and payload
+    /// visible, as an acquire of `head` past it does.
+    pub fn is_published(&self, index: u64) -> bool {
+        self.stamp_word(index).load(Ordering::Acquire) >> 1 == index.wrapping_add(1)
     }
 
     /// Borrows slot `index` (published by `head`, not yet released by `tail`).
@@ -392,15 +417,16 @@ impl Segment {
             self.slot_bytes,
         )?;
         let word = |off: usize| u64::from_ne_bytes(h[off..off + 8].try_into().expect("8 bytes"));
-        match word(SLOT_KIND) {
-            0 => {
+        let stamp_read = self.stamp_word(index).load(Ordering::Relaxed);
+        match stamp_read {
+            s if s == stamp(index, false) => {
                 let len = header.len as usize;
                 // SAFETY: as above; len fits in the slot.
                 let data = unsafe { std::slice::from_raw_parts(p.add(SLOT_HEADER), len) };
                 Ok((header, SlotData::Inline(data)))
             }
-            LENT => Ok((header, SlotData::Lent(word(SLOT_ADDRESS)))),
-            _ => Err("unknown slot kind"),
+            s if s == stamp(index, true) => Ok((header, SlotData::Lent(word(SLOT_ADDRESS)))),
+            _ => Err("a published slot whose stamp names another slot"),
         }
     }
 
