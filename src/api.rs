@@ -165,7 +165,7 @@ impl Build<'_> {
     /// (send, receive) in elements.
     fn v<T: Element>(&self, coll: Collective, v: VCounts) -> Result<(RawOp, usize, usize)> {
         let mut r = RawOp::new(coll, T::DTYPE, 0);
-        r.v = Some(v);
+        r.v = Some(Box::new(v));
         let p = self.inner.prepare(&mut r)?;
         Ok((r, p.send_elems, p.recv_elems))
     }

@@ -98,11 +98,11 @@ fn refused_operations_on_every_rank_leave_the_numbering_alone() {
                         c.all_reduce_in_place(&mut [1f32; 2], ReduceOp::BitAnd),
                     );
                     let mut op = RawOp::new(Collective::AllGatherV, DataType::Float32, 0);
-                    op.v = Some(sncl::VCounts {
+                    op.v = Some(Box::new(sncl::VCounts {
                         recv_counts: vec![1; 2],
                         recv_displs: vec![0, 1],
                         ..Default::default()
-                    });
+                    }));
                     // SAFETY: refused before any buffer is used.
                     let e = refused("v counts", unsafe { c.run_raw(&op) });
                     assert!(

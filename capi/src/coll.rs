@@ -489,12 +489,12 @@ pub unsafe extern "C" fn snclAllGatherV(
             span("recvcounts + displs", c.saturating_add(*d), 1, dt)?;
         }
         let mut r = raw(Collective::AllGatherV, dt, 0, sendbuff, recvbuff);
-        r.v = Some(VCounts {
+        r.v = Some(Box::new(VCounts {
             send_counts: vec![],
             send_displs: vec![],
             recv_counts: counts,
             recv_displs: displs,
-        });
+        }));
         coll(r, None, 0)
     };
     // SAFETY: forwarded from the caller.
@@ -543,7 +543,7 @@ pub unsafe extern "C" fn snclAlltoAllV(
             span("counts + displacements", c.saturating_add(*d), 1, dt)?;
         }
         let mut r = raw(Collective::AllToAllV, dt, 0, sendbuff, recvbuff);
-        r.v = Some(v);
+        r.v = Some(Box::new(v));
         coll(r, None, 0)
     };
     // SAFETY: forwarded from the caller.

@@ -67,8 +67,11 @@ pub struct RawOp {
     pub send: *const u8,
     /// Output.
     pub recv: *mut u8,
-    /// Variable counts (all_gatherv, alltoallv).
-    pub v: Option<VCounts>,
+    /// Variable counts (all_gatherv, alltoallv), boxed: every operation
+    /// moves a `RawOp` a few times on its way to the executor, and the
+    /// four vectors inline made it twice as large (those moves were 8 % of
+    /// a small all-reduce's time, docs/perf-notes/NOTEBOOK.md §27).
+    pub v: Option<Box<VCounts>>,
     /// Transfers of a point-to-point group (`Collective::SendRecv`; the
     /// group's `dtype` and `count` are not used: each transfer has its own).
     pub p2p: Vec<P2p>,

@@ -57,7 +57,7 @@ pub use private_file::{
     check_name, Published, ANONYMOUS_PREFIX, MAX_NAME_LEN, PREFIX, SEGMENT_MODE, SHM_DIR,
 };
 pub use segment::decode_slot_header;
-pub use segment::{cleanup_stale, pid_alive, Segment, SlotData};
+pub use segment::{cleanup_stale, pid_alive, Segment, SlotData, IN_HEADER_BYTES};
 
 // The configuration's bounds must fit the segment header's u32 geometry.
 const _: () = assert!(comm_core::config::MAX_SHM_SLOTS <= u32::MAX as usize);
@@ -277,7 +277,8 @@ impl ShmConnection {
     /// `flush` returns true, which it does only once the peer released
     /// this slot (after its read).
     fn send_lent(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        let lend = self.lend_min.is_some_and(|m| data.len() >= m);
+        let lend =
+            self.lend_min.is_some_and(|m| data.len() >= m) && data.len() > segment::IN_HEADER_BYTES;
         if !lend || data.len() > self.outbound.slot_bytes() {
             return self.send_copy(header, data);
         }

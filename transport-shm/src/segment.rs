@@ -47,6 +47,10 @@ const SLOT_HEADER: usize = 64;
 const SLOT_ADDRESS: usize = HEADER_BYTES;
 const SLOT_STAMP: usize = HEADER_BYTES + 8;
 const _: () = assert!(SLOT_STAMP + 8 <= SLOT_HEADER && SLOT_STAMP.is_multiple_of(8));
+/// A payload of at most this many bytes travels in the slot header, in the
+/// word a lent piece's address takes: stamp, header and payload share one
+/// cache line, so an 8-byte piece costs the receiver one line.
+pub const IN_HEADER_BYTES: usize = 8;
 
 /// The stamp of slot `index` carrying a lent piece (`lent`) or its payload.
 fn stamp(index: u64, lent: bool) -> u64 {
@@ -352,34 +356,41 @@ impl Segment {
     /// ([`copy_checksummed`]) and written into the header after it.
     pub fn write_slot(&self, index: u64, header: &PieceHeader, data: &[u8]) {
         assert!(data.len() <= self.slot_bytes);
-        let p = self.slot_ptr(index);
-        // SAFETY: the slot is free (head - tail < slots, checked by the
-        // caller under acquire ordering), so the receiver is not reading
-        // it; the payload fits in the slot after its header (asserted above).
-        let dst = unsafe { std::slice::from_raw_parts_mut(p.add(SLOT_HEADER), data.len()) };
+        let mut in_header = [0u8; 8];
+        let dst: &mut [u8] = if data.len() <= IN_HEADER_BYTES {
+            &mut in_header[..data.len()]
+        } else {
+            let p = self.slot_ptr(index);
+            // SAFETY: the slot is free (head - tail < slots, checked by the
+            // caller under acquire ordering), so the receiver is not reading
+            // it; the payload fits in the slot after its header (asserted
+            // above).
+            unsafe { std::slice::from_raw_parts_mut(p.add(SLOT_HEADER), data.len()) }
+        };
         let mut h = *header;
         match h.checksum {
             Some(_) => h.checksum = Some(copy_checksummed(dst, data)),
             None => kernels::copy(dst, data),
         }
-        self.write_slot_header(index, &h, false, 0);
+        self.write_slot_header(index, &h, false, in_header);
     }
 
     /// Writes into slot `index` (owned by the caller, as in `write_slot`) a
     /// descriptor of `header.len` bytes lent at `address` in this process.
     pub fn write_lent(&self, index: u64, header: &PieceHeader, address: u64) {
         assert!(header.len as usize <= self.slot_bytes);
-        self.write_slot_header(index, header, true, address);
+        self.write_slot_header(index, header, true, address.to_ne_bytes());
     }
 
-    /// Writes the slot header (piece header, lent address), then its stamp
-    /// with release ordering: the slot's payload, written before, and its
-    /// header are visible to a receiver that acquires the stamp.
-    fn write_slot_header(&self, index: u64, header: &PieceHeader, lent: bool, address: u64) {
+    /// Writes the slot header (piece header; a lent piece's address or a
+    /// payload of at most [`IN_HEADER_BYTES`]), then its stamp with release
+    /// ordering: the slot's payload, written before, and its header are
+    /// visible to a receiver that acquires the stamp.
+    fn write_slot_header(&self, index: u64, header: &PieceHeader, lent: bool, word: [u8; 8]) {
         let mut h = [0u8; SLOT_STAMP];
         let (piece, rest) = h.split_at_mut(HEADER_BYTES);
         header.encode(piece.try_into().expect("HEADER_BYTES"));
-        rest[..8].copy_from_slice(&address.to_ne_bytes());
+        rest[..8].copy_from_slice(&word);
         let p = self.slot_ptr(index);
         // SAFETY: the slot is free (head - tail < slots, checked by the
         // caller under acquire ordering), so the receiver is not reading it;
@@ -421,8 +432,14 @@ impl Segment {
         match stamp_read {
             s if s == stamp(index, false) => {
                 let len = header.len as usize;
-                // SAFETY: as above; len fits in the slot.
-                let data = unsafe { std::slice::from_raw_parts(p.add(SLOT_HEADER), len) };
+                let at = if len <= IN_HEADER_BYTES {
+                    SLOT_ADDRESS
+                } else {
+                    SLOT_HEADER
+                };
+                // SAFETY: as above; len fits in the slot, or in the header
+                // word at SLOT_ADDRESS.
+                let data = unsafe { std::slice::from_raw_parts(p.add(at), len) };
                 Ok((header, SlotData::Inline(data)))
             }
             s if s == stamp(index, true) => Ok((header, SlotData::Lent(word(SLOT_ADDRESS)))),

@@ -288,3 +288,45 @@ fn segments_are_mapped_in_whole_at_setup() {
     );
     receiver.unlink();
 }
+
+/// Every payload length round-trips, with and without a checksum: up to
+/// `IN_HEADER_BYTES` in the slot header's spare word (one cache line for
+/// stamp, header and payload), longer ones after the header; a slot is
+/// published by its stamp only once written, and a stamp from the slot's
+/// previous lap does not publish it again.
+#[test]
+fn payloads_in_the_header_and_after_it_round_trip_and_stamps_publish() {
+    let slots = 2usize;
+    let name = fresh_name("stamps");
+    let _g = Remove(shm(&name));
+    let receiver = Segment::create(&name, slots, 128).unwrap();
+    let sender = Segment::open(&name).unwrap();
+    let mut index = 0u64;
+    for checksum in [None, Some(0)] {
+        for len in 0..=2 * transport_shm::IN_HEADER_BYTES + 1 {
+            let data: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+            let header = comm_core::wire::PieceHeader {
+                comm_id: 1,
+                seq: index + 1,
+                fingerprint: None,
+                len: len as u32,
+                checksum,
+            };
+            assert!(
+                !receiver.is_published(index),
+                "slot {index} before its write"
+            );
+            sender.write_slot(index, &header, &data);
+            assert!(receiver.is_published(index), "slot {index} after its write");
+            // The slot's next lap is not published by this lap's stamp.
+            assert!(!receiver.is_published(index + slots as u64));
+            let (h, got) = receiver.read_inline_slot(index).unwrap();
+            assert_eq!((h.seq, got), (index + 1, &data[..]), "{len} bytes");
+            if checksum.is_some() {
+                assert_eq!(h.checksum, Some(comm_core::wire::piece_checksum(&data)));
+            }
+            index += 1;
+        }
+    }
+    receiver.unlink();
+}
