@@ -126,7 +126,7 @@ impl Waiter {
 
     fn mark_contended(&mut self, now: Instant) {
         if !self.contended {
-            tracing::trace!("waiter found its core shared; sleeping instead of spinning");
+            tracing::trace!("waiter found its core shared; a short spin, then yields or sleeps");
         }
         self.contended = true;
         Waiter::last_contention(Some(now));
@@ -383,4 +383,47 @@ pub(super) fn waiting_peers(ops: &[Op], states: &[OpState]) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter on a shared core keeps yielding through a lone late yield
+    /// (a hypervisor pause) and two in a quarter second, sleeps from the
+    /// third, and yields again once a quarter second passes without one.
+    #[test]
+    fn yields_turn_to_sleeps_after_three_late_yields_in_a_quarter_second() {
+        // A fresh thread: the count is per thread.
+        std::thread::spawn(|| {
+            let t0 = Instant::now();
+            let at = |ms: u64| t0 + Duration::from_millis(ms);
+            assert!(!Waiter::yields_late(at(0), false), "nothing late yet");
+            assert!(!Waiter::yields_late(at(1), true), "one late yield");
+            assert!(!Waiter::yields_late(at(100), true), "two");
+            assert!(!Waiter::yields_late(at(120), false), "asked between them");
+            assert!(
+                Waiter::yields_late(at(300), true),
+                "three, each within 250 ms"
+            );
+            assert!(
+                Waiter::yields_late(at(500), false),
+                "still within 250 ms of the last"
+            );
+            assert!(
+                !Waiter::yields_late(at(560), false),
+                "a quarter second without one"
+            );
+            assert!(!Waiter::yields_late(at(600), true), "counting starts over");
+            // Late yields further apart than the memory never add up.
+            for k in 1..6 {
+                assert!(
+                    !Waiter::yields_late(at(600 + 300 * k), true),
+                    "spread out, {k}"
+                );
+            }
+        })
+        .join()
+        .unwrap();
+    }
 }
