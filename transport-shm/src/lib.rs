@@ -277,8 +277,7 @@ impl ShmConnection {
     /// `flush` returns true, which it does only once the peer released
     /// this slot (after its read).
     fn send_lent(&mut self, header: &PieceHeader, data: &[u8]) -> Result<bool, TransportError> {
-        let lend =
-            self.lend_min.is_some_and(|m| data.len() >= m) && data.len() > segment::IN_HEADER_BYTES;
+        let lend = self.lend_min.is_some_and(|m| data.len() >= m);
         if !lend || data.len() > self.outbound.slot_bytes() {
             return self.send_copy(header, data);
         }

@@ -428,8 +428,7 @@ impl Segment {
             self.slot_bytes,
         )?;
         let word = |off: usize| u64::from_ne_bytes(h[off..off + 8].try_into().expect("8 bytes"));
-        let stamp_read = self.stamp_word(index).load(Ordering::Relaxed);
-        match stamp_read {
+        match word(SLOT_STAMP) {
             s if s == stamp(index, false) => {
                 let len = header.len as usize;
                 let at = if len <= IN_HEADER_BYTES {
