@@ -21,7 +21,9 @@ use crate::Communicator;
 
 mod dense;
 mod exchange;
+mod link_probe;
 use exchange::bytes_err;
+use link_probe::LinkProbe;
 
 /// Where the codec applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,13 +60,27 @@ impl Communicator {
         let uniform = topo.nodes.iter().all(|n| n.len() == topo.nodes[0].len());
         let built = if uniform && topo.nnodes() > 1 && topo.nodes[0].len() > 1 {
             let (nodes, local) = (topo.nnodes(), topo.nodes[0].len());
+            // No link rate configured: measure it (every rank sees the same
+            // configuration, so all probe or none does).
+            let config = self.config();
+            let measured =
+                if config.tcp.compress_pacing == TcpPacing::Auto && config.tiers.inter.is_none() {
+                    self.measure_links_for_pacing(nodes, local)?
+                } else {
+                    None
+                };
             // The exchange sends to every other node at once: pace each of
             // its sockets at that share of the node link (SNCL_COMPRESS_PACING).
             let (node, replicas) = self.split_2d_configured(|c| {
                 match c.tcp.compress_pacing {
                     TcpPacing::Off => {}
-                    // No link rate configured: SNCL_TCP_PACING decides.
-                    TcpPacing::Auto if c.tiers.inter.is_none() => {}
+                    // Neither configured nor measured: SNCL_TCP_PACING decides.
+                    TcpPacing::Auto if c.tiers.inter.is_none() => {
+                        if let Some(link) = measured {
+                            c.tiers.inter = Some(link);
+                            c.tcp.pacing = TcpPacing::Auto;
+                        }
+                    }
                     paced => c.tcp.pacing = paced,
                 }
                 c.tcp.flows_per_rank = nodes - 1;
@@ -81,6 +97,50 @@ impl Communicator {
         };
         let _ = self.layout.set(built);
         Ok(self.layout.get().and_then(|l| l.as_deref()))
+    }
+
+    /// The node links' goodput for the exchange's pacing where no topology
+    /// gives it (collective), with the inter tier's default latency; `None`
+    /// where the probe found nothing to pace (links too fast, or not TCP).
+    fn measure_links_for_pacing(
+        &self,
+        nodes: usize,
+        local: usize,
+    ) -> Result<Option<comm_core::tune::LinkCost>> {
+        let probe = link_probe::probe_node_links(self)?;
+        let speaks = self.rank() == 0;
+        match probe {
+            LinkProbe::Measured {
+                bytes_per_us,
+                bytes,
+                seconds,
+            } => {
+                if speaks {
+                    tracing::info!(
+                        link_mb_per_s = bytes_per_us,
+                        probe_bytes = bytes,
+                        probe_ms = seconds * 1e3,
+                        socket_share = format!("1/{}", local * (nodes - 1)),
+                        "compressed all-reduce: node links measured; the exchange paces each cross-node socket at its share"
+                    );
+                }
+                Ok(Some(comm_core::tune::LinkCost {
+                    alpha_us: comm_core::tune::LinkCost::TCP.alpha_us,
+                    bytes_per_us,
+                }))
+            }
+            LinkProbe::TooFast { seconds } => {
+                if speaks {
+                    tracing::info!(
+                        probe_bytes = link_probe::PROBE_MAX_BYTES,
+                        probe_ms = seconds * 1e3,
+                        "compressed all-reduce: node links too fast to need pacing"
+                    );
+                }
+                Ok(None)
+            }
+            LinkProbe::NotTcp => Ok(None),
+        }
     }
 
     /// The host form of [`Communicator::all_reduce_compressed`].

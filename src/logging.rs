@@ -38,7 +38,12 @@ pub(crate) fn subsystem_targets(name: &str) -> &'static [&'static str] {
             "comm_core::topofile",
             "transport_rdma::topo",
         ],
-        "TUNING" => &["comm_core::tune", "sncl::comm::plan", "sncl::calibrate"],
+        "TUNING" => &[
+            "comm_core::tune",
+            "sncl::comm::plan",
+            "sncl::calibrate",
+            "sncl::compressed",
+        ],
         "ENV" => &["comm_core::settings", "sncl_environment"],
         "ALLOC" => &["device", "sncl::device"],
         _ => &[],

@@ -124,3 +124,78 @@ fn hierarchical_collectives_on_four_nodes() {
     want[3] = bytes * ops;
     assert_eq!(inter_sent(&s), want, "reduce");
 }
+
+/// Without a topology file the compressed all-reduce measures the node
+/// links itself and paces its exchange (issue 35 item 5): rank 0 logs the
+/// goodput it measured, which must be the bed's configured rate less
+/// headers.
+#[test]
+fn compressed_exchange_measures_the_links_it_paces() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping the test-bed test: {why}");
+        return;
+    }
+    let root = repo_root();
+    let out = Command::new(root.join("scripts/testbed.sh"))
+        .args([
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--rate",
+            "100mbit",
+            "--timeout",
+            "120",
+            "-q",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_commbench"))
+        .args([
+            "all_reduce",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-c",
+            "1",
+            "--compress",
+            "int8",
+        ])
+        .env("SNCL_TIMEOUT_MS", "60000")
+        .env("SNCL_DEBUG", "INFO")
+        .env("SNCL_DEBUG_SUBSYS", "TUNING")
+        .env_remove("SNCL_TOPO_FILE")
+        .env_remove("SNCL_INTER_BW")
+        .env_remove("SNCL_COMPRESS_PACING")
+        .output()
+        .expect("running scripts/testbed.sh");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("Out of bounds values : 0 OK"),
+        "compressed all-reduce on the bed failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let logged = format!("{stdout}{stderr}");
+    let line = logged
+        .lines()
+        .find(|l| l.contains("node links measured"))
+        .unwrap_or_else(|| panic!("no measurement logged:\n{logged}"));
+    let mb_per_s: f64 = line
+        .split("link_mb_per_s=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no link_mb_per_s in {line}"));
+    // 100 Mbit/s is 12.5 MB/s on the wire; TCP payload is ~95 % of it.
+    assert!(
+        (10.0..=13.0).contains(&mb_per_s),
+        "measured {mb_per_s} MB/s on a 12.5 MB/s link: {line}"
+    );
+}

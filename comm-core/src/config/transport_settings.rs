@@ -221,8 +221,9 @@ pub struct TcpSettings {
     /// Pacing of the compressed all-reduce's cross-node exchange
     /// (`SNCL_COMPRESS_PACING`, default auto): it sends to every other node
     /// at once, so its sockets get the share of
-    /// [`TcpSettings::flows_per_rank`] flows per rank; `Off` leaves that
-    /// communicator to `pacing`.
+    /// [`TcpSettings::flows_per_rank`] flows per rank; `Auto` without a
+    /// configured `inter` tier measures the node links first; `Off` leaves
+    /// that communicator to `pacing`.
     pub compress_pacing: TcpPacing,
     /// Cross-node peers each rank of this communicator sends to at once
     /// (not a setting): 1 for rings and trees (the default); the compressed

@@ -361,8 +361,10 @@ pub static SETTINGS: &[Setting] = &[
               node at once over one socket per peer: each socket at the link's rate / (ranks of the node × \
               (nodes − 1)), so the exchange fills the link without overflowing its queue (docs/perf-notes/NOTEBOOK.md §13); a rate \
               given here is used at 0.95 (headers), `auto` (default) uses the topology's `inter.bandwidth` \
-              (a measured goodput) whole and paces nothing where none is configured; `off` leaves those \
-              sockets to `SNCL_TCP_PACING`",
+              (a measured goodput) whole, and where none is configured measures the node links' TCP goodput \
+              when the first compressed all-reduce builds its sub-communicators (the first rank of each node \
+              sends to the next node's, up to 32 MiB, about 0.15 s at 100 Mbit/s; links faster than about \
+              5 Gbit/s stay unpaced); `off` leaves those sockets to `SNCL_TCP_PACING`",
         field: Field::Text {
             put: |c, v| {
                 c.tcp.compress_pacing =
