@@ -18,7 +18,6 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 if [ "${1:-}" = "--long" ]; then
     # package, test target, test name: one at a time (they time things).
     long=(
-        "comm-core planner_frozen planner_call_cost"
         "sncl cpu_hog one_mib_all_reduce_with_a_cpu_hog_stays_within_twice_its_quiet_time"
         "transport-rdma throughput emulated_rdma_vs_shm_64mib"
         "sncl nvlink_collectives nvlink_vs_shm_staging_timing"

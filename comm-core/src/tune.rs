@@ -323,17 +323,20 @@ mod tests {
     }
 
     /// Issue 15, point 4 (docs/perf-notes/NOTEBOOK.md §15): on 2 ranks rd was chosen at
-    /// every size while the ring was 1.8–2.5× faster from 256 KiB.
+    /// every size while the ring was 1.8–2.5× faster from 512 KiB; issue 35
+    /// item 2 (§28): up to 256 KiB rd's exchange overlaps its directions
+    /// and rd was as fast or faster (tcp 32 KiB: 1.3–1.6×), where the
+    /// planner had taken the ring.
     #[test]
-    fn two_ranks_pick_the_ring_from_256_kib() {
+    fn two_ranks_pick_rd_while_the_exchange_overlaps_and_the_ring_beyond() {
         let c = Config::default();
         for link in [LinkCost::SHM, LinkCost::TCP] {
             let sh = Shape::flat(2, link);
-            for bytes in [256 << 10, 2 << 20, 16 << 20, 64 << 20] {
+            for bytes in [512 << 10, 2 << 20, 16 << 20, 64 << 20] {
                 let p = plan(&c, Collective::AllReduce, &sh, bytes, 4).unwrap();
                 assert_eq!(p.algo, Algorithm::Ring, "{link:?} {bytes} B");
             }
-            for bytes in [8, 64, 512] {
+            for bytes in [8, 64, 512, 32 << 10, 256 << 10] {
                 let p = plan(&c, Collective::AllReduce, &sh, bytes, 4).unwrap();
                 assert_eq!(p.algo, Algorithm::Rd, "{link:?} {bytes} B");
             }

@@ -107,26 +107,47 @@ pub(super) fn tree_all_reduce(sh: &Shape, bytes: usize, chunk: usize) -> f64 {
 }
 
 /// How many times a one-way transfer of the same bytes an exchange of the
-/// whole vector takes in `rd`: each step sends all of S to the partner and
-/// receives all of S from it at once, unpipelined (rd has no chunks), and
-/// the executor's two directions through one pair's slot FIFOs (shm) or
-/// socket (tcp) do not overlap as the ring's alternating chunk-sized pieces
-/// do. Measured (docs/perf-notes/NOTEBOOK.md §15, quiet machine, 2 ranks, same bytes per
-/// rank as the 2-rank ring): rd / ring time 1.8 at 256 KiB, 1.9 at 2 MiB,
-/// 2.1 at 16 MiB over shm, 2.5 at 16 MiB over tcp; the lower shm ratio is
-/// taken (tcp's extra is rd's two local copies of S, priced where a
-/// topology file gives the local speed).
+/// whole vector takes in `rd`, for large exchanges: each step sends all of
+/// S to the partner and receives all of S from it at once, unpipelined (rd
+/// has no chunks), and beyond what the pair's slot FIFOs (shm) or socket
+/// buffers (tcp) hold in flight the two directions do not overlap as the
+/// ring's alternating chunk-sized pieces do. Measured (docs/perf-notes/NOTEBOOK.md §15, quiet
+/// machine, 2 ranks, same bytes per rank as the 2-rank ring): rd / ring
+/// time 1.8 at 256 KiB, 1.9 at 2 MiB, 2.1 at 16 MiB over shm, 2.5 at 16
+/// MiB over tcp; the lower shm ratio is taken (tcp's extra is rd's two
+/// local copies of S, priced where a topology file gives the local speed).
+/// Smaller exchanges: [`rd_exchange_factor`].
 pub const RD_EXCHANGE_FACTOR: f64 = 2.0;
+
+/// The bytes of an rd exchange whose two directions overlap: up to this
+/// size an exchange costs one one-way transfer. Measured with today's
+/// transports (docs/perf-notes/NOTEBOOK.md §28, 2 ranks, rd and the ring
+/// forced, interleaved): rd is as fast as the ring or faster up to 256 KiB
+/// over shm and up to 2 MiB over tcp (tcp 8–256 KiB: rd 1.2–1.6× faster),
+/// and 1.4–1.5× slower over shm from 512 KiB, 1.5–1.9× over tcp from 4 MiB;
+/// the smaller, shm's window is taken.
+pub const RD_OVERLAP_BYTES: usize = 256 << 10;
+
+/// [`RD_EXCHANGE_FACTOR`] for an exchange of `bytes`: 1 up to
+/// [`RD_OVERLAP_BYTES`]; beyond, the window overlaps and the rest costs
+/// the factor (so the factor tends to [`RD_EXCHANGE_FACTOR`]).
+pub fn rd_exchange_factor(bytes: usize) -> f64 {
+    if bytes <= RD_OVERLAP_BYTES {
+        return 1.0;
+    }
+    let window = RD_OVERLAP_BYTES as f64 / bytes as f64;
+    RD_EXCHANGE_FACTOR - (RD_EXCHANGE_FACTOR - 1.0) * window
+}
 
 /// Recursive doubling: ⌈log2 n⌉ full exchanges, two more to fold a
 /// non-power-of-two rank count; each exchange's bytes cost
-/// [`RD_EXCHANGE_FACTOR`] × a one-way transfer.
+/// [`rd_exchange_factor`] × a one-way transfer.
 pub(super) fn rd_all_reduce(sh: &Shape, bytes: usize, _chunk: usize) -> f64 {
     let n = sh.nranks;
     let l = ceil_log2(n) as f64;
     let extra = if n.is_power_of_two() { 0.0 } else { 2.0 };
     let link = sh.slowest();
-    (l + extra) * (link.alpha_us + RD_EXCHANGE_FACTOR * bytes as f64 / link.bytes_per_us)
+    (l + extra) * (link.alpha_us + rd_exchange_factor(bytes) * bytes as f64 / link.bytes_per_us)
 }
 
 /// Pipelined binomial tree from / to the root: per step the root sends one

@@ -364,7 +364,8 @@ fn ring_programs_are_rotations_of_rank_zero() {
 
 /// The planner prices hier's blocks and the tree root's concurrent chunks
 /// (`comm_core::algo::cost`): where that moved an all-reduce away from the
-/// frozen formulas' choice (comm-core/tests/planner_frozen.rs), the new
+/// frozen formulas' choice (a test since replaced by the measured oracle,
+/// commbench/tests/planner_oracle.rs), the new
 /// choice simulates faster. First the DP case of docs/COST.md's worked
 /// example, then small clusters. The planner's [`tune::Shape`] does not say
 /// whether a node's ranks share one NIC; each move is simulated with the
@@ -482,7 +483,7 @@ fn planner_hier_fix_picks_the_faster_algorithm() {
     }
     assert!(moved > 0, "no small case moved");
 
-    // Moves away from the tree (examples printed by planner_frozen): one
+    // Moves away from the tree (examples the frozen-formula test printed): one
     // node of 1,024 ranks and 64 nodes of one rank, 2 MiB in 4 KiB chunks.
     for (nn, l, lat, bps) in [(1, 1024, 1.0, 4e9), (64, 1, 15.0, 1e9)] {
         let mut cl = cluster(nn, l);
