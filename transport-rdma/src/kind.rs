@@ -63,6 +63,24 @@ impl TransportKind for RdmaKind {
                 Ok(Readiness::Unavailable(why))
             }
             Availability::Ready(provider) => {
+                // Pinning the FIFOs to every other rank must be allowed by
+                // the kernel's rule, or no pair of this rank uses RDMA: they
+                // fall back to TCP together (unless SNCL_TRANSPORT=rdma
+                // asks for RDMA, which then fails with this reason).
+                let real_pinning = match provider {
+                    Provider::Emulated => settings.emulate_strict,
+                    Provider::Device { .. } => true,
+                };
+                let rules = crate::sys::PinRules::of_process();
+                let peers = ctx.nranks.saturating_sub(1);
+                if let Some(why) = crate::memlock_shortfall(&rules, peers).filter(|_| real_pinning)
+                {
+                    tracing::warn!(
+                        rank = ctx.rank,
+                        "rdma transport not used, TCP instead: {why}"
+                    );
+                    return Ok(Readiness::Unavailable(why));
+                }
                 // (With several ports, the card names the first allowed;
                 // peers only check that it is a real device.)
                 let card = match &provider {

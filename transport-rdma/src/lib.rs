@@ -81,8 +81,8 @@ pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use kind::RdmaKind;
 pub use regcache::ZeroCopy;
 pub use setup::{
-    establish, log_skipped, probe, probe_for, Availability, Provider, RdmaSetup, DEFAULT_SLOTS,
-    DEFAULT_SLOT_BYTES,
+    establish, log_skipped, memlock_shortfall, pinned_for, probe, probe_for, Availability,
+    Provider, RdmaSetup, DEFAULT_SLOTS, DEFAULT_SLOT_BYTES,
 };
-pub use sys::{memlock_advice, memlock_limit};
+pub use sys::{memlock_advice, memlock_limit, PinRules};
 pub use verbs::Verbs;

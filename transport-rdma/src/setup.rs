@@ -151,6 +151,32 @@ pub fn probe_for(
     }
 }
 
+/// The bytes [`establish`] pins for `peers` connections of `slots` ×
+/// `slot_bytes` FIFO slots: per peer the inbound FIFO, the staging area and
+/// the GPUDirect board, in whole pages (what the kernel counts against
+/// `RLIMIT_MEMLOCK`, [`crate::sys::PinRules`]).
+pub fn pinned_for(peers: usize, slots: usize, slot_bytes: usize) -> u64 {
+    let page = crate::sys::PIN_PAGE;
+    let pages = |b: usize| (b as u64).div_ceil(page) * page;
+    let region = pages(slots * slot_bytes);
+    peers as u64 * (2 * region + pages(2 * crate::gdr_board::BOARD_BYTES))
+}
+
+/// Where pinning the connections to `peers` peers would break the kernel's
+/// rule, the reason (naming the limit, the need and the fix); `None` where
+/// the process may pin them. Checked before the transport offers itself,
+/// so that ranks fall back to TCP together instead of failing at connect.
+pub fn memlock_shortfall(rules: &crate::sys::PinRules, peers: usize) -> Option<String> {
+    let need = pinned_for(peers, DEFAULT_SLOTS, DEFAULT_SLOT_BYTES);
+    match rules.budget() {
+        Some(limit) if !rules.allows(need) => Some(format!(
+            "{} for {peers} peer(s) (RLIMIT_MEMLOCK binds: no CAP_IPC_LOCK)",
+            crate::sys::memlock_advice(limit, need)
+        )),
+        _ => None,
+    }
+}
+
 /// Logs the one INFO line for a transport that is skipped.
 pub fn log_skipped(reason: &str) {
     tracing::info!("rdma transport skipped: {reason}");
@@ -176,6 +202,9 @@ pub struct RdmaSetup {
 
 fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
     Ok(match provider {
+        Provider::Emulated if settings.emulate_strict => {
+            Box::new(EmuVerbs::open_strict(crate::sys::PinRules::of_process())?)
+        }
         Provider::Emulated => Box::new(EmuVerbs::open()?),
         Provider::Device { device, port } => {
             Box::new(IbvVerbs::open(device, *port, settings.gid_index)?)
@@ -344,10 +373,6 @@ pub fn establish(
         )));
     }
     let region = setup.slots * setup.slot_bytes;
-    if matches!(provider, Provider::Device { .. }) {
-        crate::sys::check_memlock(2 * region * peers.len())
-            .map_err(|e| err(format!("{provider}: {e}")))?;
-    }
     let verbs_err = |peer: usize, e: crate::verbs::VerbsError| {
         err(format!("setting up RDMA to peer rank {peer}: {e}"))
     };

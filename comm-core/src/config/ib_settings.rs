@@ -133,8 +133,12 @@ impl std::fmt::Display for HcaFilter {
 pub struct IbSettings {
     /// `SNCL_IB_DISABLE=1`: never use RDMA.
     pub disable: bool,
-    /// `SNCL_IB_EMULATE=1`: the emulated provider instead of libibverbs.
+    /// `SNCL_IB_EMULATE=1` or `strict`: the emulated provider instead of
+    /// libibverbs.
     pub emulate: bool,
+    /// `SNCL_IB_EMULATE=strict`: the emulated provider applies the rules a
+    /// real NIC and kernel apply (transport-rdma's `emu` module lists them).
+    pub emulate_strict: bool,
     /// `SNCL_IB_HCA`.
     pub hca: Option<HcaFilter>,
     /// `SNCL_IB_GID_INDEX`.
@@ -166,6 +170,7 @@ impl Default for IbSettings {
         IbSettings {
             disable: false,
             emulate: false,
+            emulate_strict: false,
             hca: None,
             gid_index: 0,
             timeout: DEFAULT_TIMEOUT,

@@ -501,15 +501,32 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "SNCL_IB_EMULATE",
         scope: Scope::Process,
-        values: Values::Choice(&["0", "1"]),
+        values: Values::Choice(&["0", "1", "strict"]),
         default: Value("0"),
-        doc: "`1`: run the RDMA transport on emulated verbs between processes of one machine (CI, machines without a NIC)",
+        doc: "`1`: run the RDMA transport on emulated verbs between processes of one machine (CI, machines without a NIC); \
+              `strict`: emulated verbs that also apply the rules a real NIC and kernel apply (pinned-memory accounting \
+              against `RLIMIT_MEMLOCK` unless the process has CAP_IPC_LOCK, ...: docs/RDMA.md)",
         field: Field::Text {
             put: |c, v| {
-                c.ib.emulate = zero_or_one("SNCL_IB_EMULATE", v)?;
+                (c.ib.emulate, c.ib.emulate_strict) = match v.trim() {
+                    "" | "0" => (false, false),
+                    "1" => (true, false),
+                    "strict" => (true, true),
+                    other => {
+                        return Err(crate::Error::Config(format!(
+                            "SNCL_IB_EMULATE={other:?}: expected 0, 1 or strict"
+                        )))
+                    }
+                };
                 Ok(())
             },
-            show: |c| u8::from(c.ib.emulate).to_string(),
+            show: |c| {
+                if c.ib.emulate_strict {
+                    "strict".into()
+                } else {
+                    u8::from(c.ib.emulate).to_string()
+                }
+            },
         },
     },
     Setting {

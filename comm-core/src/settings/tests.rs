@@ -254,12 +254,32 @@ fn ib_settings_parse_and_reject() {
         ("SNCL_IB_DISABLE", "yes"),
         ("SNCL_IB_ZERO_COPY", "maybe"),
         ("SNCL_IB_HCA", "mlx5_0:0"),
+        ("SNCL_IB_EMULATE", "2"),
     ] {
         let e = Config::from_vars(&|name| (name == k).then(|| v.to_string()))
             .unwrap_err()
             .to_string();
         assert!(e.contains(k), "{k}={v}: {e}");
     }
+    // SNCL_IB_EMULATE: 0, 1 or strict (issue 36's strict verbs model).
+    for (v, want) in [
+        ("0", (false, false)),
+        ("1", (true, false)),
+        ("strict", (true, true)),
+    ] {
+        let c =
+            Config::from_vars(&|name| (name == "SNCL_IB_EMULATE").then(|| v.to_string())).unwrap();
+        assert_eq!((c.ib.emulate, c.ib.emulate_strict), want, "{v}");
+        let shown = SETTINGS
+            .iter()
+            .find(|s| s.name == "SNCL_IB_EMULATE")
+            .and_then(|s| s.show(&c));
+        assert_eq!(shown.as_deref(), Some(v), "shown back");
+    }
+    let e = Config::from_vars(&|name| (name == "SNCL_IB_EMULATE").then(|| "yes".to_string()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("strict"), "{e}");
 }
 
 /// Byte-valued settings take the size suffixes commbench takes (one parser,

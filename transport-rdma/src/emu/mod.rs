@@ -22,7 +22,9 @@
 //!   later poll, and [`Fault`]s move QPs to ERROR (flushed completions) or
 //!   the port down.
 
+mod pinning;
 mod shared;
+pub use pinning::pinned_bytes;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +51,8 @@ struct LocalMr {
     /// is then its descriptor, with no bytes of its own).
     dmabuf: Option<(Arc<memmap2::MmapRaw>, usize)>,
     mr: Mr,
+    /// Bytes strict mode charged as pinned (0 otherwise).
+    pinned: u64,
 }
 
 /// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
@@ -94,6 +98,8 @@ pub struct EmuVerbs {
     events: VecDeque<AsyncEvent>,
     /// Immediates a full peer ring could not take yet, in order.
     pending: VecDeque<([u8; 16], u32, Msg)>,
+    /// Strict mode: the kernel's pinning rule this process runs under.
+    pin_rules: Option<crate::sys::PinRules>,
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -135,6 +141,17 @@ fn wc(qpn: u32, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> WorkCompletio
 impl EmuVerbs {
     /// Opens the emulated device: creates its QP table.
     pub fn open() -> Result<EmuVerbs> {
+        Self::open_with(None)
+    }
+
+    /// [`EmuVerbs::open`] in strict mode (`SNCL_IB_EMULATE=strict`): the
+    /// rules a real NIC and kernel apply, here registrations pinned under
+    /// `pin_rules` (this process's: [`crate::sys::PinRules::of_process`]).
+    pub fn open_strict(pin_rules: crate::sys::PinRules) -> Result<EmuVerbs> {
+        Self::open_with(Some(pin_rules))
+    }
+
+    fn open_with(pin_rules: Option<crate::sys::PinRules>) -> Result<EmuVerbs> {
         let token = transport_shm::private_file::random_token()
             .map_err(|e| call_err("ibv_open_device", e.to_string()))? as u64;
         let pid = std::process::id();
@@ -159,6 +176,7 @@ impl EmuVerbs {
             cqs: Vec::new(),
             events: VecDeque::new(),
             pending: VecDeque::new(),
+            pin_rules,
         })
     }
 
@@ -334,11 +352,17 @@ impl Verbs for EmuVerbs {
 
     fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
         let len = len.max(1).div_ceil(PAGE) * PAGE;
+        let pinned = match &self.pin_rules {
+            Some(rules) => pinning::charge(rules, len).map_err(|e| call_err("ibv_reg_mr", e))?,
+            None => 0,
+        };
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(2);
         let (lkey, rkey) = (key, key | 1);
-        let region = LocalRegion::create(&self.port.gid, rkey, len)
-            .map_err(|e| call_err("ibv_reg_mr", e))?;
+        let region = LocalRegion::create(&self.port.gid, rkey, len).map_err(|e| {
+            pinning::release(pinned);
+            call_err("ibv_reg_mr", e)
+        })?;
         let mr = Mr {
             addr: region.addr(),
             len,
@@ -351,6 +375,7 @@ impl Verbs for EmuVerbs {
                 region: Some(Arc::new(region)),
                 dmabuf: None,
                 mr,
+                pinned,
             },
         );
         Ok(mr)
@@ -379,6 +404,7 @@ impl Verbs for EmuVerbs {
                 region: None,
                 dmabuf: None,
                 mr,
+                pinned: 0,
             },
         );
         Ok(mr)
@@ -465,6 +491,7 @@ impl Verbs for EmuVerbs {
                 region: Some(Arc::new(desc)),
                 dmabuf: Some((Arc::new(map), start)),
                 mr,
+                pinned: 0,
             },
         );
         Ok(mr)
@@ -478,7 +505,10 @@ impl Verbs for EmuVerbs {
             )
         })?;
         match local.region {
-            Some(r) => r.invalidate(),
+            Some(r) => {
+                r.invalidate();
+                pinning::release(local.pinned);
+            }
             None => {
                 let lkey = mr.lkey;
                 self.mrs.insert(lkey, local);
@@ -742,8 +772,11 @@ impl Drop for EmuVerbs {
     fn drop(&mut self) {
         // The NIC is gone: none of its QPs answers, no region is valid.
         self.table.close();
-        for r in self.mrs.values().filter_map(|m| m.region.as_ref()) {
-            r.invalidate();
+        for m in self.mrs.values() {
+            if let Some(r) = &m.region {
+                r.invalidate();
+            }
+            pinning::release(m.pinned);
         }
     }
 }

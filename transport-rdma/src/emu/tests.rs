@@ -336,3 +336,51 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     assert!(f.dev.reg_dmabuf_mr(tmp.as_fd(), 0, 10, iova).is_err());
     let _ = (std::fs::remove_file(path), std::fs::remove_file(spath));
 }
+
+/// Strict mode pins registrations by the kernel's rule (issue 36, risk 2):
+/// per process, in pages, refused with ENOMEM past `RLIMIT_MEMLOCK`
+/// without `CAP_IPC_LOCK`; deregistering and closing unpin; with the
+/// capability nothing is refused; the permissive emulation counts nothing.
+#[test]
+fn strict_mode_pins_by_the_kernels_rule() {
+    let base = pinned_bytes();
+    let rules = crate::sys::PinRules {
+        limit: Some(base + (64 << 10)),
+        cap_ipc_lock: false,
+    };
+    let mut a = EmuVerbs::open_strict(rules).unwrap();
+    let mut b = EmuVerbs::open_strict(rules).unwrap();
+    let first = a.alloc_mr(40 << 10).unwrap();
+    assert_eq!(pinned_bytes() - base, 40 << 10);
+    // The count is the process's: b's registration adds to a's.
+    let e = b.alloc_mr(30 << 10).unwrap_err().to_string();
+    assert!(e.contains("ENOMEM") && e.contains("RLIMIT_MEMLOCK"), "{e}");
+    assert_eq!(
+        pinned_bytes() - base,
+        40 << 10,
+        "a refused registration pins nothing"
+    );
+    // Up to the limit exactly (whole pages: 100 bytes pin one page).
+    let _to_the_limit = b.alloc_mr(20 << 10).unwrap();
+    let _one_page = b.alloc_mr(100).unwrap();
+    assert!(b.alloc_mr(1).is_err(), "one page past the limit");
+    a.dereg_mr(&first).unwrap();
+    assert_eq!(pinned_bytes() - base, 24 << 10, "deregistering unpins");
+    drop(b);
+    assert_eq!(pinned_bytes(), base, "closing the device unpins");
+    let root = crate::sys::PinRules {
+        limit: Some(4096),
+        cap_ipc_lock: true,
+    };
+    let mut c = EmuVerbs::open_strict(root).unwrap();
+    c.alloc_mr(1 << 20)
+        .expect("CAP_IPC_LOCK: the limit does not bind");
+    drop(c);
+    let mut d = EmuVerbs::open().unwrap();
+    d.alloc_mr(1 << 20).unwrap();
+    assert_eq!(
+        pinned_bytes(),
+        base,
+        "the permissive emulation pins nothing"
+    );
+}

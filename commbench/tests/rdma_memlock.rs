@@ -1,0 +1,102 @@
+//! RDMA under the kernel's pinned-memory rule (issue 36, risk 2), on the
+//! strict emulated provider (`SNCL_IB_EMULATE=strict`) across two test-bed
+//! nodes: a rank whose `RLIMIT_MEMLOCK` is too small for its FIFOs and
+//! that lacks `CAP_IPC_LOCK` falls back to TCP with a warning naming the
+//! limit (the strict model would refuse its registrations at connect: the
+//! job failed before the check moved ahead of the transport's offer); the
+//! same limit with the capability (root's) binds nothing and RDMA runs;
+//! `SNCL_TRANSPORT=rdma` turns the fallback into an error with the reason.
+//! Needs root (namespaces, dropping a capability); skips with the reason
+//! otherwise.
+
+mod bed;
+
+use bed::{repo_root, skip_reason};
+use std::process::{Command, Output};
+
+/// A 2-node all-reduce on the bed, each rank under `prlimit --memlock`
+/// 64 KiB, without `CAP_IPC_LOCK` where `drop_cap`.
+fn run(drop_cap: bool, forced_rdma: bool) -> Output {
+    let mut cmd = Command::new(repo_root().join("scripts/testbed.sh"));
+    cmd.args(["--nodes", "2", "--no-limit", "--timeout", "60", "-q", "--"]);
+    if drop_cap {
+        cmd.args([
+            "setpriv",
+            "--inh-caps",
+            "-ipc_lock",
+            "--bounding-set",
+            "-ipc_lock",
+        ]);
+    }
+    cmd.args(["prlimit", "--memlock=65536:65536"])
+        .arg(env!("CARGO_BIN_EXE_commbench"))
+        .args([
+            "all_reduce",
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-c",
+            "1",
+        ])
+        .env("SNCL_IB_EMULATE", "strict")
+        .env("SNCL_TIMEOUT_MS", "30000")
+        .env_remove("SNCL_IB_DISABLE");
+    if forced_rdma {
+        cmd.env("SNCL_TRANSPORT", "rdma");
+    } else {
+        cmd.env_remove("SNCL_TRANSPORT");
+    }
+    cmd.output().expect("running scripts/testbed.sh")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_memlock_limit_without_cap_ipc_lock_falls_back_to_tcp_and_binds_nothing_with_it() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping the RDMA memlock test: {why}");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err()
+        || Command::new("prlimit").arg("--version").output().is_err()
+    {
+        eprintln!("skipping the RDMA memlock test: setpriv / prlimit (util-linux) missing");
+        return;
+    }
+    let o = run(true, false);
+    let t = text(&o);
+    assert!(o.status.success(), "fallback run failed:\n{t}");
+    assert!(t.contains("Out of bounds values : 0 OK"), "{t}");
+    assert!(t.contains("# transports of rank 0: 1:tcp"), "{t}");
+    assert!(
+        t.contains("rdma transport not used, TCP instead") && t.contains("RLIMIT_MEMLOCK"),
+        "no warning naming the limit:\n{t}"
+    );
+
+    let o = run(false, false);
+    let t = text(&o);
+    assert!(o.status.success(), "run with CAP_IPC_LOCK failed:\n{t}");
+    assert!(t.contains("# transports of rank 0: 1:rdma"), "{t}");
+
+    let o = run(true, true);
+    let t = text(&o);
+    assert!(
+        !o.status.success(),
+        "SNCL_TRANSPORT=rdma ran without RDMA:\n{t}"
+    );
+    assert!(
+        t.contains("RLIMIT_MEMLOCK"),
+        "the refusal names no reason:\n{t}"
+    );
+}
