@@ -61,6 +61,7 @@ mod devregs;
 pub mod emu;
 mod gdr;
 mod gdr_board;
+pub mod gid;
 mod ibv;
 mod kind;
 mod mem;

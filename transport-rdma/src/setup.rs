@@ -202,14 +202,27 @@ pub struct RdmaSetup {
 
 fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
     Ok(match provider {
-        Provider::Emulated if settings.emulate_strict => {
-            Box::new(EmuVerbs::open_strict(crate::sys::PinRules::of_process())?)
-        }
+        Provider::Emulated if settings.emulate_strict => Box::new(EmuVerbs::open_strict(
+            crate::emu::Strict::new(crate::sys::PinRules::of_process(), emulated_port_ip()),
+            settings.gid_index,
+        )?),
         Provider::Emulated => Box::new(EmuVerbs::open()?),
         Provider::Device { device, port } => {
             Box::new(IbvVerbs::open(device, *port, settings.gid_index)?)
         }
     })
+}
+
+/// The strict emulated port's IPv4 address (what its RoCE GIDs map): the
+/// process's id in 198.18.0.0/15, which only the emulation reads.
+fn emulated_port_ip() -> std::net::Ipv4Addr {
+    let pid = std::process::id();
+    std::net::Ipv4Addr::new(
+        198,
+        18 | ((pid >> 16) & 1) as u8,
+        (pid >> 8) as u8,
+        pid as u8,
+    )
 }
 
 fn random_psn() -> u32 {
@@ -434,7 +447,7 @@ pub fn establish(
         let r = decode(setup, peer, &raw)?;
         let path = PathAttrs {
             mtu: r.mtu.min(l.dev.port().mtu),
-            gid_index: s.gid_index,
+            gid_index: l.dev.port().gid_index,
             sl: s.sl,
             traffic_class: s.traffic_class,
             timeout: s.timeout,

@@ -24,6 +24,11 @@ impl Sysfs {
         Sysfs { root: root.into() }
     }
 
+    /// Where the tree is rooted.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The PCI path of RDMA device `name`
     /// (`<root>/devices/pci0000:00/.../<bdf>`).
     pub fn ib_device_pci_path(&self, name: &str) -> Option<PathBuf> {

@@ -106,7 +106,7 @@ impl WcStatus {
             9 => "remote invalid request (the peer's QP refused the operation)",
             10 => "remote access error (the rkey or the address range is not valid at the peer: a deregistered or out-of-bounds buffer)",
             11 => "remote operation error (the peer could not complete the operation)",
-            12 => "transport retry counter exceeded (the peer did not answer: its process, NIC, port or link is gone; check the peer, the cabling/switch and SNCL_IB_TIMEOUT/SNCL_IB_RETRY_CNT)",
+            12 => "transport retry counter exceeded (the peer did not answer: its process, NIC, port or link is gone, or on RoCE the GID index cannot reach it (a RoCE v1 or link-local GID across routers: SNCL_IB_GID_INDEX, `show_gids`); check the peer, the cabling/switch and SNCL_IB_TIMEOUT/SNCL_IB_RETRY_CNT)",
             13 => "RNR retry counter exceeded (the peer had no receive posted)",
             19 => "fatal error of the device",
             20 => "response timeout",
@@ -173,12 +173,16 @@ pub struct PortInfo {
     pub port: u8,
     /// Local identifier (InfiniBand).
     pub lid: u16,
-    /// The GID at `SNCL_IB_GID_INDEX` (RoCE v2; also set on InfiniBand).
+    /// The GID at [`PortInfo::gid_index`] (RoCE v2; also set on InfiniBand).
     pub gid: [u8; 16],
     /// Active MTU in bytes.
     pub mtu: u32,
     /// The link layer.
     pub link_layer: LinkLayer,
+    /// The index of [`PortInfo::gid`] in the port's GID table, which the
+    /// connections' `sgid_index` names (`SNCL_IB_GID_INDEX`, else chosen:
+    /// [`crate::gid::choose_gid_index`]).
+    pub gid_index: u8,
 }
 
 impl PortInfo {

@@ -141,8 +141,9 @@ pub struct IbSettings {
     pub emulate_strict: bool,
     /// `SNCL_IB_HCA`.
     pub hca: Option<HcaFilter>,
-    /// `SNCL_IB_GID_INDEX`.
-    pub gid_index: u8,
+    /// `SNCL_IB_GID_INDEX`: `None` = auto (RoCE: the first RoCE v2 entry
+    /// with an IPv4-mapped address; InfiniBand: 0).
+    pub gid_index: Option<u8>,
     /// `SNCL_IB_TIMEOUT`.
     pub timeout: u8,
     /// `SNCL_IB_RETRY_CNT`.
@@ -172,7 +173,7 @@ impl Default for IbSettings {
             emulate: false,
             emulate_strict: false,
             hca: None,
-            gid_index: 0,
+            gid_index: None,
             timeout: DEFAULT_TIMEOUT,
             retry_cnt: DEFAULT_RETRY_CNT,
             traffic_class: 0,

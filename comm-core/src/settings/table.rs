@@ -549,13 +549,24 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "SNCL_IB_GID_INDEX",
         scope: Scope::Process,
-        values: range(0, 255, 1, "index"),
-        default: Value("0"),
-        doc: "GID table index (RoCE v2: see `show_gids`)",
-        field: Field::Int {
-            name: "ib.gid_index",
-            get: |c| c.ib.gid_index as usize,
-            put: |c, v| c.ib.gid_index = v as u8,
+        values: Values::Text("auto, or an index 0-255 of the port's GID table (`show_gids`)"),
+        default: Value("auto"),
+        doc: "GID table index of the RDMA port; `auto`: on RoCE the first RoCE v2 entry with an IPv4-mapped \
+              address (as NCCL and perftest choose; index 0 is RoCE v1 link-local and does not cross routed \
+              fabrics), else a routable RoCE v2 one, on InfiniBand 0",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.gid_index = match v.trim() {
+                    "" | "auto" => None,
+                    n => Some(n.parse::<u8>().map_err(|_| {
+                        crate::Error::Config(format!(
+                            "SNCL_IB_GID_INDEX={n:?}: expected auto or an index 0-255"
+                        ))
+                    })?),
+                };
+                Ok(())
+            },
+            show: |c| c.ib.gid_index.map_or_else(|| "auto".into(), |i| i.to_string()),
         },
     },
     Setting {

@@ -24,7 +24,9 @@
 
 mod pinning;
 mod shared;
+mod strict;
 pub use pinning::pinned_bytes;
+pub use strict::Strict;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -76,6 +78,9 @@ struct Qp {
     recvs: VecDeque<u64>,
     /// Immediates that found no receive posted.
     rnr: VecDeque<Msg>,
+    /// Strict mode: its source GID does not cross the fabric (every WRITE
+    /// ends in retry exceeded).
+    unroutable: bool,
 }
 
 struct Cq {
@@ -98,8 +103,8 @@ pub struct EmuVerbs {
     events: VecDeque<AsyncEvent>,
     /// Immediates a full peer ring could not take yet, in order.
     pending: VecDeque<([u8; 16], u32, Msg)>,
-    /// Strict mode: the kernel's pinning rule this process runs under.
-    pin_rules: Option<crate::sys::PinRules>,
+    /// Strict mode's rules ([`Strict`]).
+    strict: Option<Strict>,
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -141,17 +146,17 @@ fn wc(qpn: u32, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> WorkCompletio
 impl EmuVerbs {
     /// Opens the emulated device: creates its QP table.
     pub fn open() -> Result<EmuVerbs> {
-        Self::open_with(None)
+        Self::open_with(None, None)
     }
 
     /// [`EmuVerbs::open`] in strict mode (`SNCL_IB_EMULATE=strict`): the
-    /// rules a real NIC and kernel apply, here registrations pinned under
-    /// `pin_rules` (this process's: [`crate::sys::PinRules::of_process`]).
-    pub fn open_strict(pin_rules: crate::sys::PinRules) -> Result<EmuVerbs> {
-        Self::open_with(Some(pin_rules))
+    /// rules a real NIC and kernel apply ([`Strict`]); `gid_index` is
+    /// `SNCL_IB_GID_INDEX` (`None`: chosen as on a real RoCE port).
+    pub fn open_strict(strict: Strict, gid_index: Option<u8>) -> Result<EmuVerbs> {
+        Self::open_with(Some(strict), gid_index)
     }
 
-    fn open_with(pin_rules: Option<crate::sys::PinRules>) -> Result<EmuVerbs> {
+    fn open_with(strict: Option<Strict>, gid_index: Option<u8>) -> Result<EmuVerbs> {
         let token = transport_shm::private_file::random_token()
             .map_err(|e| call_err("ibv_open_device", e.to_string()))? as u64;
         let pid = std::process::id();
@@ -164,7 +169,13 @@ impl EmuVerbs {
                 lid: (pid & 0xffff) as u16,
                 gid,
                 mtu: 4096,
-                link_layer: LinkLayer::Emulated,
+                link_layer: strict
+                    .as_ref()
+                    .map_or(LinkLayer::Emulated, Strict::link_layer),
+                gid_index: match &strict {
+                    Some(s) => s.gid_index(gid_index),
+                    None => gid_index.unwrap_or(0),
+                },
             },
             table,
             remote_tables: HashMap::new(),
@@ -176,8 +187,15 @@ impl EmuVerbs {
             cqs: Vec::new(),
             events: VecDeque::new(),
             pending: VecDeque::new(),
-            pin_rules,
+            strict,
         })
+    }
+
+    /// Gives back bytes strict mode charged as pinned.
+    fn release_pinned(&self, bytes: u64) {
+        if let Some(s) = &self.strict {
+            pinning::release(s.pinned, bytes);
+        }
     }
 
     fn dev(&self) -> String {
@@ -352,15 +370,17 @@ impl Verbs for EmuVerbs {
 
     fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
         let len = len.max(1).div_ceil(PAGE) * PAGE;
-        let pinned = match &self.pin_rules {
-            Some(rules) => pinning::charge(rules, len).map_err(|e| call_err("ibv_reg_mr", e))?,
+        let pinned = match &self.strict {
+            Some(s) => {
+                pinning::charge(s.pinned, &s.pin, len).map_err(|e| call_err("ibv_reg_mr", e))?
+            }
             None => 0,
         };
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(2);
         let (lkey, rkey) = (key, key | 1);
         let region = LocalRegion::create(&self.port.gid, rkey, len).map_err(|e| {
-            pinning::release(pinned);
+            self.release_pinned(pinned);
             call_err("ibv_reg_mr", e)
         })?;
         let mr = Mr {
@@ -507,7 +527,7 @@ impl Verbs for EmuVerbs {
         match local.region {
             Some(r) => {
                 r.invalidate();
-                pinning::release(local.pinned);
+                self.release_pinned(local.pinned);
             }
             None => {
                 let lkey = mr.lkey;
@@ -562,6 +582,7 @@ impl Verbs for EmuVerbs {
                 send_outstanding: 0,
                 recvs: VecDeque::new(),
                 rnr: VecDeque::new(),
+                unroutable: false,
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
@@ -570,6 +591,18 @@ impl Verbs for EmuVerbs {
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
         let dev = self.dev();
+        // Strict: where the source GID cannot reach across the fabric.
+        let unroutable = match (&self.strict, to) {
+            (Some(s), QpTransition::Rtr { path, .. }) => {
+                !s.routable(path.gid_index)
+                    .map_err(|detail| VerbsError::Call {
+                        device: dev.clone(),
+                        op: "ibv_modify_qp",
+                        detail: format!("RTR: {detail}"),
+                    })?
+            }
+            _ => false,
+        };
         let qp = self.qp_mut("ibv_modify_qp", qpn)?;
         let (need, next) = match to {
             QpTransition::Init => (QpState::Reset, QpState::Init),
@@ -583,6 +616,7 @@ impl Verbs for EmuVerbs {
                         });
                     }
                     qp.remote = Some(remote);
+                    qp.unroutable = unroutable;
                 }
                 (QpState::Init, QpState::Rtr)
             }
@@ -593,6 +627,7 @@ impl Verbs for EmuVerbs {
             }
             QpTransition::Reset => {
                 qp.remote = None;
+                qp.unroutable = false;
                 qp.recvs.clear();
                 qp.rnr.clear();
                 self.set_state(qpn, QpState::Reset);
@@ -653,6 +688,11 @@ impl Verbs for EmuVerbs {
             });
         }
         let remote = qp.remote.expect("RTS has a remote");
+        if qp.unroutable {
+            // Strict: no packet from this source GID crosses the fabric.
+            self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+            return Ok(());
+        }
         if !self
             .remote_table(remote.gid)
             .is_some_and(|t| t.ready(remote.qpn))
@@ -776,7 +816,9 @@ impl Drop for EmuVerbs {
             if let Some(r) = &m.region {
                 r.invalidate();
             }
-            pinning::release(m.pinned);
+            if let Some(s) = &self.strict {
+                pinning::release(s.pinned, m.pinned);
+            }
         }
     }
 }

@@ -12,23 +12,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sys::{PinRules, PIN_PAGE};
 
-/// Bytes the emulated devices of this process have pinned.
-static PINNED: AtomicU64 = AtomicU64::new(0);
+/// Bytes the emulated devices of this process have pinned (the process's
+/// `pinned_vm`; tests give their devices counters of their own).
+pub(super) static PINNED: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes pinned now (whole pages).
+/// Bytes the emulated devices of this process have pinned now (whole
+/// pages).
 pub fn pinned_bytes() -> u64 {
     PINNED.load(Ordering::Relaxed)
 }
 
-/// Charges `len` bytes (rounded up to pages) under `rules`; the bytes to
-/// give back at deregistration, or the kernel's ENOMEM as text.
-pub(super) fn charge(rules: &PinRules, len: usize) -> Result<u64, String> {
+/// Charges `len` bytes (rounded up to pages) to `pinned` under `rules`; the
+/// bytes to give back at deregistration, or the kernel's ENOMEM as text.
+pub(super) fn charge(pinned: &AtomicU64, rules: &PinRules, len: usize) -> Result<u64, String> {
     let bytes = (len as u64).div_ceil(PIN_PAGE) * PIN_PAGE;
-    let total = PINNED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    let total = pinned.fetch_add(bytes, Ordering::Relaxed) + bytes;
     if rules.allows(total) {
         return Ok(bytes);
     }
-    PINNED.fetch_sub(bytes, Ordering::Relaxed);
+    pinned.fetch_sub(bytes, Ordering::Relaxed);
     Err(format!(
         "Cannot allocate memory (ENOMEM): pinning {bytes} more bytes would make {total} pinned \
          bytes in this process, above RLIMIT_MEMLOCK ({} bytes) without CAP_IPC_LOCK",
@@ -36,7 +38,7 @@ pub(super) fn charge(rules: &PinRules, len: usize) -> Result<u64, String> {
     ))
 }
 
-/// Gives back what [`charge`] took.
-pub(super) fn release(bytes: u64) {
-    PINNED.fetch_sub(bytes, Ordering::Relaxed);
+/// Gives back to `pinned` what [`charge`] took.
+pub(super) fn release(pinned: &AtomicU64, bytes: u64) {
+    pinned.fetch_sub(bytes, Ordering::Relaxed);
 }

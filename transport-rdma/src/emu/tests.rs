@@ -343,44 +343,115 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
 /// capability nothing is refused; the permissive emulation counts nothing.
 #[test]
 fn strict_mode_pins_by_the_kernels_rule() {
-    let base = pinned_bytes();
+    // A process's count of its own: other tests' strict devices pin too.
+    let counter: &'static std::sync::atomic::AtomicU64 =
+        Box::leak(Box::new(std::sync::atomic::AtomicU64::new(0)));
+    let pinned = || counter.load(std::sync::atomic::Ordering::Relaxed);
+    let strict = |pin| Strict {
+        pinned: counter,
+        ..Strict::new(pin, std::net::Ipv4Addr::new(198, 18, 0, 1))
+    };
     let rules = crate::sys::PinRules {
-        limit: Some(base + (64 << 10)),
+        limit: Some(64 << 10),
         cap_ipc_lock: false,
     };
-    let mut a = EmuVerbs::open_strict(rules).unwrap();
-    let mut b = EmuVerbs::open_strict(rules).unwrap();
+    let mut a = EmuVerbs::open_strict(strict(rules), None).unwrap();
+    let mut b = EmuVerbs::open_strict(strict(rules), None).unwrap();
     let first = a.alloc_mr(40 << 10).unwrap();
-    assert_eq!(pinned_bytes() - base, 40 << 10);
+    assert_eq!(pinned(), 40 << 10);
     // The count is the process's: b's registration adds to a's.
     let e = b.alloc_mr(30 << 10).unwrap_err().to_string();
     assert!(e.contains("ENOMEM") && e.contains("RLIMIT_MEMLOCK"), "{e}");
-    assert_eq!(
-        pinned_bytes() - base,
-        40 << 10,
-        "a refused registration pins nothing"
-    );
+    assert_eq!(pinned(), 40 << 10, "a refused registration pins nothing");
     // Up to the limit exactly (whole pages: 100 bytes pin one page).
     let _to_the_limit = b.alloc_mr(20 << 10).unwrap();
     let _one_page = b.alloc_mr(100).unwrap();
     assert!(b.alloc_mr(1).is_err(), "one page past the limit");
     a.dereg_mr(&first).unwrap();
-    assert_eq!(pinned_bytes() - base, 24 << 10, "deregistering unpins");
+    assert_eq!(pinned(), 24 << 10, "deregistering unpins");
     drop(b);
-    assert_eq!(pinned_bytes(), base, "closing the device unpins");
+    assert_eq!(pinned(), 0, "closing the device unpins");
     let root = crate::sys::PinRules {
         limit: Some(4096),
         cap_ipc_lock: true,
     };
-    let mut c = EmuVerbs::open_strict(root).unwrap();
+    let mut c = EmuVerbs::open_strict(strict(root), None).unwrap();
     c.alloc_mr(1 << 20)
         .expect("CAP_IPC_LOCK: the limit does not bind");
+    assert_eq!(pinned(), 1 << 20, "counted all the same");
     drop(c);
+    let before = pinned_bytes();
     let mut d = EmuVerbs::open().unwrap();
     d.alloc_mr(1 << 20).unwrap();
-    assert_eq!(
-        pinned_bytes(),
-        base,
+    assert_eq!(pinned(), 0);
+    assert!(
+        pinned_bytes() <= before,
         "the permissive emulation pins nothing"
     );
+}
+
+/// A strict side (unbounded pinning) sending from GID index `gid_index`
+/// (`None`: the one the port chooses).
+fn strict_side(gid_index: Option<u8>) -> Side {
+    let pin = crate::sys::PinRules {
+        limit: None,
+        cap_ipc_lock: true,
+    };
+    let mut dev = EmuVerbs::open_strict(
+        Strict::new(pin, std::net::Ipv4Addr::new(198, 18, 0, 7)),
+        gid_index,
+    )
+    .unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let qp = dev.create_qp(cq, 16, 16).unwrap();
+    let mr = dev.alloc_mr(8192).unwrap();
+    Side { dev, cq, qp, mr }
+}
+
+/// Connects as the transport does: each side's path names its port's GID
+/// index.
+fn connect_by_port_index(a: &mut Side, b: &mut Side) -> Result<()> {
+    let (xa, xb) = (addr(a), addr(b));
+    for (x, y) in [(xb, &mut *a), (xa, &mut *b)] {
+        let path = PathAttrs {
+            gid_index: y.dev.port().gid_index,
+            ..PATH
+        };
+        y.dev.modify_qp(y.qp, QpTransition::Init)?;
+        y.dev
+            .modify_qp(y.qp, QpTransition::Rtr { remote: x, path })?;
+        y.dev.modify_qp(y.qp, QpTransition::Rts { psn: 0, path })?;
+    }
+    Ok(())
+}
+
+/// Strict mode's fabric (issue 36, risk 1): the port is RoCE with an
+/// mlx5-like GID table; from index 0 (RoCE v1, link-local) a QP reaches RTS
+/// but its WRITE never crosses the routed fabric and ends in retry
+/// exceeded; from the routable RoCE v2 entry the port chooses by default
+/// (index 3) it arrives; an index outside the table fails at RTR.
+#[test]
+fn strict_ports_deliver_only_from_routable_roce_v2_gids() {
+    let (mut a, mut b) = (strict_side(None), strict_side(None));
+    assert_eq!(a.dev.port().link_layer, LinkLayer::Ethernet);
+    assert_eq!(a.dev.port().gid_index, 3, "the RoCE v2 IPv4 entry");
+    connect_by_port_index(&mut a, &mut b).unwrap();
+    write(&mut a, &b, 0, 64, None);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::SUCCESS);
+
+    for unroutable in [0, 1, 2] {
+        let (mut a, mut b) = (strict_side(Some(unroutable)), strict_side(Some(unroutable)));
+        connect_by_port_index(&mut a, &mut b).unwrap();
+        assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Rts);
+        write(&mut a, &b, 0, 64, None);
+        let wc = poll(&mut a);
+        assert_eq!(wc[0].status, WcStatus::RETRY_EXC_ERR, "index {unroutable}");
+        assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Error);
+    }
+
+    let (mut a, mut b) = (strict_side(Some(9)), strict_side(Some(9)));
+    let e = connect_by_port_index(&mut a, &mut b)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sgid_index 9") && e.contains("EINVAL"), "{e}");
 }

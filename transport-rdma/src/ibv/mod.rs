@@ -144,9 +144,10 @@ fn errno() -> std::io::Error {
 }
 
 impl IbvVerbs {
-    /// Opens `device` port `port` and reads its LID, GID at `gid_index`
-    /// and MTU.
-    pub fn open(device: &str, port: u8, gid_index: u8) -> Result<IbvVerbs> {
+    /// Opens `device` port `port` and reads its LID, MTU and the GID at
+    /// `gid_index` (`SNCL_IB_GID_INDEX`; `None`: chosen from the port's
+    /// table, [`crate::gid::choose_gid_index`]).
+    pub fn open(device: &str, port: u8, gid_index: Option<u8>) -> Result<IbvVerbs> {
         let name = format!("{device}:{port}");
         let err = |op: &'static str, detail: String| VerbsError::Call {
             device: name.clone(),
@@ -180,15 +181,23 @@ impl IbvVerbs {
             ));
         }
         let mut attr = [0u8; ffi::PORT_ATTR_BYTES];
-        let mut gid = ffi::Gid::default();
-        // SAFETY: `ctx` is open; `attr` is larger than the struct; `gid` is
-        // a `union ibv_gid`.
-        let (rp, rg) = unsafe {
-            (
-                (lib.query_port)(ctx, port, attr.as_mut_ptr()),
-                (lib.query_gid)(ctx, port, gid_index.into(), &mut gid),
-            )
+        // SAFETY: `ctx` is open; `attr` is larger than the struct.
+        let rp = unsafe { (lib.query_port)(ctx, port, attr.as_mut_ptr()) };
+        let link_layer = if attr[ffi::PORT_LINK_LAYER] == 2 {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::InfiniBand
         };
+        // SNCL_IB_GID_INDEX, else on RoCE the routable RoCE v2 entry of
+        // the table sysfs lists (crate::gid).
+        let table = crate::topo::Sysfs::system().gid_table(device, port);
+        let (gid_index, why) = crate::gid::choose_gid_index(&table, link_layer, gid_index);
+        if let Some(why) = why {
+            tracing::warn!("rdma: {name}: {why}");
+        }
+        let mut gid = ffi::Gid::default();
+        // SAFETY: `ctx` is open; `gid` is a `union ibv_gid`.
+        let rg = unsafe { (lib.query_gid)(ctx, port, gid_index.into(), &mut gid) };
         // SAFETY: `ctx` is open; the protection domain is freed in Drop.
         let pd = unsafe { (lib.alloc_pd)(ctx) };
         let mut me = IbvVerbs {
@@ -201,11 +210,8 @@ impl IbvVerbs {
                 lid: u16::from_ne_bytes([attr[ffi::PORT_LID], attr[ffi::PORT_LID + 1]]),
                 gid: gid.0,
                 mtu: mtu_bytes(attr[ffi::PORT_ACTIVE_MTU]),
-                link_layer: if attr[ffi::PORT_LINK_LAYER] == 2 {
-                    LinkLayer::Ethernet
-                } else {
-                    LinkLayer::InfiniBand
-                },
+                link_layer,
+                gid_index,
             },
             gid_index,
             mrs: HashMap::new(),
@@ -222,7 +228,7 @@ impl IbvVerbs {
             return Err(err(
                 "ibv_query_gid",
                 format!(
-                    "no GID at SNCL_IB_GID_INDEX={gid_index}: {} (see `show_gids`)",
+                    "no GID at index {gid_index} (SNCL_IB_GID_INDEX, or the one chosen): {} (see `show_gids`)",
                     errno()
                 ),
             ));

@@ -1,0 +1,71 @@
+//! The strict emulated port (`SNCL_IB_EMULATE=strict`): what a RoCE port on
+//! a routed (L3) fabric and the kernel enforce that the permissive
+//! emulation answers at once. Each rule cites its source and has a test
+//! that fails without it (docs/RDMA.md, "Strict emulation").
+//!
+//! * Pinned memory: [`super::pinning`] (`ib_umem_get`).
+//! * The GID table and the fabric: the port is RoCE (Ethernet link layer)
+//!   with an mlx5-like table ([`crate::gid::mlx5_roce_table`]: 0 v1
+//!   link-local, 1 v2 link-local, 2 v1 IPv4, 3 v2 IPv4); nodes sit in
+//!   different racks joined by routers, as RoCE clusters are built. An RTR
+//!   whose `sgid_index` is not in the table fails (ibv_modify_qp(3):
+//!   EINVAL for an invalid attribute); a QP whose source GID is RoCE v1 or
+//!   link-local reaches RTS (the hardware does not check reachability), but
+//!   its packets never reach a peer behind a router: every WRITE ends with
+//!   "transport retry counter exceeded" and the QP goes to ERROR, as a real
+//!   NIC reports after its retries (ibv_poll_cq(3), IBV_WC_RETRY_EXC_ERR).
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::AtomicU64;
+
+use crate::gid::{choose_gid_index, mlx5_roce_table, GidEntry};
+use crate::sys::PinRules;
+use crate::verbs::LinkLayer;
+
+/// The strict port's rules.
+#[derive(Clone, Debug)]
+pub struct Strict {
+    /// The kernel's pinning rule this process runs under.
+    pub pin: PinRules,
+    /// The port's GID table.
+    pub gids: Vec<GidEntry>,
+    /// Where pinned bytes are counted: the process's count
+    /// ([`super::pinned_bytes`]), or a test's own.
+    pub pinned: &'static AtomicU64,
+}
+
+impl Strict {
+    /// A strict port under `pin` whose table's IPv4 entries carry `ip`.
+    pub fn new(pin: PinRules, ip: Ipv4Addr) -> Strict {
+        let o = ip.octets();
+        Strict {
+            pin,
+            gids: mlx5_roce_table(ip, [o[1], o[2], o[3]]),
+            pinned: &super::pinning::PINNED,
+        }
+    }
+
+    /// The link layer the strict port reports (RoCE).
+    pub fn link_layer(&self) -> LinkLayer {
+        LinkLayer::Ethernet
+    }
+
+    /// The GID index the port's connections use (`forced`:
+    /// `SNCL_IB_GID_INDEX`), chosen as on a real port.
+    pub fn gid_index(&self, forced: Option<u8>) -> u8 {
+        choose_gid_index(&self.gids, self.link_layer(), forced).0
+    }
+
+    /// Whether a QP sending from `sgid_index` reaches peers across the
+    /// fabric; an index outside the table is `Err` (EINVAL at RTR).
+    pub fn routable(&self, sgid_index: u8) -> Result<bool, String> {
+        match self.gids.iter().find(|e| e.index == sgid_index) {
+            Some(e) => Ok(e.routable()),
+            None => Err(format!(
+                "Invalid argument (EINVAL): sgid_index {sgid_index} is not in the port's GID \
+                 table (indices {:?})",
+                self.gids.iter().map(|e| e.index).collect::<Vec<_>>()
+            )),
+        }
+    }
+}
