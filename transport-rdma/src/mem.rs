@@ -116,3 +116,16 @@ pub(crate) unsafe fn copy_from_user(src: u64, dst: &memmap2::MmapRaw, dst_off: u
     // source is readable for `len` bytes by the caller's contract.
     unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr().add(dst_off), len) }
 }
+
+/// CRC32C of `len` bytes at address `src` of this process (the strict
+/// emulation's digest of a WRITE's source, `emu/watch.rs`).
+///
+/// # Safety
+/// `src .. src + len` is readable memory of this process: a registered
+/// region's mapping, or a user registration's bytes while a work request
+/// reading them is outstanding (the contract of `Verbs::reg_user_mr`).
+pub(crate) unsafe fn digest_raw(src: *const u8, len: usize) -> u32 {
+    // SAFETY: readable for `len` bytes by the caller's contract.
+    let bytes = unsafe { std::slice::from_raw_parts(src, len) };
+    comm_core::wire::checksum_append(0, bytes)
+}

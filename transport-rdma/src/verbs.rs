@@ -92,6 +92,8 @@ impl WcStatus {
     pub const REM_ACCESS_ERR: WcStatus = WcStatus(10);
     /// `IBV_WC_RETRY_EXC_ERR`
     pub const RETRY_EXC_ERR: WcStatus = WcStatus(12);
+    /// `IBV_WC_GENERAL_ERR`
+    pub const GENERAL_ERR: WcStatus = WcStatus(21);
 
     /// The status in words with what to check (not only a number).
     pub fn describe(self) -> &'static str {

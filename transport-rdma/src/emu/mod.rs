@@ -25,6 +25,7 @@
 mod pinning;
 mod shared;
 mod strict;
+mod watch;
 pub use pinning::pinned_bytes;
 pub use strict::Strict;
 
@@ -105,6 +106,8 @@ pub struct EmuVerbs {
     pending: VecDeque<([u8; 16], u32, Msg)>,
     /// Strict mode's rules ([`Strict`]).
     strict: Option<Strict>,
+    /// Strict mode: posted WRITEs' sources per QP (`watch.rs`).
+    watched: HashMap<u32, VecDeque<watch::Watched>>,
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -188,6 +191,7 @@ impl EmuVerbs {
             events: VecDeque::new(),
             pending: VecDeque::new(),
             strict,
+            watched: HashMap::new(),
         })
     }
 
@@ -664,6 +668,7 @@ impl Verbs for EmuVerbs {
         match qp.state {
             QpState::Rts => {}
             QpState::Error => {
+                self.watch_source(qpn, None);
                 self.complete_send(qpn, wr.wr_id, WcStatus::WR_FLUSH_ERR);
                 return Ok(());
             }
@@ -688,6 +693,8 @@ impl Verbs for EmuVerbs {
             });
         }
         let remote = qp.remote.expect("RTS has a remote");
+        self.watch_source(qpn, Some(wr));
+        let qp = self.qp_mut("ibv_post_send", qpn)?;
         if qp.unroutable {
             // Strict: no packet from this source GID crosses the fabric.
             self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
@@ -768,11 +775,13 @@ impl Verbs for EmuVerbs {
             });
         }
         let n = max.min(q.entries.len());
-        for w in q.entries.drain(..n) {
+        let done: Vec<WorkCompletion> = q.entries.drain(..n).collect();
+        for mut w in done {
             if w.opcode == WcOpcode::RdmaWrite {
                 if let Some(qp) = self.qps.get_mut(&w.qp_num) {
                     qp.send_outstanding = qp.send_outstanding.saturating_sub(1);
                 }
+                self.check_source(&mut w);
             }
             out.push(w);
         }

@@ -455,3 +455,34 @@ fn strict_ports_deliver_only_from_routable_roce_v2_gids() {
         .to_string();
     assert!(e.contains("sgid_index 9") && e.contains("EINVAL"), "{e}");
 }
+
+/// Strict mode's source rule (ibv_post_send(3)): a WRITE's source changed
+/// between posting and retrieving its completion fails the work request;
+/// one left alone completes; the permissive emulation does not look.
+#[test]
+fn strict_mode_fails_a_write_whose_source_changed_before_its_completion() {
+    for strict in [true, false] {
+        let (mut a, mut b) = if strict {
+            (strict_side(None), strict_side(None))
+        } else {
+            (side(64), side(64))
+        };
+        if strict {
+            connect_by_port_index(&mut a, &mut b).unwrap();
+        } else {
+            connect(&mut a, &mut b);
+        }
+        fill(&mut a, 7);
+        write(&mut a, &b, 0, 4096, None);
+        assert_eq!(poll(&mut a)[0].status, WcStatus::SUCCESS);
+        write(&mut a, &b, 0, 4096, None);
+        // The sender reuses its buffer before it has seen the completion.
+        buf_of(&a.mr).write(100, &[&[9u8; 8]]);
+        let status = poll(&mut a)[0].status;
+        if strict {
+            assert_eq!(status, WcStatus::GENERAL_ERR, "strict");
+        } else {
+            assert_eq!(status, WcStatus::SUCCESS, "permissive");
+        }
+    }
+}

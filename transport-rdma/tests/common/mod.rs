@@ -36,6 +36,10 @@ pub fn child_role() -> Option<(String, usize, usize, SocketAddr, [u8; 16], Strin
 pub fn settings(qps: usize) -> IbSettings {
     IbSettings {
         emulate: true,
+        // The strict model (issue 36) where this process may pin without
+        // bound (root, as in CI); its pinning rule would refuse the FIFOs
+        // under a small RLIMIT_MEMLOCK, as a real kernel would.
+        emulate_strict: transport_rdma::PinRules::of_process().budget().is_none(),
         qps_per_conn: qps,
         ..IbSettings::default()
     }

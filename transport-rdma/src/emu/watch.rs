@@ -1,0 +1,96 @@
+//! Strict mode's rule on a WRITE's source: its bytes belong to the NIC
+//! from `ibv_post_send` until the work completion is retrieved from the
+//! CQ (ibv_post_send(3): "The buffers used by a WR can only be safely
+//! reused after the WR is fully executed and a work completion has been
+//! retrieved from the corresponding completion queue"). A real NIC reads
+//! them by DMA at some time in between, so a sender that reuses a staging
+//! slot or writes into a lent user buffer early sends whatever is there
+//! then. The emulation copies at post time, which would hide that; strict
+//! mode takes a CRC32C of the source at post and again when the
+//! completion is polled, and a source that changed in between completes
+//! its work request with an error (`IBV_WC_GENERAL_ERR`) and an ERROR log
+//! naming the QP and the range, so the bug fails the test that hits it.
+
+use std::collections::VecDeque;
+
+use super::{EmuVerbs, HEADER};
+use crate::verbs::{SendWr, WcStatus, WorkCompletion};
+
+/// One posted WRITE's source, in posting order per QP (completions come
+/// in that order).
+pub(super) struct Watched {
+    /// (address, length, lkey) of the source; `None` where the work
+    /// request completes without reading it (flushed).
+    source: Option<((u64, usize, u32), u32)>,
+}
+
+impl EmuVerbs {
+    /// The source's digest, or `None` where it is not in a local
+    /// registration (the copy then reports the protection error).
+    fn source_digest(&self, (addr, len, lkey): (u64, usize, u32)) -> Option<u32> {
+        let m = self.mrs.get(&lkey).filter(|m| {
+            addr >= m.mr.addr
+                && (addr - m.mr.addr)
+                    .checked_add(len as u64)
+                    .is_some_and(|e| e <= m.mr.len as u64)
+        })?;
+        let at = (addr - m.mr.addr) as usize;
+        // In bounds of the region (checked above), which its mapping holds
+        // after its header or at its dma-buf offset.
+        let ptr = match (&m.dmabuf, &m.region) {
+            (Some((map, start)), _) => map.as_ptr().wrapping_add(start + at),
+            (None, Some(r)) => r.0.map.as_ptr().wrapping_add(HEADER + at),
+            (None, None) => addr as *const u8,
+        };
+        // SAFETY: a live mapping of this device, or a user registration
+        // read while its work request is outstanding (reg_user_mr's
+        // contract), `len` bytes in bounds (checked above).
+        Some(unsafe { crate::mem::digest_raw(ptr, len) })
+    }
+
+    /// Strict mode: remembers the source of a WRITE posted on `qpn`
+    /// (`wr`: `None` for one that completes without reading it).
+    pub(super) fn watch_source(&mut self, qpn: u32, wr: Option<&SendWr>) {
+        if self.strict.is_none() {
+            return;
+        }
+        let source = wr.filter(|w| w.local.1 > 0).and_then(|w| {
+            let local = (w.local.0, w.local.1 as usize, w.local.2);
+            self.source_digest(local).map(|d| (local, d))
+        });
+        self.watched
+            .entry(qpn)
+            .or_default()
+            .push_back(Watched { source });
+    }
+
+    /// Strict mode: a send completion being retrieved; fails it where its
+    /// source changed since it was posted.
+    pub(super) fn check_source(&mut self, w: &mut WorkCompletion) {
+        if self.strict.is_none() {
+            return;
+        }
+        let Some(Watched { source }) = self
+            .watched
+            .get_mut(&w.qp_num)
+            .and_then(VecDeque::pop_front)
+        else {
+            return;
+        };
+        let Some((local, digest)) = source else {
+            return;
+        };
+        if w.status == WcStatus::SUCCESS && self.source_digest(local) != Some(digest) {
+            tracing::error!(
+                qpn = w.qp_num,
+                wr_id = w.wr_id,
+                "strict RDMA model: the source of a WRITE ({} bytes at {:#x}, lkey {:#x}) changed \
+                 between ibv_post_send and its completion: a real NIC may have sent the new bytes",
+                local.1,
+                local.0,
+                local.2
+            );
+            w.status = WcStatus::GENERAL_ERR;
+        }
+    }
+}
