@@ -139,6 +139,25 @@ fn mtu_code(bytes: u32) -> u32 {
     }
 }
 
+/// Logs once per process (INFO) which GID the connections use, for the
+/// first-hardware checklist (docs/RDMA.md §8: `ib_write_bw -x <index>`).
+fn report_gid_once(name: &str, link_layer: LinkLayer, table: &[crate::gid::GidEntry], index: u8) {
+    static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let entry = table.iter().find(|e| e.index == index);
+    tracing::info!(
+        "rdma: {name} ({link_layer:?}): GID index {index}{} (table of {} entries read from sysfs)",
+        entry.map_or_else(String::new, |e| format!(
+            ", {} {:?}",
+            std::net::Ipv6Addr::from(e.gid),
+            e.kind
+        )),
+        table.len()
+    );
+}
+
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
@@ -195,6 +214,7 @@ impl IbvVerbs {
         if let Some(why) = why {
             tracing::warn!("rdma: {name}: {why}");
         }
+        report_gid_once(&name, link_layer, &table, gid_index);
         let mut gid = ffi::Gid::default();
         // SAFETY: `ctx` is open; `gid` is a `union ibv_gid`.
         let rg = unsafe { (lib.query_gid)(ctx, port, gid_index.into(), &mut gid) };
