@@ -135,7 +135,10 @@ fn roce_connections_use_the_routable_v2_gid_and_index_0_does_not_cross_the_fabri
 
     let mut cmd = bed_command();
     all_reduce(&mut cmd);
+    // The strict NIC retries an unanswered WRITE for 4.096 us x 2^timeout x
+    // 8: 0.5 s at 14 (34 s at the default 20).
     let o = cmd
+        .env("SNCL_IB_TIMEOUT", "14")
         .env("SNCL_IB_GID_INDEX", "0")
         .output()
         .expect("running scripts/testbed.sh");

@@ -87,6 +87,8 @@ pub(crate) struct Parts {
     pub remote_board: (u64, u32),
     /// `SNCL_IB_GDR`.
     pub gdr: Option<bool>,
+    /// The pair's liveness socket (`src/liveness.rs`), where set up.
+    pub liveness: Option<crate::liveness::Liveness>,
 }
 
 /// An RDMA connection to one peer (both directions).
@@ -127,6 +129,8 @@ pub struct RdmaConnection {
     pub(crate) regs: RegCache,
     /// Lent pieces whose data write has not completed yet.
     pub(crate) lent_in_flight: u64,
+    /// The pair's liveness socket (`src/liveness.rs`), where set up.
+    liveness: Option<crate::liveness::Liveness>,
 }
 
 impl RdmaConnection {
@@ -160,6 +164,7 @@ impl RdmaConnection {
             broken: None,
             peer_left: None,
             last_probe: Instant::now(),
+            liveness: p.liveness,
             wcs: Vec::with_capacity(64),
             regs: p.regs,
             lent_in_flight: 0,
@@ -230,6 +235,11 @@ impl RdmaConnection {
         if self.broken.is_none() {
             tracing::warn!(rank = self.rank, peer = self.peer, device = %self.device, "{detail}");
             self.broken = Some((gone, detail));
+            // The peer cannot learn it over RDMA before its NIC's retries
+            // run out (if it can at all): tell it on the liveness socket.
+            if let Some(l) = &mut self.liveness {
+                l.tell_broken();
+            }
         }
         self.error().expect("just set")
     }
@@ -652,6 +662,13 @@ impl Connection for RdmaConnection {
         }
         progressed?;
         self.check_left()?;
+        if let Some(Err((gone, what))) = self.liveness.as_mut().map(|l| l.check()) {
+            let detail = format!(
+                "RDMA connection to peer rank {} on {}: {what}",
+                self.peer, self.device
+            );
+            return Err(self.fail(gone, detail));
+        }
         if self.last_probe.elapsed() >= PROBE_EVERY {
             self.last_probe = Instant::now();
             // A zero-byte WRITE on every QP: the peer's NIC must answer it,

@@ -203,6 +203,7 @@ impl PreparedTransport for Prepared {
             slots: crate::DEFAULT_SLOTS,
             slot_bytes: crate::DEFAULT_SLOT_BYTES,
             deadline: ctx.deadline,
+            liveness_ip: Some(ctx.ip),
         };
         Ok(crate::establish(&setup, &provider, ctx.store, peers)?
             .into_iter()

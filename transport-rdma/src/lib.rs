@@ -44,6 +44,8 @@
 //!     slots: transport_rdma::DEFAULT_SLOTS,
 //!     slot_bytes: transport_rdma::DEFAULT_SLOT_BYTES,
 //!     deadline: Instant::now() + Duration::from_secs(30),
+//!     // A dead peer seen at once (src/liveness.rs), not after the NIC's retries.
+//!     liveness_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
 //! };
 //! let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
 //! for c in establish(&setup, &provider, &store, &rdma_peers)? {
@@ -64,6 +66,7 @@ mod gdr_board;
 pub mod gid;
 mod ibv;
 mod kind;
+mod liveness;
 mod mem;
 mod post;
 mod regcache;

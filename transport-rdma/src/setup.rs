@@ -198,6 +198,11 @@ pub struct RdmaSetup {
     pub slot_bytes: usize,
     /// Every wait of the setup ends here with an error.
     pub deadline: Instant,
+    /// Where this rank listens for its peers' liveness sockets
+    /// (`src/liveness.rs`: a dead peer is seen at once instead of after the
+    /// NIC's retries); `None`: no liveness sockets (the NIC's retries
+    /// alone).
+    pub liveness_ip: Option<std::net::IpAddr>,
 }
 
 fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
@@ -242,11 +247,11 @@ struct Local {
     regs: crate::regcache::RegCache,
 }
 
-fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
+fn encode(setup: &RdmaSetup, l: &Local, live: Option<std::net::SocketAddr>) -> Vec<u8> {
     let p = l.dev.port();
     let qps: Vec<String> = l.qps.iter().map(|(q, s)| format!("{q}:{s}")).collect();
     format!(
-        "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nboard={}:{}\nqps={}\n",
+        "sncl-rdma 1\ndevice={}\nlid={}\ngid={}\nmtu={}\nslots={}\nslot_bytes={}\nfifo={}:{}\nboard={}:{}\nqps={}\nlive={}\n",
         p.name(),
         p.lid,
         hex::encode(p.gid),
@@ -257,7 +262,8 @@ fn encode(setup: &RdmaSetup, l: &Local) -> Vec<u8> {
         l.fifo.rkey,
         l.board.addr,
         l.board.rkey,
-        qps.join(",")
+        qps.join(","),
+        live.map_or_else(|| "-".to_string(), |a| a.to_string())
     )
     .into_bytes()
 }
@@ -271,6 +277,8 @@ struct Remote {
     fifo: (u64, u32),
     board: (u64, u32),
     qps: Vec<(u32, u32)>,
+    /// Where the peer listens for liveness sockets (`None`: it does not).
+    live: Option<std::net::SocketAddr>,
 }
 
 fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
@@ -350,6 +358,13 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
         fifo: (addr, rkey),
         board,
         qps,
+        live: match get("live")? {
+            "-" => None,
+            a => Some(
+                a.parse()
+                    .map_err(|_| bad("has a bad live address".into()))?,
+            ),
+        },
     })
 }
 
@@ -395,6 +410,14 @@ pub fn establish(
     let rq_depth = setup.slots as u32 + RQ_EXTRA;
     let nqps = s.qps_per_conn;
 
+    // The liveness sockets' listener (the lower rank of each pair listens).
+    let listener = setup
+        .liveness_ip
+        .map(crate::liveness::listen)
+        .transpose()
+        .map_err(|e| err(format!("listening for RDMA liveness sockets: {e}")))?;
+    let live_addr = listener.as_ref().map(|l| l.addr);
+
     // 1. Local resources and published info, for every peer.
     let mut locals = Vec::with_capacity(peers.len());
     for &peer in peers {
@@ -429,7 +452,7 @@ pub fn establish(
             board,
             regs: crate::regcache::RegCache::new(mode, s.reg_cache_mb << 20),
         };
-        store.set(&key(me, peer), &encode(setup, &l))?;
+        store.set(&key(me, peer), &encode(setup, &l, live_addr))?;
         locals.push(l);
     }
 
@@ -485,11 +508,45 @@ pub fn establish(
                 ))
             })?;
     }
+
+    // 4. Liveness sockets: connect to lower ranks that listen, accept the
+    // higher ones (connects complete in the listener's backlog).
+    let mut live: Vec<Option<crate::liveness::Liveness>> = Vec::with_capacity(locals.len());
+    for (l, r) in locals.iter().zip(&remotes) {
+        live.push(match (l.peer < me, r.live) {
+            (true, Some(addr)) if listener.is_some() => Some(
+                crate::liveness::connect(addr, setup.comm_id, me, setup.deadline).map_err(|e| {
+                    err(format!(
+                        "opening the RDMA liveness socket to peer rank {} at {addr}: {e}",
+                        l.peer
+                    ))
+                })?,
+            ),
+            _ => None,
+        });
+    }
+    if let Some(listener) = &listener {
+        let higher: Vec<usize> = locals
+            .iter()
+            .zip(&remotes)
+            .filter(|(l, r)| l.peer > me && r.live.is_some())
+            .map(|(l, _)| l.peer)
+            .collect();
+        for (peer, socket) in
+            crate::liveness::accept(listener, setup.comm_id, &higher, setup.deadline)
+                .map_err(err)?
+        {
+            let i = locals.iter().position(|l| l.peer == peer).expect("a peer");
+            live[i] = Some(socket);
+        }
+    }
     Ok(locals
         .into_iter()
         .zip(remotes)
-        .map(|(l, r)| {
+        .zip(live)
+        .map(|((l, r), liveness)| {
             RdmaConnection::new(Parts {
+                liveness,
                 rank: me,
                 peer: l.peer,
                 dev: l.dev,

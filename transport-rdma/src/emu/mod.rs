@@ -26,9 +26,11 @@ mod copy;
 mod pinning;
 mod shared;
 mod strict;
+mod timing;
 mod watch;
 pub use pinning::pinned_bytes;
 pub use strict::Strict;
+pub use timing::retries_run_out_after;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -82,6 +84,11 @@ struct Qp {
     /// Strict mode: its source GID does not cross the fabric (every WRITE
     /// ends in retry exceeded).
     unroutable: bool,
+    /// How long its retries last (`None`: forever), from the RTS path.
+    retry_after: Option<std::time::Duration>,
+    /// Strict mode: a WRITE nothing answers is retrying; when the retries
+    /// run out (`Some(None)`: never).
+    failing: Option<Option<std::time::Instant>>,
 }
 
 struct Cq {
@@ -108,6 +115,8 @@ pub struct EmuVerbs {
     strict: Option<Strict>,
     /// Strict mode: posted WRITEs' sources per QP (`watch.rs`).
     watched: HashMap<u32, VecDeque<watch::Watched>>,
+    /// Strict mode: send completions the hardware reports later (`timing.rs`).
+    late: VecDeque<timing::Late>,
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -192,6 +201,7 @@ impl EmuVerbs {
             pending: VecDeque::new(),
             strict,
             watched: HashMap::new(),
+            late: VecDeque::new(),
         })
     }
 
@@ -546,6 +556,8 @@ impl Verbs for EmuVerbs {
                 recvs: VecDeque::new(),
                 rnr: VecDeque::new(),
                 unroutable: false,
+                retry_after: None,
+                failing: None,
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
@@ -583,7 +595,10 @@ impl Verbs for EmuVerbs {
                 }
                 (QpState::Init, QpState::Rtr)
             }
-            QpTransition::Rts { .. } => (QpState::Rtr, QpState::Rts),
+            QpTransition::Rts { path, .. } => {
+                qp.retry_after = timing::retries_run_out_after(path.timeout, path.retry_cnt);
+                (QpState::Rtr, QpState::Rts)
+            }
             QpTransition::Error => {
                 self.enter_error(qpn);
                 return Ok(());
@@ -591,6 +606,7 @@ impl Verbs for EmuVerbs {
             QpTransition::Reset => {
                 qp.remote = None;
                 qp.unroutable = false;
+                qp.failing = None;
                 qp.recvs.clear();
                 qp.rnr.clear();
                 self.set_state(qpn, QpState::Reset);
@@ -654,16 +670,17 @@ impl Verbs for EmuVerbs {
         let remote = qp.remote.expect("RTS has a remote");
         self.watch_source(qpn, Some(wr));
         let qp = self.qp_mut("ibv_post_send", qpn)?;
-        if qp.unroutable {
-            // Strict: no packet from this source GID crosses the fabric.
-            self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+        // Strict: no packet from this source GID crosses the fabric; or a
+        // WRITE before this one is still retrying.
+        if qp.unroutable || self.retrying(qpn) {
+            self.fail_unanswered(qpn, wr.wr_id);
             return Ok(());
         }
         if !self
             .remote_table(remote.gid)
             .is_some_and(|t| t.ready(remote.qpn))
         {
-            self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+            self.fail_unanswered(qpn, wr.wr_id);
             return Ok(());
         }
         let (laddr, llen, lkey) = wr.local;
@@ -724,6 +741,7 @@ impl Verbs for EmuVerbs {
         if cq as usize >= self.cqs.len() {
             return Err(call_err("ibv_poll_cq", format!("no completion queue {cq}")));
         }
+        self.release_late();
         self.flush_pending();
         self.drain_rings();
         let q = &mut self.cqs[cq as usize];
@@ -752,7 +770,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn needs_progress(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || !self.late.is_empty()
     }
 
     fn inject(&mut self, fault: Fault) -> Result<()> {

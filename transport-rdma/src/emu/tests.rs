@@ -415,6 +415,8 @@ fn connect_by_port_index(a: &mut Side, b: &mut Side) -> Result<()> {
     for (x, y) in [(xb, &mut *a), (xa, &mut *b)] {
         let path = PathAttrs {
             gid_index: y.dev.port().gid_index,
+            // Retries run out after 4.096 us x 2^10 x 8 = 34 ms (strict).
+            timeout: 10,
             ..PATH
         };
         y.dev.modify_qp(y.qp, QpTransition::Init)?;
@@ -444,7 +446,7 @@ fn strict_ports_deliver_only_from_routable_roce_v2_gids() {
         connect_by_port_index(&mut a, &mut b).unwrap();
         assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Rts);
         write(&mut a, &b, 0, 64, None);
-        let wc = poll(&mut a);
+        let wc = poll_within(&mut a, std::time::Duration::from_secs(5));
         assert_eq!(wc[0].status, WcStatus::RETRY_EXC_ERR, "index {unroutable}");
         assert_eq!(a.dev.qp_state(a.qp).unwrap(), QpState::Error);
     }
@@ -485,4 +487,64 @@ fn strict_mode_fails_a_write_whose_source_changed_before_its_completion() {
             assert_eq!(status, WcStatus::SUCCESS, "permissive");
         }
     }
+}
+
+/// Polls until a completion arrives or `limit` passes.
+fn poll_within(s: &mut Side, limit: std::time::Duration) -> Vec<WorkCompletion> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let got = poll(s);
+        if !got.is_empty() || std::time::Instant::now() > end {
+            return got;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Strict mode's hardware timing: a WRITE to a peer that is gone ends in
+/// retry exceeded only when 4.096 us x 2^timeout x (retry_cnt + 1) have
+/// passed (34 ms here), and a WRITE posted behind it is flushed after it;
+/// the permissive emulation fails at once.
+#[test]
+fn strict_mode_reports_an_unanswered_write_when_the_retries_run_out() {
+    let (mut a, mut b) = (strict_side(None), strict_side(None));
+    connect_by_port_index(&mut a, &mut b).unwrap();
+    let b_mr = b.mr;
+    drop(b); // the peer's device is gone
+    let dead = Side {
+        mr: b_mr,
+        ..strict_side(None)
+    };
+    let start = std::time::Instant::now();
+    write(&mut a, &dead, 0, 64, None);
+    write(&mut a, &dead, 64, 64, None);
+    assert!(
+        a.dev.needs_progress(),
+        "late completions keep the device busy"
+    );
+    assert!(
+        poll(&mut a).is_empty(),
+        "nothing before the retries run out"
+    );
+    let first = poll_within(&mut a, std::time::Duration::from_secs(5));
+    let waited = start.elapsed();
+    assert_eq!(first[0].status, WcStatus::RETRY_EXC_ERR);
+    let want = retries_run_out_after(10, 7).unwrap();
+    assert!(waited >= want, "{waited:?} < {want:?}");
+    let mut rest = first[1..].to_vec();
+    if rest.is_empty() {
+        rest = poll_within(&mut a, std::time::Duration::from_secs(1));
+    }
+    assert_eq!(rest[0].status, WcStatus::WR_FLUSH_ERR, "the one behind it");
+
+    // The permissive emulation: at once.
+    let (mut a, b) = pair();
+    let b_mr = b.mr;
+    drop(b);
+    let dead = Side {
+        mr: b_mr,
+        ..side(8)
+    };
+    write(&mut a, &dead, 0, 64, None);
+    assert_eq!(poll(&mut a)[0].status, WcStatus::RETRY_EXC_ERR);
 }

@@ -36,10 +36,6 @@ pub fn child_role() -> Option<(String, usize, usize, SocketAddr, [u8; 16], Strin
 pub fn settings(qps: usize) -> IbSettings {
     IbSettings {
         emulate: true,
-        // The strict model (issue 36) where this process may pin without
-        // bound (root, as in CI); its pinning rule would refuse the FIFOs
-        // under a small RLIMIT_MEMLOCK, as a real kernel would.
-        emulate_strict: transport_rdma::PinRules::of_process().budget().is_none(),
         qps_per_conn: qps,
         ..IbSettings::default()
     }
@@ -53,6 +49,7 @@ pub fn rdma_setup(rank: usize, slots: usize, slot_bytes: usize, qps: usize) -> R
         slots,
         slot_bytes,
         deadline: Instant::now() + Duration::from_secs(20),
+        liveness_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
     }
 }
 
