@@ -85,7 +85,16 @@ impl TransportKind for RdmaKind {
                 // peers only check that it is a real device.)
                 let card = match &provider {
                     Provider::Emulated => emulated_card(),
-                    other => format!("verbs:{other}"),
+                    // With the fabrics of every port this rank may use, so
+                    // that pairs with none in common are refused up front.
+                    other => {
+                        let ports = crate::list_ports().unwrap_or_default();
+                        let fabrics: Vec<String> = crate::usable_ports(&settings, &ports)
+                            .iter()
+                            .map(crate::DevicePort::fabric)
+                            .collect();
+                        format!("verbs:{other}{}", crate::fabric::card_suffix(&fabrics))
+                    }
                 };
                 Ok(Readiness::Ready(Box::new(Prepared {
                     settings,
@@ -101,7 +110,9 @@ impl TransportKind for RdmaKind {
         let (ca, cb) = (a.card("rdma"), b.card("rdma"));
         let emulated = |c: &str| c.starts_with("emulated@");
         match (emulated(&ca), emulated(&cb)) {
-            (false, false) if ca.starts_with("verbs:") && cb.starts_with("verbs:") => Ok(()),
+            (false, false) if ca.starts_with("verbs:") && cb.starts_with("verbs:") => {
+                crate::fabric::share_a_fabric((a.rank, &ca), (b.rank, &cb))
+            }
             (true, true) if ca == cb => Ok(()),
             (true, true) => Err(format!(
                 "the emulated RDMA provider connects processes of one machine, and ranks {} and {} \
@@ -250,5 +261,36 @@ mod tests {
             assert!(!one_visible_device(&env(many_or_none)), "{many_or_none:?}");
         }
         assert!(!one_visible_device(&Environment::default()));
+    }
+}
+
+#[cfg(test)]
+mod fabric_tests {
+    use super::*;
+    use comm_core::transport::registry::KindState;
+
+    fn rdma_card(rank: usize, card: &str) -> RankCard {
+        RankCard {
+            rank,
+            node: format!("n{rank}"),
+            kinds: vec![("rdma".into(), KindState::Ready(card.into()))],
+        }
+    }
+
+    /// Issue 36, risk 5: an InfiniBand rank and a RoCE rank are refused
+    /// before connecting (their pair falls back to TCP), naming both
+    /// fabrics; ranks with a fabric in common pair.
+    #[test]
+    fn ranks_without_a_fabric_in_common_are_refused_before_connecting() {
+        let ib = rdma_card(0, "verbs:mlx5_0:1;fabrics=ib/fe80000000000000");
+        let eth = rdma_card(1, "verbs:mlx5_1:1;fabrics=eth");
+        let e = RdmaKind.can_connect(&ib, &eth).unwrap_err();
+        assert!(
+            e.contains("ib/fe80000000000000") && e.contains("[eth]"),
+            "{e}"
+        );
+        let ib2 = rdma_card(2, "verbs:mlx5_3:1;fabrics=eth,ib/fe80000000000000");
+        assert!(RdmaKind.can_connect(&ib, &ib2).is_ok());
+        assert!(RdmaKind.can_connect(&eth, &ib2).is_ok());
     }
 }

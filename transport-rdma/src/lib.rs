@@ -61,6 +61,7 @@
 mod conn;
 mod devregs;
 pub mod emu;
+pub mod fabric;
 mod gdr;
 mod gdr_board;
 pub mod gid;
@@ -85,8 +86,8 @@ pub use ibv::{list_ports, DevicePort, IbvVerbs};
 pub use kind::RdmaKind;
 pub use regcache::ZeroCopy;
 pub use setup::{
-    establish, log_skipped, memlock_shortfall, pinned_for, probe, probe_for, Availability,
-    Provider, RdmaSetup, DEFAULT_SLOTS, DEFAULT_SLOT_BYTES,
+    establish, log_skipped, memlock_shortfall, pinned_for, probe, probe_for, usable_ports,
+    Availability, Provider, RdmaSetup, DEFAULT_SLOTS, DEFAULT_SLOT_BYTES,
 };
 pub use sys::{memlock_advice, memlock_limit, PinRules};
 pub use verbs::Verbs;

@@ -92,18 +92,7 @@ pub fn probe_for(
             ibv::SONAME
         ));
     }
-    let allowed = |p: &&ibv::DevicePort| {
-        settings
-            .hca
-            .as_ref()
-            .is_none_or(|f| f.allows(&p.device, p.port))
-    };
-    let usable: Vec<ibv::DevicePort> = ports
-        .iter()
-        .filter(allowed)
-        .filter(|p| p.active)
-        .cloned()
-        .collect();
+    let usable = usable_ports(settings, &ports);
     let chosen = if usable.len() > 1 {
         let gpu = gpu_bus_id();
         let p = crate::topo::nearest_port(
@@ -175,6 +164,21 @@ pub fn memlock_shortfall(rules: &crate::sys::PinRules, peers: usize) -> Option<S
         )),
         _ => None,
     }
+}
+
+/// The ACTIVE ports of `ports` that `SNCL_IB_HCA` allows.
+pub fn usable_ports(settings: &IbSettings, ports: &[ibv::DevicePort]) -> Vec<ibv::DevicePort> {
+    ports
+        .iter()
+        .filter(|p| {
+            settings
+                .hca
+                .as_ref()
+                .is_none_or(|f| f.allows(&p.device, p.port))
+        })
+        .filter(|p| p.active)
+        .cloned()
+        .collect()
 }
 
 /// Logs the one INFO line for a transport that is skipped.

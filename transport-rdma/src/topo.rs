@@ -126,6 +126,8 @@ mod tests {
             device: device.into(),
             port: 1,
             active: true,
+            link_layer: crate::verbs::LinkLayer::InfiniBand,
+            subnet_prefix: None,
         }
     }
 

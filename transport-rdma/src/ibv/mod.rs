@@ -49,6 +49,17 @@ pub struct DevicePort {
     pub port: u8,
     /// Whether the port is ACTIVE.
     pub active: bool,
+    /// Its link layer.
+    pub link_layer: LinkLayer,
+    /// InfiniBand: the subnet prefix (the upper 64 bits of GID 0).
+    pub subnet_prefix: Option<u64>,
+}
+
+impl DevicePort {
+    /// The port's fabric ([`crate::fabric::fabric_of`]).
+    pub fn fabric(&self) -> String {
+        crate::fabric::fabric_of(self.link_layer, self.subnet_prefix)
+    }
 }
 
 /// Every device port libibverbs sees. `Err`: the library is missing (the
@@ -83,10 +94,22 @@ pub fn list_ports() -> std::result::Result<Vec<DevicePort>, String> {
             if unsafe { (lib.query_port)(ctx, port, attr.as_mut_ptr()) } != 0 {
                 break;
             }
+            let link_layer = if attr[ffi::PORT_LINK_LAYER] == 2 {
+                LinkLayer::Ethernet
+            } else {
+                LinkLayer::InfiniBand
+            };
+            let mut gid = ffi::Gid::default();
+            // SAFETY: `ctx` is open; `gid` is a `union ibv_gid`.
+            let rg = unsafe { (lib.query_gid)(ctx, port, 0, &mut gid) };
+            let subnet_prefix = (link_layer == LinkLayer::InfiniBand && rg == 0)
+                .then(|| u64::from_be_bytes(gid.0[..8].try_into().expect("8 bytes")));
             out.push(DevicePort {
                 device: name.clone(),
                 port,
                 active: attr[ffi::PORT_STATE] == 4,
+                link_layer,
+                subnet_prefix,
             });
         }
         // SAFETY: opened above, nothing else uses it.
