@@ -15,14 +15,7 @@ use comm_core::config::Config;
 use comm_core::tune::{self, LinkCost, Shape};
 use comm_core::wire::Collective;
 
-const ALGOS: [Algorithm; 6] = [
-    Algorithm::Ring,
-    Algorithm::FlatRing,
-    Algorithm::Hier,
-    Algorithm::Tree,
-    Algorithm::Rd,
-    Algorithm::Pairwise,
-];
+const ALGOS: [Algorithm; 6] = Algorithm::ALL;
 
 /// Tier pairs: the built-in ones, a slow and a fast network, a latency-bound
 /// one, and an inter tier faster than intra.

@@ -54,19 +54,7 @@ fn bed_command() -> Command {
 /// The ranks' command: commbench on the strict model.
 fn all_reduce(cmd: &mut Command) {
     cmd.arg(env!("CARGO_BIN_EXE_commbench"))
-        .args([
-            "all_reduce",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-c",
-            "1",
-        ])
+        .args("all_reduce -b 1M -e 1M -n 2 -w 1 -c 1".split(' '))
         .env("SNCL_IB_EMULATE", "strict")
         .env("SNCL_TIMEOUT_MS", "30000")
         .env_remove("SNCL_IB_DISABLE")

@@ -137,34 +137,9 @@ fn compressed_exchange_measures_the_links_it_paces() {
     }
     let root = repo_root();
     let out = Command::new(root.join("scripts/testbed.sh"))
-        .args([
-            "--nodes",
-            "2",
-            "--ranks-per-node",
-            "2",
-            "--rate",
-            "100mbit",
-            "--timeout",
-            "120",
-            "-q",
-            "--",
-        ])
+        .args("--nodes 2 --ranks-per-node 2 --rate 100mbit --timeout 120 -q --".split(' '))
         .arg(env!("CARGO_BIN_EXE_commbench"))
-        .args([
-            "all_reduce",
-            "-b",
-            "1M",
-            "-e",
-            "1M",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-c",
-            "1",
-            "--compress",
-            "int8",
-        ])
+        .args("all_reduce -b 1M -e 1M -n 2 -w 1 -c 1 --compress int8".split(' '))
         .env("SNCL_TIMEOUT_MS", "60000")
         .env("SNCL_DEBUG", "INFO")
         .env("SNCL_DEBUG_SUBSYS", "TUNING")
