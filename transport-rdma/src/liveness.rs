@@ -28,6 +28,8 @@ use socket2::{SockRef, TcpKeepalive};
 /// What a side whose connection broke writes.
 const BROKEN: u8 = b'F';
 const HELLO: usize = 16;
+/// The longest a connection may take to say hello.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
 
 /// One pair's liveness socket.
 #[derive(Debug)]
@@ -157,12 +159,14 @@ pub(crate) fn accept(
             }
             Err(e) => return Err(format!("liveness listener: {e}")),
         };
+        // A peer says hello as soon as it connects; a stranger that says
+        // nothing is dropped after HELLO_WAIT, not at the setup's deadline
+        // (which would fail the setup for everyone waiting behind it).
         let mut h = [0u8; HELLO];
+        let wait = (deadline - now).clamp(Duration::from_millis(1), HELLO_WAIT);
         let read = sock
             .set_nonblocking(false)
-            .and_then(|()| {
-                sock.set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))))
-            })
+            .and_then(|()| sock.set_read_timeout(Some(wait)))
             .and_then(|()| sock.read_exact(&mut h));
         let id = u64::from_le_bytes(h[..8].try_into().expect("8 bytes"));
         let rank = u64::from_le_bytes(h[8..].try_into().expect("8 bytes")) as usize;
@@ -184,9 +188,11 @@ mod tests {
     fn a_closed_peer_and_a_reported_failure_are_seen_at_once() {
         let l = listen("127.0.0.1".parse().unwrap()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        // A stranger first: dropped.
+        // Strangers first: one with another communicator's hello, one
+        // silent (dropped after HELLO_WAIT, not at the deadline).
         let mut stranger = TcpStream::connect(l.addr).unwrap();
         stranger.write_all(&hello(99, 1)).unwrap();
+        let _silent = TcpStream::connect(l.addr).unwrap();
         let mut hi = connect(l.addr, 7, 1, deadline).unwrap();
         let mut lo = accept(&l, 7, &[1], deadline).unwrap().pop().unwrap().1;
         assert!(lo.check().is_ok() && hi.check().is_ok());
