@@ -257,6 +257,26 @@ impl RdmaConnection {
         Ok(())
     }
 
+    /// Posts `wrs` in order on QP `q` with one doorbell.
+    pub(crate) fn post_chain(&mut self, q: usize, wrs: &[SendWr]) -> Result<(), TransportError> {
+        let qpn = self.qps[q];
+        if let Err(e) = self.dev.post_send_chain(qpn, wrs) {
+            let detail = format!(
+                "RDMA connection to peer rank {} on {}: {e}",
+                self.peer, self.device
+            );
+            return Err(self.fail(false, detail));
+        }
+        self.sq_outstanding[q] += wrs.len() as u32;
+        Ok(())
+    }
+
+    /// What the provider counted on this connection's device (doorbells,
+    /// send work requests and completions; the emulated provider counts).
+    pub fn verbs_counters(&self) -> crate::verbs::VerbsCounters {
+        self.dev.counters()
+    }
+
     /// Polls the completion queue and the async events.
     pub(crate) fn progress(&mut self) -> Result<(), TransportError> {
         if let Some(e) = self.error() {
@@ -512,6 +532,20 @@ impl RdmaConnection {
         payload: &[u8],
         announced: usize,
     ) -> Result<(), TransportError> {
+        let wr = self.stage_piece(k, header, payload, announced);
+        self.post(q, wr)
+    }
+
+    /// Copies piece `k`'s payload and encoded header into its staging slot
+    /// and returns the WRITE with immediate that sends them into the
+    /// peer's slot, announcing `announced` bytes.
+    pub(crate) fn stage_piece(
+        &mut self,
+        k: u64,
+        header: &PieceHeader,
+        payload: &[u8],
+        announced: usize,
+    ) -> SendWr {
         let slot = (k % self.slots as u64) as usize;
         let off = slot * self.slot_bytes;
         let mut header = *header;
@@ -525,7 +559,7 @@ impl RdmaConnection {
         let mut h = [0u8; HEADER_BYTES];
         header.encode(&mut h);
         self.staging.write(off, &[&h]);
-        let wr = SendWr {
+        SendWr {
             wr_id: k & !(LENT_TAG | GDR_TAG | RECV_TAG),
             local: (
                 self.staging_mr.addr + off as u64,
@@ -535,8 +569,7 @@ impl RdmaConnection {
             remote_addr: self.remote_fifo.0 + off as u64,
             rkey: self.remote_fifo.1,
             imm: Some(imm_data(slot, announced)),
-        };
-        self.post(q, wr)
+        }
     }
 
     /// Whether the FIFO has a free slot for the next piece; an abort seen

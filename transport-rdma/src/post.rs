@@ -98,15 +98,21 @@ impl RdmaConnection {
             rkey: self.remote_fifo.1,
             imm: None,
         };
-        self.post(q, payload)?;
-        self.lent_in_flight += 1;
         // The NIC reads a lent payload; its checksum is this side's only
         // read of it (the receiver verifies it as it uses the piece).
         let mut h = *header;
         if h.checksum.is_some() {
             h.checksum = Some(comm_core::wire::piece_checksum(data));
         }
-        self.post_staged(q, &h, &[], HEADER_BYTES + data.len())
+        // Payload and header in one chain: one doorbell per piece.
+        let header_wr = self.stage_piece(self.sent, &h, &[], HEADER_BYTES + data.len());
+        // Counted first: a chain that fails part way may have posted the
+        // payload (a failed post breaks the connection, which ends any
+        // drain of lent writes).
+        self.lent_in_flight += 1;
+        self.post_chain(q, &[payload, header_wr])?;
+        self.sent += 1;
+        Ok(true)
     }
 
     /// Copies `payload` and the encoded `header` into the next piece's

@@ -279,6 +279,18 @@ pub struct SendWr {
     pub imm: Option<u32>,
 }
 
+/// Work a provider counted (issue 36, risk 10: per-piece overheads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerbsCounters {
+    /// Calls that told the NIC about new send work (one per post, one per
+    /// chain).
+    pub doorbells: u64,
+    /// Send work requests posted.
+    pub send_wrs: u64,
+    /// Send completions reported (every send work request is signalled).
+    pub send_completions: u64,
+}
+
 /// An asynchronous event (`enum ibv_event_type`, the ones that matter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AsyncEvent {
@@ -410,6 +422,17 @@ pub trait Verbs: Send {
     fn qp_state(&self, qpn: u32) -> Result<QpState>;
     /// Posts a send work request (RTS only; ERROR completes it flushed).
     fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()>;
+    /// Posts `wrs` in order on `qpn` with one doorbell (`ibv_post_send` of
+    /// a linked list: the NIC is told once for the chain). The default
+    /// posts them one by one.
+    fn post_send_chain(&mut self, qpn: u32, wrs: &[SendWr]) -> Result<()> {
+        wrs.iter().try_for_each(|w| self.post_send(qpn, w))
+    }
+    /// What the provider counted so far (the emulated one counts; a real
+    /// NIC's work is not counted here).
+    fn counters(&self) -> VerbsCounters {
+        VerbsCounters::default()
+    }
     /// Posts a receive for an immediate (INIT, RTR, RTS; ERROR flushes).
     fn post_recv(&mut self, qpn: u32, wr_id: u64) -> Result<()>;
     /// Appends up to `max` completions of `cq` to `out`; returns how many.

@@ -165,3 +165,26 @@ fn an_abort_waits_for_lent_writes_then_returns() {
     }
     assert_eq!(got, sent);
 }
+
+/// Issue 36, risk 10: a lent piece's payload and header go to the NIC as
+/// one chain — one doorbell per piece, not two (the emulated provider
+/// counts). Each work request is still signalled.
+#[test]
+fn a_lent_piece_rings_one_doorbell() {
+    let (mut a, mut b) = pair(8, SLOT_BYTES, 1);
+    let buf = pattern(40 * PIECE, 3);
+    send_lent(&mut a, &mut b, &buf, 1); // warm: registrations made
+    let before = a.verbs_counters();
+    send_lent(&mut a, &mut b, &buf, 1000);
+    let after = a.verbs_counters();
+    let pieces = buf.len().div_ceil(PIECE) as u64;
+    let doorbells = after.doorbells - before.doorbells;
+    let wrs = after.send_wrs - before.send_wrs;
+    eprintln!("{pieces} pieces: {doorbells} doorbells, {wrs} send work requests");
+    assert!(wrs >= 2 * pieces, "payload and header per piece: {wrs}");
+    // The sender's doorbells: one per piece (credits go the other way).
+    assert!(
+        doorbells <= pieces,
+        "{doorbells} doorbells for {pieces} pieces"
+    );
+}

@@ -24,6 +24,7 @@
 
 mod copy;
 mod pinning;
+mod post;
 mod shared;
 mod strict;
 mod timing;
@@ -117,6 +118,8 @@ pub struct EmuVerbs {
     watched: HashMap<u32, VecDeque<watch::Watched>>,
     /// Strict mode: send completions the hardware reports later (`timing.rs`).
     late: VecDeque<timing::Late>,
+    /// Doorbells, send work requests and send completions so far.
+    counted: crate::verbs::VerbsCounters,
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -202,6 +205,7 @@ impl EmuVerbs {
             strict,
             watched: HashMap::new(),
             late: VecDeque::new(),
+            counted: Default::default(),
         })
     }
 
@@ -286,6 +290,7 @@ impl EmuVerbs {
             return;
         };
         qp.send_outstanding += 1;
+        self.counted.send_completions += 1;
         let cq = qp.cq;
         self.complete(cq, wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
         if status != WcStatus::SUCCESS && status != WcStatus::WR_FLUSH_ERR {
@@ -638,69 +643,17 @@ impl Verbs for EmuVerbs {
     }
 
     fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
-        let dev = self.dev();
-        let qp = self.qp_mut("ibv_post_send", qpn)?;
-        match qp.state {
-            QpState::Rts => {}
-            QpState::Error => {
-                self.watch_source(qpn, None);
-                self.complete_send(qpn, wr.wr_id, WcStatus::WR_FLUSH_ERR);
-                return Ok(());
-            }
-            state => {
-                return Err(VerbsError::QpState {
-                    device: dev,
-                    op: "ibv_post_send",
-                    qpn,
-                    state,
-                    need: "RTS",
-                })
-            }
-        }
-        if qp.send_outstanding >= qp.max_send {
-            return Err(VerbsError::Call {
-                device: dev,
-                op: "ibv_post_send",
-                detail: format!(
-                    "send queue of QP {qpn} is full ({} work requests outstanding)",
-                    qp.max_send
-                ),
-            });
-        }
-        let remote = qp.remote.expect("RTS has a remote");
-        self.watch_source(qpn, Some(wr));
-        let qp = self.qp_mut("ibv_post_send", qpn)?;
-        // Strict: no packet from this source GID crosses the fabric; or a
-        // WRITE before this one is still retrying.
-        if qp.unroutable || self.retrying(qpn) {
-            self.fail_unanswered(qpn, wr.wr_id);
-            return Ok(());
-        }
-        if !self
-            .remote_table(remote.gid)
-            .is_some_and(|t| t.ready(remote.qpn))
-        {
-            self.fail_unanswered(qpn, wr.wr_id);
-            return Ok(());
-        }
-        let (laddr, llen, lkey) = wr.local;
-        if llen > 0 {
-            let local = (laddr, llen as usize, lkey);
-            if let Err(status) = self.copy(remote.gid, local, (wr.remote_addr, wr.rkey)) {
-                self.complete_send(qpn, wr.wr_id, status);
-                return Ok(());
-            }
-        }
-        if let Some(imm) = wr.imm {
-            let m = Msg {
-                imm,
-                byte_len: llen,
-            };
-            self.pending.push_back((remote.gid, remote.qpn, m));
-            self.flush_pending();
-        }
-        self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
-        Ok(())
+        self.counted.doorbells += 1;
+        self.post_one(qpn, wr)
+    }
+
+    fn post_send_chain(&mut self, qpn: u32, wrs: &[SendWr]) -> Result<()> {
+        self.counted.doorbells += 1;
+        wrs.iter().try_for_each(|w| self.post_one(qpn, w))
+    }
+
+    fn counters(&self) -> crate::verbs::VerbsCounters {
+        self.counted
     }
 
     fn post_recv(&mut self, qpn: u32, wr_id: u64) -> Result<()> {

@@ -605,32 +605,57 @@ impl Verbs for IbvVerbs {
     }
 
     fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
+        self.post_send_chain(qpn, std::slice::from_ref(wr))
+    }
+
+    fn post_send_chain(&mut self, qpn: u32, wrs: &[SendWr]) -> Result<()> {
         let qp = self.qp("ibv_post_send", qpn)?;
-        let mut sge = ffi::Sge {
-            addr: wr.local.0,
-            length: wr.local.1,
-            lkey: wr.local.2,
-        };
-        let mut w = ffi::SendWr::new();
-        w.wr_id = wr.wr_id;
-        if wr.local.1 > 0 {
-            w.sg_list = &mut sge;
-            w.num_sge = 1;
+        let mut sges: Vec<ffi::Sge> = wrs
+            .iter()
+            .map(|wr| ffi::Sge {
+                addr: wr.local.0,
+                length: wr.local.1,
+                lkey: wr.local.2,
+            })
+            .collect();
+        let mut ws: Vec<ffi::SendWr> = wrs
+            .iter()
+            .map(|wr| {
+                let mut w = ffi::SendWr::new();
+                w.wr_id = wr.wr_id;
+                w.opcode = if wr.imm.is_some() {
+                    ffi::WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    ffi::WR_RDMA_WRITE
+                };
+                w.send_flags = ffi::SEND_SIGNALED;
+                w.imm_data = wr.imm.unwrap_or(0).to_be();
+                w.remote_addr = wr.remote_addr;
+                w.rkey = wr.rkey;
+                w
+            })
+            .collect();
+        // Link the list and its scatter entries (both vectors are final:
+        // no reallocation moves them before the call).
+        for i in 0..ws.len() {
+            if wrs[i].local.1 > 0 {
+                ws[i].sg_list = &mut sges[i];
+                ws[i].num_sge = 1;
+            }
+            if i + 1 < ws.len() {
+                let next: *mut ffi::SendWr = &mut ws[i + 1];
+                ws[i].next = next;
+            }
         }
-        w.opcode = if wr.imm.is_some() {
-            ffi::WR_RDMA_WRITE_WITH_IMM
-        } else {
-            ffi::WR_RDMA_WRITE
+        let Some(first) = ws.first_mut() else {
+            return Ok(());
         };
-        w.send_flags = ffi::SEND_SIGNALED;
-        w.imm_data = wr.imm.unwrap_or(0).to_be();
-        w.remote_addr = wr.remote_addr;
-        w.rkey = wr.rkey;
         let mut bad = std::ptr::null_mut();
         // SAFETY: verbs.h's inline ibv_post_send: the context's ops table;
-        // `qp` is live, `w` and `sge` outlive the call (the HCA copies the
-        // descriptor when posting).
-        let rc = unsafe { ((*(*qp).context).ops.post_send)(qp.cast(), &mut w, &mut bad) };
+        // `qp` is live; the linked work requests and their scatter entries
+        // live in `ws` and `sges`, unmoved until the call returns (the HCA
+        // copies the descriptors when posting).
+        let rc = unsafe { ((*(*qp).context).ops.post_send)(qp.cast(), first, &mut bad) };
         if rc != 0 {
             return Err(self.err(
                 "ibv_post_send",

@@ -1,0 +1,76 @@
+//! Posting one WRITE on the emulated NIC: the state and queue checks a NIC
+//! makes at `ibv_post_send`, then (strict mode) the source's digest and
+//! the rules of an unanswered write, then the copy and the immediate.
+
+use super::{EmuVerbs, Msg};
+use crate::verbs::{QpState, Result, SendWr, VerbsError, WcStatus};
+
+impl EmuVerbs {
+    /// One send work request (the doorbell is counted by the caller).
+    pub(super) fn post_one(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
+        self.counted.send_wrs += 1;
+        let dev = self.dev();
+        let qp = self.qp_mut("ibv_post_send", qpn)?;
+        match qp.state {
+            QpState::Rts => {}
+            QpState::Error => {
+                self.watch_source(qpn, None);
+                self.complete_send(qpn, wr.wr_id, WcStatus::WR_FLUSH_ERR);
+                return Ok(());
+            }
+            state => {
+                return Err(VerbsError::QpState {
+                    device: dev,
+                    op: "ibv_post_send",
+                    qpn,
+                    state,
+                    need: "RTS",
+                })
+            }
+        }
+        if qp.send_outstanding >= qp.max_send {
+            return Err(VerbsError::Call {
+                device: dev,
+                op: "ibv_post_send",
+                detail: format!(
+                    "send queue of QP {qpn} is full ({} work requests outstanding)",
+                    qp.max_send
+                ),
+            });
+        }
+        let remote = qp.remote.expect("RTS has a remote");
+        self.watch_source(qpn, Some(wr));
+        let qp = self.qp_mut("ibv_post_send", qpn)?;
+        // Strict: no packet from this source GID crosses the fabric; or a
+        // WRITE before this one is still retrying.
+        if qp.unroutable || self.retrying(qpn) {
+            self.fail_unanswered(qpn, wr.wr_id);
+            return Ok(());
+        }
+        if !self
+            .remote_table(remote.gid)
+            .is_some_and(|t| t.ready(remote.qpn))
+        {
+            self.fail_unanswered(qpn, wr.wr_id);
+            return Ok(());
+        }
+        let (laddr, llen, lkey) = wr.local;
+        if llen > 0 {
+            let local = (laddr, llen as usize, lkey);
+            if let Err(status) = self.copy(remote.gid, local, (wr.remote_addr, wr.rkey)) {
+                self.complete_send(qpn, wr.wr_id, status);
+                return Ok(());
+            }
+        }
+        if let Some(imm) = wr.imm {
+            let m = Msg {
+                imm,
+                byte_len: llen,
+            };
+            self.pending.push_back((remote.gid, remote.qpn, m));
+            self.flush_pending();
+        }
+        self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
+        Ok(())
+    }
+}
