@@ -74,7 +74,8 @@ impl Communicator {
             let (node, replicas) = self.split_2d_configured(|c| {
                 match c.tcp.compress_pacing {
                     TcpPacing::Off => {}
-                    // Neither configured nor measured: SNCL_TCP_PACING decides.
+                    // No configured rate: the measured one paces; without
+                    // one either, SNCL_TCP_PACING decides.
                     TcpPacing::Auto if c.tiers.inter.is_none() => {
                         if let Some(link) = measured {
                             c.tiers.inter = Some(link);
