@@ -14,7 +14,6 @@
 
 use std::net::Ipv4Addr;
 
-use crate::topo::Sysfs;
 use crate::verbs::LinkLayer;
 
 /// What an entry of a GID table is.
@@ -93,43 +92,6 @@ pub fn choose_gid_index(
     )
 }
 
-/// Parses a GID as sysfs prints it (`fe80:0000:0000:0000:0202:c9ff:fe00:0001`).
-fn parse_gid(text: &str) -> Option<[u8; 16]> {
-    let addr: std::net::Ipv6Addr = text.trim().parse().ok()?;
-    Some(addr.octets())
-}
-
-impl Sysfs {
-    /// The GID table of `device` port `port` (entries that are set, with
-    /// their types); empty where sysfs does not have it.
-    pub fn gid_table(&self, device: &str, port: u8) -> Vec<GidEntry> {
-        let dir = self
-            .root()
-            .join("class/infiniband")
-            .join(device)
-            .join("ports")
-            .join(port.to_string());
-        let mut out = Vec::new();
-        for index in 0..=u8::MAX {
-            let Ok(text) = std::fs::read_to_string(dir.join("gids").join(index.to_string())) else {
-                break;
-            };
-            let Some(gid) = parse_gid(&text).filter(|g| *g != [0; 16]) else {
-                continue;
-            };
-            let kind = match std::fs::read_to_string(
-                dir.join("gid_attrs/types").join(index.to_string()),
-            ) {
-                Ok(t) if t.trim() == "RoCE v2" => GidKind::RoceV2,
-                Ok(_) => GidKind::IbOrRoceV1,
-                Err(_) => continue,
-            };
-            out.push(GidEntry { index, gid, kind });
-        }
-        out
-    }
-}
-
 /// An mlx5-like RoCE table for `ip` (the strict emulated port's, and
 /// tests'): 0 v1 fe80::, 1 v2 fe80::, 2 v1 ::ffff:ip, 3 v2 ::ffff:ip.
 pub fn mlx5_roce_table(ip: Ipv4Addr, mac_tail: [u8; 3]) -> Vec<GidEntry> {
@@ -193,39 +155,5 @@ mod tests {
         assert!(why.unwrap().contains("no routable RoCE v2 GID"));
         assert!(t[3].routable() && !t[0].routable() && !t[1].routable() && !t[2].routable());
         assert_eq!(t[3].ipv4(), Some(Ipv4Addr::new(198, 18, 0, 2)));
-    }
-
-    #[test]
-    fn the_table_is_read_from_sysfs_as_show_gids_reads_it() {
-        let root = std::env::temp_dir().join(format!("sncl-gids-{}", std::process::id()));
-        let port = root.join("class/infiniband/mlx5_0/ports/1");
-        std::fs::create_dir_all(port.join("gids")).unwrap();
-        std::fs::create_dir_all(port.join("gid_attrs/types")).unwrap();
-        let rows = [
-            (
-                "fe80:0000:0000:0000:0000:0000:0001:0203",
-                Some("IB/RoCE v1"),
-            ),
-            ("fe80:0000:0000:0000:0000:0000:0001:0203", Some("RoCE v2")),
-            ("0000:0000:0000:0000:0000:0000:0000:0000", None),
-            ("0000:0000:0000:0000:0000:ffff:c612:0002", Some("RoCE v2")),
-        ];
-        for (i, (gid, kind)) in rows.iter().enumerate() {
-            std::fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n")).unwrap();
-            if let Some(k) = kind {
-                std::fs::write(
-                    port.join("gid_attrs/types").join(i.to_string()),
-                    format!("{k}\n"),
-                )
-                .unwrap();
-            }
-        }
-        let t = Sysfs::at(&root).gid_table("mlx5_0", 1);
-        std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(t.iter().map(|e| e.index).collect::<Vec<_>>(), [0, 1, 3]);
-        assert_eq!(t[2].kind, GidKind::RoceV2);
-        assert_eq!(t[2].ipv4(), Some(Ipv4Addr::new(198, 18, 0, 2)));
-        assert_eq!(choose_gid_index(&t, LinkLayer::Ethernet, None).0, 3);
-        assert!(Sysfs::at("/nonexistent").gid_table("mlx5_0", 1).is_empty());
     }
 }

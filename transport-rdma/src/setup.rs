@@ -217,7 +217,8 @@ fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<
         )?),
         Provider::Emulated => Box::new(EmuVerbs::open()?),
         Provider::Device { device, port } => {
-            Box::new(IbvVerbs::open(device, *port, settings.gid_index)?)
+            let table = crate::topo::Sysfs::system().gid_table(device, *port);
+            Box::new(IbvVerbs::open(device, *port, settings.gid_index, &table)?)
         }
     })
 }

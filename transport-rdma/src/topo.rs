@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::gid::{GidEntry, GidKind};
 use crate::ibv::DevicePort;
 
 /// Where sysfs is mounted: `/sys`, or a fake tree (tests).
@@ -50,6 +51,43 @@ impl Sysfs {
             return None;
         }
         std::fs::canonicalize(self.root.join("bus/pci/devices").join(bdf)).ok()
+    }
+}
+
+/// Parses a GID as sysfs prints it (`fe80:0000:0000:0000:0202:c9ff:fe00:0001`).
+fn parse_gid(text: &str) -> Option<[u8; 16]> {
+    let addr: std::net::Ipv6Addr = text.trim().parse().ok()?;
+    Some(addr.octets())
+}
+
+impl Sysfs {
+    /// The GID table of `device` port `port` (entries that are set, with
+    /// their types); empty where sysfs does not have it.
+    pub fn gid_table(&self, device: &str, port: u8) -> Vec<GidEntry> {
+        let dir = self
+            .root()
+            .join("class/infiniband")
+            .join(device)
+            .join("ports")
+            .join(port.to_string());
+        let mut out = Vec::new();
+        for index in 0..=u8::MAX {
+            let Ok(text) = std::fs::read_to_string(dir.join("gids").join(index.to_string())) else {
+                break;
+            };
+            let Some(gid) = parse_gid(&text).filter(|g| *g != [0; 16]) else {
+                continue;
+            };
+            let kind = match std::fs::read_to_string(
+                dir.join("gid_attrs/types").join(index.to_string()),
+            ) {
+                Ok(t) if t.trim() == "RoCE v2" => GidKind::RoceV2,
+                Ok(_) => GidKind::IbOrRoceV1,
+                Err(_) => continue,
+            };
+            out.push(GidEntry { index, gid, kind });
+        }
+        out
     }
 }
 
@@ -249,5 +287,42 @@ mod tests {
                 .collect();
             assert_eq!(picks, ["mlx5_0", "mlx5_1", "mlx5_2"], "{gpu:?}");
         }
+    }
+
+    #[test]
+    fn the_table_is_read_from_sysfs_as_show_gids_reads_it() {
+        let root = std::env::temp_dir().join(format!("sncl-gids-{}", std::process::id()));
+        let port = root.join("class/infiniband/mlx5_0/ports/1");
+        std::fs::create_dir_all(port.join("gids")).unwrap();
+        std::fs::create_dir_all(port.join("gid_attrs/types")).unwrap();
+        let rows = [
+            (
+                "fe80:0000:0000:0000:0000:0000:0001:0203",
+                Some("IB/RoCE v1"),
+            ),
+            ("fe80:0000:0000:0000:0000:0000:0001:0203", Some("RoCE v2")),
+            ("0000:0000:0000:0000:0000:0000:0000:0000", None),
+            ("0000:0000:0000:0000:0000:ffff:c612:0002", Some("RoCE v2")),
+        ];
+        for (i, (gid, kind)) in rows.iter().enumerate() {
+            std::fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n")).unwrap();
+            if let Some(k) = kind {
+                std::fs::write(
+                    port.join("gid_attrs/types").join(i.to_string()),
+                    format!("{k}\n"),
+                )
+                .unwrap();
+            }
+        }
+        let t = Sysfs::at(&root).gid_table("mlx5_0", 1);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(t.iter().map(|e| e.index).collect::<Vec<_>>(), [0, 1, 3]);
+        assert_eq!(t[2].kind, GidKind::RoceV2);
+        assert_eq!(t[2].ipv4(), Some(std::net::Ipv4Addr::new(198, 18, 0, 2)));
+        assert_eq!(
+            crate::gid::choose_gid_index(&t, crate::verbs::LinkLayer::Ethernet, None).0,
+            3
+        );
+        assert!(Sysfs::at("/nonexistent").gid_table("mlx5_0", 1).is_empty());
     }
 }

@@ -30,8 +30,8 @@ mod strict;
 mod timing;
 mod watch;
 pub use pinning::pinned_bytes;
+pub use strict::retries_run_out_after;
 pub use strict::Strict;
-pub use timing::retries_run_out_after;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -115,9 +115,9 @@ pub struct EmuVerbs {
     /// Strict mode's rules ([`Strict`]).
     strict: Option<Strict>,
     /// Strict mode: posted WRITEs' sources per QP (`watch.rs`).
-    watched: HashMap<u32, VecDeque<watch::Watched>>,
+    watched: HashMap<u32, VecDeque<strict::Watched>>,
     /// Strict mode: send completions the hardware reports later (`timing.rs`).
-    late: VecDeque<timing::Late>,
+    late: VecDeque<strict::Late>,
     /// Doorbells, send work requests and send completions so far.
     counted: crate::verbs::VerbsCounters,
 }
@@ -601,7 +601,7 @@ impl Verbs for EmuVerbs {
                 (QpState::Init, QpState::Rtr)
             }
             QpTransition::Rts { path, .. } => {
-                qp.retry_after = timing::retries_run_out_after(path.timeout, path.retry_cnt);
+                qp.retry_after = strict::retries_run_out_after(path.timeout, path.retry_cnt);
                 (QpState::Rtr, QpState::Rts)
             }
             QpTransition::Error => {

@@ -17,10 +17,11 @@
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
 
 use crate::gid::{choose_gid_index, mlx5_roce_table, GidEntry};
 use crate::sys::PinRules;
-use crate::verbs::LinkLayer;
+use crate::verbs::{LinkLayer, WcStatus};
 
 /// The strict port's rules.
 #[derive(Clone, Debug)]
@@ -68,4 +69,32 @@ impl Strict {
             )),
         }
     }
+}
+
+/// One posted WRITE's source, in posting order per QP (completions come
+/// in that order).
+pub(super) struct Watched {
+    /// (address, length, lkey) of the source; `None` where the work
+    /// request completes without reading it (flushed).
+    pub(super) source: Option<((u64, usize, u32), u32)>,
+}
+
+/// How long a requester retries before `IBV_WC_RETRY_EXC_ERR` (`None`:
+/// forever, `timeout` 0).
+pub fn retries_run_out_after(timeout: u8, retry_cnt: u8) -> Option<Duration> {
+    if timeout == 0 {
+        return None;
+    }
+    let per_try_ns = 4096u128 << timeout.min(31);
+    let ns = per_try_ns * (u128::from(retry_cnt) + 1);
+    Some(Duration::from_nanos(ns.min(u64::MAX as u128) as u64))
+}
+
+/// A send completion the hardware reports later.
+pub(super) struct Late {
+    /// When (`None`: never, the retries never run out).
+    pub(super) due: Option<Instant>,
+    pub(super) qpn: u32,
+    pub(super) wr_id: u64,
+    pub(super) status: WcStatus,
 }

@@ -8,30 +8,11 @@
 //! the same QP complete with it, flushed, as the QP enters ERROR. At the
 //! defaults (`SNCL_IB_TIMEOUT` 20, `SNCL_IB_RETRY_CNT` 7) that is 34.4 s.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::strict::Late;
 use super::EmuVerbs;
 use crate::verbs::WcStatus;
-
-/// How long a requester retries before `IBV_WC_RETRY_EXC_ERR` (`None`:
-/// forever, `timeout` 0).
-pub fn retries_run_out_after(timeout: u8, retry_cnt: u8) -> Option<Duration> {
-    if timeout == 0 {
-        return None;
-    }
-    let per_try_ns = 4096u128 << timeout.min(31);
-    let ns = per_try_ns * (u128::from(retry_cnt) + 1);
-    Some(Duration::from_nanos(ns.min(u64::MAX as u128) as u64))
-}
-
-/// A send completion the hardware reports later.
-pub(super) struct Late {
-    /// When (`None`: never, the retries never run out).
-    due: Option<Instant>,
-    qpn: u32,
-    wr_id: u64,
-    status: WcStatus,
-}
 
 impl EmuVerbs {
     /// A WRITE on `qpn` that nothing answers: fails now (permissive), or
@@ -80,7 +61,7 @@ impl EmuVerbs {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::strict::retries_run_out_after;
 
     #[test]
     fn retries_run_out_after_the_verbs_formula() {

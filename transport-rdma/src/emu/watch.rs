@@ -13,16 +13,9 @@
 
 use std::collections::VecDeque;
 
+use super::strict::Watched;
 use super::{EmuVerbs, HEADER};
 use crate::verbs::{SendWr, WcStatus, WorkCompletion};
-
-/// One posted WRITE's source, in posting order per QP (completions come
-/// in that order).
-pub(super) struct Watched {
-    /// (address, length, lkey) of the source; `None` where the work
-    /// request completes without reading it (flushed).
-    source: Option<((u64, usize, u32), u32)>,
-}
 
 impl EmuVerbs {
     /// The source's digest, or `None` where it is not in a local

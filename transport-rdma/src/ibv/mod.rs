@@ -188,8 +188,13 @@ fn errno() -> std::io::Error {
 impl IbvVerbs {
     /// Opens `device` port `port` and reads its LID, MTU and the GID at
     /// `gid_index` (`SNCL_IB_GID_INDEX`; `None`: chosen from the port's
-    /// table, [`crate::gid::choose_gid_index`]).
-    pub fn open(device: &str, port: u8, gid_index: Option<u8>) -> Result<IbvVerbs> {
+    /// GID table `table`, as sysfs lists it, [`crate::gid::choose_gid_index`]).
+    pub fn open(
+        device: &str,
+        port: u8,
+        gid_index: Option<u8>,
+        table: &[crate::gid::GidEntry],
+    ) -> Result<IbvVerbs> {
         let name = format!("{device}:{port}");
         let err = |op: &'static str, detail: String| VerbsError::Call {
             device: name.clone(),
@@ -231,13 +236,12 @@ impl IbvVerbs {
             LinkLayer::InfiniBand
         };
         // SNCL_IB_GID_INDEX, else on RoCE the routable RoCE v2 entry of
-        // the table sysfs lists (crate::gid).
-        let table = crate::topo::Sysfs::system().gid_table(device, port);
-        let (gid_index, why) = crate::gid::choose_gid_index(&table, link_layer, gid_index);
+        // the port's table (crate::gid).
+        let (gid_index, why) = crate::gid::choose_gid_index(table, link_layer, gid_index);
         if let Some(why) = why {
             tracing::warn!("rdma: {name}: {why}");
         }
-        report_gid_once(&name, link_layer, &table, gid_index);
+        report_gid_once(&name, link_layer, table, gid_index);
         let mut gid = ffi::Gid::default();
         // SAFETY: `ctx` is open; `gid` is a `union ibv_gid`.
         let rg = unsafe { (lib.query_gid)(ctx, port, gid_index.into(), &mut gid) };
