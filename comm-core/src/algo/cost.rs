@@ -122,8 +122,9 @@ pub const RD_EXCHANGE_FACTOR: f64 = 2.0;
 /// The bytes of an rd exchange whose two directions overlap: up to this
 /// size an exchange costs one one-way transfer. Measured with today's
 /// transports (docs/perf-notes/NOTEBOOK.md §28, 2 ranks, rd and the ring
-/// forced, interleaved): rd is as fast as the ring or faster up to 256 KiB
-/// over shm and up to 2 MiB over tcp (tcp 8–256 KiB: rd 1.2–1.6× faster),
+/// forced, interleaved): rd within 10 % of the ring up to 256 KiB over shm
+/// (faster at 128 KiB, 7–9 % slower at 32 and 256 KiB) and as fast or
+/// faster up to 2 MiB over tcp (tcp 8–256 KiB: rd 1.2–1.6× faster),
 /// and 1.4–1.5× slower over shm from 512 KiB, 1.5–1.9× over tcp from 4 MiB;
 /// the smaller, shm's window is taken.
 pub const RD_OVERLAP_BYTES: usize = 256 << 10;
