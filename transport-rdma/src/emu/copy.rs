@@ -3,10 +3,34 @@
 //! and bounds locally, rkey, validity and bounds at the peer).
 
 use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 
-use super::{shared::RemoteRegion, EmuVerbs, HEADER};
+use super::{shared::RemoteRegion, EmuVerbs, LocalMr, HEADER};
 use crate::mem;
 use crate::verbs::WcStatus;
+
+/// Where the `len` bytes at `addr` of the local registration `lkey`
+/// lie: `Some(Some((mapping, offset)))` in a region this device maps
+/// (after its header, or at its dma-buf offset), `Some(None)` in a user
+/// registration (read at `addr` itself), `None` where `lkey` does not
+/// cover them (a local protection error).
+pub(super) fn local_source(
+    mrs: &HashMap<u32, LocalMr>,
+    (addr, len, lkey): (u64, usize, u32),
+) -> Option<Option<(&memmap2::MmapRaw, usize)>> {
+    let m = mrs.get(&lkey).filter(|m| {
+        addr >= m.mr.addr
+            && (addr - m.mr.addr)
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= m.mr.len as u64)
+    })?;
+    let at = (addr - m.mr.addr) as usize;
+    Some(match (&m.dmabuf, &m.region) {
+        (Some((map, start)), _) => Some((&**map, start + at)),
+        (None, Some(r)) => Some((&r.0.map, HEADER + at)),
+        (None, None) => None,
+    })
+}
 
 impl EmuVerbs {
     /// Copies `len` bytes of the local region `lkey` at `laddr` to the
@@ -17,22 +41,7 @@ impl EmuVerbs {
         (laddr, len, lkey): (u64, usize, u32),
         (raddr, rkey): (u64, u32),
     ) -> std::result::Result<(), WcStatus> {
-        let src = self
-            .mrs
-            .get(&lkey)
-            .filter(|m| {
-                laddr >= m.mr.addr
-                    && (laddr - m.mr.addr)
-                        .checked_add(len as u64)
-                        .is_some_and(|e| e <= m.mr.len as u64)
-            })
-            .ok_or(WcStatus::LOC_PROT_ERR)?;
-        let at = (laddr - src.mr.addr) as usize;
-        let src: Option<(&memmap2::MmapRaw, usize)> = match (&src.dmabuf, &src.region) {
-            (Some((map, start)), _) => Some((&**map, start + at)),
-            (None, Some(r)) => Some((&r.0.map, HEADER + at)),
-            (None, None) => None,
-        };
+        let src = local_source(&self.mrs, (laddr, len, lkey)).ok_or(WcStatus::LOC_PROT_ERR)?;
         let dst = match self.remote_mrs.entry((gid, rkey)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {

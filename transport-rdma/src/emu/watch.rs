@@ -14,26 +14,16 @@
 use std::collections::VecDeque;
 
 use super::strict::Watched;
-use super::{EmuVerbs, HEADER};
+use super::EmuVerbs;
 use crate::verbs::{SendWr, WcStatus, WorkCompletion};
 
 impl EmuVerbs {
     /// The source's digest, or `None` where it is not in a local
     /// registration (the copy then reports the protection error).
     fn source_digest(&self, (addr, len, lkey): (u64, usize, u32)) -> Option<u32> {
-        let m = self.mrs.get(&lkey).filter(|m| {
-            addr >= m.mr.addr
-                && (addr - m.mr.addr)
-                    .checked_add(len as u64)
-                    .is_some_and(|e| e <= m.mr.len as u64)
-        })?;
-        let at = (addr - m.mr.addr) as usize;
-        // In bounds of the region (checked above), which its mapping holds
-        // after its header or at its dma-buf offset.
-        let ptr = match (&m.dmabuf, &m.region) {
-            (Some((map, start)), _) => map.as_ptr().wrapping_add(start + at),
-            (None, Some(r)) => r.0.map.as_ptr().wrapping_add(HEADER + at),
-            (None, None) => addr as *const u8,
+        let ptr = match super::copy::local_source(&self.mrs, (addr, len, lkey))? {
+            Some((map, off)) => map.as_ptr().wrapping_add(off),
+            None => addr as *const u8,
         };
         // SAFETY: a live mapping of this device, or a user registration
         // read while its work request is outstanding (reg_user_mr's
