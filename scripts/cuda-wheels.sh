@@ -59,7 +59,7 @@ if ! complete; then
     rm -rf "$dest"
     mkdir -p "$dest"
     log="$dest.pip.log"
-    if ! "$python" -m pip install --quiet --disable-pip-version-check --no-input --root-user-action=ignore \
+    if ! "$python" -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-input --root-user-action=ignore \
         --retries 2 --timeout 30 --no-deps --only-binary=:all: --target "$dest" "${pins[@]}" >"$log" 2>&1; then
         cat "$log" >&2
         if grep -qiE 'No matching distribution|Could not find a version|NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|Max retries exceeded|ProxyError|SSLError' "$log"; then

@@ -116,7 +116,7 @@ if ! have_torch; then
     fi
     "${PIP[@]}" install --quiet --upgrade pip || true
     set +e
-    "${PIP[@]}" install --retries 3 "torch==$TORCH_VERSION" numpy setuptools wheel ninja 2>&1 \
+    "${PIP[@]}" install --no-cache-dir --retries 3 "torch==$TORCH_VERSION" numpy setuptools wheel ninja 2>&1 \
         | tee "$TORCH_VENV/.install.log"
     rc=${PIPESTATUS[0]}
     set -e

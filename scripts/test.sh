@@ -38,6 +38,14 @@ fi
 cargo build --workspace --all-targets --profile test
 status=0
 cargo test --workspace --profile test --no-fail-fast -- --test-threads="${SNCL_TEST_THREADS:-2}" || status=$?
+# SNCL_TEST_FREE_DISK=1 (set by .ci/run): what the rest no longer needs goes
+# before the fuzzer's instrumented build. The torch virtualenv (≈5 GB) served
+# the PyTorch backend's test above; a CI machine once ran out of disk in that
+# build with it still there.
+if [ "${SNCL_TEST_FREE_DISK:-0}" = 1 ]; then
+    rm -rf target/torch-venv target/torch-venv.lock
+    df -h . | tail -1 | awk '{print "[test.sh] disk after the cargo tests, torch virtualenv removed: " $4 " free"}'
+fi
 # The reliability suite's short form (its long form: scripts/reliability.sh --long).
 scripts/reliability.sh || status=1
 # The lent GPU's first section, on the strict driver model (seconds): the
