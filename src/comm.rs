@@ -16,6 +16,7 @@ use sncl_bootstrap::{Store, TcpStoreServer};
 use sncl_runtime::exec;
 
 mod check;
+mod lane;
 mod mailbox;
 mod memo;
 mod op;
@@ -42,6 +43,8 @@ pub(crate) struct State {
     /// Bytes this rank's peers read from its windows and it read from
     /// theirs (direct all-reduces), as (sent, received).
     window_bytes: (u64, u64),
+    /// Whether the smallest all-reduces take the lanes.
+    lanes: memo::LaneChoice,
 }
 
 impl State {
@@ -89,8 +92,8 @@ pub(crate) struct Inner {
     pub comm_id: u64,
     pub config: Config,
     forced: Mutex<Vec<(Collective, Algorithm)>>,
-    /// Bumped by every change of `forced`: the plan memo is valid for one
-    /// value of it.
+    /// Bumped by every change of `forced`, and by the first window: the
+    /// plan memo and the lane choice are valid for one value of it.
     forced_epoch: AtomicU64,
     pub(crate) spin: std::time::Duration,
     pub topo: Topology,
@@ -193,6 +196,7 @@ impl Inner {
                 busy: std::time::Duration::ZERO,
                 mailbox: mailbox::Mailbox::default(),
                 window_bytes: (0, 0),
+                lanes: memo::LaneChoice::default(),
             }),
             order: crate::order::IssueOrder::new(),
             store: p.store,

@@ -10,6 +10,7 @@
 use crate::wire::PieceHeader;
 
 mod failure;
+pub mod lane;
 pub use failure::{AbortCause, TransportError};
 
 /// Result of handing a received piece to the executor's consumer.
@@ -279,6 +280,12 @@ pub trait Connection: Send {
 
     /// Short name for logs ("shm", "tcp").
     fn kind(&self) -> &'static str;
+
+    /// The connection's lane ([`lane`]), where its peer shares this rank's
+    /// memory; `None` (the default) where it does not.
+    fn lane(&mut self) -> Option<&mut dyn lane::Lane> {
+        None
+    }
 
     /// Segments the kernel retransmitted on this connection so far (TCP:
     /// `tcpi_total_retrans` of its sockets); `None` where the transport

@@ -142,6 +142,42 @@ pub struct Fingerprint {
     pub count: u64,
 }
 
+/// Encoded size of a [`Fingerprint`] (the last part of a full piece
+/// header, and the fingerprint of a lane line).
+pub const FINGERPRINT_BYTES: usize = HEADER_BYTES - SHORT_HEADER_BYTES;
+
+impl Fingerprint {
+    /// Little endian: 0 collective, 1 dtype, 2 op, 3 zero, 4..8 root,
+    /// 8..16 count.
+    pub fn encode(&self) -> [u8; FINGERPRINT_BYTES] {
+        let mut out = [0u8; FINGERPRINT_BYTES];
+        out[0] = self.collective as u8;
+        out[1] = self.dtype as u8;
+        out[2] = self.op as u8;
+        out[4..8].copy_from_slice(&self.root.to_le_bytes());
+        out[8..16].copy_from_slice(&self.count.to_le_bytes());
+        out
+    }
+
+    /// Reads what [`Fingerprint::encode`] wrote; a peer's bytes that are not
+    /// a fingerprint are an error, never a panic.
+    pub fn decode(b: &[u8; FINGERPRINT_BYTES]) -> Result<Fingerprint, HeaderError> {
+        if b[3] != 0 {
+            return Err(HeaderError("reserved bytes are not zero"));
+        }
+        let [r0, r1, r2, r3] = [b[4], b[5], b[6], b[7]];
+        let mut count = [0u8; 8];
+        count.copy_from_slice(&b[8..16]);
+        Ok(Fingerprint {
+            collective: Collective::from_u8(b[0]).ok_or(HeaderError("unknown collective"))?,
+            dtype: DataType::from_u8(b[1]).ok_or(HeaderError("unknown dtype"))?,
+            op: ReduceOp::from_u8(b[2]).ok_or(HeaderError("unknown reduce op"))?,
+            root: i32::from_le_bytes([r0, r1, r2, r3]),
+            count: u64::from_le_bytes(count),
+        })
+    }
+}
+
 impl std::fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.collective == Collective::Tagged {
@@ -284,12 +320,7 @@ impl PieceHeader {
         out[28..32].copy_from_slice(&self.checksum.unwrap_or(0).to_le_bytes());
         match self.fingerprint {
             Some(fp) => {
-                out[32] = fp.collective as u8;
-                out[33] = fp.dtype as u8;
-                out[34] = fp.op as u8;
-                out[35] = 0;
-                out[36..40].copy_from_slice(&fp.root.to_le_bytes());
-                out[40..48].copy_from_slice(&fp.count.to_le_bytes());
+                out[SHORT_HEADER_BYTES..].copy_from_slice(&fp.encode());
                 HEADER_BYTES
             }
             None => {
@@ -341,16 +372,10 @@ impl PieceHeader {
             return Err(HeaderError("reserved bytes are not zero"));
         }
         let fingerprint = if n == HEADER_BYTES {
-            if b[35] != 0 {
-                return Err(HeaderError("reserved bytes are not zero"));
-            }
-            Some(Fingerprint {
-                collective: Collective::from_u8(b[32]).ok_or(HeaderError("unknown collective"))?,
-                dtype: DataType::from_u8(b[33]).ok_or(HeaderError("unknown dtype"))?,
-                op: ReduceOp::from_u8(b[34]).ok_or(HeaderError("unknown reduce op"))?,
-                root: u32_at(36) as i32,
-                count: u64_at(40),
-            })
+            let f = b[SHORT_HEADER_BYTES..HEADER_BYTES]
+                .try_into()
+                .expect("a fingerprint's bytes");
+            Some(Fingerprint::decode(f)?)
         } else {
             None
         };

@@ -25,10 +25,10 @@ mod device;
 mod piece;
 mod wait;
 use context::{in_op, OpState};
-pub use context::{AbortFlag, OpContext};
+pub use context::{peer_failed, AbortFlag, OpContext};
 use device::host_routed_sends;
 use piece::{flush, recv_some, send_some};
-pub use wait::{check_peers, wait_on_ranks, HANG_REPORT_EVERY};
+pub use wait::{check_peers, wait_on_ranks, wait_on_ranks_with, HANG_REPORT_EVERY};
 use wait::{hang_report, probe_peers, wait_over, waiting_peers, Waiter};
 
 /// Bytes moved by one execution, per peer.

@@ -1,5 +1,6 @@
 //! The plan memo: the planner's choices and the schedules of uniform-count
-//! operations, kept per communicator by the shape they depend on.
+//! operations, kept per communicator by the shape they depend on; and
+//! whether the lanes serve (`lane.rs`), decided once per epoch.
 
 use std::sync::Arc;
 
@@ -37,3 +38,14 @@ pub(crate) struct PlanMemo {
 
 /// At most this many memoised plans; beyond it the memo starts over.
 pub(super) const MEMO_ENTRIES: usize = 256;
+
+/// Whether lanes serve this communicator's small all-reduces (`lane.rs`),
+/// decided once per [`Inner::forced_epoch`] (a window allocation starts a
+/// new one too).
+#[derive(Default)]
+pub(crate) struct LaneChoice {
+    /// The epoch of the decision; `None` before the first.
+    pub(super) epoch: Option<u64>,
+    /// Lanes serve.
+    pub(super) on: bool,
+}

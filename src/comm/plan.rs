@@ -156,14 +156,20 @@ impl Inner {
         )
     }
 
-    /// The algorithm the planner picks for a collective of `count` elements.
+    /// The algorithm the planner picks for a collective of `count` elements
+    /// (the lanes' one-shot all-reduce where they serve it).
     pub fn algorithm_for(
         &self,
         coll: Collective,
         dtype: DataType,
         count: usize,
     ) -> Result<&'static str> {
-        Ok(self.plan(coll, dtype, count, false)?.algo.name())
+        let plan = self.plan(coll, dtype, count, false)?;
+        let bytes = count.saturating_mul(dtype.size());
+        if self.takes_lanes(&mut self.lock(), coll, bytes) {
+            return Ok(super::lane::LANE_ALGORITHM);
+        }
+        Ok(plan.algo.name())
     }
 
     /// Forces (or releases) the algorithm of one collective; the name must

@@ -45,6 +45,11 @@ impl Inner {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
+        if self.takes_lanes(st, op.coll, op.count * op.dtype.size()) {
+            // SAFETY: forwarded from the caller; the buffers are non-NULL
+            // (above) and hold `count` elements (`prepared`).
+            return unsafe { self.run_lane(st, op, prepared.fingerprint) };
+        }
         let rest;
         let op = if op.coll == Collective::SendRecv && op.p2p.iter().any(|p| p.peer == self.rank) {
             // SAFETY: forwarded from the caller; checked by `prepared`.
@@ -148,6 +153,39 @@ impl Inner {
         bytes: u64,
         finish: impl FnOnce(Result<()>) -> Result<()>,
     ) -> Result<()> {
+        self.recorded_op(st, op, (seq, fingerprint), algo.name(), bytes, |st, ctx| {
+            // Where windows are in use, every rank offers its buffers first
+            // and all decide alike whether the op runs directly over window
+            // memory.
+            let result = match self.window_decision(st, op, ctx) {
+                Ok(Some(direct)) => self.run_direct(st, op, ctx, &direct),
+                Ok(None) => exec::execute(
+                    sched,
+                    ctx,
+                    mem,
+                    &mut st.conns,
+                    Some(&mut st.traffic),
+                    Some(&self.abort_flag),
+                ),
+                Err(e) => Err(e),
+            };
+            finish(result)
+        })
+    }
+
+    /// Runs `body`, the data movement of operation `seq` (its algorithm
+    /// named `algo`), with the state held (the caller counts the
+    /// operation): the flight recorder around it, its busy time, and on a
+    /// failure the abort of the communicator so every peer fails fast.
+    pub(crate) fn recorded_op(
+        &self,
+        st: &mut State,
+        op: &RawOp,
+        (seq, fingerprint): (u64, Fingerprint),
+        algo: &'static str,
+        bytes: u64,
+        body: impl FnOnce(&mut State, &exec::OpContext) -> Result<()>,
+    ) -> Result<()> {
         let ctx = self.op_context(seq, fingerprint, op.op, self.spin);
         let started = sncl_runtime::clock::Instant::now();
         let flight_id = self.flight.start_at(
@@ -159,25 +197,11 @@ impl Inner {
                 count: op.count as u64,
                 bytes,
                 root: fingerprint.root.into(),
-                algo: algo.name(),
+                algo,
             },
             started,
         );
-        // Where windows are in use, every rank offers its buffers first and
-        // all decide alike whether the op runs directly over window memory.
-        let result = match self.window_decision(st, op, &ctx) {
-            Ok(Some(direct)) => self.run_direct(st, op, &ctx, &direct),
-            Ok(None) => exec::execute(
-                sched,
-                &ctx,
-                mem,
-                &mut st.conns,
-                Some(&mut st.traffic),
-                Some(&self.abort_flag),
-            ),
-            Err(e) => Err(e),
-        };
-        let result = finish(result);
+        let result = body(st, &ctx);
         let took = started.elapsed();
         st.busy += took;
         self.flight

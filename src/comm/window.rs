@@ -51,6 +51,12 @@ impl Inner {
         self.windows.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether this communicator has windows (every operation then starts
+    /// with an offer).
+    pub(super) fn has_windows(&self) -> bool {
+        self.windows_lock().control.is_some()
+    }
+
     fn window_error(&self, detail: String) -> Error {
         self.invalid("alloc_window", detail)
     }
@@ -103,6 +109,9 @@ impl Inner {
         let mut w = self.windows_lock();
         if control.is_some() {
             w.control = control;
+            // Operations start with an offer from now on: the choices made
+            // without windows (lanes) are made again.
+            self.forced_epoch.fetch_add(1, Ordering::Release);
         }
         w.live.retain(|l| l.strong_count() > 0);
         w.live.push(Arc::downgrade(&shared));

@@ -35,6 +35,7 @@
 
 pub mod cma;
 mod kind;
+mod lane;
 /// Private files under `/dev/shm` (the `sncl-shm-files` crate, shared
 /// with the emulated device).
 pub use sncl_shm_files as private_file;
@@ -130,6 +131,8 @@ pub struct ShmConnection {
     cma_reads: bool,
     /// Receiver side: lent pieces land here, one at a time.
     bounce: Vec<u8>,
+    /// What this side knows of the lanes (`lane.rs`).
+    lane: lane::LaneState,
 }
 
 /// How often a sender waiting for its lent pieces to be read checks that
@@ -156,6 +159,7 @@ impl ShmConnection {
             last_alive_check: std::time::Instant::now(),
             cma_reads: false,
             bounce: Vec::new(),
+            lane: lane::LaneState::default(),
         }
     }
 
@@ -432,6 +436,10 @@ impl Connection for ShmConnection {
 
     fn kind(&self) -> &'static str {
         "shm"
+    }
+
+    fn lane(&mut self) -> Option<&mut dyn comm_core::transport::lane::Lane> {
+        Some(self)
     }
 }
 

@@ -22,12 +22,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use comm_core::wire::{copy_checksummed, PieceHeader, HEADER_BYTES};
+use comm_core::wire::{copy_checksummed, PieceHeader, FINGERPRINT_BYTES, HEADER_BYTES};
 use memmap2::MmapMut;
 
 use crate::private_file::{self, check_name, Published, PREFIX, SHM_DIR};
 
-const MAGIC: u64 = 0x534e_434c_5348_4d32; // "SNCLSHM2": slots carry stamps
+const MAGIC: u64 = 0x534e_434c_5348_4d33; // "SNCLSHM3": slots carry stamps; lanes
 const LINE: usize = 128; // two cache lines: no false sharing with the prefetcher
 const OFF_MAGIC: usize = 0;
 const OFF_GEOMETRY: usize = 8; // u32 slots, u32 slot_bytes
@@ -37,7 +37,33 @@ const OFF_TAIL: usize = 2 * LINE;
 const OFF_ABORT_BY_SENDER: usize = 3 * LINE;
 const OFF_ABORT_BY_RECEIVER: usize = 3 * LINE + 8;
 const OFF_SENDER_PID: usize = 3 * LINE + 16;
-const OFF_SLOTS: usize = 4 * LINE;
+// The lane (comm_core::transport::lane): two 64-byte lines the sender
+// writes, by the parity of the operation's sequence number, and the word in
+// which the receiver acknowledges the last line it took (a line of its own).
+const OFF_LANES: usize = 4 * LINE;
+const OFF_LANE_ACK: usize = 5 * LINE;
+const OFF_SLOTS: usize = 6 * LINE;
+/// Bytes of one lane line: the stamp (the operation's sequence number,
+/// stored last with release ordering), the sender's acknowledgement of the
+/// reverse lane, the fingerprint, the payload.
+const LANE_LINE: usize = 64;
+const LANE_ACK_AT: usize = 8;
+const LANE_FINGERPRINT_AT: usize = 16;
+const LANE_PAYLOAD_AT: usize = LANE_FINGERPRINT_AT + FINGERPRINT_BYTES;
+/// Payload bytes of a lane line.
+pub const LANE_PAYLOAD: usize = LANE_LINE - LANE_PAYLOAD_AT;
+const _: () = assert!(2 * LANE_LINE <= LINE && OFF_LANES + 2 * LANE_LINE <= OFF_LANE_ACK);
+
+/// A lane line as read: the sender's acknowledgement of the reverse lane,
+/// the fingerprint's bytes and the payload.
+pub struct LaneLine {
+    /// The last sequence number the line's writer took from the reverse lane.
+    pub ack: u64,
+    /// The operation's fingerprint, encoded (`Fingerprint::encode`).
+    pub fingerprint: [u8; FINGERPRINT_BYTES],
+    /// The payload, zero-padded.
+    pub payload: [u8; LANE_PAYLOAD],
+}
 const SLOT_HEADER: usize = 64;
 // After the piece header, a slot header holds the address a lent piece
 // has in its sender, then the stamp: `2 * (index + 1)` for a slot that
@@ -460,6 +486,93 @@ impl Segment {
     /// Number of slots.
     pub fn slots(&self) -> u64 {
         self.slots as u64
+    }
+
+    fn lane_line(&self, seq: u64) -> *mut u8 {
+        let off = OFF_LANES + (seq & 1) as usize * LANE_LINE;
+        // SAFETY: both lane lines lie in the header, before the slots,
+        // inside every mapping (`open` checks the length against
+        // OFF_SLOTS).
+        unsafe { (self.map.as_ptr() as *mut u8).add(off) }
+    }
+
+    fn lane_stamp(&self, seq: u64) -> &AtomicU64 {
+        // SAFETY: the line is 64-byte aligned in the page-aligned mapping;
+        // AtomicU64 has the layout of u64, and both processes access the
+        // stamp atomically only.
+        unsafe { &*(self.lane_line(seq) as *const AtomicU64) }
+    }
+
+    /// The sender's side: writes the lane line of operation `seq` (its
+    /// parity's) — `ack`, the fingerprint, `payload` (at most
+    /// `LANE_PAYLOAD` bytes, zero-padded) — then its stamp, `seq`, with
+    /// release ordering. The caller knows the receiver has taken what the
+    /// line held (its acknowledgement reached `seq - 2` or the line's last
+    /// stamp).
+    pub fn write_lane(
+        &self,
+        seq: u64,
+        ack: u64,
+        fingerprint: &[u8; FINGERPRINT_BYTES],
+        payload: &[u8],
+    ) {
+        assert!(
+            payload.len() <= LANE_PAYLOAD,
+            "a lane payload of {} bytes",
+            payload.len()
+        );
+        let mut body = [0u8; LANE_LINE - LANE_ACK_AT];
+        body[..8].copy_from_slice(&ack.to_ne_bytes());
+        body[LANE_FINGERPRINT_AT - LANE_ACK_AT..LANE_PAYLOAD_AT - LANE_ACK_AT]
+            .copy_from_slice(fingerprint);
+        body[LANE_PAYLOAD_AT - LANE_ACK_AT..][..payload.len()].copy_from_slice(payload);
+        // SAFETY: the line lies in the mapping (`lane_line`); the receiver
+        // reads its body only after acquiring a stamp naming the operation
+        // it waits for, and has acknowledged the line's previous one (the
+        // caller's promise), so nobody reads these bytes now.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                body.as_ptr(),
+                self.lane_line(seq).add(LANE_ACK_AT),
+                body.len(),
+            )
+        };
+        self.lane_stamp(seq).store(seq, Ordering::Release);
+    }
+
+    /// The receiver's side: the lane line of operation `seq`, if its stamp
+    /// names `seq` (acquire ordering: its body is then complete).
+    pub fn read_lane(&self, seq: u64) -> Option<LaneLine> {
+        if seq == 0 || self.lane_stamp(seq).load(Ordering::Acquire) != seq {
+            return None;
+        }
+        let mut body = [0u8; LANE_LINE - LANE_ACK_AT];
+        // SAFETY: the stamp was acquired; the sender rewrites the line only
+        // after this side acknowledged it (`lane_ack`), after this read.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.lane_line(seq).add(LANE_ACK_AT),
+                body.as_mut_ptr(),
+                body.len(),
+            )
+        };
+        let mut line = LaneLine {
+            ack: u64::from_ne_bytes(body[..8].try_into().expect("8 bytes")),
+            fingerprint: [0; FINGERPRINT_BYTES],
+            payload: [0; LANE_PAYLOAD],
+        };
+        line.fingerprint.copy_from_slice(
+            &body[LANE_FINGERPRINT_AT - LANE_ACK_AT..LANE_PAYLOAD_AT - LANE_ACK_AT],
+        );
+        line.payload
+            .copy_from_slice(&body[LANE_PAYLOAD_AT - LANE_ACK_AT..]);
+        Some(line)
+    }
+
+    /// The sequence number of the last lane line the receiver took
+    /// (written by the receiver, read by the sender).
+    pub fn lane_ack(&self) -> &AtomicU64 {
+        self.word(OFF_LANE_ACK)
     }
 }
 

@@ -56,7 +56,9 @@ impl OpState {
     }
 }
 
-pub(super) fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
+/// The error of operation `ctx` for what a transport reported of a peer
+/// (`source`): the failed rank it proves, if any, named.
+pub fn peer_failed(ctx: &OpContext, source: TransportError) -> Error {
     let failed_rank = match &source {
         TransportError::PeerGone { peer, .. } => Some(*peer),
         // The aborting peer only passes the failure on; blame its cause

@@ -255,7 +255,44 @@ pub(super) fn probe_peers(
         return Ok(());
     }
     waiter.last_probe = Instant::now();
-    check_peers(ctx, conns, peers().into_iter())
+    let peers = peers();
+    check_peers(ctx, conns, peers.iter().copied())?;
+    check_lanes(ctx, conns, peers.into_iter())
+}
+
+/// A rank waiting in operation `ctx.seq` whose awaited peer published a lane
+/// line for that operation runs something else than the peer (a small
+/// all-reduce, which takes the lanes, against another operation): a
+/// [`Error::Mismatch`] naming both, as the fingerprints of pieces report
+/// it, instead of a wait until the deadline.
+fn check_lanes(
+    ctx: &OpContext,
+    conns: &mut [Option<Box<dyn Connection>>],
+    peers: impl Iterator<Item = usize>,
+) -> Result<()> {
+    if ctx.seq == 0 {
+        return Ok(());
+    }
+    for p in peers {
+        let Some(lane) = conns
+            .get_mut(p)
+            .and_then(|c| c.as_deref_mut())
+            .and_then(|c| c.lane())
+        else {
+            continue;
+        };
+        if let Some(theirs) = lane.peek(ctx.seq).filter(|t| *t != ctx.fingerprint) {
+            return Err(Error::Mismatch {
+                rank: ctx.rank,
+                peer: p,
+                seq: ctx.seq,
+                ours: ctx.fingerprint,
+                their_seq: ctx.seq,
+                theirs,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Asks the connections to `peers` once whether their peer is still alive
@@ -285,9 +322,21 @@ pub fn wait_on_ranks(
     doing: &str,
     mut pending: impl FnMut() -> Option<usize>,
 ) -> Result<()> {
+    wait_on_ranks_with(ctx, conns, abort, doing, |_| Ok(pending()))
+}
+
+/// As [`wait_on_ranks`], for a `pending` that works on the connections
+/// (lanes) and may fail: its error ends the wait.
+pub fn wait_on_ranks_with(
+    ctx: &OpContext,
+    conns: &mut [Option<Box<dyn Connection>>],
+    abort: Option<&AbortFlag>,
+    doing: &str,
+    mut pending: impl FnMut(&mut [Option<Box<dyn Connection>>]) -> Result<Option<usize>>,
+) -> Result<()> {
     let mut waiter = Waiter::new(ctx.spin);
     loop {
-        let Some(peer) = pending() else {
+        let Some(peer) = pending(conns)? else {
             return Ok(());
         };
         let Some(waited) = waiter.idle() else {
