@@ -385,8 +385,9 @@ impl Communicator {
     /// The algorithm an operation of `coll` over `count` elements of `dtype`
     /// runs now: the one forced for `coll` (see [`Communicator::force_algorithm`]),
     /// else the planner's choice from the cost functions of the collective's
-    /// rows in [`comm_core::algo::ALGORITHMS`]. Operations run exactly this
-    /// choice.
+    /// rows in [`comm_core::algo::ALGORITHMS`], or `one-shot` for an
+    /// all-reduce that takes the lanes (at most 32 bytes, every peer over
+    /// shared memory, nothing forced). Operations run exactly this choice.
     pub fn algorithm_for(
         &self,
         coll: Collective,

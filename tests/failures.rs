@@ -24,6 +24,8 @@ use sncl_bootstrap::TcpStore;
 const TIMEOUT_MS: u64 = 3000;
 const MODE_ENV: &str = "SNCL_TEST_MODE";
 const SELF_ABORT_ENV: &str = "SNCL_TEST_SELF_ABORT";
+/// Elements of the child loop's all-reduce (default 65,536).
+const COUNT_ENV: &str = "SNCL_TEST_COUNT";
 
 /// Child side: all_reduce in a loop until an error (exit 2, printing it) or
 /// 60 s (exit 0). With `SNCL_TEST_SELF_ABORT=r`, rank r aborts its own
@@ -39,7 +41,11 @@ fn child_loop() {
     let victim: Option<usize> = std::env::var(SELF_ABORT_ENV)
         .ok()
         .and_then(|v| v.parse().ok());
-    let mut v = vec![1.0f32; 1 << 16];
+    let count = std::env::var(COUNT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 16);
+    let mut v = vec![1.0f32; count];
     let start = Instant::now();
     let mut i = 0u64;
     while start.elapsed() < Duration::from_secs(60) {
@@ -68,6 +74,8 @@ fn names_rank(line: &str, v: usize) -> bool {
         || line.contains(&format!(" {v},"))
 }
 
+/// `transport`: "shm", "tcp", or "lanes" (shm, 2-element all-reduces with
+/// the planner free: they take the lanes, src/comm/lane.rs).
 fn dead_rank(transport: &str, n: usize, victim: usize, self_abort: bool) {
     let mut env = vec![
         (MODE_ENV, "loop".to_string()),
@@ -76,8 +84,12 @@ fn dead_rank(transport: &str, n: usize, victim: usize, self_abort: bool) {
             "SNCL_TRANSPORT",
             if transport == "tcp" { "tcp" } else { "auto" }.to_string(),
         ),
-        ("SNCL_ALGO", "all_reduce:ring".to_string()),
     ];
+    if transport == "lanes" {
+        env.push((COUNT_ENV, "2".to_string()));
+    } else {
+        env.push(("SNCL_ALGO", "all_reduce:ring".to_string()));
+    }
     if self_abort {
         env.push((SELF_ABORT_ENV, victim.to_string()));
     }
@@ -185,6 +197,15 @@ fn killed_rank_over_shm() {
         return;
     }
     dead_rank("shm", 4, 2, false);
+}
+
+#[test]
+fn killed_rank_in_small_all_reduces_over_lanes() {
+    if is_child() {
+        return;
+    }
+    dead_rank("lanes", 3, 1, false);
+    dead_rank("lanes", 2, 0, true);
 }
 
 #[test]
