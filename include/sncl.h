@@ -451,6 +451,65 @@ typedef struct {
 } snclConfig_t;
 
 /**
+ * What `snclCommMemStats` writes: bytes this rank of a communicator
+ * holds. Each byte is counted once by where it lives (`hostBytes` …
+ * `deviceBytes`) and once by what it is for (`fifoBytes` …
+ * `deviceStagingBytes`). Shared memory counts the segments this rank
+ * created for its peers.
+ */
+typedef struct {
+  /**
+   * Host memory private to this process.
+   */
+  uint64_t hostBytes;
+  /**
+   * Host memory pinned for a NIC or a device.
+   */
+  uint64_t pinnedBytes;
+  /**
+   * Shared memory this rank created for its peers.
+   */
+  uint64_t sharedBytes;
+  /**
+   * Device memory.
+   */
+  uint64_t deviceBytes;
+  /**
+   * Per-peer FIFOs (shared-memory segments, socket buffers, RDMA rings,
+   * device inboxes).
+   */
+  uint64_t fifoBytes;
+  /**
+   * Host staging of transports.
+   */
+  uint64_t stagingBytes;
+  /**
+   * User buffers kept registered with a NIC (pinned).
+   */
+  uint64_t registrationCacheBytes;
+  /**
+   * The executor's scratch space.
+   */
+  uint64_t scratchBytes;
+  /**
+   * Windows and their control records.
+   */
+  uint64_t windowBytes;
+  /**
+   * The flight recorder.
+   */
+  uint64_t flightRecorderBytes;
+  /**
+   * A device binding's staging and kept temporaries.
+   */
+  uint64_t deviceStagingBytes;
+  /**
+   * Peers this rank has a connection to.
+   */
+  int connectedPeers;
+} snclMemStats_t;
+
+/**
  * The last argument of every operation, NCCL's `cudaStream_t`. It is one of:
  *
  * * `NULL`: for device buffers, the legacy default CUDA stream (on the
@@ -710,6 +769,15 @@ snclResult_t snclRedOpCreatePreMulSum(snclRedOp_t *op,
  * `comm` is a live handle.
  */
 snclResult_t snclRedOpDestroy(snclRedOp_t op, snclComm_t comm);
+
+/**
+ * Writes the memory `comm` holds on this rank into `*stats` (like
+ * `ncclCommMemStats`, as one struct instead of one statistic per call).
+ *
+ * # Safety
+ * `comm` is a live handle; `stats` points to a writable `snclMemStats_t`.
+ */
+snclResult_t snclCommMemStats(snclComm_t comm, snclMemStats_t *stats);
 
 /**
  * Creates `newcomm` from the ranks of `comm` not listed in

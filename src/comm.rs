@@ -16,6 +16,7 @@ use sncl_bootstrap::{Store, TcpStoreServer};
 use sncl_runtime::exec;
 
 mod check;
+mod footprint;
 mod lane;
 mod mailbox;
 mod memo;

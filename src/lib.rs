@@ -68,6 +68,7 @@ mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
 mod logging;
+mod mem_stats;
 mod order;
 mod recovery;
 mod setup;
@@ -100,6 +101,7 @@ pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
+pub use mem_stats::{MemStats, Purpose, Residence};
 pub use setup::node_identity;
 pub use setup::transport_names;
 pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};
@@ -420,6 +422,25 @@ impl Communicator {
             }
         }
         s
+    }
+
+    /// The memory this rank of the communicator holds, by purpose and
+    /// residence (NCCL's `ncclCommMemStats`): its connections' FIFOs and
+    /// staging, registrations kept for zero copy, scratch, windows, the
+    /// flight recorder, the device binding's staging, and those of the
+    /// sub-communicators of compressed all-reduces. A single-rank
+    /// communicator holds no peer buffers.
+    pub fn mem_stats(&self) -> MemStats {
+        let mut m = self.inner.mem_stats();
+        if let Some(a) = self.device.get() {
+            a.binding.footprint(&mut |p, r, b| m.add(p, r, b));
+        }
+        if let Some(Some(l)) = self.layout.get() {
+            for sub in l.comms() {
+                m.absorb(&sub.mem_stats());
+            }
+        }
+        m
     }
 
     /// The two tiers the planner uses: `(intra-node, inter-node)` link costs

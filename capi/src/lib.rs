@@ -117,6 +117,8 @@
 mod api;
 // Communicators (creation, split, finalize, destroy, queries, operators):
 mod init;
+// The memory a communicator holds:
+mod mem_stats;
 // Shrinking after a failure:
 mod shrink;
 // Collectives:
@@ -151,6 +153,7 @@ pub use coll::*;
 pub use comm::{snclComm, snclComm_t};
 pub use feedback::*;
 pub use init::*;
+pub use mem_stats::*;
 pub use memory::*;
 pub use p2p::*;
 pub use register::*;

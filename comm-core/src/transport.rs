@@ -10,6 +10,7 @@
 use crate::wire::PieceHeader;
 
 mod failure;
+pub mod footprint;
 pub mod lane;
 pub use failure::{AbortCause, TransportError};
 
@@ -280,6 +281,12 @@ pub trait Connection: Send {
 
     /// Short name for logs ("shm", "tcp").
     fn kind(&self) -> &'static str;
+
+    /// Reports the memory this connection holds on this rank
+    /// ([`footprint`]); the default reports none.
+    fn footprint(&self, report: &mut footprint::FootprintReport<'_>) {
+        let _ = report;
+    }
 
     /// The connection's lane ([`lane`]), where its peer shares this rank's
     /// memory; `None` (the default) where it does not.

@@ -467,6 +467,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
     let all_stats = gather_stats(comm, &traffic)?;
     if out && args.stats {
         print_stats(&all_stats);
+        println!("# memory held by {}", comm.mem_stats());
     }
     if out {
         if let Some(path) = &args.stats_json {

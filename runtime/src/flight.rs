@@ -291,6 +291,13 @@ impl FlightRecorder {
         self.capacity
     }
 
+    /// Bytes of the record slots allocated so far (chunks are allocated
+    /// as the ring first reaches them).
+    pub fn allocated_bytes(&self) -> usize {
+        let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
+        chunks * CHUNK * std::mem::size_of::<Slot>()
+    }
+
     fn now_us(&self) -> u64 {
         self.at_us(Instant::now())
     }

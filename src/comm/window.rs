@@ -51,6 +51,20 @@ impl Inner {
         self.windows.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Bytes of shared memory this rank created for its windows: each live
+    /// window's own region and its control record.
+    pub(super) fn window_bytes(&self) -> u64 {
+        let w = self.windows_lock();
+        let windows: usize = w
+            .live
+            .iter()
+            .filter_map(|l| l.upgrade())
+            .map(|l| l.len())
+            .sum();
+        let control = w.control.as_ref().map_or(0, |c| c.own.len());
+        (windows + control) as u64
+    }
+
     /// Whether this communicator has windows (every operation then starts
     /// with an offer).
     pub(super) fn has_windows(&self) -> bool {

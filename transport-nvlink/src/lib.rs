@@ -672,6 +672,21 @@ impl Connection for NvlinkConnection {
         self.peer
     }
 
+    /// The host connection's, this side's descriptor ring and board, and
+    /// the device inbox while this side holds one.
+    fn footprint(&self, report: &mut comm_core::transport::footprint::FootprintReport<'_>) {
+        use comm_core::transport::footprint::{Purpose, Residence};
+        self.host.footprint(report);
+        let rings = self.inbound.ring.mapped_bytes() + self.inbound.board.mapped_bytes();
+        report(Purpose::Fifo, Residence::Shared, rings as u64);
+        let inbox = match &self.state {
+            LinkState::Idle | LinkState::Decided(None) => 0,
+            _ => self.geometry.slots * self.geometry.slot_bytes,
+        };
+        let retired = self.retired.as_ref().map_or(0, |b| b.bytes());
+        report(Purpose::Fifo, Residence::Device, (inbox + retired) as u64);
+    }
+
     fn memory_kinds(&self) -> &'static [MemoryKind] {
         &[MemoryKind::Host, MemoryKind::Device]
     }

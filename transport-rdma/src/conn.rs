@@ -600,6 +600,26 @@ impl Connection for RdmaConnection {
         self.peer
     }
 
+    /// The registered inbound ring and staging area (pinned), and the
+    /// user buffers kept registered for lent pieces where that pins them
+    /// (on-demand registrations pin nothing).
+    fn footprint(&self, report: &mut comm_core::transport::footprint::FootprintReport<'_>) {
+        use comm_core::transport::footprint::{Purpose, Residence};
+        report(Purpose::Fifo, Residence::Pinned, self.fifo_mr.len as u64);
+        report(
+            Purpose::Staging,
+            Residence::Pinned,
+            self.staging_mr.len as u64,
+        );
+        if self.regs.mode() == crate::regcache::ZeroCopy::Pinned {
+            report(
+                Purpose::RegistrationCache,
+                Residence::Pinned,
+                self.regs.registered() as u64,
+            );
+        }
+    }
+
     fn memory_kinds(&self) -> &'static [MemoryKind] {
         &[MemoryKind::Host, MemoryKind::Device]
     }

@@ -438,6 +438,23 @@ impl Connection for ShmConnection {
         "shm"
     }
 
+    /// The inbound segment (this rank created it for the peer to write;
+    /// the outbound one is the peer's) and the bounce buffer of lent
+    /// pieces.
+    fn footprint(&self, report: &mut comm_core::transport::footprint::FootprintReport<'_>) {
+        use comm_core::transport::footprint::{Purpose, Residence};
+        report(
+            Purpose::Fifo,
+            Residence::Shared,
+            self.inbound.mapped_bytes() as u64,
+        );
+        report(
+            Purpose::Staging,
+            Residence::Host,
+            self.bounce.capacity() as u64,
+        );
+    }
+
     fn lane(&mut self) -> Option<&mut dyn comm_core::transport::lane::Lane> {
         Some(self)
     }

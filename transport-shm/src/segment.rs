@@ -316,6 +316,11 @@ impl Segment {
         }
     }
 
+    /// Bytes of the mapping (header, lanes and slots).
+    pub fn mapped_bytes(&self) -> usize {
+        self.map.len()
+    }
+
     /// Payload bytes per slot.
     pub fn slot_bytes(&self) -> usize {
         self.slot_bytes

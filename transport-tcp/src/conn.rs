@@ -599,6 +599,19 @@ impl Connection for TcpConnection {
         Some(TcpConnection::retransmits(self))
     }
 
+    /// Each socket's receive buffer (a largest frame and read-ahead) and
+    /// what it holds of unsent bytes; the kernel's socket buffers are not
+    /// this process's memory.
+    fn footprint(&self, report: &mut comm_core::transport::footprint::FootprintReport<'_>) {
+        use comm_core::transport::footprint::{Purpose, Residence};
+        let bytes: usize = self
+            .streams
+            .iter()
+            .map(|s| s.inb.len() + s.out.capacity())
+            .sum();
+        report(Purpose::Fifo, Residence::Host, bytes as u64);
+    }
+
     fn peer(&self) -> usize {
         self.peer
     }

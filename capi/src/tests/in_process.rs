@@ -111,6 +111,22 @@ fn one_thread_drives_every_rank() {
         for (r, got) in recv.iter().enumerate() {
             assert!(got.iter().all(|&x| x == ((r + n - 1) % n) as u64 * 7));
         }
+        // Every rank holds a FIFO per peer, counted by purpose and by
+        // residence alike.
+        for &c in &comms {
+            let mut st = snclMemStats_t::default();
+            ok(snclCommMemStats(c, &mut st));
+            assert_eq!(st.connectedPeers, n as c_int - 1, "{st:?}");
+            let by_residence = st.hostBytes + st.pinnedBytes + st.sharedBytes + st.deviceBytes;
+            let by_purpose = st.fifoBytes
+                + st.stagingBytes
+                + st.registrationCacheBytes
+                + st.scratchBytes
+                + st.windowBytes
+                + st.flightRecorderBytes
+                + st.deviceStagingBytes;
+            assert!(st.fifoBytes > 0 && by_residence == by_purpose, "{st:?}");
+        }
         // Split in a group: even and odd ranks.
         let mut subs = vec![std::ptr::null_mut(); n];
         ok(snclGroupStart());
@@ -347,6 +363,19 @@ fn inits_in_a_group_and_non_blocking() {
         ok(snclGroupEnd());
         ok(snclCommCount(c, &mut count));
         assert_eq!(count, 1);
+        // A single rank holds no peer buffers; its flight recorder is
+        // allocated as operations come.
+        let mut st = snclMemStats_t::default();
+        ok(snclCommMemStats(c, &mut st));
+        assert_eq!(
+            (st.connectedPeers, st.fifoBytes, st.sharedBytes),
+            (0, 0, 0),
+            "{st:?}"
+        );
+        assert_eq!(
+            snclCommMemStats(c, std::ptr::null_mut()),
+            snclInvalidArgument
+        );
         ok(snclCommDestroy(c));
     }
     // Non-blocking inits from one thread: in progress, then polled.

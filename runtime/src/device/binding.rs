@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ::device::direct::DirectAlgo;
 use ::device::{Device, DeviceBuffer, DeviceError, EventHandle, PinnedBuffer, StreamHandle};
+use comm_core::transport::footprint::{FootprintReport, Purpose, Residence};
 use comm_core::{Error, Result};
 
 use super::errors::device_error;
@@ -227,6 +228,30 @@ impl Binding {
             two_shot: self.direct[1].load(Ordering::Relaxed),
             kernel_path: self.direct[2].load(Ordering::Relaxed),
         }
+    }
+
+    /// Reports the memory this binding holds ([`Purpose::DeviceStaging`]):
+    /// the pinned host staging (2 buffers), the device staging (4) and the
+    /// kept temporaries.
+    pub fn footprint(&self, report: &mut FootprintReport<'_>) {
+        let staging = self
+            .staging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes() as u64;
+        let kept: usize = self
+            .temporaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|b| b.bytes())
+            .sum();
+        report(Purpose::DeviceStaging, Residence::Pinned, 2 * staging);
+        report(
+            Purpose::DeviceStaging,
+            Residence::Device,
+            4 * staging + kept as u64,
+        );
     }
 
     /// The temporaries kept from earlier operations, for one operation to

@@ -1,0 +1,112 @@
+//! What memory a communicator holds on one rank, by purpose and residence
+//! ([`crate::Communicator::mem_stats`], NCCL's `ncclCommMemStats`).
+
+pub use comm_core::transport::footprint::{Purpose, Residence};
+
+/// Bytes one rank of one communicator holds, by purpose (FIFOs, staging,
+/// registration cache, scratch, windows, flight recorder, device staging)
+/// and residence (host, pinned, shared, device). Shared memory counts
+/// what this rank created for its peers (what it maps of theirs is theirs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemStats {
+    /// The rank.
+    pub rank: usize,
+    /// Peers this rank has a connection to.
+    pub connected_peers: usize,
+    /// `(purpose, residence, bytes)` for every pair with bytes, in the
+    /// order of [`Purpose::ALL`] and [`Residence::ALL`].
+    pub rows: Vec<(Purpose, Residence, u64)>,
+}
+
+impl MemStats {
+    /// Adds `bytes` of `purpose` in `residence`.
+    pub fn add(&mut self, purpose: Purpose, residence: Residence, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        match self
+            .rows
+            .iter_mut()
+            .find(|(p, r, _)| *p == purpose && *r == residence)
+        {
+            Some(row) => row.2 += bytes,
+            None => {
+                self.rows.push((purpose, residence, bytes));
+                let rank = |p: Purpose, r: Residence| {
+                    let pi = Purpose::ALL.iter().position(|x| *x == p);
+                    let ri = Residence::ALL.iter().position(|x| *x == r);
+                    (pi, ri)
+                };
+                self.rows.sort_by_key(|(p, r, _)| rank(*p, *r));
+            }
+        }
+    }
+
+    /// Adds another communicator's bytes (the sub-communicators of a
+    /// compressed all-reduce).
+    pub fn absorb(&mut self, other: &MemStats) {
+        for &(p, r, b) in &other.rows {
+            self.add(p, r, b);
+        }
+    }
+
+    /// Bytes in `residence`, every purpose.
+    pub fn total(&self, residence: Residence) -> u64 {
+        self.rows
+            .iter()
+            .filter(|(_, r, _)| *r == residence)
+            .map(|row| row.2)
+            .sum()
+    }
+
+    /// Bytes for `purpose`, every residence.
+    pub fn of(&self, purpose: Purpose) -> u64 {
+        self.rows
+            .iter()
+            .filter(|(p, _, _)| *p == purpose)
+            .map(|row| row.2)
+            .sum()
+    }
+}
+
+impl std::fmt::Display for MemStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {}, {} peers:", self.rank, self.connected_peers)?;
+        if self.rows.is_empty() {
+            return write!(f, " nothing");
+        }
+        for (p, r, b) in &self.rows {
+            write!(f, " {} {} {b} B;", p.name(), r.name())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_merge_sort_and_sum() {
+        let mut m = MemStats::default();
+        m.add(Purpose::Scratch, Residence::Host, 5);
+        m.add(Purpose::Fifo, Residence::Shared, 7);
+        m.add(Purpose::Fifo, Residence::Shared, 1);
+        m.add(Purpose::Fifo, Residence::Host, 0);
+        m.add(Purpose::Fifo, Residence::Host, 2);
+        assert_eq!(
+            m.rows,
+            vec![
+                (Purpose::Fifo, Residence::Host, 2),
+                (Purpose::Fifo, Residence::Shared, 8),
+                (Purpose::Scratch, Residence::Host, 5)
+            ]
+        );
+        assert_eq!(m.total(Residence::Host), 7);
+        assert_eq!(m.of(Purpose::Fifo), 10);
+        let mut n = MemStats::default();
+        n.absorb(&m);
+        n.absorb(&m);
+        assert_eq!(n.of(Purpose::Scratch), 10);
+    }
+}
