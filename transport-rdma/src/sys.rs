@@ -72,10 +72,10 @@ fn cap_ipc_lock_in_status(status: &str) -> bool {
         .is_some_and(|set| set & (1 << CAP_IPC_LOCK) != 0)
 }
 
-/// Checks, by the kernel's rule ([`PinRules`]), that `bytes` may be pinned
-/// in all; the error says how to fix it.
-pub fn check_memlock(bytes: usize) -> Result<(), String> {
-    let rules = PinRules::of_process();
+/// Checks, by the kernel's rule (`rules`, read once per device context:
+/// a registration must not read /proc), that `bytes` may be pinned in all;
+/// the error says how to fix it.
+pub fn check_pin(rules: &PinRules, bytes: usize) -> Result<(), String> {
     match rules.budget() {
         Some(limit) if !rules.allows(bytes as u64) => Err(memlock_advice(limit, bytes as u64)),
         _ => Ok(()),
@@ -131,6 +131,22 @@ pub fn lock_held(file: &std::fs::File) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_pin_applies_the_rules_it_is_given() {
+        let limited = PinRules {
+            limit: Some(8 << 20),
+            cap_ipc_lock: false,
+        };
+        assert!(check_pin(&limited, 8 << 20).is_ok());
+        let e = check_pin(&limited, (8 << 20) + 1).unwrap_err();
+        assert!(e.contains("RLIMIT_MEMLOCK is 8192 KiB"), "{e}");
+        let capable = PinRules {
+            cap_ipc_lock: true,
+            ..limited
+        };
+        assert!(check_pin(&capable, 1 << 40).is_ok());
+    }
 
     #[test]
     fn a_low_memlock_limit_is_reported_with_the_fix() {

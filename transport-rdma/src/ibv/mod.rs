@@ -139,6 +139,9 @@ pub struct IbvVerbs {
     wcs: Vec<ffi::Wc>,
     /// Whether on-demand registration works (probed once).
     on_demand: Option<bool>,
+    /// The process's pinning limit and capability, read once at open (a
+    /// registration of a lent piece must not read /proc).
+    pin: crate::sys::PinRules,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (one at a time
@@ -266,6 +269,7 @@ impl IbvVerbs {
             qps: HashMap::new(),
             wcs: Vec::new(),
             on_demand: None,
+            pin: crate::sys::PinRules::of_process(),
         };
         if rp != 0 || pd.is_null() {
             me.pd = pd;
@@ -312,7 +316,7 @@ impl Verbs for IbvVerbs {
     }
 
     fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
-        crate::sys::check_memlock(len).map_err(|e| self.err("ibv_reg_mr", e))?;
+        crate::sys::check_pin(&self.pin, len).map_err(|e| self.err("ibv_reg_mr", e))?;
         let mut mem = memmap2::MmapMut::map_anon(len.max(1))
             .map_err(|e| self.err("ibv_reg_mr", format!("allocating {len} bytes: {e}")))?;
         // SAFETY: `mem` is a live mapping of `len` bytes kept with the
@@ -348,7 +352,7 @@ impl Verbs for IbvVerbs {
 
     unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr> {
         if !on_demand {
-            crate::sys::check_memlock(len).map_err(|e| self.err("ibv_reg_mr", e))?;
+            crate::sys::check_pin(&self.pin, len).map_err(|e| self.err("ibv_reg_mr", e))?;
         }
         let access = if on_demand { ffi::ACCESS_ON_DEMAND } else { 0 };
         // SAFETY: the caller keeps the range mapped while work requests
