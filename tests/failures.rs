@@ -273,29 +273,6 @@ fn cfg(algo: Algorithm, transport: TransportChoice, timeout_ms: u64) -> Config {
     }
 }
 
-/// Runs `f(rank, comm)` on two thread-ranks and returns their results with
-/// how long each took.
-fn two_ranks<R: Send>(
-    comms: &[Communicator],
-    f: impl Fn(usize, &Communicator) -> R + Sync,
-) -> Vec<(R, Duration)> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, c)| {
-                let f = &f;
-                s.spawn(move || {
-                    let t = Instant::now();
-                    let out = f(r, c);
-                    (out, t.elapsed())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank")).collect()
-    })
-}
-
 /// Rank 0 all_reduces 100 elements, rank 1 200: both fail promptly; a
 /// rank that received the other's data reports `Error::Mismatch` naming
 /// both counts. (With the tree algorithm on 2 ranks, rank 1 only sends
@@ -309,7 +286,7 @@ fn mismatched_counts_fail_on_both_ranks_naming_both_sides() {
         for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::Rd] {
             let what = format!("{transport:?}/{algo:?}");
             let comms = init(2, cfg(algo, transport, 10_000));
-            let res = two_ranks(&comms, |r, c| {
+            let res = timed_on_ranks(&comms, |r, c| {
                 let count = if r == 0 { 100 } else { 200 };
                 let mut v = vec![1.0f32; count];
                 c.all_reduce_in_place(&mut v, ReduceOp::Sum)
@@ -406,7 +383,7 @@ fn mismatched_operations_fail_on_both_ranks() {
         for (name, a, b) in cases {
             let what = format!("{transport:?} {name}");
             let comms = init(2, cfg(Algorithm::Ring, transport, 8_000));
-            let res = two_ranks(&comms, |r, c| if r == 0 { a(c) } else { b(c) });
+            let res = timed_on_ranks(&comms, |r, c| if r == 0 { a(c) } else { b(c) });
             let mut mismatches = 0;
             for (r, (res, took)) in res.iter().enumerate() {
                 match res {

@@ -7,7 +7,7 @@
 
 mod rank_kit;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use comm_core::algo::Algorithm;
 use rank_kit::*;
@@ -22,34 +22,7 @@ fn config(timeout_ms: u64) -> Config {
 
 /// The algorithm the flight recorder noted for this rank's last operation.
 fn last_algorithm(c: &Communicator) -> String {
-    let json = c.flight_recorder_json();
-    let at = json
-        .rfind("\"algo\"")
-        .expect("a flight record with its algorithm");
-    json[at..].split('"').nth(3).unwrap_or_default().to_string()
-}
-
-/// Runs `f(rank, comm)` on one thread per rank; each result with its time.
-fn each_rank<R: Send>(
-    comms: &[Communicator],
-    f: impl Fn(usize, &Communicator) -> R + Sync,
-) -> Vec<(R, Duration)> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, c)| {
-                let f = &f;
-                s.spawn(move || {
-                    let t = Instant::now();
-                    (f(r, c), t.elapsed())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank thread"))
-            .collect()
-    })
+    flight_ops(c).pop().expect("a flight record").2
 }
 
 #[test]
@@ -57,7 +30,7 @@ fn small_all_reduces_take_the_lanes_agree_and_interleave_with_other_collectives(
     for n in [2, 3, 5] {
         let comms = init(n, config(20_000));
         let results = within(Duration::from_secs(120), "lanes", move || {
-            each_rank(&comms, |r, c| -> Result<Vec<u64>, String> {
+            timed_on_ranks(&comms, |r, c| -> Result<Vec<u64>, String> {
                 let mut bits = Vec::new();
                 for i in 0..400usize {
                     // f32 sums whose value depends on the fold order: every
@@ -127,7 +100,7 @@ fn small_all_reduces_take_the_lanes_agree_and_interleave_with_other_collectives(
 fn a_forced_algorithm_or_a_large_count_keeps_the_ordinary_path() {
     let comms = init(2, config(20_000));
     let algos = within(Duration::from_secs(60), "forced", move || {
-        each_rank(&comms, |_, c| {
+        timed_on_ranks(&comms, |_, c| {
             let mut v = [1f32; 8];
             c.all_reduce_in_place(&mut v[..], ReduceOp::Sum).unwrap();
             let lanes = last_algorithm(c);
@@ -155,7 +128,7 @@ fn a_forced_algorithm_or_a_large_count_keeps_the_ordinary_path() {
         ..config(20_000)
     };
     let comms = init(2, forced_cfg);
-    for (algo, _) in each_rank(&comms, |_, c| {
+    for (algo, _) in timed_on_ranks(&comms, |_, c| {
         c.all_reduce_in_place(&mut [1u64; 2][..], ReduceOp::Sum)
             .unwrap();
         last_algorithm(c)
@@ -197,7 +170,7 @@ fn assert_mismatch(what: &str, res: Vec<(sncl::Result<()>, Duration)>, names: [&
 fn mismatched_small_all_reduces_fail_fast_naming_both() {
     let comms = init(2, config(10_000));
     let res = within(Duration::from_secs(30), "count", move || {
-        each_rank(&comms, |r, c| {
+        timed_on_ranks(&comms, |r, c| {
             let mut v = vec![1f32; 2 + r];
             c.all_reduce_in_place(&mut v, ReduceOp::Sum)
         })
@@ -205,7 +178,7 @@ fn mismatched_small_all_reduces_fail_fast_naming_both() {
     assert_mismatch("2 vs 3 floats", res, ["count=2", "count=3"]);
     let comms = init(2, config(10_000));
     let res = within(Duration::from_secs(30), "op", move || {
-        each_rank(&comms, |r, c| {
+        timed_on_ranks(&comms, |r, c| {
             let op = if r == 0 { ReduceOp::Sum } else { ReduceOp::Max };
             c.all_reduce_in_place(&mut [1u8; 4][..], op)
         })
@@ -226,7 +199,7 @@ fn a_small_all_reduce_against_another_operation_fails_fast() {
         };
         let comms = init(2, cfg);
         let res = within(Duration::from_secs(30), "against broadcast", move || {
-            each_rank(&comms, |r, c| {
+            timed_on_ranks(&comms, |r, c| {
                 let mut v = [1f32; 2];
                 if r == 0 {
                     c.all_reduce_in_place(&mut v[..], ReduceOp::Sum)

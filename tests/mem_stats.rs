@@ -4,10 +4,13 @@
 //! the flight recorder, a device binding's staging — and nothing of peers
 //! on a single-rank communicator.
 
+mod rank_kit;
+
 use std::time::Duration;
 
 use comm_core::config::TransportChoice;
 use device::Backend;
+use rank_kit::timed_on_ranks;
 use sncl::{Communicator, Config, MemStats, Purpose, ReduceOp, Residence};
 
 const SLOTS: usize = 4;
@@ -24,11 +27,12 @@ fn config(transport: TransportChoice) -> Config {
     c
 }
 
+/// `f` on every rank (one thread each), the results in rank order.
 fn on_each<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = comms.iter().map(|c| s.spawn(|| f(c))).collect();
-        hs.into_iter().map(|h| h.join().expect("rank")).collect()
-    })
+    timed_on_ranks(comms, |_, c| f(c))
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect()
 }
 
 #[test]

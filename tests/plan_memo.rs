@@ -6,8 +6,11 @@
 //! flight recorder. (The memo against a fresh plan and schedule over a
 //! wider sweep: `comm::plan::tests` in the library.)
 
+mod rank_kit;
+
 use std::time::Duration;
 
+use rank_kit::flight_ops as ran;
 use sncl::{Collective, Communicator, Config, DataType, ReduceOp};
 
 fn comms(n: usize) -> Vec<Communicator> {
@@ -16,31 +19,6 @@ fn comms(n: usize) -> Vec<Communicator> {
         ..Config::default()
     };
     Communicator::init_threads(n, cfg).expect("init")
-}
-
-/// (op, count, algo) of every flight recorder entry, oldest first.
-fn ran(c: &Communicator) -> Vec<(String, usize, String)> {
-    let field = |line: &str, key: &str| -> String {
-        let at = line
-            .find(&format!("\"{key}\":"))
-            .unwrap_or_else(|| panic!("no {key} in {line}"))
-            + key.len()
-            + 3;
-        let rest = &line[at..];
-        let end = rest.find([',', '}']).expect("field end");
-        rest[..end].trim_matches('"').to_string()
-    };
-    c.flight_recorder_json()
-        .lines()
-        .filter(|l| l.contains("\"algo\":"))
-        .map(|l| {
-            (
-                field(l, "op"),
-                field(l, "count").parse().expect("count"),
-                field(l, "algo"),
-            )
-        })
-        .collect()
 }
 
 /// Counts around the planner's crossovers on 4 ranks (rd / ring / tree).

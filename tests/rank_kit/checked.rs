@@ -466,6 +466,57 @@ pub fn on_ranks_with(
     })
 }
 
+/// Runs `f(rank, comm)` on one thread per rank of `comms`; each rank's
+/// result with how long its call took.
+pub fn timed_on_ranks<R: Send>(
+    comms: &[Communicator],
+    f: impl Fn(usize, &Communicator) -> R + Sync,
+) -> Vec<(R, Duration)> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let f = &f;
+                s.spawn(move || {
+                    let t = std::time::Instant::now();
+                    let out = f(r, c);
+                    (out, t.elapsed())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    })
+}
+
+/// (op, count, algo) of every flight recorder entry of `c`, oldest first:
+/// what ran, as the recorder saw it.
+pub fn flight_ops(c: &Communicator) -> Vec<(String, usize, String)> {
+    let field = |line: &str, key: &str| -> String {
+        let at = line
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+            + key.len()
+            + 3;
+        let rest = &line[at..];
+        let end = rest.find([',', '}']).expect("field end");
+        rest[..end].trim_matches('"').to_string()
+    };
+    c.flight_recorder_json()
+        .lines()
+        .filter(|l| l.contains("\"algo\":"))
+        .map(|l| {
+            (
+                field(l, "op"),
+                field(l, "count").parse().expect("count"),
+                field(l, "algo"),
+            )
+        })
+        .collect()
+}
+
 pub fn init(n: usize, cfg: Config) -> Vec<Communicator> {
     Communicator::init_threads(n, cfg).unwrap_or_else(|e| panic!("init_threads({n}) failed: {e}"))
 }
