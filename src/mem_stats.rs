@@ -32,12 +32,8 @@ impl MemStats {
             Some(row) => row.2 += bytes,
             None => {
                 self.rows.push((purpose, residence, bytes));
-                let rank = |p: Purpose, r: Residence| {
-                    let pi = Purpose::ALL.iter().position(|x| *x == p);
-                    let ri = Residence::ALL.iter().position(|x| *x == r);
-                    (pi, ri)
-                };
-                self.rows.sort_by_key(|(p, r, _)| rank(*p, *r));
+                // Both enums order as their `ALL` lists them.
+                self.rows.sort_by_key(|&(p, r, _)| (p, r));
             }
         }
     }
@@ -52,18 +48,18 @@ impl MemStats {
 
     /// Bytes in `residence`, every purpose.
     pub fn total(&self, residence: Residence) -> u64 {
-        self.rows
-            .iter()
-            .filter(|(_, r, _)| *r == residence)
-            .map(|row| row.2)
-            .sum()
+        self.sum(|_, r| r == residence)
     }
 
     /// Bytes for `purpose`, every residence.
     pub fn of(&self, purpose: Purpose) -> u64 {
+        self.sum(|p, _| p == purpose)
+    }
+
+    fn sum(&self, keep: impl Fn(Purpose, Residence) -> bool) -> u64 {
         self.rows
             .iter()
-            .filter(|(p, _, _)| *p == purpose)
+            .filter(|&&(p, r, _)| keep(p, r))
             .map(|row| row.2)
             .sum()
     }

@@ -231,14 +231,13 @@ impl Binding {
     }
 
     /// Reports the memory this binding holds ([`Purpose::DeviceStaging`]):
-    /// the pinned host staging (2 buffers), the device staging (4) and the
-    /// kept temporaries.
+    /// its staging buffers and the kept temporaries.
     pub fn footprint(&self, report: &mut FootprintReport<'_>) {
-        let staging = self
+        let (pinned, device) = self
             .staging
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .bytes() as u64;
+            .held_bytes();
         let kept: usize = self
             .temporaries
             .lock()
@@ -246,11 +245,11 @@ impl Binding {
             .iter()
             .map(|b| b.bytes())
             .sum();
-        report(Purpose::DeviceStaging, Residence::Pinned, 2 * staging);
+        report(Purpose::DeviceStaging, Residence::Pinned, pinned as u64);
         report(
             Purpose::DeviceStaging,
             Residence::Device,
-            4 * staging + kept as u64,
+            (device + kept) as u64,
         );
     }
 

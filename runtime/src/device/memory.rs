@@ -138,6 +138,21 @@ impl Staging {
         self.scratch.bytes()
     }
 
+    /// Bytes held: (pinned host, device) over every staging buffer.
+    pub fn held_bytes(&self) -> (usize, usize) {
+        let pinned = self.send_host.bytes() + self.ring_host.bytes();
+        let device = [
+            &self.ring_dev,
+            &self.scratch,
+            &self.segment_send,
+            &self.segment_recv,
+        ]
+        .iter()
+        .map(|b| b.bytes())
+        .sum();
+        (pinned, device)
+    }
+
     /// The segment buffers (send, receive), each [`Staging::bytes`] long.
     pub fn segment_buffers(&self) -> (DevicePtr, DevicePtr) {
         (self.segment_send.ptr(), self.segment_recv.ptr())
