@@ -159,15 +159,21 @@ fn peer_process_gone() {
     if gone_child() {
         return;
     }
-    for trial in 0..TRIALS {
-        let (_server, children) = spawn_ranks("peer_process_gone", 2, "");
+    rank_1_is_reported_gone("peer_process_gone", "", TRIALS, "is gone");
+}
+
+/// `trials` runs of the child test `test` in emulation `mode`: rank 0
+/// reports rank 1 gone within the deadline, saying `says`.
+fn rank_1_is_reported_gone(test: &str, mode: &str, trials: usize, says: &str) {
+    for trial in 0..trials {
+        let (_server, children) = spawn_ranks(test, 2, mode);
         let results = wait_ranks(children, DEADLINE * 4);
         let (ok, out) = &results[0];
         assert!(
             ok,
             "trial {trial}: rank 0 did not report peer rank 1 gone:\n{out}"
         );
-        assert!(out.contains("is gone"), "trial {trial}: {out}");
+        assert!(out.contains(says), "trial {trial}: {out}");
         // The crashed rank left its emulated NIC's files: they are removed
         // like any stale segment of a dead process.
         transport_shm::cleanup_stale();
@@ -183,21 +189,12 @@ fn peer_process_gone_on_the_strict_model_is_named_within_the_deadline() {
     if gone_child() {
         return;
     }
-    for trial in 0..5 {
-        let (_server, children) = spawn_ranks(
-            "peer_process_gone_on_the_strict_model_is_named_within_the_deadline",
-            2,
-            "strict",
-        );
-        let results = wait_ranks(children, DEADLINE * 4);
-        let (ok, out) = &results[0];
-        assert!(
-            ok,
-            "trial {trial}: rank 0 did not report peer rank 1 gone:\n{out}"
-        );
-        assert!(out.contains("exited"), "trial {trial}: {out}");
-        transport_shm::cleanup_stale();
-    }
+    rank_1_is_reported_gone(
+        "peer_process_gone_on_the_strict_model_is_named_within_the_deadline",
+        "strict",
+        5,
+        "exited",
+    );
 }
 
 #[test]
