@@ -716,6 +716,16 @@ impl Connection for RdmaConnection {
         progressed?;
         self.check_left()?;
         if let Some(Err((gone, what))) = self.liveness.as_mut().map(|l| l.check()) {
+            // A peer that aborted and then exited told why over RDMA
+            // before its socket closed: pass its cause on (blame the
+            // cause, not the messenger), as the shm transport does.
+            let _ = self.progress();
+            if let Some(cause) = self.peer_aborted {
+                return Err(TransportError::PeerAborted {
+                    peer: self.peer,
+                    cause,
+                });
+            }
             let detail = format!(
                 "RDMA connection to peer rank {} on {}: {what}",
                 self.peer, self.device
