@@ -207,8 +207,8 @@ pub const MAX_NSOCKS: usize = 64;
 pub const MIN_DEVICE_STAGING_BYTES: usize = 64 << 10;
 /// Largest `SNCL_DEVICE_STAGING_BYTES` (1 GiB).
 pub const MAX_DEVICE_STAGING_BYTES: usize = 1 << 30;
-/// Largest `SNCL_DEVICE_LANE_BYTES` (64 MiB: one-shot reads every rank's
-/// whole input, a latency path).
+/// Largest `SNCL_DEVICE_LANE_BYTES` (64 MiB: device memory on every rank
+/// of every communicator with a device lane).
 pub const MAX_DEVICE_LANE_BYTES: usize = 64 << 20;
 /// `SNCL_DEVICE_STAGING_BYTES` and `SNCL_DEVICE_LANE_BYTES` are rounded
 /// down to a multiple of this.

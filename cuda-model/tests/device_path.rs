@@ -340,3 +340,22 @@ fn device_suite_on_the_cuda_backend() {
         run.assert_clean("device_collectives on the cuda backend", 1);
     }
 }
+
+/// The kernel path's rounds (tests/device_lane.rs) on the model: its
+/// blocks run at once on threads of their own, as co-resident blocks do on
+/// a GPU, where the emulated device runs them one after the other (a block
+/// overwriting lane positions another block's peer still reads shows here
+/// only).
+#[test]
+fn lane_suite_on_the_cuda_backend() {
+    let Some(bin) = suite("device_lane") else {
+        eprintln!(
+            "skipped: tests/device_lane.rs is not built next to this test (run the workspace \
+             build first)"
+        );
+        return;
+    };
+    if let Some(run) = on_the_model(&bin, &[], &[("SNCL_TEST_DEVICE", "cuda")], "lane") {
+        run.assert_clean("device_lane on the cuda backend", 1);
+    }
+}

@@ -320,6 +320,8 @@ fn pageable_copies_stage_host_to_device_and_block_device_to_host() {
 /// The bytes of a direct kernel's arguments (`SnclDirectArgs`,
 /// kernels/cuda/sncl_direct.cu): rank 0 of 2, epoch 1, one-shot, no data.
 fn direct_args(flags: [u64; 2], control: u64, data: u64) -> Vec<u8> {
+    // Past the words below, the staged form's source, result and chunk
+    // stay 0 (not staged).
     let mut a = vec![0u8; 512];
     let mut put = |at: usize, v: &[u8]| a[at..at + v.len()].copy_from_slice(v);
     for (r, flag) in flags.iter().enumerate() {

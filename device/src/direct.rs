@@ -60,6 +60,98 @@ pub struct DirectAllReduce<'a> {
     /// Blocks of the launch (1 to `DIRECT_MAX_BLOCKS`), the same on every
     /// rank ([`grid`]).
     pub grid: u32,
+    /// `Some`: the kernel path's staged form (see [`Staged`]); `inputs`
+    /// are then the lane buffers and `outputs` unused.
+    pub staged: Option<Staged>,
+}
+
+/// A staged direct collective (the kernel path's lane): the kernel copies
+/// this rank's `source` into its lane buffer (`inputs[rank]`) round by
+/// round, reads every rank's lane and writes `result`, so the caller's
+/// buffers need not be mapped by the peers and may be any size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staged {
+    /// Which collective; [`DirectAllReduce::count`] is then the elements
+    /// of one rank's piece ([`Staged::extents`]).
+    pub collective: StagedCollective,
+    /// This rank's input (its own memory; a broadcast's non-root passes
+    /// `result`).
+    pub source: DevicePtr,
+    /// This rank's output (`source` for in place; a reduce's non-root
+    /// passes `source`).
+    pub result: DevicePtr,
+    /// Elements per round: at most a lane buffer's, a whole number of
+    /// 16-byte packs. Round k runs epoch `epoch + k`, so a launch of
+    /// `count.div_ceil(chunk)` rounds needs epoch 0 (derived on the
+    /// device) unless it runs one round.
+    pub chunk: usize,
+}
+
+/// The collectives the staged kernel runs (NCCL's conventions for the
+/// extents, [`Staged::extents`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StagedCollective {
+    /// One-shot or two-shot by [`DirectAllReduce::algo`].
+    AllReduce,
+    /// Every rank's `count` elements, in rank order, to every rank.
+    AllGather,
+    /// Piece r of the fold of every rank's `nranks × count` to rank r.
+    ReduceScatter,
+    /// The root's `count` elements to every rank.
+    Broadcast {
+        /// The rank whose source is sent.
+        root: usize,
+    },
+    /// The fold of every rank's `count` elements to the root.
+    Reduce {
+        /// The rank that receives the result.
+        root: usize,
+    },
+}
+
+impl StagedCollective {
+    /// The kernel ABI's `coll` and `root`.
+    fn abi(self) -> (i32, i32) {
+        match self {
+            StagedCollective::AllReduce => (0, 0),
+            StagedCollective::AllGather => (1, 0),
+            StagedCollective::ReduceScatter => (2, 0),
+            StagedCollective::Broadcast { root } => (3, root as i32),
+            StagedCollective::Reduce { root } => (4, root as i32),
+        }
+    }
+
+    /// Whether it folds (else it only copies, and any element type and op
+    /// name a kernel that does).
+    pub fn reduces(self) -> bool {
+        !matches!(
+            self,
+            StagedCollective::AllGather | StagedCollective::Broadcast { .. }
+        )
+    }
+}
+
+impl Staged {
+    /// Elements of this rank's (source, result) for pieces of `count`
+    /// among `nranks` ranks (a reduce's non-root and a broadcast's
+    /// non-root read or write `count` all the same: they pass one buffer
+    /// as both).
+    pub fn extents(&self, count: usize, nranks: usize) -> (usize, usize) {
+        match self.collective {
+            StagedCollective::AllGather => (count, count * nranks),
+            StagedCollective::ReduceScatter => (count * nranks, count),
+            _ => (count, count),
+        }
+    }
+
+    /// Elements of each rank's lane a round uses.
+    pub fn lane_count(&self, count: usize, nranks: usize) -> usize {
+        let round = count.min(self.chunk);
+        match self.collective {
+            StagedCollective::ReduceScatter => round * nranks,
+            _ => round,
+        }
+    }
 }
 
 impl DirectAllReduce<'_> {
@@ -70,7 +162,19 @@ impl DirectAllReduce<'_> {
 
     /// Whether the output is the input (in place).
     pub fn in_place(&self) -> bool {
-        self.outputs.get(self.rank) == self.inputs.get(self.rank)
+        match self.staged {
+            Some(s) => s.source == s.result,
+            None => self.outputs.get(self.rank) == self.inputs.get(self.rank),
+        }
+    }
+
+    /// Elements of each rank's input, output and scratch the kernel
+    /// touches: a round's for a staged launch, else the count.
+    pub fn shared_count(&self) -> usize {
+        match self.staged {
+            Some(s) if s.chunk > 0 => s.lane_count(self.count, self.nranks()),
+            _ => self.count,
+        }
     }
 
     /// Checks what every backend needs (before anything is enqueued) and
@@ -113,7 +217,43 @@ impl DirectAllReduce<'_> {
                 self.control
             )));
         }
-        if self.algo == DirectAlgo::OneShot && self.in_place() && self.scratch.is_none() {
+        if let Some(st) = self.staged {
+            let pack = 16 / self.dtype.size().clamp(1, 16);
+            if st.chunk == 0 || !st.chunk.is_multiple_of(pack) {
+                return Err(bad(format!(
+                    "staged chunk of {} elements: expected a positive multiple of {pack} \
+                     (16-byte packs of {})",
+                    st.chunk,
+                    self.dtype.name()
+                )));
+            }
+            if self.epoch != 0 && self.count > st.chunk {
+                return Err(bad(format!(
+                    "epoch {} for {} rounds: a staged launch of several rounds derives its \
+                     epochs on the device (epoch 0)",
+                    self.epoch,
+                    self.count.div_ceil(st.chunk)
+                )));
+            }
+            let lanes = self.inputs.iter().fold(0u64, |b, p| b | p.0);
+            if lanes % 16 != 0 {
+                return Err(bad("a lane buffer is not 16-byte aligned".into()));
+            }
+            if let StagedCollective::Broadcast { root } | StagedCollective::Reduce { root } =
+                st.collective
+            {
+                if root >= n {
+                    return Err(bad(format!("root {root} of {n} ranks")));
+                }
+            }
+            if (st.source.0 | st.result.0) % self.dtype.size() as u64 != 0 {
+                return Err(bad(format!(
+                    "the source or result is not aligned to its {}-byte {} elements",
+                    self.dtype.size(),
+                    self.dtype.name()
+                )));
+            }
+        } else if self.algo == DirectAlgo::OneShot && self.in_place() && self.scratch.is_none() {
             return Err(bad(
                 "one-shot in place needs a scratch buffer of count elements".into(),
             ));
@@ -132,7 +272,12 @@ impl DirectAllReduce<'_> {
                 self.dtype.name()
             )));
         }
-        kernels::cuda::direct_kernel(self.dtype, self.op).ok_or_else(|| {
+        // A copy runs any dtype's sum kernel (the op is not applied).
+        let op = match self.staged {
+            Some(st) if !st.collective.reduces() => ReduceOp::Sum,
+            _ => self.op,
+        };
+        kernels::cuda::direct_kernel(self.dtype, op).ok_or_else(|| {
             bad(format!(
                 "{} {}: the direct kernels reduce with sum, prod, max, min or avg",
                 self.dtype.name(),
@@ -181,10 +326,17 @@ pub(crate) struct DirectArgs {
     pub(crate) nranks: i32,
     pub(crate) algo: i32,
     pub(crate) in_place: i32,
+    pub(crate) source: u64,
+    pub(crate) result: u64,
+    pub(crate) chunk: u64,
+    pub(crate) coll: i32,
+    pub(crate) root: i32,
 }
 
-/// `SnclDirectArgs`' size: 3 x 8 pointers, 4 words of 8 bytes, 4 of 4.
-pub(crate) const DIRECT_ARGS_BYTES: usize = 3 * DIRECT_MAX_RANKS * 8 + 4 * 8 + 4 * 4;
+/// `SnclDirectArgs`' size: 3 x 8 pointers, 4 words of 8 bytes, 4 of 4,
+/// then the staged form's 3 words of 8 and 2 of 4.
+pub(crate) const DIRECT_ARGS_BYTES: usize =
+    3 * DIRECT_MAX_RANKS * 8 + 4 * 8 + 4 * 4 + 3 * 8 + 2 * 4;
 const _: () = assert!(std::mem::size_of::<DirectArgs>() == DIRECT_ARGS_BYTES);
 
 impl DirectArgs {
@@ -206,6 +358,12 @@ impl DirectArgs {
             in_place: i32::from(op.in_place()),
             ..Default::default()
         };
+        if let Some(st) = op.staged {
+            a.source = at(st.source);
+            a.result = at(st.result);
+            a.chunk = st.chunk as u64;
+            (a.coll, a.root) = st.collective.abi();
+        }
         for r in 0..op.nranks() {
             a.inputs[r] = at(op.inputs[r]);
             a.outputs[r] = at(op.outputs[r]);
@@ -233,6 +391,7 @@ mod tests {
             control,
             epoch: 1,
             grid: 2,
+            staged: None,
         }
     }
 

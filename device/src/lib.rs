@@ -568,7 +568,7 @@ pub use buffer::{DeviceBuffer, PinnedBuffer};
 pub mod codec;
 pub use codec::CodecOp;
 pub mod direct;
-pub use direct::DirectAllReduce;
+pub use direct::{DirectAllReduce, Staged, StagedCollective};
 mod checks;
 mod pointer;
 pub use pointer::PointerKind;

@@ -27,8 +27,9 @@
 // counters only grow (epochs are numbered from 1, the same on every rank),
 // so nothing is ever reset and a peer one operation ahead satisfies every
 // wait of this one. Block b of every rank handles the same elements (the
-// partition depends only on the count, the rank count and the launch
-// shape), so block b only ever waits on block b of its peers: no grid-wide
+// partition depends only on an element's position and the launch shape,
+// see sncl_direct_fold), so block b only ever waits on block b of its
+// peers: no grid-wide
 // barrier, and on the host shim (blocks run one after the other) every
 // rank's block 0 finishes before its block 1 starts, on every rank alike.
 //
@@ -70,7 +71,33 @@ struct SnclDirectArgs {
   int nranks;
   int algo;  // 1 one-shot, 2 two-shot
   int in_place;
+  // Staged (the kernel path's lane): the kernel copies `source` (count
+  // elements of this rank's memory) into inputs[rank] round by round and
+  // writes the result to `result` (this rank's memory, `source` allowed);
+  // inputs[] are the lane buffers of `chunk` elements, two-shot publishes
+  // its reduced slice in inputs[rank] and outputs[] are unused. Null: the
+  // buffers are the operation's own (windows).
+  const void* source;
+  void* result;
+  // Elements per round (staged: at most the lane's, a whole number of
+  // 16-byte packs; 0: the whole count in one round). Round k runs epoch
+  // epoch + k: a staged launch spans ceil(count / chunk) epochs.
+  unsigned long long chunk;
+  // Staged only: which collective (SNCL_DIRECT_COLL_*; `algo` matters for
+  // all-reduce only) and the root of broadcast and reduce. `count` is then
+  // the elements of one rank's piece: all-gather reads `count` and writes
+  // nranks * count, reduce-scatter reads nranks * count and writes
+  // `count` (its round is `chunk` elements of every piece: the lane holds
+  // nranks * chunk), broadcast and reduce read and write `count`.
+  int coll;
+  int root;
 };
+
+#define SNCL_DIRECT_COLL_ALL_REDUCE 0
+#define SNCL_DIRECT_COLL_ALL_GATHER 1
+#define SNCL_DIRECT_COLL_REDUCE_SCATTER 2
+#define SNCL_DIRECT_COLL_BROADCAST 3
+#define SNCL_DIRECT_COLL_REDUCE 4
 
 // 16 bytes seen as elements.
 template <typename T>
@@ -205,40 +232,116 @@ __device__ __forceinline__ bool sncl_direct_wait(const SnclDirectArgs& a, unsign
 
 // ---- Folds -------------------------------------------------------------------
 
+// 16 bytes at `p`, which need not be aligned (a staged operation's source
+// and result, a lane's piece of an odd length): element by element then,
+// each load bypassing L1 as for the peers' data. The host shim copies
+// unaligned packs with memcpy: a compiler may merge the two branches'
+// plain loads into one and keep the aligned branch's 16-byte alignment.
+template <typename T>
+__device__ __forceinline__ uint4 sncl_load_pack_any(const void* p, bool aligned) {
+  if (aligned) return sncl_load_pack(static_cast<const uint4*>(p));
+  SnclDirectPack<T> v;
+#ifdef SNCL_HOST_EMU
+  __builtin_memcpy(&v, p, sizeof(v));
+#else
+  SNCL_UNROLL
+  for (int e = 0; e < (int)(sizeof(uint4) / sizeof(T)); ++e) {
+    v.e[e] = sncl_load_elem(static_cast<const T*>(p) + e);
+  }
+#endif
+  return v.u;
+}
+template <typename T>
+__device__ __forceinline__ void sncl_store_pack_any(void* p, uint4 u, bool aligned) {
+  if (aligned) {
+    *static_cast<uint4*>(p) = u;
+    return;
+  }
+  SnclDirectPack<T> v;
+  v.u = u;
+#ifdef SNCL_HOST_EMU
+  __builtin_memcpy(p, &v, sizeof(v));
+#else
+  SNCL_UNROLL
+  for (int e = 0; e < (int)(sizeof(uint4) / sizeof(T)); ++e) static_cast<T*>(p)[e] = v.e[e];
+#endif
+}
+
+__device__ __forceinline__ bool sncl_aligned16(const void* p) {
+  return ((unsigned long long)p & 15) == 0;
+}
+
 // This block's share of elements [lo, hi): dst[i] = src[0][i] op ... op
-// src[n-1][i] (n = 1: a copy). Pack p (16 bytes) of the range goes to block
-// p / blockDim % gridDim, the same on every rank; the tail (elements past
-// the last whole pack of the range, or the whole range when `packed` is
-// false) goes element by element to the same rule.
+// src[n-1][i] (n = 1: a copy), also into dst2[i] where dst2 is not null.
+//
+// Who touches an element depends only on its position in the lane,
+// `base + i`, never on the range or the pointers: 16-byte pack
+// P = (base + i) / kPack belongs to block P / blockDim % gridDim (thread
+// P % blockDim of it). So a copy into a lane and every later read of the
+// same lane position fall to the same block whatever the rounds' and
+// slices' lengths, and block b only ever waits on block b of its peers:
+// a block that passed "everyone has read my lane" for its positions may
+// overwrite them in the next round while other blocks still work. A pack
+// the range covers whole, at a pointer that is 16-byte aligned there, is
+// moved as one 16-byte access; the rest element by element (`packed`
+// false: everything).
 template <typename Op>
 __device__ __forceinline__ void sncl_direct_fold(const void* const* srcs, int n, void* dst,
-                                                 unsigned long long lo, unsigned long long hi,
-                                                 bool packed) {
+                                                 void* dst2, unsigned long long lo,
+                                                 unsigned long long hi, bool packed,
+                                                 unsigned long long base) {
   typedef typename Op::T T;
   const unsigned long long kPack = sizeof(uint4) / sizeof(T);
+  if (hi <= lo) return;
   const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  // lo is a multiple of kPack whenever packed (the callers' slices are).
-  const unsigned long long npacks = packed ? (hi - lo) / kPack : 0;
-  const unsigned long long p0 = lo / kPack;
-  for (unsigned long long p = first; p < npacks; p += stride) {
-    SnclDirectPack<T> acc, v;
-    acc.u = sncl_load_pack(static_cast<const uint4*>(srcs[0]) + p0 + p);
-    for (int s = 1; s < n; ++s) {
-      v.u = sncl_load_pack(static_cast<const uint4*>(srcs[s]) + p0 + p);
-      SNCL_UNROLL
-      for (int e = 0; e < (int)kPack; ++e) acc.e[e] = Op::apply(acc.e[e], v.e[e]);
-    }
-    static_cast<uint4*>(dst)[p0 + p] = acc.u;
+  // A pointer is aligned at every pack boundary of the lane where it is
+  // aligned at lane position 0 (`base` elements before the range's base).
+  const unsigned long long shift = base * sizeof(T);
+  bool src_aligned = packed;
+  for (int s = 0; s < n; ++s) {
+    src_aligned = src_aligned && sncl_aligned16(static_cast<const char*>(srcs[s]) - shift);
   }
-  for (unsigned long long i = lo + npacks * kPack + first; i < hi; i += stride) {
-    T acc = sncl_load_elem(static_cast<const T*>(srcs[0]) + i);
-    for (int s = 1; s < n; ++s) acc = Op::apply(acc, sncl_load_elem(static_cast<const T*>(srcs[s]) + i));
-    static_cast<T*>(dst)[i] = acc;
+  const bool dst_aligned = packed && sncl_aligned16(static_cast<char*>(dst) - shift);
+  const bool dst2_aligned = packed && sncl_aligned16(static_cast<char*>(dst2) - shift);
+  const unsigned long long p_lo = (base + lo) / kPack;
+  const unsigned long long p_hi = (base + hi + kPack - 1) / kPack;
+  // This thread's packs: P = first (mod stride), from p_lo.
+  for (unsigned long long p = p_lo + (first + stride - p_lo % stride) % stride; p < p_hi;
+       p += stride) {
+    const unsigned long long at = p * kPack;  // lane position of the pack
+    const unsigned long long e_lo = at > base + lo ? at - base : lo;
+    const unsigned long long e_hi = at + kPack - base < hi ? at + kPack - base : hi;
+    if (e_hi - e_lo == kPack) {
+      const unsigned long long off = e_lo * sizeof(T);
+      SnclDirectPack<T> acc, v;
+      acc.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[0]) + off, src_aligned);
+      for (int s = 1; s < n; ++s) {
+        v.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[s]) + off, src_aligned);
+        SNCL_UNROLL
+        for (int e = 0; e < (int)kPack; ++e) acc.e[e] = Op::apply(acc.e[e], v.e[e]);
+      }
+      sncl_store_pack_any<T>(static_cast<char*>(dst) + off, acc.u, dst_aligned);
+      if (dst2 != nullptr) {
+        sncl_store_pack_any<T>(static_cast<char*>(dst2) + off, acc.u, dst2_aligned);
+      }
+      continue;
+    }
+    for (unsigned long long i = e_lo; i < e_hi; ++i) {
+      T acc = sncl_load_elem(static_cast<const T*>(srcs[0]) + i);
+      for (int s = 1; s < n; ++s) {
+        acc = Op::apply(acc, sncl_load_elem(static_cast<const T*>(srcs[s]) + i));
+      }
+      static_cast<T*>(dst)[i] = acc;
+      if (dst2 != nullptr) static_cast<T*>(dst2)[i] = acc;
+    }
   }
 }
 
-// Whether every pointer of the operation is 16-byte aligned.
+// Whether every buffer the peers share is 16-byte aligned (the inputs,
+// outputs and scratch as every rank sees them; a staged operation's own
+// source and result do not count: they are read and written alike
+// whatever their alignment, see sncl_direct_fold).
 __device__ __forceinline__ bool sncl_direct_packed(const SnclDirectArgs& a) {
   unsigned long long bits = (unsigned long long)a.scratch;
   for (int r = 0; r < a.nranks; ++r) {
@@ -247,13 +350,126 @@ __device__ __forceinline__ bool sncl_direct_packed(const SnclDirectArgs& a) {
   return (bits & 15) == 0;
 }
 
-// Two-shot's slice of rank r: [r * slice, min(count, (r + 1) * slice)),
-// slice a whole number of packs.
+// Two-shot's slice of a round of `count` elements: rank r's is
+// [r * slice, min(count, (r + 1) * slice)), slice a whole number of packs.
 template <typename T>
-__device__ __forceinline__ unsigned long long sncl_direct_slice(const SnclDirectArgs& a) {
+__device__ __forceinline__ unsigned long long sncl_direct_slice(const SnclDirectArgs& a,
+                                                                unsigned long long count) {
   const unsigned long long kPack = sizeof(uint4) / sizeof(T);
-  const unsigned long long per = (a.count + a.nranks - 1) / a.nranks;
+  const unsigned long long per = (count + a.nranks - 1) / a.nranks;
   return (per + kPack - 1) / kPack * kPack;
+}
+
+// Rank q's two-shot slice of a round of `count` elements, as [*lo, *hi).
+template <typename T>
+__device__ __forceinline__ void sncl_direct_slice_of(const SnclDirectArgs& a,
+                                                     unsigned long long count, int q,
+                                                     unsigned long long* lo,
+                                                     unsigned long long* hi) {
+  const unsigned long long slice = sncl_direct_slice<T>(a, count);
+  *lo = slice * q < count ? slice * q : count;
+  *hi = *lo + slice < count ? *lo + slice : count;
+}
+
+// One round of a staged all-gather, reduce-scatter, broadcast or reduce
+// (see SnclDirectArgs::coll): elements [base, base + n) of every piece.
+// Lane positions are owned by blocks as in sncl_direct_staged_round (a
+// reduce-scatter's piece q of a round sits at lane position q * n), so
+// block b's "ready" covers what block b of any peer reads. The caller then raises and
+// awaits "everyone has read my lane".
+template <typename Op>
+__device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a,
+                                                         unsigned long long base,
+                                                         unsigned long long n,
+                                                         unsigned long long e4, int* gave_up) {
+  typedef typename Op::T T;
+  const int me = a.rank;
+  const T* source = static_cast<const T*>(a.source);
+  T* result = static_cast<T*>(a.result);
+  T* lane = static_cast<T*>(const_cast<void*>(a.inputs[me]));
+  const unsigned long long count = a.count;
+  if (a.coll == SNCL_DIRECT_COLL_REDUCE_SCATTER) {
+    // Piece q of this rank's source goes to lane piece q; this rank folds
+    // lane piece `me` of every rank.
+    for (int q = 0; q < a.nranks; ++q) {
+      const void* from[1] = {source + q * count + base};
+      SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, lane + q * n, nullptr, 0, n, true, q * n); }
+    }
+  } else if (a.coll != SNCL_DIRECT_COLL_BROADCAST || me == a.root) {
+    const void* from[1] = {source + base};
+    SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, lane, nullptr, 0, n, true, 0); }
+  }
+  sncl_direct_raise(a, e4 + 1);
+  if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
+  if (a.coll == SNCL_DIRECT_COLL_ALL_GATHER) {
+    for (int q = 0; q < a.nranks; ++q) {
+      const void* from[1] = {a.inputs[q]};
+      SNCL_EACH_THREAD {
+        sncl_direct_fold<Op>(from, 1, result + q * count + base, nullptr, 0, n, true, 0);
+      }
+    }
+  } else if (a.coll == SNCL_DIRECT_COLL_REDUCE_SCATTER) {
+    const void* from[SNCL_DIRECT_MAX_RANKS];
+    for (int p = 0; p < a.nranks; ++p) from[p] = static_cast<const T*>(a.inputs[p]) + me * n;
+    SNCL_EACH_THREAD {
+      sncl_direct_fold<Op>(from, a.nranks, result + base, nullptr, 0, n, true, me * n);
+    }
+  } else if (a.coll == SNCL_DIRECT_COLL_BROADCAST) {
+    const void* from[1] = {a.inputs[a.root]};
+    if (me != a.root || a.result != a.source) {
+      SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, result + base, nullptr, 0, n, true, 0); }
+    }
+  } else if (me == a.root) {
+    SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, result + base, nullptr, 0, n, true, 0); }
+  }
+  return true;
+}
+
+// One round of a staged operation: elements [base, base + n) of the
+// source and result go through the lane buffers (inputs[]); epoch e4 / 4.
+// Lane position i holds element base + i, and who copies it in is who
+// reads it in every rank (sncl_direct_fold), so block b's "my input is
+// ready" covers everything block b of any peer reads. Two-shot folds slice
+// r into the result and back into this rank's lane (where no peer reads
+// slice r: its own slice), whence the peers copy it. The last wait
+// ("everyone has read my lane") lets the next round or operation
+// overwrite this block's lane positions.
+template <typename Op>
+__device__ __forceinline__ bool sncl_direct_staged_round(const SnclDirectArgs& a,
+                                                         unsigned long long base,
+                                                         unsigned long long n,
+                                                         unsigned long long e4, int* gave_up) {
+  typedef typename Op::T T;
+  const int me = a.rank;
+  const void* src[1] = {static_cast<const T*>(a.source) + base};
+  T* result = static_cast<T*>(a.result) + base;
+  void* lane = const_cast<void*>(a.inputs[me]);
+  if (a.coll != SNCL_DIRECT_COLL_ALL_REDUCE) {
+    if (!sncl_direct_staged_other<Op>(a, base, n, e4, gave_up)) return false;
+  } else {
+    SNCL_EACH_THREAD { sncl_direct_fold<Op>(src, 1, lane, nullptr, 0, n, true, 0); }
+    sncl_direct_raise(a, e4 + 1);
+    if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
+    if (a.algo == 1) {
+      SNCL_EACH_THREAD {
+        sncl_direct_fold<Op>(a.inputs, a.nranks, result, nullptr, 0, n, true, 0);
+      }
+    } else {
+      unsigned long long lo, hi;
+      sncl_direct_slice_of<T>(a, n, me, &lo, &hi);
+      SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, result, lane, lo, hi, true, 0); }
+      sncl_direct_raise(a, e4 + 2);
+      if (!sncl_direct_wait(a, e4 + 2, gave_up)) return false;
+      for (int q = 0; q < a.nranks; ++q) {
+        if (q == me) continue;
+        sncl_direct_slice_of<T>(a, n, q, &lo, &hi);
+        const void* from[1] = {a.inputs[q]};
+        SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, result, nullptr, lo, hi, true, 0); }
+      }
+    }
+  }
+  sncl_direct_raise(a, e4 + 3);
+  return sncl_direct_wait(a, e4 + 3, gave_up);
 }
 
 template <typename Op>
@@ -270,6 +486,18 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
     }
   }
   __syncthreads();
+  if (a.source != nullptr) {
+    // Rounds of `chunk` elements (a whole number of packs), one epoch each.
+    const unsigned long long per = a.chunk == 0 || a.chunk > a.count ? a.count : a.chunk;
+    unsigned long long base = 0, k = 0;
+    do {
+      const unsigned long long n = a.count - base < per ? a.count - base : per;
+      if (!sncl_direct_staged_round<Op>(a, base, n, (epoch + k) * 4, &gave_up)) return;
+      base += n;
+      ++k;
+    } while (base < a.count);
+    return;
+  }
   const unsigned long long e4 = epoch * 4;
   const bool packed = sncl_direct_packed(a);
   const int me = a.rank;
@@ -278,29 +506,32 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
   if (!sncl_direct_wait(a, e4 + 1, &gave_up)) return;
   if (a.algo == 1) {
     void* dst = a.in_place ? a.scratch : a.outputs[me];
-    SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, dst, 0, a.count, packed); }
+    SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, dst, nullptr, 0, a.count, packed, 0); }
     // Everyone has read every input: outputs (and, in place, inputs) may
     // be written, and the caller may reuse its input after the kernel.
     sncl_direct_raise(a, e4 + 3);
     if (!sncl_direct_wait(a, e4 + 3, &gave_up)) return;
     if (a.in_place) {
       const void* from[1] = {a.scratch};
-      SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, a.outputs[me], 0, a.count, packed); }
+      SNCL_EACH_THREAD {
+        sncl_direct_fold<Op>(from, 1, a.outputs[me], nullptr, 0, a.count, packed, 0);
+      }
     }
     return;
   }
-  const unsigned long long slice = sncl_direct_slice<T>(a);
-  const unsigned long long lo = slice * me < a.count ? slice * me : a.count;
-  const unsigned long long hi = lo + slice < a.count ? lo + slice : a.count;
-  SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, a.outputs[me], lo, hi, packed); }
+  unsigned long long lo, hi;
+  sncl_direct_slice_of<T>(a, a.count, me, &lo, &hi);
+  SNCL_EACH_THREAD {
+    sncl_direct_fold<Op>(a.inputs, a.nranks, a.outputs[me], nullptr, lo, hi, packed, 0);
+  }
   sncl_direct_raise(a, e4 + 2);
   if (!sncl_direct_wait(a, e4 + 2, &gave_up)) return;
   for (int q = 0; q < a.nranks; ++q) {
     if (q == me) continue;
-    const unsigned long long qlo = slice * q < a.count ? slice * q : a.count;
-    const unsigned long long qhi = qlo + slice < a.count ? qlo + slice : a.count;
+    unsigned long long qlo, qhi;
+    sncl_direct_slice_of<T>(a, a.count, q, &qlo, &qhi);
     const void* from[1] = {a.outputs[q]};
-    SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, a.outputs[me], qlo, qhi, packed); }
+    SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, a.outputs[me], nullptr, qlo, qhi, packed, 0); }
   }
   // Everyone has copied every slice: the buffers may be reused.
   sncl_direct_raise(a, e4 + 3);

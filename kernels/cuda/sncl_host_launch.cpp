@@ -93,7 +93,11 @@ static bool sncl_host_direct_args_ok(const SnclDirectArgs* args, unsigned int gr
   return !(grid == 0 || grid > SNCL_DIRECT_MAX_BLOCKS || block == 0 || args->nranks < 2 ||
            args->nranks > SNCL_DIRECT_MAX_RANKS || args->rank < 0 ||
            args->rank >= args->nranks || (args->algo != 1 && args->algo != 2) ||
-           (args->algo == 1 && args->in_place && args->scratch == nullptr));
+           (args->algo == 1 && args->in_place && args->scratch == nullptr && args->source == nullptr) ||
+           ((args->source == nullptr) != (args->result == nullptr)) ||
+           args->coll < SNCL_DIRECT_COLL_ALL_REDUCE || args->coll > SNCL_DIRECT_COLL_REDUCE ||
+           (args->coll != SNCL_DIRECT_COLL_ALL_REDUCE && args->source == nullptr) ||
+           args->root < 0 || args->root >= args->nranks);
 }
 
 int sncl_host_direct(const char* name, const SnclDirectArgs* args, unsigned int grid,

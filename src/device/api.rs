@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use comm_core::wire::Collective;
 use comm_core::{DataType, Error, ReduceOp, Result};
 
+use ::device::direct::{DirectAlgo, StagedCollective};
 use ::device::{Backend, Device, DeviceBuffer, DeviceError, DevicePtr, StreamHandle};
 
 use super::job::{DeviceJob, LaneJob};
@@ -386,8 +387,10 @@ impl Communicator {
             Ok(true) => {
                 return Err(invalid(format!(
                     "the caller's stream is being captured into a CUDA graph; under capture only \
-                     all-reduces of types of 2 or more bytes up to SNCL_DEVICE_LANE_BYTES ({} \
-                     bytes; the kernel path, on 2 to 8 ranks of one node) are supported",
+                     the kernel path's collectives are supported (all-reduce, reduce-scatter and \
+                     reduce of types of 2 or more bytes with sum, prod, max, min or avg, \
+                     all-gather and broadcast of any type; 2 to 8 ranks of one node, \
+                     SNCL_DEVICE_LANE_BYTES not 0: it is {})",
                     inner.config.device.lane_bytes
                 )))
             }
@@ -442,10 +445,10 @@ impl Communicator {
         }))
     }
 
-    /// The kernel path's lane, where `op` runs on it (see
-    /// `window/lane.rs`): an all-reduce the lane takes, on a communicator
+    /// The kernel path's lane and what `op` runs as on it (see
+    /// `window/lane.rs`): a collective the lane takes, on a communicator
     /// whose lane opened. Every rank answers alike for the same call.
-    fn lane_for(&self, op: &DeviceOp) -> Option<Arc<WindowCore>> {
+    fn lane_for(&self, op: &DeviceOp) -> Option<(Arc<WindowCore>, StagedCollective)> {
         let lane = self.lane.get()?.as_ref()?;
         // Users' windows come first: once a window exists, every device
         // all-reduce offers (and runs directly where the buffers are in
@@ -454,8 +457,11 @@ impl Communicator {
             .device
             .get()
             .is_some_and(|a| a.registry().offers_windows());
-        (op.coll == Collective::AllReduce && !windows && lane.lane_takes(op.dtype, op.op, op.count))
-            .then(|| lane.clone())
+        if windows {
+            return None;
+        }
+        let staged = lane.lane_collective(op.coll, op.root, (op.dtype, op.op, op.count))?;
+        Some((lane.clone(), staged))
     }
 
     /// `op` on the lane: in its turn, the copy, kernel and divide go on the
@@ -465,7 +471,7 @@ impl Communicator {
         &self,
         b: &Arc<Binding>,
         op: DeviceOp,
-        lane: Arc<WindowCore>,
+        (lane, staged): (Arc<WindowCore>, StagedCollective),
     ) -> Box<dyn FnOnce(u64) -> JobKind> {
         let (rank, name) = (self.inner.rank, op.coll.name());
         let mut enqueue_error = None;
@@ -484,13 +490,19 @@ impl Communicator {
             }
         };
         let fingerprint = comm_core::wire::Fingerprint {
-            collective: Collective::AllReduce,
+            collective: op.coll,
             dtype: op.dtype,
             op: op.op,
-            root: -1,
+            root: if op.coll.is_rooted() {
+                op.root as i32
+            } else {
+                -1
+            },
             count: op.count as u64,
         };
         let binding = b.clone();
+        let two_shot = staged == StagedCollective::AllReduce
+            && lane.lane_algo(op.dtype, op.count) == DirectAlgo::TwoShot;
         Box::new(move |_ticket| {
             if enqueue_error.is_none() {
                 // SAFETY: the caller's contract (`enqueue_device`): the
@@ -499,10 +511,8 @@ impl Communicator {
                 let r = unsafe {
                     lane.enqueue_lane(
                         op.stream,
-                        (op.send, op.recv),
-                        op.count,
-                        op.dtype,
-                        op.op,
+                        (staged, op.send, op.recv),
+                        (op.count, op.dtype, op.op),
                         done,
                     )
                 };
@@ -513,6 +523,7 @@ impl Communicator {
                 binding,
                 fingerprint,
                 done,
+                two_shot,
                 enqueue_error,
             }))
         })

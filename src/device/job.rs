@@ -100,6 +100,8 @@ pub(crate) struct LaneJob {
     /// Recorded after its kernels; `None` under stream capture (nothing to
     /// watch: the work runs at each replay).
     pub done: Option<EventHandle>,
+    /// The kernel ran two-shot (else one-shot).
+    pub two_shot: bool,
     /// Enqueueing on the caller's stream failed: the operation fails (and
     /// with it the communicator, so that the peers' kernels stop).
     pub enqueue_error: Option<Error>,
@@ -138,6 +140,9 @@ fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &WorkState) {
             }
             if r.is_ok() {
                 job.binding.direct[2].fetch_add(1, Ordering::Relaxed);
+                if job.two_shot {
+                    job.binding.direct[3].fetch_add(1, Ordering::Relaxed);
+                }
             }
             r
         }

@@ -578,6 +578,7 @@ impl WindowCore {
             control: self.control.as_ptr() as *mut u32,
             epoch,
             grid: direct::grid(dtype, count, block, max_blocks),
+            staged: None,
         };
         // SAFETY: every buffer is a live allocation or open IPC mapping
         // holding `count` elements from its offset (checked against both

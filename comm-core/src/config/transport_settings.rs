@@ -59,9 +59,9 @@ pub struct DeviceSettings {
     /// device collective's segments (`SNCL_DEVICE_STAGING_BYTES`, default
     /// 4 MiB).
     pub staging_bytes: usize,
-    /// The largest all-reduce the device kernel path runs, and the size of
-    /// its internal window (`SNCL_DEVICE_LANE_BYTES`, default 256 KiB; 0:
-    /// off).
+    /// The size of the device kernel path's internal window, through which
+    /// its all-reduces go in rounds of this many bytes
+    /// (`SNCL_DEVICE_LANE_BYTES`, default 16 MiB; 0: off).
     pub lane_bytes: usize,
 }
 
@@ -70,7 +70,7 @@ impl Default for DeviceSettings {
         DeviceSettings {
             cuda_include: None,
             staging_bytes: 4 << 20,
-            lane_bytes: 256 << 10,
+            lane_bytes: 16 << 20,
         }
     }
 }

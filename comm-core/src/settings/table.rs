@@ -293,12 +293,13 @@ pub static SETTINGS: &[Setting] = &[
             digest_key: "device_lane",
         },
         values: range(0, MAX_DEVICE_LANE_BYTES, DEVICE_STAGING_ALIGN, "bytes"),
-        default: Value("262144"),
-        doc: "device path: all-reduces of 2-byte or wider types up to this many bytes run as \
-              kernels on the caller's stream (the one-shot direct kernel over an internal \
-              window of this size, opened at the first device collective where 2 to 8 ranks \
-              share a node and no two processes share a device without MPS; capturable in \
-              CUDA graphs); 0: every device collective stays on the host-driven path",
+        default: Value("16777216"),
+        doc: "device path: the kernel path's internal window, per rank. All-reduces of \
+              2-byte or wider types run as one kernel launch on the caller's stream that \
+              goes through the window in rounds of this many bytes (one-shot or two-shot \
+              direct kernel; opened at the first device collective where 2 to 8 ranks share \
+              a node and no two processes share a device without MPS; capturable in CUDA \
+              graphs); 0: every device collective stays on the host-driven path",
         field: Field::Int {
             name: "device.lane_bytes",
             get: |c| c.device.lane_bytes,

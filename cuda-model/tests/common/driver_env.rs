@@ -60,8 +60,8 @@ pub fn wheel_dir(key: &str, file: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// The model's cdylib: `target/<profile>/libcuda_model.so` (or its copy
-/// in `deps/`), found from this test binary's path,
+/// The model's cdylib: the newer of `target/<profile>/libcuda_model.so` and its copy
+/// in `deps/`, found from this test binary's path,
 /// `target/<profile>/deps/NAME-HASH`.
 pub fn model_library() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
@@ -71,10 +71,14 @@ pub fn model_library() -> PathBuf {
         profile.join("libcuda_model.so"),
         deps.join("libcuda_model.so"),
     ];
+    // The newest: `cargo test` builds the cdylib in deps/ and does not
+    // always refresh the copy beside them, which an older `cargo build`
+    // left there (a stale model runs stale host kernels).
     candidates
         .iter()
-        .find(|p| p.is_file())
-        .cloned()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p.clone())
         .unwrap_or_else(|| {
             panic!(
                 "the model's cdylib is missing (looked for {:?}); build it with \

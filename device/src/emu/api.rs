@@ -384,7 +384,7 @@ impl Device for Emu {
     ) -> Result<()> {
         let call = "direct_all_reduce";
         let kernel = op.check(self.ordinal)?;
-        let bytes = self.elements(call, op.dtype, op.count)?;
+        let bytes = self.elements(call, op.dtype, op.shared_count())?;
         let mut keep = Vec::new();
         let mut host = |p: DevicePtr, len: usize| -> Result<u64> {
             let span = self.span(call, p, len)?;
@@ -401,6 +401,11 @@ impl Device for Emu {
         }
         if let Some(s) = op.scratch {
             args.scratch = host(s, bytes)?;
+        }
+        if let Some(st) = op.staged {
+            let (source, result) = st.extents(op.count, op.nranks());
+            args.source = host(st.source, self.elements(call, op.dtype, source)?)?;
+            args.result = host(st.result, self.elements(call, op.dtype, result)?)?;
         }
         let last = op.control as usize + 4 * (crate::direct::CONTROL_WORDS - 1);
         let control = self

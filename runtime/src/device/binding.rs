@@ -52,8 +52,9 @@ pub struct Binding {
     /// kept for the next operation instead of freed: a free synchronises
     /// the device, and an operation never frees ([`Binding::take_temporaries`]).
     temporaries: Mutex<Vec<DeviceBuffer>>,
-    /// Direct all-reduces run: one-shot, two-shot, on the kernel path.
-    pub direct: [AtomicU64; 3],
+    /// Direct all-reduces run: one-shot, two-shot, on the kernel path, on
+    /// the kernel path two-shot.
+    pub direct: [AtomicU64; 4],
 }
 
 impl std::fmt::Debug for Binding {
@@ -227,6 +228,7 @@ impl Binding {
             one_shot: self.direct[0].load(Ordering::Relaxed),
             two_shot: self.direct[1].load(Ordering::Relaxed),
             kernel_path: self.direct[2].load(Ordering::Relaxed),
+            kernel_path_two_shot: self.direct[3].load(Ordering::Relaxed),
         }
     }
 
@@ -348,10 +350,13 @@ pub struct DirectCounts {
     pub one_shot: u64,
     /// Two-shot kernels run.
     pub two_shot: u64,
-    /// Device all-reduces the kernel path ran on callers' streams
+    /// Device collectives (all-reduce, reduce-scatter, all-gather,
+    /// broadcast, reduce) the kernel path ran on callers' streams
     /// (`SNCL_DEVICE_LANE_BYTES`), watched to completion (launches replayed
     /// from a CUDA graph are not counted).
     pub kernel_path: u64,
+    /// Of `kernel_path`, those that ran two-shot (the rest one-shot).
+    pub kernel_path_two_shot: u64,
 }
 
 #[cfg(test)]

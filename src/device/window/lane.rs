@@ -1,17 +1,22 @@
-//! The kernel path ("lane"): a small all-reduce on device buffers runs as
-//! kernels on the caller's stream, NCCL-style, with no host thread between
-//! its stream's work and its peers'. At a rank's first device collective
-//! every rank opens an internal window of `SNCL_DEVICE_LANE_BYTES` (not
-//! offered to users' operations; 0: no lane). An eligible all-reduce then enqueues, on the
-//! caller's stream: a copy of its input into this rank's lane buffer, the
-//! one-shot direct kernel (which reads every rank's lane buffer where it
-//! lies and writes the caller's output, synchronised with its peers by
-//! the lane's flags), and avg's divide. The epoch is derived on the device
-//! from the lane's own flags (epoch 0), so the same launches replay
-//! correctly from a CUDA graph. The lane folds in rank order: its result is
-//! the same on every rank and in every run, and may differ in the last
-//! bits from the host-driven algorithms' (another order of the same sum),
-//! as NCCL's algorithms differ from each other.
+//! The kernel path ("lane"): an all-reduce on device buffers runs as one
+//! kernel launch on the caller's stream, NCCL-style, with no host thread
+//! between its stream's work and its peers'. At a rank's first device
+//! collective every rank opens an internal window of
+//! `SNCL_DEVICE_LANE_BYTES` (not offered to users' operations; 0: no
+//! lane). An eligible all-reduce then enqueues, on the caller's stream, the
+//! staged direct kernel (`device::direct::Staged`): round by round it
+//! copies a lane's worth of the caller's input into this rank's lane
+//! buffer, folds every rank's lane buffer where it lies (one-shot: all of
+//! it; two-shot: this rank's slice, published back in its lane for the
+//! peers to copy) into the caller's output, synchronised with its peers by
+//! the lane's flags; then avg's divide. One-shot or two-shot is the
+//! planner's choice by the whole size (`comm_core::tune::choose_direct`).
+//! The epochs (one per round) are derived on the device from the lane's
+//! own flags (epoch 0), so the same launches replay correctly from a CUDA
+//! graph. The lane folds in rank order: its result is the same on every
+//! rank and in every run, and may differ in the last bits from the
+//! host-driven algorithms' (another order of the same sum), as NCCL's
+//! algorithms differ from each other.
 //!
 //! The host only watches: an event recorded after the kernels lets the
 //! progress thread, in the operation's turn, wait with the communicator's
@@ -19,7 +24,7 @@
 //! when it gives up (the kernel then ends and the stream goes on); the
 //! work handle reports the outcome.
 //!
-//! Eligible: an all-reduce of 1 to `SNCL_DEVICE_LANE_BYTES` bytes of a type of 2 or
+//! Eligible: an all-reduce of at least one element of a type of 2 or
 //! more bytes whose dtype and op the direct kernels reduce, on a communicator whose lane opened (2
 //! to 8 ranks on one node, a backend with IPC and the direct kernels, and
 //! no two processes sharing a device without MPS). Every rank decides
@@ -27,7 +32,7 @@
 
 use std::sync::Arc;
 
-use ::device::direct::{self, DirectAlgo, DirectAllReduce};
+use ::device::direct::{self, DirectAlgo, DirectAllReduce, Staged, StagedCollective};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, ReduceOp, Result};
 
@@ -71,16 +76,56 @@ impl WindowCore {
         Ok(Some(Arc::new(core)))
     }
 
-    /// Whether an all-reduce of `count` elements of `dtype` with `op` runs
-    /// on this lane (the same answer on every rank for the same call).
-    pub(crate) fn lane_takes(&self, dtype: DataType, op: ReduceOp, count: usize) -> bool {
-        let bytes = count.saturating_mul(dtype.size());
-        // fp8 (and 1-byte integers with them) stay on the host-driven
-        // path: with 3 mantissa bits the lane's rank-order fold rounds
-        // visibly differently from the planner's algorithms.
-        dtype.size() >= 2
-            && (1..=self.bytes).contains(&bytes)
-            && kernels::cuda::direct_kernel(dtype, op).is_some()
+    /// The staged collective `coll` (root `root`) of `count` elements of
+    /// `dtype` with `op` runs as on this lane, or `None` where it stays on
+    /// the host-driven path (the same answer on every rank for the same
+    /// call). Any count from one element: the kernel goes through the lane
+    /// in rounds of a lane buffer's elements.
+    pub(crate) fn lane_collective(
+        &self,
+        coll: Collective,
+        root: usize,
+        (dtype, op, count): (DataType, ReduceOp, usize),
+    ) -> Option<StagedCollective> {
+        let staged = match coll {
+            Collective::AllReduce => StagedCollective::AllReduce,
+            Collective::AllGather => StagedCollective::AllGather,
+            Collective::ReduceScatter => StagedCollective::ReduceScatter,
+            Collective::Broadcast => StagedCollective::Broadcast { root },
+            Collective::Reduce => StagedCollective::Reduce { root },
+            _ => return None,
+        };
+        // Folds of fp8 (and 1-byte integers with them) stay on the
+        // host-driven path: with 3 mantissa bits the lane's rank-order
+        // fold rounds visibly differently from the planner's algorithms.
+        // Copies take every type.
+        let folds = staged.reduces();
+        let op = if folds { op } else { ReduceOp::Sum };
+        (count >= 1
+            && (!folds || dtype.size() >= 2)
+            && root < self.inner.nranks
+            && self.lane_chunk(staged, dtype) > 0
+            && kernels::cuda::direct_kernel(dtype, op).is_some())
+        .then_some(staged)
+    }
+
+    /// The kernel an all-reduce of `count` elements of `dtype` runs on the
+    /// lane: the planner's choice by its whole size (rounds of a large one
+    /// run two-shot even where a round alone would run one-shot).
+    pub(crate) fn lane_algo(&self, dtype: DataType, count: usize) -> DirectAlgo {
+        super::auto_kind(&self.inner, dtype, count)
+    }
+
+    /// Elements of `dtype` per round and piece through the lane: its
+    /// buffer's (a reduce-scatter's: its buffer's over the rank count, one
+    /// share per piece), a whole number of 16-byte packs (0 where a share
+    /// is under a pack).
+    fn lane_chunk(&self, staged: StagedCollective, dtype: DataType) -> usize {
+        let pieces = match staged {
+            StagedCollective::ReduceScatter => self.inner.nranks,
+            _ => 1,
+        };
+        (self.bytes / pieces / 16) * 16 / dtype.size()
     }
 
     /// Sets the lane kernels' abort word: every lane kernel running or
@@ -94,29 +139,28 @@ impl WindowCore {
         self.control_words()[0].store(1, std::sync::atomic::Ordering::Release);
     }
 
-    /// Enqueues an all-reduce of `count` elements from `send` to `recv`
-    /// (device buffers of the bound device, in place allowed) on `stream`:
-    /// the copy into this rank's lane buffer, the one-shot kernel, avg's
-    /// divide, and `done` recorded after them (`None`: nothing recorded,
-    /// as under stream capture).
+    /// Enqueues `staged` (from [`WindowCore::lane_collective`]) of
+    /// `count` elements a piece from `send` to `recv` (device buffers of
+    /// the bound device, NCCL's extents, in place allowed) on `stream`: the
+    /// staged direct kernel (rounds through the lane), avg's divide, and
+    /// `done` recorded after them (`None`: nothing recorded, as under
+    /// stream capture).
     ///
     /// # Safety
-    /// `send` and `recv` hold `count` elements of `dtype` until the work
-    /// enqueued here completes on `stream`.
-    #[allow(clippy::too_many_arguments)]
+    /// `send` and `recv` hold their extents of `dtype` until the work
+    /// enqueued here completes on `stream` (a broadcast's non-root and a
+    /// reduce's non-root need only `recv`, resp. `send`).
     pub(crate) unsafe fn enqueue_lane(
         &self,
         stream: ::device::StreamHandle,
-        (send, recv): (DevicePtr, DevicePtr),
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
+        (staged, send, recv): (StagedCollective, DevicePtr, DevicePtr),
+        (count, dtype, op): (usize, DataType, ReduceOp),
         done: Option<EventHandle>,
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
         let dev = &self.binding.dev;
-        let fail = |what: &str, e| device_error(me, dev, ("all_reduce", None), what, e);
-        let bytes = count * dtype.size();
+        let name = staged_name(staged);
+        let fail = |what: &str, e| device_error(me, dev, (name, None), what, e);
         // Lane operations run in issue order whatever their streams: one on
         // another stream than the last waits for it (not under capture,
         // where `done` is None: a graph's launches are ordered by its
@@ -125,50 +169,63 @@ impl WindowCore {
         let order = self.events[0];
         if done.is_some() && last.is_some_and(|s| s != stream) {
             dev.stream_wait_event(stream, order)
-                .map_err(|e| fail("ordering after the previous lane all-reduce", e))?;
+                .map_err(|e| fail("ordering after the previous lane collective", e))?;
         }
-        // SAFETY: the caller's `send` holds `bytes`; the lane buffer holds
-        // at least that (lane_takes), and no kernel of this rank reads it
-        // now: the previous lane kernel (ordered before this copy, on this
-        // stream or through `order`) ended only after every peer had read
-        // it (its phase 3), and this copy is ordered after the caller's
-        // earlier work.
-        unsafe { dev.copy_d2d_async(self.buffers[me], send, bytes, stream) }
-            .map_err(|e| fail("copying the input into the lane", e))?;
-        let mut outputs = self.buffers.clone();
-        outputs[me] = recv;
+        // The buffers a rank does not use stand in for each other.
+        let (source, result) = match staged {
+            StagedCollective::Broadcast { root } if root != me => (recv, recv),
+            StagedCollective::Reduce { root } if root != me => (send, send),
+            _ => (send, recv),
+        };
+        let chunk = self.lane_chunk(staged, dtype);
         let (block, max_blocks) = direct::launch_limits(dev.backend());
         let launch = DirectAllReduce {
-            algo: DirectAlgo::OneShot,
+            algo: self.lane_algo(dtype, count),
             dtype,
             op,
             count,
             rank: me,
             inputs: &self.buffers,
-            outputs: &outputs,
+            outputs: &self.buffers,
             flags: &self.flags,
             scratch: None,
             control: self.control.as_ptr() as *mut u32,
             epoch: 0,
-            grid: direct::grid(dtype, count, block, max_blocks),
+            grid: direct::grid(dtype, count.min(chunk), block, max_blocks),
+            staged: Some(Staged {
+                collective: staged,
+                source,
+                result,
+                chunk,
+            }),
         };
         // SAFETY: every lane buffer is a live allocation (or open IPC
-        // mapping) of at least `bytes` (lane_takes), the flag areas FLAG_BYTES, the
-        // control block CONTROL_WORDS pinned words; `recv` holds `count`
-        // elements (the caller's contract); one-shot out of place writes
-        // only `recv`. Every rank launches the same grid on the lane for
-        // the same call, so the device-derived epochs agree.
+        // mapping) of `self.bytes`, at least a round's share of every
+        // piece (lane_chunk); the flag areas FLAG_BYTES, the control block
+        // CONTROL_WORDS pinned words; `source` and `result` hold their
+        // extents (the caller's contract). The kernel copies into this
+        // rank's lane only after the previous lane kernel (ordered before
+        // it, on this stream or through `order`) ended, which it does only
+        // once every peer has read the lane (its last phase). Every rank
+        // launches the same collective, grid, algorithm and chunk on the
+        // lane for the same call, so the device-derived epochs agree.
         unsafe { dev.direct_all_reduce(stream, &launch) }
-            .map_err(|e| fail("launching the lane all-reduce", e))?;
-        if op == ReduceOp::Avg {
-            // SAFETY: `recv` holds `count` elements (the caller's contract).
-            unsafe { dev.divide(stream, dtype, recv, count, n) }
+            .map_err(|e| fail("launching the lane kernel", e))?;
+        let divided = match staged {
+            StagedCollective::AllReduce | StagedCollective::ReduceScatter => Some(recv),
+            StagedCollective::Reduce { root } if root == me => Some(recv),
+            _ => None,
+        };
+        if let (ReduceOp::Avg, Some(out)) = (op, divided) {
+            // SAFETY: the output holds `count` elements (the caller's
+            // contract).
+            unsafe { dev.divide(stream, dtype, out, count, n) }
                 .map_err(|e| fail("enqueueing avg's divide", e))?;
         }
         if let Some(ev) = done {
             dev.record_event(ev, stream)
                 .and_then(|()| dev.record_event(order, stream))
-                .map_err(|e| fail("recording the lane all-reduce's completion", e))?;
+                .map_err(|e| fail("recording the lane kernel's completion", e))?;
             *last = Some(stream);
         }
         Ok(())
@@ -184,13 +241,24 @@ impl WindowCore {
         fingerprint: Fingerprint,
         done: EventHandle,
     ) -> Result<()> {
-        inner.run_counted(Collective::AllReduce, fingerprint, |st, ctx, abort| {
-            let doing = format!("lane all-reduce (seq {})", ctx.seq);
+        inner.run_counted(fingerprint.collective, fingerprint, |st, ctx, abort| {
+            let doing = format!("lane {} (seq {})", fingerprint.collective.name(), ctx.seq);
             self.wait_kernel(st, ctx, abort, done, &doing)
                 .inspect_err(|_| {
                     self.broken
                         .store(true, std::sync::atomic::Ordering::Release)
                 })
         })
+    }
+}
+
+/// The collective's name in errors (as `Collective::name`).
+fn staged_name(staged: StagedCollective) -> &'static str {
+    match staged {
+        StagedCollective::AllReduce => "all_reduce",
+        StagedCollective::AllGather => "all_gather",
+        StagedCollective::ReduceScatter => "reduce_scatter",
+        StagedCollective::Broadcast { .. } => "broadcast",
+        StagedCollective::Reduce { .. } => "reduce",
     }
 }

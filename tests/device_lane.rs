@@ -1,0 +1,277 @@
+//! The kernel path's lane in rounds (`src/device/window/lane.rs`): an
+//! all-reduce larger than the lane goes through it in rounds of the lane's
+//! elements inside one launch (the staged direct kernel,
+//! `kernels/cuda/sncl_direct.cu`), one-shot or two-shot by the planner's
+//! crossover, out of place and in place, from buffers that are not 16-byte
+//! aligned and counts that are not whole packs, rounds or slices. Every
+//! result is checked element by element against the sum computed here
+//! (small integers: exact in any order of the sum).
+
+mod device_kit;
+
+use std::time::{Duration, Instant};
+
+use device_kit::{bind_rank, Rank};
+use sncl::device;
+use sncl::{Collective, Communicator, Config, DataType, DeviceOp, ReduceOp};
+
+/// A communicator of `n` thread ranks on emulated devices whose lane holds
+/// `lane` bytes.
+fn ranks(n: usize, lane: usize) -> Vec<Rank> {
+    let _ = device::open(device::Backend::Emu, 0);
+    let cfg = Config {
+        timeout: Duration::from_secs(60),
+        device: comm_core::config::DeviceSettings {
+            lane_bytes: lane,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    Communicator::init_threads(n, cfg)
+        .expect("init")
+        .into_iter()
+        .map(bind_rank)
+        .collect()
+}
+
+/// Element `i` of rank `r`'s input.
+fn value(r: usize, i: usize) -> f32 {
+    ((r * 5 + i * 3) % 17) as f32 - 8.0
+}
+
+/// Runs an f32 all-reduce (`op`) of `count` elements on every rank, the
+/// input at byte `offset` of the send buffer (or of the receive buffer, in
+/// place) and the output at `offset` of the receive buffer; checks every
+/// element on every rank.
+fn check(ranks: &[Rank], count: usize, offset: usize, in_place: bool, op: ReduceOp) {
+    let n = ranks.len();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<(), String> {
+                    let (dev, stream, me) = (&r.dev, r.stream, r.comm.rank());
+                    let deadline = || Instant::now() + Duration::from_secs(60);
+                    let recv = r.recv.ptr().add(offset);
+                    let send = if in_place {
+                        recv
+                    } else {
+                        r.send.ptr().add(offset)
+                    };
+                    let host: Vec<f32> = (0..count).map(|i| value(me, i)).collect();
+                    // SAFETY: `host` lives until the synchronize; the
+                    // buffers hold CASE_BUFFER_BYTES, more than offset +
+                    // count elements.
+                    unsafe { dev.copy_h2d_async(send, host.as_ptr().cast(), count * 4, stream) }
+                        .and_then(|()| dev.synchronize(stream, deadline()))
+                        .map_err(|e| e.to_string())?;
+                    // SAFETY: both ranges live until the wait below.
+                    let work = unsafe {
+                        r.comm.all_reduce_device_raw(
+                            send,
+                            recv,
+                            count,
+                            DataType::Float32,
+                            op,
+                            stream,
+                        )
+                    }
+                    .map_err(|e| e.to_string())?;
+                    work.wait().map_err(|e| e.to_string())?;
+                    let mut out = vec![0f32; count];
+                    // SAFETY: `out` lives until the synchronize.
+                    unsafe { dev.copy_d2h_async(out.as_mut_ptr().cast(), recv, count * 4, stream) }
+                        .and_then(|()| dev.synchronize(stream, deadline()))
+                        .map_err(|e| e.to_string())?;
+                    for (i, got) in out.iter().enumerate() {
+                        let each = (0..n).map(|q| value(q, i));
+                        let want = match op {
+                            ReduceOp::Max => each.fold(f32::MIN, f32::max),
+                            ReduceOp::Avg => each.sum::<f32>() / n as f32,
+                            _ => each.sum(),
+                        };
+                        if got.to_bits() != want.to_bits() {
+                            return Err(format!(
+                                "rank {me}: {count} elements at +{offset} (in place {in_place}, \
+                                 {op:?}): element {i} is {got}, expected {want}"
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("no panic").err())
+            .collect()
+    });
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}
+
+/// Rounds of a 16 KiB lane (4096 f32, 4 blocks of the emulated device's
+/// launches): counts below, at and above a round, several rounds with a
+/// short last one, from aligned and misaligned buffers, out of place and
+/// in place, on 2, 3 and 4 ranks; every one of them on the kernel path.
+#[test]
+fn all_reduces_go_through_the_lane_in_rounds() {
+    for n in [2, 3, 4] {
+        let ranks = ranks(n, 16 << 10);
+        let mut runs = 0;
+        for count in [1, 5, 4095, 4096, 4097, 12_299, 40_007] {
+            for (offset, in_place) in [(0, false), (4, false), (12, true), (0, true)] {
+                check(&ranks, count, offset, in_place, ReduceOp::Sum);
+                runs += 1;
+            }
+        }
+        check(&ranks, 3001, 8, false, ReduceOp::Max);
+        check(&ranks, 3001, 4, true, ReduceOp::Avg);
+        runs += 2;
+        let counts = ranks[0].comm.direct_all_reduces();
+        assert_eq!(
+            counts.kernel_path, runs,
+            "n={n}: every all-reduce on the lane"
+        );
+    }
+}
+
+/// Large all-reduces take the lane too, two-shot above the planner's
+/// crossover: 4 MiB of f32 through the default lane, and 1 MiB through a
+/// 64 KiB lane (16 rounds), on 2 ranks.
+#[test]
+fn large_all_reduces_run_two_shot_rounds() {
+    for lane in [
+        comm_core::config::DeviceSettings::default().lane_bytes,
+        64 << 10,
+    ] {
+        let ranks = ranks(2, lane);
+        check(&ranks, (1 << 20) + 3, 4, false, ReduceOp::Sum);
+        check(&ranks, 1 << 18, 0, true, ReduceOp::Sum);
+        let counts = ranks[0].comm.direct_all_reduces();
+        assert_eq!(counts.kernel_path, 2, "lane {lane}");
+        assert!(counts.kernel_path_two_shot >= 1, "lane {lane}: {counts:?}");
+    }
+}
+
+/// One case of the other collectives on the lane.
+#[derive(Clone, Copy, Debug)]
+struct Other {
+    coll: Collective,
+    count: usize,
+    root: usize,
+    /// Byte offset of every buffer (4: not 16-byte aligned).
+    offset: usize,
+    in_place: bool,
+}
+
+/// Runs `c` (f32, sum where it folds) on every rank with NCCL's extents and
+/// in-place conventions and checks every element of every rank's result.
+fn check_other(ranks: &[Rank], c: Other) {
+    let n = ranks.len();
+    let (k, root) = (c.count, c.root);
+    let (send_len, recv_len) = match c.coll {
+        Collective::AllGather => (k, n * k),
+        Collective::ReduceScatter => (n * k, k),
+        _ => (k, k),
+    };
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<(), String> {
+                    let (dev, stream, me) = (&r.dev, r.stream, r.comm.rank());
+                    let deadline = || Instant::now() + Duration::from_secs(60);
+                    let recv = r.recv.ptr().add(c.offset);
+                    // NCCL's in place: all-gather sends from its own piece
+                    // of the output, reduce-scatter receives into its own
+                    // piece of the input, the rest pass one buffer.
+                    let (send, recv) = match (c.in_place, c.coll) {
+                        (false, _) => (r.send.ptr().add(c.offset), recv),
+                        (true, Collective::AllGather) => (recv.add(4 * me * k), recv),
+                        (true, Collective::ReduceScatter) => (recv, recv.add(4 * me * k)),
+                        (true, _) => (recv, recv),
+                    };
+                    let host: Vec<f32> = (0..send_len).map(|i| value(me, i)).collect();
+                    // SAFETY: `host` lives until the synchronize; the
+                    // buffers hold CASE_BUFFER_BYTES, more than any extent
+                    // here.
+                    unsafe { dev.copy_h2d_async(send, host.as_ptr().cast(), send_len * 4, stream) }
+                        .and_then(|()| dev.synchronize(stream, deadline()))
+                        .map_err(|e| e.to_string())?;
+                    let mut op = DeviceOp::new(c.coll, DataType::Float32, k, send, recv, stream);
+                    op.root = root;
+                    // SAFETY: both ranges live until the wait below.
+                    let work = unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?;
+                    work.wait().map_err(|e| e.to_string())?;
+                    if c.coll == Collective::Reduce && me != root {
+                        return Ok(());
+                    }
+                    let mut out = vec![0f32; recv_len];
+                    // SAFETY: `out` lives until the synchronize.
+                    unsafe {
+                        dev.copy_d2h_async(out.as_mut_ptr().cast(), recv, recv_len * 4, stream)
+                    }
+                    .and_then(|()| dev.synchronize(stream, deadline()))
+                    .map_err(|e| e.to_string())?;
+                    for (i, got) in out.iter().enumerate() {
+                        let want = match c.coll {
+                            Collective::AllGather => value(i / k, i % k),
+                            Collective::ReduceScatter => (0..n).map(|p| value(p, me * k + i)).sum(),
+                            Collective::Broadcast => value(root, i),
+                            _ => (0..n).map(|p| value(p, i)).sum(),
+                        };
+                        if got.to_bits() != want.to_bits() {
+                            return Err(format!(
+                                "rank {me}: {c:?}: element {i} is {got}, expected {want}"
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().expect("no panic").err())
+            .collect()
+    });
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}
+
+/// All-gather, reduce-scatter, broadcast and reduce through a 16 KiB lane
+/// (a reduce-scatter's round is the lane over the rank count, per piece):
+/// one element, a short round, several rounds with a short last one, from
+/// aligned and misaligned buffers, out of place and in place, every root,
+/// on 2, 3 and 4 ranks; every one of them on the kernel path.
+#[test]
+fn other_collectives_go_through_the_lane_in_rounds() {
+    for n in [2, 3, 4] {
+        let ranks = ranks(n, 16 << 10);
+        let mut runs = 0;
+        for coll in [
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            for count in [1, 7, 1365, 9001] {
+                for (offset, in_place) in [(0, false), (4, false), (4, true)] {
+                    for root in 0..if coll.is_rooted() { n } else { 1 } {
+                        let c = Other {
+                            coll,
+                            count,
+                            root,
+                            offset,
+                            in_place,
+                        };
+                        check_other(&ranks, c);
+                        runs += 1;
+                    }
+                }
+            }
+        }
+        let counts = ranks[0].comm.direct_all_reduces();
+        assert_eq!(
+            counts.kernel_path, runs,
+            "n={n}: every collective on the lane"
+        );
+    }
+}
