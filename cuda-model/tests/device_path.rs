@@ -224,6 +224,16 @@ impl Run {
 }
 
 fn commbench_on_the_model(extra: &[&str], max: &str, processes: usize, name: &str) {
+    commbench_collective_on_the_model("all_reduce", extra, max, processes, name);
+}
+
+fn commbench_collective_on_the_model(
+    collective: &str,
+    extra: &[&str],
+    max: &str,
+    processes: usize,
+    name: &str,
+) {
     let Some(bench) = commbench() else {
         eprintln!(
             "skipped: commbench is not built next to this test (run the workspace build first)"
@@ -231,21 +241,8 @@ fn commbench_on_the_model(extra: &[&str], max: &str, processes: usize, name: &st
         return;
     };
     let mut args = vec![
-        "all_reduce",
-        "--device",
-        "cuda",
-        "-b",
-        "8",
-        "-e",
-        max,
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "-c",
-        "1",
+        collective, "--device", "cuda", "-b", "8", "-e", max, "-f", "8", "-n", "3", "-w", "1",
+        "-c", "1",
     ];
     args.extend_from_slice(extra);
     if let Some(run) = on_the_model(&bench, &args, &[], name) {
@@ -275,6 +272,21 @@ fn commbench_all_reduce_on_device_as_two_threads_of_one_process() {
 #[test]
 fn commbench_all_reduce_in_cuda_graphs_as_two_threads() {
     commbench_on_the_model(&["--threads", "2", "-G", "10"], "64K", 1, "graphs");
+}
+
+/// The kernel path's other collectives captured likewise (3 launches of
+/// each graph per size, 8 B to 256 KiB).
+#[test]
+fn commbench_other_collectives_in_cuda_graphs_as_two_threads() {
+    for coll in ["all_gather", "reduce_scatter", "broadcast", "reduce"] {
+        commbench_collective_on_the_model(
+            coll,
+            &["--threads", "2", "-G", "3"],
+            "256K",
+            1,
+            &format!("graphs-{coll}"),
+        );
+    }
 }
 
 /// The compressed device all-reduce takes every temporary before it

@@ -115,6 +115,26 @@ pub struct Arch {
 /// Asynchronous methods (`*_async`, `reduce_copy`, `divide`, stream value
 /// operations) only enqueue: errors found later surface at the next
 /// synchronising call ([`Device::synchronize`], [`Device::event_done`]).
+/// A scope from [`Device::enter`]: while it lives, the device's context
+/// is known to be current on this thread. Dropping it ends the scope (the
+/// context stays current, as after any call).
+#[derive(Debug, Default)]
+pub struct Entered {
+    /// The CUDA backend's scope: the context entered before this one on
+    /// this thread (0: none), put back when the scope ends.
+    pub(crate) cuda_outer: Option<usize>,
+    /// A scope belongs to its thread (it ends there).
+    pub(crate) _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Some(outer) = self.cuda_outer.take() {
+            cuda::leave(outer);
+        }
+    }
+}
+
 pub trait Device: Send + Sync + std::fmt::Debug {
     /// The backend.
     fn backend(&self) -> Backend;
@@ -158,6 +178,15 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// Whether `stream` is being captured into a CUDA graph (device
     /// collectives refuse such streams).
     fn is_capturing(&self, stream: StreamHandle) -> Result<bool>;
+    /// Makes this device's context current on the calling thread for the
+    /// life of the returned scope, so that the calls made inside it skip
+    /// their own check (one `cuCtxGetCurrent`, and a `cuCtxSetCurrent`
+    /// only where another context was current, instead of a
+    /// `cuCtxSetCurrent` per call: NCCL's enqueue likewise sets the device
+    /// once). Nothing to do on backends without contexts.
+    fn enter(&self) -> Result<Entered> {
+        Ok(Entered::default())
+    }
 
     /// Enqueues a copy of `bytes` from host memory to the device.
     ///

@@ -474,6 +474,9 @@ impl Communicator {
         (lane, staged): (Arc<WindowCore>, StagedCollective),
     ) -> Box<dyn FnOnce(u64) -> JobKind> {
         let (rank, name) = (self.inner.rank, op.coll.name());
+        // One context check for the whole enqueue (the scope moves into
+        // the maker, which runs on this thread in the operation's turn).
+        let entered = b.dev.enter().ok();
         let mut enqueue_error = None;
         let done = match b.dev.is_capturing(op.stream) {
             Ok(true) => None,
@@ -518,6 +521,7 @@ impl Communicator {
                 };
                 enqueue_error = r.err();
             }
+            drop(entered);
             JobKind::Device(Box::new(LaneJob {
                 lane,
                 binding,

@@ -94,10 +94,14 @@ pub(crate) struct WindowCore {
     /// Per rank: its buffer and flag area were opened from IPC handles
     /// (closed on drop); a peer of this process is addressed directly.
     imported: Vec<bool>,
-    /// The kernel path only: the stream of the last lane operation; the
-    /// next one on another stream waits for it (`events[0]` recorded after
-    /// it), so lane operations run in issue order on any streams.
-    lane_last: Mutex<Option<StreamHandle>>,
+    /// The kernel path only: the stream of the last lane operation and
+    /// its completion event; the next one on another stream waits for that
+    /// event, so lane operations run in issue order on any streams. (The
+    /// event may have gone back to the binding's pool and been recorded
+    /// again by a later operation, but only once the lane operation it
+    /// marked had completed: waiting for the later record is still after
+    /// it.)
+    lane_last: Mutex<Option<(StreamHandle, EventHandle)>>,
     /// Why the direct kernels cannot run over this window (every rank
     /// decides alike from every rank's record): two ranks of different
     /// processes share a device without MPS, so a kernel would spin on a

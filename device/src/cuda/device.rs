@@ -162,6 +162,13 @@ impl CudaDevice {
 
     /// Makes this device's context current on the calling thread.
     fn bind(&self) -> Result<()> {
+        match super::entered() {
+            e if e == self.ctx as usize => return Ok(()),
+            // Another device's scope: making this context current ends
+            // what that scope knew.
+            0 => {}
+            _ => super::leave(0),
+        }
         driver::set_current(self.ordinal, self.ctx)
     }
 
@@ -475,6 +482,16 @@ impl Device for CudaDevice {
             }
             pause = (pause * 2).min(Duration::from_millis(1));
         }
+    }
+
+    fn enter(&self) -> Result<crate::Entered> {
+        if driver::current_context()? != self.ctx {
+            driver::set_current(self.ordinal, self.ctx)?;
+        }
+        Ok(crate::Entered {
+            cuda_outer: Some(super::enter(self.ctx as usize)),
+            _thread: std::marker::PhantomData,
+        })
     }
 
     fn is_capturing(&self, s: StreamHandle) -> Result<bool> {

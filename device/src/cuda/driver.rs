@@ -581,6 +581,16 @@ pub(crate) unsafe fn launch(
     })
 }
 
+/// The context current on the calling thread (null: none).
+pub(crate) fn current_context() -> Result<CUcontext> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a live out-pointer.
+    check(0, "cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut ctx)
+    })?;
+    Ok(ctx)
+}
+
 /// The ordinal of the device whose context is current on the calling thread,
 /// or `None` when no context is current.
 pub(crate) fn current_context_device() -> Result<Option<usize>> {

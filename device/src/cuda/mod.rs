@@ -24,7 +24,9 @@
 //!
 //! A device binds the device's primary context (`cuDevicePrimaryCtxRetain`)
 //! or a user's cudarc context ([`CudaDevice::from_context`]) and makes it
-//! current on the calling thread before each call.
+//! current on the calling thread before each call, except inside a scope
+//! of [`crate::Device::enter`], which checks it once (a collective's
+//! enqueue).
 //!
 //! # Stream memory operations
 //!
@@ -35,9 +37,31 @@
 //! v1 API); where a driver still refuses them, the calls answer
 //! [`DeviceError::Unsupported`](crate::DeviceError::Unsupported).
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::{Device, Result};
+
+thread_local! {
+    /// The context a live [`crate::Entered`] scope made current on this
+    /// thread (its address; 0: no scope).
+    static ENTERED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The context of this thread's innermost live scope (0: none).
+pub(crate) fn entered() -> usize {
+    ENTERED.with(Cell::get)
+}
+
+/// Opens a scope for context `ctx`; the scope it nests in.
+pub(crate) fn enter(ctx: usize) -> usize {
+    ENTERED.with(|e| e.replace(ctx))
+}
+
+/// Ends a scope, back to `outer`.
+pub(crate) fn leave(outer: usize) {
+    ENTERED.with(|e| e.set(outer));
+}
 
 mod device;
 mod dmabuf;

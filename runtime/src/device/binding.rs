@@ -207,6 +207,17 @@ impl Binding {
         }
     }
 
+    /// Fills the pool of [`Binding::take_event`] up to `n` events, so that
+    /// up to `n` operations in flight take one without creating it on the
+    /// caller's thread (one driver call fewer each).
+    pub fn reserve_events(&self, n: usize) -> ::device::Result<()> {
+        let mut pool = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        while pool.len() < n {
+            pool.push(self.dev.create_event()?);
+        }
+        Ok(())
+    }
+
     /// Gives back an event of [`Binding::take_event`] whose record the
     /// progress thread no longer waits on.
     pub fn give_back_event(&self, ev: EventHandle) {

@@ -42,6 +42,11 @@ use super::{
 };
 use crate::comm::Inner;
 
+/// Completion events made ready when the lane opens: lane operations in
+/// flight at once without an event created at enqueue (more are created
+/// as needed).
+const LANE_EVENTS: usize = 64;
+
 impl WindowCore {
     /// Opens the lane where the communicator allows one (see the module
     /// docs); `None` where it does not. Collective (every rank's first
@@ -73,6 +78,16 @@ impl WindowCore {
             );
             return Ok(None);
         }
+        // Each lane operation in flight holds a completion event.
+        binding.reserve_events(LANE_EVENTS).map_err(|e| {
+            device_error(
+                inner.rank,
+                &binding.dev,
+                ("lane", None),
+                "creating events",
+                e,
+            )
+        })?;
         Ok(Some(Arc::new(core)))
     }
 
@@ -166,10 +181,11 @@ impl WindowCore {
         // where `done` is None: a graph's launches are ordered by its
         // stream).
         let mut last = self.lane_last.lock().unwrap_or_else(|e| e.into_inner());
-        let order = self.events[0];
-        if done.is_some() && last.is_some_and(|s| s != stream) {
-            dev.stream_wait_event(stream, order)
-                .map_err(|e| fail("ordering after the previous lane collective", e))?;
+        if let (Some(_), Some((other, order))) = (done, *last) {
+            if other != stream {
+                dev.stream_wait_event(stream, order)
+                    .map_err(|e| fail("ordering after the previous lane collective", e))?;
+            }
         }
         // The buffers a rank does not use stand in for each other.
         let (source, result) = match staged {
@@ -224,9 +240,8 @@ impl WindowCore {
         }
         if let Some(ev) = done {
             dev.record_event(ev, stream)
-                .and_then(|()| dev.record_event(order, stream))
                 .map_err(|e| fail("recording the lane kernel's completion", e))?;
-            *last = Some(stream);
+            *last = Some((stream, ev));
         }
         Ok(())
     }
