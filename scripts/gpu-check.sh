@@ -55,7 +55,7 @@
 #                 checked bit for bit against the host's canonical order
 #     codec-bandwidth  codec encode/decode vs a device-to-device copy in the
 #                 same run (>= 64 MiB; bytes read + written), first-use compile
-#   nvlink (transport-nvlink, the C ABI on device pointers; 240 s):
+#   nvlink (transport-nvlink, the kernel path, the C ABI on device pointers; 300 s):
 #     nvlink-2 / nvlink-4  2 and 4 processes on the one GPU over the nvlink
 #                 transport (SNCL_TRANSPORT=nvlink): all_reduce, all_gather,
 #                 reduce_scatter, broadcast, checked, 8 B to 512 MiB; the
@@ -63,6 +63,11 @@
 #                 256 MiB, 2 ranks: >= 0.35 x the D2D copy rate)
 #     d2d         the device-to-device copy rate in the same run (bytes
 #                 copied / time, kernel_bandwidth's copy row)
+#     kernel-path / kernel-path-graph / kernel-path-ops  the kernel path
+#                 (every device collective as one launch on the caller's
+#                 stream), 2 ranks as threads: all_reduce 8 B to 256 MiB
+#                 (8 B <= 15 us, 256 MiB busbw >= 0.35 x d2d), 8 B from a
+#                 CUDA graph (<= 8 us), the other four collectives
 #     latency     8 B all_reduce, 2 processes, with MPS when
 #                 nvidia-cuda-mps-control is there (target <= 20 us)
 #     c-device    capi/tests/c/c_abi_device_test.c on the cuda backend, 2 ranks
@@ -277,7 +282,7 @@ export -f c_device_ranks
 export OUT_DIR
 
 group_nvlink() {
-    GROUP_END=$((SECONDS + 240))
+    GROUP_END=$((SECONDS + 300))
     local ops=(all_reduce all_gather reduce_scatter broadcast)
     for np in 2 4; do
         section "nvlink-$np" 90 bash -c "for op in ${ops[*]}; do SNCL_TRANSPORT=nvlink $OUT_DIR/commbench \$op --np $np --device cuda -b 8 -e 512M -f 8 -n 5 -w 1 -c 1 || exit 1; done"
@@ -287,6 +292,13 @@ group_nvlink() {
     cache=$(mktemp -d)
     section d2d 30 env XDG_CACHE_HOME="$cache" "$OUT_DIR/kernel_bandwidth" cuda 256 10
     rm -rf "$cache"
+    # The kernel path (one launch per collective on the caller's stream;
+    # 2 ranks as threads): 8 B latency (target <= 15 us eager) to 256 MiB
+    # busbw (target >= 0.35 x d2d), <= 8 us per 8 B all-reduce replayed from
+    # a CUDA graph, and its other four collectives.
+    section kernel-path 25 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 256M -f 32 -n 10 -w 2 -c 1
+    section kernel-path-graph 15 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 8 -G 100 -n 20 -w 2 -c 1
+    section kernel-path-ops 30 bash -c "for op in all_gather reduce_scatter broadcast reduce; do $OUT_DIR/commbench \$op --device cuda --threads 2 -b 8 -e 64M -f 64 -n 5 -w 1 -c 1 || exit 1; done"
     section nvlink-256M 30 env SNCL_TRANSPORT=nvlink "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 256M -e 256M -n 10 -w 2 -c 1
     section direct-256M 60 env SNCL_TEST_DEVICE=cuda DIRECT_BENCH_MIB=256 "$OUT_DIR/direct-bench" direct_busbw --exact --nocapture --test-threads=1
     if command -v nvidia-cuda-mps-control >/dev/null; then

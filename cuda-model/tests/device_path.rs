@@ -371,3 +371,44 @@ fn lane_suite_on_the_cuda_backend() {
         run.assert_clean("device_lane on the cuda backend", 1);
     }
 }
+
+/// Two ranks on a device that holds 32 blocks of the direct kernels'
+/// shape (`CUDA_MODEL_SMS=8`: 4 of 512 threads an SM): each rank's kernel
+/// launches at most 16, so both are resident together. (With the fixed cap
+/// of 32 blocks each, rank 0's blocks spun on rank 1's, which could not
+/// start: the model reported a stall, a hang on a small GPU or with more
+/// ranks on one.)
+#[test]
+fn direct_kernels_of_ranks_sharing_a_small_device_are_resident_together() {
+    let Some(bench) = commbench() else {
+        eprintln!(
+            "skipped: commbench is not built next to this test (run the workspace build first)"
+        );
+        return;
+    };
+    let args = [
+        "all_reduce",
+        "--device",
+        "cuda",
+        "--threads",
+        "2",
+        "-b",
+        "4M",
+        "-e",
+        "4M",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+        "1",
+    ];
+    if let Some(run) = on_the_model(&bench, &args, &[("CUDA_MODEL_SMS", "8")], "small-device") {
+        run.assert_clean("commbench on a device of 8 SMs", 1);
+        assert!(
+            run.stdout.contains("Out of bounds values : 0 OK"),
+            "wrong results:\n{}",
+            run.stdout
+        );
+    }
+}

@@ -187,6 +187,15 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn enter(&self) -> Result<Entered> {
         Ok(Entered::default())
     }
+    /// How many blocks of the direct kernels' launch shape
+    /// ([`direct::launch_limits`]) the device runs at once (SMs × blocks an
+    /// SM holds, from the occupancy API): the most blocks the direct
+    /// kernels of all ranks sharing the device may launch together, since
+    /// their blocks wait on each other. `None`: no limit (the emulated
+    /// device runs a launch's blocks one after the other).
+    fn direct_resident_blocks(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     /// Enqueues a copy of `bytes` from host memory to the device.
     ///

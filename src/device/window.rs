@@ -43,8 +43,9 @@ use sncl_runtime::device::errors::device_error;
 /// used as they are by ranks of the same process: CUDA cannot open an IPC
 /// handle its own process exported), a key of its device (a hash of the
 /// PCI bus id) and whether that device runs kernels of several processes
-/// at once (MPS).
-const RECORD: usize = 64 + 64 + 8 + 8 + 8 + 8 + 8 + 8;
+/// at once (MPS), and how many direct-kernel blocks its device holds at
+/// once.
+const RECORD: usize = 64 + 64 + 8 + 8 + 8 + 8 + 8 + 8 + 8;
 
 /// One-shot in place folds through a scratch buffer of this many bytes at
 /// most (one-shot only pays off well below it).
@@ -107,6 +108,11 @@ pub(crate) struct WindowCore {
     /// processes share a device without MPS, so a kernel would spin on a
     /// kernel that cannot start. `None`: they can.
     pub(crate) no_direct: Option<String>,
+    /// The most blocks a direct kernel over this window launches: what
+    /// every device holds at once over the ranks sharing it (every rank
+    /// alike, from every rank's record), so that the kernels of ranks on
+    /// one device are resident together.
+    pub(crate) grid_cap: u32,
 }
 
 impl std::fmt::Debug for DeviceWindow {
@@ -188,6 +194,7 @@ pub(crate) fn open_window(
         owned: lent.is_none(),
         imported: vec![false; n],
         no_direct: None,
+        grid_cap: u32::MAX,
         lane_last: Mutex::new(None),
     };
     // From here `w`'s Drop frees whatever was made.
@@ -250,6 +257,12 @@ pub(crate) fn open_window(
     let device_key = device_key(&**dev);
     handle[160..168].copy_from_slice(&device_key.to_le_bytes());
     handle[168..176].copy_from_slice(&u64::from(dev.mps_enabled()).to_le_bytes());
+    let holds = dev
+        .direct_resident_blocks()
+        .map_err(|e| fail("asking how many direct-kernel blocks the device holds", e))?
+        .unwrap_or(u64::MAX);
+    handle[176..184].copy_from_slice(&holds.to_le_bytes());
+    let mut devices = vec![(device_key, holds); n];
     // (process, device, MPS) of every rank, for the direct-path verdict.
     let mut placement = vec![(token, device_key, dev.mps_enabled()); n];
     let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
@@ -280,6 +293,7 @@ pub(crate) fn open_window(
             });
         }
         placement[p] = (word(136), word(160), word(168) != 0);
+        devices[p] = (word(160), word(176));
         if word(136) == token && dev.backend() == ::device::Backend::Cuda {
             // A rank of this process: its addresses are valid here.
             w.buffers[p] = DevicePtr(word(144));
@@ -298,6 +312,13 @@ pub(crate) fn open_window(
         w.flags[p] = open(&h, "flag area")?;
     }
     w.no_direct = shared_without_mps(&placement, |a, b| inner.topo.same_node(a, b));
+    let cap = direct_grid_cap(&devices, |a, b| inner.topo.same_node(a, b));
+    w.grid_cap = u32::try_from(cap).unwrap_or(u32::MAX);
+    if w.grid_cap == 0 && w.no_direct.is_none() {
+        w.no_direct = Some(format!(
+            "the device holds fewer direct-kernel blocks at once than ranks share it ({cap} each)"
+        ));
+    }
     if let Some(why) = &w.no_direct {
         tracing::info!(
             rank = me,
@@ -581,7 +602,7 @@ impl WindowCore {
                 .filter(|_| algo == DirectAlgo::OneShot && in_place),
             control: self.control.as_ptr() as *mut u32,
             epoch,
-            grid: direct::grid(dtype, count, block, max_blocks),
+            grid: direct::grid(dtype, count, block, max_blocks.min(self.grid_cap)),
             staged: None,
         };
         // SAFETY: every buffer is a live allocation or open IPC mapping
@@ -720,4 +741,4 @@ impl Drop for WindowCore {
 
 mod lane;
 mod placement;
-use placement::{device_key, shared_without_mps};
+use placement::{device_key, direct_grid_cap, shared_without_mps};

@@ -484,6 +484,18 @@ impl Device for CudaDevice {
         }
     }
 
+    fn direct_resident_blocks(&self) -> Result<Option<u64>> {
+        self.bind()?;
+        let (block, _) = crate::direct::launch_limits(crate::Backend::Cuda);
+        let name = kernels::cuda::direct_kernel(DataType::Float32, kernels::ReduceOp::Sum)
+            .ok_or_else(|| self.poisoned("direct kernel name"))?;
+        let f = self.with_module(Source::Direct, DataType::Float32, |k| {
+            k.function(self.ordinal, &name)
+        })?;
+        let per_sm = driver::occupancy(self.ordinal, f, block)?;
+        Ok(Some(u64::from(per_sm) * u64::from(self.sm_count)))
+    }
+
     fn enter(&self) -> Result<crate::Entered> {
         if driver::current_context()? != self.ctx {
             driver::set_current(self.ordinal, self.ctx)?;

@@ -60,6 +60,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuModuleGetFunction",
     "cuModuleUnload",
     "cuLaunchKernel",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
 ];
 
 /// Whether a driver library can be loaded (cudarc's probe: `libcuda.so`,
@@ -609,4 +610,16 @@ pub(crate) fn current_context_device() -> Result<Option<usize>> {
     })?;
     // A CUdevice is the device's ordinal (cuDeviceGet(&dev, ordinal)).
     Ok(usize::try_from(dev).ok())
+}
+
+/// How many blocks of `block` threads of `f` one SM holds at once
+/// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`, no dynamic shared
+/// memory).
+pub(crate) fn occupancy(ordinal: usize, f: CUfunction, block: u32) -> Result<u32> {
+    let mut n = 0;
+    // SAFETY: `n` is a live out-pointer; `f` is a loaded function of the
+    // current context.
+    let r = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, block as i32, 0) };
+    check(ordinal, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r)?;
+    Ok(n.max(0) as u32)
 }

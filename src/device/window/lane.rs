@@ -207,7 +207,12 @@ impl WindowCore {
             scratch: None,
             control: self.control.as_ptr() as *mut u32,
             epoch: 0,
-            grid: direct::grid(dtype, count.min(chunk), block, max_blocks),
+            grid: direct::grid(
+                dtype,
+                count.min(chunk),
+                block,
+                max_blocks.min(self.grid_cap),
+            ),
             staged: Some(Staged {
                 collective: staged,
                 source,

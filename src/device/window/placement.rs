@@ -37,9 +37,52 @@ pub(super) fn shared_without_mps(
     None
 }
 
+/// The most blocks each rank's direct kernel may launch so that the
+/// kernels of every rank sharing a device are resident together (their
+/// blocks spin on each other; a block that cannot be resident until a
+/// spinning one ends is a hang): given every rank's (device key, blocks its
+/// device holds at once; `u64::MAX`: no limit), the least over ranks of
+/// what its device holds over the ranks on it (same node, same key). Every
+/// rank computes it alike from the same records.
+pub(super) fn direct_grid_cap(
+    devices: &[(u64, u64)],
+    same_node: impl Fn(usize, usize) -> bool,
+) -> u64 {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(a, &(key, holds))| {
+            let sharing = devices
+                .iter()
+                .enumerate()
+                .filter(|&(b, &(k, _))| k == key && (a == b || same_node(a, b)))
+                .count() as u64;
+            holds / sharing.max(1)
+        })
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::shared_without_mps;
+    use super::{direct_grid_cap, shared_without_mps};
+
+    #[test]
+    fn ranks_sharing_a_device_share_its_resident_blocks() {
+        let one_node = |_: usize, _: usize| true;
+        // Two ranks on one device holding 32 blocks: 16 each.
+        assert_eq!(direct_grid_cap(&[(7, 32), (7, 32)], one_node), 16);
+        // One device each: the smaller device bounds every rank's grid.
+        assert_eq!(direct_grid_cap(&[(7, 32), (8, 528)], one_node), 32);
+        // Three of four ranks on one device.
+        assert_eq!(
+            direct_grid_cap(&[(7, 528), (7, 528), (7, 528), (8, 528)], one_node),
+            176
+        );
+        // The same bus id on two nodes is two devices; no limit stays none.
+        assert_eq!(direct_grid_cap(&[(7, 32), (7, 32)], |_, _| false), 32);
+        assert_eq!(direct_grid_cap(&[(7, u64::MAX); 2], one_node), u64::MAX / 2);
+    }
 
     #[test]
     fn direct_kernels_are_off_only_for_processes_sharing_a_device_without_mps() {
