@@ -130,7 +130,7 @@ pub struct Entered {
 impl Drop for Entered {
     fn drop(&mut self) {
         if let Some(outer) = self.cuda_outer.take() {
-            cuda::leave(outer);
+            cuda::scope::leave(outer);
         }
     }
 }

@@ -162,12 +162,12 @@ impl CudaDevice {
 
     /// Makes this device's context current on the calling thread.
     fn bind(&self) -> Result<()> {
-        match super::entered() {
+        match super::scope::entered() {
             e if e == self.ctx as usize => return Ok(()),
             // Another device's scope: making this context current ends
             // what that scope knew.
             0 => {}
-            _ => super::leave(0),
+            _ => super::scope::leave(0),
         }
         driver::set_current(self.ordinal, self.ctx)
     }
@@ -501,7 +501,7 @@ impl Device for CudaDevice {
             driver::set_current(self.ordinal, self.ctx)?;
         }
         Ok(crate::Entered {
-            cuda_outer: Some(super::enter(self.ctx as usize)),
+            cuda_outer: Some(super::scope::enter(self.ctx as usize)),
             _thread: std::marker::PhantomData,
         })
     }

@@ -37,31 +37,9 @@
 //! v1 API); where a driver still refuses them, the calls answer
 //! [`DeviceError::Unsupported`](crate::DeviceError::Unsupported).
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::{Device, Result};
-
-thread_local! {
-    /// The context a live [`crate::Entered`] scope made current on this
-    /// thread (its address; 0: no scope).
-    static ENTERED: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The context of this thread's innermost live scope (0: none).
-pub(crate) fn entered() -> usize {
-    ENTERED.with(Cell::get)
-}
-
-/// Opens a scope for context `ctx`; the scope it nests in.
-pub(crate) fn enter(ctx: usize) -> usize {
-    ENTERED.with(|e| e.replace(ctx))
-}
-
-/// Ends a scope, back to `outer`.
-pub(crate) fn leave(outer: usize) {
-    ENTERED.with(|e| e.set(outer));
-}
 
 mod device;
 mod dmabuf;
@@ -70,6 +48,7 @@ mod launch;
 pub(crate) mod nvrtc_lib;
 pub mod pointer;
 mod probe;
+pub(crate) mod scope;
 
 pub use device::CudaDevice;
 use probe::probe;
