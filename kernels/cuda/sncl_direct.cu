@@ -375,8 +375,8 @@ __device__ __forceinline__ void sncl_direct_slice_of(const SnclDirectArgs& a,
 // (see SnclDirectArgs::coll): elements [base, base + n) of every piece.
 // Lane positions are owned by blocks as in sncl_direct_staged_round (a
 // reduce-scatter's piece q of a round sits at lane position q * n), so
-// block b's "ready" covers what block b of any peer reads. The caller then raises and
-// awaits "everyone has read my lane".
+// block b's "ready" covers what block b of any peer reads. The caller
+// then raises and awaits "everyone has read my lane".
 template <typename Op>
 __device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a,
                                                          unsigned long long base,
