@@ -158,7 +158,8 @@ __device__ __forceinline__ uint4 sncl_load_pack(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+               : "l"(p)
+               : "memory");
   return v;
 }
 template <typename T>
@@ -303,7 +304,8 @@ __device__ __forceinline__ void sncl_direct_fold(const void* const* srcs, int n,
     src_aligned = src_aligned && sncl_aligned16(static_cast<const char*>(srcs[s]) - shift);
   }
   const bool dst_aligned = packed && sncl_aligned16(static_cast<char*>(dst) - shift);
-  const bool dst2_aligned = packed && sncl_aligned16(static_cast<char*>(dst2) - shift);
+  const bool dst2_aligned =
+      packed && dst2 != nullptr && sncl_aligned16(static_cast<char*>(dst2) - shift);
   const unsigned long long p_lo = (base + lo) / kPack;
   const unsigned long long p_hi = (base + hi + kPack - 1) / kPack;
   // This thread's packs: P = first (mod stride), from p_lo.

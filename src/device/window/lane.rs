@@ -1,4 +1,4 @@
-//! The kernel path ("lane"): an all-reduce on device buffers runs as one
+//! The kernel path ("lane"): a collective on device buffers runs as one
 //! kernel launch on the caller's stream, NCCL-style, with no host thread
 //! between its stream's work and its peers'. At a rank's first device
 //! collective every rank opens an internal window of
@@ -24,11 +24,25 @@
 //! when it gives up (the kernel then ends and the stream goes on); the
 //! work handle reports the outcome.
 //!
-//! Eligible: an all-reduce of at least one element of a type of 2 or
-//! more bytes whose dtype and op the direct kernels reduce, on a communicator whose lane opened (2
-//! to 8 ranks on one node, a backend with IPC and the direct kernels, and
-//! no two processes sharing a device without MPS). Every rank decides
-//! alike from the same arguments.
+//! Ordering. Lane operations of one communicator run one at a time: each
+//! waits for the previous one where it is on another stream (its
+//! completion event). Under stream capture nothing is recorded or waited
+//! for (an event recorded outside the capture cannot be waited for inside
+//! it), so the caller orders a graph's launches against the
+//! communicator's other lane operations, as it orders a communicator's
+//! operations for NCCL: launch the graph on the stream the eager ones use,
+//! or synchronise between them. With ranks as threads of one process on
+//! one device, each rank's kernel spins on the others', so their streams
+//! must not share a hardware queue behind a later operation: keep the
+//! streams in use at once within `CUDA_DEVICE_MAX_CONNECTIONS` (8 by
+//! default).
+//!
+//! Eligible: an all-reduce, reduce-scatter or reduce of at least one
+//! element of a type of 2 or more bytes whose dtype and op the direct
+//! kernels reduce, or an all-gather or broadcast of any type, on a
+//! communicator whose lane opened (2 to 8 ranks on one node, a backend
+//! with IPC and the direct kernels, and no two processes sharing a device
+//! without MPS). Every rank decides alike from the same arguments.
 
 use std::sync::Arc;
 
