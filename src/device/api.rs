@@ -283,8 +283,11 @@ impl Communicator {
             dev: b.dev.clone(),
             stream: b.stream,
         };
-        // Whether every peer's connection goes device to device (the
-        // kernel path reads peers' memory directly, so it needs all).
+        // Whether every peer's connection goes device to device over
+        // device memory mapped between the ranks (nvlink: the kernel path
+        // reads peers' memory directly, so it needs all; RDMA's GPUDirect
+        // also goes device to device, but through the NIC, which a forced
+        // `SNCL_TRANSPORT=rdma` asks for).
         let mut every_peer_direct = true;
         let mut connect = |wait: bool| -> Result<()> {
             let deadline = Instant::now() + inner.config.timeout;
@@ -296,7 +299,7 @@ impl Communicator {
                         break;
                     }
                     if let Some(direct) = ready {
-                        every_peer_direct &= direct;
+                        every_peer_direct &= direct && c.kind() == transport_nvlink::NAME;
                         break;
                     }
                     if Instant::now() >= deadline {

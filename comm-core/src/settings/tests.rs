@@ -57,7 +57,7 @@ fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
         "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;check_roots=1;deterministic=0;transport=auto;\
-         device_staging=4194304;device_lane=262144"
+         device_staging=4194304;device_lane=16777216"
     );
     let c = Config::from_vars(&|k| match k {
         "SNCL_ALGO" => Some("all_reduce:tree;reduce:ring".into()),
@@ -68,7 +68,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         checksum=0;check_roots=1;deterministic=0;transport=tcp;device_staging=4194304;device_lane=262144"
+         checksum=0;check_roots=1;deterministic=0;transport=tcp;device_staging=4194304;device_lane=16777216"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses
