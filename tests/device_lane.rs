@@ -44,68 +44,15 @@ fn value(r: usize, i: usize) -> f32 {
 /// place) and the output at `offset` of the receive buffer; checks every
 /// element on every rank.
 fn check(ranks: &[Rank], count: usize, offset: usize, in_place: bool, op: ReduceOp) {
-    let n = ranks.len();
-    let errs: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = ranks
-            .iter()
-            .map(|r| {
-                s.spawn(move || -> Result<(), String> {
-                    let (dev, stream, me) = (&r.dev, r.stream, r.comm.rank());
-                    let deadline = || Instant::now() + Duration::from_secs(60);
-                    let recv = r.recv.ptr().add(offset);
-                    let send = if in_place {
-                        recv
-                    } else {
-                        r.send.ptr().add(offset)
-                    };
-                    let host: Vec<f32> = (0..count).map(|i| value(me, i)).collect();
-                    // SAFETY: `host` lives until the synchronize; the
-                    // buffers hold CASE_BUFFER_BYTES, more than offset +
-                    // count elements.
-                    unsafe { dev.copy_h2d_async(send, host.as_ptr().cast(), count * 4, stream) }
-                        .and_then(|()| dev.synchronize(stream, deadline()))
-                        .map_err(|e| e.to_string())?;
-                    // SAFETY: both ranges live until the wait below.
-                    let work = unsafe {
-                        r.comm.all_reduce_device_raw(
-                            send,
-                            recv,
-                            count,
-                            DataType::Float32,
-                            op,
-                            stream,
-                        )
-                    }
-                    .map_err(|e| e.to_string())?;
-                    work.wait().map_err(|e| e.to_string())?;
-                    let mut out = vec![0f32; count];
-                    // SAFETY: `out` lives until the synchronize.
-                    unsafe { dev.copy_d2h_async(out.as_mut_ptr().cast(), recv, count * 4, stream) }
-                        .and_then(|()| dev.synchronize(stream, deadline()))
-                        .map_err(|e| e.to_string())?;
-                    for (i, got) in out.iter().enumerate() {
-                        let each = (0..n).map(|q| value(q, i));
-                        let want = match op {
-                            ReduceOp::Max => each.fold(f32::MIN, f32::max),
-                            ReduceOp::Avg => each.sum::<f32>() / n as f32,
-                            _ => each.sum(),
-                        };
-                        if got.to_bits() != want.to_bits() {
-                            return Err(format!(
-                                "rank {me}: {count} elements at +{offset} (in place {in_place}, \
-                                 {op:?}): element {i} is {got}, expected {want}"
-                            ));
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .filter_map(|h| h.join().expect("no panic").err())
-            .collect()
-    });
-    assert!(errs.is_empty(), "{}", errs.join("\n"));
+    let c = Other {
+        coll: Collective::AllReduce,
+        op,
+        count,
+        root: 0,
+        offset,
+        in_place,
+    };
+    check_other(ranks, c);
 }
 
 /// Rounds of a 16 KiB lane (4096 f32, 4 blocks of the emulated device's
@@ -156,6 +103,8 @@ fn large_all_reduces_run_two_shot_rounds() {
 #[derive(Clone, Copy, Debug)]
 struct Other {
     coll: Collective,
+    /// The fold (all-reduce; the others fold with sum).
+    op: ReduceOp,
     count: usize,
     root: usize,
     /// Byte offset of every buffer (4: not 16-byte aligned).
@@ -163,7 +112,7 @@ struct Other {
     in_place: bool,
 }
 
-/// Runs `c` (f32, sum where it folds) on every rank with NCCL's extents and
+/// Runs `c` (f32; `c.op` for an all-reduce, sum where another folds) on every rank with NCCL's extents and
 /// in-place conventions and checks every element of every rank's result.
 fn check_other(ranks: &[Rank], c: Other) {
     let n = ranks.len();
@@ -199,6 +148,7 @@ fn check_other(ranks: &[Rank], c: Other) {
                         .map_err(|e| e.to_string())?;
                     let mut op = DeviceOp::new(c.coll, DataType::Float32, k, send, recv, stream);
                     op.root = root;
+                    op.op = c.op;
                     // SAFETY: both ranges live until the wait below.
                     let work = unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?;
                     work.wait().map_err(|e| e.to_string())?;
@@ -217,6 +167,12 @@ fn check_other(ranks: &[Rank], c: Other) {
                             Collective::AllGather => value(i / k, i % k),
                             Collective::ReduceScatter => (0..n).map(|p| value(p, me * k + i)).sum(),
                             Collective::Broadcast => value(root, i),
+                            Collective::AllReduce if c.op == ReduceOp::Max => {
+                                (0..n).map(|p| value(p, i)).fold(f32::MIN, f32::max)
+                            }
+                            Collective::AllReduce if c.op == ReduceOp::Avg => {
+                                (0..n).map(|p| value(p, i)).sum::<f32>() / n as f32
+                            }
                             _ => (0..n).map(|p| value(p, i)).sum(),
                         };
                         if got.to_bits() != want.to_bits() {
@@ -257,6 +213,7 @@ fn other_collectives_go_through_the_lane_in_rounds() {
                     for root in 0..if coll.is_rooted() { n } else { 1 } {
                         let c = Other {
                             coll,
+                            op: ReduceOp::Sum,
                             count,
                             root,
                             offset,
