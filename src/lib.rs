@@ -91,7 +91,7 @@ pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
 pub use compressed_buffer::CompressBuffer;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
-pub use device::DeviceOp;
+pub use device::{DeviceOp, DeviceTransfer};
 
 pub use comm_core::config::{
     DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,

@@ -134,6 +134,13 @@ impl Run {
     /// progress threads); sncl's progress threads never allocated, freed, loaded modules or opened IPC mappings;
     /// nothing synchronising ran while a stream was parked.
     fn assert_clean(&self, what: &str, processes: usize) {
+        let (launches, _) = self.check_clean(what, processes);
+        assert!(launches > 0, "{what}: no kernel ran");
+    }
+
+    /// The checks of [`Run::assert_clean`] but the kernels'; the launches
+    /// and the callers' stream waits it counted.
+    fn check_clean(&self, what: &str, processes: usize) -> (u64, u64) {
         assert!(
             !self.stderr.contains("cuda-model: deadlock")
                 && !self.stderr.contains("cuda-model: stall"),
@@ -151,7 +158,7 @@ impl Run {
             "{what}: {} reports for {processes} processes",
             self.reports.len()
         );
-        let mut launches = 0;
+        let (mut launches, mut waits) = (0, 0);
         for r in &self.reports {
             let pid = r["pid"].as_u64().expect("pid");
             for t in r["threads"].as_array().expect("threads") {
@@ -166,6 +173,7 @@ impl Run {
                      a stream was parked: {t}"
                 );
                 launches += count("launches");
+                waits += count("stream_waits");
                 if !name.starts_with("sncl-progress") {
                     continue;
                 }
@@ -186,7 +194,18 @@ impl Run {
                 }
             }
         }
-        assert!(launches > 0, "{what}: no kernel ran");
+        (launches, waits)
+    }
+
+    /// As [`Run::assert_clean`] for a run that launches no kernel (copies
+    /// only, the host-driven point-to-point path): callers' streams waited
+    /// on its operations instead.
+    fn assert_clean_copies(&self, what: &str, processes: usize) {
+        let (_, waits) = self.check_clean(what, processes);
+        assert!(
+            waits > 0,
+            "{what}: no caller's stream waited on an operation"
+        );
     }
 
     /// Per process, what the model counted between its first operation
@@ -369,6 +388,26 @@ fn lane_suite_on_the_cuda_backend() {
     };
     if let Some(run) = on_the_model(&bin, &[], &[("SNCL_TEST_DEVICE", "cuda")], "lane") {
         run.assert_clean("device_lane on the cuda backend", 1);
+    }
+}
+
+/// Point-to-point groups on device memory (tests/device_p2p.rs) on the
+/// model: the copies to self and the segments through the staging with
+/// every rule on (no allocation, free, load or IPC open inside a group).
+#[test]
+fn p2p_suite_on_the_cuda_backend() {
+    let Some(bin) = suite("device_p2p") else {
+        eprintln!(
+            "skipped: tests/device_p2p.rs is not built next to this test (run the workspace \
+             build first)"
+        );
+        return;
+    };
+    // One test at a time: a test that ends frees its buffers, which
+    // synchronises the device while another test's streams wait on a group.
+    let args = ["--test-threads=1"];
+    if let Some(run) = on_the_model(&bin, &args, &[("SNCL_TEST_DEVICE", "cuda")], "p2p") {
+        run.assert_clean_copies("device_p2p on the cuda backend", 1);
     }
 }
 

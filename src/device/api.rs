@@ -258,7 +258,7 @@ impl Communicator {
 
     /// Joins the peers on the device once: one thread joins, another
     /// calling at the same time waits for it; after that, nothing.
-    fn join_once(&self, b: &Arc<Binding>) -> Result<()> {
+    pub(super) fn join_once(&self, b: &Arc<Binding>) -> Result<()> {
         if b.peers_bound.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -381,11 +381,32 @@ impl Communicator {
         if let Some(lane) = self.lane_for(&op) {
             return Ok(self.prepare_lane(&b, op, lane));
         }
-        // A device failure from here on is not an argument error: the
-        // operation is queued anyway and fails on every rank (its peers
-        // must not wait for it until their deadline).
+        self.queue_host_driven(attached, raw, (op.send, op.recv), op.stream)
+    }
+
+    /// Queues the checked `raw` on the host-driven path: an event recorded
+    /// now on the caller's stream and, in the operation's turn, the
+    /// caller's stream parked on the binding's flag until the progress
+    /// thread has run it. A device failure from here on is not an argument
+    /// error: the operation is queued anyway and fails on every rank (its
+    /// peers must not wait for it until their deadline).
+    pub(super) fn queue_host_driven(
+        &self,
+        attached: Arc<Attachment>,
+        raw: RawOp,
+        (send, recv): (DevicePtr, DevicePtr),
+        stream: StreamHandle,
+    ) -> Result<crate::work::DeviceJobMaker> {
+        let inner = &self.inner;
+        let (rank, name) = (inner.rank, raw.coll.name());
+        let invalid = |detail: String| Error::InvalidArgument {
+            rank,
+            op: name,
+            detail,
+        };
+        let b = attached.binding.clone();
         let mut enqueue_error = None;
-        match b.dev.is_capturing(op.stream) {
+        match b.dev.is_capturing(stream) {
             Ok(false) => {}
             Ok(true) => {
                 return Err(invalid(format!(
@@ -408,7 +429,7 @@ impl Communicator {
         };
         let event = match created {
             Ok(None) => None,
-            Ok(Some(ev)) => match b.dev.record_event(ev, op.stream) {
+            Ok(Some(ev)) => match b.dev.record_event(ev, stream) {
                 Ok(()) => Some(ev),
                 Err(e) => {
                     // SAFETY: created just above, not recorded, not used again.
@@ -430,7 +451,7 @@ impl Communicator {
                 // SAFETY: the flag is an aligned u32 at the start of the
                 // binding's pinned allocation, which lives as long as the
                 // communicator (and is released to u32::MAX before it goes).
-                let r = unsafe { b.dev.stream_wait_u32(op.stream, b.flag_word(), flag_value) };
+                let r = unsafe { b.dev.stream_wait_u32(stream, b.flag_word(), flag_value) };
                 if let Err(e) = r {
                     enqueue_error =
                         Some(b.error(rank, name, None, "making the caller's stream wait", e));
@@ -439,8 +460,8 @@ impl Communicator {
             JobKind::Device(Box::new(DeviceJob {
                 attached,
                 raw,
-                send: op.send,
-                recv: op.recv,
+                send,
+                recv,
                 event,
                 flag_value,
                 enqueue_error,

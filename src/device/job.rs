@@ -204,6 +204,9 @@ impl Inner {
             self.fail(st, &e);
             return Err(e);
         }
+        if op.coll == comm_core::wire::Collective::SendRecv {
+            return self.run_device_p2p(st, binding, op);
+        }
         let prepared = self.prepared(op)?;
         // nvlink version 2: an all-reduce over device windows that every
         // rank offers alike runs the direct kernel (src/device/offer.rs).
@@ -331,7 +334,7 @@ impl Inner {
 
 /// Enqueues device-to-device `copies` (destination, source, bytes) on the
 /// binding's stream.
-fn copy_on_stream(
+pub(super) fn copy_on_stream(
     b: &Binding,
     copies: &[(DevicePtr, DevicePtr, usize)],
 ) -> std::result::Result<(), DeviceError> {

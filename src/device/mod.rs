@@ -46,10 +46,12 @@ mod api;
 mod cudarc_slices;
 mod job;
 mod offer;
+mod p2p;
 mod window;
 
 pub use api::DeviceOp;
 pub(crate) use offer::Attachment;
+pub use p2p::DeviceTransfer;
 pub use sncl_runtime::device::binding::DirectCounts;
 pub(crate) use sncl_runtime::device::errors::device_error;
 pub(crate) use window::WindowCore;

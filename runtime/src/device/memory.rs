@@ -209,6 +209,8 @@ pub struct DeviceMemory<'a> {
     send: (DevicePtr, usize),
     recv: (DevicePtr, usize),
     scratch: (DevicePtr, usize),
+    /// A point-to-point group's buffers, [`BufId::Peer`]`(k)` in order.
+    peers: Vec<(DevicePtr, usize)>,
     timeout: Duration,
     staging: RefCell<&'a mut Staging>,
     /// Send regions of the current step and their offsets in send staging.
@@ -234,6 +236,7 @@ impl<'a> DeviceMemory<'a> {
             send,
             recv,
             scratch,
+            peers: Vec::new(),
             timeout,
             staging: RefCell::new(staging),
             staged: RefCell::new(Vec::new()),
@@ -242,6 +245,13 @@ impl<'a> DeviceMemory<'a> {
                 stream,
             },
         }
+    }
+
+    /// Adds the device buffers (address, bytes) of a point-to-point
+    /// group, addressed as [`BufId::Peer`]`(k)` in order.
+    pub fn with_peer_buffers(mut self, peers: Vec<(DevicePtr, usize)>) -> DeviceMemory<'a> {
+        self.peers = peers;
+        self
     }
 
     fn dev(&self) -> &dyn Device {
@@ -327,10 +337,12 @@ impl<'a> DeviceMemory<'a> {
             BufId::Send => self.send,
             BufId::Recv => self.recv,
             BufId::Scratch => self.scratch,
-            BufId::Peer(_) => {
-                return Err(self
-                    .invalid("point-to-point buffers are not supported on device memory".into()))
-            }
+            BufId::Peer(k) => *self.peers.get(usize::from(k)).ok_or_else(|| {
+                self.invalid(format!(
+                    "schedule region {r:?} names point-to-point buffer {k}; the group has {}",
+                    self.peers.len()
+                ))
+            })?,
         };
         let (off, len) = (r.offset * esize, r.len * esize);
         if off + len > cap {

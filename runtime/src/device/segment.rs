@@ -14,6 +14,7 @@
 //! a contiguous segment buffer before the segment runs (send) or out of it
 //! after (receive). Every rank cuts the same segments: the cut depends only
 //! on the collective, count, dtype, rank count and the shared setting.
+//! Point-to-point groups are cut per peer stream instead ([`P2pSegments`]).
 
 use comm_core::wire::Collective;
 
@@ -175,9 +176,211 @@ impl Segments {
     }
 }
 
+/// A point-to-point group in segments. The transfers to one peer (and,
+/// apart, those from one peer) form one stream of bytes in group order,
+/// cut into parts of [`P2pSegments::part_bytes`]: segment i moves bytes
+/// `i × part .. (i + 1) × part` of every stream, split at its buffers'
+/// boundaries. Both ends of a stream hold the same transfers in the same
+/// order (the k-th send to a peer meets its k-th receive from this rank),
+/// so they cut alike whatever else their groups hold; a rank ahead in its
+/// segments has finished every part a rank behind still waits for, so the
+/// segments cannot deadlock. A segment's sends stay within `part` per peer,
+/// its pieces within `part`: nothing outgrows the staging. Transfers to
+/// this rank itself are not cut (they are copies, done apart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct P2pSegments {
+    segments: Vec<Vec<P2pPart>>,
+}
+
+/// A transfer's part in a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pPart {
+    /// The transfer's index in the group.
+    pub transfer: usize,
+    /// First byte of the part in the transfer's buffer.
+    pub offset: usize,
+    /// Its length in bytes.
+    pub bytes: usize,
+}
+
+/// One transfer of a group as the cut sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pTransfer {
+    /// The other rank.
+    pub peer: usize,
+    /// A send (else a receive).
+    pub is_send: bool,
+    /// Its length in bytes.
+    pub bytes: usize,
+}
+
+impl P2pSegments {
+    /// The bytes per stream and segment for `nranks` ranks and
+    /// `staging_bytes` of staging per buffer: a segment's sends (one part
+    /// per peer) fit the send staging. A whole number of 256-byte units;
+    /// at least 1 byte.
+    pub fn part_bytes(staging_bytes: usize, nranks: usize) -> usize {
+        let per_peer = staging_bytes / nranks.max(1);
+        if per_peer >= 256 {
+            per_peer / 256 * 256
+        } else {
+            per_peer.max(1)
+        }
+    }
+
+    /// Cuts `transfers` (none to this rank itself) into parts of `part`
+    /// bytes (> 0). An empty transfer goes into the segment holding its
+    /// place in its stream (the last one where it ends the stream), so its
+    /// partner's lands in the same one.
+    pub fn cut(transfers: &[P2pTransfer], part: usize) -> P2pSegments {
+        let part = part.max(1);
+        // (peer, is_send) -> bytes of the stream so far; then its total.
+        let mut streams: Vec<((usize, bool), usize)> = Vec::new();
+        let mut starts = Vec::with_capacity(transfers.len());
+        for t in transfers {
+            let key = (t.peer, t.is_send);
+            let at = match streams.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, total)) => {
+                    let at = *total;
+                    *total += t.bytes;
+                    at
+                }
+                None => {
+                    streams.push((key, t.bytes));
+                    0
+                }
+            };
+            starts.push(at);
+        }
+        let segments_of = |key: (usize, bool)| {
+            let total = streams.iter().find(|(k, _)| *k == key).map_or(0, |s| s.1);
+            total.div_ceil(part).max(1)
+        };
+        let count = streams
+            .iter()
+            .map(|(k, _)| segments_of(*k))
+            .max()
+            .unwrap_or(0);
+        let mut segments = vec![Vec::new(); count];
+        for (j, (t, &at)) in transfers.iter().zip(&starts).enumerate() {
+            if t.bytes == 0 {
+                let i = (at / part).min(segments_of((t.peer, t.is_send)) - 1);
+                segments[i].push(P2pPart {
+                    transfer: j,
+                    offset: 0,
+                    bytes: 0,
+                });
+                continue;
+            }
+            for (i, segment) in segments
+                .iter_mut()
+                .enumerate()
+                .take((at + t.bytes - 1) / part + 1)
+                .skip(at / part)
+            {
+                let lo = at.max(i * part);
+                let hi = (at + t.bytes).min((i + 1) * part);
+                segment.push(P2pPart {
+                    transfer: j,
+                    offset: lo - at,
+                    bytes: hi - lo,
+                });
+            }
+        }
+        P2pSegments { segments }
+    }
+
+    /// The segments, each its parts in group order.
+    pub fn segments(&self) -> &[Vec<P2pPart>] {
+        &self.segments
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn send(peer: usize, bytes: usize) -> P2pTransfer {
+        P2pTransfer {
+            peer,
+            is_send: true,
+            bytes,
+        }
+    }
+
+    fn recv(peer: usize, bytes: usize) -> P2pTransfer {
+        P2pTransfer {
+            peer,
+            is_send: false,
+            bytes,
+        }
+    }
+
+    fn part(transfer: usize, offset: usize, bytes: usize) -> P2pPart {
+        P2pPart {
+            transfer,
+            offset,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn p2p_streams_are_cut_at_the_same_bytes_on_both_ends() {
+        // Rank 0 sends 300 then 0 then 500 bytes to rank 1 and receives
+        // 100 from rank 2; rank 1 receives the two from rank 0 amid an
+        // unrelated send to rank 2. Parts of 256 bytes.
+        let a = P2pSegments::cut(&[send(1, 300), send(1, 0), recv(2, 100), send(1, 500)], 256);
+        let b = P2pSegments::cut(
+            &[recv(0, 300), send(2, 2000), recv(0, 0), recv(0, 500)],
+            256,
+        );
+        let of = |s: &P2pSegments, transfers: &[usize]| -> Vec<Vec<(usize, usize)>> {
+            s.segments()
+                .iter()
+                .map(|seg| {
+                    seg.iter()
+                        .filter(|p| transfers.contains(&p.transfer))
+                        .map(|p| (p.offset, p.bytes))
+                        .collect()
+                })
+                .collect()
+        };
+        // Stream 0 -> 1 (800 bytes): 4 segments on both ends, alike.
+        let want = vec![
+            vec![(0, 256)],
+            vec![(256, 44), (0, 0), (0, 212)],
+            vec![(212, 256)],
+            vec![(468, 32)],
+        ];
+        assert_eq!(of(&a, &[0, 1, 3]), want);
+        assert_eq!(of(&b, &[0, 2, 3])[..4], want[..]);
+        // Rank 1's 2000-byte send runs 8 segments; rank 0 only 4.
+        assert_eq!((a.segments().len(), b.segments().len()), (4, 8));
+        assert_eq!(a.segments()[0], vec![part(0, 0, 256), part(2, 0, 100)]);
+    }
+
+    #[test]
+    fn p2p_empty_transfers_and_groups() {
+        assert!(P2pSegments::cut(&[], 256).segments().is_empty());
+        // Only empty transfers: one segment that moves nothing.
+        let e = P2pSegments::cut(&[send(1, 0), recv(1, 0)], 256);
+        assert_eq!(e.segments(), &[vec![part(0, 0, 0), part(1, 0, 0)]]);
+        // An empty transfer that ends a stream of exactly two parts sits
+        // in the second.
+        let s = P2pSegments::cut(&[send(1, 512), send(1, 0)], 256);
+        assert_eq!(s.segments()[1], vec![part(0, 256, 256), part(1, 0, 0)]);
+    }
+
+    #[test]
+    fn p2p_part_bytes_keep_a_segment_within_the_staging() {
+        assert_eq!(P2pSegments::part_bytes(1 << 20, 8), 131072);
+        assert_eq!(P2pSegments::part_bytes(1000, 3), 256);
+        assert_eq!(P2pSegments::part_bytes(100, 3), 33);
+        assert_eq!(P2pSegments::part_bytes(0, 3), 1);
+        for (staging, n) in [(4096, 7), (65536, 5), (1 << 20, 3)] {
+            assert!(P2pSegments::part_bytes(staging, n) * (n - 1) <= staging);
+        }
+    }
 
     #[test]
     fn one_segment_uses_the_callers_buffers() {

@@ -1,0 +1,300 @@
+//! Point-to-point groups on device memory (`src/device/p2p.rs`): ring
+//! shifts, an all-to-all written as sends and receives (PyTorch's
+//! `all_to_all` over `isend` / `irecv`), several transfers to one peer of
+//! different types, copies to self, empty transfers, transfers many times
+//! the staging (cut into segments), and the errors: a send to self without
+//! its receive, a NULL or host buffer, sizes that do not match (an error on
+//! both ranks, not a hang). Every byte is checked.
+
+mod device_kit;
+
+use std::time::{Duration, Instant};
+
+use device_kit::{bind_rank, Rank};
+use sncl::device::{self, DevicePtr};
+use sncl::{Communicator, Config, DataType, DeviceTransfer, Error};
+
+/// `n` thread ranks on emulated devices (or `SNCL_TEST_DEVICE`'s) with
+/// `staging` bytes of device staging per buffer.
+fn ranks(n: usize, staging: usize) -> Vec<Rank> {
+    let _ = device::open(device::Backend::Emu, 0);
+    let cfg = Config {
+        timeout: Duration::from_secs(30),
+        device: comm_core::config::DeviceSettings {
+            staging_bytes: staging,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    Communicator::init_threads(n, cfg)
+        .expect("init")
+        .into_iter()
+        .map(bind_rank)
+        .collect()
+}
+
+/// Byte `i` of what rank `from` sends to rank `to` in transfer `k`.
+fn byte(from: usize, to: usize, k: usize, i: usize) -> u8 {
+    (from * 41 + to * 13 + k * 7 + i * 3 + i / 251) as u8
+}
+
+/// One transfer of a test group: (peer, is_send, dtype, count) and where
+/// it lies in the rank's send or receive buffer (byte offset).
+#[derive(Clone, Copy, Debug)]
+struct Planned {
+    peer: usize,
+    is_send: bool,
+    dtype: DataType,
+    count: usize,
+    at: usize,
+}
+
+/// Runs `plan(rank)` on every rank: uploads every send's bytes, runs the
+/// group on the rank's stream, downloads the receive buffer and checks
+/// every receive's bytes (the k-th receive from a peer holds the peer's
+/// k-th send to this rank).
+fn run_groups(ranks: &[Rank], plan: &(dyn Fn(usize) -> Vec<Planned> + Sync)) {
+    std::thread::scope(|s| {
+        for r in ranks {
+            s.spawn(move || {
+                let me = r.comm.rank();
+                let mine = plan(me);
+                // The k-th send from `from` to `to`.
+                let nth = |transfers: &[Planned], peer: usize, is_send: bool, j: usize| {
+                    transfers[..j]
+                        .iter()
+                        .filter(|t| t.peer == peer && t.is_send == is_send)
+                        .count()
+                };
+                let end = |is_send: bool| {
+                    mine.iter()
+                        .filter(|t| t.is_send == is_send)
+                        .map(|t| t.at + t.count * t.dtype.size())
+                        .max()
+                        .unwrap_or(0)
+                };
+                let mut out = vec![0u8; end(true)];
+                for (j, t) in mine.iter().enumerate().filter(|(_, t)| t.is_send) {
+                    let k = nth(&mine, t.peer, true, j);
+                    for i in 0..t.count * t.dtype.size() {
+                        out[t.at + i] = byte(me, t.peer, k, i);
+                    }
+                }
+                let fill = vec![0xeeu8; end(false)];
+                let transfers: Vec<DeviceTransfer> = mine
+                    .iter()
+                    .map(|t| {
+                        let buf = if t.is_send { &r.send } else { &r.recv };
+                        DeviceTransfer {
+                            peer: t.peer,
+                            is_send: t.is_send,
+                            ptr: buf.ptr().add(t.at),
+                            count: t.count,
+                            dtype: t.dtype,
+                        }
+                    })
+                    .collect();
+                let mut got = vec![0u8; fill.len()];
+                // SAFETY: the host vectors outlive the synchronisation
+                // below; the device ranges are the rank's case buffers.
+                unsafe {
+                    r.dev
+                        .copy_h2d_async(r.send.ptr(), out.as_ptr(), out.len(), r.stream)
+                        .unwrap();
+                    r.dev
+                        .copy_h2d_async(r.recv.ptr(), fill.as_ptr(), fill.len(), r.stream)
+                        .unwrap();
+                }
+                // SAFETY: the buffers live until after `wait`.
+                let work = unsafe { r.comm.send_recv_device_raw(&transfers, r.stream) }
+                    .unwrap_or_else(|e| panic!("rank {me}: enqueue: {e}"));
+                // SAFETY: as above.
+                unsafe {
+                    r.dev
+                        .copy_d2h_async(got.as_mut_ptr(), r.recv.ptr(), got.len(), r.stream)
+                        .unwrap();
+                }
+                let deadline = Instant::now() + Duration::from_secs(60);
+                r.dev.synchronize(r.stream, deadline).unwrap();
+                work.wait()
+                    .unwrap_or_else(|e| panic!("rank {me}: group: {e}"));
+                for (j, t) in mine.iter().enumerate().filter(|(_, t)| !t.is_send) {
+                    let k = nth(&mine, t.peer, false, j);
+                    for i in 0..t.count * t.dtype.size() {
+                        let want = byte(t.peer, me, k, i);
+                        assert_eq!(
+                            got[t.at + i],
+                            want,
+                            "rank {me}: byte {i} of receive {j} ({k}th from {}, {t:?})",
+                            t.peer
+                        );
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Lays the transfers out one after the other in their buffers (256-byte
+/// aligned, plus `skew` bytes to test unaligned device addresses).
+fn laid_out(transfers: &[(usize, bool, DataType, usize)], skew: usize) -> Vec<Planned> {
+    let (mut send_at, mut recv_at) = (skew, skew);
+    transfers
+        .iter()
+        .map(|&(peer, is_send, dtype, count)| {
+            let at = if is_send { &mut send_at } else { &mut recv_at };
+            let t = Planned {
+                peer,
+                is_send,
+                dtype,
+                count,
+                at: *at,
+            };
+            *at += (count * dtype.size()).div_ceil(256) * 256 + skew;
+            t
+        })
+        .collect()
+}
+
+/// Ring shifts at sizes from nothing to many times the 64 KiB staging
+/// (segments), on 2, 3 and 4 ranks, from aligned and unaligned addresses.
+#[test]
+fn ring_shifts_of_every_size() {
+    for n in [2, 3, 4] {
+        let ranks = ranks(n, 64 << 10);
+        for count in [0usize, 1, 1001, 16_384, 100_003] {
+            for skew in [0, 4] {
+                let plan = move |r: usize| {
+                    laid_out(
+                        &[
+                            ((r + 1) % n, true, DataType::Float32, count),
+                            ((r + n - 1) % n, false, DataType::Float32, count),
+                        ],
+                        skew,
+                    )
+                };
+                run_groups(&ranks, &plan);
+            }
+        }
+        let stats = ranks[0].comm.stats();
+        let groups = stats
+            .ops_by_collective
+            .iter()
+            .find(|(name, _)| name == "sendrecv")
+            .map_or(0, |(_, ops)| *ops);
+        assert_eq!(groups, 10, "n={n}: {:?}", stats.ops_by_collective);
+    }
+}
+
+/// An all-to-all as sends and receives, with a copy to self, several
+/// transfers to one peer of different types (one empty), and blocks of
+/// unequal sizes per pair; 3 ranks through 64 KiB of staging (up to
+/// 91,000 bytes per transfer: several segments).
+#[test]
+fn all_to_all_groups_with_copies_to_self_and_mixed_types() {
+    let n = 3;
+    let ranks = ranks(n, 64 << 10);
+    // Bytes rank `a` sends rank `b` in its first transfer to it.
+    let size = |a: usize, b: usize| 1000 + 30_000 * ((a + 2 * b) % 4);
+    let plan = move |r: usize| {
+        let mut t = Vec::new();
+        for p in 0..n {
+            t.push((p, true, DataType::Uint8, size(r, p)));
+            t.push((p, true, DataType::Float16, 0));
+            t.push((p, true, DataType::Float64, 777));
+        }
+        for p in (0..n).rev() {
+            t.push((p, false, DataType::Int8, size(p, r)));
+            t.push((p, false, DataType::Bfloat16, 0));
+            // The same bytes as the peer's f64 send, as u32.
+            t.push((p, false, DataType::Uint32, 777 * 2));
+        }
+        laid_out(&t, 0)
+    };
+    run_groups(&ranks, &plan);
+}
+
+fn assert_invalid<T>(r: sncl::Result<T>, needle: &str) {
+    match r {
+        Err(Error::InvalidArgument { op, detail, .. }) => {
+            assert!(detail.contains(needle), "{op}: {detail:?} lacks {needle:?}");
+        }
+        Err(other) => panic!("want InvalidArgument, got {other:?}"),
+        Ok(_) => panic!("want InvalidArgument ({needle}), got a queued group"),
+    }
+}
+
+/// Bad groups are refused before anything is queued; sizes that do not
+/// match fail on both ranks within the timeout; the communicator's other
+/// ranks are not left waiting.
+#[test]
+fn bad_groups_are_errors_not_hangs() {
+    let ranks = ranks(2, 64 << 10);
+    let r0 = &ranks[0];
+    let f32s = DataType::Float32;
+    let one = |t: DeviceTransfer| {
+        // SAFETY: refused before anything is queued (or, for a valid one,
+        // the buffers are the rank's case buffers, alive throughout).
+        unsafe { r0.comm.send_recv_device_raw(&[t], r0.stream) }
+    };
+    assert_invalid(
+        one(DeviceTransfer::send(r0.send.ptr(), 4, f32s, 0)),
+        "receive(s) from itself",
+    );
+    assert_invalid(one(DeviceTransfer::send(DevicePtr(0), 4, f32s, 1)), "NULL");
+    let host = [0f32; 16];
+    assert_invalid(
+        one(DeviceTransfer::send(
+            DevicePtr(host.as_ptr() as u64),
+            16,
+            f32s,
+            1,
+        )),
+        "transfer 0",
+    );
+    assert_invalid(
+        one(DeviceTransfer::recv(r0.recv.ptr(), 4, f32s, 2)),
+        "out of range",
+    );
+    // 100 floats against 99: both ranks fail, naming the other.
+    let started = Instant::now();
+    let outcomes: Vec<sncl::Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || {
+                    let me = r.comm.rank();
+                    let count = if me == 0 { 100 } else { 99 };
+                    let peer = 1 - me;
+                    let t = [
+                        DeviceTransfer::send(r.send.ptr(), count, f32s, peer),
+                        DeviceTransfer::recv(r.recv.ptr(), count, f32s, peer),
+                    ];
+                    // SAFETY: the case buffers outlive `wait`.
+                    let w = unsafe { r.comm.send_recv_device_raw(&t, r.stream) }?;
+                    let r2 = w.wait();
+                    let _ = r
+                        .dev
+                        .synchronize(r.stream, Instant::now() + Duration::from_secs(40));
+                    r2
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let texts: Vec<String> = outcomes
+        .iter()
+        .map(|o| o.as_ref().expect_err("mismatched sizes fail").to_string())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("bytes")),
+        "one rank names the sizes: {texts:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(35),
+        "failed within the timeout: {:?}",
+        started.elapsed()
+    );
+}
