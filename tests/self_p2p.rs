@@ -140,3 +140,40 @@ fn raw_non_blocking_group_with_self() {
     w.wait().unwrap();
     assert_eq!(got, out);
 }
+
+/// A raw group's own dtype and count are not used (each transfer has its
+/// own): a group built with a 4-byte dtype and a count moves the same
+/// bytes (it used to panic on a schedule region 4 times its buffer).
+#[test]
+fn raw_group_ignores_its_own_dtype_and_count() {
+    let cs = comms(2);
+    std::thread::scope(|s| {
+        for c in &cs {
+            s.spawn(move || {
+                let (r, peer) = (c.rank(), 1 - c.rank());
+                let out = vec![r as u16 + 7; 999];
+                let mut got = vec![0u16; 999];
+                let mut op = RawOp::new(Collective::SendRecv, DataType::Float32, 5);
+                op.p2p = vec![
+                    P2p {
+                        peer,
+                        is_send: true,
+                        ptr: out.as_ptr() as *mut u8,
+                        count: out.len(),
+                        dtype: DataType::Float16,
+                    },
+                    P2p {
+                        peer,
+                        is_send: false,
+                        ptr: got.as_mut_ptr() as *mut u8,
+                        count: got.len(),
+                        dtype: DataType::Float16,
+                    },
+                ];
+                // SAFETY: both buffers outlive the call.
+                unsafe { c.run_raw(&op) }.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+                assert!(got.iter().all(|&v| v == peer as u16 + 7), "rank {r}");
+            });
+        }
+    });
+}

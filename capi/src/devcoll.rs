@@ -12,7 +12,7 @@ use super::devmem::{self, Dev, StreamArg, R};
 use super::error::CError;
 use super::exec::{self, Item};
 use sncl_rs::Communicator;
-use sncl_rs::DeviceOp;
+use sncl_rs::{DeviceOp, DeviceTransfer};
 
 /// The buffers of an item, named for errors.
 pub(super) fn buffers(item: &Item) -> Vec<(&'static str, *const u8)> {
@@ -74,31 +74,11 @@ pub(super) fn issue(
 /// Queues `item` on `stream` of device `d`.
 fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle, item: Item) -> R {
     let rank = c.rank();
-    let coll = match item {
-        Item::P2p { .. } => {
-            return Err(CError::invalid(format!(
-                "rank {rank}: snclSend / snclRecv on device memory are not supported yet (the \
-                 device path runs collectives only); stage the data through host memory"
-            )))
-        }
-        Item::Coll(coll) => coll,
+    let name = match &item {
+        Item::P2p { is_send: true, .. } => "snclSend",
+        Item::P2p { .. } => "snclRecv",
+        Item::Coll(coll) => coll.raw.coll.name(),
     };
-    let raw = &coll.raw;
-    let name = raw.coll.name();
-    let unsupported = |what: &str| {
-        Err(CError::invalid(format!(
-            "rank {rank}: {name} on device memory: {what} is not supported on device buffers"
-        )))
-    };
-    if coll.compress.is_some() {
-        return unsupported("compression (snclAllReduceCompressed)");
-    }
-    if coll.premul.is_some() {
-        return unsupported("a snclRedOpCreatePreMulSum operator");
-    }
-    if raw.v.is_some() || !sncl_rs::binding::runs_on_device(raw.coll) {
-        return unsupported("this collective");
-    }
     let (o, stream) = devmem::resolve_stream(stream, Some(d.dev.ordinal()))?;
     if o != d.dev.ordinal() {
         return Err(CError::invalid(format!(
@@ -113,6 +93,42 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
             stream.0,
             d.label()
         )));
+    }
+    let coll = match item {
+        Item::P2p {
+            peer,
+            is_send,
+            ptr,
+            count,
+            dtype,
+        } => {
+            sncl_rs::binding::bind_or_check(c, "sendrecv", "the buffer", &d.dev)
+                .map_err(CError::from)?;
+            let transfer = DeviceTransfer {
+                peer,
+                is_send,
+                ptr: DevicePtr(ptr as u64),
+                count,
+                dtype,
+            };
+            return super::devp2p::issue(shared, c, stream, transfer);
+        }
+        Item::Coll(coll) => coll,
+    };
+    let raw = &coll.raw;
+    let unsupported = |what: &str| {
+        Err(CError::invalid(format!(
+            "rank {rank}: {name} on device memory: {what} is not supported on device buffers"
+        )))
+    };
+    if coll.compress.is_some() {
+        return unsupported("compression (snclAllReduceCompressed)");
+    }
+    if coll.premul.is_some() {
+        return unsupported("a snclRedOpCreatePreMulSum operator");
+    }
+    if raw.v.is_some() || !sncl_rs::binding::runs_on_device(raw.coll) {
+        return unsupported("this collective");
     }
     sncl_rs::binding::bind_or_check(c, name, "the buffers", &d.dev).map_err(CError::from)?;
     let mut op = DeviceOp::new(

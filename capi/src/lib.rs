@@ -138,6 +138,7 @@ mod args;
 mod comm;
 mod devcoll;
 mod devmem;
+mod devp2p;
 mod error;
 mod exec;
 mod premul;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sncl::device::{self, Backend, Device, DeviceBuffer, StreamHandle};
-use sncl::{Communicator, DeviceOp, RawOp, Result};
+use sncl::{Communicator, DeviceOp, DeviceTransfer, P2p, RawOp, Result};
 
-use crate::cases::{input_bytes, Case, Timing, Values};
+use crate::cases::{input_bytes, Bench, Case, Timing, Values};
 
 /// Where the benchmark's buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,13 +35,6 @@ impl Where {
                 device::open(b, 0).map_err(|e| format!("--device {name}: {e}"))?;
                 Ok(Where::Device(b))
             }
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Where::Host => "host",
-            Where::Device(b) => b.name(),
         }
     }
 }
@@ -105,6 +98,10 @@ impl Dev {
 /// This rank's (send, receive) extents in elements, as the host cases
 /// and the communicator's checks compute them.
 fn extents(c: &Case, n: usize, rank: usize) -> (usize, usize) {
+    if c.bench == Bench::SendRecv {
+        // A ring shift: `count` each way.
+        return (c.count, c.count);
+    }
     let shape =
         comm_core::shape::OpShape::new(c.bench.collective(), c.dtype, c.count, n).with_root(c.root);
     (shape.send_elems(rank), shape.recv_elems(rank))
@@ -251,10 +248,23 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
     );
     op.op = c.op;
     op.root = c.root;
-    let run = || -> Result<()> {
-        // SAFETY: the buffers live until after `wait`.
-        unsafe { comm.enqueue_device(op) }?.wait()
+    // sendrecv: a ring shift, as on host buffers.
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    let ring = [
+        DeviceTransfer::send(dsend.ptr(), c.count, c.dtype, next),
+        DeviceTransfer::recv(drecv.ptr(), c.count, c.dtype, prev),
+    ];
+    let enqueue = || -> Result<sncl::RawWork> {
+        // SAFETY: the buffers live until every handle is waited for.
+        unsafe {
+            if c.bench == Bench::SendRecv {
+                comm.send_recv_device_raw(&ring, d.stream)
+            } else {
+                comm.enqueue_device(op)
+            }
+        }
     };
+    let run = || -> Result<()> { enqueue()?.wait() };
     for _ in 0..c.warmup {
         run()?;
     }
@@ -295,8 +305,7 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
         }
         None => {
             for _ in 0..c.iters {
-                // SAFETY: the buffers live until every handle is waited for below.
-                works.push(unsafe { comm.enqueue_device(op) }?);
+                works.push(enqueue()?);
             }
             c.iters
         }
@@ -338,6 +347,24 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
         raw.root = c.root;
         raw.send = send.as_ptr();
         raw.recv = want.as_mut_ptr();
+        if c.bench == Bench::SendRecv {
+            raw.p2p = vec![
+                P2p {
+                    peer: next,
+                    is_send: true,
+                    ptr: send.as_ptr() as *mut u8,
+                    count: c.count,
+                    dtype: c.dtype,
+                },
+                P2p {
+                    peer: prev,
+                    is_send: false,
+                    ptr: want.as_mut_ptr(),
+                    count: c.count,
+                    dtype: c.dtype,
+                },
+            ];
+        }
         // SAFETY: the host vectors cover the extents and outlive the call.
         unsafe { comm.run_raw(&raw) }?;
         wrong = got

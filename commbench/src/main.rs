@@ -139,14 +139,6 @@ fn main() -> ExitCode {
         // (before any thread or rank starts).
         std::env::set_var("SNCL_TIMEOUT_MS", (secs.saturating_mul(1000)).to_string());
     }
-    if place != devbench::Where::Host && bench == Bench::SendRecv {
-        eprintln!(
-            "commbench: --device {} runs every collective but sendrecv (point-to-point \
-             transfers on device buffers are not implemented yet)",
-            place.name()
-        );
-        return ExitCode::from(2);
-    }
     let rank = |comm: &Communicator| run(&args, comm, &notes);
     if let Some(np) = args.np {
         let threads = args.threads.unwrap_or(1);

@@ -28,7 +28,14 @@ impl Inner {
     /// op from the C ABI or [`crate::Communicator::run_raw`]).
     pub(crate) fn prepared(&self, op: &RawOp) -> Result<Prepared> {
         let n = self.nranks;
-        let shape = OpShape::new(op.coll, op.dtype, op.count, n).with_root(op.root);
+        // A point-to-point group's own dtype and count are not used (each
+        // transfer has its own, and the schedule counts bytes): the group
+        // is planned and fingerprinted as bytes whatever they say.
+        let (dtype, count) = match op.coll {
+            Collective::SendRecv => (comm_core::DataType::Uint8, 0),
+            _ => (op.dtype, op.count),
+        };
+        let shape = OpShape::new(op.coll, dtype, count, n).with_root(op.root);
         let checked = op.prepared.is_some() && op.prepared == Checked::of(op, n);
         if !checked {
             self.check(op, &shape)?;

@@ -215,10 +215,12 @@ static void check_errors(snclComm_t comm) {
     EXPECT_ERROR(snclMemFree(gone), snclInvalidArgument, "snclMemAlloc");
   }
 
-  /* point-to-point is not on the device path yet */
-  EXPECT_ERROR(snclSend(d, n, snclFloat, (rank + 1) % nranks, comm, NULL), snclInvalidArgument,
-               "not supported");
-  /* nor are premultiplied sums */
+  /* point-to-point on device memory: a peer out of range, a device
+     buffer too short for the count (checked against its allocation) */
+  EXPECT_ERROR(snclSend(d, n, snclFloat, nranks, comm, NULL), snclInvalidArgument, "peer");
+  EXPECT_ERROR(snclRecv(d, n * 1000, snclFloat, (rank + 1) % nranks, comm, NULL),
+               snclInvalidArgument, "bytes");
+  /* premultiplied sums are not on the device path */
   float two = 2.0f;
   snclRedOp_t premul;
   CHECK(snclRedOpCreatePreMulSum(&premul, &two, snclFloat, snclScalarHostImmediate, comm));
@@ -322,6 +324,70 @@ static void check_registration(snclComm_t comm, snclStream_t stream) {
   free(h);
 }
 
+/* snclSend / snclRecv on device memory: a ring shift in a group (the
+ * send and receive progress together), an all-to-all written as a loop of
+ * sends and receives with the one to self (PyTorch's all_to_all), and a
+ * transfer larger than the staging, on a device stream. */
+static void check_send_recv(snclComm_t comm, snclStream_t stream) {
+  const size_t n = 300001; /* 1.2 MB: several segments of the staging */
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  float *h = mine(n);
+  void *send = to_device(h, n * sizeof(float));
+  void *recv = to_device(NULL, n * sizeof(float));
+  CHECK(snclGroupStart());
+  CHECK(snclSend(send, n, snclFloat, next, comm, stream));
+  CHECK(snclRecv(recv, n, snclFloat, prev, comm, stream));
+  CHECK(snclGroupEnd());
+  CHECK(snclStreamSynchronize(stream));
+  float *out = from_device(recv, n);
+  for (size_t i = 0; i < n; i++)
+    EXPECT(out[i] == val(prev, i), "ring [%zu] = %g, expected %g", i, out[i], val(prev, i));
+  free(out);
+
+  const size_t block = 1001;
+  float *blocks = malloc(block * nranks * sizeof(float));
+  if (!blocks) exit(4);
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < block; i++) blocks[p * block + i] = val(rank, p * 1000 + i);
+  void *a2a_send = to_device(blocks, block * nranks * sizeof(float));
+  void *a2a_recv = to_device(NULL, block * nranks * sizeof(float));
+  CHECK(snclGroupStart());
+  for (int p = 0; p < nranks; p++) {
+    CHECK(snclSend((char *)a2a_send + p * block * sizeof(float), block, snclFloat, p, comm,
+                   stream));
+    CHECK(snclRecv((char *)a2a_recv + p * block * sizeof(float), block, snclFloat, p, comm,
+                   stream));
+  }
+  CHECK(snclGroupEnd());
+  CHECK(snclStreamSynchronize(stream));
+  float *got = from_device(a2a_recv, block * nranks);
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < block; i++)
+      EXPECT(got[p * block + i] == val(p, rank * 1000 + i), "alltoall from %d [%zu] = %g", p, i,
+             got[p * block + i]);
+  free(got);
+  free(blocks);
+  /* A send to self outside a group cannot complete: refused. */
+  EXPECT_ERROR(snclSend(send, 4, snclFloat, rank, comm, stream), snclInvalidArgument,
+               "itself");
+  /* Two streams for one communicator in one group: refused at the call. */
+  snclStream_t other;
+  CHECK(snclDeviceStreamCreate(&other));
+  CHECK(snclGroupStart());
+  CHECK(snclSend(send, 4, snclFloat, next, comm, stream));
+  EXPECT_ERROR(snclRecv(recv, 4, snclFloat, prev, comm, other), snclInvalidArgument,
+               "one stream");
+  CHECK(snclRecv(recv, 4, snclFloat, prev, comm, stream));
+  CHECK(snclGroupEnd());
+  CHECK(snclStreamSynchronize(stream));
+  CHECK(snclStreamDestroy(other));
+  CHECK(snclMemFree(a2a_recv));
+  CHECK(snclMemFree(a2a_send));
+  CHECK(snclMemFree(recv));
+  CHECK(snclMemFree(send));
+  free(h);
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -379,6 +445,7 @@ int main(void) {
   check_errors(comm);
   check_windows(comm, stream);
   check_registration(comm, stream);
+  check_send_recv(comm, stream);
   /* still usable after the rejected calls */
   check_all_reduce(comm, stream, 4096, 1);
 
