@@ -559,12 +559,23 @@ impl Communicator {
     pub fn group<'a>(&self, f: impl FnOnce(&mut Group<'a>)) -> Result<()> {
         let mut g = Group {
             ops: Vec::new(),
+            device_ops: Vec::new(),
             error: None,
             _bufs: PhantomData,
         };
         f(&mut g);
         if let Some(e) = g.error {
             return Err(e);
+        }
+        if !g.device_ops.is_empty() {
+            if !g.ops.is_empty() {
+                return Err(bad(
+                    self.rank(),
+                    "sendrecv",
+                    "host and device buffers cannot be mixed in one group".into(),
+                ));
+            }
+            return self.run_device_group(g.device_ops);
         }
         if g.ops.is_empty() {
             return Ok(());
@@ -577,25 +588,43 @@ impl Communicator {
 }
 
 impl<'a> Group<'a> {
-    /// Adds a send of `buf` to `peer`.
-    pub fn send<T: Element>(&mut self, buf: &'a [T], peer: usize) {
-        self.ops.push(P2p {
-            peer,
-            is_send: true,
-            ptr: buf.as_ptr() as *mut u8,
-            count: buf.len(),
-            dtype: T::DTYPE,
-        });
+    /// Adds a send of `buf` to `peer`: host memory (`&[T]`, `&Vec<T>`,
+    /// ...) or a device view ([`crate::device::DeviceSlice`], ...); one
+    /// group's buffers are all host or all device memory, the device ones
+    /// on one stream.
+    pub fn send<B: Buffer + 'a>(&mut self, buf: B, peer: usize) {
+        match buf.kind() {
+            MemoryKind::Host => self.ops.push(P2p {
+                peer,
+                is_send: true,
+                ptr: buf.lend(None).addr as *mut u8,
+                count: buf.len(),
+                dtype: <B::Elem as Element>::DTYPE,
+            }),
+            MemoryKind::Device => self
+                .device_ops
+                .push(crate::buffer::GroupDeviceOp::send(buf, peer)),
+        }
     }
 
-    /// Adds a receive into `buf` from `peer`.
-    pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize) {
-        self.ops.push(P2p {
-            peer,
-            is_send: false,
-            ptr: buf.as_mut_ptr() as *mut u8,
-            count: buf.len(),
-            dtype: T::DTYPE,
-        });
+    /// Adds a receive into `buf` from `peer` (memory kinds as
+    /// [`Group::send`]).
+    pub fn recv<B: BufferMut + 'a>(&mut self, mut buf: B, peer: usize) {
+        match buf.kind() {
+            MemoryKind::Host => {
+                let count = buf.len();
+                let ptr = buf.lend_mut(None).addr as *mut u8;
+                self.ops.push(P2p {
+                    peer,
+                    is_send: false,
+                    ptr,
+                    count,
+                    dtype: <B::Elem as Element>::DTYPE,
+                })
+            }
+            MemoryKind::Device => self
+                .device_ops
+                .push(crate::buffer::GroupDeviceOp::recv(buf, peer)),
+        }
     }
 }

@@ -438,3 +438,69 @@ unsafe impl<B: BufferMut> BufferMut for Prefix<B> {
         self.inner.lend_mut(stream)
     }
 }
+
+/// A device buffer of a [`crate::Group`], kept until the group is queued
+/// (cudarc's guards record their events when the lent address is dropped,
+/// after the operation is on the stream).
+pub(crate) trait GroupBuffer {
+    /// The buffer's location (device and stream).
+    fn location(&self) -> Location;
+    /// Its address for the group, ordered on `stream`.
+    fn lend_on<'s>(&'s mut self, stream: &'s Stream) -> Lent<'s>;
+}
+
+/// A buffer a group sends.
+struct Sent<B>(B);
+/// A buffer a group receives into.
+struct Received<B>(B);
+
+impl<B: Buffer> GroupBuffer for Sent<B> {
+    fn location(&self) -> Location {
+        self.0.location()
+    }
+    fn lend_on<'s>(&'s mut self, stream: &'s Stream) -> Lent<'s> {
+        self.0.lend(Some(stream))
+    }
+}
+
+impl<B: BufferMut> GroupBuffer for Received<B> {
+    fn location(&self) -> Location {
+        self.0.location()
+    }
+    fn lend_on<'s>(&'s mut self, stream: &'s Stream) -> Lent<'s> {
+        self.0.lend_mut(Some(stream))
+    }
+}
+
+/// One transfer of a [`crate::Group`] on device memory.
+pub(crate) struct GroupDeviceOp<'a> {
+    pub(crate) peer: usize,
+    pub(crate) is_send: bool,
+    pub(crate) count: usize,
+    pub(crate) dtype: comm_core::DataType,
+    pub(crate) buf: Box<dyn GroupBuffer + 'a>,
+}
+
+impl<'a> GroupDeviceOp<'a> {
+    /// A send of `buf` (device memory) to `peer`.
+    pub(crate) fn send<B: Buffer + 'a>(buf: B, peer: usize) -> GroupDeviceOp<'a> {
+        GroupDeviceOp {
+            peer,
+            is_send: true,
+            count: buf.len(),
+            dtype: <B::Elem as Element>::DTYPE,
+            buf: Box::new(Sent(buf)),
+        }
+    }
+
+    /// A receive into `buf` (device memory) from `peer`.
+    pub(crate) fn recv<B: BufferMut + 'a>(buf: B, peer: usize) -> GroupDeviceOp<'a> {
+        GroupDeviceOp {
+            peer,
+            is_send: false,
+            count: buf.len(),
+            dtype: <B::Elem as Element>::DTYPE,
+            buf: Box::new(Received(buf)),
+        }
+    }
+}

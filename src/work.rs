@@ -327,6 +327,8 @@ impl Communicator {
 /// (like NCCL's group calls); see [`Communicator::group`].
 pub struct Group<'a> {
     pub(crate) ops: Vec<P2p>,
+    /// Transfers of device buffers (a group is all host or all device).
+    pub(crate) device_ops: Vec<crate::buffer::GroupDeviceOp<'a>>,
     pub(crate) error: Option<Error>,
     pub(crate) _bufs: PhantomData<&'a mut ()>,
 }

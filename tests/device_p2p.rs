@@ -11,7 +11,7 @@ mod device_kit;
 use std::time::{Duration, Instant};
 
 use device_kit::{bind_rank, Rank};
-use sncl::device::{self, DevicePtr};
+use sncl::device::{self, DevicePtr, DeviceSlice, DeviceSliceMut};
 use sncl::{Communicator, Config, DataType, DeviceTransfer, Error};
 
 /// `n` thread ranks on emulated devices (or `SNCL_TEST_DEVICE`'s) with
@@ -297,4 +297,93 @@ fn bad_groups_are_errors_not_hangs() {
         "failed within the timeout: {:?}",
         started.elapsed()
     );
+}
+
+/// The typed API: `Communicator::group` takes device views as it takes
+/// host slices (a ring shift of f64 and a copy to self, checked), and
+/// refuses a group that mixes host and device buffers or streams.
+#[test]
+fn typed_groups_take_device_views() {
+    let ranks = ranks(3, 64 << 10);
+    let n = ranks.len();
+    std::thread::scope(|s| {
+        for r in &ranks {
+            s.spawn(move || {
+                let me = r.comm.rank();
+                let count = 50_001;
+                let mine: Vec<f64> = (0..count).map(|i| (me * 1_000_000 + i) as f64).collect();
+                let bytes = count * 8;
+                // SAFETY: the host vector outlives the synchronisation.
+                unsafe {
+                    r.dev
+                        .copy_h2d_async(r.send.ptr(), mine.as_ptr() as *const u8, bytes, r.stream)
+                        .unwrap();
+                }
+                let send = DeviceSlice::<f64>::new(&r.send, r.stream);
+                // SAFETY: the receive buffer is the rank's own, used only on
+                // its stream here; the views live within this scope.
+                let (ring, to_self) = unsafe {
+                    (
+                        DeviceSliceMut::<f64>::from_raw(
+                            r.dev.clone(),
+                            r.recv.ptr(),
+                            count,
+                            r.stream,
+                        ),
+                        DeviceSliceMut::<f64>::from_raw(
+                            r.dev.clone(),
+                            r.recv.ptr().add(bytes),
+                            count,
+                            r.stream,
+                        ),
+                    )
+                };
+                r.comm
+                    .group(|g| {
+                        g.send(send.slice(0..count), (me + 1) % n);
+                        g.send(send.slice(0..count), me);
+                        g.recv(ring, (me + n - 1) % n);
+                        g.recv(to_self, me);
+                    })
+                    .unwrap_or_else(|e| panic!("rank {me}: {e}"));
+                let mut got = vec![0f64; 2 * count];
+                // SAFETY: `got` outlives the synchronisation.
+                unsafe {
+                    r.dev
+                        .copy_d2h_async(
+                            got.as_mut_ptr() as *mut u8,
+                            r.recv.ptr(),
+                            2 * bytes,
+                            r.stream,
+                        )
+                        .unwrap();
+                }
+                r.dev
+                    .synchronize(r.stream, Instant::now() + Duration::from_secs(30))
+                    .unwrap();
+                let left = (me + n - 1) % n;
+                for i in 0..count {
+                    assert_eq!(
+                        got[i],
+                        (left * 1_000_000 + i) as f64,
+                        "rank {me} ring [{i}]"
+                    );
+                    assert_eq!(got[count + i], mine[i], "rank {me} self [{i}]");
+                }
+            });
+        }
+    });
+    let r = &ranks[0];
+    let host = vec![0f32; 8];
+    let mixed = r.comm.group(|g| {
+        g.send(DeviceSlice::<f32>::new(&r.send, r.stream), 1);
+        g.send(&host, 2);
+    });
+    assert_invalid(mixed, "mixed");
+    let other = r.dev.create_stream().expect("stream");
+    let streams = r.comm.group(|g| {
+        g.send(DeviceSlice::<f32>::new(&r.send, r.stream), 1);
+        g.send(DeviceSlice::<f32>::new(&r.send, other), 2);
+    });
+    assert_invalid(streams, "one stream");
 }

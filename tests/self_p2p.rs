@@ -52,8 +52,8 @@ fn one_rank_group_copies_to_itself() {
     assert_eq!((x, y), (a, b));
     // Empty transfers to self are fine too.
     c.group(|g| {
-        g.send::<f32>(&[], 0);
-        g.recv::<f32>(&mut [], 0);
+        g.send(&[] as &[f32], 0);
+        g.recv(&mut [] as &mut [f32], 0);
     })
     .unwrap();
 }

@@ -438,8 +438,8 @@ fn run_once<T: BenchElem>(
         (Bench::Gather, _) => comm.gather(&b.send[..], &mut b.recv[..], c.root),
         (Bench::Scatter, _) => comm.scatter(&b.send[..], &mut b.recv[..], c.root),
         (Bench::SendRecv, _) => comm.group(|g| {
-            g.send(&b.send, (r + 1) % n);
-            g.recv(&mut b.recv, (r + n - 1) % n);
+            g.send(&b.send[..], (r + 1) % n);
+            g.recv(&mut b.recv[..], (r + n - 1) % n);
         }),
     }
 }

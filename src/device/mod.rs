@@ -15,6 +15,11 @@
 //!   the result is on the device, or after a failure was marked (so a
 //!   stream never hangs on a failed operation).
 //!
+//! Point-to-point groups on device memory (`p2p.rs`,
+//! [`crate::Communicator::send_recv_device_raw`] and
+//! [`crate::Communicator::group`] over device views) take the same
+//! host-driven path, in segments through the staging.
+//!
 //! Small all-reduces take the kernel path instead (`window/lane.rs`): kernels
 //! on the caller's stream with no host-released wait, capturable into CUDA
 //! graphs; the progress thread only watches them.

@@ -23,6 +23,7 @@ use sncl_runtime::device::binding::Binding;
 use sncl_runtime::device::memory::{DeviceMemory, OpIds};
 use sncl_runtime::device::segment::{P2pSegments, P2pTransfer};
 
+use crate::buffer::{GroupDeviceOp, Lent, Location, Stream};
 use crate::comm::{Inner, P2p, RawOp, State};
 use crate::work::RawWork;
 use crate::Communicator;
@@ -266,4 +267,63 @@ impl Inner {
 /// A device address kept in a [`P2p`]'s pointer field.
 fn device_ptr(p: *mut u8) -> DevicePtr {
     DevicePtr(p as usize as u64)
+}
+
+impl Communicator {
+    /// [`Communicator::group`] over device buffers: every buffer on the
+    /// communicator's device (binding it on first use) and one stream; the
+    /// group is queued there and waited for (the data is on the device
+    /// when this returns, ordered on the stream).
+    pub(crate) fn run_device_group(&self, mut ops: Vec<GroupDeviceOp<'_>>) -> Result<()> {
+        let (rank, name) = (self.inner.rank, Collective::SendRecv.name());
+        let mut stream: Option<Stream> = None;
+        for (k, op) in ops.iter().enumerate() {
+            let Location::Device { device, stream: s } = op.buf.location() else {
+                continue;
+            };
+            let what = format!("the buffer of transfer {k}");
+            self.bind_or_check_id(name, &what, &device)?;
+            match &stream {
+                Some(first) if first.handle() != s.handle() => {
+                    return Err(Error::InvalidArgument {
+                        rank,
+                        op: name,
+                        detail: format!(
+                            "a group's device buffers go on one stream: transfer {k}'s is \
+                             {:#x}, the first one's {:#x}",
+                            s.handle().0,
+                            first.handle().0
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => stream = Some(s),
+            }
+        }
+        let Some(stream) = stream else {
+            return Ok(());
+        };
+        let shape: Vec<(usize, bool, usize, DataType)> = ops
+            .iter()
+            .map(|op| (op.peer, op.is_send, op.count, op.dtype))
+            .collect();
+        // The addresses are lent (and cudarc's guards held) until the group
+        // is queued.
+        let lent: Vec<Lent<'_>> = ops.iter_mut().map(|op| op.buf.lend_on(&stream)).collect();
+        let transfers: Vec<DeviceTransfer> = shape
+            .iter()
+            .zip(&lent)
+            .map(|(&(peer, is_send, count, dtype), l)| DeviceTransfer {
+                peer,
+                is_send,
+                ptr: DevicePtr(l.addr as u64),
+                count,
+                dtype,
+            })
+            .collect();
+        let make = self.prepare_device_p2p(&transfers, stream.handle())?;
+        let work = RawWork::from_state(self.worker.submit_with(make));
+        drop(lent);
+        work.wait()
+    }
 }
