@@ -118,8 +118,9 @@ fn check_other(ranks: &[Rank], c: Other) {
     let n = ranks.len();
     let (k, root) = (c.count, c.root);
     let (send_len, recv_len) = match c.coll {
-        Collective::AllGather => (k, n * k),
-        Collective::ReduceScatter => (n * k, k),
+        Collective::AllGather | Collective::Gather => (k, n * k),
+        Collective::ReduceScatter | Collective::Scatter => (n * k, k),
+        Collective::AllToAll => (n * k, n * k),
         _ => (k, k),
     };
     let errs: Vec<String> = std::thread::scope(|s| {
@@ -135,8 +136,12 @@ fn check_other(ranks: &[Rank], c: Other) {
                     // piece of the input, the rest pass one buffer.
                     let (send, recv) = match (c.in_place, c.coll) {
                         (false, _) => (r.send.ptr().add(c.offset), recv),
-                        (true, Collective::AllGather) => (recv.add(4 * me * k), recv),
-                        (true, Collective::ReduceScatter) => (recv, recv.add(4 * me * k)),
+                        (true, Collective::AllGather | Collective::Gather) => {
+                            (recv.add(4 * me * k), recv)
+                        }
+                        (true, Collective::ReduceScatter | Collective::Scatter) => {
+                            (recv, recv.add(4 * me * k))
+                        }
                         (true, _) => (recv, recv),
                     };
                     let host: Vec<f32> = (0..send_len).map(|i| value(me, i)).collect();
@@ -152,7 +157,7 @@ fn check_other(ranks: &[Rank], c: Other) {
                     // SAFETY: both ranges live until the wait below.
                     let work = unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?;
                     work.wait().map_err(|e| e.to_string())?;
-                    if c.coll == Collective::Reduce && me != root {
+                    if matches!(c.coll, Collective::Reduce | Collective::Gather) && me != root {
                         return Ok(());
                     }
                     let mut out = vec![0f32; recv_len];
@@ -164,7 +169,9 @@ fn check_other(ranks: &[Rank], c: Other) {
                     .map_err(|e| e.to_string())?;
                     for (i, got) in out.iter().enumerate() {
                         let want = match c.coll {
-                            Collective::AllGather => value(i / k, i % k),
+                            Collective::AllGather | Collective::Gather => value(i / k, i % k),
+                            Collective::AllToAll => value(i / k, me * k + i % k),
+                            Collective::Scatter => value(root, me * k + i),
                             Collective::ReduceScatter => (0..n).map(|p| value(p, me * k + i)).sum(),
                             Collective::Broadcast => value(root, i),
                             Collective::AllReduce if c.op == ReduceOp::Max => {
@@ -192,8 +199,10 @@ fn check_other(ranks: &[Rank], c: Other) {
     assert!(errs.is_empty(), "{}", errs.join("\n"));
 }
 
-/// All-gather, reduce-scatter, broadcast and reduce through a 16 KiB lane
-/// (a reduce-scatter's round is the lane over the rank count, per piece):
+/// All-gather, reduce-scatter, broadcast, reduce, all-to-all, gather and
+/// scatter through a 16 KiB lane (the round of a collective with pieces,
+/// reduce-scatter, all-to-all and scatter, is the lane over the rank count,
+/// per piece):
 /// one element, a short round, several rounds with a short last one, from
 /// aligned and misaligned buffers, out of place and in place, every root,
 /// on 2, 3 and 4 ranks; every one of them on the kernel path.
@@ -207,9 +216,15 @@ fn other_collectives_go_through_the_lane_in_rounds() {
             Collective::ReduceScatter,
             Collective::Broadcast,
             Collective::Reduce,
+            Collective::AllToAll,
+            Collective::Gather,
+            Collective::Scatter,
         ] {
             for count in [1, 7, 1365, 9001] {
                 for (offset, in_place) in [(0, false), (4, false), (4, true)] {
+                    if in_place && coll == Collective::AllToAll {
+                        continue;
+                    }
                     for root in 0..if coll.is_rooted() { n } else { 1 } {
                         let c = Other {
                             coll,
@@ -230,5 +245,26 @@ fn other_collectives_go_through_the_lane_in_rounds() {
             counts.kernel_path, runs,
             "n={n}: every collective on the lane"
         );
+        // An all-to-all has no in-place form: overlapping buffers are
+        // refused before anything is queued (they gave wrong blocks on the
+        // host-driven path).
+        let r = &ranks[0];
+        let mut op = DeviceOp::new(
+            Collective::AllToAll,
+            DataType::Float32,
+            1365,
+            r.recv.ptr(),
+            r.recv.ptr().add(4 * 1000),
+            r.stream,
+        );
+        op.root = 0;
+        // SAFETY: refused before anything is queued.
+        match unsafe { r.comm.enqueue_device(op) } {
+            Err(sncl::Error::InvalidArgument { detail, .. }) => {
+                assert!(detail.contains("overlap"), "{detail}")
+            }
+            Err(e) => panic!("n={n}: want InvalidArgument, got {e}"),
+            Ok(_) => panic!("n={n}: an overlapping all-to-all was queued"),
+        }
     }
 }

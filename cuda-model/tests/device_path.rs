@@ -297,7 +297,15 @@ fn commbench_all_reduce_in_cuda_graphs_as_two_threads() {
 /// each graph per size, 8 B to 256 KiB).
 #[test]
 fn commbench_other_collectives_in_cuda_graphs_as_two_threads() {
-    for coll in ["all_gather", "reduce_scatter", "broadcast", "reduce"] {
+    for coll in [
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "alltoall",
+        "gather",
+        "scatter",
+    ] {
         commbench_collective_on_the_model(
             coll,
             &["--threads", "2", "-G", "3"],

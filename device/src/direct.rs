@@ -107,6 +107,18 @@ pub enum StagedCollective {
         /// The rank that receives the result.
         root: usize,
     },
+    /// Piece q of every rank's `nranks × count` to rank q, in rank order.
+    AllToAll,
+    /// Every rank's `count` elements, in rank order, to the root.
+    Gather {
+        /// The rank that receives every piece.
+        root: usize,
+    },
+    /// Piece q of the root's `nranks × count` to rank q.
+    Scatter {
+        /// The rank whose pieces are sent.
+        root: usize,
+    },
 }
 
 impl StagedCollective {
@@ -118,28 +130,57 @@ impl StagedCollective {
             StagedCollective::ReduceScatter => (2, 0),
             StagedCollective::Broadcast { root } => (3, root as i32),
             StagedCollective::Reduce { root } => (4, root as i32),
+            StagedCollective::AllToAll => (5, 0),
+            StagedCollective::Gather { root } => (6, root as i32),
+            StagedCollective::Scatter { root } => (7, root as i32),
         }
+    }
+
+    /// The root of a rooted collective.
+    pub fn root(self) -> Option<usize> {
+        match self {
+            StagedCollective::Broadcast { root }
+            | StagedCollective::Reduce { root }
+            | StagedCollective::Gather { root }
+            | StagedCollective::Scatter { root } => Some(root),
+            _ => None,
+        }
+    }
+
+    /// Whether a round holds a share of each of `nranks` pieces (the lane
+    /// holds `nranks × chunk` elements, piece q at `q × chunk`).
+    pub fn has_pieces(self) -> bool {
+        matches!(
+            self,
+            StagedCollective::ReduceScatter
+                | StagedCollective::AllToAll
+                | StagedCollective::Scatter { .. }
+        )
     }
 
     /// Whether it folds (else it only copies, and any element type and op
     /// name a kernel that does).
     pub fn reduces(self) -> bool {
-        !matches!(
+        matches!(
             self,
-            StagedCollective::AllGather | StagedCollective::Broadcast { .. }
+            StagedCollective::AllReduce
+                | StagedCollective::ReduceScatter
+                | StagedCollective::Reduce { .. }
         )
     }
 }
 
 impl Staged {
-    /// Elements of this rank's (source, result) for pieces of `count`
-    /// among `nranks` ranks (a reduce's non-root and a broadcast's
-    /// non-root read or write `count` all the same: they pass one buffer
-    /// as both).
-    pub fn extents(&self, count: usize, nranks: usize) -> (usize, usize) {
+    /// Elements of `rank`'s (source, result) for pieces of `count` among
+    /// `nranks` ranks. A rooted collective's non-roots use one side only
+    /// and pass one buffer as both: `count` elements each.
+    pub fn extents(&self, count: usize, nranks: usize, rank: usize) -> (usize, usize) {
         match self.collective {
             StagedCollective::AllGather => (count, count * nranks),
+            StagedCollective::Gather { root } if root == rank => (count, count * nranks),
             StagedCollective::ReduceScatter => (count * nranks, count),
+            StagedCollective::Scatter { root } if root == rank => (count * nranks, count),
+            StagedCollective::AllToAll => (count * nranks, count * nranks),
             _ => (count, count),
         }
     }
@@ -147,9 +188,10 @@ impl Staged {
     /// Elements of each rank's lane a round uses.
     pub fn lane_count(&self, count: usize, nranks: usize) -> usize {
         let round = count.min(self.chunk);
-        match self.collective {
-            StagedCollective::ReduceScatter => round * nranks,
-            _ => round,
+        if self.collective.has_pieces() {
+            round * nranks
+        } else {
+            round
         }
     }
 }
@@ -239,9 +281,7 @@ impl DirectAllReduce<'_> {
             if lanes % 16 != 0 {
                 return Err(bad("a lane buffer is not 16-byte aligned".into()));
             }
-            if let StagedCollective::Broadcast { root } | StagedCollective::Reduce { root } =
-                st.collective
-            {
+            if let Some(root) = st.collective.root() {
                 if root >= n {
                     return Err(bad(format!("root {root} of {n} ranks")));
                 }

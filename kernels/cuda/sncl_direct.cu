@@ -84,11 +84,15 @@ struct SnclDirectArgs {
   // epoch + k: a staged launch spans ceil(count / chunk) epochs.
   unsigned long long chunk;
   // Staged only: which collective (SNCL_DIRECT_COLL_*; `algo` matters for
-  // all-reduce only) and the root of broadcast and reduce. `count` is then
-  // the elements of one rank's piece: all-gather reads `count` and writes
-  // nranks * count, reduce-scatter reads nranks * count and writes
-  // `count` (its round is `chunk` elements of every piece: the lane holds
-  // nranks * chunk), broadcast and reduce read and write `count`.
+  // all-reduce only) and the root of broadcast, reduce, gather and
+  // scatter. `count` is then the elements of one rank's piece: all-gather
+  // and gather read `count` and write nranks * count (gather: the root
+  // only), reduce-scatter and scatter read nranks * count (scatter: the
+  // root only) and write `count`, all-to-all reads and writes nranks *
+  // count, broadcast and reduce read and write `count`. A collective with
+  // a side of nranks pieces to share (reduce-scatter, all-to-all,
+  // scatter) runs rounds of `chunk` elements of every piece: the lane
+  // holds nranks * chunk.
   int coll;
   int root;
 };
@@ -98,6 +102,9 @@ struct SnclDirectArgs {
 #define SNCL_DIRECT_COLL_REDUCE_SCATTER 2
 #define SNCL_DIRECT_COLL_BROADCAST 3
 #define SNCL_DIRECT_COLL_REDUCE 4
+#define SNCL_DIRECT_COLL_ALL_TO_ALL 5
+#define SNCL_DIRECT_COLL_GATHER 6
+#define SNCL_DIRECT_COLL_SCATTER 7
 
 // 16 bytes seen as elements.
 template <typename T>
@@ -373,12 +380,19 @@ __device__ __forceinline__ void sncl_direct_slice_of(const SnclDirectArgs& a,
   *hi = *lo + slice < count ? *lo + slice : count;
 }
 
-// One round of a staged all-gather, reduce-scatter, broadcast or reduce
-// (see SnclDirectArgs::coll): elements [base, base + n) of every piece.
-// Lane positions are owned by blocks as in sncl_direct_staged_round (a
-// reduce-scatter's piece q of a round sits at lane position q * n), so
-// block b's "ready" covers what block b of any peer reads. The caller
-// then raises and awaits "everyone has read my lane".
+// Whether a staged collective shares a side of nranks pieces: a round
+// then holds a share of every piece, piece q at lane position q * n.
+__device__ __forceinline__ bool sncl_direct_pieces(int coll) {
+  return coll == SNCL_DIRECT_COLL_REDUCE_SCATTER || coll == SNCL_DIRECT_COLL_ALL_TO_ALL ||
+         coll == SNCL_DIRECT_COLL_SCATTER;
+}
+
+// One round of a staged collective other than all-reduce (see
+// SnclDirectArgs::coll): elements [base, base + n) of every piece. Lane
+// positions are owned by blocks as in sncl_direct_staged_round (piece q of
+// a round sits at lane position q * n where the collective has pieces), so
+// block b's "ready" covers what block b of any peer reads. The caller then
+// raises and awaits "everyone has read my lane".
 template <typename Op>
 __device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a,
                                                          unsigned long long base,
@@ -386,42 +400,61 @@ __device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a
                                                          unsigned long long e4, int* gave_up) {
   typedef typename Op::T T;
   const int me = a.rank;
+  const int coll = a.coll;
   const T* source = static_cast<const T*>(a.source);
   T* result = static_cast<T*>(a.result);
   T* lane = static_cast<T*>(const_cast<void*>(a.inputs[me]));
   const unsigned long long count = a.count;
-  if (a.coll == SNCL_DIRECT_COLL_REDUCE_SCATTER) {
-    // Piece q of this rank's source goes to lane piece q; this rank folds
-    // lane piece `me` of every rank.
-    for (int q = 0; q < a.nranks; ++q) {
-      const void* from[1] = {source + q * count + base};
-      SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, lane + q * n, nullptr, 0, n, true, q * n); }
+  // Into this rank's lane: its pieces (every rank's but a scatter's
+  // non-roots), else its one piece (every rank's but a broadcast's
+  // non-roots).
+  if (sncl_direct_pieces(coll)) {
+    if (coll != SNCL_DIRECT_COLL_SCATTER || me == a.root) {
+      for (int q = 0; q < a.nranks; ++q) {
+        const void* from[1] = {source + q * count + base};
+        SNCL_EACH_THREAD {
+          sncl_direct_fold<Op>(from, 1, lane + q * n, nullptr, 0, n, true, q * n);
+        }
+      }
     }
-  } else if (a.coll != SNCL_DIRECT_COLL_BROADCAST || me == a.root) {
+  } else if (coll != SNCL_DIRECT_COLL_BROADCAST || me == a.root) {
     const void* from[1] = {source + base};
     SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, lane, nullptr, 0, n, true, 0); }
   }
   sncl_direct_raise(a, e4 + 1);
   if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
-  if (a.coll == SNCL_DIRECT_COLL_ALL_GATHER) {
+  if (coll == SNCL_DIRECT_COLL_ALL_GATHER || (coll == SNCL_DIRECT_COLL_GATHER && me == a.root)) {
     for (int q = 0; q < a.nranks; ++q) {
       const void* from[1] = {a.inputs[q]};
       SNCL_EACH_THREAD {
         sncl_direct_fold<Op>(from, 1, result + q * count + base, nullptr, 0, n, true, 0);
       }
     }
-  } else if (a.coll == SNCL_DIRECT_COLL_REDUCE_SCATTER) {
+  } else if (coll == SNCL_DIRECT_COLL_ALL_TO_ALL) {
+    // Piece `me` of every rank's lane lands in result piece q.
+    for (int q = 0; q < a.nranks; ++q) {
+      const void* from[1] = {static_cast<const T*>(a.inputs[q]) + me * n};
+      SNCL_EACH_THREAD {
+        sncl_direct_fold<Op>(from, 1, result + q * count + base, nullptr, 0, n, true, me * n);
+      }
+    }
+  } else if (coll == SNCL_DIRECT_COLL_SCATTER) {
+    const void* from[1] = {static_cast<const T*>(a.inputs[a.root]) + me * n};
+    SNCL_EACH_THREAD {
+      sncl_direct_fold<Op>(from, 1, result + base, nullptr, 0, n, true, me * n);
+    }
+  } else if (coll == SNCL_DIRECT_COLL_REDUCE_SCATTER) {
     const void* from[SNCL_DIRECT_MAX_RANKS];
     for (int p = 0; p < a.nranks; ++p) from[p] = static_cast<const T*>(a.inputs[p]) + me * n;
     SNCL_EACH_THREAD {
       sncl_direct_fold<Op>(from, a.nranks, result + base, nullptr, 0, n, true, me * n);
     }
-  } else if (a.coll == SNCL_DIRECT_COLL_BROADCAST) {
+  } else if (coll == SNCL_DIRECT_COLL_BROADCAST) {
     const void* from[1] = {a.inputs[a.root]};
     if (me != a.root || a.result != a.source) {
       SNCL_EACH_THREAD { sncl_direct_fold<Op>(from, 1, result + base, nullptr, 0, n, true, 0); }
     }
-  } else if (me == a.root) {
+  } else if (coll == SNCL_DIRECT_COLL_REDUCE && me == a.root) {
     SNCL_EACH_THREAD { sncl_direct_fold<Op>(a.inputs, a.nranks, result + base, nullptr, 0, n, true, 0); }
   }
   return true;

@@ -95,7 +95,7 @@ static bool sncl_host_direct_args_ok(const SnclDirectArgs* args, unsigned int gr
            args->rank >= args->nranks || (args->algo != 1 && args->algo != 2) ||
            (args->algo == 1 && args->in_place && args->scratch == nullptr && args->source == nullptr) ||
            ((args->source == nullptr) != (args->result == nullptr)) ||
-           args->coll < SNCL_DIRECT_COLL_ALL_REDUCE || args->coll > SNCL_DIRECT_COLL_REDUCE ||
+           args->coll < SNCL_DIRECT_COLL_ALL_REDUCE || args->coll > SNCL_DIRECT_COLL_SCATTER ||
            (args->coll != SNCL_DIRECT_COLL_ALL_REDUCE && args->source == nullptr) ||
            args->root < 0 || args->root >= args->nranks);
 }

@@ -75,7 +75,31 @@ impl Inner {
                 .check()
                 .map_err(|e| self.invalid(what, format!("with peer {}: {e}", p.peer)))?;
         }
+        if op.coll == Collective::AllToAll {
+            let bytes = shape.send_elems(self.rank) * op.dtype.size();
+            self.check_alltoall_apart(op.send as usize as u64, op.recv as usize as u64, bytes)?;
+        }
         self.validate_self_pairs(&op.p2p)
+    }
+
+    /// An all-to-all's send and receive ranges (`bytes` each, at `send`
+    /// and `recv`: host or device addresses) may not overlap: a block
+    /// would be overwritten before it is sent (NCCL leaves it undefined).
+    pub(crate) fn check_alltoall_apart(&self, send: u64, recv: u64, bytes: usize) -> Result<()> {
+        let b = bytes as u64;
+        if b == 0 || send == 0 || recv == 0 {
+            return Ok(());
+        }
+        if send < recv.saturating_add(b) && recv < send.saturating_add(b) {
+            return Err(self.invalid(
+                Collective::AllToAll.name(),
+                format!(
+                    "the send buffer ({send:#x}) and the receive buffer ({recv:#x}) overlap in \
+                     their {bytes} bytes; an all-to-all has no in-place form"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The variable counts' extents (send, receive) of an all_gatherv or

@@ -355,6 +355,10 @@ impl Communicator {
         raw.op = op.op;
         raw.root = op.root;
         let (send_elems, recv_elems) = inner.validate_device(&mut raw)?;
+        if op.coll == Collective::AllToAll {
+            // The raw op carries no addresses: its buffers are checked here.
+            inner.check_alltoall_apart(op.send.0, op.recv.0, send_elems * op.dtype.size())?;
+        }
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));
         }
@@ -413,8 +417,8 @@ impl Communicator {
                     "the caller's stream is being captured into a CUDA graph; under capture only \
                      the kernel path's collectives are supported (all-reduce, reduce-scatter and \
                      reduce of types of 2 or more bytes with sum, prod, max, min or avg, \
-                     all-gather and broadcast of any type; 2 to 8 ranks of one node, \
-                     SNCL_DEVICE_LANE_BYTES not 0: it is {})",
+                     all-gather, broadcast, gather, scatter and all-to-all of any type; 2 to 8 \
+                     ranks of one node, SNCL_DEVICE_LANE_BYTES not 0: it is {})",
                     inner.config.device.lane_bytes
                 )))
             }

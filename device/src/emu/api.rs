@@ -403,7 +403,7 @@ impl Device for Emu {
             args.scratch = host(s, bytes)?;
         }
         if let Some(st) = op.staged {
-            let (source, result) = st.extents(op.count, op.nranks());
+            let (source, result) = st.extents(op.count, op.nranks(), op.rank);
             args.source = host(st.source, self.elements(call, op.dtype, source)?)?;
             args.result = host(st.result, self.elements(call, op.dtype, result)?)?;
         }

@@ -174,7 +174,11 @@ impl Op {
                 let r =
                     unsafe { super::codecs::run_plan(&launches, super::codecs::PlanShape::EMU) };
                 if let Err(e) = r {
+                    // As a failed launch on a GPU: a sticky device error,
+                    // so the operation fails rather than completing with
+                    // whatever the buffers held.
                     tracing::error!(error = %e, "emulated codec not run");
+                    dev.set_fault(format!("a codec kernel failed: {e}"));
                 }
             }
             Op::Direct {
@@ -183,7 +187,9 @@ impl Op {
                 // SAFETY: every address was bounds-checked at enqueue
                 // against a span (or the pinned block) this op keeps alive.
                 if let Err(e) = unsafe { super::hostkernels::direct(&kernel, &args, grid) } {
+                    // A sticky device error, as above.
                     tracing::error!(error = %e, "emulated direct all-reduce not run");
+                    dev.set_fault(format!("the direct kernel {kernel} failed: {e}"));
                 }
             }
             Op::WriteU32 { addr, value, .. } => {

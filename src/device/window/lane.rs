@@ -4,7 +4,8 @@
 //! collective every rank opens an internal window of
 //! `SNCL_DEVICE_LANE_BYTES` (not offered to users' operations; 0: no
 //! lane). An eligible all-reduce then enqueues, on the caller's stream, the
-//! staged direct kernel (`device::direct::Staged`): round by round it
+//! staged direct kernel (`device::direct::Staged`; all-reduce here, the
+//! other collectives alike): round by round it
 //! copies a lane's worth of the caller's input into this rank's lane
 //! buffer, folds every rank's lane buffer where it lies (one-shot: all of
 //! it; two-shot: this rank's slice, published back in its lane for the
@@ -39,7 +40,8 @@
 //!
 //! Eligible: an all-reduce, reduce-scatter or reduce of at least one
 //! element of a type of 2 or more bytes whose dtype and op the direct
-//! kernels reduce, or an all-gather or broadcast of any type, on a
+//! kernels reduce, or an all-gather, broadcast, all-to-all (its buffers
+//! never overlap: refused at enqueue), gather or scatter of any type, on a
 //! communicator whose lane opened (2 to 8 ranks on one node, a backend
 //! with IPC and the direct kernels, and no two processes sharing a device
 //! without MPS). Every rank decides alike from the same arguments.
@@ -122,6 +124,9 @@ impl WindowCore {
             Collective::ReduceScatter => StagedCollective::ReduceScatter,
             Collective::Broadcast => StagedCollective::Broadcast { root },
             Collective::Reduce => StagedCollective::Reduce { root },
+            Collective::AllToAll => StagedCollective::AllToAll,
+            Collective::Gather => StagedCollective::Gather { root },
+            Collective::Scatter => StagedCollective::Scatter { root },
             _ => return None,
         };
         // Folds of fp8 (and 1-byte integers with them) stay on the
@@ -146,13 +151,15 @@ impl WindowCore {
     }
 
     /// Elements of `dtype` per round and piece through the lane: its
-    /// buffer's (a reduce-scatter's: its buffer's over the rank count, one
-    /// share per piece), a whole number of 16-byte packs (0 where a share
-    /// is under a pack).
+    /// buffer's (a collective with a side of pieces, reduce-scatter,
+    /// all-to-all and scatter: its buffer's over the rank count, one share
+    /// per piece), a whole number of 16-byte packs (0 where a share is
+    /// under a pack).
     fn lane_chunk(&self, staged: StagedCollective, dtype: DataType) -> usize {
-        let pieces = match staged {
-            StagedCollective::ReduceScatter => self.inner.nranks,
-            _ => 1,
+        let pieces = if staged.has_pieces() {
+            self.inner.nranks
+        } else {
+            1
         };
         (self.bytes / pieces / 16) * 16 / dtype.size()
     }
@@ -203,8 +210,14 @@ impl WindowCore {
         }
         // The buffers a rank does not use stand in for each other.
         let (source, result) = match staged {
-            StagedCollective::Broadcast { root } if root != me => (recv, recv),
-            StagedCollective::Reduce { root } if root != me => (send, send),
+            StagedCollective::Broadcast { root } | StagedCollective::Scatter { root }
+                if root != me =>
+            {
+                (recv, recv)
+            }
+            StagedCollective::Reduce { root } | StagedCollective::Gather { root } if root != me => {
+                (send, send)
+            }
             _ => (send, recv),
         };
         let chunk = self.lane_chunk(staged, dtype);
@@ -294,5 +307,8 @@ fn staged_name(staged: StagedCollective) -> &'static str {
         StagedCollective::ReduceScatter => "reduce_scatter",
         StagedCollective::Broadcast { .. } => "broadcast",
         StagedCollective::Reduce { .. } => "reduce",
+        StagedCollective::AllToAll => "alltoall",
+        StagedCollective::Gather { .. } => "gather",
+        StagedCollective::Scatter { .. } => "scatter",
     }
 }
