@@ -170,15 +170,6 @@ impl Build<'_> {
         Ok((r, p.send_elems, p.recv_elems))
     }
 
-    /// Refuses device buffers for a collective the device path does not
-    /// run, before anything binds.
-    fn host_only(&self, coll: Collective, kinds: [MemoryKind; 2]) -> Result<()> {
-        if kinds.contains(&MemoryKind::Device) {
-            self.inner.check_runs_on_device(coll)?;
-        }
-        Ok(())
-    }
-
     fn multiple(&self, coll: Collective, len: usize) -> Result<usize> {
         let n = self.inner.nranks;
         if !len.is_multiple_of(n) {
@@ -358,6 +349,13 @@ impl Build<'_> {
         stream: &Stream,
         to: K,
     ) -> Result<K::Out> {
+        if r.v.is_some() {
+            let buffers = (DevicePtr(send as u64), DevicePtr(recv as u64));
+            let make = self
+                .comm
+                .prepare_device_v(r.clone(), buffers, stream.handle())?;
+            return to.device(make);
+        }
         let mut d = DeviceOp::new(
             r.coll,
             r.dtype,
@@ -463,7 +461,6 @@ collectives! {
     /// All-gather with per-rank counts: rank i's `send` (of `counts[i]`
     /// elements) lands at `recv[displs[i]..]`.
     fn all_gatherv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, recv: R, counts: &[usize], displs: &[usize]) => |b, to| {
-        b.host_only(Collective::AllGatherV, [send.location().kind(), recv.location().kind()])?;
         let v = VCounts { send_counts: vec![], send_displs: vec![], recv_counts: counts.to_vec(), recv_displs: displs.to_vec() };
         let (r, se, re) = b.v::<S::Elem>(Collective::AllGatherV, v)?;
         if send.len() != se {
@@ -477,7 +474,6 @@ collectives! {
     };
     /// All-to-all with per-peer counts (PyTorch's `all_to_all_single` with splits).
     fn alltoallv<S: Buffer, R: BufferMut<Elem = S::Elem>>(&self, send: S, send_counts: &[usize], send_displs: &[usize], recv: R, recv_counts: &[usize], recv_displs: &[usize]) => |b, to| {
-        b.host_only(Collective::AllToAllV, [send.location().kind(), recv.location().kind()])?;
         let v = VCounts { send_counts: send_counts.to_vec(), send_displs: send_displs.to_vec(), recv_counts: recv_counts.to_vec(), recv_displs: recv_displs.to_vec() };
         let (r, se, re) = b.v::<S::Elem>(Collective::AllToAllV, v)?;
         if send.len() < se || recv.len() < re {

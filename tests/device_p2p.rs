@@ -387,3 +387,147 @@ fn typed_groups_take_device_views() {
     });
     assert_invalid(streams, "one stream");
 }
+
+/// all_gatherv and alltoallv on device views (the typed calls, as on host
+/// slices): uneven blocks, empty ones, gaps between them, 3 ranks through
+/// 64 KiB of staging; an alltoallv whose buffers overlap is refused.
+#[test]
+fn variable_count_collectives_on_device_views() {
+    let ranks = ranks(3, 64 << 10);
+    let n = ranks.len();
+    let value = |r: usize, i: usize| (r * 100_000 + i) as i32;
+    std::thread::scope(|s| {
+        for r in &ranks {
+            s.spawn(move || {
+                let me = r.comm.rank();
+                let sync = || {
+                    r.dev
+                        .synchronize(r.stream, Instant::now() + Duration::from_secs(30))
+                        .unwrap()
+                };
+                // all_gatherv: rank q sends 7000 * q + 5 elements; blocks
+                // land 11 elements apart.
+                let counts: Vec<usize> = (0..n).map(|q| 7000 * q + 5).collect();
+                let displs: Vec<usize> = counts
+                    .iter()
+                    .scan(0, |at, c| {
+                        let d = *at + 11;
+                        *at = d + c;
+                        Some(d)
+                    })
+                    .collect();
+                let total = displs[n - 1] + counts[n - 1];
+                let mine: Vec<i32> = (0..counts[me]).map(|i| value(me, i)).collect();
+                // SAFETY: `mine` outlives the synchronisation.
+                unsafe {
+                    r.dev
+                        .copy_h2d_async(
+                            r.send.ptr(),
+                            mine.as_ptr().cast(),
+                            mine.len() * 4,
+                            r.stream,
+                        )
+                        .unwrap();
+                }
+                let send = DeviceSlice::<i32>::new(&r.send, r.stream).slice(0..counts[me]);
+                // SAFETY: the rank's own receive buffer, on its stream only.
+                let recv = unsafe {
+                    DeviceSliceMut::<i32>::from_raw(r.dev.clone(), r.recv.ptr(), total, r.stream)
+                };
+                r.comm
+                    .all_gatherv(send, recv, &counts, &displs)
+                    .unwrap_or_else(|e| panic!("rank {me}: all_gatherv: {e}"));
+                let mut got = vec![0i32; total];
+                // SAFETY: `got` outlives the synchronisation.
+                unsafe {
+                    r.dev
+                        .copy_d2h_async(got.as_mut_ptr().cast(), r.recv.ptr(), total * 4, r.stream)
+                        .unwrap();
+                }
+                sync();
+                for q in 0..n {
+                    for i in 0..counts[q] {
+                        assert_eq!(
+                            got[displs[q] + i],
+                            value(q, i),
+                            "rank {me} gatherv {q} [{i}]"
+                        );
+                    }
+                }
+                // alltoallv: rank a sends rank b (a + 2b) % 3 * 9000 elements.
+                let size = |a: usize, b: usize| (a + 2 * b) % 3 * 9000;
+                let sc: Vec<usize> = (0..n).map(|q| size(me, q)).collect();
+                let rc: Vec<usize> = (0..n).map(|q| size(q, me)).collect();
+                let offsets = |c: &[usize]| -> Vec<usize> {
+                    c.iter()
+                        .scan(0, |at, c| {
+                            let d = *at;
+                            *at += c;
+                            Some(d)
+                        })
+                        .collect()
+                };
+                let (sd, rd) = (offsets(&sc), offsets(&rc));
+                let (st, rt) = (sc.iter().sum::<usize>(), rc.iter().sum::<usize>());
+                let out: Vec<i32> = (0..st).map(|i| value(me, i)).collect();
+                // SAFETY: `out` outlives the synchronisation.
+                unsafe {
+                    r.dev
+                        .copy_h2d_async(r.send.ptr(), out.as_ptr().cast(), st * 4, r.stream)
+                        .unwrap();
+                }
+                let send = DeviceSlice::<i32>::new(&r.send, r.stream).slice(0..st.max(1));
+                // SAFETY: as above.
+                let recv = unsafe {
+                    DeviceSliceMut::<i32>::from_raw(
+                        r.dev.clone(),
+                        r.recv.ptr(),
+                        rt.max(1),
+                        r.stream,
+                    )
+                };
+                r.comm
+                    .alltoallv(send, &sc, &sd, recv, &rc, &rd)
+                    .unwrap_or_else(|e| panic!("rank {me}: alltoallv: {e}"));
+                let mut got = vec![0i32; rt];
+                // SAFETY: as above.
+                unsafe {
+                    r.dev
+                        .copy_d2h_async(got.as_mut_ptr().cast(), r.recv.ptr(), rt * 4, r.stream)
+                        .unwrap();
+                }
+                sync();
+                for q in 0..n {
+                    // Rank q's block for this rank starts at its send
+                    // displacement for this rank.
+                    let their_sd: usize = (0..me).map(|b| size(q, b)).sum();
+                    for i in 0..rc[q] {
+                        assert_eq!(
+                            got[rd[q] + i],
+                            value(q, their_sd + i),
+                            "rank {me} alltoallv {q} [{i}]"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let r = &ranks[0];
+    let v = sncl::VCounts {
+        send_counts: vec![100; 3],
+        send_displs: vec![0, 100, 200],
+        recv_counts: vec![100; 3],
+        recv_displs: vec![0, 100, 200],
+    };
+    let buffers = (r.recv.ptr(), r.recv.ptr().add(400));
+    // SAFETY: refused before anything is queued.
+    let overlapping = unsafe {
+        r.comm.enqueue_device_v(
+            (sncl::Collective::AllToAllV, DataType::Float32),
+            buffers,
+            v,
+            r.stream,
+        )
+    };
+    assert_invalid(overlapping, "overlap");
+}

@@ -127,7 +127,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     if coll.premul.is_some() {
         return unsupported("a snclRedOpCreatePreMulSum operator");
     }
-    if raw.v.is_some() || !sncl_rs::binding::runs_on_device(raw.coll) {
+    if raw.v.is_none() && !sncl_rs::binding::runs_on_device(raw.coll) {
         return unsupported("this collective");
     }
     sncl_rs::binding::bind_or_check(c, name, "the buffers", &d.dev).map_err(CError::from)?;
@@ -149,7 +149,16 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     // the operation completes on `stream` (the documented contract of the
     // C operations); they are live memory of the bound device (checked
     // above by their kind).
-    let work = unsafe { c.enqueue_device(op) }.map_err(CError::from)?;
+    let work = match raw.v.as_deref() {
+        // Variable counts (all_gatherv, alltoallv): a point-to-point group.
+        // SAFETY: as above, for the extents the counts give.
+        Some(v) => unsafe {
+            c.enqueue_device_v((raw.coll, raw.dtype), (op.send, op.recv), v.clone(), stream)
+        },
+        // SAFETY: as above.
+        None => unsafe { c.enqueue_device(op) },
+    }
+    .map_err(CError::from)?;
     drop(ticket);
     shared.add_device_work(work);
     Ok(())

@@ -77,25 +77,32 @@ impl Inner {
         }
         if op.coll == Collective::AllToAll {
             let bytes = shape.send_elems(self.rank) * op.dtype.size();
-            self.check_alltoall_apart(op.send as usize as u64, op.recv as usize as u64, bytes)?;
+            let (send, recv) = (op.send as usize as u64, op.recv as usize as u64);
+            self.check_ranges_apart(op.coll, (send, bytes), (recv, bytes))?;
         }
         self.validate_self_pairs(&op.p2p)
     }
 
-    /// An all-to-all's send and receive ranges (`bytes` each, at `send`
-    /// and `recv`: host or device addresses) may not overlap: a block
-    /// would be overwritten before it is sent (NCCL leaves it undefined).
-    pub(crate) fn check_alltoall_apart(&self, send: u64, recv: u64, bytes: usize) -> Result<()> {
-        let b = bytes as u64;
-        if b == 0 || send == 0 || recv == 0 {
+    /// An all-to-all's (or alltoallv's) send and receive ranges (host or
+    /// device addresses, lengths in bytes) may not overlap: a block would
+    /// be overwritten before it is sent (NCCL leaves it undefined).
+    pub(crate) fn check_ranges_apart(
+        &self,
+        coll: Collective,
+        (send, send_bytes): (u64, usize),
+        (recv, recv_bytes): (u64, usize),
+    ) -> Result<()> {
+        let (sb, rb) = (send_bytes as u64, recv_bytes as u64);
+        if sb == 0 || rb == 0 || send == 0 || recv == 0 {
             return Ok(());
         }
-        if send < recv.saturating_add(b) && recv < send.saturating_add(b) {
+        if send < recv.saturating_add(rb) && recv < send.saturating_add(sb) {
             return Err(self.invalid(
-                Collective::AllToAll.name(),
+                coll.name(),
                 format!(
-                    "the send buffer ({send:#x}) and the receive buffer ({recv:#x}) overlap in \
-                     their {bytes} bytes; an all-to-all has no in-place form"
+                    "the send buffer ({send:#x}, {send_bytes} bytes) and the receive buffer \
+                     ({recv:#x}, {recv_bytes} bytes) overlap; {} has no in-place form",
+                    coll.name()
                 ),
             ));
         }

@@ -324,8 +324,10 @@ impl Inner {
         }
         Err(self.invalid(
             coll.name(),
-            "is not supported on device buffers (all_reduce, reduce_scatter, \
-             all_gather, broadcast, reduce, alltoall, gather and scatter are)"
+            "is not supported as a DeviceOp (all_reduce, reduce_scatter, all_gather, \
+             broadcast, reduce, alltoall, gather and scatter are; point-to-point groups go \
+             through send_recv_device_raw, all_gatherv and alltoallv through \
+             enqueue_device_v)"
                 .into(),
         ))
     }

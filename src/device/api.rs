@@ -357,7 +357,8 @@ impl Communicator {
         let (send_elems, recv_elems) = inner.validate_device(&mut raw)?;
         if op.coll == Collective::AllToAll {
             // The raw op carries no addresses: its buffers are checked here.
-            inner.check_alltoall_apart(op.send.0, op.recv.0, send_elems * op.dtype.size())?;
+            let bytes = send_elems * op.dtype.size();
+            inner.check_ranges_apart(op.coll, (op.send.0, bytes), (op.recv.0, bytes))?;
         }
         if (send_elems > 0 && op.send.0 == 0) || (recv_elems > 0 && op.recv.0 == 0) {
             return Err(invalid("a device buffer is NULL".into()));

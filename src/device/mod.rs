@@ -17,8 +17,9 @@
 //!
 //! Point-to-point groups on device memory (`p2p.rs`,
 //! [`crate::Communicator::send_recv_device_raw`] and
-//! [`crate::Communicator::group`] over device views) take the same
-//! host-driven path, in segments through the staging.
+//! [`crate::Communicator::group`] over device views), and all_gatherv and
+//! alltoallv as such groups ([`crate::Communicator::enqueue_device_v`]),
+//! take the same host-driven path, in segments through the staging.
 //!
 //! Small all-reduces take the kernel path instead (`window/lane.rs`): kernels
 //! on the caller's stream with no host-released wait, capturable into CUDA

@@ -159,6 +159,84 @@ impl Communicator {
     }
 }
 
+impl Communicator {
+    /// Queues an all_gatherv or alltoallv on device memory on `stream`;
+    /// returns at once (stream semantics as [`crate::device`]). It runs as
+    /// a point-to-point group, as PyTorch runs `all_to_all_single` with
+    /// splits over NCCL: every rank sends each peer its block and receives
+    /// each peer's (its own block is a device copy; all_gatherv in place,
+    /// `send` at `recv + displs[rank]`, copies nothing). Counts and
+    /// displacements are in elements, one per rank (all_gatherv: the
+    /// receive side's only; this rank sends `counts[rank]`).
+    ///
+    /// # Safety
+    /// `send` and `recv` are live device ranges of the bound device for the
+    /// extents the counts and displacements give, used by nothing not
+    /// ordered on `stream` until the handle reports completion.
+    pub unsafe fn enqueue_device_v(
+        &self,
+        (coll, dtype): (Collective, DataType),
+        (send, recv): (DevicePtr, DevicePtr),
+        v: crate::comm::VCounts,
+        stream: StreamHandle,
+    ) -> Result<RawWork> {
+        let mut raw = RawOp::new(coll, dtype, 0);
+        raw.v = Some(Box::new(v));
+        let make = self.prepare_device_v(raw, (send, recv), stream)?;
+        Ok(RawWork::from_state(self.worker.submit_with(make)))
+    }
+
+    /// Checks an all_gatherv or alltoallv `raw` (its variable counts set;
+    /// addresses `send` and `recv`) and returns what queues it as a device
+    /// point-to-point group.
+    pub(crate) fn prepare_device_v(
+        &self,
+        mut raw: RawOp,
+        (send, recv): (DevicePtr, DevicePtr),
+        stream: StreamHandle,
+    ) -> Result<crate::work::DeviceJobMaker> {
+        let inner = &self.inner;
+        let (me, n, coll) = (inner.rank, inner.nranks, raw.coll);
+        if !matches!(coll, Collective::AllGatherV | Collective::AllToAllV) {
+            return Err(inner.invalid(
+                coll.name(),
+                "variable counts go with all_gatherv and alltoallv only".into(),
+            ));
+        }
+        let p = inner.prepare(&mut raw)?;
+        let esize = raw.dtype.size();
+        if coll == Collective::AllToAllV {
+            inner.check_ranges_apart(
+                coll,
+                (send.0, p.send_elems * esize),
+                (recv.0, p.recv_elems * esize),
+            )?;
+        }
+        let Some(v) = raw.v.as_deref() else {
+            return Err(inner.invalid(coll.name(), "variable counts are missing".into()));
+        };
+        let dtype = raw.dtype;
+        let at = |base: DevicePtr, displ: usize| base.add(displ * esize);
+        let mut transfers = Vec::with_capacity(2 * n);
+        for q in 0..n {
+            let into = DeviceTransfer::recv(at(recv, v.recv_displs[q]), v.recv_counts[q], dtype, q);
+            let from = match coll {
+                Collective::AllToAllV => {
+                    DeviceTransfer::send(at(send, v.send_displs[q]), v.send_counts[q], dtype, q)
+                }
+                _ => DeviceTransfer::send(send, p.send_elems, dtype, q),
+            };
+            if q == me && coll == Collective::AllGatherV && from.ptr == into.ptr {
+                // In place: this rank's block is where it goes.
+                continue;
+            }
+            transfers.push(from);
+            transfers.push(into);
+        }
+        self.prepare_device_p2p(&transfers, stream)
+    }
+}
+
 impl Inner {
     /// Runs a device point-to-point group on the progress thread (in its
     /// turn, after the caller's stream reached it): the copies to self on

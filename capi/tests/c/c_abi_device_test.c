@@ -388,6 +388,59 @@ static void check_send_recv(snclComm_t comm, snclStream_t stream) {
   free(h);
 }
 
+/* snclAllGatherV and snclAlltoAllV on device memory (point-to-point groups
+ * underneath): uneven blocks with gaps, checked element by element. */
+static void check_v_on_device(snclComm_t comm, snclStream_t stream) {
+  size_t n = (size_t)nranks;
+  size_t counts[8] = {0}, displs[8] = {0}, total = 0;
+  for (size_t q = 0; q < n; q++) {
+    counts[q] = 1000 * (q + 1) + 1;
+    displs[q] = total + 3;
+    total += counts[q] + 3;
+  }
+  float *h = mine(counts[rank]);
+  void *s = to_device(h, counts[rank] * sizeof(float));
+  void *r = to_device(NULL, total * sizeof(float));
+  CHECK(snclAllGatherV(s, r, counts, displs, snclFloat, comm, stream));
+  CHECK(snclStreamSynchronize(stream));
+  float *out = from_device(r, total);
+  for (size_t q = 0; q < n; q++)
+    for (size_t k = 0; k < counts[q]; k++)
+      EXPECT(out[displs[q] + k] == val((int)q, k), "all_gatherv from %zu [%zu] = %g", q, k,
+             out[displs[q] + k]);
+  free(out);
+  free(h);
+  CHECK(snclMemFree(r));
+  CHECK(snclMemFree(s));
+
+  size_t sc[8] = {0}, sd[8] = {0}, rc[8] = {0}, rd[8] = {0}, st = 0, rt = 0;
+  for (size_t j = 0; j < n; j++) {
+    sc[j] = ((size_t)rank + j) % 3 * 500;  /* some blocks are empty */
+    sd[j] = st;
+    st += sc[j];
+    rc[j] = (j + (size_t)rank) % 3 * 500;
+    rd[j] = rt;
+    rt += rc[j];
+  }
+  float *a = malloc(st * sizeof(float) + 4);
+  if (!a) exit(4);
+  for (size_t j = 0; j < n; j++)
+    for (size_t k = 0; k < sc[j]; k++) a[sd[j] + k] = val(rank, j * 10000 + k);
+  void *da = to_device(a, st * sizeof(float) + 4);
+  void *db = to_device(NULL, rt * sizeof(float) + 4);
+  CHECK(snclAlltoAllV(da, sc, sd, db, rc, rd, snclFloat, comm, stream));
+  CHECK(snclStreamSynchronize(stream));
+  float *b = from_device(db, rt);
+  for (size_t j = 0; j < n; j++)
+    for (size_t k = 0; k < rc[j]; k++)
+      EXPECT(b[rd[j] + k] == val((int)j, (size_t)rank * 10000 + k), "alltoallv from %zu [%zu]",
+             j, k);
+  free(b);
+  free(a);
+  CHECK(snclMemFree(db));
+  CHECK(snclMemFree(da));
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -446,6 +499,7 @@ int main(void) {
   check_windows(comm, stream);
   check_registration(comm, stream);
   check_send_recv(comm, stream);
+  check_v_on_device(comm, stream);
   /* still usable after the rejected calls */
   check_all_reduce(comm, stream, 4096, 1);
 
