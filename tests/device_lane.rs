@@ -268,3 +268,66 @@ fn other_collectives_go_through_the_lane_in_rounds() {
         }
     }
 }
+
+/// Half-precision folds accumulate in f32 and round once: on 3 ranks,
+/// 1 + 2^-8 + 2^-8 in bf16 (and 1 + 2^-11 + 2^-11 in f16) is 1 + 2^-7
+/// (1 + 2^-10) on the lane, where rounding after each addition in rank
+/// order loses both small terms (1 + 2^-8 is a tie that rounds to 1).
+/// All-reduce (one-shot and, large, two-shot), reduce-scatter and reduce;
+/// whole packs and a tail; every element checked.
+#[test]
+fn half_precision_folds_accumulate_in_f32() {
+    let ranks = ranks(3, 64 << 10);
+    for (dtype, small, want) in [
+        (DataType::Bfloat16, 0x3b80u16, 0x3f81u16),
+        (DataType::Float16, 0x1000u16, 0x3c01u16),
+    ] {
+        for (coll, count) in [
+            (Collective::AllReduce, 4099),
+            (Collective::AllReduce, 300_001),
+            (Collective::ReduceScatter, 1001),
+            (Collective::Reduce, 777),
+        ] {
+            std::thread::scope(|s| {
+                for r in &ranks {
+                    s.spawn(move || {
+                        let me = r.comm.rank();
+                        let send_len = if coll == Collective::ReduceScatter { 3 * count } else { count };
+                        let one = if dtype == DataType::Bfloat16 { 0x3f80u16 } else { 0x3c00u16 };
+                        let host = vec![if me == 0 { one } else { small }; send_len];
+                        let deadline = || Instant::now() + Duration::from_secs(60);
+                        // SAFETY: `host` outlives the synchronisation.
+                        unsafe {
+                            r.dev
+                                .copy_h2d_async(r.send.ptr(), host.as_ptr().cast(), send_len * 2, r.stream)
+                        }
+                        .unwrap();
+                        let mut op =
+                            DeviceOp::new(coll, dtype, count, r.send.ptr(), r.recv.ptr(), r.stream);
+                        op.root = 1;
+                        // SAFETY: the buffers outlive the wait.
+                        unsafe { r.comm.enqueue_device(op) }.unwrap().wait().unwrap();
+                        if coll == Collective::Reduce && me != 1 {
+                            return;
+                        }
+                        let mut out = vec![0u16; count];
+                        // SAFETY: `out` outlives the synchronisation.
+                        unsafe {
+                            r.dev.copy_d2h_async(out.as_mut_ptr().cast(), r.recv.ptr(), count * 2, r.stream)
+                        }
+                        .unwrap();
+                        r.dev.synchronize(r.stream, deadline()).unwrap();
+                        if let Some(i) = out.iter().position(|&v| v != want) {
+                            panic!(
+                                "rank {me} {dtype:?} {coll:?} {count}: element {i} is {:#06x}, expected {want:#06x}",
+                                out[i]
+                            );
+                        }
+                    });
+                }
+            });
+        }
+    }
+    let counts = ranks[0].comm.direct_all_reduces();
+    assert_eq!(counts.kernel_path, 8, "every fold on the lane: {counts:?}");
+}

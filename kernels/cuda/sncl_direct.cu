@@ -12,7 +12,11 @@
 //
 // Every rank folds every element in rank order (one-shot) or one rank folds
 // it and the others copy it (two-shot), so every rank's result is
-// bit-identical, with the CPU kernels' rounding (sncl_device.cuh).
+// bit-identical. A fold combines its sources with the CPU kernels'
+// arithmetic (sncl_device.cuh) in an accumulator type: the element type,
+// or f32 for f16, bf16 and fp8, rounded to the element type once at the
+// end (SnclDirectAcc_*), so n ranks' half-precision values lose one
+// rounding where the CPU's pairwise folds lose n - 1.
 //
 // ABI (fixed; the CUDA and emulated backends launch these by name):
 //   extern "C" __global__ void sncl_direct_all_reduce_<dtype>_<op>(SnclDirectArgs args);
@@ -299,6 +303,8 @@ __device__ __forceinline__ void sncl_direct_fold(const void* const* srcs, int n,
                                                  unsigned long long hi, bool packed,
                                                  unsigned long long base) {
   typedef typename Op::T T;
+  typedef typename Op::Acc Acc;
+  typedef typename Acc::A A;
   const unsigned long long kPack = sizeof(uint4) / sizeof(T);
   if (hi <= lo) return;
   const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -323,26 +329,39 @@ __device__ __forceinline__ void sncl_direct_fold(const void* const* srcs, int n,
     const unsigned long long e_hi = at + kPack - base < hi ? at + kPack - base : hi;
     if (e_hi - e_lo == kPack) {
       const unsigned long long off = e_lo * sizeof(T);
-      SnclDirectPack<T> acc, v;
-      acc.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[0]) + off, src_aligned);
-      for (int s = 1; s < n; ++s) {
-        v.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[s]) + off, src_aligned);
+      SnclDirectPack<T> out, v;
+      out.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[0]) + off, src_aligned);
+      if (n > 1) {
+        // The fold in the accumulator type (f32 for 16- and 8-bit
+        // floats), rounded once at the end; a copy (n = 1) moves bits.
+        A acc[kPack];
         SNCL_UNROLL
-        for (int e = 0; e < (int)kPack; ++e) acc.e[e] = Op::apply(acc.e[e], v.e[e]);
+        for (int e = 0; e < (int)kPack; ++e) acc[e] = Acc::widen(out.e[e]);
+        for (int s = 1; s < n; ++s) {
+          v.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[s]) + off, src_aligned);
+          SNCL_UNROLL
+          for (int e = 0; e < (int)kPack; ++e) acc[e] = Op::combine(acc[e], Acc::widen(v.e[e]));
+        }
+        SNCL_UNROLL
+        for (int e = 0; e < (int)kPack; ++e) out.e[e] = Acc::narrow(acc[e]);
       }
-      sncl_store_pack_any<T>(static_cast<char*>(dst) + off, acc.u, dst_aligned);
+      sncl_store_pack_any<T>(static_cast<char*>(dst) + off, out.u, dst_aligned);
       if (dst2 != nullptr) {
-        sncl_store_pack_any<T>(static_cast<char*>(dst2) + off, acc.u, dst2_aligned);
+        sncl_store_pack_any<T>(static_cast<char*>(dst2) + off, out.u, dst2_aligned);
       }
       continue;
     }
     for (unsigned long long i = e_lo; i < e_hi; ++i) {
-      T acc = sncl_load_elem(static_cast<const T*>(srcs[0]) + i);
-      for (int s = 1; s < n; ++s) {
-        acc = Op::apply(acc, sncl_load_elem(static_cast<const T*>(srcs[s]) + i));
+      T out = sncl_load_elem(static_cast<const T*>(srcs[0]) + i);
+      if (n > 1) {
+        A acc = Acc::widen(out);
+        for (int s = 1; s < n; ++s) {
+          acc = Op::combine(acc, Acc::widen(sncl_load_elem(static_cast<const T*>(srcs[s]) + i)));
+        }
+        out = Acc::narrow(acc);
       }
-      static_cast<T*>(dst)[i] = acc;
-      if (dst2 != nullptr) static_cast<T*>(dst2)[i] = acc;
+      static_cast<T*>(dst)[i] = out;
+      if (dst2 != nullptr) static_cast<T*>(dst2)[i] = out;
     }
   }
 }
@@ -575,10 +594,49 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
 
 #define SNCL_DIRECT_OPS(X, dt) X(dt, sum) X(dt, prod) X(dt, max) X(dt, min)
 
+// The type a fold accumulates in: f32 for f16, bf16 and fp8 (widened,
+// combined as f32, rounded once when the fold ends: NCCL's and the
+// symmetric-memory all-reduces' choice, so n ranks' bf16 gradients lose
+// one rounding, not n - 1), the element type itself for the others.
+#define SNCL_DIRECT_ACC_F32(dt, TO_F32, FROM_F32)                                          \
+  struct SnclDirectAcc_##dt {                                                              \
+    typedef float A;                                                                       \
+    static __device__ __forceinline__ A widen(sncl_##dt##_t v) { return TO_F32(v); }       \
+    static __device__ __forceinline__ sncl_##dt##_t narrow(A v) { return FROM_F32(v); }    \
+    static __device__ __forceinline__ A sum(A a, A b) { return sncl_float_sum(a, b); }     \
+    static __device__ __forceinline__ A prod(A a, A b) { return sncl_float_prod(a, b); }   \
+    static __device__ __forceinline__ A max(A a, A b) { return sncl_float_max(a, b); }     \
+    static __device__ __forceinline__ A min(A a, A b) { return sncl_float_min(a, b); }     \
+  };
+#define SNCL_DIRECT_ACC_SAME(dt)                                                           \
+  struct SnclDirectAcc_##dt {                                                              \
+    typedef sncl_##dt##_t A;                                                               \
+    static __device__ __forceinline__ A widen(A v) { return v; }                           \
+    static __device__ __forceinline__ A narrow(A v) { return v; }                          \
+    static __device__ __forceinline__ A sum(A a, A b) { return sncl_##dt##_sum(a, b); }    \
+    static __device__ __forceinline__ A prod(A a, A b) { return sncl_##dt##_prod(a, b); }  \
+    static __device__ __forceinline__ A max(A a, A b) { return sncl_##dt##_max(a, b); }    \
+    static __device__ __forceinline__ A min(A a, A b) { return sncl_##dt##_min(a, b); }    \
+  };
+SNCL_DIRECT_ACC_SAME(int8)
+SNCL_DIRECT_ACC_SAME(uint8)
+SNCL_DIRECT_ACC_SAME(int32)
+SNCL_DIRECT_ACC_SAME(uint32)
+SNCL_DIRECT_ACC_SAME(int64)
+SNCL_DIRECT_ACC_SAME(uint64)
+SNCL_DIRECT_ACC_SAME(float)
+SNCL_DIRECT_ACC_SAME(double)
+SNCL_DIRECT_ACC_F32(half, sncl_h2f, sncl_f2h)
+SNCL_DIRECT_ACC_F32(bfloat16, sncl_b2f, sncl_f2b)
+SNCL_DIRECT_ACC_F32(f8e4m3, sncl_e4m3_to_f32, sncl_f32_to_e4m3)
+SNCL_DIRECT_ACC_F32(f8e5m2, sncl_e5m2_to_f32, sncl_f32_to_e5m2)
+
 #define SNCL_DEFINE_DIRECT_KERNEL(dt, op)                                                  \
   struct SnclDirectOp_##dt##_##op {                                                       \
     typedef sncl_##dt##_t T;                                                              \
-    static __device__ __forceinline__ T apply(T a, T b) { return sncl_##dt##_##op(a, b); } \
+    typedef SnclDirectAcc_##dt Acc;                                                       \
+    typedef SnclDirectAcc_##dt::A A;                                                      \
+    static __device__ __forceinline__ A combine(A a, A b) { return Acc::op(a, b); }       \
   };                                                                                      \
   extern "C" __global__ void sncl_direct_all_reduce_##dt##_##op(SnclDirectArgs args) {    \
     sncl_direct_body<SnclDirectOp_##dt##_##op>(args);                                     \

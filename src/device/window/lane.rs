@@ -17,7 +17,10 @@
 //! graph. The lane folds in rank order: its result is the same on every
 //! rank and in every run, and may differ in the last bits from the
 //! host-driven algorithms' (another order of the same sum), as NCCL's
-//! algorithms differ from each other.
+//! algorithms differ from each other. Half-precision folds (f16, bf16)
+//! accumulate in f32 and round once, where the host-driven algorithms
+//! round after each pairwise step: more accurate, and the same on every
+//! rank.
 //!
 //! The host only watches: an event recorded after the kernels lets the
 //! progress thread, in the operation's turn, wait with the communicator's
