@@ -330,20 +330,33 @@ __device__ __forceinline__ void sncl_direct_fold(const void* const* srcs, int n,
     if (e_hi - e_lo == kPack) {
       const unsigned long long off = e_lo * sizeof(T);
       SnclDirectPack<T> out, v;
-      out.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[0]) + off, src_aligned);
       if (n > 1) {
-        // The fold in the accumulator type (f32 for 16- and 8-bit
-        // floats), rounded once at the end; a copy (n = 1) moves bits.
+        // Every source's loads are issued before the fold (they overlap
+        // in flight; the fold waits for each in turn). The fold runs in
+        // the accumulator type (f32 for 16- and 8-bit floats), rounded
+        // once at the end; a copy (n = 1) moves bits.
+        uint4 loaded[SNCL_DIRECT_MAX_RANKS] = {};
+        SNCL_UNROLL
+        for (int s = 0; s < SNCL_DIRECT_MAX_RANKS; ++s) {
+          if (s < n) {
+            loaded[s] = sncl_load_pack_any<T>(static_cast<const char*>(srcs[s]) + off, src_aligned);
+          }
+        }
+        out.u = loaded[0];
         A acc[kPack];
         SNCL_UNROLL
         for (int e = 0; e < (int)kPack; ++e) acc[e] = Acc::widen(out.e[e]);
-        for (int s = 1; s < n; ++s) {
-          v.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[s]) + off, src_aligned);
+        SNCL_UNROLL
+        for (int s = 1; s < SNCL_DIRECT_MAX_RANKS; ++s) {
+          if (s >= n) break;
+          v.u = loaded[s];
           SNCL_UNROLL
           for (int e = 0; e < (int)kPack; ++e) acc[e] = Op::combine(acc[e], Acc::widen(v.e[e]));
         }
         SNCL_UNROLL
         for (int e = 0; e < (int)kPack; ++e) out.e[e] = Acc::narrow(acc[e]);
+      } else {
+        out.u = sncl_load_pack_any<T>(static_cast<const char*>(srcs[0]) + off, src_aligned);
       }
       sncl_store_pack_any<T>(static_cast<char*>(dst) + off, out.u, dst_aligned);
       if (dst2 != nullptr) {
