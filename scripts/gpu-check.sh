@@ -295,10 +295,12 @@ group_nvlink() {
     # The kernel path (one launch per collective on the caller's stream;
     # 2 ranks as threads): 8 B latency (target <= 15 us eager) to 256 MiB
     # busbw (target >= 0.35 x d2d), <= 8 us per 8 B all-reduce replayed from
-    # a CUDA graph, and its other four collectives.
+    # a CUDA graph, and its other collectives; then point-to-point on
+    # device memory (host-driven through the staging: sendrecv).
     section kernel-path 25 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 256M -f 32 -n 10 -w 2 -c 1
     section kernel-path-graph 15 "$OUT_DIR/commbench" all_reduce --device cuda --threads 2 -b 8 -e 8 -G 100 -n 20 -w 2 -c 1
-    section kernel-path-ops 30 bash -c "for op in all_gather reduce_scatter broadcast reduce; do $OUT_DIR/commbench \$op --device cuda --threads 2 -b 8 -e 64M -f 64 -n 5 -w 1 -c 1 || exit 1; done"
+    section kernel-path-ops 40 bash -c "for op in all_gather reduce_scatter broadcast reduce alltoall gather scatter; do $OUT_DIR/commbench \$op --device cuda --threads 2 -b 8 -e 64M -f 64 -n 5 -w 1 -c 1 || exit 1; done"
+    section sendrecv 30 "$OUT_DIR/commbench" sendrecv --device cuda --threads 2 -b 8 -e 64M -f 64 -n 5 -w 1 -c 1
     section nvlink-256M 30 env SNCL_TRANSPORT=nvlink "$OUT_DIR/commbench" all_reduce --np 2 --device cuda -b 256M -e 256M -n 10 -w 2 -c 1
     section direct-256M 60 env SNCL_TEST_DEVICE=cuda DIRECT_BENCH_MIB=256 "$OUT_DIR/direct-bench" direct_busbw --exact --nocapture --test-threads=1
     if command -v nvidia-cuda-mps-control >/dev/null; then
