@@ -531,3 +531,88 @@ fn variable_count_collectives_on_device_views() {
     };
     assert_invalid(overlapping, "overlap");
 }
+
+/// A device fault on rank 1 in the middle of ring shifts: every rank's
+/// group fails within the timeout naming rank 1 (its direct peers by the
+/// fault, the others by the abort), no rank hangs, and every caller's
+/// stream is released (it synchronises).
+#[test]
+fn a_device_fault_fails_the_group_on_every_rank() {
+    if device_kit::test_backend() != device::Backend::Emu {
+        eprintln!(
+            "skipped: faults are injected through the emulated device only (the cuda backend \
+             answers inject_fault with Unsupported)"
+        );
+        return;
+    }
+    let ranks = ranks(3, 64 << 10);
+    let n = ranks.len();
+    let started = Instant::now();
+    let outcomes: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<(), String> {
+                    let me = r.comm.rank();
+                    let ring = [
+                        DeviceTransfer::send(
+                            r.send.ptr(),
+                            100_000,
+                            DataType::Float32,
+                            (me + 1) % n,
+                        ),
+                        DeviceTransfer::recv(
+                            r.recv.ptr(),
+                            100_000,
+                            DataType::Float32,
+                            (me + n - 1) % n,
+                        ),
+                    ];
+                    for round in 0..4 {
+                        if round == 2 && me == 1 {
+                            r.dev
+                                .inject_fault("injected by the test")
+                                .map_err(|e| e.to_string())?;
+                        }
+                        // SAFETY: the case buffers outlive the wait.
+                        let w = unsafe { r.comm.send_recv_device_raw(&ring, r.stream) }
+                            .map_err(|e| format!("round {round}: {e}"))?;
+                        w.wait().map_err(|e| format!("round {round}: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    for (rank, o) in outcomes.iter().enumerate() {
+        let e = o.as_ref().expect_err("every rank fails");
+        assert!(
+            e.contains("round 2"),
+            "rank {rank} failed in the faulted round: {e}"
+        );
+        assert!(
+            e.contains("rank 1"),
+            "rank {rank}'s error names rank 1: {e}"
+        );
+        if rank == 1 {
+            assert!(
+                e.contains("injected by the test"),
+                "rank 1 names the fault: {e}"
+            );
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "failed within the timeout: {:?}",
+        started.elapsed()
+    );
+    // The healthy ranks' streams were released: they synchronise.
+    for r in [&ranks[0], &ranks[2]] {
+        r.dev
+            .synchronize(r.stream, Instant::now() + Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("rank {}: the stream stayed parked: {e}", r.comm.rank()));
+    }
+}
