@@ -10,6 +10,7 @@ mod device_kit;
 
 use std::time::{Duration, Instant};
 
+use comm_core::config::TransportChoice;
 use device_kit::{bind_rank, Rank};
 use sncl::device::{self, DevicePtr, DeviceSlice, DeviceSliceMut};
 use sncl::{Communicator, Config, DataType, DeviceTransfer, Error};
@@ -17,6 +18,12 @@ use sncl::{Communicator, Config, DataType, DeviceTransfer, Error};
 /// `n` thread ranks on emulated devices (or `SNCL_TEST_DEVICE`'s) with
 /// `staging` bytes of device staging per buffer.
 fn ranks(n: usize, staging: usize) -> Vec<Rank> {
+    ranks_over(n, staging, TransportChoice::Auto)
+}
+
+/// As [`ranks`], over `transport` (TCP: every piece staged through pinned
+/// host memory, 4 KiB pieces).
+fn ranks_over(n: usize, staging: usize, transport: TransportChoice) -> Vec<Rank> {
     let _ = device::open(device::Backend::Emu, 0);
     let cfg = Config {
         timeout: Duration::from_secs(30),
@@ -24,6 +31,11 @@ fn ranks(n: usize, staging: usize) -> Vec<Rank> {
             staging_bytes: staging,
             ..Default::default()
         },
+        tcp: sncl::TcpSettings {
+            piece_bytes: 4096,
+            ..Default::default()
+        },
+        transport,
         ..Config::default()
     };
     Communicator::init_threads(n, cfg)
@@ -184,6 +196,38 @@ fn ring_shifts_of_every_size() {
             .map_or(0, |(_, ops)| *ops);
         assert_eq!(groups, 10, "n={n}: {:?}", stats.ops_by_collective);
     }
+}
+
+/// Ring shifts and a group with two transfers each way between every pair
+/// over TCP (device data staged through pinned host memory in 4 KiB
+/// pieces), 3 ranks, up to many segments of the 64 KiB staging.
+#[test]
+fn groups_over_tcp() {
+    let n = 3;
+    let ranks = ranks_over(n, 64 << 10, TransportChoice::Tcp);
+    for count in [0usize, 1001, 100_003] {
+        let plan = move |r: usize| {
+            laid_out(
+                &[
+                    ((r + 1) % n, true, DataType::Float32, count),
+                    ((r + n - 1) % n, false, DataType::Float32, count),
+                ],
+                4,
+            )
+        };
+        run_groups(&ranks, &plan);
+    }
+    let plan = move |r: usize| {
+        let mut t = Vec::new();
+        for p in (0..n).filter(|&p| p != r) {
+            t.push((p, true, DataType::Int64, 3000 + 1000 * r));
+            t.push((p, false, DataType::Int64, 3000 + 1000 * p));
+            t.push((p, true, DataType::Uint8, 70_001));
+            t.push((p, false, DataType::Uint8, 70_001));
+        }
+        laid_out(&t, 0)
+    };
+    run_groups(&ranks, &plan);
 }
 
 /// An all-to-all as sends and receives, with a copy to self, several
