@@ -25,6 +25,7 @@
 mod copy;
 mod pinning;
 mod post;
+mod qp_rules;
 mod shared;
 mod strict;
 mod timing;
@@ -90,6 +91,8 @@ struct Qp {
     /// Strict mode: a WRITE nothing answers is retrying; when the retries
     /// run out (`Some(None)`: never).
     failing: Option<Option<std::time::Instant>>,
+    /// Its path MTU and send PSN as the hardware took them (`qp_rules.rs`).
+    requester: qp_rules::Requester,
 }
 
 struct Cq {
@@ -183,7 +186,7 @@ impl EmuVerbs {
                 port: 1,
                 lid: (pid & 0xffff) as u16,
                 gid,
-                mtu: 4096,
+                mtu: strict.as_ref().map_or(4096, |s| s.mtu),
                 link_layer: strict
                     .as_ref()
                     .map_or(LinkLayer::Emulated, Strict::link_layer),
@@ -563,6 +566,7 @@ impl Verbs for EmuVerbs {
                 unroutable: false,
                 retry_after: None,
                 failing: None,
+                requester: Default::default(),
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
@@ -571,18 +575,25 @@ impl Verbs for EmuVerbs {
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
         let dev = self.dev();
-        // Strict: where the source GID cannot reach across the fabric.
-        let unroutable = match (&self.strict, to) {
-            (Some(s), QpTransition::Rtr { path, .. }) => {
-                !s.routable(path.gid_index)
-                    .map_err(|detail| VerbsError::Call {
-                        device: dev.clone(),
-                        op: "ibv_modify_qp",
-                        detail: format!("RTR: {detail}"),
-                    })?
+        let cur = self.qp_mut("ibv_modify_qp", qpn)?.state;
+        // What the real provider would pass; strict mode checks it as the
+        // kernel does (`qp_rules.rs`) and finds where the source GID cannot
+        // reach across the fabric.
+        let (attr, mask) = crate::ibv::attr::modify_attrs(&to, &self.port);
+        let mut unroutable = false;
+        if let Some(s) = &self.strict {
+            let fail = |detail: String| VerbsError::Call {
+                device: dev.clone(),
+                op: "ibv_modify_qp",
+                detail: format!("{to:?}: {detail}"),
+            };
+            qp_rules::check_modify(cur, &attr, mask, &self.port, &s.gids).map_err(fail)?;
+            if let QpTransition::Rtr { .. } = to {
+                unroutable = !s.routable(attr.ah_attr.grh.sgid_index).map_err(fail)?;
             }
-            _ => false,
-        };
+        }
+        let port_mtu = self.port.mtu;
+        let mut answers = None;
         let qp = self.qp_mut("ibv_modify_qp", qpn)?;
         let (need, next) = match to {
             QpTransition::Init => (QpState::Reset, QpState::Init),
@@ -597,11 +608,22 @@ impl Verbs for EmuVerbs {
                     }
                     qp.remote = Some(remote);
                     qp.unroutable = unroutable;
+                    qp.requester.path_mtu =
+                        crate::ibv::attr::mtu_bytes(attr.path_mtu).unwrap_or(port_mtu);
+                    let responder = qp_rules::Responder {
+                        expected_psn: attr.rq_psn & qp_rules::PSN_MASK,
+                        acks_to: attr.dest_qp_num,
+                        port_mtu,
+                    };
+                    answers = Some(responder);
                 }
                 (QpState::Init, QpState::Rtr)
             }
             QpTransition::Rts { path, .. } => {
                 qp.retry_after = strict::retries_run_out_after(path.timeout, path.retry_cnt);
+                if qp.state == QpState::Rtr {
+                    qp.requester.send_psn = attr.sq_psn & qp_rules::PSN_MASK;
+                }
                 (QpState::Rtr, QpState::Rts)
             }
             QpTransition::Error => {
@@ -632,6 +654,9 @@ impl Verbs for EmuVerbs {
             });
         }
         self.set_state(qpn, next);
+        if let Some(r) = answers {
+            self.table.publish_responder(qpn, r);
+        }
         Ok(())
     }
 

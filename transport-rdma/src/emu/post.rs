@@ -2,6 +2,7 @@
 //! makes at `ibv_post_send`, then (strict mode) the source's digest and
 //! the rules of an unanswered write, then the copy and the immediate.
 
+use super::qp_rules::{self, Answer};
 use super::{EmuVerbs, Msg};
 use crate::verbs::{QpState, Result, SendWr, VerbsError, WcStatus};
 
@@ -47,14 +48,39 @@ impl EmuVerbs {
             self.fail_unanswered(qpn, wr.wr_id);
             return Ok(());
         }
-        if !self
+        let Some(responder) = self
             .remote_table(remote.gid)
-            .is_some_and(|t| t.ready(remote.qpn))
-        {
+            .filter(|t| t.ready(remote.qpn))
+            .map(|t| t.responder(remote.qpn))
+        else {
             self.fail_unanswered(qpn, wr.wr_id);
             return Ok(());
-        }
+        };
         let (laddr, llen, lkey) = wr.local;
+        // Strict: the responder's verdict on the two sides' attributes.
+        let mut unanswered = false;
+        if let (Some(_), Some(resp)) = (&self.strict, responder) {
+            let req = self.qps[&qpn].requester;
+            match qp_rules::answer(qpn, req, self.port.mtu, resp, llen) {
+                Answer::Done => {}
+                Answer::Unanswered { lands, why } => {
+                    tracing::debug!(qpn, why, "strict emulation: a WRITE nothing acknowledges");
+                    if !lands {
+                        self.fail_unanswered(qpn, wr.wr_id);
+                        return Ok(());
+                    }
+                    unanswered = true;
+                }
+                Answer::Naked => {
+                    self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
+                    return Ok(());
+                }
+                Answer::Duplicate => {
+                    self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
+                    return Ok(());
+                }
+            }
+        }
         if llen > 0 {
             let local = (laddr, llen as usize, lkey);
             if let Err(status) = self.copy(remote.gid, local, (wr.remote_addr, wr.rkey)) {
@@ -69,6 +95,10 @@ impl EmuVerbs {
             };
             self.pending.push_back((remote.gid, remote.qpn, m));
             self.flush_pending();
+        }
+        if unanswered {
+            self.fail_unanswered(qpn, wr.wr_id);
+            return Ok(());
         }
         self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
         Ok(())

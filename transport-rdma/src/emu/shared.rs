@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapRaw;
 
+use super::qp_rules::Responder;
 use crate::mem;
 use crate::verbs::QpState;
 
@@ -266,7 +267,8 @@ fn state_code(state: QpState) -> u64 {
 
 /// Words of a QP table: per QP slot its `qpn << 32 | state`, the ring's
 /// head (written by the one peer QP that sends to it) and tail (by the
-/// owner), and the ring.
+/// owner), what its responder side answers to (word 3, from RTR:
+/// [`Responder`]), and the ring.
 fn entry(qpn: u32) -> usize {
     (qpn as usize % QP_SLOTS) * ENTRY_WORDS
 }
@@ -290,10 +292,22 @@ impl LocalTable {
             let head = self.0.word(e + 1).load(Ordering::Acquire);
             self.0.word(e + 2).store(head, Ordering::Release);
         }
+        if matches!(state, QpState::Reset | QpState::Init) {
+            self.0.word(e + 3).store(0, Ordering::Release);
+        }
         self.0.word(e).store(
             (u64::from(qpn) << 32) | state_code(state),
             Ordering::Release,
         );
+    }
+
+    /// Publishes what QP `qpn` answers to as a responder (at RTR).
+    pub fn publish_responder(&self, qpn: u32, r: Responder) {
+        let w = u64::from(r.expected_psn & 0x00ff_ffff)
+            | (u64::from(r.acks_to & 0x00ff_ffff) << 24)
+            | (u64::from(r.port_mtu.trailing_zeros()) << 48)
+            | 1 << 63;
+        self.0.word(entry(qpn) + 3).store(w, Ordering::Release);
     }
 
     /// Takes the next message of `qpn`'s inbound ring.
@@ -343,6 +357,16 @@ impl RemoteTable {
     pub fn ready(&self, qpn: u32) -> bool {
         let w = self.word(entry(qpn)).load(Ordering::Acquire);
         (w >> 32) as u32 == qpn && matches!(w & 0xffff_ffff, 2 | 3)
+    }
+
+    /// What QP `qpn` answers to as a responder (`None` before its RTR).
+    pub fn responder(&self, qpn: u32) -> Option<Responder> {
+        let w = self.word(entry(qpn) + 3).load(Ordering::Acquire);
+        (w >> 63 == 1).then(|| Responder {
+            expected_psn: (w & 0x00ff_ffff) as u32,
+            acks_to: ((w >> 24) & 0x00ff_ffff) as u32,
+            port_mtu: 1 << ((w >> 48) & 0x1f),
+        })
     }
 
     /// Appends a message to QP `qpn`'s ring; false when it is full.

@@ -33,6 +33,9 @@ pub struct Strict {
     /// Where pinned bytes are counted: the process's count
     /// ([`super::pinned_bytes`]), or a test's own.
     pub pinned: &'static AtomicU64,
+    /// The port's active MTU in bytes (4096; a RoCE port on a 1500-byte
+    /// Ethernet MTU reports 1024).
+    pub mtu: u32,
 }
 
 impl Strict {
@@ -43,6 +46,7 @@ impl Strict {
             pin,
             gids: mlx5_roce_table(ip, [o[1], o[2], o[3]]),
             pinned: &super::pinning::PINNED,
+            mtu: 4096,
         }
     }
 

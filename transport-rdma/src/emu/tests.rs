@@ -546,3 +546,5 @@ fn strict_mode_reports_an_unanswered_write_when_the_retries_run_out() {
     write(&mut a, &dead, 0, 64, None);
     assert_eq!(poll(&mut a)[0].status, WcStatus::RETRY_EXC_ERR);
 }
+
+mod strict_qp;

@@ -273,6 +273,7 @@ pub const WC_RDMA_WRITE: c_uint = 1;
 pub const WC_RECV_RDMA_WITH_IMM: c_uint = (1 << 7) + 1;
 /// `enum ibv_qp_attr_mask` bits.
 pub const QP_STATE: c_int = 1;
+pub const QP_CUR_STATE: c_int = 1 << 1;
 pub const QP_ACCESS_FLAGS: c_int = 1 << 3;
 pub const QP_PKEY_INDEX: c_int = 1 << 4;
 pub const QP_PORT: c_int = 1 << 5;
@@ -283,9 +284,11 @@ pub const QP_RETRY_CNT: c_int = 1 << 10;
 pub const QP_RNR_RETRY: c_int = 1 << 11;
 pub const QP_RQ_PSN: c_int = 1 << 12;
 pub const QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+pub const QP_ALT_PATH: c_int = 1 << 14;
 pub const QP_MIN_RNR_TIMER: c_int = 1 << 15;
 pub const QP_SQ_PSN: c_int = 1 << 16;
 pub const QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+pub const QP_PATH_MIG_STATE: c_int = 1 << 18;
 pub const QP_DEST_QPN: c_int = 1 << 20;
 
 /// The libibverbs entry points the transport calls (exported symbols).

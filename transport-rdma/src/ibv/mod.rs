@@ -4,7 +4,8 @@
 //! device: none of the project's machines has one, so it has never run in
 //! CI (the emulated provider carries the transport's tests).
 
-mod ffi;
+pub(crate) mod attr;
+pub(crate) mod ffi;
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -132,7 +133,6 @@ pub struct IbvVerbs {
     ctx: *mut ffi::Context,
     pd: *mut std::ffi::c_void,
     port: PortInfo,
-    gid_index: u8,
     mrs: HashMap<u32, RegisteredMr>,
     cqs: Vec<*mut ffi::CqHead>,
     qps: HashMap<u32, *mut ffi::QpHead>,
@@ -147,23 +147,6 @@ pub struct IbvVerbs {
 // SAFETY: libibverbs objects may be used from any thread (one at a time
 // here: the connection owning this value is used by one thread at once).
 unsafe impl Send for IbvVerbs {}
-
-fn mtu_bytes(code: u8) -> u32 {
-    match code {
-        1..=5 => 128 << code,
-        _ => 1024,
-    }
-}
-
-fn mtu_code(bytes: u32) -> u32 {
-    match bytes {
-        4096.. => 5,
-        2048.. => 4,
-        1024.. => 3,
-        512.. => 2,
-        _ => 1,
-    }
-}
 
 /// Logs once per process (INFO) which GID the connections use, for the
 /// first-hardware checklist (docs/RDMA.md §8: `ib_write_bw -x <index>`).
@@ -259,11 +242,10 @@ impl IbvVerbs {
                 port,
                 lid: u16::from_ne_bytes([attr[ffi::PORT_LID], attr[ffi::PORT_LID + 1]]),
                 gid: gid.0,
-                mtu: mtu_bytes(attr[ffi::PORT_ACTIVE_MTU]),
+                mtu: attr::mtu_bytes(attr[ffi::PORT_ACTIVE_MTU].into()).unwrap_or(1024),
                 link_layer,
                 gid_index,
             },
-            gid_index,
             mrs: HashMap::new(),
             cqs: Vec::new(),
             qps: HashMap::new(),
@@ -532,62 +514,7 @@ impl Verbs for IbvVerbs {
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
         let qp = self.qp("ibv_modify_qp", qpn)?;
-        let mut a = ffi::QpAttr::default();
-        let mask = match to {
-            QpTransition::Init => {
-                a.qp_state = 1;
-                a.port_num = self.port.port;
-                a.qp_access_flags = ffi::ACCESS_LOCAL_REMOTE_WRITE as u32;
-                ffi::QP_STATE | ffi::QP_PKEY_INDEX | ffi::QP_PORT | ffi::QP_ACCESS_FLAGS
-            }
-            QpTransition::Rtr { remote, path } => {
-                a.qp_state = 2;
-                a.path_mtu = mtu_code(path.mtu);
-                a.dest_qp_num = remote.qpn;
-                a.rq_psn = remote.psn;
-                a.max_dest_rd_atomic = 1;
-                a.min_rnr_timer = 12;
-                a.ah_attr.dlid = remote.lid;
-                a.ah_attr.sl = path.sl;
-                a.ah_attr.port_num = self.port.port;
-                if self.port.link_layer == LinkLayer::Ethernet || remote.gid != [0; 16] {
-                    a.ah_attr.is_global = 1;
-                    a.ah_attr.grh.dgid = ffi::Gid(remote.gid);
-                    a.ah_attr.grh.sgid_index = self.gid_index;
-                    a.ah_attr.grh.hop_limit = 255;
-                    a.ah_attr.grh.traffic_class = path.traffic_class;
-                }
-                ffi::QP_STATE
-                    | ffi::QP_AV
-                    | ffi::QP_PATH_MTU
-                    | ffi::QP_DEST_QPN
-                    | ffi::QP_RQ_PSN
-                    | ffi::QP_MAX_DEST_RD_ATOMIC
-                    | ffi::QP_MIN_RNR_TIMER
-            }
-            QpTransition::Rts { psn, path } => {
-                a.qp_state = 3;
-                a.sq_psn = psn;
-                a.timeout = path.timeout;
-                a.retry_cnt = path.retry_cnt;
-                a.rnr_retry = 7;
-                a.max_rd_atomic = 1;
-                ffi::QP_STATE
-                    | ffi::QP_TIMEOUT
-                    | ffi::QP_RETRY_CNT
-                    | ffi::QP_RNR_RETRY
-                    | ffi::QP_SQ_PSN
-                    | ffi::QP_MAX_QP_RD_ATOMIC
-            }
-            QpTransition::Error => {
-                a.qp_state = 6;
-                ffi::QP_STATE
-            }
-            QpTransition::Reset => {
-                a.qp_state = 0;
-                ffi::QP_STATE
-            }
-        };
+        let (mut a, mask) = attr::modify_attrs(&to, &self.port);
         // SAFETY: a live queue pair and a fully initialised attribute.
         let rc = unsafe { (self.lib.modify_qp)(qp, &mut a, mask) };
         if rc != 0 {
