@@ -22,15 +22,19 @@
 //!   later poll, and [`Fault`]s move QPs to ERROR (flushed completions) or
 //!   the port down.
 
+mod checks;
 mod copy;
+mod modify;
 mod pinning;
 mod post;
+mod profile;
 mod qp_rules;
 mod shared;
 mod strict;
 mod timing;
 mod watch;
 pub use pinning::pinned_bytes;
+pub use profile::DeviceProfile;
 pub use strict::retries_run_out_after;
 pub use strict::Strict;
 
@@ -38,6 +42,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::ibv::attr::Registration;
 use crate::verbs::{
     AsyncEvent, Fault, LinkLayer, Mr, PortInfo, QpAddress, QpState, QpTransition, Result, SendWr,
     Verbs, VerbsError, WcOpcode, WcStatus, WorkCompletion,
@@ -93,6 +98,8 @@ struct Qp {
     failing: Option<Option<std::time::Instant>>,
     /// Its path MTU and send PSN as the hardware took them (`qp_rules.rs`).
     requester: qp_rules::Requester,
+    /// `qp_access_flags` from its INIT.
+    access: u32,
 }
 
 struct Cq {
@@ -350,6 +357,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn alloc_mr(&mut self, len: usize) -> Result<Mr> {
+        self.check_registration("ibv_reg_mr", Registration::Staging)?;
         let len = len.max(1).div_ceil(PAGE) * PAGE;
         let pinned = match &self.strict {
             Some(s) => {
@@ -382,7 +390,8 @@ impl Verbs for EmuVerbs {
         Ok(mr)
     }
 
-    unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, _on_demand: bool) -> Result<Mr> {
+    unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr> {
+        self.check_registration("ibv_reg_mr", Registration::UserSource { on_demand })?;
         if len == 0 || addr.checked_add(len as u64).is_none() {
             return Err(call_err(
                 "ibv_reg_mr",
@@ -427,7 +436,9 @@ impl Verbs for EmuVerbs {
     }
 
     fn supports_on_demand(&mut self) -> bool {
-        true
+        // As the real provider probes: an on-demand registration is taken.
+        let odp = Registration::UserSource { on_demand: true };
+        self.check_registration("ibv_reg_mr", odp).is_ok()
     }
 
     fn supports_dmabuf(&self) -> bool {
@@ -442,6 +453,7 @@ impl Verbs for EmuVerbs {
         iova: u64,
     ) -> Result<Mr> {
         let op = "ibv_reg_dmabuf_mr";
+        self.check_registration(op, Registration::DmaBuf)?;
         if !self.supports_dmabuf() {
             return Err(call_err(
                 op,
@@ -523,6 +535,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn create_cq(&mut self, depth: usize) -> Result<u32> {
+        self.check_profile("ibv_create_cq", |p| p.check_cq(depth))?;
         if depth == 0 || depth > 1 << 22 {
             return Err(call_err(
                 "ibv_create_cq",
@@ -538,6 +551,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32> {
+        self.check_profile("ibv_create_qp", |p| p.check_qp(max_send, max_recv))?;
         if cq as usize >= self.cqs.len() || max_send == 0 || max_recv == 0 {
             return Err(call_err(
                 "ibv_create_qp",
@@ -567,6 +581,7 @@ impl Verbs for EmuVerbs {
                 retry_after: None,
                 failing: None,
                 requester: Default::default(),
+                access: 0,
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
@@ -574,90 +589,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
-        let dev = self.dev();
-        let cur = self.qp_mut("ibv_modify_qp", qpn)?.state;
-        // What the real provider would pass; strict mode checks it as the
-        // kernel does (`qp_rules.rs`) and finds where the source GID cannot
-        // reach across the fabric.
-        let (attr, mask) = crate::ibv::attr::modify_attrs(&to, &self.port);
-        let mut unroutable = false;
-        if let Some(s) = &self.strict {
-            let fail = |detail: String| VerbsError::Call {
-                device: dev.clone(),
-                op: "ibv_modify_qp",
-                detail: format!("{to:?}: {detail}"),
-            };
-            qp_rules::check_modify(cur, &attr, mask, &self.port, &s.gids).map_err(fail)?;
-            if let QpTransition::Rtr { .. } = to {
-                unroutable = !s.routable(attr.ah_attr.grh.sgid_index).map_err(fail)?;
-            }
-        }
-        let port_mtu = self.port.mtu;
-        let mut answers = None;
-        let qp = self.qp_mut("ibv_modify_qp", qpn)?;
-        let (need, next) = match to {
-            QpTransition::Init => (QpState::Reset, QpState::Init),
-            QpTransition::Rtr { remote, .. } => {
-                if qp.state == QpState::Init {
-                    if shared::split_gid(&remote.gid).is_none() {
-                        return Err(VerbsError::Call {
-                            device: dev,
-                            op: "ibv_modify_qp",
-                            detail: "RTR: the remote GID is not an emulated device's".into(),
-                        });
-                    }
-                    qp.remote = Some(remote);
-                    qp.unroutable = unroutable;
-                    qp.requester.path_mtu =
-                        crate::ibv::attr::mtu_bytes(attr.path_mtu).unwrap_or(port_mtu);
-                    let responder = qp_rules::Responder {
-                        expected_psn: attr.rq_psn & qp_rules::PSN_MASK,
-                        acks_to: attr.dest_qp_num,
-                        port_mtu,
-                    };
-                    answers = Some(responder);
-                }
-                (QpState::Init, QpState::Rtr)
-            }
-            QpTransition::Rts { path, .. } => {
-                qp.retry_after = strict::retries_run_out_after(path.timeout, path.retry_cnt);
-                if qp.state == QpState::Rtr {
-                    qp.requester.send_psn = attr.sq_psn & qp_rules::PSN_MASK;
-                }
-                (QpState::Rtr, QpState::Rts)
-            }
-            QpTransition::Error => {
-                self.enter_error(qpn);
-                return Ok(());
-            }
-            QpTransition::Reset => {
-                qp.remote = None;
-                qp.unroutable = false;
-                qp.failing = None;
-                qp.recvs.clear();
-                qp.rnr.clear();
-                self.set_state(qpn, QpState::Reset);
-                return Ok(());
-            }
-        };
-        if qp.state != need {
-            return Err(VerbsError::QpState {
-                device: dev,
-                op: "ibv_modify_qp",
-                qpn,
-                state: qp.state,
-                need: match need {
-                    QpState::Reset => "RESET",
-                    QpState::Init => "INIT",
-                    _ => "RTR",
-                },
-            });
-        }
-        self.set_state(qpn, next);
-        if let Some(r) = answers {
-            self.table.publish_responder(qpn, r);
-        }
-        Ok(())
+        self.modify(qpn, to)
     }
 
     fn qp_state(&self, qpn: u32) -> Result<QpState> {

@@ -79,6 +79,10 @@ impl EmuVerbs {
                     self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
                     return Ok(());
                 }
+                Answer::RemoteAccess => {
+                    self.complete_send(qpn, wr.wr_id, WcStatus::REM_ACCESS_ERR);
+                    return Ok(());
+                }
             }
         }
         if llen > 0 {

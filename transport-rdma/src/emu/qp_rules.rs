@@ -172,6 +172,8 @@ pub(super) struct Responder {
     pub acks_to: u32,
     /// The port's active MTU in bytes.
     pub port_mtu: u32,
+    /// Whether its INIT granted `IBV_ACCESS_REMOTE_WRITE`.
+    pub remote_write: bool,
 }
 
 /// A connected QP's requester side (set at RTR and RTS).
@@ -195,6 +197,8 @@ pub(super) enum Answer {
     Naked,
     /// Acknowledged as a duplicate: nothing placed, no receive completes.
     Duplicate,
+    /// The responder QP takes no remote writes: a remote access error.
+    RemoteAccess,
 }
 
 /// The responder's verdict on a WRITE (see the module's rules).
@@ -219,6 +223,9 @@ pub(super) fn answer(
         } else {
             Answer::Duplicate
         };
+    }
+    if !resp.remote_write {
+        return Answer::RemoteAccess;
     }
     if resp.acks_to != qpn {
         return Answer::Unanswered {
@@ -349,6 +356,7 @@ mod tests {
             expected_psn: 100,
             acks_to: 7,
             port_mtu: 4096,
+            remote_write: true,
         };
         assert_eq!(answer(7, req, 4096, resp, 1 << 20), Answer::Done);
         // Path MTU 4096 towards a 1024-byte port: big packets are lost.
@@ -387,5 +395,10 @@ mod tests {
             answer(8, req, 4096, resp, 8),
             Answer::Unanswered { lands: true, .. }
         ));
+        let closed = Responder {
+            remote_write: false,
+            ..resp
+        };
+        assert_eq!(answer(7, req, 4096, closed, 8), Answer::RemoteAccess);
     }
 }

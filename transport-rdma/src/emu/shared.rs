@@ -306,6 +306,7 @@ impl LocalTable {
         let w = u64::from(r.expected_psn & 0x00ff_ffff)
             | (u64::from(r.acks_to & 0x00ff_ffff) << 24)
             | (u64::from(r.port_mtu.trailing_zeros()) << 48)
+            | u64::from(r.remote_write) << 62
             | 1 << 63;
         self.0.word(entry(qpn) + 3).store(w, Ordering::Release);
     }
@@ -366,6 +367,7 @@ impl RemoteTable {
             expected_psn: (w & 0x00ff_ffff) as u32,
             acks_to: ((w >> 24) & 0x00ff_ffff) as u32,
             port_mtu: 1 << ((w >> 48) & 0x1f),
+            remote_write: (w >> 62) & 1 == 1,
         })
     }
 

@@ -4,6 +4,9 @@
 //! that fails without it (docs/RDMA.md, "Strict emulation").
 //!
 //! * Pinned memory: [`super::pinning`] (`ib_umem_get`).
+//! * The device's limits and registration access: [`DeviceProfile`]
+//!   (`profile.rs`); queue-pair attributes and the responder's verdicts:
+//!   `qp_rules.rs`.
 //! * The GID table and the fabric: the port is RoCE (Ethernet link layer)
 //!   with an mlx5-like table ([`crate::gid::mlx5_roce_table`]: 0 v1
 //!   link-local, 1 v2 link-local, 2 v1 IPv4, 3 v2 IPv4); nodes sit in
@@ -19,6 +22,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
+use super::profile::DeviceProfile;
 use crate::gid::{choose_gid_index, mlx5_roce_table, GidEntry};
 use crate::sys::PinRules;
 use crate::verbs::{LinkLayer, WcStatus};
@@ -36,6 +40,8 @@ pub struct Strict {
     /// The port's active MTU in bytes (4096; a RoCE port on a 1500-byte
     /// Ethernet MTU reports 1024).
     pub mtu: u32,
+    /// The device's limits and capabilities (a ConnectX-7's).
+    pub profile: DeviceProfile,
 }
 
 impl Strict {
@@ -47,6 +53,7 @@ impl Strict {
             gids: mlx5_roce_table(ip, [o[1], o[2], o[3]]),
             pinned: &super::pinning::PINNED,
             mtu: 4096,
+            profile: DeviceProfile::CONNECTX7,
         }
     }
 

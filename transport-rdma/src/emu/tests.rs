@@ -547,4 +547,5 @@ fn strict_mode_reports_an_unanswered_write_when_the_retries_run_out() {
     assert_eq!(poll(&mut a)[0].status, WcStatus::RETRY_EXC_ERR);
 }
 
+mod strict_device;
 mod strict_qp;

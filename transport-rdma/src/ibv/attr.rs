@@ -33,6 +33,29 @@ pub(crate) fn mtu_bytes(code: u32) -> Option<u32> {
     (1..=5).contains(&code).then(|| 128 << code)
 }
 
+/// What a memory registration is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Registration {
+    /// The transport's own staging, FIFOs and boards: peers write into it.
+    Staging,
+    /// A device allocation exported as a dma-buf (GPUDirect inbox or
+    /// source): peers write into inboxes.
+    DmaBuf,
+    /// A user buffer WRITEs read from (zero-copy sends; `on_demand`: ODP,
+    /// also the probe of whether the device pages on demand).
+    UserSource { on_demand: bool },
+}
+
+/// The `ibv_reg_mr` access flags of a registration `r` (local reads need
+/// no flag; remote write needs local write, ibv_reg_mr(3)).
+pub(crate) fn mr_access(r: Registration) -> c_int {
+    match r {
+        Registration::Staging | Registration::DmaBuf => ffi::ACCESS_LOCAL_REMOTE_WRITE,
+        Registration::UserSource { on_demand: true } => ffi::ACCESS_ON_DEMAND,
+        Registration::UserSource { on_demand: false } => 0,
+    }
+}
+
 /// The attributes and mask `ibv_modify_qp` gets for `to` on `port` (an RC
 /// queue pair; ibv_modify_qp(3), "required attributes" per transition).
 pub(crate) fn modify_attrs(to: &QpTransition, port: &PortInfo) -> (ffi::QpAttr, c_int) {

@@ -262,8 +262,12 @@ pub const WR_RDMA_WRITE: c_uint = 0;
 pub const WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
 /// `IBV_SEND_SIGNALED`.
 pub const SEND_SIGNALED: c_uint = 1 << 1;
+/// `IBV_ACCESS_LOCAL_WRITE`, `IBV_ACCESS_REMOTE_WRITE`, `IBV_ACCESS_REMOTE_ATOMIC`.
+pub const ACCESS_LOCAL_WRITE: c_int = 1;
+pub const ACCESS_REMOTE_WRITE: c_int = 1 << 1;
+pub const ACCESS_REMOTE_ATOMIC: c_int = 1 << 3;
 /// `IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE`.
-pub const ACCESS_LOCAL_REMOTE_WRITE: c_int = 1 | 2;
+pub const ACCESS_LOCAL_REMOTE_WRITE: c_int = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE;
 /// `IBV_ACCESS_ON_DEMAND`: on-demand paging (nothing pinned).
 pub const ACCESS_ON_DEMAND: c_int = 1 << 6;
 /// `IBV_QPT_RC`.

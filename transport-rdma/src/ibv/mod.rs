@@ -308,7 +308,7 @@ impl Verbs for IbvVerbs {
                 self.pd,
                 mem.as_mut_ptr().cast(),
                 mem.len(),
-                ffi::ACCESS_LOCAL_REMOTE_WRITE,
+                attr::mr_access(attr::Registration::Staging),
             )
         };
         if mr.is_null() {
@@ -336,7 +336,7 @@ impl Verbs for IbvVerbs {
         if !on_demand {
             crate::sys::check_pin(&self.pin, len).map_err(|e| self.err("ibv_reg_mr", e))?;
         }
-        let access = if on_demand { ffi::ACCESS_ON_DEMAND } else { 0 };
+        let access = attr::mr_access(attr::Registration::UserSource { on_demand });
         // SAFETY: the caller keeps the range mapped while work requests
         // read it; `pd` is this context's protection domain. Local read
         // access needs no flag.
@@ -393,7 +393,7 @@ impl Verbs for IbvVerbs {
                 len,
                 iova,
                 fd.as_raw_fd(),
-                ffi::ACCESS_LOCAL_REMOTE_WRITE,
+                attr::mr_access(attr::Registration::DmaBuf),
             )
         };
         if mr.is_null() {
@@ -442,7 +442,7 @@ impl Verbs for IbvVerbs {
                         self.pd,
                         page.as_mut_ptr().cast(),
                         page.len(),
-                        ffi::ACCESS_ON_DEMAND,
+                        attr::mr_access(attr::Registration::UserSource { on_demand: true }),
                     )
                 };
                 // SAFETY: registered just above, deregistered once.
