@@ -24,6 +24,7 @@
 
 mod checks;
 mod copy;
+mod dma;
 mod modify;
 mod pinning;
 mod post;
@@ -128,6 +129,10 @@ pub struct EmuVerbs {
     watched: HashMap<u32, VecDeque<strict::Watched>>,
     /// Strict mode: send completions the hardware reports later (`timing.rs`).
     late: VecDeque<strict::Late>,
+    /// Strict mode: WRITEs the NIC has not finished, per QP (`dma.rs`),
+    /// and whose turn is first.
+    dma: HashMap<u32, VecDeque<strict::Dma>>,
+    dma_turn: usize,
     /// Doorbells, send work requests and send completions so far.
     counted: crate::verbs::VerbsCounters,
 }
@@ -215,6 +220,8 @@ impl EmuVerbs {
             strict,
             watched: HashMap::new(),
             late: VecDeque::new(),
+            dma: HashMap::new(),
+            dma_turn: 0,
             counted: Default::default(),
         })
     }
@@ -279,9 +286,11 @@ impl EmuVerbs {
         }
     }
 
-    /// Moves a QP to ERROR, flushing its posted receives.
+    /// Moves a QP to ERROR, flushing its unfinished WRITEs and posted
+    /// receives.
     fn enter_error(&mut self, qpn: u32) {
         self.set_state(qpn, QpState::Error);
+        self.flush_dma(qpn, true);
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -651,6 +660,7 @@ impl Verbs for EmuVerbs {
         if cq as usize >= self.cqs.len() {
             return Err(call_err("ibv_poll_cq", format!("no completion queue {cq}")));
         }
+        self.advance_dma();
         self.release_late();
         self.flush_pending();
         self.drain_rings();
@@ -680,7 +690,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn needs_progress(&self) -> bool {
-        !self.pending.is_empty() || !self.late.is_empty()
+        !self.pending.is_empty() || !self.late.is_empty() || self.dma_busy()
     }
 
     fn inject(&mut self, fault: Fault) -> Result<()> {

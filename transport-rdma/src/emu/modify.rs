@@ -79,6 +79,7 @@ impl EmuVerbs {
                 qp.recvs.clear();
                 qp.rnr.clear();
                 self.set_state(qpn, QpState::Reset);
+                self.flush_dma(qpn, false);
                 return Ok(());
             }
         };

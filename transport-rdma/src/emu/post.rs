@@ -1,8 +1,11 @@
 //! Posting one WRITE on the emulated NIC: the state and queue checks a NIC
-//! makes at `ibv_post_send`, then (strict mode) the source's digest and
-//! the rules of an unanswered write, then the copy and the immediate.
+//! makes at `ibv_post_send`, then (strict mode) the source's digest, the
+//! rules of an unanswered write and the responder's verdict, and the WRITE
+//! queued for the NIC's DMA (`dma.rs`); the permissive emulation copies
+//! and delivers the immediate at once.
 
 use super::qp_rules::{self, Answer};
+use super::strict::{Dma, End};
 use super::{EmuVerbs, Msg};
 use crate::verbs::{QpState, Result, SendWr, VerbsError, WcStatus};
 
@@ -11,6 +14,8 @@ impl EmuVerbs {
     pub(super) fn post_one(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
         self.counted.send_wrs += 1;
         let dev = self.dev();
+        // Work requests the NIC still holds (strict: not finished).
+        let in_flight = self.dma_pending(qpn) as u32;
         let qp = self.qp_mut("ibv_post_send", qpn)?;
         match qp.state {
             QpState::Rts => {}
@@ -29,7 +34,7 @@ impl EmuVerbs {
                 })
             }
         }
-        if qp.send_outstanding >= qp.max_send {
+        if qp.send_outstanding + in_flight >= qp.max_send {
             return Err(VerbsError::Call {
                 device: dev,
                 op: "ibv_post_send",
@@ -57,33 +62,45 @@ impl EmuVerbs {
             return Ok(());
         };
         let (laddr, llen, lkey) = wr.local;
-        // Strict: the responder's verdict on the two sides' attributes.
-        let mut unanswered = false;
+        // Strict: the responder's verdict on the two sides' attributes,
+        // then the NIC's DMA (`dma.rs`).
         if let (Some(_), Some(resp)) = (&self.strict, responder) {
             let req = self.qps[&qpn].requester;
-            match qp_rules::answer(qpn, req, self.port.mtu, resp, llen) {
-                Answer::Done => {}
+            let placed = |end| Dma {
+                wr_id: wr.wr_id,
+                local: (laddr, llen as usize, lkey),
+                remote: (remote.gid, wr.remote_addr, wr.rkey),
+                done: 0,
+                imm: wr.imm.map(|imm| {
+                    let m = Msg {
+                        imm,
+                        byte_len: llen,
+                    };
+                    (remote.qpn, m)
+                }),
+                end,
+            };
+            let nothing_placed = |status| Dma {
+                local: (laddr, 0, lkey),
+                imm: None,
+                ..placed(End::Status(status))
+            };
+            let dma = match qp_rules::answer(qpn, req, self.port.mtu, resp, llen) {
+                Answer::Done => placed(End::Acked),
                 Answer::Unanswered { lands, why } => {
                     tracing::debug!(qpn, why, "strict emulation: a WRITE nothing acknowledges");
                     if !lands {
                         self.fail_unanswered(qpn, wr.wr_id);
                         return Ok(());
                     }
-                    unanswered = true;
+                    placed(End::Unanswered)
                 }
-                Answer::Naked => {
-                    self.complete_send(qpn, wr.wr_id, WcStatus::RETRY_EXC_ERR);
-                    return Ok(());
-                }
-                Answer::Duplicate => {
-                    self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
-                    return Ok(());
-                }
-                Answer::RemoteAccess => {
-                    self.complete_send(qpn, wr.wr_id, WcStatus::REM_ACCESS_ERR);
-                    return Ok(());
-                }
-            }
+                Answer::Naked => nothing_placed(WcStatus::RETRY_EXC_ERR),
+                Answer::Duplicate => nothing_placed(WcStatus::SUCCESS),
+                Answer::RemoteAccess => nothing_placed(WcStatus::REM_ACCESS_ERR),
+            };
+            self.queue_dma(qpn, dma);
+            return Ok(());
         }
         if llen > 0 {
             let local = (laddr, llen as usize, lkey);
@@ -99,10 +116,6 @@ impl EmuVerbs {
             };
             self.pending.push_back((remote.gid, remote.qpn, m));
             self.flush_pending();
-        }
-        if unanswered {
-            self.fail_unanswered(qpn, wr.wr_id);
-            return Ok(());
         }
         self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
         Ok(())

@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use super::profile::DeviceProfile;
+use super::shared::Msg;
 use crate::gid::{choose_gid_index, mlx5_roce_table, GidEntry};
 use crate::sys::PinRules;
 use crate::verbs::{LinkLayer, WcStatus};
@@ -108,4 +109,30 @@ pub(super) struct Late {
     pub(super) qpn: u32,
     pub(super) wr_id: u64,
     pub(super) status: WcStatus,
+}
+
+/// How a queued WRITE ends once its bytes are placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// Acknowledged.
+    Acked,
+    /// Never acknowledged: retried until the QP's retries run out.
+    Unanswered,
+    /// Completed with this status (nothing placed: queue length 0).
+    Status(WcStatus),
+}
+
+/// A WRITE the NIC has not finished (`dma.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Dma {
+    pub wr_id: u64,
+    /// Source: address, length, lkey.
+    pub local: (u64, usize, u32),
+    /// Destination: the peer device's GID, address, rkey.
+    pub remote: ([u8; 16], u64, u32),
+    /// Bytes placed so far.
+    pub done: usize,
+    /// The immediate for the peer's QP, delivered after the last byte.
+    pub imm: Option<(u32, Msg)>,
+    pub end: End,
 }

@@ -50,7 +50,8 @@ impl EmuVerbs {
     pub(super) fn release_late(&mut self) {
         let now = Instant::now();
         while let Some(l) = self.late.front() {
-            if l.due.is_none_or(|d| d > now) {
+            // Completions per QP in order: not before its unfinished WRITEs.
+            if l.due.is_none_or(|d| d > now) || self.dma_pending(l.qpn) > 0 {
                 break;
             }
             let l = self.late.pop_front().expect("front");

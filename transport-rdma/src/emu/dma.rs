@@ -1,0 +1,118 @@
+//! Strict mode's DMA: a posted WRITE is not executed at `ibv_post_send`.
+//! A NIC reads the source and places the data by DMA some time after the
+//! doorbell, packet by packet, and reports the completion only once the
+//! responder acknowledged the last packet (ibv_post_send(3): the buffers
+//! belong to the NIC until the completion is retrieved; ibv_poll_cq(3): a
+//! completion means the work request is done). So the strict emulation
+//! queues every WRITE per QP and moves it in [`CHUNK`]-byte steps, one
+//! step per QP each time the device is progressed (`poll_cq`; the
+//! transport polls while [`crate::verbs::Verbs::needs_progress`] says so,
+//! which is what a NIC's own engine does by itself):
+//! * the peer sees a WRITE's bytes land piecewise, and its immediate (the
+//!   receive completion) only after the last byte;
+//! * the sender's completion comes after that, never at the post;
+//! * QPs advance in a rotating order, so nothing is ordered across QPs (a
+//!   later small WRITE on another QP may complete before an earlier large
+//!   one), as the InfiniBand ordering rules allow; within a QP, work
+//!   requests complete in order.
+//!
+//! Bounds and keys are checked per step, so a WRITE running past its
+//! region places its first steps before failing (a NIC checks the whole
+//! range at the first packet; both end in the same error completion and a
+//! QP in ERROR).
+
+use super::strict::{Dma, End};
+use super::EmuVerbs;
+use crate::verbs::WcStatus;
+
+/// Bytes one step of a WRITE moves.
+pub(super) const CHUNK: usize = 64 << 10;
+impl EmuVerbs {
+    /// Queues a WRITE on `qpn` behind the ones not finished yet.
+    pub(super) fn queue_dma(&mut self, qpn: u32, d: Dma) {
+        self.dma.entry(qpn).or_default().push_back(d);
+    }
+
+    /// WRITEs of `qpn` the NIC has not finished.
+    pub(super) fn dma_pending(&self, qpn: u32) -> usize {
+        self.dma.get(&qpn).map_or(0, |q| q.len())
+    }
+
+    /// Whether any WRITE is unfinished.
+    pub(super) fn dma_busy(&self) -> bool {
+        self.dma.values().any(|q| !q.is_empty())
+    }
+
+    /// One step of every QP's first unfinished WRITE, the QPs in a
+    /// rotating order.
+    pub(super) fn advance_dma(&mut self) {
+        let mut qpns: Vec<u32> = self
+            .dma
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&n, _)| n)
+            .collect();
+        if qpns.is_empty() {
+            return;
+        }
+        qpns.sort_unstable();
+        self.dma_turn = self.dma_turn.wrapping_add(1);
+        let turn = self.dma_turn % qpns.len();
+        qpns.rotate_left(turn);
+        for qpn in qpns {
+            self.step(qpn);
+        }
+    }
+
+    fn step(&mut self, qpn: u32) {
+        let Some(d) = self.dma.get(&qpn).and_then(|q| q.front()).copied() else {
+            return;
+        };
+        let (laddr, len, lkey) = d.local;
+        let (gid, raddr, rkey) = d.remote;
+        let n = (len - d.done).min(CHUNK);
+        if n > 0 {
+            let at = d.done as u64;
+            if let Err(status) = self.copy(gid, (laddr + at, n, lkey), (raddr + at, rkey)) {
+                self.pop_dma(qpn);
+                self.complete_send(qpn, d.wr_id, status);
+                return;
+            }
+            if d.done + n < len {
+                if let Some(f) = self.dma.get_mut(&qpn).and_then(|q| q.front_mut()) {
+                    f.done += n;
+                }
+                return;
+            }
+        }
+        self.pop_dma(qpn);
+        if let Some((peer_qpn, m)) = d.imm {
+            self.pending.push_back((gid, peer_qpn, m));
+            self.flush_pending();
+        }
+        match d.end {
+            End::Acked => self.complete_send(qpn, d.wr_id, WcStatus::SUCCESS),
+            End::Unanswered => self.fail_unanswered(qpn, d.wr_id),
+            End::Status(s) => self.complete_send(qpn, d.wr_id, s),
+        }
+    }
+
+    fn pop_dma(&mut self, qpn: u32) {
+        if let Some(q) = self.dma.get_mut(&qpn) {
+            q.pop_front();
+        }
+    }
+
+    /// `qpn` entered ERROR or RESET: its unfinished WRITEs are flushed
+    /// (`complete`) or dropped.
+    pub(super) fn flush_dma(&mut self, qpn: u32, complete: bool) {
+        let Some(q) = self.dma.remove(&qpn) else {
+            return;
+        };
+        if complete {
+            for d in q {
+                self.complete_send(qpn, d.wr_id, WcStatus::WR_FLUSH_ERR);
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Strict mode's DMA (`dma.rs`): a WRITE lands in steps after the post,
+//! its immediate and completion come after its last byte, and nothing is
+//! ordered across QPs. The permissive emulation places everything at the
+//! post, which is what each assertion below tells apart.
+
+use super::*;
+
+const BIG: usize = 1 << 20;
+
+/// Two devices, each with `nqps` QPs connected pairwise and a 1 MiB
+/// region (strict: pinning unbounded, defaults otherwise).
+struct Bed {
+    a: EmuVerbs,
+    b: EmuVerbs,
+    a_cq: u32,
+    b_cq: u32,
+    qps: Vec<(u32, u32)>,
+    a_mr: Mr,
+    b_mr: Mr,
+}
+
+fn bed(strict: bool, nqps: usize) -> Bed {
+    let open = || {
+        if strict {
+            let pin = crate::sys::PinRules {
+                limit: None,
+                cap_ipc_lock: true,
+            };
+            let s = Strict::new(pin, std::net::Ipv4Addr::new(198, 18, 0, 6));
+            EmuVerbs::open_strict(s, None).unwrap()
+        } else {
+            EmuVerbs::open().unwrap()
+        }
+    };
+    let (mut a, mut b) = (open(), open());
+    let (a_cq, b_cq) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
+    let mut qps = Vec::new();
+    for _ in 0..nqps {
+        let qa = a.create_qp(a_cq, 16, 16).unwrap();
+        let qb = b.create_qp(b_cq, 16, 16).unwrap();
+        let address = |dev: &EmuVerbs, qpn| QpAddress {
+            lid: dev.port().lid,
+            gid: dev.port().gid,
+            qpn,
+            psn: 0,
+        };
+        let (to_b, to_a) = (address(&b, qb), address(&a, qa));
+        for (dev, qpn, remote) in [(&mut a, qa, to_b), (&mut b, qb, to_a)] {
+            let path = PathAttrs {
+                gid_index: dev.port().gid_index,
+                ..PATH
+            };
+            dev.modify_qp(qpn, QpTransition::Init).unwrap();
+            dev.modify_qp(qpn, QpTransition::Rtr { remote, path })
+                .unwrap();
+            dev.modify_qp(qpn, QpTransition::Rts { psn: 0, path })
+                .unwrap();
+        }
+        b.post_recv(qb, 0).unwrap();
+        qps.push((qa, qb));
+    }
+    let (a_mr, b_mr) = (a.alloc_mr(BIG).unwrap(), b.alloc_mr(BIG).unwrap());
+    buf_of(&a_mr).write(0, &[&vec![7u8; BIG]]);
+    Bed {
+        a,
+        b,
+        a_cq,
+        b_cq,
+        qps,
+        a_mr,
+        b_mr,
+    }
+}
+
+impl Bed {
+    /// WRITEs `len` bytes with immediate `imm` on QP pair `i`, at `off`.
+    fn write(&mut self, i: usize, off: u64, len: usize, imm: u32) {
+        let wr = SendWr {
+            wr_id: u64::from(imm),
+            local: (self.a_mr.addr + off, len as u32, self.a_mr.lkey),
+            remote_addr: self.b_mr.addr + off,
+            rkey: self.b_mr.rkey,
+            imm: Some(imm),
+        };
+        self.a.post_send(self.qps[i].0, &wr).unwrap();
+    }
+
+    /// Bytes of 7 at the start of `b`'s region from `off`.
+    fn landed(&self, off: usize, len: usize) -> usize {
+        let buf = buf_of(&self.b_mr);
+        let got = buf.read(off, len);
+        got.iter().take_while(|&&x| x == 7).count()
+    }
+
+    /// One progress call of `a` (its send completions' immediates).
+    fn poll_a(&mut self) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.a.poll_cq(self.a_cq, 64, &mut out).unwrap();
+        assert!(out.iter().all(|w| w.status == WcStatus::SUCCESS), "{out:?}");
+        out.iter().map(|w| w.wr_id).collect()
+    }
+
+    /// The immediates `b` has received.
+    fn received(&mut self) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.b.poll_cq(self.b_cq, 64, &mut out).unwrap();
+        out.iter().filter_map(|w| w.imm).collect()
+    }
+}
+
+#[test]
+fn a_write_lands_in_steps_and_completes_after_its_last_byte() {
+    let mut s = bed(true, 1);
+    s.write(0, 0, BIG, 1);
+    assert_eq!(s.landed(0, BIG), 0, "nothing at the post");
+    assert!(s.a.needs_progress());
+    assert!(s.poll_a().is_empty());
+    assert_eq!(s.landed(0, BIG), dma::CHUNK, "one step per progress call");
+    assert!(s.received().is_empty(), "no immediate before the last byte");
+    let steps = BIG / dma::CHUNK;
+    let mut polls = 1;
+    loop {
+        polls += 1;
+        if !s.poll_a().is_empty() {
+            break;
+        }
+        assert_eq!(s.landed(0, BIG), polls * dma::CHUNK);
+        assert!(polls < steps, "done after {steps} steps");
+    }
+    assert_eq!(polls, steps);
+    assert_eq!(s.landed(0, BIG), BIG);
+    assert_eq!(s.received(), vec![1]);
+    assert!(!s.a.needs_progress());
+
+    // The permissive emulation: all of it at the post.
+    let mut p = bed(false, 1);
+    p.write(0, 0, BIG, 1);
+    assert_eq!(p.landed(0, BIG), BIG);
+    assert_eq!(p.received(), vec![1]);
+}
+
+#[test]
+fn nothing_is_ordered_across_queue_pairs() {
+    let mut s = bed(true, 2);
+    // A large WRITE on the first QP, then a small one on the second.
+    s.write(0, 0, BIG / 2, 1);
+    s.write(1, (BIG / 2) as u64, 64, 2);
+    let mut done = Vec::new();
+    while !done.contains(&2) {
+        done.extend(s.poll_a());
+    }
+    assert!(
+        !done.contains(&1),
+        "the later, smaller WRITE finished first"
+    );
+    assert!(
+        s.landed(0, BIG / 2) < BIG / 2,
+        "the earlier one is still landing"
+    );
+    assert_eq!(s.received(), vec![2]);
+    while !done.contains(&1) {
+        done.extend(s.poll_a());
+    }
+    assert_eq!(s.received(), vec![1]);
+
+    // Permissive: in posting order, at once.
+    let mut p = bed(false, 2);
+    p.write(0, 0, BIG / 2, 1);
+    p.write(1, (BIG / 2) as u64, 64, 2);
+    assert_eq!(p.poll_a(), vec![1, 2]);
+}
+
+#[test]
+fn a_queue_pair_in_error_flushes_its_unfinished_writes() {
+    let mut s = bed(true, 1);
+    s.write(0, 0, BIG, 1);
+    s.write(0, 0, 64, 2);
+    s.a.poll_cq(s.a_cq, 64, &mut Vec::new()).unwrap();
+    s.a.inject(Fault::Flush { qpn: s.qps[0].0 }).unwrap();
+    let mut out = Vec::new();
+    s.a.poll_cq(s.a_cq, 64, &mut out).unwrap();
+    let got: Vec<_> = out.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::WR_FLUSH_ERR), (2, WcStatus::WR_FLUSH_ERR)]
+    );
+    assert!(s.received().is_empty());
+    assert!(!s.a.needs_progress());
+}
