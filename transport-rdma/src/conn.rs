@@ -17,6 +17,7 @@ use comm_core::transport::{Connection, ConsumeResult, Outgoing, Payload, Space, 
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 
+use crate::link_watch::LinkWatch;
 use crate::mem::Buf;
 use crate::regcache::{RegCache, ZeroCopy};
 use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
@@ -116,6 +117,8 @@ pub struct RdmaConnection {
     pub(crate) arrived: Vec<Option<usize>>,
     pub(crate) peer_aborted: Option<Option<usize>>,
     broken: Option<(bool, String)>,
+    /// The port's link, from the async events.
+    link: LinkWatch,
     /// A credit could not be delivered because the peer has left (its QP
     /// is gone) while nothing of this side was in flight: the peer may
     /// simply have finished its last operation and exited. Not an error
@@ -162,6 +165,7 @@ impl RdmaConnection {
             arrived: vec![None; p.slots],
             peer_aborted: None,
             broken: None,
+            link: LinkWatch::default(),
             peer_left: None,
             last_probe: Instant::now(),
             liveness: p.liveness,
@@ -233,6 +237,7 @@ impl RdmaConnection {
 
     fn fail(&mut self, gone: bool, detail: String) -> TransportError {
         if self.broken.is_none() {
+            let detail = self.link.annotate(detail);
             tracing::warn!(rank = self.rank, peer = self.peer, device = %self.device, "{detail}");
             self.broken = Some((gone, detail));
             // The peer cannot learn it over RDMA before its NIC's retries
@@ -293,7 +298,7 @@ impl RdmaConnection {
                 );
                 return Err(self.fail(false, detail));
             }
-            tracing::debug!(device = %self.device, "rdma async event: {ev}");
+            self.link.on_event(&ev, &self.device, self.peer);
         }
         loop {
             let mut wcs = std::mem::take(&mut self.wcs);

@@ -67,6 +67,7 @@ mod gdr_board;
 pub mod gid;
 mod ibv;
 mod kind;
+mod link_watch;
 mod liveness;
 mod mem;
 mod post;

@@ -306,6 +306,11 @@ pub enum AsyncEvent {
         /// The port.
         port: u8,
     },
+    /// A port came (back) up.
+    PortActive {
+        /// The port.
+        port: u8,
+    },
     /// The device hit a fatal error.
     DeviceFatal,
     /// Anything else (informational), with its `ibv_event_type` number.
@@ -321,6 +326,9 @@ impl fmt::Display for AsyncEvent {
                 f,
                 "port {port} went down (IBV_EVENT_PORT_ERR): check the cable, the switch port and `ibstat`"
             ),
+            AsyncEvent::PortActive { port } => {
+                write!(f, "port {port} is active (IBV_EVENT_PORT_ACTIVE)")
+            }
             AsyncEvent::DeviceFatal => {
                 write!(f, "device fatal error (IBV_EVENT_DEVICE_FATAL): check dmesg")
             }
@@ -330,9 +338,16 @@ impl fmt::Display for AsyncEvent {
 }
 
 impl AsyncEvent {
-    /// Whether the event breaks connections.
+    /// Whether the event breaks connections by itself. A port going down
+    /// does not: its queue pairs stay in RTS and retry, and a link that
+    /// comes back within their retries loses nothing (NCCL keeps its
+    /// connections across it too); one that stays down fails them with
+    /// retry exceeded, which the connection reports with the port named.
     pub fn is_fatal(&self) -> bool {
-        !matches!(self, AsyncEvent::Other(_))
+        !matches!(
+            self,
+            AsyncEvent::Other(_) | AsyncEvent::PortErr { .. } | AsyncEvent::PortActive { .. }
+        )
     }
 }
 
@@ -353,6 +368,14 @@ pub enum Fault {
     },
     /// The port goes down: every queue pair to ERROR, `PortErr` raised.
     PortDown,
+    /// The link flaps (strict emulation): `PortErr` now, `PortActive` after
+    /// `down_for`; meanwhile no packet leaves or reaches the port, so WRITEs
+    /// from and to it stall, and one stalled longer than its QP's retries
+    /// last fails with retry exceeded. Queue pairs stay in RTS, as on a NIC.
+    PortFlap {
+        /// How long the link stays down.
+        down_for: std::time::Duration,
+    },
 }
 
 /// The verbs the transport uses. One value is one opened device port with

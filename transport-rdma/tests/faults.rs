@@ -233,3 +233,49 @@ fn a_credit_to_a_peer_that_left_is_no_error_until_the_peer_is_needed() {
         expect_error(&mut b, 0, &["has gone"]);
     }
 }
+
+/// Issue 36, risk 6: a link that flaps back within the queue pairs'
+/// retries (strict model: `PortErr`, 50 ms without a packet either way,
+/// `PortActive`) loses nothing and breaks nothing — the pieces posted
+/// meanwhile wait and arrive, checked byte for byte (5 trials); a link
+/// that stays down fails the connection once the retries run out (here
+/// 4.096 us x 2^14 x 3 = 201 ms), naming the port, and the peer learns it
+/// on the liveness socket. (Before, `PortErr` broke the connection at once.)
+#[test]
+fn a_port_flap_loses_nothing_and_a_link_that_stays_down_is_named() {
+    let strict = transport_rdma::IbSettings {
+        emulate_strict: true,
+        timeout: 14,
+        retry_cnt: 2,
+        ..settings(1)
+    };
+    let flap = Duration::from_millis(50);
+    let sizes = [100, 4000, 1, 4048, 3000, 7, 4048, 2048, 512, 4048];
+    for _ in 0..5 {
+        let (mut a, mut b) = pair_with(4, 4096, strict.clone());
+        a.inject(Fault::PortFlap { down_for: flap }).unwrap();
+        let start = Instant::now();
+        let deadline = start + DEADLINE;
+        let t = std::thread::spawn(move || {
+            exchange(1, std::slice::from_mut(&mut b), &sizes, deadline).map(|()| b)
+        });
+        exchange(0, std::slice::from_mut(&mut a), &sizes, deadline).unwrap();
+        let mut b = t.join().unwrap().unwrap();
+        assert!(start.elapsed() >= flap, "the pieces waited for the link");
+        assert!(a.check_alive().is_ok() && b.check_alive().is_ok());
+    }
+    let (mut a, mut b) = pair_with(4, 4096, strict);
+    a.inject(Fault::PortFlap {
+        down_for: Duration::from_secs(60),
+    })
+    .unwrap();
+    assert!(a
+        .try_post_send(&header(3, 1), Outgoing::copied(&[1, 2, 3]))
+        .unwrap());
+    let took = expect_error(&mut a, 1, &["port 1 went down", "retry counter exceeded"]);
+    assert!(
+        took >= Duration::from_millis(200),
+        "not before the retries: {took:?}"
+    );
+    expect_error(&mut b, 0, &["reported its side of the connection broken"]);
+}

@@ -14,16 +14,23 @@
 //! * QPs advance in a rotating order, so nothing is ordered across QPs (a
 //!   later small WRITE on another QP may complete before an earlier large
 //!   one), as the InfiniBand ordering rules allow; within a QP, work
-//!   requests complete in order.
+//!   requests complete in order;
+//! * a link that is down at either end (`Fault::PortFlap`: `PortErr`,
+//!   then `PortActive` once it is back; the QPs stay in RTS, as on a NIC)
+//!   moves nothing; a WRITE stalled longer than its QP's retries last
+//!   (4.096 µs × 2^`timeout` × (`retry_cnt` + 1)) fails with retry
+//!   exceeded.
 //!
 //! Bounds and keys are checked per step, so a WRITE running past its
 //! region places its first steps before failing (a NIC checks the whole
 //! range at the first packet; both end in the same error completion and a
 //! QP in ERROR).
 
+use std::time::{Duration, Instant};
+
 use super::strict::{Dma, End};
 use super::EmuVerbs;
-use crate::verbs::WcStatus;
+use crate::verbs::{AsyncEvent, WcStatus};
 
 /// Bytes one step of a WRITE moves.
 pub(super) const CHUNK: usize = 64 << 10;
@@ -70,6 +77,9 @@ impl EmuVerbs {
         };
         let (laddr, len, lkey) = d.local;
         let (gid, raddr, rkey) = d.remote;
+        if self.stalled(qpn, &d) {
+            return;
+        }
         let n = (len - d.done).min(CHUNK);
         if n > 0 {
             let at = d.done as u64;
@@ -86,14 +96,55 @@ impl EmuVerbs {
             }
         }
         self.pop_dma(qpn);
-        if let Some((peer_qpn, m)) = d.imm {
-            self.pending.push_back((gid, peer_qpn, m));
+        if let Some(m) = d.imm {
+            self.pending.push_back((gid, d.peer_qpn, m));
             self.flush_pending();
         }
         match d.end {
             End::Acked => self.complete_send(qpn, d.wr_id, WcStatus::SUCCESS),
             End::Unanswered => self.fail_unanswered(qpn, d.wr_id),
             End::Status(s) => self.complete_send(qpn, d.wr_id, s),
+        }
+    }
+
+    /// Whether `d`, first on `qpn`, cannot move: the link is down at this
+    /// end or at the peer's (`Fault::PortFlap`). One stalled longer than
+    /// the QP's retries last fails with retry exceeded (the QP to ERROR).
+    fn stalled(&mut self, qpn: u32, d: &Dma) -> bool {
+        let down = self.link_up_at.is_some()
+            || self
+                .remote_table(d.remote.0)
+                .is_some_and(|t| t.link_down(d.peer_qpn));
+        let now = Instant::now();
+        let retry_after = self.qps.get(&qpn).and_then(|q| q.retry_after);
+        let Some(f) = self.dma.get_mut(&qpn).and_then(|q| q.front_mut()) else {
+            return false;
+        };
+        if !down {
+            f.stalled_since = None;
+            return false;
+        }
+        let since = *f.stalled_since.get_or_insert(now);
+        if retry_after.is_some_and(|r| now.duration_since(since) > r) {
+            self.pop_dma(qpn);
+            self.complete_send(qpn, d.wr_id, WcStatus::RETRY_EXC_ERR);
+        }
+        true
+    }
+
+    /// `Fault::PortFlap`: the link goes down now and up after `down_for`.
+    pub(super) fn flap(&mut self, down_for: Duration) {
+        self.link_up_at = Some(Instant::now() + down_for);
+        self.table.set_link_down(true);
+        self.events.push_back(AsyncEvent::PortErr { port: 1 });
+    }
+
+    /// Brings a flapped link back up once its time is over.
+    pub(super) fn check_link(&mut self) {
+        if self.link_up_at.is_some_and(|t| Instant::now() >= t) {
+            self.link_up_at = None;
+            self.table.set_link_down(false);
+            self.events.push_back(AsyncEvent::PortActive { port: 1 });
         }
     }
 

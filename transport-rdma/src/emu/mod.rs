@@ -133,6 +133,8 @@ pub struct EmuVerbs {
     /// and whose turn is first.
     dma: HashMap<u32, VecDeque<strict::Dma>>,
     dma_turn: usize,
+    /// Strict mode: the link is down until then (`Fault::PortFlap`).
+    link_up_at: Option<std::time::Instant>,
     /// Doorbells, send work requests and send completions so far.
     counted: crate::verbs::VerbsCounters,
 }
@@ -222,6 +224,7 @@ impl EmuVerbs {
             late: VecDeque::new(),
             dma: HashMap::new(),
             dma_turn: 0,
+            link_up_at: None,
             counted: Default::default(),
         })
     }
@@ -660,6 +663,7 @@ impl Verbs for EmuVerbs {
         if cq as usize >= self.cqs.len() {
             return Err(call_err("ibv_poll_cq", format!("no completion queue {cq}")));
         }
+        self.check_link();
         self.advance_dma();
         self.release_late();
         self.flush_pending();
@@ -690,7 +694,10 @@ impl Verbs for EmuVerbs {
     }
 
     fn needs_progress(&self) -> bool {
-        !self.pending.is_empty() || !self.late.is_empty() || self.dma_busy()
+        !self.pending.is_empty()
+            || !self.late.is_empty()
+            || self.dma_busy()
+            || self.link_up_at.is_some()
     }
 
     fn inject(&mut self, fault: Fault) -> Result<()> {
@@ -701,6 +708,15 @@ impl Verbs for EmuVerbs {
                 if matches!(fault, Fault::QpFatal { .. }) {
                     self.events.push_back(AsyncEvent::QpFatal { qpn });
                 }
+            }
+            Fault::PortFlap { down_for } => {
+                if self.strict.is_none() {
+                    return Err(call_err(
+                        "inject",
+                        "a link flap needs the strict emulation (SNCL_IB_EMULATE=strict)".into(),
+                    ));
+                }
+                self.flap(down_for);
             }
             Fault::PortDown => {
                 let qpns: Vec<u32> = self.qps.keys().copied().collect();

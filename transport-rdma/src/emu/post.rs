@@ -71,14 +71,13 @@ impl EmuVerbs {
                 local: (laddr, llen as usize, lkey),
                 remote: (remote.gid, wr.remote_addr, wr.rkey),
                 done: 0,
-                imm: wr.imm.map(|imm| {
-                    let m = Msg {
-                        imm,
-                        byte_len: llen,
-                    };
-                    (remote.qpn, m)
+                peer_qpn: remote.qpn,
+                imm: wr.imm.map(|imm| Msg {
+                    imm,
+                    byte_len: llen,
                 }),
                 end,
+                stalled_since: None,
             };
             let nothing_placed = |status| Dma {
                 local: (laddr, 0, lkey),

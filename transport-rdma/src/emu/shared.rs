@@ -311,6 +311,15 @@ impl LocalTable {
         self.0.word(entry(qpn) + 3).store(w, Ordering::Release);
     }
 
+    /// Marks the port's link down or up for every QP's peers (word 4).
+    pub fn set_link_down(&self, down: bool) {
+        for i in 0..QP_SLOTS {
+            self.0
+                .word(i * ENTRY_WORDS + 4)
+                .store(u64::from(down), Ordering::Release);
+        }
+    }
+
     /// Takes the next message of `qpn`'s inbound ring.
     pub fn pop(&self, qpn: u32) -> Option<Msg> {
         let e = entry(qpn);
@@ -358,6 +367,11 @@ impl RemoteTable {
     pub fn ready(&self, qpn: u32) -> bool {
         let w = self.word(entry(qpn)).load(Ordering::Acquire);
         (w >> 32) as u32 == qpn && matches!(w & 0xffff_ffff, 2 | 3)
+    }
+
+    /// Whether the link of the port holding QP `qpn` is down.
+    pub fn link_down(&self, qpn: u32) -> bool {
+        self.word(entry(qpn) + 4).load(Ordering::Acquire) == 1
     }
 
     /// What QP `qpn` answers to as a responder (`None` before its RTR).

@@ -132,7 +132,12 @@ pub(super) struct Dma {
     pub remote: ([u8; 16], u64, u32),
     /// Bytes placed so far.
     pub done: usize,
+    /// The peer's QP.
+    pub peer_qpn: u32,
     /// The immediate for the peer's QP, delivered after the last byte.
-    pub imm: Option<(u32, Msg)>,
+    pub imm: Option<Msg>,
     pub end: End,
+    /// Since when no packet could go (a link down at either end): it
+    /// fails once that outlasts its QP's retries.
+    pub stalled_since: Option<Instant>,
 }

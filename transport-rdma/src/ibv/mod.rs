@@ -670,6 +670,10 @@ impl Verbs for IbvVerbs {
                 qpn: unsafe { (*ev.element.cast::<ffi::QpHead>()).qp_num },
             },
             8 => AsyncEvent::DeviceFatal,
+            9 => AsyncEvent::PortActive {
+                // For port events the union holds the port number.
+                port: (ev.element as usize) as u8,
+            },
             10 => AsyncEvent::PortErr {
                 port: (ev.element as usize) as u8,
             },
