@@ -20,6 +20,7 @@ use comm_core::Error;
 use crate::link_watch::LinkWatch;
 use crate::mem::Buf;
 use crate::regcache::{RegCache, ZeroCopy};
+use crate::sendq::SendQueues;
 use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
 
 /// Immediate kinds (top two bits).
@@ -101,7 +102,8 @@ pub struct RdmaConnection {
     cq: u32,
     pub(crate) qps: Vec<u32>,
     sq_depth: u32,
-    sq_outstanding: Vec<u32>,
+    /// Posted work requests per QP, and which are signalled (`sendq.rs`).
+    sendq: SendQueues,
     fifo_mr: Mr,
     staging_mr: Mr,
     pub(crate) fifo: Buf,
@@ -148,7 +150,7 @@ impl RdmaConnection {
             peer: p.peer,
             device: p.dev.port().name(),
             cq: p.cq,
-            sq_outstanding: vec![0; p.qps.len()],
+            sendq: SendQueues::new(p.qps.len()),
             qps: p.qps,
             sq_depth: p.sq_depth,
             fifo_mr: p.fifo,
@@ -250,29 +252,34 @@ impl RdmaConnection {
     }
 
     pub(crate) fn post(&mut self, q: usize, wr: SendWr) -> Result<(), TransportError> {
-        let qpn = self.qps[q];
-        if let Err(e) = self.dev.post_send(qpn, &wr) {
-            let detail = format!(
-                "RDMA connection to peer rank {} on {}: {e}",
-                self.peer, self.device
-            );
-            return Err(self.fail(false, detail));
-        }
-        self.sq_outstanding[q] += 1;
-        Ok(())
+        self.post_chain(q, &mut [wr])
     }
 
-    /// Posts `wrs` in order on QP `q` with one doorbell.
-    pub(crate) fn post_chain(&mut self, q: usize, wrs: &[SendWr]) -> Result<(), TransportError> {
+    /// Posts `wrs` in order on QP `q` with one doorbell, signalled as
+    /// `sendq.rs` says.
+    pub(crate) fn post_chain(
+        &mut self,
+        q: usize,
+        wrs: &mut [SendWr],
+    ) -> Result<(), TransportError> {
+        let limit = self.sq_depth.saturating_sub(SQ_RESERVE).max(1);
+        self.sendq.mark(q, wrs, limit, |w| {
+            !is_control(w.wr_id) && w.wr_id & (LENT_TAG | GDR_TAG) != 0
+        });
         let qpn = self.qps[q];
-        if let Err(e) = self.dev.post_send_chain(qpn, wrs) {
+        let posted = if wrs.len() == 1 {
+            self.dev.post_send(qpn, &wrs[0])
+        } else {
+            self.dev.post_send_chain(qpn, wrs)
+        };
+        if let Err(e) = posted {
             let detail = format!(
                 "RDMA connection to peer rank {} on {}: {e}",
                 self.peer, self.device
             );
             return Err(self.fail(false, detail));
         }
-        self.sq_outstanding[q] += wrs.len() as u32;
+        self.sendq.posted(q, wrs);
         Ok(())
     }
 
@@ -347,7 +354,7 @@ impl RdmaConnection {
                 && (is_control(wc.wr_id) || is_recv(wc.wr_id));
             if late || flushed {
                 if !is_recv(wc.wr_id) {
-                    self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
+                    self.sendq.complete(q, false, |_| {});
                 }
                 if late && self.peer_left.is_none() {
                     let detail = format!(
@@ -389,13 +396,17 @@ impl RdmaConnection {
         }
         match wc.opcode {
             WcOpcode::RdmaWrite => {
-                self.sq_outstanding[q] = self.sq_outstanding[q].saturating_sub(1);
-                if !is_control(wc.wr_id) && wc.wr_id & LENT_TAG != 0 {
-                    self.lent_in_flight = self.lent_in_flight.saturating_sub(1);
-                }
-                if !is_control(wc.wr_id) && wc.wr_id & GDR_TAG != 0 {
-                    self.gdr.in_flight = self.gdr.in_flight.saturating_sub(1);
-                }
+                let (mut lent, mut gdr) = (0, 0);
+                self.sendq.complete(q, true, |wr_id| {
+                    if !is_control(wr_id) && wr_id & LENT_TAG != 0 {
+                        lent += 1;
+                    }
+                    if !is_control(wr_id) && wr_id & GDR_TAG != 0 {
+                        gdr += 1;
+                    }
+                });
+                self.lent_in_flight = self.lent_in_flight.saturating_sub(lent);
+                self.gdr.in_flight = self.gdr.in_flight.saturating_sub(gdr);
             }
             WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
                 if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
@@ -456,7 +467,7 @@ impl RdmaConnection {
 
     /// Room for one more send work request on QP `q` (keeping `reserve`).
     pub(crate) fn sq_room(&self, q: usize, reserve: u32) -> bool {
-        self.sq_outstanding[q] + reserve < self.sq_depth
+        self.sendq.outstanding(q) + reserve < self.sq_depth
     }
 
     /// Credits consumed pieces; a device piece counts once the work that
@@ -471,6 +482,7 @@ impl RdmaConnection {
         if released - self.credited >= threshold && self.sq_room(0, 1) {
             let count = released as u32 & IMM_LOW;
             let wr = SendWr {
+                signaled: true,
                 wr_id: CREDIT_WR_ID,
                 ..self.control_wr((IMM_CREDIT << 30) | count)
             };
@@ -482,6 +494,7 @@ impl RdmaConnection {
 
     fn control_wr(&self, imm: u32) -> SendWr {
         SendWr {
+            signaled: true,
             wr_id: CONTROL_WR_ID,
             local: (0, 0, 0),
             remote_addr: self.remote_fifo.0,
@@ -565,6 +578,7 @@ impl RdmaConnection {
         header.encode(&mut h);
         self.staging.write(off, &[&h]);
         SendWr {
+            signaled: true,
             wr_id: k & !(LENT_TAG | GDR_TAG | RECV_TAG),
             local: (
                 self.staging_mr.addr + off as u64,
@@ -743,6 +757,7 @@ impl Connection for RdmaConnection {
             // so a dead peer or a peer QP in error ends in "retry counter
             // exceeded".
             let wr = SendWr {
+                signaled: true,
                 imm: None,
                 ..self.control_wr(0)
             };

@@ -72,6 +72,7 @@ mod liveness;
 mod mem;
 mod post;
 mod regcache;
+mod sendq;
 mod setup;
 mod sys;
 pub mod topo;

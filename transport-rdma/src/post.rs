@@ -92,6 +92,7 @@ impl RdmaConnection {
         };
         let off = (self.sent % self.slots as u64) as usize * self.slot_bytes;
         let payload = SendWr {
+            signaled: true,
             wr_id: LENT_TAG | self.sent,
             local: (addr, data.len() as u32, mr.lkey),
             remote_addr: self.remote_fifo.0 + (off + HEADER_BYTES) as u64,
@@ -110,7 +111,7 @@ impl RdmaConnection {
         // payload (a failed post breaks the connection, which ends any
         // drain of lent writes).
         self.lent_in_flight += 1;
-        self.post_chain(q, &[payload, header_wr])?;
+        self.post_chain(q, &mut [payload, header_wr])?;
         self.sent += 1;
         Ok(true)
     }

@@ -264,9 +264,16 @@ pub enum QpTransition {
 }
 
 /// A send work request: RDMA WRITE of `local` to `remote_addr`/`rkey`,
-/// with an immediate when `imm` is set. Always signalled.
+/// with an immediate when `imm` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWr {
+    /// Whether it produces a completion when it succeeds
+    /// (`IBV_SEND_SIGNALED`; the queue pair signals nothing by itself). A
+    /// failed or flushed work request completes whatever this says. An
+    /// unsignalled one is done, and its send-queue slot and source buffer
+    /// free, once a later completion of its queue pair has been polled
+    /// (ibv_post_send(3)).
+    pub signaled: bool,
     /// Returned in the completion.
     pub wr_id: u64,
     /// Local buffer: address, length, lkey (length 0: no data).

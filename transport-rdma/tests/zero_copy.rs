@@ -168,7 +168,7 @@ fn an_abort_waits_for_lent_writes_then_returns() {
 
 /// Issue 36, risk 10: a lent piece's payload and header go to the NIC as
 /// one chain — one doorbell per piece, not two (the emulated provider
-/// counts). Each work request is still signalled.
+/// counts). The payload is signalled (`flush` waits for it).
 #[test]
 fn a_lent_piece_rings_one_doorbell() {
     let (mut a, mut b) = pair(8, SLOT_BYTES, 1);

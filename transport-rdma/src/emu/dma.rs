@@ -101,9 +101,9 @@ impl EmuVerbs {
             self.flush_pending();
         }
         match d.end {
-            End::Acked => self.complete_send(qpn, d.wr_id, WcStatus::SUCCESS),
+            End::Acked => self.complete_send_as(qpn, d.wr_id, WcStatus::SUCCESS, d.signaled),
             End::Unanswered => self.fail_unanswered(qpn, d.wr_id),
-            End::Status(s) => self.complete_send(qpn, d.wr_id, s),
+            End::Status(s) => self.complete_send_as(qpn, d.wr_id, s, d.signaled),
         }
     }
 

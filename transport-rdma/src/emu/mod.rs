@@ -101,6 +101,11 @@ struct Qp {
     requester: qp_rules::Requester,
     /// `qp_access_flags` from its INIT.
     access: u32,
+    /// Unsignalled work requests done since its last completion, and per
+    /// completion in the CQ how many it covers (their send-queue slots and
+    /// sources are freed when it is polled).
+    unsignalled_done: u32,
+    covers: VecDeque<u32>,
 }
 
 struct Cq {
@@ -308,10 +313,23 @@ impl EmuVerbs {
     /// Completes a send work request; an error moves the QP to ERROR after
     /// its completion (the flushes follow it).
     fn complete_send(&mut self, qpn: u32, wr_id: u64, status: WcStatus) {
+        self.complete_send_as(qpn, wr_id, status, true);
+    }
+
+    /// [`EmuVerbs::complete_send`] of a work request posted `signaled` or
+    /// not: an unsignalled success makes no completion; the next
+    /// completion of the QP covers it.
+    fn complete_send_as(&mut self, qpn: u32, wr_id: u64, status: WcStatus, signaled: bool) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
         qp.send_outstanding += 1;
+        if status == WcStatus::SUCCESS && !signaled {
+            qp.unsignalled_done += 1;
+            return;
+        }
+        let covered = std::mem::take(&mut qp.unsignalled_done);
+        qp.covers.push_back(covered);
         self.counted.send_completions += 1;
         let cq = qp.cq;
         self.complete(cq, wc(qpn, wr_id, status, WcOpcode::RdmaWrite));
@@ -594,6 +612,8 @@ impl Verbs for EmuVerbs {
                 failing: None,
                 requester: Default::default(),
                 access: 0,
+                unsignalled_done: 0,
+                covers: VecDeque::new(),
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
@@ -679,10 +699,12 @@ impl Verbs for EmuVerbs {
         let done: Vec<WorkCompletion> = q.entries.drain(..n).collect();
         for mut w in done {
             if w.opcode == WcOpcode::RdmaWrite {
+                let mut covered = 0;
                 if let Some(qp) = self.qps.get_mut(&w.qp_num) {
-                    qp.send_outstanding = qp.send_outstanding.saturating_sub(1);
+                    covered = qp.covers.pop_front().unwrap_or(0);
+                    qp.send_outstanding = qp.send_outstanding.saturating_sub(1 + covered);
                 }
-                self.check_source(&mut w);
+                self.check_source(&mut w, covered);
             }
             out.push(w);
         }

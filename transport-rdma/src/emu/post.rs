@@ -72,6 +72,7 @@ impl EmuVerbs {
                 remote: (remote.gid, wr.remote_addr, wr.rkey),
                 done: 0,
                 peer_qpn: remote.qpn,
+                signaled: wr.signaled,
                 imm: wr.imm.map(|imm| Msg {
                     imm,
                     byte_len: llen,
@@ -116,7 +117,7 @@ impl EmuVerbs {
             self.pending.push_back((remote.gid, remote.qpn, m));
             self.flush_pending();
         }
-        self.complete_send(qpn, wr.wr_id, WcStatus::SUCCESS);
+        self.complete_send_as(qpn, wr.wr_id, WcStatus::SUCCESS, wr.signaled);
         Ok(())
     }
 }

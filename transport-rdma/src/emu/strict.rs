@@ -134,6 +134,8 @@ pub(super) struct Dma {
     pub done: usize,
     /// The peer's QP.
     pub peer_qpn: u32,
+    /// Whether its success makes a completion.
+    pub signaled: bool,
     /// The immediate for the peer's QP, delivered after the last byte.
     pub imm: Option<Msg>,
     pub end: End,

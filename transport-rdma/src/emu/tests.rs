@@ -63,6 +63,7 @@ fn pair() -> (Side, Side) {
 
 fn write(a: &mut Side, b: &Side, off: u64, len: u32, imm: Option<u32>) {
     let wr = SendWr {
+        signaled: true,
         wr_id: off,
         local: (a.mr.addr, len, a.mr.lkey),
         remote_addr: b.mr.addr + off,
@@ -93,6 +94,7 @@ fn posting_in_the_wrong_state_fails() {
     let mut a = side(8);
     let b = side(8);
     let wr = SendWr {
+        signaled: true,
         wr_id: 1,
         local: (a.mr.addr, 8, a.mr.lkey),
         remote_addr: b.mr.addr,
@@ -151,6 +153,7 @@ fn out_of_bounds_and_bad_keys_are_access_errors() {
 
     let (mut a, b) = pair();
     let wr = SendWr {
+        signaled: true,
         wr_id: 9,
         local: (a.mr.addr, 8, a.mr.lkey),
         remote_addr: b.mr.addr,
@@ -162,6 +165,7 @@ fn out_of_bounds_and_bad_keys_are_access_errors() {
 
     let (mut a, b) = pair();
     let wr = SendWr {
+        signaled: true,
         local: (a.mr.addr, 8, a.mr.lkey ^ 0x10),
         rkey: b.mr.rkey,
         ..wr
@@ -265,6 +269,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     // SAFETY: the Side's own registered region.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a.mr.addr as *mut u8, 100) };
     let wr = |raddr: u64, rkey: u32| SendWr {
+        signaled: true,
         wr_id: raddr,
         local: (a.mr.addr, 100, a.mr.lkey),
         remote_addr: raddr,
@@ -284,6 +289,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     sfile.write_all_at(&[9u8; 50], 100).unwrap();
     let src = a.dev.reg_dmabuf_mr(sfile.as_fd(), 0, 8192, 0x7000).unwrap();
     let from_dev = SendWr {
+        signaled: true,
         wr_id: 1,
         local: (0x7000 + 100, 50, src.lkey),
         remote_addr: iova,
@@ -296,6 +302,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     assert_eq!(got[..50], [9u8; 50]);
     // A source range past the registration: local protection error.
     let bad_src = SendWr {
+        signaled: true,
         local: (0x7000 + 8190, 50, src.lkey),
         ..from_dev
     };
@@ -307,6 +314,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     let (mut c, mut d) = pair();
     let inbox2 = d.dev.reg_dmabuf_mr(file.as_fd(), 0, 4096, iova).unwrap();
     let over = SendWr {
+        signaled: true,
         wr_id: 2,
         local: (c.mr.addr, 100, c.mr.lkey),
         remote_addr: iova + 4000,
@@ -320,6 +328,7 @@ fn dmabuf_registrations_take_writes_and_feed_them_with_key_and_bounds_checks() {
     let inbox3 = f.dev.reg_dmabuf_mr(file.as_fd(), 0, 4096, iova).unwrap();
     f.dev.dereg_user_mr(&inbox3).unwrap();
     let late = SendWr {
+        signaled: true,
         remote_addr: iova,
         rkey: inbox3.rkey,
         local: (e.mr.addr, 10, e.mr.lkey),

@@ -47,33 +47,44 @@ impl EmuVerbs {
             .push_back(Watched { source });
     }
 
-    /// Strict mode: a send completion being retrieved; fails it where its
-    /// source changed since it was posted.
-    pub(super) fn check_source(&mut self, w: &mut WorkCompletion) {
+    /// Strict mode: a send completion being retrieved, covering `covered`
+    /// unsignalled work requests posted before it; fails it where the
+    /// source of any of them, or its own, changed since it was posted (an
+    /// unsignalled request's buffer is the NIC's until a later completion
+    /// is polled).
+    pub(super) fn check_source(&mut self, w: &mut WorkCompletion, covered: u32) {
         if self.strict.is_none() {
             return;
         }
-        let Some(Watched { source }) = self
-            .watched
-            .get_mut(&w.qp_num)
-            .and_then(VecDeque::pop_front)
-        else {
-            return;
-        };
-        let Some((local, digest)) = source else {
-            return;
-        };
-        if w.status == WcStatus::SUCCESS && self.source_digest(local) != Some(digest) {
-            tracing::error!(
-                qpn = w.qp_num,
-                wr_id = w.wr_id,
-                "strict RDMA model: the source of a WRITE ({} bytes at {:#x}, lkey {:#x}) changed \
-                 between ibv_post_send and its completion: a real NIC may have sent the new bytes",
-                local.1,
-                local.0,
-                local.2
-            );
-            w.status = WcStatus::GENERAL_ERR;
+        for k in (0..=covered).rev() {
+            let Some(Watched { source }) = self
+                .watched
+                .get_mut(&w.qp_num)
+                .and_then(VecDeque::pop_front)
+            else {
+                return;
+            };
+            let Some((local, digest)) = source else {
+                continue;
+            };
+            if w.status == WcStatus::SUCCESS && self.source_digest(local) != Some(digest) {
+                tracing::error!(
+                    qpn = w.qp_num,
+                    wr_id = w.wr_id,
+                    "strict RDMA model: the source of a WRITE ({} bytes at {:#x}, lkey {:#x}{}) \
+                     changed between ibv_post_send and the completion that covers it: a real \
+                     NIC may have sent the new bytes",
+                    local.1,
+                    local.0,
+                    local.2,
+                    if k > 0 {
+                        format!(", unsignalled, {k} before this completion")
+                    } else {
+                        String::new()
+                    }
+                );
+                w.status = WcStatus::GENERAL_ERR;
+            }
         }
     }
 }

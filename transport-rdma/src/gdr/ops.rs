@@ -133,6 +133,7 @@ impl RdmaConnection {
         let raw = board.encode();
         self.gdr.board.write(BOARD_BYTES, &[&raw]);
         let wr = SendWr {
+            signaled: true,
             wr_id: CONTROL_WR_ID,
             local: (
                 self.gdr.board_mr.addr + BOARD_BYTES as u64,
@@ -266,6 +267,7 @@ impl RdmaConnection {
             let len = piece.header.len as usize;
             let slot = (piece.k % self.slots as u64) as usize;
             let payload = SendWr {
+                signaled: true,
                 wr_id: GDR_TAG | piece.k,
                 local: (piece.src, len as u32, piece.lkey),
                 remote_addr: a.peer_inbox.0 + (slot * dev_slot) as u64,

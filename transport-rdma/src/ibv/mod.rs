@@ -499,7 +499,8 @@ impl Verbs for IbvVerbs {
                 max_inline_data: 0,
             },
             qp_type: ffi::QPT_RC,
-            sq_sig_all: 1,
+            // Each work request says whether it is signalled.
+            sq_sig_all: 0,
         };
         // SAFETY: `pd` and `cq` are live; `attr` is a valid init attr.
         let qp = unsafe { (self.lib.create_qp)(self.pd, &mut attr) };
@@ -563,7 +564,7 @@ impl Verbs for IbvVerbs {
                 } else {
                     ffi::WR_RDMA_WRITE
                 };
-                w.send_flags = ffi::SEND_SIGNALED;
+                w.send_flags = if wr.signaled { ffi::SEND_SIGNALED } else { 0 };
                 w.imm_data = wr.imm.unwrap_or(0).to_be();
                 w.remote_addr = wr.remote_addr;
                 w.rkey = wr.rkey;

@@ -76,6 +76,7 @@ impl Bed {
     /// WRITEs `len` bytes with immediate `imm` on QP pair `i`, at `off`.
     fn write(&mut self, i: usize, off: u64, len: usize, imm: u32) {
         let wr = SendWr {
+            signaled: true,
             wr_id: u64::from(imm),
             local: (self.a_mr.addr + off, len as u32, self.a_mr.lkey),
             remote_addr: self.b_mr.addr + off,
@@ -186,4 +187,58 @@ fn a_queue_pair_in_error_flushes_its_unfinished_writes() {
     );
     assert!(s.received().is_empty());
     assert!(!s.a.needs_progress());
+}
+
+/// Unsignalled WRITEs make no completion; their send-queue slots are
+/// freed only by a later completion of the QP, so a queue filled with them
+/// refuses more until a signalled one completes (both models).
+#[test]
+fn unsignalled_writes_hold_their_slots_until_a_completion_covers_them() {
+    for strict in [false, true] {
+        let mut s = bed(strict, 1);
+        for _ in 0..16 {
+            s.post(false);
+        }
+        for _ in 0..3 {
+            assert!(
+                s.poll_a().is_empty(),
+                "no completion for unsignalled writes"
+            );
+        }
+        let e = s.try_post(true).unwrap_err().to_string();
+        assert!(e.contains("full"), "{e}");
+
+        let mut s = bed(strict, 1);
+        for _ in 0..15 {
+            s.post(false);
+        }
+        s.post(true);
+        let mut done = Vec::new();
+        while done.is_empty() {
+            done = s.poll_a();
+        }
+        assert_eq!(done, vec![9], "one completion covers all 16");
+        for _ in 0..16 {
+            s.post(false);
+        }
+    }
+}
+
+impl Bed {
+    /// Posts a 64-byte WRITE (wr_id 9) on the first QP pair.
+    fn try_post(&mut self, signaled: bool) -> Result<()> {
+        let wr = SendWr {
+            signaled,
+            wr_id: 9,
+            local: (self.a_mr.addr, 64, self.a_mr.lkey),
+            remote_addr: self.b_mr.addr,
+            rkey: self.b_mr.rkey,
+            imm: None,
+        };
+        self.a.post_send(self.qps[0].0, &wr)
+    }
+
+    fn post(&mut self, signaled: bool) {
+        self.try_post(signaled).unwrap();
+    }
 }

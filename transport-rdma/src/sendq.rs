@@ -1,0 +1,124 @@
+//! The send queues of a connection: which work requests are signalled and
+//! which work requests a completion retires (issue 36, risk 10).
+//!
+//! A signalled work request costs the NIC a completion entry and the
+//! progress loop a CQ poll; NCCL and perftest signal one in several. Here
+//! every [`SIGNAL_EVERY`]-th work request on a queue pair is signalled,
+//! and so is one whose completion the connection waits for (a lent or
+//! GPUDirect payload: `flush` waits for it) and one that takes the last
+//! slot the connection may use (so a full queue always has a completion
+//! coming). An unsignalled request is done — its slot and its source free —
+//! once a later completion of its queue pair is polled (ibv_post_send(3)),
+//! so a completion retires every request before it.
+
+use std::collections::VecDeque;
+
+use crate::verbs::SendWr;
+
+/// One work request in this many is signalled.
+pub(crate) const SIGNAL_EVERY: u32 = 4;
+
+/// Per queue pair: the work requests posted and not yet retired, in order
+/// (wr_id, signalled), and how many were posted since the last signalled
+/// one.
+#[derive(Debug)]
+pub(crate) struct SendQueues {
+    qs: Vec<(VecDeque<(u64, bool)>, u32)>,
+}
+
+impl SendQueues {
+    pub(crate) fn new(nqps: usize) -> SendQueues {
+        SendQueues {
+            qs: (0..nqps).map(|_| (VecDeque::new(), 0)).collect(),
+        }
+    }
+
+    /// Work requests of QP `q` posted and not retired (their slots).
+    pub(crate) fn outstanding(&self, q: usize) -> u32 {
+        self.qs[q].0.len() as u32
+    }
+
+    /// Sets `wrs`' signalling before they are posted on `q`: `must(wr)`
+    /// for those whose completion is awaited; `limit` is how many slots the
+    /// connection may fill.
+    pub(crate) fn mark(
+        &mut self,
+        q: usize,
+        wrs: &mut [SendWr],
+        limit: u32,
+        must: impl Fn(&SendWr) -> bool,
+    ) {
+        let (posted, since) = &mut self.qs[q];
+        let mut held = posted.len() as u32;
+        for wr in wrs {
+            held += 1;
+            wr.signaled = must(wr) || *since + 1 >= SIGNAL_EVERY || held >= limit;
+            *since = if wr.signaled { 0 } else { *since + 1 };
+        }
+    }
+
+    /// Records `wrs` as posted on `q`.
+    pub(crate) fn posted(&mut self, q: usize, wrs: &[SendWr]) {
+        self.qs[q]
+            .0
+            .extend(wrs.iter().map(|w| (w.wr_id, w.signaled)));
+    }
+
+    /// A completion of `q` was polled: calls `retired` with the wr_id of
+    /// each work request it retires, oldest first. A success is a
+    /// signalled request's: it retires it and the unsignalled ones before
+    /// it. An error or flush completion is one request's (each completes
+    /// by itself then): it retires the oldest.
+    pub(crate) fn complete(&mut self, q: usize, success: bool, mut retired: impl FnMut(u64)) {
+        let posted = &mut self.qs[q].0;
+        while let Some((wr_id, signaled)) = posted.pop_front() {
+            retired(wr_id);
+            if signaled || !success {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wr(wr_id: u64) -> SendWr {
+        SendWr {
+            signaled: true,
+            wr_id,
+            local: (0, 0, 0),
+            remote_addr: 0,
+            rkey: 0,
+            imm: None,
+        }
+    }
+
+    #[test]
+    fn one_in_four_is_signalled_and_a_completion_retires_the_ones_before() {
+        let mut s = SendQueues::new(1);
+        let mut wrs: Vec<SendWr> = (0..8).map(wr).collect();
+        s.mark(0, &mut wrs, 100, |w| w.wr_id == 5);
+        let sig: Vec<bool> = wrs.iter().map(|w| w.signaled).collect();
+        assert_eq!(sig, [false, false, false, true, false, true, false, false]);
+        s.posted(0, &wrs);
+        assert_eq!(s.outstanding(0), 8);
+        let mut gone = Vec::new();
+        s.complete(0, true, |id| gone.push(id));
+        assert_eq!(gone, [0, 1, 2, 3]);
+        s.complete(0, true, |id| gone.push(id));
+        assert_eq!(gone, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(s.outstanding(0), 2);
+        // Flushes complete one by one.
+        s.complete(0, false, |id| gone.push(id));
+        assert_eq!(s.outstanding(0), 1);
+        // The request that takes the last allowed slot is signalled.
+        let mut more: Vec<SendWr> = (10..12).map(wr).collect();
+        s.mark(0, &mut more, 3, |_| false);
+        assert_eq!(
+            more.iter().map(|w| w.signaled).collect::<Vec<_>>(),
+            [false, true]
+        );
+    }
+}

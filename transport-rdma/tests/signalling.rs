@@ -1,0 +1,78 @@
+//! Issue 36, risk 10: the NIC work per piece, as the strict emulated
+//! provider counts it. 64 MiB go one way through the staging copy in
+//! 512 KiB slots (128 pieces): the sender rings one doorbell per piece and
+//! signals one work request in four; the receiver's credits cost one
+//! doorbell per half FIFO. Every byte is checked.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use comm_core::transport::{Connection, Outgoing, Space};
+use common::*;
+
+const SLOT_BYTES: usize = 512 << 10;
+/// A piece's bytes: a slot less the piece header.
+const PIECE: usize = SLOT_BYTES - comm_core::wire::HEADER_BYTES;
+const PIECES: usize = (64 << 20) / SLOT_BYTES;
+
+#[test]
+fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
+    let strict = transport_rdma::IbSettings {
+        emulate_strict: true,
+        ..settings(1)
+    };
+    let (mut a, mut b) = pair_with(8, SLOT_BYTES, strict);
+    let (a0, b0) = (a.verbs_counters(), b.verbs_counters());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut sent, mut got) = (0, 0);
+    while got < PIECES {
+        assert!(Instant::now() < deadline, "sent {sent}, got {got}");
+        while sent < PIECES {
+            let data = payload(0, 1, sent, PIECE);
+            let h = header(PIECE, sent as u64 + 1);
+            if !a.try_post_send(&h, Outgoing::copied(&data)).unwrap() {
+                break;
+            }
+            sent += 1;
+        }
+        a.flush().unwrap();
+        while b
+            .try_recv(Space::Host, &mut |h, p| {
+                let want = payload(0, 1, got, PIECE);
+                assert_eq!(h.seq, got as u64 + 1);
+                assert!(
+                    p.host().expect("a host piece") == want.as_slice(),
+                    "piece {got}"
+                );
+                Ok(())
+            })
+            .unwrap()
+        {
+            got += 1;
+        }
+    }
+    // The sender finishes its last writes (its NIC would by itself).
+    while !a.flush().unwrap() {
+        assert!(Instant::now() < deadline);
+    }
+    let (a1, b1) = (a.verbs_counters(), b.verbs_counters());
+    let pieces = PIECES as f64;
+    let per_piece = |n: u64| n as f64 / pieces;
+    let doorbells = per_piece(a1.doorbells - a0.doorbells);
+    let completions = per_piece(a1.send_completions - a0.send_completions);
+    let credits = per_piece(b1.doorbells - b0.doorbells);
+    eprintln!(
+        "{PIECES} pieces of {PIECE} bytes: sender {doorbells:.3} doorbells and {completions:.3} \
+         signalled completions per piece; receiver {credits:.3} credit doorbells per piece"
+    );
+    assert!(doorbells <= 1.0, "{doorbells} doorbells per piece");
+    assert!(
+        completions <= 0.25 + 1.0 / pieces,
+        "{completions} completions per piece"
+    );
+    assert!(
+        credits <= 0.25 + 1.0 / pieces,
+        "{credits} credit doorbells per piece"
+    );
+}
