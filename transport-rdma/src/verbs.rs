@@ -375,6 +375,11 @@ pub enum Fault {
     },
     /// The port goes down: every queue pair to ERROR, `PortErr` raised.
     PortDown,
+    /// The verbs library has `ibv_reg_dmabuf_mr` but the kernel or the
+    /// NIC's driver does not take dma-bufs: every dma-buf registration
+    /// fails with EOPNOTSUPP from now on (rdma-core 34+ on a kernel before
+    /// 5.12, or a driver without `reg_user_mr_dmabuf`).
+    DmabufRefused,
     /// The link flaps (strict emulation): `PortErr` now, `PortActive` after
     /// `down_for`; meanwhile no packet leaves or reaches the port, so WRITEs
     /// from and to it stall, and one stalled longer than its QP's retries

@@ -290,3 +290,39 @@ fn a_late_inbox_credit_to_a_peer_that_left_is_no_error() {
         .expect_err("the peer is gone");
     assert!(e.to_string().contains("peer rank 0"), "{e}");
 }
+
+/// Issue 36 (dma-buf rules): a verbs library that has
+/// `ibv_reg_dmabuf_mr` on a kernel or driver that refuses dma-bufs
+/// (EOPNOTSUPP) makes that side say no, with the reason, and the pair
+/// stages device pieces instead of failing; with `SNCL_IB_GDR=1` the
+/// operation fails naming it.
+#[test]
+fn a_dmabuf_registration_refused_while_the_symbol_exists_stages_the_pair() {
+    let (mut a, mut b) = pair(4, 64 << 10, 1);
+    a.inject(transport_rdma::verbs::Fault::DmabufRefused)
+        .unwrap();
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (false, false));
+    assert_eq!(a.gdr_active(), Some(false));
+    assert_eq!(b.gdr_active(), Some(false));
+
+    let required = IbSettings {
+        gdr: Some(true),
+        ..settings(1)
+    };
+    let (mut a, mut b) = pair_with(4, 64 << 10, required);
+    a.inject(transport_rdma::verbs::Fault::DmabufRefused)
+        .unwrap();
+    let (qa, qb) = (queue(0), queue(1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        assert!(Instant::now() < deadline, "the pair never decided");
+        match a.ready(&qa) {
+            Err(e) => break e.to_string(),
+            Ok(Some(v)) => panic!("decided {v} with GPUDirect required and refused"),
+            Ok(None) => {}
+        }
+        let _ = b.ready(&qb);
+    };
+    assert!(e.contains("EOPNOTSUPP"), "{e}");
+}

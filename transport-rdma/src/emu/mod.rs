@@ -140,6 +140,8 @@ pub struct EmuVerbs {
     dma_turn: usize,
     /// Strict mode: the link is down until then (`Fault::PortFlap`).
     link_up_at: Option<std::time::Instant>,
+    /// `Fault::DmabufRefused`: dma-buf registrations fail (EOPNOTSUPP).
+    dmabuf_refused: bool,
     /// Doorbells, send work requests and send completions so far.
     counted: crate::verbs::VerbsCounters,
 }
@@ -230,6 +232,7 @@ impl EmuVerbs {
             dma: HashMap::new(),
             dma_turn: 0,
             link_up_at: None,
+            dmabuf_refused: false,
             counted: Default::default(),
         })
     }
@@ -484,6 +487,14 @@ impl Verbs for EmuVerbs {
     ) -> Result<Mr> {
         let op = "ibv_reg_dmabuf_mr";
         self.check_registration(op, Registration::DmaBuf)?;
+        if self.dmabuf_refused {
+            return Err(call_err(
+                op,
+                "Operation not supported (EOPNOTSUPP): the kernel or the NIC's driver takes no \
+                 dma-bufs (Linux 5.12 or newer and a driver with dma-buf support, e.g. mlx5)"
+                    .into(),
+            ));
+        }
         if !self.supports_dmabuf() {
             return Err(call_err(
                 op,
@@ -731,6 +742,7 @@ impl Verbs for EmuVerbs {
                     self.events.push_back(AsyncEvent::QpFatal { qpn });
                 }
             }
+            Fault::DmabufRefused => self.dmabuf_refused = true,
             Fault::PortFlap { down_for } => {
                 if self.strict.is_none() {
                     return Err(call_err(
