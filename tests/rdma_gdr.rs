@@ -94,10 +94,18 @@ fn child(role: &str) {
             // inbox credits (once its reading work completes); a credit to
             // a rank that has left is no error (docs/RDMA.md §3a).
             let (sent, received) = transport_rdma::gdr_bytes();
+            // The emulated GPU does not order GPUDirect writes: each of the
+            // n - 1 connections flushed once when deciding, and received
+            // pieces were flushed before they were handed over.
+            let flushes = device::emu::gpudirect_flushes();
             if role == "matrix" {
                 assert!(
                     sent > 0 && received > 0,
                     "rank {rank}: no byte went device to device ({sent}/{received})"
+                );
+                assert!(
+                    flushes > (n - 1) as u64,
+                    "rank {rank}: {flushes} GPUDirect flushes: received pieces were not flushed"
                 );
             } else {
                 assert_eq!(
@@ -106,7 +114,10 @@ fn child(role: &str) {
                     "rank {rank}: {role} must stage device pieces"
                 );
             }
-            eprintln!("rank {rank}/{n}: {role} ok, device to device {sent}/{received} bytes");
+            eprintln!(
+                "rank {rank}/{n}: {role} ok, device to device {sent}/{received} bytes, \
+                 {flushes} GPUDirect flushes"
+            );
         }
         "required" => {
             let c = Case {

@@ -478,6 +478,30 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Whether RDMA writes into this device's memory (GPUDirect RDMA) must
+    /// be flushed before the device's own later work reads them: CUDA's
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING` below
+    /// `..._OWNER` (the CUDA driver API: with `..._NONE` a consumer must
+    /// flush; NCCL flushes after each GPUDirect receive). The default (no
+    /// dma-buf export) is `false`.
+    fn gpudirect_flush_needed(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Makes every GPUDirect RDMA write whose completion was seen before
+    /// this call visible to this device's work enqueued after it:
+    /// `cuFlushGPUDirectRDMAWrites(TARGET_CURRENT_CTX, TO_OWNER)` (needs
+    /// `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST` in
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS`); `emu`
+    /// counts ([`emu::gpudirect_flushes`]). The default answers
+    /// [`DeviceError::Unsupported`].
+    fn flush_gpudirect_writes(&self) -> Result<()> {
+        Err(DeviceError::Unsupported {
+            what: format!("GPUDirect RDMA write flushes on {}", self.backend().name()),
+            why: "this backend does not export device memory as dma-buf".into(),
+        })
+    }
+
     // --- Device identity across processes (nvlink's automatic choice) ---
 
     /// The device's PCI bus id (`cuDeviceGetPCIBusId`, e.g.

@@ -22,9 +22,14 @@
 //!   (from staging) WRITE_WITH_IMM into its FIFO slot on the same QP (RC
 //!   ordering: the receiver's completion covers both). The piece is sent
 //!   when the payload write completes (`Connection::flush`).
-//! * **Receiving.** The header is checked as for host pieces; the
-//!   executor enqueues the reduction or copy from the inbox slot on its
-//!   stream; the slot's credit goes back once an event after that work
+//! * **Receiving.** The header is checked as for host pieces; where the
+//!   device does not order GPUDirect writes with its own work
+//!   ([`Device::gpudirect_flush_needed`], CUDA's
+//!   `..._WRITES_ORDERING_NONE`), one flush
+//!   ([`Device::flush_gpudirect_writes`]) covers every piece that has
+//!   arrived before the first of them is handed over (risk 3 of issue 36;
+//!   NCCL flushes after GPUDirect receives too); the executor enqueues
+//!   the reduction or copy from the inbox slot on its stream; the slot's credit goes back once an event after that work
 //!   completes.
 
 use std::collections::VecDeque;
@@ -64,6 +69,10 @@ struct Inbox {
     dev: Arc<dyn Device>,
     buf: DeviceBuffer,
     mr: Mr,
+    /// The device does not order GPUDirect writes with its own work
+    /// ([`Device::gpudirect_flush_needed`]): received pieces are flushed
+    /// before they are handed over.
+    needs_flush: bool,
 }
 
 /// A device piece waiting for the work that produced its data.
@@ -88,6 +97,9 @@ struct Active {
     /// Received pieces whose reading work may still run: piece number and
     /// event, oldest first.
     recv_pending: VecDeque<(u64, Option<EventHandle>)>,
+    /// Pieces numbered below this arrived before the last GPUDirect write
+    /// flush (covered by it).
+    flushed_below: u64,
 }
 
 impl Active {

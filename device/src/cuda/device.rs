@@ -813,6 +813,15 @@ impl Device for CudaDevice {
         super::dmabuf::buffer_id(self.ordinal, ptr.0)
     }
 
+    fn gpudirect_flush_needed(&self) -> Result<bool> {
+        super::dmabuf::flush_needed(self.ordinal, self.dev)
+    }
+
+    fn flush_gpudirect_writes(&self) -> Result<()> {
+        self.bind()?;
+        super::dmabuf::flush_writes(self.ordinal, self.dev)
+    }
+
     fn pci_bus_id(&self) -> Result<String> {
         driver::pci_bus_id(self.ordinal)
     }

@@ -140,3 +140,52 @@ pub(crate) fn export(ordinal: usize, p: CUdeviceptr, bytes: usize) -> Result<Dma
         id,
     })
 }
+
+/// Whether GPUDirect RDMA writes into device `dev` need a flush before its
+/// own work reads them (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING`
+/// below `CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER`).
+pub(crate) fn flush_needed(ordinal: usize, dev: CUdevice) -> Result<bool> {
+    let v = driver::attribute(
+        ordinal,
+        dev,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+    )?;
+    Ok(v < sys::CUGPUDirectRDMAWritesOrdering::CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER as i32)
+}
+
+/// `cuFlushGPUDirectRDMAWrites(TARGET_CURRENT_CTX, TO_OWNER)` on the bound
+/// context of device `dev`; unsupported where the driver lacks the call or
+/// the device the host-side flush option.
+pub(crate) fn flush_writes(ordinal: usize, dev: CUdevice) -> Result<()> {
+    const CALL: &str = "cuFlushGPUDirectRDMAWrites";
+    let why = |w: &str| DeviceError::Unsupported {
+        what: format!("GPUDirect RDMA write flushes on CUDA device {ordinal}"),
+        why: w.to_string(),
+    };
+    // SAFETY: the driver library is loaded (a device is open); looking a
+    // symbol up calls nothing.
+    let lib = unsafe { sys::culib() };
+    // SAFETY: as above; the looked-up address is not used.
+    if unsafe { lib.get::<*const c_void>(CALL.as_bytes()) }.is_err() {
+        return Err(why(
+            "the driver lacks cuFlushGPUDirectRDMAWrites (CUDA 11.3 or newer has it)",
+        ));
+    }
+    let options = driver::attribute(
+        ordinal,
+        dev,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+    )?;
+    let host =
+        sys::CUflushGPUDirectRDMAWritesOptions::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST as i32;
+    if options & host == 0 {
+        return Err(why("the device does not offer the host-side flush (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS)"));
+    }
+    // SAFETY: plain enum arguments; the caller bound the device's context.
+    check(ordinal, CALL, unsafe {
+        sys::cuFlushGPUDirectRDMAWrites(
+            sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+            sys::CUflushGPUDirectRDMAWritesScope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER,
+        )
+    })
+}

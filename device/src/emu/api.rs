@@ -595,6 +595,20 @@ impl Device for Emu {
             .map_err(|d| self.invalid("allocation_id", d))
     }
 
+    // The emulated GPU reports no ordering of GPUDirect writes
+    // (`..._ORDERING_NONE`), so consumers must flush; flushes are counted.
+
+    fn gpudirect_flush_needed(&self) -> Result<bool> {
+        self.check()?;
+        Ok(true)
+    }
+
+    fn flush_gpudirect_writes(&self) -> Result<()> {
+        self.check()?;
+        super::GPUDIRECT_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     fn pci_bus_id(&self) -> Result<String> {
         self.check()?;
         Ok(super::pci_bus_id_of(self.visibility.visible[self.ordinal]))

@@ -33,6 +33,16 @@ use std::sync::Arc;
 
 use crate::{Device, DeviceError, Result};
 
+/// GPUDirect write flushes of this process's emulated devices.
+static GPUDIRECT_FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many GPUDirect write flushes ([`Device::flush_gpudirect_writes`])
+/// this process's emulated devices took (tests: a receive path that
+/// consumes GPUDirect writes without one is seen).
+pub fn gpudirect_flushes() -> u64 {
+    GPUDIRECT_FLUSHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Set once this process opened an emulated device ([`opened`]).
 static OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -102,6 +102,22 @@ impl RdmaConnection {
             .dmabuf_export(buf.ptr(), bytes)
             .map_err(|e| format!("exporting the device inbox as dma-buf: {e}"))?;
         let offset = d.offset + (buf.ptr().0 - d.base.0);
+        // Writes the device does not order must be flushed before use:
+        // this side takes part only if it can flush (tried once here).
+        let needs_flush = dev.gpudirect_flush_needed().map_err(|e| {
+            format!(
+                "asking {} for its GPUDirect write ordering: {e}",
+                describe(&**dev)
+            )
+        })?;
+        if needs_flush {
+            dev.flush_gpudirect_writes().map_err(|e| {
+                format!(
+                    "{} does not order GPUDirect writes with its own work and cannot flush them: {e}",
+                    describe(&**dev)
+                )
+            })?;
+        }
         let mr = self
             .dev
             .reg_dmabuf_mr(d.fd.as_fd(), offset, bytes, buf.ptr().0)
@@ -110,6 +126,7 @@ impl RdmaConnection {
             dev: dev.clone(),
             buf,
             mr,
+            needs_flush,
         })
     }
 
@@ -187,6 +204,7 @@ impl RdmaConnection {
                     free_events: Vec::new(),
                     queue: VecDeque::new(),
                     recv_pending: VecDeque::new(),
+                    flushed_below: 0,
                 })));
                 Ok(())
             }
@@ -483,6 +501,22 @@ impl RdmaConnection {
                 "slot {slot}: a device piece of {} bytes; inbox slots hold {dev_slot}",
                 h.len
             )));
+        }
+        let arrived = self.arrived.iter().filter(|a| a.is_some()).count() as u64;
+        let State::Decided(Some(a)) = &mut self.gdr.state else {
+            return Err(self.no_path());
+        };
+        if a.inbox.needs_flush && self.received >= a.flushed_below {
+            // Every piece that has arrived so far (its completion was
+            // polled) is visible to the device's work after this.
+            let dev = a.inbox.dev.clone();
+            if let Err(e) = dev.flush_gpudirect_writes() {
+                return Err(self.device_err(&*dev, "flushing GPUDirect writes", e));
+            }
+            let State::Decided(Some(a)) = &mut self.gdr.state else {
+                return Err(self.no_path());
+            };
+            a.flushed_below = self.received + arrived;
         }
         let State::Decided(Some(a)) = &mut self.gdr.state else {
             return Err(self.no_path());
