@@ -493,7 +493,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// `cuFlushGPUDirectRDMAWrites(TARGET_CURRENT_CTX, TO_OWNER)` (needs
     /// `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST` in
     /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS`); `emu`
-    /// counts ([`emu::gpudirect_flushes`]). The default answers
+    /// counts (`emu::gpudirect_flushes`). The default answers
     /// [`DeviceError::Unsupported`].
     fn flush_gpudirect_writes(&self) -> Result<()> {
         Err(DeviceError::Unsupported {
