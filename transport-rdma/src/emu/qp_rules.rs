@@ -38,7 +38,8 @@ use crate::verbs::{LinkLayer, PortInfo, QpState};
 /// PSNs are 24-bit.
 pub(super) const PSN_MASK: u32 = 0x00ff_ffff;
 
-fn state_code(s: QpState) -> u32 {
+/// `enum ibv_qp_state` of `s` (also what the shared QP table publishes).
+pub(super) fn state_code(s: QpState) -> u32 {
     match s {
         QpState::Reset => QPS_RESET,
         QpState::Init => QPS_INIT,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapRaw;
 
-use super::qp_rules::Responder;
+use super::qp_rules::{state_code, Responder};
 use crate::mem;
 use crate::verbs::QpState;
 
@@ -255,16 +255,6 @@ pub(super) struct Msg {
     pub byte_len: u32,
 }
 
-fn state_code(state: QpState) -> u64 {
-    match state {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Error => 6,
-    }
-}
-
 /// Words of a QP table: per QP slot its `qpn << 32 | state`, the ring's
 /// head (written by the one peer QP that sends to it) and tail (by the
 /// owner), what its responder side answers to (word 3, from RTR:
@@ -296,7 +286,7 @@ impl LocalTable {
             self.0.word(e + 3).store(0, Ordering::Release);
         }
         self.0.word(e).store(
-            (u64::from(qpn) << 32) | state_code(state),
+            (u64::from(qpn) << 32) | u64::from(state_code(state)),
             Ordering::Release,
         );
     }
