@@ -800,5 +800,16 @@ impl Drop for RdmaConnection {
         self.gdr.clear(&mut *self.dev);
         let _ = self.dev.dereg_mr(&self.fifo_mr);
         let _ = self.dev.dereg_mr(&self.staging_mr);
+        // The device context is the process's (`context.rs`) and outlives
+        // this connection: its queue pairs, then their completion queue,
+        // go now (children before parents, as ibv_destroy_cq(3) asks).
+        for qpn in &self.qps {
+            if let Err(e) = self.dev.destroy_qp(*qpn) {
+                tracing::debug!(peer = self.peer, "rdma: {e}");
+            }
+        }
+        if let Err(e) = self.dev.destroy_cq(self.cq) {
+            tracing::debug!(peer = self.peer, "rdma: {e}");
+        }
     }
 }

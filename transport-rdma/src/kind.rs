@@ -215,6 +215,7 @@ impl PreparedTransport for Prepared {
             slot_bytes: crate::DEFAULT_SLOT_BYTES,
             deadline: ctx.deadline,
             liveness_ip: Some(ctx.ip),
+            context: crate::ContextScope::Process,
         };
         Ok(crate::establish(&setup, &provider, ctx.store, peers)?
             .into_iter()

@@ -46,6 +46,8 @@
 //!     deadline: Instant::now() + Duration::from_secs(30),
 //!     // A dead peer seen at once (src/liveness.rs), not after the NIC's retries.
 //!     liveness_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+//!     // One device context per port per process, shared by every connection.
+//!     context: transport_rdma::ContextScope::Process,
 //! };
 //! let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
 //! for c in establish(&setup, &provider, &store, &rdma_peers)? {
@@ -59,6 +61,7 @@
 #![warn(missing_docs)]
 
 mod conn;
+mod context;
 mod devregs;
 pub mod emu;
 pub mod fabric;
@@ -80,6 +83,7 @@ pub mod verbs;
 
 pub use comm_core::config::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use conn::{RdmaConnection, ZERO_COPY_MIN};
+pub use context::ContextScope;
 pub use emu::EmuVerbs;
 pub use gdr::gdr_bytes;
 #[doc(hidden)]

@@ -8,6 +8,7 @@ use comm_core::wire::HEADER_BYTES;
 use comm_core::Error;
 
 use crate::conn::{Parts, RdmaConnection, MAX_SLOTS, MAX_SLOT_BYTES};
+use crate::context::{ContextKey, ContextScope};
 use crate::emu::EmuVerbs;
 use crate::ibv::{self, IbvVerbs};
 use crate::verbs::{PathAttrs, QpAddress, QpTransition, Verbs};
@@ -207,6 +208,9 @@ pub struct RdmaSetup {
     /// NIC's retries); `None`: no liveness sockets (the NIC's retries
     /// alone).
     pub liveness_ip: Option<std::net::IpAddr>,
+    /// Whose device context the connections use: the process's one per
+    /// port (the default), or each its own ([`ContextScope`]).
+    pub context: ContextScope,
 }
 
 fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
@@ -427,7 +431,14 @@ pub fn establish(
     let mut locals = Vec::with_capacity(peers.len());
     for &peer in peers {
         let ve = |e| verbs_err(peer, e);
-        let mut dev = open(provider, s).map_err(ve)?;
+        let context = ContextKey {
+            provider: provider.to_string(),
+            strict: s.emulate_strict,
+            gid_index: s.gid_index,
+        };
+        let mut dev: Box<dyn Verbs> = Box::new(
+            crate::context::acquire(context, setup.context, || open(provider, s)).map_err(ve)?,
+        );
         let cq = dev
             .create_cq(nqps * (sq_depth + rq_depth) as usize + 16)
             .map_err(ve)?;

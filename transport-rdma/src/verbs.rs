@@ -307,7 +307,10 @@ pub enum AsyncEvent {
         qpn: u32,
     },
     /// A completion queue overflowed.
-    CqErr,
+    CqErr {
+        /// The completion queue (`u32::MAX`: one the provider does not know).
+        cq: u32,
+    },
     /// A port went down.
     PortErr {
         /// The port.
@@ -328,7 +331,9 @@ impl fmt::Display for AsyncEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AsyncEvent::QpFatal { qpn } => write!(f, "QP {qpn} fatal error (IBV_EVENT_QP_FATAL)"),
-            AsyncEvent::CqErr => write!(f, "completion queue overrun (IBV_EVENT_CQ_ERR)"),
+            AsyncEvent::CqErr { cq } => {
+                write!(f, "completion queue {cq} overrun (IBV_EVENT_CQ_ERR)")
+            }
             AsyncEvent::PortErr { port } => write!(
                 f,
                 "port {port} went down (IBV_EVENT_PORT_ERR): check the cable, the switch port and `ibstat`"
@@ -392,7 +397,8 @@ pub enum Fault {
 
 /// The verbs the transport uses. One value is one opened device port with
 /// one protection domain; queue pairs and completion queues are named by
-/// number.
+/// number. Connections use it through a handle on the process's one context
+/// per port (`context.rs`), shared.
 pub trait Verbs: Send {
     /// The opened port.
     fn port(&self) -> &PortInfo;
@@ -448,8 +454,14 @@ pub trait Verbs: Send {
     }
     /// Creates a completion queue of `depth` entries; returns its handle.
     fn create_cq(&mut self, depth: usize) -> Result<u32>;
+    /// Destroys a completion queue once no queue pair uses it
+    /// (`ibv_destroy_cq(3)`: EBUSY while one does).
+    fn destroy_cq(&mut self, cq: u32) -> Result<()>;
     /// Creates an RC queue pair on completion queue `cq` (both directions).
     fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32>;
+    /// Destroys a queue pair; its outstanding work is discarded, and a
+    /// peer's later WRITEs to it fail (`ibv_destroy_qp(3)`).
+    fn destroy_qp(&mut self, qpn: u32) -> Result<()>;
     /// Moves a queue pair to another state; only RESET→INIT→RTR→RTS (and
     /// anything → ERROR or RESET) are allowed.
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()>;

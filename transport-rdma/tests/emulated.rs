@@ -1,6 +1,7 @@
 //! The RDMA transport end to end over emulated verbs: pieces of many sizes
 //! in both directions between 2–4 ranks as processes, striping over queue
-//! pairs, credit flow under a full FIFO, and the machine's own verbs
+//! pairs, one device context per process shared by all of its connections,
+//! credit flow under a full FIFO, and the machine's own verbs
 //! availability (skipped with a reason where there is no library/device).
 
 mod common;
@@ -36,6 +37,15 @@ fn run_child() -> bool {
     let result = establish(&setup, &Provider::Emulated, &*store, &peers)
         .map_err(|e| e.to_string())
         .and_then(|mut conns| {
+            // One device context per process, shared by every peer's
+            // connection (issue 36, risk 7), not one per peer.
+            let open = transport_rdma::emu::contexts_open();
+            if open != 1 {
+                return Err(format!(
+                    "{open} emulated device contexts open for {} connections (expected 1)",
+                    conns.len()
+                ));
+            }
             exchange(
                 rank,
                 &mut conns,
@@ -44,7 +54,15 @@ fn run_child() -> bool {
             )?;
             // Everyone has everything before anyone closes.
             sncl_bootstrap::store_barrier(&*store, "done", nranks, Duration::from_secs(20))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            // The context closes with the last connection.
+            drop(conns);
+            match transport_rdma::emu::contexts_open() {
+                0 => Ok(()),
+                n => Err(format!(
+                    "{n} contexts still open after every connection closed"
+                )),
+            }
         });
     match result {
         Ok(()) => std::process::exit(0),

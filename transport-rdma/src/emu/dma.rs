@@ -135,7 +135,7 @@ impl EmuVerbs {
     /// `Fault::PortFlap`: the link goes down now and up after `down_for`.
     pub(super) fn flap(&mut self, down_for: Duration) {
         self.link_up_at = Some(Instant::now() + down_for);
-        self.table.set_link_down(true);
+        self.table.set_link_down(self.qps.keys().copied(), true);
         self.events.push_back(AsyncEvent::PortErr { port: 1 });
     }
 
@@ -143,7 +143,7 @@ impl EmuVerbs {
     pub(super) fn check_link(&mut self) {
         if self.link_up_at.is_some_and(|t| Instant::now() >= t) {
             self.link_up_at = None;
-            self.table.set_link_down(false);
+            self.table.set_link_down(self.qps.keys().copied(), false);
             self.events.push_back(AsyncEvent::PortActive { port: 1 });
         }
     }

@@ -124,7 +124,8 @@ pub struct EmuVerbs {
     remote_mrs: HashMap<([u8; 16], u32), RemoteRegion>,
     qps: HashMap<u32, Qp>,
     next_qpn: u32,
-    cqs: Vec<Cq>,
+    /// Completion queues by handle (`None`: destroyed).
+    cqs: Vec<Option<Cq>>,
     events: VecDeque<AsyncEvent>,
     /// Immediates a full peer ring could not take yet, in order.
     pending: VecDeque<([u8; 16], u32, Msg)>,
@@ -144,6 +145,17 @@ pub struct EmuVerbs {
     dmabuf_refused: bool,
     /// Doorbells, send work requests and send completions so far.
     counted: crate::verbs::VerbsCounters,
+}
+
+/// Emulated device contexts open in this process now.
+static CONTEXTS_OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many emulated device contexts this process has open now (each
+/// `ibv_open_device`'s worth: its QP table, its protection domain). The
+/// transport opens one per port per process and shares it (issue 36,
+/// risk 7); tests count them here.
+pub fn contexts_open() -> usize {
+    CONTEXTS_OPEN.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn call_err(op: &'static str, detail: String) -> VerbsError {
@@ -201,6 +213,7 @@ impl EmuVerbs {
         let pid = std::process::id();
         let gid = shared::gid_of(pid, token);
         let table = LocalTable::create(&gid).map_err(|e| call_err("ibv_open_device", e))?;
+        CONTEXTS_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(EmuVerbs {
             port: PortInfo {
                 device: EMU_DEVICE.to_string(),
@@ -276,7 +289,9 @@ impl EmuVerbs {
     /// Appends a completion; an overflow loses it, raises `CqErr` and
     /// moves every QP on the queue to ERROR.
     fn complete(&mut self, cq: u32, w: WorkCompletion) {
-        let q = &mut self.cqs[cq as usize];
+        let Some(q) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) else {
+            return;
+        };
         if q.overflowed {
             return;
         }
@@ -285,7 +300,7 @@ impl EmuVerbs {
             return;
         }
         q.overflowed = true;
-        self.events.push_back(AsyncEvent::CqErr);
+        self.events.push_back(AsyncEvent::CqErr { cq });
         let hit: Vec<u32> = self
             .qps
             .iter()
@@ -583,17 +598,35 @@ impl Verbs for EmuVerbs {
                 format!("depth {depth} out of range"),
             ));
         }
-        self.cqs.push(Cq {
+        self.cqs.push(Some(Cq {
             depth,
             entries: VecDeque::new(),
             overflowed: false,
-        });
+        }));
         Ok(self.cqs.len() as u32 - 1)
+    }
+
+    fn destroy_cq(&mut self, cq: u32) -> Result<()> {
+        if self.cqs.get(cq as usize).is_none_or(Option::is_none) {
+            return Err(call_err(
+                "ibv_destroy_cq",
+                format!("no completion queue {cq}"),
+            ));
+        }
+        // ibv_destroy_cq(3): fails (EBUSY) while a queue pair uses it.
+        if let Some(qpn) = self.qps.iter().find(|(_, q)| q.cq == cq).map(|(n, _)| *n) {
+            return Err(call_err(
+                "ibv_destroy_cq",
+                format!("EBUSY: completion queue {cq} still has queue pair {qpn}"),
+            ));
+        }
+        self.cqs[cq as usize] = None;
+        Ok(())
     }
 
     fn create_qp(&mut self, cq: u32, max_send: u32, max_recv: u32) -> Result<u32> {
         self.check_profile("ibv_create_qp", |p| p.check_qp(max_send, max_recv))?;
-        if cq as usize >= self.cqs.len() || max_send == 0 || max_recv == 0 {
+        if self.cqs.get(cq as usize).is_none_or(Option::is_none) || max_send == 0 || max_recv == 0 {
             return Err(call_err(
                 "ibv_create_qp",
                 format!("bad attributes: cq {cq}, max_send {max_send}, max_recv {max_recv}"),
@@ -605,8 +638,15 @@ impl Verbs for EmuVerbs {
                 format!("the emulated device holds at most {QP_SLOTS} queue pairs"),
             ));
         }
-        let qpn = self.next_qpn;
-        self.next_qpn += 1;
+        // A number whose table slot no live QP holds (a destroyed QP's
+        // slot is taken again under a new number: peers of the old one
+        // find the number changed and stop).
+        let mut qpn = self.next_qpn;
+        let slot = |n: u32| n as usize % QP_SLOTS;
+        while self.qps.keys().any(|&q| slot(q) == slot(qpn)) {
+            qpn += 1;
+        }
+        self.next_qpn = qpn + 1;
         self.qps.insert(
             qpn,
             Qp {
@@ -628,7 +668,22 @@ impl Verbs for EmuVerbs {
             },
         );
         self.table.publish(qpn, QpState::Reset, true);
+        if self.link_up_at.is_some() {
+            self.table.set_link_down(std::iter::once(qpn), true);
+        }
         Ok(qpn)
+    }
+
+    fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.qp_mut("ibv_destroy_qp", qpn)?;
+        // Outstanding work is discarded (ibv_destroy_qp(3)): no completion
+        // for it reaches the CQ, and the peer's WRITEs find the QP gone.
+        self.qps.remove(&qpn);
+        self.watched.remove(&qpn);
+        self.dma.remove(&qpn);
+        self.late.retain(|l| l.qpn != qpn);
+        self.table.close(std::iter::once(qpn));
+        Ok(())
     }
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
@@ -699,7 +754,9 @@ impl Verbs for EmuVerbs {
         self.release_late();
         self.flush_pending();
         self.drain_rings();
-        let q = &mut self.cqs[cq as usize];
+        let Some(q) = self.cqs[cq as usize].as_mut() else {
+            return Err(call_err("ibv_poll_cq", format!("no completion queue {cq}")));
+        };
         if q.overflowed {
             return Err(VerbsError::CqOverflow {
                 device: self.port.name(),
@@ -766,8 +823,9 @@ impl Verbs for EmuVerbs {
 
 impl Drop for EmuVerbs {
     fn drop(&mut self) {
+        CONTEXTS_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         // The NIC is gone: none of its QPs answers, no region is valid.
-        self.table.close();
+        self.table.close(self.qps.keys().copied());
         for m in self.mrs.values() {
             if let Some(r) = &m.region {
                 r.invalidate();

@@ -23,9 +23,10 @@ const MAGIC: u64 = 0x534e_434c_4942_454d; // "SNCLIBEM"
 /// at byte [`NAME_AT`]).
 const DMABUF: u64 = 0x444d_4142_5546; // "DMABUF"
 const NAME_AT: usize = 64;
-/// QPs one emulated device can hold (the transport opens one device per
-/// peer with at most `MAX_QPS_PER_CONN` QPs).
-pub(super) const QP_SLOTS: usize = crate::MAX_QPS_PER_CONN;
+/// QPs one emulated device can hold at once: the process's one context
+/// per port serves every connection (`context.rs`), 64 peers at 8 QPs
+/// each, or 8 ranks of one process (threads) at 8 peers of 8 QPs.
+pub(super) const QP_SLOTS: usize = 512;
 /// Messages a QP's inbound ring holds (more than the transport's largest
 /// FIFO, 256 slots, plus credits and an abort).
 const RING: usize = 512;
@@ -281,6 +282,8 @@ impl LocalTable {
         if new {
             let head = self.0.word(e + 1).load(Ordering::Acquire);
             self.0.word(e + 2).store(head, Ordering::Release);
+            // A destroyed QP's slot may be taken again: its link word too.
+            self.0.word(e + 4).store(0, Ordering::Release);
         }
         if matches!(state, QpState::Reset | QpState::Init) {
             self.0.word(e + 3).store(0, Ordering::Release);
@@ -301,11 +304,12 @@ impl LocalTable {
         self.0.word(entry(qpn) + 3).store(w, Ordering::Release);
     }
 
-    /// Marks the port's link down or up for every QP's peers (word 4).
-    pub fn set_link_down(&self, down: bool) {
-        for i in 0..QP_SLOTS {
+    /// Marks the port's link down or up for the peers of the QPs `qpns`
+    /// (word 4).
+    pub fn set_link_down(&self, qpns: impl Iterator<Item = u32>, down: bool) {
+        for qpn in qpns {
             self.0
-                .word(i * ENTRY_WORDS + 4)
+                .word(entry(qpn) + 4)
                 .store(u64::from(down), Ordering::Release);
         }
     }
@@ -326,10 +330,10 @@ impl LocalTable {
         })
     }
 
-    /// Marks every QP gone (the device closes).
-    pub fn close(&self) {
-        for i in 0..QP_SLOTS {
-            self.0.word(i * ENTRY_WORDS).store(0, Ordering::Release);
+    /// Marks the QPs `qpns` gone (destroyed, or the device closes).
+    pub fn close(&self, qpns: impl Iterator<Item = u32>) {
+        for qpn in qpns {
+            self.0.word(entry(qpn)).store(0, Ordering::Release);
         }
     }
 }

@@ -191,7 +191,10 @@ fn cq_overflow_fails_the_queue() {
     let mut out = Vec::new();
     let e = b.dev.poll_cq(b.cq, 8, &mut out).unwrap_err().to_string();
     assert!(e.contains("overflowed"), "{e}");
-    assert_eq!(b.dev.poll_async_event(), Some(AsyncEvent::CqErr));
+    assert_eq!(
+        b.dev.poll_async_event(),
+        Some(AsyncEvent::CqErr { cq: b.cq })
+    );
 }
 
 #[test]

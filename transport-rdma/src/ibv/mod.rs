@@ -485,6 +485,7 @@ impl Verbs for IbvVerbs {
         let cq = *self
             .cqs
             .get(cq as usize)
+            .filter(|c| !c.is_null())
             .ok_or_else(|| self.err("ibv_create_qp", format!("no CQ {cq}")))?;
         let mut attr = ffi::QpInitAttr {
             qp_context: std::ptr::null_mut(),
@@ -511,6 +512,49 @@ impl Verbs for IbvVerbs {
         let qpn = unsafe { (*qp).qp_num };
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        let qp = self.qp("ibv_destroy_qp", qpn)?;
+        // SAFETY: a live queue pair of this context, destroyed once (it
+        // leaves the table below whatever the outcome: after a failed
+        // destroy libibverbs gives no way to use it again either).
+        let rc = unsafe { (self.lib.destroy_qp)(qp) };
+        self.qps.remove(&qpn);
+        if rc != 0 {
+            return Err(self.err(
+                "ibv_destroy_qp",
+                format!("QP {qpn}: {}", std::io::Error::from_raw_os_error(rc)),
+            ));
+        }
+        Ok(())
+    }
+
+    fn destroy_cq(&mut self, cq: u32) -> Result<()> {
+        let slot = self
+            .cqs
+            .get_mut(cq as usize)
+            .filter(|c| !c.is_null())
+            .ok_or_else(|| VerbsError::Call {
+                device: self.port.name(),
+                op: "ibv_destroy_cq",
+                detail: format!("no CQ {cq}"),
+            })?;
+        let cqp = std::mem::replace(slot, std::ptr::null_mut());
+        // SAFETY: a live completion queue of this context whose queue
+        // pairs were destroyed first (the connection destroys them before
+        // it); its slot is nulled above so it is destroyed once.
+        let rc = unsafe { (self.lib.destroy_cq)(cqp) };
+        if rc != 0 {
+            return Err(self.err(
+                "ibv_destroy_cq",
+                format!(
+                    "CQ {cq}: {} (queue pairs still on it?)",
+                    std::io::Error::from_raw_os_error(rc)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn modify_qp(&mut self, qpn: u32, to: QpTransition) -> Result<()> {
@@ -625,6 +669,7 @@ impl Verbs for IbvVerbs {
         let cqp = *self
             .cqs
             .get(cq as usize)
+            .filter(|c| !c.is_null())
             .ok_or_else(|| self.err("ibv_poll_cq", format!("no CQ {cq}")))?;
         self.wcs.resize(max, ffi::Wc::default());
         // SAFETY: verbs.h's inline ibv_poll_cq through the ops table; `wcs`
@@ -665,7 +710,14 @@ impl Verbs for IbvVerbs {
             return None;
         }
         let out = match ev.event_type {
-            0 => AsyncEvent::CqErr,
+            0 => AsyncEvent::CqErr {
+                // For CQ events the element is the `ibv_cq`.
+                cq: self
+                    .cqs
+                    .iter()
+                    .position(|c| c.cast() == ev.element)
+                    .map_or(u32::MAX, |i| i as u32),
+            },
             1..=3 => AsyncEvent::QpFatal {
                 // SAFETY: for QP events the element is the `ibv_qp`.
                 qpn: unsafe { (*ev.element.cast::<ffi::QpHead>()).qp_num },
@@ -697,7 +749,7 @@ impl Drop for IbvVerbs {
             for r in self.mrs.values() {
                 (self.lib.dereg_mr)(r.mr);
             }
-            for cq in &self.cqs {
+            for cq in self.cqs.iter().filter(|c| !c.is_null()) {
                 (self.lib.destroy_cq)(*cq);
             }
             if !self.pd.is_null() {

@@ -12,7 +12,7 @@ use comm_core::transport::{Connection, Outgoing, Space};
 use comm_core::wire::{Collective, Fingerprint, PieceHeader};
 use comm_core::{DataType, ReduceOp};
 use sncl_bootstrap::{MemoryStore, Store, TcpStore, TcpStoreServer};
-use transport_rdma::{establish, IbSettings, Provider, RdmaConnection, RdmaSetup};
+use transport_rdma::{establish, ContextScope, IbSettings, Provider, RdmaConnection, RdmaSetup};
 
 /// Set in a child's environment: the name of the test whose child body runs.
 pub const CHILD_ENV: &str = "RDMA_TEST_CHILD";
@@ -50,6 +50,7 @@ pub fn rdma_setup(rank: usize, slots: usize, slot_bytes: usize, qps: usize) -> R
         slot_bytes,
         deadline: Instant::now() + Duration::from_secs(20),
         liveness_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+        context: ContextScope::Process,
     }
 }
 
@@ -82,8 +83,10 @@ pub fn pair_with(
 ) -> (RdmaConnection, RdmaConnection) {
     let store = MemoryStore::new();
     let s1 = store.for_rank(1);
+    // Two nodes as threads: each its own NIC (a fault stays on its side).
     let setup = move |rank| RdmaSetup {
         settings: settings.clone(),
+        context: ContextScope::Connection,
         ..rdma_setup(rank, slots, slot_bytes, 1)
     };
     let setup1 = setup(1);
