@@ -44,6 +44,9 @@ pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
 /// The wr_id of credits: a credit a peer that has left cannot take is not
 /// an error by itself (see [`RdmaConnection::peer_left`]).
 const CREDIT_WR_ID: u64 = u64::MAX - 1;
+/// A signalled zero-length WRITE whose completion retires the unsignalled
+/// WRITEs before it (`sendq.rs`: a staging slot waiting to be reused).
+pub(crate) const FENCE_WR_ID: u64 = u64::MAX - 2;
 /// Data writes of lent pieces carry this bit with their piece number.
 pub(crate) const LENT_TAG: u64 = 1 << 62;
 /// Payload writes of device pieces (GPUDirect) carry this bit.
@@ -58,7 +61,14 @@ const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// Credits, aborts, probes and boards (not a piece, not a receive).
 fn is_control(wr_id: u64) -> bool {
-    wr_id == CONTROL_WR_ID || wr_id == CREDIT_WR_ID
+    wr_id == CONTROL_WR_ID || wr_id == CREDIT_WR_ID || wr_id == FENCE_WR_ID
+}
+
+/// The staging slot a piece's WRITE reads (not a control request, not a
+/// lent or GPUDirect payload).
+pub(crate) fn staged_slot(wr_id: u64, slots: usize) -> Option<usize> {
+    (!is_control(wr_id) && wr_id & (LENT_TAG | GDR_TAG | RECV_TAG) == 0)
+        .then_some((wr_id % slots as u64) as usize)
 }
 
 /// A receive work request's completion.
@@ -103,16 +113,16 @@ pub struct RdmaConnection {
     pub(crate) qps: Vec<u32>,
     sq_depth: u32,
     /// Posted work requests per QP, and which are signalled (`sendq.rs`).
-    sendq: SendQueues,
+    pub(crate) sendq: SendQueues,
     fifo_mr: Mr,
-    staging_mr: Mr,
+    pub(crate) staging_mr: Mr,
     pub(crate) fifo: Buf,
     staging: Buf,
     pub(crate) remote_fifo: (u64, u32),
     pub(crate) slots: usize,
     pub(crate) slot_bytes: usize,
     pub(crate) sent: u64,
-    acked: u64,
+    pub(crate) acked: u64,
     pub(crate) received: u64,
     credited: u64,
     /// Per inbound slot: the bytes announced by its immediate, once arrived.
@@ -150,7 +160,7 @@ impl RdmaConnection {
             peer: p.peer,
             device: p.dev.port().name(),
             cq: p.cq,
-            sendq: SendQueues::new(p.qps.len()),
+            sendq: SendQueues::new(p.qps.len(), p.slots),
             qps: p.qps,
             sq_depth: p.sq_depth,
             fifo_mr: p.fifo,
@@ -264,7 +274,7 @@ impl RdmaConnection {
     ) -> Result<(), TransportError> {
         let limit = self.sq_depth.saturating_sub(SQ_RESERVE).max(1);
         self.sendq.mark(q, wrs, limit, |w| {
-            !is_control(w.wr_id) && w.wr_id & (LENT_TAG | GDR_TAG) != 0
+            w.wr_id == FENCE_WR_ID || (!is_control(w.wr_id) && w.wr_id & (LENT_TAG | GDR_TAG) != 0)
         });
         let qpn = self.qps[q];
         let posted = if wrs.len() == 1 {
@@ -279,7 +289,8 @@ impl RdmaConnection {
             );
             return Err(self.fail(false, detail));
         }
-        self.sendq.posted(q, wrs);
+        let slots = self.slots;
+        self.sendq.posted(q, wrs, |w| staged_slot(w.wr_id, slots));
         Ok(())
     }
 
@@ -589,21 +600,6 @@ impl RdmaConnection {
             rkey: self.remote_fifo.1,
             imm: Some(imm_data(slot, announced)),
         }
-    }
-
-    /// Whether the FIFO has a free slot for the next piece; an abort seen
-    /// from the peer while it is full is an error.
-    pub(crate) fn fifo_room(&self) -> Result<bool, TransportError> {
-        if self.sent - self.acked >= self.slots as u64 {
-            if let Some(cause) = self.peer_aborted {
-                return Err(TransportError::PeerAborted {
-                    peer: self.peer,
-                    cause,
-                });
-            }
-            return Ok(false);
-        }
-        Ok(true)
     }
 
     pub(crate) fn transport_err(&self, source: TransportError) -> Error {

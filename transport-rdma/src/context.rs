@@ -198,6 +198,10 @@ impl Verbs for ContextHandle {
         self.with(|s| s.verbs.dereg_user_mr(mr))
     }
 
+    fn prefetch_on_demand(&mut self, mr: &Mr, addr: u64, len: usize) -> Result<bool> {
+        self.with(|s| s.verbs.prefetch_on_demand(mr, addr, len))
+    }
+
     fn supports_on_demand(&mut self) -> bool {
         self.with(|s| s.verbs.supports_on_demand())
     }

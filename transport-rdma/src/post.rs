@@ -8,7 +8,7 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::transport::{Connection, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 
-use crate::conn::{RdmaConnection, LENT_TAG, SQ_RESERVE, ZERO_COPY_MIN};
+use crate::conn::{RdmaConnection, FENCE_WR_ID, LENT_TAG, SQ_RESERVE, ZERO_COPY_MIN};
 use crate::regcache::ZeroCopy;
 use crate::verbs::SendWr;
 
@@ -132,6 +132,45 @@ impl RdmaConnection {
         self.post_piece(q, self.sent, header, payload, announced)?;
         self.sent += 1;
         Ok(true)
+    }
+
+    /// Whether the next piece may take its slot: the peer credited the
+    /// slot (an abort seen from the peer while the FIFO is full is an
+    /// error), and no WRITE still reads this side's staging slot — a
+    /// WRITE's source is the NIC's until a completion covering it is
+    /// polled (ibv_post_send(3)), however long ago the peer consumed the
+    /// data (`sendq.rs`). Where no completion that would retire it is
+    /// coming (it and everything after it on its QP unsignalled), a
+    /// signalled zero-length WRITE is posted behind it.
+    pub(crate) fn fifo_room(&mut self) -> Result<bool, TransportError> {
+        if self.sent - self.acked >= self.slots as u64 {
+            if let Some(cause) = self.peer_aborted {
+                return Err(TransportError::PeerAborted {
+                    peer: self.peer,
+                    cause,
+                });
+            }
+            return Ok(false);
+        }
+        let slot = (self.sent % self.slots as u64) as usize;
+        match self.sendq.reader(slot) {
+            None => Ok(true),
+            Some((_, true)) => Ok(false),
+            Some((q, false)) => {
+                if self.sq_room(q, 1) {
+                    let fence = SendWr {
+                        signaled: true,
+                        wr_id: FENCE_WR_ID,
+                        local: (self.staging_mr.addr, 0, self.staging_mr.lkey),
+                        remote_addr: self.remote_fifo.0,
+                        rkey: self.remote_fifo.1,
+                        imm: None,
+                    };
+                    self.post(q, fence)?;
+                }
+                Ok(false)
+            }
+        }
     }
 
     /// Checks a piece before it is sent.

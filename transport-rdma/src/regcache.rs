@@ -55,6 +55,9 @@ const PAGE: u64 = 4096;
 struct Entry {
     mr: Mr,
     last_use: u64,
+    /// On demand: the part of the registration asked to be prefetched
+    /// since the connection was last idle (start, end).
+    prefetched: Option<(u64, u64)>,
 }
 
 /// The registrations of one connection's device.
@@ -67,6 +70,8 @@ pub(crate) struct RegCache {
     clock: u64,
     /// Registrations made and dropped (for tests and logs).
     pub(crate) made: u64,
+    /// Prefetches asked for on-demand registrations.
+    pub(crate) prefetches: u64,
 }
 
 impl RegCache {
@@ -79,6 +84,7 @@ impl RegCache {
             limit,
             clock: 0,
             made: 0,
+            prefetches: 0,
         }
     }
 
@@ -99,13 +105,14 @@ impl RegCache {
     ) -> Result<Mr> {
         self.clock += 1;
         let end = addr + len as u64;
-        if let Some(e) = self
+        if let Some(i) = self
             .entries
-            .iter_mut()
-            .find(|e| e.mr.addr <= addr && end <= e.mr.addr + e.mr.len as u64)
+            .iter()
+            .position(|e| e.mr.addr <= addr && end <= e.mr.addr + e.mr.len as u64)
         {
-            e.last_use = self.clock;
-            return Ok(e.mr);
+            self.entries[i].last_use = self.clock;
+            self.prefetch(dev, i, addr, end);
+            return Ok(self.entries[i].mr);
         }
         let (on_demand, align) = match self.mode {
             ZeroCopy::OnDemand => (true, WINDOW),
@@ -122,8 +129,41 @@ impl RegCache {
         self.entries.push(Entry {
             mr,
             last_use: self.clock,
+            prefetched: None,
         });
+        self.prefetch(dev, self.entries.len() - 1, addr, end);
         Ok(mr)
+    }
+
+    /// On demand: asks the NIC to translate the pages from `addr` to the
+    /// end of entry `i`'s window before the WRITE reads them (issue 36,
+    /// risk 8: an ODP page fault stalls the QP for about a millisecond;
+    /// `ibv_advise_mr(3)` prefetch, asynchronous), once per window between
+    /// two idle points, so a buffer sent in pieces costs one call per
+    /// 2 MiB, and memory unmapped and mapped again since is fetched again
+    /// at its next step. Advice only: a failure is logged, not fatal.
+    fn prefetch(&mut self, dev: &mut dyn Verbs, i: usize, addr: u64, end: u64) {
+        if self.mode != ZeroCopy::OnDemand {
+            return;
+        }
+        let e = &mut self.entries[i];
+        if e.prefetched.is_some_and(|(lo, hi)| lo <= addr && end <= hi) {
+            return;
+        }
+        let stop = e.mr.addr + e.mr.len as u64;
+        match dev.prefetch_on_demand(&e.mr, addr, (stop - addr) as usize) {
+            Ok(_) => {
+                self.prefetches += 1;
+                e.prefetched = Some(match e.prefetched {
+                    Some((lo, hi)) if lo <= stop && addr <= hi => (lo.min(addr), hi.max(stop)),
+                    _ => (addr, stop),
+                });
+            }
+            Err(err) => {
+                tracing::debug!("rdma: prefetching a lent buffer's pages: {err}");
+                e.prefetched = Some((addr, stop));
+            }
+        }
     }
 
     /// Sends lent pieces through the staging copy from now on (a
@@ -141,6 +181,9 @@ impl RegCache {
             ZeroCopy::Off => self.clear(dev),
             ZeroCopy::Pinned => self.clear(dev),
             ZeroCopy::OnDemand => {
+                // Pages may be unmapped and mapped again before the next
+                // step: its first use of each window prefetches again.
+                self.entries.iter_mut().for_each(|e| e.prefetched = None);
                 if self.registered <= self.limit {
                     return;
                 }

@@ -296,6 +296,9 @@ pub struct VerbsCounters {
     pub send_wrs: u64,
     /// Send completions reported (every send work request is signalled).
     pub send_completions: u64,
+    /// Page faults the NIC took on on-demand registrations (strict
+    /// emulation; issue 36, risk 8): each stalls its queue pair.
+    pub odp_faults: u64,
 }
 
 /// An asynchronous event (`enum ibv_event_type`, the ones that matter).
@@ -422,6 +425,17 @@ pub trait Verbs: Send {
     /// Deregisters a region from [`Verbs::reg_user_mr`] or
     /// [`Verbs::reg_dmabuf_mr`] (the memory stays the caller's).
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()>;
+    /// Asks the device to translate `len` bytes at `addr` of the on-demand
+    /// registration `mr` before work requests read them
+    /// (`ibv_advise_mr(3)`, `IBV_ADVISE_MR_ADVICE_PREFETCH`, asynchronous),
+    /// so that a first pass over fresh memory does not stall on the NIC's
+    /// page faults. `Ok(false)`: this provider cannot (it is advice:
+    /// nothing breaks without it); an error: the range is not in an
+    /// on-demand registration.
+    fn prefetch_on_demand(&mut self, mr: &Mr, addr: u64, len: usize) -> Result<bool> {
+        let _ = (mr, addr, len);
+        Ok(false)
+    }
     /// Whether on-demand registration (ODP) works on this device: a
     /// registration made once stays valid for any later use of the range.
     fn supports_on_demand(&mut self) -> bool;

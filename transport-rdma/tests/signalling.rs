@@ -76,3 +76,52 @@ fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
         "{credits} credit doorbells per piece"
     );
 }
+
+/// A staging slot is reused only once a completion covering the WRITE
+/// that read it was polled, not as soon as the peer credits it
+/// (ibv_post_send(3); the strict provider fails a WRITE whose source
+/// changed before that completion). With 4 QPs over 8 slots a piece's
+/// slot comes round after two more WRITEs on its QP, before the one in
+/// four that is signalled: the connection posts a signalled zero-length
+/// WRITE (a fence) instead of overwriting the slot.
+#[test]
+fn a_staging_slot_waits_for_the_completion_of_the_write_that_read_it() {
+    const SMALL: usize = 64 << 10;
+    let strict = transport_rdma::IbSettings {
+        emulate_strict: true,
+        ..settings(4)
+    };
+    let (mut a, mut b) = pair_with(8, SMALL, strict);
+    let piece = SMALL - comm_core::wire::HEADER_BYTES;
+    let pieces = 256;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut sent, mut got) = (0, 0);
+    while got < pieces {
+        assert!(Instant::now() < deadline, "sent {sent}, got {got}");
+        while sent < pieces {
+            let data = payload(0, 1, sent, piece);
+            let h = header(piece, sent as u64 + 1);
+            if !a.try_post_send(&h, Outgoing::copied(&data)).unwrap() {
+                break;
+            }
+            sent += 1;
+        }
+        a.flush().unwrap();
+        while b
+            .try_recv(Space::Host, &mut |h, p| {
+                assert_eq!(h.seq, got as u64 + 1);
+                assert!(
+                    p.host().expect("a host piece") == payload(0, 1, got, piece).as_slice(),
+                    "piece {got}"
+                );
+                Ok(())
+            })
+            .unwrap()
+        {
+            got += 1;
+        }
+    }
+    while !a.flush().unwrap() {
+        assert!(Instant::now() < deadline);
+    }
+}

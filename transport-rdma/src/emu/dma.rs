@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::odp::OdpAccess;
 use super::strict::{Dma, End};
 use super::EmuVerbs;
 use crate::verbs::{AsyncEvent, WcStatus};
@@ -81,6 +82,9 @@ impl EmuVerbs {
             return;
         }
         let n = (len - d.done).min(CHUNK);
+        if self.odp_stall(&d, n) {
+            return;
+        }
         if n > 0 {
             let at = d.done as u64;
             if let Err(status) = self.copy(gid, (laddr + at, n, lkey), (raddr + at, rkey)) {
@@ -104,6 +108,25 @@ impl EmuVerbs {
             End::Acked => self.complete_send_as(qpn, d.wr_id, WcStatus::SUCCESS, d.signaled),
             End::Unanswered => self.fail_unanswered(qpn, d.wr_id),
             End::Status(s) => self.complete_send_as(qpn, d.wr_id, s, d.signaled),
+        }
+    }
+
+    /// Whether the next `n` bytes of `d` read pages of an on-demand
+    /// registration the NIC has not translated yet (`odp.rs`): the first
+    /// such read faults (counted) and the QP waits for the fault.
+    fn odp_stall(&mut self, d: &Dma, n: usize) -> bool {
+        let (laddr, len, lkey) = d.local;
+        let Some(pages) = self.mrs.get_mut(&lkey).and_then(|m| m.odp.as_mut()) else {
+            return false;
+        };
+        let at = laddr + d.done as u64;
+        match pages.access(at, n, (laddr, len), Instant::now()) {
+            OdpAccess::Ready => false,
+            OdpAccess::Resolving => true,
+            OdpAccess::Faulted => {
+                self.counted.odp_faults += 1;
+                true
+            }
         }
     }
 

@@ -26,6 +26,7 @@ mod checks;
 mod copy;
 mod dma;
 mod modify;
+mod odp;
 mod pinning;
 mod post;
 mod profile;
@@ -66,6 +67,11 @@ struct LocalMr {
     mr: Mr,
     /// Bytes strict mode charged as pinned (0 otherwise).
     pinned: u64,
+    /// An on-demand registration (`ibv_advise_mr` takes only these).
+    on_demand: bool,
+    /// Strict mode, on demand: which pages the NIC has translated
+    /// (`odp.rs`).
+    odp: Option<odp::OdpPages>,
 }
 
 /// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
@@ -433,6 +439,8 @@ impl Verbs for EmuVerbs {
                 dmabuf: None,
                 mr,
                 pinned,
+                on_demand: false,
+                odp: None,
             },
         );
         Ok(mr)
@@ -463,6 +471,8 @@ impl Verbs for EmuVerbs {
                 dmabuf: None,
                 mr,
                 pinned: 0,
+                on_demand,
+                odp: (on_demand && self.strict.is_some()).then(|| odp::OdpPages::new(addr, len)),
             },
         );
         Ok(mr)
@@ -481,6 +491,41 @@ impl Verbs for EmuVerbs {
                 format!("no user registration with lkey {:#x}", mr.lkey),
             )),
         }
+    }
+
+    fn prefetch_on_demand(&mut self, mr: &Mr, addr: u64, len: usize) -> Result<bool> {
+        let m = self
+            .mrs
+            .get_mut(&mr.lkey)
+            .filter(|m| m.mr == *mr)
+            .ok_or_else(|| {
+                call_err(
+                    "ibv_advise_mr",
+                    format!("no registration with lkey {:#x}", mr.lkey),
+                )
+            })?;
+        // drivers/infiniband/hw/mlx5/odp.c: prefetch of a registration that
+        // is not on demand, or outside it, is EINVAL.
+        if !m.on_demand || addr < mr.addr || addr + len as u64 > mr.addr + mr.len as u64 {
+            return Err(call_err(
+                "ibv_advise_mr",
+                format!(
+                    "EINVAL: prefetch of {len} bytes at {addr:#x} in {} registration of {} \
+                     bytes at {:#x}",
+                    if m.on_demand {
+                        "the on-demand"
+                    } else {
+                        "a pinned"
+                    },
+                    mr.len,
+                    mr.addr
+                ),
+            ));
+        }
+        if let Some(pages) = &mut m.odp {
+            pages.prefetch(addr, len, std::time::Instant::now());
+        }
+        Ok(true)
     }
 
     fn supports_on_demand(&mut self) -> bool {
@@ -561,6 +606,8 @@ impl Verbs for EmuVerbs {
                 dmabuf: Some((Arc::new(map), start)),
                 mr,
                 pinned: 0,
+                on_demand: false,
+                odp: None,
             },
         );
         Ok(mr)

@@ -33,6 +33,11 @@ pub struct Context {
     pub cmd_fd: c_int,
     pub async_fd: c_int,
     pub num_comp_vectors: c_int,
+    _mutex: libc::pthread_mutex_t,
+    /// `UINTPTR_MAX` where the context is the tail of a `struct
+    /// verbs_context` (every provider since rdma-core 13): the extended ops
+    /// lie before it (`verbs_get_ctx` in verbs.h).
+    pub abi_compat: *mut c_void,
 }
 
 /// `struct ibv_wc`.

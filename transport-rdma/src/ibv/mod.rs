@@ -4,6 +4,7 @@
 //! device: none of the project's machines has one, so it has never run in
 //! CI (the emulated provider carries the transport's tests).
 
+mod advise;
 pub(crate) mod attr;
 pub(crate) mod ffi;
 
@@ -426,6 +427,46 @@ impl Verbs for IbvVerbs {
             ));
         }
         self.dereg_mr(mr)
+    }
+
+    fn prefetch_on_demand(&mut self, mr: &Mr, addr: u64, len: usize) -> Result<bool> {
+        if !self.mrs.contains_key(&mr.lkey) {
+            return Err(self.err(
+                "ibv_advise_mr",
+                format!("no region with lkey {:#x}", mr.lkey),
+            ));
+        }
+        let pd = self.pd;
+        // SAFETY: `ctx` is this value's open context.
+        let Some(advise) = (unsafe { advise::advise_mr_op(self.ctx) }) else {
+            return Ok(false);
+        };
+        // One scatter entry holds at most 4 GiB - 1.
+        let mut at = addr;
+        let end = addr + len as u64;
+        while at < end {
+            let n = (end - at).min(u64::from(u32::MAX) & !0xfff);
+            let mut sge = ffi::Sge {
+                addr: at,
+                length: n as u32,
+                lkey: mr.lkey,
+            };
+            // SAFETY: the provider's advise_mr on this context's PD with one
+            // valid scatter entry of a registration of this PD; no FLUSH:
+            // the kernel prefetches asynchronously.
+            let rc = unsafe { advise(pd, advise::ADVICE_PREFETCH, 0, &mut sge, 1) };
+            if rc != 0 {
+                return Err(self.err(
+                    "ibv_advise_mr",
+                    format!(
+                        "prefetch of {n} bytes at {at:#x}: {}",
+                        std::io::Error::from_raw_os_error(rc)
+                    ),
+                ));
+            }
+            at += n;
+        }
+        Ok(true)
     }
 
     fn supports_on_demand(&mut self) -> bool {

@@ -242,3 +242,67 @@ impl Bed {
         self.try_post(signaled).unwrap();
     }
 }
+
+/// A WRITE of `len` bytes from the user registration `mr` (at its start)
+/// on QP pair 0; returns how long until its completion.
+fn write_user(s: &mut Bed, mr: &Mr, len: usize) -> std::time::Duration {
+    let wr = SendWr {
+        signaled: true,
+        wr_id: 9,
+        local: (mr.addr, len as u32, mr.lkey),
+        remote_addr: s.b_mr.addr,
+        rkey: s.b_mr.rkey,
+        imm: None,
+    };
+    let t0 = std::time::Instant::now();
+    s.a.post_send(s.qps[0].0, &wr).unwrap();
+    while s.poll_a().is_empty() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "no completion"
+        );
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn an_on_demand_source_faults_on_first_touch_unless_prefetched() {
+    let mut s = bed(true, 1);
+    let user = vec![5u8; 256 << 10];
+    let (addr, len) = (user.as_ptr() as u64, user.len());
+    // SAFETY: `user` outlives every WRITE below (each is polled to its
+    // completion) and is deregistered before it is dropped.
+    let mr = unsafe { s.a.reg_user_mr(addr, len, true) }.unwrap();
+    let took = write_user(&mut s, &mr, len);
+    assert_eq!(
+        s.a.counters().odp_faults,
+        1,
+        "one fault for the work request"
+    );
+    assert!(
+        took >= odp::ODP_FAULT,
+        "the QP stalled on the fault: {took:?}"
+    );
+    // Its pages are translated now: a second pass does not fault.
+    write_user(&mut s, &mr, len);
+    assert_eq!(s.a.counters().odp_faults, 1);
+    s.a.dereg_user_mr(&mr).unwrap();
+
+    // A prefetched registration (ibv_advise_mr) does not fault at all.
+    // SAFETY: as above.
+    let mr = unsafe { s.a.reg_user_mr(addr, len, true) }.unwrap();
+    assert!(s.a.prefetch_on_demand(&mr, addr, len).unwrap());
+    write_user(&mut s, &mr, len);
+    assert_eq!(s.a.counters().odp_faults, 1, "no new fault");
+    // Prefetch is for on-demand registrations only (odp.c: EINVAL).
+    assert!(s.a.prefetch_on_demand(&mr, addr, len + 4096).is_err());
+    s.a.dereg_user_mr(&mr).unwrap();
+    // SAFETY: as above.
+    let pinned = unsafe { s.a.reg_user_mr(addr, len, false) }.unwrap();
+    let e = s.a.prefetch_on_demand(&pinned, addr, len).unwrap_err();
+    assert!(e.to_string().contains("EINVAL"), "{e}");
+    // A pinned source never faults.
+    write_user(&mut s, &pinned, len);
+    assert_eq!(s.a.counters().odp_faults, 1);
+    s.a.dereg_user_mr(&pinned).unwrap();
+}
