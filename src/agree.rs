@@ -36,7 +36,6 @@
 //! ranks (docs/FAULTS.md).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +44,7 @@ use comm_core::{Error, Result};
 use sncl_bootstrap::{MemoryStore, PrefixStore, Store, TcpStore};
 
 use crate::comm::Inner;
+use crate::recovery::{probe, Probe, PROBE_WAIT};
 use crate::shrink::derived_id;
 use crate::Communicator;
 
@@ -54,27 +54,6 @@ const AGREE_TAG: u64 = 0x0061_6772_6565; // "agree"
 const LOOK_FOR_DECISION_AFTER: Duration = Duration::from_millis(300);
 /// How often waiting ranks check that their coordinator is still alive.
 const POLL: Duration = Duration::from_millis(250);
-/// How long one liveness probe waits for a TCP connection.
-const PROBE_WAIT: Duration = Duration::from_secs(1);
-
-/// What one TCP connection to a rank's standby store says about the rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Probe {
-    /// Its kernel accepted: the process exists (it may be slow or stopped).
-    Alive,
-    /// Refused: nothing listens, the process is gone.
-    Gone,
-    /// No answer in time: proves nothing.
-    Unknown,
-}
-
-fn probe(addr: SocketAddr) -> Probe {
-    match TcpStream::connect_timeout(&addr, PROBE_WAIT) {
-        Ok(_) => Probe::Alive,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Gone,
-        Err(_) => Probe::Unknown,
-    }
-}
 
 pub(crate) fn encode_set(s: &BTreeSet<usize>) -> Vec<u8> {
     s.iter()

@@ -46,6 +46,9 @@ pub(crate) struct State {
     window_bytes: (u64, u64),
     /// Whether the smallest all-reduces take the lanes.
     lanes: memo::LaneChoice,
+    /// The peers connected at their first use, and what connects them
+    /// (`crate::setup::lazy`; `None`: every peer was connected at init).
+    pub(crate) lazy: Option<crate::setup::lazy::LazyConnect>,
 }
 
 impl State {
@@ -142,6 +145,8 @@ pub(crate) struct InnerParts {
     pub server: Option<TcpStoreServer>,
     pub standby: Option<TcpStoreServer>,
     pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
+    /// Peers to connect at their first use (`SNCL_RUNTIME_CONNECT=1`).
+    pub lazy: Option<crate::setup::lazy::LazyConnect>,
 }
 
 impl Inner {
@@ -198,6 +203,7 @@ impl Inner {
                 mailbox: mailbox::Mailbox::default(),
                 window_bytes: (0, 0),
                 lanes: memo::LaneChoice::default(),
+                lazy: p.lazy,
             }),
             order: crate::order::IssueOrder::new(),
             store: p.store,
@@ -408,6 +414,9 @@ impl Inner {
         st.aborted = Some(reason.clone());
         for c in st.conns.iter_mut().flatten() {
             c.abort(Some(self.rank));
+        }
+        if let Some(lazy) = &st.lazy {
+            lazy.note_abort(Some(self.rank));
         }
         self.auto_dump(&reason);
     }

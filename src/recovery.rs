@@ -5,9 +5,10 @@
 //! and the standby stores (see `crate::shrink`).
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use sncl_bootstrap::TcpStoreServer;
 
@@ -67,5 +68,28 @@ impl Recovery {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// How long one liveness probe waits for a TCP connection.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(1);
+
+/// What one TCP connection to a rank's standby store says about the rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Its kernel accepted: the process exists (it may be slow or stopped).
+    Alive,
+    /// Refused: nothing listens, the process is gone.
+    Gone,
+    /// No answer in time: proves nothing.
+    Unknown,
+}
+
+/// Probes the rank whose standby store listens at `addr`.
+pub(crate) fn probe(addr: SocketAddr) -> Probe {
+    match TcpStream::connect_timeout(&addr, PROBE_WAIT) {
+        Ok(_) => Probe::Alive,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Gone,
+        Err(_) => Probe::Unknown,
     }
 }

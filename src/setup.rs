@@ -17,6 +17,7 @@ use sncl_bootstrap::{store_barrier, PrefixStore, Store, TcpStoreServer};
 
 use crate::comm::{Inner, InnerParts};
 
+pub(crate) mod lazy;
 mod registry;
 pub use registry::transport_names;
 
@@ -274,12 +275,30 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         &cards,
         MemoryKind::Device,
     );
-    // 3. Connect each kind's peers, in registry order on every rank.
+    // 3. Connect each kind's peers, in registry order on every rank; a kind
+    // that connects at first use (SNCL_RUNTIME_CONNECT=1) keeps its peers
+    // for later (`setup/lazy.rs`).
     let mut conns: Vec<Option<Box<dyn Connection>>> = (0..nranks).map(|_| None).collect();
+    let mut lazy_kinds = Vec::new();
+    let mut pending: Vec<Option<usize>> = vec![None; nranks];
     for (i, k) in registry::TRANSPORTS.iter().enumerate() {
         let peers: Vec<usize> = (0..nranks)
             .filter(|&p| p != rank && transports[p] == k.name())
             .collect();
+        let later = config.runtime_connect
+            && !peers.is_empty()
+            && prepared[i].as_ref().is_some_and(|p| p.connects_lazily());
+        if later {
+            for &p in &peers {
+                pending[p] = Some(lazy_kinds.len());
+            }
+            lazy_kinds.push(lazy::LazyKind {
+                index: i,
+                prepared: prepared[i].take().expect("checked above"),
+                store: PrefixStore::new(format!("{prefix}/{}", k.name()), store.clone()),
+            });
+            continue;
+        }
         let Some(prep) = prepared[i].as_mut() else {
             if let Some(p) = peers.first() {
                 return Err(Error::Bootstrap {
@@ -303,7 +322,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
                     ),
                 });
             }
-            check_memory_kinds(rank, *k, &mut *c)?;
+            registry::check_memory_kinds(rank, *k, &mut *c)?;
             conns[p] = Some(c);
         }
         if let Some(p) = peers.iter().find(|&&p| conns[p].is_none()) {
@@ -335,7 +354,20 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         transports = %summary.join(","),
         "sncl communicator ready"
     );
-    let standby_addrs = infos.iter().map(|i| i.standby).collect();
+    let standby_addrs: Vec<Option<SocketAddr>> = infos.iter().map(|i| i.standby).collect();
+    let lazy = (!lazy_kinds.is_empty()).then(|| lazy::LazyConnect {
+        rank,
+        nranks,
+        comm_id,
+        secret,
+        node: node.clone(),
+        ip,
+        cards: cards.clone(),
+        kinds: lazy_kinds,
+        pending,
+        comm_store: PrefixStore::new(prefix.clone(), store.clone()),
+        standby: standby_addrs.clone(),
+    });
     let node_ids = infos.into_iter().map(|i| i.card.node).collect();
     Ok(Inner::new(InnerParts {
         rank,
@@ -352,6 +384,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         server,
         standby: Some(standby),
         standby_addrs,
+        lazy,
     }))
 }
 
@@ -402,34 +435,6 @@ pub(crate) fn check_world(rank: usize, nranks: usize, op: &'static str) -> Resul
         });
     }
     Ok(())
-}
-
-/// A connection moves device memory exactly when its kind declares
-/// [`MemoryKind::Device`]: the executor posts device regions to a
-/// connection that moves them and stages device pieces through host
-/// memory where it does not, so the declaration is what decides it.
-fn check_memory_kinds(
-    rank: usize,
-    kind: &dyn kinds::TransportKind,
-    c: &mut dyn Connection,
-) -> Result<()> {
-    let declared = kind.memory_kinds().contains(&MemoryKind::Device);
-    if c.memory_kinds().contains(&MemoryKind::Device) == declared {
-        return Ok(());
-    }
-    let (declares, has) = if declared {
-        ("host and device memory", "host memory only")
-    } else {
-        ("host memory only", "device memory too")
-    };
-    Err(Error::Bootstrap {
-        rank,
-        detail: format!(
-            "transport {} declares {declares}, but its connection to peer rank {} moves {has}",
-            kind.name(),
-            c.peer()
-        ),
-    })
 }
 
 /// The memory the transport kind `name` moves (empty for a name this

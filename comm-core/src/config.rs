@@ -151,6 +151,10 @@ pub struct Config {
     /// or memory, so results are bitwise reproducible
     /// ([`crate::algo::build_deterministic`]).
     pub deterministic: bool,
+    /// Whether the transports that connect lazily (RDMA) make a pair's
+    /// connection at the first operation that needs it, not at init
+    /// (`SNCL_RUNTIME_CONNECT`, NCCL's `NCCL_RUNTIME_CONNECT`).
+    pub runtime_connect: bool,
     /// The device path's own settings (`SNCL_DEVICE_*`).
     pub device: DeviceSettings,
     /// The shared-memory transport's own settings (`SNCL_SHM_*`).
@@ -180,6 +184,7 @@ impl Default for Config {
             checksum: false,
             check_roots: true,
             deterministic: false,
+            runtime_connect: true,
             device: DeviceSettings::default(),
             shm: ShmSettings::default(),
             tcp: TcpSettings::default(),

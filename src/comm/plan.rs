@@ -215,6 +215,7 @@ mod tests {
             server: None,
             standby: None,
             standby_addrs: vec![None; nranks],
+            lazy: None,
         })
     }
 

@@ -154,6 +154,14 @@ impl Inner {
         finish: impl FnOnce(Result<()>) -> Result<()>,
     ) -> Result<()> {
         self.recorded_op(st, op, (seq, fingerprint), algo.name(), bytes, |st, ctx| {
+            // Peers connected at first use: those the schedule talks to.
+            let peers = sched
+                .steps
+                .iter()
+                .flat_map(|s| s.ops.iter().filter_map(|o| o.peer()));
+            if let Err(e) = self.connect_lazily(st, ctx, peers) {
+                return finish(Err(e));
+            }
             // Where windows are in use, every rank offers its buffers first
             // and all decide alike whether the op runs directly over window
             // memory.
@@ -239,6 +247,22 @@ impl Inner {
         r
     }
 
+    /// Connects those of `peers` that wait for their first use
+    /// (`SNCL_RUNTIME_CONNECT=1`; `crate::setup::lazy`), within `ctx`'s
+    /// timeout.
+    pub(crate) fn connect_lazily(
+        &self,
+        st: &mut State,
+        ctx: &exec::OpContext,
+        peers: impl IntoIterator<Item = usize>,
+    ) -> Result<()> {
+        let State { lazy, conns, .. } = st;
+        match lazy.as_mut().filter(|l| l.pending() > 0) {
+            Some(l) => l.connect(&self.config, conns, peers, ctx, &self.abort_flag),
+            None => Ok(()),
+        }
+    }
+
     /// After a failed operation: logs it and aborts every connection, so
     /// every peer fails fast and names the rank blamed.
     pub(crate) fn fail(&self, st: &mut State, e: &Error) {
@@ -281,6 +305,9 @@ impl Inner {
             .get_or_insert_with(|| e.to_string());
         for c in st.conns.iter_mut().flatten() {
             c.abort(cause);
+        }
+        if let Some(lazy) = &st.lazy {
+            lazy.note_abort(cause);
         }
         self.auto_dump(&e.to_string());
     }

@@ -46,6 +46,10 @@ use comm_core::{Error, Result};
 use super::mailbox::{fingerprint, Backoff, Target};
 use super::{Inner, State};
 
+/// How often a receive from any source looks for unconnected peers that
+/// want to send to this rank.
+const ASK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Inner {
     fn tagged_turn<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
         let t = self.ticket();
@@ -109,6 +113,10 @@ impl Inner {
             }
             let fp = fingerprint(tag, data.len());
             let (me, comm_id) = (self.rank, self.comm_id);
+            // A peer not connected yet is connected now: its matching
+            // receive connects this rank too (`crate::setup::lazy`).
+            let ctx = self.op_context(0, fp, fp.op, self.spin);
+            self.connect_lazily(st, &ctx, [peer])?;
             let State {
                 conns,
                 mailbox,
@@ -252,6 +260,14 @@ impl Inner {
             let fp = fingerprint(tag, buf.len());
             let (me, comm_id) = (self.rank, self.comm_id);
             let len = buf.len();
+            // A named source not connected yet is connected now; a receive
+            // from any source connects the peers that ask for this rank
+            // while it waits (`crate::setup::lazy`).
+            let ctx = self.op_context(0, fp, fp.op, self.spin);
+            if let Some(s) = src.filter(|&s| s != me) {
+                self.connect_lazily(st, &ctx, [s])?;
+            }
+            let mut asked_at: Option<std::time::Instant> = None;
             let mut target = Some(Target {
                 buf,
                 tag,
@@ -263,10 +279,19 @@ impl Inner {
                 conns,
                 mailbox,
                 traffic,
+                lazy,
                 ..
             } = st;
             let mut backoff = Backoff::new();
             loop {
+                if let Some(l) = lazy
+                    .as_mut()
+                    .filter(|l| src.is_none() && l.pending() > 0)
+                    .filter(|_| asked_at.is_none_or(|t| t.elapsed() >= ASK_EVERY))
+                {
+                    asked_at = Some(std::time::Instant::now());
+                    l.connect_askers(&self.config, conns, &ctx, &self.abort_flag)?;
+                }
                 // The earliest parked match wins, once it is complete
                 // (unless a message is already arriving into the buffer).
                 let direct = target.as_ref().is_some_and(|t| t.matched.is_some());
@@ -328,7 +353,9 @@ impl Inner {
                         Some(s) => s == p,
                         None => p != me,
                     })
-                    .filter(|&p| conns[p].is_some())
+                    .filter(|&p| {
+                        conns[p].is_some() || lazy.as_ref().is_some_and(|l| l.is_pending(p))
+                    })
                     .collect();
                 if waiting.is_empty() {
                     return Err(Error::InvalidArgument {

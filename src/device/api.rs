@@ -324,7 +324,11 @@ impl Communicator {
         connect(true)?;
         // Every rank decides alike whether to open the kernel path: only
         // where every pair of ranks goes device to device.
-        let mut all_direct = [u8::from(every_peer_direct && inner.nranks > 1)];
+        // A peer still waiting for its first use (RDMA) is not nvlink.
+        let none_pending = inner.lock().lazy.as_ref().is_none_or(|l| l.pending() == 0);
+        let mut all_direct = [u8::from(
+            every_peer_direct && none_pending && inner.nranks > 1,
+        )];
         self.all_reduce_in_place(&mut all_direct, ReduceOp::Min)?;
         let lane = if all_direct[0] == 1 {
             WindowCore::open_lane(&self.inner, b)?

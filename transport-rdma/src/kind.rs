@@ -180,6 +180,14 @@ impl PreparedTransport for Prepared {
         self.card.clone()
     }
 
+    /// Yes (issue 36, risk 7): a pair's queue pairs, FIFOs and liveness
+    /// socket are made at its first operation, so a job pins and connects
+    /// only what its schedules use (`establish` keys every exchange by the
+    /// pair and publishes for every peer of a call before it waits).
+    fn connects_lazily(&self) -> bool {
+        true
+    }
+
     fn connect(
         &mut self,
         ctx: &SetupContext<'_>,

@@ -266,6 +266,25 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_RUNTIME_CONNECT",
+        scope: Scope::Shared {
+            digest_key: "runtime_connect",
+        },
+        values: Values::Choice(&["0", "1"]),
+        default: Value("1"),
+        doc: "`1`: RDMA connections are made at the first operation that needs the pair (a \
+              collective connects the peers its schedule talks to, a point-to-point operation \
+              its peer, which must reach an operation with this rank), so a job connects only \
+              the pairs its operations use (as NCCL_RUNTIME_CONNECT=1); `0`: every pair at init",
+        field: Field::Text {
+            put: |c, v| {
+                c.runtime_connect = switch("SNCL_RUNTIME_CONNECT", v)?;
+                Ok(())
+            },
+            show: |c| u8::from(c.runtime_connect).to_string(),
+        },
+    },
+    Setting {
         name: "SNCL_DEVICE_STAGING_BYTES",
         scope: Scope::Shared {
             digest_key: "device_staging",

@@ -179,6 +179,18 @@ pub trait PreparedTransport: Send {
         cards: &[RankCard],
         peers: &[usize],
     ) -> Result<Vec<Box<dyn Connection>>>;
+
+    /// Whether this kind's pairs may be connected at their first use
+    /// instead of at init (`SNCL_RUNTIME_CONNECT`): the runtime then calls
+    /// [`PreparedTransport::connect`] again later, for the peers an
+    /// operation needs, with a fresh deadline; every call must then use
+    /// store keys of its own pairs only (both ranks of a pair connect it
+    /// together, possibly in different batches), and must publish what
+    /// its peers wait for before it waits on any of them. The default:
+    /// no (connected at init).
+    fn connects_lazily(&self) -> bool {
+        false
+    }
 }
 
 /// The kind that connects a rank to itself: data never leaves the process
