@@ -136,7 +136,10 @@ fn a_peer_gone_before_connecting_is_named_within_seconds() {
     // needed it.
     drop(comms.pop());
     let t0 = Instant::now();
-    let e = comms[0].send_tagged(&[1u8; 8], 1, 1).unwrap_err().to_string();
+    let e = comms[0]
+        .send_tagged(&[1u8; 8], 1, 1)
+        .unwrap_err()
+        .to_string();
     let took = t0.elapsed();
     assert!(e.contains("rank 1") && e.contains("gone"), "{e}");
     assert!(took < Duration::from_secs(5), "named after {took:?}: {e}");

@@ -239,6 +239,19 @@ fn emulated_port_ip() -> std::net::Ipv4Addr {
     )
 }
 
+/// Queue pairs per peer: `SNCL_IB_QPS_PER_CONN`, or for auto (0) 2 on a
+/// RoCE port — its switches spread flows over equal-cost paths by hashing
+/// each QP's UDP source port, so one QP per peer can pile pairs onto one
+/// path (NCCL gets several per peer from its channels) — and 1 on
+/// InfiniBand, whose subnet manager routes by LID.
+pub(crate) fn qps_per_conn(setting: usize, link: crate::verbs::LinkLayer) -> usize {
+    match (setting, link) {
+        (0, crate::verbs::LinkLayer::Ethernet) => 2,
+        (0, _) => 1,
+        (q, _) => q,
+    }
+}
+
 fn random_psn() -> u32 {
     let mut b = [0u8; 4];
     let _ = getrandom::fill(&mut b);
@@ -290,7 +303,7 @@ struct Remote {
     live: Option<std::net::SocketAddr>,
 }
 
-fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
+fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8], nqps: usize) -> Result<Remote, Error> {
     let me = setup.rank;
     let text = String::from_utf8_lossy(raw);
     let bad = |what: String| Error::Bootstrap {
@@ -348,14 +361,13 @@ fn decode(setup: &RdmaSetup, peer: usize, raw: &[u8]) -> Result<Remote, Error> {
                 .ok_or_else(|| bad("has a bad qps list".into()))
         })
         .collect::<Result<Vec<(u32, u32)>, Error>>()?;
-    if qps.len() != setup.settings.qps_per_conn {
+    if qps.len() != nqps {
         return Err(Error::Bootstrap {
             rank: me,
             detail: format!(
-                "peer rank {peer} uses {} queue pairs per connection, this rank {} \
+                "peer rank {peer} uses {} queue pairs per connection, this rank {nqps} \
                  (SNCL_IB_QPS_PER_CONN must be the same on every rank)",
                 qps.len(),
-                setup.settings.qps_per_conn
             ),
         });
     }
@@ -417,7 +429,6 @@ pub fn establish(
     // A lent piece takes two send work requests (payload, then header).
     let sq_depth = 2 * setup.slots as u32 + SQ_EXTRA;
     let rq_depth = setup.slots as u32 + RQ_EXTRA;
-    let nqps = s.qps_per_conn;
 
     // The liveness sockets' listener (the lower rank of each pair listens).
     let listener = setup
@@ -439,6 +450,7 @@ pub fn establish(
         let mut dev: Box<dyn Verbs> = Box::new(
             crate::context::acquire(context, setup.context, || open(provider, s)).map_err(ve)?,
         );
+        let nqps = qps_per_conn(s.qps_per_conn, dev.port().link_layer);
         let cq = dev
             .create_cq(nqps * (sq_depth + rq_depth) as usize + 16)
             .map_err(ve)?;
@@ -483,7 +495,7 @@ pub fn establish(
                  (is rank {peer} running, and does it use RDMA too?)"
             ))
         })?;
-        let r = decode(setup, peer, &raw)?;
+        let r = decode(setup, peer, &raw, l.qps.len())?;
         let path = PathAttrs {
             mtu: r.mtu.min(l.dev.port().mtu),
             gid_index: l.dev.port().gid_index,

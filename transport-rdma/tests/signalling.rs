@@ -125,3 +125,25 @@ fn a_staging_slot_waits_for_the_completion_of_the_write_that_read_it() {
         assert!(Instant::now() < deadline);
     }
 }
+
+/// Issue 36, risk 10: `SNCL_IB_QPS_PER_CONN=auto` (the default) gives a
+/// RoCE port 2 queue pairs per peer (ECMP spreads them over paths) and
+/// other ports 1; an explicit count is kept.
+#[test]
+fn auto_queue_pairs_per_peer_are_two_on_roce_and_one_elsewhere() {
+    let auto = |strict| transport_rdma::IbSettings {
+        emulate_strict: strict,
+        qps_per_conn: 0,
+        ..settings(1)
+    };
+    let (a, _b) = pair_with(4, 64 << 10, auto(true));
+    assert_eq!(a.qp_numbers().len(), 2, "the strict port is RoCE");
+    let (a, _b) = pair_with(4, 64 << 10, auto(false));
+    assert_eq!(a.qp_numbers().len(), 1, "the permissive emulation");
+    let three = transport_rdma::IbSettings {
+        qps_per_conn: 3,
+        ..auto(true)
+    };
+    let (a, _b) = pair_with(4, 64 << 10, three);
+    assert_eq!(a.qp_numbers().len(), 3);
+}

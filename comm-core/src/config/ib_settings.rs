@@ -152,7 +152,8 @@ pub struct IbSettings {
     pub traffic_class: u8,
     /// `SNCL_IB_SL`.
     pub sl: u8,
-    /// `SNCL_IB_QPS_PER_CONN`.
+    /// `SNCL_IB_QPS_PER_CONN`: queue pairs per peer, 1 to
+    /// [`MAX_QPS_PER_CONN`]; 0 = auto (2 on a RoCE port, 1 on InfiniBand).
     pub qps_per_conn: usize,
     /// `SNCL_IB_ZERO_COPY`: `None` = auto (on demand where the device
     /// supports ODP), `Some(false)` = always staged, `Some(true)` = also
@@ -178,7 +179,7 @@ impl Default for IbSettings {
             retry_cnt: DEFAULT_RETRY_CNT,
             traffic_class: 0,
             sl: 0,
-            qps_per_conn: 1,
+            qps_per_conn: 0,
             zero_copy: None,
             reg_cache_mb: DEFAULT_REG_CACHE_MB,
             gdr: None,

@@ -640,13 +640,32 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "SNCL_IB_QPS_PER_CONN",
         scope: Scope::Process,
-        values: range(1, 16, 1, "queue pairs"),
-        default: Value("1"),
-        doc: "RC queue pairs per peer; pieces stripe over them (every rank must use the same value)",
-        field: Field::Int {
-            name: "ib.qps_per_conn",
-            get: |c| c.ib.qps_per_conn,
-            put: |c, v| c.ib.qps_per_conn = v,
+        values: Values::Text("auto, or 1 to 16 queue pairs"),
+        default: Value("auto"),
+        doc: "RC queue pairs per peer; pieces stripe over them (every rank must use the same \
+              value). auto = 2 on a RoCE port (its switches spread flows over equal-cost paths \
+              by each QP's UDP source port, so one QP per peer can pile pairs onto one path), \
+              1 on InfiniBand",
+        field: Field::Text {
+            put: |c, v| {
+                c.ib.qps_per_conn = match v.trim() {
+                    "" | "auto" => 0,
+                    n => match n.parse::<usize>() {
+                        Ok(q) if (1..=crate::config::MAX_QPS_PER_CONN).contains(&q) => q,
+                        _ => {
+                            return Err(crate::Error::Config(format!(
+                                "SNCL_IB_QPS_PER_CONN={n:?}: expected auto or 1 to {}",
+                                crate::config::MAX_QPS_PER_CONN
+                            )))
+                        }
+                    },
+                };
+                Ok(())
+            },
+            show: |c| match c.ib.qps_per_conn {
+                0 => "auto".into(),
+                q => q.to_string(),
+            },
         },
     },
     Setting {
