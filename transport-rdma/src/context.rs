@@ -66,7 +66,9 @@ impl Shared {
     fn route_events(&mut self) {
         while let Some(ev) = self.verbs.poll_async_event() {
             let owner = match ev {
-                AsyncEvent::QpFatal { qpn } => Some(self.qp_owner.get(&qpn).copied()),
+                AsyncEvent::QpFatal { qpn } | AsyncEvent::CommEst { qpn } => {
+                    Some(self.qp_owner.get(&qpn).copied())
+                }
                 AsyncEvent::CqErr { cq } => Some(self.cq_owner.get(&cq).copied()),
                 _ => None,
             };

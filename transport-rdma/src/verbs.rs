@@ -314,6 +314,12 @@ pub enum AsyncEvent {
         /// The completion queue (`u32::MAX`: one the provider does not know).
         cq: u32,
     },
+    /// The first packet reached a queue pair still in RTR
+    /// (`IBV_EVENT_COMM_EST`): informational.
+    CommEst {
+        /// The queue pair.
+        qpn: u32,
+    },
     /// A port went down.
     PortErr {
         /// The port.
@@ -344,6 +350,9 @@ impl fmt::Display for AsyncEvent {
             AsyncEvent::PortActive { port } => {
                 write!(f, "port {port} is active (IBV_EVENT_PORT_ACTIVE)")
             }
+            AsyncEvent::CommEst { qpn } => {
+                write!(f, "QP {qpn} received its first packet (IBV_EVENT_COMM_EST)")
+            }
             AsyncEvent::DeviceFatal => {
                 write!(f, "device fatal error (IBV_EVENT_DEVICE_FATAL): check dmesg")
             }
@@ -361,7 +370,10 @@ impl AsyncEvent {
     pub fn is_fatal(&self) -> bool {
         !matches!(
             self,
-            AsyncEvent::Other(_) | AsyncEvent::PortErr { .. } | AsyncEvent::PortActive { .. }
+            AsyncEvent::Other(_)
+                | AsyncEvent::PortErr { .. }
+                | AsyncEvent::PortActive { .. }
+                | AsyncEvent::CommEst { .. }
         )
     }
 }

@@ -85,6 +85,11 @@ impl EmuVerbs {
         if self.odp_stall(&d, n) {
             return;
         }
+        if self.stale_source(qpn, &d, n) {
+            self.pop_dma(qpn);
+            self.complete_send(qpn, d.wr_id, WcStatus::GENERAL_ERR);
+            return;
+        }
         if n > 0 {
             let at = d.done as u64;
             if let Err(status) = self.copy(gid, (laddr + at, n, lkey), (raddr + at, rkey)) {
@@ -109,6 +114,28 @@ impl EmuVerbs {
             End::Unanswered => self.fail_unanswered(qpn, d.wr_id),
             End::Status(s) => self.complete_send_as(qpn, d.wr_id, s, d.signaled),
         }
+    }
+
+    /// Whether the next `n` bytes of `d` come from a pinned registration
+    /// whose pages changed since it was made (`stale_pages.rs`): the NIC
+    /// would read the old pages.
+    fn stale_source(&self, qpn: u32, d: &Dma, n: usize) -> bool {
+        let (laddr, _, lkey) = d.local;
+        let Some(pages) = self.mrs.get(&lkey).and_then(|m| m.pinned_pages.as_ref()) else {
+            return false;
+        };
+        let at = laddr + d.done as u64;
+        let Some(page) = pages.moved(at, n) else {
+            return false;
+        };
+        tracing::error!(
+            qpn,
+            wr_id = d.wr_id,
+            "strict RDMA model: the page at {page:#x} of a pinned registration (lkey {lkey:#x}) \
+             is not the page it pinned (the memory was freed and mapped again, or copied on \
+             write, since ibv_reg_mr): a real NIC reads the old page"
+        );
+        true
     }
 
     /// Whether the next `n` bytes of `d` read pages of an on-demand

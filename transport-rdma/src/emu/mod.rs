@@ -32,6 +32,7 @@ mod post;
 mod profile;
 mod qp_rules;
 mod shared;
+mod stale_pages;
 mod strict;
 mod timing;
 mod watch;
@@ -72,6 +73,9 @@ struct LocalMr {
     /// Strict mode, on demand: which pages the NIC has translated
     /// (`odp.rs`).
     odp: Option<odp::OdpPages>,
+    /// Strict mode, a pinned user registration: the pages it holds
+    /// (`stale_pages.rs`).
+    pinned_pages: Option<stale_pages::PinnedPages>,
 }
 
 /// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
@@ -112,6 +116,9 @@ struct Qp {
     /// sources are freed when it is polled).
     unsignalled_done: u32,
     covers: VecDeque<u32>,
+    /// Strict mode: a packet reached it (`COMM_EST` is raised once, at the
+    /// first packet a QP in RTR receives).
+    established: bool,
 }
 
 struct Cq {
@@ -384,6 +391,14 @@ impl EmuVerbs {
                 if !matches!(qp.state, QpState::Rtr | QpState::Rts) {
                     continue; // a QP that does not listen drops packets
                 }
+                // ibv_get_async_event(3), IBV_EVENT_COMM_EST: "communication
+                // was established on a QP" — raised when a QP still in RTR
+                // receives its first packet (an informational event).
+                let first = !std::mem::replace(&mut qp.established, true);
+                if first && qp.state == QpState::Rtr && self.strict.is_some() {
+                    self.events.push_back(AsyncEvent::CommEst { qpn });
+                }
+                let qp = self.qps.get_mut(&qpn).expect("listed");
                 match qp.recvs.pop_front() {
                     Some(wr_id) => self.deliver(qpn, m, wr_id),
                     None => qp.rnr.push_back(m),
@@ -441,6 +456,7 @@ impl Verbs for EmuVerbs {
                 pinned,
                 on_demand: false,
                 odp: None,
+                pinned_pages: None,
             },
         );
         Ok(mr)
@@ -454,8 +470,15 @@ impl Verbs for EmuVerbs {
                 format!("{len} bytes at {addr:#x} is not a region"),
             ));
         }
-        // The emulation reads user memory when a WRITE is posted, so every
-        // registration behaves as on-demand paging.
+        // The emulation reads user memory by its address; strict mode notes
+        // the pages a pinned registration holds (`stale_pages.rs`).
+        let pinned_pages = if on_demand || self.strict.is_none() {
+            None
+        } else {
+            // SAFETY: this function's contract: the range is memory of this
+            // process, mapped while the registration is used.
+            unsafe { stale_pages::PinnedPages::pin(addr, len) }
+        };
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(2);
         let mr = Mr {
@@ -473,6 +496,7 @@ impl Verbs for EmuVerbs {
                 pinned: 0,
                 on_demand,
                 odp: (on_demand && self.strict.is_some()).then(|| odp::OdpPages::new(addr, len)),
+                pinned_pages,
             },
         );
         Ok(mr)
@@ -608,6 +632,7 @@ impl Verbs for EmuVerbs {
                 pinned: 0,
                 on_demand: false,
                 odp: None,
+                pinned_pages: None,
             },
         );
         Ok(mr)
@@ -712,6 +737,7 @@ impl Verbs for EmuVerbs {
                 access: 0,
                 unsignalled_done: 0,
                 covers: VecDeque::new(),
+                established: false,
             },
         );
         self.table.publish(qpn, QpState::Reset, true);

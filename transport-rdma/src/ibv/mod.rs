@@ -763,6 +763,10 @@ impl Verbs for IbvVerbs {
                 // SAFETY: for QP events the element is the `ibv_qp`.
                 qpn: unsafe { (*ev.element.cast::<ffi::QpHead>()).qp_num },
             },
+            4 => AsyncEvent::CommEst {
+                // SAFETY: as above (IBV_EVENT_COMM_EST is a QP event).
+                qpn: unsafe { (*ev.element.cast::<ffi::QpHead>()).qp_num },
+            },
             8 => AsyncEvent::DeviceFatal,
             9 => AsyncEvent::PortActive {
                 // For port events the union holds the port number.

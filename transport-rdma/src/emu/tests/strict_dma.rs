@@ -306,3 +306,62 @@ fn an_on_demand_source_faults_on_first_touch_unless_prefetched() {
     assert_eq!(s.a.counters().odp_faults, 1);
     s.a.dereg_user_mr(&pinned).unwrap();
 }
+
+#[test]
+fn a_pinned_source_mapped_again_since_its_registration_fails_the_write() {
+    let mut s = bed(true, 1);
+    let len = 2 * 4096;
+    let mut map = memmap2::MmapMut::map_anon(len).unwrap();
+    map.fill(3);
+    let addr = map.as_ptr() as u64;
+    // SAFETY: `map` stays mapped (at this address) until the end, after
+    // the registration is dropped and every WRITE completed.
+    let mr = unsafe { s.a.reg_user_mr(addr, len, false) }.unwrap();
+    if s.a.mrs[&mr.lkey].pinned_pages.is_none() {
+        eprintln!("skipped: page frame numbers are hidden (needs CAP_SYS_ADMIN)");
+        return;
+    }
+    let post = |s: &mut Bed| {
+        let wr = SendWr {
+            signaled: true,
+            wr_id: 1,
+            local: (addr, len as u32, mr.lkey),
+            remote_addr: s.b_mr.addr,
+            rkey: s.b_mr.rkey,
+            imm: None,
+        };
+        s.a.post_send(s.qps[0].0, &wr).unwrap();
+        let t0 = std::time::Instant::now();
+        loop {
+            let mut out = Vec::new();
+            s.a.poll_cq(s.a_cq, 8, &mut out).unwrap();
+            if let Some(w) = out.first() {
+                return w.status;
+            }
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        }
+    };
+    assert_eq!(
+        post(&mut s),
+        WcStatus::SUCCESS,
+        "the pinned pages are still there"
+    );
+    // Freed and mapped again at the same address: new pages, which the
+    // NIC's pinned registration does not see.
+    // SAFETY: replaces this test's own mapping (same address and length)
+    // with a fresh anonymous one; nothing else refers to the old pages.
+    let again = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(again as u64, addr);
+    map.fill(3);
+    assert_eq!(post(&mut s), WcStatus::GENERAL_ERR, "stale pages were read");
+    s.a.dereg_user_mr(&mr).unwrap();
+}

@@ -143,3 +143,56 @@ fn strict_connections_need_matching_psns_acks_and_mtus() {
         assert_eq!(run(false, 4096, b_mtu, w), ok, "permissive lands it");
     }
 }
+
+/// `IBV_EVENT_COMM_EST` (ibv_get_async_event(3)): the first packet a QP
+/// still in RTR receives raises it, once; it is informational (the
+/// transport does not fail a connection on it).
+#[test]
+fn a_first_packet_on_a_qp_in_rtr_raises_comm_est_once() {
+    let (mut a, mut b) = (side_of(true, 4096), side_of(true, 4096));
+    let path = |y: &Side| PathAttrs {
+        gid_index: y.dev.port().gid_index,
+        mtu: 4096,
+        timeout: 10,
+        ..PATH
+    };
+    let (pa, pb) = (path(&a), path(&b));
+    let to_b = QpAddress { psn: 9, ..addr(&b) };
+    let to_a = QpAddress { psn: 5, ..addr(&a) };
+    a.dev.modify_qp(a.qp, QpTransition::Init).unwrap();
+    a.dev
+        .modify_qp(
+            a.qp,
+            QpTransition::Rtr {
+                remote: to_b,
+                path: pa,
+            },
+        )
+        .unwrap();
+    a.dev
+        .modify_qp(a.qp, QpTransition::Rts { psn: 5, path: pa })
+        .unwrap();
+    // `b` only receives: it stays in RTR.
+    b.dev.modify_qp(b.qp, QpTransition::Init).unwrap();
+    b.dev
+        .modify_qp(
+            b.qp,
+            QpTransition::Rtr {
+                remote: to_a,
+                path: pb,
+            },
+        )
+        .unwrap();
+    assert_eq!(b.dev.poll_async_event(), None);
+    for _ in 0..2 {
+        b.dev.post_recv(b.qp, 1).unwrap();
+        write(&mut a, &b, 0, 4096, Some(42));
+        let done = poll_within(&mut a, std::time::Duration::from_secs(5));
+        assert_eq!(done[0].status, WcStatus::SUCCESS);
+    }
+    assert_eq!(poll(&mut b).len(), 2);
+    let ev = b.dev.poll_async_event();
+    assert_eq!(ev, Some(AsyncEvent::CommEst { qpn: b.qp }));
+    assert!(!ev.unwrap().is_fatal());
+    assert_eq!(b.dev.poll_async_event(), None, "raised once");
+}
