@@ -364,6 +364,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         ip,
         cards: cards.clone(),
         kinds: lazy_kinds,
+        pending_count: pending.iter().flatten().count(),
         pending,
         comm_store: PrefixStore::new(prefix.clone(), store.clone()),
         standby: standby_addrs.clone(),

@@ -67,6 +67,8 @@ pub(crate) struct LazyConnect {
     pub kinds: Vec<LazyKind>,
     /// Per rank: the index in `kinds` of its kind, while not connected.
     pub pending: Vec<Option<usize>>,
+    /// How many of `pending` are set (asked before every operation).
+    pub pending_count: usize,
     /// The communicator's store namespace (abort notes, wants).
     pub comm_store: PrefixStore<Arc<dyn Store>>,
     /// Where every rank's standby store listens (liveness probes).
@@ -76,7 +78,7 @@ pub(crate) struct LazyConnect {
 impl LazyConnect {
     /// Peers not connected yet.
     pub(crate) fn pending(&self) -> usize {
-        self.pending.iter().flatten().count()
+        self.pending_count
     }
 
     /// Whether `peer` is waiting for its first use.
@@ -202,7 +204,9 @@ impl LazyConnect {
             }
             check_memory_kinds(self.rank, TRANSPORTS[kind.index], &mut *c)?;
             conns[p] = Some(c);
-            self.pending[p] = None;
+            if self.pending[p].take().is_some() {
+                self.pending_count -= 1;
+            }
         }
         match batch.iter().find(|&&p| conns[p].is_none()) {
             Some(p) => Err(Error::Bootstrap {
