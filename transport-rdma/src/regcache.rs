@@ -70,8 +70,6 @@ pub(crate) struct RegCache {
     clock: u64,
     /// Registrations made and dropped (for tests and logs).
     pub(crate) made: u64,
-    /// Prefetches asked for on-demand registrations.
-    pub(crate) prefetches: u64,
 }
 
 impl RegCache {
@@ -84,7 +82,6 @@ impl RegCache {
             limit,
             clock: 0,
             made: 0,
-            prefetches: 0,
         }
     }
 
@@ -153,7 +150,6 @@ impl RegCache {
         let stop = e.mr.addr + e.mr.len as u64;
         match dev.prefetch_on_demand(&e.mr, addr, (stop - addr) as usize) {
             Ok(_) => {
-                self.prefetches += 1;
                 e.prefetched = Some(match e.prefetched {
                     Some((lo, hi)) if lo <= stop && addr <= hi => (lo.min(addr), hi.max(stop)),
                     _ => (addr, stop),

@@ -10,27 +10,23 @@ use std::time::{Duration, Instant};
 
 use comm_core::transport::{Connection, Outgoing, Space};
 use common::*;
+use transport_rdma::RdmaConnection;
 
 const SLOT_BYTES: usize = 512 << 10;
 /// A piece's bytes: a slot less the piece header.
 const PIECE: usize = SLOT_BYTES - comm_core::wire::HEADER_BYTES;
 const PIECES: usize = (64 << 20) / SLOT_BYTES;
 
-#[test]
-fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
-    let strict = transport_rdma::IbSettings {
-        emulate_strict: true,
-        ..settings(1)
-    };
-    let (mut a, mut b) = pair_with(8, SLOT_BYTES, strict);
-    let (a0, b0) = (a.verbs_counters(), b.verbs_counters());
+/// Sends `pieces` staged pieces of `len` bytes from `a` to `b`, checking
+/// every byte, until the sender's last writes completed.
+fn stream(a: &mut RdmaConnection, b: &mut RdmaConnection, pieces: usize, len: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut sent, mut got) = (0, 0);
-    while got < PIECES {
+    while got < pieces {
         assert!(Instant::now() < deadline, "sent {sent}, got {got}");
-        while sent < PIECES {
-            let data = payload(0, 1, sent, PIECE);
-            let h = header(PIECE, sent as u64 + 1);
+        while sent < pieces {
+            let data = payload(0, 1, sent, len);
+            let h = header(len, sent as u64 + 1);
             if !a.try_post_send(&h, Outgoing::copied(&data)).unwrap() {
                 break;
             }
@@ -39,10 +35,9 @@ fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
         a.flush().unwrap();
         while b
             .try_recv(Space::Host, &mut |h, p| {
-                let want = payload(0, 1, got, PIECE);
                 assert_eq!(h.seq, got as u64 + 1);
                 assert!(
-                    p.host().expect("a host piece") == want.as_slice(),
+                    p.host().expect("a host piece") == payload(0, 1, got, len).as_slice(),
                     "piece {got}"
                 );
                 Ok(())
@@ -56,6 +51,17 @@ fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
     while !a.flush().unwrap() {
         assert!(Instant::now() < deadline);
     }
+}
+
+#[test]
+fn staged_pieces_ring_one_doorbell_each_and_signal_one_in_four() {
+    let strict = transport_rdma::IbSettings {
+        emulate_strict: true,
+        ..settings(1)
+    };
+    let (mut a, mut b) = pair_with(8, SLOT_BYTES, strict);
+    let (a0, b0) = (a.verbs_counters(), b.verbs_counters());
+    stream(&mut a, &mut b, PIECES, PIECE);
     let (a1, b1) = (a.verbs_counters(), b.verbs_counters());
     let pieces = PIECES as f64;
     let per_piece = |n: u64| n as f64 / pieces;
@@ -93,37 +99,7 @@ fn a_staging_slot_waits_for_the_completion_of_the_write_that_read_it() {
     };
     let (mut a, mut b) = pair_with(8, SMALL, strict);
     let piece = SMALL - comm_core::wire::HEADER_BYTES;
-    let pieces = 256;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut sent, mut got) = (0, 0);
-    while got < pieces {
-        assert!(Instant::now() < deadline, "sent {sent}, got {got}");
-        while sent < pieces {
-            let data = payload(0, 1, sent, piece);
-            let h = header(piece, sent as u64 + 1);
-            if !a.try_post_send(&h, Outgoing::copied(&data)).unwrap() {
-                break;
-            }
-            sent += 1;
-        }
-        a.flush().unwrap();
-        while b
-            .try_recv(Space::Host, &mut |h, p| {
-                assert_eq!(h.seq, got as u64 + 1);
-                assert!(
-                    p.host().expect("a host piece") == payload(0, 1, got, piece).as_slice(),
-                    "piece {got}"
-                );
-                Ok(())
-            })
-            .unwrap()
-        {
-            got += 1;
-        }
-    }
-    while !a.flush().unwrap() {
-        assert!(Instant::now() < deadline);
-    }
+    stream(&mut a, &mut b, 256, piece);
 }
 
 /// Issue 36, risk 10: `SNCL_IB_QPS_PER_CONN=auto` (the default) gives a

@@ -22,11 +22,11 @@ const PAGE: u64 = 4096;
 const PFN_BITS: u64 = (1 << 55) - 1;
 
 /// The frame numbers of the pages of `len` bytes at `addr` (0 for a page
-/// not present); `None` where pagemap cannot be read.
-fn frames(addr: u64, len: usize) -> Option<Vec<u64>> {
+/// not present), from the process's open pagemap `f`; `None` where it
+/// cannot be read.
+fn frames(f: &std::fs::File, addr: u64, len: usize) -> Option<Vec<u64>> {
     let first = addr / PAGE;
     let pages = ((addr + len as u64).div_ceil(PAGE) - first) as usize;
-    let f = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut raw = vec![0u8; pages * 8];
     f.read_exact_at(&mut raw, first * 8).ok()?;
     Some(
@@ -40,6 +40,8 @@ fn frames(addr: u64, len: usize) -> Option<Vec<u64>> {
 pub(super) struct PinnedPages {
     first_page: u64,
     frames: Vec<u64>,
+    /// `/proc/self/pagemap`, opened once (every WRITE step reads it).
+    pagemap: std::fs::File,
 }
 
 impl PinnedPages {
@@ -58,7 +60,8 @@ impl PinnedPages {
             // volatile read faults the page in, as pinning does.
             unsafe { std::ptr::read_volatile(at as *const u8) };
         }
-        let frames = frames(addr, len)?;
+        let pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
+        let frames = frames(&pagemap, addr, len)?;
         if frames.iter().all(|&f| f == 0) {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
@@ -72,13 +75,14 @@ impl PinnedPages {
         Some(PinnedPages {
             first_page: first,
             frames,
+            pagemap,
         })
     }
 
     /// The address of the first page of `len` bytes at `addr` whose frame
     /// changed since the registration, if any.
     pub(super) fn moved(&self, addr: u64, len: usize) -> Option<u64> {
-        let now = frames(addr, len)?;
+        let now = frames(&self.pagemap, addr, len)?;
         let first = addr / PAGE;
         now.iter().enumerate().find_map(|(i, &f)| {
             let page = first + i as u64;

@@ -1,0 +1,61 @@
+//! Ranks as threads, one per emulated "node" (so every pair is an RDMA
+//! pair), all-reduces forced onto the ring: what tests/rdma_lazy.rs and
+//! tests/rdma_lazy_scale.rs share.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use comm_core::algo::Algorithm;
+use comm_core::wire::Collective;
+use sncl::{Communicator, Config, MemoryStore, ReduceOp, Store};
+
+/// `n` ranks of communicator `comm_id`, `SNCL_RUNTIME_CONNECT` as given.
+pub fn init(n: usize, comm_id: u64, runtime_connect: bool) -> Vec<Communicator> {
+    let store = MemoryStore::new();
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
+            let mut cfg = Config {
+                node_id: Some(format!("lazy-node{r}")),
+                timeout: Duration::from_secs(120),
+                runtime_connect,
+                algo: vec![(Collective::AllReduce, Algorithm::Ring)],
+                ..Config::default()
+            };
+            cfg.ib.emulate = true;
+            std::thread::spawn(move || Communicator::init_with_store(store, r, n, comm_id, cfg))
+        })
+        .collect();
+    hs.into_iter()
+        .map(|h| h.join().unwrap().expect("init"))
+        .collect()
+}
+
+/// Each rank's connected peers.
+pub fn connected(comms: &[Communicator]) -> Vec<usize> {
+    comms
+        .iter()
+        .map(|c| c.mem_stats().connected_peers)
+        .collect()
+}
+
+/// A ring all-reduce of `count` floats on every rank, results checked.
+pub fn ring_all_reduce(comms: &[Communicator], count: usize) {
+    let n = comms.len();
+    std::thread::scope(|s| {
+        for c in comms {
+            s.spawn(move || {
+                let r = c.rank();
+                let send: Vec<f32> = (0..count).map(|i| ((i + r) % 7) as f32).collect();
+                let mut sum = vec![0f32; count];
+                c.all_reduce(&send, &mut sum, ReduceOp::Sum).unwrap();
+                for (i, x) in sum.iter().enumerate() {
+                    let want: f32 = (0..n).map(|q| ((i + q) % 7) as f32).sum();
+                    assert_eq!(*x, want, "rank {r} element {i}");
+                }
+            });
+        }
+    });
+}
