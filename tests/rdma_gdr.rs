@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use comm_core::config::TransportChoice;
 use device_kit::{
-    assert_names_dead_peer, bind_rank, cases_of, join_ranks as join, run_case, spawn_ranks,
-    spawned_rank, Case, Rank,
+    all_reduce_device, assert_names_dead_peer, bind_rank, cases_of, join_ranks as join, run_case,
+    spawn_ranks, spawned_rank, Case, Rank,
 };
 use sncl::device::DeviceBuffer;
 use sncl::{Collective, Communicator, DataType, ReduceOp};
@@ -40,16 +40,32 @@ fn cases(counts: &[usize]) -> Vec<Case> {
 }
 
 fn spawn(n: usize, role: &str, test: &str, gdr: &str) -> Vec<Child> {
-    let env = [(ROLE, role), ("SNCL_IB_EMULATE", "1"), ("SNCL_IB_GDR", gdr)];
+    spawn_emulated(n, role, test, gdr, "1")
+}
+
+/// [`spawn`] on the emulated provider in `emulate` mode (`1`, `strict`).
+fn spawn_emulated(n: usize, role: &str, test: &str, gdr: &str, emulate: &str) -> Vec<Child> {
+    let env = [
+        (ROLE, role),
+        ("SNCL_IB_EMULATE", emulate),
+        ("SNCL_IB_GDR", gdr),
+    ];
     spawn_ranks(n, test, "RDMA_GDR", &env)
 }
 
 fn join_comm() -> Rank {
     let (rank, n, id) = spawned_rank("RDMA_GDR");
     // The SNCL_IB_* settings of the environment spawn() set.
+    // Small chunks make many pieces out of the cases' small counts; the
+    // copy count measures the default chunking.
+    let chunk_bytes = if std::env::var(ROLE).as_deref() == Ok("copies") {
+        sncl::Config::default().chunk_bytes
+    } else {
+        4096
+    };
     let cfg = sncl::Config {
         timeout: TIMEOUT,
-        chunk_bytes: 4096,
+        chunk_bytes,
         transport: TransportChoice::parse("rdma").expect("a transport name"),
         ..<sncl::Config as sncl::ConfigFromEnv>::from_env().expect("the settings")
     };
@@ -178,6 +194,7 @@ fn child(role: &str) {
                 assert_names_dead_peer(rank, &e, n - 1, took, TIMEOUT);
             }
         }
+        "copies" => copies_per_byte(&r),
         other => panic!("unknown role {other}"),
     }
 }
@@ -255,4 +272,72 @@ fn gdr_peer_death_mid_operation_names_the_peer() {
         eprintln!("rank {rank}:\n{text}");
     }
     assert!(start.elapsed() < TIMEOUT + Duration::from_secs(10));
+}
+
+/// Issue 36, risk 9: the CPU's copies through staging per byte a rank
+/// sends in a 64 MiB all-reduce of device memory between 2 nodes, on the
+/// strict provider: at most 1 when the device pieces are staged through
+/// host memory (the staged sends are lent to the NIC, only the received
+/// pieces are copied into the bounce ring), 0 with GPUDirect.
+#[test]
+fn host_copies_per_byte_of_a_64_mib_device_all_reduce() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    let test = "host_copies_per_byte_of_a_64_mib_device_all_reduce";
+    for gdr in ["0", "auto"] {
+        let results = join(spawn_emulated(2, "copies", test, gdr, "strict"));
+        for (rank, ok, text) in &results {
+            assert!(ok, "SNCL_IB_GDR={gdr} rank {rank} failed:\n{text}");
+            assert!(text.contains("copies ok"), "rank {rank}:\n{text}");
+            for line in text.lines().filter(|l| l.starts_with("rank ")) {
+                eprintln!("  {line}");
+            }
+        }
+    }
+}
+
+fn copies_per_byte(r: &Rank) {
+    let rank = r.comm.rank();
+    let gdr = std::env::var("SNCL_IB_GDR").unwrap_or_default();
+    let count = 16 << 20;
+    let buf = DeviceBuffer::new(&r.dev, count * 4).expect("a 64 MiB buffer");
+    let rdma_sent = |comm: &Communicator| {
+        comm.stats()
+            .by_transport
+            .iter()
+            .find(|(k, _, _)| k == "rdma")
+            .map_or(0, |(_, s, _)| *s)
+    };
+    // The first operation decides the pair's path and registers; the
+    // second is measured.
+    let mut measured = (0, 0);
+    for i in 0..2 {
+        let (copies, sent) = (comm_core::copies::staging_copy_bytes(), rdma_sent(&r.comm));
+        all_reduce_device(r, &buf, count)
+            .unwrap_or_else(|e| panic!("rank {rank}: all_reduce {i}: {e}"));
+        measured = (
+            comm_core::copies::staging_copy_bytes() - copies,
+            rdma_sent(&r.comm) - sent,
+        );
+    }
+    let (copies, sent) = measured;
+    assert!(
+        sent >= (count * 4) as u64 / 2,
+        "rank {rank} sent {sent} bytes"
+    );
+    let per_byte = copies as f64 / sent as f64;
+    eprintln!(
+        "rank {rank}: SNCL_IB_GDR={gdr}: {copies} bytes copied through staging for {sent} \
+         bytes sent: {per_byte:.3} host copies per byte"
+    );
+    if gdr == "0" {
+        assert!(
+            per_byte <= 1.0,
+            "rank {rank}: {per_byte:.3} host copies per byte on the staged path (target <= 1)"
+        );
+    } else {
+        assert_eq!(copies, 0, "rank {rank}: host copies with GPUDirect");
+    }
+    eprintln!("rank {rank}: copies ok");
 }

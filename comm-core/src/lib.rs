@@ -7,6 +7,7 @@
 pub mod algo;
 pub mod check;
 pub mod cluster;
+pub mod copies;
 pub mod error;
 pub mod schedule;
 pub mod settings;

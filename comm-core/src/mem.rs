@@ -51,8 +51,10 @@ pub trait Memory {
     /// Whether the slices [`Memory::with_piece`] hands out are the
     /// operation's memory itself, valid and unchanged until the step ends,
     /// so that a transport may lend them instead of copying
-    /// ([`crate::transport::Outgoing::lent`]). Host buffers: yes.
-    /// Staged memory (device) answers no: its staging slots are reused.
+    /// ([`crate::transport::Outgoing::lent`]). Host buffers: yes. Device
+    /// memory staged through pinned host memory: yes too, where a step's
+    /// staged sends stay put until the step's sends have drained (the
+    /// executor flushes every connection before the next step stages).
     fn pieces_outlive_step(&self) -> bool {
         false
     }

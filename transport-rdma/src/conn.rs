@@ -579,6 +579,7 @@ impl RdmaConnection {
         let off = slot * self.slot_bytes;
         let mut header = *header;
         let staged_whole = announced == HEADER_BYTES + payload.len();
+        comm_core::copies::count_staging_copy(payload.len());
         if header.checksum.is_some() && staged_whole {
             let crc = self.staging.write_checksummed(off + HEADER_BYTES, payload);
             header.checksum = Some(crc);

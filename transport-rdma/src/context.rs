@@ -131,7 +131,12 @@ pub(crate) fn acquire(
                 Some(s) => s,
                 None => {
                     let s = fresh(open()?);
-                    tracing::debug!(provider = %key.provider, "rdma: device context opened for the process");
+                    let (device, numa_node) = {
+                        let port = lock(&s).verbs.port().clone();
+                        (port.name(), port.numa_node)
+                    };
+                    tracing::debug!(provider = %key.provider, device, ?numa_node,
+                        "rdma: device context opened for the process (registered memory on the NIC's NUMA node)");
                     reg.insert(key, Arc::downgrade(&s));
                     s
                 }

@@ -73,6 +73,7 @@ mod kind;
 mod link_watch;
 mod liveness;
 mod mem;
+pub mod numa;
 mod post;
 mod regcache;
 mod sendq;

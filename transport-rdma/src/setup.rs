@@ -16,8 +16,11 @@ use crate::IbSettings;
 
 /// Default FIFO slots per direction.
 pub const DEFAULT_SLOTS: usize = 8;
-/// Default slot size (piece header + payload).
-pub const DEFAULT_SLOT_BYTES: usize = 512 << 10;
+/// Default slot size: a piece header and a 512 KiB payload. The payload
+/// is a power of two so that the executor's pieces of power-of-two chunks
+/// and segments leave no small tail (a tail below
+/// [`crate::ZERO_COPY_MIN`] is copied instead of lent; issue 36, risk 9).
+pub const DEFAULT_SLOT_BYTES: usize = (512 << 10) + HEADER_BYTES;
 /// Receives kept posted on each QP beyond the FIFO's slots (credits, aborts).
 const RQ_EXTRA: u32 = 8;
 /// Send work requests per QP beyond the FIFO's slots.

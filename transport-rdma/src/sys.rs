@@ -1,5 +1,8 @@
 //! Process limits that RDMA registration depends on.
 
+/// Where the machine's sysfs is mounted.
+pub const SYSFS_ROOT: &str = "/sys";
+
 /// The soft `RLIMIT_MEMLOCK` in bytes (`None`: unlimited or unknown).
 pub fn memlock_limit() -> Option<u64> {
     let mut r = libc::rlimit {

@@ -16,7 +16,7 @@ pub struct Sysfs {
 impl Sysfs {
     /// The machine's sysfs, `/sys`.
     pub fn system() -> Sysfs {
-        Sysfs::at("/sys")
+        Sysfs::at(crate::sys::SYSFS_ROOT)
     }
 
     /// A sysfs tree rooted at `root` (holding `class/infiniband/` and

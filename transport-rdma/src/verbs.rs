@@ -185,6 +185,9 @@ pub struct PortInfo {
     /// connections' `sgid_index` names (`SNCL_IB_GID_INDEX`, else chosen:
     /// [`crate::gid::choose_gid_index`]).
     pub gid_index: u8,
+    /// The NUMA node the NIC sits on (sysfs; `None`: not reported), where
+    /// its registered host memory is placed ([`crate::numa`]).
+    pub numa_node: Option<u32>,
 }
 
 impl PortInfo {

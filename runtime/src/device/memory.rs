@@ -415,11 +415,13 @@ impl<'a> DeviceMemory<'a> {
         // the slot is free (no enqueued copy reads it: its event is done or
         // it was never used), and only this raw range is written, not the
         // slots the device may be reading.
-        unsafe {
+        let dst = unsafe {
             let dst = ring.as_ptr().add(at);
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
             dst
-        }
+        };
+        comm_core::copies::count_staging_copy(data.len());
+        dst
     }
 
     fn ring_dev(&self, at: usize) -> DevicePtr {
@@ -429,6 +431,15 @@ impl<'a> DeviceMemory<'a> {
 }
 
 impl Memory for DeviceMemory<'_> {
+    /// A step's staged sends stay in the pinned send staging, unchanged,
+    /// until the next step's [`Memory::prepare_sends`], and the executor
+    /// drains every send of a step (each connection flushed) before that:
+    /// transports may lend them instead of copying them again (issue 36,
+    /// risk 9: one host copy per byte on the staged path, not two).
+    fn pieces_outlive_step(&self) -> bool {
+        true
+    }
+
     fn copy(&self, src: Region, dst: Region, esize: usize) -> Result<()> {
         let (s, len) = self.span(src, esize)?;
         let (d, dlen) = self.span(dst, esize)?;

@@ -241,6 +241,7 @@ impl EmuVerbs {
                     Some(s) => s.gid_index(gid_index),
                     None => gid_index.unwrap_or(0),
                 },
+                numa_node: strict.as_ref().and_then(|s| s.numa_node),
             },
             table,
             remote_tables: HashMap::new(),
@@ -447,6 +448,8 @@ impl Verbs for EmuVerbs {
             lkey,
             rkey,
         };
+        // The region's pages are untouched yet (its header is apart).
+        crate::numa::place(&self.port.device, self.port.numa_node, mr.addr, len);
         self.mrs.insert(
             lkey,
             LocalMr {

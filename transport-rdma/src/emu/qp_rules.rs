@@ -253,6 +253,7 @@ mod tests {
             mtu: 4096,
             link_layer: LinkLayer::Ethernet,
             gid_index: 3,
+            numa_node: None,
         };
         (port, gids)
     }

@@ -43,6 +43,9 @@ pub struct Strict {
     pub mtu: u32,
     /// The device's limits and capabilities (a ConnectX-7's).
     pub profile: DeviceProfile,
+    /// The NUMA node the NIC reports (the machine's first node, where
+    /// it has one), on which its registered memory is placed.
+    pub numa_node: Option<u32>,
 }
 
 impl Strict {
@@ -55,6 +58,7 @@ impl Strict {
             pinned: &super::pinning::PINNED,
             mtu: 4096,
             profile: DeviceProfile::CONNECTX7,
+            numa_node: crate::numa::first_node(),
         }
     }
 

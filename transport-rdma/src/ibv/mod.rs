@@ -8,6 +8,7 @@ mod advise;
 pub(crate) mod attr;
 pub(crate) mod ffi;
 
+use crate::sys::SYSFS_ROOT;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::OnceLock;
@@ -246,6 +247,7 @@ impl IbvVerbs {
                 mtu: attr::mtu_bytes(attr[ffi::PORT_ACTIVE_MTU].into()).unwrap_or(1024),
                 link_layer,
                 gid_index,
+                numa_node: crate::numa::nic_numa_node(SYSFS_ROOT.as_ref(), device),
             },
             mrs: HashMap::new(),
             cqs: Vec::new(),
@@ -302,6 +304,9 @@ impl Verbs for IbvVerbs {
         crate::sys::check_pin(&self.pin, len).map_err(|e| self.err("ibv_reg_mr", e))?;
         let mut mem = memmap2::MmapMut::map_anon(len.max(1))
             .map_err(|e| self.err("ibv_reg_mr", format!("allocating {len} bytes: {e}")))?;
+        // Placed before ibv_reg_mr faults the pages in.
+        let port = &self.port;
+        crate::numa::place(&port.device, port.numa_node, mem.as_ptr() as u64, mem.len());
         // SAFETY: `mem` is a live mapping of `len` bytes kept with the
         // registration; `pd` is this context's protection domain.
         let mr = unsafe {

@@ -45,3 +45,40 @@ fn a_device_without_odp_and_the_queue_limits() {
     let cq = permissive.create_cq(64).unwrap();
     permissive.create_qp(cq, 40_000, 16).unwrap();
 }
+
+/// Issue 36, risk 9: the strict device reports a NUMA node and the FIFO
+/// and staging it registers are placed there (a preferred-node policy on
+/// their pages); the permissive device reports none and leaves the
+/// default policy.
+#[test]
+fn registered_memory_is_placed_on_the_nics_numa_node() {
+    let pin = crate::sys::PinRules {
+        limit: None,
+        cap_ipc_lock: true,
+    };
+    let strict = Strict::new(pin, std::net::Ipv4Addr::new(198, 18, 0, 4));
+    let Some(node) = strict.numa_node else {
+        eprintln!("skipped: this kernel reports no NUMA node");
+        return;
+    };
+    let mut dev = EmuVerbs::open_strict(strict, None).unwrap();
+    assert_eq!(dev.port().numa_node, Some(node));
+    let mr = dev.alloc_mr(1 << 20).unwrap();
+    let placed = crate::numa::preferred_node(mr.addr);
+    if placed.is_none() && crate::numa::preferred_node(mr.addr + 4096).is_none() {
+        // A kernel that refuses mbind (seccomp in some containers) leaves
+        // the policy alone; the transport logs it and goes on.
+        let probe = memmap2::MmapMut::map_anon(4096).unwrap();
+        if crate::numa::prefer_node(probe.as_ptr() as u64, 4096, node).is_err() {
+            eprintln!("skipped: mbind is refused here");
+            return;
+        }
+    }
+    assert_eq!(placed, Some(node), "the staging's first page");
+    assert_eq!(crate::numa::preferred_node(mr.addr + (1 << 19)), Some(node));
+
+    let mut loose = EmuVerbs::open().unwrap();
+    assert_eq!(loose.port().numa_node, None);
+    let mr = loose.alloc_mr(1 << 20).unwrap();
+    assert_eq!(crate::numa::preferred_node(mr.addr), None);
+}
