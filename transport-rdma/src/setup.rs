@@ -217,6 +217,11 @@ pub struct RdmaSetup {
 }
 
 fn open(provider: &Provider, settings: &IbSettings) -> crate::verbs::Result<Box<dyn Verbs>> {
+    if matches!(provider, Provider::Emulated) {
+        // As libibverbs is loaded with ibv_fork_init (`ibv/mod.rs`):
+        // registrations survive a fork (`emu/fork.rs`).
+        crate::emu::fork_init();
+    }
     Ok(match provider {
         Provider::Emulated if settings.emulate_strict => Box::new(EmuVerbs::open_strict(
             crate::emu::Strict::new(crate::sys::PinRules::of_process(), emulated_port_ip()),

@@ -25,6 +25,7 @@
 mod checks;
 mod copy;
 mod dma;
+mod fork;
 mod modify;
 mod odp;
 mod pinning;
@@ -36,6 +37,7 @@ mod stale_pages;
 mod strict;
 mod timing;
 mod watch;
+pub use fork::{fork_init, fork_initialized};
 pub use pinning::pinned_bytes;
 pub use profile::DeviceProfile;
 pub use strict::retries_run_out_after;

@@ -42,6 +42,9 @@ pub(super) struct PinnedPages {
     frames: Vec<u64>,
     /// `/proc/self/pagemap`, opened once (every WRITE step reads it).
     pagemap: std::fs::File,
+    /// The pages kept out of forked children after `fork_init`
+    /// (`fork.rs`).
+    _dont_fork: Option<super::fork::DontFork>,
 }
 
 impl PinnedPages {
@@ -76,6 +79,7 @@ impl PinnedPages {
             first_page: first,
             frames,
             pagemap,
+            _dont_fork: super::fork::DontFork::mark(addr, len),
         })
     }
 

@@ -561,4 +561,5 @@ fn strict_mode_reports_an_unanswered_write_when_the_retries_run_out() {
 
 mod strict_device;
 mod strict_dma;
+mod strict_fork;
 mod strict_qp;

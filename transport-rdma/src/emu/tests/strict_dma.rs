@@ -9,17 +9,17 @@ const BIG: usize = 1 << 20;
 
 /// Two devices, each with `nqps` QPs connected pairwise and a 1 MiB
 /// region (strict: pinning unbounded, defaults otherwise).
-struct Bed {
-    a: EmuVerbs,
-    b: EmuVerbs,
-    a_cq: u32,
-    b_cq: u32,
-    qps: Vec<(u32, u32)>,
-    a_mr: Mr,
-    b_mr: Mr,
+pub(super) struct Bed {
+    pub(super) a: EmuVerbs,
+    pub(super) b: EmuVerbs,
+    pub(super) a_cq: u32,
+    pub(super) b_cq: u32,
+    pub(super) qps: Vec<(u32, u32)>,
+    pub(super) a_mr: Mr,
+    pub(super) b_mr: Mr,
 }
 
-fn bed(strict: bool, nqps: usize) -> Bed {
+pub(super) fn bed(strict: bool, nqps: usize) -> Bed {
     let open = || {
         if strict {
             let pin = crate::sys::PinRules {
@@ -321,26 +321,7 @@ fn a_pinned_source_mapped_again_since_its_registration_fails_the_write() {
         eprintln!("skipped: page frame numbers are hidden (needs CAP_SYS_ADMIN)");
         return;
     }
-    let post = |s: &mut Bed| {
-        let wr = SendWr {
-            signaled: true,
-            wr_id: 1,
-            local: (addr, len as u32, mr.lkey),
-            remote_addr: s.b_mr.addr,
-            rkey: s.b_mr.rkey,
-            imm: None,
-        };
-        s.a.post_send(s.qps[0].0, &wr).unwrap();
-        let t0 = std::time::Instant::now();
-        loop {
-            let mut out = Vec::new();
-            s.a.poll_cq(s.a_cq, 8, &mut out).unwrap();
-            if let Some(w) = out.first() {
-                return w.status;
-            }
-            assert!(t0.elapsed() < std::time::Duration::from_secs(5));
-        }
-    };
+    let post = |s: &mut Bed| write_from(s, &mr);
     assert_eq!(
         post(&mut s),
         WcStatus::SUCCESS,
@@ -364,4 +345,27 @@ fn a_pinned_source_mapped_again_since_its_registration_fails_the_write() {
     map.fill(3);
     assert_eq!(post(&mut s), WcStatus::GENERAL_ERR, "stale pages were read");
     s.a.dereg_user_mr(&mr).unwrap();
+}
+
+/// Posts one signalled WRITE of the whole of `mr` (a user registration
+/// of `a`) into `b`'s region on the first QP and waits for its status.
+pub(super) fn write_from(s: &mut Bed, mr: &Mr) -> WcStatus {
+    let wr = SendWr {
+        signaled: true,
+        wr_id: 1,
+        local: (mr.addr, mr.len as u32, mr.lkey),
+        remote_addr: s.b_mr.addr,
+        rkey: s.b_mr.rkey,
+        imm: None,
+    };
+    s.a.post_send(s.qps[0].0, &wr).unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut out = Vec::new();
+        s.a.poll_cq(s.a_cq, 8, &mut out).unwrap();
+        if let Some(w) = out.first() {
+            return w.status;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    }
 }
