@@ -147,11 +147,14 @@ pub(crate) struct InnerParts {
     pub standby_addrs: Vec<Option<std::net::SocketAddr>>,
     /// Peers to connect at their first use (`SNCL_RUNTIME_CONNECT=1`).
     pub lazy: Option<crate::setup::lazy::LazyConnect>,
+    /// The phases of the creation (none for a derived communicator).
+    pub init_phases: Vec<sncl_runtime::flight::InitPhase>,
 }
 
 impl Inner {
     pub fn new(p: InnerParts) -> Inner {
         let flight = sncl_runtime::flight::FlightRecorder::new(p.config.flight_recorder_entries);
+        flight.set_init_phases(p.init_phases);
         let topo = Topology::from_node_ids(&p.node_ids);
         let forced_tcp = p.config.transport == comm_core::config::TransportChoice::Tcp;
         let shape = Shape {

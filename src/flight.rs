@@ -7,6 +7,7 @@ use comm_core::{Error, Result};
 
 use crate::comm::Inner;
 use crate::Communicator;
+use crate::InitPhase;
 
 impl Inner {
     /// Writes the flight recorder to `dir`.
@@ -59,6 +60,15 @@ impl Communicator {
             ))
         })?;
         inner.dump_flight(dir, "on demand")
+    }
+
+    /// How this rank's creation of the communicator went, phase by phase
+    /// (`prepare`, `rendezvous`, `connect`, `barrier`; [`InitPhase`]): the
+    /// same phases the log's "sncl communicator ready" line, the flight
+    /// recorder's dumps and `commbench trace --chrome` show. Empty for a
+    /// communicator made without a creation of its own.
+    pub fn init_phases(&self) -> Vec<InitPhase> {
+        self.inner.flight.init_phases()
     }
 
     /// This rank's flight recorder as JSON lines (the dump's content).

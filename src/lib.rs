@@ -105,6 +105,7 @@ pub use mem_stats::{MemStats, Purpose, Residence};
 pub use setup::node_identity;
 pub use setup::transport_names;
 pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};
+pub use sncl_runtime::flight::InitPhase;
 pub use stats::Stats;
 pub use window::Window;
 pub use work::{Group, RawWork, Scope, Work};

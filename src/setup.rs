@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sncl_runtime::flight::{wall_us, InitPhase};
+
 use comm_core::transport::registry::{
     self as kinds, KindState, MemoryKind, PreparedTransport, RankCard, Readiness, SetupContext,
 };
@@ -170,6 +172,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     } = args;
     config.validate()?;
     check_world(rank, nranks, "init")?;
+    let mut phases = PhaseTimer::start();
     let deadline = Instant::now() + config.timeout;
     let timeout = config.timeout;
     let prefix = format!("sncl/{comm_id:016x}");
@@ -246,6 +249,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
             }
         }
     }
+    phases.end("prepare");
     kv.set(
         &format!("info/{rank}"),
         &encode_info(rank, &node, &config.shared_digest(), standby_addr, &states)?,
@@ -275,6 +279,7 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         &cards,
         MemoryKind::Device,
     );
+    phases.end("rendezvous");
     // 3. Connect each kind's peers, in registry order on every rank; a kind
     // that connects at first use (SNCL_RUNTIME_CONNECT=1) keeps its peers
     // for later (`setup/lazy.rs`).
@@ -335,10 +340,12 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
             });
         }
     }
+    phases.end("connect");
     // Once everyone has connected, the kinds may drop what they published
     // for their peers (shared-memory names).
     store_barrier(&kv, "connected", nranks, timeout)?;
     release_store(&kv, rank, nranks, deadline);
+    phases.end("barrier");
     drop(prepared);
     let summary: Vec<String> = transports
         .iter()
@@ -352,6 +359,8 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         nranks,
         node = %node,
         transports = %summary.join(","),
+        init_ms = phases.total().as_secs_f64() * 1e3,
+        phases = %phases.summary(),
         "sncl communicator ready"
     );
     let standby_addrs: Vec<Option<SocketAddr>> = infos.iter().map(|i| i.standby).collect();
@@ -386,7 +395,45 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         standby: Some(standby),
         standby_addrs,
         lazy,
+        init_phases: phases.done,
     }))
+}
+
+/// The phases of a communicator's creation, each from the end of the
+/// previous one (the flight recorder keeps them: [`InitPhase`]).
+struct PhaseTimer {
+    at_us: u64,
+    done: Vec<InitPhase>,
+}
+
+impl PhaseTimer {
+    fn start() -> PhaseTimer {
+        PhaseTimer {
+            at_us: wall_us(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends the running phase, named `phase`, now.
+    fn end(&mut self, phase: &'static str) {
+        let now = wall_us().max(self.at_us);
+        self.done.push(InitPhase {
+            phase,
+            start_us: self.at_us,
+            end_us: now,
+        });
+        self.at_us = now;
+    }
+
+    fn total(&self) -> Duration {
+        self.done.iter().map(InitPhase::duration).sum()
+    }
+
+    /// `prepare 1.2 ms, rendezvous 3.4 ms, ...` (the log's).
+    fn summary(&self) -> String {
+        let ms = |p: &InitPhase| format!("{} {:.1} ms", p.phase, p.duration().as_secs_f64() * 1e3);
+        self.done.iter().map(ms).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// Keeps rank 0 (whose process serves the store) in setup until every

@@ -1,12 +1,16 @@
 //! Issue 36's scale target on the emulated provider: 64 "nodes" × 1 rank
 //! (threads of this process, one per node, so every pair is an RDMA pair).
 //! Alone in its test binary, because it counts the process's device
-//! contexts.
+//! contexts (its two tests take turns: [`ONE_AT_A_TIME`]).
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 mod lazy_kit;
 use lazy_kit::{connected, init, ring_all_reduce};
+
+/// The 64-rank test counts the device contexts open in the process.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Issue 36's target: 64 emulated nodes × 1 rank; init completes with one
 /// device context (this process's; each rank would have its own process on
@@ -14,6 +18,7 @@ use lazy_kit::{connected, init, ring_all_reduce};
 /// no connection; a ring all-reduce then connects 2 peers per rank.
 #[test]
 fn sixty_four_nodes_init_without_connections() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let n = 64;
     let t0 = Instant::now();
     let comms = init(n, 0x1a2c_0004, true);
@@ -34,7 +39,60 @@ fn sixty_four_nodes_init_without_connections() {
         "one device context for the process's 128 connections"
     );
     eprintln!(
-        "64 ranks (threads, emulated RDMA): init {init_took:?}, first ring all-reduce (connects \
-         128 pairs) {first_op:?}"
+        "64 ranks (threads, emulated RDMA): init {init_took:?} ({}), first ring all-reduce \
+         (connects 128 pairs) {first_op:?}",
+        slowest_phases(&comms)
     );
+}
+
+/// Issue 34: init at 256 ranks (threads, emulated RDMA, connections at
+/// first use), phase by phase, and the first ring all-reduce. On 2 cores
+/// the 510 steps of the 256-thread ring dominate that operation (a second
+/// one took 10.3 s of its 12.5 s), not its 512 connections.
+#[test]
+fn two_hundred_fifty_six_ranks_init_phase_by_phase() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 256;
+    let t0 = Instant::now();
+    let comms = init(n, 0x1a2c_0100, true);
+    let init_took = t0.elapsed();
+    let t1 = Instant::now();
+    ring_all_reduce(&comms, 4096);
+    let first_op = t1.elapsed();
+    assert_eq!(connected(&comms), vec![2; n]);
+    eprintln!(
+        "256 ranks (threads, emulated RDMA): init {init_took:?} ({}), first ring all-reduce \
+         (connects 512 pairs) {first_op:?}",
+        slowest_phases(&comms)
+    );
+}
+
+/// Each phase of creation as its slowest rank took it, in order; checks
+/// that every rank recorded the four phases back to back.
+fn slowest_phases(comms: &[sncl::Communicator]) -> String {
+    let names = ["prepare", "rendezvous", "connect", "barrier"];
+    let mut slowest = [std::time::Duration::ZERO; 4];
+    for c in comms {
+        let p = c.init_phases();
+        let got: Vec<&str> = p.iter().map(|p| p.phase).collect();
+        assert_eq!(got, names, "rank {}", c.rank());
+        for (i, w) in p.windows(2).enumerate() {
+            assert_eq!(
+                w[0].end_us,
+                w[1].start_us,
+                "rank {}: phase {i} to {}",
+                c.rank(),
+                i + 1
+            );
+        }
+        for (s, p) in slowest.iter_mut().zip(&p) {
+            *s = (*s).max(p.duration());
+        }
+    }
+    names
+        .iter()
+        .zip(slowest)
+        .map(|(n, d)| format!("{n} {:.1} ms", d.as_secs_f64() * 1e3))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

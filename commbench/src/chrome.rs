@@ -9,8 +9,11 @@
 //! error as arguments. A failed operation adds an instant event at its end;
 //! the ranks `commbench trace` names (behind the stuck operation, or
 //! running another one under its number) get an instant event saying so at
-//! their dump's time. Times are microseconds from the earliest start in
-//! the dumps (the absolute origin is in `otherData.t0_us`).
+//! their dump's time. The phases of each rank's creation of the
+//! communicator (`prepare`, `rendezvous`, `connect`, `barrier`) come first
+//! on its track, as slices named `init: <phase>` (category `init`). Times
+//! are microseconds from the earliest start in the dumps (the absolute
+//! origin is in `otherData.t0_us`).
 
 use std::collections::BTreeMap;
 
@@ -23,7 +26,10 @@ use crate::trace::{Dump, TraceEntry, Verdict};
 pub fn chrome_trace(dumps: &[Dump], verdicts: &[Verdict]) -> Value {
     let t0 = dumps
         .iter()
-        .flat_map(|d| d.entries.iter().filter_map(|e| e.start_us))
+        .flat_map(|d| {
+            let ops = d.entries.iter().filter_map(|e| e.start_us);
+            ops.chain(d.init.iter().map(|p| p.1))
+        })
         .min()
         .unwrap_or(0);
     let rel = |us: u64| us.saturating_sub(t0);
@@ -56,6 +62,17 @@ pub fn chrome_trace(dumps: &[Dump], verdicts: &[Verdict]) -> Value {
             "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": d.rank,
             "args": {"sort_index": d.rank}
         }));
+        for (phase, start, end) in &d.init {
+            events.push(json!({
+                "ph": "X",
+                "name": format!("init: {phase}"),
+                "cat": "init",
+                "pid": pid,
+                "tid": d.rank,
+                "ts": rel(*start),
+                "dur": end.saturating_sub(*start),
+            }));
+        }
         for e in &d.entries {
             let Some(start) = e.start_us else {
                 untimed += 1;
@@ -219,6 +236,35 @@ mod tests {
         );
         assert_eq!(slices[1]["dur"].as_f64(), Some(2.5));
         assert_eq!(slices[1]["args"]["algo"], "ring");
+    }
+
+    #[test]
+    fn the_phases_of_creation_are_slices_before_the_operations() {
+        let header = "{\"sncl_flight_recorder\":1,\"rank\":0,\"nranks\":1,\"comm_id\":\"00000000000000aa\",\"reason\":\"t\",\"init\":[{\"phase\":\"prepare\",\"start_us\":999000,\"end_us\":999400},{\"phase\":\"rendezvous\",\"start_us\":999400,\"end_us\":999900}]}";
+        let text = format!(
+            "{header}\n{}\n",
+            op(1, 1_000_000, Some(1_000_100), "completed")
+        );
+        let d = [parse_dump(Path::new("x"), &text).unwrap()];
+        let t = chrome_trace(&d, &[]);
+        let ev = t["traceEvents"].as_array().unwrap();
+        let init: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "init").collect();
+        assert_eq!(init.len(), 2);
+        assert_eq!(init[0]["name"], "init: prepare");
+        assert_eq!(
+            (init[0]["ts"].as_u64(), init[0]["dur"].as_u64()),
+            (Some(0), Some(400))
+        );
+        assert_eq!(
+            (init[1]["ts"].as_u64(), init[1]["dur"].as_u64()),
+            (Some(400), Some(500))
+        );
+        let op = ev.iter().find(|e| e["cat"] == "collective").unwrap();
+        assert_eq!(op["ts"], 1000, "times count from the first phase");
+        let bad = header
+            .replace("\"init\":[", "\"init\":{\"x\":[")
+            .replace("]}", "]}}");
+        assert!(parse_dump(Path::new("x"), &bad).is_err());
     }
 
     #[test]

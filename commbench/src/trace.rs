@@ -77,6 +77,10 @@ pub struct Dump {
     pub dumped_at_us: Option<u64>,
     /// Operations, oldest first.
     pub entries: Vec<TraceEntry>,
+    /// The phases of the communicator's creation (`prepare`,
+    /// `rendezvous`, ...) as (phase, start µs, end µs); empty in dumps
+    /// written before they were recorded.
+    pub init: Vec<(String, u64, u64)>,
 }
 
 fn field<'a>(v: &'a Value, k: &str, path: &Path, line: usize) -> Result<&'a Value, String> {
@@ -98,6 +102,25 @@ fn as_str(v: &Value, k: &str, path: &Path, line: usize) -> Result<String, String
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| format!("{}:{line}: {k:?} is not a string", path.display()))
+}
+
+/// The header's `init` array (absent: none).
+fn init_phases(h: &Value, path: &Path) -> Result<Vec<(String, u64, u64)>, String> {
+    let Some(list) = h.get("init") else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| format!("{}:1: \"init\" is not an array", path.display()))?;
+    list.iter()
+        .map(|p| {
+            Ok((
+                as_str(p, "phase", path, 1)?,
+                as_u64(p, "start_us", path, 1)?,
+                as_u64(p, "end_us", path, 1)?,
+            ))
+        })
+        .collect()
 }
 
 /// Parses one dump's text.
@@ -125,6 +148,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
         reason: as_str(&h, "reason", path, 1).unwrap_or_default(),
         dumped_at_us: h.get("dumped_at_us").and_then(Value::as_u64),
         entries: Vec::new(),
+        init: init_phases(&h, path)?,
     };
     if d.rank >= d.nranks {
         return Err(format!(

@@ -291,10 +291,28 @@ fn four_rank_run_becomes_a_chrome_trace_matching_the_dumps() {
         let rank = header["rank"].as_u64().unwrap();
         let recorded: Vec<serde_json::Value> =
             lines.map(|l| serde_json::from_str(l).unwrap()).collect();
-        let slices: Vec<&serde_json::Value> = events
+        let on_track = |e: &&serde_json::Value| e["ph"] == "X" && e["tid"].as_u64() == Some(rank);
+        let (init, slices): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = events
             .iter()
-            .filter(|e| e["ph"] == "X" && e["tid"].as_u64() == Some(rank))
-            .collect();
+            .filter(on_track)
+            .partition(|e| e["cat"] == "init");
+        // The phases of the rank's creation of the communicator come first.
+        let phases: Vec<&str> = init.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            phases,
+            [
+                "init: prepare",
+                "init: rendezvous",
+                "init: connect",
+                "init: barrier"
+            ],
+            "rank {rank}"
+        );
+        assert_eq!(
+            header["init"].as_array().map(Vec::len),
+            Some(4),
+            "rank {rank}"
+        );
         assert!(!recorded.is_empty(), "rank {rank} recorded nothing");
         assert_eq!(slices.len(), recorded.len(), "rank {rank}");
         let t0 = t["otherData"]["t0_us"].as_u64().unwrap();

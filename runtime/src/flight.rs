@@ -11,7 +11,8 @@
 //! off.
 //!
 //! Dump format (one JSON object per line): first a header
-//! `{"sncl_flight_recorder":1,"rank":R,"nranks":N,"comm_id":"<hex>","reason":"...","dumped_at_us":T,"entries":K}`,
+//! `{"sncl_flight_recorder":1,"rank":R,"nranks":N,"comm_id":"<hex>","reason":"...","dumped_at_us":T,"entries":K,"init":[{"phase":"prepare","start_us":T0,"end_us":T1},...]}`
+//! (`init`: the phases of the communicator's creation, [`InitPhase`]),
 //! then one line per operation, oldest first:
 //! `{"id":I,"seq":S,"op":"all_reduce","dtype":"f32","reduce":"sum","count":C,"bytes":B,"root":-1,"algo":"ring","start_us":T0,"end_us":T1|null,"state":"completed|running|failed","error":null|"..."}`.
 //! Times are microseconds since the Unix epoch.
@@ -27,6 +28,39 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::clock::Instant;
 
 pub use comm_core::flight::{DEFAULT_ENTRIES, MAX_ENTRIES};
+
+/// One phase of a communicator's creation (issue 34: init traced per
+/// phase), in the dump's header, the `commbench trace --chrome` export
+/// and `Communicator::init_phases`. Times are microseconds since the Unix
+/// epoch, as the entries'.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct InitPhase {
+    /// `prepare` (the standby store starts, every transport kind probes
+    /// this rank), `rendezvous` (every rank's record published and read
+    /// through the store), `connect` (the connections made at creation;
+    /// those made at first use, `SNCL_RUNTIME_CONNECT`, belong to the first
+    /// operation), `barrier` (until every rank has connected).
+    pub phase: &'static str,
+    /// When it began.
+    pub start_us: u64,
+    /// When it ended.
+    pub end_us: u64,
+}
+
+impl InitPhase {
+    /// How long it took.
+    pub fn duration(&self) -> Duration {
+        Duration::from_micros(self.end_us.saturating_sub(self.start_us))
+    }
+}
+
+/// Microseconds since the Unix epoch, now (0 before it).
+pub fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
 
 /// What became of a recorded operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,6 +290,8 @@ pub struct FlightRecorder {
     /// Error messages of failed entries (id, text): rare, so kept apart
     /// under a lock, at most `capacity` of them.
     errors: Mutex<VecDeque<(u64, String)>>,
+    /// The phases of the communicator's creation (set once, after it).
+    init: Mutex<Vec<InitPhase>>,
 }
 
 impl std::fmt::Debug for FlightRecorder {
@@ -269,10 +305,7 @@ impl std::fmt::Debug for FlightRecorder {
 impl FlightRecorder {
     /// A recorder of the last `capacity` operations (0: records nothing).
     pub fn new(capacity: usize) -> FlightRecorder {
-        let base_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
+        let base_us = wall_us();
         let capacity = capacity.min(MAX_ENTRIES);
         FlightRecorder {
             capacity,
@@ -283,7 +316,20 @@ impl FlightRecorder {
                 .map(|_| OnceLock::new())
                 .collect(),
             errors: Mutex::new(VecDeque::new()),
+            init: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Keeps the phases of the communicator's creation (kept even when
+    /// the recorder records no operation).
+    pub fn set_init_phases(&self, phases: Vec<InitPhase>) {
+        *self.init.lock().unwrap_or_else(|e| e.into_inner()) = phases;
+    }
+
+    /// The phases of the communicator's creation (empty for one derived
+    /// from another: split, shrink).
+    pub fn init_phases(&self) -> Vec<InitPhase> {
+        self.init.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// How many operations it keeps.
@@ -427,6 +473,7 @@ impl FlightRecorder {
             dumped_at_us: self.now_us(),
             capacity: self.capacity,
             entries: entries.len(),
+            init: self.init_phases(),
         };
         let mut s = json_line(&header);
         for e in &entries {
@@ -503,6 +550,7 @@ struct DumpHeader<'a> {
     dumped_at_us: u64,
     capacity: usize,
     entries: usize,
+    init: Vec<InitPhase>,
 }
 
 /// One entry's line of a dump.
@@ -673,6 +721,26 @@ mod tests {
         }
         stop.store(true, Relaxed);
         assert!(reader.join().unwrap() > 0);
+    }
+
+    #[test]
+    fn the_phases_of_creation_are_in_the_header_even_when_disabled() {
+        let f = FlightRecorder::new(0);
+        assert!(f.init_phases().is_empty());
+        let phase = |phase, start_us, end_us| InitPhase {
+            phase,
+            start_us,
+            end_us,
+        };
+        f.set_init_phases(vec![phase("prepare", 10, 25), phase("rendezvous", 25, 40)]);
+        assert_eq!(f.init_phases()[1].duration(), Duration::from_micros(15));
+        let header = f.to_json_lines(0, 1, 1, "x");
+        assert!(
+            header.contains(
+                r#""init":[{"phase":"prepare","start_us":10,"end_us":25},{"phase":"rendezvous","start_us":25,"end_us":40}]"#
+            ),
+            "{header}"
+        );
     }
 
     #[test]

@@ -216,6 +216,7 @@ mod tests {
             standby: None,
             standby_addrs: vec![None; nranks],
             lazy: None,
+            init_phases: Vec::new(),
         })
     }
 
