@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 mod lazy_kit;
-use lazy_kit::{connected, init, ring_all_reduce};
+use lazy_kit::{connected, init, init_over_tcp_store, ring_all_reduce};
 
 /// The 64-rank test counts the device contexts open in the process.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -64,6 +64,41 @@ fn two_hundred_fifty_six_ranks_init_phase_by_phase() {
         "256 ranks (threads, emulated RDMA): init {init_took:?} ({}), first ring all-reduce \
          (connects 512 pairs) {first_op:?}",
         slowest_phases(&comms)
+    );
+}
+
+/// Issue 34: the bootstrap model (`sim::bootstrap`, `commbench sim init`)
+/// against a measured rendezvous: 64 ranks through rank 0's TCP store
+/// (every rank reads every record: 64 + 64² requests at one server).
+#[test]
+fn sixty_four_ranks_rendezvous_over_the_tcp_store_as_the_model_predicts() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 64;
+    let comms = init_over_tcp_store(n);
+    // From the last rank's record published to the last rank holding
+    // every record (a rank's own rendezvous phase also holds its wait for
+    // the ranks still preparing).
+    let last = |phase: usize| {
+        let end = |c: &sncl::Communicator| c.init_phases()[phase].end_us;
+        comms.iter().map(end).max().unwrap()
+    };
+    let measured = std::time::Duration::from_micros(last(1).saturating_sub(last(0)));
+    let predicted = sim::bootstrap::bootstrap(&sim::bootstrap::BootstrapModel::measured_here(n));
+    let p = &predicted.phases[1];
+    eprintln!(
+        "64 ranks over the TCP store: rendezvous {:.1} ms (from the last rank prepared to the \
+         last holding every record), model {:.1} ms ({})",
+        measured.as_secs_f64() * 1e3,
+        p.seconds * 1e3,
+        p.bound
+    );
+    assert_eq!(p.phase, "rendezvous");
+    // The ranks' threads share 2 cores with the server here: within a
+    // factor of 10 either way, as a check that the model's N² is right.
+    let ratio = measured.as_secs_f64() / p.seconds;
+    assert!(
+        (0.1..10.0).contains(&ratio),
+        "measured / model = {ratio:.2}"
     );
 }
 

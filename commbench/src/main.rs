@@ -17,6 +17,7 @@ mod launches;
 mod plan_cmd;
 mod plot;
 mod sim_cmd;
+mod sim_init;
 mod soak;
 mod tls_certs;
 mod trace;

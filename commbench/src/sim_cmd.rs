@@ -153,7 +153,8 @@ pub fn codec_share(codec: &sncl::Codec, elem: usize) -> Result<f64, String> {
 #[derive(Parser, Debug, Clone)]
 #[command(name = "commbench sim", bin_name = "commbench sim")]
 pub struct SimArgs {
-    /// all_reduce, reduce_scatter, all_gather, broadcast or reduce
+    /// all_reduce, reduce_scatter, all_gather, broadcast or reduce; or
+    /// init: the creation of a communicator on the cluster's ranks.
     pub op: String,
     /// Minimum size in bytes (K, M, G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_size)]
@@ -194,6 +195,9 @@ pub struct SimArgs {
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// `init`'s bootstrap model.
+    #[command(flatten)]
+    pub init: crate::sim_init::InitArgs,
 }
 
 /// Runs `commbench sim` with `argv` (without the program name).
@@ -212,6 +216,17 @@ pub fn main(argv: Vec<String>) -> ExitCode {
 }
 
 fn run(a: &SimArgs) -> Result<(), String> {
+    if a.op == "init" {
+        // Only the rank count matters there: the tiers may be left out.
+        let shape = match (a.cluster.nodes, a.cluster.ranks_per_node) {
+            (Some(n), Some(r)) => (n, r),
+            _ => {
+                let cl = a.cluster.cluster()?;
+                (cl.nodes, cl.ranks_per_node)
+            }
+        };
+        return crate::sim_init::run(shape, &a.init);
+    }
     let coll = Collective::from_name(&a.op)
         .filter(|c| {
             matches!(

@@ -751,3 +751,41 @@ fn np_binds_each_rank_to_its_own_core_unless_told_not_to() {
         "unbound ranks keep every CPU: {free:?}"
     );
 }
+
+/// `commbench sim init`: the creation of a communicator at 65 664 ranks,
+/// phase by phase, names the all-read-all rendezvous as the bottleneck;
+/// the tree rendezvous brings it to seconds; bad flags are errors.
+#[test]
+fn sim_init_names_the_rendezvous_as_the_bottleneck_at_scale() {
+    let scale = ["sim", "init", "--nodes", "171", "--ranks-per-node", "384"];
+    let (code, out, err) = commbench(&scale);
+    assert_eq!(code, Some(0), "{err}");
+    let rows = table_rows(&out);
+    let phases: Vec<&str> = rows
+        .iter()
+        .map(|r| r.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(phases, ["prepare", "rendezvous", "connect", "barrier"]);
+    assert!(
+        out.contains("bottleneck: rendezvous (4.312e9 requests at one store server)"),
+        "{out}"
+    );
+    let (code, out, err) = commbench(&[&scale[..], &["--rendezvous", "tree"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let total: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("# total "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("a total");
+    assert!(total < 60.0, "{out}");
+    for bad in [
+        &["--rendezvous", "bogus"][..],
+        &["--store-rate", "0"],
+        &["--store-rtt", "soon"],
+    ] {
+        let (code, _, err) = commbench(&[&scale[..], bad].concat());
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+}

@@ -13,6 +13,7 @@
 //! simulator, exposed time, utilisation and the cost of the waiting.
 //! Pure: no sockets, no threads, no clocks.
 
+pub mod bootstrap;
 pub mod collective;
 pub mod cost;
 pub mod engine;

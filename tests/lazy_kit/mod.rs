@@ -17,20 +17,41 @@ pub fn init(n: usize, comm_id: u64, runtime_connect: bool) -> Vec<Communicator> 
     let hs: Vec<_> = (0..n)
         .map(|r| {
             let store: Arc<dyn Store> = Arc::new(store.for_rank(r));
-            let mut cfg = Config {
-                node_id: Some(format!("lazy-node{r}")),
-                timeout: Duration::from_secs(120),
-                runtime_connect,
-                algo: vec![(Collective::AllReduce, Algorithm::Ring)],
-                ..Config::default()
-            };
-            cfg.ib.emulate = true;
+            let cfg = config(r, runtime_connect);
             std::thread::spawn(move || Communicator::init_with_store(store, r, n, comm_id, cfg))
         })
         .collect();
     hs.into_iter()
         .map(|h| h.join().unwrap().expect("init"))
         .collect()
+}
+
+/// [`init`] through a unique id: rank 0 serves the TCP store, as a job
+/// launched by torchrun or Slurm does.
+pub fn init_over_tcp_store(n: usize) -> Vec<Communicator> {
+    let id = Communicator::unique_id("127.0.0.1:0".parse().unwrap()).expect("a unique id");
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let cfg = config(r, true);
+            std::thread::spawn(move || Communicator::init_rank_with_config(&id, r, n, cfg))
+        })
+        .collect();
+    hs.into_iter()
+        .map(|h| h.join().unwrap().expect("init"))
+        .collect()
+}
+
+/// Rank `r`'s settings: a node of its own on the emulated RDMA provider.
+fn config(r: usize, runtime_connect: bool) -> Config {
+    let mut cfg = Config {
+        node_id: Some(format!("lazy-node{r}")),
+        timeout: Duration::from_secs(120),
+        runtime_connect,
+        algo: vec![(Collective::AllReduce, Algorithm::Ring)],
+        ..Config::default()
+    };
+    cfg.ib.emulate = true;
+    cfg
 }
 
 /// Each rank's connected peers.
