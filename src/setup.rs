@@ -21,6 +21,7 @@ use crate::comm::{Inner, InnerParts};
 
 pub(crate) mod lazy;
 mod registry;
+mod rendezvous;
 pub use registry::transport_names;
 
 /// This host's identity: `SNCL_NODE_ID`, else hostname + boot id (network
@@ -197,10 +198,12 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     // `crate::comm::Standby`.
     let tls = sncl_bootstrap::tls::TlsIdentity::from_settings(&config.tcp.tls)?;
     let standby =
-        TcpStoreServer::start_tls(SocketAddr::new(ip, 0), secret, tls).map_err(|e| Error::Io {
-            rank,
-            context: format!("starting the standby store on {ip}"),
-            source: e,
+        TcpStoreServer::start_tls(SocketAddr::new(ip, 0), secret, tls.clone()).map_err(|e| {
+            Error::Io {
+                rank,
+                context: format!("starting the standby store on {ip}"),
+                source: e,
+            }
         })?;
     let standby_addr = standby.local_addr();
     // Each kind's store namespace, and the context its setup sees.
@@ -254,11 +257,25 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
         &format!("info/{rank}"),
         &encode_info(rank, &node, &config.shared_digest(), standby_addr, &states)?,
     )?;
-    let mut infos = Vec::with_capacity(nranks);
-    for p in 0..nranks {
-        let b = kv.get(&format!("info/{p}"), timeout)?;
-        infos.push(decode_info(rank, p, &b)?);
+    // Every rank's record, down a tree of the standby stores
+    // (`setup/rendezvous.rs`).
+    let records = rendezvous::Rendezvous {
+        store: &kv,
+        standby: &standby,
+        prefix: &prefix,
+        rank,
+        nranks,
+        secret,
+        tls: tls.as_ref(),
+        deadline,
+        standby_of: &|p, b| Ok(decode_info(rank, p, b)?.standby),
     }
+    .records()?;
+    let infos = records
+        .iter()
+        .enumerate()
+        .map(|(p, b)| decode_info(rank, p, b))
+        .collect::<Result<Vec<_>>>()?;
     // Every rank plans with rank 0's settings.
     config.adopt_digest(&infos[0].digest)?;
     // 2. Choose a kind per peer from the published records alone.

@@ -68,8 +68,8 @@ fn two_hundred_fifty_six_ranks_init_phase_by_phase() {
 }
 
 /// Issue 34: the bootstrap model (`sim::bootstrap`, `commbench sim init`)
-/// against a measured rendezvous: 64 ranks through rank 0's TCP store
-/// (every rank reads every record: 64 + 64² requests at one server).
+/// against a measured rendezvous: 64 ranks through rank 0's TCP store and
+/// the tree of standby stores (`src/setup/rendezvous.rs`).
 #[test]
 fn sixty_four_ranks_rendezvous_over_the_tcp_store_as_the_model_predicts() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,11 +93,15 @@ fn sixty_four_ranks_rendezvous_over_the_tcp_store_as_the_model_predicts() {
         p.bound
     );
     assert_eq!(p.phase, "rendezvous");
-    // The ranks' threads share 2 cores with the server here: within a
-    // factor of 10 either way, as a check that the model's N² is right.
+    // The model prices an idle machine's hops (a connection, a handshake,
+    // a read); here 64 threads share 2 cores with the stores and each of
+    // the tree's 6 levels waits for its parent's thread: 3.3x the model
+    // idle, 6.6-9x with a build beside it. Within 30x: a check that the
+    // model's shape holds (every rank reading every record measured
+    // 119-153 ms, and the model said 83 ms).
     let ratio = measured.as_secs_f64() / p.seconds;
     assert!(
-        (0.1..10.0).contains(&ratio),
+        (0.1..30.0).contains(&ratio),
         "measured / model = {ratio:.2}"
     );
 }

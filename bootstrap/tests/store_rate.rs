@@ -32,6 +32,13 @@ fn requests_per_second_and_round_trip_on_loopback() {
         assert_eq!(v.len(), RECORD);
     }
     let rtt_us = t.elapsed().as_secs_f64() * 1e6 / gets as f64;
+    // A new client: TCP connection and the store's handshake.
+    let connects = 50;
+    let t = Instant::now();
+    for c in 0..connects {
+        drop(TcpStore::connect(addr, secret, c + 100, deadline).expect("a client"));
+    }
+    let connect_us = t.elapsed().as_secs_f64() * 1e6 / connects as f64;
     // Several clients at once, as ranks in their rendezvous: the server's
     // rate (on this 2-core machine the clients share its cores).
     let clients = 16;
@@ -52,8 +59,9 @@ fn requests_per_second_and_round_trip_on_loopback() {
     });
     let rate = (clients * per_client) as f64 / t.elapsed().as_secs_f64();
     eprintln!(
-        "store on loopback, {RECORD}-byte records: one client's round trip {rtt_us:.1} us; \
-         {clients} clients: {rate:.0} gets/s"
+        "store on loopback, {RECORD}-byte records: one client's round trip {rtt_us:.1} us, \
+         a new client's connection and handshake {connect_us:.0} us; {clients} clients: \
+         {rate:.0} gets/s"
     );
     assert!(
         rate > 1000.0 && rtt_us < 10_000.0,

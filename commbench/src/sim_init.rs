@@ -22,10 +22,10 @@ pub struct InitArgs {
     /// instead of at first use.
     #[arg(long = "eager")]
     pub eager: bool,
-    /// init only: `all` (every rank reads every record from the store,
-    /// today's) or `tree` (gathered by rank 0, passed down a tree of
-    /// standby stores).
-    #[arg(long = "rendezvous", default_value = "all")]
+    /// init only: `tree` (gathered by rank 0, passed down a tree of
+    /// standby stores: sncl's) or `all` (every rank reads every record
+    /// from the store, as before stop 51).
+    #[arg(long = "rendezvous", default_value = "tree")]
     pub rendezvous: String,
 }
 

@@ -4,10 +4,14 @@
 //!
 //! * **prepare**: local and in parallel on every rank (the standby store
 //!   starts, every transport kind probes the rank): a fixed time.
-//! * **rendezvous**: every rank writes its record (`info/<rank>`) to the
-//!   one store server and then reads all N records, one request each, in
-//!   order: N + N² requests and N² records through one server, and N round
-//!   trips in series on every rank.
+//! * **rendezvous** ([`Rendezvous::Tree`], `src/setup/rendezvous.rs`):
+//!   every rank writes its record (`info/<rank>`) to the one store server;
+//!   rank 0 reads all N, one request each, and every other rank reads its
+//!   parent's record, then the table of records from its parent's standby
+//!   store (a TCP connection, its handshake and the read: 3 round trips,
+//!   and the table's bytes), down a binary tree. [`Rendezvous::AllReadAll`]
+//!   prices what ran before: every rank read all N records from the one
+//!   server, N + N² requests and N² records.
 //! * **connect**: with connections at creation (`SNCL_RUNTIME_CONNECT=0`)
 //!   every rank connects its N − 1 peers; per RDMA pair each side writes
 //!   its queue-pair record and a ready mark and reads the peer's (4
@@ -23,17 +27,14 @@
 //! and that rank's local work; the largest names the phase's bound, and
 //! the longest phase names the job's bottleneck.
 //!
-//! [`Rendezvous::Tree`] prices the change the model points at: the records
-//! gathered once by rank 0 (N writes, N reads) and the table passed down a
-//! binary tree of the ranks' standby stores (each rank reads it once from
-//! its parent), so that no server sees more than a few requests per rank.
 
 /// How the ranks exchange their records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rendezvous {
-    /// Today's: every rank reads every record from the one store.
+    /// Before stop 51: every rank read every record from the one store.
     AllReadAll,
-    /// Gathered by rank 0, passed down a binary tree of standby stores.
+    /// Gathered by rank 0, passed down a binary tree of standby stores
+    /// (what sncl does).
     Tree,
 }
 
@@ -79,7 +80,7 @@ impl BootstrapModel {
             pair_us: 2_000.0,
             eager: false,
             first_use_peers: 2,
-            rendezvous: Rendezvous::AllReadAll,
+            rendezvous: Rendezvous::Tree,
         }
     }
 }
@@ -170,7 +171,7 @@ pub fn bootstrap(m: &BootstrapModel) -> BootstrapCost {
         Rendezvous::Tree => {
             let depth = n.log2().ceil().max(1.0);
             let table = n * rec;
-            let hop = rtt + table / m.store_bytes_per_s;
+            let hop = 3.0 * rtt + table / m.store_bytes_per_s;
             [
                 // Everyone's write and read of its parent's record, and
                 // rank 0's gathering of every record.
@@ -235,7 +236,10 @@ mod tests {
 
     #[test]
     fn at_65664_ranks_the_all_read_all_rendezvous_is_the_bottleneck() {
-        let m = BootstrapModel::measured_here(65_664);
+        let m = BootstrapModel {
+            rendezvous: Rendezvous::AllReadAll,
+            ..BootstrapModel::measured_here(65_664)
+        };
         let c = bootstrap(&m);
         let b = c.bottleneck();
         assert_eq!(b.phase, "rendezvous");
@@ -258,7 +262,10 @@ mod tests {
 
     #[test]
     fn at_64_ranks_the_server_still_bounds_and_eager_connections_add_pairs() {
-        let m = BootstrapModel::measured_here(64);
+        let m = BootstrapModel {
+            rendezvous: Rendezvous::AllReadAll,
+            ..BootstrapModel::measured_here(64)
+        };
         let c = bootstrap(&m);
         let r = &c.phases[1];
         assert_eq!(r.phase, "rendezvous");
