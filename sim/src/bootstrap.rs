@@ -152,11 +152,22 @@ pub fn bootstrap(m: &BootstrapModel) -> BootstrapCost {
             format!("{requests:.3e} requests at one store server"),
         )
     };
+    // Each phase's requests at the one server, counted once.
+    let rendezvous_requests = match m.rendezvous {
+        Rendezvous::AllReadAll => n + n * n,
+        // Everyone's write and read of its parent's record, and rank 0's
+        // gathering of every record.
+        Rendezvous::Tree => 3.0 * n,
+    };
+    // Per pair and side: queue-pair record, ready mark, and the reads of
+    // the peer's two; plus the first-use request.
+    let pair_requests = |peers: f64| 5.0 * n * peers;
+    let barrier_requests = 2.0 * n;
     let rendezvous = match m.rendezvous {
         Rendezvous::AllReadAll => {
             let bytes = n * n * rec;
             [
-                server(n + n * n),
+                server(rendezvous_requests),
                 (
                     bytes / m.store_bytes_per_s,
                     format!("{:.3e} bytes of records from one store server", bytes),
@@ -173,9 +184,7 @@ pub fn bootstrap(m: &BootstrapModel) -> BootstrapCost {
             let table = n * rec;
             let hop = 3.0 * rtt + table / m.store_bytes_per_s;
             [
-                // Everyone's write and read of its parent's record, and
-                // rank 0's gathering of every record.
-                server(3.0 * n),
+                server(rendezvous_requests),
                 (
                     n * rtt + depth * hop,
                     format!(
@@ -188,7 +197,7 @@ pub fn bootstrap(m: &BootstrapModel) -> BootstrapCost {
     };
     let pair_work = |peers: f64| {
         [
-            server(4.0 * n * peers + n * peers),
+            server(pair_requests(peers)),
             (
                 peers * (4.0 * rtt + m.pair_us * 1e-6),
                 format!(
@@ -215,17 +224,16 @@ pub fn bootstrap(m: &BootstrapModel) -> BootstrapCost {
         phase("connect", &connect),
         phase(
             "barrier",
-            &[server(2.0 * n), (2.0 * rtt, "2 round trips".to_string())],
+            &[
+                server(barrier_requests),
+                (2.0 * rtt, "2 round trips".to_string()),
+            ],
         ),
     ];
-    let requests = match m.rendezvous {
-        Rendezvous::AllReadAll => n + n * n,
-        Rendezvous::Tree => 3.0 * n,
-    } + if m.eager { 5.0 * n * (n - 1.0) } else { 0.0 }
-        + 2.0 * n;
+    let connect_requests = if m.eager { pair_requests(n - 1.0) } else { 0.0 };
     BootstrapCost {
         phases,
-        store_requests: requests,
+        store_requests: rendezvous_requests + connect_requests + barrier_requests,
         first_use_connect_s,
     }
 }
