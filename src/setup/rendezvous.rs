@@ -187,6 +187,31 @@ impl Rendezvous<'_> {
 mod tests {
     use super::*;
 
+    /// A rank's view of the store that counts its reads.
+    struct Counted<'a> {
+        inner: &'a sncl_bootstrap::MemoryStore,
+        gets: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Store for Counted<'_> {
+        fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+            self.inner.set(key, value)
+        }
+        fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.get(key, timeout)
+        }
+        fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.inner.try_get(key)
+        }
+        fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+            self.inner.wait(keys, timeout)
+        }
+        fn add(&self, key: &str, delta: i64) -> Result<i64> {
+            self.inner.add(key, delta)
+        }
+    }
+
     fn server() -> TcpStoreServer {
         TcpStoreServer::start("127.0.0.1:0".parse().unwrap(), [3; 16]).unwrap()
     }
@@ -208,13 +233,19 @@ mod tests {
                 .next()
                 .and_then(|l| l.parse().ok()))
         };
+        let views: Vec<Counted> = (0..3)
+            .map(|_| Counted {
+                inner: &store,
+                gets: Default::default(),
+            })
+            .collect();
         let got: Vec<Vec<Vec<u8>>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..3)
                 .map(|rank| {
-                    let (store, servers, standby_of) = (&store, &servers, &standby_of);
+                    let (view, servers, standby_of) = (&views[rank], &servers, &standby_of);
                     sc.spawn(move || {
                         Rendezvous {
-                            store,
+                            store: view,
                             standby: &servers[rank],
                             prefix: "sncl/t",
                             rank,
@@ -234,6 +265,13 @@ mod tests {
         assert_eq!(got[0].len(), 3);
         assert_eq!(got[1], got[0]);
         assert_eq!(got[2], got[0]);
+        // Rank 0 read every record; its children only their parent's, the
+        // rest came down the tree.
+        let gets: Vec<usize> = views
+            .iter()
+            .map(|v| v.gets.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        assert_eq!(gets, [3, 1, 1]);
         // 2.1 MB of records: the first two in one part, the third alone.
         let parts = servers[1]
             .local_store()
