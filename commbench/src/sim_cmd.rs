@@ -7,7 +7,7 @@ use comm_core::algo::Algorithm;
 use comm_core::topofile::{parse_bandwidth, parse_latency_us, TierSpec};
 use comm_core::wire::Collective;
 use sim::collective::{simulate_cached, Frame, Request, TreeRuns};
-use sim::model::{Cluster, Nic, Placement, Tier};
+use sim::model::{Cluster, Nic, Placement, Slowdown, Tier};
 
 use crate::args::parse_size;
 
@@ -41,6 +41,36 @@ pub struct ClusterArgs {
     /// Token-bucket burst of each NIC in bytes (K/M/G), 0 = none.
     #[arg(long = "burst", value_parser = parse_size)]
     pub burst: Option<usize>,
+    /// A straggler node: `NODE[:FACTOR]`, its links and compute FACTOR
+    /// (default 2) times slower; repeatable. Runs in the per-rank frame,
+    /// which reports the critical path.
+    #[arg(long = "straggler")]
+    pub straggler: Vec<String>,
+    /// A degraded link: NODE:FACTOR, the node's NICs FACTOR times slower;
+    /// repeatable.
+    #[arg(long = "slow-link")]
+    pub slow_link: Vec<String>,
+}
+
+/// `NODE[:FACTOR]` of `--straggler` / `--slow-link` (`default` when the
+/// factor is left out; `None`: it may not be).
+fn node_factor(s: &str, flag: &str, default: Option<f64>) -> Result<(usize, f64), String> {
+    let (node, factor) = match s.split_once(':') {
+        Some((n, f)) => (n, Some(f)),
+        None => (s, None),
+    };
+    let node = node
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("--{flag} {s:?}: expected NODE:FACTOR (a node number, e.g. 17:2)"))?;
+    let factor = match factor {
+        Some(f) => f
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("--{flag} {s:?}: {f:?} is not a factor"))?,
+        None => default.ok_or_else(|| format!("--{flag} {s:?}: expected NODE:FACTOR"))?,
+    };
+    Ok((node, factor))
 }
 
 fn tier(s: &str, what: &str) -> Result<Tier, String> {
@@ -95,6 +125,14 @@ impl ClusterArgs {
         }
         if let Some(b) = self.burst {
             cl.burst_bytes = b as f64;
+        }
+        for s in &self.straggler {
+            let (node, factor) = node_factor(s, "straggler", Some(2.0))?;
+            cl.slowdowns.push(Slowdown::straggler(node, factor));
+        }
+        for s in &self.slow_link {
+            let (node, factor) = node_factor(s, "slow-link", None)?;
+            cl.slowdowns.push(Slowdown::degraded_link(node, factor));
         }
         cl.validate().map_err(|e| e.to_string())?;
         Ok(cl)
@@ -329,6 +367,10 @@ fn run(a: &SimArgs) -> Result<(), String> {
                         p.wait_max_us,
                         if p.symmetric { "symmetric" } else { "per-rank" }
                     );
+                    let bound = p.critical.as_ref().and_then(|c| c.bottleneck(&cl));
+                    if let Some(b) = &bound {
+                        println!("{}", bottleneck_line(&cl, b, &p.wait_us));
+                    }
                     slices.push(crate::chrome::SimulatedSlice {
                         op: a.op.clone(),
                         dur_us: p.time_us,
@@ -351,6 +393,15 @@ fn run(a: &SimArgs) -> Result<(), String> {
                             "intra_bytes": p.intra_bytes, "inter_bytes": p.inter_bytes,
                             "cross_tier_share": p.cross_share(),
                             "wait_max_us": p.wait_max_us, "wait_mean_us": p.wait_mean_us,
+                            "critical_path": bound.as_ref().map(|b| serde_json::json!({
+                                "path_us": b.path_us,
+                                "node": b.node.0, "node_us": b.node.1,
+                                "rank": b.rank.0, "rank_us": b.rank.1,
+                                "link": {"from": b.link.0 .0, "to": b.link.0 .1,
+                                         "tier": if b.link.0 .2 { "inter" } else { "intra" },
+                                         "us": b.link.1},
+                                "per_node_us": b.per_node_us,
+                            })),
                         })
                         .to_string(),
                     );
@@ -379,4 +430,36 @@ fn run(a: &SimArgs) -> Result<(), String> {
         std::fs::write(path, trace.to_string()).map_err(|e| format!("writing {path}: {e}"))?;
     }
     Ok(())
+}
+
+/// The comment line under a per-rank row: what bound the collective (the
+/// critical path's node, rank and link) and how long ranks waited.
+fn bottleneck_line(cl: &Cluster, b: &sim::critical::Bottleneck, wait_us: &[f64]) -> String {
+    let share = |us: f64| 100.0 * us / b.path_us.max(f64::MIN_POSITIVE);
+    let ((from, to, inter), link_us) = b.link;
+    let slowest = wait_us
+        .iter()
+        .enumerate()
+        .max_by(|x, y| x.1.total_cmp(y.1))
+        .map_or((0, 0.0), |(r, w)| (r, *w));
+    let slow = |node: usize| match cl.slowdown_of(node) {
+        (1.0, 1.0, 1.0) => String::new(),
+        (a, e, c) => format!(" (slowed: intra x{a}, inter x{e}, compute x{c})"),
+    };
+    format!(
+        "#   critical path {:.1} us: node {}{} {:.0}%, rank {} {:.0}%, link {} -> {} ({}) {:.0}%; longest wait rank {} (node {}) {:.1} us",
+        b.path_us,
+        b.node.0,
+        slow(b.node.0),
+        share(b.node.1),
+        b.rank.0,
+        share(b.rank.1),
+        from,
+        to,
+        if inter { "inter" } else { "intra" },
+        share(link_us),
+        slowest.0,
+        cl.node_of(slowest.0),
+        slowest.1,
+    )
 }

@@ -790,3 +790,67 @@ fn sim_init_names_the_rendezvous_as_the_bottleneck_at_scale() {
         assert!(err.contains(bad[0]), "{bad:?}: {err}");
     }
 }
+
+/// `commbench sim --straggler / --slow-link`: the per-rank frame runs, the
+/// critical path line names the slow node and the degraded link, and the
+/// JSON row carries it; malformed flags are errors that name the flag.
+#[test]
+fn sim_names_a_straggler_and_a_degraded_link_on_the_critical_path() {
+    let base = [
+        "sim",
+        "all_reduce",
+        "-b",
+        "64M",
+        "-e",
+        "64M",
+        "--algo",
+        "hier",
+        "--nodes",
+        "8",
+        "--ranks-per-node",
+        "16",
+        "--intra",
+        "400GB/s,2us",
+        "--inter",
+        "50GB/s,5us",
+    ];
+    let (code, out, err) = commbench(&[&base[..], &["--straggler", "5:3"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("per-rank"), "{out}");
+    assert!(
+        out.contains("critical path") && out.contains(": node 5 (slowed: intra x3"),
+        "{out}"
+    );
+    let json = std::env::temp_dir().join(format!("sncl-sim-slow-{}.json", std::process::id()));
+    let (code, out, err) = commbench(
+        &[
+            &base[..],
+            &["--slow-link", "3:4", "--json", json.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("(inter)") && out.contains(": node 3 (slowed"),
+        "{out}"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let critical = &rows[0]["critical_path"];
+    assert_eq!(critical["link"]["tier"], "inter", "{rows}");
+    assert_eq!(critical["node"], 3, "{rows}");
+    for bad in [
+        &["--straggler", "x"][..],
+        &["--slow-link", "3"],
+        &["--straggler", "8:2"],
+        &["--straggler", "1:0.5"],
+    ] {
+        let (code, _, err) = commbench(&[&base[..], bad].concat());
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+        assert!(
+            err.contains(bad[0]) || err.contains("slowdown of node"),
+            "{bad:?}: {err}"
+        );
+    }
+}

@@ -33,7 +33,7 @@ pub const MAX_TOTAL_STEPS: u64 = 200_000_000;
 /// Relative size difference under which steps merge in the symmetric frame.
 pub const SYMMETRIC_MERGE_TOLERANCE: f64 = 0.02;
 /// Steps in all simulated programs above which runs of alike steps execute
-/// aggregated ([`engine::run_aggregated`]) unless [`Request::aggregate`] says.
+/// aggregated ([`engine::Options::aggregated`]) unless [`Request::aggregate`] says.
 pub const AGGREGATE_ABOVE_STEPS: u64 = 200_000;
 /// Steps in all programs above which a pipelined tree is simulated with
 /// K1 and 2 K1 chunks (K1 = [`TREE_EXTRAPOLATION_CHUNKS`]) and its time,
@@ -43,6 +43,9 @@ pub const AGGREGATE_ABOVE_STEPS: u64 = 200_000;
 pub const EXTRAPOLATE_ABOVE_STEPS: u64 = 4_000_000;
 /// K1 of the tree extrapolation.
 pub const TREE_EXTRAPOLATION_CHUNKS: usize = 8;
+/// Executed steps (runs, when aggregated) of all ranks up to which a
+/// per-rank run records every step for its critical path.
+pub const RECORD_STEPS_MAX: u64 = 20_000_000;
 
 /// Same runs, peers and directions, bytes within 2 % plus two elements.
 fn alike(a: &Program, b: &Program, elem: f64) -> bool {
@@ -117,29 +120,32 @@ impl Exec<'_> {
             .ok_or_else(|| self.err("no schedule for this collective".into()))
     }
 
-    /// Programs in the symmetric frame derived from rank 0's. Rings: every
+    /// Programs derived from rank 0's, in either frame. Rings: every
     /// rank's program is rank 0's with peers shifted by the rank (the
     /// schedule is invariant under rotating ranks). `hier` (equal nodes,
     /// node-major): local position p's program is position 0's with every
     /// peer moved p positions along its own node (shard p's cross-node
-    /// group is shard 0's moved so; the intra-node rings rotate). Builds
-    /// rank 0's and derives the others, after checking the derivation
-    /// against built programs of ranks 1 and L−1; `None` when the check
-    /// fails or the schedule is neither (then all are built).
+    /// group is shard 0's moved so; the intra-node rings rotate), and rank
+    /// k L + p's is position p's moved k whole nodes (the cross-node rings
+    /// rotate). Builds rank 0's and derives the others, after checking the
+    /// derivation against built programs of ranks 1, L−1, L and the last;
+    /// `None` when a check fails or the schedule is neither (then all are
+    /// built).
     fn rotated(&self, count: usize, tolerance: f64) -> Result<Option<Vec<Program>>> {
         let local = match self.algo {
             Algorithm::Ring | Algorithm::FlatRing => false,
             Algorithm::Hier => true,
             _ => return Ok(None),
         };
-        if !self.symmetric || self.entities < 3 {
+        if self.cl.placement != Placement::NodeMajor || self.entities < 3 {
             return Ok(None);
         }
         let n = self.cl.nranks();
         let l = self.cl.ranks_per_node;
         let moved = |peer: usize, r: usize| -> usize {
             if local {
-                peer - peer % l + (peer % l + r) % l
+                let (node, pos) = (r / l, r % l);
+                (peer - peer % l + (peer % l + pos) % l + node * l) % n
             } else {
                 (peer + r) % n
             }
@@ -170,7 +176,10 @@ impl Exec<'_> {
                 })
                 .collect(),
         };
-        for r in [1, self.entities - 1] {
+        let mut checked = vec![1, l - 1, l, n / 2 + 1, self.entities - 1];
+        checked.retain(|&r| r > 0 && r < self.entities);
+        checked.dedup();
+        for r in checked {
             if !alike(&shift(r), &prog(r)?, elem as f64) {
                 tracing::debug!(
                     rank = r,
@@ -310,6 +319,44 @@ impl Exec<'_> {
 
     /// Programs of every entity for `count` elements, then the engine.
     fn run(&self, count: usize, aggregate: bool) -> Result<engine::Outcome> {
+        let progs = self.programs(count, aggregate)?;
+        let executed: u64 = progs
+            .iter()
+            .map(|p| {
+                if aggregate {
+                    p.runs.len() as u64
+                } else {
+                    p.steps()
+                }
+            })
+            .sum();
+        let opts = engine::Options {
+            symmetric: self.symmetric,
+            aggregated: aggregate,
+            record_steps: !self.symmetric && executed <= RECORD_STEPS_MAX,
+        };
+        let out = engine::execute(self.cl, &progs, opts);
+        if aggregate && !out.complete && executed <= MAX_TOTAL_STEPS {
+            // Entities merged their steps differently: go step by step.
+            tracing::warn!(
+                algo = self.algo.name(),
+                "sim: aggregated runs did not match; running step by step"
+            );
+            let total: u64 = progs.iter().map(Program::steps).sum();
+            if total <= MAX_TOTAL_STEPS {
+                let opts = engine::Options {
+                    aggregated: false,
+                    record_steps: opts.record_steps && total <= RECORD_STEPS_MAX,
+                    ..opts
+                };
+                return Ok(engine::execute(self.cl, &progs, opts));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every entity's program for `count` elements.
+    fn programs(&self, count: usize, aggregate: bool) -> Result<Vec<Program>> {
         let topo = self.cl.topology();
         let n = self.cl.nranks();
         let tolerance = if self.symmetric || aggregate {
@@ -367,24 +414,7 @@ impl Exec<'_> {
             algo = self.algo.name(),
             "sim: programs built"
         );
-        let out = if aggregate {
-            engine::run_aggregated(self.cl, &progs, self.symmetric)
-        } else {
-            engine::run(self.cl, &progs, self.symmetric)
-        };
-        if aggregate
-            && !out.complete
-            && self.entities * (total_steps as usize / self.entities.max(1))
-                <= MAX_TOTAL_STEPS as usize
-        {
-            // Entities merged their steps differently: go step by step.
-            tracing::warn!(
-                algo = self.algo.name(),
-                "sim: aggregated runs did not match; running step by step"
-            );
-            return Ok(engine::run(self.cl, &progs, self.symmetric));
-        }
-        Ok(out)
+        Ok(progs)
     }
 }
 
@@ -464,6 +494,13 @@ pub struct Prediction {
     pub wait_mean_us: f64,
     /// Events the engine processed.
     pub events: u64,
+    /// Per-rank frame: the critical path, walked back from the last rank
+    /// to finish (`None` in the symmetric frame, for extrapolated trees and
+    /// above [`RECORD_STEPS_MAX`] executed steps).
+    pub critical: Option<crate::critical::CriticalPath>,
+    /// Per rank (per local position in the symmetric frame): time spent
+    /// waiting for peers, µs.
+    pub wait_us: Vec<f64>,
 }
 
 impl Prediction {
@@ -560,6 +597,7 @@ fn simulate_with(
         why,
     };
     let symmetric_ok = cl.placement == Placement::NodeMajor
+        && cl.slowdowns.is_empty()
         && matches!(
             algo,
             Algorithm::Ring | Algorithm::FlatRing | Algorithm::Hier
@@ -573,7 +611,7 @@ fn simulate_with(
         Frame::Symmetric => {
             if !symmetric_ok {
                 return Err(err(
-                    "the symmetric frame needs node-major numbering and a ring or hier schedule of all_reduce, all_gather or reduce_scatter".into(),
+                    "the symmetric frame needs node-major numbering, no slow node and a ring or hier schedule of all_reduce, all_gather or reduce_scatter".into(),
                 ));
             }
             true
@@ -595,11 +633,21 @@ fn simulate_with(
         entities,
     };
     // Rank 0's schedule tells how many steps the whole job holds.
-    let steps0 = ex.build(0, count)?.steps.len() as u64;
+    let schedule0 = ex.build(0, count)?;
+    let steps0 = schedule0.steps.len() as u64;
     let total = steps0.saturating_mul(entities as u64);
     let aggregate = req
         .aggregate
         .unwrap_or(total > AGGREGATE_ABOVE_STEPS || entities > PER_RANK_MAX);
+    // What the engine executes: steps, or runs of alike steps when aggregated.
+    let (executed0, unit) = if aggregate {
+        let p = Program::from_schedule(&schedule0, req.elem.max(1), SYMMETRIC_MERGE_TOLERANCE);
+        (p.runs.len() as u64, "runs")
+    } else {
+        (steps0, "steps")
+    };
+    drop(schedule0);
+    let executed = executed0.saturating_mul(entities as u64);
     // Pipelined trees on many ranks: simulate K1 and 2 K1 chunks, extrapolate.
     let chunk_units = count.div_ceil(chunk.max(1));
     let k1 = TREE_EXTRAPOLATION_CHUNKS;
@@ -640,11 +688,12 @@ fn simulate_with(
             inter_bytes: lin(o1.inter_bytes, o2.inter_bytes),
             events: o1.events + o2.events,
             complete: o1.complete && o2.complete,
+            steps: Vec::new(),
         }
     } else {
-        if total > MAX_TOTAL_STEPS {
+        if executed > MAX_TOTAL_STEPS {
             return Err(err(format!(
-                "{steps0} steps per rank x {entities} simulated ranks exceeds {MAX_TOTAL_STEPS}"
+                "{executed0} {unit} per rank x {entities} simulated ranks exceeds {MAX_TOTAL_STEPS}"
             )));
         }
         // A large tree of a whole number of chunks up to 2 K1 is one of the
@@ -691,8 +740,14 @@ fn simulate_with(
         wait_max_us: wait_max,
         wait_mean_us: wait_mean,
         events: out.events,
+        critical: (!out.steps.is_empty())
+            .then(|| crate::critical::walk(&out.steps, &out.finish_us)),
+        wait_us: out.wait_us,
     })
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod asymmetric_tests;

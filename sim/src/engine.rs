@@ -12,7 +12,7 @@
 //! schedule that is invariant under rotating nodes (rings over nodes,
 //! `hier`).
 //!
-//! *Aggregated* runs ([`run_aggregated`]): a run of `R` alike steps executes
+//! *Aggregated* runs ([`Options::aggregated`]): a run of `R` alike steps executes
 //! as one step whose messages carry `R` × the bytes and take `R` × the
 //! latency, and whose local work is `R` × the step's. That is exact when the
 //! run's steps go in lockstep with one bottleneck (every step of a ring, the
@@ -23,8 +23,11 @@
 
 use std::collections::{BinaryHeap, VecDeque};
 
-use crate::model::{Cluster, Nic, BURST_PEAK_FACTOR};
+use crate::critical::{Bound, StepRec};
+use crate::model::{Cluster, Nic};
 use crate::program::Program;
+
+mod fair;
 
 /// What one simulated execution produced.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,6 +47,20 @@ pub struct Outcome {
     pub events: u64,
     /// Whether every program ran to its end (false: a message was never matched).
     pub complete: bool,
+    /// Per entity, each executed step's times and what ended it (asked for
+    /// with [`Options::record_steps`]; empty otherwise).
+    pub steps: Vec<Vec<StepRec>>,
+}
+
+/// How [`execute`] runs the programs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// The symmetric frame (else one entity per rank).
+    pub symmetric: bool,
+    /// Each run of alike steps as one aggregated step.
+    pub aggregated: bool,
+    /// Record every executed step ([`Outcome::steps`]), for the critical path.
+    pub record_steps: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,6 +74,12 @@ struct Flow {
     rate: f64,
     src: u32,
     dst: u32,
+    /// The entity whose post matched the message (the later of the two).
+    late: u32,
+    /// When the message was matched, µs.
+    matched: f64,
+    /// Whether it crosses nodes.
+    inter: bool,
     /// Past its latency (counted on its resources).
     live: bool,
     /// Bumped whenever the flow's pending event becomes stale.
@@ -123,6 +146,12 @@ struct Ent {
     done: bool,
     finish: f64,
     wait: f64,
+    /// When the entity entered its current step (before its copies).
+    step_from: f64,
+    /// What ended the current step's transfers (its last flow).
+    bound: Bound,
+    /// Reduction time left after that flow ended.
+    local_extra: f64,
 }
 
 #[derive(Default)]
@@ -132,9 +161,15 @@ struct Chan {
     recvs: VecDeque<u32>,
 }
 
-/// Runs `progs` (one per entity) on `cl`. `symmetric` selects the frame.
-pub fn run(cl: &Cluster, progs: &[Program], symmetric: bool) -> Outcome {
-    Engine::new(cl, progs, symmetric).go()
+/// Runs `progs` (one per entity) on `cl` as `opts` says.
+pub fn execute(cl: &Cluster, progs: &[Program], opts: Options) -> Outcome {
+    let mut e = Engine::new(cl, progs, opts.symmetric);
+    e.agg = opts.aggregated;
+    if opts.record_steps {
+        e.out.steps = vec![Vec::new(); progs.len()];
+        e.record = true;
+    }
+    e.go()
 }
 
 /// Like [`run`], but each run of alike steps executes as one aggregated step
@@ -150,6 +185,9 @@ struct Engine<'a> {
     progs: &'a [Program],
     sym: bool,
     agg: bool,
+    record: bool,
+    /// Per entity: its node's compute slowdown (empty: none anywhere).
+    compute: Vec<f64>,
     ents: Vec<Ent>,
     /// Per receiving rank (shifted onto node 0's frame when symmetric): its
     /// open channels by sending rank (a rank has few peers at a time).
@@ -189,11 +227,21 @@ impl<'a> Engine<'a> {
         let mut bucket = vec![false; nres];
         let burst = cl.burst_bytes > 0.0;
         let rate = |b: f64| b / 1e6; // bytes per µs
+                                     // Slowdowns exist in the per-rank frame only (the symmetric frame
+                                     // refuses them), where entity i is rank i.
+        let slow = |i: usize| {
+            if sym || cl.slowdowns.is_empty() {
+                (1.0, 1.0, 1.0)
+            } else {
+                cl.slowdown_of(cl.node_of(i))
+            }
+        };
         for i in 0..e {
-            cap[4 * i] = rate(cl.intra.bytes_per_s);
-            cap[4 * i + 1] = rate(cl.intra.bytes_per_s);
-            cap[4 * i + 2] = rate(cl.inter.bytes_per_s);
-            cap[4 * i + 3] = rate(cl.inter.bytes_per_s);
+            let (intra, inter, _) = slow(i);
+            cap[4 * i] = rate(cl.intra.bytes_per_s) / intra;
+            cap[4 * i + 1] = rate(cl.intra.bytes_per_s) / intra;
+            cap[4 * i + 2] = rate(cl.inter.bytes_per_s) / inter;
+            cap[4 * i + 3] = rate(cl.inter.bytes_per_s) / inter;
             if cl.nic == Nic::PerRank {
                 bucket[4 * i + 2] = burst;
                 bucket[4 * i + 3] = burst;
@@ -205,10 +253,11 @@ impl<'a> Engine<'a> {
         };
         for k in 0..node_slots {
             let b = 4 * e + 4 * k;
-            cap[b] = rate(cl.inter.bytes_per_s);
-            cap[b + 1] = rate(cl.inter.bytes_per_s);
-            cap[b + 2] = rate(node_nic / cl.oversubscription);
-            cap[b + 3] = rate(node_nic / cl.oversubscription);
+            let inter = if sym { 1.0 } else { cl.slowdown_of(k).1 };
+            cap[b] = rate(cl.inter.bytes_per_s) / inter;
+            cap[b + 1] = rate(cl.inter.bytes_per_s) / inter;
+            cap[b + 2] = rate(node_nic / cl.oversubscription) / inter;
+            cap[b + 3] = rate(node_nic / cl.oversubscription) / inter;
             if cl.nic == Nic::PerNode {
                 bucket[b] = burst;
                 bucket[b + 1] = burst;
@@ -217,11 +266,18 @@ impl<'a> Engine<'a> {
         // Buckets start empty: the steady state of back-to-back operations
         // (a benchmark loop); they fill only while a link runs below its rate.
         let tokens = vec![0.0; nres];
+        let compute = if sym || cl.slowdowns.is_empty() {
+            Vec::new()
+        } else {
+            (0..e).map(|i| slow(i).2).collect()
+        };
         Engine {
             cl,
             progs,
             sym,
             agg: false,
+            record: false,
+            compute,
             ents: vec![Ent::default(); e],
             chans: (0..cl.nranks()).map(|_| Vec::new()).collect(),
             flows: Vec::new(),
@@ -368,7 +424,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.now = t;
-        let mut done: Vec<(u32, u32)> = Vec::new();
+        let mut done: Vec<(u32, u32, Bound)> = Vec::new();
         let mut timers: Vec<(u32, bool)> = Vec::new();
         for w in due {
             match w {
@@ -383,9 +439,9 @@ impl<'a> Engine<'a> {
                 What::Timer(e, post) => timers.push((e, post)),
             }
         }
-        for (s, d) in done {
-            self.op_done(s as usize);
-            self.op_done(d as usize);
+        for (s, d, bound) in done {
+            self.op_done(s as usize, bound);
+            self.op_done(d as usize, bound);
         }
         for (e, post) in timers {
             if post {
@@ -411,8 +467,9 @@ impl<'a> Engine<'a> {
         self.dirty = true;
     }
 
-    /// Removes a finished flow; returns its (sender, receiver) entities.
-    fn end_flow(&mut self, i: u32) -> (u32, u32) {
+    /// Removes a finished flow; returns its (sender, receiver) entities
+    /// and what it was, as the sender sees it.
+    fn end_flow(&mut self, i: u32) -> (u32, u32, Bound) {
         let f = self.flows[i as usize];
         if f.live {
             for &r in f.res() {
@@ -428,22 +485,31 @@ impl<'a> Engine<'a> {
         slot.ver = slot.ver.wrapping_add(1);
         self.free.push(i);
         self.dirty = true;
-        (f.src, f.dst)
+        let bound = Bound::Flow {
+            from: f.src,
+            to: f.dst,
+            late: f.late,
+            inter: f.inter,
+            matched: f.matched,
+        };
+        (f.src, f.dst, bound)
     }
 
-    fn op_done(&mut self, e: usize) {
+    fn op_done(&mut self, e: usize, bound: Bound) {
         let ent = &mut self.ents[e];
         ent.pending -= 1;
         if ent.pending > 0 {
             return;
         }
+        ent.bound = bound;
         ent.wait += (ent.last_start - ent.enter).max(0.0);
         let (run_i, active_from) = (ent.run, ent.active_from);
         let run = &self.progs[e].runs[run_i];
         // Reductions run piece by piece as the data arrives: what is left
         // when the transfers end is the reduction time beyond them.
-        let reduce = self.local_us(run.reduce_bytes, run.repeat);
+        let reduce = self.local_us(run.reduce_bytes, run.repeat, e);
         let extra = reduce - (self.now - active_from).max(0.0);
+        self.ents[e].local_extra = extra.max(0.0);
         if extra > 0.0 {
             self.timer(self.now + extra, e, false);
         } else {
@@ -451,11 +517,13 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Time in µs of `bytes` of local work (× `repeat` when aggregated).
-    fn local_us(&self, bytes: f64, repeat: u32) -> f64 {
+    /// Time in µs of entity `e`'s `bytes` of local work (× `repeat` when
+    /// aggregated).
+    fn local_us(&self, bytes: f64, repeat: u32, e: usize) -> f64 {
         if self.cl.reduce_bytes_per_s > 0.0 && bytes > 0.0 {
             let factor = if self.agg { f64::from(repeat) } else { 1.0 };
-            factor * bytes / (self.cl.reduce_bytes_per_s / 1e6)
+            let slow = self.compute.get(e).copied().unwrap_or(1.0);
+            slow * factor * bytes / (self.cl.reduce_bytes_per_s / 1e6)
         } else {
             0.0
         }
@@ -478,6 +546,17 @@ impl<'a> Engine<'a> {
 
     fn next_step(&mut self, e: usize) {
         let ent = &mut self.ents[e];
+        if self.record {
+            self.out.steps[e].push(StepRec {
+                from: ent.step_from,
+                posted: ent.enter,
+                end: self.now,
+                bound: ent.bound,
+                local_extra: ent.local_extra,
+            });
+        }
+        ent.bound = Bound::Local;
+        ent.local_extra = 0.0;
         ent.rep += 1;
         if self.agg || ent.rep >= self.progs[e].runs[ent.run].repeat {
             ent.rep = 0;
@@ -490,17 +569,20 @@ impl<'a> Engine<'a> {
         loop {
             let prog = &self.progs[e];
             let ent = &mut self.ents[e];
+            ent.step_from = self.now;
+            ent.enter = self.now;
             if ent.run >= prog.runs.len() {
                 ent.done = true;
                 ent.finish = self.now;
                 return;
             }
             let run = &prog.runs[ent.run];
-            let copy = self.local_us(run.local_bytes, run.repeat);
+            let copy = self.local_us(run.local_bytes, run.repeat, e);
             if run.msgs.is_empty() {
                 // Nothing to overlap with: copies and reductions in turn.
-                let local = copy + self.local_us(run.reduce_bytes, run.repeat);
+                let local = copy + self.local_us(run.reduce_bytes, run.repeat, e);
                 if local > 0.0 {
+                    self.ents[e].local_extra = local;
                     self.timer(self.now + local, e, false);
                     return;
                 }
@@ -566,10 +648,14 @@ impl<'a> Engine<'a> {
             list.swap_remove(at);
         }
         let send_ent = self.ent_of(s);
-        self.start_flow(send_ent, recv_ent, (s, d), bytes, lat_mult);
+        // `e` posted last: its post matched the message.
+        self.start_flow([send_ent, recv_ent, e], (s, d), bytes, lat_mult);
     }
 
-    fn start_flow(&mut self, se: usize, re: usize, sd: (usize, usize), bytes: f64, lat_mult: f64) {
+    /// Starts the flow of a matched message between the entities `[sender,
+    /// receiver, the one whose post matched it]`.
+    fn start_flow(&mut self, ents: [usize; 3], sd: (usize, usize), bytes: f64, lat_mult: f64) {
+        let [se, re, late] = ents;
         let (s, d) = sd;
         let e4 = 4 * self.ents.len();
         let (ns, nd) = (self.node(s), self.node(d));
@@ -617,6 +703,9 @@ impl<'a> Engine<'a> {
             rate: 0.0,
             src: se as u32,
             dst: re as u32,
+            late: late as u32,
+            matched: self.now,
+            inter: ns != nd,
             live: false,
             ver: 0,
             seen: 0,
@@ -635,128 +724,5 @@ impl<'a> Engine<'a> {
         };
         let v = self.flows[i as usize].ver;
         self.push_ev(active, What::Activate(i, v));
-    }
-
-    /// Max-min fair rates of the live flows. Max-min fairness splits over
-    /// the connected components of flows that share resources, so only the
-    /// components of resources that changed are recomputed (all of them
-    /// with token buckets, whose state changes without a flow changing).
-    fn rates(&mut self) {
-        self.stamp = self.stamp.wrapping_add(1).max(1);
-        let stamp = self.stamp;
-        let mut stack: Vec<u32> = if self.has_bucket {
-            self.dirty_res.clear();
-            (0..self.on_res.len() as u32).collect()
-        } else {
-            std::mem::take(&mut self.dirty_res)
-        };
-        let mut touched: Vec<u32> = Vec::new();
-        let mut comp: Vec<u32> = Vec::new();
-        while let Some(r) = stack.pop() {
-            if self.res_seen[r as usize] == stamp {
-                continue;
-            }
-            self.res_seen[r as usize] = stamp;
-            touched.push(r);
-            for &i in &self.on_res[r as usize] {
-                let f = &mut self.flows[i as usize];
-                if f.seen != stamp {
-                    f.seen = stamp;
-                    comp.push(i);
-                    for &q in &f.res[..f.nres as usize] {
-                        if self.res_seen[q as usize] != stamp {
-                            stack.push(q);
-                        }
-                    }
-                }
-            }
-        }
-        self.fill(&touched, &comp);
-        if !self.has_bucket {
-            return;
-        }
-        self.usage.fill(0.0);
-        for f in self.flows.iter().filter(|f| f.live) {
-            for &r in f.res() {
-                self.usage[r as usize] += f.rate;
-            }
-        }
-    }
-
-    /// Progressive filling over one set of components: `touched` holds every
-    /// resource of the flows `comp`; each flow's new rate is set, its bytes
-    /// brought up to date and its end queued.
-    fn fill(&mut self, touched: &[u32], comp: &[u32]) {
-        for &r in touched {
-            let r = r as usize;
-            let peak = self.bucket[r] && self.tokens[r] > 0.0;
-            self.rem[r] = if peak {
-                self.cap[r] * BURST_PEAK_FACTOR
-            } else {
-                self.cap[r]
-            };
-            self.cnt[r] = self.on_res[r].len() as u32;
-        }
-        for &i in comp {
-            self.flows[i as usize].fill_rate = -1.0;
-        }
-        let mut live: Vec<u32> = comp.to_vec();
-        while !live.is_empty() {
-            let mut share = f64::INFINITY;
-            for &r in touched {
-                let r = r as usize;
-                if self.cnt[r] > 0 {
-                    share = share.min(self.rem[r] / self.cnt[r] as f64);
-                }
-            }
-            let lim = share * (1.0 + 1e-9);
-            let mut keep = Vec::with_capacity(live.len());
-            let mut hit = Vec::new();
-            for &i in &live {
-                let f = &self.flows[i as usize];
-                if f.res()
-                    .iter()
-                    .any(|&r| self.rem[r as usize] / self.cnt[r as usize] as f64 <= lim)
-                {
-                    hit.push(i);
-                } else {
-                    keep.push(i);
-                }
-            }
-            for &i in &hit {
-                self.flows[i as usize].fill_rate = share;
-                let f = self.flows[i as usize];
-                for &r in f.res() {
-                    let r = r as usize;
-                    if self.cnt[r] > 0 {
-                        self.rem[r] -= share;
-                        self.cnt[r] -= 1;
-                    }
-                }
-            }
-            if hit.is_empty() {
-                break;
-            }
-            live = keep;
-        }
-        for &r in touched {
-            self.cnt[r as usize] = 0;
-        }
-        let now = self.now;
-        for &i in comp {
-            let f = &mut self.flows[i as usize];
-            let rate = f.fill_rate.max(0.0);
-            f.remaining -= f.rate * (now - f.t0);
-            f.t0 = now;
-            if f.rate == rate && f.rate > 0.0 {
-                continue; // its queued end still stands
-            }
-            f.rate = rate;
-            f.ver = f.ver.wrapping_add(1);
-            let (v, rem) = (f.ver, f.remaining);
-            if rate > 0.0 {
-                self.push_ev(now + rem.max(0.0) / rate, What::Finish(i, v));
-            }
-        }
     }
 }

@@ -16,6 +16,7 @@
 pub mod bootstrap;
 pub mod collective;
 pub mod cost;
+pub mod critical;
 pub mod engine;
 pub mod model;
 pub mod program;

@@ -67,6 +67,45 @@ pub struct Cluster {
     pub reduce_bytes_per_s: f64,
     /// Rank numbering.
     pub placement: Placement,
+    /// Nodes that are slower than the rest (stragglers, degraded links):
+    /// the asymmetric cases, which only the per-rank frame executes.
+    pub slowdowns: Vec<Slowdown>,
+}
+
+/// One node slower than the model's tiers say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slowdown {
+    /// The node.
+    pub node: usize,
+    /// Its links between its own ranks take this factor longer (≥ 1).
+    pub intra: f64,
+    /// Its NICs (and uplink) take this factor longer (≥ 1; a degraded link).
+    pub inter: f64,
+    /// Its ranks' local copies and reductions take this factor longer (≥ 1;
+    /// a slow or throttled device).
+    pub compute: f64,
+}
+
+impl Slowdown {
+    /// A straggler node: links and compute `factor` times slower.
+    pub fn straggler(node: usize, factor: f64) -> Slowdown {
+        Slowdown {
+            node,
+            intra: factor,
+            inter: factor,
+            compute: factor,
+        }
+    }
+
+    /// A node whose NICs run `factor` times slower (a degraded link).
+    pub fn degraded_link(node: usize, factor: f64) -> Slowdown {
+        Slowdown {
+            node,
+            intra: 1.0,
+            inter: factor,
+            compute: 1.0,
+        }
+    }
 }
 
 /// How much faster than its rate a NIC sends while its token bucket has tokens.
@@ -89,7 +128,19 @@ impl Cluster {
             burst_bytes: 0.0,
             reduce_bytes_per_s: 0.0,
             placement: Placement::NodeMajor,
+            slowdowns: Vec::new(),
         }
+    }
+
+    /// The factors (intra, inter, compute) by which `node` is slower: the
+    /// product of its [`Slowdown`]s, (1, 1, 1) for a node without one.
+    pub fn slowdown_of(&self, node: usize) -> (f64, f64, f64) {
+        self.slowdowns
+            .iter()
+            .filter(|s| s.node == node)
+            .fold((1.0, 1.0, 1.0), |(a, b, c), s| {
+                (a * s.intra, b * s.inter, c * s.compute)
+            })
     }
 
     /// From a topology file's spec; `nodes` / `ranks_per_node` given here win
@@ -183,6 +234,26 @@ impl Cluster {
                 "reduce bandwidth {} must be >= 0",
                 self.reduce_bytes_per_s
             ));
+        }
+        for s in &self.slowdowns {
+            if s.node >= self.nodes {
+                return bad(format!(
+                    "slowdown of node {}: the cluster has nodes 0..{}",
+                    s.node, self.nodes
+                ));
+            }
+            for (what, f) in [
+                ("intra", s.intra),
+                ("inter", s.inter),
+                ("compute", s.compute),
+            ] {
+                if !(f.is_finite() && f >= 1.0) {
+                    return bad(format!(
+                        "slowdown of node {}: {what} factor {f} must be a finite number >= 1",
+                        s.node
+                    ));
+                }
+            }
         }
         Ok(())
     }
