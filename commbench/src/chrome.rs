@@ -144,6 +144,10 @@ pub struct SimulatedSlice {
     pub dur_us: f64,
     /// Shown with the slice (algorithm, bytes, cross-tier share, ...).
     pub args: Value,
+    /// The critical path's stretches in time order (per-rank frame; empty
+    /// otherwise): name, duration (µs) and arguments. Drawn on a second
+    /// track under the operation, ending where it ends.
+    pub path: Vec<(String, f64, Value)>,
 }
 
 /// A Chrome trace of simulated operations, one after another on one track
@@ -155,12 +159,25 @@ pub fn simulated_trace(label: &str, slices: &[SimulatedSlice]) -> Value {
         json!({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": label}}),
         json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 0, "args": {"name": "simulated"}}),
     ];
+    if slices.iter().any(|s| !s.path.is_empty()) {
+        events.push(json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+                           "args": {"name": "critical path"}}));
+    }
     let mut t = 0.0f64;
     for s in slices {
         events.push(json!({
             "ph": "X", "name": s.op, "cat": "simulated", "pid": 1, "tid": 0,
             "ts": t, "dur": s.dur_us, "args": s.args,
         }));
+        // The path adds up to the operation's time; it ends where it ends.
+        let mut at = t + s.dur_us - s.path.iter().map(|p| p.1).sum::<f64>();
+        for (name, dur, args) in &s.path {
+            events.push(json!({
+                "ph": "X", "name": name, "cat": "critical path", "pid": 1, "tid": 1,
+                "ts": at, "dur": dur, "args": args,
+            }));
+            at += dur;
+        }
         t += s.dur_us;
     }
     json!({
@@ -225,6 +242,7 @@ mod tests {
             op: "all_reduce".into(),
             dur_us: dur,
             args: json!({"algo": "ring"}),
+            path: Vec::new(),
         };
         let t = simulated_trace("sim", &[s(10.0), s(2.5)]);
         let ev = t["traceEvents"].as_array().unwrap();

@@ -371,6 +371,11 @@ fn run(a: &SimArgs) -> Result<(), String> {
                     if let Some(b) = &bound {
                         println!("{}", bottleneck_line(&cl, b, &p.wait_us));
                     }
+                    let path = p
+                        .critical
+                        .as_ref()
+                        .map(|c| path_slices(&cl, c))
+                        .unwrap_or_default();
                     slices.push(crate::chrome::SimulatedSlice {
                         op: a.op.clone(),
                         dur_us: p.time_us,
@@ -379,6 +384,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                             "dtype": dtype.name(), "busbw_gbs": p.busbw_gbs,
                             "cross_tier_share": p.cross_share(), "wait_max_us": p.wait_max_us,
                         }),
+                        path,
                     });
                     rows.push(
                         serde_json::json!({
@@ -462,4 +468,32 @@ fn bottleneck_line(cl: &Cluster, b: &sim::critical::Bottleneck, wait_us: &[f64])
         cl.node_of(slowest.0),
         slowest.1,
     )
+}
+
+/// The critical path as Perfetto slices in time order: one per stretch,
+/// named by what it was spent on, with the ranks' nodes.
+fn path_slices(
+    cl: &Cluster,
+    path: &sim::critical::CriticalPath,
+) -> Vec<(String, f64, serde_json::Value)> {
+    use sim::critical::Part;
+    path.segments
+        .iter()
+        .rev()
+        .map(|s| match s.part {
+            Part::Local { rank } => (
+                format!("local work, rank {rank}"),
+                s.us,
+                serde_json::json!({"rank": rank, "node": cl.node_of(rank as usize)}),
+            ),
+            Part::Transfer { from, to, inter } => (
+                format!("{} {from} -> {to}", if inter { "inter" } else { "intra" }),
+                s.us,
+                serde_json::json!({
+                    "from": from, "to": to,
+                    "from_node": cl.node_of(from as usize), "to_node": cl.node_of(to as usize),
+                }),
+            ),
+        })
+        .collect()
 }

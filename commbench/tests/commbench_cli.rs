@@ -814,13 +814,38 @@ fn sim_names_a_straggler_and_a_degraded_link_on_the_critical_path() {
         "--inter",
         "50GB/s,5us",
     ];
-    let (code, out, err) = commbench(&[&base[..], &["--straggler", "5:3"]].concat());
+    let chrome = std::env::temp_dir().join(format!("sncl-sim-slow-{}.trace", std::process::id()));
+    let (code, out, err) = commbench(
+        &[
+            &base[..],
+            &["--straggler", "5:3", "--chrome", chrome.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("per-rank"), "{out}");
     assert!(
         out.contains("critical path") && out.contains(": node 5 (slowed: intra x3"),
         "{out}"
     );
+    // The trace draws the path on its own track, ending with the operation.
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&chrome).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&chrome);
+    let events = trace["traceEvents"].as_array().unwrap();
+    let op = events.iter().find(|e| e["cat"] == "simulated").unwrap();
+    let path: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "critical path")
+        .collect();
+    assert!(!path.is_empty(), "{trace}");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let last = path.last().unwrap();
+    let end = f(&op["ts"]) + f(&op["dur"]);
+    assert!((f(&last["ts"]) + f(&last["dur"]) - end).abs() < 1e-6 * end);
+    assert!(path
+        .iter()
+        .any(|e| e["args"]["from_node"] == 5 || e["args"]["node"] == 5));
     let json = std::env::temp_dir().join(format!("sncl-sim-slow-{}.json", std::process::id()));
     let (code, out, err) = commbench(
         &[
