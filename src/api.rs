@@ -16,7 +16,7 @@ use crate::buffer::{Buffer, BufferMut, DeviceId, Location, Stream};
 use crate::comm::{Inner, P2p, RawOp, VCounts};
 use crate::device::{DeviceOp, DevicePtr};
 use crate::work::{DeviceJobMaker, Group, RawWork, Scope, Work};
-use crate::{Communicator, Element};
+use crate::{CollConfig, Communicator, Element};
 
 fn bad(rank: usize, op: &'static str, detail: String) -> Error {
     Error::InvalidArgument { rank, op, detail }
@@ -65,6 +65,8 @@ impl<'scope> Submit for Queued<'scope, '_> {
 struct Build<'c> {
     comm: &'c Communicator,
     inner: &'c Inner,
+    /// The call's own settings ([`Communicator::configured`]).
+    config: CollConfig,
 }
 
 impl Build<'_> {
@@ -84,8 +86,20 @@ impl Build<'_> {
         let mut r = RawOp::new(coll, T::DTYPE, count);
         r.root = root;
         r.op = op;
+        self.configure(&mut r)?;
         let p = self.inner.prepare(&mut r)?;
         Ok((r, p.shape))
+    }
+
+    /// Gives `r` the call's settings, checked as far as the memory kind
+    /// does not matter (a protocol on host memory is refused where the
+    /// host path takes the op).
+    fn configure(&self, r: &mut RawOp) -> Result<()> {
+        if self.config != CollConfig::default() {
+            self.config.check(self.rank(), r.coll, true)?;
+            r.config = self.config;
+        }
+        Ok(())
     }
 
     /// An out-of-place operation of `count` elements: the buffers this
@@ -166,6 +180,7 @@ impl Build<'_> {
     fn v<T: Element>(&self, coll: Collective, v: VCounts) -> Result<(RawOp, usize, usize)> {
         let mut r = RawOp::new(coll, T::DTYPE, 0);
         r.v = Some(Box::new(v));
+        self.configure(&mut r)?;
         let p = self.inner.prepare(&mut r)?;
         Ok((r, p.send_elems, p.recv_elems))
     }
@@ -366,12 +381,51 @@ impl Build<'_> {
         );
         d.op = r.op;
         d.root = r.root;
+        d.config = r.config;
         to.device(self.comm.prepare_device(d)?)
     }
 }
 
 /// No reduction (the collectives that do not reduce).
 const NONE: ReduceOp = ReduceOp::Sum;
+
+/// A communicator's blocking collectives with per-call settings: the
+/// algorithm, chunk, protocol and tag of [`CollConfig`] for every call made
+/// through it ([`Communicator::configured`]).
+pub struct Configured<'c> {
+    comm: &'c Communicator,
+    config: CollConfig,
+}
+
+/// A scope's non-blocking collectives with per-call settings
+/// ([`Scope::configured`]).
+pub struct ConfiguredScope<'scope, 'env> {
+    scope: &'scope Scope<'scope, 'env>,
+    config: CollConfig,
+}
+
+impl Communicator {
+    /// The collectives with `config`'s settings for each call (NCCL 2.31's
+    /// `ncclCollConfig_t`): `comm.configured(&cfg).all_reduce(..)`. The
+    /// settings are checked with each call, before anything is sent; every
+    /// rank passes the same ones.
+    pub fn configured(&self, config: &CollConfig) -> Configured<'_> {
+        Configured {
+            comm: self,
+            config: *config,
+        }
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// The non-blocking collectives with `config`'s settings for each call.
+    pub fn configured(&'scope self, config: &CollConfig) -> ConfiguredScope<'scope, 'env> {
+        ConfiguredScope {
+            scope: self,
+            config: *config,
+        }
+    }
+}
 
 /// One row per collective: a blocking form on [`Communicator`] and a
 /// non-blocking one on [`Scope`], for buffers of any memory kind.
@@ -383,8 +437,36 @@ macro_rules! collectives {
                 $(#[$doc])*
                 pub fn $name<$($gen: $bound),*>(&self $(, $arg: $ty)*) -> Result<()>
                 {
-                    let $b = Build { comm: self, inner: &self.inner };
+                    let $b = Build { comm: self, inner: &self.inner, config: CollConfig::default() };
                     let $to = Blocking(self);
+                    $build
+                }
+            )*
+        }
+        impl Configured<'_> {
+            $(
+                $(#[$doc])*
+                ///
+                /// With this view's per-call settings ([`CollConfig`]).
+                pub fn $name<$($gen: $bound),*>(&self $(, $arg: $ty)*) -> Result<()>
+                {
+                    let $b = Build { comm: self.comm, inner: &self.comm.inner, config: self.config };
+                    let $to = Blocking(self.comm);
+                    $build
+                }
+            )*
+        }
+        impl<'scope> ConfiguredScope<'scope, '_> {
+            $(
+                $(#[$doc])*
+                ///
+                /// Non-blocking, with this view's per-call settings
+                /// ([`CollConfig`]): returns a [`Work`] handle; the buffers
+                /// stay borrowed until the scope ends.
+                pub fn $name<$($gen: $bound + 'scope),*>(&self $(, $arg: $ty)*) -> Result<Work<'scope>>
+                {
+                    let $b = Build { comm: self.scope.comm, inner: &self.scope.comm.inner, config: self.config };
+                    let $to = Queued(self.scope);
                     $build
                 }
             )*
@@ -397,7 +479,7 @@ macro_rules! collectives {
                 /// borrowed until the scope ends.
                 pub fn $name<$($gen: $bound + 'scope),*>(&'scope self $(, $arg: $ty)*) -> Result<Work<'scope>>
                 {
-                    let $b = Build { comm: self.comm, inner: &self.comm.inner };
+                    let $b = Build { comm: self.comm, inner: &self.comm.inner, config: CollConfig::default() };
                     let $to = Queued(self);
                     $build
                 }

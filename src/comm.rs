@@ -39,6 +39,8 @@ pub(crate) struct State {
     traffic: exec::Traffic,
     ops: memo::FxHashMap<Collective, u64>,
     busy: std::time::Duration,
+    /// Operations and their busy time per caller's tag ([`crate::CollConfig::tag`]).
+    tagged: memo::FxHashMap<u64, (u64, std::time::Duration)>,
     /// Tagged messages that arrived before a receive asked for them.
     mailbox: mailbox::Mailbox,
     /// Bytes this rank's peers read from its windows and it read from
@@ -203,6 +205,7 @@ impl Inner {
                 traffic: exec::Traffic::default(),
                 ops: memo::FxHashMap::default(),
                 busy: std::time::Duration::ZERO,
+                tagged: memo::FxHashMap::default(),
                 mailbox: mailbox::Mailbox::default(),
                 window_bytes: (0, 0),
                 lanes: memo::LaneChoice::default(),
@@ -328,6 +331,11 @@ impl Inner {
                 .collect(),
             wait_time: st.traffic.waited,
             busy_time: st.busy,
+            ops_by_tag: st
+                .tagged
+                .iter()
+                .map(|(tag, (n, busy))| (*tag, *n, *busy))
+                .collect(),
             retransmits: st
                 .conns
                 .iter()
@@ -337,6 +345,7 @@ impl Inner {
             ..Default::default()
         };
         s.ops_by_collective.sort();
+        s.ops_by_tag.sort();
         for (p, b) in st.traffic.sent.iter().enumerate() {
             if self.topo.same_node(self.rank, p) {
                 s.intra_sent += b;

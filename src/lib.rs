@@ -54,6 +54,7 @@ pub mod binding;
 mod bucket;
 mod bucket_device;
 mod buffer;
+mod coll_config;
 mod comm;
 mod compressed;
 mod compressed_buffer;
@@ -82,10 +83,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use api::{Configured, ConfiguredScope};
 pub use bucket::{BucketConfig, Bucketer};
 #[allow(deprecated)]
 pub use bucket_device::DeviceBucketer;
 pub use buffer::{Buffer, BufferMut, DeviceId, Lent, Location, Stream};
+pub use coll_config::{CollConfig, Protocol, MAX_CALL_CHUNK_BYTES};
 pub use comm::{P2p, RawOp, VCounts};
 pub use compress::{Codec, ErrorFeedback};
 pub use compressed::CompressScope;
@@ -93,6 +96,7 @@ pub use compressed_buffer::CompressBuffer;
 pub use compressed_device::{CompressedDeviceWork, DeviceFeedback};
 pub use device::{DeviceOp, DeviceTransfer};
 
+pub use comm_core::algo::Algorithm;
 pub use comm_core::config::{
     DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
     SubsystemFilter, TcpPacing, TcpSettings,

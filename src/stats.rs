@@ -13,6 +13,10 @@ pub struct Stats {
     pub ops: u64,
     /// Operations per collective name.
     pub ops_by_collective: Vec<(String, u64)>,
+    /// Per caller's tag ([`crate::CollConfig::tag`]; untagged operations
+    /// are not listed): the tag, its operations and their busy time,
+    /// ordered by tag.
+    pub ops_by_tag: Vec<(u64, u64, Duration)>,
     /// Bytes sent to ranks of this node.
     pub intra_sent: u64,
     /// Bytes received from ranks of this node.
@@ -91,6 +95,16 @@ impl Stats {
                 None => self.ops_by_collective.push((c.clone(), *k)),
             }
         }
+        for (tag, k, busy) in &o.ops_by_tag {
+            match self.ops_by_tag.iter_mut().find(|(t, _, _)| t == tag) {
+                Some((_, m, b)) => {
+                    *m += k;
+                    *b += *busy;
+                }
+                None => self.ops_by_tag.push((*tag, *k, *busy)),
+            }
+        }
+        self.ops_by_tag.sort();
     }
 
     /// Difference of two snapshots (`self` later than `earlier`).
@@ -108,10 +122,24 @@ impl Stats {
             })
             .filter(|(_, n)| *n > 0)
             .collect();
+        let ops_by_tag = self
+            .ops_by_tag
+            .iter()
+            .map(|(tag, n, busy)| {
+                let (n0, b0) = earlier
+                    .ops_by_tag
+                    .iter()
+                    .find(|(t, _, _)| t == tag)
+                    .map_or((0, Duration::ZERO), |(_, n0, b0)| (*n0, *b0));
+                (*tag, n - n0, busy.saturating_sub(b0))
+            })
+            .filter(|(_, n, _)| *n > 0)
+            .collect();
         Stats {
             rank: self.rank,
             ops: self.ops - earlier.ops,
             ops_by_collective,
+            ops_by_tag,
             intra_sent: self.intra_sent - earlier.intra_sent,
             intra_received: self.intra_received - earlier.intra_received,
             inter_sent: self.inter_sent - earlier.inter_sent,

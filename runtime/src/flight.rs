@@ -103,6 +103,8 @@ pub struct OpRecord {
     pub root: i64,
     /// Algorithm name.
     pub algo: &'static str,
+    /// The caller's tag of the operation (0: none; `sncl::CollConfig::tag`).
+    pub tag: u64,
 }
 
 /// One recorded operation.
@@ -165,6 +167,7 @@ struct Slot {
     count: AtomicU64,
     bytes: AtomicU64,
     root: AtomicI64,
+    tag: AtomicU64,
     op: Name,
     dtype: Name,
     reduce: Name,
@@ -218,6 +221,7 @@ impl Slot {
                 self.bytes.load(Relaxed),
             );
             let root = self.root.load(Relaxed);
+            let tag = self.tag.load(Relaxed);
             let (start_us, end_us) = (self.start_us.load(Relaxed), self.end_us.load(Relaxed));
             let state = self.state.load(Relaxed);
             fence(Acquire);
@@ -239,6 +243,7 @@ impl Slot {
                     bytes,
                     root,
                     algo,
+                    tag,
                 },
                 start_us,
                 end_us: (end_us != NO_END).then_some(end_us),
@@ -385,6 +390,7 @@ impl FlightRecorder {
         s.count.store(record.count, Relaxed);
         s.bytes.store(record.bytes, Relaxed);
         s.root.store(record.root, Relaxed);
+        s.tag.store(record.tag, Relaxed);
         s.op.set(record.op);
         s.dtype.set(record.dtype);
         s.reduce.set(record.reduce);
@@ -488,6 +494,7 @@ impl FlightRecorder {
                 bytes: r.bytes,
                 root: r.root,
                 algo: r.algo,
+                tag: r.tag,
                 start_us: e.start_us,
                 end_us: e.end_us,
                 state: e.state.name(),
@@ -565,10 +572,19 @@ struct DumpEntry<'a> {
     bytes: u64,
     root: i64,
     algo: &'a str,
+    /// Written only where the caller tagged the operation.
+    #[serde(skip_serializing_if = "is_zero")]
+    tag: u64,
     start_us: u64,
     end_us: Option<u64>,
     state: &'a str,
     error: Option<&'a str>,
+}
+
+/// Whether a tag is absent (serde's `skip_serializing_if` takes a reference).
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// `v` as one line of JSON.
@@ -593,6 +609,7 @@ mod tests {
             bytes: 16,
             root: -1,
             algo: "ring",
+            tag: seq % 3,
         }
     }
 

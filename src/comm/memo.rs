@@ -25,6 +25,9 @@ pub(crate) struct PlanKey {
     pub(super) count: usize,
     pub(super) root: usize,
     pub(super) device: bool,
+    /// The call's own algorithm and chunk ([`crate::CollConfig`]).
+    pub(super) algo: Option<Algorithm>,
+    pub(super) chunk_bytes: usize,
 }
 
 /// The memoised plans of uniform-count operations: key → (schedule,

@@ -75,6 +75,9 @@ pub struct RawOp {
     /// Transfers of a point-to-point group (`Collective::SendRecv`; the
     /// group's `dtype` and `count` are not used: each transfer has its own).
     pub p2p: Vec<P2p>,
+    /// The call's own settings (algorithm, chunk, protocol, tag); the
+    /// default changes nothing.
+    pub config: crate::CollConfig,
     /// The communicator's mark that the op passed its checks, kept from
     /// the check before the op took a ticket to the executor; checked again
     /// where the fields above no longer match it. Inline (not boxed): a box
@@ -100,6 +103,7 @@ impl RawOp {
             recv: std::ptr::null_mut(),
             v: None,
             p2p: Vec::new(),
+            config: crate::CollConfig::default(),
             prepared: None,
         }
     }

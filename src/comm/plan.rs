@@ -43,6 +43,8 @@ impl Inner {
             count: op.count,
             root: op.root,
             device,
+            algo: op.config.algorithm,
+            chunk_bytes: op.config.chunk_bytes,
         };
         if let Some((s, a)) = memo.plans.get(&key) {
             return Ok((s.clone(), *a));
@@ -61,7 +63,7 @@ impl Inner {
         op: &RawOp,
         device: bool,
     ) -> Result<(Arc<Schedule>, Algorithm)> {
-        let plan = self.plan(op.coll, op.dtype, op.count, device)?;
+        let plan = self.plan_call(op.coll, op.dtype, op.count, device, &op.config)?;
         let params = Params {
             nranks: self.nranks,
             rank: self.rank,
@@ -114,8 +116,7 @@ impl Inner {
     }
 
     /// The planner's choice for `coll` over `count` elements of `dtype`,
-    /// with the algorithm forced for it (if any): the one place an
-    /// operation's algorithm is decided.
+    /// with the algorithm forced for it (if any).
     pub(super) fn plan(
         &self,
         coll: Collective,
@@ -123,13 +124,33 @@ impl Inner {
         count: usize,
         device: bool,
     ) -> Result<tune::Plan> {
-        let forced = self
-            .forced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|(c, _)| *c == coll)
-            .map(|(_, a)| *a);
+        self.plan_call(coll, dtype, count, device, &crate::CollConfig::default())
+    }
+
+    /// [`Inner::plan`] for a call with its own settings: the call's
+    /// algorithm wins over the communicator's forced one, the call's chunk
+    /// over `SNCL_CHUNK_BYTES`. The one place an operation's algorithm is
+    /// decided.
+    pub(super) fn plan_call(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        count: usize,
+        device: bool,
+        call: &crate::CollConfig,
+    ) -> Result<tune::Plan> {
+        let forced = call.algorithm.or_else(|| {
+            self.forced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|(c, _)| *c == coll)
+                .map(|(_, a)| *a)
+        });
+        let chunk_bytes = match call.chunk_bytes {
+            0 => self.config.chunk_bytes,
+            c => c,
+        };
         let esize = dtype.size();
         // The topology file's local reduction speed (`intra.reduce_bandwidth`,
         // B/s; e.g. written by `commbench calibrate`), so the runtime charges
@@ -151,7 +172,7 @@ impl Inner {
             },
             count.saturating_mul(esize),
             esize,
-            self.config.chunk_bytes,
+            chunk_bytes,
             reduce_bytes_per_us,
         )
     }

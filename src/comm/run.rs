@@ -42,10 +42,14 @@ impl Inner {
         {
             return Err(self.invalid(op.coll.name(), "a buffer is NULL".into()));
         }
+        // Host memory: the call's settings may not ask for a protocol.
+        op.config.check(self.rank, op.coll, false)?;
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
-        if self.takes_lanes(st, op.coll, op.count * op.dtype.size()) {
+        // The lanes are an algorithm of their own: a call that names its
+        // algorithm or chunk runs the schedule it asked for.
+        if op.config.planned() && self.takes_lanes(st, op.coll, op.count * op.dtype.size()) {
             // SAFETY: forwarded from the caller; the buffers are non-NULL
             // (above) and hold `count` elements (`prepared`).
             return unsafe { self.run_lane(st, op, prepared.fingerprint) };
@@ -206,12 +210,18 @@ impl Inner {
                 bytes,
                 root: fingerprint.root.into(),
                 algo,
+                tag: op.config.tag,
             },
             started,
         );
         let result = body(st, &ctx);
         let took = started.elapsed();
         st.busy += took;
+        if op.config.tag != 0 {
+            let (ops, busy) = st.tagged.entry(op.config.tag).or_default();
+            *ops += 1;
+            *busy += took;
+        }
         self.flight
             .finish_after(flight_id, took, result.as_ref().err().map(|e| e as _));
         match &result {

@@ -45,6 +45,8 @@ pub struct DeviceOp {
     /// The caller's stream: the collective runs after the work already
     /// enqueued there, and later work there runs after it.
     pub stream: StreamHandle,
+    /// The call's own settings (algorithm, chunk, protocol, tag).
+    pub config: crate::CollConfig,
 }
 
 impl DeviceOp {
@@ -66,6 +68,7 @@ impl DeviceOp {
             send,
             recv,
             stream,
+            config: crate::CollConfig::default(),
         }
     }
 }
@@ -355,9 +358,11 @@ impl Communicator {
             )
         })?;
         let b = attached.binding.clone();
+        op.config.check(rank, op.coll, true)?;
         let mut raw = RawOp::new(op.coll, op.dtype, op.count);
         raw.op = op.op;
         raw.root = op.root;
+        raw.config = op.config;
         let (send_elems, recv_elems) = inner.validate_device(&mut raw)?;
         if op.coll == Collective::AllToAll {
             // The raw op carries no addresses: its buffers are checked here.
@@ -387,7 +392,9 @@ impl Communicator {
             }
             self.join_once(&b)?;
         }
-        if let Some(lane) = self.lane_for(&op) {
+        // The lanes' direct kernels are an algorithm of their own: a call
+        // that names its algorithm or chunk runs the schedule it asked for.
+        if let Some(lane) = op.config.planned().then(|| self.lane_for(&op)).flatten() {
             return Ok(self.prepare_lane(&b, op, lane));
         }
         self.queue_host_driven(attached, raw, (op.send, op.recv), op.stream)

@@ -212,7 +212,14 @@ impl Inner {
         // rank offers alike runs the direct kernel (src/device/offer.rs).
         let turn = (st.next_seq(), self.spin, &self.abort_flag);
         let offered = (&*job.attached, op, (job.send, job.recv));
-        if let Some(r) = self.run_device_window(st, offered, prepared.fingerprint, turn) {
+        // A call with its own algorithm or chunk runs that schedule, not
+        // the direct kernel (every rank passes the same settings).
+        let direct = op
+            .config
+            .planned()
+            .then(|| self.run_device_window(st, offered, prepared.fingerprint, turn))
+            .flatten();
+        if let Some(r) = direct {
             st.take_seq();
             st.count_op(op.coll);
             return r.inspect_err(|e| self.fail(st, e));
@@ -236,6 +243,7 @@ impl Inner {
             let mut sub = RawOp::new(op.coll, op.dtype, len);
             sub.op = op.op;
             sub.root = op.root;
+            sub.config = op.config;
             let (sched, algo) = self.schedule(st, &sub, true)?;
             if sched.steps.is_empty() {
                 continue;
