@@ -63,6 +63,18 @@ struct CUstream_st;
   SNCL_CONFIG_UNDEF_INT,                    /* deterministic */         \
 }
 
+/* Initializes a snclCollConfig_t (no settings of the call's own):
+ * snclCollConfig_t config = SNCL_COLL_CONFIG_INITIALIZER; */
+#define SNCL_COLL_CONFIG_INITIALIZER {                                   \
+  sizeof(snclCollConfig_t),                 /* size */                  \
+  SNCL_API_MAGIC,                           /* magic */                 \
+  SNCL_VERSION_CODE,                        /* version */               \
+  NULL,                                     /* algorithm */             \
+  NULL,                                     /* protocol */              \
+  0,                                        /* chunkBytes */            \
+  0,                                        /* userTag */               \
+}
+
 /* sncl's own release (SNCL_VERSION_CODE is the NCCL API version it
  * mirrors). */
 #define SNCL_RELEASE "0.1.0"
@@ -538,6 +550,49 @@ typedef struct {
  * (`snclErrorFeedbackCreate`).
  */
 typedef snclErrorFeedback *snclErrorFeedback_t;
+
+/**
+ * Per-call settings of one collective, for `snclAllReduceConfig` and the
+ * other `...Config` collectives. Initialize it with
+ * `SNCL_COLL_CONFIG_INITIALIZER`, then set what you need; the fields
+ * left as initialized change nothing. Every rank passes the same
+ * settings for the same call.
+ */
+typedef struct {
+  /**
+   * `sizeof(snclCollConfig_t)`, set by the initializer.
+   */
+  size_t size;
+  /**
+   * `SNCL_API_MAGIC`, set by the initializer.
+   */
+  unsigned int magic;
+  /**
+   * `SNCL_VERSION_CODE`, set by the initializer.
+   */
+  unsigned int version;
+  /**
+   * The call's algorithm as `SNCL_ALGO` names it (`"ring"`, `"tree"`,
+   * `"hier"`, `"rd"`, `"flat-ring"`, `"pairwise"`; one the collective
+   * implements); NULL: the planner's choice.
+   */
+  const char *algorithm;
+  /**
+   * The call's protocol as `NCCL_PROTO` names it, device buffers only:
+   * `"Simple"` (what sncl's device path does; LL and LL128 are not
+   * implemented); NULL: sncl's own. Host buffers take none.
+   */
+  const char *protocol;
+  /**
+   * The call's pipeline chunk in bytes; 0: `SNCL_CHUNK_BYTES`.
+   */
+  size_t chunkBytes;
+  /**
+   * A tag of the caller's, shown with the operation in the flight
+   * recorder and `commbench trace`; 0: none.
+   */
+  uint64_t userTag;
+} snclCollConfig_t;
 
 /**
  * Handle to a registered window, like `ncclWindow_t`.
@@ -1050,6 +1105,96 @@ snclResult_t snclAlltoAllV(const void *sendbuff,
  * `comm` and `stream` are live handles (stream may be NULL).
  */
 snclResult_t snclBarrier(snclComm_t comm, snclStream_t stream);
+
+/**
+ * `snclAllReduce` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduce`; `config` is NULL or an initialized
+ * `snclCollConfig_t` (read before the call returns).
+ */
+snclResult_t snclAllReduceConfig(const void *sendbuff,
+                                 void *recvbuff,
+                                 size_t count,
+                                 snclDataType_t datatype,
+                                 snclRedOp_t op,
+                                 snclComm_t comm,
+                                 snclStream_t stream,
+                                 const snclCollConfig_t *config);
+
+/**
+ * `snclBroadcast` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduceConfig`.
+ */
+snclResult_t snclBroadcastConfig(const void *sendbuff,
+                                 void *recvbuff,
+                                 size_t count,
+                                 snclDataType_t datatype,
+                                 int root,
+                                 snclComm_t comm,
+                                 snclStream_t stream,
+                                 const snclCollConfig_t *config);
+
+/**
+ * `snclReduce` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduceConfig`.
+ */
+snclResult_t snclReduceConfig(const void *sendbuff,
+                              void *recvbuff,
+                              size_t count,
+                              snclDataType_t datatype,
+                              snclRedOp_t op,
+                              int root,
+                              snclComm_t comm,
+                              snclStream_t stream,
+                              const snclCollConfig_t *config);
+
+/**
+ * `snclAllGather` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduceConfig`.
+ */
+snclResult_t snclAllGatherConfig(const void *sendbuff,
+                                 void *recvbuff,
+                                 size_t sendcount,
+                                 snclDataType_t datatype,
+                                 snclComm_t comm,
+                                 snclStream_t stream,
+                                 const snclCollConfig_t *config);
+
+/**
+ * `snclReduceScatter` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduceConfig`.
+ */
+snclResult_t snclReduceScatterConfig(const void *sendbuff,
+                                     void *recvbuff,
+                                     size_t recvcount,
+                                     snclDataType_t datatype,
+                                     snclRedOp_t op,
+                                     snclComm_t comm,
+                                     snclStream_t stream,
+                                     const snclCollConfig_t *config);
+
+/**
+ * `snclAlltoAll` with the call's settings `config` (NULL: none).
+ *
+ * # Safety
+ * As `snclAllReduceConfig`.
+ */
+snclResult_t snclAlltoAllConfig(const void *sendbuff,
+                                void *recvbuff,
+                                size_t count,
+                                snclDataType_t datatype,
+                                snclComm_t comm,
+                                snclStream_t stream,
+                                const snclCollConfig_t *config);
 
 /**
  * Creates an empty error-feedback state (sized by its first use) and

@@ -1,6 +1,6 @@
 //! Argument checks shared by the `extern "C"` functions.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::comm::{snclComm, snclComm_t, CommShared, PreMul};
 use super::error::CError;
 use super::types::*;
-use sncl_rs::{Config, ConfigFromEnv, DataType, ReduceOp};
+use sncl_rs::{
+    Algorithm, CollConfig, Collective, Config, ConfigFromEnv, DataType, Protocol, ReduceOp,
+};
 
 pub(super) type R<T = ()> = Result<T, CError>;
 
@@ -217,4 +219,61 @@ pub(super) fn spawn(name: &str, job: impl FnOnce() + Send + 'static) -> R {
                 format!("starting a thread: {e}"),
             )
         })
+}
+
+/// A NUL-terminated string field of a config, trimmed; `None` for NULL.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn text(p: *const c_char, what: &str) -> R<Option<String>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract above.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map(|s| Some(s.trim().to_string()))
+        .map_err(|_| CError::invalid(format!("snclCollConfig_t {what} is not UTF-8")))
+}
+
+/// Reads a call's settings for collective `coll` (NULL: none).
+///
+/// # Safety
+/// `cfg` is NULL or points to a `snclCollConfig_t` of at least its `size`
+/// bytes whose strings are NUL-terminated.
+pub(super) unsafe fn coll_config_arg(
+    cfg: *const snclCollConfig_t,
+    coll: Collective,
+) -> R<CollConfig> {
+    let mut c = CollConfig::default();
+    if cfg.is_null() {
+        return Ok(c);
+    }
+    // SAFETY: per the contract above; every field is read on its own.
+    unsafe {
+        let size = std::ptr::addr_of!((*cfg).size).read();
+        let magic = std::ptr::addr_of!((*cfg).magic).read();
+        if magic != SNCL_API_MAGIC || size < std::mem::size_of::<snclCollConfig_t>() {
+            return Err(CError::invalid(
+                "the snclCollConfig_t is not initialized; declare it as \
+                 snclCollConfig_t config = SNCL_COLL_CONFIG_INITIALIZER;",
+            ));
+        }
+        if let Some(name) = text(std::ptr::addr_of!((*cfg).algorithm).read(), "algorithm")? {
+            c.algorithm = Some(
+                Algorithm::parse_for(coll, &name)
+                    .map_err(|e| CError::invalid(format!("snclCollConfig_t algorithm: {e}")))?,
+            );
+        }
+        if let Some(name) = text(std::ptr::addr_of!((*cfg).protocol).read(), "protocol")? {
+            c.protocol = Some(Protocol::from_name(&name).ok_or_else(|| {
+                CError::invalid(format!(
+                    "snclCollConfig_t protocol {name:?}: expected Simple, LL or LL128"
+                ))
+            })?);
+        }
+        c.chunk_bytes = std::ptr::addr_of!((*cfg).chunkBytes).read();
+        c.tag = std::ptr::addr_of!((*cfg).userTag).read();
+    }
+    Ok(c)
 }

@@ -62,33 +62,41 @@ pub(super) fn raw(
 
 /// One of the plain collectives: one count, an optional reduction operator
 /// and an optional root (all but the V variants, compression and barrier).
-struct Plain {
+pub(super) struct Plain {
     kind: Collective,
     count: usize,
     datatype: snclDataTypeRaw,
     op: Option<snclRedOpRaw>,
     root: Option<c_int>,
+    /// The call's `snclCollConfig_t` (NULL: none).
+    config: *const snclCollConfig_t,
 }
 
 impl Plain {
-    fn new(kind: Collective, count: usize, datatype: snclDataTypeRaw) -> Plain {
+    pub(super) fn new(kind: Collective, count: usize, datatype: snclDataTypeRaw) -> Plain {
         Plain {
             kind,
             count,
             datatype,
             op: None,
             root: None,
+            config: std::ptr::null(),
         }
     }
 
-    fn op(self, op: snclRedOpRaw) -> Plain {
+    /// The call's settings (`snclAllReduceConfig`, ...).
+    pub(super) fn config(self, config: *const snclCollConfig_t) -> Plain {
+        Plain { config, ..self }
+    }
+
+    pub(super) fn op(self, op: snclRedOpRaw) -> Plain {
         Plain {
             op: Some(op),
             ..self
         }
     }
 
-    fn root(self, root: c_int) -> Plain {
+    pub(super) fn root(self, root: c_int) -> Plain {
         Plain {
             root: Some(root),
             ..self
@@ -100,8 +108,9 @@ impl Plain {
     /// collective. Its input is the shape's send extent on this rank.
     ///
     /// # Safety
-    /// As `snclAllReduce`.
-    unsafe fn issue(
+    /// As `snclAllReduce`; `config` is NULL or an initialized
+    /// `snclCollConfig_t`.
+    pub(super) unsafe fn issue(
         self,
         sendbuff: *const c_void,
         recvbuff: *mut c_void,
@@ -131,6 +140,9 @@ impl Plain {
                 if let Some(rop) = rop {
                     r.op = rop;
                 }
+                // `config` is NULL or an initialized snclCollConfig_t (the
+                // caller's contract, inside this block's unsafe).
+                r.config = coll_config_arg(self.config, self.kind)?;
                 r.root = shape.root;
                 coll(r, pm, shape.send_elems(c.rank()))
             })

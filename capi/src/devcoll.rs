@@ -141,6 +141,7 @@ fn run(shared: &Arc<CommShared>, c: &Communicator, d: &Dev, stream: StreamHandle
     );
     op.op = raw.op;
     op.root = raw.root;
+    op.config = raw.config;
     // Its place in the communicator's issue order: after the operations
     // issued before it have run (host operations on host streams included).
     let mut ticket = shared.ticket();

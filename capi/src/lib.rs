@@ -123,6 +123,8 @@ mod mem_stats;
 mod shrink;
 // Collectives:
 mod coll;
+// Collectives with per-call settings:
+mod coll_config;
 // Error feedback of the compressed all-reduce:
 mod feedback;
 // Point-to-point and groups:
@@ -151,6 +153,7 @@ mod uid;
 
 pub use api::*;
 pub use coll::*;
+pub use coll_config::*;
 pub use comm::{snclComm, snclComm_t};
 pub use feedback::*;
 pub use init::*;

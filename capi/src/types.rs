@@ -242,3 +242,31 @@ pub struct CUstream_st {
 ///   buffers only: the operation runs after the work queued there before
 ///   it, and later work there runs after it, as with NCCL.
 pub type snclStream_t = *mut CUstream_st;
+
+/// Per-call settings of one collective, for `snclAllReduceConfig` and the
+/// other `...Config` collectives. Initialize it with
+/// `SNCL_COLL_CONFIG_INITIALIZER`, then set what you need; the fields
+/// left as initialized change nothing. Every rank passes the same
+/// settings for the same call.
+#[repr(C)]
+pub struct snclCollConfig_t {
+    /// `sizeof(snclCollConfig_t)`, set by the initializer.
+    pub size: usize,
+    /// `SNCL_API_MAGIC`, set by the initializer.
+    pub magic: c_uint,
+    /// `SNCL_VERSION_CODE`, set by the initializer.
+    pub version: c_uint,
+    /// The call's algorithm as `SNCL_ALGO` names it (`"ring"`, `"tree"`,
+    /// `"hier"`, `"rd"`, `"flat-ring"`, `"pairwise"`; one the collective
+    /// implements); NULL: the planner's choice.
+    pub algorithm: *const c_char,
+    /// The call's protocol as `NCCL_PROTO` names it, device buffers only:
+    /// `"Simple"` (what sncl's device path does; LL and LL128 are not
+    /// implemented); NULL: sncl's own. Host buffers take none.
+    pub protocol: *const c_char,
+    /// The call's pipeline chunk in bytes; 0: `SNCL_CHUNK_BYTES`.
+    pub chunkBytes: usize,
+    /// A tag of the caller's, shown with the operation in the flight
+    /// recorder and `commbench trace`; 0: none.
+    pub userTag: u64,
+}

@@ -130,6 +130,11 @@ pub struct Args {
     /// inter-node bytes, the cross-tier share, op counts, wait time).
     #[arg(long = "stats")]
     pub stats: bool,
+    /// Tag every benchmarked operation with N (`sncl::CollConfig::tag`):
+    /// shown with each operation by `commbench trace` and per tag by
+    /// `--stats` (0: untagged).
+    #[arg(long = "tag", default_value_t = 0)]
+    pub tag: u64,
     /// Write every rank's per-tier counters as JSON to FILE (rank 0).
     #[arg(long = "stats-json")]
     pub stats_json: Option<String>,

@@ -293,6 +293,9 @@ pub struct Case {
     pub out_of_place: bool,
     /// Elements every host buffer starts past its allocation (`-u`).
     pub unalign: usize,
+    /// Every benchmarked call's own settings (`--tag`; the default changes
+    /// nothing).
+    pub config: sncl::CollConfig,
 }
 
 /// The reduction over `n` ranks of elements `offset..offset + len`: with
@@ -423,20 +426,21 @@ fn run_once<T: BenchElem>(
 ) -> Result<()> {
     let (n, r) = (comm.size(), comm.rank());
     let op = c.op;
+    let cc = comm.configured(&c.config);
     match (c.bench, in_place) {
-        (Bench::AllReduce, false) => comm.all_reduce(&b.send[..], &mut b.recv[..], op),
-        (Bench::AllReduce, true) => comm.all_reduce_in_place(&mut b.recv[..], op),
-        (Bench::ReduceScatter, false) => comm.reduce_scatter(&b.send[..], &mut b.recv[..], op),
-        (Bench::ReduceScatter, true) => comm.reduce_scatter_in_place(&mut b.recv[..], op),
-        (Bench::AllGather, false) => comm.all_gather(&b.send[..], &mut b.recv[..]),
-        (Bench::AllGather, true) => comm.all_gather_in_place(&mut b.recv[..]),
-        (Bench::Broadcast, false) => comm.broadcast_from(&b.send[..], &mut b.recv[..], c.root),
-        (Bench::Broadcast, true) => comm.broadcast(&mut b.recv[..], c.root),
-        (Bench::Reduce, false) => comm.reduce(&b.send[..], &mut b.recv[..], op, c.root),
-        (Bench::Reduce, true) => comm.reduce_in_place(&mut b.recv[..], op, c.root),
-        (Bench::AllToAll, _) => comm.alltoall(&b.send[..], &mut b.recv[..]),
-        (Bench::Gather, _) => comm.gather(&b.send[..], &mut b.recv[..], c.root),
-        (Bench::Scatter, _) => comm.scatter(&b.send[..], &mut b.recv[..], c.root),
+        (Bench::AllReduce, false) => cc.all_reduce(&b.send[..], &mut b.recv[..], op),
+        (Bench::AllReduce, true) => cc.all_reduce_in_place(&mut b.recv[..], op),
+        (Bench::ReduceScatter, false) => cc.reduce_scatter(&b.send[..], &mut b.recv[..], op),
+        (Bench::ReduceScatter, true) => cc.reduce_scatter_in_place(&mut b.recv[..], op),
+        (Bench::AllGather, false) => cc.all_gather(&b.send[..], &mut b.recv[..]),
+        (Bench::AllGather, true) => cc.all_gather_in_place(&mut b.recv[..]),
+        (Bench::Broadcast, false) => cc.broadcast_from(&b.send[..], &mut b.recv[..], c.root),
+        (Bench::Broadcast, true) => cc.broadcast(&mut b.recv[..], c.root),
+        (Bench::Reduce, false) => cc.reduce(&b.send[..], &mut b.recv[..], op, c.root),
+        (Bench::Reduce, true) => cc.reduce_in_place(&mut b.recv[..], op, c.root),
+        (Bench::AllToAll, _) => cc.alltoall(&b.send[..], &mut b.recv[..]),
+        (Bench::Gather, _) => cc.gather(&b.send[..], &mut b.recv[..], c.root),
+        (Bench::Scatter, _) => cc.scatter(&b.send[..], &mut b.recv[..], c.root),
         (Bench::SendRecv, _) => comm.group(|g| {
             g.send(&b.send[..], (r + 1) % n);
             g.recv(&mut b.recv[..], (r + n - 1) % n);

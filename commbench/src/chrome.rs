@@ -200,6 +200,9 @@ fn slice_args(e: &TraceEntry) -> Value {
     if e.root >= 0 {
         args["root"] = json!(e.root);
     }
+    if e.tag != 0 {
+        args["tag"] = json!(e.tag);
+    }
     if let Some(err) = &e.error {
         args["error"] = json!(err);
     }

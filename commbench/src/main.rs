@@ -359,6 +359,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         average: args.average,
                         out_of_place: args.out_of_place != 0,
                         unalign: args.unalign,
+                        config: sncl::CollConfig::tagged(args.tag),
                     };
                     let (oop, ip) = match &mut dev {
                         Some(d) => {
@@ -590,6 +591,11 @@ fn gather_stats(comm: &Communicator, mine: &sncl::Stats) -> sncl::Result<Vec<snc
             } else {
                 Vec::new()
             },
+            ops_by_tag: if r == comm.rank() {
+                mine.ops_by_tag.clone()
+            } else {
+                Vec::new()
+            },
             intra_sent: c[1],
             intra_received: c[2],
             inter_sent: c[3],
@@ -641,6 +647,24 @@ fn print_stats(all: &[sncl::Stats]) {
         "# TCP retransmitted segments (all ranks, since the connections opened): {}",
         total.retransmits
     );
+    // Tags are counted where the operations ran: the printing rank's own.
+    for s in all.iter().filter(|s| !s.ops_by_tag.is_empty()) {
+        let tags: Vec<String> = s
+            .ops_by_tag
+            .iter()
+            .map(|(tag, n, busy)| {
+                format!(
+                    "tag {tag}: {n} ops, {:.3} ms busy",
+                    busy.as_secs_f64() * 1e3
+                )
+            })
+            .collect();
+        println!(
+            "# operations by tag on rank {}: {}",
+            s.rank,
+            tags.join("; ")
+        );
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -700,6 +724,13 @@ fn stats_json(s: &sncl::Stats) -> String {
         "wait_us": s.wait_time.as_secs_f64() * 1e6,
         "busy_us": s.busy_time.as_secs_f64() * 1e6,
         "retransmits": s.retransmits,
+        "ops_by_tag": s
+            .ops_by_tag
+            .iter()
+            .map(|(tag, n, busy)| {
+                (tag.to_string(), serde_json::json!({"ops": n, "busy_us": busy.as_secs_f64() * 1e6}))
+            })
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
         "by_transport": s
             .by_transport
             .iter()

@@ -37,17 +37,24 @@ pub struct TraceEntry {
     pub start_us: Option<u64>,
     /// End, µs since the Unix epoch; `None` while running.
     pub end_us: Option<u64>,
+    /// The caller's tag (`sncl::CollConfig::tag`; 0: none).
+    pub tag: u64,
 }
 
 impl TraceEntry {
     fn describe(&self) -> String {
         format!(
-            "{}(dtype={}, count={}{}) seq {}",
+            "{}(dtype={}, count={}{}{}) seq {}",
             self.op,
             self.dtype,
             self.count,
             if self.root >= 0 {
                 format!(", root={}", self.root)
+            } else {
+                String::new()
+            },
+            if self.tag != 0 {
+                format!(", tag={}", self.tag)
             } else {
                 String::new()
             },
@@ -178,6 +185,7 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
             bytes: v.get("bytes").and_then(Value::as_u64).unwrap_or(0),
             start_us: v.get("start_us").and_then(Value::as_u64),
             end_us: v.get("end_us").and_then(Value::as_u64),
+            tag: v.get("tag").and_then(Value::as_u64).unwrap_or(0),
         });
     }
     Ok(d)

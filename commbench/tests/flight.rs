@@ -260,11 +260,17 @@ fn four_rank_run_becomes_a_chrome_trace_matching_the_dumps() {
             "1K",
         ])
         .args(["-f", "8", "-n", "3", "-w", "1", "--flight-dump"])
+        // Every benchmarked operation carries the caller's tag.
+        .args(["--tag", "42", "--stats"])
         .env("SNCL_DEBUG_DUMP_DIR", &dir)
-        .stdout(Stdio::null())
         .output()
         .expect("commbench run");
     assert!(run.status.success(), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("# operations by tag on rank 0: tag 42: "),
+        "{stdout}"
+    );
     let out = dir.join("trace.json");
     let trace = Command::new(BIN)
         .arg("trace")
@@ -314,12 +320,17 @@ fn four_rank_run_becomes_a_chrome_trace_matching_the_dumps() {
             "rank {rank}"
         );
         assert!(!recorded.is_empty(), "rank {rank} recorded nothing");
+        assert!(
+            recorded.iter().any(|r| r["tag"] == 42),
+            "rank {rank}: no operation tagged 42"
+        );
         assert_eq!(slices.len(), recorded.len(), "rank {rank}");
         let t0 = t["otherData"]["t0_us"].as_u64().unwrap();
         for (s, r) in slices.iter().zip(&recorded) {
             assert_eq!(s["name"], r["op"], "rank {rank}");
             assert_eq!(s["args"]["seq"], r["seq"], "rank {rank}");
             assert_eq!(s["args"]["bytes"], r["bytes"], "rank {rank}");
+            assert_eq!(s["args"]["tag"], r["tag"], "rank {rank}");
             let start = r["start_us"].as_u64().unwrap();
             assert_eq!(s["ts"].as_u64().unwrap(), start - t0, "rank {rank}");
             assert_eq!(

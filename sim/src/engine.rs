@@ -172,14 +172,6 @@ pub fn execute(cl: &Cluster, progs: &[Program], opts: Options) -> Outcome {
     e.go()
 }
 
-/// Like [`run`], but each run of alike steps executes as one aggregated step
-/// (see the module documentation).
-pub fn run_aggregated(cl: &Cluster, progs: &[Program], symmetric: bool) -> Outcome {
-    let mut e = Engine::new(cl, progs, symmetric);
-    e.agg = true;
-    e.go()
-}
-
 struct Engine<'a> {
     cl: &'a Cluster,
     progs: &'a [Program],

@@ -556,6 +556,97 @@ static void check_registration(snclComm_t comm) {
   free(b);
 }
 
+/* Per-call settings (snclCollConfig_t): each call's algorithm, chunk and
+   tag; settings that do not apply fail alike on every rank before anything
+   is sent, and the communicator goes on. */
+static void check_coll_config(snclComm_t comm) {
+  enum { c = 4099 };
+  float *s = malloc(c * sizeof(float)), *r = malloc(c * sizeof(float));
+  int *gi = malloc(c * sizeof(int)), *g = malloc((size_t)c * nranks * sizeof(int));
+  for (int i = 0; i < c; i++) {
+    s[i] = (float)((i + rank) % 5);
+    gi[i] = rank * 10000 + i;
+  }
+  const char *algos[] = {"ring", "tree", "rd", "flat-ring", NULL};
+  for (int a = 0; a < 5; a++) {
+    snclCollConfig_t cc = SNCL_COLL_CONFIG_INITIALIZER;
+    cc.algorithm = algos[a];
+    cc.chunkBytes = a == 1 ? 1024 : 0;
+    cc.userTag = 100 + (uint64_t)a;
+    CHECK(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &cc));
+    for (int i = 0; i < c; i++) {
+      float want = 0;
+      for (int q = 0; q < nranks; q++) want += (float)((i + q) % 5);
+      if (r[i] != want) {
+        EXPECT(0, "all_reduce with %s: elem %d is %g, want %g", algos[a] ? algos[a] : "NULL", i,
+               r[i], want);
+        break;
+      }
+    }
+  }
+  CHECK(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, NULL));
+  snclCollConfig_t flat = SNCL_COLL_CONFIG_INITIALIZER;
+  flat.algorithm = "flat-ring";
+  flat.userTag = 7;
+  CHECK(snclAllGatherConfig(gi, g, c, snclInt32, comm, NULL, &flat));
+  for (int q = 0; q < nranks; q++)
+    EXPECT(g[(size_t)q * c + 17] == q * 10000 + 17, "all_gather block %d", q);
+  CHECK(snclReduceScatterConfig(g, gi, c, snclInt32, snclSum, comm, NULL, &flat));
+  EXPECT(gi[17] == nranks * (rank * 10000 + 17), "reduce_scatter with flat-ring: %d", gi[17]);
+  snclCollConfig_t chain = SNCL_COLL_CONFIG_INITIALIZER;
+  chain.algorithm = "ring";
+  chain.chunkBytes = 512;
+  float b = rank == 1 ? 42.0f : 0.0f;
+  CHECK(snclBroadcastConfig(&b, &b, 1, snclFloat32, 1, comm, NULL, &chain));
+  EXPECT(b == 42.0f, "broadcast with ring: %g", b);
+  float x = (float)rank, sum = 0;
+  CHECK(snclReduceConfig(&x, &sum, 1, snclFloat32, snclSum, 0, comm, NULL, &chain));
+  if (rank == 0) EXPECT(sum == (float)(nranks * (nranks - 1) / 2), "reduce with ring: %g", sum);
+  snclCollConfig_t pairwise = SNCL_COLL_CONFIG_INITIALIZER;
+  pairwise.algorithm = "pairwise";
+  CHECK(snclAlltoAllConfig(gi, g, 1, snclInt32, comm, NULL, &pairwise));
+
+  /* Settings that do not apply. */
+  snclCollConfig_t bad = SNCL_COLL_CONFIG_INITIALIZER;
+  bad.algorithm = "tree";
+  EXPECT(snclAlltoAllConfig(gi, g, 1, snclInt32, comm, NULL, &bad) == snclInvalidArgument,
+         "alltoall with tree accepted");
+  EXPECT(strstr(snclGetLastError(comm), "alltoall has no tree") != NULL, "error: %s",
+         snclGetLastError(comm));
+  bad.algorithm = "sideways";
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
+             snclInvalidArgument,
+         "unknown algorithm accepted");
+  bad.algorithm = NULL;
+  bad.protocol = "Simple";
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
+             snclInvalidArgument,
+         "protocol on host memory accepted");
+  EXPECT(strstr(snclGetLastError(comm), "host memory") != NULL, "error: %s",
+         snclGetLastError(comm));
+  bad.protocol = "LL9";
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
+             snclInvalidArgument,
+         "unknown protocol accepted");
+  snclCollConfig_t zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &zeroed) ==
+             snclInvalidArgument,
+         "uninitialized snclCollConfig_t accepted");
+  /* Nothing was sent: the next all-reduce matches on every rank. */
+  r[3] = -1.0f;
+  CHECK(snclAllReduce(s, r, c, snclFloat32, snclSum, comm, NULL));
+  {
+    float want = 0;
+    for (int q = 0; q < nranks; q++) want += (float)((3 + q) % 5);
+    EXPECT(r[3] == want, "all_reduce after the errors: %g, want %g", r[3], want);
+  }
+  free(s);
+  free(r);
+  free(gi);
+  free(g);
+}
+
 int main(void) {
   const char *r = getenv("SNCL_RANK"), *n = getenv("SNCL_WORLD_SIZE");
   if (!r || !n) {
@@ -619,6 +710,7 @@ int main(void) {
   check_streams(comm);
   check_fp8(comm);
   check_registration(comm);
+  check_coll_config(comm);
   check_errors(comm);
 
   /* end in step, then release */
