@@ -178,6 +178,7 @@ impl Exec<'_> {
         };
         let mut checked = vec![1, l - 1, l, n / 2 + 1, self.entities - 1];
         checked.retain(|&r| r > 0 && r < self.entities);
+        checked.sort_unstable();
         checked.dedup();
         for r in checked {
             if !alike(&shift(r), &prog(r)?, elem as f64) {
@@ -336,21 +337,19 @@ impl Exec<'_> {
             record_steps: !self.symmetric && executed <= RECORD_STEPS_MAX,
         };
         let out = engine::execute(self.cl, &progs, opts);
-        if aggregate && !out.complete && executed <= MAX_TOTAL_STEPS {
+        let total = || progs.iter().map(Program::steps).sum::<u64>();
+        if aggregate && !out.complete && total() <= MAX_TOTAL_STEPS {
             // Entities merged their steps differently: go step by step.
             tracing::warn!(
                 algo = self.algo.name(),
                 "sim: aggregated runs did not match; running step by step"
             );
-            let total: u64 = progs.iter().map(Program::steps).sum();
-            if total <= MAX_TOTAL_STEPS {
-                let opts = engine::Options {
-                    aggregated: false,
-                    record_steps: opts.record_steps && total <= RECORD_STEPS_MAX,
-                    ..opts
-                };
-                return Ok(engine::execute(self.cl, &progs, opts));
-            }
+            let opts = engine::Options {
+                aggregated: false,
+                record_steps: !self.symmetric && total() <= RECORD_STEPS_MAX,
+                ..opts
+            };
+            return Ok(engine::execute(self.cl, &progs, opts));
         }
         Ok(out)
     }

@@ -219,8 +219,9 @@ impl<'a> Engine<'a> {
         let mut bucket = vec![false; nres];
         let burst = cl.burst_bytes > 0.0;
         let rate = |b: f64| b / 1e6; // bytes per µs
-                                     // Slowdowns exist in the per-rank frame only (the symmetric frame
-                                     // refuses them), where entity i is rank i.
+
+        // Slowdowns exist in the per-rank frame only (the symmetric frame
+        // refuses them), where entity i is rank i.
         let slow = |i: usize| {
             if sym || cl.slowdowns.is_empty() {
                 (1.0, 1.0, 1.0)
