@@ -341,6 +341,11 @@ pub fn spawned_rank(prefix: &str) -> (usize, usize, sncl::UniqueId) {
 
 /// A survivor's check after peer `dead` was killed mid-operation: the
 /// error `e` names the dead peer, and came within `deadline` (`took`).
+///
+/// The survivor then stays a moment, as a program reporting the error
+/// would: a survivor that exited at once would be reported as gone itself
+/// by a survivor that had not yet read its abort notice (docs/RDMA.md §3a),
+/// which is true but names the wrong rank.
 pub fn assert_names_dead_peer(
     rank: usize,
     e: &str,
@@ -357,4 +362,10 @@ pub fn assert_names_dead_peer(
         took < deadline,
         "took {took:?}, the deadline is {deadline:?}"
     );
+    std::thread::sleep(SURVIVOR_STAY);
 }
+
+/// How long a survivor stays after its verdict (see
+/// [`assert_names_dead_peer`]): longer than a peer's detection of a death
+/// takes on the emulated fabric (the CI log showed 136 ms).
+const SURVIVOR_STAY: Duration = Duration::from_millis(1500);
