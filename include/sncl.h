@@ -860,6 +860,40 @@ snclResult_t snclCommShrink(snclComm_t comm,
                             int shrinkFlags);
 
 /**
+ * Writes the grow id of `comm` to `uniqueId` (NCCL's
+ * `ncclCommGetUniqueId`): rank 0 only. Pass it to the new ranks of a
+ * grow out of band; it carries the communicator's secret.
+ *
+ * # Safety
+ * `comm` is a live handle; `uniqueId` points to a writable
+ * `snclUniqueId`.
+ */
+snclResult_t snclCommGetUniqueId(snclComm_t comm, snclUniqueId *uniqueId);
+
+/**
+ * Creates `newcomm`, a communicator of `nRanks` ranks: the ranks of
+ * `comm` and new ones (NCCL's `ncclCommGrow`). A member passes its
+ * `comm` and `rank = -1` and keeps its rank (`uniqueId` may be NULL; its
+ * rank 0 may pass the id it handed out). A new rank passes `comm = NULL`,
+ * the id rank 0 got from `snclCommGetUniqueId` and its `rank`, from
+ * `comm`'s size up. Completes before it returns; of `config` (may be
+ * NULL) a member reads only `blocking`, for the new handle, and a new
+ * rank reads it as `snclCommInitRankConfig` does. `comm` stays valid
+ * (destroy it separately), but cannot grow or shrink again.
+ *
+ * # Safety
+ * `comm` is NULL or a live handle; `uniqueId` is NULL or points to a
+ * `snclUniqueId`; `newcomm` points to writable storage for a handle;
+ * `config` is NULL or an initialized `snclConfig_t`.
+ */
+snclResult_t snclCommGrow(snclComm_t comm,
+                          int nRanks,
+                          const snclUniqueId *uniqueId,
+                          int rank,
+                          snclComm_t *newcomm,
+                          snclConfig_t *config);
+
+/**
  * All-reduce: `recvbuff[i]` = `op` over all ranks of `sendbuff[i]`, for
  * `count` elements. In place when `sendbuff == recvbuff`.
  *

@@ -21,6 +21,8 @@
 //! Every rank passes the same settings for the same call, as it passes
 //! the same count and type: the schedule follows them.
 
+use std::hash::{Hash, Hasher};
+
 use comm_core::algo::{self, Algorithm};
 use comm_core::wire::Collective;
 use comm_core::{Error, Result};
@@ -97,6 +99,22 @@ impl CollConfig {
     /// the call's own).
     pub(crate) fn planned(&self) -> bool {
         self.algorithm.is_none() && self.chunk_bytes == 0
+    }
+
+    /// A digest of the settings that shape the call's schedule (its
+    /// algorithm and chunk), carried in the call's fingerprint
+    /// ([`comm_core::wire::Fingerprint::settings`]): 0 for a planned call,
+    /// 1..=255 otherwise, the same on every rank for the same settings.
+    /// Ranks whose settings differ fail the call as mismatched (but for
+    /// the 1 in 255 pairs of settings whose digests collide).
+    pub(crate) fn schedule_digest(&self) -> u8 {
+        if self.planned() {
+            return 0;
+        }
+        // FxHasher: no per-process seed, so every rank computes the same.
+        let mut h = rustc_hash::FxHasher::default();
+        (self.algorithm.map(Algorithm::name), self.chunk_bytes as u64).hash(&mut h);
+        (h.finish() % 255) as u8 + 1
     }
 
     /// Checks the settings against the call, before anything is sent:
@@ -183,5 +201,33 @@ mod tests {
         assert!(huge.check(0, Collective::AllReduce, false).is_err());
         assert_eq!(Protocol::from_name("ll128"), Some(Protocol::Ll128));
         assert!(CollConfig::default().planned() && !tree_gather.planned());
+    }
+
+    #[test]
+    fn the_schedule_digest_tells_settings_apart_and_ignores_the_tag() {
+        let planned = CollConfig::tagged(3);
+        assert_eq!(planned.schedule_digest(), 0);
+        let ring = CollConfig {
+            algorithm: Some(Algorithm::Ring),
+            ..CollConfig::default()
+        };
+        let tree = CollConfig {
+            algorithm: Some(Algorithm::Tree),
+            ..ring
+        };
+        let ring_chunk = CollConfig {
+            chunk_bytes: 1 << 20,
+            ..ring
+        };
+        let digests = [ring, tree, ring_chunk].map(|c| c.schedule_digest());
+        assert!(digests.iter().all(|&d| d != 0), "{digests:?}");
+        assert!(
+            digests[0] != digests[1] && digests[0] != digests[2] && digests[1] != digests[2],
+            "{digests:?}"
+        );
+        assert_eq!(
+            CollConfig { tag: 9, ..ring }.schedule_digest(),
+            ring.schedule_digest()
+        );
     }
 }

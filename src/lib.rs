@@ -66,6 +66,7 @@ pub use cudarc;
 mod agree;
 mod element;
 mod flight;
+mod grow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod logging;

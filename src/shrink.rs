@@ -82,7 +82,7 @@ impl Inner {
 
     /// Takes the serving store out of the parent (for the new communicator
     /// to keep).
-    fn take_standby_server(&self) -> Option<TcpStoreServer> {
+    pub(crate) fn take_standby_server(&self) -> Option<TcpStoreServer> {
         let mut sb = self
             .recovery
             .standby

@@ -181,3 +181,51 @@ fn settings_that_do_not_apply_fail_on_every_rank_before_anything_is_sent() {
         assert_eq!(same(&errs[0]), errors[0][0].replace("rank 0", "rank R"));
     }
 }
+
+/// Ranks that pass different settings for the same call would run
+/// different schedules: the settings' digest in the call's fingerprint
+/// makes that a mismatch on every rank (within the timeout, not a hang or
+/// wrong sums), and the communicator is aborted as for any mismatch.
+#[test]
+fn ranks_with_different_settings_for_one_call_fail_it_as_mismatched() {
+    let n = 3;
+    let timeout = std::time::Duration::from_secs(10);
+    let cs = Communicator::init_threads(
+        n,
+        Config {
+            chunk_bytes: 4096,
+            timeout,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = cs
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    // Rank 2 alone pipelines in 1 KiB chunks.
+                    let cfg = CollConfig {
+                        algorithm: Some(Algorithm::Ring),
+                        chunk_bytes: if c.rank() == 2 { 1024 } else { 512 },
+                        ..CollConfig::default()
+                    };
+                    let mut buf = vec![1f32; 10_000];
+                    c.configured(&cfg)
+                        .all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                        .expect_err("different settings on rank 2")
+                        .to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(start.elapsed() < timeout, "took {:?}", start.elapsed());
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("mismatched collective") && e.contains("call settings #")),
+        "{errors:#?}"
+    );
+}

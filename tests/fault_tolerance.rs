@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use comm_core::config::TransportChoice;
 use fault_kit::*;
 use rank_kit::*;
-use sncl::{Communicator, Config, ReduceOp};
+use sncl::{Communicator, Config, ConfigFromEnv, ReduceOp};
 
 // ---------------------------------------------------------------------------
 // Abort.
@@ -456,4 +456,149 @@ fn agree_then_shrink_twice_threads() {
     let again = shrink_on_threads(&shrunk[1..], &[0]);
     drop(shrunk);
     assert_pair_sums(&again, 100);
+}
+
+// ---------------------------------------------------------------------------
+// Elastic: kill one of 4, shrink to 3, a new process joins, grow back to 4,
+// training goes on (issue 34, item 1).
+
+/// Five steps of a toy training loop on `g`: each step all-reduces the
+/// rank's gradients (whose f32 sums depend on the order of additions) and
+/// updates the weights; prints `TRAINED rank R <digest of the weights>`.
+fn train(g: &Communicator) {
+    let r = g.rank();
+    let mut w = vec![0f32; 4096];
+    for step in 0..5 {
+        let mut grad: Vec<f32> = (0..w.len())
+            .map(|k| ((r * 7919 + k * 131 + step * 17) % 1000) as f32 * 1e-3 + 1e-4 / (1 + r) as f32)
+            .collect();
+        g.all_reduce_in_place(&mut grad, ReduceOp::Sum)
+            .unwrap_or_else(|e| panic!("rank {r}: step {step}: {e}"));
+        for (x, d) in w.iter_mut().zip(&grad) {
+            *x -= 0.1 * d;
+        }
+    }
+    let digest = w
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ u64::from(x.to_bits())).wrapping_mul(0x0100_0000_01b3));
+    eprintln!("TRAINED rank {r} {digest:016x}");
+}
+
+/// Child side of the elastic test: all_reduce until the failure, agree,
+/// shrink to 3, rank 0 of the 3 prints `GROW-ID <hex>`, grow back to 4
+/// with the new process, train.
+#[test]
+#[ignore = "a child process's entry point, run by its parent test"]
+fn child_grow() {
+    match mode().as_deref() {
+        Some("grow") => {
+            let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
+            let r = c.rank();
+            all_reduce_until_a_failure(&c);
+            let failed = c.agree_on_failed().unwrap_or_else(|e| panic!("agree: {e}"));
+            assert_eq!(failed, vec![victim()], "rank {r}: agreed failed set");
+            let s = c.shrink(&failed).unwrap_or_else(|e| panic!("shrink: {e}"));
+            if s.rank() == 0 {
+                let id = s.grow_unique_id().unwrap_or_else(|e| panic!("grow id: {e}"));
+                eprintln!("GROW-ID {}", id.to_hex());
+            }
+            let g = s.grow(4).unwrap_or_else(|e| panic!("rank {r}: grow: {e}"));
+            train(&g);
+        }
+        Some("grow-join") => {
+            let hex = std::env::var("SNCL_TEST_GROW_ID").expect("SNCL_TEST_GROW_ID");
+            let id = sncl::UniqueId::from_hex(&hex).expect("grow id");
+            let config = Config::from_env().expect("settings");
+            let g = Communicator::join_grow(&id, 3, 4, config)
+                .unwrap_or_else(|e| panic!("join_grow: {e}"));
+            train(&g);
+        }
+        Some("fresh") => {
+            let c = Communicator::from_env().unwrap_or_else(|e| panic!("init failed: {e}"));
+            train(&c);
+        }
+        _ => {}
+    }
+}
+
+/// The digests `ranks` printed (`TRAINED rank R D`), by rank.
+fn trained(ranks: &mut [RankProc], what: &str) -> Vec<String> {
+    ranks
+        .iter_mut()
+        .filter_map(|rp| {
+            let text = rp.text();
+            let ok = rp.exit.is_some_and(|(st, _)| st.success());
+            let line = text.lines().find(|l| l.starts_with("TRAINED rank "));
+            match (ok, line) {
+                (true, Some(l)) => Some(l.to_string()),
+                _ => panic!("{what}: rank {} did not train:\n{}", rp.rank, tail(&text, 15)),
+            }
+        })
+        .collect()
+}
+
+/// Kill → shrink → a new process joins → grow → train, against a fresh
+/// 4-rank job's training: the same weights, bit for bit, on every rank.
+/// Rank 0 (the store's host) is the victim in a quarter of the trials;
+/// shm and TCP alternate. `SNCL_TEST_TRIALS=20` for the long form.
+#[test]
+fn killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job() {
+    let trials = trials(4);
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 4;
+    for trial in 0..trials {
+        let v = if trial % 4 == 0 { 0 } else { trial % n };
+        let transport = if trial % 2 == 0 { "auto" } else { "tcp" };
+        let env = |mode: &str| {
+            [
+                (MODE_ENV, mode.to_string()),
+                (VICTIM_ENV, v.to_string()),
+                ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+                ("SNCL_ALGO", "all_reduce:ring".to_string()),
+                ("SNCL_TRANSPORT", transport.to_string()),
+            ]
+        };
+        let what = format!("trial {trial}: rank {v} of {n} killed, over {transport}");
+        let mut ranks = spawn_job("child_grow", n, &env("grow"));
+        let ready = Instant::now() + Duration::from_secs(20);
+        for k in 0..n {
+            assert!(ranks[k].wait_line("READY", ready), "{what}: rank {k} never got going");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        ranks[v].child.kill().expect("SIGKILL");
+        let _ = ranks[v].child.wait();
+        // The grow id, from whichever survivor is rank 0 of the three.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let id = loop {
+            let found = ranks.iter().filter(|rp| rp.rank != v).find_map(|rp| {
+                rp.text_so_far()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("GROW-ID ").map(str::to_string))
+            });
+            if let Some(id) = found {
+                break id;
+            }
+            if Instant::now() > deadline {
+                let texts: Vec<String> = ranks.iter().map(|rp| tail(&rp.text_so_far(), 30)).collect();
+                panic!("{what}: no grow id:\n{}", texts.join("\n---\n"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut joiner_env = env("grow-join").to_vec();
+        joiner_env.push(("SNCL_TEST_GROW_ID", id));
+        let mut joiner = spawn_job("child_grow", 1, &joiner_env);
+        let finished = Instant::now() + Duration::from_secs(30);
+        assert!(wait_all(&mut ranks, finished), "{what}: a member hung");
+        assert!(wait_all(&mut joiner, finished), "{what}: the new rank hung");
+        let mut grown: Vec<RankProc> = ranks.into_iter().filter(|rp| rp.rank != v).collect();
+        let mut got = trained(&mut grown, &what);
+        got.extend(trained(&mut joiner, &what));
+        got.sort();
+        let mut fresh = spawn_job("child_grow", n, &env("fresh"));
+        assert!(wait_all(&mut fresh, Instant::now() + Duration::from_secs(30)), "{what}: fresh job hung");
+        let mut want = trained(&mut fresh, &what);
+        want.sort();
+        assert_eq!(got, want, "{what}: the grown job's weights differ from a fresh job's");
+        eprintln!("{what}: grown back to 4, trained like a fresh job");
+    }
 }

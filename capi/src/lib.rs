@@ -121,6 +121,8 @@ mod init;
 mod mem_stats;
 // Shrinking after a failure:
 mod shrink;
+// Growing with new ranks:
+mod grow;
 // Collectives:
 mod coll;
 // Collectives with per-call settings:
@@ -156,6 +158,7 @@ pub use coll::*;
 pub use coll_config::*;
 pub use comm::{snclComm, snclComm_t};
 pub use feedback::*;
+pub use grow::*;
 pub use init::*;
 pub use mem_stats::*;
 pub use memory::*;

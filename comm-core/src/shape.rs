@@ -170,6 +170,7 @@ impl OpShape {
                 | Collective::Barrier => 0,
                 _ => self.count as u64,
             },
+            settings: 0,
         }
     }
 

@@ -140,6 +140,11 @@ pub struct Fingerprint {
     pub root: i32,
     /// The element count every rank must agree on (0 where counts vary by rank).
     pub count: u64,
+    /// A digest of the call's own settings that shape its schedule (its
+    /// algorithm, chunk and protocol; `sncl::CollConfig`), 0 where the call
+    /// has none: ranks that pass different settings for the same call
+    /// fail it as mismatched instead of running different schedules.
+    pub settings: u8,
 }
 
 /// Encoded size of a [`Fingerprint`] (the last part of a full piece
@@ -147,13 +152,14 @@ pub struct Fingerprint {
 pub const FINGERPRINT_BYTES: usize = HEADER_BYTES - SHORT_HEADER_BYTES;
 
 impl Fingerprint {
-    /// Little endian: 0 collective, 1 dtype, 2 op, 3 zero, 4..8 root,
+    /// Little endian: 0 collective, 1 dtype, 2 op, 3 settings, 4..8 root,
     /// 8..16 count.
     pub fn encode(&self) -> [u8; FINGERPRINT_BYTES] {
         let mut out = [0u8; FINGERPRINT_BYTES];
         out[0] = self.collective as u8;
         out[1] = self.dtype as u8;
         out[2] = self.op as u8;
+        out[3] = self.settings;
         out[4..8].copy_from_slice(&self.root.to_le_bytes());
         out[8..16].copy_from_slice(&self.count.to_le_bytes());
         out
@@ -162,9 +168,6 @@ impl Fingerprint {
     /// Reads what [`Fingerprint::encode`] wrote; a peer's bytes that are not
     /// a fingerprint are an error, never a panic.
     pub fn decode(b: &[u8; FINGERPRINT_BYTES]) -> Result<Fingerprint, HeaderError> {
-        if b[3] != 0 {
-            return Err(HeaderError("reserved bytes are not zero"));
-        }
         let [r0, r1, r2, r3] = [b[4], b[5], b[6], b[7]];
         let mut count = [0u8; 8];
         count.copy_from_slice(&b[8..16]);
@@ -174,6 +177,7 @@ impl Fingerprint {
             op: ReduceOp::from_u8(b[2]).ok_or(HeaderError("unknown reduce op"))?,
             root: i32::from_le_bytes([r0, r1, r2, r3]),
             count: u64::from_le_bytes(count),
+            settings: b[3],
         })
     }
 }
@@ -185,13 +189,17 @@ impl std::fmt::Display for Fingerprint {
         }
         write!(
             f,
-            "{}(dtype={}, op={}, count={}, root={})",
+            "{}(dtype={}, op={}, count={}, root={}",
             self.collective.name(),
             self.dtype.name(),
             self.op.name(),
             self.count,
             self.root
-        )
+        )?;
+        if self.settings != 0 {
+            write!(f, ", call settings #{:02x}", self.settings)?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -407,6 +415,7 @@ mod tests {
                 op: ReduceOp::Max,
                 root: 3,
                 count: 1_000_003,
+                settings: 0,
             }),
         };
         let mut b = [0u8; HEADER_BYTES];
@@ -522,6 +531,7 @@ mod tests {
                     op: ReduceOp::Sum,
                     root: 0,
                     count: 5,
+                    settings: 0,
                 }),
             };
             let mut b = [0u8; HEADER_BYTES];
@@ -543,6 +553,7 @@ mod tests {
                 op: ReduceOp::Sum,
                 root: 0,
                 count: 5,
+                settings: 0,
             }),
         }
         .encode(&mut b);

@@ -372,6 +372,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
                 op: comm_core::ReduceOp::Sum,
                 root: -1,
                 count: 16,
+                settings: 0,
             }),
         };
         let mut b = [0u8; HEADER_BYTES];

@@ -6,7 +6,7 @@
 //! ([`Prepared`]) — is arithmetic on the op's fields.
 
 use comm_core::shape::{v_extent, OpShape};
-use comm_core::wire::Collective;
+use comm_core::wire::{Collective, Fingerprint};
 use comm_core::Result;
 
 use super::op::{Checked, Prepared};
@@ -46,7 +46,10 @@ impl Inner {
         };
         Ok(Prepared {
             shape,
-            fingerprint: shape.fingerprint(op.op),
+            fingerprint: Fingerprint {
+                settings: op.config.schedule_digest(),
+                ..shape.fingerprint(op.op)
+            },
             send_elems,
             recv_elems,
         })

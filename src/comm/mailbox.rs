@@ -67,6 +67,7 @@ pub(super) fn fingerprint(tag: i32, bytes: usize) -> Fingerprint {
         op: ReduceOp::Sum,
         root: tag,
         count: bytes as u64,
+        settings: 0,
     }
 }
 

@@ -542,6 +542,7 @@ impl Communicator {
                 -1
             },
             count: op.count as u64,
+            settings: 0,
         };
         let binding = b.clone();
         let two_shot = staged == StagedCollective::AllReduce

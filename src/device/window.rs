@@ -162,6 +162,7 @@ pub(crate) fn opening_fingerprint(bytes: usize) -> Fingerprint {
         op: ReduceOp::Sum,
         root: -1,
         count: bytes as u64,
+        settings: 0,
     }
 }
 
@@ -386,6 +387,7 @@ impl DeviceWindow {
             op: ReduceOp::Sum,
             root: -1,
             count: core.id,
+            settings: 0,
         };
         inner.run_in_turn(fp, |_, _, _| {
             let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
@@ -493,6 +495,7 @@ impl DeviceWindow {
             op,
             root: -1,
             count: count as u64,
+            settings: 0,
         };
         if count == 0 {
             return Ok(());

@@ -71,6 +71,7 @@ fn header(comm_id: u64) -> PieceHeader {
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
+            settings: 0,
         }),
         len: BOARD_BYTES as u32,
         checksum: None,

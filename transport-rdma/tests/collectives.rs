@@ -111,6 +111,7 @@ fn run_case(
             op,
             root: if coll.is_rooted() { root as i32 } else { -1 },
             count: count as u64,
+            settings: 0,
         },
         dtype,
         op,

@@ -126,6 +126,7 @@ mod tests {
             op: ReduceOp::Sum,
             root: -1,
             count,
+            settings: 0,
         }
     }
 

@@ -478,6 +478,7 @@ mod tests {
                 op: ReduceOp::Sum,
                 root: -1,
                 count: 0,
+                settings: 0,
             }),
         }
     }

@@ -36,6 +36,7 @@ fn header(seq: u64) -> PieceHeader {
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
+            settings: 0,
         }),
     }
 }

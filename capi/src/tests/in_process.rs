@@ -29,7 +29,7 @@ fn version_is_the_mirrored_nccl_api() {
 
 use snclResult_t::*;
 
-fn ok(r: snclResult_t) {
+pub(super) fn ok(r: snclResult_t) {
     if r != snclSuccess {
         // SAFETY: NULL asks for this thread's last error.
         let msg = unsafe { CStr::from_ptr(snclGetLastError(std::ptr::null_mut())) };
@@ -37,7 +37,7 @@ fn ok(r: snclResult_t) {
     }
 }
 
-fn id_at(root: SocketAddr) -> snclUniqueId {
+pub(super) fn id_at(root: SocketAddr) -> snclUniqueId {
     let b = sncl::UniqueId::new(root).unwrap().to_bytes();
     snclUniqueId {
         internal: b.map(|x| x as std::ffi::c_char),
@@ -56,7 +56,7 @@ const SUM: c_int = snclRedOp_t::snclSum as c_int;
 ///
 /// # Safety
 /// `comms` are live handles of one communicator, in rank order.
-unsafe fn grouped_all_reduce(comms: &[snclComm_t]) {
+pub(super) unsafe fn grouped_all_reduce(comms: &[snclComm_t]) {
     let n = comms.len();
     let mut bufs: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32; 1000]).collect();
     ok(snclGroupStart());

@@ -9,6 +9,7 @@ mod rank_kit;
 
 mod faults;
 mod fuzz;
+mod grow;
 mod in_process;
 mod settings;
 

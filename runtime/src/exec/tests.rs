@@ -97,6 +97,7 @@ fn sendrecv_fp() -> Fingerprint {
         op: ReduceOp::Sum,
         root: -1,
         count: 0,
+        settings: 0,
     }
 }
 

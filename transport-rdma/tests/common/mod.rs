@@ -66,6 +66,7 @@ pub fn header(len: usize, seq: u64) -> PieceHeader {
             op: ReduceOp::Sum,
             root: -1,
             count: 0,
+            settings: 0,
         }),
     }
 }

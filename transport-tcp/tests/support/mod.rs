@@ -81,6 +81,7 @@ pub fn header(seq: u64, len: usize) -> PieceHeader {
             op: ReduceOp::Sum,
             root: -1,
             count: 12345,
+            settings: 0,
         }),
     }
 }

@@ -1,0 +1,185 @@
+//! Growing a communicator (issue 34, item 1) with ranks as threads: the
+//! members keep their ranks, new ranks join with rank 0's grow id, the
+//! grown communicator reduces like a fresh one; and every bad grow (a
+//! member's rank, another size, a wrong secret, one rank joined twice, a
+//! grow that adds nobody) is a clear error, not a hang. The process test
+//! (kill, shrink, grow, continue) is in tests/fault_tolerance.rs.
+
+use std::time::{Duration, Instant};
+
+use sncl::{Communicator, Config, ReduceOp, UniqueId};
+
+fn config() -> Config {
+    Config {
+        timeout: Duration::from_secs(5),
+        ..Config::default()
+    }
+}
+
+/// `n` ranks as threads of one job, created through a unique id (a grow
+/// needs the standby stores that a rendezvous starts).
+fn job(n: usize) -> Vec<Communicator> {
+    let id = Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| s.spawn(move || Communicator::init_rank_with_config(&id, r, n, config())))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap().expect("init"))
+            .collect()
+    })
+}
+
+/// Rank `r`'s input: values whose sum depends on the order of additions
+/// in f32, so equal results mean the same reduction order.
+fn input(r: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|k| ((r * 7919 + k * 104_729) % 1000) as f32 * 0.001 + 1e-3 / (1 + r) as f32)
+        .collect()
+}
+
+fn all_reduce(c: &Communicator, len: usize) -> Vec<f32> {
+    let mut v = input(c.rank(), len);
+    c.all_reduce_in_place(&mut v, ReduceOp::Sum)
+        .unwrap_or_else(|e| panic!("rank {}: {e}", c.rank()));
+    v
+}
+
+#[test]
+fn three_members_and_one_new_rank_reduce_like_a_fresh_four() {
+    let len = 10_000;
+    let members = job(3);
+    let id = members[0].grow_unique_id().unwrap();
+    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
+        let mut hs: Vec<_> = members
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let g = c.grow(4).unwrap_or_else(|e| panic!("grow: {e}"));
+                    assert_eq!((g.rank(), g.size()), (c.rank(), 4));
+                    (g.rank(), all_reduce(&g, len))
+                })
+            })
+            .collect();
+        hs.push(s.spawn(move || {
+            let g = Communicator::join_grow(&id, 3, 4, config())
+                .unwrap_or_else(|e| panic!("join_grow: {e}"));
+            assert_eq!((g.rank(), g.size()), (3, 4));
+            (3, all_reduce(&g, len))
+        }));
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // The parent still works after its grow.
+    std::thread::scope(|s| {
+        for c in &members {
+            s.spawn(move || all_reduce(c, 16));
+        }
+    });
+    let fresh = job(4);
+    let want: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = fresh
+            .iter()
+            .map(|c| s.spawn(move || all_reduce(c, len)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, got) in &grown {
+        let same = got
+            .iter()
+            .zip(&want[*r])
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "rank {r}: the grown communicator's sums differ from a fresh one's");
+    }
+    // One grow per communicator: rank 0 handed its standby store over.
+    let e = members[0].grow_unique_id().unwrap_err().to_string();
+    assert!(e.contains("standby store"), "{e}");
+}
+
+/// A grow's ranks fail where the members are waiting for a joiner that
+/// never comes; the joiner's error says what was wrong.
+fn members_wait_in_vain(members: &[Communicator], nranks: usize) -> Vec<String> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = members
+            .iter()
+            .map(|c| s.spawn(move || c.grow(nranks).map(|_| ()).unwrap_err().to_string()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn bad_grows_are_clear_errors_on_every_rank() {
+    let members = job(2);
+    let e = members[1].grow_unique_id().unwrap_err().to_string();
+    assert!(e.contains("rank 0 coordinates"), "{e}");
+    let e = members[0].grow(2).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("adds none"), "{e}");
+    let id = members[0].grow_unique_id().unwrap();
+    let start = Instant::now();
+    let (member_errors, joiner_errors) = std::thread::scope(|s| {
+        let members = s.spawn(|| members_wait_in_vain(&members, 3));
+        // A member's rank, another size, a wrong secret: each refused
+        // before the joiner takes part.
+        let joiner = s.spawn(move || {
+            let as_member = Communicator::join_grow(&id, 1, 3, config());
+            let other_size = Communicator::join_grow(&id, 2, 4, config());
+            let forged = UniqueId {
+                secret: [7; 16],
+                ..id
+            };
+            let wrong_secret = Communicator::join_grow(&forged, 2, 3, config());
+            [as_member, other_size, wrong_secret].map(|r| r.map(|_| ()).unwrap_err().to_string())
+        });
+        (members.join().unwrap(), joiner.join().unwrap())
+    });
+    assert!(
+        joiner_errors[0].contains("is a member's"),
+        "{joiner_errors:?}"
+    );
+    assert!(
+        joiner_errors[1].contains("the members grow to 3"),
+        "{joiner_errors:?}"
+    );
+    assert!(
+        joiner_errors[2].contains("cannot reach the grow's store"),
+        "{joiner_errors:?}"
+    );
+    // Nobody joined as rank 2: both members give up within their timeout,
+    // naming the rank they waited for.
+    for e in &member_errors {
+        assert!(e.contains("info/2"), "{member_errors:?}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
+}
+
+#[test]
+fn a_new_rank_given_to_two_processes_fails_the_second() {
+    let members = job(2);
+    let id = members[0].grow_unique_id().unwrap();
+    let (sizes, joins) = std::thread::scope(|s| {
+        let hs: Vec<_> = members
+            .iter()
+            .map(|c| s.spawn(move || c.grow(3).map(|g| g.size()).map_err(|e| e.to_string())))
+            .collect();
+        let joins: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(move || {
+                    Communicator::join_grow(&id, 2, 3, config())
+                        .map(|g| g.size())
+                        .map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        (
+            hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(),
+            joins.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(),
+        )
+    });
+    let refused: Vec<&String> = joins.iter().filter_map(|j| j.as_ref().err()).collect();
+    assert_eq!(refused.len(), 1, "{joins:?}");
+    assert!(refused[0].contains("already joined this grow as rank 2"), "{joins:?}");
+    assert!(
+        sizes.iter().all(|s| *s == Ok(3)),
+        "the members and the first joiner grow: {sizes:?}"
+    );
+}
