@@ -7,6 +7,7 @@
 #   scripts/fuzz.sh                      every target, 60 s each
 #   scripts/fuzz.sh --seconds 600 topofile settings_file
 #   JOBS=2 scripts/fuzz.sh               libFuzzer workers per target
+#   SNCL_FUZZ=target/debug/sncl-fuzz scripts/fuzz.sh   a seed tool already built
 #
 # Installs cargo-fuzz (cargo install) and a C++ compiler (apt-get) when they
 # are missing. Corpora grow in target/fuzz-corpus/<target>/ and are reused by
@@ -20,7 +21,7 @@ TARGETS=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --seconds) SECONDS_EACH=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         -*) echo "fuzz.sh: unknown flag $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
     esac
@@ -41,8 +42,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install --locked cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 fi
 
-cargo build -q -p sncl-fuzz
-SNCL_FUZZ=target/debug/sncl-fuzz
+# The seed tool: $SNCL_FUZZ where the caller built it (scripts/reliability.sh
+# takes the test suite's), else a dev build of its own.
+if [[ -z ${SNCL_FUZZ:-} ]]; then
+    cargo build -q -p sncl-fuzz
+    SNCL_FUZZ=target/debug/sncl-fuzz
+fi
 if [[ ${#TARGETS[@]} == 0 ]]; then
     mapfile -t TARGETS < <("$SNCL_FUZZ" list)
 fi

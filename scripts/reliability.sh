@@ -39,7 +39,11 @@ attack() {
     WHAT[$1]=$2
     CMD[$1]=$3
 }
-T="cargo test --profile test -q"
+# Whole-workspace selections, filtered by target and test name: a `-p`
+# selection resolves features for that package alone and compiles its
+# dependency tree again (10-40 s each after the suite's build); these reuse it.
+T="cargo test --workspace --profile test -q"
+B="cargo build --workspace --all-targets --profile test -q"
 attack shrink-flood \
     "idle connections held on every survivor's standby store, one rank of 8 SIGKILLed (rank 0 in a quarter of the trials), shm and TCP alternating: every survivor agrees on the same failed set and shrinks" \
     "SNCL_TEST_TRIALS=$(pick 3 20) SNCL_TEST_FLOOD=$(pick 128 4096) $T --test fault_tolerance killed_rank_then_shrink_under_a_connection_flood"
@@ -49,15 +53,18 @@ attack shrink-slow-coordinator \
 attack second-failure \
     "a second rank (the coordinator in half the trials) killed 0-300 ms into the agreement: one answer or an error on every survivor, never two answers" \
     "SNCL_TEST_TRIALS=$(pick 4 30) $T --test fault_tolerance a_second_failure_during_agreement_gives_one_answer"
+attack grow-back \
+    "one rank of 4 SIGKILLed mid all-reduce (rank 0 in a quarter of the trials), shm and TCP alternating: the survivors agree, shrink to 3, a new process joins with rank 0's grow id, grow to 4; five training steps give the weights of a fresh 4-process job, bit for bit" \
+    "SNCL_TEST_TRIALS=$(pick 2 20) $T --test fault_tolerance killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job"
 attack setup-flood \
     "idle connections on every port rank 0 listens on (store, standby store, TCP data) plus a junk sender: a 4-rank TCP job completes in at most 2x its quiet time (+0.25 s)" \
-    "SNCL_TEST_FLOOD=$(pick 500 5000) $T -p commbench --test flood"
+    "SNCL_TEST_FLOOD=$(pick 500 5000) $T --test flood"
 attack store-strangers \
     "idle, trickling and flooding strangers on the store, 1,000 authenticated ranks waiting on it, a reply in flight when rank 0 leaves: ranks join within 1 s, no thread per connection, the reply arrives" \
-    "$T -p sncl-bootstrap --lib tcpstore::tests"
+    "$T --lib tcpstore::tests"
 attack tcp-strangers \
     "4,608 idle connections on a TCP data listener before the rank it waits for: the rank joins" \
-    "$T -p transport-tcp --test handshake"
+    "$T --test handshake"
 attack init-strangers \
     "stray and wrong-secret connections during a real init: init completes" \
     "$T --test failures stray_and_wrong_secret_connections_do_not_disturb_init"
@@ -66,16 +73,16 @@ attack root-mismatch \
     "$T --test failures mismatched_roots_fail_every_rank_in_the_same_operation"
 attack secrets \
     "a 0644 settings file with SNCL_SECRET, a FIFO, another user's and an all-zero secret file: each refused with a clear error" \
-    "$T -p sncl-bootstrap --test conf_file a_settings_file_with_the_secret_must_be_private && $T -p sncl-bootstrap --lib -- env::tests::secret_sources env::tests::weak_or_odd_secrets_are_refused"
+    "$T --test conf_file a_settings_file_with_the_secret_must_be_private && $T --lib -- env::tests::secret_sources env::tests::weak_or_odd_secrets_are_refused"
 attack huge-count \
     "int8 all-reduces of 2^40, 2^44 and 2^62 elements through the C ABI under 'ulimit -v 4G': refused in under 1 s each, RSS growth under 10 MB" \
-    "cargo build --profile test -q -p sncl-capi --tests && (ulimit -v 4194304 && $T -p sncl-capi --lib huge_counts_are_refused_before_anything_is_planned)"
+    "$B && (ulimit -v 4194304 && $T --lib huge_counts_are_refused_before_anything_is_planned)"
 attack fuzz \
     "every decoder of outside bytes under libFuzzer (coverage-guided), from its seeds and its corpus so far: no panic, hang or unbounded allocation" \
-    "scripts/fuzz.sh --seconds $(pick 1 60)"
+    "$B && SNCL_FUZZ=target/debug/sncl-fuzz scripts/fuzz.sh --seconds $(pick 1 60)"
 attack soak \
     "many all-reduces on local ranks over shm and TCP: RSS flat within 5 %, descriptors and threads constant" \
-    "$(pick "cargo build --profile test -q -p commbench && COMMBENCH=target/debug/commbench NP=2 SMALL=4000 LARGE=8 EVERY=1000" "") scripts/soak.sh"
+    "$(pick "$B && COMMBENCH=target/debug/commbench NP=2 SMALL=4000 LARGE=8 EVERY=1000" "") scripts/soak.sh"
 
 if [[ ${LIST:-0} == 1 ]]; then
     for a in "${ORDER[@]}"; do printf '%-24s %s\n' "$a" "${WHAT[$a]}"; done

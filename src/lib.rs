@@ -66,9 +66,9 @@ pub use cudarc;
 mod agree;
 mod element;
 mod flight;
-mod grow;
 #[doc(hidden)]
 pub mod fuzzing;
+mod grow;
 mod logging;
 mod mem_stats;
 mod order;

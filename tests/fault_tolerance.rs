@@ -470,7 +470,9 @@ fn train(g: &Communicator) {
     let mut w = vec![0f32; 4096];
     for step in 0..5 {
         let mut grad: Vec<f32> = (0..w.len())
-            .map(|k| ((r * 7919 + k * 131 + step * 17) % 1000) as f32 * 1e-3 + 1e-4 / (1 + r) as f32)
+            .map(|k| {
+                ((r * 7919 + k * 131 + step * 17) % 1000) as f32 * 1e-3 + 1e-4 / (1 + r) as f32
+            })
             .collect();
         g.all_reduce_in_place(&mut grad, ReduceOp::Sum)
             .unwrap_or_else(|e| panic!("rank {r}: step {step}: {e}"));
@@ -478,9 +480,9 @@ fn train(g: &Communicator) {
             *x -= 0.1 * d;
         }
     }
-    let digest = w
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, x| (h ^ u64::from(x.to_bits())).wrapping_mul(0x0100_0000_01b3));
+    let digest = w.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        (h ^ u64::from(x.to_bits())).wrapping_mul(0x0100_0000_01b3)
+    });
     eprintln!("TRAINED rank {r} {digest:016x}");
 }
 
@@ -499,7 +501,9 @@ fn child_grow() {
             assert_eq!(failed, vec![victim()], "rank {r}: agreed failed set");
             let s = c.shrink(&failed).unwrap_or_else(|e| panic!("shrink: {e}"));
             if s.rank() == 0 {
-                let id = s.grow_unique_id().unwrap_or_else(|e| panic!("grow id: {e}"));
+                let id = s
+                    .grow_unique_id()
+                    .unwrap_or_else(|e| panic!("grow id: {e}"));
                 eprintln!("GROW-ID {}", id.to_hex());
             }
             let g = s.grow(4).unwrap_or_else(|e| panic!("rank {r}: grow: {e}"));
@@ -525,13 +529,17 @@ fn child_grow() {
 fn trained(ranks: &mut [RankProc], what: &str) -> Vec<String> {
     ranks
         .iter_mut()
-        .filter_map(|rp| {
+        .map(|rp| {
             let text = rp.text();
             let ok = rp.exit.is_some_and(|(st, _)| st.success());
             let line = text.lines().find(|l| l.starts_with("TRAINED rank "));
             match (ok, line) {
-                (true, Some(l)) => Some(l.to_string()),
-                _ => panic!("{what}: rank {} did not train:\n{}", rp.rank, tail(&text, 15)),
+                (true, Some(l)) => l.to_string(),
+                _ => panic!(
+                    "{what}: rank {} did not train:\n{}",
+                    rp.rank,
+                    tail(&text, 15)
+                ),
             }
         })
         .collect()
@@ -561,8 +569,11 @@ fn killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job() {
         let what = format!("trial {trial}: rank {v} of {n} killed, over {transport}");
         let mut ranks = spawn_job("child_grow", n, &env("grow"));
         let ready = Instant::now() + Duration::from_secs(20);
-        for k in 0..n {
-            assert!(ranks[k].wait_line("READY", ready), "{what}: rank {k} never got going");
+        for (k, rp) in ranks.iter_mut().enumerate() {
+            assert!(
+                rp.wait_line("READY", ready),
+                "{what}: rank {k} never got going"
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
         ranks[v].child.kill().expect("SIGKILL");
@@ -579,7 +590,8 @@ fn killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job() {
                 break id;
             }
             if Instant::now() > deadline {
-                let texts: Vec<String> = ranks.iter().map(|rp| tail(&rp.text_so_far(), 30)).collect();
+                let texts: Vec<String> =
+                    ranks.iter().map(|rp| tail(&rp.text_so_far(), 30)).collect();
                 panic!("{what}: no grow id:\n{}", texts.join("\n---\n"));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -595,10 +607,16 @@ fn killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job() {
         got.extend(trained(&mut joiner, &what));
         got.sort();
         let mut fresh = spawn_job("child_grow", n, &env("fresh"));
-        assert!(wait_all(&mut fresh, Instant::now() + Duration::from_secs(30)), "{what}: fresh job hung");
+        assert!(
+            wait_all(&mut fresh, Instant::now() + Duration::from_secs(30)),
+            "{what}: fresh job hung"
+        );
         let mut want = trained(&mut fresh, &what);
         want.sort();
-        assert_eq!(got, want, "{what}: the grown job's weights differ from a fresh job's");
+        assert_eq!(
+            got, want,
+            "{what}: the grown job's weights differ from a fresh job's"
+        );
         eprintln!("{what}: grown back to 4, trained like a fresh job");
     }
 }

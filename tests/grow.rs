@@ -88,7 +88,10 @@ fn three_members_and_one_new_rank_reduce_like_a_fresh_four() {
             .iter()
             .zip(&want[*r])
             .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "rank {r}: the grown communicator's sums differ from a fresh one's");
+        assert!(
+            same,
+            "rank {r}: the grown communicator's sums differ from a fresh one's"
+        );
     }
     // One grow per communicator: rank 0 handed its standby store over.
     let e = members[0].grow_unique_id().unwrap_err().to_string();
@@ -149,7 +152,11 @@ fn bad_grows_are_clear_errors_on_every_rank() {
     for e in &member_errors {
         assert!(e.contains("info/2"), "{member_errors:?}");
     }
-    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
@@ -171,13 +178,21 @@ fn a_new_rank_given_to_two_processes_fails_the_second() {
             })
             .collect();
         (
-            hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(),
-            joins.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(),
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>(),
+            joins
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>(),
         )
     });
     let refused: Vec<&String> = joins.iter().filter_map(|j| j.as_ref().err()).collect();
     assert_eq!(refused.len(), 1, "{joins:?}");
-    assert!(refused[0].contains("already joined this grow as rank 2"), "{joins:?}");
+    assert!(
+        refused[0].contains("already joined this grow as rank 2"),
+        "{joins:?}"
+    );
     assert!(
         sizes.iter().all(|s| *s == Ok(3)),
         "the members and the first joiner grow: {sizes:?}"

@@ -33,6 +33,11 @@
 //! (LAZY), `CUDA_MODEL_STALL_S` (20), `CUDA_MODEL_DEADLOCK_S` (5),
 //! `CUDA_MODEL_REPORT` (unset), `CUDA_MODEL_LOG` (unset: errors only).
 
+// sncl's kernels compiled for the host (`kernels/build.rs`, feature
+// `host`) are a static library of the `kernels` crate, which no Rust code
+// here names: the line links it in for `host_kernels`' entry points.
+extern crate kernels as _;
+
 pub mod activity;
 pub mod api;
 pub mod config;

@@ -40,12 +40,26 @@ fn two_members_and_a_new_rank_grow_to_three() {
         );
         ok(snclCommGetUniqueId(members[0], &mut grow_id));
         assert_eq!(
-            snclCommGrow(members[1], 3, std::ptr::null(), 1, &mut unused, std::ptr::null_mut()),
+            snclCommGrow(
+                members[1],
+                3,
+                std::ptr::null(),
+                1,
+                &mut unused,
+                std::ptr::null_mut()
+            ),
             snclInvalidArgument,
             "a member passes rank -1"
         );
         assert_eq!(
-            snclCommGrow(std::ptr::null_mut(), 3, std::ptr::null(), 2, &mut unused, std::ptr::null_mut()),
+            snclCommGrow(
+                std::ptr::null_mut(),
+                3,
+                std::ptr::null(),
+                2,
+                &mut unused,
+                std::ptr::null_mut()
+            ),
             snclInvalidArgument,
             "a new rank needs the id"
         );
@@ -60,10 +74,16 @@ fn two_members_and_a_new_rank_grow_to_three() {
                 s.spawn(move || {
                     let mut g = std::ptr::null_mut();
                     // Rank 0 passes the id it handed out; rank 1 none.
-                    let id = if r == 0 { grow_id_ptr as *const snclUniqueId } else { std::ptr::null() };
+                    let id = if r == 0 {
+                        grow_id_ptr as *const snclUniqueId
+                    } else {
+                        std::ptr::null()
+                    };
                     // SAFETY: a live handle, an id that outlives the scope, a
                     // valid out-pointer.
-                    ok(unsafe { snclCommGrow(c as snclComm_t, 3, id, -1, &mut g, std::ptr::null_mut()) });
+                    ok(unsafe {
+                        snclCommGrow(c as snclComm_t, 3, id, -1, &mut g, std::ptr::null_mut())
+                    });
                     g as usize
                 })
             })

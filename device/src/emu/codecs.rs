@@ -1,5 +1,5 @@
 //! sncl's codec kernels (`kernels/cuda/sncl_codec.cu`) compiled for the host
-//! with the `SNCL_HOST_EMU` shim by `device/build.rs`: the emulated device
+//! with the `SNCL_HOST_EMU` shim by `kernels/build.rs` (feature `host`): the emulated device
 //! runs the launch plans of [`kernels::cuda_codec`] with them, and tests
 //! call [`run_plan`] directly on host memory to compare against the
 //! `compress` crate under several launch shapes.

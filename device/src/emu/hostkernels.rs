@@ -1,5 +1,5 @@
 //! sncl's device kernels (the CUDA C++ in `kernels/cuda/`) compiled for the
-//! host with the `SNCL_HOST_EMU` shim by `device/build.rs`, so the emulated
+//! host with the `SNCL_HOST_EMU` shim by `kernels/build.rs` (feature `host`), so the emulated
 //! device runs the very sources a GPU runs, looked up by the same kernel
 //! names ([`kernels::cuda::reduce_copy_kernel`], [`kernels::cuda::divide_kernel`]).
 //!
