@@ -83,8 +83,10 @@ impl Communicator {
     /// new communicator; a rank missing past the timeout is an error on
     /// every rank that waited for it. The members must have no operation
     /// pending on this communicator. This communicator stays usable, but
-    /// its rank 0 hands its standby store to the new one, so it can grow
-    /// or shrink no more: grow or shrink the result instead.
+    /// once the grow succeeded its rank 0 has handed its standby store to
+    /// the new one, so it can grow or shrink no more: grow or shrink the
+    /// result instead. A failed grow leaves it as it was, but a second
+    /// grow of it finds the first one's records: shrink it or start anew.
     pub fn grow(&self, nranks: usize) -> Result<Communicator> {
         let inner = &self.inner;
         let (me, n) = (inner.rank, inner.nranks);
@@ -115,18 +117,29 @@ impl Communicator {
                     "grow to {nranks} ranks: cannot reach the grow's store that rank 0 serves: {e}"
                 ),
             })?;
-        let server = if me == 0 {
+        if me == 0 {
             store.set(&grow_key(comm_id, "parent_size"), n.to_string().as_bytes())?;
             store.set(&grow_key(comm_id, "size"), nranks.to_string().as_bytes())?;
-            inner.take_standby_server()
         } else {
-            None
-        };
+            // Every member grows to rank 0's size: another one is a clear
+            // error now, not a wait for ranks that never come.
+            let size = published(&store, &grow_key(comm_id, "size"), me, &inner.config)?;
+            if size != nranks {
+                return Err(Error::InvalidArgument {
+                    rank: me,
+                    op: "grow",
+                    detail: format!(
+                        "this member grows to {nranks} ranks, rank 0 to {size}; every member \
+                         passes the same size"
+                    ),
+                });
+            }
+        }
         let mut config = inner.config.clone();
         config.node_id = Some(inner.node_ids[me].clone());
         tracing::info!(rank = me, from = n, to = nranks, "growing the communicator");
         let local_ip = store.local_ip();
-        let child = setup::build(setup::SetupArgs {
+        let mut child = setup::build(setup::SetupArgs {
             store: Arc::new(store),
             rank: me,
             nranks,
@@ -134,9 +147,19 @@ impl Communicator {
             secret: inner.secret,
             config,
             local_ip,
-            server,
+            server: None,
         })?;
-        Communicator::from_inner(child).built_by_all("grow")
+        let grown = Communicator::from_inner({
+            // Rank 0's standby store serves the grown communicator from now
+            // on; it is handed over only once the creation succeeded, so a
+            // failed grow leaves the parent's recovery (agree_on_failed,
+            // shrink) as it was.
+            if me == 0 {
+                child._server = inner.take_standby_server();
+            }
+            child
+        });
+        grown.built_by_all("grow")
     }
 
     /// Joins a grow as new rank `rank` of `nranks` (NCCL's `ncclCommGrow`

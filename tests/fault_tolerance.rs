@@ -561,7 +561,9 @@ fn killed_rank_then_shrink_then_grow_back_trains_like_a_fresh_job() {
             [
                 (MODE_ENV, mode.to_string()),
                 (VICTIM_ENV, v.to_string()),
-                ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+                // The new process must start and join within it: room for
+                // a loaded machine.
+                ("SNCL_TIMEOUT_MS", "10000".to_string()),
                 ("SNCL_ALGO", "all_reduce:ring".to_string()),
                 ("SNCL_TRANSPORT", transport.to_string()),
             ]

@@ -157,6 +157,30 @@ fn bad_grows_are_clear_errors_on_every_rank() {
         "{:?}",
         start.elapsed()
     );
+    // The failed grow left rank 0's standby store with the parent: its
+    // recovery (and its grow id) still work.
+    assert!(members[0].grow_unique_id().is_ok());
+}
+
+#[test]
+fn a_member_growing_to_another_size_than_rank_0_is_told_so() {
+    let members = job(2);
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = members
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let n = if c.rank() == 0 { 3 } else { 4 };
+                    c.grow(n).map(|_| ()).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        errors[1].contains("this member grows to 4 ranks, rank 0 to 3"),
+        "{errors:?}"
+    );
 }
 
 #[test]

@@ -102,11 +102,9 @@ pub unsafe extern "C" fn snclCommGrow(
             let blocking = opts.blocking.unwrap_or(parent.blocking);
             let mut ticket = parent.ticket();
             ticket.wait_turn();
-            let child = c.grow(n).map_err(|e| {
-                let e = CError::from(e);
-                parent.record(&e);
-                e
-            })?;
+            // Not recorded as the parent's error: a failed grow leaves the
+            // parent usable (unlike a failed shrink's parent).
+            let child = c.grow(n)?;
             drop(ticket);
             CommShared::ready(child, blocking, parent.route.get().copied())
         };
