@@ -49,10 +49,7 @@ pub unsafe extern "C" fn snclGetUniqueId(uniqueId: *mut snclUniqueId) -> snclRes
         if uniqueId.is_null() {
             return Err(CError::invalid("uniqueId is NULL"));
         }
-        let b = uid::new_unique_id()?.to_bytes();
-        let id = snclUniqueId {
-            internal: b.map(|x| x as c_char),
-        };
+        let id = snclUniqueId::from_id(&uid::new_unique_id()?);
         // SAFETY: checked non-NULL; the caller provides writable storage.
         unsafe { uniqueId.write(id) };
         Ok(OK)

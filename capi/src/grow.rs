@@ -2,13 +2,13 @@
 //! `ncclCommGetUniqueId` and `ncclCommGrow`): a larger communicator of a
 //! running one's members and new ranks (see `Communicator::grow`).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
 use super::args::*;
 use super::comm::{snclComm_t, CommShared};
 use super::error::{guard, CError};
 use super::types::*;
-use sncl_rs::{Communicator, UniqueId};
+use sncl_rs::Communicator;
 
 /// Writes the grow id of `comm` to `uniqueId` (NCCL's
 /// `ncclCommGetUniqueId`): rank 0 only. Pass it to the new ranks of a
@@ -28,10 +28,7 @@ pub unsafe extern "C" fn snclCommGetUniqueId(
         if uniqueId.is_null() {
             return Err(CError::invalid("uniqueId is NULL"));
         }
-        let b = shared.get()?.grow_unique_id()?.to_bytes();
-        let id = snclUniqueId {
-            internal: b.map(|x| x as c_char),
-        };
+        let id = snclUniqueId::from_id(&shared.get()?.grow_unique_id()?);
         // SAFETY: checked non-NULL; the caller provides writable storage.
         unsafe { uniqueId.write(id) };
         Ok(snclResult_t::snclSuccess)
@@ -70,8 +67,7 @@ pub unsafe extern "C" fn snclCommGrow(
             None
         } else {
             // SAFETY: checked non-NULL; the caller's id, valid for this call.
-            let bytes = unsafe { &*uniqueId }.internal.map(|x| x as u8);
-            Some(UniqueId::from_bytes(&bytes)?)
+            Some(unsafe { &*uniqueId }.id()?)
         };
         // SAFETY: forwarded from the caller.
         let opts = unsafe { config_arg(config) }?;

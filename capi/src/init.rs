@@ -50,8 +50,7 @@ pub unsafe extern "C" fn snclCommInitRankConfig(
         }
         let n = world_arg("nranks", nranks)?;
         let r = rank_arg("rank", rank, n)?;
-        let bytes = commId.internal.map(|x| x as u8);
-        let id = UniqueId::from_bytes(&bytes)?;
+        let id = commId.id()?;
         // SAFETY: forwarded from the caller.
         let opts = unsafe { config_arg(config) }?;
         let cfg = env_config(&opts)?;
@@ -128,7 +127,7 @@ pub unsafe extern "C" fn snclCommInitRankScalable(
         // SAFETY: the caller provides `nId` ids at `commIds`.
         let ids = unsafe { std::slice::from_raw_parts(commIds, nId as usize) };
         for (i, id) in ids.iter().enumerate() {
-            UniqueId::from_bytes(&id.internal.map(|x| x as u8))
+            id.id()
                 .map_err(|e| CError::invalid(format!("commIds[{i}]: {e}")))?;
         }
         Ok(OK)

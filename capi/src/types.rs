@@ -154,6 +154,20 @@ pub struct snclUniqueId {
     pub internal: [c_char; SNCL_UNIQUE_ID_BYTES],
 }
 
+impl snclUniqueId {
+    /// The C form of `id`.
+    pub(crate) fn from_id(id: &sncl_rs::UniqueId) -> snclUniqueId {
+        snclUniqueId {
+            internal: id.to_bytes().map(|x| x as c_char),
+        }
+    }
+
+    /// The id these bytes encode; anything else is a clear error.
+    pub(crate) fn id(&self) -> sncl_rs::Result<sncl_rs::UniqueId> {
+        sncl_rs::UniqueId::from_bytes(&self.internal.map(|x| x as u8))
+    }
+}
+
 /// Communicator configuration for `snclCommInitRankConfig` and
 /// `snclCommSplit`: NCCL's `ncclConfig_t` (same fields, same order) plus
 /// sncl's `timeoutMs`. Initialize it with `SNCL_CONFIG_INITIALIZER`, then
