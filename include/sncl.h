@@ -81,6 +81,12 @@ struct CUstream_st;
 
 
 /**
+ * `snclCommSuspend`'s flag: release the peer buffers (NCCL's
+ * `NCCL_SUSPEND_MEM`), the only one there is.
+ */
+#define SNCL_SUSPEND_MEM 1
+
+/**
  * `shrinkFlags` of `snclCommShrink`: the parent must have no operation
  * pending (they are waited for first).
  */
@@ -519,6 +525,16 @@ typedef struct {
    * Peers this rank has a connection to.
    */
   int connectedPeers;
+  /**
+   * Bytes `snclCommSuspend` would release now (FIFOs, staging,
+   * registrations, scratch; NCCL's `ncclStatGpuMemSuspend`).
+   */
+  uint64_t releasableBytes;
+  /**
+   * Bytes the suspend in effect released (0 while not suspended; NCCL's
+   * `ncclStatGpuMemSuspended`).
+   */
+  uint64_t suspendedBytes;
 } snclMemStats_t;
 
 /**
@@ -833,6 +849,31 @@ snclResult_t snclRedOpDestroy(snclRedOp_t op, snclComm_t comm);
  * `comm` is a live handle; `stats` points to a writable `snclMemStats_t`.
  */
 snclResult_t snclCommMemStats(snclComm_t comm, snclMemStats_t *stats);
+
+/**
+ * Releases the peer buffers of `comm` on this rank (NCCL's
+ * `ncclCommSuspend(comm, NCCL_SUSPEND_MEM)`; see
+ * `Communicator::suspend`): every rank calls it at the same point, after
+ * the operations issued before it, and it returns once every rank
+ * suspended. `flags` is `SNCL_SUSPEND_MEM`. Operations on `comm` fail
+ * with `snclInvalidArgument` until `snclCommResume`. A suspend that fails
+ * (a rank that did not call it within the timeout) aborts `comm`.
+ *
+ * # Safety
+ * `comm` is a live handle.
+ */
+snclResult_t snclCommSuspend(snclComm_t comm, int flags);
+
+/**
+ * Restores the peer buffers of a suspended `comm` (NCCL's
+ * `ncclCommResume`; see `Communicator::resume`): every rank calls it,
+ * and it returns once every rank connected again. A resume that fails
+ * aborts `comm`.
+ *
+ * # Safety
+ * `comm` is a live handle.
+ */
+snclResult_t snclCommResume(snclComm_t comm);
 
 /**
  * Creates `newcomm` from the ranks of `comm` not listed in

@@ -23,6 +23,8 @@ mod memo;
 mod op;
 mod plan;
 mod run;
+mod suspend;
+mod suspension;
 mod tagged;
 pub(crate) mod window;
 pub(crate) mod windows;
@@ -51,6 +53,13 @@ pub(crate) struct State {
     /// The peers connected at their first use, and what connects them
     /// (`crate::setup::lazy`; `None`: every peer was connected at init).
     pub(crate) lazy: Option<crate::setup::lazy::LazyConnect>,
+    /// Whether the peer buffers are released (`suspend.rs`).
+    suspension: suspension::Suspension,
+    /// How many suspends this rank took part in (each resume's
+    /// connections are built under an id derived from it).
+    suspends: u64,
+    /// Bytes the suspend in effect released (0 while not suspended).
+    released: u64,
 }
 
 impl State {
@@ -210,6 +219,9 @@ impl Inner {
                 window_bytes: (0, 0),
                 lanes: memo::LaneChoice::default(),
                 lazy: p.lazy,
+                suspension: suspension::Suspension::Active,
+                suspends: 0,
+                released: 0,
             }),
             order: crate::order::IssueOrder::new(),
             store: p.store,
@@ -297,6 +309,9 @@ impl Inner {
                 rank: self.rank,
                 reason: Some(why.clone()),
             }),
+            None if st.suspension != suspension::Suspension::Active => {
+                Err(self.suspended_error(fingerprint.collective.name()))
+            }
             None => {
                 let r = f(&mut st, &ctx, &self.abort_flag);
                 if let Err(e) = &r {

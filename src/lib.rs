@@ -77,6 +77,7 @@ mod setup;
 mod shrink;
 mod split;
 mod stats;
+mod suspend;
 mod window;
 mod work;
 
@@ -106,7 +107,7 @@ pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};
 pub use element::{as_bytes, as_bytes_mut, Element};
 pub use logging::init_logging;
-pub use mem_stats::{MemStats, Purpose, Residence};
+pub use mem_stats::{MemStats, Purpose, Residence, RELEASED_BY_SUSPEND};
 pub use setup::node_identity;
 pub use setup::transport_names;
 pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};

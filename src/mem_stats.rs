@@ -16,7 +16,19 @@ pub struct MemStats {
     /// `(purpose, residence, bytes)` for every pair with bytes, in the
     /// order of [`Purpose::ALL`] and [`Residence::ALL`].
     pub rows: Vec<(Purpose, Residence, u64)>,
+    /// Bytes the suspend in effect released ([`crate::Communicator::suspend`];
+    /// 0 while not suspended): NCCL's `ncclStatGpuMemSuspended`.
+    pub suspended: u64,
 }
+
+/// What [`crate::Communicator::suspend`] releases: the peer buffers and
+/// the scratch.
+pub const RELEASED_BY_SUSPEND: [Purpose; 4] = [
+    Purpose::Fifo,
+    Purpose::Staging,
+    Purpose::RegistrationCache,
+    Purpose::Scratch,
+];
 
 impl MemStats {
     /// Adds `bytes` of `purpose` in `residence`.
@@ -44,6 +56,18 @@ impl MemStats {
         for &(p, r, b) in &other.rows {
             self.add(p, r, b);
         }
+        self.suspended += other.suspended;
+    }
+
+    /// Bytes a suspend would release now ([`RELEASED_BY_SUSPEND`]; NCCL's
+    /// `ncclStatGpuMemSuspend`).
+    pub fn releasable(&self) -> u64 {
+        self.sum(|p, _| RELEASED_BY_SUSPEND.contains(&p))
+    }
+
+    /// Every byte, every purpose.
+    pub fn total_bytes(&self) -> u64 {
+        self.sum(|_, _| true)
     }
 
     /// Bytes in `residence`, every purpose.
@@ -68,6 +92,9 @@ impl MemStats {
 impl std::fmt::Display for MemStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "rank {}, {} peers:", self.rank, self.connected_peers)?;
+        if self.suspended > 0 {
+            write!(f, " suspended ({} B released);", self.suspended)?;
+        }
         if self.rows.is_empty() {
             return write!(f, " nothing");
         }
@@ -100,6 +127,9 @@ mod tests {
         );
         assert_eq!(m.total(Residence::Host), 7);
         assert_eq!(m.of(Purpose::Fifo), 10);
+        assert_eq!(m.releasable(), 15);
+        m.add(Purpose::Windows, Residence::Shared, 4);
+        assert_eq!((m.releasable(), m.total_bytes()), (15, 19));
         let mut n = MemStats::default();
         n.absorb(&m);
         n.absorb(&m);

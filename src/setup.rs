@@ -161,6 +161,13 @@ pub(crate) struct SetupArgs {
 /// settings, chooses a kind per peer ([`kinds::choose`]) and connects each
 /// kind's peers in registry order.
 pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
+    build_keeping(args, None)
+}
+
+/// [`build`], with the kind per peer given (`kept`: a resumed
+/// communicator keeps its creation's, as its planning does) instead of
+/// chosen anew.
+pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> Result<Inner> {
     let SetupArgs {
         store,
         rank,
@@ -280,12 +287,15 @@ pub(crate) fn build(args: SetupArgs) -> Result<Inner> {
     config.adopt_digest(&infos[0].digest)?;
     // 2. Choose a kind per peer from the published records alone.
     let cards: Vec<RankCard> = infos.iter().map(|i| i.card.clone()).collect();
-    let transports = kinds::choose(
-        registry::TRANSPORTS,
-        config.transport.forced(),
-        &cards,
-        rank,
-    )?;
+    let transports = match kept {
+        Some(kept) => kept.to_vec(),
+        None => kinds::choose(
+            registry::TRANSPORTS,
+            config.transport.forced(),
+            &cards,
+            rank,
+        )?,
+    };
     inter_tier_over_rdma(&mut config, &cards, rank);
     // Device operations plan with the device tier where every pair of a
     // node is given a kind that moves device memory (from the published

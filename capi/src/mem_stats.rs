@@ -1,5 +1,7 @@
 //! `snclCommMemStats`: the memory a communicator holds on this rank
-//! (`sncl::Communicator::mem_stats`), by residence and by purpose.
+//! (`sncl::Communicator::mem_stats`), by residence and by purpose; and
+//! `snclCommSuspend` / `snclCommResume` (NCCL 2.29's `ncclCommSuspend` and
+//! `ncclCommResume`), which release and restore the peer buffers.
 
 use std::ffi::c_int;
 
@@ -7,7 +9,11 @@ use super::args::*;
 use super::comm::snclComm_t;
 use super::error::{guard, CError};
 use super::types::*;
-use sncl_rs::{MemStats, Purpose, Residence};
+use sncl_rs::{Error, MemStats, Purpose, Residence};
+
+/// `snclCommSuspend`'s flag: release the peer buffers (NCCL's
+/// `NCCL_SUSPEND_MEM`), the only one there is.
+pub const SNCL_SUSPEND_MEM: c_int = 0x01;
 
 /// What `snclCommMemStats` writes: bytes this rank of a communicator
 /// holds. Each byte is counted once by where it lives (`hostBytes` …
@@ -42,6 +48,12 @@ pub struct snclMemStats_t {
     pub deviceStagingBytes: u64,
     /// Peers this rank has a connection to.
     pub connectedPeers: c_int,
+    /// Bytes `snclCommSuspend` would release now (FIFOs, staging,
+    /// registrations, scratch; NCCL's `ncclStatGpuMemSuspend`).
+    pub releasableBytes: u64,
+    /// Bytes the suspend in effect released (0 while not suspended; NCCL's
+    /// `ncclStatGpuMemSuspended`).
+    pub suspendedBytes: u64,
 }
 
 impl From<&MemStats> for snclMemStats_t {
@@ -59,6 +71,8 @@ impl From<&MemStats> for snclMemStats_t {
             flightRecorderBytes: m.of(Purpose::FlightRecorder),
             deviceStagingBytes: m.of(Purpose::DeviceStaging),
             connectedPeers: c_int::try_from(m.connected_peers).unwrap_or(c_int::MAX),
+            releasableBytes: m.releasable(),
+            suspendedBytes: m.suspended,
         }
     }
 }
@@ -84,4 +98,67 @@ pub unsafe extern "C" fn snclCommMemStats(
         unsafe { stats.write(m) };
         Ok(OK)
     })
+}
+
+/// Releases the peer buffers of `comm` on this rank (NCCL's
+/// `ncclCommSuspend(comm, NCCL_SUSPEND_MEM)`; see
+/// `Communicator::suspend`): every rank calls it at the same point, after
+/// the operations issued before it, and it returns once every rank
+/// suspended. `flags` is `SNCL_SUSPEND_MEM`. Operations on `comm` fail
+/// with `snclInvalidArgument` until `snclCommResume`. A suspend that fails
+/// (a rank that did not call it within the timeout) aborts `comm`.
+///
+/// # Safety
+/// `comm` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommSuspend(comm: snclComm_t, flags: c_int) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        if flags != SNCL_SUSPEND_MEM {
+            return Err(CError::invalid(format!(
+                "flags {flags:#x}: SNCL_SUSPEND_MEM ({SNCL_SUSPEND_MEM:#x}) is the only flag"
+            )));
+        }
+        in_turn(&shared, |c| c.suspend())
+    })
+}
+
+/// Restores the peer buffers of a suspended `comm` (NCCL's
+/// `ncclCommResume`; see `Communicator::resume`): every rank calls it,
+/// and it returns once every rank connected again. A resume that fails
+/// aborts `comm`.
+///
+/// # Safety
+/// `comm` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommResume(comm: snclComm_t) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        in_turn(&shared, |c| c.resume())
+    })
+}
+
+/// Runs `f` after the operations issued on `shared` before it (a
+/// non-blocking handle's included); a failure other than misuse aborted
+/// the communicator and is recorded as its error.
+fn in_turn(
+    shared: &super::comm::CommShared,
+    f: impl FnOnce(&sncl_rs::Communicator) -> sncl_rs::Result<()>,
+) -> Result<snclResult_t, CError> {
+    let c = shared.get()?;
+    let mut ticket = shared.ticket();
+    ticket.wait_turn();
+    let r = f(c);
+    drop(ticket);
+    r.map_err(|e| {
+        let misuse = matches!(e, Error::InvalidArgument { .. });
+        let e = CError::from(e);
+        if !misuse {
+            shared.record(&e);
+        }
+        e
+    })?;
+    Ok(OK)
 }

@@ -406,6 +406,57 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupSncl::shrink(
       child, store_, newRank, newSize, timeout, name, deterministic_);
 }
 
+void ProcessGroupSncl::callWhenIdle(
+    const char* name,
+    snclResult_t (*call)(snclComm_t)) {
+  snclComm_t c = comm_.load();
+  TORCH_CHECK(c, "sncl: ", name, " on a process group that was shut down or aborted");
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    claimIdle(lk, name);
+  }
+  snclResult_t r = call(c);
+  releaseBusy();
+  check(r, name);
+}
+
+void ProcessGroupSncl::suspend() {
+  callWhenIdle("snclCommSuspend", [](snclComm_t c) {
+    return snclCommSuspend(c, SNCL_SUSPEND_MEM);
+  });
+}
+
+void ProcessGroupSncl::resume() {
+  callWhenIdle("snclCommResume", snclCommResume);
+}
+
+std::unordered_map<std::string, uint64_t> ProcessGroupSncl::getMemoryStats() {
+  snclComm_t c = comm_.load();
+  TORCH_CHECK(c, "sncl: memory_stats of a process group that was shut down or aborted");
+  snclMemStats_t st{};
+  check(snclCommMemStats(c, &st), "snclCommMemStats");
+  const uint64_t total =
+      st.hostBytes + st.pinnedBytes + st.sharedBytes + st.deviceBytes;
+  return {
+      {"suspend", st.releasableBytes},
+      {"suspended", st.suspendedBytes},
+      {"persist", total - st.releasableBytes},
+      {"total", total},
+      {"host", st.hostBytes},
+      {"pinned", st.pinnedBytes},
+      {"shared", st.sharedBytes},
+      {"device", st.deviceBytes},
+      {"fifo", st.fifoBytes},
+      {"staging", st.stagingBytes},
+      {"registration_cache", st.registrationCacheBytes},
+      {"scratch", st.scratchBytes},
+      {"windows", st.windowBytes},
+      {"flight_recorder", st.flightRecorderBytes},
+      {"device_staging", st.deviceStagingBytes},
+      {"connected_peers", static_cast<uint64_t>(st.connectedPeers)},
+  };
+}
+
 ProcessGroupSncl::~ProcessGroupSncl() {
   try {
     shutdown();

@@ -175,6 +175,17 @@ class ProcessGroupSncl : public c10d::Backend {
       int shrinkFlags,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
 
+  // Backend.suspend / resume / memory_stats (NCCL's memory offload, the
+  // same names as ProcessGroupNCCL's): once the operations queued before
+  // it ran, suspend releases the communicator's peer buffers
+  // (snclCommSuspend), resume connects again (snclCommResume); every rank
+  // calls each, like a collective. getMemoryStats: NCCL's four keys
+  // ("suspend": bytes a suspend would release, "suspended", "persist",
+  // "total") and sncl's bytes by purpose and residence (snclCommMemStats).
+  void suspend() override;
+  void resume() override;
+  std::unordered_map<std::string, uint64_t> getMemoryStats() override;
+
   const std::string getBackendName() const override {
     return "sncl";
   }
@@ -365,6 +376,9 @@ class ProcessGroupSncl : public c10d::Backend {
   // Ends the running task (busy_ = false) and wakes who waits for that:
   // idle waiters always, the worker only when tasks are queued.
   void releaseBusy();
+  // Runs `call` on the communicator once the group is idle (claimIdle),
+  // as `name`; throws with sncl's explanation when it fails.
+  void callWhenIdle(const char* name, snclResult_t (*call)(snclComm_t));
   // The communication parameters torch's traces record (record_param_comms,
   // as ProcessGroupGloo does), for an operation about to be queued.
   void recordParamComms(

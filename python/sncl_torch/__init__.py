@@ -64,6 +64,28 @@ def _sncl_backend(group):
     return group._get_backend(torch.device("cpu"))
 
 
+def suspend(group=None) -> None:
+    """Releases the peer buffers of `group`'s sncl communicator (None: the
+    default group) once the operations queued before it ran: every rank
+    calls it, like a collective (snclCommSuspend; the same as
+    ``group._get_backend(torch.device("cpu")).suspend()``, torch's memory
+    offload API). Operations fail until :func:`resume`."""
+    _sncl_backend(group).suspend()
+
+
+def resume(group=None) -> None:
+    """Connects a suspended group's ranks again (snclCommResume): every rank
+    calls it."""
+    _sncl_backend(group).resume()
+
+
+def memory_stats(group=None) -> dict:
+    """What this rank of `group` holds, in bytes: NCCL's keys ("suspend":
+    what :func:`suspend` would release, "suspended", "persist", "total") and
+    sncl's by purpose and residence (snclCommMemStats)."""
+    return dict(_sncl_backend(group).memory_stats())
+
+
 def all_reduce_compressed(
     tensor: torch.Tensor,
     codec: str = "int8",

@@ -1,5 +1,6 @@
 """Group management as torch.distributed users reach it (run under torchrun,
-4 ranks): dist.split_group, dist.shrink_group, monitored_barrier's wording
+4 ranks): dist.split_group, dist.shrink_group, Backend.suspend / resume /
+memory_stats, monitored_barrier's wording
 when rank 0's own time is spent, and _abort_process_group of the world
 (which ends a coalescing region on aborted backends)."""
 
@@ -61,6 +62,36 @@ def main():
 
     res.run("monitored_barrier: rank 0 out of time says 'Rank 0 timed out'",
             case_monitored_rank0_timeout)
+
+    def case_suspend():
+        sub = dist.new_group(list(range(W)), backend="sncl", timeout=TIMEOUT)
+        x = torch.full((100_000,), float(R + 1))
+        dist.all_reduce(x, group=sub)
+        want = x.clone()
+        before = sncl_torch.memory_stats(sub)
+        assert before["suspend"] > 0 and before["suspended"] == 0, before
+        assert before["connected_peers"] == W - 1, before
+        sncl_torch.suspend(sub)
+        during = sncl_torch.memory_stats(sub)
+        assert during["suspended"] == before["suspend"], (before, during)
+        assert during["suspend"] == 0 and during["fifo"] == 0, during
+        assert during["total"] == before["total"] - before["suspend"], (before, during)
+        err = None
+        try:
+            dist.all_reduce(torch.ones(4), group=sub)
+        except Exception as e:  # noqa: BLE001
+            err = str(e)
+        assert err is not None and "suspended" in err, err
+        sub._get_backend(torch.device("cpu")).resume()
+        y = torch.full((100_000,), float(R + 1))
+        dist.all_reduce(y, group=sub)
+        assert torch.equal(y, want), "the all-reduce after resume differs"
+        after = sncl_torch.memory_stats(sub)
+        assert after["fifo"] == before["fifo"] and after["suspended"] == 0, (before, after)
+        dist.barrier(group=G)
+        return f"{before['suspend']} B released and restored"
+
+    res.run("Backend.suspend / resume / memory_stats: buffers go and come back", case_suspend)
 
     def case_shrink():
         sub = dist.new_group(list(range(W)), backend="sncl", timeout=TIMEOUT)

@@ -47,6 +47,7 @@ impl Inner {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
+        self.check_not_suspended(st, op.coll.name())?;
         // The lanes are an algorithm of their own: a call that names its
         // algorithm or chunk runs the schedule it asked for.
         if op.config.planned() && self.takes_lanes(st, op.coll, op.count * op.dtype.size()) {
@@ -247,6 +248,7 @@ impl Inner {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
+        self.check_not_suspended(st, coll.name())?;
         let seq = st.take_seq();
         st.count_op(coll);
         let ctx = self.op_context(seq, fingerprint, fingerprint.op, self.spin);

@@ -90,6 +90,10 @@ impl Inner {
         // own lock is not held while peers are awaited.
         let ticket = self.ticket();
         self.order.wait_turn(ticket);
+        if self.is_suspended() {
+            self.order.finish();
+            return Err(self.suspended_error("alloc_window"));
+        }
         let result = self.alloc_window_in_turn(bytes);
         if let Err(e) = &result {
             // Ranks could now disagree on whether windows exist (one timed

@@ -193,6 +193,7 @@ impl Inner {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
+        self.check_not_suspended(st, op.coll.name())?;
         let binding = &job.attached.binding;
         // A device failure before the operation started (at enqueue, or in
         // the work before it on the caller's stream) fails it on every rank.

@@ -12,6 +12,7 @@ mod fuzz;
 mod grow;
 mod in_process;
 mod settings;
+mod suspend;
 
 #[test]
 fn handles_cross_threads() {
