@@ -101,7 +101,7 @@ pub use device::{DeviceOp, DeviceTransfer};
 pub use comm_core::algo::Algorithm;
 pub use comm_core::config::{
     DeviceSettings, LogLevel, LogSettings, NvlinkMode, NvlinkSettings, ShmSettings, SingleCopy,
-    SubsystemFilter, TcpPacing, TcpSettings,
+    SubsystemFilter, TcpPacing, TcpSettings, RUNTIME_CONNECT_TCP_RANKS,
 };
 pub use comm_core::wire::Collective;
 pub use comm_core::{Config, DataType, Error, ReduceOp, Result, MAX_RANKS};

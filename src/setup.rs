@@ -319,7 +319,9 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
             .collect();
         let later = config.runtime_connect
             && !peers.is_empty()
-            && prepared[i].as_ref().is_some_and(|p| p.connects_lazily());
+            && prepared[i]
+                .as_ref()
+                .is_some_and(|p| p.connects_lazily(&config, nranks));
         if later {
             for &p in &peers {
                 pending[p] = Some(lazy_kinds.len());

@@ -113,6 +113,11 @@ impl std::fmt::Debug for TransportName {
     }
 }
 
+/// The default of [`Config::runtime_connect_tcp_ranks`]: a 64-rank job
+/// over TCP opens 63 × `SNCL_NSOCKS` sockets per rank at init where a ring
+/// uses 2 (measured: `tests/tcp_lazy.rs`).
+pub const RUNTIME_CONNECT_TCP_RANKS: usize = 64;
+
 /// Runtime configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -151,10 +156,16 @@ pub struct Config {
     /// or memory, so results are bitwise reproducible
     /// ([`crate::algo::build_deterministic`]).
     pub deterministic: bool,
-    /// Whether the transports that connect lazily (RDMA) make a pair's
+    /// Whether the transports that connect lazily (RDMA; TCP from
+    /// [`Config::runtime_connect_tcp_ranks`] ranks) make a pair's
     /// connection at the first operation that needs it, not at init
     /// (`SNCL_RUNTIME_CONNECT`, NCCL's `NCCL_RUNTIME_CONNECT`).
     pub runtime_connect: bool,
+    /// From how many ranks TCP pairs, too, connect at their first use
+    /// (with [`Config::runtime_connect`]; `SNCL_RUNTIME_CONNECT_TCP_RANKS`,
+    /// default [`RUNTIME_CONNECT_TCP_RANKS`]): below it every TCP pair is
+    /// connected at init, so a small job's first operation pays nothing.
+    pub runtime_connect_tcp_ranks: usize,
     /// The device path's own settings (`SNCL_DEVICE_*`).
     pub device: DeviceSettings,
     /// The shared-memory transport's own settings (`SNCL_SHM_*`).
@@ -185,6 +196,7 @@ impl Default for Config {
             check_roots: true,
             deterministic: false,
             runtime_connect: true,
+            runtime_connect_tcp_ranks: RUNTIME_CONNECT_TCP_RANKS,
             device: DeviceSettings::default(),
             shm: ShmSettings::default(),
             tcp: TcpSettings::default(),

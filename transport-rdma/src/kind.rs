@@ -184,7 +184,7 @@ impl PreparedTransport for Prepared {
     /// socket are made at its first operation, so a job pins and connects
     /// only what its schedules use (`establish` keys every exchange by the
     /// pair and publishes for every peer of a call before it waits).
-    fn connects_lazily(&self) -> bool {
+    fn connects_lazily(&self, _config: &comm_core::Config, _nranks: usize) -> bool {
         true
     }
 

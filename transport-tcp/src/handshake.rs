@@ -12,7 +12,7 @@
 //! while it waits for its lower-ranked peers' greetings, and no order of
 //! arrival deadlocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -36,6 +36,7 @@ pub(crate) const MAX_PENDING: usize = 4096;
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 
 /// An accepted socket whose hello passed every check.
+#[derive(Debug)]
 pub(crate) struct Accepted {
     pub sock: Socket,
     /// The hello as received.
@@ -296,10 +297,10 @@ pub(crate) fn judge(
     }
 }
 
-/// Describes the slots still empty, for a timeout error.
-fn describe_missing(slots: &Slots, nsocks: usize) -> String {
+/// Describes the slots of `batch` still empty, for a timeout error.
+fn describe_missing(slots: &Slots, batch: &BTreeSet<usize>, nsocks: usize) -> String {
     let mut parts = Vec::new();
-    for (peer, s) in slots {
+    for (peer, s) in slots.iter().filter(|(p, _)| batch.contains(p)) {
         let missing: Vec<usize> = (0..s.len()).filter(|&i| s[i].is_none()).collect();
         if missing.len() == nsocks {
             parts.push(format!("rank {peer} (none of its {nsocks} sockets)"));
@@ -397,18 +398,28 @@ fn advance_outgoing(setup: &TcpSetup, o: &mut Outgoing) -> Result<bool, String> 
 /// passed and every outgoing socket has sent its hello; refusals of
 /// incoming connections are logged (naming the remote address) and
 /// skipped, everything else ends in an error naming the peer.
+///
+/// Only the slots of `batch` must fill; the other peers in `slots` (ranks
+/// that connect at a later first use, `TcpEndpoint::establish_some`) are
+/// accepted when they come early, and kept.
 pub(crate) fn run(
     listener: &Socket,
     local: SocketAddr,
     early: Vec<Pending>,
     setup: &TcpSetup,
     slots: &mut Slots,
+    batch: &BTreeSet<usize>,
     outgoing: &mut [Outgoing],
 ) -> Result<(), Error> {
     let me = setup.rank;
     let err = |detail: String| Error::Bootstrap { rank: me, detail };
-    let total = slots.len() * setup.nsocks;
-    let mut filled = 0;
+    let total = batch.len() * setup.nsocks;
+    // Sockets of the batch accepted at an earlier call, kept for this one.
+    let mut filled = slots
+        .iter()
+        .filter(|(p, _)| batch.contains(p))
+        .map(|(_, s)| s.iter().flatten().count())
+        .sum::<usize>();
     let mut greeted = 0;
     let mut refused = 0usize;
     // Connections accepted and greeted before this rank reached its
@@ -490,7 +501,7 @@ pub(crate) fn run(
                                 hello: p.buf,
                                 server_nonce: p.server_nonce,
                             });
-                            filled += 1;
+                            filled += usize::from(batch.contains(&from));
                         }
                         Verdict::Refuse(reason) => refuse(&p.remote, &reason),
                         Verdict::Fatal(reason) => {
@@ -521,7 +532,7 @@ pub(crate) fn run(
                     "peers to connect to {local}: still missing {}; accepted {filled} of {total} \
                      sockets, refused {refused} connection(s) (see warnings); are those ranks \
                      running, and did they get this rank's address?",
-                    describe_missing(slots, setup.nsocks)
+                    describe_missing(slots, batch, setup.nsocks)
                 ));
             }
             if greeted < outgoing.len() {

@@ -1,6 +1,11 @@
 //! The `tcp` transport kind: authenticated sockets (transport-tcp) between
-//! any two ranks; the fallback, last in the registry.
+//! any two ranks; the fallback, last in the registry. A communicator of at
+//! least `SNCL_RUNTIME_CONNECT_TCP_RANKS` ranks connects its TCP pairs at
+//! their first use (`SNCL_RUNTIME_CONNECT=1`): both ranks of a pair first
+//! note in the store that they reached it and wait for the other's note
+//! (a wait the runtime watches for aborts and dead peers), then shake hands.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use crate::{TcpEndpoint, TcpSetup};
@@ -40,7 +45,10 @@ impl TransportKind for TcpKind {
             context: format!("binding a TCP listener on {}", ctx.ip),
             source: e,
         })?;
-        Ok(Readiness::Ready(Box::new(Prepared { endpoint })))
+        Ok(Readiness::Ready(Box::new(Prepared {
+            endpoint,
+            connected: BTreeSet::new(),
+        })))
     }
 
     fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String> {
@@ -52,11 +60,29 @@ impl TransportKind for TcpKind {
 
 struct Prepared {
     endpoint: TcpEndpoint,
+    /// Peers connected so far (by earlier batches, at first use).
+    connected: BTreeSet<usize>,
+}
+
+/// Whether a communicator of `nranks` with `config` connects its TCP pairs
+/// at their first use.
+fn lazy(config: &comm_core::Config, nranks: usize) -> bool {
+    config.runtime_connect && nranks >= config.runtime_connect_tcp_ranks
+}
+
+/// The store key rank `from` sets once it reached the connection of its
+/// pair with `to`.
+fn reached(from: usize, to: usize) -> String {
+    format!("reached/{from}-{to}")
 }
 
 impl PreparedTransport for Prepared {
     fn card(&self) -> String {
         self.endpoint.local_addr().to_string()
+    }
+
+    fn connects_lazily(&self, config: &comm_core::Config, nranks: usize) -> bool {
+        lazy(config, nranks)
     }
 
     fn connect(
@@ -94,6 +120,23 @@ impl PreparedTransport for Prepared {
                 pacing.insert(p, rate);
             }
         }
+        if let Some(&p) = peers.iter().find(|p| self.connected.contains(p)) {
+            return Err(bad(format!("peer rank {p} is connected already")));
+        }
+        let at_first_use = lazy(ctx.config, ctx.nranks);
+        if at_first_use {
+            // Both ranks of each pair reached it before either shakes hands
+            // (published for every peer before waiting on any): a wait in
+            // the store, which the runtime cuts short when this
+            // communicator aborts or the peer is gone.
+            for &p in peers {
+                ctx.store.set(&reached(ctx.rank, p), b"")?;
+            }
+            let keys: Vec<String> = peers.iter().map(|&p| reached(p, ctx.rank)).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let left = ctx.deadline.saturating_duration_since((ctx.now)());
+            ctx.store.wait(&keys, left)?;
+        }
         let setup = TcpSetup {
             rank: ctx.rank,
             comm_id: ctx.comm_id,
@@ -104,9 +147,17 @@ impl PreparedTransport for Prepared {
             pacing,
             tls: sncl_bootstrap::tls::TlsIdentity::from_settings(&ctx.config.tcp.tls)?,
         };
-        Ok(self
-            .endpoint
-            .establish(&setup, &addrs)?
+        // Higher-ranked peers that may connect at a later first use.
+        let later: BTreeSet<usize> = if at_first_use {
+            (ctx.rank + 1..ctx.nranks)
+                .filter(|p| !self.connected.contains(p) && !peers.contains(p))
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let made = self.endpoint.establish_some(&setup, &addrs, &later)?;
+        self.connected.extend(peers.iter().copied());
+        Ok(made
             .into_iter()
             .map(|c| Box::new(c) as Box<dyn Connection>)
             .collect())

@@ -1,7 +1,7 @@
 //! Connection setup: [`TcpEndpoint`] listens, [`TcpEndpoint::establish`]
 //! connects every pair of ranks with `nsocks` authenticated sockets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -17,7 +17,7 @@ use crate::conn::TcpConnection;
 use crate::deadline_io::{read_exact_deadline, write_all_deadline};
 use crate::early::EarlyAccept;
 use crate::frame::{self, ACK_BYTES};
-use crate::handshake::{self, Outgoing, Slots};
+use crate::handshake::{self, Accepted, Outgoing, Slots};
 use crate::params::TcpSetup;
 use crate::sys;
 
@@ -108,6 +108,10 @@ pub struct TcpEndpoint {
     addr: SocketAddr,
     /// Accepts and greets connections until the handshake starts.
     early: std::sync::Mutex<Option<EarlyAccept>>,
+    /// Sockets of higher-ranked peers accepted during an earlier
+    /// [`TcpEndpoint::establish_some`] whose batch did not name them, kept
+    /// (unacknowledged) for the call that does.
+    kept: std::sync::Mutex<Slots>,
 }
 
 /// Reads `/proc/sys/net/core/<name>` (None where it is unavailable).
@@ -215,6 +219,7 @@ impl TcpEndpoint {
             listener,
             addr,
             early: std::sync::Mutex::new(Some(early)),
+            kept: std::sync::Mutex::new(Slots::new()),
         })
     }
 
@@ -243,6 +248,21 @@ impl TcpEndpoint {
         &self,
         setup: &TcpSetup,
         peers: &[(usize, SocketAddr)],
+    ) -> Result<Vec<TcpConnection>, Error> {
+        self.establish_some(setup, peers, &BTreeSet::new())
+    }
+
+    /// [`TcpEndpoint::establish`] for one batch of a communicator whose
+    /// pairs connect at their first use: `later` are higher-ranked peers
+    /// this endpoint may be asked for in a later call. Their sockets that
+    /// arrive during this one (a peer already in the operation that
+    /// connects the pair, this rank still in an earlier one) are accepted,
+    /// judged and kept, unacknowledged, for that call, instead of refused.
+    pub fn establish_some(
+        &self,
+        setup: &TcpSetup,
+        peers: &[(usize, SocketAddr)],
+        later: &BTreeSet<usize>,
     ) -> Result<Vec<TcpConnection>, Error> {
         let me = setup.rank;
         let nsocks = setup.nsocks;
@@ -285,11 +305,20 @@ impl TcpEndpoint {
         }
 
         // 2. Greet and judge every higher rank's sockets, answer the lower
-        //    ranks' greetings with hellos, all in one loop.
-        let mut slots: Slots = peers
+        //    ranks' greetings with hellos, all in one loop (sockets kept
+        //    from an earlier batch count as judged).
+        let batch: BTreeSet<usize> = peers.iter().map(|&(p, _)| p).filter(|&p| p > me).collect();
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slots: Slots = batch
             .iter()
-            .filter(|(p, _)| *p > me)
-            .map(|&(p, _)| (p, (0..nsocks).map(|_| None).collect()))
+            .chain(later.iter().filter(|&&p| p > me && !batch.contains(&p)))
+            .map(|&p| {
+                let fresh = || (0..nsocks).map(|_| None).collect::<Vec<Option<Accepted>>>();
+                (p, kept.remove(&p).unwrap_or_else(fresh))
+            })
             .collect();
         let early = self
             .early
@@ -298,14 +327,30 @@ impl TcpEndpoint {
             .take()
             .map(EarlyAccept::finish)
             .unwrap_or_default();
-        handshake::run(
+        let shaken = handshake::run(
             &self.listener,
             self.addr,
             early,
             setup,
             &mut slots,
+            &batch,
             &mut outgoing,
-        )?;
+        );
+        // The later peers' sockets wait for their own batch (dropped on an
+        // error: this communicator is failing).
+        let later_slots: Vec<usize> = slots
+            .keys()
+            .copied()
+            .filter(|p| !batch.contains(p))
+            .collect();
+        for p in later_slots {
+            let socks = slots.remove(&p).expect("listed");
+            if shaken.is_ok() && socks.iter().any(Option::is_some) {
+                kept.insert(p, socks);
+            }
+        }
+        drop(kept);
+        shaken?;
 
         // 3. Acknowledge the accepted hellos.
         for (peer, socks) in &slots {

@@ -272,7 +272,7 @@ pub static SETTINGS: &[Setting] = &[
         },
         values: Values::Choice(&["0", "1"]),
         default: Value("1"),
-        doc: "`1`: RDMA connections are made at the first operation that needs the pair (a \
+        doc: "`1`: RDMA connections (and TCP ones from SNCL_RUNTIME_CONNECT_TCP_RANKS ranks) are made at the first operation that needs the pair (a \
               collective connects the peers its schedule talks to, a point-to-point operation \
               its peer, which must reach an operation with this rank), so a job connects only \
               the pairs its operations use (as NCCL_RUNTIME_CONNECT=1); `0`: every pair at init",
@@ -282,6 +282,22 @@ pub static SETTINGS: &[Setting] = &[
                 Ok(())
             },
             show: |c| u8::from(c.runtime_connect).to_string(),
+        },
+    },
+    Setting {
+        name: "SNCL_RUNTIME_CONNECT_TCP_RANKS",
+        scope: Scope::Shared {
+            digest_key: "runtime_connect_tcp",
+        },
+        values: range(1, crate::MAX_RANKS, 1, "ranks"),
+        default: Value("64"),
+        doc: "with SNCL_RUNTIME_CONNECT=1, a communicator of at least this many ranks connects its \
+              TCP pairs at first use too (a ring's rank then opens its two neighbours' sockets, not \
+              one per peer); smaller ones connect every TCP pair at init",
+        field: Field::Int {
+            name: "runtime_connect_tcp_ranks",
+            get: |c| c.runtime_connect_tcp_ranks,
+            put: |c, v| c.runtime_connect_tcp_ranks = v,
         },
     },
     Setting {

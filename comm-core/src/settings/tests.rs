@@ -53,13 +53,14 @@ fn declared_defaults_are_the_config_defaults() {
 /// SNCL_CHECK_ROOTS (rooted collectives' schedules differ with it);
 /// `deterministic` with SNCL_DETERMINISTIC (reducing schedules differ);
 /// `runtime_connect` with SNCL_RUNTIME_CONNECT (both ranks of a pair must
-/// connect it at init or both at first use).
+/// connect it at init or both at first use), and `runtime_connect_tcp`
+/// with SNCL_RUNTIME_CONNECT_TCP_RANKS for the same reason.
 #[test]
 fn digest_wire_format() {
     assert_eq!(
         Config::default().shared_digest(),
         "algo=;chunk=262144;slot=131072;slots=8;piece=524288;checksum=0;check_roots=1;deterministic=0;transport=auto;\
-         runtime_connect=1;device_staging=4194304;device_lane=16777216"
+         runtime_connect=1;runtime_connect_tcp=64;device_staging=4194304;device_lane=16777216"
     );
     let c = Config::from_vars(&|k| match k {
         "SNCL_ALGO" => Some("all_reduce:tree;reduce:ring".into()),
@@ -70,7 +71,7 @@ fn digest_wire_format() {
     assert_eq!(
         c.shared_digest(),
         "algo=all_reduce:tree,reduce:ring;chunk=262144;slot=131072;slots=8;piece=524288;\
-         checksum=0;check_roots=1;deterministic=0;transport=tcp;runtime_connect=1;device_staging=4194304;device_lane=16777216"
+         checksum=0;check_roots=1;deterministic=0;transport=tcp;runtime_connect=1;runtime_connect_tcp=64;device_staging=4194304;device_lane=16777216"
     );
     let mut b = Config::default();
     // Any well-formed name is adopted (the runtime's registry refuses

@@ -186,9 +186,12 @@ pub trait PreparedTransport: Send {
     /// operation needs, with a fresh deadline; every call must then use
     /// store keys of its own pairs only (both ranks of a pair connect it
     /// together, possibly in different batches), and must publish what
-    /// its peers wait for before it waits on any of them. The default:
-    /// no (connected at init).
-    fn connects_lazily(&self) -> bool {
+    /// its peers wait for before it waits on any of them. `config` is the
+    /// communicator's (rank 0's shared settings adopted, so every rank
+    /// answers alike) and `nranks` its size. The default: no (connected at
+    /// init).
+    fn connects_lazily(&self, config: &Config, nranks: usize) -> bool {
+        let _ = (config, nranks);
         false
     }
 }
