@@ -180,11 +180,6 @@ impl Communicator {
                      rank {host} (the lowest survivor) serves: {e}"
                 ),
             })?;
-        let server = if me == host {
-            inner.take_standby_server()
-        } else {
-            None
-        };
         let mut config = inner.config.clone();
         config.node_id = Some(inner.node_ids[me].clone());
         tracing::info!(
@@ -196,7 +191,7 @@ impl Communicator {
             "shrinking the communicator"
         );
         let local_ip = store.local_ip();
-        let child = setup::build(setup::SetupArgs {
+        let mut child = setup::build(setup::SetupArgs {
             store: Arc::new(store),
             rank: new_rank,
             nranks: survivors.len(),
@@ -204,8 +199,15 @@ impl Communicator {
             secret: inner.secret,
             config,
             local_ip,
-            server,
+            server: None,
         })?;
+        // The host's standby store serves the shrunk communicator from now
+        // on; handed over only once the creation succeeded, so a failed
+        // shrink leaves the parent's recovery (agree_on_failed, a grow id)
+        // as it was.
+        if me == host {
+            child._server = inner.take_standby_server();
+        }
         Ok(Communicator::from_inner(child))
     }
 }

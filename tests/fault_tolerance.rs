@@ -381,6 +381,26 @@ fn shrink_rejects_bad_lists() {
     assert!(e.contains("out of range"), "{e}");
 }
 
+/// A shrink that fails (here: the other survivor never calls it) leaves
+/// the host's standby store with the parent, so its recovery still works:
+/// rank 0 still hands out a grow id, which needs the store it serves.
+#[test]
+fn a_failed_shrink_leaves_the_hosts_standby_store() {
+    let cfg = Config {
+        timeout: Duration::from_millis(800),
+        ..Config::default()
+    };
+    let comms = Communicator::init_threads(3, cfg).expect("init");
+    let e = comms[0].shrink(&[2]).expect_err("rank 1 never shrinks");
+    assert!(
+        e.to_string().contains("rank 1") || e.to_string().contains("timed out"),
+        "{e}"
+    );
+    comms[0]
+        .grow_unique_id()
+        .expect("the failed shrink handed rank 0's standby store to no one");
+}
+
 /// Every survivor (a thread each) shrinks with `exclude`.
 fn shrink_on_threads(survivors: &[Communicator], exclude: &[usize]) -> Vec<Communicator> {
     std::thread::scope(|s| {
