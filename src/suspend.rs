@@ -26,7 +26,9 @@ impl Communicator {
         self.inner.suspend()?;
         if let Some(Some(layout)) = self.layout.get() {
             for sub in layout.comms() {
-                sub.suspend()?;
+                // A sub-communicator that fails leaves this one suspended
+                // where its peers may not be: abort, as any failure does.
+                sub.suspend().inspect_err(|_| self.abort())?;
             }
         }
         if let Some(attached) = self.device.get() {
@@ -66,7 +68,7 @@ impl Communicator {
         })?;
         if let Some(Some(layout)) = self.layout.get() {
             for sub in layout.comms() {
-                sub.resume()?;
+                sub.resume().inspect_err(|_| self.abort())?;
             }
         }
         Ok(())

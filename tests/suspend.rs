@@ -186,6 +186,37 @@ fn misuse_is_refused_and_leaves_the_communicator_usable() {
     });
 }
 
+/// Rank 0 aborted (from another thread) while it waits in a suspend that
+/// rank 2 never joins: the suspend is called off on the ranks in it at
+/// once, not at the timeout, with one verdict.
+#[test]
+fn an_abort_during_the_suspend_calls_it_off_everywhere() {
+    let comms =
+        Communicator::init_threads(3, config(TransportChoice::Auto, Duration::from_secs(30)))
+            .expect("init");
+    let t0 = std::time::Instant::now();
+    let outcomes = std::thread::scope(|s| {
+        let waiting: Vec<_> = comms[..2]
+            .iter()
+            .map(|c| s.spawn(move || c.suspend().expect_err("rank 2 never suspends")))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        comms[0].abort();
+        waiting
+            .into_iter()
+            .map(|h| h.join().unwrap().to_string())
+            .collect::<Vec<_>>()
+    });
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(10), "called off after {took:?}");
+    for e in &outcomes {
+        assert!(
+            e.contains("called off") && e.contains("rank 0 gave up"),
+            "{outcomes:?}"
+        );
+    }
+}
+
 #[test]
 fn a_rank_that_does_not_suspend_is_named_and_the_others_abort() {
     let comms = Communicator::init_threads(
@@ -205,7 +236,7 @@ fn a_rank_that_does_not_suspend_is_named_and_the_others_abort() {
         let e = e.as_ref().expect("an error");
         let text = e.to_string();
         assert!(
-            text.contains("rank(s) [2] did not call suspend"),
+            text.contains("rank(s) [2] did not call suspend") && text.contains("called off"),
             "rank {r}: {text}"
         );
         // The ranks that waited cannot know whether the others suspended:

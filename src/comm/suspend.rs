@@ -16,12 +16,18 @@
 //! rendezvous in the communicator's store, under an id derived from the
 //! communicator's and the resume's number, so nothing of an earlier
 //! generation is found), and adopts the new connections. It returns when
-//! every rank connected. A suspend or resume that fails (a rank that does
-//! not call it within the timeout) aborts the communicator: ranks could
-//! otherwise disagree on whether it is suspended.
+//! every rank connected. A suspend either passes on every rank or fails on
+//! every rank (one verdict in the store, `all_ranks_agree`); a suspend or
+//! resume that fails (a rank that does not call it within the timeout, an
+//! abort while waiting) aborts the communicator.
+//!
+//! Tagged messages must be received before the suspend (as every
+//! operation issued before it completes): one still in flight goes with
+//! the connection. Each suspend and resume leaves its keys in the store
+//! (a rendezvous's worth per resume), as every creation does.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use comm_core::{Error, Result};
 use sncl_bootstrap::{PrefixStore, Store};
@@ -31,6 +37,9 @@ use super::{memo, Inner, State};
 
 /// How many of the ranks missing from a wait an error names.
 const NAMED_MISSING: usize = 8;
+
+/// How often a rank waiting for the others' suspend checks for an abort.
+const AGREE_POLL: Duration = Duration::from_millis(100);
 
 impl Inner {
     /// The refusal of operation `op` while suspended.
@@ -59,20 +68,28 @@ impl Inner {
     }
 
     /// Suspends this rank of the communicator (see the module docs), in
-    /// stream order.
+    /// stream order. The wait for the other ranks runs without the state
+    /// held (the turn keeps operations out), so `mem_stats` and `abort`
+    /// answer meanwhile; an abort ends it.
     pub(crate) fn suspend(&self) -> Result<()> {
-        self.in_turn("suspend", |st| {
-            let generation = match st.suspension {
-                Suspension::Active => st.suspends + 1,
-                Suspension::Suspended(_) => {
-                    return Err(self.invalid(
-                        "suspend",
-                        "the communicator is suspended already; resume it first".into(),
-                    ))
+        self.in_turn("suspend", || {
+            let generation = {
+                let st = self.lock();
+                match st.suspension {
+                    Suspension::Active => st.suspends + 1,
+                    Suspension::Suspended(_) => {
+                        return Err(self.invalid(
+                            "suspend",
+                            "the communicator is suspended already; resume it first".into(),
+                        ))
+                    }
                 }
             };
             let started = Instant::now();
-            self.all_ranks_reach(&format!("suspend/{generation}"), "suspend")?;
+            self.all_ranks_agree(&format!("suspend/{generation}"), "suspend")?;
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            self.check_not_aborted(st)?;
             // Every rank finished its operations before it arrived: no
             // peer reads what is dropped here.
             let peers = st.conns.iter().flatten().count();
@@ -99,10 +116,10 @@ impl Inner {
     /// Resumes a suspended communicator (see the module docs), in stream
     /// order: `connect` builds the new connections for the suspend
     /// `generation` (a communicator of the same ranks, whose connections
-    /// this one adopts).
+    /// this one adopts), without the state held.
     pub(crate) fn resume(&self, connect: impl FnOnce(u64) -> Result<Inner>) -> Result<()> {
-        self.in_turn("resume", |st| {
-            let Suspension::Suspended(generation) = st.suspension else {
+        self.in_turn("resume", || {
+            let Suspension::Suspended(generation) = self.lock().suspension else {
                 return Err(self.invalid(
                     "resume",
                     "the communicator is not suspended; resume follows a suspend".into(),
@@ -111,6 +128,9 @@ impl Inner {
             let started = Instant::now();
             let fresh = connect(generation)?;
             let mut new = fresh.lock();
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            self.check_not_aborted(st)?;
             st.conns = std::mem::take(&mut new.conns);
             st.lazy = new.lazy.take();
             if let Some(lazy) = &mut st.lazy {
@@ -131,27 +151,25 @@ impl Inner {
         })
     }
 
-    /// Runs `f` in stream order (earlier operations finished), with the
-    /// state held, on a communicator that is not aborted; a failure aborts
-    /// the communicator.
-    fn in_turn(&self, op: &'static str, f: impl FnOnce(&mut State) -> Result<()>) -> Result<()> {
+    /// Runs `f` in stream order (earlier operations finished) on a
+    /// communicator that is not aborted; a failure other than misuse
+    /// aborts the communicator.
+    fn in_turn(&self, op: &'static str, f: impl FnOnce() -> Result<()>) -> Result<()> {
         let ticket = self.ticket();
         self.order.wait_turn(ticket);
-        let mut st = self.lock();
-        let r = self.check_not_aborted(&mut st).and_then(|()| {
-            let r = f(&mut st);
-            if let Err(e) = &r {
-                if !matches!(e, Error::InvalidArgument { .. }) {
-                    self.fail(&mut st, e);
-                }
-            }
-            r
-        });
-        drop(st);
-        self.order.finish();
+        let r = {
+            let mut st = self.lock();
+            self.check_not_aborted(&mut st)
+        }
+        .and_then(|()| f());
         if let Err(e) = &r {
+            if !matches!(e, Error::InvalidArgument { .. } | Error::Aborted { .. }) {
+                let mut st = self.lock();
+                self.fail(&mut st, e);
+            }
             tracing::warn!(rank = self.rank, op, error = %e, "{op} failed");
         }
+        self.order.finish();
         r
     }
 
@@ -163,30 +181,80 @@ impl Inner {
         })
     }
 
-    /// Waits until every rank reached `key` (a barrier in the
-    /// communicator's store, within the timeout); a timeout names the
-    /// ranks that did not arrive.
-    fn all_ranks_reach(&self, key: &str, op: &'static str) -> Result<()> {
+    /// A barrier at `key` in the communicator's store whose outcome every
+    /// rank shares: it passes on every rank once all arrived, or fails on
+    /// every rank naming why (the ranks that did not arrive within the
+    /// timeout, or the rank that aborted while waiting).
+    ///
+    /// The outcome is decided once, by whoever first takes the decision
+    /// (`add` on `{key}/decide` returning 1): the last rank to arrive
+    /// (`{key}/arrived` reaching the size), or a rank whose wait ran out or
+    /// was aborted, which decides from the arrivals it counts then. Every
+    /// rank then follows the verdict that decider wrote, so a rank arriving
+    /// just as another gives up cannot pass where that one failed.
+    fn all_ranks_agree(&self, key: &str, op: &'static str) -> Result<()> {
         let kv = PrefixStore::new(format!("sncl/{:016x}", self.comm_id), self.own_store(op)?);
         kv.set(&format!("{key}/rank/{}", self.rank), b"")?;
+        let (arrived_key, decide, verdict) = (
+            format!("{key}/arrived"),
+            format!("{key}/decide"),
+            format!("{key}/verdict"),
+        );
+        let n = self.nranks as i64;
         let timeout = self.config.timeout;
-        let Err(e) = sncl_bootstrap::store_barrier(&kv, key, self.nranks, timeout) else {
-            return Ok(());
-        };
-        let missing: Vec<usize> = (0..self.nranks)
-            .filter(|r| !matches!(kv.try_get(&format!("{key}/rank/{r}")), Ok(Some(_))))
-            .take(NAMED_MISSING)
-            .collect();
-        if missing.is_empty() {
-            return Err(e);
+        let deadline = Instant::now() + timeout;
+        let mut why = None;
+        if kv.add(&arrived_key, 1)? == n {
+            why = Some(String::new());
         }
-        Err(Error::Bootstrap {
-            rank: self.rank,
-            detail: format!(
-                "{op}: rank(s) {missing:?} did not call {op} within {} ms (every rank calls \
-                 it at the same point): {e}",
-                timeout.as_millis()
-            ),
-        })
+        loop {
+            if let Some(reason) = why.take() {
+                // Take the decision, or learn that someone else took it.
+                if kv.add(&decide, 1)? == 1 {
+                    let arrived = kv.add(&arrived_key, 0)?;
+                    let decided = if arrived >= n {
+                        "ok".to_string()
+                    } else {
+                        format!("rank {} gave up: {reason}", self.rank)
+                    };
+                    kv.set(&verdict, decided.as_bytes())?;
+                }
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(AGREE_POLL).max(Duration::from_millis(1));
+            let tried = Instant::now();
+            match kv.wait(&[verdict.as_str()], slice) {
+                Ok(()) => break,
+                // Failed before its slice ran out: the store is gone.
+                Err(e) if tried.elapsed() + Duration::from_millis(1) < slice => return Err(e),
+                Err(_) => {}
+            }
+            if self.abort_requested() {
+                why = Some("it was aborted while waiting".into());
+            } else if Instant::now() >= deadline {
+                let missing: Vec<usize> = (0..self.nranks)
+                    .filter(|r| !matches!(kv.try_get(&format!("{key}/rank/{r}")), Ok(Some(_))))
+                    .take(NAMED_MISSING)
+                    .collect();
+                why = Some(format!(
+                    "rank(s) {missing:?} did not call {op} within {} ms (every rank calls it at \
+                     the same point)",
+                    timeout.as_millis()
+                ));
+            }
+        }
+        // The decider writes the verdict right after taking the decision.
+        let decided = kv.get(&verdict, timeout)?;
+        match decided.as_slice() {
+            b"ok" => Ok(()),
+            why => Err(Error::Bootstrap {
+                rank: self.rank,
+                detail: format!(
+                    "{op} called off on every rank: {}",
+                    String::from_utf8_lossy(why)
+                ),
+            }),
+        }
     }
 }

@@ -62,6 +62,9 @@ impl Inner {
                     rank: self.rank,
                     reason: Some(reason.clone()),
                 }),
+                None if st.suspension != super::suspension::Suspension::Active => {
+                    Err(self.suspended_error("a tagged send or receive"))
+                }
                 None => {
                     let r = f(st);
                     if let Err(e) = &r {

@@ -359,6 +359,11 @@ impl Communicator {
         })?;
         let b = attached.binding.clone();
         op.config.check(rank, op.coll, true)?;
+        // At enqueue: the kernel path's launches run over windows, which a
+        // suspend keeps, so its turn alone would not refuse them.
+        if inner.is_suspended() {
+            return Err(inner.suspended_error(name));
+        }
         let mut raw = RawOp::new(op.coll, op.dtype, op.count);
         raw.op = op.op;
         raw.root = op.root;
