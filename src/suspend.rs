@@ -5,7 +5,17 @@
 //! reinforcement learning) and restore them, without tearing down its
 //! membership. How it works: `crate::comm::suspend`.
 
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use comm_core::Error;
+use sncl_bootstrap::Store;
+
+use crate::comm::Inner;
 use crate::{setup, Communicator, Result};
+
+/// How often a resume's waits check whether the communicator was aborted.
+const ABORT_POLL: Duration = Duration::from_millis(100);
 
 /// The domain tag of a resume's derived communicator id.
 const RESUME_TAG: u64 = 0x7265_7375_6d65; // "resume"
@@ -50,8 +60,12 @@ impl Communicator {
         inner.resume(|generation| {
             let mut config = inner.config.clone();
             config.node_id = Some(inner.node_ids[inner.rank].clone());
-            let args = setup::SetupArgs {
+            let store: Arc<dyn Store> = Arc::new(AbortableStore {
                 store: inner.own_store("resume")?,
+                comm: Arc::downgrade(inner),
+            });
+            let args = setup::SetupArgs {
+                store,
                 rank: inner.rank,
                 nranks: inner.nranks,
                 // Nothing of an earlier generation's rendezvous is found.
@@ -78,5 +92,64 @@ impl Communicator {
     /// and not resumed yet).
     pub fn is_suspended(&self) -> bool {
         self.inner.is_suspended()
+    }
+}
+
+/// The communicator's store as a resume's rendezvous sees it: a wait gives
+/// up once the communicator is aborted (checked every [`ABORT_POLL`]), so
+/// `abort` ends a resume that waits for a rank that will not come. (Weak:
+/// the lazily connected kinds keep this store, and the communicator keeps
+/// them.)
+struct AbortableStore {
+    store: Arc<dyn Store>,
+    comm: Weak<Inner>,
+}
+
+impl AbortableStore {
+    /// Runs `attempt` in slices of at most [`ABORT_POLL`] until `timeout`,
+    /// checking for an abort between them.
+    fn sliced<T>(&self, timeout: Duration, attempt: impl Fn(Duration) -> Result<T>) -> Result<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(ABORT_POLL).max(Duration::from_millis(1));
+            let tried = Instant::now();
+            match attempt(slice) {
+                Ok(v) => return Ok(v),
+                // Failed before its slice ran out (not a timeout), or out
+                // of time.
+                Err(e) if tried.elapsed() < slice || left <= slice => return Err(e),
+                Err(e) => {
+                    if let Some(comm) = self.comm.upgrade().filter(|c| c.abort_requested()) {
+                        return Err(Error::Aborted {
+                            rank: comm.rank,
+                            reason: Some(format!("aborted while connecting again: {e}")),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Store for AbortableStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.store.set(key, value)
+    }
+
+    fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        self.sliced(timeout, |t| self.store.get(key, t))
+    }
+
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.store.try_get(key)
+    }
+
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        self.sliced(timeout, |t| self.store.wait(keys, t))
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.store.add(key, delta)
     }
 }

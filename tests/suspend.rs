@@ -217,6 +217,26 @@ fn an_abort_during_the_suspend_calls_it_off_everywhere() {
     }
 }
 
+/// A resume waiting for a rank that never resumes ends when the waiting
+/// rank is aborted, not at the timeout.
+#[test]
+fn an_abort_ends_a_resume_that_waits() {
+    let comms =
+        Communicator::init_threads(2, config(TransportChoice::Auto, Duration::from_secs(30)))
+            .expect("init");
+    on_each(&comms, |_, c| c.suspend().unwrap());
+    let t0 = std::time::Instant::now();
+    let e = std::thread::scope(|s| {
+        let waiting = s.spawn(|| comms[0].resume().expect_err("rank 1 never resumes"));
+        std::thread::sleep(Duration::from_millis(300));
+        comms[0].abort();
+        waiting.join().unwrap()
+    });
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(10), "ended after {took:?}: {e}");
+    assert!(matches!(e, Error::Aborted { .. }), "{e}");
+}
+
 #[test]
 fn a_rank_that_does_not_suspend_is_named_and_the_others_abort() {
     let comms = Communicator::init_threads(
