@@ -60,6 +60,9 @@ pub(crate) struct State {
     suspends: u64,
     /// Bytes the suspend in effect released (0 while not suspended).
     released: u64,
+    /// Suspends this rank went into the barrier of (refused ones too):
+    /// each meets under a key of its own.
+    suspend_attempts: u64,
 }
 
 impl State {
@@ -222,6 +225,7 @@ impl Inner {
                 suspension: suspension::Suspension::Active,
                 suspends: 0,
                 released: 0,
+                suspend_attempts: 0,
             }),
             order: crate::order::IssueOrder::new(),
             store: p.store,

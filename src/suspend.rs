@@ -29,9 +29,11 @@ impl Communicator {
     /// operations issued before it and returns once every rank suspended
     /// (within the timeout). The rank, size, windows, flight recorder and
     /// recovery stay, and so does what [`Communicator::mem_stats`] still
-    /// reports. Operations are refused until [`Communicator::resume`]; a
-    /// suspend that fails (a rank that did not call it) aborts the
-    /// communicator, as a failed collective does.
+    /// reports. Operations are refused until [`Communicator::resume`]. A
+    /// tagged message sent and not yet received makes every rank refuse
+    /// the suspend (naming the pair; nothing changes); a suspend that
+    /// fails (a rank that did not call it) aborts the communicator, as a
+    /// failed collective does.
     pub fn suspend(&self) -> Result<()> {
         self.inner.suspend()?;
         if let Some(Some(layout)) = self.layout.get() {

@@ -186,6 +186,42 @@ fn misuse_is_refused_and_leaves_the_communicator_usable() {
     });
 }
 
+/// A tagged message not yet received would go with its connection: the
+/// suspend is refused on every rank, naming the pair, and the
+/// communicator goes on; once received, the suspend passes.
+#[test]
+fn a_tagged_message_in_flight_refuses_the_suspend_everywhere() {
+    let comms =
+        Communicator::init_threads(2, config(TransportChoice::Auto, Duration::from_secs(20)))
+            .expect("init");
+    comms[0].send_tagged(&[5u8; 100], 1, 7).unwrap();
+    let refusals = on_each(&comms, |_, c| c.suspend().expect_err("a message in flight"));
+    for e in &refusals {
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("rank 0 sent 1 tagged message(s) to rank 1, which has received 0"),
+            "{e}"
+        );
+    }
+    assert!(!comms[0].is_suspended() && !comms[1].is_suspended());
+    let mut got = [0u8; 100];
+    assert_eq!(comms[1].recv_tagged(&mut got, Some(0), 7).unwrap(), 0);
+    assert_eq!(got, [5u8; 100]);
+    on_each(&comms, |_, c| c.suspend().unwrap());
+    on_each(&comms, |r, c| {
+        c.resume().unwrap();
+        all_reduce_bits(c, r);
+    });
+    // After the resume, tagged messages flow on the new connections.
+    std::thread::scope(|s| {
+        s.spawn(|| comms[1].send_tagged(&[6u8; 10], 0, 8).unwrap());
+        let mut b = [0u8; 10];
+        assert_eq!(comms[0].recv_tagged(&mut b, None, 8).unwrap(), 1);
+        assert_eq!(b, [6u8; 10]);
+    });
+}
+
 /// Rank 0 aborted (from another thread) while it waits in a suspend that
 /// rank 2 never joins: the suspend is called off on the ranks in it at
 /// once, not at the timeout, with one verdict.

@@ -39,6 +39,18 @@ pub(crate) struct Mailbox {
     pub(super) parked: VecDeque<Parked>,
     pub(super) arriving: Vec<Option<Arriving>>,
     pub(super) next_id: u64,
+    /// Tagged messages sent to each peer (this rank's own excepted).
+    pub(super) sent: Vec<u64>,
+    /// Tagged messages wholly arrived from each peer (parked or received).
+    pub(super) received: Vec<u64>,
+}
+
+/// Adds one to `counts[peer]`.
+fn count(counts: &mut Vec<u64>, peer: usize) {
+    if counts.len() <= peer {
+        counts.resize(peer + 1, 0);
+    }
+    counts[peer] += 1;
 }
 
 /// The receive being served: its buffer, whom it accepts, how far it is.
@@ -122,6 +134,28 @@ impl Backoff {
 }
 
 impl Mailbox {
+    /// Counts a tagged message sent to `peer`.
+    pub(super) fn count_sent(&mut self, peer: usize) {
+        count(&mut self.sent, peer);
+    }
+
+    /// This rank's tagged messages sent and wholly arrived per peer, as a
+    /// suspend's note (`s:PEER=COUNT,...;r:PEER=COUNT,...`); `None` when
+    /// it never sent or received one.
+    pub(super) fn counts_note(&self) -> Option<String> {
+        let list = |counts: &[u64]| {
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(p, c)| format!("{p}={c}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        (self.sent.iter().chain(&self.received).any(|&c| c > 0))
+            .then(|| format!("s:{};r:{}", list(&self.sent), list(&self.received)))
+    }
+
     /// Index of the earliest parked message from `src` (any: None) with
     /// `tag`, complete or not.
     pub(super) fn first_match(&self, src: Option<usize>, tag: i32) -> Option<usize> {
@@ -229,6 +263,9 @@ impl Mailbox {
             }
         }
         self.arriving[peer] = (end < total).then_some(dest);
+        if end == total {
+            count(&mut self.received, peer);
+        }
         Ok(())
     }
 

@@ -21,9 +21,11 @@
 //! resume that fails (a rank that does not call it within the timeout, an
 //! abort while waiting) aborts the communicator.
 //!
-//! Tagged messages must be received before the suspend (as every
-//! operation issued before it completes): one still in flight goes with
-//! the connection. Each suspend and resume leaves its keys in the store
+//! Tagged messages must be received before the suspend: one still on its
+//! way would go with its connection, so every rank notes the tagged
+//! messages it sent and received per peer, and where a pair's counts
+//! differ the suspend is refused on every rank, naming the pair (the
+//! communicator goes on as before). Each suspend and resume leaves its keys in the store
 //! (a rendezvous's worth per resume), as every creation does.
 
 use std::sync::Arc;
@@ -73,10 +75,17 @@ impl Inner {
     /// answer meanwhile; an abort ends it.
     pub(crate) fn suspend(&self) -> Result<()> {
         self.in_turn("suspend", || {
-            let generation = {
-                let st = self.lock();
+            let (generation, attempt, note) = {
+                let mut st = self.lock();
                 match st.suspension {
-                    Suspension::Active => st.suspends + 1,
+                    Suspension::Active => {
+                        st.suspend_attempts += 1;
+                        (
+                            st.suspends + 1,
+                            st.suspend_attempts,
+                            st.mailbox.counts_note(),
+                        )
+                    }
                     Suspension::Suspended(_) => {
                         return Err(self.invalid(
                             "suspend",
@@ -86,7 +95,12 @@ impl Inner {
                 }
             };
             let started = Instant::now();
-            self.all_ranks_agree(&format!("suspend/{generation}"), "suspend")?;
+            self.all_ranks_agree(
+                &format!("suspend/{attempt}"),
+                "suspend",
+                note,
+                tagged_in_flight,
+            )?;
             let mut guard = self.lock();
             let st = &mut *guard;
             self.check_not_aborted(st)?;
@@ -192,8 +206,23 @@ impl Inner {
     /// was aborted, which decides from the arrivals it counts then. Every
     /// rank then follows the verdict that decider wrote, so a rank arriving
     /// just as another gives up cannot pass where that one failed.
-    fn all_ranks_agree(&self, key: &str, op: &'static str) -> Result<()> {
+    ///
+    /// A rank may bring a `note` (published before it arrives); once all
+    /// arrived, the decider reads every rank's note (if any rank brought
+    /// one) and `refuse` may turn them into a refusal: every rank then
+    /// returns it as [`Error::InvalidArgument`] and goes on as before.
+    fn all_ranks_agree(
+        &self,
+        key: &str,
+        op: &'static str,
+        note: Option<String>,
+        refuse: impl Fn(&[Option<String>]) -> Option<String>,
+    ) -> Result<()> {
         let kv = PrefixStore::new(format!("sncl/{:016x}", self.comm_id), self.own_store(op)?);
+        if let Some(note) = &note {
+            kv.set(&format!("{key}/note/{}", self.rank), note.as_bytes())?;
+            kv.add(&format!("{key}/notes"), 1)?;
+        }
         kv.set(&format!("{key}/rank/{}", self.rank), b"")?;
         let (arrived_key, decide, verdict) = (
             format!("{key}/arrived"),
@@ -212,10 +241,21 @@ impl Inner {
                 // Take the decision, or learn that someone else took it.
                 if kv.add(&decide, 1)? == 1 {
                     let arrived = kv.add(&arrived_key, 0)?;
-                    let decided = if arrived >= n {
+                    let decided = if arrived < n {
+                        format!("rank {} gave up: {reason}", self.rank)
+                    } else if kv.add(&format!("{key}/notes"), 0)? == 0 {
                         "ok".to_string()
                     } else {
-                        format!("rank {} gave up: {reason}", self.rank)
+                        let notes = (0..self.nranks)
+                            .map(|r| {
+                                kv.try_get(&format!("{key}/note/{r}"))
+                                    .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+                            })
+                            .collect::<Result<Vec<_>>>()?;
+                        match refuse(&notes) {
+                            Some(why) => format!("refuse:{why}"),
+                            None => "ok".to_string(),
+                        }
                     };
                     kv.set(&verdict, decided.as_bytes())?;
                 }
@@ -248,6 +288,13 @@ impl Inner {
         let decided = kv.get(&verdict, timeout)?;
         match decided.as_slice() {
             b"ok" => Ok(()),
+            why if why.starts_with(b"refuse:") => Err(self.invalid(
+                op,
+                format!(
+                    "refused on every rank: {}",
+                    String::from_utf8_lossy(&why[7..])
+                ),
+            )),
             why => Err(Error::Bootstrap {
                 rank: self.rank,
                 detail: format!(
@@ -257,4 +304,42 @@ impl Inner {
             }),
         }
     }
+}
+
+/// A suspend's refusal where a tagged message is still on its way (its
+/// connection goes with the suspend): from the ranks' notes of tagged
+/// messages sent and received per peer ([`super::mailbox::Mailbox::counts_note`]).
+fn tagged_in_flight(notes: &[Option<String>]) -> Option<String> {
+    let parse = |note: &str, side: &str| -> Vec<(usize, u64)> {
+        note.split(';')
+            .find_map(|part| part.strip_prefix(side))
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|pc| {
+                let (p, c) = pc.split_once('=')?;
+                Some((p.parse().ok()?, c.parse().ok()?))
+            })
+            .collect()
+    };
+    for (from, note) in notes.iter().enumerate() {
+        let Some(note) = note else { continue };
+        for (to, sent) in parse(note, "s:") {
+            let received = notes
+                .get(to)
+                .and_then(Option::as_deref)
+                .map(|n| parse(n, "r:"))
+                .unwrap_or_default()
+                .into_iter()
+                .find(|&(p, _)| p == from)
+                .map_or(0, |(_, c)| c);
+            if received < sent {
+                return Some(format!(
+                    "rank {from} sent {sent} tagged message(s) to rank {to}, which has received \
+                     {received}: receive every tagged message before suspending (its connection \
+                     goes with the suspend)"
+                ));
+            }
+        }
+    }
+    None
 }

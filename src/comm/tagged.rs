@@ -186,6 +186,7 @@ impl Inner {
                 traffic.sent.resize(self.nranks, 0);
             }
             traffic.sent[peer] += data.len() as u64;
+            mailbox.count_sent(peer);
             Ok(())
         })
     }
