@@ -58,8 +58,6 @@ pub(crate) struct State {
     /// How many suspends this rank took part in (each resume's
     /// connections are built under an id derived from it).
     suspends: u64,
-    /// Bytes the suspend in effect released (0 while not suspended).
-    released: u64,
     /// Suspends this rank went into the barrier of (refused ones too):
     /// each meets under a key of its own.
     suspend_attempts: u64,
@@ -224,7 +222,6 @@ impl Inner {
                 lazy: p.lazy,
                 suspension: suspension::Suspension::Active,
                 suspends: 0,
-                released: 0,
                 suspend_attempts: 0,
             }),
             order: crate::order::IssueOrder::new(),

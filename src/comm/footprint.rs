@@ -18,7 +18,7 @@ impl Inner {
     pub(crate) fn mem_stats_of(&self, st: &State) -> MemStats {
         let mut m = MemStats {
             rank: self.rank,
-            suspended: st.released,
+            suspended: st.suspension.released(),
             ..MemStats::default()
         };
         for c in st.conns.iter().flatten() {

@@ -60,13 +60,13 @@ impl Inner {
     pub(crate) fn check_not_suspended(&self, st: &State, op: &'static str) -> Result<()> {
         match st.suspension {
             Suspension::Active => Ok(()),
-            Suspension::Suspended(_) => Err(self.suspended_error(op)),
+            Suspension::Suspended { .. } => Err(self.suspended_error(op)),
         }
     }
 
     /// Whether the communicator is suspended now.
     pub(crate) fn is_suspended(&self) -> bool {
-        matches!(self.lock().suspension, Suspension::Suspended(_))
+        matches!(self.lock().suspension, Suspension::Suspended { .. })
     }
 
     /// Suspends this rank of the communicator (see the module docs), in
@@ -86,7 +86,7 @@ impl Inner {
                             st.mailbox.counts_note(),
                         )
                     }
-                    Suspension::Suspended(_) => {
+                    Suspension::Suspended { .. } => {
                         return Err(self.invalid(
                             "suspend",
                             "the communicator is suspended already; resume it first".into(),
@@ -113,8 +113,7 @@ impl Inner {
             st.scratch = Vec::new();
             st.lanes = memo::LaneChoice::default();
             st.suspends = generation;
-            st.suspension = Suspension::Suspended(generation);
-            st.released = released;
+            st.suspension = Suspension::Suspended { released };
             tracing::info!(
                 rank = self.rank,
                 generation,
@@ -133,7 +132,11 @@ impl Inner {
     /// this one adopts), without the state held.
     pub(crate) fn resume(&self, connect: impl FnOnce(u64) -> Result<Inner>) -> Result<()> {
         self.in_turn("resume", || {
-            let Suspension::Suspended(generation) = self.lock().suspension else {
+            let (suspension, generation) = {
+                let st = self.lock();
+                (st.suspension, st.suspends)
+            };
+            let Suspension::Suspended { .. } = suspension else {
                 return Err(self.invalid(
                     "resume",
                     "the communicator is not suspended; resume follows a suspend".into(),
@@ -153,7 +156,6 @@ impl Inner {
                 lazy.standby.clone_from(&self.recovery.standby_addrs);
             }
             st.suspension = Suspension::Active;
-            st.released = 0;
             tracing::info!(
                 rank = self.rank,
                 generation,

@@ -7,6 +7,20 @@ pub(crate) enum Suspension {
     /// Connected (or connecting at first use): operations run.
     #[default]
     Active,
-    /// Suspended `n` times so far, the last not resumed yet.
-    Suspended(u64),
+    /// Suspended, not resumed yet: its peer buffers (this many bytes)
+    /// were released.
+    Suspended {
+        /// Bytes the suspend released.
+        released: u64,
+    },
+}
+
+impl Suspension {
+    /// Bytes the suspend in effect released (0 while active).
+    pub(crate) fn released(self) -> u64 {
+        match self {
+            Suspension::Active => 0,
+            Suspension::Suspended { released } => released,
+        }
+    }
 }
