@@ -6,7 +6,7 @@
 //! membership. How it works: `crate::comm::suspend`.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use comm_core::Error;
 use sncl_bootstrap::Store;
@@ -109,28 +109,15 @@ struct AbortableStore {
 
 impl AbortableStore {
     /// Runs `attempt` in slices of at most [`ABORT_POLL`] until `timeout`,
-    /// checking for an abort between them.
+    /// ending it once the communicator was aborted.
     fn sliced<T>(&self, timeout: Duration, attempt: impl Fn(Duration) -> Result<T>) -> Result<T> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let slice = left.min(ABORT_POLL).max(Duration::from_millis(1));
-            let tried = Instant::now();
-            match attempt(slice) {
-                Ok(v) => return Ok(v),
-                // Failed before its slice ran out (not a timeout), or out
-                // of time.
-                Err(e) if tried.elapsed() < slice || left <= slice => return Err(e),
-                Err(e) => {
-                    if let Some(comm) = self.comm.upgrade().filter(|c| c.abort_requested()) {
-                        return Err(Error::Aborted {
-                            rank: comm.rank,
-                            reason: Some(format!("aborted while connecting again: {e}")),
-                        });
-                    }
-                }
-            }
-        }
+        setup::lazy::in_slices(timeout, ABORT_POLL, attempt, |e| {
+            let comm = self.comm.upgrade().filter(|c| c.abort_requested())?;
+            Some(Error::Aborted {
+                rank: comm.rank,
+                reason: Some(format!("aborted while connecting again: {e}")),
+            })
+        })
     }
 }
 

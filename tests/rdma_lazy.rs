@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 mod lazy_kit;
-use lazy_kit::{connected, init, ring_all_reduce};
+use lazy_kit::{connected, init, ring_all_reduce, tagged_off_the_ring};
 
 #[test]
 fn init_connects_nothing_and_operations_connect_only_their_peers() {
@@ -32,21 +32,7 @@ fn init_connects_nothing_and_operations_connect_only_their_peers() {
     // A tagged message between ranks 0 and 4 (not ring neighbours)
     // connects that pair; a receive from any source on rank 5 connects the
     // peer that sends to it (rank 1).
-    std::thread::scope(|s| {
-        let (c0, c4, c1, c5) = (&comms[0], &comms[4], &comms[1], &comms[5]);
-        s.spawn(move || c0.send_tagged(&[7u8; 5000], 4, 3).unwrap());
-        s.spawn(move || {
-            let mut b = [0u8; 5000];
-            assert_eq!(c4.recv_tagged(&mut b, Some(0), 3).unwrap(), 0);
-            assert!(b.iter().all(|&x| x == 7));
-        });
-        s.spawn(move || c1.send_tagged(&[9u8; 10], 5, 4).unwrap());
-        s.spawn(move || {
-            let mut b = [0u8; 10];
-            assert_eq!(c5.recv_tagged(&mut b, None, 4).unwrap(), 1);
-            assert_eq!(b, [9u8; 10]);
-        });
-    });
+    tagged_off_the_ring(&comms);
     let after = connected(&comms);
     assert_eq!(after, vec![3, 3, 2, 2, 3, 3, 2, 2], "{after:?}");
 }

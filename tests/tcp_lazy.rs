@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use comm_core::algo::Algorithm;
 use comm_core::config::TransportChoice;
 use comm_core::wire::Collective;
-use sncl::{Communicator, Config, ReduceOp};
+use sncl::{Communicator, Config};
 
 mod lazy_kit;
-use lazy_kit::connected;
+use lazy_kit::{connected, ring_all_reduce, tagged_off_the_ring};
 
 /// TCP between every pair, all-reduces on the ring, TCP lazy from
 /// `lazy_from` ranks.
@@ -29,22 +29,6 @@ fn config(lazy_from: usize) -> Config {
     }
 }
 
-/// A ring all-reduce of `count` floats on every rank, checked.
-fn ring_all_reduce(comms: &[Communicator], count: usize) {
-    let n = comms.len();
-    std::thread::scope(|s| {
-        for c in comms {
-            s.spawn(move || {
-                let mut v = vec![c.rank() as f32; count];
-                c.all_reduce_in_place(&mut v[..], ReduceOp::Sum)
-                    .unwrap_or_else(|e| panic!("rank {}: {e}", c.rank()));
-                let want = (n * (n - 1) / 2) as f32;
-                assert!(v.iter().all(|&x| x == want), "rank {}: {}", c.rank(), v[0]);
-            });
-        }
-    });
-}
-
 #[test]
 fn init_connects_nothing_and_operations_connect_only_their_peers() {
     let n = 8;
@@ -56,21 +40,7 @@ fn init_connects_nothing_and_operations_connect_only_their_peers() {
     assert_eq!(connected(&comms), vec![2; n]);
     // A tagged message between ranks 0 and 4 (not ring neighbours), and a
     // receive from any source on rank 5 that rank 1 sends to.
-    std::thread::scope(|s| {
-        let (c0, c4, c1, c5) = (&comms[0], &comms[4], &comms[1], &comms[5]);
-        s.spawn(move || c0.send_tagged(&[7u8; 5000], 4, 3).unwrap());
-        s.spawn(move || {
-            let mut b = [0u8; 5000];
-            assert_eq!(c4.recv_tagged(&mut b, Some(0), 3).unwrap(), 0);
-            assert!(b.iter().all(|&x| x == 7));
-        });
-        s.spawn(move || c1.send_tagged(&[9u8; 10], 5, 4).unwrap());
-        s.spawn(move || {
-            let mut b = [0u8; 10];
-            assert_eq!(c5.recv_tagged(&mut b, None, 4).unwrap(), 1);
-            assert_eq!(b, [9u8; 10]);
-        });
-    });
+    tagged_off_the_ring(&comms);
     let after = connected(&comms);
     assert_eq!(after, vec![3, 3, 2, 2, 3, 3, 2, 2], "{after:?}");
     // An all-to-all talks to everyone: the rest connect, in batches whose

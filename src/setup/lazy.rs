@@ -298,19 +298,31 @@ impl WatchedStore<'_> {
 
     /// Runs `attempt` with slices of `timeout`, checking between them.
     fn sliced<T>(&self, timeout: Duration, attempt: impl Fn(Duration) -> Result<T>) -> Result<T> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let slice = left.min(POLL).max(Duration::from_millis(1));
-            let t0 = Instant::now();
-            match attempt(slice) {
-                Ok(v) => return Ok(v),
-                // Failed before its slice ran out: not a timeout.
-                Err(e) if t0.elapsed() < slice || left <= slice => return Err(e),
-                Err(e) => {
-                    if self.check() {
-                        return Err(e);
-                    }
+        in_slices(timeout, POLL, attempt, |e| self.check().then_some(e))
+    }
+}
+
+/// Runs a store wait `attempt` in slices of at most `poll` until `timeout`:
+/// after a slice that ran out, `stop` sees its error and may end the wait
+/// with an error of its own (`Some`) or let it go on (`None`). An attempt
+/// that fails before its slice ran out (not a timeout) ends it at once.
+pub(crate) fn in_slices<T>(
+    timeout: Duration,
+    poll: Duration,
+    attempt: impl Fn(Duration) -> Result<T>,
+    stop: impl Fn(Error) -> Option<Error>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let slice = left.min(poll).max(Duration::from_millis(1));
+        let t0 = Instant::now();
+        match attempt(slice) {
+            Ok(v) => return Ok(v),
+            Err(e) if t0.elapsed() < slice || left <= slice => return Err(e),
+            Err(e) => {
+                if let Some(e) = stop(e) {
+                    return Err(e);
                 }
             }
         }

@@ -80,3 +80,23 @@ pub fn ring_all_reduce(comms: &[Communicator], count: usize) {
         }
     });
 }
+
+/// Tagged messages off the ring (of at least 6 ranks): rank 0 to rank 4,
+/// and rank 1 to rank 5, which receives from any source; checked.
+pub fn tagged_off_the_ring(comms: &[Communicator]) {
+    std::thread::scope(|s| {
+        let (c0, c4, c1, c5) = (&comms[0], &comms[4], &comms[1], &comms[5]);
+        s.spawn(move || c0.send_tagged(&[7u8; 5000], 4, 3).unwrap());
+        s.spawn(move || {
+            let mut b = [0u8; 5000];
+            assert_eq!(c4.recv_tagged(&mut b, Some(0), 3).unwrap(), 0);
+            assert!(b.iter().all(|&x| x == 7));
+        });
+        s.spawn(move || c1.send_tagged(&[9u8; 10], 5, 4).unwrap());
+        s.spawn(move || {
+            let mut b = [0u8; 10];
+            assert_eq!(c5.recv_tagged(&mut b, None, 4).unwrap(), 1);
+            assert_eq!(b, [9u8; 10]);
+        });
+    });
+}
