@@ -21,6 +21,7 @@ use socket2::Socket;
 const RTO_MAX: Duration = Duration::from_secs(1);
 
 use crate::frame::{self, front_of, Front, TRAILER_BYTES};
+use crate::page_aligned::PageAlignedBytes;
 use crate::sys;
 use crate::tls::TlsChannel;
 
@@ -72,8 +73,9 @@ struct Stream {
     out: Vec<u8>,
     /// How much of `out` is already written.
     out_pos: usize,
-    /// Receive buffer: one largest frame plus read-ahead.
-    inb: Box<[u8]>,
+    /// Receive buffer: one largest frame plus read-ahead, page-aligned (see
+    /// [`PageAlignedBytes`]).
+    inb: PageAlignedBytes,
     in_start: usize,
     in_end: usize,
 }
@@ -85,7 +87,7 @@ impl Stream {
             tls,
             out: Vec::new(),
             out_pos: 0,
-            inb: vec![0u8; HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD].into_boxed_slice(),
+            inb: PageAlignedBytes::zeroed(HEADER_BYTES + max_piece + TRAILER_BYTES + READAHEAD),
             in_start: 0,
             in_end: 0,
         }

@@ -42,6 +42,7 @@ mod frame;
 pub mod fuzzing;
 mod handshake;
 mod kind;
+mod page_aligned;
 mod params;
 mod setup;
 mod sys;
