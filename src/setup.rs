@@ -345,6 +345,12 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
             }
             continue;
         };
+        if peers.is_empty() {
+            // Nothing to connect, and no peer waits on this rank over this
+            // kind (pairs are chosen alike on both sides): its setup (the
+            // shared-memory kind measures its single-copy reads) is skipped.
+            continue;
+        }
         for mut c in prep.connect(&ctx(&base, &config, &kind_stores[i]), &cards, &peers)? {
             let p = c.peer();
             if !peers.contains(&p) || conns[p].is_some() {
