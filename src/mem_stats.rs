@@ -62,12 +62,14 @@ impl MemStats {
     /// Bytes a suspend would release now ([`RELEASED_BY_SUSPEND`]; NCCL's
     /// `ncclStatGpuMemSuspend`).
     pub fn releasable(&self) -> u64 {
-        self.sum(|p, _| RELEASED_BY_SUSPEND.contains(&p))
+        self.sum(|p, r| owned(r) && RELEASED_BY_SUSPEND.contains(&p))
     }
 
-    /// Every byte, every purpose.
+    /// Every byte this rank holds, every purpose: not what it maps of its
+    /// peers' ([`Residence::Mapped`], in their totals), so the totals of
+    /// all ranks add up to the job's.
     pub fn total_bytes(&self) -> u64 {
-        self.sum(|_, _| true)
+        self.sum(|_, r| owned(r))
     }
 
     /// Bytes in `residence`, every purpose.
@@ -75,9 +77,17 @@ impl MemStats {
         self.sum(|_, r| r == residence)
     }
 
-    /// Bytes for `purpose`, every residence.
+    /// Bytes for `purpose` this rank holds, every residence but
+    /// [`Residence::Mapped`].
     pub fn of(&self, purpose: Purpose) -> u64 {
-        self.sum(|p, _| p == purpose)
+        self.sum(|p, r| owned(r) && p == purpose)
+    }
+
+    /// What the communicator adds to this process's resident host memory
+    /// (`RssAnon` + `RssShmem` once its buffers are used): every byte but
+    /// device memory, peers' shared memory this rank maps included.
+    pub fn resident_bytes(&self) -> u64 {
+        self.sum(|_, r| r != Residence::Device)
     }
 
     fn sum(&self, keep: impl Fn(Purpose, Residence) -> bool) -> u64 {
@@ -87,6 +97,11 @@ impl MemStats {
             .map(|row| row.2)
             .sum()
     }
+}
+
+/// Whether bytes in `residence` are this rank's own (in its totals).
+fn owned(residence: Residence) -> bool {
+    residence != Residence::Mapped
 }
 
 impl std::fmt::Display for MemStats {
@@ -130,6 +145,13 @@ mod tests {
         assert_eq!(m.releasable(), 15);
         m.add(Purpose::Windows, Residence::Shared, 4);
         assert_eq!((m.releasable(), m.total_bytes()), (15, 19));
+        // A peer's segment mapped here: resident, not this rank's.
+        m.add(Purpose::Fifo, Residence::Mapped, 100);
+        m.add(Purpose::DeviceStaging, Residence::Device, 1000);
+        assert_eq!((m.releasable(), m.of(Purpose::Fifo)), (15, 10));
+        assert_eq!(m.total(Residence::Mapped), 100);
+        assert_eq!(m.total_bytes(), 1019);
+        assert_eq!(m.resident_bytes(), 119);
         let mut n = MemStats::default();
         n.absorb(&m);
         n.absorb(&m);

@@ -100,3 +100,103 @@ fn tcp_buffers_windows_and_a_device_binding_are_counted() {
         assert!(m.total(Residence::Device) > 0, "{m}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Totals against the process's resident memory (issue 34's 10 % target).
+
+/// Resident anonymous and shared-memory bytes of this process
+/// (`RssAnon` + `RssShmem` of `/proc/self/status`): what a communicator's
+/// buffers add to, without the program's own pages as they fault in.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
+    status
+        .lines()
+        .filter(|l| l.starts_with("RssAnon:") || l.starts_with("RssShmem:"))
+        .map(|l| {
+            let kib: u64 = l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|f| f.parse().ok())
+                .expect("a size in kB");
+            kib << 10
+        })
+        .sum()
+}
+
+/// What a child rank prints: `RESIDENT grown <bytes> counted <bytes> ::
+/// <mem_stats>`.
+const RESIDENT_LINE: &str = "RESIDENT grown ";
+
+#[test]
+#[ignore = "child entry point of totals_match_resident_memory_growth"]
+fn child_reports_resident_growth_of_a_second_communicator() {
+    if !rank_kit::is_child() {
+        return;
+    }
+    // The first communicator pays what a process pays once (the shared-
+    // memory read-speed probe's thread arenas, code and tables faulting
+    // in); the second one's growth is what a communicator costs.
+    let mut v = vec![1f32; 4 << 20];
+    let first = Communicator::from_env().expect("init");
+    first.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+    let before = resident_bytes();
+    let second = first
+        .split(Some(0), first.rank() as i64)
+        .expect("split")
+        .expect("a member");
+    for _ in 0..3 {
+        second.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+    }
+    let grown = resident_bytes().saturating_sub(before);
+    let m = second.mem_stats();
+    println!(
+        "{RESIDENT_LINE}{grown} counted {} :: {m}",
+        m.resident_bytes()
+    );
+}
+
+/// `(grown, counted)` from a child's [`RESIDENT_LINE`].
+fn resident_line(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find_map(|l| l.split_once(RESIDENT_LINE))?.1;
+    let mut words = line.split_whitespace();
+    let grown = words.next()?.parse().ok()?;
+    let counted = words.nth(1)?.parse().ok()?;
+    Some((grown, counted))
+}
+
+#[test]
+fn totals_match_resident_memory_growth() {
+    if rank_kit::is_child() {
+        return;
+    }
+    for transport in ["shm", "tcp"] {
+        let mut ranks = rank_kit::spawn_job(
+            "child_reports_resident_growth_of_a_second_communicator",
+            4,
+            &[("SNCL_TRANSPORT", transport.to_string())],
+        );
+        let done = rank_kit::wait_all(
+            &mut ranks,
+            std::time::Instant::now() + Duration::from_secs(60),
+        );
+        for r in &mut ranks {
+            let rank = r.rank;
+            let text = r.text();
+            assert!(done, "{transport}: the ranks did not finish: {text}");
+            let (grown, counted) = resident_line(&text).unwrap_or_else(|| {
+                panic!("{transport} rank {rank} printed no {RESIDENT_LINE}: {text}")
+            });
+            let off = grown.abs_diff(counted) as f64 / counted as f64;
+            eprintln!(
+                "{transport} rank {rank}: resident memory grew {grown} B, mem_stats counts {counted} B ({:+.1} %)",
+                (grown as f64 / counted as f64 - 1.0) * 100.0
+            );
+            assert!(
+                off <= 0.10,
+                "{transport} rank {rank}: resident memory grew {grown} B but mem_stats counts \
+                 {counted} B ({:.1} % apart, the target is 10 %): {text}",
+                off * 100.0
+            );
+        }
+    }
+}

@@ -19,7 +19,8 @@ pub const SNCL_SUSPEND_MEM: c_int = 0x01;
 /// holds. Each byte is counted once by where it lives (`hostBytes` …
 /// `deviceBytes`) and once by what it is for (`fifoBytes` …
 /// `deviceStagingBytes`). Shared memory counts the segments this rank
-/// created for its peers.
+/// created for its peers; what it maps of theirs is `mappedBytes`, apart
+/// from both (it is in the creators' counts).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct snclMemStats_t {
@@ -54,6 +55,11 @@ pub struct snclMemStats_t {
     /// Bytes the suspend in effect released (0 while not suspended; NCCL's
     /// `ncclStatGpuMemSuspended`).
     pub suspendedBytes: u64,
+    /// Shared memory peers created that this rank maps (resident in this
+    /// process, in the peers' `sharedBytes`): with the four residences
+    /// above but `deviceBytes`, what the communicator adds to the
+    /// process's resident memory.
+    pub mappedBytes: u64,
 }
 
 impl From<&MemStats> for snclMemStats_t {
@@ -73,6 +79,7 @@ impl From<&MemStats> for snclMemStats_t {
             connectedPeers: c_int::try_from(m.connected_peers).unwrap_or(c_int::MAX),
             releasableBytes: m.releasable(),
             suspendedBytes: m.suspended,
+            mappedBytes: m.total(Residence::Mapped),
         }
     }
 }

@@ -438,15 +438,20 @@ impl Connection for ShmConnection {
         "shm"
     }
 
-    /// The inbound segment (this rank created it for the peer to write;
-    /// the outbound one is the peer's) and the bounce buffer of lent
-    /// pieces.
+    /// The inbound segment (this rank created it for the peer to write),
+    /// the outbound one (the peer's, mapped here) and the bounce buffer of
+    /// lent pieces.
     fn footprint(&self, report: &mut comm_core::transport::footprint::FootprintReport<'_>) {
         use comm_core::transport::footprint::{Purpose, Residence};
         report(
             Purpose::Fifo,
             Residence::Shared,
             self.inbound.mapped_bytes() as u64,
+        );
+        report(
+            Purpose::Fifo,
+            Residence::Mapped,
+            self.outbound.mapped_bytes() as u64,
         );
         report(
             Purpose::Staging,

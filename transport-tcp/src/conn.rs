@@ -609,7 +609,7 @@ impl Connection for TcpConnection {
         let bytes: usize = self
             .streams
             .iter()
-            .map(|s| s.inb.len() + s.out.capacity())
+            .map(|s| s.inb.allocated_bytes() + s.out.capacity())
             .sum();
         report(Purpose::Fifo, Residence::Host, bytes as u64);
     }

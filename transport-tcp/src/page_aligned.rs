@@ -9,6 +9,11 @@
 //! a process got that placement depended on what it had freed before (a
 //! freed 16 MiB block raises glibc's mmap threshold), so the receive buffer
 //! fixes its own.
+//!
+//! The pages are touched at creation, so the buffer is resident as
+//! `mem_stats` counts it (a zeroed allocation is otherwise only reserved
+//! until first written: a 2-rank TCP communicator's resident memory grew
+//! 20 % less than its count).
 
 use std::ops::{Deref, DerefMut};
 
@@ -24,15 +29,27 @@ pub(crate) struct PageAlignedBytes {
 }
 
 impl PageAlignedBytes {
-    /// `len` zeroed bytes, page-aligned.
+    /// `len` zeroed bytes, page-aligned, every page resident.
     pub(crate) fn zeroed(len: usize) -> PageAlignedBytes {
-        let storage = vec![0u8; len + PAGE];
+        let mut storage = vec![0u8; len + PAGE];
         let start = storage.as_ptr().align_offset(PAGE);
+        for page in storage.chunks_mut(PAGE) {
+            // A write faults the page in; black_box keeps the compiler from
+            // dropping a store of the zero the allocation already holds.
+            page[0] = std::hint::black_box(0);
+        }
         PageAlignedBytes {
             storage,
             start,
             len,
         }
+    }
+}
+
+impl PageAlignedBytes {
+    /// Bytes allocated for it: its length and the page it may skip.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.storage.len()
     }
 }
 

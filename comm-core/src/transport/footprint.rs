@@ -63,15 +63,21 @@ pub enum Residence {
     Shared,
     /// Device memory.
     Device,
+    /// Shared memory a peer created that this rank maps: resident in this
+    /// process once touched, but counted in the creator's totals, so it is
+    /// not in this rank's (`MemStats::total_bytes` leaves it out;
+    /// `MemStats::resident_bytes` adds it).
+    Mapped,
 }
 
 impl Residence {
     /// Every residence, in the order reports list them.
-    pub const ALL: [Residence; 4] = [
+    pub const ALL: [Residence; 5] = [
         Residence::Host,
         Residence::Pinned,
         Residence::Shared,
         Residence::Device,
+        Residence::Mapped,
     ];
 
     /// Short name for reports.
@@ -81,6 +87,7 @@ impl Residence {
             Residence::Pinned => "pinned",
             Residence::Shared => "shared",
             Residence::Device => "device",
+            Residence::Mapped => "mapped",
         }
     }
 }
