@@ -473,7 +473,8 @@ typedef struct {
  * holds. Each byte is counted once by where it lives (`hostBytes` …
  * `deviceBytes`) and once by what it is for (`fifoBytes` …
  * `deviceStagingBytes`). Shared memory counts the segments this rank
- * created for its peers.
+ * created for its peers; what it maps of theirs is `mappedBytes`, apart
+ * from both (it is in the creators' counts).
  */
 typedef struct {
   /**
@@ -535,6 +536,13 @@ typedef struct {
    * `ncclStatGpuMemSuspended`).
    */
   uint64_t suspendedBytes;
+  /**
+   * Shared memory peers created that this rank maps (resident in this
+   * process, in the peers' `sharedBytes`): with the four residences
+   * above but `deviceBytes`, what the communicator adds to the
+   * process's resident memory.
+   */
+  uint64_t mappedBytes;
 } snclMemStats_t;
 
 /**
@@ -786,6 +794,21 @@ snclResult_t snclCommAbort(snclComm_t comm);
  * `comm` is a live handle; `asyncError` points to a writable result.
  */
 snclResult_t snclCommGetAsyncError(snclComm_t comm, snclResult_t *asyncError);
+
+/**
+ * Dumps this rank's flight recorder of `comm` (its last
+ * `SNCL_FLIGHT_RECORDER_ENTRIES` operations, with their tags) as JSON
+ * lines into `SNCL_DEBUG_DUMP_DIR` (mode 0600; see
+ * `Communicator::dump_flight_recorder`), and writes the file's path,
+ * NUL-terminated, into `path` (`pathBytes` bytes). `commbench trace`
+ * reads the dumps of all ranks. `snclInvalidArgument` when no dump
+ * directory is set or the path does not fit; never waits for an
+ * operation.
+ *
+ * # Safety
+ * `comm` is a live handle; `path` points to `pathBytes` writable bytes.
+ */
+snclResult_t snclCommDumpFlightRecorder(snclComm_t comm, char *path, size_t pathBytes);
 
 /**
  * Writes the number of ranks of `comm`.
@@ -1270,6 +1293,37 @@ snclResult_t snclAlltoAllConfig(const void *sendbuff,
                                 snclComm_t comm,
                                 snclStream_t stream,
                                 const snclCollConfig_t *config);
+
+/**
+ * Writes the tag of `name` into `*tag`: a stable 64-bit hash of the name
+ * (never 0, the same in every process), remembered so the flight recorder,
+ * `commbench trace` and the statistics print the name (a profiler's scope
+ * name as a `snclCollConfig_t.userTag`).
+ *
+ * # Safety
+ * `name` is a NUL-terminated string; `tag` points to a writable `uint64_t`.
+ */
+snclResult_t snclTagOfName(const char *name, uint64_t *tag);
+
+/**
+ * Sets the calling thread's tag (0: none), which the collectives this
+ * thread issues without a `userTag` of their own carry (as an NVTX range
+ * marks what runs inside it); the tag it replaces goes to `*previous`
+ * unless `previous` is NULL.
+ *
+ * # Safety
+ * `previous` is NULL or points to a writable `uint64_t`.
+ */
+snclResult_t snclSetThreadTag(uint64_t tag, uint64_t *previous);
+
+/**
+ * Writes the calling thread's tag (`snclSetThreadTag`; 0: none) into
+ * `*tag`.
+ *
+ * # Safety
+ * `tag` points to a writable `uint64_t`.
+ */
+snclResult_t snclGetThreadTag(uint64_t *tag);
 
 /**
  * Creates an empty error-feedback state (sized by its first use) and

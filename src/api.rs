@@ -97,7 +97,7 @@ impl Build<'_> {
     fn configure(&self, r: &mut RawOp) -> Result<()> {
         if self.config != CollConfig::default() {
             self.config.check(self.rank(), r.coll, true)?;
-            r.config = self.config;
+            r.config = self.config.or_tag(r.config.tag);
         }
         Ok(())
     }

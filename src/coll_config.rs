@@ -95,6 +95,22 @@ impl CollConfig {
         }
     }
 
+    /// Settings that only carry the calling thread's tag
+    /// ([`crate::tags::set_thread_tag`]; none: the default): what a call
+    /// without settings of its own gets.
+    pub fn of_this_thread() -> CollConfig {
+        CollConfig::tagged(crate::tags::thread_tag())
+    }
+
+    /// These settings, with `tag` where they have none of their own (a
+    /// call's settings over the calling thread's tag).
+    pub fn or_tag(self, tag: u64) -> CollConfig {
+        CollConfig {
+            tag: if self.tag != 0 { self.tag } else { tag },
+            ..self
+        }
+    }
+
     /// Whether the schedule follows the planner (no algorithm or chunk of
     /// the call's own).
     pub(crate) fn planned(&self) -> bool {

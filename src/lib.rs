@@ -112,6 +112,7 @@ pub use setup::node_identity;
 pub use setup::transport_names;
 pub use sncl_bootstrap::{ConfigFromEnv, LaunchEnv, MemoryStore, ReadEnvironment, Store, UniqueId};
 pub use sncl_runtime::flight::InitPhase;
+pub use sncl_runtime::tags;
 pub use stats::Stats;
 pub use window::Window;
 pub use work::{Group, RawWork, Scope, Work};

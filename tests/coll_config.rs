@@ -229,3 +229,55 @@ fn ranks_with_different_settings_for_one_call_fail_it_as_mismatched() {
         "{errors:#?}"
     );
 }
+
+#[test]
+fn the_threads_named_tag_marks_calls_without_a_tag_of_their_own() {
+    let n = 2;
+    let cs = comms(n);
+    let backward = sncl::tags::tag_of("backward/bucket 3");
+    std::thread::scope(|s| {
+        for c in &cs {
+            s.spawn(move || {
+                let mut v = vec![1f32; 64];
+                let previous = sncl::tags::set_thread_tag(backward);
+                c.all_reduce_in_place(&mut v[..], ReduceOp::Sum).unwrap();
+                // A call's own tag wins; settings without one keep the thread's.
+                c.configured(&CollConfig::tagged(5))
+                    .all_reduce_in_place(&mut v[..], ReduceOp::Sum)
+                    .unwrap();
+                c.configured(&CollConfig {
+                    algorithm: Some(Algorithm::Ring),
+                    ..CollConfig::default()
+                })
+                .all_reduce_in_place(&mut v[..], ReduceOp::Sum)
+                .unwrap();
+                c.scope(|sc| {
+                    let w = sc.all_reduce_in_place(&mut v[..], ReduceOp::Sum).unwrap();
+                    w.wait().unwrap();
+                });
+                assert_eq!(sncl::tags::set_thread_tag(previous), backward);
+                c.all_reduce_in_place(&mut v[..], ReduceOp::Sum).unwrap();
+                assert!(v.iter().all(|&x| x == 32.0), "{:?}", &v[..4]);
+
+                let tags: Vec<u64> = recorded(c).iter().map(|(_, t)| *t).collect();
+                assert_eq!(
+                    tags,
+                    [backward, 5, backward, backward, 0],
+                    "rank {}",
+                    c.rank()
+                );
+                let names: Vec<Option<String>> = c
+                    .flight_recorder_json()
+                    .lines()
+                    .skip(1)
+                    .map(|l| {
+                        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                        v["tag_name"].as_str().map(str::to_string)
+                    })
+                    .collect();
+                assert_eq!(names[0].as_deref(), Some("backward/bucket 3"));
+                assert_eq!(names[4], None);
+            });
+        }
+    });
+}

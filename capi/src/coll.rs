@@ -142,7 +142,7 @@ impl Plain {
                 }
                 // `config` is NULL or an initialized snclCollConfig_t (the
                 // caller's contract, inside this block's unsafe).
-                r.config = coll_config_arg(self.config, self.kind)?;
+                r.config = coll_config_arg(self.config, self.kind)?.or_tag(r.config.tag);
                 r.root = shape.root;
                 coll(r, pm, shape.send_elems(c.rank()))
             })

@@ -1,7 +1,7 @@
 //! The `extern "C"` functions of `sncl.h` for communicators: creation,
 //! split, finalize, destroy, abort, queries and reduction operators.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use super::args::*;
@@ -403,6 +403,47 @@ pub unsafe extern "C" fn snclCommGetAsyncError(
         }
         // SAFETY: checked non-NULL; the caller provides storage.
         unsafe { asyncError.write(shared.async_code() as c_int) };
+        Ok(OK)
+    })
+}
+
+/// Dumps this rank's flight recorder of `comm` (its last
+/// `SNCL_FLIGHT_RECORDER_ENTRIES` operations, with their tags) as JSON
+/// lines into `SNCL_DEBUG_DUMP_DIR` (mode 0600; see
+/// `Communicator::dump_flight_recorder`), and writes the file's path,
+/// NUL-terminated, into `path` (`pathBytes` bytes). `commbench trace`
+/// reads the dumps of all ranks. `snclInvalidArgument` when no dump
+/// directory is set or the path does not fit; never waits for an
+/// operation.
+///
+/// # Safety
+/// `comm` is a live handle; `path` points to `pathBytes` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn snclCommDumpFlightRecorder(
+    comm: snclComm_t,
+    path: *mut c_char,
+    pathBytes: usize,
+) -> snclResult_t {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let shared = unsafe { comm_arg(comm) }?;
+        if path.is_null() {
+            return Err(CError::invalid("path is NULL"));
+        }
+        let written = shared.get()?.dump_flight_recorder()?;
+        let text = written.to_string_lossy();
+        if text.len() >= pathBytes {
+            return Err(CError::invalid(format!(
+                "the dump's path {text} ({} bytes and a NUL) does not fit in pathBytes {pathBytes}",
+                text.len()
+            )));
+        }
+        // SAFETY: checked non-NULL; the caller provides pathBytes bytes,
+        // and text.len() + 1 <= pathBytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), path.cast::<u8>(), text.len());
+            path.add(text.len()).write(0);
+        }
         Ok(OK)
     })
 }

@@ -130,11 +130,12 @@ pub struct Args {
     /// inter-node bytes, the cross-tier share, op counts, wait time).
     #[arg(long = "stats")]
     pub stats: bool,
-    /// Tag every benchmarked operation with N (`sncl::CollConfig::tag`):
+    /// Tag every benchmarked operation (`sncl::CollConfig::tag`) with a
+    /// number, or with a name (its `sncl::tags::tag_of`, printed by name):
     /// shown with each operation by `commbench trace` and per tag by
     /// `--stats` (0: untagged).
-    #[arg(long = "tag", default_value_t = 0)]
-    pub tag: u64,
+    #[arg(long = "tag", default_value = "0")]
+    pub tag: String,
     /// Write every rank's per-tier counters as JSON to FILE (rank 0).
     #[arg(long = "stats-json")]
     pub stats_json: Option<String>,
@@ -240,6 +241,13 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 impl Args {
+    /// `--tag`'s tag: the number given, or the tag of the name given.
+    pub fn tag_value(&self) -> u64 {
+        self.tag
+            .parse()
+            .unwrap_or_else(|_| sncl::tags::tag_of(&self.tag))
+    }
+
     /// The data types to run.
     pub fn dtypes(&self) -> Result<Vec<DataType>, String> {
         if self.dtype == "all" {

@@ -359,7 +359,7 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         average: args.average,
                         out_of_place: args.out_of_place != 0,
                         unalign: args.unalign,
-                        config: sncl::CollConfig::tagged(args.tag),
+                        config: sncl::CollConfig::tagged(args.tag_value()),
                     };
                     let (oop, ip) = match &mut dev {
                         Some(d) => {
@@ -654,7 +654,8 @@ fn print_stats(all: &[sncl::Stats]) {
             .iter()
             .map(|(tag, n, busy)| {
                 format!(
-                    "tag {tag}: {n} ops, {:.3} ms busy",
+                    "tag {}: {n} ops, {:.3} ms busy",
+                    tag_label(*tag),
                     busy.as_secs_f64() * 1e3
                 )
             })
@@ -728,7 +729,11 @@ fn stats_json(s: &sncl::Stats) -> String {
             .ops_by_tag
             .iter()
             .map(|(tag, n, busy)| {
-                (tag.to_string(), serde_json::json!({"ops": n, "busy_us": busy.as_secs_f64() * 1e6}))
+                (tag.to_string(), serde_json::json!({
+                    "ops": n,
+                    "busy_us": busy.as_secs_f64() * 1e6,
+                    "name": sncl::tags::name_of(*tag),
+                }))
             })
             .collect::<serde_json::Map<String, serde_json::Value>>(),
         "by_transport": s
@@ -738,4 +743,13 @@ fn stats_json(s: &sncl::Stats) -> String {
             .collect::<serde_json::Map<String, serde_json::Value>>(),
     })
     .to_string()
+}
+
+/// A tag as `--stats` prints it: its name and number where it has a name
+/// in this process ([`sncl::tags::tag_of`]), else its number.
+fn tag_label(tag: u64) -> String {
+    match sncl::tags::name_of(tag) {
+        Some(name) => format!("{name:?} ({tag})"),
+        None => tag.to_string(),
+    }
 }

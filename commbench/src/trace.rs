@@ -39,6 +39,9 @@ pub struct TraceEntry {
     pub end_us: Option<u64>,
     /// The caller's tag (`sncl::CollConfig::tag`; 0: none).
     pub tag: u64,
+    /// The tag's name, where the dumping process made it from one
+    /// (`sncl::tags::tag_of`).
+    pub tag_name: Option<String>,
 }
 
 impl TraceEntry {
@@ -53,10 +56,10 @@ impl TraceEntry {
             } else {
                 String::new()
             },
-            if self.tag != 0 {
-                format!(", tag={}", self.tag)
-            } else {
-                String::new()
+            match (&self.tag_name, self.tag) {
+                (Some(name), _) => format!(", tag={name:?}"),
+                (None, 0) => String::new(),
+                (None, tag) => format!(", tag={tag}"),
             },
             self.seq
         )
@@ -186,6 +189,10 @@ pub fn parse_dump(path: &Path, text: &str) -> Result<Dump, String> {
             start_us: v.get("start_us").and_then(Value::as_u64),
             end_us: v.get("end_us").and_then(Value::as_u64),
             tag: v.get("tag").and_then(Value::as_u64).unwrap_or(0),
+            tag_name: v
+                .get("tag_name")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         });
     }
     Ok(d)

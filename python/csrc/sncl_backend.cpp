@@ -430,6 +430,17 @@ void ProcessGroupSncl::resume() {
   callWhenIdle("snclCommResume", snclCommResume);
 }
 
+std::string ProcessGroupSncl::dumpFlightRecorder() {
+  snclComm_t c = comm_.load();
+  TORCH_CHECK(
+      c, "sncl: dump_flight_recorder of a process group that was shut down or aborted");
+  char path[4096] = {0};
+  check(
+      snclCommDumpFlightRecorder(c, path, sizeof(path)),
+      "snclCommDumpFlightRecorder");
+  return std::string(path);
+}
+
 std::unordered_map<std::string, uint64_t> ProcessGroupSncl::getMemoryStats() {
   snclComm_t c = comm_.load();
   TORCH_CHECK(c, "sncl: memory_stats of a process group that was shut down or aborted");
@@ -446,6 +457,7 @@ std::unordered_map<std::string, uint64_t> ProcessGroupSncl::getMemoryStats() {
       {"pinned", st.pinnedBytes},
       {"shared", st.sharedBytes},
       {"device", st.deviceBytes},
+      {"mapped", st.mappedBytes},
       {"fifo", st.fifoBytes},
       {"staging", st.stagingBytes},
       {"registration_cache", st.registrationCacheBytes},
@@ -589,6 +601,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
     inputs = outputs;
   }
   const char* name = title ? title : profilingTitle(type);
+  // The caller's tag (sncl_torch.tag): the worker issues the operation
+  // under it (runTask).
+  uint64_t tag = 0;
+  (void)snclGetThreadTag(&tag);
   const c10::Device dev = deviceOf(outputs, *inputs, name);
   if (dev.is_cuda() && !cudaBuilt()) {
     // Throws the explanation at the call, not at wait().
@@ -616,6 +632,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
     for (auto& s : steps) {
       coalesced_.steps.push_back(std::move(s));
     }
+    coalesced_.tag = tag;
     if (dev.is_cuda()) {
       coalesced_.tensors.insert(
           coalesced_.tensors.end(), outputs.begin(), outputs.end());
@@ -644,15 +661,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSncl::submit(
       runHere = true;
     } else {
       queue_.push_back(Task{std::move(steps), false, work});
+      queue_.back().tag = tag;
     }
   }
   if (runHere && dev.is_cuda()) {
     Task task{std::move(steps), false, work, dev, std::move(outputs)};
     task.tensors.insert(task.tensors.end(), inputs->begin(), inputs->end());
+    task.tag = tag;
     return runOnStream(std::move(task), name);
   }
   if (runHere) {
     Task task{std::move(steps), false, work};
+    task.tag = tag;
     std::exception_ptr error = runTask(task);
     releaseBusy();
     work->complete(error);
@@ -797,6 +817,9 @@ void ProcessGroupSncl::workerLoop() {
 std::exception_ptr ProcessGroupSncl::runTask(Task& task) {
   // Output copies write into leaf tensors that may require grad.
   at::NoGradGuard noGrad;
+  // The operations carry the tag of the thread that submitted them.
+  uint64_t callerTag = 0;
+  (void)snclSetThreadTag(task.tag, &callerTag);
   std::exception_ptr error;
   try {
     if (task.group && !task.steps.empty()) {
@@ -825,6 +848,7 @@ std::exception_ptr ProcessGroupSncl::runTask(Task& task) {
   }
   // Release the tensors the steps hold before completing.
   task.steps.clear();
+  (void)snclSetThreadTag(callerTag, nullptr);
   return error;
 }
 
@@ -959,4 +983,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return v;
       },
       "SNCL_VERSION_CODE of the linked libsncl (the NCCL API version it mirrors).");
+  m.def(
+      "_dump_flight_recorder",
+      [](c10d::Backend* backend) {
+        auto* pg = dynamic_cast<sncl_torch::ProcessGroupSncl*>(backend);
+        TORCH_CHECK(
+            pg != nullptr,
+            "sncl: dump_flight_recorder needs a group whose CPU backend is "
+            "sncl, got ",
+            backend ? backend->getBackendName() : std::string("None"));
+        return pg->dumpFlightRecorder();
+      },
+      py::arg("backend"),
+      "Dumps this rank's flight recorder into SNCL_DEBUG_DUMP_DIR; returns "
+      "the file's path.");
+  m.def(
+      "_tag_of",
+      [](const std::string& name) {
+        uint64_t tag = 0;
+        snclResult_t r = snclTagOfName(name.c_str(), &tag);
+        TORCH_CHECK(
+            r == snclSuccess, "sncl: snclTagOfName: ", snclGetLastError(nullptr));
+        return tag;
+      },
+      py::arg("name"),
+      "The tag of a name (snclTagOfName: a stable 64-bit hash, remembered so "
+      "traces print the name).");
+  m.def(
+      "_set_thread_tag",
+      [](uint64_t tag) {
+        uint64_t previous = 0;
+        snclResult_t r = snclSetThreadTag(tag, &previous);
+        TORCH_CHECK(
+            r == snclSuccess, "sncl: snclSetThreadTag: ", snclGetLastError(nullptr));
+        return previous;
+      },
+      py::arg("tag"),
+      "Sets the calling thread's tag (0: none) for the operations it issues "
+      "next; returns the one it replaces.");
 }

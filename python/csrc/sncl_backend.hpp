@@ -185,6 +185,10 @@ class ProcessGroupSncl : public c10d::Backend {
   void suspend() override;
   void resume() override;
   std::unordered_map<std::string, uint64_t> getMemoryStats() override;
+  // This rank's flight recorder (its last operations, with their tags) as
+  // a JSON-lines file in SNCL_DEBUG_DUMP_DIR; returns the file's path
+  // (snclCommDumpFlightRecorder). Waits for no operation.
+  std::string dumpFlightRecorder();
 
   const std::string getBackendName() const override {
     return "sncl";
@@ -350,6 +354,8 @@ class ProcessGroupSncl : public c10d::Backend {
     // the stream uses (recordStream).
     c10::Device device = c10::Device(c10::kCPU);
     std::vector<at::Tensor> tensors;
+    // The submitting thread's tag (snclGetThreadTag), issued under.
+    uint64_t tag = 0;
   };
 
   // Queues `steps` as one operation (or adds them to the coalesced task).

@@ -27,6 +27,7 @@ tier), and :func:`int8_compress_hook` is a DDP communication hook over it::
     ddp.register_comm_hook(None, sncl_torch.int8_compress_hook)
 """
 
+import contextlib
 import itertools
 
 import torch  # noqa: F401  (loads libtorch before the extension)
@@ -84,6 +85,36 @@ def memory_stats(group=None) -> dict:
     what :func:`suspend` would release, "suspended", "persist", "total") and
     sncl's by purpose and residence (snclCommMemStats)."""
     return dict(_sncl_backend(group).memory_stats())
+
+
+def dump_flight_recorder(group=None) -> str:
+    """Writes this rank's flight recorder of `group` (its last operations,
+    their state, timing and tags) as JSON lines into ``SNCL_DEBUG_DUMP_DIR``
+    (set before the group is created) and returns the file's path;
+    ``commbench trace DIR`` reads the dumps of all ranks. Waits for no
+    operation (snclCommDumpFlightRecorder)."""
+    return _C._dump_flight_recorder(_sncl_backend(group))
+
+
+@contextlib.contextmanager
+def tag(name: str):
+    """Tags the sncl operations this thread issues inside the block with
+    ``name`` (``snclTagOfName``: a stable 64-bit hash, the same on every
+    rank; the tag is yielded). sncl's flight recorder, ``commbench trace``
+    and statistics show the name with each operation, and the block is a
+    ``torch.profiler.record_function`` scope of that name, so the profiler
+    shows the ``sncl:<op>`` events inside it::
+
+        with sncl_torch.tag("backward/bucket 3"):
+            dist.all_reduce(grad)
+    """
+    value = _C._tag_of(name)
+    previous = _C._set_thread_tag(value)
+    try:
+        with torch.profiler.record_function(name):
+            yield value
+    finally:
+        _C._set_thread_tag(previous)
 
 
 def all_reduce_compressed(

@@ -1,12 +1,15 @@
 """Group management as torch.distributed users reach it (run under torchrun,
 4 ranks): dist.split_group, dist.shrink_group, Backend.suspend / resume /
-memory_stats, monitored_barrier's wording
+memory_stats, sncl_torch.tag and dump_flight_recorder, monitored_barrier's wording
 when rank 0's own time is spent, and _abort_process_group of the world
 (which ends a coalescing region on aborted backends)."""
 
 import datetime
+import json
 import os
+import shutil
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -92,6 +95,33 @@ def main():
         return f"{before['suspend']} B released and restored"
 
     res.run("Backend.suspend / resume / memory_stats: buffers go and come back", case_suspend)
+
+    def case_tag():
+        dump_dir = tempfile.mkdtemp(prefix=f"sncl-tag-{R}-")
+        os.environ["SNCL_DEBUG_DUMP_DIR"] = dump_dir
+        try:
+            sub = dist.new_group(list(range(W)), backend="sncl", timeout=TIMEOUT)
+        finally:
+            del os.environ["SNCL_DEBUG_DUMP_DIR"]
+        x = torch.ones(8)
+        with torch.profiler.profile() as prof:
+            with sncl_torch.tag("backward/bucket 3") as tag:
+                dist.all_reduce(x, group=sub)
+                dist.all_reduce(x, group=sub, async_op=True).wait()
+        dist.all_reduce(x, group=sub)
+        path = sncl_torch.dump_flight_recorder(sub)
+        with open(path) as f:
+            ops = [json.loads(line) for line in f][1:]
+        got = [(e["op"], e.get("tag"), e.get("tag_name")) for e in ops][-3:]
+        named = ("all_reduce", tag, "backward/bucket 3")
+        assert got == [named, named, ("all_reduce", None, None)], got
+        names = {e.name for e in prof.events()}
+        assert "backward/bucket 3" in names and "sncl:all_reduce" in names, sorted(names)[:30]
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        dist.barrier(group=G)
+        return f"tag {tag:#x} in the flight recorder and the profiler"
+
+    res.run("sncl_torch.tag names the operations in the flight recorder and profiler", case_tag)
 
     def case_shrink():
         sub = dist.new_group(list(range(W)), backend="sncl", timeout=TIMEOUT)

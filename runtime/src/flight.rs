@@ -495,6 +495,7 @@ impl FlightRecorder {
                 root: r.root,
                 algo: r.algo,
                 tag: r.tag,
+                tag_name: crate::tags::name_of(r.tag),
                 start_us: e.start_us,
                 end_us: e.end_us,
                 state: e.state.name(),
@@ -575,6 +576,10 @@ struct DumpEntry<'a> {
     /// Written only where the caller tagged the operation.
     #[serde(skip_serializing_if = "is_zero")]
     tag: u64,
+    /// The tag's name, where it was made from one in this process
+    /// ([`crate::tags::tag_of`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tag_name: Option<String>,
     start_us: u64,
     end_us: Option<u64>,
     state: &'a str,

@@ -20,3 +20,4 @@ pub mod clock;
 pub mod device;
 pub mod exec;
 pub mod flight;
+pub mod tags;

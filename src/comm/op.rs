@@ -103,7 +103,7 @@ impl RawOp {
             recv: std::ptr::null_mut(),
             v: None,
             p2p: Vec::new(),
-            config: crate::CollConfig::default(),
+            config: crate::CollConfig::of_this_thread(),
             prepared: None,
         }
     }

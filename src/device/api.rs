@@ -68,7 +68,7 @@ impl DeviceOp {
             send,
             recv,
             stream,
-            config: crate::CollConfig::default(),
+            config: crate::CollConfig::of_this_thread(),
         }
     }
 }
