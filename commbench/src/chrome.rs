@@ -148,12 +148,39 @@ pub struct SimulatedSlice {
     /// otherwise): name, duration (µs) and arguments. Drawn on a second
     /// track under the operation, ending where it ends.
     pub path: Vec<(String, f64, Value)>,
+    /// Who waited for their peers (see [`WaitBars`]).
+    pub waits: WaitBars,
+}
+
+/// The per-rank waits under a simulated operation, drawn as bars that
+/// start with it and last as long as the wait: one track per place in the
+/// ranking (the longest wait on the first), so a 65,664-rank trace holds
+/// only the few drawn.
+#[derive(Default)]
+pub struct WaitBars {
+    /// The ranks that waited longest, longest first: name, wait (µs),
+    /// arguments.
+    pub ranks: Vec<(String, f64, Value)>,
+    /// The nodes by their ranks' mean wait, longest first: name, mean wait
+    /// (µs), arguments.
+    pub nodes: Vec<(String, f64, Value)>,
+}
+
+/// Tracks of [`WaitBars::ranks`] at most (and as many of its nodes).
+pub const WAIT_TRACKS: usize = 16;
+
+/// Track (`tid`) of the `i`-th rank's wait bar and of the `i`-th node's.
+fn wait_tids(i: usize) -> (usize, usize) {
+    (2 + i, 2 + WAIT_TRACKS + i)
 }
 
 /// A Chrome trace of simulated operations, one after another on one track
 /// ("simulated", process `label`), in the same format as
 /// [`chrome_trace`]: opened beside a measured run's trace, the two show
-/// prediction and measurement side by side.
+/// prediction and measurement side by side. Under it: the critical path
+/// (track "critical path") and the waits (tracks "wait, rank #i" and
+/// "mean wait, node #i", category `wait`: bars from the operation's start
+/// as long as the wait).
 pub fn simulated_trace(label: &str, slices: &[SimulatedSlice]) -> Value {
     let mut events = vec![
         json!({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": label}}),
@@ -163,12 +190,51 @@ pub fn simulated_trace(label: &str, slices: &[SimulatedSlice]) -> Value {
         events.push(json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
                            "args": {"name": "critical path"}}));
     }
+    let ranked = |f: fn(&WaitBars) -> usize| {
+        slices
+            .iter()
+            .map(|s| f(&s.waits))
+            .max()
+            .unwrap_or(0)
+            .min(WAIT_TRACKS)
+    };
+    for i in 0..ranked(|w| w.ranks.len()) {
+        let tid = wait_tids(i).0;
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
+                           "args": {"name": format!("wait, rank #{}", i + 1)}}),
+        );
+        events.push(
+            json!({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid,
+                           "args": {"sort_index": tid}}),
+        );
+    }
+    for i in 0..ranked(|w| w.nodes.len()) {
+        let tid = wait_tids(i).1;
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
+                           "args": {"name": format!("mean wait, node #{}", i + 1)}}),
+        );
+        events.push(
+            json!({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid,
+                           "args": {"sort_index": tid}}),
+        );
+    }
     let mut t = 0.0f64;
     for s in slices {
         events.push(json!({
             "ph": "X", "name": s.op, "cat": "simulated", "pid": 1, "tid": 0,
             "ts": t, "dur": s.dur_us, "args": s.args,
         }));
+        for (bars, rank) in [(&s.waits.ranks, true), (&s.waits.nodes, false)] {
+            for (i, (name, us, args)) in bars.iter().take(WAIT_TRACKS).enumerate() {
+                let (r, n) = wait_tids(i);
+                events.push(json!({
+                    "ph": "X", "name": name, "cat": "wait", "pid": 1,
+                    "tid": if rank { r } else { n }, "ts": t, "dur": us, "args": args,
+                }));
+            }
+        }
         // The path adds up to the operation's time; it ends where it ends.
         let mut at = t + s.dur_us - s.path.iter().map(|p| p.1).sum::<f64>();
         for (name, dur, args) in &s.path {
@@ -202,6 +268,9 @@ fn slice_args(e: &TraceEntry) -> Value {
     }
     if e.tag != 0 {
         args["tag"] = json!(e.tag);
+    }
+    if let Some(name) = &e.tag_name {
+        args["tag_name"] = json!(name);
     }
     if let Some(err) = &e.error {
         args["error"] = json!(err);
@@ -246,6 +315,7 @@ mod tests {
             dur_us: dur,
             args: json!({"algo": "ring"}),
             path: Vec::new(),
+            waits: WaitBars::default(),
         };
         let t = simulated_trace("sim", &[s(10.0), s(2.5)]);
         let ev = t["traceEvents"].as_array().unwrap();
@@ -257,6 +327,48 @@ mod tests {
         );
         assert_eq!(slices[1]["dur"].as_f64(), Some(2.5));
         assert_eq!(slices[1]["args"]["algo"], "ring");
+    }
+
+    #[test]
+    fn wait_bars_start_with_their_operation_one_track_per_place() {
+        let bar = |name: &str, us: f64| (name.to_string(), us, json!({"us": us}));
+        let s = |dur, ranks: usize| SimulatedSlice {
+            op: "all_reduce".into(),
+            dur_us: dur,
+            args: json!({}),
+            path: Vec::new(),
+            waits: WaitBars {
+                ranks: (0..ranks)
+                    .map(|i| bar(&format!("rank {i}"), 5.0 - i as f64 * 0.1))
+                    .collect(),
+                nodes: vec![bar("node 3", 2.0)],
+            },
+        };
+        let t = simulated_trace("sim", &[s(10.0, 3), s(20.0, WAIT_TRACKS + 4)]);
+        let ev = t["traceEvents"].as_array().unwrap();
+        let waits: Vec<&Value> = ev.iter().filter(|e| e["cat"] == "wait").collect();
+        assert_eq!(
+            waits.len(),
+            3 + 1 + WAIT_TRACKS + 1,
+            "capped at WAIT_TRACKS"
+        );
+        assert_eq!(
+            (waits[0]["ts"].as_f64(), waits[0]["dur"].as_f64()),
+            (Some(0.0), Some(5.0))
+        );
+        assert_eq!(waits[0]["tid"], 2);
+        assert_eq!(waits[3]["name"], "node 3");
+        assert_eq!(waits[3]["tid"], 2 + WAIT_TRACKS);
+        let second: Vec<&&Value> = waits.iter().filter(|e| e["ts"] == 10.0).collect();
+        assert_eq!(second.len(), WAIT_TRACKS + 1);
+        let tracks: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| &e["args"]["name"])
+            .collect();
+        assert!(tracks.contains(&&json!("wait, rank #16")));
+        assert!(!tracks.contains(&&json!("wait, rank #17")));
+        assert!(tracks.contains(&&json!("mean wait, node #1")));
     }
 
     #[test]

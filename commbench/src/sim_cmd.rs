@@ -117,7 +117,7 @@ impl ClusterArgs {
             Some(x) => {
                 return Err(format!(
                     "--placement {x:?}: expected node-major or round-robin"
-                ))
+                ));
             }
         }
         if let Some(o) = self.oversubscription {
@@ -297,7 +297,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
         x => {
             return Err(format!(
                 "--frame {x:?}: expected auto, per-rank or symmetric"
-            ))
+            ));
         }
     };
     let algos: Vec<Option<Algorithm>> = a
@@ -330,12 +330,20 @@ fn run(a: &SimArgs) -> Result<(), String> {
         cl.intra.latency_us,
         cl.inter.bytes_per_s / 1e9,
         cl.inter.latency_us,
-        if cl.nic == Nic::PerRank { "rank" } else { "node" },
+        if cl.nic == Nic::PerRank {
+            "rank"
+        } else {
+            "node"
+        },
         cl.oversubscription,
         cl.burst_bytes
     );
-    println!("#       size         count      type       algo       time    algbw    busbw  cross-tier   wait-max  frame");
-    println!("#        (B)    (elements)                            (us)   (GB/s)   (GB/s)     share        (us)");
+    println!(
+        "#       size         count      type       algo       time    algbw    busbw  cross-tier   wait-max  frame"
+    );
+    println!(
+        "#        (B)    (elements)                            (us)   (GB/s)   (GB/s)     share        (us)"
+    );
     let mut rows = Vec::new();
     let mut slices = Vec::new();
     let mut tree_runs = TreeRuns::default();
@@ -368,8 +376,12 @@ fn run(a: &SimArgs) -> Result<(), String> {
                         if p.symmetric { "symmetric" } else { "per-rank" }
                     );
                     let bound = p.critical.as_ref().and_then(|c| c.bottleneck(&cl));
+                    let waits = sim::waits::summary(&cl, &p, sim::waits::LONGEST_DRAWN);
                     if let Some(b) = &bound {
                         println!("{}", bottleneck_line(&cl, b, &p.wait_us));
+                        if let Some(line) = waits_line(&waits) {
+                            println!("{line}");
+                        }
                     }
                     let path = p
                         .critical
@@ -385,6 +397,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                             "cross_tier_share": p.cross_share(), "wait_max_us": p.wait_max_us,
                         }),
                         path,
+                        waits: wait_bars(&cl, &waits, p.time_us),
                     });
                     rows.push(
                         serde_json::json!({
@@ -408,6 +421,7 @@ fn run(a: &SimArgs) -> Result<(), String> {
                                          "us": b.link.1},
                                 "per_node_us": b.per_node_us,
                             })),
+                            "waits": waits_json(&waits),
                         })
                         .to_string(),
                     );
@@ -470,6 +484,73 @@ fn bottleneck_line(cl: &Cluster, b: &sim::critical::Bottleneck, wait_us: &[f64])
     )
 }
 
+/// The comment line under the critical path's: the nodes whose ranks
+/// waited longest on average (`None` when nobody waited).
+fn waits_line(w: &sim::waits::Waits) -> Option<String> {
+    let top = w.nodes_by_mean(3);
+    if top.is_empty() {
+        return None;
+    }
+    let nodes: Vec<String> = top
+        .iter()
+        .map(|s| {
+            format!(
+                "node {} {:.1} us (longest rank {} {:.1} us)",
+                s.node, s.mean_us, s.max_rank, s.max_us
+            )
+        })
+        .collect();
+    Some(format!("#   mean wait by node: {}", nodes.join(", ")))
+}
+
+/// The waits of one row in `--json`: the longest by rank and every node's.
+fn waits_json(w: &sim::waits::Waits) -> serde_json::Value {
+    serde_json::json!({
+        "longest": w.longest.iter().map(|x| serde_json::json!({
+            "rank": x.rank, "node": x.node, "us": x.us,
+        })).collect::<Vec<_>>(),
+        "per_node": w.per_node.iter().map(|s| serde_json::json!({
+            "node": s.node, "mean_us": s.mean_us, "max_us": s.max_us, "max_rank": s.max_rank,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The waits drawn under an operation of `time_us`: the ranks that waited
+/// longest and the nodes by mean wait (at most [`crate::chrome::WAIT_TRACKS`]
+/// of each), each bar as long as its wait.
+fn wait_bars(cl: &Cluster, w: &sim::waits::Waits, time_us: f64) -> crate::chrome::WaitBars {
+    let share = |us: f64| us / time_us.max(f64::MIN_POSITIVE);
+    let slowed = |node: usize| cl.slowdown_of(node) != (1.0, 1.0, 1.0);
+    crate::chrome::WaitBars {
+        ranks: w
+            .longest
+            .iter()
+            .take(crate::chrome::WAIT_TRACKS)
+            .map(|x| {
+                (
+                    format!("rank {} (node {}) waited", x.rank, x.node),
+                    x.us,
+                    serde_json::json!({"rank": x.rank, "node": x.node, "wait_us": x.us,
+                                       "share_of_op": share(x.us), "node_slowed": slowed(x.node)}),
+                )
+            })
+            .collect(),
+        nodes: w
+            .nodes_by_mean(crate::chrome::WAIT_TRACKS)
+            .iter()
+            .map(|s| {
+                (
+                    format!("node {} mean wait", s.node),
+                    s.mean_us,
+                    serde_json::json!({"node": s.node, "mean_us": s.mean_us, "max_us": s.max_us,
+                                       "max_rank": s.max_rank, "share_of_op": share(s.mean_us),
+                                       "slowed": slowed(s.node)}),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// The critical path as Perfetto slices in time order: one per stretch,
 /// named by what it was spent on, with the ranks' nodes.
 fn path_slices(
@@ -496,4 +577,82 @@ fn path_slices(
             ),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A straggler: the ranks that wait on it are drawn with their waits
+    /// (bars from the operation's start), the nodes by mean wait too, and
+    /// `--json` carries the same ranks and every node's waits.
+    #[test]
+    fn the_waits_on_a_straggler_are_drawn_and_written() {
+        let dir = std::env::temp_dir();
+        let id = std::process::id();
+        let chrome = dir.join(format!("sncl-sim-waits-{id}.trace"));
+        let json = dir.join(format!("sncl-sim-waits-{id}.json"));
+        let a = SimArgs::try_parse_from([
+            "commbench sim",
+            "all_reduce",
+            "-b",
+            "64M",
+            "-e",
+            "64M",
+            "--algo",
+            "hier",
+            "--nodes",
+            "8",
+            "--ranks-per-node",
+            "16",
+            "--intra",
+            "400GB/s,2us",
+            "--inter",
+            "50GB/s,5us",
+            "--straggler",
+            "5:3",
+            "--chrome",
+            chrome.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .unwrap();
+        run(&a).unwrap();
+        let read = |p: &std::path::Path| -> serde_json::Value {
+            let v = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+            let _ = std::fs::remove_file(p);
+            v
+        };
+        let (trace, rows) = (read(&chrome), read(&json));
+        let events = trace["traceEvents"].as_array().unwrap();
+        let op = events.iter().find(|e| e["cat"] == "simulated").unwrap();
+        let f = |v: &serde_json::Value| v.as_f64().unwrap();
+        let bars: Vec<&serde_json::Value> = events.iter().filter(|e| e["cat"] == "wait").collect();
+        let ranks: Vec<&&serde_json::Value> =
+            bars.iter().filter(|e| e["args"]["rank"].is_u64()).collect();
+        let nodes: Vec<&&serde_json::Value> = bars
+            .iter()
+            .filter(|e| e["args"]["mean_us"].is_f64())
+            .collect();
+        assert_eq!(ranks.len(), crate::chrome::WAIT_TRACKS, "{trace}");
+        assert!(!nodes.is_empty() && nodes.len() <= 8, "{trace}");
+        for b in &bars {
+            assert!(f(&b["dur"]) > 0.0 && f(&b["dur"]) <= f(&op["dur"]), "{b}");
+            assert_eq!(f(&b["ts"]), f(&op["ts"]));
+        }
+        assert!(ranks.windows(2).all(|w| f(&w[0]["dur"]) >= f(&w[1]["dur"])));
+        // The longest waits are the fast nodes' ranks, waiting on node 5.
+        assert_ne!(nodes[0]["args"]["node"], 5, "{trace}");
+        assert_eq!(f(&ranks[0]["dur"]), f(&op["args"]["wait_max_us"]));
+        let row = &rows[0]["waits"];
+        let longest = row["longest"].as_array().unwrap();
+        assert_eq!(longest.len(), ranks.len());
+        for (x, b) in longest.iter().zip(&ranks) {
+            assert_eq!(x["rank"], b["args"]["rank"]);
+            assert!(f(&x["us"]) > 0.0);
+        }
+        let per_node = row["per_node"].as_array().unwrap();
+        assert_eq!(per_node.len(), 8);
+        assert!(per_node.iter().filter(|s| f(&s["mean_us"]) > 0.0).count() >= 7);
+    }
 }

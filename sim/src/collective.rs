@@ -47,47 +47,6 @@ pub const TREE_EXTRAPOLATION_CHUNKS: usize = 8;
 /// per-rank run records every step for its critical path.
 pub const RECORD_STEPS_MAX: u64 = 20_000_000;
 
-/// Same runs, peers and directions, bytes within 2 % plus two elements.
-fn alike(a: &Program, b: &Program, elem: f64) -> bool {
-    let close = |x: f64, y: f64| (x - y).abs() <= 0.02 * x.max(y) + 2.0 * elem;
-    a.runs.len() == b.runs.len()
-        && a.runs.iter().zip(&b.runs).all(|(x, y)| {
-            x.repeat == y.repeat
-                && close(x.local_bytes, y.local_bytes)
-                && close(x.reduce_bytes, y.reduce_bytes)
-                && x.msgs.len() == y.msgs.len()
-                && x.msgs
-                    .iter()
-                    .zip(&y.msgs)
-                    .all(|(m, k)| m.peer == k.peer && m.send == k.send && close(m.bytes, k.bytes))
-        })
-}
-
-/// `p` with every peer moved by `d` ranks (modulo `n`).
-fn shifted(p: &Program, d: i64, n: usize) -> Program {
-    if d == 0 {
-        return p.clone();
-    }
-    let n = n as i64;
-    Program {
-        runs: p
-            .runs
-            .iter()
-            .map(|run| crate::program::Run {
-                msgs: run
-                    .msgs
-                    .iter()
-                    .map(|m| crate::program::Msg {
-                        peer: (i64::from(m.peer) + d).rem_euclid(n) as u32,
-                        ..*m
-                    })
-                    .collect(),
-                ..run.clone()
-            })
-            .collect(),
-    }
-}
-
 /// Builds and runs the programs of one collective.
 struct Exec<'a> {
     cl: &'a Cluster,
@@ -118,79 +77,6 @@ impl Exec<'_> {
         };
         build(self.req.coll, self.algo, &p, &self.cl.topology())
             .ok_or_else(|| self.err("no schedule for this collective".into()))
-    }
-
-    /// Programs derived from rank 0's, in either frame. Rings: every
-    /// rank's program is rank 0's with peers shifted by the rank (the
-    /// schedule is invariant under rotating ranks). `hier` (equal nodes,
-    /// node-major): local position p's program is position 0's with every
-    /// peer moved p positions along its own node (shard p's cross-node
-    /// group is shard 0's moved so; the intra-node rings rotate), and rank
-    /// k L + p's is position p's moved k whole nodes (the cross-node rings
-    /// rotate). Builds rank 0's and derives the others, after checking the
-    /// derivation against built programs of ranks 1, L−1, L and the last;
-    /// `None` when a check fails or the schedule is neither (then all are
-    /// built).
-    fn rotated(&self, count: usize, tolerance: f64) -> Result<Option<Vec<Program>>> {
-        let local = match self.algo {
-            Algorithm::Ring | Algorithm::FlatRing => false,
-            Algorithm::Hier => true,
-            _ => return Ok(None),
-        };
-        if self.cl.placement != Placement::NodeMajor || self.entities < 3 {
-            return Ok(None);
-        }
-        let n = self.cl.nranks();
-        let l = self.cl.ranks_per_node;
-        let moved = |peer: usize, r: usize| -> usize {
-            if local {
-                let (node, pos) = (r / l, r % l);
-                (peer - peer % l + (peer % l + pos) % l + node * l) % n
-            } else {
-                (peer + r) % n
-            }
-        };
-        let elem = self.req.elem.max(1);
-        let prog = |r: usize| -> Result<Program> {
-            Ok(Program::from_schedule(
-                &self.build(r, count)?,
-                elem,
-                tolerance,
-            ))
-        };
-        let p0 = prog(0)?;
-        let shift = |r: usize| Program {
-            runs: p0
-                .runs
-                .iter()
-                .map(|run| crate::program::Run {
-                    msgs: run
-                        .msgs
-                        .iter()
-                        .map(|m| crate::program::Msg {
-                            peer: moved(m.peer as usize, r) as u32,
-                            ..*m
-                        })
-                        .collect(),
-                    ..run.clone()
-                })
-                .collect(),
-        };
-        let mut checked = vec![1, l - 1, l, n / 2 + 1, self.entities - 1];
-        checked.retain(|&r| r > 0 && r < self.entities);
-        checked.sort_unstable();
-        checked.dedup();
-        for r in checked {
-            if !alike(&shift(r), &prog(r)?, elem as f64) {
-                tracing::debug!(
-                    rank = r,
-                    algo = self.algo.name(),
-                    "sim: programs are not rotations of rank 0's; building all"
-                );
-                return Ok(None);
-            }
-        }
-        Ok(Some((0..self.entities).map(shift).collect()))
     }
 
     /// Trees: the table's builder recomputes the group order (O(n)) for
@@ -234,88 +120,6 @@ impl Exec<'_> {
             }
         }
         Some(f)
-    }
-
-    /// Trees over the identity order (node-major numbering): a rank's
-    /// schedule depends on its position only through its action at each
-    /// level (receive from `+2^l`, send to `−2^l`, idle — see
-    /// `algo/tree.rs`), so ranks with the same actions have the same
-    /// program with peers shifted by the difference of their ranks. Builds
-    /// one program per class and shifts it; checks the shift against built
-    /// programs of a few ranks (`None`, and every rank is built, when a
-    /// check fails or the order is not the identity).
-    fn tree_classes(
-        &self,
-        topo: &comm_core::topo::Topology,
-        build: &dyn Fn(usize) -> comm_core::schedule::Schedule,
-        elem: usize,
-        tolerance: f64,
-    ) -> Option<Vec<Program>> {
-        let n = self.cl.nranks();
-        if n < 4 || topo.ring_order().iter().enumerate().any(|(i, &x)| i != x) {
-            return None;
-        }
-        let levels = comm_core::algo::ceil_log2(n);
-        if levels > 60 {
-            return None;
-        }
-        // Two bits per level: reduce action, then broadcast action.
-        let key = |vr: usize| -> (u64, u64) {
-            let (mut red, mut bc) = (0u64, 0u64);
-            for l in 0..levels {
-                let m = 1usize << l;
-                let a = if vr & (m - 1) != 0 {
-                    0
-                } else if vr & m != 0 {
-                    1
-                } else if vr + m < n {
-                    2
-                } else {
-                    0
-                };
-                red |= a << (2 * l);
-                let bm = 1usize << (levels - 1 - l);
-                let b = if vr.is_multiple_of(2 * bm) {
-                    if vr + bm < n {
-                        1
-                    } else {
-                        0
-                    }
-                } else if vr.is_multiple_of(bm) {
-                    2
-                } else {
-                    0
-                };
-                bc |= b << (2 * l);
-            }
-            (red, bc)
-        };
-        let mut reps: std::collections::HashMap<(u64, u64), (usize, Program)> =
-            std::collections::HashMap::new();
-        let mut progs = Vec::with_capacity(n);
-        for r in 0..n {
-            let (rep, p) = reps
-                .entry(key(r))
-                .or_insert_with(|| (r, Program::from_schedule(&build(r), elem, tolerance)));
-            let d = r as i64 - *rep as i64;
-            progs.push(shifted(p, d, n));
-        }
-        let elemf = elem as f64;
-        for r in [1, 2, 3, n / 3, n / 2 + 1, n - 2, n - 1] {
-            if !alike(
-                &progs[r],
-                &Program::from_schedule(&build(r), elem, tolerance),
-                elemf,
-            ) {
-                tracing::debug!(
-                    rank = r,
-                    "sim: tree classes differ from the builder; building all"
-                );
-                return None;
-            }
-        }
-        tracing::debug!(classes = reps.len(), "sim: tree programs from classes");
-        Some(progs)
     }
 
     /// Programs of every entity for `count` elements, then the engine.
@@ -745,8 +549,15 @@ fn simulate_with(
     })
 }
 
+mod derive;
+#[cfg(test)]
+use derive::alike;
+
 #[cfg(test)]
 mod tests;
 
 #[cfg(test)]
 mod asymmetric_tests;
+
+#[cfg(test)]
+mod placement_tests;

@@ -20,6 +20,7 @@ pub mod critical;
 pub mod engine;
 pub mod model;
 pub mod program;
+pub mod waits;
 
 /// Errors of the simulator and the cost model.
 #[derive(Debug, thiserror::Error)]
