@@ -73,6 +73,7 @@ struct CUstream_st;
   NULL,                                     /* protocol */              \
   0,                                        /* chunkBytes */            \
   0,                                        /* userTag */               \
+  0,                                        /* maxCTAs */               \
 }
 
 /* sncl's own release (SNCL_VERSION_CODE is the NCCL API version it
@@ -613,9 +614,15 @@ typedef struct {
   size_t chunkBytes;
   /**
    * A tag of the caller's, shown with the operation in the flight
-   * recorder and `commbench trace`; 0: none.
+   * recorder and `commbench trace`; 0: none (`snclTagOfName` makes one
+   * of a name).
    */
   uint64_t userTag;
+  /**
+   * The most thread blocks (CTAs) the call's device kernel runs with,
+   * as NCCL's `maxCTAs`; 0: sncl's own grid. Device buffers only.
+   */
+  int maxCTAs;
 } snclCollConfig_t;
 
 /**

@@ -82,6 +82,10 @@ pub struct CollConfig {
     /// A tag of the caller's (0: none), shown with the operation in the
     /// flight recorder, `commbench trace` and [`crate::Stats::ops_by_tag`].
     pub tag: u64,
+    /// The most thread blocks (CTAs) the call's device kernel runs with
+    /// (NCCL's `maxCTAs`), to leave a GPU's SMs to the compute beside it;
+    /// 0: sncl's own grid. Device memory only; every rank passes the same.
+    pub max_ctas: u32,
 }
 
 impl CollConfig {
@@ -92,6 +96,7 @@ impl CollConfig {
             chunk_bytes: 0,
             protocol: None,
             tag,
+            max_ctas: 0,
         }
     }
 
@@ -118,18 +123,23 @@ impl CollConfig {
     }
 
     /// A digest of the settings that shape the call's schedule (its
-    /// algorithm and chunk), carried in the call's fingerprint
-    /// ([`comm_core::wire::Fingerprint::settings`]): 0 for a planned call,
-    /// 1..=255 otherwise, the same on every rank for the same settings.
-    /// Ranks whose settings differ fail the call as mismatched (but for
-    /// the 1 in 255 pairs of settings whose digests collide).
+    /// algorithm and chunk) and its kernels' grid (`max_ctas`: every
+    /// rank's blocks wait on their peers'), carried in the call's
+    /// fingerprint ([`comm_core::wire::Fingerprint::settings`]): 0 for a
+    /// planned call on sncl's own grid, 1..=255 otherwise, the same on
+    /// every rank for the same settings. Ranks whose settings differ fail
+    /// the call as mismatched (but for the 1 in 255 pairs of settings
+    /// whose digests collide).
     pub(crate) fn schedule_digest(&self) -> u8 {
-        if self.planned() {
+        if self.planned() && self.max_ctas == 0 {
             return 0;
         }
         // FxHasher: no per-process seed, so every rank computes the same.
         let mut h = rustc_hash::FxHasher::default();
         (self.algorithm.map(Algorithm::name), self.chunk_bytes as u64).hash(&mut h);
+        if self.max_ctas != 0 {
+            self.max_ctas.hash(&mut h);
+        }
         (h.finish() % 255) as u8 + 1
     }
 
@@ -156,6 +166,13 @@ impl CollConfig {
             return Err(bad(format!(
                 "the call's chunk of {} bytes exceeds {MAX_CALL_CHUNK_BYTES}",
                 self.chunk_bytes
+            )));
+        }
+        if self.max_ctas != 0 && !device {
+            return Err(bad(format!(
+                "the call's settings cap its device kernel at {} CTAs, but CTAs apply to device \
+                 memory and these buffers are host memory",
+                self.max_ctas
             )));
         }
         match self.protocol {
@@ -195,6 +212,21 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("rank 3") && text.contains("gather"), "{text}");
         assert!(text.contains("no tree algorithm"), "{text}");
+        let host_ctas = CollConfig { max_ctas: 4, ..ok };
+        assert!(host_ctas.check(0, Collective::AllReduce, true).is_ok());
+        let text = host_ctas
+            .check(1, Collective::AllReduce, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("4 CTAs") && text.contains("host memory"),
+            "{text}"
+        );
+        assert_ne!(host_ctas.schedule_digest(), 0);
+        assert_ne!(
+            host_ctas.schedule_digest(),
+            CollConfig { max_ctas: 8, ..ok }.schedule_digest()
+        );
         let host_protocol = CollConfig {
             protocol: Some(Protocol::Simple),
             ..ok

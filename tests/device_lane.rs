@@ -51,6 +51,7 @@ fn check(ranks: &[Rank], count: usize, offset: usize, in_place: bool, op: Reduce
         root: 0,
         offset,
         in_place,
+        max_ctas: 0,
     };
     check_other(ranks, c);
 }
@@ -110,6 +111,8 @@ struct Other {
     /// Byte offset of every buffer (4: not 16-byte aligned).
     offset: usize,
     in_place: bool,
+    /// The call's `CollConfig::max_ctas` (0: sncl's grid).
+    max_ctas: u32,
 }
 
 /// Runs `c` (f32; `c.op` for an all-reduce, sum where another folds) on every rank with NCCL's extents and
@@ -154,6 +157,7 @@ fn check_other(ranks: &[Rank], c: Other) {
                     let mut op = DeviceOp::new(c.coll, DataType::Float32, k, send, recv, stream);
                     op.root = root;
                     op.op = c.op;
+                    op.config.max_ctas = c.max_ctas;
                     // SAFETY: both ranges live until the wait below.
                     let work = unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?;
                     work.wait().map_err(|e| e.to_string())?;
@@ -233,6 +237,7 @@ fn other_collectives_go_through_the_lane_in_rounds() {
                             root,
                             offset,
                             in_place,
+                            max_ctas: 0,
                         };
                         check_other(&ranks, c);
                         runs += 1;
@@ -330,4 +335,44 @@ fn half_precision_folds_accumulate_in_f32() {
     }
     let counts = ranks[0].comm.direct_all_reduces();
     assert_eq!(counts.kernel_path, 8, "every fold on the lane: {counts:?}");
+}
+
+/// A call's cap on the kernel's blocks (`CollConfig::max_ctas`, NCCL's
+/// `maxCTAs`): all-reduces and an all-gather of several blocks' worth run
+/// on 1 and 3 blocks and give the same exact results; a host call with
+/// the cap is refused.
+#[test]
+fn a_calls_cta_cap_runs_the_same_results_on_fewer_blocks() {
+    let ranks = ranks(3, 16 << 10);
+    for max_ctas in [1, 3] {
+        for (coll, count) in [
+            (Collective::AllReduce, 3 * 4096 + 77),
+            (Collective::AllReduce, 1000),
+            (Collective::AllGather, 5000),
+        ] {
+            check_other(
+                &ranks,
+                Other {
+                    coll,
+                    op: ReduceOp::Sum,
+                    count,
+                    root: 0,
+                    offset: 4,
+                    in_place: false,
+                    max_ctas,
+                },
+            );
+        }
+    }
+    let host = Communicator::init_threads(1, Config::default()).expect("init");
+    let mut v = [1f32; 8];
+    let e = host[0]
+        .configured(&sncl::CollConfig {
+            max_ctas: 2,
+            ..Default::default()
+        })
+        .all_reduce_in_place(&mut v[..], ReduceOp::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("2 CTAs") && e.contains("host memory"), "{e}");
 }

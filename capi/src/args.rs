@@ -274,6 +274,12 @@ pub(super) unsafe fn coll_config_arg(
         }
         c.chunk_bytes = std::ptr::addr_of!((*cfg).chunkBytes).read();
         c.tag = std::ptr::addr_of!((*cfg).userTag).read();
+        let max_ctas = std::ptr::addr_of!((*cfg).maxCTAs).read();
+        c.max_ctas = u32::try_from(max_ctas).map_err(|_| {
+            CError::invalid(format!(
+                "snclCollConfig_t maxCTAs {max_ctas}: expected 0 (sncl's grid) or a positive count"
+            ))
+        })?;
     }
     Ok(c)
 }

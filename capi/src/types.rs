@@ -281,6 +281,10 @@ pub struct snclCollConfig_t {
     /// The call's pipeline chunk in bytes; 0: `SNCL_CHUNK_BYTES`.
     pub chunkBytes: usize,
     /// A tag of the caller's, shown with the operation in the flight
-    /// recorder and `commbench trace`; 0: none.
+    /// recorder and `commbench trace`; 0: none (`snclTagOfName` makes one
+    /// of a name).
     pub userTag: u64,
+    /// The most thread blocks (CTAs) the call's device kernel runs with,
+    /// as NCCL's `maxCTAs`; 0: sncl's own grid. Device buffers only.
+    pub maxCTAs: c_int,
 }

@@ -343,6 +343,7 @@ impl Inner {
             op: op.op,
             // `run_device` waited for the caller's stream before the offer.
             after: None,
+            max_ctas: op.config.max_ctas,
         };
         Some(sw.run_direct(st, &ctx, abort, &run))
     }

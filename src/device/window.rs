@@ -139,6 +139,19 @@ pub(crate) struct DirectRun<'a> {
     /// window API); `None` where the host already waited for it (queued
     /// device operations).
     pub after: Option<StreamHandle>,
+    /// The call's cap on the kernel's blocks (`CollConfig::max_ctas`; 0:
+    /// none).
+    pub max_ctas: u32,
+}
+
+/// The most blocks a kernel of a call may run with: the launch's `limit`,
+/// or the call's `max_ctas` (`CollConfig::max_ctas`, the same on every
+/// rank) where that is set and lower.
+pub(crate) fn blocks_limit(limit: u32, max_ctas: u32) -> u32 {
+    match max_ctas {
+        0 => limit,
+        cap => limit.min(cap),
+    }
 }
 
 /// Window ids per communicator and rank (the same sequence on every rank:
@@ -508,6 +521,7 @@ impl DeviceWindow {
             dtype,
             op,
             after: Some(stream),
+            max_ctas: 0,
         };
         inner.run_in_turn(fp, |st, ctx, abort| core.run_direct(st, ctx, abort, &run))
     }
@@ -605,7 +619,12 @@ impl WindowCore {
                 .filter(|_| algo == DirectAlgo::OneShot && in_place),
             control: self.control.as_ptr() as *mut u32,
             epoch,
-            grid: direct::grid(dtype, count, block, max_blocks.min(self.grid_cap)),
+            grid: direct::grid(
+                dtype,
+                count,
+                block,
+                blocks_limit(max_blocks.min(self.grid_cap), run.max_ctas),
+            ),
             staged: None,
         };
         // SAFETY: every buffer is a live allocation or open IPC mapping

@@ -628,6 +628,29 @@ static void check_coll_config(snclComm_t comm) {
   EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
              snclInvalidArgument,
          "unknown protocol accepted");
+  bad.protocol = NULL;
+  bad.maxCTAs = 2;
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
+             snclInvalidArgument,
+         "maxCTAs on host memory accepted");
+  EXPECT(strstr(snclGetLastError(comm), "CTAs apply to device memory") != NULL, "error: %s",
+         snclGetLastError(comm));
+  bad.maxCTAs = -1;
+  EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &bad) ==
+             snclInvalidArgument,
+         "negative maxCTAs accepted");
+  {
+    uint64_t named = 0, again = 0, previous = 1;
+    CHECK(snclTagOfName("backward/bucket 3", &named));
+    CHECK(snclTagOfName("backward/bucket 3", &again));
+    EXPECT(named != 0 && named == again, "snclTagOfName: %llx, %llx",
+           (unsigned long long)named, (unsigned long long)again);
+    CHECK(snclSetThreadTag(named, &previous));
+    EXPECT(previous == 0, "thread tag before: %llx", (unsigned long long)previous);
+    CHECK(snclGetThreadTag(&again));
+    EXPECT(again == named, "snclGetThreadTag: %llx", (unsigned long long)again);
+    CHECK(snclSetThreadTag(0, NULL));
+  }
   snclCollConfig_t zeroed;
   memset(&zeroed, 0, sizeof zeroed);
   EXPECT(snclAllReduceConfig(s, r, c, snclFloat32, snclSum, comm, NULL, &zeroed) ==

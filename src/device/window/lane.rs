@@ -181,8 +181,9 @@ impl WindowCore {
     /// Enqueues `staged` (from [`WindowCore::lane_collective`]) of
     /// `count` elements a piece from `send` to `recv` (device buffers of
     /// the bound device, NCCL's extents, in place allowed) on `stream`: the
-    /// staged direct kernel (rounds through the lane), avg's divide, and
-    /// `done` recorded after them (`None`: nothing recorded, as under
+    /// staged direct kernel (rounds through the lane; at most `max_ctas`
+    /// blocks where the call set it, `CollConfig::max_ctas`), avg's divide,
+    /// and `done` recorded after them (`None`: nothing recorded, as under
     /// stream capture).
     ///
     /// # Safety
@@ -194,6 +195,7 @@ impl WindowCore {
         stream: ::device::StreamHandle,
         (staged, send, recv): (StagedCollective, DevicePtr, DevicePtr),
         (count, dtype, op): (usize, DataType, ReduceOp),
+        max_ctas: u32,
         done: Option<EventHandle>,
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
@@ -241,7 +243,7 @@ impl WindowCore {
                 dtype,
                 count.min(chunk),
                 block,
-                max_blocks.min(self.grid_cap),
+                super::blocks_limit(max_blocks.min(self.grid_cap), max_ctas),
             ),
             staged: Some(Staged {
                 collective: staged,
