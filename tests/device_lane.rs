@@ -52,6 +52,7 @@ fn check(ranks: &[Rank], count: usize, offset: usize, in_place: bool, op: Reduce
         offset,
         in_place,
         max_ctas: 0,
+        tag: 0,
     };
     check_other(ranks, c);
 }
@@ -113,6 +114,8 @@ struct Other {
     in_place: bool,
     /// The call's `CollConfig::max_ctas` (0: sncl's grid).
     max_ctas: u32,
+    /// The call's tag (0: none).
+    tag: u64,
 }
 
 /// Runs `c` (f32; `c.op` for an all-reduce, sum where another folds) on every rank with NCCL's extents and
@@ -158,6 +161,7 @@ fn check_other(ranks: &[Rank], c: Other) {
                     op.root = root;
                     op.op = c.op;
                     op.config.max_ctas = c.max_ctas;
+                    op.config.tag = c.tag;
                     // SAFETY: both ranges live until the wait below.
                     let work = unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?;
                     work.wait().map_err(|e| e.to_string())?;
@@ -238,6 +242,7 @@ fn other_collectives_go_through_the_lane_in_rounds() {
                             offset,
                             in_place,
                             max_ctas: 0,
+                            tag: 0,
                         };
                         check_other(&ranks, c);
                         runs += 1;
@@ -360,10 +365,32 @@ fn a_calls_cta_cap_runs_the_same_results_on_fewer_blocks() {
                     offset: 4,
                     in_place: false,
                     max_ctas,
+                    tag: sncl::tags::tag_of("capped"),
                 },
             );
         }
     }
+    // The lane's operations are in the flight recorder, kernel and tag.
+    let dump = ranks[0].comm.flight_recorder_json();
+    let lane_ops: Vec<serde_json::Value> = dump
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["algo"].as_str().unwrap_or("").starts_with("lane"))
+        .collect();
+    assert_eq!(lane_ops.len(), 6, "{dump}");
+    assert!(
+        lane_ops
+            .iter()
+            .all(|e| e["tag_name"] == "capped" && e["state"] == "completed"),
+        "{dump}"
+    );
+    assert!(
+        lane_ops
+            .iter()
+            .any(|e| e["op"] == "all_gather" && e["algo"] == "lane"),
+        "{dump}"
+    );
     let host = Communicator::init_threads(1, Config::default()).expect("init");
     let mut v = [1f32; 8];
     let e = host[0]

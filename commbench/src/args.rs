@@ -136,6 +136,10 @@ pub struct Args {
     /// `--stats` (0: untagged).
     #[arg(long = "tag", default_value = "0")]
     pub tag: String,
+    /// With --device: cap each operation's kernel at N thread blocks
+    /// (`sncl::CollConfig::max_ctas`, NCCL's maxCTAs; 0: sncl's grid).
+    #[arg(long = "max-ctas", default_value_t = 0)]
+    pub max_ctas: u32,
     /// Write every rank's per-tier counters as JSON to FILE (rank 0).
     #[arg(long = "stats-json")]
     pub stats_json: Option<String>,

@@ -248,6 +248,8 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
     );
     op.op = c.op;
     op.root = c.root;
+    // The call's settings (--tag, --max-ctas) over the calling thread's tag.
+    op.config = c.config.or_tag(op.config.tag);
     // sendrecv: a ring shift, as on host buffers.
     let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
     let ring = [
@@ -265,6 +267,9 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
         }
     };
     let run = || -> Result<()> { enqueue()?.wait() };
+    // The traffic (and tags) of the warm-up and timed runs, as on host
+    // buffers.
+    let before = comm.stats();
     for _ in 0..c.warmup {
         run()?;
     }
@@ -324,6 +329,7 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
         .dev
         .event_elapsed_ms(start, end)
         .map_err(|e| fail("timing", e))?;
+    let traffic = comm.stats().since(&before);
     // SAFETY: both events were created above and are not used again.
     unsafe {
         let _ = d.dev.destroy_event(start);
@@ -389,7 +395,7 @@ pub fn run_case(comm: &Communicator, d: &mut Dev, c: &Case) -> Result<(Timing, O
             median_us: mean_us,
             wrong: sum[0],
             own_wrong: wrong,
-            traffic: sncl::Stats::default(),
+            traffic,
         },
         None,
     ))

@@ -359,7 +359,10 @@ fn run(args: &Args, comm: &Communicator, notes: &[String]) -> sncl::Result<bool>
                         average: args.average,
                         out_of_place: args.out_of_place != 0,
                         unalign: args.unalign,
-                        config: sncl::CollConfig::tagged(args.tag_value()),
+                        config: sncl::CollConfig {
+                            max_ctas: args.max_ctas,
+                            ..sncl::CollConfig::tagged(args.tag_value())
+                        },
                     };
                     let (oop, ip) = match &mut dev {
                         Some(d) => {

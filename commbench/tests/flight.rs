@@ -349,3 +349,64 @@ fn four_rank_run_becomes_a_chrome_trace_matching_the_dumps() {
     assert_eq!(dumps, 4, "one dump per rank");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Device operations (the emulated device's kernel path) carry a named
+/// tag and a CTA cap from `commbench --tag NAME --max-ctas N`: `--stats`
+/// counts them by name, the dumps record each with its kernel and tag
+/// name, and `commbench trace` reads those dumps.
+#[test]
+fn device_operations_carry_a_named_tag_to_stats_dumps_and_trace() {
+    let dir = std::env::temp_dir().join(format!("sncl-device-tag-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = Command::new(BIN)
+        .args([
+            "all_reduce",
+            "--device",
+            "emu",
+            "--np",
+            "2",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+        ])
+        .args(["-n", "3", "-w", "1", "--flight-dump", "--stats"])
+        .args(["--tag", "backward/bucket 3", "--max-ctas", "2"])
+        .env("SNCL_DEBUG_DUMP_DIR", &dir)
+        .output()
+        .expect("commbench run");
+    assert!(run.status.success(), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("# operations by tag on rank 0: tag \"backward/bucket 3\" (")
+            && stdout.contains("): 4 ops, "),
+        "{stdout}"
+    );
+    let dump = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with("rank0.jsonl"))
+        .expect("rank 0's dump");
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let tagged: Vec<serde_json::Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["tag_name"] == "backward/bucket 3")
+        .collect();
+    assert_eq!(tagged.len(), 4, "{text}");
+    assert!(
+        tagged
+            .iter()
+            .all(|e| e["algo"].as_str().unwrap().starts_with("lane")),
+        "{text}"
+    );
+    let trace = Command::new(BIN)
+        .arg("trace")
+        .arg(&dir)
+        .output()
+        .expect("commbench trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(trace.status.success(), "{trace:?}");
+}

@@ -200,31 +200,18 @@ impl Inner {
         body: impl FnOnce(&mut State, &exec::OpContext) -> Result<()>,
     ) -> Result<()> {
         let ctx = self.op_context(seq, fingerprint, op.op, self.spin);
-        let started = sncl_runtime::clock::Instant::now();
-        let flight_id = self.flight.start_at(
-            sncl_runtime::flight::OpRecord {
-                seq,
-                op: op.coll.name(),
-                dtype: op.dtype.name(),
-                reduce: fingerprint.op.name(),
-                count: op.count as u64,
-                bytes,
-                root: fingerprint.root.into(),
-                algo,
-                tag: op.config.tag,
-            },
-            started,
-        );
-        let result = body(st, &ctx);
-        let took = started.elapsed();
-        st.busy += took;
-        if op.config.tag != 0 {
-            let (ops, busy) = st.tagged.entry(op.config.tag).or_default();
-            *ops += 1;
-            *busy += took;
-        }
-        self.flight
-            .finish_after(flight_id, took, result.as_ref().err().map(|e| e as _));
+        let record = sncl_runtime::flight::OpRecord {
+            seq,
+            op: op.coll.name(),
+            dtype: op.dtype.name(),
+            reduce: fingerprint.op.name(),
+            count: op.count as u64,
+            bytes,
+            root: fingerprint.root.into(),
+            algo,
+            tag: op.config.tag,
+        };
+        let result = self.recorded(st, record, |st| body(st, &ctx));
         match &result {
             Err(e) if !self.abort_requested() => self.fail(st, e),
             // Stopped by (or finished despite) an abort from another thread:
@@ -234,15 +221,41 @@ impl Inner {
         result
     }
 
+    /// Runs `body` as the operation `record` describes: the flight
+    /// recorder around it, its busy time, and its tag's count and time.
+    fn recorded(
+        &self,
+        st: &mut State,
+        record: sncl_runtime::flight::OpRecord,
+        body: impl FnOnce(&mut State) -> Result<()>,
+    ) -> Result<()> {
+        let tag = record.tag;
+        let started = sncl_runtime::clock::Instant::now();
+        let flight_id = self.flight.start_at(record, started);
+        let result = body(st);
+        let took = started.elapsed();
+        st.busy += took;
+        if tag != 0 {
+            let (ops, busy) = st.tagged.entry(tag).or_default();
+            *ops += 1;
+            *busy += took;
+        }
+        self.flight
+            .finish_after(flight_id, took, result.as_ref().err().map(|e| e as _));
+        result
+    }
+
     /// In an operation's turn (the caller holds it), with the state held:
     /// refuses on an aborted communicator, else takes the next sequence
-    /// number, counts a `coll` and runs `f` with the operation's context;
-    /// a failure fails the communicator. For operations whose data moves
-    /// outside the executor (the device kernel path's watch).
+    /// number, counts a `coll` and runs `f` with the operation's context,
+    /// recorded as `(algo, bytes, tag)` in the flight recorder and the
+    /// statistics; a failure fails the communicator. For operations whose
+    /// data moves outside the executor (the device kernel path's watch).
     pub(crate) fn run_counted(
         &self,
         coll: Collective,
         fingerprint: Fingerprint,
+        (algo, bytes, tag): (&'static str, u64, u64),
         f: impl FnOnce(&mut State, &exec::OpContext, &exec::AbortFlag) -> Result<()>,
     ) -> Result<()> {
         let mut guard = self.lock();
@@ -252,7 +265,18 @@ impl Inner {
         let seq = st.take_seq();
         st.count_op(coll);
         let ctx = self.op_context(seq, fingerprint, fingerprint.op, self.spin);
-        let r = f(st, &ctx, &self.abort_flag);
+        let record = sncl_runtime::flight::OpRecord {
+            seq,
+            op: coll.name(),
+            dtype: fingerprint.dtype.name(),
+            reduce: fingerprint.op.name(),
+            count: fingerprint.count,
+            bytes,
+            root: fingerprint.root.into(),
+            algo,
+            tag,
+        };
+        let r = self.recorded(st, record, |st| f(st, &ctx, &self.abort_flag));
         if let Err(e) = &r {
             self.fail(st, e);
         }

@@ -552,6 +552,16 @@ impl Communicator {
         let binding = b.clone();
         let two_shot = staged == StagedCollective::AllReduce
             && lane.lane_algo(op.dtype, op.count) == DirectAlgo::TwoShot;
+        let kernel = match (staged, two_shot) {
+            (StagedCollective::AllReduce, true) => "lane two-shot",
+            (StagedCollective::AllReduce, false) => "lane one-shot",
+            _ => "lane",
+        };
+        // As the host path records it: the larger of this rank's extents.
+        let shape = comm_core::shape::OpShape::new(op.coll, op.dtype, op.count, self.inner.nranks)
+            .with_root(op.root);
+        let elems = shape.send_elems(rank).max(shape.recv_elems(rank));
+        let recorded_as = (kernel, (elems * op.dtype.size()) as u64, op.config.tag);
         Box::new(move |_ticket| {
             if enqueue_error.is_none() {
                 // SAFETY: the caller's contract (`enqueue_device`): the
@@ -575,6 +585,7 @@ impl Communicator {
                 fingerprint,
                 done,
                 two_shot,
+                recorded_as,
                 enqueue_error,
             }))
         })

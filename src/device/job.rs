@@ -102,6 +102,9 @@ pub(crate) struct LaneJob {
     pub done: Option<EventHandle>,
     /// The kernel ran two-shot (else one-shot).
     pub two_shot: bool,
+    /// How the flight recorder and the statistics record it: the kernel
+    /// (`lane one-shot`, `lane two-shot`, `lane`), the bytes, the tag.
+    pub recorded_as: (&'static str, u64, u64),
     /// Enqueueing on the caller's stream failed: the operation fails (and
     /// with it the communicator, so that the peers' kernels stop).
     pub enqueue_error: Option<Error>,
@@ -132,7 +135,9 @@ fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &WorkState) {
             Err(e)
         }
         (None, Some(done)) => {
-            let r = job.lane.watch_lane(inner, job.fingerprint, done);
+            let r = job
+                .lane
+                .watch_lane(inner, job.fingerprint, job.recorded_as, done);
             if r.is_err() {
                 // Also when the communicator had failed before this turn:
                 // the kernel waits on peers that will not come.

@@ -284,23 +284,29 @@ impl WindowCore {
     }
 
     /// On the progress thread, in the operation's turn: takes its sequence
-    /// number and waits for `done` with the communicator's deadline, abort
+    /// number (recorded as `(algo, bytes, tag)`) and waits for `done` with the communicator's deadline, abort
     /// and liveness probes (see [`WindowCore::wait_kernel`]). A failure
     /// marks the lane unusable and fails the communicator.
     pub(crate) fn watch_lane(
         &self,
         inner: &Inner,
         fingerprint: Fingerprint,
+        recorded_as: (&'static str, u64, u64),
         done: EventHandle,
     ) -> Result<()> {
-        inner.run_counted(fingerprint.collective, fingerprint, |st, ctx, abort| {
-            let doing = format!("lane {} (seq {})", fingerprint.collective.name(), ctx.seq);
-            self.wait_kernel(st, ctx, abort, done, &doing)
-                .inspect_err(|_| {
-                    self.broken
-                        .store(true, std::sync::atomic::Ordering::Release)
-                })
-        })
+        inner.run_counted(
+            fingerprint.collective,
+            fingerprint,
+            recorded_as,
+            |st, ctx, abort| {
+                let doing = format!("lane {} (seq {})", fingerprint.collective.name(), ctx.seq);
+                self.wait_kernel(st, ctx, abort, done, &doing)
+                    .inspect_err(|_| {
+                        self.broken
+                            .store(true, std::sync::atomic::Ordering::Release)
+                    })
+            },
+        )
     }
 }
 
