@@ -51,6 +51,7 @@ mod api;
 #[cfg(feature = "cuda")]
 mod cudarc_slices;
 mod job;
+mod lane_enqueue;
 mod offer;
 mod p2p;
 mod window;
