@@ -22,7 +22,18 @@
 //! processes given the same rank fail at once instead of corrupting the
 //! rendezvous. The grow ends with a barrier of the new communicator: a
 //! rank that returns it knows that every rank built it.
+//!
+//! A grow can fail (a joiner that died after claiming its rank, a member
+//! that gave up) and be tried again: every member counts the grows it
+//! called (every member calls each, as a collective), and try `k` keeps
+//! its records and claims under its own keys and, from the second try
+//! on, builds under its own communicator id ([`try_comm_id`]), so it
+//! never meets an earlier try's. Rank 0 publishes the try a new rank
+//! joins ([`CURRENT_TRY`]) when it hands out the grow id and when its grow
+//! starts; take the id for a retry from [`Communicator::grow_unique_id`]
+//! after the failure.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,9 +43,29 @@ use sncl_bootstrap::{Store, TcpStore, UniqueId};
 
 use crate::{setup, Communicator};
 
-/// The store keys of one grow, under the new communicator's prefix.
-fn grow_key(comm_id: u64, what: &str) -> String {
-    format!("sncl/{comm_id:016x}/grow/{what}")
+/// The store keys of try `attempt` of a grow, under the grow id's prefix.
+fn grow_key(comm_id: u64, attempt: u64, what: &str) -> String {
+    format!("sncl/{comm_id:016x}/grow/{attempt}/{what}")
+}
+
+/// The key under which rank 0 publishes the try new ranks join.
+const CURRENT_TRY: &str = "current";
+
+/// The key of [`CURRENT_TRY`] for the grow id's `comm_id`.
+fn current_try_key(comm_id: u64) -> String {
+    format!("sncl/{comm_id:016x}/grow/{CURRENT_TRY}")
+}
+
+const GROW_TAG: u64 = 0x6772_6f77; // "grow"
+
+/// The communicator id try `attempt` of a grow builds under: the grow id's
+/// for the first, a derived one for each later try (so a retry's
+/// rendezvous never reads the records of a try that failed).
+fn try_comm_id(comm_id: u64, attempt: u64) -> u64 {
+    match attempt {
+        0 | 1 => comm_id,
+        k => crate::shrink::derived_id(comm_id, GROW_TAG, k, &[]),
+    }
 }
 
 /// Reads a decimal number rank 0 published for the grow.
@@ -68,11 +99,15 @@ impl Communicator {
                     .into(),
             });
         }
-        inner.own_standby_store("grow_unique_id")?;
-        Ok(UniqueId {
+        let store = inner.own_standby_store("grow_unique_id")?;
+        let id = UniqueId {
             root: inner.standby_addr(0)?,
             secret: inner.secret,
-        })
+        };
+        // New ranks given this id join the next grow this rank calls.
+        let next = inner.recovery.grows.load(Ordering::Acquire) + 1;
+        store.set(&current_try_key(id.comm_id()), next.to_string().as_bytes())?;
+        Ok(id)
     }
 
     /// A communicator of this one's ranks and `nranks - size()` new ones
@@ -85,8 +120,9 @@ impl Communicator {
     /// pending on this communicator. This communicator stays usable, but
     /// once the grow succeeded its rank 0 has handed its standby store to
     /// the new one, so it can grow or shrink no more: grow or shrink the
-    /// result instead. A failed grow leaves it as it was, but a second
-    /// grow of it finds the first one's records: shrink it or start anew.
+    /// result instead. A failed grow leaves it as it was, and can be
+    /// called again (every member, with a grow id taken after the failure
+    /// for the new ranks): each try has its own records.
     pub fn grow(&self, nranks: usize) -> Result<Communicator> {
         let inner = &self.inner;
         let (me, n) = (inner.rank, inner.nranks);
@@ -100,6 +136,10 @@ impl Communicator {
             });
         }
         setup::check_world(me, nranks, "grow")?;
+        // Counted once its arguments pass (a call refused here is this
+        // rank's mistake, not a try): every member calls every grow, so the
+        // count names the same try on every member.
+        let attempt = inner.recovery.grows.fetch_add(1, Ordering::AcqRel) + 1;
         if me == 0 {
             inner.own_standby_store("grow")?;
         }
@@ -118,12 +158,24 @@ impl Communicator {
                 ),
             })?;
         if me == 0 {
-            store.set(&grow_key(comm_id, "parent_size"), n.to_string().as_bytes())?;
-            store.set(&grow_key(comm_id, "size"), nranks.to_string().as_bytes())?;
+            store.set(
+                &grow_key(comm_id, attempt, "parent_size"),
+                n.to_string().as_bytes(),
+            )?;
+            store.set(
+                &grow_key(comm_id, attempt, "size"),
+                nranks.to_string().as_bytes(),
+            )?;
+            store.set(&current_try_key(comm_id), attempt.to_string().as_bytes())?;
         } else {
             // Every member grows to rank 0's size: another one is a clear
             // error now, not a wait for ranks that never come.
-            let size = published(&store, &grow_key(comm_id, "size"), me, &inner.config)?;
+            let size = published(
+                &store,
+                &grow_key(comm_id, attempt, "size"),
+                me,
+                &inner.config,
+            )?;
             if size != nranks {
                 return Err(Error::InvalidArgument {
                     rank: me,
@@ -137,13 +189,19 @@ impl Communicator {
         }
         let mut config = inner.config.clone();
         config.node_id = Some(inner.node_ids[me].clone());
-        tracing::info!(rank = me, from = n, to = nranks, "growing the communicator");
+        tracing::info!(
+            rank = me,
+            from = n,
+            to = nranks,
+            attempt,
+            "growing the communicator"
+        );
         let local_ip = store.local_ip();
         let mut child = setup::build(setup::SetupArgs {
             store: Arc::new(store),
             rank: me,
             nranks,
-            comm_id,
+            comm_id: try_comm_id(comm_id, attempt),
             secret: inner.secret,
             config,
             local_ip,
@@ -192,8 +250,14 @@ impl Communicator {
             })?
             .with_io_timeout(config.timeout);
         let comm_id = id.comm_id();
-        let parent = published(&store, &grow_key(comm_id, "parent_size"), rank, &config)?;
-        let size = published(&store, &grow_key(comm_id, "size"), rank, &config)?;
+        let attempt = published(&store, &current_try_key(comm_id), rank, &config)? as u64;
+        let parent = published(
+            &store,
+            &grow_key(comm_id, attempt, "parent_size"),
+            rank,
+            &config,
+        )?;
+        let size = published(&store, &grow_key(comm_id, attempt, "size"), rank, &config)?;
         let bad = |detail: String| Error::InvalidArgument {
             rank,
             op: "join_grow",
@@ -210,19 +274,19 @@ impl Communicator {
                  ranks are {parent}..{size}"
             )));
         }
-        if store.add(&grow_key(comm_id, &format!("claim/{rank}")), 1)? != 1 {
+        if store.add(&grow_key(comm_id, attempt, &format!("claim/{rank}")), 1)? != 1 {
             return Err(bad(format!(
                 "another process already joined this grow as rank {rank} (each new rank must \
                  be given to one process)"
             )));
         }
-        tracing::info!(rank, nranks, "joining a grow");
+        tracing::info!(rank, nranks, attempt, "joining a grow");
         let local_ip = store.local_ip();
         let inner = setup::build(setup::SetupArgs {
             store: Arc::new(store),
             rank,
             nranks,
-            comm_id,
+            comm_id: try_comm_id(comm_id, attempt),
             secret: id.secret,
             config,
             local_ip,

@@ -38,6 +38,9 @@ pub(crate) struct Recovery {
     pub(crate) shrinks: AtomicU64,
     /// Agreements started on this communicator.
     pub(crate) agrees: AtomicU64,
+    /// Grows called on this communicator (each member calls every one, as
+    /// a collective: the count names the try, see `crate::grow`).
+    pub(crate) grows: AtomicU64,
 }
 
 impl Recovery {
@@ -51,6 +54,7 @@ impl Recovery {
             standby: Mutex::new(standby.map_or(Standby::Gone, Standby::Serving)),
             shrinks: AtomicU64::new(0),
             agrees: AtomicU64::new(0),
+            grows: AtomicU64::new(0),
         }
     }
 

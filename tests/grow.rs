@@ -158,8 +158,55 @@ fn bad_grows_are_clear_errors_on_every_rank() {
         start.elapsed()
     );
     // The failed grow left rank 0's standby store with the parent: its
-    // recovery (and its grow id) still work.
-    assert!(members[0].grow_unique_id().is_ok());
+    // recovery (and its grow id) still work, and a second grow of the same
+    // members, with a joiner this time, does not meet the first one's
+    // records: it reduces like a fresh job of three.
+    let id = members[0].grow_unique_id().expect("a second grow id");
+    let len = 4096;
+    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
+        let mut hs: Vec<_> = members
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    // Rank 1 comes late: rank 0 and the joiner must not
+                    // take the first grow's records for its.
+                    if c.rank() == 1 {
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    let g = c.grow(3).unwrap_or_else(|e| panic!("second grow: {e}"));
+                    (g.rank(), all_reduce(&g, len))
+                })
+            })
+            .collect();
+        hs.push(s.spawn(move || {
+            let g = Communicator::join_grow(&id, 2, 3, config())
+                .unwrap_or_else(|e| panic!("join the second grow: {e}"));
+            (g.rank(), all_reduce(&g, len))
+        }));
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want: Vec<f32> = all_reduce_of_fresh(3, len);
+    for (r, got) in &grown {
+        assert!(
+            got == &want,
+            "rank {r} of the second grow differs from a fresh job"
+        );
+    }
+}
+
+/// An all-reduce of [`input`] on a fresh job of `n` ranks.
+fn all_reduce_of_fresh(n: usize, len: usize) -> Vec<f32> {
+    let fresh = job(n);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = fresh
+            .iter()
+            .map(|c| s.spawn(move || all_reduce(c, len)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .remove(0)
 }
 
 #[test]
@@ -221,4 +268,56 @@ fn a_new_rank_given_to_two_processes_fails_the_second() {
         sizes.iter().all(|s| *s == Ok(3)),
         "the members and the first joiner grow: {sizes:?}"
     );
+}
+
+/// A grow whose joiner claimed its rank and then failed (here: one member
+/// never came) can be tried again with a replacement joiner: the retry
+/// does not meet the first try's claim or records, and the grown job
+/// reduces like a fresh one.
+#[test]
+fn a_failed_grow_can_be_retried_with_a_new_joiner() {
+    let members = job(2);
+    let id = members[0].grow_unique_id().unwrap();
+    std::thread::scope(|s| {
+        let first = s.spawn(|| members[0].grow(3).map(|_| ()).unwrap_err().to_string());
+        // Member 1 grows to another size: it is told so, and never joins
+        // the creation that rank 0 and the joiner (which claimed rank 2)
+        // wait in.
+        let second = s.spawn(|| members[1].grow(4).map(|_| ()).unwrap_err().to_string());
+        let joiner = s.spawn(move || {
+            Communicator::join_grow(&id, 2, 3, config())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        });
+        let errors = [first, second, joiner].map(|h| h.join().unwrap());
+        assert!(errors[1].contains("rank 0 to 3"), "{errors:?}");
+    });
+    // Every member calls the second grow; a new process takes rank 2.
+    let id = members[0].grow_unique_id().expect("a second grow id");
+    let len = 4096;
+    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
+        let mut hs: Vec<_> = members
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let g = c.grow(3).unwrap_or_else(|e| panic!("second grow: {e}"));
+                    (g.rank(), all_reduce(&g, len))
+                })
+            })
+            .collect();
+        hs.push(s.spawn(move || {
+            let g = Communicator::join_grow(&id, 2, 3, config())
+                .unwrap_or_else(|e| panic!("join the second grow: {e}"));
+            (g.rank(), all_reduce(&g, len))
+        }));
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want = all_reduce_of_fresh(3, len);
+    for (r, got) in &grown {
+        assert!(
+            got == &want,
+            "rank {r} of the second grow differs from a fresh job"
+        );
+    }
 }
