@@ -50,6 +50,33 @@ pub struct ClusterArgs {
     /// repeatable.
     #[arg(long = "slow-link")]
     pub slow_link: Vec<String>,
+    /// Mixed transports: NODE:intra=BANDWIDTH,LATENCY or
+    /// NODE:inter=BANDWIDTH,LATENCY, the node's links between its own
+    /// ranks (or its NICs) those of another, slower transport (e.g.
+    /// 5:inter=12.5GB/s,30us for a node on TCP where the others have
+    /// RDMA); repeatable. Runs in the per-rank frame.
+    #[arg(long = "node-transport")]
+    pub node_transport: Vec<String>,
+}
+
+/// `NODE:intra=BW,LAT` / `NODE:inter=BW,LAT` of `--node-transport`: the
+/// node and its (intra, inter) tiers.
+fn node_transport(s: &str) -> Result<(usize, Option<Tier>, Option<Tier>), String> {
+    let bad = || {
+        format!(
+            "--node-transport {s:?}: expected NODE:intra=BANDWIDTH,LATENCY or \
+             NODE:inter=BANDWIDTH,LATENCY (e.g. 5:inter=12.5GB/s,30us)"
+        )
+    };
+    let (node, rest) = s.split_once(':').ok_or_else(bad)?;
+    let node = node.trim().parse::<usize>().map_err(|_| bad())?;
+    let (which, link) = rest.split_once('=').ok_or_else(bad)?;
+    let t = tier(link, "node-transport")?;
+    match which.trim() {
+        "intra" => Ok((node, Some(t), None)),
+        "inter" => Ok((node, None, Some(t))),
+        _ => Err(bad()),
+    }
 }
 
 /// `NODE[:FACTOR]` of `--straggler` / `--slow-link` (`default` when the
@@ -133,6 +160,12 @@ impl ClusterArgs {
         for s in &self.slow_link {
             let (node, factor) = node_factor(s, "slow-link", None)?;
             cl.slowdowns.push(Slowdown::degraded_link(node, factor));
+        }
+        for s in &self.node_transport {
+            let (node, intra, inter) = node_transport(s)?;
+            let slow = Slowdown::other_transport(node, &cl, intra, inter)
+                .map_err(|e| format!("--node-transport {s:?}: {e}"))?;
+            cl.slowdowns.push(slow);
         }
         cl.validate().map_err(|e| e.to_string())?;
         Ok(cl)
@@ -462,9 +495,12 @@ fn bottleneck_line(cl: &Cluster, b: &sim::critical::Bottleneck, wait_us: &[f64])
         .enumerate()
         .max_by(|x, y| x.1.total_cmp(y.1))
         .map_or((0, 0.0), |(r, w)| (r, *w));
-    let slow = |node: usize| match cl.slowdown_of(node) {
-        (1.0, 1.0, 1.0) => String::new(),
-        (a, e, c) => format!(" (slowed: intra x{a}, inter x{e}, compute x{c})"),
+    let slow = |node: usize| match (cl.slowdown_of(node), cl.extra_latency_of(node)) {
+        ((1.0, 1.0, 1.0), (0.0, 0.0)) => String::new(),
+        ((a, e, c), (0.0, 0.0)) => format!(" (slowed: intra x{a}, inter x{e}, compute x{c})"),
+        ((a, e, c), (li, le)) => {
+            format!(" (slowed: intra x{a} +{li} us, inter x{e} +{le} us, compute x{c})")
+        }
     };
     format!(
         "#   critical path {:.1} us: node {}{} {:.0}%, rank {} {:.0}%, link {} -> {} ({}) {:.0}%; longest wait rank {} (node {}) {:.1} us",
@@ -520,7 +556,9 @@ fn waits_json(w: &sim::waits::Waits) -> serde_json::Value {
 /// of each), each bar as long as its wait.
 fn wait_bars(cl: &Cluster, w: &sim::waits::Waits, time_us: f64) -> crate::chrome::WaitBars {
     let share = |us: f64| us / time_us.max(f64::MIN_POSITIVE);
-    let slowed = |node: usize| cl.slowdown_of(node) != (1.0, 1.0, 1.0);
+    let slowed = |node: usize| {
+        cl.slowdown_of(node) != (1.0, 1.0, 1.0) || cl.extra_latency_of(node) != (0.0, 0.0)
+    };
     crate::chrome::WaitBars {
         ranks: w
             .longest

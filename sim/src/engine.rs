@@ -180,6 +180,9 @@ struct Engine<'a> {
     record: bool,
     /// Per entity: its node's compute slowdown (empty: none anywhere).
     compute: Vec<f64>,
+    /// Per node: the latency its links add per message, µs, (intra, inter)
+    /// (empty: none anywhere; `Cluster::extra_latency_of`).
+    extra_latency: Vec<(f64, f64)>,
     ents: Vec<Ent>,
     /// Per receiving rank (shifted onto node 0's frame when symmetric): its
     /// open channels by sending rank (a rank has few peers at a time).
@@ -264,10 +267,16 @@ impl<'a> Engine<'a> {
         } else {
             (0..e).map(|i| slow(i).2).collect()
         };
+        let extra_latency = if sym || cl.slowdowns.is_empty() {
+            Vec::new()
+        } else {
+            (0..cl.nodes).map(|k| cl.extra_latency_of(k)).collect()
+        };
         Engine {
             cl,
             progs,
             sym,
+            extra_latency,
             agg: false,
             record: false,
             compute,
@@ -663,7 +672,7 @@ impl<'a> Engine<'a> {
             push(4 * se);
             push(4 * re + 1);
             self.out.intra_bytes += bytes * mult;
-            self.cl.intra.latency_us
+            self.cl.intra.latency_us + self.extra_latency.get(ns).map_or(0.0, |x| x.0)
         } else {
             let (ks, kd) = if self.sym { (0, 0) } else { (ns, nd) };
             match self.cl.nic {
@@ -681,7 +690,9 @@ impl<'a> Engine<'a> {
                 push(e4 + 4 * kd + 3);
             }
             self.out.inter_bytes += bytes * mult;
-            self.cl.inter.latency_us
+            // A message waits for the slower end's network.
+            let extra = |k: usize| self.extra_latency.get(k).map_or(0.0, |x| x.1);
+            self.cl.inter.latency_us + extra(ns).max(extra(nd))
         };
         let active = self.now + lat * lat_mult;
         for x in [se, re] {

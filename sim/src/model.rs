@@ -84,6 +84,12 @@ pub struct Slowdown {
     /// Its ranks' local copies and reductions take this factor longer (≥ 1;
     /// a slow or throttled device).
     pub compute: f64,
+    /// Latency its links between its own ranks add to each message, µs
+    /// (≥ 0; a node whose ranks talk over another transport).
+    pub intra_extra_us: f64,
+    /// Latency its NICs add to each message to or from another node, µs
+    /// (≥ 0; a node on another network transport).
+    pub inter_extra_us: f64,
 }
 
 impl Slowdown {
@@ -94,16 +100,49 @@ impl Slowdown {
             intra: factor,
             inter: factor,
             compute: factor,
+            intra_extra_us: 0.0,
+            inter_extra_us: 0.0,
         }
+    }
+
+    /// A node whose links are another transport's (mixed transports: one
+    /// node's ranks on host shared memory where the others have NVLink, its
+    /// NICs on TCP where the others have RDMA): `intra` / `inter` in place
+    /// of `cl`'s tiers (`None`: the cluster's). A node's transport is no
+    /// faster than the cluster's, in bandwidth or latency: an error names
+    /// the tier that is.
+    pub fn other_transport(
+        node: usize,
+        cl: &Cluster,
+        intra: Option<Tier>,
+        inter: Option<Tier>,
+    ) -> Result<Slowdown> {
+        let mut s = Slowdown::straggler(node, 1.0);
+        for (name, own, base) in [("intra", intra, cl.intra), ("inter", inter, cl.inter)] {
+            let Some(t) = own else { continue };
+            if t.bytes_per_s > base.bytes_per_s || t.latency_us < base.latency_us {
+                return Err(SimError::Model(format!(
+                    "node {node}'s {name} transport ({} B/s, {} us) beats the cluster's \
+                     ({} B/s, {} us); give the cluster the fastest one",
+                    t.bytes_per_s, t.latency_us, base.bytes_per_s, base.latency_us
+                )));
+            }
+            let factor = base.bytes_per_s / t.bytes_per_s.max(f64::MIN_POSITIVE);
+            let extra = t.latency_us - base.latency_us;
+            if name == "intra" {
+                (s.intra, s.intra_extra_us) = (factor, extra);
+            } else {
+                (s.inter, s.inter_extra_us) = (factor, extra);
+            }
+        }
+        Ok(s)
     }
 
     /// A node whose NICs run `factor` times slower (a degraded link).
     pub fn degraded_link(node: usize, factor: f64) -> Slowdown {
         Slowdown {
-            node,
-            intra: 1.0,
             inter: factor,
-            compute: 1.0,
+            ..Slowdown::straggler(node, 1.0)
         }
     }
 }
@@ -130,6 +169,17 @@ impl Cluster {
             placement: Placement::NodeMajor,
             slowdowns: Vec::new(),
         }
+    }
+
+    /// The latency `node`'s links add per message, µs: (intra, inter)
+    /// ([`Slowdown::intra_extra_us`], summed over its slowdowns).
+    pub fn extra_latency_of(&self, node: usize) -> (f64, f64) {
+        self.slowdowns
+            .iter()
+            .filter(|s| s.node == node)
+            .fold((0.0, 0.0), |(a, b), s| {
+                (a + s.intra_extra_us, b + s.inter_extra_us)
+            })
     }
 
     /// The factors (intra, inter, compute) by which `node` is slower: the
@@ -250,6 +300,14 @@ impl Cluster {
                 if !(f.is_finite() && f >= 1.0) {
                     return bad(format!(
                         "slowdown of node {}: {what} factor {f} must be a finite number >= 1",
+                        s.node
+                    ));
+                }
+            }
+            for (what, us) in [("intra", s.intra_extra_us), ("inter", s.inter_extra_us)] {
+                if !(us.is_finite() && us >= 0.0) {
+                    return bad(format!(
+                        "slowdown of node {}: {what} extra latency {us} us must be >= 0",
                         s.node
                     ));
                 }

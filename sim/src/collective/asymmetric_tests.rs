@@ -39,11 +39,31 @@ fn aggregated_runs_match_step_by_step_with_a_slow_node_and_name_it() {
         Slowdown::straggler(3, 2.0),
         Slowdown::degraded_link(3, 4.0),
         Slowdown {
-            node: 3,
-            intra: 1.0,
-            inter: 1.0,
             compute: 3.0,
+            ..Slowdown::straggler(3, 1.0)
         },
+        // Mixed transports: node 3's NICs on TCP, or its ranks on host
+        // shared memory, where the others have RDMA and NVLink.
+        Slowdown::other_transport(
+            3,
+            &cluster(8, 16),
+            None,
+            Some(Tier {
+                bytes_per_s: 12.5e9,
+                latency_us: 30.0,
+            }),
+        )
+        .unwrap(),
+        Slowdown::other_transport(
+            3,
+            &cluster(8, 16),
+            Some(Tier {
+                bytes_per_s: 25e9,
+                latency_us: 5.0,
+            }),
+            None,
+        )
+        .unwrap(),
     ];
     let quiet = simulate(&cluster(8, 16), &hier(256 << 20, Frame::PerRank, None)).unwrap();
     for slow in cases {
@@ -151,4 +171,59 @@ fn per_rank_frame_at_65664_ranks_names_the_straggler() {
     assert_eq!(b.node.0, 100, "{:?}", (b.node, b.rank, b.link));
     assert!(p.time_us > per_rank.time_us * 1.05);
     assert!(quiet_s < 60.0 && straggler_s < 60.0);
+}
+
+/// Mixed transports: a node on another transport takes its bandwidth as a
+/// factor and its latency as an addition to every message of its links;
+/// one that beats the cluster's tier is refused.
+#[test]
+fn a_node_on_another_transport_pays_its_latency_on_every_message() {
+    let cl = cluster(8, 16);
+    let tcp = Tier {
+        bytes_per_s: 12.5e9,
+        latency_us: 30.0,
+    };
+    let s = Slowdown::other_transport(5, &cl, None, Some(tcp)).unwrap();
+    assert_eq!((s.intra, s.inter, s.compute), (1.0, 4.0, 1.0));
+    assert_eq!((s.intra_extra_us, s.inter_extra_us), (0.0, 25.0));
+    let rdma_plus = Tier {
+        bytes_per_s: 60e9,
+        latency_us: 5.0,
+    };
+    let e = Slowdown::other_transport(5, &cl, None, Some(rdma_plus)).unwrap_err();
+    assert!(e.to_string().contains("beats the cluster's"), "{e}");
+
+    // Latency only (the same bandwidth, 100 us more a message): a small
+    // ring all-reduce, whose steps wait on node 5's NIC in turn, takes at
+    // least that much longer per step that crosses it.
+    let ring = |cl: &Cluster| {
+        simulate(
+            cl,
+            &Request {
+                frame: Frame::PerRank,
+                ..Request::new(Collective::AllReduce, Some(Algorithm::Ring), 64 << 10)
+            },
+        )
+        .unwrap()
+    };
+    let quiet = ring(&cl);
+    let mut slow_cl = cl.clone();
+    let far = Tier {
+        bytes_per_s: 50e9,
+        latency_us: 105.0,
+    };
+    slow_cl
+        .slowdowns
+        .push(Slowdown::other_transport(5, &slow_cl, None, Some(far)).unwrap());
+    let slow = ring(&slow_cl);
+    // Every one of the ring's 2 (n - 1) steps waits for its slowest
+    // message, so at least one 100 us message lies on the path.
+    assert!(
+        slow.time_us >= quiet.time_us + 100.0,
+        "{} us against {} us",
+        slow.time_us,
+        quiet.time_us
+    );
+    let b = slow.critical.unwrap().bottleneck(&slow_cl).unwrap();
+    assert!(b.per_node_us[5] > 0.0, "{b:?}");
 }
