@@ -128,7 +128,7 @@ fn resident_bytes() -> u64 {
 const RESIDENT_LINE: &str = "RESIDENT grown ";
 
 #[test]
-#[ignore = "child entry point of totals_match_resident_memory_growth"]
+#[ignore = "child process of totals_match_resident_memory_growth"]
 fn child_reports_resident_growth_of_a_second_communicator() {
     if !rank_kit::is_child() {
         return;
