@@ -54,14 +54,7 @@ pub fn chrome_trace(dumps: &[Dump], verdicts: &[Verdict]) -> Value {
     }
     for d in dumps {
         let pid = pids[d.comm_id.as_str()];
-        events.push(json!({
-            "ph": "M", "name": "thread_name", "pid": pid, "tid": d.rank,
-            "args": {"name": format!("rank {}", d.rank)}
-        }));
-        events.push(json!({
-            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": d.rank,
-            "args": {"sort_index": d.rank}
-        }));
+        events.extend(named_track(pid, d.rank, &format!("rank {}", d.rank)));
         for (phase, start, end) in &d.init {
             events.push(json!({
                 "ph": "X",
@@ -174,6 +167,16 @@ fn wait_tids(i: usize) -> (usize, usize) {
     (2 + i, 2 + WAIT_TRACKS + i)
 }
 
+/// The metadata of track `tid` of process `pid`: its name, and its place
+/// (sorted by `tid`).
+fn named_track(pid: usize, tid: usize, name: &str) -> [Value; 2] {
+    [
+        json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}),
+        json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+               "args": {"sort_index": tid}}),
+    ]
+}
+
 /// A Chrome trace of simulated operations, one after another on one track
 /// ("simulated", process `label`), in the same format as
 /// [`chrome_trace`]: opened beside a measured run's trace, the two show
@@ -199,26 +202,18 @@ pub fn simulated_trace(label: &str, slices: &[SimulatedSlice]) -> Value {
             .min(WAIT_TRACKS)
     };
     for i in 0..ranked(|w| w.ranks.len()) {
-        let tid = wait_tids(i).0;
-        events.push(
-            json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
-                           "args": {"name": format!("wait, rank #{}", i + 1)}}),
-        );
-        events.push(
-            json!({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid,
-                           "args": {"sort_index": tid}}),
-        );
+        events.extend(named_track(
+            1,
+            wait_tids(i).0,
+            &format!("wait, rank #{}", i + 1),
+        ));
     }
     for i in 0..ranked(|w| w.nodes.len()) {
-        let tid = wait_tids(i).1;
-        events.push(
-            json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
-                           "args": {"name": format!("mean wait, node #{}", i + 1)}}),
-        );
-        events.push(
-            json!({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid,
-                           "args": {"sort_index": tid}}),
-        );
+        events.extend(named_track(
+            1,
+            wait_tids(i).1,
+            &format!("mean wait, node #{}", i + 1),
+        ));
     }
     let mut t = 0.0f64;
     for s in slices {
