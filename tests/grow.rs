@@ -161,31 +161,39 @@ fn bad_grows_are_clear_errors_on_every_rank() {
     // recovery (and its grow id) still work, and a second grow of the same
     // members, with a joiner this time, does not meet the first one's
     // records: it reduces like a fresh job of three.
+    // Rank 1 comes late: rank 0 and the joiner must not take the first
+    // grow's records for its.
+    grow_again_with_a_joiner(&members, Some(1));
+}
+
+/// A second grow of `members` by one rank, the new one joining with a
+/// grow id taken now (`late`: a member that calls it 500 ms after the
+/// others): every rank of the grown job reduces like a fresh one.
+fn grow_again_with_a_joiner(members: &[Communicator], late: Option<usize>) {
     let id = members[0].grow_unique_id().expect("a second grow id");
+    let n = members.len() + 1;
     let len = 4096;
     let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
         let mut hs: Vec<_> = members
             .iter()
             .map(|c| {
                 s.spawn(move || {
-                    // Rank 1 comes late: rank 0 and the joiner must not
-                    // take the first grow's records for its.
-                    if c.rank() == 1 {
+                    if late == Some(c.rank()) {
                         std::thread::sleep(Duration::from_millis(500));
                     }
-                    let g = c.grow(3).unwrap_or_else(|e| panic!("second grow: {e}"));
+                    let g = c.grow(n).unwrap_or_else(|e| panic!("second grow: {e}"));
                     (g.rank(), all_reduce(&g, len))
                 })
             })
             .collect();
         hs.push(s.spawn(move || {
-            let g = Communicator::join_grow(&id, 2, 3, config())
+            let g = Communicator::join_grow(&id, n - 1, n, config())
                 .unwrap_or_else(|e| panic!("join the second grow: {e}"));
             (g.rank(), all_reduce(&g, len))
         }));
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let want: Vec<f32> = all_reduce_of_fresh(3, len);
+    let want = all_reduce_of_fresh(n, len);
     for (r, got) in &grown {
         assert!(
             got == &want,
@@ -294,30 +302,5 @@ fn a_failed_grow_can_be_retried_with_a_new_joiner() {
         assert!(errors[1].contains("rank 0 to 3"), "{errors:?}");
     });
     // Every member calls the second grow; a new process takes rank 2.
-    let id = members[0].grow_unique_id().expect("a second grow id");
-    let len = 4096;
-    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
-        let mut hs: Vec<_> = members
-            .iter()
-            .map(|c| {
-                s.spawn(move || {
-                    let g = c.grow(3).unwrap_or_else(|e| panic!("second grow: {e}"));
-                    (g.rank(), all_reduce(&g, len))
-                })
-            })
-            .collect();
-        hs.push(s.spawn(move || {
-            let g = Communicator::join_grow(&id, 2, 3, config())
-                .unwrap_or_else(|e| panic!("join the second grow: {e}"));
-            (g.rank(), all_reduce(&g, len))
-        }));
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let want = all_reduce_of_fresh(3, len);
-    for (r, got) in &grown {
-        assert!(
-            got == &want,
-            "rank {r} of the second grow differs from a fresh job"
-        );
-    }
+    grow_again_with_a_joiner(&members, None);
 }
