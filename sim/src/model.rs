@@ -147,6 +147,29 @@ impl Slowdown {
     }
 }
 
+#[cfg(test)]
+impl Cluster {
+    /// The cluster the per-rank frame's tests use (issue 34's target):
+    /// `nodes` × `rpn`, 400 GB/s / 2 µs within a node, 50 GB/s / 5 µs
+    /// between nodes, 200 GB/s reductions.
+    pub(crate) fn per_rank_test(nodes: usize, rpn: usize) -> Cluster {
+        let mut cl = Cluster::new(
+            nodes,
+            rpn,
+            Tier {
+                bytes_per_s: 400e9,
+                latency_us: 2.0,
+            },
+            Tier {
+                bytes_per_s: 50e9,
+                latency_us: 5.0,
+            },
+        );
+        cl.reduce_bytes_per_s = 200e9;
+        cl
+    }
+}
+
 /// How much faster than its rate a NIC sends while its token bucket has tokens.
 pub const BURST_PEAK_FACTOR: f64 = 10.0;
 

@@ -124,25 +124,12 @@ pub fn summary(cl: &Cluster, p: &Prediction, top: usize) -> Waits {
 mod tests {
     use super::*;
     use crate::collective::{simulate, Frame, Request};
-    use crate::model::{Slowdown, Tier};
+    use crate::model::Slowdown;
     use comm_core::algo::Algorithm;
     use comm_core::wire::Collective;
 
     fn cluster(nodes: usize, rpn: usize) -> Cluster {
-        let mut cl = Cluster::new(
-            nodes,
-            rpn,
-            Tier {
-                bytes_per_s: 400e9,
-                latency_us: 2.0,
-            },
-            Tier {
-                bytes_per_s: 50e9,
-                latency_us: 5.0,
-            },
-        );
-        cl.reduce_bytes_per_s = 200e9;
-        cl
+        Cluster::per_rank_test(nodes, rpn)
     }
 
     fn hier(frame: Frame) -> Request {

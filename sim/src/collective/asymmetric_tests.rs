@@ -5,20 +5,7 @@ use super::*;
 use crate::model::{Slowdown, Tier};
 
 fn cluster(nodes: usize, rpn: usize) -> Cluster {
-    let mut cl = Cluster::new(
-        nodes,
-        rpn,
-        Tier {
-            bytes_per_s: 400e9,
-            latency_us: 2.0,
-        },
-        Tier {
-            bytes_per_s: 50e9,
-            latency_us: 5.0,
-        },
-    );
-    cl.reduce_bytes_per_s = 200e9;
-    cl
+    Cluster::per_rank_test(nodes, rpn)
 }
 
 fn hier(bytes: usize, frame: Frame, aggregate: Option<bool>) -> Request {

@@ -4,22 +4,10 @@
 //! and `hier` are physically the node-major job's.
 
 use super::*;
-use crate::model::{Slowdown, Tier};
+use crate::model::Slowdown;
 
 fn cluster(nodes: usize, rpn: usize, placement: Placement) -> Cluster {
-    let mut cl = Cluster::new(
-        nodes,
-        rpn,
-        Tier {
-            bytes_per_s: 400e9,
-            latency_us: 2.0,
-        },
-        Tier {
-            bytes_per_s: 50e9,
-            latency_us: 5.0,
-        },
-    );
-    cl.reduce_bytes_per_s = 200e9;
+    let mut cl = Cluster::per_rank_test(nodes, rpn);
     cl.placement = placement;
     cl
 }
