@@ -764,3 +764,16 @@ impl Drop for WindowCore {
 mod lane;
 mod placement;
 use placement::{device_key, direct_grid_cap, shared_without_mps};
+
+#[cfg(test)]
+mod tests {
+    use super::blocks_limit;
+
+    #[test]
+    fn a_calls_cap_lowers_the_launch_limit_and_never_raises_it() {
+        assert_eq!(blocks_limit(32, 0), 32);
+        assert_eq!(blocks_limit(32, 1), 1);
+        assert_eq!(blocks_limit(32, 3), 3);
+        assert_eq!(blocks_limit(4, 16), 4);
+    }
+}
