@@ -128,6 +128,12 @@ pub(crate) struct Inner {
     pub local_ip: std::net::IpAddr,
     pub splits: AtomicU64,
     pub(crate) abort_flag: exec::AbortFlag,
+    /// Mirrors `State::suspension` (set with it), so that an enqueue checks
+    /// it without waiting for the state, which the progress thread holds
+    /// while it runs or watches an earlier operation.
+    pub(crate) suspended: std::sync::atomic::AtomicBool,
+    /// [`InnerParts::every_pair_has_lanes`].
+    pub(crate) every_pair_has_lanes: bool,
     abort_reason: Mutex<Option<String>>,
     /// The last operations, for hang diagnosis (`crate::flight`).
     pub flight: sncl_runtime::flight::FlightRecorder,
@@ -144,6 +150,10 @@ pub(crate) struct InnerParts {
     /// that moves device memory (`registry::every_local_pair_moves`:
     /// decided from the published records, so every rank plans alike).
     pub device_tier: bool,
+    /// Whether every pair of ranks is given a kind whose connections carry
+    /// lanes (`registry::every_pair_given`, from the published records):
+    /// the small all-reduces' lane path is then every rank's choice alike.
+    pub every_pair_has_lanes: bool,
     pub rank: usize,
     pub nranks: usize,
     pub comm_id: u64,
@@ -230,6 +240,8 @@ impl Inner {
             local_ip: p.local_ip,
             splits: AtomicU64::new(0),
             abort_flag: exec::AbortFlag::new(false),
+            suspended: std::sync::atomic::AtomicBool::new(false),
+            every_pair_has_lanes: p.every_pair_has_lanes,
             abort_reason: Mutex::new(None),
             flight,
             _server: p.server,

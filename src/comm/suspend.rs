@@ -66,7 +66,7 @@ impl Inner {
 
     /// Whether the communicator is suspended now.
     pub(crate) fn is_suspended(&self) -> bool {
-        matches!(self.lock().suspension, Suspension::Suspended { .. })
+        self.suspended.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Suspends this rank of the communicator (see the module docs), in
@@ -114,6 +114,8 @@ impl Inner {
             st.lanes = memo::LaneChoice::default();
             st.suspends = generation;
             st.suspension = Suspension::Suspended { released };
+            self.suspended
+                .store(true, std::sync::atomic::Ordering::Release);
             tracing::info!(
                 rank = self.rank,
                 generation,
@@ -156,6 +158,8 @@ impl Inner {
                 lazy.standby.clone_from(&self.recovery.standby_addrs);
             }
             st.suspension = Suspension::Active;
+            self.suspended
+                .store(false, std::sync::atomic::Ordering::Release);
             tracing::info!(
                 rank = self.rank,
                 generation,

@@ -194,18 +194,27 @@ impl Inner {
     }
 
     fn run_device(&self, job: &mut DeviceJob) -> Result<()> {
+        let binding = job.attached.binding.clone();
+        // A device failure before the operation started (at enqueue, or in
+        // the work before it on the caller's stream) fails it on every rank.
+        // The wait runs without the state held: the caller's thread may
+        // still be enqueueing what follows this operation (a compressed
+        // all-reduce enqueues several), and its checks take the state; with
+        // it held here the caller's stream would never be released.
+        {
+            let mut st = self.lock();
+            self.check_not_aborted(&mut st)?;
+        }
+        let ready = match job.enqueue_error.take() {
+            Some(e) => Err(e),
+            None => job.wait_caller(&binding, self.rank, self.config.timeout, &self.abort_flag),
+        };
         let op = &job.raw;
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_aborted(st)?;
         self.check_not_suspended(st, op.coll.name())?;
-        let binding = &job.attached.binding;
-        // A device failure before the operation started (at enqueue, or in
-        // the work before it on the caller's stream) fails it on every rank.
-        let ready = match job.enqueue_error.take() {
-            Some(e) => Err(e),
-            None => job.wait_caller(binding, self.rank, self.config.timeout, &self.abort_flag),
-        };
+        let binding = &binding;
         if let Err(e) = ready {
             self.fail(st, &e);
             return Err(e);
