@@ -306,6 +306,17 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
         &cards,
         MemoryKind::Device,
     );
+    // Small all-reduces go over lanes only where every pair of ranks has
+    // them: decided from the records, as a rank's own connections may all
+    // have lanes while a peer's do not (a rank with a device opened is
+    // given another kind to its device peers).
+    let every_pair_has_lanes = kinds::every_pair_given(
+        registry::TRANSPORTS,
+        config.transport.forced(),
+        &cards,
+        |_, _| true,
+        |k| k.has_lanes(),
+    );
     phases.end("rendezvous");
     // 3. Connect each kind's peers, in registry order on every rank; a kind
     // that connects at first use (SNCL_RUNTIME_CONNECT=1) keeps its peers
@@ -422,6 +433,7 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
         node_ids,
         transports,
         device_tier,
+        every_pair_has_lanes,
         conns,
         store: Some(store),
         secret,

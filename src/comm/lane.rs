@@ -1,5 +1,6 @@
 //! The smallest all-reduces over lanes (`comm_core::transport::lane`): on a
-//! communicator whose every peer shares this rank's memory, an all-reduce
+//! communicator whose every pair of ranks is given a kind with lanes (shm;
+//! decided from the published records, so every rank alike), an all-reduce
 //! of at most [`LANE_PAYLOAD_BYTES`] writes this rank's contribution into
 //! one line per peer and folds every rank's line in rank order — one-shot,
 //! no schedule, executor, piece header or FIFO flow control (the 8-byte
@@ -76,26 +77,27 @@ impl Inner {
         if st.lanes.epoch != Some(epoch) {
             st.lanes = LaneChoice {
                 epoch: Some(epoch),
-                on: self.lanes_serve(st),
+                on: self.lanes_serve(),
             };
         }
         st.lanes.on
     }
 
     /// Whether lanes serve at all now (see the module's text).
-    fn lanes_serve(&self, st: &mut State) -> bool {
+    fn lanes_serve(&self) -> bool {
         let forced = self
             .forced
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .any(|(c, _)| *c == Collective::AllReduce);
-        let every_peer_has_one =
-            st.conns.iter_mut().enumerate().all(|(p, c)| {
-                p == self.rank || c.as_deref_mut().is_some_and(|c| c.lane().is_some())
-            });
+        // Every rank's answer must be the same, so it comes from the
+        // published records: a rank's own connections could all have lanes
+        // while a peer's do not (a peer given a device kind to a third).
+        // Lane kinds connect at setup, never lazily: a pair the records
+        // give one has its lane (else `lane_of` names the peer).
         let on = (2..=MAX_LANE_RANKS).contains(&self.nranks)
-            && every_peer_has_one
+            && self.every_pair_has_lanes
             && !forced
             && !self.config.deterministic
             && !self.config.checksum

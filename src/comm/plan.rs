@@ -223,6 +223,7 @@ mod tests {
     fn inner(nranks: usize, nnodes: usize, rank: usize) -> Inner {
         Inner::new(InnerParts {
             device_tier: false,
+            every_pair_has_lanes: false,
             rank,
             nranks,
             comm_id: 1,

@@ -99,6 +99,10 @@ impl TransportKind for ShmKind {
         &[MemoryKind::Host]
     }
 
+    fn has_lanes(&self) -> bool {
+        true
+    }
+
     fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
         let dir = std::path::Path::new(crate::SHM_DIR);
         if !dir.is_dir() {

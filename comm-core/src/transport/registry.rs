@@ -162,6 +162,14 @@ pub trait TransportKind: Sync {
     /// nodes"). It must depend only on the two cards, so both ranks of the
     /// pair decide the same way.
     fn can_connect(&self, a: &RankCard, b: &RankCard) -> std::result::Result<(), String>;
+
+    /// Whether this kind's connections carry lanes
+    /// ([`Connection::lane`]): the runtime runs small all-reduces over
+    /// lanes only where [`every_pair_given`] says every pair of ranks has
+    /// such a kind, so every rank decides alike.
+    fn has_lanes(&self) -> bool {
+        false
+    }
 }
 
 /// A kind readied on this rank for one communicator.
@@ -336,16 +344,37 @@ fn first_accepting<'k>(
 
 /// Whether every pair of distinct ranks on one node gets a kind (as
 /// [`choose`] gives it on both ranks: the forced one, else the first that
-/// accepts) that moves `mem`. From the published cards alone, so every
-/// rank decides alike; false where a pair has no kind (the setup fails
-/// there anyway) or `forced` names no kind in `kinds`. The runtime plans
-/// device operations with the device tier where this holds for
-/// [`MemoryKind::Device`].
+/// accepts) that moves `mem`. The runtime plans device operations with the
+/// device tier where this holds for [`MemoryKind::Device`]. See
+/// [`every_pair_given`].
 pub fn every_local_pair_moves(
     kinds: &[&dyn TransportKind],
     forced: Option<&str>,
     cards: &[RankCard],
     mem: MemoryKind,
+) -> bool {
+    every_pair_given(
+        kinds,
+        forced,
+        cards,
+        |a, b| a.node == b.node,
+        |k| k.memory_kinds().contains(&mem),
+    )
+}
+
+/// Whether every pair of distinct ranks that `pair` selects gets a kind
+/// (as [`choose`] gives it on both ranks: the forced one, else the first
+/// that accepts) for which `wanted` holds. From the published cards alone,
+/// so every rank decides alike, where each rank's own connections could
+/// differ (a rank with a device has other kinds than one without); false
+/// where a pair has no kind (the setup fails there anyway) or `forced`
+/// names no kind in `kinds`.
+pub fn every_pair_given(
+    kinds: &[&dyn TransportKind],
+    forced: Option<&str>,
+    cards: &[RankCard],
+    pair: impl Fn(&RankCard, &RankCard) -> bool,
+    wanted: impl Fn(&dyn TransportKind) -> bool,
 ) -> bool {
     let forced_kind = match forced {
         Some(name) => match kinds.iter().find(|k| k.name() == name) {
@@ -355,12 +384,12 @@ pub fn every_local_pair_moves(
         None => None,
     };
     cards.iter().enumerate().all(|(i, a)| {
-        cards[i + 1..].iter().filter(|b| b.node == a.node).all(|b| {
+        cards[i + 1..].iter().filter(|b| pair(a, b)).all(|b| {
             let kind = match forced_kind {
                 Some(k) => accepts(k, a, b).map(|()| k),
                 None => first_accepting(kinds, a, b),
             };
-            kind.is_ok_and(|k| k.memory_kinds().contains(&mem))
+            kind.is_ok_and(&wanted)
         })
     })
 }
@@ -543,6 +572,56 @@ mod tests {
         assert!(!moves(&registry(), "any", MemoryKind::Device));
         assert!(!moves(&registry(), "warp", MemoryKind::Host));
         assert_eq!(MemoryKind::Device.name(), "device");
+    }
+
+    /// Connects anything, with lanes.
+    struct Lined;
+
+    impl TransportKind for Lined {
+        fn name(&self) -> &'static str {
+            "lined"
+        }
+        fn memory_kinds(&self) -> &'static [MemoryKind] {
+            &[MemoryKind::Host]
+        }
+        fn prepare(&self, _ctx: &SetupContext<'_>) -> Result<Readiness> {
+            Ok(Readiness::Unavailable("not in tests".into()))
+        }
+        fn can_connect(&self, _a: &RankCard, _b: &RankCard) -> std::result::Result<(), String> {
+            Ok(())
+        }
+        fn has_lanes(&self) -> bool {
+            true
+        }
+    }
+
+    /// Ranks 0 and 1 share "fast" (no lanes), rank 2 has none: rank 2's
+    /// own peers all get "lined", yet not every pair has lanes, and every
+    /// rank reads that alike from the cards.
+    #[test]
+    fn a_pair_without_lanes_is_seen_by_every_rank() {
+        let kinds: [&dyn TransportKind; 3] = [&SelfKind, &FAST, &Lined];
+        let lanes = |cards: &[RankCard]| {
+            every_pair_given(&kinds, None, cards, |_, _| true, |k| k.has_lanes())
+        };
+        let mut cards = vec![
+            card(0, "a", &[("fast", ready("x"))]),
+            card(1, "a", &[("fast", ready("y"))]),
+            card(2, "a", &[]),
+        ];
+        let mine = choose(&kinds, None, &cards, 2).unwrap();
+        assert_eq!(mine, ["lined", "lined", "self"]);
+        assert_eq!(choose(&kinds, None, &cards, 0).unwrap()[1], "fast");
+        assert!(!lanes(&cards));
+        assert!(every_pair_given(
+            &kinds,
+            Some("lined"),
+            &cards,
+            |_, _| true,
+            |k| k.has_lanes()
+        ));
+        cards[0] = card(0, "a", &[]);
+        assert!(lanes(&cards));
     }
 
     #[test]
