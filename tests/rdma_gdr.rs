@@ -88,8 +88,14 @@ fn child(role: &str) {
     }
     let r = join_comm();
     let (rank, n) = (r.comm.rank(), r.comm.size());
+    if role == "unexportable" {
+        // The cases' buffers have no dma-buf (as managed memory has none).
+        for b in [&r.send, &r.recv] {
+            device::emu::refuse_dmabuf_export(b.ptr()).expect("an emulated address");
+        }
+    }
     match role {
-        "matrix" | "staged" | "no-dmabuf" => {
+        "matrix" | "staged" | "no-dmabuf" | "unexportable" => {
             let counts: &[usize] = match (role, n) {
                 ("matrix", 2) => &[0, 1, 7, 20_011, 1_500_007],
                 ("matrix", _) => &[1, 20_011],
@@ -114,10 +120,16 @@ fn child(role: &str) {
             // n - 1 connections flushed once when deciding, and received
             // pieces were flushed before they were handed over.
             let flushes = device::emu::gpudirect_flushes();
-            if role == "matrix" {
+            let bounced = transport_rdma::gdr_bounced_bytes();
+            if role == "matrix" || role == "unexportable" {
                 assert!(
                     sent > 0 && received > 0,
                     "rank {rank}: no byte went device to device ({sent}/{received})"
+                );
+                assert_eq!(
+                    bounced > 0,
+                    role == "unexportable",
+                    "rank {rank}: {bounced} bytes through the bounce buffer"
                 );
                 assert!(
                     flushes > (n - 1) as u64,
@@ -131,8 +143,8 @@ fn child(role: &str) {
                 );
             }
             eprintln!(
-                "rank {rank}/{n}: {role} ok, device to device {sent}/{received} bytes, \
-                 {flushes} GPUDirect flushes"
+                "rank {rank}/{n}: {role} ok, device to device {sent}/{received} bytes \
+                 ({bounced} sent through the bounce buffer), {flushes} GPUDirect flushes"
             );
         }
         "required" => {
@@ -237,6 +249,22 @@ fn gdr_off_and_verbs_without_dmabuf_stay_staged() {
     let test = "gdr_off_and_verbs_without_dmabuf_stay_staged";
     run(2, "staged", test, "0");
     run(2, "no-dmabuf", test, "auto");
+}
+
+/// Buffers whose memory has no dma-buf: with GPUDirect required, their
+/// pieces still go device to device, copied into the connection's
+/// registered bounce buffer (they failed the operation before).
+#[test]
+fn gdr_buffers_without_a_dma_buf_go_through_the_bounce_buffer() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    run(
+        2,
+        "unexportable",
+        "gdr_buffers_without_a_dma_buf_go_through_the_bounce_buffer",
+        "1",
+    );
 }
 
 #[test]

@@ -4,9 +4,12 @@
 //! `regcache.rs` caches host memory. A cached registration is used only
 //! while the allocation that holds the address is still the one
 //! registered ([`Device::allocation_id`]): a freed and reallocated
-//! address registers anew. Stale and surplus registrations go when no
+//! address registers anew. An allocation that does not register is
+//! remembered as such (the caller copies its pieces into registered
+//! memory instead). Stale and surplus registrations go when no
 //! write is in flight.
 
+use std::collections::VecDeque;
 use std::os::fd::AsFd;
 
 use device::{Device, DevicePtr};
@@ -31,6 +34,9 @@ pub(crate) struct DevRegs {
     entries: Vec<Entry>,
     /// Registrations no longer valid, dropped once nothing is in flight.
     stale: Vec<Mr>,
+    /// Allocations that did not export or register, with why (the most
+    /// recent [`MAX_ENTRIES`]): not tried again on every piece.
+    refused: VecDeque<(u64, String)>,
     clock: u64,
     /// Registrations made so far (tests, diagnostics).
     pub made: u64,
@@ -65,12 +71,28 @@ impl DevRegs {
             let old = self.entries.swap_remove(i);
             self.stale.push(old.mr);
         }
-        let d = dev
+        if let Some((_, why)) = self.refused.iter().find(|r| r.0 == id) {
+            return Err(why.clone());
+        }
+        let registered = dev
             .dmabuf_export(DevicePtr(addr), len)
-            .map_err(|e| format!("exporting device memory at {addr:#x} as dma-buf: {e}"))?;
-        let mr = verbs
-            .reg_dmabuf_mr(d.fd.as_fd(), d.offset, d.len, d.base.0)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("exporting device memory at {addr:#x} as dma-buf: {e}"))
+            .and_then(|d| {
+                verbs
+                    .reg_dmabuf_mr(d.fd.as_fd(), d.offset, d.len, d.base.0)
+                    .map(|mr| (d, mr))
+                    .map_err(|e| e.to_string())
+            });
+        let (d, mr) = match registered {
+            Ok(r) => r,
+            Err(why) => {
+                if self.refused.len() == MAX_ENTRIES {
+                    self.refused.pop_front();
+                }
+                self.refused.push_back((id, why.clone()));
+                return Err(why);
+            }
+        };
         self.made += 1;
         self.entries.push(Entry {
             base: d.base.0,

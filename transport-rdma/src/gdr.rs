@@ -16,7 +16,9 @@
 //!   `SNCL_IB_GDR=1` the operation fails naming what is missing.
 //! * **Sending.** Piece `k` shares the host pieces' numbering, FIFO slot
 //!   and credits. Its source is registered once per allocation
-//!   ([`DevRegs`]); an event recorded on the operation's stream marks the
+//!   ([`DevRegs`]), or, where it does not register, copied on its stream
+//!   into a registered device bounce buffer of the inbox's geometry (slot
+//!   `k % slots`, free again once the piece's credit is back); an event recorded on the operation's stream marks the
 //!   work that produced the data, and once it completes the payload is
 //!   RDMA-WRITTEN into the peer's inbox slot `k % slots`, then the header
 //!   (from staging) WRITE_WITH_IMM into its FIFO slot on the same QP (RC
@@ -53,6 +55,15 @@ const OP: &str = "rdma transport (GPUDirect RDMA)";
 static SENT: AtomicU64 = AtomicU64::new(0);
 static RECEIVED: AtomicU64 = AtomicU64::new(0);
 static STAGED_LOGGED: AtomicBool = AtomicBool::new(false);
+static BOUNCED: AtomicU64 = AtomicU64::new(0);
+static BOUNCED_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Bytes of device pieces this process sent through the registered device
+/// bounce buffer because their source memory did not register (tests,
+/// diagnostics; they are counted in [`gdr_bytes`] too).
+pub fn gdr_bounced_bytes() -> u64 {
+    BOUNCED.load(Ordering::Relaxed)
+}
 
 /// Bytes this process has sent and received device to device over RDMA
 /// (GPUDirect), all connections together (diagnostics and tests; the
@@ -73,6 +84,13 @@ struct Inbox {
     /// ([`Device::gpudirect_flush_needed`]): received pieces are flushed
     /// before they are handed over.
     needs_flush: bool,
+    /// Registered device memory of the inbox's geometry, for sending: a
+    /// piece whose source does not register (its allocation has no
+    /// dma-buf: managed memory, a range across a VMM reservation's
+    /// physical allocations) is copied into slot `k % slots` on its stream
+    /// and written from there, instead of failing the operation.
+    bounce: DeviceBuffer,
+    bounce_mr: Mr,
 }
 
 /// A device piece waiting for the work that produced its data.
@@ -217,8 +235,10 @@ impl Gdr {
             _ => None,
         };
         if let Some(i) = inbox {
-            if let Err(e) = verbs.dereg_user_mr(&i.mr) {
-                tracing::warn!("deregistering the GPUDirect inbox failed: {e}");
+            for mr in [&i.mr, &i.bounce_mr] {
+                if let Err(e) = verbs.dereg_user_mr(mr) {
+                    tracing::warn!("deregistering the GPUDirect inbox or bounce failed: {e}");
+                }
             }
         }
         let _ = verbs.dereg_mr(&self.board_mr);

@@ -86,7 +86,7 @@ pub use comm_core::config::{HcaEntry, HcaFilter, IbSettings, MAX_QPS_PER_CONN};
 pub use conn::{RdmaConnection, ZERO_COPY_MIN};
 pub use context::ContextScope;
 pub use emu::EmuVerbs;
-pub use gdr::gdr_bytes;
+pub use gdr::{gdr_bounced_bytes, gdr_bytes};
 #[doc(hidden)]
 pub use gdr_board::fuzz_gdr_board;
 pub use ibv::{list_ports, DevicePort, IbvVerbs};

@@ -576,6 +576,12 @@ impl Device for Emu {
             .memory
             .holder(ptr, bytes)
             .map_err(|d| self.invalid(call, d))?;
+        if super::export_refused(id) {
+            return Err(self.invalid(
+                call,
+                format!("the allocation holding {ptr:?} has no dma-buf (emulated refusal)"),
+            ));
+        }
         let fd = region
             .map
             .reopen()

@@ -43,6 +43,33 @@ pub fn gpudirect_flushes() -> u64 {
     GPUDIRECT_FLUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Allocation ids whose dma-buf export the emulated devices refuse
+/// ([`refuse_dmabuf_export`]).
+static UNEXPORTABLE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes this process's emulated devices refuse to export the allocation
+/// that holds `ptr` as dma-buf from now on, as CUDA's
+/// `cuMemGetHandleForAddressRange` refuses memory that has no dma-buf
+/// (managed memory, or a range that spans several physical allocations of
+/// a VMM reservation): tests of the paths that must do without it. An
+/// error where `ptr` is no emulated device address.
+pub fn refuse_dmabuf_export(ptr: crate::DevicePtr) -> std::result::Result<(), String> {
+    let (id, _) = memory::split(ptr)?;
+    UNEXPORTABLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(id);
+    Ok(())
+}
+
+/// Whether [`refuse_dmabuf_export`] marked allocation `id`.
+fn export_refused(id: u64) -> bool {
+    UNEXPORTABLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&id)
+}
+
 /// Set once this process opened an emulated device ([`opened`]).
 static OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

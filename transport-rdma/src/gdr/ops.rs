@@ -12,14 +12,17 @@ use std::sync::Arc;
 use comm_core::transport::{ConsumeResult, DeviceRegion, Payload, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
-use device::{Device, DeviceBuffer, DeviceQueue};
+use device::{Device, DeviceBuffer, DevicePtr, DeviceQueue};
 
 use crate::conn::{RdmaConnection, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
 use crate::devregs::DevRegs;
 use crate::gdr_board::{Board, BOARD_BYTES};
-use crate::verbs::SendWr;
+use crate::verbs::{Mr, SendWr};
 
-use super::{describe, queue_of, Active, Inbox, Queued, State, OP, RECEIVED, SENT, STAGED_LOGGED};
+use super::{
+    describe, queue_of, Active, Inbox, Queued, State, BOUNCED, BOUNCED_LOGGED, OP, RECEIVED, SENT,
+    STAGED_LOGGED,
+};
 
 impl RdmaConnection {
     /// Whether pieces to and from the peer go device to device (tests,
@@ -95,13 +98,6 @@ impl RdmaConnection {
                 self.device
             ));
         }
-        let bytes = self.slots * self.dev_slot();
-        let buf = DeviceBuffer::new(dev, bytes)
-            .map_err(|e| format!("allocating a {bytes}-byte device inbox: {e}"))?;
-        let d = dev
-            .dmabuf_export(buf.ptr(), bytes)
-            .map_err(|e| format!("exporting the device inbox as dma-buf: {e}"))?;
-        let offset = d.offset + (buf.ptr().0 - d.base.0);
         // Writes the device does not order must be flushed before use:
         // this side takes part only if it can flush (tried once here).
         let needs_flush = dev.gpudirect_flush_needed().map_err(|e| {
@@ -118,15 +114,37 @@ impl RdmaConnection {
                 )
             })?;
         }
-        let mr = self
-            .dev
-            .reg_dmabuf_mr(d.fd.as_fd(), offset, bytes, buf.ptr().0)
-            .map_err(|e| e.to_string())?;
+        let bytes = self.slots * self.dev_slot();
+        let mut registered = |what: &str| -> Result<(DeviceBuffer, Mr), String> {
+            let buf = DeviceBuffer::new(dev, bytes)
+                .map_err(|e| format!("allocating a {bytes}-byte device {what}: {e}"))?;
+            let d = dev
+                .dmabuf_export(buf.ptr(), bytes)
+                .map_err(|e| format!("exporting the device {what} as dma-buf: {e}"))?;
+            let offset = d.offset + (buf.ptr().0 - d.base.0);
+            let mr = self
+                .dev
+                .reg_dmabuf_mr(d.fd.as_fd(), offset, bytes, buf.ptr().0)
+                .map_err(|e| e.to_string())?;
+            Ok((buf, mr))
+        };
+        let (buf, mr) = registered("inbox")?;
+        let (bounce, bounce_mr) = match registered("send bounce") {
+            Ok(b) => b,
+            Err(why) => {
+                if let Err(e) = self.dev.dereg_user_mr(&mr) {
+                    tracing::warn!("deregistering the GPUDirect inbox failed: {e}");
+                }
+                return Err(why);
+            }
+        };
         Ok(Inbox {
             dev: dev.clone(),
             buf,
             mr,
             needs_flush,
+            bounce,
+            bounce_mr,
         })
     }
 
@@ -393,16 +411,48 @@ impl RdmaConnection {
             return Err(self.no_path());
         };
         let dev = a.inbox.dev.clone();
-        let (lkey, ev) = if len > 0 {
-            let lkey = a.regs.lookup(&*dev, &mut *self.dev, src, len);
+        let (k, dev_slot) = (self.sent, self.slot_bytes - HEADER_BYTES);
+        let bounce_slot = a
+            .inbox
+            .bounce
+            .ptr()
+            .add((k % self.slots as u64) as usize * dev_slot);
+        let bounce_lkey = a.inbox.bounce_mr.lkey;
+        let (source, ev) = if len > 0 {
+            let source = match a.regs.lookup(&*dev, &mut *self.dev, src, len) {
+                Ok(lkey) => Ok((src, lkey)),
+                Err(why) => {
+                    // The slot is free: piece k - slots, its last user, has
+                    // its credit back (the peer consumed what the NIC read).
+                    // SAFETY: the source is the caller's live device range
+                    // of `len` bytes (the region's contract), the slot
+                    // `len` ≤ `dev_slot` bytes of the bounce buffer; the
+                    // event recorded below orders the write after the copy.
+                    unsafe { dev.copy_d2d_async(bounce_slot, DevicePtr(src), len, stream) }
+                        .map(|()| {
+                            if !BOUNCED_LOGGED.swap(true, Ordering::Relaxed) {
+                                tracing::info!(
+                                    rank = self.rank,
+                                    peer = self.peer,
+                                    reason = %why,
+                                    "rdma GPUDirect: a device buffer does not register; its \
+                                     pieces are copied into a registered device bounce buffer"
+                                );
+                            }
+                            BOUNCED.fetch_add(len as u64, Ordering::Relaxed);
+                            (bounce_slot.0, bounce_lkey)
+                        })
+                        .map_err(|e| format!("{why}; copying it into the bounce buffer: {e}"))
+                }
+            };
             let ev = a
                 .take_event()
                 .and_then(|ev| dev.record_event(ev, stream).map(|()| ev));
-            (lkey, Some(ev))
+            (source, Some(ev))
         } else {
-            (Ok(0), None)
+            (Ok((src, 0)), None)
         };
-        let lkey = lkey.map_err(|e| {
+        let (src, lkey) = source.map_err(|e: String| {
             self.device_err(&*dev, "registering device memory for GPUDirect RDMA", e)
         })?;
         let ev = match ev {
@@ -410,7 +460,6 @@ impl RdmaConnection {
             Some(Err(e)) => return Err(self.device_err(&*dev, "recording a piece's event", e)),
             None => None,
         };
-        let k = self.sent;
         let State::Decided(Some(a)) = &mut self.gdr.state else {
             return Err(self.no_path());
         };
