@@ -86,6 +86,11 @@ fn child(role: &str) {
         // A verbs library without ibv_reg_dmabuf_mr.
         transport_rdma::emu::set_dmabuf_supported(false);
     }
+    if role == "peermem" {
+        // No dma-buf route, but the kernel has nvidia-peermem.
+        transport_rdma::emu::set_dmabuf_supported(false);
+        transport_rdma::emu::set_peermem_loaded(true);
+    }
     let r = join_comm();
     let (rank, n) = (r.comm.rank(), r.comm.size());
     if role == "unexportable" {
@@ -95,7 +100,7 @@ fn child(role: &str) {
         }
     }
     match role {
-        "matrix" | "staged" | "no-dmabuf" | "unexportable" => {
+        "matrix" | "staged" | "no-dmabuf" | "unexportable" | "peermem" => {
             let counts: &[usize] = match (role, n) {
                 ("matrix", 2) => &[0, 1, 7, 20_011, 1_500_007],
                 ("matrix", _) => &[1, 20_011],
@@ -121,7 +126,7 @@ fn child(role: &str) {
             // pieces were flushed before they were handed over.
             let flushes = device::emu::gpudirect_flushes();
             let bounced = transport_rdma::gdr_bounced_bytes();
-            if role == "matrix" || role == "unexportable" {
+            if matches!(role, "matrix" | "unexportable" | "peermem") {
                 assert!(
                     sent > 0 && received > 0,
                     "rank {rank}: no byte went device to device ({sent}/{received})"
@@ -263,6 +268,22 @@ fn gdr_buffers_without_a_dma_buf_go_through_the_bounce_buffer() {
         2,
         "unexportable",
         "gdr_buffers_without_a_dma_buf_go_through_the_bounce_buffer",
+        "1",
+    );
+}
+
+/// A verbs library without `ibv_reg_dmabuf_mr` on a kernel with
+/// nvidia-peermem: GPUDirect (required here) registers device memory with
+/// `ibv_reg_mr` on the device pointers instead of staging.
+#[test]
+fn gdr_through_nvidia_peermem_where_dma_buf_is_missing() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    run(
+        2,
+        "peermem",
+        "gdr_through_nvidia_peermem_where_dma_buf_is_missing",
         "1",
     );
 }

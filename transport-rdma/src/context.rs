@@ -227,6 +227,14 @@ impl Verbs for ContextHandle {
         self.with(|s| s.verbs.reg_dmabuf_mr(fd, offset, len, iova))
     }
 
+    fn supports_peermem(&self) -> bool {
+        self.with(|s| s.verbs.supports_peermem())
+    }
+
+    fn reg_peermem_mr(&mut self, dev: &dyn device::Device, addr: u64, len: usize) -> Result<Mr> {
+        self.with(|s| s.verbs.reg_peermem_mr(dev, addr, len))
+    }
+
     fn create_cq(&mut self, depth: usize) -> Result<u32> {
         let id = self.id;
         self.with(|s| {

@@ -1,6 +1,7 @@
 //! Registrations of device memory as the source of RDMA WRITEs
-//! (GPUDirect RDMA): each exported allocation ([`Device::dmabuf_export`])
-//! is registered once ([`Verbs::reg_dmabuf_mr`]) and cached, as
+//! (GPUDirect RDMA): each allocation is registered once, through its
+//! dma-buf ([`Device::dmabuf_export`], [`Verbs::reg_dmabuf_mr`]) or
+//! nvidia-peermem ([`Verbs::reg_peermem_mr`]) ([`DeviceRoute`]), and cached, as
 //! `regcache.rs` caches host memory. A cached registration is used only
 //! while the allocation that holds the address is still the one
 //! registered ([`Device::allocation_id`]): a freed and reallocated
@@ -15,6 +16,53 @@ use std::os::fd::AsFd;
 use device::{Device, DevicePtr};
 
 use crate::verbs::{Mr, Verbs};
+
+/// How device memory registers with the NIC (GPUDirect RDMA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeviceRoute {
+    /// Exported as a dma-buf ([`Device::dmabuf_export`]) and registered
+    /// with `ibv_reg_dmabuf_mr`: the open GPU kernel modules, Linux 5.12+.
+    DmaBuf,
+    /// Registered with `ibv_reg_mr` on the device pointer, which the
+    /// nvidia-peermem kernel module resolves: the older route, NCCL's
+    /// default where it is loaded.
+    PeerMem,
+}
+
+impl DeviceRoute {
+    /// The route name in logs and errors.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DeviceRoute::DmaBuf => "dma-buf",
+            DeviceRoute::PeerMem => "nvidia-peermem",
+        }
+    }
+
+    /// Registers `len` bytes of `dev`'s memory at `addr` (addressed at
+    /// `addr` by work requests and peers).
+    pub(crate) fn register(
+        self,
+        dev: &dyn Device,
+        verbs: &mut dyn Verbs,
+        addr: u64,
+        len: usize,
+    ) -> Result<Mr, String> {
+        match self {
+            DeviceRoute::DmaBuf => {
+                let d = dev
+                    .dmabuf_export(DevicePtr(addr), len)
+                    .map_err(|e| format!("exporting device memory at {addr:#x} as dma-buf: {e}"))?;
+                let offset = d.offset + (addr - d.base.0);
+                verbs
+                    .reg_dmabuf_mr(d.fd.as_fd(), offset, len, addr)
+                    .map_err(|e| e.to_string())
+            }
+            DeviceRoute::PeerMem => verbs
+                .reg_peermem_mr(dev, addr, len)
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
 
 /// Registrations kept per connection (least recently used dropped first
 /// when nothing is in flight).
@@ -47,7 +95,7 @@ impl DevRegs {
     /// registering the allocation that holds it when needed.
     pub(crate) fn lookup(
         &mut self,
-        dev: &dyn Device,
+        (dev, route): (&dyn Device, DeviceRoute),
         verbs: &mut dyn Verbs,
         addr: u64,
         len: usize,
@@ -74,16 +122,16 @@ impl DevRegs {
         if let Some((_, why)) = self.refused.iter().find(|r| r.0 == id) {
             return Err(why.clone());
         }
+        // The whole allocation, once.
         let registered = dev
-            .dmabuf_export(DevicePtr(addr), len)
-            .map_err(|e| format!("exporting device memory at {addr:#x} as dma-buf: {e}"))
-            .and_then(|d| {
-                verbs
-                    .reg_dmabuf_mr(d.fd.as_fd(), d.offset, d.len, d.base.0)
-                    .map(|mr| (d, mr))
-                    .map_err(|e| e.to_string())
+            .allocation_range(addr)
+            .map_err(|e| format!("finding the allocation of device address {addr:#x}: {e}"))
+            .and_then(|(base, bytes)| {
+                route
+                    .register(dev, verbs, base.0, bytes)
+                    .map(|mr| (base.0, bytes, mr))
             });
-        let (d, mr) = match registered {
+        let (base, bytes, mr) = match registered {
             Ok(r) => r,
             Err(why) => {
                 if self.refused.len() == MAX_ENTRIES {
@@ -95,9 +143,9 @@ impl DevRegs {
         };
         self.made += 1;
         self.entries.push(Entry {
-            base: d.base.0,
-            len: d.len,
-            id: d.id,
+            base,
+            len: bytes,
+            id,
             mr,
             used: self.clock,
         });

@@ -75,8 +75,10 @@ pub fn gdr_bytes() -> (u64, u64) {
     )
 }
 
-/// This side's inbox: device memory registered through its dma-buf.
+/// This side's inbox: device memory registered for GPUDirect.
 struct Inbox {
+    /// How this side registers device memory (dma-buf or nvidia-peermem).
+    route: crate::devregs::DeviceRoute,
     dev: Arc<dyn Device>,
     buf: DeviceBuffer,
     mr: Mr,

@@ -131,6 +131,15 @@ pub fn lock_held(file: &std::fs::File) -> bool {
     rc == 0 && l.l_type != libc::F_UNLCK as libc::c_short
 }
 
+/// Whether the kernel module that lets `ibv_reg_mr` take device memory is
+/// loaded: `nvidia_peermem` (the GPU driver's, 470 and newer) or the
+/// older `nv_peer_mem` (NCCL looks for the same two).
+pub fn peermem_loaded() -> bool {
+    ["/sys/module/nvidia_peermem", "/sys/module/nv_peer_mem"]
+        .iter()
+        .any(|m| std::path::Path::new(m).exists())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -481,6 +481,25 @@ pub trait Verbs: Send {
                 .into(),
         })
     }
+    /// Whether `ibv_reg_mr` registers device memory here: the kernel has
+    /// nvidia-peermem (or the older `nv_peer_mem`) loaded, GPUDirect's
+    /// route where dma-buf is not there (older kernels, the proprietary
+    /// GPU kernel modules).
+    fn supports_peermem(&self) -> bool {
+        false
+    }
+    /// Registers `len` bytes of `dev`'s memory at device address `addr`
+    /// through nvidia-peermem (`ibv_reg_mr` on the device pointer), with
+    /// the access of [`Verbs::reg_dmabuf_mr`]; deregistered with
+    /// [`Verbs::dereg_user_mr`].
+    fn reg_peermem_mr(&mut self, dev: &dyn device::Device, addr: u64, len: usize) -> Result<Mr> {
+        let _ = (dev, addr, len);
+        Err(VerbsError::Call {
+            device: self.port().name(),
+            op: "ibv_reg_mr",
+            detail: "device memory registers only with nvidia-peermem loaded".into(),
+        })
+    }
     /// Creates a completion queue of `depth` entries; returns its handle.
     fn create_cq(&mut self, depth: usize) -> Result<u32>;
     /// Destroys a completion queue once no queue pair uses it

@@ -24,6 +24,7 @@
 
 mod checks;
 mod copy;
+mod device_mr;
 mod dma;
 mod fork;
 mod modify;
@@ -37,6 +38,7 @@ mod stale_pages;
 mod strict;
 mod timing;
 mod watch;
+pub use device_mr::{set_dmabuf_supported, set_peermem_loaded};
 pub use fork::{fork_init, fork_initialized};
 pub use pinning::pinned_bytes;
 pub use profile::DeviceProfile;
@@ -78,17 +80,6 @@ struct LocalMr {
     /// Strict mode, a pinned user registration: the pages it holds
     /// (`stale_pages.rs`).
     pinned_pages: Option<stale_pages::PinnedPages>,
-}
-
-/// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
-/// a verbs library without it is emulated by turning this off).
-static DMABUF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Test double: makes emulated devices of this process behave as a verbs
-/// library without `ibv_reg_dmabuf_mr` (`false`), so device memory is
-/// staged; `true` (the default) offers it.
-pub fn set_dmabuf_supported(on: bool) {
-    DMABUF.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 struct Qp {
@@ -178,22 +169,6 @@ fn call_err(op: &'static str, detail: String) -> VerbsError {
         device: format!("{EMU_DEVICE}:1"),
         op,
         detail,
-    }
-}
-
-/// The shared-memory file name behind an emulated dma-buf (the
-/// emulated device's allocations are files in `/dev/shm`).
-fn dmabuf_name(file: &std::fs::File) -> std::result::Result<String, String> {
-    use std::os::fd::AsRawFd;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(|e| format!("finding the dma-buf's file: {e}"))?;
-    match (link.parent(), link.file_name().and_then(|n| n.to_str())) {
-        (Some(dir), Some(name)) if dir == std::path::Path::new("/dev/shm") => Ok(name.to_string()),
-        _ => Err(format!(
-            "the dma-buf is {} (the emulated NIC maps only emulated device memory, files in \
-             /dev/shm; a freed allocation's file is gone)",
-            link.display()
-        )),
     }
 }
 
@@ -564,7 +539,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn supports_dmabuf(&self) -> bool {
-        DMABUF.load(std::sync::atomic::Ordering::Relaxed)
+        device_mr::dmabuf_supported()
     }
 
     fn reg_dmabuf_mr(
@@ -596,51 +571,15 @@ impl Verbs for EmuVerbs {
                 format!("{len} bytes at iova {iova:#x} is not a region"),
             ));
         }
-        // The emulated NIC maps the dma-buf's file, as a NIC maps its
-        // pages; peers find it by the name in the descriptor.
-        let file = std::fs::File::from(
-            fd.try_clone_to_owned()
-                .map_err(|e| call_err(op, format!("duplicating the dma-buf fd: {e}")))?,
-        );
-        let name = dmabuf_name(&file).map_err(|d| call_err(op, d))?;
-        let map = memmap2::MmapRaw::map_raw(&file)
-            .map_err(|e| call_err(op, format!("mapping the dma-buf: {e}")))?;
-        let start = usize::try_from(offset)
-            .ok()
-            .filter(|o| o.checked_add(len).is_some_and(|e| e <= map.len()))
-            .ok_or_else(|| {
-                call_err(
-                    op,
-                    format!(
-                        "{len} bytes at offset {offset} run past the dma-buf's {} bytes",
-                        map.len()
-                    ),
-                )
-            })?;
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
-        let (lkey, rkey) = (key, key | 1);
-        let desc = LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset))
-            .map_err(|e| call_err(op, e))?;
-        let mr = Mr {
-            addr: iova,
-            len,
-            lkey,
-            rkey,
-        };
-        self.mrs.insert(
-            lkey,
-            LocalMr {
-                region: Some(Arc::new(desc)),
-                dmabuf: Some((Arc::new(map), start)),
-                mr,
-                pinned: 0,
-                on_demand: false,
-                odp: None,
-                pinned_pages: None,
-            },
-        );
-        Ok(mr)
+        self.register_device_file(op, fd, offset, len, iova)
+    }
+
+    fn supports_peermem(&self) -> bool {
+        device_mr::peermem_loaded()
+    }
+
+    fn reg_peermem_mr(&mut self, dev: &dyn device::Device, addr: u64, len: usize) -> Result<Mr> {
+        self.reg_peermem(dev, addr, len)
     }
 
     fn dereg_mr(&mut self, mr: &Mr) -> Result<()> {

@@ -5,7 +5,6 @@
 //! reads that state's fields directly.
 
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use comm_core::Error;
 use device::{Device, DeviceBuffer, DevicePtr, DeviceQueue};
 
 use crate::conn::{RdmaConnection, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
-use crate::devregs::DevRegs;
+use crate::devregs::{DevRegs, DeviceRoute};
 use crate::gdr_board::{Board, BOARD_BYTES};
 use crate::verbs::{Mr, SendWr};
 
@@ -69,35 +68,47 @@ impl RdmaConnection {
         self.slot_bytes - HEADER_BYTES
     }
 
+    /// How this side registers device memory: dma-buf where the device
+    /// exports it and the verbs library takes it, else nvidia-peermem where
+    /// the kernel has it; else why neither.
+    fn device_route(&self, dev: &dyn Device) -> Result<DeviceRoute, String> {
+        let device_exports = match dev.dmabuf_supported() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!(
+                "{} does not export its memory as dma-buf (CUDA: \
+                 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0; it needs the open GPU kernel modules \
+                 and Linux 5.12 or newer)",
+                describe(dev)
+            )),
+            Err(e) => Err(format!("asking {} for dma-buf support: {e}", describe(dev))),
+        };
+        let dmabuf = device_exports.and_then(|()| {
+            if self.dev.supports_dmabuf() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the verbs library of {} has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)",
+                    self.device
+                ))
+            }
+        });
+        match dmabuf {
+            Ok(()) => Ok(DeviceRoute::DmaBuf),
+            Err(_) if self.dev.supports_peermem() => Ok(DeviceRoute::PeerMem),
+            Err(why) => Err(format!(
+                "{why}; and nvidia-peermem, the other route, is not loaded \
+                 (/sys/module/nvidia_peermem)"
+            )),
+        }
+    }
+
     /// This side's verdict: its registered inbox, or why it cannot.
     fn local_verdict(&mut self, q: &DeviceQueue) -> Result<Inbox, String> {
         if self.gdr.setting == Some(false) {
             return Err("SNCL_IB_GDR=0".into());
         }
         let dev = &q.dev;
-        match dev.dmabuf_supported() {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(format!(
-                    "{} does not export its memory as dma-buf (CUDA: \
-                     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0; it needs the open GPU kernel \
-                     modules or nvidia-peermem, and Linux 5.12 or newer)",
-                    describe(&**dev)
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "asking {} for dma-buf support: {e}",
-                    describe(&**dev)
-                ))
-            }
-        }
-        if !self.dev.supports_dmabuf() {
-            return Err(format!(
-                "the verbs library of {} has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has)",
-                self.device
-            ));
-        }
+        let route = self.device_route(&**dev)?;
         // Writes the device does not order must be flushed before use:
         // this side takes part only if it can flush (tried once here).
         let needs_flush = dev.gpudirect_flush_needed().map_err(|e| {
@@ -118,14 +129,9 @@ impl RdmaConnection {
         let mut registered = |what: &str| -> Result<(DeviceBuffer, Mr), String> {
             let buf = DeviceBuffer::new(dev, bytes)
                 .map_err(|e| format!("allocating a {bytes}-byte device {what}: {e}"))?;
-            let d = dev
-                .dmabuf_export(buf.ptr(), bytes)
-                .map_err(|e| format!("exporting the device {what} as dma-buf: {e}"))?;
-            let offset = d.offset + (buf.ptr().0 - d.base.0);
-            let mr = self
-                .dev
-                .reg_dmabuf_mr(d.fd.as_fd(), offset, bytes, buf.ptr().0)
-                .map_err(|e| e.to_string())?;
+            let mr = route
+                .register(&**dev, &mut *self.dev, buf.ptr().0, bytes)
+                .map_err(|e| format!("registering the device {what} ({}): {e}", route.name()))?;
             Ok((buf, mr))
         };
         let (buf, mr) = registered("inbox")?;
@@ -139,6 +145,7 @@ impl RdmaConnection {
             }
         };
         Ok(Inbox {
+            route,
             dev: dev.clone(),
             buf,
             mr,
@@ -419,7 +426,10 @@ impl RdmaConnection {
             .add((k % self.slots as u64) as usize * dev_slot);
         let bounce_lkey = a.inbox.bounce_mr.lkey;
         let (source, ev) = if len > 0 {
-            let source = match a.regs.lookup(&*dev, &mut *self.dev, src, len) {
+            let source = match a
+                .regs
+                .lookup((&*dev, a.inbox.route), &mut *self.dev, src, len)
+            {
                 Ok(lkey) => Ok((src, lkey)),
                 Err(why) => {
                     // The slot is free: piece k - slots, its last user, has

@@ -372,6 +372,37 @@ impl Verbs for IbvVerbs {
         self.lib.reg_dmabuf_mr.is_some()
     }
 
+    fn supports_peermem(&self) -> bool {
+        crate::sys::peermem_loaded()
+    }
+
+    fn reg_peermem_mr(&mut self, _dev: &dyn device::Device, addr: u64, len: usize) -> Result<Mr> {
+        let access = attr::mr_access(attr::Registration::DmaBuf);
+        // SAFETY: `pd` is this context's protection domain; `addr` is device
+        // memory of this process, which nvidia-peermem pins through the
+        // GPU driver (no host page is touched); the caller keeps it
+        // allocated until the registration is dropped.
+        let mr = unsafe { (self.lib.reg_mr)(self.pd, addr as *mut _, len, access) };
+        if mr.is_null() {
+            return Err(self.err(
+                "ibv_reg_mr",
+                format!(
+                    "registering device memory {addr:#x}+{len} through nvidia-peermem failed: {}",
+                    errno()
+                ),
+            ));
+        }
+        // SAFETY: a registration returned by ibv_reg_mr.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
+        Ok(Mr {
+            addr,
+            len,
+            lkey,
+            rkey,
+        })
+    }
+
     fn reg_dmabuf_mr(
         &mut self,
         fd: std::os::fd::BorrowedFd<'_>,

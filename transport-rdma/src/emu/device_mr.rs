@@ -1,0 +1,143 @@
+//! Device memory registered with the emulated NIC (GPUDirect RDMA): the
+//! dma-buf route (`ibv_reg_dmabuf_mr`) and the nvidia-peermem route
+//! (`ibv_reg_mr` on a device pointer), both mapping the emulated device
+//! allocation's shared-memory file as a NIC maps the GPU's pages; the
+//! test switches that stand for a verbs library without the dma-buf call
+//! and for a kernel with the peermem module.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use device::{Device, DevicePtr};
+
+use super::shared::LocalRegion;
+use super::{call_err, EmuVerbs, LocalMr};
+use crate::ibv::attr::Registration;
+use crate::verbs::{Mr, Result};
+
+/// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
+/// a verbs library without it is emulated by turning this off).
+static DMABUF: std::sync::atomic::AtomicBool = AtomicBool::new(true);
+
+/// Test double: makes emulated devices of this process behave as a verbs
+/// library without `ibv_reg_dmabuf_mr` (`false`), so device memory is
+/// staged; `true` (the default) offers it.
+pub fn set_dmabuf_supported(on: bool) {
+    DMABUF.store(on, Ordering::Relaxed);
+}
+
+/// Whether the emulated kernel has nvidia-peermem loaded (test double;
+/// off by default, as on a machine without it).
+static PEERMEM: AtomicBool = AtomicBool::new(false);
+
+/// Test double: makes this process's emulated NICs behave as if the
+/// kernel had nvidia-peermem loaded (`true`): `ibv_reg_mr` then takes
+/// device memory.
+pub fn set_peermem_loaded(on: bool) {
+    PEERMEM.store(on, Ordering::Relaxed);
+}
+
+pub(super) fn dmabuf_supported() -> bool {
+    DMABUF.load(Ordering::Relaxed)
+}
+
+pub(super) fn peermem_loaded() -> bool {
+    PEERMEM.load(Ordering::Relaxed)
+}
+
+/// The shared-memory file name behind an emulated dma-buf (the
+/// emulated device's allocations are files in `/dev/shm`).
+fn dmabuf_name(file: &std::fs::File) -> std::result::Result<String, String> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|e| format!("finding the dma-buf's file: {e}"))?;
+    match (link.parent(), link.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) if dir == std::path::Path::new("/dev/shm") => Ok(name.to_string()),
+        _ => Err(format!(
+            "the dma-buf is {} (the emulated NIC maps only emulated device memory, files in \
+             /dev/shm; a freed allocation's file is gone)",
+            link.display()
+        )),
+    }
+}
+
+impl EmuVerbs {
+    /// `ibv_reg_mr` on device memory: with the module loaded, the NIC
+    /// reaches the allocation's pages (here: its file, as the dma-buf
+    /// route maps it).
+    pub(super) fn reg_peermem(&mut self, dev: &dyn Device, addr: u64, len: usize) -> Result<Mr> {
+        let op = "ibv_reg_mr";
+        if !peermem_loaded() {
+            return Err(call_err(
+                op,
+                format!(
+                    "{addr:#x} is not host memory and nvidia-peermem is not loaded (Bad address, \
+                     EFAULT)"
+                ),
+            ));
+        }
+        self.check_registration(op, Registration::DmaBuf)?;
+        let d = dev
+            .dmabuf_export(DevicePtr(addr), len)
+            .map_err(|e| call_err(op, format!("reaching device memory at {addr:#x}: {e}")))?;
+        let offset = d.offset + (addr - d.base.0);
+        self.register_device_file(op, std::os::fd::AsFd::as_fd(&d.fd), offset, len, addr)
+    }
+
+    /// Registers `len` bytes from `offset` of the device allocation's file
+    /// `fd`, addressed at `iova`.
+    pub(super) fn register_device_file(
+        &mut self,
+        op: &'static str,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Mr> {
+        // The emulated NIC maps the dma-buf's file, as a NIC maps its
+        // pages; peers find it by the name in the descriptor.
+        let file = std::fs::File::from(
+            fd.try_clone_to_owned()
+                .map_err(|e| call_err(op, format!("duplicating the dma-buf fd: {e}")))?,
+        );
+        let name = dmabuf_name(&file).map_err(|d| call_err(op, d))?;
+        let map = memmap2::MmapRaw::map_raw(&file)
+            .map_err(|e| call_err(op, format!("mapping the dma-buf: {e}")))?;
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|o| o.checked_add(len).is_some_and(|e| e <= map.len()))
+            .ok_or_else(|| {
+                call_err(
+                    op,
+                    format!(
+                        "{len} bytes at offset {offset} run past the dma-buf's {} bytes",
+                        map.len()
+                    ),
+                )
+            })?;
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        let (lkey, rkey) = (key, key | 1);
+        let desc = LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset))
+            .map_err(|e| call_err(op, e))?;
+        let mr = Mr {
+            addr: iova,
+            len,
+            lkey,
+            rkey,
+        };
+        self.mrs.insert(
+            lkey,
+            LocalMr {
+                region: Some(Arc::new(desc)),
+                dmabuf: Some((Arc::new(map), start)),
+                mr,
+                pinned: 0,
+                on_demand: false,
+                odp: None,
+                pinned_pages: None,
+            },
+        );
+        Ok(mr)
+    }
+}
