@@ -152,7 +152,17 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
     let dst = DeviceBuffer::new(&qb.dev, n).expect("alloc");
     let before = transport_rdma::gdr_bytes();
     let max = a.max_piece(MemoryKind::Device);
+    let rung = a.verbs_counters();
     transfer((&mut a, &qa), (&mut b, &qb), &src, &dst, max);
+    let rung = a.verbs_counters().doorbells - rung.doorbells;
+    let pieces = n.div_ceil(max) as u64;
+    eprintln!("{pieces} device pieces: {rung} doorbells");
+    // The payload WRITE and the header that announces it go as one chain
+    // (two doorbells a piece before).
+    assert!(
+        rung <= pieces,
+        "{rung} doorbells for {pieces} device pieces"
+    );
     assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
     let after = transport_rdma::gdr_bytes();
     assert!(after.0 - before.0 >= n as u64 && after.1 - before.1 >= n as u64);

@@ -317,12 +317,16 @@ impl RdmaConnection {
                 rkey: a.peer_inbox.1,
                 imm: None,
             };
+            // The payload and the header that announces it as one chain:
+            // one doorbell per piece.
+            let header = self.stage_piece(piece.k, &piece.header, &[], HEADER_BYTES);
             if len > 0 {
-                self.post(q, payload).map_err(|e| self.te(e))?;
+                self.post_chain(q, &mut [payload, header])
+                    .map_err(|e| self.te(e))?;
                 self.gdr.in_flight += 1;
+            } else {
+                self.post(q, header).map_err(|e| self.te(e))?;
             }
-            self.post_piece(q, piece.k, &piece.header, &[], HEADER_BYTES)
-                .map_err(|e| self.te(e))?;
         }
     }
 
