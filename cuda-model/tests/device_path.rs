@@ -419,6 +419,31 @@ fn p2p_suite_on_the_cuda_backend() {
     }
 }
 
+/// The CUDA backend's GPUDirect answers on the model (tests/gpudirect_flush.rs):
+/// the write ordering and flush options it reads, and
+/// `cuFlushGPUDirectRDMAWrites` (unmodelled before: the flush failed, and a
+/// GPUDirect pair on such a device would have staged).
+#[test]
+fn gpudirect_flush_on_the_cuda_backend() {
+    let Some(bin) = suite("gpudirect_flush") else {
+        eprintln!(
+            "skipped: tests/gpudirect_flush.rs is not built next to this test (run the \
+             workspace build first)"
+        );
+        return;
+    };
+    let args = ["--nocapture"];
+    if let Some(run) = on_the_model(&bin, &args, &[("SNCL_TEST_DEVICE", "cuda")], "gdr-flush") {
+        run.check_clean("gpudirect_flush on the cuda backend", 1);
+        assert!(
+            run.stderr
+                .contains("cuda: GPUDirect flush needed and taken"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 /// Two ranks on a device that holds 32 blocks of the direct kernels'
 /// shape (`CUDA_MODEL_SMS=8`: 4 of 512 threads an SM): each rank's kernel
 /// launches at most 16, so both are resident together. (With the fixed cap

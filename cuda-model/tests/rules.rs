@@ -738,3 +738,41 @@ fn a_call_after_the_release_is_not_made_while_parked() {
     }
     assert!(eventually(Duration::from_secs(5), || idle(s)));
 }
+
+/// GPUDirect RDMA write flushes (driver API, cuFlushGPUDirectRDMAWrites):
+/// the device reports NIC writes unordered with its own work and offers
+/// the host-side flush (attributes 118 and 117, as x86 Hopper systems
+/// report them), and the flush needs a current context and takes only the
+/// current-context target (0) and the owner (100) or all-devices (200)
+/// scope.
+#[test]
+fn gpudirect_flush_needs_a_context_and_its_one_target() {
+    setup();
+    let attr = |a: i32| {
+        let mut v = -1;
+        // SAFETY: a live out-pointer.
+        ok("attribute", unsafe { cuDeviceGetAttribute(&mut v, a, 0) });
+        v
+    };
+    assert_eq!(
+        attr(118),
+        0,
+        "writes ordering: none (a consumer must flush)"
+    );
+    assert_eq!(attr(117) & 1, 1, "the host-side flush is offered");
+    let before = GPUDIRECT_FLUSHES.load(Ordering::Relaxed);
+    ok("owner", cuFlushGPUDirectRDMAWrites(0, 100));
+    ok("all devices", cuFlushGPUDirectRDMAWrites(0, 200));
+    assert_eq!(cuFlushGPUDirectRDMAWrites(1, 100), CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(cuFlushGPUDirectRDMAWrites(0, 150), CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(GPUDIRECT_FLUSHES.load(Ordering::Relaxed) - before, 2);
+    std::thread::spawn(|| {
+        assert_eq!(
+            cuFlushGPUDirectRDMAWrites(0, 100),
+            CUDA_ERROR_INVALID_CONTEXT,
+            "no current context on this thread"
+        );
+    })
+    .join()
+    .expect("thread");
+}

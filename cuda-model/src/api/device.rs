@@ -131,6 +131,16 @@ pub fn attribute(attr: c_int) -> Option<c_int> {
         x if x == a(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE) => 1_980_000,
         x if x == a(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE) => 2_619_000,
         x if x == a(A::CU_DEVICE_ATTRIBUTE_ECC_ENABLED) => 1,
+        // GPUDirect RDMA as an x86 Hopper system reports it: writes from a
+        // NIC are not ordered with the device's own work
+        // (`CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE`), so a consumer must
+        // flush, and the host-side flush is offered
+        // (`CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST`): driver API,
+        // cuFlushGPUDirectRDMAWrites ("Users may query support for this
+        // API via CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS").
+        x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) => 1,
+        x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING) => 0,
+        x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS) => 1,
         x if (0..a(A::CU_DEVICE_ATTRIBUTE_MAX)).contains(&x) => 0,
         _ => return None,
     })
@@ -407,5 +417,28 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
         let c = context::current()?;
         crate::stream::check_unsafe_call("cuCtxSynchronize")?;
         sync::context(&c, "cuCtxSynchronize")
+    })
+}
+
+/// Flushes counted by [`cuFlushGPUDirectRDMAWrites`] (tests).
+pub static GPUDIRECT_FLUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `cuFlushGPUDirectRDMAWrites(target, scope)`: "Blocks until remote writes
+/// are visible to the specified scope" (driver API). The model has no
+/// NIC writing into its memory, so there is nothing to wait for; it checks
+/// what the driver checks: a current context (the target is "the currently
+/// active CUDA device context", `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX`
+/// = 0, the only target), and a scope of `..._TO_OWNER` (100) or
+/// `..._TO_ALL_DEVICES` (200); anything else is `CUDA_ERROR_INVALID_VALUE`.
+/// The call does not synchronise with any stream.
+#[no_mangle]
+pub extern "C" fn cuFlushGPUDirectRDMAWrites(target: c_int, scope: c_int) -> CUresult {
+    run("cuFlushGPUDirectRDMAWrites", || {
+        context::current()?;
+        if target != 0 || !matches!(scope, 100 | 200) {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        GPUDIRECT_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     })
 }

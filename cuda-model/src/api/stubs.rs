@@ -51,7 +51,6 @@ unsupported!(
     cuGraphAddKernelNode_v2,
     cuGraphExecUpdate_v2,
     cuGraphicsMapResources,
-    cuFlushGPUDirectRDMAWrites,
     cuModuleLoad,
     cuModuleLoadFatBinary,
     cuLinkCreate_v2,
