@@ -119,19 +119,28 @@ impl DevRegs {
             let old = self.entries.swap_remove(i);
             self.stale.push(old.mr);
         }
+        let (base, bytes) = dev
+            .allocation_range(addr)
+            .map_err(|e| format!("finding the allocation of device address {addr:#x}: {e}"))?;
+        let base = base.0;
+        // A range across two allocations (a VMM reservation's physical
+        // chunks): no one registration covers it (not remembered: other
+        // ranges of the allocation may fit).
+        if (addr - base)
+            .checked_add(len as u64)
+            .is_none_or(|end| end > bytes as u64)
+        {
+            return Err(format!(
+                "{len} bytes at {addr:#x} run past the allocation that holds them \
+                 ({base:#x}, {bytes} bytes)"
+            ));
+        }
         if let Some((_, why)) = self.refused.iter().find(|r| r.0 == id) {
             return Err(why.clone());
         }
         // The whole allocation, once.
-        let registered = dev
-            .allocation_range(addr)
-            .map_err(|e| format!("finding the allocation of device address {addr:#x}: {e}"))
-            .and_then(|(base, bytes)| {
-                route
-                    .register(dev, verbs, base.0, bytes)
-                    .map(|mr| (base.0, bytes, mr))
-            });
-        let (base, bytes, mr) = match registered {
+        let registered = route.register(dev, verbs, base, bytes);
+        let mr = match registered {
             Ok(r) => r,
             Err(why) => {
                 if self.refused.len() == MAX_ENTRIES {
@@ -178,5 +187,35 @@ impl DevRegs {
     pub(crate) fn clear(&mut self, verbs: &mut dyn Verbs) {
         self.stale.extend(self.entries.drain(..).map(|e| e.mr));
         self.idle(verbs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece inside an allocation registers the allocation once; a piece
+    /// that runs past its allocation (as one across a VMM reservation's
+    /// physical chunks does) is refused, so the caller bounces it, and
+    /// not remembered: a later piece inside the allocation still registers.
+    #[test]
+    fn a_range_past_its_allocation_is_refused_not_remembered() {
+        let dev = device::open(device::Backend::Emu, 0).expect("the emulated device");
+        let mut verbs = crate::emu::EmuVerbs::open().expect("the emulated NIC");
+        let buf = device::DeviceBuffer::new(&dev, 8192).expect("alloc");
+        let base = buf.ptr().0;
+        let mut regs = DevRegs::default();
+        let route = (&*dev, DeviceRoute::DmaBuf);
+        let e = regs
+            .lookup(route, &mut verbs, base + 8000, 400)
+            .expect_err("a range past its allocation");
+        assert!(e.contains("run past the allocation"), "{e}");
+        assert_eq!(regs.made, 0);
+        regs.lookup(route, &mut verbs, base + 100, 400)
+            .expect("a range inside it");
+        regs.lookup(route, &mut verbs, base + 4000, 4192)
+            .expect("another, to its end");
+        assert_eq!(regs.made, 1, "one registration for the allocation");
+        regs.clear(&mut verbs);
     }
 }

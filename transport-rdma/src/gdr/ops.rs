@@ -240,8 +240,12 @@ impl RdmaConnection {
                 };
                 // The peer writes into our inbox only if both said yes.
                 if let Some(i) = local {
-                    if let Err(e) = self.dev.dereg_user_mr(&i.mr) {
-                        tracing::warn!("deregistering an unused GPUDirect inbox failed: {e}");
+                    for mr in [&i.mr, &i.bounce_mr] {
+                        if let Err(e) = self.dev.dereg_user_mr(mr) {
+                            tracing::warn!(
+                                "deregistering an unused GPUDirect inbox or bounce failed: {e}"
+                            );
+                        }
                     }
                 }
                 let peer_why = if theirs.yes {
@@ -321,9 +325,11 @@ impl RdmaConnection {
             // one doorbell per piece.
             let header = self.stage_piece(piece.k, &piece.header, &[], HEADER_BYTES);
             if len > 0 {
+                // Counted first, as lent pieces are: a failed post breaks
+                // the connection, whose drain ends the count.
+                self.gdr.in_flight += 1;
                 self.post_chain(q, &mut [payload, header])
                     .map_err(|e| self.te(e))?;
-                self.gdr.in_flight += 1;
             } else {
                 self.post(q, header).map_err(|e| self.te(e))?;
             }
@@ -436,8 +442,14 @@ impl RdmaConnection {
             {
                 Ok(lkey) => Ok((src, lkey)),
                 Err(why) => {
-                    // The slot is free: piece k - slots, its last user, has
-                    // its credit back (the peer consumed what the NIC read).
+                    // The slot is free: its last user, piece k - slots,
+                    // has had its payload read. `fifo_room` let piece k in
+                    // only once the header WRITE of piece k - slots (its
+                    // staging slot's reader) was retired by a completion,
+                    // and that header is chained after the payload on the
+                    // same QP, so the payload WRITE is retired too (a
+                    // credit alone would not do: a retransmission reads the
+                    // source again).
                     // SAFETY: the source is the caller's live device range
                     // of `len` bytes (the region's contract), the slot
                     // `len` ≤ `dev_slot` bytes of the bounce buffer; the
@@ -466,9 +478,21 @@ impl RdmaConnection {
         } else {
             (Ok((src, 0)), None)
         };
-        let (src, lkey) = source.map_err(|e: String| {
-            self.device_err(&*dev, "registering device memory for GPUDirect RDMA", e)
-        })?;
+        let (src, lkey) = match source {
+            Ok(s) => s,
+            Err(e) => {
+                if let (Some(Ok(ev)), State::Decided(Some(a))) = (ev, &mut self.gdr.state) {
+                    // Recorded, never waited for: free for a later piece
+                    // (recording again overwrites it).
+                    a.free_events.push(ev);
+                }
+                return Err(self.device_err(
+                    &*dev,
+                    "registering device memory for GPUDirect RDMA",
+                    e,
+                ));
+            }
+        };
         let ev = match ev {
             Some(Ok(ev)) => Some(ev),
             Some(Err(e)) => return Err(self.device_err(&*dev, "recording a piece's event", e)),
