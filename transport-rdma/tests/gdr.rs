@@ -158,10 +158,12 @@ fn device_pieces_go_device_to_device_and_registrations_are_reused() {
     let pieces = n.div_ceil(max) as u64;
     eprintln!("{pieces} device pieces: {rung} doorbells");
     // The payload WRITE and the header that announces it go as one chain
-    // (two doorbells a piece before).
+    // (two doorbells a piece before); now and then a signalled zero-length
+    // WRITE retires a staging slot's reader (`fifo_room`), one doorbell of
+    // its own, depending on when completions are polled.
     assert!(
-        rung <= pieces,
-        "{rung} doorbells for {pieces} device pieces"
+        rung * 4 <= pieces * 5,
+        "{rung} doorbells for {pieces} device pieces (at most 1.25 a piece)"
     );
     assert_eq!(download(&qb, &dst), data, "bytes arrive as sent");
     let after = transport_rdma::gdr_bytes();
