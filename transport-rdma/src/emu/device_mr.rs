@@ -3,47 +3,17 @@
 //! (`ibv_reg_mr` on a device pointer), both mapping the emulated device
 //! allocation's shared-memory file as a NIC maps the GPU's pages; the
 //! test switches that stand for a verbs library without the dma-buf call
-//! and for a kernel with the peermem module.
+//! and for a kernel with the peermem module live in the parent module.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use device::{Device, DevicePtr};
 
 use super::shared::LocalRegion;
-use super::{call_err, EmuVerbs, LocalMr};
+use super::{call_err, EmuVerbs, LocalMr, PEERMEM};
 use crate::ibv::attr::Registration;
 use crate::verbs::{Mr, Result};
-
-/// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
-/// a verbs library without it is emulated by turning this off).
-static DMABUF: std::sync::atomic::AtomicBool = AtomicBool::new(true);
-
-/// Test double: makes emulated devices of this process behave as a verbs
-/// library without `ibv_reg_dmabuf_mr` (`false`), so device memory is
-/// staged; `true` (the default) offers it.
-pub fn set_dmabuf_supported(on: bool) {
-    DMABUF.store(on, Ordering::Relaxed);
-}
-
-/// Whether the emulated kernel has nvidia-peermem loaded (test double;
-/// off by default, as on a machine without it).
-static PEERMEM: AtomicBool = AtomicBool::new(false);
-
-/// Test double: makes this process's emulated NICs behave as if the
-/// kernel had nvidia-peermem loaded (`true`): `ibv_reg_mr` then takes
-/// device memory.
-pub fn set_peermem_loaded(on: bool) {
-    PEERMEM.store(on, Ordering::Relaxed);
-}
-
-pub(super) fn dmabuf_supported() -> bool {
-    DMABUF.load(Ordering::Relaxed)
-}
-
-pub(super) fn peermem_loaded() -> bool {
-    PEERMEM.load(Ordering::Relaxed)
-}
 
 /// The shared-memory file name behind an emulated dma-buf (the
 /// emulated device's allocations are files in `/dev/shm`).
@@ -67,7 +37,7 @@ impl EmuVerbs {
     /// route maps it).
     pub(super) fn reg_peermem(&mut self, dev: &dyn Device, addr: u64, len: usize) -> Result<Mr> {
         let op = "ibv_reg_mr";
-        if !peermem_loaded() {
+        if !PEERMEM.load(Ordering::Relaxed) {
             return Err(call_err(
                 op,
                 format!(

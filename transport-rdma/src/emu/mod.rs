@@ -38,7 +38,6 @@ mod stale_pages;
 mod strict;
 mod timing;
 mod watch;
-pub use device_mr::{set_dmabuf_supported, set_peermem_loaded};
 pub use fork::{fork_init, fork_initialized};
 pub use pinning::pinned_bytes;
 pub use profile::DeviceProfile;
@@ -80,6 +79,28 @@ struct LocalMr {
     /// Strict mode, a pinned user registration: the pages it holds
     /// (`stale_pages.rs`).
     pinned_pages: Option<stale_pages::PinnedPages>,
+}
+
+/// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
+/// a verbs library without it is emulated by turning this off).
+static DMABUF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Test double: makes emulated devices of this process behave as a verbs
+/// library without `ibv_reg_dmabuf_mr` (`false`), so device memory is
+/// staged; `true` (the default) offers it.
+pub fn set_dmabuf_supported(on: bool) {
+    DMABUF.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the emulated kernel has nvidia-peermem loaded (test double;
+/// off by default, as on a machine without it).
+static PEERMEM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test double: makes this process's emulated NICs behave as if the
+/// kernel had nvidia-peermem loaded (`true`): `ibv_reg_mr` then takes
+/// device memory.
+pub fn set_peermem_loaded(on: bool) {
+    PEERMEM.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 struct Qp {
@@ -539,7 +560,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn supports_dmabuf(&self) -> bool {
-        device_mr::dmabuf_supported()
+        DMABUF.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn reg_dmabuf_mr(
@@ -575,7 +596,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn supports_peermem(&self) -> bool {
-        device_mr::peermem_loaded()
+        PEERMEM.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn reg_peermem_mr(&mut self, dev: &dyn device::Device, addr: u64, len: usize) -> Result<Mr> {
