@@ -11,18 +11,13 @@ use std::time::Duration;
 
 use comm_core::algo::Algorithm;
 use rank_kit::*;
-use sncl::{Collective, Communicator, Config, Error, ReduceOp};
+use sncl::{Collective, Config, Error, ReduceOp};
 
 fn config(timeout_ms: u64) -> Config {
     Config {
         timeout: Duration::from_millis(timeout_ms),
         ..Config::default()
     }
-}
-
-/// The algorithm the flight recorder noted for this rank's last operation.
-fn last_algorithm(c: &Communicator) -> String {
-    flight_ops(c).pop().expect("a flight record").2
 }
 
 #[test]

@@ -10,18 +10,6 @@ use std::time::Duration;
 use rank_kit::*;
 use sncl::{Communicator, Config, ReduceOp};
 
-fn config(timeout_ms: u64) -> Config {
-    Config {
-        timeout: Duration::from_millis(timeout_ms),
-        ..Config::default()
-    }
-}
-
-/// The algorithm the flight recorder noted for this rank's last operation.
-fn last_algorithm(c: &Communicator) -> String {
-    flight_ops(c).pop().expect("a flight record").2
-}
-
 /// Ranks whose own connections differ: ranks 0 and 1 may use the device
 /// transport between them (an emulated device is open), rank 2 turns it off,
 /// so all of rank 2's peers are over shm (lanes) while ranks 0 and 1 have
@@ -37,7 +25,10 @@ fn ranks_whose_own_connections_differ_choose_alike() {
     let hs: Vec<_> = (0..n)
         .map(|r| {
             let store: std::sync::Arc<dyn sncl::Store> = std::sync::Arc::new(store.for_rank(r));
-            let mut cfg = config(10_000);
+            let mut cfg = Config {
+                timeout: Duration::from_secs(10),
+                ..Config::default()
+            };
             if r == 2 {
                 cfg.nvlink.mode = sncl::NvlinkMode::Off;
             }

@@ -517,6 +517,11 @@ pub fn flight_ops(c: &Communicator) -> Vec<(String, usize, String)> {
         .collect()
 }
 
+/// The algorithm the flight recorder noted for `c`'s last operation.
+pub fn last_algorithm(c: &Communicator) -> String {
+    flight_ops(c).pop().expect("a flight record").2
+}
+
 pub fn init(n: usize, cfg: Config) -> Vec<Communicator> {
     Communicator::init_threads(n, cfg).unwrap_or_else(|e| panic!("init_threads({n}) failed: {e}"))
 }

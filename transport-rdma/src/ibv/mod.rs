@@ -174,6 +174,22 @@ fn errno() -> std::io::Error {
 }
 
 impl IbvVerbs {
+    /// Keeps the registration `mr` of memory that is not ours (a user
+    /// buffer, device memory) addressed at `addr` for `len` bytes, until
+    /// it is deregistered; its keys.
+    fn keep_user_registration(&mut self, mr: *mut ffi::MrHead, addr: u64, len: usize) -> Mr {
+        // SAFETY: `mr` is a non-null registration just returned by
+        // libibverbs (ibv_reg_mr or ibv_reg_dmabuf_mr), not yet freed.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
+        Mr {
+            addr,
+            len,
+            lkey,
+            rkey,
+        }
+    }
+
     /// Opens `device` port `port` and reads its LID, MTU and the GID at
     /// `gid_index` (`SNCL_IB_GID_INDEX`; `None`: chosen from the port's
     /// GID table `table`, as sysfs lists it, [`crate::gid::choose_gid_index`]).
@@ -357,15 +373,7 @@ impl Verbs for IbvVerbs {
                 ),
             ));
         }
-        // SAFETY: a registration returned by ibv_reg_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
-        Ok(Mr {
-            addr,
-            len,
-            lkey,
-            rkey,
-        })
+        Ok(self.keep_user_registration(mr, addr, len))
     }
 
     fn supports_dmabuf(&self) -> bool {
@@ -392,15 +400,7 @@ impl Verbs for IbvVerbs {
                 ),
             ));
         }
-        // SAFETY: a registration returned by ibv_reg_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
-        Ok(Mr {
-            addr,
-            len,
-            lkey,
-            rkey,
-        })
+        Ok(self.keep_user_registration(mr, addr, len))
     }
 
     fn reg_dmabuf_mr(
@@ -444,15 +444,7 @@ impl Verbs for IbvVerbs {
                 ),
             ));
         }
-        // SAFETY: a registration returned by ibv_reg_dmabuf_mr.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        self.mrs.insert(lkey, RegisteredMr { mr, mem: None });
-        Ok(Mr {
-            addr: iova,
-            len,
-            lkey,
-            rkey,
-        })
+        Ok(self.keep_user_registration(mr, iova, len))
     }
 
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
