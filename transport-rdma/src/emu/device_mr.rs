@@ -13,7 +13,7 @@ use device::{Device, DevicePtr};
 use super::shared::LocalRegion;
 use super::{call_err, EmuVerbs, LocalMr, PEERMEM};
 use crate::ibv::attr::Registration;
-use crate::verbs::{Mr, Result};
+use crate::verbs::{Mr, Result, Verbs};
 
 /// The shared-memory file name behind an emulated dma-buf (the
 /// emulated device's allocations are files in `/dev/shm`).
@@ -32,6 +32,40 @@ fn dmabuf_name(file: &std::fs::File) -> std::result::Result<String, String> {
 }
 
 impl EmuVerbs {
+    /// `ibv_reg_dmabuf_mr` (`Verbs::reg_dmabuf_mr`): refused where the
+    /// emulated library lacks it or the kernel takes no dma-bufs.
+    pub(super) fn reg_dmabuf(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Mr> {
+        let op = "ibv_reg_dmabuf_mr";
+        self.check_registration(op, Registration::DmaBuf)?;
+        if self.dmabuf_refused {
+            return Err(call_err(
+                op,
+                "Operation not supported (EOPNOTSUPP): the kernel or the NIC's driver takes no \
+                 dma-bufs (Linux 5.12 or newer and a driver with dma-buf support, e.g. mlx5)"
+                    .into(),
+            ));
+        }
+        if !self.supports_dmabuf() {
+            return Err(call_err(
+                op,
+                "this (emulated) verbs library has no ibv_reg_dmabuf_mr".into(),
+            ));
+        }
+        if len == 0 || iova.checked_add(len as u64).is_none() {
+            return Err(call_err(
+                op,
+                format!("{len} bytes at iova {iova:#x} is not a region"),
+            ));
+        }
+        self.register_device_file(op, fd, offset, len, iova)
+    }
+
     /// `ibv_reg_mr` on device memory: with the module loaded, the NIC
     /// reaches the allocation's pages (here: its file, as the dma-buf
     /// route maps it).

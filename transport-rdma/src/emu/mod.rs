@@ -37,6 +37,7 @@ mod shared;
 mod stale_pages;
 mod strict;
 mod timing;
+mod user_mr;
 mod watch;
 pub use fork::{fork_init, fork_initialized};
 pub use pinning::pinned_bytes;
@@ -464,43 +465,8 @@ impl Verbs for EmuVerbs {
     }
 
     unsafe fn reg_user_mr(&mut self, addr: u64, len: usize, on_demand: bool) -> Result<Mr> {
-        self.check_registration("ibv_reg_mr", Registration::UserSource { on_demand })?;
-        if len == 0 || addr.checked_add(len as u64).is_none() {
-            return Err(call_err(
-                "ibv_reg_mr",
-                format!("{len} bytes at {addr:#x} is not a region"),
-            ));
-        }
-        // The emulation reads user memory by its address; strict mode notes
-        // the pages a pinned registration holds (`stale_pages.rs`).
-        let pinned_pages = if on_demand || self.strict.is_none() {
-            None
-        } else {
-            // SAFETY: this function's contract: the range is memory of this
-            // process, mapped while the registration is used.
-            unsafe { stale_pages::PinnedPages::pin(addr, len) }
-        };
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
-        let mr = Mr {
-            addr,
-            len,
-            lkey: key,
-            rkey: 0,
-        };
-        self.mrs.insert(
-            key,
-            LocalMr {
-                region: None,
-                dmabuf: None,
-                mr,
-                pinned: 0,
-                on_demand,
-                odp: (on_demand && self.strict.is_some()).then(|| odp::OdpPages::new(addr, len)),
-                pinned_pages,
-            },
-        );
-        Ok(mr)
+        // SAFETY: this function's contract, passed on.
+        unsafe { self.register_user(addr, len, on_demand) }
     }
 
     fn dereg_user_mr(&mut self, mr: &Mr) -> Result<()> {
@@ -519,38 +485,7 @@ impl Verbs for EmuVerbs {
     }
 
     fn prefetch_on_demand(&mut self, mr: &Mr, addr: u64, len: usize) -> Result<bool> {
-        let m = self
-            .mrs
-            .get_mut(&mr.lkey)
-            .filter(|m| m.mr == *mr)
-            .ok_or_else(|| {
-                call_err(
-                    "ibv_advise_mr",
-                    format!("no registration with lkey {:#x}", mr.lkey),
-                )
-            })?;
-        // drivers/infiniband/hw/mlx5/odp.c: prefetch of a registration that
-        // is not on demand, or outside it, is EINVAL.
-        if !m.on_demand || addr < mr.addr || addr + len as u64 > mr.addr + mr.len as u64 {
-            return Err(call_err(
-                "ibv_advise_mr",
-                format!(
-                    "EINVAL: prefetch of {len} bytes at {addr:#x} in {} registration of {} \
-                     bytes at {:#x}",
-                    if m.on_demand {
-                        "the on-demand"
-                    } else {
-                        "a pinned"
-                    },
-                    mr.len,
-                    mr.addr
-                ),
-            ));
-        }
-        if let Some(pages) = &mut m.odp {
-            pages.prefetch(addr, len, std::time::Instant::now());
-        }
-        Ok(true)
+        self.prefetch(mr, addr, len)
     }
 
     fn supports_on_demand(&mut self) -> bool {
@@ -570,29 +505,7 @@ impl Verbs for EmuVerbs {
         len: usize,
         iova: u64,
     ) -> Result<Mr> {
-        let op = "ibv_reg_dmabuf_mr";
-        self.check_registration(op, Registration::DmaBuf)?;
-        if self.dmabuf_refused {
-            return Err(call_err(
-                op,
-                "Operation not supported (EOPNOTSUPP): the kernel or the NIC's driver takes no \
-                 dma-bufs (Linux 5.12 or newer and a driver with dma-buf support, e.g. mlx5)"
-                    .into(),
-            ));
-        }
-        if !self.supports_dmabuf() {
-            return Err(call_err(
-                op,
-                "this (emulated) verbs library has no ibv_reg_dmabuf_mr".into(),
-            ));
-        }
-        if len == 0 || iova.checked_add(len as u64).is_none() {
-            return Err(call_err(
-                op,
-                format!("{len} bytes at iova {iova:#x} is not a region"),
-            ));
-        }
-        self.register_device_file(op, fd, offset, len, iova)
+        self.reg_dmabuf(fd, offset, len, iova)
     }
 
     fn supports_peermem(&self) -> bool {
