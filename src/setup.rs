@@ -309,14 +309,16 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
     // Small all-reduces go over lanes only where every pair of ranks has
     // them: decided from the records, as a rank's own connections may all
     // have lanes while a peer's do not (a rank with a device opened is
-    // given another kind to its device peers).
-    let every_pair_has_lanes = kinds::every_pair_given(
-        registry::TRANSPORTS,
-        config.transport.forced(),
-        &cards,
-        |_, _| true,
-        |k| k.has_lanes(),
-    );
+    // given another kind to its device peers). Only at sizes lanes serve:
+    // the look is at every pair of ranks.
+    let every_pair_has_lanes = comm_core::transport::lane::lanes_fit(nranks)
+        && kinds::every_pair_given(
+            registry::TRANSPORTS,
+            config.transport.forced(),
+            &cards,
+            |_, _| true,
+            |k| k.has_lanes(),
+        );
     phases.end("rendezvous");
     // 3. Connect each kind's peers, in registry order on every rank; a kind
     // that connects at first use (SNCL_RUNTIME_CONNECT=1) keeps its peers

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::Ordering;
 
-use comm_core::transport::lane::{Lane, LANE_PAYLOAD_BYTES};
+use comm_core::transport::lane::{lanes_fit, Lane, LANE_PAYLOAD_BYTES, MAX_LANE_RANKS};
 use comm_core::transport::Connection;
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, ReduceOp, Result};
@@ -30,9 +30,6 @@ use super::{Inner, RawOp, State};
 /// The name flight records and [`Inner::algorithm_for`] give a lane
 /// all-reduce.
 pub(super) const LANE_ALGORITHM: &str = "one-shot";
-
-/// The most ranks a lane all-reduce serves (their lines are on the stack).
-const MAX_LANE_RANKS: usize = 16;
 
 /// How many polling rounds of a lane wait pass between two looks at the
 /// peers' ordinary pieces (a peer in another operation).
@@ -96,7 +93,7 @@ impl Inner {
         // while a peer's do not (a peer given a device kind to a third).
         // Lane kinds connect at setup, never lazily: a pair the records
         // give one has its lane (else `lane_of` names the peer).
-        let on = (2..=MAX_LANE_RANKS).contains(&self.nranks)
+        let on = lanes_fit(self.nranks)
             && self.every_pair_has_lanes
             && !forced
             && !self.config.deterministic

@@ -17,6 +17,15 @@ use crate::wire::{Fingerprint, PieceHeader};
 /// bytes may take the lanes.
 pub const LANE_PAYLOAD_BYTES: usize = 32;
 
+/// The most ranks a lane all-reduce serves (the runtime keeps their lines
+/// on the stack).
+pub const MAX_LANE_RANKS: usize = 16;
+
+/// Whether a communicator of `nranks` ranks is of a size lanes serve.
+pub fn lanes_fit(nranks: usize) -> bool {
+    (2..=MAX_LANE_RANKS).contains(&nranks)
+}
+
 /// The lane side of a connection whose peer shares its memory.
 pub trait Lane {
     /// Writes this rank's line for operation `seq` (≥ 1): `fingerprint`
