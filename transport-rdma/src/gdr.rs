@@ -19,9 +19,10 @@
 //!   ([`DevRegs`]), or, where it does not register, copied on its stream
 //!   into a registered device bounce buffer of the inbox's geometry (slot
 //!   `k % slots`, free again once the header WRITE of piece `k - slots`,
-//!   chained after its payload on one QP, was retired); an event recorded on the operation's stream marks the
-//!   work that produced the data, and once it completes the payload is
-//!   RDMA-WRITTEN into the peer's inbox slot `k % slots`, then the header
+//!   chained after its payload on one QP, was retired); an event recorded
+//!   on the operation's stream marks the work that produced the data, and
+//!   once it completes the payload is RDMA-WRITTEN into the peer's inbox
+//!   slot `k % slots`, then the header
 //!   (from staging) WRITE_WITH_IMM into its FIFO slot on the same QP (RC
 //!   ordering: the receiver's completion covers both). The piece is sent
 //!   when the payload write completes (`Connection::flush`).

@@ -406,15 +406,14 @@ impl RdmaConnection {
         self.progress().map_err(|e| self.te(e))?;
         self.check_left().map_err(|e| self.te(e))?;
         self.gdr_post_ready()?;
-        let len = header.len as usize;
-        if len > self.dev_slot() {
+        let (len, dev_slot) = (header.len as usize, self.dev_slot());
+        if len > dev_slot {
             return Err(Error::InvalidArgument {
                 rank: self.rank,
                 op: OP,
                 detail: format!(
                     "a device piece of {len} bytes exceeds peer rank {}'s inbox slot of {} bytes",
-                    self.peer,
-                    self.dev_slot()
+                    self.peer, dev_slot
                 ),
             });
         }
@@ -428,7 +427,7 @@ impl RdmaConnection {
             return Err(self.no_path());
         };
         let dev = a.inbox.dev.clone();
-        let (k, dev_slot) = (self.sent, self.slot_bytes - HEADER_BYTES);
+        let k = self.sent;
         let bounce_slot = a
             .inbox
             .bounce
