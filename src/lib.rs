@@ -205,19 +205,21 @@ impl Communicator {
             return UniqueId::new(root);
         }
         let mut id = UniqueId::new(root)?;
-        // Rank 0 must take the store within the operation timeout; after
-        // that it stops by itself (no thread or port left behind).
+        // Rank 0 must take the store within the creation timeout
+        // (`SNCL_INIT_TIMEOUT_MS`, else the operation timeout); after that it
+        // stops by itself (no thread or port left behind).
         let config = Config::from_env()?;
         let tls = sncl_bootstrap::tls::TlsIdentity::from_settings(&config.tcp.tls)?;
-        let server = TcpStoreServer::start_unclaimed_tls(root, id.secret, config.timeout, tls)
-            .map_err(|e| Error::Io {
-                rank: 0,
-                context: format!(
-                    "starting the rendezvous store on {} (it must be an address of this host)",
-                    root.ip()
-                ),
-                source: e,
-            })?;
+        let server =
+            TcpStoreServer::start_unclaimed_tls(root, id.secret, config.creation_timeout(), tls)
+                .map_err(|e| Error::Io {
+                    rank: 0,
+                    context: format!(
+                        "starting the rendezvous store on {} (it must be an address of this host)",
+                        root.ip()
+                    ),
+                    source: e,
+                })?;
         id.root.set_port(server.local_addr().port());
         let mut pending = PENDING_ROOTS.lock().unwrap_or_else(|e| e.into_inner());
         pending.retain(|(_, s)| s.is_serving());
@@ -259,7 +261,7 @@ impl Communicator {
                         "the rendezvous store of this unique id (root {}) stopped because rank 0 \
                          did not join within {} ms of creating the id; create a new id",
                         id.root,
-                        config.timeout.as_millis()
+                        config.creation_timeout().as_millis()
                     ),
                 })
             }
@@ -277,7 +279,7 @@ impl Communicator {
             }
             None => None,
         };
-        let deadline = Instant::now() + config.timeout;
+        let deadline = Instant::now() + config.creation_timeout();
         let store = TcpStore::connect_tls(id.root, id.secret, rank, deadline, tls.as_ref())?
             .with_io_timeout(config.timeout);
         let local_ip = store.local_ip();
@@ -287,6 +289,7 @@ impl Communicator {
             nranks,
             comm_id: id.comm_id(),
             secret: id.secret,
+            wait: config.creation_timeout(),
             config,
             local_ip,
             server,
@@ -330,6 +333,7 @@ impl Communicator {
             nranks,
             comm_id,
             secret,
+            wait: config.creation_timeout(),
             config,
             local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             server: None,

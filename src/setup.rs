@@ -154,6 +154,11 @@ pub(crate) struct SetupArgs {
     pub config: Config,
     pub local_ip: IpAddr,
     pub server: Option<TcpStoreServer>,
+    /// How long the whole setup may take: [`Config::creation_timeout`] for
+    /// a communicator made from a unique id or a store (ranks arrive with
+    /// the launcher's skew), [`Config::timeout`] for one made from a live
+    /// communicator (split, shrink, grow, resume).
+    pub wait: Duration,
 }
 
 /// Connects this rank to every other rank of the communicator: prepares
@@ -177,12 +182,12 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
         mut config,
         local_ip,
         server,
+        wait,
     } = args;
     config.validate()?;
     check_world(rank, nranks, "init")?;
     let mut phases = PhaseTimer::start();
-    let deadline = Instant::now() + config.timeout;
-    let timeout = config.timeout;
+    let deadline = Instant::now() + wait;
     let prefix = format!("sncl/{comm_id:016x}");
     let kv = PrefixStore::new(prefix.clone(), store.clone());
     let node = config
@@ -391,7 +396,7 @@ pub(crate) fn build_keeping(args: SetupArgs, kept: Option<&[&'static str]>) -> R
     phases.end("connect");
     // Once everyone has connected, the kinds may drop what they published
     // for their peers (shared-memory names).
-    store_barrier(&kv, "connected", nranks, timeout)?;
+    store_barrier(&kv, "connected", nranks, wait)?;
     release_store(&kv, rank, nranks, deadline);
     phases.end("barrier");
     drop(prepared);

@@ -197,6 +197,7 @@ impl Communicator {
             nranks: survivors.len(),
             comm_id,
             secret: inner.secret,
+            wait: config.timeout,
             config,
             local_ip,
             server: None,

@@ -71,6 +71,7 @@ impl Communicator {
             nranks: members.len(),
             comm_id,
             secret: self.inner.secret,
+            wait: config.timeout,
             config,
             local_ip: self.inner.local_ip,
             server: None,

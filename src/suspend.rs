@@ -73,6 +73,7 @@ impl Communicator {
                 // Nothing of an earlier generation's rendezvous is found.
                 comm_id: crate::shrink::derived_id(inner.comm_id, RESUME_TAG, generation, &[]),
                 secret: inner.secret,
+                wait: config.timeout,
                 config,
                 local_ip: inner.local_ip,
                 server: None,

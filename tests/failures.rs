@@ -22,6 +22,9 @@ use sncl_bootstrap::TcpStore;
 // (a) A rank dies during a long run of all_reduces.
 
 const TIMEOUT_MS: u64 = 3000;
+/// The jobs' `SNCL_INIT_TIMEOUT_MS`: rank processes started on a loaded
+/// machine arrive seconds apart (launch skew, not the failure under test).
+const INIT_TIMEOUT_MS: u64 = 30_000;
 const MODE_ENV: &str = "SNCL_TEST_MODE";
 const SELF_ABORT_ENV: &str = "SNCL_TEST_SELF_ABORT";
 /// Elements of the child loop's all-reduce (default 65,536).
@@ -80,6 +83,7 @@ fn dead_rank(transport: &str, n: usize, victim: usize, self_abort: bool) {
     let mut env = vec![
         (MODE_ENV, "loop".to_string()),
         ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+        ("SNCL_INIT_TIMEOUT_MS", INIT_TIMEOUT_MS.to_string()),
         (
             "SNCL_TRANSPORT",
             if transport == "tcp" { "tcp" } else { "auto" }.to_string(),

@@ -301,6 +301,7 @@ fn a_second_failure_during_agreement_gives_one_answer() {
         let env = [
             (MODE_ENV, "agree".to_string()),
             ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+            ("SNCL_INIT_TIMEOUT_MS", INIT_TIMEOUT_MS.to_string()),
             ("SNCL_ALGO", "all_reduce:ring".to_string()),
             (
                 "SNCL_TRANSPORT",

@@ -1,6 +1,7 @@
 //! Setup refuses shared-memory segment names a peer publishes when they are
 //! paths, links or not text, and says which rank, which peer and what was
-//! wrong; the configuration's bounds match the transports' own limits.
+//! wrong; the configuration's bounds match the transports' own limits; a
+//! late rank joins within `SNCL_INIT_TIMEOUT_MS`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -131,4 +132,58 @@ fn rank_0_destroying_a_fresh_communicator_does_not_fail_its_peers_creation() {
             }
         }
     }
+}
+
+/// Ranks arrive with the launcher's skew: a rank 800 ms late joins a
+/// communicator whose operation timeout is 200 ms when
+/// `SNCL_INIT_TIMEOUT_MS` covers the skew, and the communicator then runs
+/// under the short timeout; without it, creation fails within the
+/// operation timeout (the old and default behaviour).
+#[test]
+fn a_late_rank_joins_within_the_init_timeout() {
+    use std::time::Instant;
+    let run = |init_timeout: Duration| {
+        let id = sncl::Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    if rank == 1 {
+                        std::thread::sleep(Duration::from_millis(800));
+                    }
+                    let config = Config {
+                        timeout: Duration::from_millis(200),
+                        init_timeout,
+                        ..Config::default()
+                    };
+                    let t0 = Instant::now();
+                    let comm = Communicator::init_rank_with_config(&id, rank, 2, config)
+                        .map_err(|e| (t0.elapsed(), e.to_string()))?;
+                    let mut x = [rank as f32 + 1.0; 8];
+                    comm.all_reduce_in_place(&mut x, sncl::ReduceOp::Sum)
+                        .map_err(|e| (t0.elapsed(), e.to_string()))?;
+                    assert_eq!(x, [3.0; 8], "rank {rank}");
+                    Ok::<(), (Duration, String)>(())
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    };
+    for (rank, r) in run(Duration::from_secs(10)).into_iter().enumerate() {
+        if let Err((t, e)) = r {
+            panic!("rank {rank} failed after {t:?} with a 10 s init timeout: {e}");
+        }
+    }
+    let (t, e) = run(Duration::ZERO)
+        .into_iter()
+        .next()
+        .unwrap()
+        .expect_err("rank 0 waited 800 ms for rank 1 under a 200 ms timeout");
+    assert!(
+        t < Duration::from_millis(700),
+        "rank 0 failed only after {t:?}: {e}"
+    );
+    assert!(e.contains("rank 0"), "{e}");
 }

@@ -124,6 +124,11 @@ pub struct Config {
     /// An operation fails when a peer it waits on made no progress this long
     /// (`SNCL_TIMEOUT_MS`, default 300000).
     pub timeout: Duration,
+    /// How long creating a communicator from a unique id or a store waits
+    /// for every rank to arrive and connect (`SNCL_INIT_TIMEOUT_MS`; zero,
+    /// the default, means [`Config::timeout`]): launchers start ranks
+    /// seconds apart, which a short operation timeout should not fail.
+    pub init_timeout: Duration,
     /// Forced algorithms per collective (`SNCL_ALGO=all_reduce:ring;broadcast:tree`).
     pub algo: Vec<(Collective, Algorithm)>,
     /// Pipeline chunk in bytes (`SNCL_CHUNK_BYTES`, default 256 KiB).
@@ -185,6 +190,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             timeout: Duration::from_millis(300_000),
+            init_timeout: Duration::ZERO,
             algo: Vec::new(),
             chunk_bytes: 256 << 10,
             transport: TransportChoice::Auto,
@@ -254,6 +260,16 @@ impl Config {
     /// The forced algorithm for a collective, if any.
     pub fn forced(&self, coll: Collective) -> Option<Algorithm> {
         self.algo.iter().find(|(c, _)| *c == coll).map(|(_, a)| *a)
+    }
+
+    /// How long creating a communicator may wait for every rank:
+    /// [`Config::init_timeout`], or [`Config::timeout`] where that is zero.
+    pub fn creation_timeout(&self) -> Duration {
+        if self.init_timeout.is_zero() {
+            self.timeout
+        } else {
+            self.init_timeout
+        }
     }
 }
 

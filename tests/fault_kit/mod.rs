@@ -13,6 +13,10 @@ use super::rank_kit::*;
 pub const MODE_ENV: &str = "SNCL_FT_MODE";
 pub const VICTIM_ENV: &str = "SNCL_FT_VICTIM";
 pub const TIMEOUT_MS: u64 = 3000;
+/// `SNCL_INIT_TIMEOUT_MS` of the kit's jobs: 8 rank processes started on a
+/// loaded 2-core machine arrive seconds apart, which is launch skew, not
+/// the failure the short operation timeout is there to catch.
+pub const INIT_TIMEOUT_MS: u64 = 30_000;
 pub const ABORT_LIMIT: Duration = Duration::from_millis(100);
 
 /// One test at a time: the process tests start many busy ranks, and a
@@ -169,6 +173,7 @@ pub fn kill_and_shrink_under(child: &str, mode: &str, trials: usize, attack: Att
             (MODE_ENV, mode.to_string()),
             (VICTIM_ENV, v.to_string()),
             ("SNCL_TIMEOUT_MS", TIMEOUT_MS.to_string()),
+            ("SNCL_INIT_TIMEOUT_MS", INIT_TIMEOUT_MS.to_string()),
             ("SNCL_ALGO", "all_reduce:ring".to_string()),
             (
                 "SNCL_TRANSPORT",

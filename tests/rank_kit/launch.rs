@@ -60,7 +60,7 @@ pub fn job_secret() -> String {
 }
 
 /// Variables of the parent's environment that must not leak into a child.
-const SCRUB: [&str; 20] = [
+const SCRUB: [&str; 21] = [
     "SNCL_ALGO",
     "SNCL_CHUNK_BYTES",
     "SNCL_NSOCKS",
@@ -71,6 +71,7 @@ const SCRUB: [&str; 20] = [
     "SNCL_TCP_PIECE_BYTES",
     "SNCL_NODE_ID",
     "SNCL_TIMEOUT_MS",
+    "SNCL_INIT_TIMEOUT_MS",
     "SNCL_SECRET",
     "SNCL_LOCAL_RANK",
     "RANK",

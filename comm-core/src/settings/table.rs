@@ -355,6 +355,18 @@ pub static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "SNCL_INIT_TIMEOUT_MS",
+        scope: Scope::Process,
+        values: range(0, MAX_TIMEOUT_MS as usize, 1, "ms"),
+        default: Value("0"),
+        doc: "creating a communicator (init from a unique id, the launcher's environment or a store) fails when the ranks have not all arrived and connected this long (0: `SNCL_TIMEOUT_MS`); launch skew is not a hang",
+        field: Field::Int {
+            name: "init_timeout (ms)",
+            get: |c| usize::try_from(c.init_timeout.as_millis()).unwrap_or(usize::MAX),
+            put: |c, v| c.init_timeout = Duration::from_millis(v as u64),
+        },
+    },
+    Setting {
         name: "SNCL_NSOCKS",
         scope: Scope::Process,
         values: range(MIN_NSOCKS, MAX_NSOCKS, 1, "sockets"),
