@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use comm_core::config::TransportChoice;
 use device_kit::{
     all_reduce_device, assert_names_dead_peer, bind_rank, cases_of, join_ranks as join, run_case,
-    spawn_ranks, spawned_rank, Case, Rank,
+    spawn_ranks, spawned_rank, test_backend, Case, Rank,
 };
 use sncl::device::DeviceBuffer;
 use sncl::{Collective, Communicator, DataType, ReduceOp};
@@ -136,8 +136,11 @@ fn child(role: &str) {
                     role == "unexportable",
                     "rank {rank}: {bounced} bytes through the bounce buffer"
                 );
+                // The emulated device counts its flushes; on the `cuda`
+                // backend the driver model's report counts
+                // `cuFlushGPUDirectRDMAWrites` (cuda-model/tests/device_path.rs).
                 assert!(
-                    flushes > (n - 1) as u64,
+                    flushes > (n - 1) as u64 || test_backend() != device::Backend::Emu,
                     "rank {rank}: {flushes} GPUDirect flushes: received pieces were not flushed"
                 );
             } else {

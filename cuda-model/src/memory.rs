@@ -197,6 +197,47 @@ pub fn alloc_device(device: usize, context: u64, bytes: u64) -> Res<u64> {
     Ok(base)
 }
 
+/// `cuMemGetHandleForAddressRange(.., DMA_BUF_FD, ..)` of `[dptr, dptr +
+/// size)` in `device`'s memory: a dma-buf file descriptor of the range
+/// (the caller owns it). The driver API's rules ("Retrieve handle for an
+/// address range"): `dptr` and `size` aligned to the host page size, the
+/// range obtained from `cuMemAlloc` (the model has no `cuMemAddressReserve`)
+/// and resident on one device; `CUDA_ERROR_INVALID_VALUE` otherwise. The
+/// descriptor is the allocation's memfd, so only ranges that start at the
+/// allocation's base are modelled (`CUDA_ERROR_NOT_SUPPORTED`, logged,
+/// for the others: a dma-buf's offset 0 is `dptr`, which a memfd cannot
+/// move).
+pub fn dmabuf_export(device: usize, dptr: u64, size: u64) -> Res<i32> {
+    let page = page();
+    if size == 0 || !dptr.is_multiple_of(page) || !size.is_multiple_of(page) {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    let r = find(dptr).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+    let Kind::Device { memfd } = r.kind else {
+        // IPC-mapped and host memory are not this device's allocations.
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    };
+    // The allocation's pages (`mapped`: whole pages) back the range.
+    if r.device != device || dptr + size > r.base + r.mapped {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    if dptr != r.base {
+        crate::log_line(&format!(
+            "cuMemGetHandleForAddressRange: a range at {:#x} bytes into its allocation is not \
+             modelled (only ranges from the allocation's base): CUDA_ERROR_NOT_SUPPORTED",
+            dptr - r.base
+        ));
+        return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    // SAFETY: `memfd` is the live allocation's descriptor (it is in the
+    // table); F_DUPFD_CLOEXEC makes a new descriptor the caller owns.
+    let fd = unsafe { libc::fcntl(memfd, libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    Ok(fd)
+}
+
 /// The memfd name of allocation `id` (`/proc/PID/fd/N` links to
 /// `/memfd:NAME (deleted)`).
 pub fn memfd_name(id: u64) -> String {

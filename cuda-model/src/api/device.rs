@@ -141,6 +141,11 @@ pub fn attribute(attr: c_int) -> Option<c_int> {
         x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) => 1,
         x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING) => 0,
         x if x == a(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS) => 1,
+        // dma-buf export of device memory (`cuMemGetHandleForAddressRange`:
+        // "users are expected to query for dma_buf support for the platform
+        // by using CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED"), as the open
+        // kernel modules on Linux 5.12+ report it.
+        x if x == a(A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) => 1,
         x if (0..a(A::CU_DEVICE_ATTRIBUTE_MAX)).contains(&x) => 0,
         _ => return None,
     })

@@ -1,7 +1,7 @@
 //! Memory entry points: allocation, page-locked host memory, copies,
 //! sets, pointer attributes and IPC of memory.
 
-use std::ffi::{c_char, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use cudarc::driver::sys::CUipcMemHandle;
 
@@ -550,6 +550,45 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
             out(size, r.size as usize)?;
         }
         Ok(())
+    })
+}
+
+/// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, the one handle type of
+/// `cuMemGetHandleForAddressRange`.
+const DMA_BUF_FD: c_int = 1;
+/// `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE` (CUDA 12.8: the dma-buf
+/// is mapped through the PCIe BAR1); before it, "flags: reserved, must be
+/// zero".
+const DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
+
+/// The driver API entry point of this name (see the CUDA Driver API
+/// reference, "Retrieve handle for an address range"): a context must be
+/// current, `handleType` must be `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`,
+/// `flags` zero or the PCIe mapping flag, and the range one the device's
+/// allocation backs (`memory::dmabuf_export`). Exports are counted
+/// (`dmabuf_exports`).
+///
+/// # Safety
+/// Pointer arguments follow that call's contract in the driver API.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
+    handle: *mut c_void,
+    dptr: u64,
+    size: usize,
+    handle_type: c_int,
+    flags: u64,
+) -> CUresult {
+    run("cuMemGetHandleForAddressRange", || {
+        let c = context::current()?;
+        if handle.is_null() || handle_type != DMA_BUF_FD || flags & !DMA_BUF_MAPPING_TYPE_PCIE != 0
+        {
+            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        }
+        let fd = memory::dmabuf_export(c.device, dptr, size as u64)?;
+        report::event("dmabuf_exports");
+        // "The handle will be interpreted as a pointer to an integer to
+        // store the dma_buf file descriptor."
+        out(handle.cast::<c_int>(), fd)
     })
 }
 

@@ -40,7 +40,6 @@ unsupported!(
     cuMemAddressFree,
     cuMemExportToShareableHandle,
     cuMemImportFromShareableHandle,
-    cuMemGetHandleForAddressRange,
     cuMemPoolCreate,
     cuMemPrefetchAsync,
     cuMemAdvise,

@@ -3,7 +3,8 @@
 //! process (for the rules that end the process, or that need settings of
 //! their own: the model reads its settings once per process).
 
-#![allow(dead_code)]
+// Each test binary uses a part of the helpers and of the entry points.
+#![allow(dead_code, unused_imports)]
 
 use std::ffi::c_void;
 use std::process::{Command, Output};

@@ -27,7 +27,7 @@ pub(super) fn local_source(
     let at = (addr - m.mr.addr) as usize;
     Some(match (&m.dmabuf, &m.region) {
         (Some((map, start)), _) => Some((&**map, start + at)),
-        (None, Some(r)) => Some((&r.0.map, HEADER + at)),
+        (None, Some(r)) => Some((r.map(), HEADER + at)),
         (None, None) => None,
     })
 }

@@ -15,17 +15,21 @@ use super::{call_err, EmuVerbs, LocalMr, PEERMEM};
 use crate::ibv::attr::Registration;
 use crate::verbs::{Mr, Result, Verbs};
 
-/// The shared-memory file name behind an emulated dma-buf (the
-/// emulated device's allocations are files in `/dev/shm`).
-fn dmabuf_name(file: &std::fs::File) -> std::result::Result<String, String> {
+/// Where peers find an emulated dma-buf's pages: the name of an emulated
+/// device allocation's file in `/dev/shm`, or, for the strict CUDA model's
+/// allocations (memfds), `/proc/PID/fd/N` of `file`, which the
+/// registration keeps open while it lives.
+fn dmabuf_backing(file: &std::fs::File) -> std::result::Result<String, String> {
     use std::os::fd::AsRawFd;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+    let fd = file.as_raw_fd();
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
         .map_err(|e| format!("finding the dma-buf's file: {e}"))?;
     match (link.parent(), link.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) if dir == std::path::Path::new("/dev/shm") => Ok(name.to_string()),
+        _ if super::shared::is_memfd(&link) => Ok(format!("/proc/{}/fd/{fd}", std::process::id())),
         _ => Err(format!(
             "the dma-buf is {} (the emulated NIC maps only emulated device memory, files in \
-             /dev/shm; a freed allocation's file is gone)",
+             /dev/shm, and the CUDA model's, memfds; a freed allocation's file is gone)",
             link.display()
         )),
     }
@@ -104,7 +108,7 @@ impl EmuVerbs {
             fd.try_clone_to_owned()
                 .map_err(|e| call_err(op, format!("duplicating the dma-buf fd: {e}")))?,
         );
-        let name = dmabuf_name(&file).map_err(|d| call_err(op, d))?;
+        let name = dmabuf_backing(&file).map_err(|d| call_err(op, d))?;
         let map = memmap2::MmapRaw::map_raw(&file)
             .map_err(|e| call_err(op, format!("mapping the dma-buf: {e}")))?;
         let start = usize::try_from(offset)
@@ -122,8 +126,9 @@ impl EmuVerbs {
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(2);
         let (lkey, rkey) = (key, key | 1);
-        let desc = LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset))
-            .map_err(|e| call_err(op, e))?;
+        let desc =
+            LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset), file)
+                .map_err(|e| call_err(op, e))?;
         let mr = Mr {
             addr: iova,
             len,

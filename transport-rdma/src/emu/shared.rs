@@ -108,8 +108,39 @@ fn open_map(name: Option<String>, min_len: usize) -> Option<(MmapRaw, std::fs::F
     Some((map, file))
 }
 
-/// A registered region of this process.
-pub(super) struct LocalRegion(pub OwnedFile);
+/// A registered region of this process: its file and, for a dma-buf
+/// registration, the dma-buf's descriptor (kept open: peers may open it
+/// through `/proc`, [`is_memfd`]).
+pub(super) struct LocalRegion {
+    file: OwnedFile,
+    _dmabuf: Option<std::fs::File>,
+}
+
+/// Whether `link` (a `/proc/PID/fd/N` link's target) is a memfd: the strict
+/// CUDA model's device allocations, which peers open through `/proc`.
+pub(super) fn is_memfd(link: &std::path::Path) -> bool {
+    link.to_str().is_some_and(|t| t.starts_with("/memfd:"))
+}
+
+/// Opens a peer's memfd named `/proc/PID/fd/N` (both numbers, and the
+/// link's target a memfd: no other file is opened this way) and maps it.
+fn open_proc_memfd(name: &str, min_len: usize) -> Option<MmapRaw> {
+    let rest = name.strip_prefix("/proc/")?;
+    let (pid, fd) = rest.split_once("/fd/")?;
+    if !pid.bytes().chain(fd.bytes()).all(|b| b.is_ascii_digit()) || pid.is_empty() || fd.is_empty()
+    {
+        return None;
+    }
+    if !is_memfd(&std::fs::read_link(name).ok()?) {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name)
+        .ok()?;
+    MmapRaw::map_raw(&file).ok().filter(|m| m.len() >= min_len)
+}
 
 impl LocalRegion {
     /// Creates the region file for `rkey` of `len` bytes and fills its header.
@@ -121,19 +152,24 @@ impl LocalRegion {
         f.word(4).store(u64::from(rkey), Ordering::Relaxed);
         f.word(1).store(1, Ordering::Relaxed);
         f.word(0).store(MAGIC, Ordering::Release);
-        Ok(LocalRegion(f))
+        Ok(LocalRegion {
+            file: f,
+            _dmabuf: None,
+        })
     }
 
     /// Creates the descriptor file of a dma-buf registration (`rkey`):
     /// `len` bytes at work-request address `iova`, lying at byte `offset`
     /// of the shared-memory file `backing` (the dma-buf's file, which a
-    /// writer maps as a NIC maps the dma-buf's pages). No bytes follow
+    /// writer maps as a NIC maps the dma-buf's pages: a name in `/dev/shm`,
+    /// or `/proc/PID/fd/N` of `dmabuf`, kept open here). No bytes follow
     /// the header.
     pub fn create_dmabuf(
         gid: &[u8; 16],
         rkey: u32,
         (iova, len): (u64, usize),
         (backing, offset): (&str, u64),
+        dmabuf: std::fs::File,
     ) -> Result<LocalRegion, String> {
         if backing.len() > HEADER - NAME_AT {
             return Err(format!("dma-buf file name {backing:?} is too long"));
@@ -157,17 +193,25 @@ impl LocalRegion {
         f.word(7).store(backing.len() as u64, Ordering::Relaxed);
         f.word(1).store(1, Ordering::Relaxed);
         f.word(0).store(MAGIC, Ordering::Release);
-        Ok(LocalRegion(f))
+        Ok(LocalRegion {
+            file: f,
+            _dmabuf: Some(dmabuf),
+        })
+    }
+
+    /// The region file's mapping (header, then the bytes).
+    pub fn map(&self) -> &MmapRaw {
+        &self.file.map
     }
 
     /// The address work requests use.
     pub fn addr(&self) -> u64 {
-        self.0.word(2).load(Ordering::Relaxed)
+        self.file.word(2).load(Ordering::Relaxed)
     }
 
     /// Invalidates the region for every peer (deregistration).
     pub fn invalidate(&self) {
-        self.0.word(1).store(0, Ordering::Release);
+        self.file.word(1).store(0, Ordering::Release);
     }
 }
 
@@ -224,7 +268,12 @@ impl RemoteRegion {
         };
         let name = String::from_utf8(name).ok()?;
         let start = usize::try_from(offset).ok()?;
-        let (map, _) = open_map(Some(name), start.checked_add(len)?)?;
+        let min_len = start.checked_add(len)?;
+        let map = if name.starts_with("/proc/") {
+            open_proc_memfd(&name, min_len)?
+        } else {
+            open_map(Some(name), min_len)?.0
+        };
         Some(RemoteRegion {
             map,
             desc: Some(desc),
