@@ -86,7 +86,7 @@ fn child(role: &str) {
         // A verbs library without ibv_reg_dmabuf_mr.
         transport_rdma::emu::set_dmabuf_supported(false);
     }
-    if role == "peermem" {
+    if role == "peermem" || role == "managed" {
         // No dma-buf route, but the kernel has nvidia-peermem.
         transport_rdma::emu::set_dmabuf_supported(false);
         transport_rdma::emu::set_peermem_loaded(true);
@@ -94,13 +94,21 @@ fn child(role: &str) {
     let r = join_comm();
     let (rank, n) = (r.comm.rank(), r.comm.size());
     if role == "unexportable" {
-        // The cases' buffers have no dma-buf (as managed memory has none).
+        // The cases' buffers have no dma-buf (as a range across a VMM
+        // reservation's physical allocations has none).
         for b in [&r.send, &r.recv] {
             device::emu::refuse_dmabuf_export(b.ptr()).expect("an emulated address");
         }
     }
+    if role == "managed" {
+        // The cases' buffers are managed memory, which nvidia-peermem must
+        // not register.
+        for b in [&r.send, &r.recv] {
+            device::emu::mark_managed(b.ptr()).expect("an emulated address");
+        }
+    }
     match role {
-        "matrix" | "staged" | "no-dmabuf" | "unexportable" | "peermem" => {
+        "matrix" | "staged" | "no-dmabuf" | "unexportable" | "peermem" | "managed" => {
             let counts: &[usize] = match (role, n) {
                 ("matrix", 2) => &[0, 1, 7, 20_011, 1_500_007],
                 ("matrix", _) => &[1, 20_011],
@@ -126,14 +134,14 @@ fn child(role: &str) {
             // pieces were flushed before they were handed over.
             let flushes = device::emu::gpudirect_flushes();
             let bounced = transport_rdma::gdr_bounced_bytes();
-            if matches!(role, "matrix" | "unexportable" | "peermem") {
+            if matches!(role, "matrix" | "unexportable" | "peermem" | "managed") {
                 assert!(
                     sent > 0 && received > 0,
                     "rank {rank}: no byte went device to device ({sent}/{received})"
                 );
                 assert_eq!(
                     bounced > 0,
-                    role == "unexportable",
+                    matches!(role, "unexportable" | "managed"),
                     "rank {rank}: {bounced} bytes through the bounce buffer"
                 );
                 // The emulated device counts its flushes; on the `cuda`
@@ -287,6 +295,22 @@ fn gdr_through_nvidia_peermem_where_dma_buf_is_missing() {
         2,
         "peermem",
         "gdr_through_nvidia_peermem_where_dma_buf_is_missing",
+        "1",
+    );
+}
+
+/// Managed memory on the nvidia-peermem route: never registered (the
+/// registration would pin the host pages behind it while its data
+/// migrates), its pieces go through the bounce buffer instead.
+#[test]
+fn gdr_managed_memory_is_bounced_not_registered_through_peermem() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    run(
+        2,
+        "managed",
+        "gdr_managed_memory_is_bounced_not_registered_through_peermem",
         "1",
     );
 }

@@ -465,6 +465,17 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Whether `ptr` is managed (unified) memory, which migrates between
+    /// host and device (CUDA's `CU_POINTER_ATTRIBUTE_IS_MANAGED`; the
+    /// emulated device answers what `emu::mark_managed` said). A NIC must
+    /// not register it through nvidia-peermem: the registration would pin
+    /// whichever host pages back it at that moment. The default is
+    /// `false` (a backend without managed memory).
+    fn is_managed(&self, ptr: DevicePtr) -> Result<bool> {
+        let _ = ptr;
+        Ok(false)
+    }
+
     /// An identifier of the live allocation that holds `ptr`, never
     /// reused for another allocation while the process lives (CUDA's
     /// `CU_POINTER_ATTRIBUTE_BUFFER_ID`; the allocation id on `emu`): a

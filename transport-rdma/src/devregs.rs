@@ -138,8 +138,21 @@ impl DevRegs {
         if let Some((_, why)) = self.refused.iter().find(|r| r.0 == id) {
             return Err(why.clone());
         }
-        // The whole allocation, once.
-        let registered = route.register(dev, verbs, base, bytes);
+        // The whole allocation, once; never managed memory through
+        // nvidia-peermem, whose `ibv_reg_mr` would pin the host pages that
+        // back it at that moment while the data migrates to the device
+        // (the dma-buf route's export refuses it by itself).
+        let registered = match route {
+            DeviceRoute::PeerMem => match dev.is_managed(DevicePtr(addr)) {
+                Ok(true) => Err(format!(
+                    "{addr:#x} is managed memory, which nvidia-peermem cannot register (its \
+                     host pages would be pinned instead)"
+                )),
+                Ok(false) => route.register(dev, verbs, base, bytes),
+                Err(e) => Err(format!("asking whether {addr:#x} is managed memory: {e}")),
+            },
+            DeviceRoute::DmaBuf => route.register(dev, verbs, base, bytes),
+        };
         let mr = match registered {
             Ok(r) => r,
             Err(why) => {
@@ -216,6 +229,32 @@ mod tests {
         regs.lookup(route, &mut verbs, base + 4000, 4192)
             .expect("another, to its end");
         assert_eq!(regs.made, 1, "one registration for the allocation");
+        regs.clear(&mut verbs);
+    }
+
+    /// Managed memory is refused on the nvidia-peermem route (whose
+    /// `ibv_reg_mr` would pin its host pages) and remembered as refused;
+    /// device memory beside it registers.
+    #[test]
+    fn managed_memory_is_refused_on_the_peermem_route() {
+        let dev = device::open(device::Backend::Emu, 0).expect("the emulated device");
+        let mut verbs = crate::emu::EmuVerbs::open().expect("the emulated NIC");
+        crate::emu::set_peermem_loaded(true);
+        let managed = device::DeviceBuffer::new(&dev, 8192).expect("alloc");
+        let plain = device::DeviceBuffer::new(&dev, 8192).expect("alloc");
+        device::emu::mark_managed(managed.ptr()).expect("an emulated address");
+        let mut regs = DevRegs::default();
+        let route = (&*dev, DeviceRoute::PeerMem);
+        for _ in 0..2 {
+            let e = regs
+                .lookup(route, &mut verbs, managed.ptr().0, 4096)
+                .expect_err("managed memory");
+            assert!(e.contains("managed memory"), "{e}");
+        }
+        assert_eq!(regs.refused.len(), 1, "refused once, then remembered");
+        regs.lookup(route, &mut verbs, plain.ptr().0, 4096)
+            .expect("device memory registers");
+        assert_eq!(regs.made, 1);
         regs.clear(&mut verbs);
     }
 }

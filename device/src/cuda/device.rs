@@ -813,6 +813,11 @@ impl Device for CudaDevice {
         super::dmabuf::buffer_id(self.ordinal, ptr.0)
     }
 
+    fn is_managed(&self, ptr: DevicePtr) -> Result<bool> {
+        self.bind()?;
+        super::dmabuf::is_managed(self.ordinal, ptr.0)
+    }
+
     fn gpudirect_flush_needed(&self) -> Result<bool> {
         super::dmabuf::flush_needed(self.ordinal, self.dev)
     }

@@ -86,6 +86,24 @@ pub(crate) fn buffer_id(ordinal: usize, p: CUdeviceptr) -> Result<u64> {
     Ok(id)
 }
 
+/// Whether `p` is managed memory (`CU_POINTER_ATTRIBUTE_IS_MANAGED`).
+pub(crate) fn is_managed(ordinal: usize, p: CUdeviceptr) -> Result<bool> {
+    if let Some(name) = missing_symbol() {
+        return Err(unsupported(ordinal, format!("the driver lacks {name}")));
+    }
+    let mut managed: std::ffi::c_uint = 0;
+    // SAFETY: `managed` is a live out-pointer of the attribute's type
+    // (unsigned int, read as a boolean).
+    check(ordinal, "cuPointerGetAttribute(IS_MANAGED)", unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut managed as *mut std::ffi::c_uint).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            p,
+        )
+    })?;
+    Ok(managed != 0)
+}
+
 /// Exports the allocation holding `p .. p + bytes`, rounded out to host
 /// pages, as a dma-buf.
 pub(crate) fn export(ordinal: usize, p: CUdeviceptr, bytes: usize) -> Result<DmaBuf> {

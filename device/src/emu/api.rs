@@ -576,6 +576,14 @@ impl Device for Emu {
             .memory
             .holder(ptr, bytes)
             .map_err(|d| self.invalid(call, d))?;
+        if super::is_marked_managed(id) {
+            // As cuMemGetHandleForAddressRange: the range must come from
+            // cuMemAlloc or a VMM reservation.
+            return Err(self.invalid(
+                call,
+                format!("the allocation holding {ptr:?} is managed memory, which has no dma-buf"),
+            ));
+        }
         if super::export_refused(id) {
             return Err(self.invalid(
                 call,
@@ -599,6 +607,14 @@ impl Device for Emu {
         self.memory
             .live_id(ptr)
             .map_err(|d| self.invalid("allocation_id", d))
+    }
+
+    fn is_managed(&self, ptr: DevicePtr) -> Result<bool> {
+        let id = self
+            .memory
+            .live_id(ptr)
+            .map_err(|d| self.invalid("is_managed", d))?;
+        Ok(super::is_marked_managed(id))
     }
 
     // The emulated GPU reports no ordering of GPUDirect writes

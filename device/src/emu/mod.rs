@@ -43,6 +43,30 @@ pub fn gpudirect_flushes() -> u64 {
     GPUDIRECT_FLUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Allocation ids the emulated devices call managed memory
+/// ([`mark_managed`]).
+static MANAGED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes this process's emulated devices answer that the allocation
+/// holding `ptr` is managed memory from now on
+/// ([`crate::Device::is_managed`]), as CUDA answers for
+/// `cuMemAllocManaged`'s: tests of the paths that must not register it
+/// through nvidia-peermem. An error where `ptr` is no emulated device
+/// address.
+pub fn mark_managed(ptr: crate::DevicePtr) -> std::result::Result<(), String> {
+    let (id, _) = memory::split(ptr)?;
+    MANAGED.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+    Ok(())
+}
+
+/// Whether [`mark_managed`] marked allocation `id`.
+fn is_marked_managed(id: u64) -> bool {
+    MANAGED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&id)
+}
+
 /// Allocation ids whose dma-buf export the emulated devices refuse
 /// ([`refuse_dmabuf_export`]).
 static UNEXPORTABLE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());

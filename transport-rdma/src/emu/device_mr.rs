@@ -85,11 +85,48 @@ impl EmuVerbs {
             ));
         }
         self.check_registration(op, Registration::DmaBuf)?;
+        if dev.is_managed(DevicePtr(addr)).unwrap_or(false) {
+            return self.pin_host_pages_behind_managed(op, addr, len);
+        }
         let d = dev
             .dmabuf_export(DevicePtr(addr), len)
             .map_err(|e| call_err(op, format!("reaching device memory at {addr:#x}: {e}")))?;
         let offset = d.offset + (addr - d.base.0);
         self.register_device_file(op, std::os::fd::AsFd::as_fd(&d.fd), offset, len, addr)
+    }
+
+    /// What `ibv_reg_mr` does with managed memory where nvidia-peermem is
+    /// loaded: the module does not claim it (`nvidia_p2p_get_pages` takes
+    /// no managed memory), so the core pins the host pages mapped at the
+    /// address at that moment; the NIC then reads and writes those, not
+    /// the data the device holds. Emulated as a registration of `len`
+    /// fresh host pages at the device address: its WRITEs send zeros.
+    fn pin_host_pages_behind_managed(
+        &mut self,
+        op: &'static str,
+        addr: u64,
+        len: usize,
+    ) -> Result<Mr> {
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        let (lkey, rkey) = (key, key | 1);
+        let region =
+            LocalRegion::create(&self.port.gid, rkey, len.max(1)).map_err(|e| call_err(op, e))?;
+        tracing::warn!(
+            addr = format_args!("{addr:#x}"),
+            len,
+            "emulated NIC: {op} pinned the host pages behind managed memory (nvidia-peermem does \
+             not take it); the NIC sees them, not the device's data"
+        );
+        let mr = Mr {
+            addr,
+            len,
+            lkey,
+            rkey,
+        };
+        self.mrs
+            .insert(lkey, LocalMr::of_region(mr, region, None, 0));
+        Ok(mr)
     }
 
     /// Registers `len` bytes from `offset` of the device allocation's file
@@ -137,15 +174,7 @@ impl EmuVerbs {
         };
         self.mrs.insert(
             lkey,
-            LocalMr {
-                region: Some(Arc::new(desc)),
-                dmabuf: Some((Arc::new(map), start)),
-                mr,
-                pinned: 0,
-                on_demand: false,
-                odp: None,
-                pinned_pages: None,
-            },
+            LocalMr::of_region(mr, desc, Some((Arc::new(map), start)), 0),
         );
         Ok(mr)
     }

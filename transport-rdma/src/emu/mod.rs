@@ -27,6 +27,7 @@ mod copy;
 mod device_mr;
 mod dma;
 mod fork;
+mod local_mr;
 mod modify;
 mod odp;
 mod pinning;
@@ -47,40 +48,18 @@ pub use strict::Strict;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use crate::ibv::attr::Registration;
 use crate::verbs::{
     AsyncEvent, Fault, LinkLayer, Mr, PortInfo, QpAddress, QpState, QpTransition, Result, SendWr,
     Verbs, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+use local_mr::LocalMr;
 use shared::{LocalRegion, LocalTable, Msg, RemoteRegion, RemoteTable, HEADER, QP_SLOTS};
 
 /// Name of the emulated device.
 pub const EMU_DEVICE: &str = "emu_ib0";
 const PAGE: usize = 4096;
-
-struct LocalMr {
-    /// The shared-memory file peers write into; `None` for a user
-    /// registration ([`Verbs::reg_user_mr`]), which is only ever read
-    /// locally, at the address it names.
-    region: Option<Arc<LocalRegion>>,
-    /// A dma-buf registration ([`Verbs::reg_dmabuf_mr`]): the dma-buf's
-    /// file as mapped here, and where the region starts in it (`region`
-    /// is then its descriptor, with no bytes of its own).
-    dmabuf: Option<(Arc<memmap2::MmapRaw>, usize)>,
-    mr: Mr,
-    /// Bytes strict mode charged as pinned (0 otherwise).
-    pinned: u64,
-    /// An on-demand registration (`ibv_advise_mr` takes only these).
-    on_demand: bool,
-    /// Strict mode, on demand: which pages the NIC has translated
-    /// (`odp.rs`).
-    odp: Option<odp::OdpPages>,
-    /// Strict mode, a pinned user registration: the pages it holds
-    /// (`stale_pages.rs`).
-    pinned_pages: Option<stale_pages::PinnedPages>,
-}
 
 /// Whether the emulated provider offers `ibv_reg_dmabuf_mr` (test double:
 /// a verbs library without it is emulated by turning this off).
@@ -449,18 +428,8 @@ impl Verbs for EmuVerbs {
         };
         // The region's pages are untouched yet (its header is apart).
         crate::numa::place(&self.port.device, self.port.numa_node, mr.addr, len);
-        self.mrs.insert(
-            lkey,
-            LocalMr {
-                region: Some(Arc::new(region)),
-                dmabuf: None,
-                mr,
-                pinned,
-                on_demand: false,
-                odp: None,
-                pinned_pages: None,
-            },
-        );
+        self.mrs
+            .insert(lkey, LocalMr::of_region(mr, region, None, pinned));
         Ok(mr)
     }
 
