@@ -279,8 +279,10 @@ impl Communicator {
             }
             None => None,
         };
-        let deadline = Instant::now() + config.creation_timeout();
-        let store = TcpStore::connect_tls(id.root, id.secret, rank, deadline, tls.as_ref())?
+        let wait = config.creation_timeout();
+        let deadline = Instant::now() + wait;
+        let store = TcpStore::connect_tls(id.root, id.secret, rank, deadline, tls.as_ref())
+            .map_err(|e| setup::creation_error(e, wait))?
             .with_io_timeout(config.timeout);
         let local_ip = store.local_ip();
         let inner = setup::build(setup::SetupArgs {
@@ -289,11 +291,12 @@ impl Communicator {
             nranks,
             comm_id: id.comm_id(),
             secret: id.secret,
-            wait: config.creation_timeout(),
+            wait,
             config,
             local_ip,
             server,
-        })?;
+        })
+        .map_err(|e| setup::creation_error(e, wait))?;
         Ok(Communicator::from_inner(inner))
     }
 
@@ -327,17 +330,19 @@ impl Communicator {
             .repeat(2)
             .try_into()
             .expect("16 bytes");
+        let wait = config.creation_timeout();
         let inner = setup::build(setup::SetupArgs {
             store,
             rank,
             nranks,
             comm_id,
             secret,
-            wait: config.creation_timeout(),
+            wait,
             config,
             local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             server: None,
-        })?;
+        })
+        .map_err(|e| setup::creation_error(e, wait))?;
         Ok(Communicator::from_inner(inner))
     }
 

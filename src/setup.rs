@@ -161,6 +161,27 @@ pub(crate) struct SetupArgs {
     pub wait: Duration,
 }
 
+/// A creation's error (`wait`: the creation timeout), naming the setting
+/// that bounds it where a store wait timed out: ranks a launcher starts
+/// further apart than that fail here, and the remedy is the setting, not
+/// a hunt for a hang.
+pub(crate) fn creation_error(e: Error, wait: Duration) -> Error {
+    match e {
+        Error::Bootstrap { rank, detail } if detail.contains("timed out after") => {
+            Error::Bootstrap {
+                rank,
+                detail: format!(
+                    "{detail} (creating a communicator waits {} ms for every rank: \
+                     SNCL_INIT_TIMEOUT_MS, or SNCL_TIMEOUT_MS where that is unset; raise it where \
+                     ranks start further apart)",
+                    wait.as_millis()
+                ),
+            }
+        }
+        e => e,
+    }
+}
+
 /// Connects this rank to every other rank of the communicator: prepares
 /// every transport kind, publishes this rank's record, adopts rank 0's
 /// settings, chooses a kind per peer ([`kinds::choose`]) and connects each

@@ -185,5 +185,8 @@ fn a_late_rank_joins_within_the_init_timeout() {
         t < Duration::from_millis(700),
         "rank 0 failed only after {t:?}: {e}"
     );
-    assert!(e.contains("rank 0"), "{e}");
+    assert!(
+        e.contains("rank 0") && e.contains("SNCL_INIT_TIMEOUT_MS"),
+        "the error names the rank and the setting that bounds creation: {e}"
+    );
 }
