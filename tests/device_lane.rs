@@ -405,3 +405,112 @@ fn a_capped_call_stays_exact_and_a_host_call_with_a_cap_is_refused() {
         .to_string();
     assert!(e.contains("2 CTAs") && e.contains("host memory"), "{e}");
 }
+
+/// Ranks that call different operations on the kernel path (another
+/// count, within one round and across rounds, another op, another root)
+/// all fail in that operation, naming the mismatch, with their outputs
+/// untouched; the lane folded the mismatched counts into a wrong result
+/// before, and returned success.
+#[test]
+fn mismatched_calls_fail_every_rank_before_a_result() {
+    type Call = (Collective, ReduceOp, usize, usize);
+    let cases: [(&str, Call, Call); 4] = [
+        (
+            "counts within one round",
+            (Collective::AllReduce, ReduceOp::Sum, 100, 0),
+            (Collective::AllReduce, ReduceOp::Sum, 60, 0),
+        ),
+        (
+            "counts of different rounds",
+            (Collective::AllReduce, ReduceOp::Sum, 100, 0),
+            (Collective::AllReduce, ReduceOp::Sum, 5000, 0),
+        ),
+        (
+            "ops",
+            (Collective::AllReduce, ReduceOp::Sum, 64, 0),
+            (Collective::AllReduce, ReduceOp::Max, 64, 0),
+        ),
+        (
+            "roots",
+            (Collective::Broadcast, ReduceOp::Sum, 64, 0),
+            (Collective::Broadcast, ReduceOp::Sum, 64, 1),
+        ),
+    ];
+    for (what, first, second) in cases {
+        let ranks = ranks(2, 16 << 10);
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .map(|r| {
+                    s.spawn(move || {
+                        let me = r.comm.rank();
+                        let (coll, op, count, root) = if me == 0 { first } else { second };
+                        let deadline = || Instant::now() + Duration::from_secs(60);
+                        let sentinel = vec![-7.0f32; count];
+                        // SAFETY: `sentinel` lives until the synchronize;
+                        // the buffers hold more than `count` f32.
+                        unsafe {
+                            r.dev
+                                .copy_h2d_async(
+                                    r.send.ptr(),
+                                    sentinel.as_ptr().cast(),
+                                    count * 4,
+                                    r.stream,
+                                )
+                                .and_then(|()| {
+                                    r.dev.copy_h2d_async(
+                                        r.recv.ptr(),
+                                        sentinel.as_ptr().cast(),
+                                        count * 4,
+                                        r.stream,
+                                    )
+                                })
+                        }
+                        .and_then(|()| r.dev.synchronize(r.stream, deadline()))
+                        .expect("filling the buffers");
+                        let mut dop = DeviceOp::new(
+                            coll,
+                            DataType::Float32,
+                            count,
+                            r.send.ptr(),
+                            r.recv.ptr(),
+                            r.stream,
+                        );
+                        dop.op = op;
+                        dop.root = root;
+                        // SAFETY: both buffers live until the wait.
+                        let res = unsafe { r.comm.enqueue_device(dop) }.and_then(|w| w.wait());
+                        let mut out = vec![0f32; count];
+                        // SAFETY: `out` lives until the synchronize.
+                        unsafe {
+                            r.dev.copy_d2h_async(
+                                out.as_mut_ptr().cast(),
+                                r.recv.ptr(),
+                                count * 4,
+                                r.stream,
+                            )
+                        }
+                        .and_then(|()| r.dev.synchronize(r.stream, deadline()))
+                        .expect("reading the output");
+                        assert!(
+                            out.iter().all(|&x| x == -7.0),
+                            "{what}: rank {me}'s output was written"
+                        );
+                        res.expect_err(&format!("{what}: rank {me} succeeded"))
+                            .to_string()
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("no panic"))
+                .collect()
+        });
+        for (me, e) in errs.iter().enumerate() {
+            assert!(
+                e.contains("called different operations")
+                    && e.contains("the kernel path stopped before writing a result"),
+                "{what}: rank {me}: {e}"
+            );
+        }
+    }
+}

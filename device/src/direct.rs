@@ -14,12 +14,15 @@ use kernels::{DataType, ReduceOp};
 
 use crate::{DeviceError, DevicePtr, Result};
 
-/// Bytes of one rank's flag area (IPC device memory, zero at creation).
-pub const FLAG_BYTES: usize = DIRECT_MAX_BLOCKS * 8;
+/// Bytes of one rank's flag area (IPC device memory, zero at creation):
+/// a counter per block, then a fingerprint word per block (the staged
+/// form's check that every rank called the same operation).
+pub const FLAG_BYTES: usize = 2 * DIRECT_MAX_BLOCKS * 8;
 
 /// `u32` words of the pinned control block: `[0]` abort (the host sets it
 /// to 1), `[1]` the peer the kernel waits on long + 1 (0: none), `[2]` 1
-/// once the kernel gave up, `[3]` unused.
+/// once the kernel gave up, `[3]` the peer whose staged operation differs
+/// from this rank's + 1 (0: none; see [`Staged::fingerprint`]).
 pub const CONTROL_WORDS: usize = 4;
 
 /// One direct all-reduce launch. Every rank launches its own with the same
@@ -85,6 +88,11 @@ pub struct Staged {
     /// `count.div_ceil(chunk)` rounds needs epoch 0 (derived on the
     /// device) unless it runs one round.
     pub chunk: usize,
+    /// A hash of the call (collective, type, op, count, root), the same
+    /// on every rank that makes the same call; 0: unchecked. Ranks whose
+    /// fingerprints differ all stop at the first round's "ready", before
+    /// writing a result, naming a differing peer in control word 3.
+    pub fingerprint: u64,
 }
 
 /// The collectives the staged kernel runs (NCCL's conventions for the
@@ -371,12 +379,13 @@ pub(crate) struct DirectArgs {
     pub(crate) chunk: u64,
     pub(crate) coll: i32,
     pub(crate) root: i32,
+    pub(crate) fingerprint: u64,
 }
 
 /// `SnclDirectArgs`' size: 3 x 8 pointers, 4 words of 8 bytes, 4 of 4,
-/// then the staged form's 3 words of 8 and 2 of 4.
+/// then the staged form's 3 words of 8, 2 of 4 and its fingerprint.
 pub(crate) const DIRECT_ARGS_BYTES: usize =
-    3 * DIRECT_MAX_RANKS * 8 + 4 * 8 + 4 * 4 + 3 * 8 + 2 * 4;
+    3 * DIRECT_MAX_RANKS * 8 + 4 * 8 + 4 * 4 + 3 * 8 + 2 * 4 + 8;
 const _: () = assert!(std::mem::size_of::<DirectArgs>() == DIRECT_ARGS_BYTES);
 
 impl DirectArgs {
@@ -403,6 +412,7 @@ impl DirectArgs {
             a.result = at(st.result);
             a.chunk = st.chunk as u64;
             (a.coll, a.root) = st.collective.abi();
+            a.fingerprint = st.fingerprint;
         }
         for r in 0..op.nranks() {
             a.inputs[r] = at(op.inputs[r]);

@@ -25,7 +25,8 @@
 // rank (the per-block flags pair block b of every rank).
 //
 // Flags. Rank r's flag area (IPC memory, SNCL_DIRECT_MAX_BLOCKS u64
-// counters) holds, per block b, 4 * epoch + phase: 1 "my input is ready"
+// counters, then SNCL_DIRECT_MAX_BLOCKS fingerprint words) holds, per
+// block b, 4 * epoch + phase: 1 "my input is ready"
 // (the kernel started, so stream order made the input ready), 2 "my slice
 // is reduced" (two-shot), 3 "I have read everything I need of yours". The
 // counters only grow (epochs are numbered from 1, the same on every rank),
@@ -36,6 +37,16 @@
 // peers: no grid-wide
 // barrier, and on the host shim (blocks run one after the other) every
 // rank's block 0 finishes before its block 1 starts, on every rank alike.
+//
+// Fingerprints (staged only). A staged launch with a fingerprint (a hash
+// of the call's collective, type, op, count and root; 0: none) writes it
+// into block b's fingerprint word before its first "ready" and, once
+// every peer's block b is ready, compares theirs: ranks that called
+// different operations all stop there, before writing any result, with
+// control[3] = the first differing peer + 1 and control[2] = 1 (the lane
+// would otherwise fold mismatched counts into a wrong result, silently).
+// A peer's word is read only after its "ready" of this operation, and no
+// peer writes the next operation's before this one's last phase.
 //
 // Deadlines. A spinning kernel cannot be timed out from the host, so it
 // polls an abort word in pinned host memory (control[0]) that the host sets
@@ -99,6 +110,8 @@ struct SnclDirectArgs {
   // holds nranks * chunk.
   int coll;
   int root;
+  // Staged only: the call's fingerprint (see "Fingerprints"; 0: no check).
+  unsigned long long fingerprint;
 };
 
 #define SNCL_DIRECT_COLL_ALL_REDUCE 0
@@ -237,6 +250,27 @@ __device__ __forceinline__ bool sncl_direct_wait(const SnclDirectArgs& a, unsign
                                                  int* gave_up) {
   SNCL_EACH_THREAD {
     if (threadIdx.x == 0) *gave_up = sncl_direct_spin(a, value);
+  }
+  __syncthreads();
+  return *gave_up == 0;
+}
+
+// Staged, after the first "ready" of an operation: the whole block learns
+// whether every peer's block wrote this block's fingerprint (false in
+// every thread where one differs: control[3] names it, control[2] is set).
+__device__ __forceinline__ bool sncl_direct_same_op(const SnclDirectArgs& a, int* gave_up) {
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0 && a.fingerprint != 0) {
+      for (int p = 0; p < a.nranks; ++p) {
+        if (p == a.rank) continue;
+        if (sncl_flag_load(a.flags[p] + SNCL_DIRECT_MAX_BLOCKS + blockIdx.x) != a.fingerprint) {
+          sncl_word_store(a.control + 3, (unsigned int)p + 1);
+          sncl_word_store(a.control + 2, 1);
+          *gave_up = p + 1;
+          break;
+        }
+      }
+    }
   }
   __syncthreads();
   return *gave_up == 0;
@@ -429,7 +463,8 @@ template <typename Op>
 __device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a,
                                                          unsigned long long base,
                                                          unsigned long long n,
-                                                         unsigned long long e4, int* gave_up) {
+                                                         unsigned long long e4, bool first,
+                                                         int* gave_up) {
   typedef typename Op::T T;
   const int me = a.rank;
   const int coll = a.coll;
@@ -455,6 +490,7 @@ __device__ __forceinline__ bool sncl_direct_staged_other(const SnclDirectArgs& a
   }
   sncl_direct_raise(a, e4 + 1);
   if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
+  if (first && !sncl_direct_same_op(a, gave_up)) return false;
   if (coll == SNCL_DIRECT_COLL_ALL_GATHER || (coll == SNCL_DIRECT_COLL_GATHER && me == a.root)) {
     for (int q = 0; q < a.nranks; ++q) {
       const void* from[1] = {a.inputs[q]};
@@ -505,18 +541,20 @@ template <typename Op>
 __device__ __forceinline__ bool sncl_direct_staged_round(const SnclDirectArgs& a,
                                                          unsigned long long base,
                                                          unsigned long long n,
-                                                         unsigned long long e4, int* gave_up) {
+                                                         unsigned long long e4, bool first,
+                                                         int* gave_up) {
   typedef typename Op::T T;
   const int me = a.rank;
   const void* src[1] = {static_cast<const T*>(a.source) + base};
   T* result = static_cast<T*>(a.result) + base;
   void* lane = const_cast<void*>(a.inputs[me]);
   if (a.coll != SNCL_DIRECT_COLL_ALL_REDUCE) {
-    if (!sncl_direct_staged_other<Op>(a, base, n, e4, gave_up)) return false;
+    if (!sncl_direct_staged_other<Op>(a, base, n, e4, first, gave_up)) return false;
   } else {
     SNCL_EACH_THREAD { sncl_direct_fold<Op>(src, 1, lane, nullptr, 0, n, true, 0); }
     sncl_direct_raise(a, e4 + 1);
     if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
+    if (first && !sncl_direct_same_op(a, gave_up)) return false;
     if (a.algo == 1) {
       SNCL_EACH_THREAD {
         sncl_direct_fold<Op>(a.inputs, a.nranks, result, nullptr, 0, n, true, 0);
@@ -554,12 +592,18 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
   }
   __syncthreads();
   if (a.source != nullptr) {
+    // This call's fingerprint, published by the first round's "ready".
+    SNCL_EACH_THREAD {
+      if (threadIdx.x == 0 && a.fingerprint != 0) {
+        sncl_flag_store(a.flags[a.rank] + SNCL_DIRECT_MAX_BLOCKS + blockIdx.x, a.fingerprint);
+      }
+    }
     // Rounds of `chunk` elements (a whole number of packs), one epoch each.
     const unsigned long long per = a.chunk == 0 || a.chunk > a.count ? a.count : a.chunk;
     unsigned long long base = 0, k = 0;
     do {
       const unsigned long long n = a.count - base < per ? a.count - base : per;
-      if (!sncl_direct_staged_round<Op>(a, base, n, (epoch + k) * 4, &gave_up)) return;
+      if (!sncl_direct_staged_round<Op>(a, base, n, (epoch + k) * 4, k == 0, &gave_up)) return;
       base += n;
       ++k;
     } while (base < a.count);

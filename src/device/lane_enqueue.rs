@@ -96,7 +96,7 @@ impl Communicator {
                         op.stream,
                         (staged, op.send, op.recv),
                         (op.count, op.dtype, op.op),
-                        op.config.max_ctas,
+                        (op.config.max_ctas, fingerprint.digest()),
                         done,
                     )
                 };

@@ -23,7 +23,6 @@
 //! (that waits for every peer's offer k + 1, which each makes after
 //! reading offer k).
 
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -226,13 +225,6 @@ fn ensure_control(inner: &Inner, attached: &Attachment) -> Result<()> {
     Ok(())
 }
 
-fn fingerprint_hash(f: &Fingerprint) -> u64 {
-    // SipHash with fixed keys: the same value on every rank of one build.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    f.hash(&mut h);
-    h.finish() | 1
-}
-
 /// The turn a queued device operation runs in, as the caller of
 /// [`Inner::run_device_window`] knows it: the sequence number the
 /// operation takes if it runs here, the waiters' spin and the abort flag.
@@ -267,7 +259,7 @@ impl Inner {
             (records, reg.offers, windows)
         };
         let mut mine = Offer {
-            fingerprint: fingerprint_hash(&fingerprint),
+            fingerprint: fingerprint.digest(),
             ..Offer::default()
         };
         if let Some(((sw, so), (rw, ro))) = &windows {

@@ -193,6 +193,11 @@ pub(crate) fn open_window(
     let fail = |what: &str, e| device_error(me, dev, (op, None), what, e);
     let control = PinnedBuffer::new(dev, CONTROL_WORDS * 4)
         .map_err(|e| fail("allocating the control block", e))?;
+    // Pinned memory is not promised to be zero, and the lane's kernels
+    // read the words from their first launch on.
+    // SAFETY: the block is CONTROL_WORDS u32 words of ours that no kernel
+    // uses yet.
+    unsafe { std::ptr::write_bytes(control.as_ptr(), 0, CONTROL_WORDS * 4) };
     let mut w = WindowCore {
         inner: inner.clone(),
         binding: binding.clone(),
@@ -666,6 +671,11 @@ impl WindowCore {
         let words = self.control_words();
         let mut device_failed = None;
         let waited = exec::wait_on_ranks(ctx, &mut st.conns, Some(abort), doing, || {
+            if words[3].load(Ordering::Acquire) != 0 {
+                // A peer called another operation: stopped below, whatever
+                // blocks of the launch still wait.
+                return None;
+            }
             match dev.event_done(done) {
                 Ok(true) => None,
                 Ok(false) => {
@@ -689,6 +699,11 @@ impl WindowCore {
         if let Err(e) = waited {
             self.stop_kernel();
             return Err(e);
+        }
+        let differing = words[3].load(Ordering::Acquire) as usize;
+        if differing != 0 {
+            self.stop_kernel();
+            return Err(self.lane_mismatch(ctx, differing - 1));
         }
         if words[2].load(Ordering::Acquire) != 0 {
             return Err(Error::InvalidArgument {

@@ -22,6 +22,14 @@
 //! round after each pairwise step: more accurate, and the same on every
 //! rank.
 //!
+//! Ranks that call different operations (another collective, type, op,
+//! count or root) are caught by the kernel itself: each launch carries the
+//! call's `Fingerprint::digest`, publishes it with its first "ready" and
+//! compares its peers' before writing anything; every rank then stops and
+//! fails the operation naming a differing peer (as the host path's
+//! fingerprints do), where the lane used to fold mismatched counts into a
+//! wrong result and report success.
+//!
 //! The host only watches: an event recorded after the kernels lets the
 //! progress thread, in the operation's turn, wait with the communicator's
 //! deadline, abort and liveness probes, and set the kernel's abort word
@@ -53,7 +61,8 @@ use std::sync::Arc;
 
 use ::device::direct::{self, DirectAlgo, DirectAllReduce, Staged, StagedCollective};
 use comm_core::wire::{Collective, Fingerprint};
-use comm_core::{DataType, ReduceOp, Result};
+use comm_core::{DataType, Error, ReduceOp, Result};
+use sncl_runtime::exec;
 
 use super::{
     device_error, next_id, open_window, opening_fingerprint, Binding, DevicePtr, EventHandle,
@@ -167,6 +176,23 @@ impl WindowCore {
         (self.bytes / pieces / 16) * 16 / dtype.size()
     }
 
+    /// The error of a lane operation whose kernel found that `peer`
+    /// called another operation (another collective, type, op, count or
+    /// root: their fingerprints differ), as the host path reports a
+    /// mismatch. Every rank's kernel stops before writing a result.
+    pub(crate) fn lane_mismatch(&self, ctx: &exec::OpContext, peer: usize) -> Error {
+        Error::InvalidArgument {
+            rank: self.inner.rank,
+            op: ctx.fingerprint.collective.name(),
+            detail: format!(
+                "the ranks called different operations: this rank called {} (seq {}), peer \
+                 rank {peer} another (its collective, type, op, count or root differs); the \
+                 kernel path stopped before writing a result",
+                ctx.fingerprint, ctx.seq
+            ),
+        }
+    }
+
     /// Sets the lane kernels' abort word: every lane kernel running or
     /// still to run on any stream (a captured graph's too) gives up at its
     /// next wait and ends, so no caller's stream waits on peers that will
@@ -184,7 +210,9 @@ impl WindowCore {
     /// staged direct kernel (rounds through the lane; at most `max_ctas`
     /// blocks where the call set it, `CollConfig::max_ctas`), avg's divide,
     /// and `done` recorded after them (`None`: nothing recorded, as under
-    /// stream capture).
+    /// stream capture). `fingerprint` ([`Fingerprint::digest`] of the
+    /// call) lets every rank's kernel stop where a peer called another
+    /// operation ([`WindowCore::lane_mismatch`] then names it).
     ///
     /// # Safety
     /// `send` and `recv` hold their extents of `dtype` until the work
@@ -195,7 +223,7 @@ impl WindowCore {
         stream: ::device::StreamHandle,
         (staged, send, recv): (StagedCollective, DevicePtr, DevicePtr),
         (count, dtype, op): (usize, DataType, ReduceOp),
-        max_ctas: u32,
+        (max_ctas, fingerprint): (u32, u64),
         done: Option<EventHandle>,
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
@@ -250,6 +278,7 @@ impl WindowCore {
                 source,
                 result,
                 chunk,
+                fingerprint,
             }),
         };
         // SAFETY: every lane buffer is a live allocation (or open IPC
