@@ -43,9 +43,34 @@ pub fn gpudirect_flushes() -> u64 {
     GPUDIRECT_FLUSHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Allocation ids the emulated devices call managed memory
-/// ([`mark_managed`]).
-static MANAGED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+/// Allocation ids a test marked (managed memory, no dma-buf), kept for
+/// the process's emulated devices to answer from.
+struct MarkedAllocations(std::sync::Mutex<Vec<u64>>);
+
+impl MarkedAllocations {
+    const fn new() -> MarkedAllocations {
+        MarkedAllocations(std::sync::Mutex::new(Vec::new()))
+    }
+
+    /// Marks the allocation holding `ptr` (an error where `ptr` is no
+    /// emulated device address).
+    fn mark(&self, ptr: crate::DevicePtr) -> std::result::Result<(), String> {
+        let (id, _) = memory::split(ptr)?;
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+        Ok(())
+    }
+
+    /// Whether allocation `id` is marked.
+    fn contains(&self, id: u64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+    }
+}
+
+/// Allocations the emulated devices call managed memory ([`mark_managed`]).
+static MANAGED: MarkedAllocations = MarkedAllocations::new();
 
 /// Makes this process's emulated devices answer that the allocation
 /// holding `ptr` is managed memory from now on
@@ -54,22 +79,17 @@ static MANAGED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 /// through nvidia-peermem. An error where `ptr` is no emulated device
 /// address.
 pub fn mark_managed(ptr: crate::DevicePtr) -> std::result::Result<(), String> {
-    let (id, _) = memory::split(ptr)?;
-    MANAGED.lock().unwrap_or_else(|e| e.into_inner()).push(id);
-    Ok(())
+    MANAGED.mark(ptr)
 }
 
 /// Whether [`mark_managed`] marked allocation `id`.
 fn is_marked_managed(id: u64) -> bool {
-    MANAGED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&id)
+    MANAGED.contains(id)
 }
 
-/// Allocation ids whose dma-buf export the emulated devices refuse
+/// Allocations whose dma-buf export the emulated devices refuse
 /// ([`refuse_dmabuf_export`]).
-static UNEXPORTABLE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+static UNEXPORTABLE: MarkedAllocations = MarkedAllocations::new();
 
 /// Makes this process's emulated devices refuse to export the allocation
 /// that holds `ptr` as dma-buf from now on, as CUDA's
@@ -78,20 +98,12 @@ static UNEXPORTABLE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new
 /// a VMM reservation): tests of the paths that must do without it. An
 /// error where `ptr` is no emulated device address.
 pub fn refuse_dmabuf_export(ptr: crate::DevicePtr) -> std::result::Result<(), String> {
-    let (id, _) = memory::split(ptr)?;
-    UNEXPORTABLE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(id);
-    Ok(())
+    UNEXPORTABLE.mark(ptr)
 }
 
 /// Whether [`refuse_dmabuf_export`] marked allocation `id`.
 fn export_refused(id: u64) -> bool {
-    UNEXPORTABLE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&id)
+    UNEXPORTABLE.contains(id)
 }
 
 /// Set once this process opened an emulated device ([`opened`]).

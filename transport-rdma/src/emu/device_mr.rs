@@ -107,9 +107,7 @@ impl EmuVerbs {
         addr: u64,
         len: usize,
     ) -> Result<Mr> {
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
-        let (lkey, rkey) = (key, key | 1);
+        let (lkey, rkey) = self.take_keys();
         let region =
             LocalRegion::create(&self.port.gid, rkey, len.max(1)).map_err(|e| call_err(op, e))?;
         tracing::warn!(
@@ -160,9 +158,7 @@ impl EmuVerbs {
                     ),
                 )
             })?;
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
-        let (lkey, rkey) = (key, key | 1);
+        let (lkey, rkey) = self.take_keys();
         let desc =
             LocalRegion::create_dmabuf(&self.port.gid, rkey, (iova, len), (&name, offset), file)
                 .map_err(|e| call_err(op, e))?;

@@ -186,6 +186,13 @@ fn wc(qpn: u32, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> WorkCompletio
 }
 
 impl EmuVerbs {
+    /// A new registration's keys: the lkey (even) and its rkey (odd).
+    fn take_keys(&mut self) -> (u32, u32) {
+        let key = self.next_key;
+        self.next_key = self.next_key.wrapping_add(2);
+        (key, key | 1)
+    }
+
     /// Opens the emulated device: creates its QP table.
     pub fn open() -> Result<EmuVerbs> {
         Self::open_with(None, None)
@@ -413,9 +420,7 @@ impl Verbs for EmuVerbs {
             }
             None => 0,
         };
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
-        let (lkey, rkey) = (key, key | 1);
+        let (lkey, rkey) = self.take_keys();
         let region = LocalRegion::create(&self.port.gid, rkey, len).map_err(|e| {
             self.release_pinned(pinned);
             call_err("ibv_reg_mr", e)

@@ -34,8 +34,7 @@ impl EmuVerbs {
             // process, mapped while the registration is used.
             unsafe { stale_pages::PinnedPages::pin(addr, len) }
         };
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(2);
+        let (key, _) = self.take_keys();
         let mr = Mr {
             addr,
             len,
