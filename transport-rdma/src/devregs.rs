@@ -57,9 +57,20 @@ impl DeviceRoute {
                     .reg_dmabuf_mr(d.fd.as_fd(), offset, len, addr)
                     .map_err(|e| e.to_string())
             }
-            DeviceRoute::PeerMem => verbs
-                .reg_peermem_mr(dev, addr, len)
-                .map_err(|e| e.to_string()),
+            // Never managed memory: nvidia-peermem does not take it, and
+            // `ibv_reg_mr` would pin the host pages behind it at that
+            // moment while its data migrates to the device (the dma-buf
+            // route's export refuses it by itself).
+            DeviceRoute::PeerMem => match dev.is_managed(DevicePtr(addr)) {
+                Ok(true) => Err(format!(
+                    "{addr:#x} is managed memory, which nvidia-peermem cannot register (its \
+                     host pages would be pinned instead)"
+                )),
+                Ok(false) => verbs
+                    .reg_peermem_mr(dev, addr, len)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(format!("asking whether {addr:#x} is managed memory: {e}")),
+            },
         }
     }
 }
@@ -138,21 +149,8 @@ impl DevRegs {
         if let Some((_, why)) = self.refused.iter().find(|r| r.0 == id) {
             return Err(why.clone());
         }
-        // The whole allocation, once; never managed memory through
-        // nvidia-peermem, whose `ibv_reg_mr` would pin the host pages that
-        // back it at that moment while the data migrates to the device
-        // (the dma-buf route's export refuses it by itself).
-        let registered = match route {
-            DeviceRoute::PeerMem => match dev.is_managed(DevicePtr(addr)) {
-                Ok(true) => Err(format!(
-                    "{addr:#x} is managed memory, which nvidia-peermem cannot register (its \
-                     host pages would be pinned instead)"
-                )),
-                Ok(false) => route.register(dev, verbs, base, bytes),
-                Err(e) => Err(format!("asking whether {addr:#x} is managed memory: {e}")),
-            },
-            DeviceRoute::DmaBuf => route.register(dev, verbs, base, bytes),
-        };
+        // The whole allocation, once.
+        let registered = route.register(dev, verbs, base, bytes);
         let mr = match registered {
             Ok(r) => r,
             Err(why) => {
