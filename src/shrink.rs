@@ -27,18 +27,13 @@ use crate::{setup, Communicator};
 
 /// FNV-1a over the parent id, a domain tag, a sequence number and a list.
 pub(crate) fn derived_id(parent: u64, tag: u64, seq: u64, list: &[usize]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let words = [parent, tag, seq, list.len() as u64];
-    let bytes = words
-        .iter()
-        .chain(list.iter().map(|&r| r as u64).collect::<Vec<_>>().iter())
-        .flat_map(|v| v.to_le_bytes())
-        .collect::<Vec<_>>();
-    for b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    comm_core::hash::fnv1a(
+        words
+            .into_iter()
+            .chain(list.iter().map(|&r| r as u64))
+            .flat_map(u64::to_le_bytes),
+    )
 }
 
 const SHRINK_TAG: u64 = 0x7368_7269_6e6b; // "shrink"

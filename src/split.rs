@@ -16,14 +16,11 @@ use crate::{setup, Communicator};
 /// Hash of the parent id, the split's sequence number and the color.
 fn child_id(parent: u64, split: u64, color: i64) -> u64 {
     // FNV-1a over the three values: identical on every rank.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for v in [parent, split, color as u64] {
-        for b in v.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
+    comm_core::hash::fnv1a(
+        [parent, split, color as u64]
+            .into_iter()
+            .flat_map(u64::to_le_bytes),
+    )
 }
 
 impl Communicator {

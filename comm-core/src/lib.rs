@@ -9,6 +9,7 @@ pub mod check;
 pub mod cluster;
 pub mod copies;
 pub mod error;
+pub mod hash;
 pub mod schedule;
 pub mod settings;
 pub mod shape;

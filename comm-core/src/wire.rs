@@ -169,13 +169,7 @@ impl Fingerprint {
     /// 0): the same in every process and build, for checks where the whole
     /// fingerprint does not fit (device flags, window offers).
     pub fn digest(&self) -> u64 {
-        let h = self
-            .encode()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
-        h | 1
+        crate::hash::fnv1a(self.encode()) | 1
     }
 
     /// Reads what [`Fingerprint::encode`] wrote; a peer's bytes that are not

@@ -31,12 +31,7 @@ fn names() -> &'static Mutex<HashMap<u64, String>> {
 /// The tag of `name`: FNV-1a of its bytes (never 0, which means "no tag"),
 /// the same on every rank; the name is remembered for [`name_of`].
 pub fn tag_of(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    let tag = h.max(1);
+    let tag = comm_core::hash::fnv1a(name.bytes()).max(1);
     let mut kept = names().lock().unwrap_or_else(|e| e.into_inner());
     if kept.len() < MAX_NAMES || kept.contains_key(&tag) {
         let mut end = name.len().min(MAX_NAME_BYTES);

@@ -5,15 +5,12 @@
 /// A key of `dev` that ranks of every process compute alike: a hash of its
 /// PCI bus id (its backend and ordinal where it has none).
 pub(super) fn device_key(dev: &dyn ::device::Device) -> u64 {
-    // FNV-1a: the same in every process and build (std's hasher is not
-    // promised to be).
+    // The same in every process and build.
     let text = match dev.pci_bus_id() {
         Ok(id) => id.to_ascii_lowercase(),
         Err(_) => format!("{}:{}", dev.backend().name(), dev.ordinal()),
     };
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    comm_core::hash::fnv1a(text.bytes())
 }
 
 /// Given every rank's (process token, device key, MPS), why direct kernels
