@@ -1,4 +1,6 @@
-//! [`RdmaConnection`]: the executor's [`Connection`] over RC queue pairs.
+//! [`ConnState`]: the executor's [`Connection`] over RC queue pairs (its
+//! handle, [`RdmaConnection`](crate::RdmaConnection), shares it with the
+//! NIC's progress thread).
 //!
 //! Each side registers an inbound FIFO of `slots` slots (a slot holds a
 //! [`PieceHeader`] and up to `max_piece` payload bytes) and a staging area of
@@ -42,7 +44,7 @@ pub(crate) const RECV_TAG: u64 = 1 << 63;
 /// number).
 pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
 /// The wr_id of credits: a credit a peer that has left cannot take is not
-/// an error by itself (see [`RdmaConnection::peer_left`]).
+/// an error by itself (see [`ConnState::peer_left`]).
 const CREDIT_WR_ID: u64 = u64::MAX - 1;
 /// A signalled zero-length WRITE whose completion retires the unsignalled
 /// WRITEs before it (`sendq.rs`: a staging slot waiting to be reused).
@@ -103,8 +105,10 @@ pub(crate) struct Parts {
     pub liveness: Option<crate::liveness::Liveness>,
 }
 
-/// An RDMA connection to one peer (both directions).
-pub struct RdmaConnection {
+/// An RDMA connection to one peer (both directions): what the executor's
+/// handle ([`RdmaConnection`](crate::RdmaConnection)) and the NIC's
+/// progress thread (`progress.rs`) share behind a lock.
+pub(crate) struct ConnState {
     pub(crate) rank: usize,
     pub(crate) peer: usize,
     pub(crate) device: String,
@@ -146,16 +150,19 @@ pub struct RdmaConnection {
     pub(crate) lent_in_flight: u64,
     /// The pair's liveness socket (`src/liveness.rs`), where set up.
     liveness: Option<crate::liveness::Liveness>,
+    /// Corrupt data the progress thread found (`background`): the error
+    /// every later call returns, as a broken connection's is.
+    deferred: Option<String>,
 }
 
-impl RdmaConnection {
-    pub(crate) fn new(p: Parts) -> RdmaConnection {
+impl ConnState {
+    pub(crate) fn new(p: Parts) -> ConnState {
         // SAFETY: both regions were allocated by `p.dev`, which this
         // connection owns and drops last (after deregistering them); the
         // FIFO is written by the peer only in slots the protocol handed it.
         let (fifo, staging) = unsafe { (Buf::new(&p.fifo), Buf::new(&p.staging)) };
         let gdr = crate::gdr::Gdr::new(p.gdr, p.board, p.remote_board);
-        RdmaConnection {
+        ConnState {
             rank: p.rank,
             peer: p.peer,
             device: p.dev.port().name(),
@@ -186,28 +193,62 @@ impl RdmaConnection {
             lent_in_flight: 0,
             gdr,
             dev: p.dev,
+            deferred: None,
         }
     }
 
-    /// The device this connection uses (`mlx5_0:1`, `emu_ib0:1`).
-    pub fn device(&self) -> &str {
-        &self.device
+    /// Whether the NIC's progress thread (`progress.rs`) has anything to
+    /// do here: completions awaited (lent or GPUDirect payload writes, any
+    /// signalled request), device pieces waiting for their copy, inbox
+    /// slots waiting for the work that reads them, or DMA the (strict
+    /// emulated) device moves only while progressed.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.broken.is_none()
+            && self.deferred.is_none()
+            && (self.lent_in_flight > 0
+                || self.gdr.in_flight > 0
+                || self.gdr.waiting()
+                || self.sendq.awaiting()
+                || self.dev.needs_progress())
     }
 
-    /// The queue pair numbers, in striping order.
-    pub fn qp_numbers(&self) -> &[u32] {
-        &self.qps
+    /// The progress thread's turn: what the executor's calls do by the way
+    /// — completions polled, credits written (also for device pieces whose
+    /// reading work completed), device pieces posted once their copy
+    /// completed. A failure is kept for the executor's next call.
+    pub(crate) fn background(&mut self) {
+        match self.progress() {
+            Ok(()) => {}
+            Err(TransportError::Corrupt { detail, .. }) if self.broken.is_none() => {
+                self.deferred = Some(detail);
+                return;
+            }
+            // Kept by `fail` (the connection is broken).
+            Err(_) => return,
+        }
+        if let Err(e) = self.gdr_post_ready() {
+            // A failed post broke the connection; a device error recurs
+            // at the executor's next device call on it.
+            tracing::debug!(
+                rank = self.rank,
+                peer = self.peer,
+                "rdma: progress thread: {e}"
+            );
+        }
     }
 
     /// Whether a credit found the peer gone: it has left, after its last
     /// operation if this side asks nothing more of it (an error naming it
     /// as soon as this side needs it again).
-    pub fn peer_left(&self) -> bool {
+    pub(crate) fn peer_left(&self) -> bool {
         self.peer_left.is_some()
     }
 
     /// Injects a fault into this connection's provider (emulated only).
-    pub fn inject(&mut self, fault: crate::verbs::Fault) -> Result<(), crate::verbs::VerbsError> {
+    pub(crate) fn inject(
+        &mut self,
+        fault: crate::verbs::Fault,
+    ) -> Result<(), crate::verbs::VerbsError> {
         self.dev.inject(fault)
     }
 
@@ -227,7 +268,7 @@ impl RdmaConnection {
         })
     }
 
-    /// An error naming the peer if it has left ([`RdmaConnection::peer_left`]):
+    /// An error naming the peer if it has left ([`ConnState::peer_left`]):
     /// called where this side needs the peer (to send, to receive, to know
     /// it alive), so a peer that died in the middle of an operation is
     /// still named.
@@ -296,7 +337,7 @@ impl RdmaConnection {
 
     /// What the provider counted on this connection's device (doorbells,
     /// send work requests and completions; the emulated provider counts).
-    pub fn verbs_counters(&self) -> crate::verbs::VerbsCounters {
+    pub(crate) fn verbs_counters(&self) -> crate::verbs::VerbsCounters {
         self.dev.counters()
     }
 
@@ -304,6 +345,12 @@ impl RdmaConnection {
     pub(crate) fn progress(&mut self) -> Result<(), TransportError> {
         if let Some(e) = self.error() {
             return Err(e);
+        }
+        if let Some(detail) = &self.deferred {
+            return Err(TransportError::Corrupt {
+                peer: self.peer,
+                detail: detail.clone(),
+            });
         }
         // Inbox slots of device pieces whose reading work completed: their
         // credits go out below. A device error shows in the device calls.
@@ -515,12 +562,12 @@ impl RdmaConnection {
     }
 
     /// How this connection sends lent pieces.
-    pub fn zero_copy(&self) -> ZeroCopy {
+    pub(crate) fn zero_copy(&self) -> ZeroCopy {
         self.regs.mode()
     }
 
     /// User-buffer registrations made so far, and bytes registered now.
-    pub fn registrations(&self) -> (u64, usize) {
+    pub(crate) fn registrations(&self) -> (u64, usize) {
         (self.regs.made, self.regs.registered())
     }
 
@@ -551,7 +598,7 @@ impl RdmaConnection {
         }
     }
 
-    /// [`RdmaConnection::post_staged`] for piece `k` (already counted in
+    /// [`ConnState::post_staged`] for piece `k` (already counted in
     /// `sent`: a device piece reserves its slot before its data is ready).
     pub(crate) fn post_piece(
         &mut self,
@@ -611,7 +658,7 @@ impl RdmaConnection {
     }
 }
 
-impl Connection for RdmaConnection {
+impl Connection for ConnState {
     fn peer(&self) -> usize {
         self.peer
     }
@@ -788,7 +835,7 @@ impl Connection for RdmaConnection {
     }
 }
 
-impl Drop for RdmaConnection {
+impl Drop for ConnState {
     fn drop(&mut self) {
         for qpn in &self.qps {
             let _ = self.dev.modify_qp(*qpn, crate::verbs::QpTransition::Error);

@@ -59,6 +59,9 @@ struct Shared {
     qp_owner: HashMap<u32, u64>,
     cq_owner: HashMap<u32, u64>,
     next_handle: u64,
+    /// The context's progress thread (`progress.rs`), while a connection
+    /// on it lives.
+    driver: Weak<crate::progress::Driver>,
 }
 
 impl Shared {
@@ -118,6 +121,7 @@ pub(crate) fn acquire(
             qp_owner: HashMap::new(),
             cq_owner: HashMap::new(),
             next_handle: 0,
+            driver: Weak::new(),
         }))
     };
     let shared = match scope {
@@ -163,6 +167,19 @@ pub(crate) struct ContextHandle {
 impl ContextHandle {
     fn with<R>(&self, f: impl FnOnce(&mut Shared) -> R) -> R {
         f(&mut lock(&self.shared))
+    }
+
+    /// The progress thread of this handle's context (started with its
+    /// first connection, shared by all of them).
+    pub(crate) fn driver(&self) -> Arc<crate::progress::Driver> {
+        self.with(|s| match s.driver.upgrade() {
+            Some(d) => d,
+            None => {
+                let d = Arc::new(crate::progress::Driver::new(self.port.name()));
+                s.driver = Arc::downgrade(&d);
+                d
+            }
+        })
     }
 
     /// How many handles use this handle's context (itself included).

@@ -185,6 +185,15 @@ impl Gdr {
         }
     }
 
+    /// Device pieces waiting for their copy to be posted, or inbox slots
+    /// waiting for the work that reads them.
+    pub(crate) fn waiting(&self) -> bool {
+        match &self.state {
+            State::Decided(Some(a)) => !a.queue.is_empty() || !a.recv_pending.is_empty(),
+            _ => false,
+        }
+    }
+
     /// Frees inbox slots whose reading work completed.
     pub(crate) fn release_done(&mut self) -> Result<(), DeviceError> {
         let State::Decided(Some(a)) = &mut self.state else {

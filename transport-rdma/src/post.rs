@@ -1,4 +1,4 @@
-//! Host pieces of an [`RdmaConnection`]: staged (copied into the
+//! Host pieces of an [`ConnState`](crate::conn::ConnState): staged (copied into the
 //! registered staging area and written with immediate into the peer's
 //! FIFO slot) or lent (`SNCL_IB_ZERO_COPY`: the payload RDMA-written
 //! straight from the user's registered buffer, then the header), and the
@@ -8,11 +8,11 @@ use comm_core::transport::registry::MemoryKind;
 use comm_core::transport::{Connection, TransportError};
 use comm_core::wire::{PieceHeader, HEADER_BYTES};
 
-use crate::conn::{RdmaConnection, FENCE_WR_ID, LENT_TAG, SQ_RESERVE, ZERO_COPY_MIN};
+use crate::conn::{ConnState, FENCE_WR_ID, LENT_TAG, SQ_RESERVE, ZERO_COPY_MIN};
 use crate::regcache::ZeroCopy;
 use crate::verbs::SendWr;
 
-impl RdmaConnection {
+impl ConnState {
     /// Whether no lent write is in flight (registrations behind them are
     /// dropped once none is).
     pub(crate) fn flush_host(&mut self) -> Result<bool, TransportError> {

@@ -60,6 +60,12 @@ impl SendQueues {
         Some((q, posted.iter().skip(at).any(|p| p.1)))
     }
 
+    /// Whether a completion is coming on some queue pair (a signalled
+    /// request posted and not retired).
+    pub(crate) fn awaiting(&self) -> bool {
+        self.qs.iter().any(|(posted, _)| posted.iter().any(|p| p.1))
+    }
+
     /// Work requests of QP `q` posted and not retired (their slots).
     pub(crate) fn outstanding(&self, q: usize) -> u32 {
         self.qs[q].0.len() as u32

@@ -7,9 +7,10 @@ use comm_core::store::Store;
 use comm_core::wire::HEADER_BYTES;
 use comm_core::Error;
 
-use crate::conn::{Parts, RdmaConnection, MAX_SLOTS, MAX_SLOT_BYTES};
+use crate::conn::{ConnState, Parts, MAX_SLOTS, MAX_SLOT_BYTES};
 use crate::context::{ContextKey, ContextScope};
 use crate::emu::EmuVerbs;
+use crate::handle::RdmaConnection;
 use crate::ibv::{self, IbvVerbs};
 use crate::verbs::{PathAttrs, QpAddress, QpTransition, Verbs};
 use crate::IbSettings;
@@ -269,6 +270,8 @@ fn random_psn() -> u32 {
 struct Local {
     peer: usize,
     dev: Box<dyn Verbs>,
+    /// The context's progress thread (`progress.rs`).
+    driver: std::sync::Arc<crate::progress::Driver>,
     cq: u32,
     qps: Vec<(u32, u32)>,
     fifo: crate::verbs::Mr,
@@ -455,9 +458,10 @@ pub fn establish(
             strict: s.emulate_strict,
             gid_index: s.gid_index,
         };
-        let mut dev: Box<dyn Verbs> = Box::new(
-            crate::context::acquire(context, setup.context, || open(provider, s)).map_err(ve)?,
-        );
+        let handle =
+            crate::context::acquire(context, setup.context, || open(provider, s)).map_err(ve)?;
+        let driver = handle.driver();
+        let mut dev: Box<dyn Verbs> = Box::new(handle);
         let nqps = qps_per_conn(s.qps_per_conn, dev.port().link_layer);
         let cq = dev
             .create_cq(nqps * (sq_depth + rq_depth) as usize + 16)
@@ -481,6 +485,7 @@ pub fn establish(
         let l = Local {
             peer,
             dev,
+            driver,
             cq,
             qps,
             fifo,
@@ -581,7 +586,8 @@ pub fn establish(
         .zip(remotes)
         .zip(live)
         .map(|((l, r), liveness)| {
-            RdmaConnection::new(Parts {
+            let driver = l.driver;
+            let state = ConnState::new(Parts {
                 liveness,
                 rank: me,
                 peer: l.peer,
@@ -598,7 +604,8 @@ pub fn establish(
                 board: l.board,
                 remote_board: r.board,
                 gdr: s.gdr,
-            })
+            });
+            RdmaConnection::new(state, driver)
         })
         .collect())
 }

@@ -338,3 +338,75 @@ fn a_dmabuf_registration_refused_while_the_symbol_exists_stages_the_pair() {
     };
     assert!(e.contains("EOPNOTSUPP"), "{e}");
 }
+
+/// Issue 36, risk 10: a device piece is posted once the work producing it
+/// completes. Its sender's executor posts it while the stream is held and
+/// then goes away; the NIC's progress thread posts it when the stream goes
+/// on, and the receiver gets it without the sender calling again.
+#[test]
+fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() {
+    let (mut a, mut b) = pair(4, 64 << 10, 1);
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
+    let data: Vec<u8> = (0..40_000).map(|i| (i * 7 % 253) as u8).collect();
+    let src = upload(&qa, &data);
+    let dst = DeviceBuffer::new(&qb.dev, data.len()).expect("alloc");
+    let gate = device::PinnedBuffer::new(&qa.dev, 64).expect("pinned");
+    let word = gate.as_ptr() as *mut u32;
+    // SAFETY: 64 pinned bytes owned by `gate`, which outlives every use of
+    // the stream (the download below synchronises it).
+    unsafe {
+        word.write_volatile(0);
+        qa.dev.stream_wait_u32(qa.stream, word, 1)
+    }
+    .expect("hold the stream");
+    assert!(a
+        .try_post_send(
+            &header(data.len(), 1),
+            device_piece(&qa, src.ptr().0, data.len())
+        )
+        .expect("send"));
+    // The producing work (behind the hold) completes only now, after the
+    // sender's last call.
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: as above; the device reads the word with acquire semantics.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(word) }
+        .store(1, std::sync::atomic::Ordering::Release);
+    let dev_b: Arc<dyn Device> = qb.dev.clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = false;
+    while !got {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver waited 10 s for a device piece ready while its sender was away \
+             (the sender's NIC thread drove it {} times)",
+            a.background_progress()
+        );
+        got = b
+            .try_recv(Space::Device(&qb), &mut |h, p| {
+                let Payload::Device(inbox) = p else {
+                    panic!("a host piece where a device piece was expected")
+                };
+                // SAFETY: the inbox slot holds `h.len` bytes until the
+                // event after this copy completes; `dst` has room.
+                unsafe {
+                    dev_b.copy_d2d_async(
+                        dst.ptr(),
+                        device::DevicePtr(inbox.addr),
+                        h.len as usize,
+                        qb.stream,
+                    )
+                }
+                .expect("d2d");
+                Ok(())
+            })
+            .expect("recv");
+        std::thread::yield_now();
+    }
+    assert_eq!(download(&qb, &dst), data);
+    assert!(a.background_progress() > 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.flush().expect("flush") {
+        assert!(Instant::now() < deadline, "flush never finished");
+    }
+}

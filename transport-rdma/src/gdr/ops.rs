@@ -1,4 +1,4 @@
-//! The GPUDirect operations of an [`RdmaConnection`]: deciding the device
+//! The GPUDirect operations of an [`ConnState`](crate::conn::ConnState): deciding the device
 //! path with the peer through the boards, sending device pieces, consuming
 //! them and returning their credits (the design is described in the parent
 //! module, [`super`]). A child of the GPUDirect state's module so that it
@@ -13,7 +13,7 @@ use comm_core::wire::{PieceHeader, HEADER_BYTES};
 use comm_core::Error;
 use device::{Device, DeviceBuffer, DevicePtr, DeviceQueue};
 
-use crate::conn::{RdmaConnection, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
+use crate::conn::{ConnState, CONTROL_WR_ID, GDR_TAG, IMM_BOARD, SQ_RESERVE};
 use crate::devregs::{DevRegs, DeviceRoute};
 use crate::gdr_board::{Board, BOARD_BYTES};
 use crate::verbs::{Mr, SendWr};
@@ -23,10 +23,10 @@ use super::{
     STAGED_LOGGED,
 };
 
-impl RdmaConnection {
+impl ConnState {
     /// Whether pieces to and from the peer go device to device (tests,
     /// diagnostics): `None` before the first device operation decided it.
-    pub fn gdr_active(&self) -> Option<bool> {
+    pub(crate) fn gdr_active(&self) -> Option<bool> {
         match &self.gdr.state {
             State::Decided(a) => Some(a.is_some()),
             State::Failed(_) => Some(false),
@@ -35,7 +35,7 @@ impl RdmaConnection {
     }
 
     /// Device-memory registrations this connection made (dma-buf).
-    pub fn gdr_registrations(&self) -> u64 {
+    pub(crate) fn gdr_registrations(&self) -> u64 {
         self.gdr.registrations()
     }
 
@@ -281,7 +281,7 @@ impl RdmaConnection {
     }
 
     /// Posts queued device pieces whose data is ready, in order.
-    fn gdr_post_ready(&mut self) -> Result<(), Error> {
+    pub(crate) fn gdr_post_ready(&mut self) -> Result<(), Error> {
         let dev_slot = self.dev_slot();
         loop {
             let State::Decided(Some(a)) = &mut self.gdr.state else {
@@ -346,7 +346,7 @@ impl RdmaConnection {
 }
 
 /// The device side of [`comm_core::transport::Connection`]'s methods.
-impl RdmaConnection {
+impl ConnState {
     /// `Connection::ready`: decides the pair's GPUDirect path.
     pub(crate) fn gdr_ready(&mut self, device: &dyn std::any::Any) -> Result<Option<bool>, Error> {
         let q = queue_of(self.rank, device)?.clone();

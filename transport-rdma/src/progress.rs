@@ -1,0 +1,245 @@
+//! A progress thread per NIC (issue 36, risk 10).
+//!
+//! A NIC moves data by itself, but the host side of the protocol moves only
+//! when somebody polls: completions retire staging slots and lent writes,
+//! receive completions announce pieces, consumed slots turn into credits,
+//! GPUDirect payloads whose device copy finished wait to be posted, and the
+//! strict emulation's DMA steps (`emu/dma.rs`) advance. Before this module
+//! only the communicator's executor polled, and only while it was inside an
+//! operation on that connection: a peer waiting for a credit or a payload
+//! from a rank whose executor was reducing, on another step, or between
+//! operations waited for it. NCCL runs a proxy thread per device for the
+//! same reason (`ncclProxyProgress`).
+//!
+//! Here each device context (`context.rs`, one per port per process) has a
+//! [`Driver`]: a thread that, while any of its connections has work
+//! outstanding ([`ConnState::outstanding`]) and its executor has not driven
+//! it for [`GAP`], takes the connection's lock without waiting
+//! (`try_lock`: an executor inside a call is never blocked by it) and
+//! progresses it ([`ConnState::background`]). The executor keeps driving
+//! what it is waiting on, so the thread fills the gaps only; it parks while
+//! nothing is outstanding and exits once its last connection is gone.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crate::conn::ConnState;
+
+/// How long after an executor's last call on a connection the thread may
+/// drive it (below this, the executor is around and polls by itself).
+pub(crate) const GAP: Duration = Duration::from_millis(1);
+/// The longest the thread waits to look at a connection its executor keeps
+/// calling.
+const PATIENCE: Duration = Duration::from_millis(16);
+/// How often the thread polls a connection it drives (its executor away),
+/// and the shortest sleep between sweeps.
+const TICK: Duration = Duration::from_micros(100);
+/// How long a parked thread waits before looking again (a kick wakes it
+/// sooner; the thread also notices its connections are gone this way).
+const PARK: Duration = Duration::from_millis(100);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The state behind these locks is left consistent between calls; a
+    // panic in one caller must not wedge the others.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Nanoseconds since the first use (a monotonic clock an atomic can hold).
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A connection's state as both the executor and the thread reach it.
+pub(crate) struct Cell {
+    /// `None` once the executor dropped the connection (its resources went
+    /// with it, on the executor's thread).
+    state: Mutex<Option<ConnState>>,
+    /// When the executor last called (`now_ns`).
+    touched: AtomicU64,
+    /// Whether work was outstanding after the last call or sweep.
+    busy: AtomicBool,
+    /// Sweeps in which the thread drove this connection (tests, logs).
+    driven: AtomicU64,
+    /// How long after the executor's last call the thread looks next: from
+    /// [`GAP`], doubled (to [`PATIENCE`]) each time it finds the executor
+    /// still calling, so a long operation costs the thread few wakeups.
+    patience: AtomicU64,
+}
+
+impl Cell {
+    /// Runs `f` on the state for the executor, records the call, and wakes
+    /// the thread if `f` left work outstanding.
+    pub(crate) fn with<R>(&self, driver: &Driver, f: impl FnOnce(&mut ConnState) -> R) -> R {
+        let mut guard = lock(&self.state);
+        let state = guard
+            .as_mut()
+            .expect("a connection's state lives as long as its handle");
+        let r = f(state);
+        let busy = state.outstanding();
+        drop(guard);
+        self.touched.store(now_ns(), Ordering::Relaxed);
+        self.busy.store(busy, Ordering::SeqCst);
+        if busy {
+            driver.kick();
+        }
+        r
+    }
+
+    /// Reads the state without counting as a call (diagnostics).
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&ConnState) -> R) -> R {
+        f(lock(&self.state)
+            .as_ref()
+            .expect("a connection's state lives as long as its handle"))
+    }
+
+    /// Takes the state out, so that it is dropped by the caller (the
+    /// executor), never by the thread.
+    pub(crate) fn take(&self) -> Option<ConnState> {
+        lock(&self.state).take()
+    }
+
+    /// Sweeps in which the thread drove this connection.
+    pub(crate) fn driven(&self) -> u64 {
+        self.driven.load(Ordering::Relaxed)
+    }
+
+    /// One sweep's look at this connection: when the thread should look
+    /// again (`None`: nothing outstanding). A connection its executor
+    /// called within [`GAP`] is left to it until `GAP` after that call.
+    fn sweep(&self, now: u64) -> Option<u64> {
+        let gap = GAP.as_nanos() as u64;
+        if !self.busy.load(Ordering::SeqCst) {
+            self.patience.store(gap, Ordering::Relaxed);
+            return None;
+        }
+        let touched = self.touched.load(Ordering::Relaxed);
+        let patience = self.patience.load(Ordering::Relaxed);
+        let active = now.saturating_sub(touched) < gap;
+        if active || now.saturating_sub(touched) < patience {
+            if active {
+                let longer = (patience * 2).min(PATIENCE.as_nanos() as u64);
+                self.patience.store(longer, Ordering::Relaxed);
+            }
+            return Some(touched + self.patience.load(Ordering::Relaxed));
+        }
+        let Ok(mut guard) = self.state.try_lock() else {
+            // The executor is in a call: it drives the connection now.
+            return Some(now + gap);
+        };
+        let state = guard.as_mut()?;
+        state.background();
+        self.driven.fetch_add(1, Ordering::Relaxed);
+        self.patience.store(gap, Ordering::Relaxed);
+        let busy = state.outstanding();
+        self.busy.store(busy, Ordering::SeqCst);
+        busy.then_some(now + TICK.as_nanos() as u64)
+    }
+}
+
+/// The progress thread of one device context and the connections it drives.
+pub(crate) struct Driver {
+    conns: Mutex<Vec<Weak<Cell>>>,
+    wake: Condvar,
+    parked: AtomicBool,
+    started: AtomicBool,
+    /// The device, for the thread's name and logs.
+    device: String,
+}
+
+impl Driver {
+    /// A driver for the context of `device` (its thread starts with the
+    /// first connection).
+    pub(crate) fn new(device: String) -> Driver {
+        Driver {
+            conns: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            parked: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            device,
+        }
+    }
+
+    /// Registers `state` for driving and returns the cell both sides use.
+    pub(crate) fn adopt(self: &Arc<Self>, state: ConnState) -> Arc<Cell> {
+        let cell = Arc::new(Cell {
+            state: Mutex::new(Some(state)),
+            touched: AtomicU64::new(now_ns()),
+            busy: AtomicBool::new(false),
+            driven: AtomicU64::new(0),
+            patience: AtomicU64::new(GAP.as_nanos() as u64),
+        });
+        {
+            let mut conns = lock(&self.conns);
+            conns.retain(|c| c.strong_count() > 0);
+            conns.push(Arc::downgrade(&cell));
+        }
+        if !self.started.swap(true, Ordering::SeqCst) {
+            let weak = Arc::downgrade(self);
+            let name = format!("sncl-rdma-{}", self.device);
+            let spawned = std::thread::Builder::new()
+                .name(name.chars().take(15).collect())
+                .spawn(move || run(weak));
+            if let Err(e) = spawned {
+                // The executor still drives its connections: slower, not wrong.
+                tracing::warn!(device = %self.device,
+                    "rdma: no progress thread for the NIC (the executor alone drives its connections): {e}");
+            }
+        }
+        cell
+    }
+
+    /// Wakes a parked thread (cheap when it is not parked).
+    fn kick(&self) {
+        if self.parked.load(Ordering::SeqCst) {
+            let _guard = lock(&self.conns);
+            self.wake.notify_one();
+        }
+    }
+
+    /// The connections still alive.
+    fn live(&self) -> Vec<Arc<Cell>> {
+        let mut conns = lock(&self.conns);
+        conns.retain(|c| c.strong_count() > 0);
+        conns.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// The thread: sweeps while work is outstanding (sleeping until the
+/// earliest time a connection may need it), parks while none is, and ends
+/// once the driver is gone (its context's last connection dropped).
+fn run(driver: Weak<Driver>) {
+    loop {
+        let Some(d) = driver.upgrade() else {
+            return;
+        };
+        let now = now_ns();
+        let next = d.live().iter().filter_map(|cell| cell.sweep(now)).min();
+        if let Some(next) = next {
+            drop(d);
+            let wait = next.saturating_sub(now_ns()).max(TICK.as_nanos() as u64);
+            std::thread::sleep(Duration::from_nanos(wait));
+            continue;
+        }
+        // Park: marked first, then every connection looked at again under
+        // the lock a kick takes, so a kick between the sweep and the wait
+        // is not lost.
+        let conns = lock(&d.conns);
+        d.parked.store(true, Ordering::SeqCst);
+        let busy = conns
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|c| c.busy.load(Ordering::SeqCst));
+        if !busy {
+            let (conns, _) = d
+                .wake
+                .wait_timeout(conns, PARK)
+                .unwrap_or_else(|e| e.into_inner());
+            drop(conns);
+        } else {
+            drop(conns);
+        }
+        d.parked.store(false, Ordering::SeqCst);
+    }
+}
