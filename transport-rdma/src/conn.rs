@@ -23,15 +23,15 @@ use crate::link_watch::LinkWatch;
 use crate::mem::Buf;
 use crate::regcache::{RegCache, ZeroCopy};
 use crate::sendq::SendQueues;
-use crate::verbs::{Mr, SendWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::{Mr, SendWr, Verbs, WorkCompletion};
 
 /// Immediate kinds (top two bits).
-const IMM_DATA: u32 = 0;
-const IMM_CREDIT: u32 = 1;
-const IMM_ABORT: u32 = 2;
+pub(crate) const IMM_DATA: u32 = 0;
+pub(crate) const IMM_CREDIT: u32 = 1;
+pub(crate) const IMM_ABORT: u32 = 2;
 /// The peer wrote its GPUDirect board (`gdr.rs`) into ours.
 pub(crate) const IMM_BOARD: u32 = 3;
-const IMM_LOW: u32 = (1 << 30) - 1;
+pub(crate) const IMM_LOW: u32 = (1 << 30) - 1;
 /// Data immediates: slot in bits 29..22, bytes in 21..0.
 pub(crate) const MAX_SLOTS: usize = 256;
 /// The largest slot (header + payload) a data immediate can describe.
@@ -45,7 +45,7 @@ pub(crate) const RECV_TAG: u64 = 1 << 63;
 pub(crate) const CONTROL_WR_ID: u64 = u64::MAX;
 /// The wr_id of credits: a credit a peer that has left cannot take is not
 /// an error by itself (see [`ConnState::peer_left`]).
-const CREDIT_WR_ID: u64 = u64::MAX - 1;
+pub(crate) const CREDIT_WR_ID: u64 = u64::MAX - 1;
 /// A signalled zero-length WRITE whose completion retires the unsignalled
 /// WRITEs before it (`sendq.rs`: a staging slot waiting to be reused).
 pub(crate) const FENCE_WR_ID: u64 = u64::MAX - 2;
@@ -62,7 +62,7 @@ const LENT_DRAIN: Duration = Duration::from_secs(2);
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// Credits, aborts, probes and boards (not a piece, not a receive).
-fn is_control(wr_id: u64) -> bool {
+pub(crate) fn is_control(wr_id: u64) -> bool {
     wr_id == CONTROL_WR_ID || wr_id == CREDIT_WR_ID || wr_id == FENCE_WR_ID
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn staged_slot(wr_id: u64, slots: usize) -> Option<usize> {
 }
 
 /// A receive work request's completion.
-fn is_recv(wr_id: u64) -> bool {
+pub(crate) fn is_recv(wr_id: u64) -> bool {
     wr_id & RECV_TAG != 0 && !is_control(wr_id)
 }
 
@@ -113,7 +113,7 @@ pub(crate) struct ConnState {
     pub(crate) peer: usize,
     pub(crate) device: String,
     pub(crate) dev: Box<dyn Verbs>,
-    cq: u32,
+    pub(crate) cq: u32,
     pub(crate) qps: Vec<u32>,
     sq_depth: u32,
     /// Posted work requests per QP, and which are signalled (`sendq.rs`).
@@ -128,22 +128,22 @@ pub(crate) struct ConnState {
     pub(crate) sent: u64,
     pub(crate) acked: u64,
     pub(crate) received: u64,
-    credited: u64,
+    pub(crate) credited: u64,
     /// Per inbound slot: the bytes announced by its immediate, once arrived.
     pub(crate) arrived: Vec<Option<usize>>,
     pub(crate) peer_aborted: Option<Option<usize>>,
-    broken: Option<(bool, String)>,
+    pub(crate) broken: Option<(bool, String)>,
     /// The port's link, from the async events.
-    link: LinkWatch,
+    pub(crate) link: LinkWatch,
     /// A credit could not be delivered because the peer has left (its QP
     /// is gone) while nothing of this side was in flight: the peer may
     /// simply have finished its last operation and exited. Not an error
     /// until this side needs the peer again (the detail then names it).
-    peer_left: Option<String>,
+    pub(crate) peer_left: Option<String>,
     /// The device path (GPUDirect RDMA, `gdr.rs`).
     pub(crate) gdr: crate::gdr::Gdr,
     last_probe: Instant,
-    wcs: Vec<WorkCompletion>,
+    pub(crate) wcs: Vec<WorkCompletion>,
     /// User-buffer registrations for lent pieces.
     pub(crate) regs: RegCache,
     /// Lent pieces whose data write has not completed yet.
@@ -152,7 +152,7 @@ pub(crate) struct ConnState {
     liveness: Option<crate::liveness::Liveness>,
     /// Corrupt data the progress thread found (`background`): the error
     /// every later call returns, as a broken connection's is.
-    deferred: Option<String>,
+    pub(crate) deferred: Option<String>,
 }
 
 impl ConnState {
@@ -194,46 +194,6 @@ impl ConnState {
             gdr,
             dev: p.dev,
             deferred: None,
-        }
-    }
-
-    /// Whether the NIC's progress thread (`progress.rs`) has anything to
-    /// do here: completions awaited (lent or GPUDirect payload writes, any
-    /// signalled request), device pieces waiting for their copy, inbox
-    /// slots waiting for the work that reads them, or DMA the (strict
-    /// emulated) device moves only while progressed.
-    pub(crate) fn outstanding(&self) -> bool {
-        self.broken.is_none()
-            && self.deferred.is_none()
-            && (self.lent_in_flight > 0
-                || self.gdr.in_flight > 0
-                || self.gdr.waiting()
-                || self.sendq.awaiting()
-                || self.dev.needs_progress())
-    }
-
-    /// The progress thread's turn: what the executor's calls do by the way
-    /// — completions polled, credits written (also for device pieces whose
-    /// reading work completed), device pieces posted once their copy
-    /// completed. A failure is kept for the executor's next call.
-    pub(crate) fn background(&mut self) {
-        match self.progress() {
-            Ok(()) => {}
-            Err(TransportError::Corrupt { detail, .. }) if self.broken.is_none() => {
-                self.deferred = Some(detail);
-                return;
-            }
-            // Kept by `fail` (the connection is broken).
-            Err(_) => return,
-        }
-        if let Err(e) = self.gdr_post_ready() {
-            // A failed post broke the connection; a device error recurs
-            // at the executor's next device call on it.
-            tracing::debug!(
-                rank = self.rank,
-                peer = self.peer,
-                "rdma: progress thread: {e}"
-            );
         }
     }
 
@@ -279,16 +239,7 @@ impl ConnState {
         }
     }
 
-    /// A credit write that failed because the peer has gone, with nothing
-    /// of this side in flight to it.
-    fn late_credit(&self, wc: &WorkCompletion) -> bool {
-        wc.wr_id == CREDIT_WR_ID
-            && wc.status == WcStatus::RETRY_EXC_ERR
-            && self.lent_in_flight == 0
-            && self.gdr.in_flight == 0
-    }
-
-    fn fail(&mut self, gone: bool, detail: String) -> TransportError {
+    pub(crate) fn fail(&mut self, gone: bool, detail: String) -> TransportError {
         if self.broken.is_none() {
             let detail = self.link.annotate(detail);
             tracing::warn!(rank = self.rank, peer = self.peer, device = %self.device, "{detail}");
@@ -339,188 +290,6 @@ impl ConnState {
     /// send work requests and completions; the emulated provider counts).
     pub(crate) fn verbs_counters(&self) -> crate::verbs::VerbsCounters {
         self.dev.counters()
-    }
-
-    /// Polls the completion queue and the async events.
-    pub(crate) fn progress(&mut self) -> Result<(), TransportError> {
-        if let Some(e) = self.error() {
-            return Err(e);
-        }
-        if let Some(detail) = &self.deferred {
-            return Err(TransportError::Corrupt {
-                peer: self.peer,
-                detail: detail.clone(),
-            });
-        }
-        // Inbox slots of device pieces whose reading work completed: their
-        // credits go out below. A device error shows in the device calls.
-        let _ = self.gdr.release_done();
-        while let Some(ev) = self.dev.poll_async_event() {
-            if ev.is_fatal() {
-                let detail = format!(
-                    "RDMA connection to peer rank {} on {}: asynchronous event: {ev}",
-                    self.peer, self.device
-                );
-                return Err(self.fail(false, detail));
-            }
-            self.link.on_event(&ev, &self.device, self.peer);
-        }
-        loop {
-            let mut wcs = std::mem::take(&mut self.wcs);
-            wcs.clear();
-            let polled = self.dev.poll_cq(self.cq, 64, &mut wcs);
-            let n = match polled {
-                Ok(n) => n,
-                Err(e) => {
-                    self.wcs = wcs;
-                    let detail = format!("RDMA connection to peer rank {}: {e}", self.peer);
-                    return Err(self.fail(false, detail));
-                }
-            };
-            // The first error that is not a flush is the cause.
-            // A late credit (`peer_left`) is not one.
-            let cause = wcs.iter().position(|w| {
-                w.status != WcStatus::SUCCESS
-                    && w.status != WcStatus::WR_FLUSH_ERR
-                    && !self.late_credit(w)
-            });
-            let handled = match cause {
-                Some(i) => self.handle(&wcs[i]),
-                None => wcs.iter().try_for_each(|wc| self.handle(wc)),
-            };
-            self.wcs = wcs;
-            handled?;
-            if n < 64 {
-                break;
-            }
-        }
-        self.maybe_credit()
-    }
-
-    fn handle(&mut self, wc: &WorkCompletion) -> Result<(), TransportError> {
-        let Some(q) = self.qps.iter().position(|&n| n == wc.qp_num) else {
-            return Ok(());
-        };
-        if wc.status != WcStatus::SUCCESS {
-            // A credit the departed peer cannot take, and what the QP's
-            // error flushes after it (receives, control writes), wait for
-            // this side to need the peer (`check_left`); a flushed piece
-            // is data lost, an error.
-            let late = self.late_credit(wc);
-            let flushed = self.peer_left.is_some()
-                && wc.status == WcStatus::WR_FLUSH_ERR
-                && (is_control(wc.wr_id) || is_recv(wc.wr_id));
-            if late || flushed {
-                if !is_recv(wc.wr_id) {
-                    self.sendq.complete(q, false, |_| {});
-                }
-                if late && self.peer_left.is_none() {
-                    let detail = format!(
-                        "RDMA connection to peer rank {} on {}: the peer has gone (a credit to it \
-                         completed with: {}); this is an error only because this rank still \
-                         needed the peer",
-                        self.peer, self.device, wc.status
-                    );
-                    tracing::debug!(
-                        rank = self.rank,
-                        peer = self.peer,
-                        device = %self.device,
-                        "rdma: a credit could not be delivered: the peer has left (after its last \
-                         operation, if nothing more is asked of it)"
-                    );
-                    self.peer_left = Some(detail);
-                }
-                return Ok(());
-            }
-            // The opcode of an error completion is undefined: the wr_id says.
-            let what = if is_recv(wc.wr_id) {
-                "a receive"
-            } else {
-                "an RDMA WRITE"
-            };
-            let detail = format!(
-                "RDMA connection to peer rank {} on {}: {what} on QP {} completed with error: {}{}",
-                self.peer,
-                self.device,
-                wc.qp_num,
-                wc.status,
-                if wc.vendor_err != 0 {
-                    format!(", vendor error {:#x}", wc.vendor_err)
-                } else {
-                    String::new()
-                }
-            );
-            return Err(self.fail(wc.status == WcStatus::RETRY_EXC_ERR, detail));
-        }
-        match wc.opcode {
-            WcOpcode::RdmaWrite => {
-                let (mut lent, mut gdr) = (0, 0);
-                self.sendq.complete(q, true, |wr_id| {
-                    if !is_control(wr_id) && wr_id & LENT_TAG != 0 {
-                        lent += 1;
-                    }
-                    if !is_control(wr_id) && wr_id & GDR_TAG != 0 {
-                        gdr += 1;
-                    }
-                });
-                self.lent_in_flight = self.lent_in_flight.saturating_sub(lent);
-                self.gdr.in_flight = self.gdr.in_flight.saturating_sub(gdr);
-            }
-            WcOpcode::RecvRdmaWithImm | WcOpcode::Recv => {
-                if let Err(e) = self.dev.post_recv(wc.qp_num, RECV_TAG | q as u64) {
-                    let detail = format!("RDMA connection to peer rank {}: {e}", self.peer);
-                    return Err(self.fail(false, detail));
-                }
-                let imm = wc.imm.unwrap_or(u32::MAX);
-                let low = imm & IMM_LOW;
-                match imm >> 30 {
-                    IMM_DATA => {
-                        let slot = (low >> 22) as usize;
-                        let bytes = (low & ((1 << 22) - 1)) as usize;
-                        if slot >= self.slots
-                            || bytes < HEADER_BYTES
-                            || bytes > self.slot_bytes
-                            || self.arrived[slot].is_some()
-                        {
-                            let detail = format!(
-                                "RDMA immediate {imm:#x} from peer rank {} names slot {slot} with \
-                                 {bytes} bytes (expected a free slot below {} of at most {} bytes)",
-                                self.peer, self.slots, self.slot_bytes
-                            );
-                            return Err(TransportError::Corrupt {
-                                peer: self.peer,
-                                detail,
-                            });
-                        }
-                        self.arrived[slot] = Some(bytes);
-                    }
-                    IMM_CREDIT => {
-                        let delta = low.wrapping_sub(self.acked as u32 & IMM_LOW) & IMM_LOW;
-                        self.acked += u64::from(delta);
-                        if self.acked > self.sent {
-                            return Err(TransportError::Corrupt {
-                                peer: self.peer,
-                                detail: format!(
-                                    "credit for {} pieces but only {} were sent",
-                                    self.acked, self.sent
-                                ),
-                            });
-                        }
-                    }
-                    IMM_ABORT => {
-                        self.peer_aborted = Some(low.checked_sub(1).map(|c| c as usize));
-                    }
-                    IMM_BOARD => self.gdr.board_arrived = true,
-                    _ => {
-                        return Err(TransportError::Corrupt {
-                            peer: self.peer,
-                            detail: format!("unknown RDMA immediate {imm:#x}"),
-                        })
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Room for one more send work request on QP `q` (keeping `reserve`).

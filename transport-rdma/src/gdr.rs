@@ -1,4 +1,4 @@
-//! GPUDirect RDMA: the device regions ([`Payload::Device`]) of an
+//! GPUDirect RDMA: the device regions ([`Payload::Device`](comm_core::transport::Payload::Device)) of an
 //! [`RdmaConnection`](crate::RdmaConnection). Device pieces go from the sender's device memory
 //! through the NIC into the receiver's device inbox; only their headers
 //! cross host memory.

@@ -60,6 +60,7 @@
 
 #![warn(missing_docs)]
 
+mod completions;
 mod conn;
 mod context;
 mod devregs;

@@ -1,4 +1,4 @@
-//! Host pieces of an [`ConnState`](crate::conn::ConnState): staged (copied into the
+//! Host pieces of a [`ConnState`]: staged (copied into the
 //! registered staging area and written with immediate into the peer's
 //! FIFO slot) or lent (`SNCL_IB_ZERO_COPY`: the payload RDMA-written
 //! straight from the user's registered buffer, then the header), and the
@@ -48,7 +48,7 @@ impl ConnState {
     /// zero copy is on and the piece is large enough, else staged.
     ///
     /// # Safety
-    /// As [`Outgoing::lent`]: `data` stays valid and unchanged until
+    /// As [`Outgoing::lent`](comm_core::transport::Outgoing::lent): `data` stays valid and unchanged until
     /// `flush` returns true (or the operation failed).
     pub(crate) unsafe fn send_lent(
         &mut self,

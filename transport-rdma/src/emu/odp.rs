@@ -13,7 +13,7 @@
 //! an ODP registration stalls once per work request, where the permissive
 //! emulation (which reads user memory at the post) never does.
 //!
-//! `ibv_advise_mr(3)` with `IBV_ADVISE_MR_ADVICE_PREFETCH` "make[s] pages
+//! `ibv_advise_mr(3)` with `IBV_ADVISE_MR_ADVICE_PREFETCH` "make\[s\] pages
 //! present ... before the actual IO is conducted": modelled as mapping the
 //! range at once (for memory the process has mapped, the kernel's prefetch
 //! finishes long before a WRITE's turn). The advice applies to ODP

@@ -1,4 +1,4 @@
-//! The GPUDirect operations of an [`ConnState`](crate::conn::ConnState): deciding the device
+//! The GPUDirect operations of a [`ConnState`]: deciding the device
 //! path with the peer through the boards, sending device pieces, consuming
 //! them and returning their credits (the design is described in the parent
 //! module, [`super`]). A child of the GPUDirect state's module so that it
