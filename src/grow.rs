@@ -68,9 +68,12 @@ fn try_comm_id(comm_id: u64, attempt: u64) -> u64 {
     }
 }
 
-/// Reads a decimal number rank 0 published for the grow.
+/// Reads a decimal number rank 0 published for the grow (waiting as a
+/// creation does: the members and the new processes start apart).
 fn published(store: &dyn Store, key: &str, rank: usize, config: &Config) -> Result<usize> {
-    let bytes = store.get(key, config.timeout)?;
+    let bytes = store
+        .get(key, config.creation_timeout())
+        .map_err(|e| setup::creation_error(e, config.creation_timeout()))?;
     std::str::from_utf8(&bytes)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -148,7 +151,10 @@ impl Communicator {
             secret: inner.secret,
         };
         let comm_id = id.comm_id();
-        let deadline = Instant::now() + inner.config.timeout;
+        // A grow waits for processes that are started for it, with a
+        // launcher's skew: as long as a creation does.
+        let wait = inner.config.creation_timeout();
+        let deadline = Instant::now() + wait;
         let store = inner
             .connect_standby(0, me, deadline)
             .map_err(|e| Error::Bootstrap {
@@ -203,11 +209,12 @@ impl Communicator {
             nranks,
             comm_id: try_comm_id(comm_id, attempt),
             secret: inner.secret,
-            wait: config.timeout,
+            wait,
             config,
             local_ip,
             server: None,
-        })?;
+        })
+        .map_err(|e| setup::creation_error(e, wait))?;
         let grown = Communicator::from_inner({
             // Rank 0's standby store serves the grown communicator from now
             // on; it is handed over only once the creation succeeded, so a
@@ -239,7 +246,8 @@ impl Communicator {
         crate::init_logging();
         setup::check_world(rank, nranks, "join_grow")?;
         let tls = TlsIdentity::from_settings(&config.tcp.tls)?;
-        let deadline = Instant::now() + config.timeout;
+        let wait = config.creation_timeout();
+        let deadline = Instant::now() + wait;
         let store = TcpStore::connect_tls(id.root, id.secret, rank, deadline, tls.as_ref())
             .map_err(|e| Error::Bootstrap {
                 rank,
@@ -289,11 +297,12 @@ impl Communicator {
             nranks,
             comm_id: try_comm_id(comm_id, attempt),
             secret: id.secret,
-            wait: config.timeout,
+            wait,
             config,
             local_ip,
             server: None,
-        })?;
+        })
+        .map_err(|e| setup::creation_error(e, wait))?;
         Communicator::from_inner(inner).built_by_all("join_grow")
     }
 

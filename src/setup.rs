@@ -155,9 +155,10 @@ pub(crate) struct SetupArgs {
     pub local_ip: IpAddr,
     pub server: Option<TcpStoreServer>,
     /// How long the whole setup may take: [`Config::creation_timeout`] for
-    /// a communicator made from a unique id or a store (ranks arrive with
-    /// the launcher's skew), [`Config::timeout`] for one made from a live
-    /// communicator (split, shrink, grow, resume).
+    /// a communicator made from a unique id or a store, or grown with new
+    /// processes (ranks arrive with the launcher's skew),
+    /// [`Config::timeout`] for one made from a live communicator's ranks
+    /// alone (split, shrink, resume).
     pub wait: Duration,
 }
 

@@ -304,3 +304,74 @@ fn a_failed_grow_can_be_retried_with_a_new_joiner() {
     // Every member calls the second grow; a new process takes rank 2.
     grow_again_with_a_joiner(&members, None);
 }
+
+/// `n` ranks as threads whose operations time out after `op_ms` and whose
+/// creations (grows included) after `init_ms` (0: `op_ms`).
+fn job_with_timeouts(n: usize, op_ms: u64, init_ms: u64) -> Vec<Communicator> {
+    let cfg = Config {
+        timeout: Duration::from_millis(op_ms),
+        init_timeout: Duration::from_millis(init_ms),
+        ..Config::default()
+    };
+    let id = Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let cfg = cfg.clone();
+                s.spawn(move || Communicator::init_rank_with_config(&id, r, n, cfg))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap().expect("init"))
+            .collect()
+    })
+}
+
+/// A grow waits for new processes, which a launcher starts with its skew:
+/// it waits as long as a creation does (`SNCL_INIT_TIMEOUT_MS`), not the
+/// operation timeout a job sets short to notice failures fast.
+#[test]
+fn a_joiner_started_late_joins_within_the_init_timeout() {
+    let members = job_with_timeouts(2, 300, 20_000);
+    let id = members[0].grow_unique_id().unwrap();
+    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
+        let mut hs: Vec<_> = members
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let g = c.grow(3).unwrap_or_else(|e| {
+                        panic!("rank {}: a joiner 1 s late failed the grow: {e}", c.rank())
+                    });
+                    (g.rank(), all_reduce(&g, 256))
+                })
+            })
+            .collect();
+        hs.push(s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(1000));
+            let cfg = Config {
+                timeout: Duration::from_millis(300),
+                init_timeout: Duration::from_millis(20_000),
+                ..Config::default()
+            };
+            let g = Communicator::join_grow(&id, 2, 3, cfg)
+                .unwrap_or_else(|e| panic!("join_grow 1 s late: {e}"));
+            (g.rank(), all_reduce(&g, 256))
+        }));
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want = all_reduce_of_fresh(3, 256);
+    for (r, got) in &grown {
+        assert!(
+            got == &want,
+            "rank {r} of the grow differs from a fresh job"
+        );
+    }
+    // Without an init timeout the operation timeout bounds the grow, and
+    // the error names the setting to raise.
+    let members = job_with_timeouts(2, 300, 0);
+    let t0 = Instant::now();
+    for e in members_wait_in_vain(&members, 3) {
+        assert!(e.contains("SNCL_INIT_TIMEOUT_MS"), "{e}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}

@@ -124,8 +124,9 @@ pub struct Config {
     /// An operation fails when a peer it waits on made no progress this long
     /// (`SNCL_TIMEOUT_MS`, default 300000).
     pub timeout: Duration,
-    /// How long creating a communicator from a unique id or a store waits
-    /// for every rank to arrive and connect (`SNCL_INIT_TIMEOUT_MS`; zero,
+    /// How long creating a communicator from a unique id or a store, or
+    /// growing one with new processes, waits for every rank to arrive and
+    /// connect (`SNCL_INIT_TIMEOUT_MS`; zero,
     /// the default, means [`Config::timeout`]): launchers start ranks
     /// seconds apart, which a short operation timeout should not fail.
     pub init_timeout: Duration,

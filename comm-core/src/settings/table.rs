@@ -359,7 +359,7 @@ pub static SETTINGS: &[Setting] = &[
         scope: Scope::Process,
         values: range(0, MAX_TIMEOUT_MS as usize, 1, "ms"),
         default: Value("0"),
-        doc: "creating a communicator (init from a unique id, the launcher's environment or a store) fails when the ranks have not all arrived and connected this long (0: `SNCL_TIMEOUT_MS`); launch skew is not a hang",
+        doc: "creating a communicator (init from a unique id, the launcher's environment or a store; a grow, on the members and the new processes) fails when the ranks have not all arrived and connected this long (0: `SNCL_TIMEOUT_MS`); launch skew is not a hang",
         field: Field::Int {
             name: "init_timeout (ms)",
             get: |c| usize::try_from(c.init_timeout.as_millis()).unwrap_or(usize::MAX),
