@@ -19,10 +19,18 @@ fn config() -> Config {
 /// `n` ranks as threads of one job, created through a unique id (a grow
 /// needs the standby stores that a rendezvous starts).
 fn job(n: usize) -> Vec<Communicator> {
+    job_with(n, config())
+}
+
+/// As [`job`], every rank with `cfg`.
+fn job_with(n: usize, cfg: Config) -> Vec<Communicator> {
     let id = Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
-            .map(|r| s.spawn(move || Communicator::init_rank_with_config(&id, r, n, config())))
+            .map(|r| {
+                let cfg = cfg.clone();
+                s.spawn(move || Communicator::init_rank_with_config(&id, r, n, cfg))
+            })
             .collect();
         hs.into_iter()
             .map(|h| h.join().unwrap().expect("init"))
@@ -45,30 +53,46 @@ fn all_reduce(c: &Communicator, len: usize) -> Vec<f32> {
     v
 }
 
-#[test]
-fn three_members_and_one_new_rank_reduce_like_a_fresh_four() {
-    let len = 10_000;
-    let members = job(3);
+/// Grows `members` by one new rank (joining `joiner_delay` after the
+/// members call `grow`, with `joiner_config`); every rank of the grown job
+/// checks its place and returns its all-reduce of `len` elements.
+fn grow_by_one(
+    members: &[Communicator],
+    len: usize,
+    joiner_delay: Duration,
+    joiner_config: Config,
+) -> Vec<(usize, Vec<f32>)> {
     let id = members[0].grow_unique_id().unwrap();
-    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
+    let n = members.len() + 1;
+    std::thread::scope(|s| {
         let mut hs: Vec<_> = members
             .iter()
             .map(|c| {
                 s.spawn(move || {
-                    let g = c.grow(4).unwrap_or_else(|e| panic!("grow: {e}"));
-                    assert_eq!((g.rank(), g.size()), (c.rank(), 4));
+                    let g = c
+                        .grow(n)
+                        .unwrap_or_else(|e| panic!("rank {}: grow: {e}", c.rank()));
+                    assert_eq!((g.rank(), g.size()), (c.rank(), n));
                     (g.rank(), all_reduce(&g, len))
                 })
             })
             .collect();
         hs.push(s.spawn(move || {
-            let g = Communicator::join_grow(&id, 3, 4, config())
+            std::thread::sleep(joiner_delay);
+            let g = Communicator::join_grow(&id, n - 1, n, joiner_config)
                 .unwrap_or_else(|e| panic!("join_grow: {e}"));
-            assert_eq!((g.rank(), g.size()), (3, 4));
-            (3, all_reduce(&g, len))
+            assert_eq!((g.rank(), g.size()), (n - 1, n));
+            (n - 1, all_reduce(&g, len))
         }));
         hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    })
+}
+
+#[test]
+fn three_members_and_one_new_rank_reduce_like_a_fresh_four() {
+    let len = 10_000;
+    let members = job(3);
+    let grown = grow_by_one(&members, len, Duration::ZERO, config());
     // The parent still works after its grow.
     std::thread::scope(|s| {
         for c in &members {
@@ -308,23 +332,14 @@ fn a_failed_grow_can_be_retried_with_a_new_joiner() {
 /// `n` ranks as threads whose operations time out after `op_ms` and whose
 /// creations (grows included) after `init_ms` (0: `op_ms`).
 fn job_with_timeouts(n: usize, op_ms: u64, init_ms: u64) -> Vec<Communicator> {
-    let cfg = Config {
-        timeout: Duration::from_millis(op_ms),
-        init_timeout: Duration::from_millis(init_ms),
-        ..Config::default()
-    };
-    let id = Communicator::unique_id("127.0.0.1:0".parse().unwrap()).unwrap();
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let cfg = cfg.clone();
-                s.spawn(move || Communicator::init_rank_with_config(&id, r, n, cfg))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap().expect("init"))
-            .collect()
-    })
+    job_with(
+        n,
+        Config {
+            timeout: Duration::from_millis(op_ms),
+            init_timeout: Duration::from_millis(init_ms),
+            ..Config::default()
+        },
+    )
 }
 
 /// A grow waits for new processes, which a launcher starts with its skew:
@@ -333,32 +348,13 @@ fn job_with_timeouts(n: usize, op_ms: u64, init_ms: u64) -> Vec<Communicator> {
 #[test]
 fn a_joiner_started_late_joins_within_the_init_timeout() {
     let members = job_with_timeouts(2, 300, 20_000);
-    let id = members[0].grow_unique_id().unwrap();
-    let grown: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
-        let mut hs: Vec<_> = members
-            .iter()
-            .map(|c| {
-                s.spawn(move || {
-                    let g = c.grow(3).unwrap_or_else(|e| {
-                        panic!("rank {}: a joiner 1 s late failed the grow: {e}", c.rank())
-                    });
-                    (g.rank(), all_reduce(&g, 256))
-                })
-            })
-            .collect();
-        hs.push(s.spawn(move || {
-            std::thread::sleep(Duration::from_millis(1000));
-            let cfg = Config {
-                timeout: Duration::from_millis(300),
-                init_timeout: Duration::from_millis(20_000),
-                ..Config::default()
-            };
-            let g = Communicator::join_grow(&id, 2, 3, cfg)
-                .unwrap_or_else(|e| panic!("join_grow 1 s late: {e}"));
-            (g.rank(), all_reduce(&g, 256))
-        }));
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    // A joiner 1 s late: with the operation timeout alone this failed.
+    let joiner = Config {
+        timeout: Duration::from_millis(300),
+        init_timeout: Duration::from_millis(20_000),
+        ..Config::default()
+    };
+    let grown = grow_by_one(&members, 256, Duration::from_secs(1), joiner);
     let want = all_reduce_of_fresh(3, 256);
     for (r, got) in &grown {
         assert!(
