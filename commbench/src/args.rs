@@ -163,8 +163,7 @@ pub struct Args {
     pub compress_scope: String,
     /// Where the buffers live: host, emu (the emulated device; a test
     /// double) or cuda. Default: cuda when CUDA device 0 opens, else host.
-    /// Device runs support all_reduce, reduce_scatter, all_gather,
-    /// broadcast and reduce, out of place; times come from device events.
+    /// Device runs time every operation out of place, from device events.
     #[arg(long = "device")]
     pub device: Option<String>,
     /// Draw bus bandwidth against size per algorithm into FILE.svg (rank 0).
