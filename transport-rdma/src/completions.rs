@@ -30,6 +30,7 @@ impl ConnState {
     pub(crate) fn outstanding(&self) -> bool {
         self.broken.is_none()
             && self.deferred.is_none()
+            && !self.device_failed
             && (self.lent_in_flight > 0
                 || self.gdr.in_flight > 0
                 || self.gdr.waiting()
@@ -37,41 +38,54 @@ impl ConnState {
                 || self.dev.needs_progress())
     }
 
+    /// What changes when the connection moves (pieces sent, credited,
+    /// received, writes completed, device pieces queued): the progress
+    /// thread backs off while it stays the same.
+    pub(crate) fn progress_mark(&self) -> [u64; 7] {
+        [
+            self.sent,
+            self.acked,
+            self.received,
+            self.credited,
+            self.lent_in_flight,
+            self.gdr.in_flight,
+            self.dev.counters().send_completions,
+        ]
+    }
+
     /// The progress thread's turn: what the executor's calls do by the way
     /// — completions polled, credits written (also for device pieces whose
     /// reading work completed), device pieces posted once their copy
-    /// completed. A failure is kept for the executor's next call.
+    /// completed. A failure is kept for the executor's next call: the
+    /// connection's (broken, corrupt data) by `progress`; a device error
+    /// recurs at the executor's next device call, and the thread stops
+    /// driving the connection (its device work will not complete).
     pub(crate) fn background(&mut self) {
-        match self.progress() {
-            Ok(()) => {}
-            Err(TransportError::Corrupt { detail, .. }) if self.broken.is_none() => {
-                self.deferred = Some(detail);
-                return;
-            }
-            // Kept by `fail` (the connection is broken).
-            Err(_) => return,
+        if let Err(e) = self.gdr.release_done() {
+            self.thread_stops(&e);
+            return;
+        }
+        if self.progress().is_err() {
+            return;
         }
         if let Err(e) = self.gdr_post_ready() {
-            // A failed post broke the connection; a device error recurs
-            // at the executor's next device call on it.
-            tracing::debug!(
-                rank = self.rank,
-                peer = self.peer,
-                "rdma: progress thread: {e}"
-            );
+            self.thread_stops(&e);
         }
+    }
+
+    fn thread_stops(&mut self, e: &dyn std::fmt::Display) {
+        tracing::debug!(
+            rank = self.rank,
+            peer = self.peer,
+            "rdma: the NIC's progress thread stops driving this connection: {e}"
+        );
+        self.device_failed = true;
     }
 
     /// Polls the completion queue and the async events.
     pub(crate) fn progress(&mut self) -> Result<(), TransportError> {
         if let Some(e) = self.error() {
             return Err(e);
-        }
-        if let Some(detail) = &self.deferred {
-            return Err(TransportError::Corrupt {
-                peer: self.peer,
-                detail: detail.clone(),
-            });
         }
         // Inbox slots of device pieces whose reading work completed: their
         // credits go out below. A device error shows in the device calls.
@@ -107,7 +121,7 @@ impl ConnState {
             });
             let handled = match cause {
                 Some(i) => self.handle(&wcs[i]),
-                None => wcs.iter().try_for_each(|wc| self.handle(wc)),
+                None => self.handle_all(&wcs),
             };
             self.wcs = wcs;
             handled?;
@@ -115,7 +129,32 @@ impl ConnState {
                 break;
             }
         }
+        if let Some(detail) = &self.deferred {
+            return Err(TransportError::Corrupt {
+                peer: self.peer,
+                detail: detail.clone(),
+            });
+        }
         self.maybe_credit()
+    }
+
+    /// Handles every completion of a batch. Corrupt data from the peer (an
+    /// immediate that names no free slot, a credit for pieces never sent)
+    /// is kept (`deferred`: every later call returns it, whoever polled
+    /// it, the executor or the progress thread) and the rest of the batch
+    /// still handled, so that the writes it completes are not left
+    /// outstanding; any other error ends the batch (the connection broke).
+    fn handle_all(&mut self, wcs: &[WorkCompletion]) -> Result<(), TransportError> {
+        for wc in wcs {
+            match self.handle(wc) {
+                Ok(()) => {}
+                Err(TransportError::Corrupt { detail, .. }) if self.broken.is_none() => {
+                    self.deferred.get_or_insert(detail);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn handle(&mut self, wc: &WorkCompletion) -> Result<(), TransportError> {

@@ -150,9 +150,13 @@ pub(crate) struct ConnState {
     pub(crate) lent_in_flight: u64,
     /// The pair's liveness socket (`src/liveness.rs`), where set up.
     liveness: Option<crate::liveness::Liveness>,
-    /// Corrupt data the progress thread found (`background`): the error
-    /// every later call returns, as a broken connection's is.
+    /// Corrupt data from the peer (`completions.rs` `handle_all`): the
+    /// error every later call returns; completions are still polled (lent
+    /// writes drain), nothing is credited.
     pub(crate) deferred: Option<String>,
+    /// A device error stopped the progress thread driving this connection
+    /// (the executor's next device call returns it).
+    pub(crate) device_failed: bool,
 }
 
 impl ConnState {
@@ -194,6 +198,7 @@ impl ConnState {
             gdr,
             dev: p.dev,
             deferred: None,
+            device_failed: false,
         }
     }
 
@@ -348,7 +353,8 @@ impl ConnState {
     fn drain_lent(&mut self) {
         let deadline = Instant::now() + LENT_DRAIN;
         while (self.lent_in_flight > 0 || self.gdr.in_flight > 0) && self.broken.is_none() {
-            if self.progress().is_err() || Instant::now() >= deadline {
+            // Corrupt data (`deferred`) leaves the QPs working: drain on.
+            if (self.progress().is_err() && self.deferred.is_none()) || Instant::now() >= deadline {
                 break;
             }
             std::thread::yield_now();
@@ -524,7 +530,7 @@ impl Connection for ConnState {
         )?;
         self.arrived[slot] = None;
         self.received += 1;
-        if self.broken.is_none() {
+        if self.broken.is_none() && self.deferred.is_none() {
             self.maybe_credit().map_err(|e| self.transport_err(e))?;
         }
         Ok(true)

@@ -66,6 +66,10 @@ pub(crate) struct Cell {
     /// [`GAP`], doubled (to [`PATIENCE`]) each time it finds the executor
     /// still calling, so a long operation costs the thread few wakeups.
     patience: AtomicU64,
+    /// The thread panicked driving it: the executor alone drives it.
+    abandoned: AtomicBool,
+    /// Sweeps in a row in which driving it moved nothing.
+    idle_sweeps: AtomicU64,
 }
 
 impl Cell {
@@ -78,9 +82,11 @@ impl Cell {
             .expect("a connection's state lives as long as its handle");
         let r = f(state);
         let busy = state.outstanding();
-        drop(guard);
+        // Stored under the lock, so a sweep in between cannot be
+        // overwritten by this call's older verdict.
         self.touched.store(now_ns(), Ordering::Relaxed);
         self.busy.store(busy, Ordering::SeqCst);
+        drop(guard);
         if busy {
             driver.kick();
         }
@@ -100,6 +106,12 @@ impl Cell {
         lock(&self.state).take()
     }
 
+    /// Leaves the connection to its executor for good.
+    fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.busy.store(false, Ordering::SeqCst);
+    }
+
     /// Sweeps in which the thread drove this connection.
     pub(crate) fn driven(&self) -> u64 {
         self.driven.load(Ordering::Relaxed)
@@ -110,7 +122,7 @@ impl Cell {
     /// called within [`GAP`] is left to it until `GAP` after that call.
     fn sweep(&self, now: u64) -> Option<u64> {
         let gap = GAP.as_nanos() as u64;
-        if !self.busy.load(Ordering::SeqCst) {
+        if !self.busy.load(Ordering::SeqCst) || self.abandoned.load(Ordering::SeqCst) {
             self.patience.store(gap, Ordering::Relaxed);
             return None;
         }
@@ -124,17 +136,30 @@ impl Cell {
             }
             return Some(touched + self.patience.load(Ordering::Relaxed));
         }
-        let Ok(mut guard) = self.state.try_lock() else {
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            // A panic left the state as it was between calls (see `lock`).
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             // The executor is in a call: it drives the connection now.
-            return Some(now + gap);
+            Err(std::sync::TryLockError::WouldBlock) => return Some(now + gap),
         };
         let state = guard.as_mut()?;
+        let before = state.progress_mark();
         state.background();
         self.driven.fetch_add(1, Ordering::Relaxed);
         self.patience.store(gap, Ordering::Relaxed);
         let busy = state.outstanding();
         self.busy.store(busy, Ordering::SeqCst);
-        busy.then_some(now + TICK.as_nanos() as u64)
+        // Nothing moved (a peer or a device that does not answer): look
+        // again less often, up to `PATIENCE`; anything moving: every tick.
+        let idle = if state.progress_mark() == before {
+            (self.idle_sweeps.load(Ordering::Relaxed) + 1).min(8)
+        } else {
+            0
+        };
+        self.idle_sweeps.store(idle, Ordering::Relaxed);
+        let wait = (TICK.as_nanos() as u64 * (1 << idle)).min(PATIENCE.as_nanos() as u64);
+        busy.then_some(now + wait)
     }
 }
 
@@ -169,6 +194,8 @@ impl Driver {
             busy: AtomicBool::new(false),
             driven: AtomicU64::new(0),
             patience: AtomicU64::new(GAP.as_nanos() as u64),
+            abandoned: AtomicBool::new(false),
+            idle_sweeps: AtomicU64::new(0),
         });
         {
             let mut conns = lock(&self.conns);
@@ -215,7 +242,22 @@ fn run(driver: Weak<Driver>) {
             return;
         };
         let now = now_ns();
-        let next = d.live().iter().filter_map(|cell| cell.sweep(now)).min();
+        let next = d
+            .live()
+            .iter()
+            .filter_map(|cell| {
+                // A panic while driving a connection stops that connection's
+                // driving, not the thread (the executor still drives it).
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cell.sweep(now)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!(device = %d.device,
+                            "rdma: the NIC's progress thread panicked driving a connection; \
+                             its executor alone drives it from now on");
+                        cell.abandon();
+                        None
+                    })
+            })
+            .min();
         if let Some(next) = next {
             drop(d);
             let wait = next.saturating_sub(now_ns()).max(TICK.as_nanos() as u64);
@@ -230,7 +272,7 @@ fn run(driver: Weak<Driver>) {
         let busy = conns
             .iter()
             .filter_map(Weak::upgrade)
-            .any(|c| c.busy.load(Ordering::SeqCst));
+            .any(|c| c.busy.load(Ordering::SeqCst) && !c.abandoned.load(Ordering::SeqCst));
         if !busy {
             let (conns, _) = d
                 .wake

@@ -410,3 +410,47 @@ fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() 
         assert!(Instant::now() < deadline, "flush never finished");
     }
 }
+
+/// A device piece whose producing work never completes (a faulted
+/// device) keeps work outstanding; the NIC's thread, seeing nothing move,
+/// looks at the connection ever less often (at most every 16 ms), where it
+/// polled every tick for as long as the connection lived.
+#[test]
+fn the_nic_thread_backs_off_from_a_connection_where_nothing_moves() {
+    let (mut a, mut b) = pair(4, 64 << 10, 1);
+    let (qa, qb) = (queue(0), queue(1));
+    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
+    let data = vec![7u8; 10_000];
+    let src = upload(&qa, &data);
+    let gate = device::PinnedBuffer::new(&qa.dev, 64).expect("pinned");
+    let word = gate.as_ptr() as *mut u32;
+    // SAFETY: 64 pinned bytes owned by `gate`, which outlives the stream's
+    // use of them (released below, before `gate` goes).
+    unsafe {
+        word.write_volatile(0);
+        qa.dev.stream_wait_u32(qa.stream, word, 1)
+    }
+    .expect("hold the stream");
+    assert!(a
+        .try_post_send(
+            &header(data.len(), 1),
+            device_piece(&qa, src.ptr().0, data.len())
+        )
+        .expect("send"));
+    // The piece's event never completes while the stream is held.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = a.background_progress();
+    std::thread::sleep(Duration::from_secs(1));
+    let sweeps = a.background_progress() - before;
+    assert!(
+        (1..=100).contains(&sweeps),
+        "{sweeps} sweeps in 1 s of a connection where nothing moves (expected 1 to 100)"
+    );
+    // SAFETY: as above.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(word) }
+        .store(1, std::sync::atomic::Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.flush().expect("flush") {
+        assert!(Instant::now() < deadline, "flush never finished");
+    }
+}
