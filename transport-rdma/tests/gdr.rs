@@ -339,40 +339,73 @@ fn a_dmabuf_registration_refused_while_the_symbol_exists_stages_the_pair() {
     assert!(e.contains("EOPNOTSUPP"), "{e}");
 }
 
+/// A decided GPUDirect pair whose sender posted one device piece of
+/// `data` while its stream is held (the piece's producing work completes
+/// only at [`HeldPiece::release`]).
+struct HeldPiece {
+    a: RdmaConnection,
+    b: RdmaConnection,
+    /// The held stream's queue (kept alive with it).
+    _qa: DeviceQueue,
+    qb: DeviceQueue,
+    _src: DeviceBuffer,
+    gate: device::PinnedBuffer,
+}
+
+impl HeldPiece {
+    fn post(data: &[u8]) -> HeldPiece {
+        let (mut a, mut b) = pair(4, 64 << 10, 1);
+        let (qa, qb) = (queue(0), queue(1));
+        assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
+        let src = upload(&qa, data);
+        let gate = device::PinnedBuffer::new(&qa.dev, 64).expect("pinned");
+        let word = gate.as_ptr() as *mut u32;
+        // SAFETY: 64 pinned bytes owned by `gate`, which lives as long as
+        // the queue that reads them (both in this value).
+        unsafe {
+            word.write_volatile(0);
+            qa.dev.stream_wait_u32(qa.stream, word, 1)
+        }
+        .expect("hold the stream");
+        assert!(a
+            .try_post_send(
+                &header(data.len(), 1),
+                device_piece(&qa, src.ptr().0, data.len())
+            )
+            .expect("send"));
+        HeldPiece {
+            a,
+            b,
+            _qa: qa,
+            qb,
+            _src: src,
+            gate,
+        }
+    }
+
+    /// Lets the held stream go on: the piece's event completes.
+    fn release(&self) {
+        // SAFETY: the word lives in `gate`; the device reads it with
+        // acquire semantics.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.gate.as_ptr() as *mut u32) }
+            .store(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Issue 36, risk 10: a device piece is posted once the work producing it
 /// completes. Its sender's executor posts it while the stream is held and
 /// then goes away; the NIC's progress thread posts it when the stream goes
 /// on, and the receiver gets it without the sender calling again.
 #[test]
 fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() {
-    let (mut a, mut b) = pair(4, 64 << 10, 1);
-    let (qa, qb) = (queue(0), queue(1));
-    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
     let data: Vec<u8> = (0..40_000).map(|i| (i * 7 % 253) as u8).collect();
-    let src = upload(&qa, &data);
-    let dst = DeviceBuffer::new(&qb.dev, data.len()).expect("alloc");
-    let gate = device::PinnedBuffer::new(&qa.dev, 64).expect("pinned");
-    let word = gate.as_ptr() as *mut u32;
-    // SAFETY: 64 pinned bytes owned by `gate`, which outlives every use of
-    // the stream (the download below synchronises it).
-    unsafe {
-        word.write_volatile(0);
-        qa.dev.stream_wait_u32(qa.stream, word, 1)
-    }
-    .expect("hold the stream");
-    assert!(a
-        .try_post_send(
-            &header(data.len(), 1),
-            device_piece(&qa, src.ptr().0, data.len())
-        )
-        .expect("send"));
+    let mut held = HeldPiece::post(&data);
+    let dst = DeviceBuffer::new(&held.qb.dev, data.len()).expect("alloc");
     // The producing work (behind the hold) completes only now, after the
     // sender's last call.
     std::thread::sleep(Duration::from_millis(20));
-    // SAFETY: as above; the device reads the word with acquire semantics.
-    unsafe { std::sync::atomic::AtomicU32::from_ptr(word) }
-        .store(1, std::sync::atomic::Ordering::Release);
-    let dev_b: Arc<dyn Device> = qb.dev.clone();
+    held.release();
+    let dev_b: Arc<dyn Device> = held.qb.dev.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut got = false;
     while !got {
@@ -380,10 +413,11 @@ fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() 
             Instant::now() < deadline,
             "the receiver waited 10 s for a device piece ready while its sender was away \
              (the sender's NIC thread drove it {} times)",
-            a.background_progress()
+            held.a.background_progress()
         );
-        got = b
-            .try_recv(Space::Device(&qb), &mut |h, p| {
+        got = held
+            .b
+            .try_recv(Space::Device(&held.qb), &mut |h, p| {
                 let Payload::Device(inbox) = p else {
                     panic!("a host piece where a device piece was expected")
                 };
@@ -394,7 +428,7 @@ fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() 
                         dst.ptr(),
                         device::DevicePtr(inbox.addr),
                         h.len as usize,
-                        qb.stream,
+                        held.qb.stream,
                     )
                 }
                 .expect("d2d");
@@ -403,10 +437,10 @@ fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() 
             .expect("recv");
         std::thread::yield_now();
     }
-    assert_eq!(download(&qb, &dst), data);
-    assert!(a.background_progress() > 0);
+    assert_eq!(download(&held.qb, &dst), data);
+    assert!(held.a.background_progress() > 0);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.flush().expect("flush") {
+    while !held.a.flush().expect("flush") {
         assert!(Instant::now() < deadline, "flush never finished");
     }
 }
@@ -417,40 +451,19 @@ fn a_device_piece_ready_while_the_sender_is_away_goes_out_from_the_nic_thread() 
 /// polled every tick for as long as the connection lived.
 #[test]
 fn the_nic_thread_backs_off_from_a_connection_where_nothing_moves() {
-    let (mut a, mut b) = pair(4, 64 << 10, 1);
-    let (qa, qb) = (queue(0), queue(1));
-    assert_eq!(decide(&mut a, &qa, &mut b, &qb), (true, true));
-    let data = vec![7u8; 10_000];
-    let src = upload(&qa, &data);
-    let gate = device::PinnedBuffer::new(&qa.dev, 64).expect("pinned");
-    let word = gate.as_ptr() as *mut u32;
-    // SAFETY: 64 pinned bytes owned by `gate`, which outlives the stream's
-    // use of them (released below, before `gate` goes).
-    unsafe {
-        word.write_volatile(0);
-        qa.dev.stream_wait_u32(qa.stream, word, 1)
-    }
-    .expect("hold the stream");
-    assert!(a
-        .try_post_send(
-            &header(data.len(), 1),
-            device_piece(&qa, src.ptr().0, data.len())
-        )
-        .expect("send"));
+    let mut held = HeldPiece::post(&[7u8; 10_000]);
     // The piece's event never completes while the stream is held.
     std::thread::sleep(Duration::from_millis(300));
-    let before = a.background_progress();
+    let before = held.a.background_progress();
     std::thread::sleep(Duration::from_secs(1));
-    let sweeps = a.background_progress() - before;
+    let sweeps = held.a.background_progress() - before;
     assert!(
         (1..=100).contains(&sweeps),
         "{sweeps} sweeps in 1 s of a connection where nothing moves (expected 1 to 100)"
     );
-    // SAFETY: as above.
-    unsafe { std::sync::atomic::AtomicU32::from_ptr(word) }
-        .store(1, std::sync::atomic::Ordering::Release);
+    held.release();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !a.flush().expect("flush") {
+    while !held.a.flush().expect("flush") {
         assert!(Instant::now() < deadline, "flush never finished");
     }
 }
