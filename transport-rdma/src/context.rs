@@ -101,9 +101,10 @@ fn registry() -> &'static Mutex<HashMap<ContextKey, Weak<Mutex<Shared>>>> {
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain bookkeeping behind; the
-    // verbs calls themselves report their errors.
+/// Locks `m`, also after a panic in another holder: the crate's locks
+/// guard plain bookkeeping (and connection state between calls) that a
+/// panic leaves consistent; the verbs calls themselves report errors.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -21,10 +21,11 @@
 //! nothing is outstanding and exits once its last connection is gone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::conn::ConnState;
+use crate::context::lock;
 
 /// How long after an executor's last call on a connection the thread may
 /// drive it (below this, the executor is around and polls by itself).
@@ -38,12 +39,6 @@ const TICK: Duration = Duration::from_micros(100);
 /// How long a parked thread waits before looking again (a kick wakes it
 /// sooner; the thread also notices its connections are gone this way).
 const PARK: Duration = Duration::from_millis(100);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The state behind these locks is left consistent between calls; a
-    // panic in one caller must not wedge the others.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Nanoseconds since the first use (a monotonic clock an atomic can hold).
 fn now_ns() -> u64 {
@@ -106,6 +101,11 @@ impl Cell {
         lock(&self.state).take()
     }
 
+    /// Whether work is outstanding and the thread still drives it.
+    fn wants_driving(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) && !self.abandoned.load(Ordering::SeqCst)
+    }
+
     /// Leaves the connection to its executor for good.
     fn abandon(&self) {
         self.abandoned.store(true, Ordering::SeqCst);
@@ -122,7 +122,7 @@ impl Cell {
     /// called within [`GAP`] is left to it until `GAP` after that call.
     fn sweep(&self, now: u64) -> Option<u64> {
         let gap = GAP.as_nanos() as u64;
-        if !self.busy.load(Ordering::SeqCst) || self.abandoned.load(Ordering::SeqCst) {
+        if !self.wants_driving() {
             self.patience.store(gap, Ordering::Relaxed);
             return None;
         }
@@ -272,7 +272,7 @@ fn run(driver: Weak<Driver>) {
         let busy = conns
             .iter()
             .filter_map(Weak::upgrade)
-            .any(|c| c.busy.load(Ordering::SeqCst) && !c.abandoned.load(Ordering::SeqCst));
+            .any(|c| c.wants_driving());
         if !busy {
             let (conns, _) = d
                 .wake
