@@ -20,8 +20,9 @@
 //! the device's to every handle.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
+use crate::locks::lock;
 use crate::verbs::{
     AsyncEvent, Fault, Mr, PortInfo, QpState, QpTransition, Result, SendWr, Verbs, VerbsCounters,
     WorkCompletion,
@@ -99,13 +100,6 @@ fn registry() -> &'static Mutex<HashMap<ContextKey, Weak<Mutex<Shared>>>> {
     static REGISTRY: std::sync::OnceLock<Mutex<HashMap<ContextKey, Weak<Mutex<Shared>>>>> =
         std::sync::OnceLock::new();
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Locks `m`, also after a panic in another holder: the crate's locks
-/// guard plain bookkeeping (and connection state between calls) that a
-/// panic leaves consistent; the verbs calls themselves report errors.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A handle on the process's context for `key` (opened with `open` where

@@ -74,6 +74,7 @@ mod ibv;
 mod kind;
 mod link_watch;
 mod liveness;
+mod locks;
 mod mem;
 pub mod numa;
 mod post;

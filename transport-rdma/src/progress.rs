@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::conn::ConnState;
-use crate::context::lock;
+use crate::locks::lock;
 
 /// How long after an executor's last call on a connection the thread may
 /// drive it (below this, the executor is around and polls by itself).
