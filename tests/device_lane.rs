@@ -514,3 +514,189 @@ fn mismatched_calls_fail_every_rank_before_a_result() {
         }
     }
 }
+
+/// The smallest all-reduces run the LL kernel (data and flag in one store,
+/// no "ready" round, no wait for the peers' reads at the end): between the
+/// other kernels of the lane (one-shot, two-shot, an all-gather), at odd
+/// counts and offsets, in place, with every op the lane folds; each result
+/// exact on every rank.
+#[test]
+fn small_all_reduces_run_ll_between_the_other_kernels() {
+    let ranks = ranks(3, comm_core::config::DeviceSettings::default().lane_bytes);
+    let gather = |count| Other {
+        coll: Collective::AllGather,
+        op: ReduceOp::Sum,
+        count,
+        root: 0,
+        offset: 0,
+        in_place: false,
+        max_ctas: 0,
+        tag: 0,
+    };
+    let mut small = 0;
+    for (count, offset, in_place, op) in [
+        (1, 0, false, ReduceOp::Sum),
+        (7, 4, false, ReduceOp::Max),
+        (1000, 0, true, ReduceOp::Sum),
+        (60_000, 0, false, ReduceOp::Sum), // one-shot
+        (4097, 12, false, ReduceOp::Avg),
+        (1 << 20, 0, false, ReduceOp::Sum), // two-shot
+        (33, 0, true, ReduceOp::Max),
+        (0, 0, false, ReduceOp::Sum), // an all-gather
+        (5, 8, false, ReduceOp::Sum),
+        (5, 8, false, ReduceOp::Sum),
+    ] {
+        if count == 0 {
+            check_other(&ranks, gather(300));
+            continue;
+        }
+        check(&ranks, count, offset, in_place, op);
+        small += usize::from(count * 4 <= 4 << 10);
+    }
+    for r in &ranks {
+        let counts = r.comm.direct_all_reduces();
+        assert_eq!(counts.kernel_path, 10, "rank {}: {counts:?}", r.comm.rank());
+        // The planner's crossovers (3 ranks, NVLink's costs) put 4 KiB
+        // and below on LL, 4 MiB on two-shot.
+        let (ll, two) = (counts.kernel_path_ll, counts.kernel_path_two_shot);
+        assert!(
+            ll >= small as u64 && ll < 9 && two >= 1,
+            "rank {}: {counts:?}",
+            r.comm.rank()
+        );
+    }
+}
+
+/// All-reduces of `calls` (floats, `CollConfig::max_ctas`) enqueued back
+/// to back on `nranks` ranks (no wait between them), each from its own part
+/// of the send buffer into its own part of the receive buffer; every result
+/// exact. Returns each rank's LL count.
+fn back_to_back(nranks: usize, calls: &[(usize, u32)]) -> Vec<u64> {
+    let ranks = ranks(
+        nranks,
+        comm_core::config::DeviceSettings::default().lane_bytes,
+    );
+    let total: usize = calls.iter().map(|c| c.0).sum();
+    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                s.spawn(move || -> Result<u64, String> {
+                    let (dev, stream, me) = (&r.dev, r.stream, r.comm.rank());
+                    let deadline = || Instant::now() + Duration::from_secs(60);
+                    let host: Vec<f32> = (0..total).map(|i| value(me, i)).collect();
+                    // SAFETY: `host` lives until the synchronize; the
+                    // buffers hold more than `total` f32.
+                    unsafe {
+                        dev.copy_h2d_async(
+                            r.send.ptr(),
+                            host.as_ptr().cast(),
+                            host.len() * 4,
+                            stream,
+                        )
+                    }
+                    .and_then(|()| dev.synchronize(stream, deadline()))
+                    .map_err(|e| e.to_string())?;
+                    let mut works = Vec::new();
+                    let mut at = 0;
+                    for &(count, max_ctas) in calls {
+                        let mut op = DeviceOp::new(
+                            Collective::AllReduce,
+                            DataType::Float32,
+                            count,
+                            r.send.ptr().add(4 * at),
+                            r.recv.ptr().add(4 * at),
+                            stream,
+                        );
+                        op.config.max_ctas = max_ctas;
+                        at += count;
+                        // SAFETY: both ranges live until the waits below.
+                        works
+                            .push(unsafe { r.comm.enqueue_device(op) }.map_err(|e| e.to_string())?);
+                    }
+                    for w in works {
+                        w.wait().map_err(|e| e.to_string())?;
+                    }
+                    let mut out = vec![0f32; total];
+                    // SAFETY: `out` lives until the synchronize.
+                    unsafe {
+                        dev.copy_d2h_async(
+                            out.as_mut_ptr().cast(),
+                            r.recv.ptr(),
+                            out.len() * 4,
+                            stream,
+                        )
+                    }
+                    .and_then(|()| dev.synchronize(stream, deadline()))
+                    .map_err(|e| e.to_string())?;
+                    for (i, got) in out.iter().enumerate() {
+                        let want: f32 = (0..nranks).map(|p| value(p, i)).sum();
+                        if got.to_bits() != want.to_bits() {
+                            return Err(format!(
+                                "rank {me}: element {i} is {got}, expected {want}"
+                            ));
+                        }
+                    }
+                    Ok(r.comm.direct_all_reduces().kernel_path_ll)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let errs: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(errs.is_empty(), "{errs:?}");
+    results.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// LL all-reduces enqueued back to back: each writes the LL slots of the
+/// one two before it, which its peers may still be reading (an LL kernel
+/// does not wait for its peers' reads); every result stays exact.
+#[test]
+fn back_to_back_ll_all_reduces_reuse_their_slots_safely() {
+    let ll = back_to_back(3, &[(100, 0); 24]);
+    assert_eq!(ll, vec![24; 3], "LL all-reduces per rank");
+}
+
+/// LL calls of one block and of several, between staged calls of other
+/// grids, and the same lines sent by one block, then by two (a call capped
+/// at one block): each block's epoch (derived from its own counter) then
+/// differs from block 0's, in parity too, so where a line lies in the LL
+/// region must depend on its block's epoch sequence only (per-block slots;
+/// with lines placed by their pack alone, a peer's block 1 took lines block
+/// 0 had left with its epoch's flag, or waited for lines overwritten under
+/// it).
+#[test]
+fn ll_calls_of_other_grids_between_staged_ones_stay_exact() {
+    // On the emulated device (4 blocks of 256 threads at most): 100 and
+    // 7 floats run one block, 2000 two (one where capped), 3000 and 2999
+    // three, 8000 four; 60 000 and 300 000 run staged (one-shot,
+    // two-shot) with four.
+    let mut calls = vec![
+        (3000, 0),
+        (100, 0),
+        (100, 0),
+        (3000, 0),
+        (7, 0),
+        (2999, 0),
+        (60_000, 0),
+        (3000, 0),
+        (100, 0),
+        (8000, 0),
+        (1, 0),
+        (300_000, 0),
+        (3000, 0),
+    ];
+    for _ in 0..12 {
+        calls.extend([(2000, 1), (2000, 0)]);
+    }
+    let ll = back_to_back(2, &calls);
+    let small = calls.iter().filter(|c| c.0 <= 8000).count() as u64;
+    for (r, got) in ll.iter().enumerate() {
+        assert!(
+            *got >= small - 2 && *got <= small,
+            "rank {r}: {got} LL all-reduces, expected about {small}"
+        );
+    }
+}

@@ -224,6 +224,10 @@ pub enum DirectKind {
     /// Reduce-scatter then all-gather through the peers' buffers: 3 flag
     /// rounds, S (1 + 1/n + 2 (n - 1)/n) bytes per rank.
     TwoShot,
+    /// One-shot with data and flag in one 8-byte store (NCCL's LL; the
+    /// kernel path's lane only): 1 round (the data lines themselves), but
+    /// every byte travels with a flag: (2n + 1) S bytes per rank.
+    LowLatency,
 }
 
 /// A flag round of the direct kernels (a system-scope store seen by a
@@ -238,6 +242,7 @@ pub fn predict_direct(kind: DirectKind, bytes: usize, nranks: usize, link: LinkC
     let (rounds, traffic) = match kind {
         DirectKind::OneShot => (2.0, (n + 1.0) * s),
         DirectKind::TwoShot => (3.0, s * (1.0 + 1.0 / n + 2.0 * (n - 1.0) / n)),
+        DirectKind::LowLatency => (1.0, (2.0 * n + 1.0) * s),
     };
     rounds * DIRECT_ROUND_US + traffic / link.bytes_per_us.max(1e-9)
 }
@@ -255,9 +260,43 @@ pub fn choose_direct(bytes: usize, nranks: usize, link: LinkCost) -> DirectKind 
     }
 }
 
+/// The cheapest kernel for an all-reduce of `bytes` on `nranks` through
+/// the kernel path's lane: [`choose_direct`]'s, or the low-latency
+/// protocol where `ll_fits` (the lane's half holds the message as
+/// flagged lines) and it is predicted cheaper (below about 100 KB on 2
+/// ranks at NVLink's 100 GB/s). Every rank computes the same.
+pub fn choose_lane(bytes: usize, nranks: usize, link: LinkCost, ll_fits: bool) -> DirectKind {
+    let kind = choose_direct(bytes, nranks, link);
+    let ll = predict_direct(DirectKind::LowLatency, bytes, nranks, link);
+    if ll_fits && ll < predict_direct(kind, bytes, nranks, link) {
+        DirectKind::LowLatency
+    } else {
+        kind
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lane_takes_ll_for_small_messages_where_it_fits() {
+        let nv = crate::topo::NVLINK;
+        assert_eq!(choose_lane(8, 2, nv, true), DirectKind::LowLatency);
+        assert_eq!(choose_lane(32 << 10, 2, nv, true), DirectKind::LowLatency);
+        assert_eq!(choose_lane(32 << 10, 2, nv, false), DirectKind::OneShot);
+        assert_eq!(choose_lane(1 << 20, 2, nv, true), DirectKind::TwoShot);
+        // LL's flags double its traffic: one-shot wins from about a
+        // round's worth of bytes, sooner with more ranks.
+        let cross = |n| {
+            (3..24)
+                .map(|k| 1usize << k)
+                .find(|&b| choose_lane(b, n, nv, true) != DirectKind::LowLatency)
+                .expect("a crossover")
+        };
+        assert!(cross(8) < cross(2), "{} {}", cross(8), cross(2));
+        assert!((64 << 10..=256 << 10).contains(&cross(2)), "{}", cross(2));
+    }
 
     #[test]
     fn direct_kinds_cross_over_by_size() {

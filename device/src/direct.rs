@@ -9,7 +9,7 @@
 //! aborted) that the host sets when it gives up.
 
 pub use kernels::cuda::DirectAlgo;
-use kernels::cuda::{DIRECT_MAX_BLOCKS, DIRECT_MAX_RANKS};
+use kernels::cuda::{DIRECT_LL_BLOCK_BYTES, DIRECT_MAX_BLOCKS, DIRECT_MAX_RANKS};
 use kernels::{DataType, ReduceOp};
 
 use crate::{DeviceError, DevicePtr, Result};
@@ -18,6 +18,31 @@ use crate::{DeviceError, DevicePtr, Result};
 /// a counter per block, then a fingerprint word per block (the staged
 /// form's check that every rank called the same operation).
 pub const FLAG_BYTES: usize = 2 * DIRECT_MAX_BLOCKS * 8;
+
+/// Bytes of the LL region after a lane's flag area: per block, two slots
+/// (by the parity of its epoch) of [`DIRECT_LL_BLOCK_BYTES`] of lines and
+/// two header lines (`kernels/cuda/sncl_direct.cu`, "LL").
+pub const LL_BYTES: usize = DIRECT_MAX_BLOCKS * 2 * (DIRECT_LL_BLOCK_BYTES + 16);
+
+/// Bytes of the flag area of a staged launch ([`Staged`], the kernel
+/// path's lane): [`FLAG_BYTES`], then the LL region ([`LL_BYTES`]), all
+/// zero at creation.
+pub const LANE_FLAG_BYTES: usize = FLAG_BYTES + LL_BYTES;
+
+/// Whether an LL launch ([`DirectAlgo::LowLatency`]) of `count` elements
+/// of `elem_bytes` with `grid` blocks of `block` threads fits the LL
+/// region: thread t of block b sends packs (16 bytes) b * block + t + k *
+/// grid * block as 4 lines of 8 bytes each, at line 4 (k * block + t) of
+/// the block's slot of [`DIRECT_LL_BLOCK_BYTES`].
+pub fn ll_fits(elem_bytes: usize, count: usize, grid: u32, block: u32) -> bool {
+    let packs = count.saturating_mul(elem_bytes).div_ceil(16);
+    let threads = (grid.max(1) as usize).saturating_mul(block.max(1) as usize);
+    let passes = packs.div_ceil(threads);
+    passes
+        .saturating_mul(block.max(1) as usize)
+        .saturating_mul(4 * 8)
+        <= DIRECT_LL_BLOCK_BYTES
+}
 
 /// `u32` words of the pinned control block: `[0]` abort (the host sets it
 /// to 1), `[1]` the peer the kernel waits on long + 1 (0: none), `[2]` 1
@@ -45,7 +70,7 @@ pub struct DirectAllReduce<'a> {
     /// Every rank's output likewise (two-shot reads the peers'; one-shot
     /// only writes `outputs[rank]`).
     pub outputs: &'a [DevicePtr],
-    /// Every rank's flag area ([`FLAG_BYTES`]) likewise.
+    /// Every rank's flag area likewise ([`DirectAllReduce::flag_bytes`]).
     pub flags: &'a [DevicePtr],
     /// One-shot in place (`outputs[rank] == inputs[rank]`): `count`
     /// elements of this rank's memory the sum goes through.
@@ -229,7 +254,20 @@ impl DirectAllReduce<'_> {
 
     /// Checks what every backend needs (before anything is enqueued) and
     /// names the kernel.
-    pub(crate) fn check(&self, ordinal: usize) -> Result<String> {
+    /// Bytes of each flag area the launch uses: [`LANE_FLAG_BYTES`] for a
+    /// staged launch (the LL region: LL uses it, and any staged operation
+    /// may clear this rank's slots), else [`FLAG_BYTES`].
+    pub fn flag_bytes(&self) -> usize {
+        if self.staged.is_some() {
+            LANE_FLAG_BYTES
+        } else {
+            FLAG_BYTES
+        }
+    }
+
+    /// Checks what every backend needs (before anything is enqueued) for
+    /// a launch of `block` threads a block, and names the kernel.
+    pub(crate) fn check(&self, ordinal: usize, block: u32) -> Result<String> {
         let bad = |detail: String| DeviceError::InvalidArgument {
             ordinal,
             call: "direct_all_reduce",
@@ -301,6 +339,20 @@ impl DirectAllReduce<'_> {
                     self.dtype.name()
                 )));
             }
+            if self.algo == DirectAlgo::LowLatency
+                && (st.collective != StagedCollective::AllReduce
+                    || !ll_fits(self.dtype.size(), self.count, self.grid, block))
+            {
+                return Err(bad(format!(
+                    "the LL kernel runs a staged all-reduce whose lines fit a block's LL \
+                     slot: {} elements of {} over {} blocks of {block} threads do not",
+                    self.count,
+                    self.dtype.name(),
+                    self.grid
+                )));
+            }
+        } else if self.algo == DirectAlgo::LowLatency {
+            return Err(bad("the LL kernel runs staged all-reduces only".into()));
         } else if self.algo == DirectAlgo::OneShot && self.in_place() && self.scratch.is_none() {
             return Err(bad(
                 "one-shot in place needs a scratch buffer of count elements".into(),
@@ -451,10 +503,10 @@ mod tests {
         let c = ctl.as_mut_ptr();
         let two = [DevicePtr(0x1000), DevicePtr(0x2000)];
         assert_eq!(
-            op(&two, c).check(0).unwrap(),
+            op(&two, c).check(0, 256).unwrap(),
             "sncl_direct_all_reduce_float_sum"
         );
-        let err = |o: DirectAllReduce<'_>| o.check(0).unwrap_err().to_string();
+        let err = |o: DirectAllReduce<'_>| o.check(0, 256).unwrap_err().to_string();
         assert!(err(op(&two[..1], c)).contains("1 ranks"));
         assert!(err(DirectAllReduce {
             rank: 2,
@@ -467,7 +519,7 @@ mod tests {
             epoch: 0,
             ..op(&two, c)
         }
-        .check(0)
+        .check(0, 256)
         .is_ok());
         assert!(err(DirectAllReduce {
             epoch: u64::MAX / 4,

@@ -364,7 +364,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// # Safety
     /// Every address in `op` is a live range of this device or an open IPC
     /// mapping (inputs, outputs and scratch of `count` elements, flag areas
-    /// of [`direct::FLAG_BYTES`]) and the control block is a live pinned
+    /// of [`DirectAllReduce::flag_bytes`]) and the control block is a live pinned
     /// allocation of [`direct::CONTROL_WORDS`] words, until the kernel ends;
     /// every rank launches the same operation with the same epoch.
     unsafe fn direct_all_reduce(

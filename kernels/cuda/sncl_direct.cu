@@ -48,6 +48,41 @@
 // A peer's word is read only after its "ready" of this operation, and no
 // peer writes the next operation's before this one's last phase.
 //
+// LL (algo 3, a staged all-reduce, small messages): NCCL's low-latency
+// protocol. Every 4 bytes of this rank's input go out as one 8-byte line
+// {data, (u32)epoch}, a single store the GPU makes whole (an aligned 8-byte
+// access is single-copy atomic), so a peer that reads a line whose flag is
+// this epoch has its data: no fence and no "ready" round. The lines live in
+// the LL region after the flag area (the lane's flag area holds it;
+// nothing else is ever written there): block b owns two slots of
+// SNCL_DIRECT_LL_BLOCK_BYTES of lines plus two header lines, one per
+// parity of its epoch. Epochs are per block (derived from block b's own
+// counter), and a block's lines depend on the grid, so slots are per
+// block: block b's slot is only ever written by block b of its rank and
+// read by block b of the peers, in block b's epoch sequence.
+// - No wait before writing: block b writes its slot of parity e & 1 at
+//   epoch e; the peers last read it at e - 2. Block b's epoch e - 1 (in an
+//   earlier kernel, so finished) read each peer's lines of e - 1 or waited
+//   for its "ready" of e - 1, written by a kernel of the peer launched
+//   after the one that ran its epoch e - 2. An LL operation does not wait
+//   for its peers' reads at its end ("read", 4e + 3, is raised for the
+//   counters' sake): nothing but LL touches the slots.
+// - No stale line carries this epoch's flag: a slot holds zeros (the region
+//   is zeroed when the lane opens) or lines of earlier LL epochs of its
+//   block, and block b clears both its slots in any staged operation whose
+//   epochs reach a multiple of 2^30 (at its end, once every peer has read
+//   everything: they are all in that operation then). An LL call whose
+//   epoch is such a multiple runs one-shot staged instead. So every line
+//   is younger than 2^30 + (rounds of one operation) epochs and its (u32)
+//   flag differs from this epoch's: the counters wrap 2^32 safely.
+// - Block b's header lines (after its lines in the slot) carry the call's
+//   fingerprint, checked before any data line is read. A peer whose block b
+//   runs another staged operation at this epoch writes none and raises
+//   "ready" (4e + 1); this block then raises its own (its fingerprint word
+//   is published) so that the peer's check finds the mismatch as well. A
+//   call that takes LL on one rank only (another count, another grid) meets
+//   no peer and ends at the host's deadline.
+//
 // Deadlines. A spinning kernel cannot be timed out from the host, so it
 // polls an abort word in pinned host memory (control[0]) that the host sets
 // at its deadline, at a peer's death or at the communicator's abort; it
@@ -73,6 +108,11 @@
 
 #define SNCL_DIRECT_MAX_RANKS 8
 #define SNCL_DIRECT_MAX_BLOCKS 64
+#define SNCL_DIRECT_LL_BLOCK_BYTES 16384
+// One LL slot: SNCL_DIRECT_LL_BLOCK_BYTES of lines, then 2 header lines.
+#define SNCL_DIRECT_LL_SLOT_BYTES (SNCL_DIRECT_LL_BLOCK_BYTES + 16)
+// Epochs at multiples of this clear the LL slots (see "LL").
+#define SNCL_DIRECT_LL_REFRESH (1ULL << 30)
 
 struct SnclDirectArgs {
   const void* inputs[SNCL_DIRECT_MAX_RANKS];        // every rank's input, here mapped
@@ -84,7 +124,7 @@ struct SnclDirectArgs {
   unsigned long long epoch;                         // >= 1, the same on every rank
   int rank;
   int nranks;
-  int algo;  // 1 one-shot, 2 two-shot
+  int algo;  // 1 one-shot, 2 two-shot, 3 LL (staged all-reduce; see "LL")
   int in_place;
   // Staged (the kernel path's lane): the kernel copies `source` (count
   // elements of this rank's memory) into inputs[rank] round by round and
@@ -214,6 +254,25 @@ __device__ __forceinline__ void sncl_direct_raise(const SnclDirectArgs& a,
   }
 }
 
+// Every 256th spin of a wait on `peer`: true once the host aborted
+// (control[1] then names the peer, control[2] is set); from 4096 spins
+// control[1] names the peer as the one waited on long (*said: the waiter
+// clears it once the wait ends).
+__device__ __forceinline__ bool sncl_spin_aborted(const SnclDirectArgs& a, int peer,
+                                                  unsigned long long spins, bool* said) {
+  if ((spins & 255) != 0) return false;
+  if (sncl_word_load(a.control) != 0) {
+    sncl_word_store(a.control + 1, (unsigned int)peer + 1);
+    sncl_word_store(a.control + 2, 1);
+    return true;
+  }
+  if (!*said && spins >= 4096) {
+    sncl_word_store(a.control + 1, (unsigned int)peer + 1);
+    *said = true;
+  }
+  return false;
+}
+
 // Thread 0 waits until every peer's counter of this block reaches `value`
 // (peers in rank order); 0, or the peer + 1 it gave up on at an abort.
 __device__ __forceinline__ int sncl_direct_spin(const SnclDirectArgs& a,
@@ -224,18 +283,7 @@ __device__ __forceinline__ int sncl_direct_spin(const SnclDirectArgs& a,
     unsigned long long spins = 0;
     bool said = false;
     while (sncl_flag_load(f) < value) {
-      ++spins;
-      if ((spins & 255) == 0) {
-        if (sncl_word_load(a.control) != 0) {
-          sncl_word_store(a.control + 1, (unsigned int)p + 1);
-          sncl_word_store(a.control + 2, 1);
-          return p + 1;
-        }
-        if (!said && spins >= 4096) {
-          sncl_word_store(a.control + 1, (unsigned int)p + 1);
-          said = true;
-        }
-      }
+      if (sncl_spin_aborted(a, p, ++spins, &said)) return p + 1;
       sncl_pause(spins);
     }
     if (said) sncl_word_store(a.control + 1, 0);
@@ -555,7 +603,7 @@ __device__ __forceinline__ bool sncl_direct_staged_round(const SnclDirectArgs& a
     sncl_direct_raise(a, e4 + 1);
     if (!sncl_direct_wait(a, e4 + 1, gave_up)) return false;
     if (first && !sncl_direct_same_op(a, gave_up)) return false;
-    if (a.algo == 1) {
+    if (a.algo != 2) {  // one-shot (LL at a refresh epoch too)
       SNCL_EACH_THREAD {
         sncl_direct_fold<Op>(a.inputs, a.nranks, result, nullptr, 0, n, true, 0);
       }
@@ -575,6 +623,226 @@ __device__ __forceinline__ bool sncl_direct_staged_round(const SnclDirectArgs& a
   }
   sncl_direct_raise(a, e4 + 3);
   return sncl_direct_wait(a, e4 + 3, gave_up);
+}
+
+// ---- LL ------------------------------------------------------------------------
+
+#ifdef SNCL_HOST_EMU
+__device__ __forceinline__ void sncl_ll_store(unsigned long long* p, unsigned long long v) {
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+__device__ __forceinline__ unsigned long long sncl_ll_load(const unsigned long long* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+#else
+// One 8-byte access each (data and flag travel together); volatile: a
+// peer writes the line during this kernel.
+__device__ __forceinline__ void sncl_ll_store(unsigned long long* p, unsigned long long v) {
+  *(volatile unsigned long long*)p = v;
+}
+__device__ __forceinline__ unsigned long long sncl_ll_load(const unsigned long long* p) {
+  return *(const volatile unsigned long long*)p;
+}
+#endif
+
+__device__ __forceinline__ unsigned long long sncl_ll_line(unsigned int data, unsigned int flag) {
+  return ((unsigned long long)flag << 32) | data;
+}
+
+// Rank q's LL slot of this block for `epoch` (by its parity): lines, then
+// the 2 header lines at SNCL_DIRECT_LL_BLOCK_BYTES.
+__device__ __forceinline__ unsigned long long* sncl_ll_slot(const SnclDirectArgs& a, int q,
+                                                           unsigned long long epoch) {
+  char* region = reinterpret_cast<char*>(a.flags[q] + 2 * SNCL_DIRECT_MAX_BLOCKS);
+  return reinterpret_cast<unsigned long long*>(
+      region + (2ULL * blockIdx.x + (epoch & 1)) * SNCL_DIRECT_LL_SLOT_BYTES);
+}
+
+// Whether a call at `epoch` may run LL (else one-shot staged, which clears
+// the slots: see "LL").
+__device__ __forceinline__ bool sncl_ll_epoch(unsigned long long epoch) {
+  return (epoch & (SNCL_DIRECT_LL_REFRESH - 1)) != 0;
+}
+
+// Clears both of this block's LL slots (this rank's). Only once every peer
+// has read everything of this block's (the end of a staged operation).
+__device__ __forceinline__ void sncl_ll_clear(const SnclDirectArgs& a) {
+  unsigned long long* slots = sncl_ll_slot(a, a.rank, 0);
+  const unsigned long long words = 2ULL * SNCL_DIRECT_LL_SLOT_BYTES / 8;
+  SNCL_EACH_THREAD {
+    for (unsigned long long w = threadIdx.x; w < words; w += blockDim.x) sncl_ll_store(slots + w, 0);
+  }
+}
+
+// Waits for `line` of peer `peer` to carry `flag`; its data in *out, or
+// false once the host aborted (control words as sncl_direct_spin).
+__device__ __forceinline__ bool sncl_ll_wait(const SnclDirectArgs& a,
+                                             const unsigned long long* line, unsigned int flag,
+                                             int peer, unsigned int* out) {
+  unsigned long long spins = 0;
+  bool said = false;
+  unsigned long long v = sncl_ll_load(line);
+  while ((unsigned int)(v >> 32) != flag) {
+    if (sncl_spin_aborted(a, peer, ++spins, &said)) return false;
+    sncl_pause(spins);
+    v = sncl_ll_load(line);
+  }
+  if (said) sncl_word_store(a.control + 1, 0);
+  *out = (unsigned int)v;
+  return true;
+}
+
+// Pack p (16 bytes) of this rank's source, zero past its `bytes`.
+template <typename T>
+__device__ __forceinline__ uint4 sncl_ll_source_pack(const SnclDirectArgs& a, unsigned long long p,
+                                                     unsigned long long bytes) {
+  const char* src = static_cast<const char*>(a.source) + p * 16;
+  if ((p + 1) * 16 <= bytes) return sncl_load_pack_any<T>(src, sncl_aligned16(src));
+  SnclDirectPack<T> v;
+  v.u.x = v.u.y = v.u.z = v.u.w = 0;
+  for (unsigned long long e = 0; p * 16 + e * sizeof(T) < bytes; ++e) {
+    v.e[e] = sncl_load_elem(reinterpret_cast<const T*>(src) + e);
+  }
+  return v.u;
+}
+
+// Whether peer q's block made this rank's call at `epoch` (its header
+// lines, the fingerprint): 0 yes, 1 the host aborted, 2 it made another
+// (another fingerprint, or another staged operation: "ready" raised, no
+// header lines).
+__device__ __forceinline__ int sncl_ll_same_op(const SnclDirectArgs& a, int q,
+                                               const unsigned long long* theirs,
+                                               unsigned long long epoch) {
+  const unsigned int flag = (unsigned int)epoch;
+  const unsigned long long* counter = a.flags[q] + blockIdx.x;
+  unsigned long long spins = 0;
+  bool said = false;
+  unsigned long long lo = sncl_ll_load(theirs);
+  while ((unsigned int)(lo >> 32) != flag) {
+    if (sncl_spin_aborted(a, q, ++spins, &said)) return 1;
+    if ((spins & 255) == 0 && sncl_flag_load(counter) >= epoch * 4 + 1) {
+      // Its "ready" of this epoch follows its header lines where it runs
+      // LL too (a fence between): look once more after a fence.
+      sncl_fence_system();
+      lo = sncl_ll_load(theirs);
+      if ((unsigned int)(lo >> 32) == flag) break;
+      if (said) sncl_word_store(a.control + 1, 0);
+      return 2;
+    }
+    sncl_pause(spins);
+    lo = sncl_ll_load(theirs);
+  }
+  if (said) sncl_word_store(a.control + 1, 0);
+  unsigned int hi = 0;
+  if (!sncl_ll_wait(a, theirs + 1, flag, q, &hi)) return 1;
+  const unsigned long long theirs_fp = ((unsigned long long)hi << 32) | (unsigned int)lo;
+  return a.fingerprint != 0 && theirs_fp != a.fingerprint ? 2 : 0;
+}
+
+// The LL all-reduce (see "LL" above): this block's lines into its slot,
+// the peers' fingerprints, then every rank's lines folded in rank order
+// into the result, and "read" raised without waiting for the peers'.
+// Pack p = blockIdx.x * blockDim.x + t + k * stride is line group
+// k * blockDim.x + t of the block's slot (the host checks that they fit).
+template <typename Op>
+__device__ __forceinline__ void sncl_direct_ll(const SnclDirectArgs& a, unsigned long long epoch,
+                                               int* gave_up) {
+  typedef typename Op::T T;
+  typedef typename Op::Acc Acc;
+  typedef typename Acc::A A;
+  const unsigned long long kPack = sizeof(uint4) / sizeof(T);
+  const int me = a.rank;
+  const unsigned int flag = (unsigned int)epoch;
+  const unsigned long long header = SNCL_DIRECT_LL_BLOCK_BYTES / 8;
+  const unsigned long long bytes = a.count * sizeof(T);
+  const unsigned long long packs = (bytes + 15) / 16;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long* mine = sncl_ll_slot(a, me, epoch);
+  SNCL_EACH_THREAD {
+    unsigned long long line = 4ULL * threadIdx.x;
+    for (unsigned long long p = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         p < packs; p += stride, line += 4ULL * blockDim.x) {
+      const uint4 v = sncl_ll_source_pack<T>(a, p, bytes);
+      sncl_ll_store(mine + line, sncl_ll_line(v.x, flag));
+      sncl_ll_store(mine + line + 1, sncl_ll_line(v.y, flag));
+      sncl_ll_store(mine + line + 2, sncl_ll_line(v.z, flag));
+      sncl_ll_store(mine + line + 3, sncl_ll_line(v.w, flag));
+    }
+    if (threadIdx.x == 0) {
+      sncl_ll_store(mine + header, sncl_ll_line((unsigned int)a.fingerprint, flag));
+      sncl_ll_store(mine + header + 1, sncl_ll_line((unsigned int)(a.fingerprint >> 32), flag));
+    }
+  }
+  __syncthreads();
+  // Every peer's block made the same call (see "LL": a mismatch raises
+  // this block's "ready" so that a staged peer finds it too).
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) {
+      *gave_up = 0;
+      for (int q = 0; q < a.nranks && *gave_up == 0; ++q) {
+        if (q == me) continue;
+        const int seen = sncl_ll_same_op(a, q, sncl_ll_slot(a, q, epoch) + header, epoch);
+        if (seen != 0) *gave_up = q + 1;
+        if (seen == 2) {
+          sncl_word_store(a.control + 3, (unsigned int)q + 1);
+          sncl_word_store(a.control + 2, 1);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (*gave_up != 0) {
+    if (sncl_word_load(a.control + 3) != 0) sncl_direct_raise(a, epoch * 4 + 1);
+    return;
+  }
+  // Every rank's pack p, folded in rank order (this rank's from its source).
+  __shared__ int stopped;
+  SNCL_EACH_THREAD {
+    if (threadIdx.x == 0) stopped = 0;
+  }
+  __syncthreads();
+  SNCL_EACH_THREAD {
+    bool ok = true;
+    unsigned long long line = 4ULL * threadIdx.x;
+    for (unsigned long long p = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         ok && p < packs; p += stride, line += 4ULL * blockDim.x) {
+      A acc[kPack] = {};  // rank 0's pack widened first (q == 0 below)
+      for (int q = 0; ok && q < a.nranks; ++q) {
+        SnclDirectPack<T> v;
+        v.u.x = v.u.y = v.u.z = v.u.w = 0;
+        if (q == me) {
+          v.u = sncl_ll_source_pack<T>(a, p, bytes);
+        } else {
+          const unsigned long long* lines = sncl_ll_slot(a, q, epoch) + line;
+          ok = sncl_ll_wait(a, lines, flag, q, &v.u.x) && sncl_ll_wait(a, lines + 1, flag, q, &v.u.y) &&
+               sncl_ll_wait(a, lines + 2, flag, q, &v.u.z) && sncl_ll_wait(a, lines + 3, flag, q, &v.u.w);
+          if (!ok) stopped = q + 1;
+        }
+        SNCL_UNROLL
+        for (int e = 0; e < (int)kPack; ++e) {
+          acc[e] = q == 0 ? Acc::widen(v.e[e]) : Op::combine(acc[e], Acc::widen(v.e[e]));
+        }
+      }
+      if (!ok) break;
+      SnclDirectPack<T> out;
+      SNCL_UNROLL
+      for (int e = 0; e < (int)kPack; ++e) out.e[e] = Acc::narrow(acc[e]);
+      char* dst = static_cast<char*>(a.result) + p * 16;
+      if ((p + 1) * 16 <= bytes) {
+        sncl_store_pack_any<T>(dst, out.u, sncl_aligned16(dst));
+      } else {
+        for (unsigned long long e = 0; p * 16 + e * sizeof(T) < bytes; ++e) {
+          reinterpret_cast<T*>(dst)[e] = out.e[e];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (stopped != 0) {
+    *gave_up = stopped;
+    return;
+  }
+  sncl_direct_raise(a, epoch * 4 + 3);
 }
 
 template <typename Op>
@@ -598,6 +866,10 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
         sncl_flag_store(a.flags[a.rank] + SNCL_DIRECT_MAX_BLOCKS + blockIdx.x, a.fingerprint);
       }
     }
+    if (a.algo == 3 && a.coll == SNCL_DIRECT_COLL_ALL_REDUCE && sncl_ll_epoch(epoch)) {
+      sncl_direct_ll<Op>(a, epoch, &gave_up);
+      return;
+    }
     // Rounds of `chunk` elements (a whole number of packs), one epoch each.
     const unsigned long long per = a.chunk == 0 || a.chunk > a.count ? a.count : a.chunk;
     unsigned long long base = 0, k = 0;
@@ -607,6 +879,12 @@ __device__ __forceinline__ void sncl_direct_body(const SnclDirectArgs& a) {
       base += n;
       ++k;
     } while (base < a.count);
+    // Epochs epoch .. epoch + k - 1 reached a multiple of the refresh
+    // period: every peer is in this operation's last round, done with
+    // this block's LL slots (see "LL").
+    if ((epoch - 1) / SNCL_DIRECT_LL_REFRESH != (epoch + k - 1) / SNCL_DIRECT_LL_REFRESH) {
+      sncl_ll_clear(a);
+    }
     return;
   }
   const unsigned long long e4 = epoch * 4;

@@ -92,7 +92,8 @@ static bool sncl_host_direct_args_ok(const SnclDirectArgs* args, unsigned int gr
                                      unsigned int block) {
   return !(grid == 0 || grid > SNCL_DIRECT_MAX_BLOCKS || block == 0 || args->nranks < 2 ||
            args->nranks > SNCL_DIRECT_MAX_RANKS || args->rank < 0 ||
-           args->rank >= args->nranks || (args->algo != 1 && args->algo != 2) ||
+           args->rank >= args->nranks || args->algo < 1 || args->algo > 3 ||
+           (args->algo == 3 && (args->source == nullptr || args->coll != SNCL_DIRECT_COLL_ALL_REDUCE)) ||
            (args->algo == 1 && args->in_place && args->scratch == nullptr && args->source == nullptr) ||
            ((args->source == nullptr) != (args->result == nullptr)) ||
            args->coll < SNCL_DIRECT_COLL_ALL_REDUCE || args->coll > SNCL_DIRECT_COLL_SCATTER ||

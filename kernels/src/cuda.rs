@@ -32,6 +32,11 @@ pub const DIRECT_MAX_RANKS: usize = 8;
 /// counters of a rank's flag area (`SNCL_DIRECT_MAX_BLOCKS`).
 pub const DIRECT_MAX_BLOCKS: usize = 64;
 
+/// Bytes of LL lines in one block's slot of the LL region
+/// (`SNCL_DIRECT_LL_BLOCK_BYTES`): at 4 lines of 8 bytes per 16 bytes of
+/// data, 8 KiB of a block's data per operation.
+pub const DIRECT_LL_BLOCK_BYTES: usize = 16384;
+
 /// Which direct all-reduce a kernel runs (`SnclDirectArgs::algo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DirectAlgo {
@@ -40,14 +45,19 @@ pub enum DirectAlgo {
     /// Rank r folds slice r, then every rank copies the other slices
     /// (medium and large messages).
     TwoShot = 2,
+    /// One-shot through the kernel path's lane with NCCL's low-latency
+    /// protocol: data and flag in one 8-byte store, no fence and no
+    /// "ready" round (the smallest messages; staged, one round).
+    LowLatency = 3,
 }
 
 impl DirectAlgo {
-    /// `"oneshot"` or `"twoshot"` (settings, logs, benchmarks).
+    /// `"oneshot"`, `"twoshot"` or `"ll"` (settings, logs, benchmarks).
     pub const fn name(self) -> &'static str {
         match self {
             DirectAlgo::OneShot => "oneshot",
             DirectAlgo::TwoShot => "twoshot",
+            DirectAlgo::LowLatency => "ll",
         }
     }
 }
@@ -204,6 +214,9 @@ mod tests {
         )));
         assert!(DIRECT_SOURCE.contains(&format!(
             "#define SNCL_DIRECT_MAX_BLOCKS {DIRECT_MAX_BLOCKS}\n"
+        )));
+        assert!(DIRECT_SOURCE.contains(&format!(
+            "#define SNCL_DIRECT_LL_BLOCK_BYTES {DIRECT_LL_BLOCK_BYTES}\n"
         )));
         assert!(DIRECT_SOURCE.contains("#include \"sncl_device.cuh\"\n"));
         assert_eq!(

@@ -100,10 +100,10 @@ pub(crate) struct LaneJob {
     /// Recorded after its kernels; `None` under stream capture (nothing to
     /// watch: the work runs at each replay).
     pub done: Option<EventHandle>,
-    /// The kernel ran two-shot (else one-shot).
-    pub two_shot: bool,
+    /// The all-reduce kernel it ran (`None`: another collective).
+    pub algo: Option<::device::direct::DirectAlgo>,
     /// How the flight recorder and the statistics record it: the kernel
-    /// (`lane one-shot`, `lane two-shot`, `lane`), the bytes, the tag.
+    /// (`lane one-shot`, `lane two-shot`, `lane ll`, `lane`), the bytes, the tag.
     pub recorded_as: (&'static str, u64, u64),
     /// Enqueueing on the caller's stream failed: the operation fails (and
     /// with it the communicator, so that the peers' kernels stop).
@@ -145,8 +145,13 @@ fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &WorkState) {
             }
             if r.is_ok() {
                 job.binding.direct[2].fetch_add(1, Ordering::Relaxed);
-                if job.two_shot {
-                    job.binding.direct[3].fetch_add(1, Ordering::Relaxed);
+                let by_algo = match job.algo {
+                    Some(::device::direct::DirectAlgo::TwoShot) => Some(3),
+                    Some(::device::direct::DirectAlgo::LowLatency) => Some(4),
+                    _ => None,
+                };
+                if let Some(i) = by_algo {
+                    job.binding.direct[i].fetch_add(1, Ordering::Relaxed);
                 }
             }
             r

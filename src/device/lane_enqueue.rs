@@ -74,12 +74,13 @@ impl Communicator {
             settings: 0,
         };
         let binding = b.clone();
-        let two_shot = staged == StagedCollective::AllReduce
-            && lane.lane_algo(op.dtype, op.count) == DirectAlgo::TwoShot;
-        let kernel = match (staged, two_shot) {
-            (StagedCollective::AllReduce, true) => "lane two-shot",
-            (StagedCollective::AllReduce, false) => "lane one-shot",
-            _ => "lane",
+        let algo = (staged == StagedCollective::AllReduce)
+            .then(|| lane.lane_algo(op.dtype, op.count, op.config.max_ctas));
+        let kernel = match algo {
+            Some(DirectAlgo::TwoShot) => "lane two-shot",
+            Some(DirectAlgo::LowLatency) => "lane ll",
+            Some(DirectAlgo::OneShot) => "lane one-shot",
+            None => "lane",
         };
         // As the host path records it: the larger of this rank's extents.
         let shape = comm_core::shape::OpShape::new(op.coll, op.dtype, op.count, self.inner.nranks)
@@ -108,7 +109,7 @@ impl Communicator {
                 binding,
                 fingerprint,
                 done,
-                two_shot,
+                algo,
                 recorded_as,
                 enqueue_error,
             }))

@@ -430,7 +430,13 @@ impl Communicator {
         }
         let id = next_id(inner.comm_id, inner.rank);
         let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
-            let core = open_window(inner, binding, (id, op), bytes, lent)?;
+            let core = open_window(
+                inner,
+                binding,
+                (id, op),
+                (bytes, ::device::direct::FLAG_BYTES),
+                lent,
+            )?;
             ensure_control(inner, &attached)?;
             Ok(Arc::new(core))
         })?;

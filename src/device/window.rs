@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use ::device::direct::DirectAlgo;
-use ::device::direct::{self, DirectAllReduce, CONTROL_WORDS, FLAG_BYTES};
+use ::device::direct::{self, DirectAllReduce, CONTROL_WORDS};
 use comm_core::tune::{choose_direct, DirectKind};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, Error, ReduceOp, Result};
@@ -179,13 +179,14 @@ pub(crate) fn opening_fingerprint(bytes: usize) -> Fingerprint {
     }
 }
 
-/// Allocates (or takes the lent buffer), exports, publishes and opens (see
-/// the module docs).
+/// Allocates (or takes the lent buffer) `bytes` and a zeroed flag area of
+/// `flag_bytes` (`device::direct::DirectAllReduce::flag_bytes`), exports,
+/// publishes and opens (see the module docs).
 pub(crate) fn open_window(
     inner: &Arc<Inner>,
     binding: &Arc<Binding>,
     (id, op): (u64, &'static str),
-    bytes: usize,
+    (bytes, flag_bytes): (usize, usize),
     lent: Option<DevicePtr>,
 ) -> Result<WindowCore> {
     let (me, n) = (inner.rank, inner.nranks);
@@ -230,21 +231,22 @@ pub(crate) fn open_window(
             .map_err(|e| fail("allocating the window", e))?,
     };
     w.flags[me] = dev
-        .alloc(FLAG_BYTES)
+        .alloc(flag_bytes)
         .map_err(|e| fail("allocating the flag area", e))?;
     let scratch = bytes.min(SCRATCH_BYTES);
     w.scratch = Some(
         dev.alloc(scratch)
             .map_err(|e| fail("allocating scratch", e))?,
     );
-    // Flags start at 0 (epochs count from 1): copy zeros in.
-    let zeros = PinnedBuffer::new(dev, FLAG_BYTES).map_err(|e| fail("allocating zeros", e))?;
-    // SAFETY: `zeros` is FLAG_BYTES of pinned memory of ours that no
+    // Flags start at 0 (epochs count from 1; LL lines carry flag 0): copy
+    // zeros in.
+    let zeros = PinnedBuffer::new(dev, flag_bytes).map_err(|e| fail("allocating zeros", e))?;
+    // SAFETY: `zeros` is flag_bytes of pinned memory of ours that no
     // device work uses yet; it lives until the synchronize below, and the
-    // flag area is a live FLAG_BYTES allocation.
-    unsafe { std::ptr::write_bytes(zeros.as_ptr(), 0, FLAG_BYTES) };
+    // flag area is a live flag_bytes allocation.
+    unsafe { std::ptr::write_bytes(zeros.as_ptr(), 0, flag_bytes) };
     // SAFETY: as above.
-    unsafe { dev.copy_h2d_async(w.flags[me], zeros.as_ptr(), FLAG_BYTES, binding.stream) }
+    unsafe { dev.copy_h2d_async(w.flags[me], zeros.as_ptr(), flag_bytes, binding.stream) }
         .and_then(|()| {
             let deadline = Instant::now() + inner.config.timeout;
             dev.synchronize(binding.stream, deadline)
@@ -535,9 +537,15 @@ impl DeviceWindow {
 /// The planner's direct kernel for `count` elements of `dtype`.
 pub(crate) fn auto_kind(inner: &Inner, dtype: DataType, count: usize) -> DirectAlgo {
     let bytes = count.saturating_mul(dtype.size());
-    match choose_direct(bytes, inner.nranks, inner.device_shape.intra) {
+    algo_of(choose_direct(bytes, inner.nranks, inner.device_shape.intra))
+}
+
+/// The kernel that runs the planner's `kind`.
+pub(crate) fn algo_of(kind: DirectKind) -> DirectAlgo {
+    match kind {
         DirectKind::OneShot => DirectAlgo::OneShot,
         DirectKind::TwoShot => DirectAlgo::TwoShot,
+        DirectKind::LowLatency => DirectAlgo::LowLatency,
     }
 }
 

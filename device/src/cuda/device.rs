@@ -647,7 +647,7 @@ impl Device for CudaDevice {
         s: StreamHandle,
         op: &crate::DirectAllReduce<'_>,
     ) -> Result<()> {
-        let name = op.check(self.ordinal)?;
+        let name = op.check(self.ordinal, DIRECT_BLOCK)?;
         if op.count == 0 {
             return Ok(());
         }

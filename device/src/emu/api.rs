@@ -383,7 +383,10 @@ impl Device for Emu {
         op: &crate::DirectAllReduce<'_>,
     ) -> Result<()> {
         let call = "direct_all_reduce";
-        let kernel = op.check(self.ordinal)?;
+        let kernel = op.check(
+            self.ordinal,
+            crate::direct::launch_limits(crate::Backend::Emu).0,
+        )?;
         let bytes = self.elements(call, op.dtype, op.shared_count())?;
         let mut keep = Vec::new();
         let mut host = |p: DevicePtr, len: usize| -> Result<u64> {
@@ -392,7 +395,7 @@ impl Device for Emu {
             keep.push(span);
             Ok(at)
         };
-        let flag_bytes = crate::direct::FLAG_BYTES;
+        let flag_bytes = op.flag_bytes();
         let mut args = crate::direct::DirectArgs::new(op, |_| 0, 0);
         for r in 0..op.nranks() {
             args.inputs[r] = host(op.inputs[r], bytes)?;

@@ -53,8 +53,8 @@ pub struct Binding {
     /// the device, and an operation never frees ([`Binding::take_temporaries`]).
     temporaries: Mutex<Vec<DeviceBuffer>>,
     /// Direct all-reduces run: one-shot, two-shot, on the kernel path, on
-    /// the kernel path two-shot.
-    pub direct: [AtomicU64; 4],
+    /// the kernel path two-shot, on the kernel path LL.
+    pub direct: [AtomicU64; 5],
 }
 
 impl std::fmt::Debug for Binding {
@@ -240,6 +240,7 @@ impl Binding {
             two_shot: self.direct[1].load(Ordering::Relaxed),
             kernel_path: self.direct[2].load(Ordering::Relaxed),
             kernel_path_two_shot: self.direct[3].load(Ordering::Relaxed),
+            kernel_path_ll: self.direct[4].load(Ordering::Relaxed),
         }
     }
 
@@ -366,8 +367,11 @@ pub struct DirectCounts {
     /// (`SNCL_DEVICE_LANE_BYTES`), watched to completion (launches replayed
     /// from a CUDA graph are not counted).
     pub kernel_path: u64,
-    /// Of `kernel_path`, those that ran two-shot (the rest one-shot).
+    /// Of `kernel_path`, the all-reduces that ran two-shot.
     pub kernel_path_two_shot: u64,
+    /// Of `kernel_path`, the all-reduces that ran the low-latency protocol
+    /// (data and flag in one store; the smallest messages).
+    pub kernel_path_ll: u64,
 }
 
 #[cfg(test)]

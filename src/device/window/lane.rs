@@ -97,7 +97,8 @@ impl WindowCore {
         }
         let id = next_id(inner.comm_id, inner.rank);
         let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
-            open_window(inner, binding, (id, "device collective lane"), bytes, None)
+            let sizes = (bytes, direct::LANE_FLAG_BYTES);
+            open_window(inner, binding, (id, "device collective lane"), sizes, None)
         })?;
         if let Some(why) = &core.no_direct {
             tracing::info!(
@@ -156,10 +157,27 @@ impl WindowCore {
     }
 
     /// The kernel an all-reduce of `count` elements of `dtype` runs on the
-    /// lane: the planner's choice by its whole size (rounds of a large one
-    /// run two-shot even where a round alone would run one-shot).
-    pub(crate) fn lane_algo(&self, dtype: DataType, count: usize) -> DirectAlgo {
-        super::auto_kind(&self.inner, dtype, count)
+    /// lane with at most `max_ctas` blocks (0: no cap): the planner's
+    /// choice by its whole size (rounds of a large one run two-shot even
+    /// where a round alone would run one-shot; the smallest, where the LL
+    /// region holds their lines, LL). The same on every rank.
+    pub(crate) fn lane_algo(&self, dtype: DataType, count: usize, max_ctas: u32) -> DirectAlgo {
+        let chunk = self.lane_chunk(StagedCollective::AllReduce, dtype);
+        let (grid, block) = self.lane_grid(dtype, count.min(chunk), max_ctas);
+        super::algo_of(comm_core::tune::choose_lane(
+            count.saturating_mul(dtype.size()),
+            self.inner.nranks,
+            self.inner.device_shape.intra,
+            direct::ll_fits(dtype.size(), count, grid, block),
+        ))
+    }
+
+    /// (blocks, threads a block) of a lane launch whose rounds hold
+    /// `round` elements of `dtype`, at most `max_ctas` blocks (0: no cap).
+    fn lane_grid(&self, dtype: DataType, round: usize, max_ctas: u32) -> (u32, u32) {
+        let (block, max_blocks) = direct::launch_limits(self.binding.dev.backend());
+        let cap = super::blocks_limit(max_blocks.min(self.grid_cap), max_ctas);
+        (direct::grid(dtype, round, block, cap), block)
     }
 
     /// Elements of `dtype` per round and piece through the lane: its
@@ -254,9 +272,13 @@ impl WindowCore {
             _ => (send, recv),
         };
         let chunk = self.lane_chunk(staged, dtype);
-        let (block, max_blocks) = direct::launch_limits(dev.backend());
+        let algo = match staged {
+            StagedCollective::AllReduce => self.lane_algo(dtype, count, max_ctas),
+            // The other collectives ignore it (one protocol each).
+            _ => DirectAlgo::OneShot,
+        };
         let launch = DirectAllReduce {
-            algo: self.lane_algo(dtype, count),
+            algo,
             dtype,
             op,
             count,
@@ -267,12 +289,7 @@ impl WindowCore {
             scratch: None,
             control: self.control.as_ptr() as *mut u32,
             epoch: 0,
-            grid: direct::grid(
-                dtype,
-                count.min(chunk),
-                block,
-                super::blocks_limit(max_blocks.min(self.grid_cap), max_ctas),
-            ),
+            grid: self.lane_grid(dtype, count.min(chunk), max_ctas).0,
             staged: Some(Staged {
                 collective: staged,
                 source,
@@ -283,7 +300,8 @@ impl WindowCore {
         };
         // SAFETY: every lane buffer is a live allocation (or open IPC
         // mapping) of `self.bytes`, at least a round's share of every
-        // piece (lane_chunk); the flag areas FLAG_BYTES, the control block
+        // piece (lane_chunk); the flag areas LANE_FLAG_BYTES (open_lane),
+        // the control block
         // CONTROL_WORDS pinned words; `source` and `result` hold their
         // extents (the caller's contract). The kernel copies into this
         // rank's lane only after the previous lane kernel (ordered before
