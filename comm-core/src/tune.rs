@@ -262,8 +262,8 @@ pub fn choose_direct(bytes: usize, nranks: usize, link: LinkCost) -> DirectKind 
 
 /// The cheapest kernel for an all-reduce of `bytes` on `nranks` through
 /// the kernel path's lane: [`choose_direct`]'s, or the low-latency
-/// protocol where `ll_fits` (the lane's half holds the message as
-/// flagged lines) and it is predicted cheaper (below about 100 KB on 2
+/// protocol where `ll_fits` (every block's flagged lines fit its slot of
+/// the LL region) and it is predicted cheaper (below about 100 KB on 2
 /// ranks at NVLink's 100 GB/s). Every rank computes the same.
 pub fn choose_lane(bytes: usize, nranks: usize, link: LinkCost, ll_fits: bool) -> DirectKind {
     let kind = choose_direct(bytes, nranks, link);

@@ -252,8 +252,6 @@ impl DirectAllReduce<'_> {
         }
     }
 
-    /// Checks what every backend needs (before anything is enqueued) and
-    /// names the kernel.
     /// Bytes of each flag area the launch uses: [`LANE_FLAG_BYTES`] for a
     /// staged launch (the LL region: LL uses it, and any staged operation
     /// may clear this rank's slots), else [`FLAG_BYTES`].

@@ -301,14 +301,14 @@ impl WindowCore {
         // SAFETY: every lane buffer is a live allocation (or open IPC
         // mapping) of `self.bytes`, at least a round's share of every
         // piece (lane_chunk); the flag areas LANE_FLAG_BYTES (open_lane),
-        // the control block
-        // CONTROL_WORDS pinned words; `source` and `result` hold their
-        // extents (the caller's contract). The kernel copies into this
-        // rank's lane only after the previous lane kernel (ordered before
-        // it, on this stream or through `order`) ended, which it does only
-        // once every peer has read the lane (its last phase). Every rank
-        // launches the same collective, grid, algorithm and chunk on the
-        // lane for the same call, so the device-derived epochs agree.
+        // the control block CONTROL_WORDS pinned words; `source` and
+        // `result` hold their extents (the caller's contract). The kernel
+        // copies into this rank's lane only after the previous lane kernel
+        // (ordered before it, on this stream or through `order`) ended,
+        // which it does only once every peer has read the lane (its last
+        // phase). Every rank launches the same collective, grid, algorithm
+        // and chunk on the lane for the same call, so the device-derived
+        // epochs agree.
         unsafe { dev.direct_all_reduce(stream, &launch) }
             .map_err(|e| fail("launching the lane kernel", e))?;
         let divided = match staged {
