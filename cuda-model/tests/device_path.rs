@@ -327,6 +327,100 @@ fn commbench_other_collectives_in_cuda_graphs_as_two_threads() {
     }
 }
 
+/// Ranks of different processes sharing a device without MPS (the model's
+/// default): a kernel spinning on another process's kernel would wait for
+/// a kernel that cannot start, so the lane's collectives are ordered
+/// between the processes by IPC events (`src/device/window/ipc_events.rs`):
+/// results right from 48 B (a piece of each rank at least one element)
+/// over several rounds each (a 4 KiB lane), no hang report,
+/// nothing allocated or mapped between operations, and no caller's stream
+/// parked on a host-released wait (the host-driven path parks one per
+/// operation).
+#[test]
+fn collectives_of_processes_sharing_a_device_without_mps_are_ordered_by_ipc_events() {
+    let Some(bench) = commbench() else {
+        eprintln!(
+            "skipped: commbench is not built next to this test (run the workspace build first)"
+        );
+        return;
+    };
+    for (coll, np, dtype) in [
+        ("all_reduce", "3", "half"),
+        ("all_reduce", "2", "float"),
+        ("reduce_scatter", "3", "bfloat16"),
+        ("reduce", "2", "float"),
+        ("all_gather", "3", "half"),
+        ("broadcast", "2", "int8"),
+        ("alltoall", "3", "float"),
+        ("gather", "2", "half"),
+        ("scatter", "3", "half"),
+    ] {
+        let args = [
+            coll, "--device", "cuda", "--np", np, "-d", dtype, "-b", "48", "-e", "64K", "-f", "8",
+            "-n", "2", "-w", "1", "-c", "1",
+        ];
+        let name = format!("ipc-events-{coll}-{np}");
+        let env = [("SNCL_DEVICE_LANE_BYTES", "4096")];
+        let Some(run) = on_the_model(&bench, &args, &env, &name) else {
+            return;
+        };
+        let what = format!("commbench {coll} --np {np} -d {dtype}");
+        let processes = np.parse().expect("a count");
+        let (_, parked) = run.check_clean(&what, processes);
+        run.assert_nothing_between_operations(&what);
+        assert!(
+            run.stdout.contains("Out of bounds values : 0 OK"),
+            "{what}: wrong results:\n{}",
+            run.stdout
+        );
+        assert_eq!(
+            parked, 0,
+            "{what}: callers' streams waited on host-released flags {parked} times (the \
+             host-driven path), not on the peers' IPC events"
+        );
+    }
+    // A graph cannot hold another process's events: capture is refused
+    // with an error that says why, on every rank, and the run ends.
+    let capture = "all_reduce --device cuda --np 2 -b 8 -e 64 -f 8 -n 2 -w 1 -G 2";
+    let args: Vec<&str> = capture.split(' ').collect();
+    if let Some(run) = on_the_model(&bench, &args, &[], "ipc-events-capture") {
+        assert!(!run.status.success(), "a capture over IPC events succeeded");
+        assert!(
+            !run.stderr.contains("cuda-model: deadlock")
+                && !run.stderr.contains("cuda-model: stall"),
+            "the refused capture hung:\n{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains("cannot capture this collective into a CUDA graph")
+                && run.stderr.contains("without MPS"),
+            "the refusal does not say why:\n{}",
+            run.stderr
+        );
+    }
+}
+
+/// The lane between processes sharing the device without MPS
+/// (tests/device_ipc_events.rs: every collective on 2 and 3 processes, and
+/// ranks calling different operations) on the model.
+#[test]
+fn ipc_events_suite_on_the_cuda_backend() {
+    let Some(bin) = suite("device_ipc_events") else {
+        return;
+    };
+    let env = [("SNCL_TEST_DEVICE", "cuda")];
+    if let Some(run) = on_the_model(&bin, &["--nocapture"], &env, "ipc-events-suite") {
+        assert!(
+            !run.stderr.contains("skipped") && !run.stdout.contains("skipped"),
+            "the suite skipped on the model:\n{}",
+            run.stderr
+        );
+        let (_, parked) = run.check_clean("device_ipc_events on the cuda backend", 1);
+        assert_eq!(parked, 0, "callers' streams waited on host-released flags");
+    }
+}
+
 /// The compressed device all-reduce takes every temporary before it
 /// enqueues anything, from those the binding kept from earlier calls:
 /// at one size, nothing is allocated, freed or mapped between operations

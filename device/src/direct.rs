@@ -155,6 +155,20 @@ pub enum StagedCollective {
 }
 
 impl StagedCollective {
+    /// The collective's name in errors (as sncl's `Collective::name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StagedCollective::AllReduce => "all_reduce",
+            StagedCollective::AllGather => "all_gather",
+            StagedCollective::ReduceScatter => "reduce_scatter",
+            StagedCollective::Broadcast { .. } => "broadcast",
+            StagedCollective::Reduce { .. } => "reduce",
+            StagedCollective::AllToAll => "alltoall",
+            StagedCollective::Gather { .. } => "gather",
+            StagedCollective::Scatter { .. } => "scatter",
+        }
+    }
+
     /// The kernel ABI's `coll` and `root`.
     fn abi(self) -> (i32, i32) {
         match self {

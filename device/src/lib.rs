@@ -489,6 +489,38 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         })
     }
 
+    /// Creates an event that other processes of this machine can wait for,
+    /// and exports it: CUDA's `cuEventCreate(CU_EVENT_INTERPROCESS |
+    /// CU_EVENT_DISABLE_TIMING)` and `cuIpcGetEventHandle` (the driver API
+    /// requires both flags for an interprocess event). Record and wait for
+    /// it as any event ([`Device::record_event`],
+    /// [`Device::stream_wait_event`]); destroy it with
+    /// [`Device::destroy_event`]. Without MPS this is how work of two
+    /// processes sharing a device is ordered on the device with no kernel
+    /// spinning and no host thread in between. The default answers
+    /// [`DeviceError::Unsupported`].
+    fn create_ipc_event(&self) -> Result<(EventHandle, IpcHandle)> {
+        Err(DeviceError::Unsupported {
+            what: format!("interprocess events on {}", self.backend().name()),
+            why: "this backend does not share events between processes".into(),
+        })
+    }
+
+    /// Opens another process's event from [`Device::create_ipc_event`]
+    /// (`cuIpcOpenEventHandle`; a handle exported by this process cannot be
+    /// opened here: same-process peers use the event itself). Waiting for
+    /// it waits for the exporter's latest record issued before the wait
+    /// (as `cuStreamWaitEvent` does for any event). Destroy it with
+    /// [`Device::destroy_event`]. The default answers
+    /// [`DeviceError::Unsupported`].
+    fn open_ipc_event(&self, handle: &IpcHandle) -> Result<EventHandle> {
+        let _ = handle;
+        Err(DeviceError::Unsupported {
+            what: format!("interprocess events on {}", self.backend().name()),
+            why: "this backend does not share events between processes".into(),
+        })
+    }
+
     /// Whether RDMA writes into this device's memory (GPUDirect RDMA) must
     /// be flushed before the device's own later work reads them: CUDA's
     /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING` below

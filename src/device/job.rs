@@ -100,8 +100,12 @@ pub(crate) struct LaneJob {
     /// Recorded after its kernels; `None` under stream capture (nothing to
     /// watch: the work runs at each replay).
     pub done: Option<EventHandle>,
-    /// The all-reduce kernel it ran (`None`: another collective).
+    /// The all-reduce kernel it ran (`None`: another collective, or
+    /// `ipc_ordered`).
     pub algo: Option<::device::direct::DirectAlgo>,
+    /// An all-reduce ordered between processes by IPC events
+    /// (`window/ipc_events.rs`), no lane kernel.
+    pub ipc_ordered: bool,
     /// How the flight recorder and the statistics record it: the kernel
     /// (`lane one-shot`, `lane two-shot`, `lane ll`, `lane`), the bytes, the tag.
     pub recorded_as: (&'static str, u64, u64),
@@ -148,6 +152,7 @@ fn run_lane_job(inner: &Inner, ticket: u64, job: LaneJob, state: &WorkState) {
                 let by_algo = match job.algo {
                     Some(::device::direct::DirectAlgo::TwoShot) => Some(3),
                     Some(::device::direct::DirectAlgo::LowLatency) => Some(4),
+                    _ if job.ipc_ordered => Some(5),
                     _ => None,
                 };
                 if let Some(i) = by_algo {

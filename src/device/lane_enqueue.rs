@@ -11,6 +11,7 @@ use super::job::LaneJob;
 use super::window::WindowCore;
 use crate::work::JobKind;
 use crate::Communicator;
+use comm_core::Error;
 use sncl_runtime::device::binding::Binding;
 
 impl Communicator {
@@ -47,7 +48,20 @@ impl Communicator {
         // the maker, which runs on this thread in the operation's turn).
         let entered = b.dev.enter().ok();
         let mut enqueue_error = None;
+        let ipc_ordered = lane.ipc_events.is_some();
         let done = match b.dev.is_capturing(op.stream) {
+            Ok(true) if ipc_ordered => {
+                enqueue_error = Some(Error::InvalidArgument {
+                    rank,
+                    op: name,
+                    detail: "cannot capture this collective into a CUDA graph: ranks of \
+                             different processes share a device without MPS, so its steps are \
+                             ordered between the processes by IPC events, which a graph cannot \
+                             hold (enable MPS, or run the ranks as threads of one process)"
+                        .into(),
+                });
+                None
+            }
             Ok(true) => None,
             Ok(false) => match b.take_event() {
                 Ok(ev) => Some(ev),
@@ -74,12 +88,13 @@ impl Communicator {
             settings: 0,
         };
         let binding = b.clone();
-        let algo = (staged == StagedCollective::AllReduce)
+        let algo = (staged == StagedCollective::AllReduce && !ipc_ordered)
             .then(|| lane.lane_algo(op.dtype, op.count, op.config.max_ctas));
         let kernel = match algo {
             Some(DirectAlgo::TwoShot) => "lane two-shot",
             Some(DirectAlgo::LowLatency) => "lane ll",
             Some(DirectAlgo::OneShot) => "lane one-shot",
+            None if ipc_ordered => "lane ipc-events",
             None => "lane",
         };
         // As the host path records it: the larger of this rank's extents.
@@ -110,6 +125,7 @@ impl Communicator {
                 fingerprint,
                 done,
                 algo,
+                ipc_ordered,
                 recorded_as,
                 enqueue_error,
             }))

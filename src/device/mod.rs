@@ -50,6 +50,7 @@ pub use ::device::{
 mod api;
 #[cfg(feature = "cuda")]
 mod cudarc_slices;
+mod host_records;
 mod job;
 mod lane_enqueue;
 mod offer;

@@ -29,11 +29,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{Error, Result};
 use sncl_runtime::exec::{self, AbortFlag};
-use transport_shm::region::{region_name, Region};
+use transport_shm::region::Region;
 
 use ::device::direct::DirectAlgo;
 use ::device::DevicePtr;
 
+use super::host_records::share_host_records;
 use super::window::{
     auto_kind, fit_scratch, next_id, open_window, opening_fingerprint, DeviceWindow, DirectRun,
     WindowCore,
@@ -179,48 +180,12 @@ fn ensure_control(inner: &Inner, attached: &Attachment) -> Result<()> {
     if attached.registry().records.is_some() {
         return Ok(());
     }
-    let me = inner.rank;
-    let io = |context: String, source: std::io::Error| Error::Io {
-        rank: me,
-        context,
-        source,
-    };
-    let name = region_name(inner.comm_id, REGION_ID, me)
-        .map_err(|e| io("naming the device offer record".into(), e))?;
-    let own = Region::create(&name, RECORD_BYTES)
-        .map_err(|e| io(format!("creating the device offer record {name:?}"), e))?;
-    let store = inner.store.as_ref().ok_or_else(|| Error::InvalidArgument {
-        rank: me,
-        op: "alloc_device_window",
-        detail: "this communicator has no store to share offer records through".into(),
-    })?;
-    let key = |what: &str, r: usize| format!("dwindow/{:x}/offers/{what}/{r}", inner.comm_id);
-    let timeout = inner.config.timeout;
-    let mut peers: Vec<Option<Region>> = (0..inner.nranks).map(|_| None).collect();
-    let shared = (|| {
-        store.set(&key("name", me), name.as_bytes())?;
-        for p in (0..inner.nranks).filter(|&p| p != me) {
-            let raw = store.get(&key("name", p), timeout)?;
-            let peer = String::from_utf8(raw)
-                .ok()
-                .filter(|n| transport_shm::check_name(n).is_ok())
-                .ok_or_else(|| Error::InvalidArgument {
-                    rank: me,
-                    op: "alloc_device_window",
-                    detail: format!("peer rank {p} published an invalid offer record name"),
-                })?;
-            let region = Region::open(&peer, RECORD_BYTES)
-                .map_err(|e| io(format!("mapping peer rank {p}'s device offer record"), e))?;
-            peers[p] = Some(region);
-        }
-        store.set(&key("mapped", me), b"1")?;
-        for p in (0..inner.nranks).filter(|&p| p != me) {
-            store.get(&key("mapped", p), timeout)?;
-        }
-        Ok(())
-    })();
-    own.unlink();
-    shared?;
+    let (own, peers) = share_host_records(
+        inner,
+        (REGION_ID, RECORD_BYTES),
+        ("offers", "device offer record"),
+        "alloc_device_window",
+    )?;
     attached.registry().records = Some(Arc::new(Records { own, peers }));
     Ok(())
 }

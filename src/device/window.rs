@@ -113,6 +113,10 @@ pub(crate) struct WindowCore {
     /// alike, from every rank's record), so that the kernels of ranks on
     /// one device are resident together.
     pub(crate) grid_cap: u32,
+    /// The kernel path's lane where processes share a device without MPS:
+    /// its all-reduces ordered between the processes by IPC events
+    /// (`window/ipc_events.rs`) instead of the spinning kernels.
+    pub(crate) ipc_events: Option<ipc_events::IpcEventLane>,
 }
 
 impl std::fmt::Debug for DeviceWindow {
@@ -216,6 +220,7 @@ pub(crate) fn open_window(
         no_direct: None,
         grid_cap: u32::MAX,
         lane_last: Mutex::new(None),
+        ipc_events: None,
     };
     // From here `w`'s Drop frees whatever was made.
     for _ in 0..2 {
@@ -784,6 +789,7 @@ impl Drop for WindowCore {
     }
 }
 
+mod ipc_events;
 mod lane;
 mod placement;
 use placement::{device_key, direct_grid_cap, shared_without_mps};

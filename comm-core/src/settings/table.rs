@@ -333,8 +333,10 @@ pub static SETTINGS: &[Setting] = &[
               2-byte or wider types run as one kernel launch on the caller's stream that \
               goes through the window in rounds of this many bytes (one-shot or two-shot \
               direct kernel; opened at the first device collective where 2 to 8 ranks share \
-              a node and no two processes share a device without MPS; capturable in CUDA \
-              graphs); 0: every device collective stays on the host-driven path",
+              a node; capturable in CUDA graphs). Where processes share a device without \
+              MPS, the collectives go through the window in rounds ordered between the \
+              processes by IPC events instead (copies and fold kernels that spin on nothing; \
+              not capturable); 0: every device collective stays on the host-driven path",
         field: Field::Int {
             name: "device.lane_bytes",
             get: |c| c.device.lane_bytes,

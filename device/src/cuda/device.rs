@@ -803,6 +803,17 @@ impl Device for CudaDevice {
         super::dmabuf::supported(self.ordinal, self.dev)
     }
 
+    fn create_ipc_event(&self) -> Result<(EventHandle, IpcHandle)> {
+        self.bind()?;
+        driver::ipc_event_create(self.ordinal)
+            .map(|(e, h)| (EventHandle(e as usize as u64), IpcHandle(h)))
+    }
+
+    fn open_ipc_event(&self, handle: &IpcHandle) -> Result<EventHandle> {
+        self.bind()?;
+        driver::ipc_event_open(self.ordinal, &handle.0).map(|e| EventHandle(e as usize as u64))
+    }
+
     fn dmabuf_export(&self, ptr: DevicePtr, bytes: usize) -> Result<crate::DmaBuf> {
         self.bind()?;
         super::dmabuf::export(self.ordinal, ptr.0, bytes)

@@ -454,6 +454,43 @@ pub(crate) fn event_create(ordinal: usize) -> Result<CUevent> {
     Ok(e)
 }
 
+/// An interprocess event (`CU_EVENT_INTERPROCESS` needs
+/// `CU_EVENT_DISABLE_TIMING`: the driver API, `cuEventCreate`) and its
+/// exported handle.
+pub(crate) fn ipc_event_create(ordinal: usize) -> Result<(CUevent, [u8; 64])> {
+    let mut e = std::ptr::null_mut();
+    let flags = (sys::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint)
+        | (sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint);
+    // SAFETY: `e` is a live out-pointer.
+    check(ordinal, "cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut e, flags)
+    })?;
+    let mut h = sys::CUipcEventHandle { reserved: [0; 64] };
+    // SAFETY: `h` is a live out-pointer; `e` an interprocess event.
+    let got = check(ordinal, "cuIpcGetEventHandle", unsafe {
+        sys::cuIpcGetEventHandle(&mut h, e)
+    });
+    if let Err(err) = got {
+        // SAFETY: made above, not used by anything else.
+        let _ = unsafe { event_destroy(ordinal, e) };
+        return Err(err);
+    }
+    Ok((e, h.reserved.map(|c| c as u8)))
+}
+
+/// Another process's interprocess event (`cuIpcOpenEventHandle`).
+pub(crate) fn ipc_event_open(ordinal: usize, handle: &[u8; 64]) -> Result<CUevent> {
+    let h = sys::CUipcEventHandle {
+        reserved: handle.map(|b| b as c_char),
+    };
+    let mut e = std::ptr::null_mut();
+    // SAFETY: `e` is a live out-pointer; the handle is passed by value.
+    check(ordinal, "cuIpcOpenEventHandle", unsafe {
+        sys::cuIpcOpenEventHandle(&mut e, h)
+    })?;
+    Ok(e)
+}
+
 /// # Safety
 /// `e` came from [`event_create`], is destroyed once and not used after.
 pub(crate) unsafe fn event_destroy(ordinal: usize, e: CUevent) -> Result<()> {

@@ -54,7 +54,7 @@ pub struct Binding {
     temporaries: Mutex<Vec<DeviceBuffer>>,
     /// Direct all-reduces run: one-shot, two-shot, on the kernel path, on
     /// the kernel path two-shot, on the kernel path LL.
-    pub direct: [AtomicU64; 5],
+    pub direct: [AtomicU64; 6],
 }
 
 impl std::fmt::Debug for Binding {
@@ -241,6 +241,7 @@ impl Binding {
             kernel_path: self.direct[2].load(Ordering::Relaxed),
             kernel_path_two_shot: self.direct[3].load(Ordering::Relaxed),
             kernel_path_ll: self.direct[4].load(Ordering::Relaxed),
+            kernel_path_ipc_events: self.direct[5].load(Ordering::Relaxed),
         }
     }
 
@@ -372,6 +373,10 @@ pub struct DirectCounts {
     /// Of `kernel_path`, the all-reduces that ran the low-latency protocol
     /// (data and flag in one store; the smallest messages).
     pub kernel_path_ll: u64,
+    /// Of `kernel_path`, the collectives of ranks whose processes share a
+    /// device without MPS, ordered between the processes by IPC events
+    /// (copies and fold kernels that spin on nothing).
+    pub kernel_path_ipc_events: u64,
 }
 
 #[cfg(test)]

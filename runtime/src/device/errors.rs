@@ -19,13 +19,19 @@ pub fn device_error(
         rank,
         op,
         seq,
-        device: format!(
-            "{} device {} ({})",
-            dev.backend().name(),
-            dev.ordinal(),
-            dev.name()
-        ),
+        device: describe(&**dev),
         what: what.to_string(),
         detail: e.to_string(),
     }
+}
+
+/// A device as errors name it: backend, ordinal and name (`cuda device 0
+/// (NVIDIA H200)`).
+pub fn describe(dev: &dyn Device) -> String {
+    format!(
+        "{} device {} ({})",
+        dev.backend().name(),
+        dev.ordinal(),
+        dev.name()
+    )
 }

@@ -54,8 +54,12 @@
 //! kernels reduce, or an all-gather, broadcast, all-to-all (its buffers
 //! never overlap: refused at enqueue), gather or scatter of any type, on a
 //! communicator whose lane opened (2 to 8 ranks on one node, a backend
-//! with IPC and the direct kernels, and no two processes sharing a device
-//! without MPS). Every rank decides alike from the same arguments.
+//! with IPC and the direct kernels). Every rank decides alike from the
+//! same arguments. Where two processes share a device without MPS the
+//! kernels would spin on kernels that cannot start: there the same
+//! collectives go through the lane in rounds ordered between the
+//! processes by IPC events instead (`ipc_events.rs`; not capturable), or,
+//! on a backend without interprocess events, stay on the host-driven path.
 
 use std::sync::Arc;
 
@@ -64,6 +68,7 @@ use comm_core::wire::{Collective, Fingerprint};
 use comm_core::{DataType, Error, ReduceOp, Result};
 use sncl_runtime::exec;
 
+use super::ipc_events::{IpcEventLane, LaneOf};
 use super::{
     device_error, next_id, open_window, opening_fingerprint, Binding, DevicePtr, EventHandle,
     WindowCore,
@@ -98,14 +103,25 @@ impl WindowCore {
         let id = next_id(inner.comm_id, inner.rank);
         let core = inner.run_in_turn(opening_fingerprint(bytes), |_, _, _| {
             let sizes = (bytes, direct::LANE_FLAG_BYTES);
-            open_window(inner, binding, (id, "device collective lane"), sizes, None)
+            let mut core =
+                open_window(inner, binding, (id, "device collective lane"), sizes, None)?;
+            if core.no_direct.is_some() {
+                core.ipc_events = IpcEventLane::open(inner, binding, id)?;
+            }
+            Ok(core)
         })?;
         if let Some(why) = &core.no_direct {
+            if core.ipc_events.is_none() {
+                tracing::info!(
+                    rank = inner.rank,
+                    "{why}: device collectives stay on the host-driven path"
+                );
+                return Ok(None);
+            }
             tracing::info!(
                 rank = inner.rank,
-                "{why}: small device all-reduces stay on the host-driven path"
+                "{why}: device all-reduces are ordered between the processes by IPC events"
             );
-            return Ok(None);
         }
         // Each lane operation in flight holds a completion event.
         binding.reserve_events(LANE_EVENTS).map_err(|e| {
@@ -246,7 +262,7 @@ impl WindowCore {
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
         let dev = &self.binding.dev;
-        let name = staged_name(staged);
+        let name = staged.name();
         let fail = |what: &str, e| device_error(me, dev, (name, None), what, e);
         // Lane operations run in issue order whatever their streams: one on
         // another stream than the last waits for it (not under capture,
@@ -272,6 +288,71 @@ impl WindowCore {
             _ => (send, recv),
         };
         let chunk = self.lane_chunk(staged, dtype);
+        if let Some(ordered) = &self.ipc_events {
+            let lane = LaneOf {
+                inner: &self.inner,
+                buffers: &self.buffers,
+                broken: &self.broken,
+            };
+            // SAFETY: the caller's contract; `chunk` elements a piece fit
+            // a lane buffer (lane_chunk).
+            unsafe {
+                ordered.enqueue(
+                    &lane,
+                    stream,
+                    (staged, source, result),
+                    (count, dtype, op, chunk),
+                    fingerprint,
+                )
+            }?;
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                self.launch_lane_kernel(
+                    stream,
+                    (staged, source, result),
+                    (count, dtype, op),
+                    (max_ctas, fingerprint),
+                    chunk,
+                )
+            }?;
+        }
+        let divided = match staged {
+            StagedCollective::AllReduce | StagedCollective::ReduceScatter => Some(recv),
+            StagedCollective::Reduce { root } if root == me => Some(recv),
+            _ => None,
+        };
+        if let (ReduceOp::Avg, Some(out)) = (op, divided) {
+            // SAFETY: the output holds `count` elements (the caller's
+            // contract).
+            unsafe { dev.divide(stream, dtype, out, count, n) }
+                .map_err(|e| fail("enqueueing avg's divide", e))?;
+        }
+        if let Some(ev) = done {
+            dev.record_event(ev, stream)
+                .map_err(|e| fail("recording the lane kernel's completion", e))?;
+            *last = Some((stream, ev));
+        }
+        Ok(())
+    }
+
+    /// The staged direct kernel of [`WindowCore::enqueue_lane`] on
+    /// `stream`: `staged` from `source` to `result` (the buffers the rank
+    /// uses), rounds of `chunk` elements through the lane.
+    ///
+    /// # Safety
+    /// As [`WindowCore::enqueue_lane`]'s.
+    unsafe fn launch_lane_kernel(
+        &self,
+        stream: ::device::StreamHandle,
+        (staged, source, result): (StagedCollective, DevicePtr, DevicePtr),
+        (count, dtype, op): (usize, DataType, ReduceOp),
+        (max_ctas, fingerprint): (u32, u64),
+        chunk: usize,
+    ) -> Result<()> {
+        let me = self.inner.rank;
+        let dev = &self.binding.dev;
+        let fail = |what: &str, e| device_error(me, dev, (staged.name(), None), what, e);
         let algo = match staged {
             StagedCollective::AllReduce => self.lane_algo(dtype, count, max_ctas),
             // The other collectives ignore it (one protocol each).
@@ -311,22 +392,6 @@ impl WindowCore {
         // epochs agree.
         unsafe { dev.direct_all_reduce(stream, &launch) }
             .map_err(|e| fail("launching the lane kernel", e))?;
-        let divided = match staged {
-            StagedCollective::AllReduce | StagedCollective::ReduceScatter => Some(recv),
-            StagedCollective::Reduce { root } if root == me => Some(recv),
-            _ => None,
-        };
-        if let (ReduceOp::Avg, Some(out)) = (op, divided) {
-            // SAFETY: the output holds `count` elements (the caller's
-            // contract).
-            unsafe { dev.divide(stream, dtype, out, count, n) }
-                .map_err(|e| fail("enqueueing avg's divide", e))?;
-        }
-        if let Some(ev) = done {
-            dev.record_event(ev, stream)
-                .map_err(|e| fail("recording the lane kernel's completion", e))?;
-            *last = Some((stream, ev));
-        }
         Ok(())
     }
 
@@ -354,19 +419,5 @@ impl WindowCore {
                     })
             },
         )
-    }
-}
-
-/// The collective's name in errors (as `Collective::name`).
-fn staged_name(staged: StagedCollective) -> &'static str {
-    match staged {
-        StagedCollective::AllReduce => "all_reduce",
-        StagedCollective::AllGather => "all_gather",
-        StagedCollective::ReduceScatter => "reduce_scatter",
-        StagedCollective::Broadcast { .. } => "broadcast",
-        StagedCollective::Reduce { .. } => "reduce",
-        StagedCollective::AllToAll => "alltoall",
-        StagedCollective::Gather { .. } => "gather",
-        StagedCollective::Scatter { .. } => "scatter",
     }
 }
