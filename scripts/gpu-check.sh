@@ -29,8 +29,9 @@
 #                 8 B to 64 MiB, checked, SNCL_TIMEOUT_MS=15000: the device
 #                 path's first contact (it deadlocked on the strict driver
 #                 model until stop 28; this is the same run on a GPU)
-#     np-2        the same as 2 processes (time-sliced without MPS: slower,
-#                 must still complete)
+#     np-2        the same as 2 processes (time-sliced without MPS: the
+#                 lane's collectives then run ordered between the processes
+#                 by IPC events, no kernel spinning; must still complete)
 #     capture     CUDA graph capture and replay of sncl collectives: commbench
 #                 -G 10 captures 5 all-reduces (the kernel path, 8 B to
 #                 64 KiB, 2 ranks as threads) into a graph and launches it 10
@@ -224,7 +225,7 @@ basics_env() {
     if pgrep -x nvidia-cuda-mps-server >/dev/null 2>&1 || pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1; then
         echo "MPS: running"
     else
-        echo "MPS: not running (processes on one GPU time-slice; sncl's direct kernels stay off across processes)"
+        echo "MPS: not running (processes on one GPU time-slice; sncl orders their collectives by IPC events, no spinning kernels)"
     fi
 }
 

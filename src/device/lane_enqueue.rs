@@ -112,7 +112,7 @@ impl Communicator {
                         op.stream,
                         (staged, op.send, op.recv),
                         (op.count, op.dtype, op.op),
-                        (op.config.max_ctas, fingerprint.digest()),
+                        (op.config.max_ctas, &fingerprint, algo),
                         done,
                     )
                 };

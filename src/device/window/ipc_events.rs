@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use ::device::direct::StagedCollective;
 use ::device::{Device, DeviceError, DevicePtr, EventHandle, IpcHandle, StreamHandle};
+use comm_core::wire::Fingerprint;
 use comm_core::{DataType, Error, ReduceOp, Result};
 use transport_shm::region::Region;
 
@@ -274,11 +275,12 @@ impl IpcEventLane {
             if late.is_empty() {
                 return Ok(());
             }
-            if window.broken.load(Ordering::Acquire) {
+            if window.broken.load(Ordering::Acquire) || window.inner.abort_requested() {
                 return Err(Error::Aborted {
                     rank: me,
                     reason: Some(format!(
-                        "{op}: the communicator failed while waiting for peer rank(s) {late:?}"
+                        "{op}: the communicator failed or was aborted while waiting for peer rank(s) \
+                         {late:?} to enqueue their part"
                     )),
                 });
             }
@@ -315,8 +317,8 @@ impl IpcEventLane {
     /// picks them; in place allowed as NCCL allows it) on `stream`, in
     /// rounds of `chunk` elements a piece through `window`'s lane buffers
     /// (see the module docs); avg's divide is the caller's. `fingerprint`
-    /// is the call's [`comm_core::wire::Fingerprint::digest`]: a peer that
-    /// publishes another fails the call here, naming it.
+    /// is the call's: a peer that publishes another digest fails the call
+    /// here, naming it.
     ///
     /// # Safety
     /// `source` and `result` hold their extents of `dtype` until the work
@@ -328,8 +330,9 @@ impl IpcEventLane {
         stream: StreamHandle,
         (staged, source, result): (StagedCollective, DevicePtr, DevicePtr),
         (count, dtype, op, chunk): (usize, DataType, ReduceOp, usize),
-        fingerprint: u64,
+        call: &Fingerprint,
     ) -> Result<()> {
+        let fingerprint = call.digest();
         let (me, n) = (window.inner.rank, window.inner.nranks);
         let name = staged.name();
         let dev = &self.events.dev;
@@ -396,9 +399,9 @@ impl IpcEventLane {
                         rank: me,
                         op: name,
                         detail: format!(
-                            "the ranks called different operations: peer rank {p} another \
-                             (its collective, type, op, count or root differs); the IPC-event \
-                             lane stopped before writing a result"
+                            "the ranks called different operations: this rank called {call}, \
+                             peer rank {p} another (its collective, type, op, count or root \
+                             differs); the IPC-event lane stopped before writing a result"
                         ),
                     });
                 }

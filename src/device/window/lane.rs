@@ -244,9 +244,12 @@ impl WindowCore {
     /// staged direct kernel (rounds through the lane; at most `max_ctas`
     /// blocks where the call set it, `CollConfig::max_ctas`), avg's divide,
     /// and `done` recorded after them (`None`: nothing recorded, as under
-    /// stream capture). `fingerprint` ([`Fingerprint::digest`] of the
-    /// call) lets every rank's kernel stop where a peer called another
-    /// operation ([`WindowCore::lane_mismatch`] then names it).
+    /// stream capture). `fingerprint` (the call's; its
+    /// [`Fingerprint::digest`] goes to the kernel) lets every rank's kernel
+    /// stop where a peer called another operation
+    /// ([`WindowCore::lane_mismatch`] then names it). `algo` is an
+    /// all-reduce's kernel ([`WindowCore::lane_algo`], which the caller
+    /// also records; `None`: another collective, one protocol each).
     ///
     /// # Safety
     /// `send` and `recv` hold their extents of `dtype` until the work
@@ -257,7 +260,7 @@ impl WindowCore {
         stream: ::device::StreamHandle,
         (staged, send, recv): (StagedCollective, DevicePtr, DevicePtr),
         (count, dtype, op): (usize, DataType, ReduceOp),
-        (max_ctas, fingerprint): (u32, u64),
+        (max_ctas, fingerprint, algo): (u32, &Fingerprint, Option<DirectAlgo>),
         done: Option<EventHandle>,
     ) -> Result<()> {
         let (me, n) = (self.inner.rank, self.inner.nranks);
@@ -312,7 +315,7 @@ impl WindowCore {
                     stream,
                     (staged, source, result),
                     (count, dtype, op),
-                    (max_ctas, fingerprint),
+                    (max_ctas, fingerprint.digest(), algo),
                     chunk,
                 )
             }?;
@@ -338,7 +341,8 @@ impl WindowCore {
 
     /// The staged direct kernel of [`WindowCore::enqueue_lane`] on
     /// `stream`: `staged` from `source` to `result` (the buffers the rank
-    /// uses), rounds of `chunk` elements through the lane.
+    /// uses), rounds of `chunk` elements through the lane, with the call's
+    /// fingerprint digest and all-reduce kernel.
     ///
     /// # Safety
     /// As [`WindowCore::enqueue_lane`]'s.
@@ -347,17 +351,14 @@ impl WindowCore {
         stream: ::device::StreamHandle,
         (staged, source, result): (StagedCollective, DevicePtr, DevicePtr),
         (count, dtype, op): (usize, DataType, ReduceOp),
-        (max_ctas, fingerprint): (u32, u64),
+        (max_ctas, fingerprint, algo): (u32, u64, Option<DirectAlgo>),
         chunk: usize,
     ) -> Result<()> {
         let me = self.inner.rank;
         let dev = &self.binding.dev;
         let fail = |what: &str, e| device_error(me, dev, (staged.name(), None), what, e);
-        let algo = match staged {
-            StagedCollective::AllReduce => self.lane_algo(dtype, count, max_ctas),
-            // The other collectives ignore it (one protocol each).
-            _ => DirectAlgo::OneShot,
-        };
+        // The other collectives ignore it (one protocol each).
+        let algo = algo.unwrap_or(DirectAlgo::OneShot);
         let launch = DirectAllReduce {
             algo,
             dtype,
