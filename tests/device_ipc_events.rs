@@ -13,7 +13,9 @@
 //!   processes, bit for bit against the host collectives of the same
 //!   communicator, in place for the all-reduce too;
 //! * ranks calling different operations (counts 100 and 60) both fail,
-//!   each naming the other, well before the deadline, and write nothing.
+//!   each naming the other, well before the deadline, and write nothing;
+//! * a peer killed, or aborting, while its peers wait for its part: they
+//!   fail naming it well before the deadline.
 //!
 //! The test binary runs itself as the ranks (`IPC_EVENTS_TEST_ROLE`).
 
@@ -22,8 +24,8 @@ mod device_kit;
 use std::time::{Duration, Instant};
 
 use device_kit::{
-    all_reduce_device, bind_rank, cases_of, join_ranks, run_case, spawn_ranks, spawned_rank,
-    test_backend,
+    all_reduce_device, assert_names_dead_peer, bind_rank, cases_of, join_ranks, kill_this_process,
+    run_case, spawn_ranks, spawned_rank, test_backend,
 };
 use sncl::device::Backend;
 use sncl::{Collective, Communicator, Config};
@@ -158,16 +160,42 @@ fn child(role: &str) {
             );
             eprintln!("rank {rank}: mismatch named after {took:?}: {e}");
         }
+        "death" | "abort" => {
+            // One all-reduce completes; then the last rank leaves (SIGKILL,
+            // or an abort) instead of calling the next one, while its peers
+            // wait in the enqueue for its part.
+            all_reduce_device(&r, &r.send, 8).expect("a first all-reduce");
+            let last = n - 1;
+            if rank == last {
+                std::thread::sleep(Duration::from_millis(300));
+                if role == "abort" {
+                    r.comm.abort();
+                    eprintln!("rank {rank}: aborted");
+                    std::thread::sleep(Duration::from_secs(2));
+                    return;
+                }
+                eprintln!("rank {rank}: killing itself while its peers wait");
+                kill_this_process();
+            }
+            let start = Instant::now();
+            let e = all_reduce_device(&r, &r.send, 1000).expect_err("the last rank left");
+            assert_names_dead_peer(rank, &e, last, start.elapsed(), TIMEOUT / 4);
+        }
         other => panic!("unknown role {other}"),
     }
 }
 
-/// Runs `role` as `n` rank processes; every rank must succeed.
-fn run_ranks(n: usize, role: &str, test: &str) {
+/// Runs `role` as `n` rank processes; every rank must succeed (but one
+/// that kills itself: `killed`).
+fn run_ranks(n: usize, role: &str, test: &str, killed: Option<usize>) {
     let results = join_ranks(spawn_ranks(n, test, "IPC_EVENTS_TEST", &[(ROLE, role)]));
     for (rank, ok, text) in &results {
-        assert!(ok, "n={n} rank {rank} failed:\n{text}");
         eprintln!("n={n} rank {rank}:\n{text}");
+        if Some(*rank) == killed {
+            assert!(!ok, "rank {rank} was killed");
+        } else {
+            assert!(ok, "n={n} rank {rank} failed:\n{text}");
+        }
     }
 }
 
@@ -185,6 +213,7 @@ fn every_lane_collective_between_processes_without_mps() {
             n,
             "matrix",
             "every_lane_collective_between_processes_without_mps",
+            None,
         );
     }
 }
@@ -202,5 +231,24 @@ fn ranks_calling_different_operations_fail_naming_each_other() {
         2,
         "mismatch",
         "ranks_calling_different_operations_fail_naming_each_other",
+        None,
     );
+}
+
+/// A peer that dies (SIGKILL) or aborts instead of calling the next
+/// collective: its peers, waiting in the enqueue for its part, fail within
+/// a quarter of the deadline naming it (its process is gone, or its board
+/// says its lane broke), not at the deadline.
+#[test]
+fn a_peer_that_dies_or_aborts_is_named_before_the_deadline() {
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let test = "a_peer_that_dies_or_aborts_is_named_before_the_deadline";
+    run_ranks(3, "death", test, Some(2));
+    run_ranks(2, "abort", test, None);
 }

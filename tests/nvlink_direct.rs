@@ -23,7 +23,8 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use device_kit::{
-    assert_names_dead_peer, input, join_ranks as join, spawn_ranks, spawned_rank, Rank,
+    assert_names_dead_peer, input, join_ranks as join, kill_this_process, spawn_ranks,
+    spawned_rank, Rank,
 };
 use nvlink_common::{bind, config};
 use sncl::device::{DeviceWindow, DirectAlgo, DirectChoice};
@@ -160,12 +161,7 @@ fn child(role: &str) {
                 if choice == DirectChoice::OneShot && rank == n - 1 {
                     std::thread::sleep(Duration::from_millis(200));
                     eprintln!("rank {rank}: killing itself while its peers wait");
-                    let pid = std::process::id().to_string();
-                    let _ = std::process::Command::new("kill")
-                        .args(["-KILL", &pid])
-                        .status();
-                    std::thread::sleep(Duration::from_secs(60));
-                    unreachable!("SIGKILL did not end the process");
+                    kill_this_process();
                 }
                 let res = win.all_reduce(
                     None,

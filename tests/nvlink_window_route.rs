@@ -16,7 +16,8 @@ mod nvlink_common;
 use std::time::{Duration, Instant};
 
 use device_kit::{
-    assert_names_dead_peer, input, join_ranks as join, spawn_ranks, spawned_rank, Rank,
+    assert_names_dead_peer, input, join_ranks as join, kill_this_process, spawn_ranks,
+    spawned_rank, Rank,
 };
 use nvlink_common::{bind, config};
 use sncl::device::{DeviceBuffer, DevicePtr};
@@ -232,12 +233,7 @@ fn death(r: &Rank, timeout: Duration) {
     case(r, (p, p), f32sum, true, "before the death").unwrap_or_else(|e| panic!("{e}"));
     if rank == n - 1 {
         std::thread::sleep(Duration::from_millis(200));
-        let pid = std::process::id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-        std::thread::sleep(Duration::from_secs(60));
-        unreachable!("SIGKILL did not end the process");
+        kill_this_process();
     }
     let start = Instant::now();
     // SAFETY: the window holds `count` f32; waited for.

@@ -399,6 +399,15 @@ impl Communicator {
         // The lanes' direct kernels are an algorithm of their own: a call
         // that names its algorithm or chunk runs the schedule it asked for.
         if let Some(lane) = op.config.planned().then(|| self.lane_for(&op)).flatten() {
+            if lane.0.ipc_events.is_some() && b.dev.is_capturing(op.stream).unwrap_or(false) {
+                return Err(invalid(
+                    "cannot capture this collective into a CUDA graph: ranks of different \
+                     processes share a device without MPS, so its steps are ordered between \
+                     the processes by IPC events, which a graph cannot hold (enable MPS, or run \
+                     the ranks as threads of one process)"
+                        .into(),
+                ));
+            }
             return Ok(self.prepare_lane(&b, op, lane));
         }
         self.queue_host_driven(attached, raw, (op.send, op.recv), op.stream)
@@ -489,8 +498,10 @@ impl Communicator {
         }))
     }
 
-    /// Queues a collective on device memory; returns at once. See the
-    /// [`crate::device`] module for the stream semantics. Errors in the
+    /// Queues a collective on device memory; returns at once (where ranks
+    /// of different processes share a device without MPS, once every peer
+    /// has enqueued its part too: see `src/device/window/ipc_events.rs`).
+    /// See the [`crate::device`] module for the stream semantics. Errors in the
     /// arguments (no bound device, a bad root, an unsupported dtype/op, a
     /// stream under capture) are returned now; device and peer failures
     /// through the handle (on every rank).

@@ -103,7 +103,7 @@ pub(crate) struct LaneJob {
     /// The all-reduce kernel it ran (`None`: another collective, or
     /// `ipc_ordered`).
     pub algo: Option<::device::direct::DirectAlgo>,
-    /// An all-reduce ordered between processes by IPC events
+    /// A collective ordered between processes by IPC events
     /// (`window/ipc_events.rs`), no lane kernel.
     pub ipc_ordered: bool,
     /// How the flight recorder and the statistics record it: the kernel

@@ -11,7 +11,6 @@ use super::job::LaneJob;
 use super::window::WindowCore;
 use crate::work::JobKind;
 use crate::Communicator;
-use comm_core::Error;
 use sncl_runtime::device::binding::Binding;
 
 impl Communicator {
@@ -50,18 +49,8 @@ impl Communicator {
         let mut enqueue_error = None;
         let ipc_ordered = lane.ipc_events.is_some();
         let done = match b.dev.is_capturing(op.stream) {
-            Ok(true) if ipc_ordered => {
-                enqueue_error = Some(Error::InvalidArgument {
-                    rank,
-                    op: name,
-                    detail: "cannot capture this collective into a CUDA graph: ranks of \
-                             different processes share a device without MPS, so its steps are \
-                             ordered between the processes by IPC events, which a graph cannot \
-                             hold (enable MPS, or run the ranks as threads of one process)"
-                        .into(),
-                });
-                None
-            }
+            // Under capture nothing is recorded (`prepare_device` refused
+            // it for the IPC-event lane).
             Ok(true) => None,
             Ok(false) => match b.take_event() {
                 Ok(ev) => Some(ev),

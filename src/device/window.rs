@@ -114,7 +114,7 @@ pub(crate) struct WindowCore {
     /// one device are resident together.
     pub(crate) grid_cap: u32,
     /// The kernel path's lane where processes share a device without MPS:
-    /// its all-reduces ordered between the processes by IPC events
+    /// its collectives ordered between the processes by IPC events
     /// (`window/ipc_events.rs`) instead of the spinning kernels.
     pub(crate) ipc_events: Option<ipc_events::IpcEventLane>,
 }

@@ -339,6 +339,17 @@ pub fn spawned_rank(prefix: &str) -> (usize, usize, sncl::UniqueId) {
     (rank, n, id)
 }
 
+/// Ends this rank process with SIGKILL (no exit handler runs, as when a
+/// rank is killed), while its peers wait for it.
+pub fn kill_this_process() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status();
+    std::thread::sleep(Duration::from_secs(60));
+    unreachable!("SIGKILL did not end the process");
+}
+
 /// A survivor's check after peer `dead` was killed mid-operation: the
 /// error `e` names the dead peer, and came within `deadline` (`took`).
 ///

@@ -53,7 +53,8 @@ pub struct Binding {
     /// the device, and an operation never frees ([`Binding::take_temporaries`]).
     temporaries: Mutex<Vec<DeviceBuffer>>,
     /// Direct all-reduces run: one-shot, two-shot, on the kernel path, on
-    /// the kernel path two-shot, on the kernel path LL.
+    /// the kernel path two-shot, on the kernel path LL; collectives on the
+    /// kernel path ordered by IPC events.
     pub direct: [AtomicU64; 6],
 }
 

@@ -1,5 +1,5 @@
 //! The lane of ranks whose processes share a device without MPS: device
-//! all-reduces ordered between the processes by IPC events, with no kernel
+//! collectives ordered between the processes by IPC events, with no kernel
 //! spinning on another process's kernel and no host thread between the
 //! streams (the issue's "order cross-process steps with IPC events").
 //!
@@ -35,7 +35,14 @@
 //! shared memory (and the call's fingerprint with "ready": a peer that
 //! called another operation fails the call on both sides). The host waits
 //! there are for the peers' enqueueing, never for the device, bounded by
-//! the communicator's timeout.
+//! the communicator's timeout, and they end at once where a peer's board
+//! says its lane broke (its communicator failed or was aborted) or its
+//! process is gone, naming it. So an enqueue returns once every peer has
+//! enqueued its part too (not run it): one thread cannot drive several
+//! ranks of such a communicator. An operation ends with a wait for every
+//! rank's last "done", so that, as on the kernel path, its completion
+//! means every peer has read this rank's lane buffer (which may then be
+//! freed).
 //!
 //! The collectives are the lane's (`lane.rs`), with the same rounds (a lane
 //! buffer's worth a round, a share per piece) and the same fold order, so
@@ -49,7 +56,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::device::direct::StagedCollective;
-use ::device::{Device, DeviceError, DevicePtr, EventHandle, IpcHandle, StreamHandle};
+use ::device::{Device, DevicePtr, EventHandle, IpcHandle, StreamHandle};
 use comm_core::wire::Fingerprint;
 use comm_core::{DataType, Error, ReduceOp, Result};
 use transport_shm::region::Region;
@@ -67,10 +74,11 @@ const BOARD_BYTES: usize = 4096;
 const REGION_ID: u64 = u64::MAX - 2;
 
 /// A rank's store record: its "ready" and "done" event handles, its
-/// process token, and the two events as its process addresses them (for
-/// peers of the same process, which cannot open its handles). An empty
-/// record: the rank's device has no interprocess events.
-const RECORD: usize = 64 + 64 + 8 + 8 + 8;
+/// process token, the two events as its process addresses them (for
+/// peers of the same process, which cannot open its handles) and its
+/// process id (liveness). An empty record: the rank has no interprocess
+/// events (its device has none, or making them failed).
+const RECORD: usize = 64 + 64 + 8 + 8 + 8 + 8;
 
 /// The words of a rank's board.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +93,9 @@ enum Word {
     DoneAwaited = 3,
     /// The fingerprint digest of the call of its last "ready".
     Fingerprint = 4,
+    /// Not 0 once its lane broke (its communicator failed or was
+    /// aborted): its peers stop waiting for it.
+    Failed = 5,
 }
 
 /// What a lane operation needs of the lane window: the communicator, every
@@ -102,6 +113,9 @@ pub(crate) struct IpcEventLane {
     events: LaneEvents,
     board: Region,
     peer_boards: Vec<Option<Region>>,
+    /// Per rank: its process id where it is another process (0: this
+    /// process), for the host waits' liveness checks.
+    pids: Vec<u32>,
     /// The rounds this rank has run (every rank the same number).
     rounds: Mutex<u64>,
 }
@@ -163,18 +177,16 @@ impl IpcEventLane {
                 record.extend_from_slice(&transport_nvlink::process_token().to_le_bytes());
                 record.extend_from_slice(&ready.0.to_le_bytes());
                 record.extend_from_slice(&done.0.to_le_bytes());
+                record.extend_from_slice(&u64::from(std::process::id()).to_le_bytes());
             }
             (a, b) => {
                 for (e, _) in [a.as_ref().ok(), b.as_ref().ok()].into_iter().flatten() {
                     // SAFETY: made just now, used by nothing.
                     let _ = unsafe { dev.destroy_event(*e) };
                 }
-                match a.and(b) {
-                    Err(DeviceError::Unsupported { what, why }) => {
-                        tracing::info!(rank = me, "{what} is not supported: {why}");
-                    }
-                    Err(e) => return Err(fail("creating the IPC events", e)),
-                    Ok(_) => unreachable!("one of the two failed"),
+                // An empty record: every rank then stays host-driven.
+                if let Err(e) = a.and(b) {
+                    tracing::warn!(rank = me, error = %e, "no interprocess events");
                 }
             }
         }
@@ -193,11 +205,13 @@ impl IpcEventLane {
         if let Some(p) = records.iter().position(|r| r.len() != RECORD) {
             tracing::info!(
                 rank = me,
-                "rank {p}'s device has no interprocess events: no IPC-event lane"
+                "rank {p} has no interprocess events: no IPC-event lane"
             );
             return Ok(None);
         }
         let token = transport_nvlink::process_token();
+        let mut pids = vec![0u32; n];
+        let mut opened = Ok(());
         for p in (0..n).filter(|&p| p != me) {
             let raw = &records[p];
             let word = |at: usize| u64::from_le_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
@@ -205,26 +219,41 @@ impl IpcEventLane {
                 lane.of_rank[p] = (EventHandle(word(136)), EventHandle(word(144)));
                 continue;
             }
+            pids[p] = u32::try_from(word(152)).unwrap_or(0);
             let open = |at: usize, what: &str| {
                 let mut h = IpcHandle([0; 64]);
                 h.0.copy_from_slice(&raw[at..at + 64]);
                 dev.open_ipc_event(&h)
                     .map_err(|e| fail(&format!("opening peer rank {p}'s {what} event"), e))
             };
-            let ready = open(0, "ready")?;
-            lane.of_rank[p].0 = ready;
-            lane.ours[p] = true;
-            match open(64, "done") {
-                Ok(done) => lane.of_rank[p].1 = done,
-                Err(e) => {
-                    lane.of_rank[p].1 = ready;
-                    // SAFETY: opened just now, used by nothing; marked
-                    // not ours so that Drop skips it.
-                    let _ = unsafe { dev.destroy_event(ready) };
-                    lane.ours[p] = false;
-                    return Err(e);
+            match (open(0, "ready"), open(64, "done")) {
+                (Ok(ready), Ok(done)) => {
+                    lane.of_rank[p] = (ready, done);
+                    lane.ours[p] = true;
+                }
+                (a, b) => {
+                    for e in [a.as_ref().ok(), b.as_ref().ok()].into_iter().flatten() {
+                        // SAFETY: opened just now, used by nothing.
+                        let _ = unsafe { dev.destroy_event(*e) };
+                    }
+                    opened = a.and(b).map(|_| ());
+                    break;
                 }
             }
+        }
+        // Every rank learns whether every rank opened its peers' events,
+        // so that all keep the lane or all stay host-driven.
+        let verdict = |r: usize| format!("dwindow/{:x}/{id}/ipc-events-opened/{r}", inner.comm_id);
+        store.set(&verdict(me), if opened.is_ok() { b"1" } else { b"0" })?;
+        let mut all_opened = opened.is_ok();
+        for p in (0..n).filter(|&p| p != me) {
+            all_opened &= store.get(&verdict(p), inner.config.timeout)? == b"1";
+        }
+        if let Err(e) = opened {
+            tracing::warn!(rank = me, error = %e, "no IPC-event lane");
+        }
+        if !all_opened {
+            return Ok(None);
         }
         let (board, peer_boards) = share_host_records(
             inner,
@@ -236,8 +265,36 @@ impl IpcEventLane {
             events: lane,
             board,
             peer_boards,
+            pids,
             rounds: Mutex::new(0),
         }))
+    }
+
+    /// Tells the peers that this rank's lane broke (its communicator
+    /// failed or was aborted): their host waits for it end at once.
+    pub(crate) fn mark_failed(&self, me: usize) {
+        self.word(me, me, Word::Failed).store(1, Ordering::Release);
+    }
+
+    /// A peer whose process is gone, or that marked its lane broken (then
+    /// the processes are looked at first: a peer that broke because
+    /// another one died is not the one to name). Processes are looked at
+    /// where `check_processes` says so too.
+    fn failed_peer(&self, me: usize, check_processes: bool) -> Option<(usize, &'static str)> {
+        let peers = || (0..self.pids.len()).filter(move |&p| p != me);
+        let broke = peers().find(|&p| self.word(p, me, Word::Failed).load(Ordering::Acquire) != 0);
+        if broke.is_none() && !check_processes {
+            return None;
+        }
+        let gone = peers().find(|&p| {
+            let pid = self.pids[p];
+            // SAFETY: signal 0 only checks that the process exists.
+            pid != 0
+                && unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        });
+        gone.map(|p| (p, "is gone (its process exited)"))
+            .or(broke.map(|p| (p, "failed or was aborted")))
     }
 
     fn word(&self, rank: usize, me: usize, w: Word) -> &AtomicU64 {
@@ -269,37 +326,42 @@ impl IpcEventLane {
                 .filter(|&p| p != me && self.word(p, me, w).load(Ordering::Acquire) < round)
                 .collect()
         };
+        let stuck = |peers: String, detail: String| Error::Device {
+            rank: me,
+            op,
+            seq: None,
+            device: describe(&*self.events.dev),
+            what: format!(
+                "waiting for peer rank{peers} to enqueue round {round} ({w:?}) of the IPC-event \
+                 lane"
+            ),
+            detail,
+        };
         let mut spins = 0u32;
         loop {
             let late = behind();
             if late.is_empty() {
                 return Ok(());
             }
+            if let Some((p, why)) = self.failed_peer(me, spins % 1024 == 1023) {
+                return Err(stuck(format!(" {p}"), format!("peer rank {p} {why}")));
+            }
             if window.broken.load(Ordering::Acquire) || window.inner.abort_requested() {
                 return Err(Error::Aborted {
                     rank: me,
                     reason: Some(format!(
-                        "{op}: the communicator failed or was aborted while waiting for peer rank(s) \
-                         {late:?} to enqueue their part"
+                        "{op}: the communicator failed or was aborted while waiting for peer \
+                         rank(s) {late:?} to enqueue their part"
                     )),
                 });
             }
             if Instant::now() > deadline {
-                return Err(Error::Device {
-                    rank: me,
-                    op,
-                    seq: None,
-                    device: describe(&*self.events.dev),
-                    what: format!(
-                        "waiting for peer rank(s) {late:?} to enqueue round {round} ({w:?}) of \
-                         the IPC-event lane"
-                    ),
-                    detail: format!(
-                        "Timed out after {} ms (the communicator's timeout): the peers did not \
-                         call the same operation",
-                        window.inner.config.timeout.as_millis()
-                    ),
-                });
+                let detail = format!(
+                    "Timed out after {} ms (the communicator's timeout): the peers did not \
+                     enqueue this operation (another one, or none)",
+                    window.inner.config.timeout.as_millis()
+                );
+                return Err(stuck(format!("(s) {late:?}"), detail));
             }
             spins += 1;
             if spins < 1000 {
@@ -453,6 +515,18 @@ impl IpcEventLane {
             *rounds = round;
             off += len;
         }
+        // Every rank has read this rank's lane buffer before the operation
+        // counts as done (as the kernel path's kernels end only then): the
+        // buffer and the events outlive what reads or waits on them, also
+        // when the communicator is destroyed next.
+        let last = *rounds;
+        self.await_peers((window, name), Word::DoneRecorded, last, deadline)?;
+        for &(_, done) in &self.events.of_rank {
+            dev.stream_wait_event(stream, done)
+                .map_err(|e| fail("waiting for the ranks' last round", e))?;
+        }
+        self.word(me, me, Word::DoneAwaited)
+            .store(last, Ordering::Release);
         Ok(())
     }
 }

@@ -120,7 +120,7 @@ impl WindowCore {
             }
             tracing::info!(
                 rank = inner.rank,
-                "{why}: device all-reduces are ordered between the processes by IPC events"
+                "{why}: device collectives are ordered between the processes by IPC events"
             );
         }
         // Each lane operation in flight holds a completion event.
@@ -230,19 +230,24 @@ impl WindowCore {
     /// Sets the lane kernels' abort word: every lane kernel running or
     /// still to run on any stream (a captured graph's too) gives up at its
     /// next wait and ends, so no caller's stream waits on peers that will
-    /// not come. The communicator has failed or aborted by then; a lane
+    /// not come; on the IPC-event lane, the peers' host waits for this rank
+    /// end at once. The communicator has failed or aborted by then; a lane
     /// operation after it fails before anything is enqueued.
     pub(crate) fn stop_lane_kernels(&self) {
         self.broken
             .store(true, std::sync::atomic::Ordering::Release);
         self.control_words()[0].store(1, std::sync::atomic::Ordering::Release);
+        if let Some(ordered) = &self.ipc_events {
+            ordered.mark_failed(self.inner.rank);
+        }
     }
 
     /// Enqueues `staged` (from [`WindowCore::lane_collective`]) of
     /// `count` elements a piece from `send` to `recv` (device buffers of
     /// the bound device, NCCL's extents, in place allowed) on `stream`: the
     /// staged direct kernel (rounds through the lane; at most `max_ctas`
-    /// blocks where the call set it, `CollConfig::max_ctas`), avg's divide,
+    /// blocks where the call set it, `CollConfig::max_ctas`), or the
+    /// IPC-event lane's rounds (`ipc_events.rs`), then avg's divide,
     /// and `done` recorded after them (`None`: nothing recorded, as under
     /// stream capture). `fingerprint` (the call's; its
     /// [`Fingerprint::digest`] goes to the kernel) lets every rank's kernel
