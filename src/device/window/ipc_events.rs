@@ -306,8 +306,8 @@ impl IpcEventLane {
                 .expect("every peer's board is mapped")
         };
         // SAFETY: the region is page-aligned and BOARD_BYTES long (more
-        // than the 5 words used), so the word is aligned and in bounds; the
-        // words are only accessed atomically, here and by the peers.
+        // than the 6 words of `Word`), so the word is aligned and in bounds;
+        // the words are only accessed atomically, here and by the peers.
         unsafe { &*(region.as_ptr().add(w as usize * 8) as *const AtomicU64) }
     }
 
